@@ -1,0 +1,1 @@
+"""Beam jobs: build, verify, inspect and reshard TFRecord shards."""

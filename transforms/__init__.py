@@ -1,0 +1,1 @@
+"""Reusable Beam transforms for TFRecord shards, and the pure code beneath them."""

@@ -1,0 +1,72 @@
+"""Error types raised by the project.
+
+Every error says what went wrong, where (file and byte offset when there is
+one) and why, so that a failed job points straight at the bad input.
+"""
+
+from __future__ import annotations
+
+
+class ShardsError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class UsageError(ShardsError):
+    """A flag or option has a value that cannot work; the message says what to fix."""
+
+
+class RecordError(ShardsError):
+    """A TFRecord record is damaged or cannot be read.
+
+    Attributes:
+        path: File the record was read from ('' when reading an anonymous stream).
+        offset: Byte offset of the start of the record in that file.
+        kind: Short machine-readable kind, e.g. ``crc_mismatch``, ``truncated``,
+            ``bad_length``.
+        detail: Human-readable description of what was wrong.
+    """
+
+    def __init__(self, path: str, offset: int, kind: str, detail: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.kind = kind
+        self.detail = detail
+        where = f"{path or '<stream>'} at byte {offset}"
+        super().__init__(f"{kind}: {where}: {detail}")
+
+    def __reduce__(self):  # keep the fields when pickled across Beam workers
+        return (type(self), (self.path, self.offset, self.kind, self.detail))
+
+
+class ExampleError(ShardsError):
+    """Bytes that do not parse as a ``tf.train.Example`` or miss the schema."""
+
+
+class ImageError(ShardsError):
+    """An input file is not a usable image.
+
+    Attributes:
+        reason: Short machine-readable reason used in dead letters, e.g.
+            ``truncated``, ``not_an_image``, ``decompression_bomb``.
+        detail: Human-readable description.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+    def __reduce__(self):
+        return (type(self), (self.reason, self.detail))
+
+
+class ManifestError(ShardsError):
+    """A manifest (ours or a user's input manifest) is malformed."""
+
+
+class PlanError(ShardsError):
+    """Shard planning was asked for something impossible."""
+
+
+class PublishError(ShardsError):
+    """Publishing finished shards failed or was refused (e.g. too many bad inputs)."""

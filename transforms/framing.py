@@ -1,0 +1,192 @@
+"""TFRecord framing: how one record's bytes are laid out in a file.
+
+A record is::
+
+    uint64 length            (little endian)
+    uint32 masked_crc32c(length bytes)
+    byte   data[length]
+    uint32 masked_crc32c(data)
+
+with ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8`` (mod 2**32).
+
+This module only touches bytes and file-like objects; it never opens paths.
+CRC32C comes from the hardware-accelerated ``crc32c`` package.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO, Iterator
+
+import crc32c as _crc32c
+
+from transforms.errors import RecordError
+
+__all__ = [
+    "HEADER_SIZE",
+    "FOOTER_SIZE",
+    "OVERHEAD",
+    "masked_crc32c",
+    "frame_record",
+    "framed_size",
+    "parse_header",
+    "read_record",
+    "iter_records",
+    "check_record_at",
+]
+
+HEADER_SIZE = 12  # uint64 length + uint32 masked crc of the length
+FOOTER_SIZE = 4  # uint32 masked crc of the data
+OVERHEAD = HEADER_SIZE + FOOTER_SIZE
+
+_MASK_DELTA = 0xA282EAD8
+_U32 = 0xFFFFFFFF
+_LENGTH = struct.Struct("<Q")
+_HEADER = struct.Struct("<QI")
+_CRC = struct.Struct("<I")
+# Data of a record with an unknown remaining size (a compressed stream) is read in
+# pieces of at most this many bytes, so a corrupt huge length cannot allocate memory.
+_STREAM_CHUNK = 16 * 1024 * 1024
+
+
+def masked_crc32c(data: bytes | memoryview) -> int:
+    """Returns the TFRecord masked CRC32C of ``data``."""
+    crc = _crc32c.crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
+
+
+def framed_size(data_length: int) -> int:
+    """Returns how many bytes a record with ``data_length`` bytes of data occupies."""
+    return data_length + OVERHEAD
+
+
+def frame_record(data: bytes) -> bytes:
+    """Returns ``data`` framed as one TFRecord record."""
+    length = _LENGTH.pack(len(data))
+    return b"".join(
+        (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
+    )
+
+
+def parse_header(header: bytes) -> int | None:
+    """Returns the data length a 12-byte header declares, or None if its CRC is wrong."""
+    length, crc = _HEADER.unpack(header)
+    if masked_crc32c(header[:8]) != crc:
+        return None
+    return length
+
+
+def _read_exact(fh: BinaryIO, n: int, remaining: int | None) -> bytes:
+    """Reads up to ``n`` bytes; in pieces when the stream's size is unknown."""
+    if remaining is not None or n <= _STREAM_CHUNK:
+        return fh.read(n)
+    pieces = []
+    left = n
+    while left > 0:
+        piece = fh.read(min(left, _STREAM_CHUNK))
+        if not piece:
+            break
+        pieces.append(piece)
+        left -= len(piece)
+    return b"".join(pieces)
+
+
+def read_record(
+    fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | None = None
+) -> bytes | None:
+    """Reads the record that starts at the current position of ``fh``.
+
+    Args:
+        fh: Binary file-like object positioned at a record start.
+        path: Name of the file, used in error messages.
+        offset: Byte offset of the current position, used in error messages.
+        remaining: Bytes left in the file from the current position, when
+            known. A declared length that does not fit is rejected before any
+            data is read. When None (compressed streams), data is read in
+            bounded pieces, so a corrupt length cannot exhaust memory.
+
+    Returns:
+        The record's data, or None at a clean end of file.
+
+    Raises:
+        RecordError: ``truncated`` if the file ends inside the record,
+            ``crc_mismatch`` if a CRC is wrong, ``bad_length`` if the declared
+            length cannot fit in the file.
+    """
+    header = fh.read(HEADER_SIZE)
+    if not header:
+        return None
+    if len(header) < HEADER_SIZE:
+        raise RecordError(
+            path, offset, "truncated",
+            f"file ends {len(header)} bytes into a {HEADER_SIZE}-byte record header",
+        )
+    length, length_crc = _HEADER.unpack(header)
+    if masked_crc32c(header[:8]) != length_crc:
+        raise RecordError(
+            path, offset, "crc_mismatch",
+            f"length field {header[:8].hex()} has masked crc {length_crc:#010x}, "
+            f"expected {masked_crc32c(header[:8]):#010x}",
+        )
+    if remaining is not None and length + OVERHEAD > remaining:
+        raise RecordError(
+            path, offset, "bad_length",
+            f"record declares {length} data bytes but only "
+            f"{max(remaining - OVERHEAD, 0)} remain in the file",
+        )
+    body = _read_exact(fh, length + FOOTER_SIZE, remaining)
+    if len(body) < length + FOOTER_SIZE:
+        raise RecordError(
+            path, offset, "truncated",
+            f"record declares {length} data bytes; file ends after "
+            f"{len(body)} of the {length + FOOTER_SIZE} bytes of data and crc",
+        )
+    data = body[:length]
+    (data_crc,) = _CRC.unpack_from(body, length)
+    if masked_crc32c(data) != data_crc:
+        raise RecordError(
+            path, offset, "crc_mismatch",
+            f"data of {length} bytes has masked crc {data_crc:#010x}, "
+            f"expected {masked_crc32c(data):#010x}",
+        )
+    return data
+
+
+def iter_records(
+    fh: BinaryIO, path: str = "", start: int = 0, size: int | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(offset, data)`` for every record from the current position to EOF.
+
+    Args:
+        fh: Binary file-like object positioned at ``start``.
+        path: Name of the file, used in error messages.
+        start: Byte offset of the current position.
+        size: Total size of the file when known (enables the length check).
+
+    Raises:
+        RecordError: On the first damaged record.
+    """
+    offset = start
+    while True:
+        remaining = None if size is None else size - offset
+        data = read_record(fh, path, offset, remaining)
+        if data is None:
+            return
+        yield offset, data
+        offset += len(data) + OVERHEAD
+
+
+def check_record_at(buf: bytes | memoryview, pos: int, file_size: int, base: int = 0) -> int | None:
+    """Returns the record length if a valid header starts at ``buf[pos]``.
+
+    Only the header is checked: its masked CRC must match and the record must
+    fit in the file. ``base`` is the file offset of ``buf[0]``.
+    """
+    if pos + HEADER_SIZE > len(buf):
+        return None
+    length, crc = _HEADER.unpack_from(buf, pos)
+    if base + pos + length + OVERHEAD > file_size:
+        return None
+    if masked_crc32c(bytes(buf[pos:pos + 8])) != crc:
+        return None
+    return length

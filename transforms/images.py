@@ -1,0 +1,215 @@
+"""Image handling: recognise, validate, measure and re-encode images with Pillow.
+
+Pure code: functions take and return bytes. Used by the build job to turn a
+source file into the ``image/*`` features, and by the verify job to check that
+stored images decode to the size their record states.
+
+Policies (also in README):
+- Images are recognised by content, never by extension.
+- Pillow's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``) is an error,
+  raised from the header alone, before any pixel is allocated.
+- Animated images (GIF, WebP, APNG): ``passthrough`` keeps every frame;
+  ``reencode`` and ``raw`` use the first frame.
+- ``reencode``/``raw`` apply the EXIF orientation, scale 16-bit images to 8 bits
+  (not clip), and composite transparent images over white.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from transforms.errors import ImageError
+
+__all__ = [
+    "VALIDATE_LEVELS", "ImageInfo", "inspect_image", "reencode_image", "raw_pixels",
+    "channels_of", "decode_size",
+]
+
+# Make Pillow's bomb warning an error too, so the limit is one clear threshold.
+warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
+
+# Levels of --validate, from cheapest to most thorough.
+VALIDATE_LEVELS = ("header", "decode", "full")
+
+# Pillow format name -> image/format value. MPO is camera JPEG with extra frames.
+_FORMATS = {
+    "JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "GIF": "gif", "BMP": "bmp",
+    "TIFF": "tiff", "WEBP": "webp",
+}
+_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1,
+             "LA": 2, "La": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3,
+             "RGBA": 4, "RGBa": 4, "CMYK": 4}
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What a record says about its image.
+
+    Attributes:
+        format: ``image/format`` value (``jpeg``, ``png``, ..., or ``raw``).
+        height: Height in pixels.
+        width: Width in pixels.
+        channels: Channels a decoder yields (see ``channels_of``).
+    """
+
+    format: str
+    height: int
+    width: int
+    channels: int
+
+
+def channels_of(img: Image.Image) -> int:
+    """Returns the number of channels an image decodes to.
+
+    Palette images count as RGB, or RGBA when they carry transparency, and GIF
+    frames as RGB, which is what ``tf.io.decode_image`` returns for them.
+    """
+    if img.format == "GIF":
+        return 3
+    if img.mode in ("P", "PA"):
+        return 4 if img.mode == "PA" or "transparency" in img.info else 3
+    return _CHANNELS.get(img.mode, len(img.getbands()))
+
+
+def _open(data: bytes) -> Image.Image:
+    if not data:
+        raise ImageError("empty_file", "file has zero bytes")
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError as err:
+        raise ImageError("not_an_image", f"not a recognised image format ({len(data)} bytes)") from err
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageError("decompression_bomb", str(err)) from err
+    except Exception as err:  # Pillow's plugins raise many types on malformed headers.
+        raise ImageError("undecodable", f"{type(err).__name__}: {err}") from err
+
+
+def _load(img: Image.Image) -> None:
+    try:
+        img.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise ImageError("decompression_bomb", str(err)) from err
+    except OSError as err:
+        reason = "truncated" if "truncated" in str(err).lower() else "undecodable"
+        raise ImageError(reason, f"{type(err).__name__}: {err}") from err
+    except Exception as err:  # Pillow's decoders raise many types on malformed data.
+        raise ImageError("undecodable", f"{type(err).__name__}: {err}") from err
+
+
+def inspect_image(data: bytes, validate: str = "decode") -> ImageInfo:
+    """Recognises an image by content and returns its stored format and size.
+
+    Args:
+        data: The image file's bytes.
+        validate: ``header`` reads only the header (catches non-images, bad
+            headers, bombs); ``decode`` also decodes the pixels, JPEG at 1/8
+            scale with Pillow's draft mode (catches truncation and corrupt
+            data); ``full`` decodes everything at full resolution.
+
+    Returns:
+        The image's ``ImageInfo`` (format as TensorFlow names it).
+
+    Raises:
+        ImageError: The bytes are not a usable image; ``reason`` says why.
+    """
+    if validate not in VALIDATE_LEVELS:
+        raise ValueError(f"validate must be one of {VALIDATE_LEVELS}, got {validate!r}")
+    img = _open(data)
+    fmt = _FORMATS.get(img.format or "")
+    width, height = img.size
+    if width <= 0 or height <= 0:
+        raise ImageError("undecodable", f"image declares size {width}x{height}")
+    info = ImageInfo(format=fmt or (img.format or "unknown").lower(),
+                     height=height, width=width, channels=channels_of(img))
+    if validate == "decode" and img.format in ("JPEG", "MPO"):
+        img.draft(img.mode, (max(width // 8, 1), max(height // 8, 1)))
+    if validate != "header":
+        _load(img)
+    return info
+
+
+def decode_size(data: bytes) -> ImageInfo:
+    """Fully decodes an image and returns the size and channels it decodes to."""
+    return inspect_image(data, validate="full")
+
+
+def _to_8bit(img: Image.Image, grayscale: bool) -> Image.Image:
+    """Converts any decoded mode to RGB (or L), scaling 16-bit, flattening alpha on white."""
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        arr = np.asarray(img, dtype=np.uint32 if img.mode == "I" else np.uint16)
+        if img.mode == "I":
+            arr = np.clip(arr, 0, 65535)
+        img = Image.fromarray((arr >> 8).astype(np.uint8), mode="L")
+    elif img.mode == "F":
+        img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), mode="L")
+    if img.mode in ("P", "PA") or img.mode in ("LA", "La", "RGBA", "RGBa"):
+        if img.mode in ("P", "PA") and "transparency" not in img.info and img.mode == "P":
+            img = img.convert("RGB")
+        else:
+            rgba = img.convert("RGBA")
+            background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            img = Image.alpha_composite(background, rgba).convert("RGB")
+    target = "L" if grayscale else "RGB"
+    return img if img.mode == target else img.convert(target)
+
+
+def _decoded(data: bytes, grayscale: bool, resize: tuple[int, int] | None) -> Image.Image:
+    img = _open(data)
+    _load(img)  # first frame of an animation
+    try:
+        img = ImageOps.exif_transpose(img)
+    except Exception as err:  # malformed EXIF blocks raise assorted types
+        raise ImageError("undecodable", f"bad EXIF orientation data: {err}") from err
+    img = _to_8bit(img, grayscale)
+    if resize is not None and img.size != resize:
+        img = img.resize(resize, Image.Resampling.BICUBIC)
+    return img
+
+
+def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
+                   grayscale: bool = False,
+                   resize: tuple[int, int] | None = None) -> tuple[bytes, ImageInfo]:
+    """Decodes an image and encodes it again as JPEG or PNG.
+
+    Args:
+        data: Source image bytes.
+        image_format: ``jpeg`` or ``png``.
+        quality: JPEG quality (1-100).
+        grayscale: Convert to one channel instead of RGB.
+        resize: ``(width, height)`` to resize to, or None.
+
+    Returns:
+        The encoded bytes (deterministic for the same input and Pillow) and
+        their ``ImageInfo``.
+
+    Raises:
+        ImageError: The source cannot be decoded.
+    """
+    img = _decoded(data, grayscale, resize)
+    out = io.BytesIO()
+    if image_format == "jpeg":
+        img.save(out, format="JPEG", quality=quality)
+    elif image_format == "png":
+        img.save(out, format="PNG")
+    else:
+        raise ValueError(f"image_format must be jpeg or png, got {image_format!r}")
+    width, height = img.size
+    return out.getvalue(), ImageInfo(image_format, height, width, 1 if grayscale else 3)
+
+
+def raw_pixels(data: bytes, grayscale: bool = False,
+               resize: tuple[int, int] | None = None) -> tuple[bytes, ImageInfo]:
+    """Decodes an image to uint8 pixels, row-major height x width x channels.
+
+    Returns:
+        The pixel bytes (readable with ``tf.io.decode_raw`` + reshape) and
+        their ``ImageInfo`` with format ``raw``.
+    """
+    img = _decoded(data, grayscale, resize)
+    width, height = img.size
+    return img.tobytes(), ImageInfo("raw", height, width, 1 if grayscale else 3)

@@ -1,0 +1,55 @@
+"""The image Example schema: which features every record carries, and a checker."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+__all__ = ["IMAGE_FEATURES", "IMAGE_FORMATS", "schema_problems"]
+
+# Feature name -> kind. Every record written by the build job has exactly these.
+IMAGE_FEATURES: dict[str, str] = {
+    "image/encoded": "bytes",
+    "image/format": "bytes",
+    "image/height": "int64",
+    "image/width": "int64",
+    "image/channels": "int64",
+    "image/class/label": "int64",
+    "image/class/text": "bytes",
+    "image/filename": "bytes",
+    "image/key/sha256": "bytes",
+}
+
+IMAGE_FORMATS = ("jpeg", "png", "gif", "bmp", "tiff", "webp", "raw")
+
+
+def schema_problems(decoded: Mapping[str, tuple[str, list]]) -> list[str]:
+    """Returns what is wrong with a decoded Example against ``IMAGE_FEATURES``.
+
+    Args:
+        decoded: Output of ``example_codec.decode_example``.
+
+    Returns:
+        One message per problem; empty when the record matches the schema.
+    """
+    problems = []
+    for name, kind in IMAGE_FEATURES.items():
+        if name not in decoded:
+            problems.append(f"missing feature {name}")
+            continue
+        got_kind, values = decoded[name]
+        if got_kind != kind:
+            problems.append(f"feature {name} is {got_kind}, expected {kind}")
+        elif len(values) != 1:
+            problems.append(f"feature {name} has {len(values)} values, expected 1")
+    if not problems:
+        fmt = decoded["image/format"][1][0]
+        if fmt.decode("utf-8", "replace") not in IMAGE_FORMATS:
+            problems.append(f"image/format {fmt!r} is not one of {', '.join(IMAGE_FORMATS)}")
+        for name in ("image/height", "image/width", "image/channels"):
+            if decoded[name][1][0] <= 0:
+                problems.append(f"{name} is {decoded[name][1][0]}, expected > 0")
+        if decoded["image/class/label"][1][0] < 0:
+            problems.append("image/class/label is negative")
+        if len(decoded["image/key/sha256"][1][0]) != 64:
+            problems.append("image/key/sha256 is not 64 hex characters")
+    return problems
