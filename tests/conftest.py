@@ -1,0 +1,8 @@
+"""Shared pytest set-up: keep Beam and cloud clients from probing the network."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+os.environ.setdefault("NO_GCE_CHECK", "true")
