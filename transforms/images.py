@@ -76,6 +76,12 @@ def channels_of(img: Image.Image) -> int:
     return _CHANNELS.get(img.mode, len(img.getbands()))
 
 
+def _reason(err: Exception) -> str:
+    """Dead-letter reason for a Pillow failure: ``truncated`` or ``undecodable``."""
+    text = str(err).lower()
+    return "truncated" if "truncated" in text or isinstance(err, EOFError) else "undecodable"
+
+
 def _open(data: bytes) -> Image.Image:
     if not data:
         raise ImageError("empty_file", "file has zero bytes")
@@ -86,7 +92,7 @@ def _open(data: bytes) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ImageError("decompression_bomb", str(err)) from err
     except Exception as err:  # Pillow's plugins raise many types on malformed headers.
-        raise ImageError("undecodable", f"{type(err).__name__}: {err}") from err
+        raise ImageError(_reason(err), f"{type(err).__name__}: {err}") from err
 
 
 def _load(img: Image.Image) -> None:
@@ -94,11 +100,8 @@ def _load(img: Image.Image) -> None:
         img.load()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ImageError("decompression_bomb", str(err)) from err
-    except OSError as err:
-        reason = "truncated" if "truncated" in str(err).lower() else "undecodable"
-        raise ImageError(reason, f"{type(err).__name__}: {err}") from err
     except Exception as err:  # Pillow's decoders raise many types on malformed data.
-        raise ImageError("undecodable", f"{type(err).__name__}: {err}") from err
+        raise ImageError(_reason(err), f"{type(err).__name__}: {err}") from err
 
 
 def inspect_image(data: bytes, validate: str = "decode") -> ImageInfo:

@@ -1,0 +1,255 @@
+"""Build job: images and labels -> balanced, shuffled, deterministic TFRecord shards.
+
+Usage::
+
+    python -m beam_jobs.build_shards --input data/flowers --output_dir out/flowers
+    python -m beam_jobs.build_shards --input gs://bucket/raw --output_dir gs://bucket/shards \\
+        --runner DataflowRunner --project p --region r --temp_location gs://bucket/tmp \\
+        --setup_file ./setup.py
+
+Beam's own options (``--runner``, ``--direct_num_workers``, cloud options) pass
+straight through. See README.md for every flag, the output layout and the schema.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from transforms import options as opt
+from transforms.dedupe import DUPLICATE_TAG, RejectDuplicateImages, RejectDuplicatePaths
+from transforms.discover import DEAD_LETTER_TAG, DiscoverImages
+from transforms.errors import ShardsError, UsageError
+from transforms.image_records import IMAGE_MODES, EncodeSettings
+from transforms.images import VALIDATE_LEVELS
+from transforms.inputs import LAYOUTS, LabelRules, check_label, is_manifest_path
+from transforms.manifest import MANIFEST_NAME, Manifest
+from transforms.plan_shards import PlanShards
+from transforms.planning import MIB, parse_split_fractions
+from transforms.read_images import REJECTED_TAG, ImageRecordMaker, InspectImages, image_order
+from transforms.runner_setup import error_summary, prepare_options
+from transforms.schema import IMAGE_FEATURES
+from transforms.shard_sink import PublishShards, WriteShards
+from transforms.shard_writer import COMPRESSIONS
+from transforms.errors import PlanError
+
+_LOG = logging.getLogger(__name__)
+
+
+class BuildOptions(PipelineOptions):
+    """Flags of the build job (Beam's own flags are parsed by Beam)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        opt.one_line_errors(parser)
+        parser.add_argument("--input", action="append", default=None,
+                            help="Folder of class (or split) folders, or a .csv/.jsonl input "
+                                 "manifest; local, gs:// or s3://. Repeatable.")
+        parser.add_argument("--output_dir", default=None, help="Where shards are published.")
+        parser.add_argument("--layout", default="auto", choices=LAYOUTS,
+                            help="Folder layout: class folders, split folders, or auto-detect.")
+        parser.add_argument("--label_regex", default=None,
+                            help="Take the class from the first group of this regex in the file name.")
+        # Beam reserves --labels for Dataflow job labels, hence --class_names.
+        parser.add_argument("--class_names", default=None,
+                            help="Comma-separated class names in index order.")
+        parser.add_argument("--labels_file", default=None, help="File with one class name per line.")
+        parser.add_argument("--split", default="train", help="Split name of unsplit inputs.")
+        parser.add_argument("--split_fractions", default=None,
+                            help="Split unsplit inputs by path hash, e.g. train=0.9,validation=0.1.")
+        parser.add_argument("--image_mode", default="passthrough", choices=IMAGE_MODES)
+        parser.add_argument("--validate", default="decode", choices=VALIDATE_LEVELS,
+                            help="How images are checked: header, decode (JPEG at 1/8 scale), full.")
+        parser.add_argument("--image_format", default="jpeg", choices=("jpeg", "png"),
+                            help="Encoding for --image_mode reencode.")
+        parser.add_argument("--jpeg_quality", type=opt.positive_int, default=95)
+        parser.add_argument("--grayscale", action="store_true", default=False,
+                            help="One channel instead of RGB (reencode, raw).")
+        parser.add_argument("--resize", type=opt.parse_size, default=None,
+                            help="Resize to WIDTHxHEIGHT (reencode, raw).")
+        parser.add_argument("--shard_size_mb", type=opt.positive_float, default=150.0,
+                            help="Target shard size in MiB; shards land within [2/3, 4/3] of it.")
+        parser.add_argument("--num_shards", type=opt.positive_int, default=None,
+                            help="Fixed number of shards per split (overrides --shard_size_mb).")
+        parser.add_argument("--compression", default="none", choices=COMPRESSIONS)
+        parser.add_argument("--seed", type=int, default=0, help="Shuffle seed.")
+        parser.add_argument("--max_bad_fraction", type=opt.fraction, default=0.01,
+                            help="Fail (publishing nothing) if more inputs than this are rejected.")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Checked settings of one build run."""
+
+    inputs: tuple[str, ...]
+    output_dir: str
+    rules: LabelRules
+    labels: tuple[str, ...] | None
+    settings: EncodeSettings
+    target_bytes: int
+    num_shards: int | None
+    compression: str
+    seed: int
+    max_bad_fraction: float
+    options: dict
+
+
+def _input_exists(path: str) -> bool:
+    if FileSystems.exists(path):
+        return True
+    if is_manifest_path(path):
+        return False
+    return bool(FileSystems.match([path.rstrip("/") + "/*"])[0].metadata_list)
+
+
+def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:
+    if build.class_names and build.labels_file:
+        raise UsageError("give --class_names or --labels_file, not both")
+    if build.class_names:
+        names = [n.strip() for n in build.class_names.split(",")]
+    elif build.labels_file:
+        if not FileSystems.exists(build.labels_file):
+            raise UsageError(f"--labels_file {build.labels_file} does not exist")
+        with FileSystems.open(build.labels_file) as fh:
+            names = [line.strip() for line in fh.read().decode("utf-8-sig").splitlines() if line.strip()]
+    else:
+        return None
+    for name in names:
+        problem = check_label(name)
+        if problem:
+            raise UsageError(f"bad class name in --class_names/--labels_file: {problem}")
+    if len(set(names)) != len(names):
+        raise UsageError("--class_names/--labels_file names a class twice")
+    return tuple(names)
+
+
+def make_config(build: BuildOptions) -> BuildConfig:
+    """Checks the flags and returns the run's settings.
+
+    Raises:
+        UsageError: A flag is missing or wrong; the message says what to fix.
+    """
+    if not build.input:
+        raise UsageError("--input is required (a folder of class folders or a .csv/.jsonl manifest)")
+    if not build.output_dir:
+        raise UsageError("--output_dir is required")
+    for path in build.input:
+        if not _input_exists(path):
+            raise UsageError(f"--input {path} does not exist or is empty")
+    try:
+        fractions = parse_split_fractions(build.split_fractions) if build.split_fractions else {}
+        rules = LabelRules(layout=build.layout, split=build.split, split_fractions=fractions,
+                           label_regex=build.label_regex)
+        settings = EncodeSettings(mode=build.image_mode, validate=build.validate,
+                                  image_format=build.image_format, jpeg_quality=build.jpeg_quality,
+                                  grayscale=build.grayscale, resize=build.resize)
+    except (PlanError, ValueError) as err:
+        raise UsageError(str(err)) from err
+    if build.image_mode == "passthrough" and (build.resize or build.grayscale):
+        raise UsageError("--resize and --grayscale need --image_mode reencode or raw")
+    given = build.get_all_options()
+    own = {k: given[k] for k in _OWN_FLAGS if k != "output_dir"}
+    own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
+    return BuildConfig(
+        inputs=tuple(build.input), output_dir=build.output_dir.rstrip("/") or "/",
+        rules=rules, labels=_fixed_labels(build), settings=settings,
+        target_bytes=int(build.shard_size_mb * MIB), num_shards=build.num_shards,
+        compression=build.compression, seed=build.seed,
+        max_bad_fraction=build.max_bad_fraction, options=own)
+
+
+_OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
+              "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
+              "grayscale", "resize", "shard_size_mb", "num_shards", "compression", "seed",
+              "max_bad_fraction")
+
+
+def _split_of(meta) -> str:
+    return meta.source.split
+
+
+def _size_of(meta) -> int:
+    return meta.record_size
+
+
+def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
+    """Wires the build job into ``p``; returns the PCollection holding the manifest."""
+    listed = (p
+              | "Inputs" >> beam.Create(list(cfg.inputs))
+              | "Discover" >> DiscoverImages(cfg.rules))
+    inputs = ((listed.images, listed[DEAD_LETTER_TAG])
+              | "AllListed" >> beam.Flatten()
+              | "CountInputs" >> beam.combiners.Count.Globally())
+    if cfg.labels is not None:
+        labels = p | "FixedLabels" >> beam.Create([list(cfg.labels)])
+    else:
+        labels = (listed.images
+                  | "ClassNames" >> beam.Map(lambda s: s.label)
+                  | "DistinctClasses" >> beam.Distinct()
+                  | "CollectClasses" >> beam.combiners.ToList()
+                  | "SortClasses" >> beam.Map(sorted))
+    unique = listed.images | "RejectDuplicatePaths" >> RejectDuplicatePaths()
+    inspected = unique.main | "Inspect" >> InspectImages(
+        cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels))
+    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages()
+    plan = distinct.main | "Plan" >> PlanShards(
+        split_of=_split_of, order_of=image_order, size_of=_size_of,
+        target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
+    results = plan["assigned"] | "Write" >> WriteShards(
+        cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings), image_order)
+    dead = ((listed[DEAD_LETTER_TAG], unique[DUPLICATE_TAG], inspected[REJECTED_TAG],
+             distinct[DUPLICATE_TAG])
+            | "AllDeadLetters" >> beam.Flatten())
+    fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed,
+              "feature_spec": dict(IMAGE_FEATURES)}
+    return p | "Publish" >> PublishShards(
+        cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction,
+        results=results, totals=plan["totals"], dead_letters=dead, labels=labels, inputs=inputs)
+
+
+def summarize(output_dir: str, seconds: float) -> str:
+    """Returns the human summary of a published shard set."""
+    with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME)) as fh:
+        manifest = Manifest.loads(fh.read())
+    lines = [f"Published {manifest.records} records to {output_dir} in {seconds:.1f} s "
+             f"({manifest.dead_letters} dead letters; written + dead-lettered = "
+             f"{manifest.records + manifest.dead_letters} inputs)"]
+    for name, split in sorted(manifest.splits.items()):
+        sizes = [s.bytes for s in split.shards]
+        lines.append(f"  {name}: {split.records} records in {len(sizes)} shards, "
+                     f"{split.bytes / MIB:.1f} MiB (shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
+    lines.append(f"  labels: {len(manifest.labels)} classes; manifest: "
+                 f"{FileSystems.join(output_dir, MANIFEST_NAME)}")
+    return "\n".join(lines)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
+    started = time.monotonic()
+    try:
+        options = prepare_options(PipelineOptions(argv))
+        cfg = make_config(options.view_as(BuildOptions))
+    except UsageError as err:
+        print(f"build_shards: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        p = beam.Pipeline(options=options)
+        build_pipeline(p, cfg)
+        p.run().wait_until_finish()
+    except Exception as err:  # the runner wraps worker errors in its own types
+        print(f"build_shards: failed: {error_summary(err)}", file=sys.stderr)
+        return 1
+    print(summarize(cfg.output_dir, time.monotonic() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run())

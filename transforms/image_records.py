@@ -1,0 +1,88 @@
+"""Turn an image and its metadata into the record bytes the build job writes.
+
+Pure code. ``EncodeSettings`` holds the image options of the build job;
+``encode_image`` makes the stored image bytes from the source bytes, and
+``image_example`` the ``tf.train.Example`` around them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transforms import images
+from transforms.errors import ImageError
+from transforms.example_codec import encode_example
+from transforms.images import ImageInfo
+
+__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "passthrough_formats"]
+
+IMAGE_MODES = ("passthrough", "reencode", "raw")
+# Formats passthrough stores as they are. tf.io.decode_image reads jpeg, png, gif
+# and bmp (webp in recent TensorFlow); tiff is stored for other readers.
+passthrough_formats = ("jpeg", "png", "gif", "bmp", "tiff", "webp")
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """How source images become stored images.
+
+    Attributes:
+        mode: ``passthrough``, ``reencode`` or ``raw``.
+        validate: ``header``, ``decode`` or ``full`` (see ``images.inspect_image``).
+        image_format: ``jpeg`` or ``png`` for ``reencode``.
+        jpeg_quality: JPEG quality for ``reencode``.
+        grayscale: One channel instead of RGB (``reencode``/``raw``).
+        resize: ``(width, height)`` or None (``reencode``/``raw``).
+    """
+
+    mode: str = "passthrough"
+    validate: str = "decode"
+    image_format: str = "jpeg"
+    jpeg_quality: int = 95
+    grayscale: bool = False
+    resize: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in IMAGE_MODES:
+            raise ValueError(f"image mode must be one of {IMAGE_MODES}, got {self.mode!r}")
+        if self.validate not in images.VALIDATE_LEVELS:
+            raise ValueError(f"validate must be one of {images.VALIDATE_LEVELS}, got {self.validate!r}")
+        if self.image_format not in ("jpeg", "png"):
+            raise ValueError(f"image format must be jpeg or png, got {self.image_format!r}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"jpeg quality must be in 1..100, got {self.jpeg_quality}")
+
+
+def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInfo]:
+    """Returns the bytes to store for a source image, and what they are.
+
+    Raises:
+        ImageError: The source is not a usable image.
+    """
+    if settings.mode == "passthrough":
+        info = images.inspect_image(data, settings.validate)
+        if info.format not in passthrough_formats:
+            raise ImageError("unsupported_format",
+                             f"{info.format} cannot be stored as-is (passthrough keeps "
+                             f"{', '.join(passthrough_formats)}); use --image_mode reencode")
+        return data, info
+    if settings.mode == "reencode":
+        return images.reencode_image(data, settings.image_format, settings.jpeg_quality,
+                                     settings.grayscale, settings.resize)
+    return images.raw_pixels(data, settings.grayscale, settings.resize)
+
+
+def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: str,
+                  filename: str, sha256_hex: str) -> bytes:
+    """Returns the serialized ``tf.train.Example`` of one image (see README for the schema)."""
+    return encode_example({
+        "image/encoded": image,
+        "image/format": info.format,
+        "image/height": info.height,
+        "image/width": info.width,
+        "image/channels": info.channels,
+        "image/class/label": label_index,
+        "image/class/text": label_text,
+        "image/filename": filename,
+        "image/key/sha256": sha256_hex,
+    })

@@ -1,0 +1,241 @@
+"""Which split and class each input file belongs to (pure, no file access).
+
+Three ways to give inputs, all resolved here from names alone:
+
+1. A folder of class folders, ``ROOT/<class>/<image>`` (the ImageFolder
+   convention), or of split folders, ``ROOT/<split>/<class>/<image>``.
+2. An input manifest, ``.csv`` (header ``path,label[,split]``) or ``.jsonl``
+   (objects with ``path``, ``label`` and optionally ``split``).
+3. Labels from file names with a regular expression (``--label_regex``).
+
+The Beam layer lists files with ``FileSystems`` and passes relative paths in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from transforms.errors import PlanError
+from transforms.image_items import DeadLetter, SourceImage
+from transforms.planning import check_split_name, split_for
+
+__all__ = ["KNOWN_SPLITS", "LAYOUTS", "LabelRules", "detect_layout", "tree_entries",
+           "manifest_entries", "check_label", "is_hidden", "join_path", "is_manifest_path"]
+
+KNOWN_SPLITS = ("train", "validation", "val", "test")
+LAYOUTS = ("auto", "classes", "splits")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+@dataclass(frozen=True)
+class LabelRules:
+    """How inputs get their split and class.
+
+    Attributes:
+        layout: ``auto``, ``classes`` or ``splits`` for folder inputs.
+        split: Split of unsplit inputs.
+        split_fractions: Split name -> fraction, to split unsplit inputs by a
+            hash of the relative path; empty to use ``split``.
+        label_regex: Regular expression whose first group (or whole match)
+            in the file name is the class; None to use folders.
+    """
+
+    layout: str = "auto"
+    split: str = "train"
+    split_fractions: Mapping[str, float] = field(default_factory=dict)
+    label_regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise PlanError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        check_split_name(self.split)
+        if self.label_regex is not None:
+            try:
+                re.compile(self.label_regex)
+            except re.error as err:
+                raise PlanError(f"label regex {self.label_regex!r} does not compile: {err}") from err
+
+    def unsplit(self, relpath: str) -> str:
+        """Split of a file whose input does not say."""
+        return split_for(relpath, self.split_fractions) if self.split_fractions else self.split
+
+    def label_from_name(self, relpath: str) -> str | None:
+        """Class taken from the file name by ``label_regex``, or None if it does not match."""
+        match = re.search(self.label_regex or "", posixpath.basename(relpath))
+        if match is None:
+            return None
+        return match.group(1) if match.groups() else match.group(0)
+
+
+def check_label(label: str) -> str | None:
+    """Returns why a class name is unusable, or None if it is fine.
+
+    Class names are stored as text only (never used as paths), so any
+    printable name is accepted; empty names and control characters (which
+    would break ``labels.txt``) are not.
+    """
+    if not label:
+        return "class name is empty"
+    if _CONTROL.search(label):
+        return f"class name {label!r} contains a control character"
+    return None
+
+
+def is_hidden(relpath: str) -> bool:
+    """True if any component of the path starts with a dot (``.DS_Store``, ``.git/``)."""
+    return any(part.startswith(".") for part in relpath.split("/"))
+
+
+def is_manifest_path(path: str) -> bool:
+    """True if an ``--input`` names an input manifest rather than a folder."""
+    return path.lower().endswith((".csv", ".jsonl"))
+
+
+def join_path(root: str, relpath: str) -> str:
+    """Joins a root folder (local path or URI) and a relative path with ``/``."""
+    return root.rstrip("/") + "/" + relpath
+
+
+def detect_layout(relpaths: Sequence[str]) -> str:
+    """Decides whether a folder holds class folders or split folders.
+
+    It holds split folders if one of its top folders is a known split name
+    (``train``, ``validation``, ``val``, ``test``), or if no file lies less than
+    three levels deep (``<split>/<class>/<file>``).
+    """
+    tops = {p.split("/", 1)[0] for p in relpaths if "/" in p}
+    if tops & set(KNOWN_SPLITS):
+        return "splits"
+    if relpaths and all(p.count("/") >= 2 for p in relpaths):
+        return "splits"
+    return "classes"
+
+
+def tree_entries(root: str, relpaths: Iterable[str], rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
+    """Resolves every file listed under a folder input.
+
+    Args:
+        root: The folder as given (local path or URI).
+        relpaths: Paths of the files under it, relative, ``/``-separated,
+            hidden files already removed.
+        rules: Labelling rules.
+
+    Yields:
+        A ``SourceImage`` per usable file, a ``DeadLetter`` per file whose split
+        or class cannot be known.
+    """
+    relpaths = sorted(relpaths)
+    layout = rules.layout if rules.layout != "auto" else detect_layout(relpaths)
+    for rel in relpaths:
+        path = join_path(root, rel)
+        parts = rel.split("/")
+        if layout == "splits":
+            if len(parts) < 2:
+                yield DeadLetter(path, "no_split", "file lies directly in a folder of split folders")
+                continue
+            split, inner = parts[0], parts[1:]
+            try:
+                check_split_name(split)
+            except PlanError as err:
+                yield DeadLetter(path, "bad_split", str(err))
+                continue
+        else:
+            split, inner = "", parts
+        if rules.label_regex is not None:
+            label = rules.label_from_name(rel)
+            if label is None:
+                yield DeadLetter(path, "no_label", f"file name does not match --label_regex {rules.label_regex!r}")
+                continue
+        elif len(inner) < 2:
+            yield DeadLetter(path, "no_label", "file is not inside a class folder")
+            continue
+        else:
+            label = inner[0]
+        problem = check_label(label)
+        if problem:
+            yield DeadLetter(path, "bad_label", problem)
+            continue
+        yield SourceImage(path=path, relpath=rel, split=split or rules.unsplit(rel), label=label)
+
+
+def _manifest_rows(text: str, manifest: str) -> Iterator[tuple[int, Mapping | None, str]]:
+    """Yields ``(line_number, row or None, error)`` for each data row of a manifest."""
+    if manifest.lower().endswith(".jsonl"):
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                yield number, None, f"not valid JSON: {err}"
+                continue
+            if not isinstance(row, dict):
+                yield number, None, "line is not a JSON object"
+                continue
+            yield number, row, ""
+        return
+    reader = csv.DictReader(io.StringIO(text))
+    fields = reader.fieldnames or []
+    if "path" not in fields or "label" not in fields:
+        yield 1, None, f"CSV header must name path and label columns, got {fields}"
+        return
+    for row in reader:
+        if None in row:
+            yield reader.line_num, None, "row has more columns than the header"
+            continue
+        yield reader.line_num, row, ""
+
+
+def manifest_entries(text: str, manifest: str, rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
+    """Resolves every row of an input manifest.
+
+    Relative paths are resolved against the manifest's folder; absolute paths
+    and URIs are used as they are. ``image/filename`` is the path as written.
+
+    Args:
+        text: The manifest's content.
+        manifest: Path or URI of the manifest (for resolving and for errors).
+        rules: Labelling rules (split of rows without a ``split``).
+    """
+    folder = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
+    for number, row, error in _manifest_rows(text, manifest):
+        where = f"{manifest}:{number}"
+        if row is None:
+            yield DeadLetter(where, "bad_manifest_row", error)
+            continue
+        path, label, split = row.get("path"), row.get("label"), row.get("split")
+        if not isinstance(path, str) or not path.strip():
+            yield DeadLetter(where, "bad_manifest_row", "row has an empty or missing path")
+            continue
+        if isinstance(label, int) and not isinstance(label, bool):
+            label = str(label)
+        if not isinstance(label, str):
+            yield DeadLetter(where, "bad_manifest_row", f"row has no usable label: {label!r}")
+            continue
+        problem = check_label(label)
+        if problem:
+            yield DeadLetter(where, "bad_label", problem)
+            continue
+        if _URI.match(path) or path.startswith("/"):
+            full, relative = path, path
+        else:
+            relative = posixpath.normpath(path)
+            full = join_path(folder, relative)
+        if split in (None, ""):
+            split = rules.unsplit(relative)
+        elif not isinstance(split, str):
+            yield DeadLetter(where, "bad_split", f"split {split!r} is not a string")
+            continue
+        try:
+            check_split_name(split)
+        except PlanError as err:
+            yield DeadLetter(where, "bad_split", str(err))
+            continue
+        yield SourceImage(path=full, relpath=relative, split=split, label=label)

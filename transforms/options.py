@@ -1,0 +1,64 @@
+"""Helpers shared by the jobs' option classes: one-line flag errors and value parsers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from transforms.errors import UsageError
+
+__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "fraction"]
+
+
+def _raise_usage(message: str) -> NoReturn:
+    raise UsageError(message)
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Makes ``parser`` raise ``UsageError`` instead of printing usage and exiting."""
+    parser.error = _raise_usage  # type: ignore[method-assign]
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+    return value
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """argparse type: ``WxH`` -> ``(width, height)``."""
+    width, sep, height = text.lower().partition("x")
+    try:
+        size = (int(width), int(height))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like 224x224 (WIDTHxHEIGHT)") from err
+    if not sep or size[0] < 1 or size[1] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like 224x224 (WIDTHxHEIGHT)")
+    return size

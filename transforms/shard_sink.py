@@ -1,0 +1,299 @@
+"""The shard sink: write each planned shard once, then publish them all atomically.
+
+``WriteShards`` groups records by shard and writes every shard with one worker
+to a unique staging name (a retried or speculative bundle writes its own copy;
+only the attempt Beam commits reaches the publish step). ``PublishShards`` runs
+once, after every shard is written, and makes the result visible in an order
+that never lets ``manifest.json`` name a missing or partial file:
+
+1. write ``dead_letters.jsonl``; refuse to publish if too many inputs were bad;
+2. delete the old ``manifest.json`` (from here on, no manifest is present);
+3. rename staged shards and ``.idx`` files to their final names;
+4. delete shards of earlier runs that the new plan does not have;
+5. write ``labels.txt``, then ``manifest.json`` last (each via a temporary
+   name and a rename), and clear the staging folder.
+
+A crash anywhere leaves either no manifest or a complete one; rerunning the
+job into the same folder converges on the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms.errors import PublishError
+from transforms.image_items import DeadLetter
+from transforms.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest,
+                                 ShardEntry, SplitEntry)
+from transforms.plan_shards import ShardKey
+from transforms.planning import SHARD_NAME_RE, SplitTotals, shard_file_name
+from transforms.shard_writer import ShardStats, ShardWriter
+
+__all__ = ["WriteShards", "PublishShards", "ShardResult", "STAGING_DIR", "publish_shards"]
+
+STAGING_DIR = ".staging"
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """A shard written to its staging name, waiting to be published."""
+
+    split: str
+    index: int
+    count: int
+    file: str
+    staged: str
+    staged_index: str | None
+    stats: ShardStats
+
+
+def _join(folder: str, name: str) -> str:
+    return FileSystems.join(folder, name)
+
+
+def write_shard(output_dir: str, key: ShardKey, records: Iterable[tuple[bytes, int | None]],
+                compression: str) -> ShardResult:
+    """Writes one shard's records, in order, to a unique staging name."""
+    split, index, count = key
+    name = shard_file_name(split, index, count, compression)
+    attempt = uuid.uuid4().hex
+    staging = _join(output_dir, STAGING_DIR)
+    staged = _join(staging, f"{name}.{attempt}.tmp")
+    staged_index = _join(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
+    fh = FileSystems.create(staged, compression_type="uncompressed")
+    index_fh = FileSystems.create(staged_index, compression_type="uncompressed") if staged_index else None
+    try:
+        writer = ShardWriter(fh, compression, index_fh)
+        for record, label in records:
+            writer.write(record, label)
+        stats = writer.close()
+    finally:
+        fh.close()
+        if index_fh is not None:
+            index_fh.close()
+    return ShardResult(split, index, count, name, staged, staged_index, stats)
+
+
+class _WriteShardFn(beam.DoFn):
+    """(ShardKey, [item]) -> ShardResult, writing the shard's records in order."""
+
+    def __init__(self, output_dir: str, compression: str,
+                 to_record: Callable[[Any], tuple[bytes, int | None]],
+                 order_of: Callable[[Any], tuple]) -> None:
+        self._output_dir = output_dir
+        self._compression = compression
+        self._to_record = to_record
+        self._order_of = order_of
+        self._records = Metrics.counter("build", "records_written")
+        self._bytes = Metrics.counter("build", "bytes_written")
+        self._shards = Metrics.counter("build", "shards_written")
+
+    def process(self, keyed):
+        key, items = keyed
+        items = sorted(items, key=self._order_of)
+        result = write_shard(self._output_dir, key, (self._to_record(it) for it in items),
+                             self._compression)
+        self._records.inc(result.stats.records)
+        self._bytes.inc(result.stats.bytes)
+        self._shards.inc()
+        _LOG.info("wrote shard %s: %d records, %.1f MiB", result.file, result.stats.records,
+                  result.stats.bytes / 2**20)
+        yield result
+
+
+class WriteShards(beam.PTransform):
+    """Writes every planned shard to staging.
+
+    Input: ``PCollection[(ShardKey, item)]`` (from ``PlanShards``).
+    Output: ``PCollection[ShardResult]``.
+
+    Args:
+        output_dir: Final output folder (staging lives inside it).
+        compression: ``none``, ``gzip`` or ``zlib``.
+        to_record: item -> (serialized record, label index or None).
+        order_of: item -> sort key; the write order within a shard.
+    """
+
+    def __init__(self, output_dir: str, compression: str,
+                 to_record: Callable[[Any], tuple[bytes, int | None]],
+                 order_of: Callable[[Any], tuple]) -> None:
+        super().__init__()
+        self._args = (output_dir, compression, to_record, order_of)
+
+    def expand(self, assigned):
+        return (assigned
+                | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, [item])
+                | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args)))
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    temp = f"{path}.{uuid.uuid4().hex}.tmp"
+    fh = FileSystems.create(temp, compression_type="uncompressed")
+    try:
+        fh.write(data)
+    finally:
+        fh.close()
+    FileSystems.rename([temp], [path])
+
+
+def _sha256_of(path: str) -> str:
+    sha = hashlib.sha256()
+    with FileSystems.open(path, compression_type="uncompressed") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _move(staged: str, final: str, sha256: str | None) -> None:
+    """Renames a staged file to its final name; on a retried publish, accepts it already moved."""
+    if FileSystems.exists(staged):
+        FileSystems.rename([staged], [final])
+    elif not FileSystems.exists(final) or (sha256 is not None and _sha256_of(final) != sha256):
+        raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
+
+
+def _delete_if_exists(paths: Sequence[str]) -> None:
+    present = [p for p in paths if FileSystems.exists(p)]
+    if present:
+        FileSystems.delete(present)
+
+
+def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequence[SplitTotals],
+                   dead_letters: Sequence[DeadLetter], labels: Sequence[str], inputs: int,
+                   compression: str, manifest_fields: Mapping[str, Any],
+                   max_bad_fraction: float | None) -> Manifest:
+    """Publishes staged shards; see the module docstring for the order of steps.
+
+    Args:
+        output_dir: Output folder.
+        results: One ``ShardResult`` per written shard.
+        totals: The plan of every split (for shard counts; empty shards are created).
+        dead_letters: Every rejected input.
+        labels: Class names in index order.
+        inputs: Number of inputs (records written + dead letters must equal it).
+        compression: Shard compression.
+        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``.
+        max_bad_fraction: Refuse to publish when more inputs than this fraction
+            were rejected; None for no limit.
+
+    Returns:
+        The published manifest.
+
+    Raises:
+        PublishError: Too many bad inputs, no inputs, or counts that disagree.
+    """
+    dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
+    dead_path = _join(output_dir, DEAD_LETTERS_NAME)
+    _write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"))
+    written = sum(r.stats.records for r in results)
+    if inputs == 0:
+        raise PublishError("no input files or rows were found; check --input")
+    if written + len(dead) != inputs:
+        raise PublishError(f"{inputs} inputs but {written} records written and {len(dead)} "
+                           "dead letters; refusing to publish an incomplete set")
+    if max_bad_fraction is not None and len(dead) > max_bad_fraction * inputs:
+        raise PublishError(
+            f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were rejected, "
+            f"more than --max_bad_fraction {max_bad_fraction:g}; nothing was published; "
+            f"reasons are in {dead_path}")
+
+    _delete_if_exists([_join(output_dir, MANIFEST_NAME)])
+
+    by_key = {(r.split, r.index): r for r in results}
+    staging = _join(output_dir, STAGING_DIR)
+    splits: dict[str, SplitEntry] = {}
+    keep: set[str] = set()
+    for plan in sorted(totals, key=lambda t: t.split):
+        entries = []
+        for index in range(plan.num_shards):
+            result = by_key.get((plan.split, index))
+            if result is None:  # a shard the plan left empty: write it so the set is complete
+                result = write_shard(output_dir, (plan.split, index, plan.num_shards), [], compression)
+            final = _join(output_dir, result.file)
+            _move(result.staged, final, result.stats.sha256)
+            if result.staged_index:
+                _move(result.staged_index, final + ".idx", None)
+                keep.add(result.file + ".idx")
+            keep.add(result.file)
+            entries.append(ShardEntry(result.file, result.stats.records, result.stats.bytes,
+                                      result.stats.sha256, dict(result.stats.label_counts)))
+        splits[plan.split] = SplitEntry(plan.split, entries)
+
+    stale = []
+    for meta in FileSystems.match([_join(output_dir, "*")])[0].metadata_list:
+        name = meta.path.rstrip("/").rsplit("/", 1)[-1]
+        base = name[:-4] if name.endswith(".idx") else name
+        if SHARD_NAME_RE.match(base) and name not in keep:
+            stale.append(meta.path)
+    _delete_if_exists(stale)
+
+    _write_atomic(_join(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"))
+    manifest = Manifest(
+        created_by=manifest_fields["created_by"], options=manifest_fields["options"],
+        seed=manifest_fields["seed"], compression=compression,
+        feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
+        dead_letters=len(dead))
+    _write_atomic(_join(output_dir, MANIFEST_NAME), manifest.dumps())
+    if FileSystems.exists(staging):
+        FileSystems.delete([staging])
+    return manifest
+
+
+class _PublishFn(beam.DoFn):
+    def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
+                 max_bad_fraction: float | None) -> None:
+        self._args = (output_dir, compression, manifest_fields, max_bad_fraction)
+        self._dead = Metrics.counter("build", "dead_letters")
+
+    def process(self, _, results, totals, dead_letters, labels, inputs):
+        output_dir, compression, fields, max_bad = self._args
+        self._dead.inc(len(dead_letters))
+        manifest = publish_shards(output_dir, results, totals, dead_letters, labels, inputs,
+                                  compression, fields, max_bad)
+        _LOG.info("published %d shards with %d records to %s", len(manifest.shard_files()),
+                  manifest.records, output_dir)
+        yield manifest.to_dict()
+
+
+class PublishShards(beam.PTransform):
+    """Publishes the written shards once all are staged.
+
+    Applied to the pipeline (``p | PublishShards(...)``); every other input is
+    a PCollection given to the constructor and read as a side input.
+    Output: ``PCollection[dict]`` with the manifest.
+
+    Args:
+        output_dir: Output folder.
+        compression: Shard compression.
+        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``.
+        max_bad_fraction: Bad-input limit, or None.
+        results: ``PCollection[ShardResult]``.
+        totals: ``PCollection[SplitTotals]``.
+        dead_letters: ``PCollection[DeadLetter]``.
+        labels: ``PCollection`` with one element, the class list.
+        inputs: ``PCollection`` with one element, the number of inputs.
+    """
+
+    def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
+                 max_bad_fraction: float | None, *, results, totals, dead_letters, labels,
+                 inputs) -> None:
+        super().__init__()
+        self._args = (output_dir, compression, manifest_fields, max_bad_fraction)
+        self._inputs = (results, totals, dead_letters, labels, inputs)
+
+    def expand(self, pbegin):
+        results, totals, dead, labels, inputs = self._inputs
+        AsList, AsSingleton = beam.pvalue.AsList, beam.pvalue.AsSingleton
+        return (pbegin
+                | "Once" >> beam.Create([None])
+                | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsList(results), AsList(totals),
+                                          AsList(dead), AsSingleton(labels), AsSingleton(inputs)))

@@ -1,0 +1,105 @@
+"""Write framed records into one shard file object, counting and hashing as it goes.
+
+Pure code: takes writable binary file objects (the Beam layer opens them with
+``FileSystems``). Compression is done here with ``zlib`` so the bytes written,
+and therefore the file's size and sha256, are known without reading the file
+back. The gzip header zlib writes has no timestamp, so output is deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from transforms.framing import frame_record
+
+__all__ = ["COMPRESSIONS", "ShardStats", "ShardWriter"]
+
+COMPRESSIONS = ("none", "gzip", "zlib")
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+_FLUSH_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class ShardStats:
+    """What was written to a shard.
+
+    Attributes:
+        records: Records written.
+        bytes: Bytes in the file (after compression).
+        sha256: Hex sha256 of the file's bytes.
+        label_counts: Label index (as a string) -> records.
+    """
+
+    records: int = 0
+    bytes: int = 0
+    sha256: str = ""
+    label_counts: dict[str, int] = field(default_factory=dict)
+
+
+class ShardWriter:
+    """Writes records to a shard file and, for uncompressed shards, its ``.idx``.
+
+    The index has one ``offset length`` line per record (``length`` is the
+    framed size), the format NVIDIA DALI and the ``tfrecord`` package read.
+
+    Args:
+        fh: Writable binary file object for the shard.
+        compression: ``none``, ``gzip`` or ``zlib``.
+        index_fh: Writable binary file object for the ``.idx`` sidecar, or None.
+    """
+
+    def __init__(self, fh: BinaryIO, compression: str = "none",
+                 index_fh: BinaryIO | None = None) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        self._fh = fh
+        self._index_fh = index_fh
+        self._compressor = (zlib.compressobj(6, zlib.DEFLATED, _WBITS[compression])
+                            if compression != "none" else None)
+        self._sha = hashlib.sha256()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._offset = 0  # uncompressed offset of the next record
+        self._index_lines: list[bytes] = []
+        self.stats = ShardStats()
+
+    def write(self, record: bytes, label: int | None = None) -> None:
+        """Appends one record (the serialized Example) to the shard."""
+        framed = frame_record(record)
+        if self._index_fh is not None:
+            self._index_lines.append(b"%d %d\n" % (self._offset, len(framed)))
+        self._offset += len(framed)
+        self.stats.records += 1
+        if label is not None:
+            key = str(label)
+            self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
+        self._pending.append(framed)
+        self._pending_bytes += len(framed)
+        if self._pending_bytes >= _FLUSH_BYTES:
+            self._flush()
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self._sha.update(data)
+            self.stats.bytes += len(data)
+            self._fh.write(data)
+
+    def _flush(self) -> None:
+        data = b"".join(self._pending)
+        self._pending = []
+        self._pending_bytes = 0
+        self._emit(self._compressor.compress(data) if self._compressor else data)
+        if self._index_fh is not None and self._index_lines:
+            self._index_fh.write(b"".join(self._index_lines))
+            self._index_lines = []
+
+    def close(self) -> ShardStats:
+        """Flushes everything (the caller closes the file objects) and returns the stats."""
+        self._flush()
+        if self._compressor is not None:
+            self._emit(self._compressor.flush())
+        self.stats.sha256 = self._sha.hexdigest()
+        return self.stats
