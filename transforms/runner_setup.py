@@ -6,6 +6,8 @@ import re
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from transforms.errors import ShardsError
+
 __all__ = ["prepare_options", "error_summary"]
 
 _PROJECT_ERROR = re.compile(
@@ -30,10 +32,13 @@ def error_summary(err: BaseException) -> str:
     """
     text = str(err)
     found = _PROJECT_ERROR.findall(text)
-    if found:
+    if isinstance(err, ShardsError):
+        message = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    elif found:
         message = found[-1][1]
-        while _PROJECT_ERROR.match(message):  # runners may repeat the type name
-            message = _PROJECT_ERROR.match(message).group(2)
-        return _STEP_SUFFIX.sub("", message).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[-1] if lines else ''}"
+    else:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        message = f"{type(err).__name__}: {lines[-1] if lines else ''}"
+    while _PROJECT_ERROR.match(message):  # runners may repeat the type name
+        message = _PROJECT_ERROR.match(message).group(2)
+    return _STEP_SUFFIX.sub("", message).strip()

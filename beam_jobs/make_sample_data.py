@@ -1,0 +1,60 @@
+"""Writes a deterministic sample dataset of procedural images in class folders.
+
+Usage::
+
+    python -m beam_jobs.make_sample_data --output data/sample --size_mb 24 [--broken 2]
+
+``--broken N`` adds N damaged files (a truncated JPEG, a text file named .jpg)
+so that a demo run shows dead letters. Local folders only; no Beam needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from transforms.sample_images import CLASS_STYLES, sample_images
+
+
+def write_sample(output: str, size_mb: float, classes: Sequence[str], seed: int, broken: int) -> int:
+    """Writes the dataset; returns the number of files written."""
+    count = 0
+    first_jpeg = None
+    for image in sample_images(int(size_mb * 1024 * 1024), tuple(classes), seed=seed):
+        path = os.path.join(output, image.relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(image.data)
+        if first_jpeg is None and path.endswith(".jpg"):
+            first_jpeg = image
+        count += 1
+    for i in range(broken):
+        label = classes[i % len(classes)]
+        if i % 2 == 0 and first_jpeg is not None:
+            name, data = f"broken_truncated_{i}.jpg", first_jpeg.data[: len(first_jpeg.data) // 2]
+        else:
+            name, data = f"broken_not_an_image_{i}.jpg", b"this is not an image\n"
+        with open(os.path.join(output, label, name), "wb") as fh:
+            fh.write(data)
+        count += 1
+    return count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", required=True, help="Folder to create.")
+    parser.add_argument("--size_mb", type=float, default=24.0, help="Approximate total size in MiB.")
+    parser.add_argument("--classes", default="daisy,rose,tulip",
+                        help=f"Comma-separated class names (styled: {', '.join(CLASS_STYLES)}).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--broken", type=int, default=0, help="Damaged files to add.")
+    args = parser.parse_args(argv)
+    count = write_sample(args.output, args.size_mb, args.classes.split(","), args.seed, args.broken)
+    print(f"wrote {count} files to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
