@@ -22,9 +22,12 @@ FeatureValue = Union[Scalar, Sequence[Scalar]]
 BYTES, INT64, FLOAT = "bytes", "int64", "float"
 
 
-def _as_list(value: FeatureValue) -> list:
+def _as_list(name: str, value: FeatureValue) -> list:
     if isinstance(value, (bytes, str, int, float)):
         return [value]
+    # bytearray/memoryview would iterate as ints and a mapping as its keys.
+    if isinstance(value, (bytearray, memoryview, Mapping)) or not hasattr(value, "__iter__"):
+        raise ExampleError(f"feature {name!r}: unsupported value type {type(value).__name__}")
     return list(value)
 
 
@@ -57,12 +60,12 @@ def encode_example(features: Mapping[str, FeatureValue],
     example = Example()
     fmap = example.features.feature
     for name, value in features.items():
-        values = _as_list(value)
+        values = _as_list(name, value)
         kind = (kinds or {}).get(name) or (feature_kind(values) if values else None)
         if kind is None:
             raise ExampleError(f"feature {name!r} is an empty list; its kind must be given")
-        feature = fmap[name]
         try:
+            feature = fmap[name]  # names must be str that encode as UTF-8
             if kind == BYTES:
                 feature.bytes_list.value.extend(
                     v.encode("utf-8") if isinstance(v, str) else v for v in values)
