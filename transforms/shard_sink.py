@@ -195,21 +195,24 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
     dead_path = _join(output_dir, DEAD_LETTERS_NAME)
     _write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"))
     written = sum(r.stats.records for r in results)
+    refusal = None
     if inputs == 0:
-        raise PublishError("no input files or rows were found; check --input")
-    if written + len(dead) != inputs:
-        raise PublishError(f"{inputs} inputs but {written} records written and {len(dead)} "
-                           "dead letters; refusing to publish an incomplete set")
-    if max_bad_fraction is not None and len(dead) > max_bad_fraction * inputs:
-        raise PublishError(
-            f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were rejected, "
-            f"more than --max_bad_fraction {max_bad_fraction:g}; nothing was published; "
-            f"reasons are in {dead_path}")
+        refusal = "no input files or rows were found; check --input"
+    elif written + len(dead) != inputs:
+        refusal = (f"{inputs} inputs but {written} records written and {len(dead)} "
+                   "dead letters; refusing to publish an incomplete set")
+    elif max_bad_fraction is not None and len(dead) > max_bad_fraction * inputs:
+        refusal = (f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
+                   f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
+                   f"published; reasons are in {dead_path}")
+    staging = _join(output_dir, STAGING_DIR)
+    if refusal is not None:
+        _delete_if_exists([staging])
+        raise PublishError(refusal)
 
     _delete_if_exists([_join(output_dir, MANIFEST_NAME)])
 
     by_key = {(r.split, r.index): r for r in results}
-    staging = _join(output_dir, STAGING_DIR)
     splits: dict[str, SplitEntry] = {}
     keep: set[str] = set()
     for plan in sorted(totals, key=lambda t: t.split):
@@ -243,8 +246,7 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
         dead_letters=len(dead))
     _write_atomic(_join(output_dir, MANIFEST_NAME), manifest.dumps())
-    if FileSystems.exists(staging):
-        FileSystems.delete([staging])
+    _delete_if_exists([staging])
     return manifest
 
 

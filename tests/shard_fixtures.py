@@ -1,0 +1,114 @@
+"""Helpers for end-to-end tests: small real image trees, running jobs, reading shards."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import zlib
+from typing import Iterable
+
+from PIL import Image
+
+from transforms.example_codec import decode_example
+from transforms.framing import iter_records
+from transforms.sample_images import render_image
+
+
+def image_bytes(label: str, fmt: str, rng: random.Random, min_side: int = 24, max_side: int = 96) -> bytes:
+    """A small real image of a class, as JPEG or PNG bytes."""
+    img = render_image(label, rng.randint(min_side, max_side), rng.randint(min_side, max_side), rng)
+    out = io.BytesIO()
+    img.save(out, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return out.getvalue()
+
+
+def write(path: str, data: bytes) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def make_class_tree(root: str, classes: Iterable[str] = ("daisy", "rose", "tulip"),
+                    per_class: int = 12, seed: int = 0, broken: bool = True) -> dict[str, str]:
+    """Writes ROOT/<class>/<n>.jpg|png (every third a PNG) plus, if asked, broken files.
+
+    Returns:
+        Relative path -> expected outcome: the class name, or ``dead:<reason>``.
+    """
+    rng = random.Random(seed)
+    expected = {}
+    for label in classes:
+        for i in range(per_class):
+            fmt = "PNG" if i % 3 == 2 else "JPEG"
+            rel = f"{label}/{label}_{i:03d}.{'png' if fmt == 'PNG' else 'jpg'}"
+            write(os.path.join(root, rel), image_bytes(label, fmt, rng))
+            expected[rel] = label
+    if broken:
+        classes = list(classes)
+        good = open(os.path.join(root, f"{classes[0]}/{classes[0]}_000.jpg"), "rb").read()
+        write(os.path.join(root, classes[0], "cut.jpg"), good[: len(good) // 2])
+        expected[f"{classes[0]}/cut.jpg"] = "dead:truncated"
+        write(os.path.join(root, classes[1], "notes.jpg"), b"just some text\n")
+        expected[f"{classes[1]}/notes.jpg"] = "dead:not_an_image"
+        write(os.path.join(root, classes[1], "empty.png"), b"")
+        expected[f"{classes[1]}/empty.png"] = "dead:empty_file"
+    return expected
+
+
+def run_build(capsys, *argv: str) -> tuple[int, str, str]:
+    """Runs the build job in this process; returns (exit status, stdout, stderr)."""
+    from beam_jobs import build_shards
+
+    capsys.readouterr()
+    status = build_shards.run(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def load_manifest(output_dir: str) -> dict:
+    with open(os.path.join(output_dir, "manifest.json"), "rb") as fh:
+        return json.load(fh)
+
+
+def shard_bytes(path: str) -> bytes:
+    """The uncompressed TFRecord stream of a shard file."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if path.endswith(".gz"):
+        return gzip.decompress(data)
+    if path.endswith(".zz"):
+        return zlib.decompress(data)
+    return data
+
+
+def records(path: str) -> list[tuple[int, bytes]]:
+    """(offset, data) of every record of a shard (any compression)."""
+    data = shard_bytes(path)
+    return list(iter_records(io.BytesIO(data), path, 0, len(data)))
+
+
+def examples(path: str) -> list[dict]:
+    """Decoded Examples of a shard, values unwrapped to single values."""
+    out = []
+    for _, data in records(path):
+        out.append({k: v[1][0] if len(v[1]) == 1 else v[1] for k, v in decode_example(data).items()})
+    return out
+
+
+def sha256_file(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def dead_letters(output_dir: str) -> list[dict]:
+    with open(os.path.join(output_dir, "dead_letters.jsonl"), encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def shard_files(output_dir: str) -> list[str]:
+    return sorted(n for n in os.listdir(output_dir) if ".tfrecord" in n and not n.endswith(".idx"))

@@ -1,0 +1,332 @@
+"""End-to-end tests of the build job on real image files (DirectRunner)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+from PIL import Image
+import io
+
+from tests.shard_fixtures import (dead_letters, examples, image_bytes, load_manifest,
+                                  make_class_tree, records, run_build, sha256_file,
+                                  shard_files, write)
+from transforms.framing import OVERHEAD
+from transforms.schema import schema_problems
+from transforms.example_codec import decode_example
+
+SHARD_MB = "0.02"  # ~20 KiB shards: several shards from a few dozen tiny images
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("images"))
+    return root, make_class_tree(root, per_class=12)
+
+
+@pytest.fixture(scope="module")
+def built(tree, tmp_path_factory):
+    root, expected = tree
+    out = str(tmp_path_factory.mktemp("out"))
+    from beam_jobs import build_shards
+    status = build_shards.run(["--input", root, "--output_dir", out, "--shard_size_mb", SHARD_MB,
+                               "--max_bad_fraction", "0.2"])
+    assert status == 0
+    return root, expected, out
+
+
+def test_manifest_lists_exactly_the_files_written(built):
+    _, _, out = built
+    manifest = load_manifest(out)
+    listed = [s["file"] for s in manifest["splits"]["train"]["shards"]]
+    assert listed == shard_files(out)
+    assert len(listed) >= 3
+    for shard in manifest["splits"]["train"]["shards"]:
+        path = os.path.join(out, shard["file"])
+        assert os.path.getsize(path) == shard["bytes"]
+        assert sha256_file(path) == shard["sha256"]
+        assert len(records(path)) == shard["records"]
+    assert not os.path.exists(os.path.join(out, ".staging"))
+    assert open(os.path.join(out, "labels.txt")).read() == "daisy\nrose\ntulip\n"
+
+
+def test_idx_sidecar_matches_record_offsets(built):
+    _, _, out = built
+    for name in shard_files(out):
+        recs = records(os.path.join(out, name))
+        lines = open(os.path.join(out, name + ".idx")).read().splitlines()
+        assert lines == [f"{offset} {len(data) + OVERHEAD}" for offset, data in recs]
+
+
+def test_every_record_matches_its_source_image(built):
+    root, expected, out = built
+    labels = open(os.path.join(out, "labels.txt")).read().splitlines()
+    seen = set()
+    for name in shard_files(out):
+        for _, data in records(os.path.join(out, name)):
+            assert schema_problems(decode_example(data)) == []
+        for ex in examples(os.path.join(out, name)):
+            rel = ex["image/filename"].decode()
+            source = open(os.path.join(root, rel), "rb").read()
+            assert ex["image/encoded"] == source  # passthrough keeps the bytes
+            assert ex["image/key/sha256"].decode() == hashlib.sha256(source).hexdigest()
+            assert ex["image/class/text"].decode() == expected[rel]
+            assert labels[ex["image/class/label"]] == expected[rel]
+            img = Image.open(io.BytesIO(source))
+            assert (ex["image/width"], ex["image/height"]) == img.size
+            assert ex["image/format"] == {"JPEG": b"jpeg", "PNG": b"png"}[img.format]
+            assert ex["image/channels"] == 3
+            seen.add(rel)
+    assert seen == {rel for rel, outcome in expected.items() if not outcome.startswith("dead:")}
+
+
+def test_broken_files_are_dead_letters_and_nothing_is_lost(built):
+    root, expected, out = built
+    dead = {os.path.relpath(d["path"], root): d["reason"] for d in dead_letters(out)}
+    assert dead == {rel: o[5:] for rel, o in expected.items() if o.startswith("dead:")}
+    manifest = load_manifest(out)
+    assert manifest["records"] + manifest["dead_letters"] == len(expected)
+
+
+def test_shards_are_balanced_by_bytes_and_shuffled(built):
+    _, _, out = built
+    shards = load_manifest(out)["splits"]["train"]["shards"]
+    sizes = [s["bytes"] for s in shards]
+    largest_record = max(len(d) + OVERHEAD for s in shards for _, d in records(os.path.join(out, s["file"])))
+    assert max(sizes) - min(sizes) <= largest_record
+    for shard in shards:
+        assert len(shard["label_counts"]) >= 2, shard  # classes are mixed, not one class per shard
+    filenames = [ex["image/filename"] for n in shard_files(out) for ex in examples(os.path.join(out, n))]
+    assert filenames != sorted(filenames)
+
+
+def test_label_counts_match_records(built):
+    _, _, out = built
+    for shard in load_manifest(out)["splits"]["train"]["shards"]:
+        counts = {}
+        for ex in examples(os.path.join(out, shard["file"])):
+            counts[str(ex["image/class/label"])] = counts.get(str(ex["image/class/label"]), 0) + 1
+        assert counts == shard["label_counts"]
+
+
+def test_multi_processing_run_is_byte_identical(built, tmp_path, capsys):
+    root, _, out = built
+    status, _, err = run_build(capsys, "--input", root, "--output_dir", str(tmp_path),
+                               "--shard_size_mb", SHARD_MB, "--max_bad_fraction", "0.2",
+                               "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
+    assert status == 0, err
+    assert shard_files(str(tmp_path)) == shard_files(out)
+    for name in shard_files(out) + ["manifest.json", "dead_letters.jsonl", "labels.txt"]:
+        assert sha256_file(os.path.join(out, name)) == sha256_file(str(tmp_path / name)), name
+
+
+def test_seed_changes_order_but_not_content(built, tmp_path, capsys):
+    root, _, out = built
+    status, _, _ = run_build(capsys, "--input", root, "--output_dir", str(tmp_path),
+                             "--shard_size_mb", SHARD_MB, "--max_bad_fraction", "0.2", "--seed", "7")
+    assert status == 0
+    def all_records(folder):
+        return [d for n in shard_files(folder) for _, d in records(os.path.join(folder, n))]
+    assert all_records(str(tmp_path)) != all_records(out)
+    assert sorted(all_records(str(tmp_path))) == sorted(all_records(out))
+
+
+def test_rerun_with_another_shard_size_replaces_the_old_shards(built, tmp_path, capsys):
+    root, _, _ = built
+    out = str(tmp_path)
+    args = ["--input", root, "--output_dir", out, "--max_bad_fraction", "0.2"]
+    assert run_build(capsys, *args, "--num_shards", "5")[0] == 0
+    assert len(shard_files(out)) == 5
+    assert run_build(capsys, *args, "--num_shards", "2")[0] == 0
+    assert shard_files(out) == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    assert sorted(n for n in os.listdir(out) if n.endswith(".idx")) == [
+        "train-00000-of-00002.tfrecord.idx", "train-00001-of-00002.tfrecord.idx"]
+    listed = [s["file"] for s in load_manifest(out)["splits"]["train"]["shards"]]
+    assert listed == shard_files(out)
+
+
+def test_split_folders_become_splits(tmp_path, capsys):
+    root = tmp_path / "in"
+    make_class_tree(str(root / "train"), per_class=4, broken=False)
+    make_class_tree(str(root / "validation"), classes=("daisy", "rose"), per_class=2, seed=1, broken=False)
+    out = str(tmp_path / "out")
+    assert run_build(capsys, "--input", str(root), "--output_dir", out)[0] == 0
+    manifest = load_manifest(out)
+    assert sorted(manifest["splits"]) == ["train", "validation"]
+    assert manifest["splits"]["train"]["records"] == 12
+    assert manifest["splits"]["validation"]["records"] == 4
+    assert manifest["labels"] == ["daisy", "rose", "tulip"]  # one class list for every split
+    assert shard_files(out) == ["train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord"]
+    names = {ex["image/filename"] for ex in examples(os.path.join(out, "validation-00000-of-00001.tfrecord"))}
+    assert all(n.startswith(b"validation/") for n in names)
+
+
+def test_input_manifests_with_relative_paths_and_bad_rows(tmp_path, capsys):
+    import random
+    rng = random.Random(3)
+    for i in range(4):
+        write(str(tmp_path / "imgs" / f"{i}.jpg"), image_bytes("rose", "JPEG", rng))
+    (tmp_path / "list.csv").write_text(
+        "path,label,split\n"
+        "imgs/0.jpg,rose,train\n"
+        "imgs/1.jpg,daisy,validation\n"
+        f"{tmp_path}/imgs/2.jpg,rose,\n"
+        ",rose,train\n"
+        "imgs/missing.jpg,rose,train\n"
+        "imgs/3.jpg,rose,../evil\n")
+    (tmp_path / "more.jsonl").write_text(
+        json.dumps({"path": "imgs/3.jpg", "label": "tulip", "split": "test"}) + "\n"
+        "{not json\n")
+    out = str(tmp_path / "out")
+    status, _, _ = run_build(capsys, "--input", str(tmp_path / "list.csv"), "--input",
+                             str(tmp_path / "more.jsonl"), "--output_dir", out, "--max_bad_fraction", "1")
+    assert status == 0
+    manifest = load_manifest(out)
+    assert {k: v["records"] for k, v in manifest["splits"].items()} == {"train": 2, "validation": 1, "test": 1}
+    reasons = sorted(d["reason"] for d in dead_letters(out))
+    assert reasons == ["bad_manifest_row", "bad_manifest_row", "bad_split", "unreadable"]
+    assert manifest["records"] + manifest["dead_letters"] == 8
+    names = {ex["image/filename"] for n in shard_files(out) for ex in examples(os.path.join(out, n))}
+    assert b"imgs/0.jpg" in names and f"{tmp_path}/imgs/2.jpg".encode() in names
+
+
+def test_labels_from_file_names_and_fixed_class_order(tmp_path, capsys):
+    import random
+    rng = random.Random(5)
+    for i, label in enumerate(["apple", "orange", "apple", "pear", "orange"]):
+        write(str(tmp_path / "flat" / f"{label}{i:02d}.jpg"), image_bytes("rose", "JPEG", rng))
+    out = str(tmp_path / "out")
+    status, _, _ = run_build(capsys, "--input", str(tmp_path / "flat"), "--output_dir", out,
+                             "--label_regex", "(apple|orange)", "--class_names", "orange,apple",
+                             "--max_bad_fraction", "0.5")
+    assert status == 0
+    assert open(os.path.join(out, "labels.txt")).read() == "orange\napple\n"
+    got = {ex["image/filename"].decode(): (ex["image/class/label"], ex["image/class/text"].decode())
+           for n in shard_files(out) for ex in examples(os.path.join(out, n))}
+    assert got == {"apple00.jpg": (1, "apple"), "orange01.jpg": (0, "orange"),
+                   "apple02.jpg": (1, "apple"), "orange04.jpg": (0, "orange")}
+    assert [d["reason"] for d in dead_letters(out)] == ["no_label"]
+
+
+def test_unknown_class_with_fixed_list_is_a_dead_letter(tmp_path, capsys):
+    make_class_tree(str(tmp_path / "in"), per_class=2, broken=False)
+    out = str(tmp_path / "out")
+    status, _, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", out,
+                             "--class_names", "daisy,rose", "--max_bad_fraction", "0.5")
+    assert status == 0
+    assert sorted(d["reason"] for d in dead_letters(out)) == ["unknown_label", "unknown_label"]
+
+
+def test_split_fractions_are_deterministic(tmp_path, capsys):
+    make_class_tree(str(tmp_path / "in"), per_class=20, broken=False)
+    outs = []
+    for run in range(2):
+        out = str(tmp_path / f"out{run}")
+        assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", out,
+                         "--split_fractions", "train=0.75,validation=0.25")[0] == 0
+        outs.append(out)
+    counts = {k: v["records"] for k, v in load_manifest(outs[0])["splits"].items()}
+    assert counts["train"] + counts["validation"] == 60 and 5 <= counts["validation"] <= 25
+    assert open(os.path.join(outs[0], "manifest.json")).read() == open(os.path.join(outs[1], "manifest.json")).read()
+
+
+@pytest.mark.parametrize("extra, fmt, channels", [
+    (["--image_mode", "reencode", "--image_format", "png", "--resize", "20x10", "--grayscale"], b"png", 1),
+    (["--image_mode", "reencode", "--resize", "16x16"], b"jpeg", 3),
+    (["--image_mode", "raw", "--resize", "8x6"], b"raw", 3),
+])
+def test_reencode_and_raw_modes(tmp_path, capsys, extra, fmt, channels):
+    make_class_tree(str(tmp_path / "in"), per_class=3, broken=False)
+    out = str(tmp_path / "out")
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", out, *extra)[0] == 0
+    exs = [ex for n in shard_files(out) for ex in examples(os.path.join(out, n))]
+    assert len(exs) == 9
+    width, height = (int(v) for v in extra[extra.index("--resize") + 1].split("x"))
+    for ex in exs:
+        assert (ex["image/format"], ex["image/width"], ex["image/height"], ex["image/channels"]) == (
+            fmt, width, height, channels)
+        if fmt == b"raw":
+            assert len(ex["image/encoded"]) == width * height * channels
+        else:
+            img = Image.open(io.BytesIO(ex["image/encoded"]))
+            assert img.size == (width, height) and len(img.getbands()) == channels
+
+
+@pytest.mark.parametrize("compression, suffix", [("gzip", ".gz"), ("zlib", ".zz")])
+def test_compressed_shards(tmp_path, capsys, compression, suffix):
+    make_class_tree(str(tmp_path / "in"), per_class=4, broken=False)
+    out = str(tmp_path / "out")
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", out,
+                     "--compression", compression, "--num_shards", "2")[0] == 0
+    names = shard_files(out)
+    assert names == [f"train-0000{i}-of-00002.tfrecord{suffix}" for i in range(2)]
+    assert not [n for n in os.listdir(out) if n.endswith(".idx")]
+    manifest = load_manifest(out)
+    for shard in manifest["splits"]["train"]["shards"]:
+        path = os.path.join(out, shard["file"])
+        assert sha256_file(path) == shard["sha256"] and os.path.getsize(path) == shard["bytes"]
+        assert len(records(path)) == shard["records"]
+    assert manifest["records"] == 12
+
+
+def test_too_many_bad_inputs_fails_and_publishes_nothing(tree, tmp_path, capsys):
+    root, _ = tree
+    out = str(tmp_path)
+    status, _, err = run_build(capsys, "--input", root, "--output_dir", out, "--shard_size_mb", SHARD_MB)
+    assert status == 1
+    last = err.strip().splitlines()[-1]
+    assert "3 of 39 inputs" in last and "--max_bad_fraction" in last
+    assert len(dead_letters(out)) == 3
+    assert sorted(os.listdir(out)) == ["dead_letters.jsonl"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--input is required"),
+    (["--input", "/no/such/folder", "--output_dir", "x"], "does not exist"),
+    (["--input", ".", "--output_dir", "x", "--shard_size_mb", "0"], "must be > 0"),
+    (["--input", ".", "--output_dir", "x", "--image_mode", "fancy"], "invalid choice"),
+    (["--input", ".", "--output_dir", "x", "--resize", "12"], "WIDTHxHEIGHT"),
+    (["--input", ".", "--output_dir", "x", "--split_fractions", "train=0.5"], "sum to 1"),
+    (["--input", ".", "--output_dir", "x", "--split", "../up"], "must match"),
+    (["--input", ".", "--output_dir", "x", "--resize", "4x4"], "need --image_mode"),
+    (["--input", ".", "--output_dir", "x", "--max_bad_fraction", "2"], "between 0 and 1"),
+    (["--input", ".", "--output_dir", "x", "--label_regex", "("], "does not compile"),
+])
+def test_bad_flags_fail_at_once_with_one_line(capsys, argv, message):
+    status, out, err = run_build(capsys, *argv)
+    assert status == 2
+    lines = [l for l in err.splitlines() if l.startswith("build_shards:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_duplicate_paths_and_duplicate_images(tmp_path, capsys):
+    import random
+    rng = random.Random(9)
+    a, b = tmp_path / "a", tmp_path / "b"
+    same = image_bytes("rose", "JPEG", rng)
+    write(str(a / "rose" / "x.jpg"), image_bytes("rose", "JPEG", rng))
+    write(str(b / "rose" / "x.jpg"), image_bytes("rose", "JPEG", rng))  # same relative path
+    write(str(a / "rose" / "one.jpg"), same)
+    write(str(a / "rose" / "two.jpg"), same)  # same bytes, other name
+    write(str(a / "daisy" / "ok.jpg"), image_bytes("daisy", "JPEG", rng))
+    out = str(tmp_path / "out")
+    status, _, _ = run_build(capsys, "--input", str(a), "--input", str(b), "--output_dir", out,
+                             "--max_bad_fraction", "1")
+    assert status == 0
+    dead = sorted((os.path.relpath(d["path"], tmp_path), d["reason"]) for d in dead_letters(out))
+    assert dead == [("a/rose/two.jpg", "duplicate_image"), ("a/rose/x.jpg", "duplicate_path"),
+                    ("b/rose/x.jpg", "duplicate_path")]
+    names = sorted(ex["image/filename"] for n in shard_files(out) for ex in examples(os.path.join(out, n)))
+    assert names == [b"daisy/ok.jpg", b"rose/one.jpg"]
+
+
+def test_more_shards_than_records_gives_empty_shards(tmp_path, capsys):
+    make_class_tree(str(tmp_path / "in"), classes=("rose",), per_class=2, broken=False)
+    out = str(tmp_path / "out")
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", out, "--num_shards", "4")[0] == 0
+    assert len(shard_files(out)) == 4
+    counts = [s["records"] for s in load_manifest(out)["splits"]["train"]["shards"]]
+    assert sorted(counts) == [0, 0, 1, 1]
