@@ -86,13 +86,20 @@ def _open(data: bytes) -> Image.Image:
     if not data:
         raise ImageError("empty_file", "file has zero bytes")
     try:
-        return Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as err:
         raise ImageError("not_an_image", f"not a recognised image format ({len(data)} bytes)") from err
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ImageError("decompression_bomb", str(err)) from err
     except Exception as err:  # Pillow's plugins raise many types on malformed headers.
         raise ImageError(_reason(err), f"{type(err).__name__}: {err}") from err
+    # Checked here as well: the warnings filter above is process-wide state that any
+    # warnings.catch_warnings() block or later filter can undo.
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and img.width * img.height > limit:
+        raise ImageError("decompression_bomb", f"image declares {img.width}x{img.height} = "
+                         f"{img.width * img.height} pixels, over the limit of {limit}")
+    return img
 
 
 def _load(img: Image.Image) -> None:
@@ -133,7 +140,19 @@ def inspect_image(data: bytes, validate: str = "decode") -> ImageInfo:
         img.draft(img.mode, (max(width // 8, 1), max(height // 8, 1)))
     if validate != "header":
         _load(img)
+    if validate == "full":
+        _load_later_frames(img)
     return info
+
+
+def _load_later_frames(img: Image.Image) -> None:
+    """Decodes the frames after the first of an animation (passthrough stores them all)."""
+    try:
+        for index in range(1, getattr(img, "n_frames", 1)):
+            img.seek(index)
+            img.load()
+    except Exception as err:  # Pillow's decoders raise many types on malformed data.
+        raise ImageError(_reason(err), f"animation frame: {type(err).__name__}: {err}") from err
 
 
 def decode_size(data: bytes) -> ImageInfo:

@@ -1,0 +1,397 @@
+"""Unit tests for transforms.images on small real files made by tests/imagegen.py."""
+
+from __future__ import annotations
+
+import io
+import struct
+import tracemalloc
+from typing import Callable
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests import imagegen
+from transforms import images
+from transforms.errors import ImageError
+from transforms.images import VALIDATE_LEVELS, ImageInfo
+
+# id -> (bytes, expected ImageInfo). Sizes are (width, height) in imagegen, ImageInfo is (h, w).
+_GRAY16 = np.array([[0, 255, 256, 32768, 65535], [1, 4096, 40000, 65280, 65279]], dtype=np.uint16)
+
+CASES: dict[str, tuple[Callable[[], bytes], ImageInfo]] = {
+    "jpeg_rgb": (lambda: imagegen.jpeg("RGB"), ImageInfo("jpeg", 24, 32, 3)),
+    "jpeg_gray": (lambda: imagegen.jpeg("L"), ImageInfo("jpeg", 24, 32, 1)),
+    "jpeg_cmyk": (lambda: imagegen.jpeg("CMYK"), ImageInfo("jpeg", 24, 32, 4)),
+    "jpeg_odd_size": (lambda: imagegen.jpeg("RGB", size=(17, 9)), ImageInfo("jpeg", 9, 17, 3)),
+    # EXIF orientation is not applied to stored (passthrough) images: their decoded size is stored.
+    "jpeg_exif6": (lambda: imagegen.jpeg("RGB", exif_orientation=6), ImageInfo("jpeg", 24, 32, 3)),
+    "png_rgb": (lambda: imagegen.png("RGB"), ImageInfo("png", 24, 32, 3)),
+    "png_rgba": (lambda: imagegen.png("RGBA"), ImageInfo("png", 24, 32, 4)),
+    "png_gray": (lambda: imagegen.png("L"), ImageInfo("png", 24, 32, 1)),
+    "png_gray_alpha": (lambda: imagegen.png("LA"), ImageInfo("png", 24, 32, 2)),
+    "png_palette": (lambda: imagegen.png("P"), ImageInfo("png", 24, 32, 3)),
+    "png_palette_transparent": (lambda: imagegen.png("P", transparency=True), ImageInfo("png", 24, 32, 4)),
+    "png_16bit": (lambda: imagegen.png_16bit(_GRAY16), ImageInfo("png", 2, 5, 1)),
+    "gif_animated": (lambda: imagegen.gif_animated(3), ImageInfo("gif", 12, 16, 3)),
+    "bmp": (lambda: imagegen.bmp(), ImageInfo("bmp", 10, 20, 3)),
+    "tiff": (lambda: imagegen.tiff(), ImageInfo("tiff", 10, 20, 3)),
+    "webp": (lambda: imagegen.webp(), ImageInfo("webp", 10, 20, 3)),
+}
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, bytes]:
+    return {name: make() for name, (make, _) in CASES.items()}
+
+
+def test_generated_files_are_what_the_table_says(files: dict[str, bytes]) -> None:
+    # Guards the table itself: Pillow must see the mode each case is meant to exercise.
+    modes = {name: Image.open(io.BytesIO(data)).mode for name, data in files.items()}
+    assert modes["jpeg_cmyk"] == "CMYK"
+    assert modes["png_16bit"] == "I;16"
+    assert modes["png_palette"] == modes["png_palette_transparent"] == "P"
+    assert "transparency" in Image.open(io.BytesIO(files["png_palette_transparent"])).info
+    assert "transparency" not in Image.open(io.BytesIO(files["png_palette"])).info
+    assert Image.open(io.BytesIO(files["gif_animated"])).n_frames == 3
+    assert Image.open(io.BytesIO(files["jpeg_exif6"])).getexif()[imagegen.EXIF_ORIENTATION] == 6
+
+
+def test_generated_files_are_deterministic() -> None:
+    for name, (make, _) in CASES.items():
+        assert make() == make(), name
+
+
+# --- inspect_image ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", VALIDATE_LEVELS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_inspect_image_table(files: dict[str, bytes], name: str, level: str) -> None:
+    assert images.inspect_image(files[name], level) == CASES[name][1]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_decode_size_is_full_inspection(files: dict[str, bytes], name: str) -> None:
+    assert images.decode_size(files[name]) == CASES[name][1]
+
+
+def test_inspect_image_rejects_unknown_level(files: dict[str, bytes]) -> None:
+    with pytest.raises(ValueError, match="validate must be one of"):
+        images.inspect_image(files["png_rgb"], "thorough")
+
+
+@pytest.mark.parametrize("level", VALIDATE_LEVELS)
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty_file"),
+        (b"hello, this is a text file, not a picture\n" * 3, "not_an_image"),
+        (b"<svg xmlns='http://www.w3.org/2000/svg'/>", "not_an_image"),
+        (bytes(range(256)), "not_an_image"),
+        (b"\xff\xd8", "not_an_image"),  # only the JPEG SOI marker
+        (b"\x89PNG\r\n\x1a\n", "not_an_image"),  # only the PNG signature
+    ],
+    ids=["empty", "text", "svg", "binary", "jpeg_soi", "png_signature"],
+)
+def test_not_images(data: bytes, reason: str, level: str) -> None:
+    with pytest.raises(ImageError) as info:
+        images.inspect_image(data, level)
+    assert info.value.reason == reason
+
+
+def _jpeg_header_end(data: bytes) -> int:
+    """Offset just past the JPEG start-of-scan segment: where entropy-coded data begins."""
+    sos = data.index(b"\xff\xda")
+    (length,) = struct.unpack(">H", data[sos + 2:sos + 4])
+    return sos + 2 + length
+
+
+def _png_chunk(data: bytes, kind: bytes) -> tuple[int, int]:
+    """(offset of the chunk's data, its length) of the first chunk of ``kind``."""
+    pos = 8
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        if data[pos + 4:pos + 8] == kind:
+            return pos + 8, length
+        pos += 12 + length
+    raise AssertionError(f"no {kind!r} chunk")
+
+
+def test_truncated_jpeg_at_every_length(files: dict[str, bytes]) -> None:
+    data = files["jpeg_rgb"]
+    header_end = _jpeg_header_end(data)
+    assert 100 < header_end < len(data) - 100
+    for cut in range(1, len(data)):
+        for level in ("decode", "full"):
+            with pytest.raises(ImageError) as info:
+                images.inspect_image(data[:cut], level)
+            expected = {"truncated"} if cut >= header_end else {"truncated", "not_an_image"}
+            assert info.value.reason in expected, (cut, level, info.value)
+        if cut >= header_end:
+            # The header alone is intact, so the cheapest level does not see the damage.
+            assert images.inspect_image(data[:cut], "header") == CASES["jpeg_rgb"][1]
+
+
+def test_truncated_png_inside_pixel_data(files: dict[str, bytes]) -> None:
+    data = files["png_rgb"]
+    start, length = _png_chunk(data, b"IDAT")
+    cuts = range(start, start + (3 * length) // 4)
+    assert len(cuts) > 100
+    for cut in cuts:
+        for level in ("decode", "full"):
+            with pytest.raises(ImageError) as info:
+                images.inspect_image(data[:cut], level)
+            assert info.value.reason == "truncated", (cut, level, info.value)
+        assert images.inspect_image(data[:cut], "header") == CASES["png_rgb"][1]
+
+
+def test_truncated_png_before_pixel_data_fails_at_every_level(files: dict[str, bytes]) -> None:
+    data = files["png_rgb"]
+    start, _ = _png_chunk(data, b"IDAT")
+    for cut in range(1, start):
+        for level in ("decode", "full"):
+            with pytest.raises(ImageError):
+                images.inspect_image(data[:cut], level)
+
+
+def test_truncated_later_animation_frame_fails_full_validation_only(files: dict[str, bytes]) -> None:
+    data = files["gif_animated"]
+    # Each frame starts with a graphic control extension (0x21 0xf9 0x04).
+    frames = [i for i in range(len(data) - 2) if data[i:i + 3] == b"\x21\xf9\x04"]
+    assert len(frames) == 3
+    inside_later_frames = [*range(frames[1] + 20, frames[2] - 10), *range(frames[2] + 20, len(data) - 10)]
+    assert len(inside_later_frames) > 300
+    for cut in inside_later_frames:
+        with pytest.raises(ImageError) as info:
+            images.inspect_image(data[:cut], "full")
+        assert info.value.reason in ("truncated", "undecodable"), (cut, info.value)
+        assert "animation frame" in info.value.detail
+        # The first frame is intact, and 'decode' only decodes the first frame.
+        assert images.inspect_image(data[:cut], "decode") == CASES["gif_animated"][1]
+
+
+@pytest.mark.parametrize("name", ["jpeg_rgb", "png_rgb", "gif_animated", "webp", "tiff", "bmp"])
+def test_truncated_to_half_fails_full_validation(files: dict[str, bytes], name: str) -> None:
+    data = files[name]
+    with pytest.raises(ImageError) as info:
+        images.inspect_image(data[:len(data) // 2], "full")
+    assert info.value.reason in ("truncated", "undecodable")
+
+
+# --- Decompression bombs ------------------------------------------------------------------
+
+
+# Pillow only warns for 1x-2x its limit. The module must refuse those too even when the
+# warning is not turned into an error (pytest, like any catch_warnings block, resets filters).
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+@pytest.mark.parametrize("level", VALIDATE_LEVELS)
+@pytest.mark.parametrize("side", [20000, 10000])  # 4e8 px: over 2x Pillow's limit; 1e8 px: over 1x
+def test_decompression_bomb_is_refused_from_the_header(side: int, level: str) -> None:
+    data = imagegen.png_declaring(side, side)
+    assert len(data) < 100
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageError) as info:
+            images.inspect_image(data, level)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.reason == "decompression_bomb"
+    assert f"{side * side}" in info.value.detail
+    assert peak < 50 * 1024 * 1024
+
+
+@pytest.mark.parametrize("convert", [images.reencode_image, images.raw_pixels])
+def test_decompression_bomb_is_refused_by_converters(convert) -> None:
+    with pytest.raises(ImageError) as info:
+        convert(imagegen.png_declaring(20000, 20000))
+    assert info.value.reason == "decompression_bomb"
+
+
+def test_a_large_but_allowed_header_is_not_a_bomb() -> None:
+    # 9000 x 9000 = 8.1e7 pixels, under Pillow's 89,478,485 limit.
+    assert images.inspect_image(imagegen.png_declaring(9000, 9000), "header") == ImageInfo("png", 9000, 9000, 1)
+
+
+# --- reencode_image ------------------------------------------------------------------------
+
+
+def _open(data: bytes) -> Image.Image:
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img
+
+
+@pytest.mark.parametrize("fmt, pillow_format", [("jpeg", "JPEG"), ("png", "PNG")])
+@pytest.mark.parametrize("name", list(CASES))
+def test_reencode_every_source(files: dict[str, bytes], name: str, fmt: str, pillow_format: str) -> None:
+    out, info = images.reencode_image(files[name], fmt)
+    img = _open(out)
+    assert (img.format, img.mode) == (pillow_format, "RGB")
+    assert info == ImageInfo(fmt, img.height, img.width, 3)
+    expected = CASES[name][1]
+    if name == "jpeg_exif6":
+        assert (info.height, info.width) == (expected.width, expected.height)
+    else:
+        assert (info.height, info.width) == (expected.height, expected.width)
+    assert images.reencode_image(files[name], fmt) == (out, info)  # deterministic
+
+
+@pytest.mark.parametrize(
+    "fmt, grayscale, resize, mode, size",
+    [
+        ("jpeg", False, (8, 6), "RGB", (8, 6)),
+        ("jpeg", True, None, "L", (32, 24)),
+        ("jpeg", True, (64, 10), "L", (64, 10)),
+        ("png", False, (5, 40), "RGB", (5, 40)),
+        ("png", True, (3, 3), "L", (3, 3)),
+        ("png", True, (32, 24), "L", (32, 24)),  # resize to the same size
+    ],
+)
+def test_reencode_resize_and_grayscale(files: dict[str, bytes], fmt: str, grayscale: bool,
+                                       resize: tuple[int, int] | None, mode: str,
+                                       size: tuple[int, int]) -> None:
+    out, info = images.reencode_image(files["png_rgba"], fmt, grayscale=grayscale, resize=resize)
+    img = _open(out)
+    assert (img.mode, img.size) == (mode, size)
+    assert info == ImageInfo(fmt, size[1], size[0], 1 if grayscale else 3)
+    assert images.inspect_image(out, "full") == info
+
+
+def test_reencode_png_is_lossless(files: dict[str, bytes]) -> None:
+    out, _ = images.reencode_image(files["png_rgb"], "png")
+    assert np.array_equal(np.asarray(_open(out)), imagegen.pattern(24, 32, 3))
+
+
+def test_reencode_jpeg_quality_changes_the_bytes(files: dict[str, bytes]) -> None:
+    low, _ = images.reencode_image(files["png_rgb"], "jpeg", quality=10)
+    high, _ = images.reencode_image(files["png_rgb"], "jpeg", quality=95)
+    assert len(low) < len(high)
+
+
+def test_reencode_rejects_unknown_format(files: dict[str, bytes]) -> None:
+    with pytest.raises(ValueError, match="jpeg or png"):
+        images.reencode_image(files["png_rgb"], "webp")
+
+
+def test_reencode_applies_exif_orientation(files: dict[str, bytes]) -> None:
+    out, info = images.reencode_image(files["jpeg_exif6"], "png")
+    assert (info.width, info.height) == (24, 32)  # stored 32 wide, 24 high, rotated a quarter turn
+    assert _open(out).size == (24, 32)
+    # Orientation 6 means "rotate 90 degrees clockwise to display".
+    rotated = np.frombuffer(images.raw_pixels(files["jpeg_exif6"])[0], np.uint8).reshape(32, 24, 3)
+    upright = np.frombuffer(images.raw_pixels(files["jpeg_rgb"])[0], np.uint8).reshape(24, 32, 3)
+    assert np.array_equal(rotated, np.rot90(upright, k=-1))
+
+
+# --- raw_pixels ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grayscale", [False, True])
+@pytest.mark.parametrize("resize", [None, (7, 5)])
+@pytest.mark.parametrize("name", list(CASES))
+def test_raw_pixels_byte_count(files: dict[str, bytes], name: str, grayscale: bool,
+                               resize: tuple[int, int] | None) -> None:
+    raw, info = images.raw_pixels(files[name], grayscale=grayscale, resize=resize)
+    channels = 1 if grayscale else 3
+    expected = CASES[name][1]
+    if resize is not None:
+        height, width = resize[1], resize[0]
+    elif name == "jpeg_exif6":
+        height, width = expected.width, expected.height
+    else:
+        height, width = expected.height, expected.width
+    assert info == ImageInfo("raw", height, width, channels)
+    assert len(raw) == height * width * channels
+
+
+@pytest.mark.parametrize("mode, channels, grayscale", [("RGB", 3, False), ("L", 1, True)])
+def test_raw_pixels_are_row_major_hwc(mode: str, channels: int, grayscale: bool) -> None:
+    expected = imagegen.pattern(24, 32, channels)
+    raw, info = images.raw_pixels(imagegen.png(mode), grayscale=grayscale)
+    assert raw == expected.tobytes()  # C order: row by row, channels innermost
+    shape = (info.height, info.width, info.channels)
+    assert np.array_equal(np.frombuffer(raw, np.uint8).reshape(shape), expected.reshape(shape))
+    # A pixel spot check that does not rely on numpy's own layout.
+    y, x = 5, 17
+    offset = (y * 32 + x) * channels
+    assert list(raw[offset:offset + channels]) == [int(v) for v in np.atleast_1d(expected[y, x])]
+
+
+def test_16bit_is_scaled_not_clipped() -> None:
+    raw, info = images.raw_pixels(imagegen.png_16bit(_GRAY16), grayscale=True)
+    assert (info.height, info.width, info.channels) == (2, 5, 1)
+    assert list(raw) == [0, 0, 1, 128, 255, 0, 16, 156, 255, 254]
+    rgb, _ = images.raw_pixels(imagegen.png_16bit(_GRAY16))
+    assert list(rgb) == [v for v in raw for _ in range(3)]
+    out, _ = images.reencode_image(imagegen.png_16bit(_GRAY16), "png", grayscale=True)
+    assert np.asarray(_open(out)).ravel().tolist() == list(raw)
+
+
+def test_rgba_is_composited_on_white() -> None:
+    pixels = bytes([255, 0, 0, 0,  # transparent red -> white
+                    0, 0, 255, 255,  # opaque blue stays blue
+                    0, 0, 0, 128,  # half-transparent black -> mid grey
+                    10, 200, 30, 255])
+    data = imagegen.encode(Image.frombytes("RGBA", (4, 1), pixels), "PNG")
+    raw, _ = images.raw_pixels(data)
+    got = np.frombuffer(raw, np.uint8).reshape(4, 3).tolist()
+    assert got[0] == [255, 255, 255]
+    assert got[1] == [0, 0, 255]
+    assert all(abs(v - 127) <= 1 for v in got[2])
+    assert got[3] == [10, 200, 30]
+    gray, _ = images.raw_pixels(data, grayscale=True)
+    assert gray[0] == 255
+
+
+def test_gray_alpha_is_composited_on_white() -> None:
+    data = imagegen.encode(Image.frombytes("LA", (2, 1), bytes([0, 0, 40, 255])), "PNG")
+    raw, info = images.raw_pixels(data, grayscale=True)
+    assert (info.channels, list(raw)) == (1, [255, 40])
+
+
+def test_palette_transparency_becomes_white(files: dict[str, bytes]) -> None:
+    src = _open(files["png_palette_transparent"])
+    indexes = np.asarray(src)
+    palette = np.array(src.getpalette()[:48], np.uint8).reshape(16, 3)
+    raw, _ = images.raw_pixels(files["png_palette_transparent"])
+    got = np.frombuffer(raw, np.uint8).reshape(24, 32, 3)
+    assert (indexes == 0).any() and (indexes != 0).any()
+    assert (got[indexes == 0] == 255).all()
+    assert np.array_equal(got[indexes != 0], palette[indexes[indexes != 0]])
+    # Without transparency, index 0 keeps its palette colour.
+    opaque, _ = images.raw_pixels(files["png_palette"])
+    assert np.array_equal(np.frombuffer(opaque, np.uint8).reshape(24, 32, 3), palette[indexes])
+
+
+def test_cmyk_jpeg_decodes_to_rgb(files: dict[str, bytes]) -> None:
+    raw, info = images.raw_pixels(files["jpeg_cmyk"])
+    expected = np.asarray(_open(files["jpeg_cmyk"]).convert("RGB"))
+    assert info == ImageInfo("raw", 24, 32, 3)
+    assert raw == expected.tobytes()
+
+
+def test_animated_gif_uses_the_first_frame(files: dict[str, bytes]) -> None:
+    first = np.asarray(_open(files["gif_animated"]).convert("RGB"))
+    gif = Image.open(io.BytesIO(files["gif_animated"]))
+    gif.seek(1)
+    second = np.asarray(gif.convert("RGB"))
+    assert not np.array_equal(first, second)
+    raw, _ = images.raw_pixels(files["gif_animated"])
+    assert raw == first.tobytes()
+
+
+def test_truncated_source_cannot_be_converted(files: dict[str, bytes]) -> None:
+    data = files["png_rgb"]
+    start, length = _png_chunk(data, b"IDAT")
+    for convert in (images.reencode_image, images.raw_pixels):
+        with pytest.raises(ImageError) as info:
+            convert(data[:start + length // 2])
+        assert info.value.reason == "truncated"
+
+
+def test_image_error_pickles_with_its_fields() -> None:
+    import pickle
+    err = pickle.loads(pickle.dumps(ImageError("truncated", "OSError: image file is truncated")))
+    assert (err.reason, err.detail) == ("truncated", "OSError: image file is truncated")
