@@ -34,7 +34,7 @@ from transforms.manifest import MANIFEST_NAME, Manifest
 from transforms.plan_shards import PlanShards
 from transforms.planning import MIB, parse_split_fractions
 from transforms.read_images import REJECTED_TAG, ImageRecordMaker, InspectImages, image_order
-from transforms.runner_setup import error_summary, prepare_options
+from transforms.runner_setup import error_summary, local_runner, prepare_options
 from transforms.schema import IMAGE_FEATURES
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shard_writer import COMPRESSIONS
@@ -240,7 +240,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"build_shards: error: {err}", file=sys.stderr)
         return 2
     try:
-        p = beam.Pipeline(options=options)
+        p = beam.Pipeline(runner=local_runner(options), options=options)
         build_pipeline(p, cfg)
         p.run().wait_until_finish()
     except Exception as err:  # the runner wraps worker errors in its own types

@@ -70,7 +70,7 @@ class PlanShards(beam.PTransform):
 
     Args:
         split_of: item -> split name.
-        order_of: item -> sort key whose first element is the 64-bit order key;
+        order_of: item -> sort key whose first element is the 63-bit order key;
             ties must be broken by the rest so the order is total.
         size_of: item -> framed record size in bytes.
         target_bytes: Target shard size.

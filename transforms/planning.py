@@ -2,8 +2,9 @@
 
 Pure math, no Beam. The plan is built so that it can be computed in parallel:
 
-1. Every record gets an *order key*, a 64-bit hash of the seed and the record's
-   identity. Sorting a split by order key is its global shuffle.
+1. Every record gets an *order key*, a 63-bit hash of the seed and the record's
+   identity (63 bits fit Beam's signed integer coder). Sorting a split by
+   order key is its global shuffle.
 2. The key space is cut into ``NUM_BUCKETS`` equal ranges (buckets). Byte totals
    per bucket, summed in key order, give every bucket its starting byte offset
    in the shuffled split, so each bucket can be sorted on its own worker.
@@ -31,7 +32,8 @@ __all__ = [
 
 MIB = 1024 * 1024
 NUM_BUCKETS = 4096
-_BUCKET_SHIFT = 64 - 12  # NUM_BUCKETS == 2**12
+_KEY_BITS = 63
+_BUCKET_SHIFT = _KEY_BITS - 12  # NUM_BUCKETS == 2**12
 _SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 SHARD_NAME_RE = re.compile(
     r"^(?P<split>[A-Za-z0-9_-]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord(?:\.gz|\.zz)?$")
@@ -77,13 +79,13 @@ def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
 
 
 def order_key(seed: int, identity: bytes) -> int:
-    """Returns the 64-bit shuffle key of a record: a keyed hash of its identity."""
+    """Returns the 63-bit shuffle key of a record: a keyed hash of its identity."""
     digest = hashlib.blake2b(identity, digest_size=8, key=struct.pack("<q", seed)).digest()
-    return struct.unpack(">Q", digest)[0]
+    return struct.unpack(">Q", digest)[0] >> (64 - _KEY_BITS)
 
 
 def bucket_of(key: int) -> int:
-    """Returns the bucket (0..NUM_BUCKETS-1) of an order key: its top 12 bits."""
+    """Returns the bucket (0..NUM_BUCKETS-1) of an order key: its top 12 of 63 bits."""
     return key >> _BUCKET_SHIFT
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineRunner
 
 from transforms.errors import ShardsError
 
-__all__ = ["prepare_options", "error_summary"]
+__all__ = ["prepare_options", "local_runner", "error_summary"]
+
+_DIRECT_NAMES = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
@@ -21,6 +24,31 @@ _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
 def prepare_options(options: PipelineOptions) -> PipelineOptions:
     """Returns the options a job runs with (Beam's own flags are left as given)."""
     return options
+
+
+def local_runner(options: PipelineOptions) -> PipelineRunner | None:
+    """Returns the runner object for a DirectRunner run, or None to let Beam pick.
+
+    Beam 2.77's DirectRunner first tries to download the Prism runner and falls
+    back to its in-process FnApiRunner when that fails, which costs a network
+    round trip (or a DNS time-out) on machines without internet. For batch
+    jobs the jobs go straight to that same FnApiRunner, with the same options
+    (``--direct_num_workers``, ``--direct_running_mode``). ``--runner
+    PrismRunner``, or ``--prism_location``, still selects Prism.
+    """
+    standard = options.view_as(StandardOptions)
+    if standard.runner not in _DIRECT_NAMES or standard.streaming:
+        return None
+    if options.get_all_options().get("prism_location"):
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    options.view_as(DirectOptions)  # registers the direct options for encoding
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def error_summary(err: BaseException) -> str:

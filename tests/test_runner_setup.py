@@ -1,0 +1,37 @@
+"""The jobs run on the DirectRunner's in-process runner without trying to fetch Prism."""
+
+from __future__ import annotations
+
+import logging
+
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.core import PTransform
+
+from tests.shard_fixtures import make_class_tree, run_build
+from transforms.errors import PublishError
+from transforms.runner_setup import error_summary, local_runner
+
+
+def test_default_runner_skips_prism(tmp_path, capsys, caplog):
+    make_class_tree(str(tmp_path / "in"), per_class=2, broken=False)
+    with caplog.at_level(logging.INFO):
+        status, _, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(tmp_path / "out"))
+    assert status == 0
+    text = caplog.text.lower()
+    assert "prism" not in text and "downloading" not in text
+
+
+def test_local_runner_only_for_direct():
+    assert local_runner(PipelineOptions([])) is not None
+    assert local_runner(PipelineOptions(["--runner", "DirectRunner"])) is not None
+    assert local_runner(PipelineOptions(["--runner", "PrismRunner"])) is None
+    assert local_runner(PipelineOptions(["--runner", "DataflowRunner"])) is None
+    assert local_runner(PipelineOptions(["--prism_location", "/opt/prism"])) is None
+
+
+def test_error_summary_finds_the_project_error():
+    wrapped = RuntimeError("Traceback ...\n  File x\ntransforms.errors.PublishError: 3 of 9 inputs "
+                           "were rejected [while running 'Publish/Publish']\n")
+    assert error_summary(wrapped) == "3 of 9 inputs were rejected"
+    assert error_summary(PublishError("too many [while running 'A/B']")) == "too many"
+    assert error_summary(ValueError("a\nb\n")) == "ValueError: b"
