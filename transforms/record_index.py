@@ -1,0 +1,93 @@
+"""``.idx`` sidecars: where each record of an uncompressed TFRecord file starts.
+
+An index has one ``offset length`` line per record, ``length`` being the framed
+size (data plus the 16 bytes of header and footer), the format NVIDIA DALI's
+``tfrecord2idx`` writes. Readers use it to split a file by byte range without
+searching for record boundaries.
+
+Pure code: parses and checks index bytes; never opens files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transforms.framing import OVERHEAD
+
+__all__ = ["INDEX_SUFFIX", "IndexCheck", "index_name", "check_index", "format_index"]
+
+INDEX_SUFFIX = ".idx"
+
+
+def index_name(shard: str) -> str:
+    """Returns the name of the sidecar index of ``shard`` (a path or a file name)."""
+    return shard + INDEX_SUFFIX
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """The outcome of checking an index against the file it describes.
+
+    Attributes:
+        starts: Record start offsets in file order when the index is usable,
+            else None.
+        offset: Byte offset in the shard where the index first goes wrong
+            (None when usable).
+        problem: What is wrong (None when usable).
+    """
+
+    starts: tuple[int, ...] | None
+    offset: int | None = None
+    problem: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.starts is not None
+
+
+def check_index(data: bytes, file_size: int) -> IndexCheck:
+    """Parses an index and checks that it describes a file of ``file_size`` bytes.
+
+    The entries must chain: the first record starts at 0, each next one where
+    the previous one ends, each is at least a framed empty record, and the last
+    one ends exactly at the end of the file. Whether each record really has the
+    stated length is checked by the reader when it reads the record.
+
+    Args:
+        data: Contents of the ``.idx`` file.
+        file_size: Size of the TFRecord file in bytes.
+
+    Returns:
+        An ``IndexCheck`` with the record starts, or where and why it is unusable.
+    """
+    starts = []
+    expected = 0
+    for number, line in enumerate(data.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not all(f.isdigit() for f in fields):
+            return IndexCheck(None, expected, f"line {number} is not 'offset length': {line[:40]!r}")
+        offset, length = int(fields[0]), int(fields[1])
+        if offset != expected:
+            return IndexCheck(None, expected, f"line {number} says a record starts at {offset}; "
+                                              f"the previous record ends at {expected}")
+        if length < OVERHEAD:
+            return IndexCheck(None, offset, f"line {number} gives length {length}, less than "
+                                            f"the {OVERHEAD} bytes of a framed empty record")
+        starts.append(offset)
+        expected = offset + length
+    if expected != file_size:
+        return IndexCheck(None, min(expected, file_size),
+                          f"index covers {expected} bytes; the file has {file_size}")
+    return IndexCheck(tuple(starts))
+
+
+def format_index(framed_sizes: list[int] | tuple[int, ...]) -> bytes:
+    """Returns index bytes for records of the given framed sizes, in file order."""
+    lines = []
+    offset = 0
+    for size in framed_sizes:
+        lines.append(b"%d %d\n" % (offset, size))
+        offset += size
+    return b"".join(lines)

@@ -1,0 +1,306 @@
+"""Reading the TFRecord records that start inside a byte range of a file.
+
+A file is split by byte range: the range ``[start, stop)`` owns the records
+whose first byte lies in it. TFRecord has no sync markers, so a reader that
+starts in the middle of a file must find the first record start at or after
+``start``:
+
+- with a ``.idx`` sidecar (see ``record_index``) the starts are known;
+- without one, a position is taken as a record start when its 12-byte header
+  has a valid masked CRC and fits in the file, the next ``CONFIRM_RECORDS``
+  headers it chains to are valid too (or the chain ends exactly at the end of
+  the file), and its data CRC matches. A valid-looking header inside image
+  bytes fails these checks, and so does a short run of complete records
+  embedded in a record's data (a TFRecord file stored inside a feature).
+
+Every range reader also checks the hand-off to the next range: once it has
+claimed its last record, it computes where the next reader will start and
+checks that its own chain of records lands there. A damaged record between
+the two is therefore read, and reported, by exactly one range, and a file that
+cannot be split safely without an index fails loudly instead of yielding a
+record twice.
+
+Pure code: works on seekable binary file-like objects and a claim protocol
+that Beam's ``OffsetRangeTracker`` satisfies; never opens paths.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, Protocol, Sequence, Union
+
+import numpy as np
+
+from transforms.errors import RecordError
+from transforms.framing import HEADER_SIZE, OVERHEAD, masked_crc32c, parse_header, read_record
+
+__all__ = [
+    "CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range",
+    "read_stream", "read_in_ranges",
+]
+
+# Headers that must chain validly after a candidate record start found by scanning.
+CONFIRM_RECORDS = 16
+# Bytes of the file examined per step when scanning for a record start.
+_SCAN_WINDOW = 1 << 20
+_LENGTH = struct.Struct("<Q")
+
+
+class Claims(Protocol):
+    """What a range reader needs from a range tracker (Beam's ``RangeTracker`` has it)."""
+
+    def start_position(self) -> int: ...
+
+    def stop_position(self) -> int | float: ...
+
+    def try_claim(self, position: int) -> bool: ...
+
+
+@dataclass
+class ByteRange:
+    """A fixed byte range, for reading without a Beam range tracker.
+
+    Attributes:
+        start: First byte of the range.
+        stop: First byte after the range (``math.inf`` for the rest of the file).
+    """
+
+    start: int = 0
+    stop: int | float = math.inf
+
+    def start_position(self) -> int:
+        return self.start
+
+    def stop_position(self) -> int | float:
+        return self.stop
+
+    def try_claim(self, position: int) -> bool:
+        return position < self.stop
+
+
+def _header_candidates(window: bytes, base: int, size: int, limit: int) -> list[int]:
+    """Returns the file offsets in ``window[:limit]`` where a valid header that fits starts.
+
+    Vectorized with numpy: a header's length must fit in what is left of the
+    file, and its masked CRC (computed once per distinct length) must match.
+    """
+    count = min(len(window) - HEADER_SIZE + 1, limit)
+    if count <= 0:
+        return []
+    arr = np.frombuffer(window, dtype=np.uint8)
+    lengths = np.zeros(count, dtype=np.uint64)
+    for i in range(8):
+        lengths |= arr[i:i + count].astype(np.uint64) << np.uint64(8 * i)
+    room = (size - base - OVERHEAD) - np.arange(count, dtype=np.int64)
+    fits = (room >= 0) & (lengths <= np.maximum(room, 0).astype(np.uint64))
+    where = np.flatnonzero(fits)
+    if where.size == 0:
+        return []
+    stored = np.zeros(where.size, dtype=np.uint32)
+    for i in range(4):
+        stored |= arr[where + 8 + i].astype(np.uint32) << np.uint32(8 * i)
+    values, inverse = np.unique(lengths[where], return_inverse=True)
+    expected = np.array([masked_crc32c(_LENGTH.pack(int(v))) for v in values], dtype=np.uint32)
+    valid = expected[inverse.reshape(-1)] == stored
+    return (where[valid] + base).tolist()
+
+
+def _chain_is_clean(fh: BinaryIO, position: int, size: int, steps: int) -> bool:
+    """True if ``steps`` valid headers chain from ``position`` (or reach the end exactly)."""
+    for _ in range(steps):
+        if position == size:
+            return True
+        if position + HEADER_SIZE > size:
+            return False
+        fh.seek(position)
+        length = parse_header(fh.read(HEADER_SIZE))
+        if length is None or position + length + OVERHEAD > size:
+            return False
+        position += length + OVERHEAD
+    return True
+
+
+def _data_is_intact(fh: BinaryIO, position: int, size: int) -> bool:
+    """True if the record at ``position`` reads with both CRCs correct."""
+    fh.seek(position)
+    try:
+        read_record(fh, "", position, size - position)
+    except RecordError:  # the candidate is not a record start; scanning goes on
+        return False
+    return True
+
+
+def find_record_start(fh: BinaryIO, size: int, position: int) -> int:
+    """Returns the first record start at or after ``position`` found by scanning.
+
+    Args:
+        fh: Seekable binary file-like object of the (uncompressed) file.
+        size: Size of the file in bytes.
+        position: Where to start looking.
+
+    Returns:
+        The offset of the first position that passes the checks described in
+        the module docstring, or ``size`` when there is none.
+    """
+    position = max(position, 0)
+    while position + HEADER_SIZE <= size:
+        end = min(position + _SCAN_WINDOW, size)
+        fh.seek(position)
+        window = fh.read(end - position + HEADER_SIZE - 1)
+        for candidate in _header_candidates(window, position, size, end - position):
+            if (_chain_is_clean(fh, candidate, size, CONFIRM_RECORDS)
+                    and _data_is_intact(fh, candidate, size)):
+                return candidate
+        position = end
+    return size
+
+
+def _ambiguous(path: str, position: int, stop: int) -> RecordError:
+    return RecordError(
+        path, position, "bad_length",
+        f"bytes at {position} inside a record look like a run of valid records, so the "
+        f"file cannot be split at byte {stop} without a .idx index; read it unsplit")
+
+
+def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
+                    path: str) -> None:
+    """Checks that the next range's reader starts where this range's chain goes on.
+
+    Args:
+        position: Where this range's chain of records continues (the first
+            record start at or after ``stop``, or ``size``).
+        stop: End of this range.
+
+    Raises:
+        RecordError: The first damaged record between ``position`` and the
+            next reader's start, or an ambiguous split point.
+    """
+    if stop >= size:
+        return
+    following = find_record_start(fh, size, int(stop))
+    if following == position:
+        return
+    fh.seek(position)
+    while position < following:
+        data = read_record(fh, path, position, size - position)
+        position += len(data) + OVERHEAD
+    if position != following:
+        raise _ambiguous(path, following, int(stop))
+
+
+def _read_indexed(fh: BinaryIO, size: int, claims: Claims, path: str,
+                  starts: Sequence[int]) -> Iterator[tuple[int, bytes]]:
+    first = bisect.bisect_left(starts, claims.start_position())
+    here = -1
+    for i in range(first, len(starts)):
+        position = starts[i]
+        if not claims.try_claim(position):
+            return
+        if here != position:
+            fh.seek(position)
+        data = read_record(fh, path, position, size - position)
+        end = starts[i + 1] if i + 1 < len(starts) else size
+        if len(data) + OVERHEAD != end - position:
+            raise RecordError(
+                path, position, "bad_length",
+                f"record is {len(data) + OVERHEAD} bytes framed but the .idx index "
+                f"says {end - position}")
+        here = position + len(data) + OVERHEAD
+        yield position, data
+
+
+def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
+               index: Sequence[int] | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(offset, data)`` for each record of an uncompressed file that the range owns.
+
+    Args:
+        fh: Seekable binary file-like object of the whole file.
+        size: Size of the file in bytes.
+        claims: The range: its start and stop, and ``try_claim`` which is
+            called with each record start before the record is read.
+        path: File name, used in error messages.
+        index: Record starts from a usable ``.idx`` (``IndexCheck.starts``),
+            or None to find them by scanning.
+
+    Raises:
+        RecordError: A record the range owns is damaged, or (without an index)
+            a damaged record lies between this range's chain and the next
+            range's start.
+    """
+    if index is not None:
+        yield from _read_indexed(fh, size, claims, path, index)
+        return
+    start = claims.start_position()
+    position = 0 if start <= 0 else find_record_start(fh, size, start)
+    fh.seek(position)
+    owns_chain = start <= 0  # a reader that claimed nothing hands off where it started
+    while position < size:
+        if not claims.try_claim(position):
+            break
+        owns_chain = True
+        data = read_record(fh, path, position, size - position)
+        yield position, data
+        position += len(data) + OVERHEAD
+    if owns_chain:
+        _check_hand_off(fh, size, position, claims.stop_position(), path)
+
+
+def read_stream(fh: BinaryIO, path: str = "",
+                claims: Claims | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(offset, data)`` for every record of a stream read front to back.
+
+    Used for compressed files, which cannot be split; offsets are positions in
+    the decompressed stream. Decompression failures become ``RecordError``.
+
+    Args:
+        fh: Binary file-like object (e.g. from ``decompress.open_decompressed``).
+        path: File name, used in error messages.
+        claims: Optional tracker; each record start is claimed after it is read.
+
+    Raises:
+        RecordError: A damaged record, a cut compressed stream (``truncated``)
+            or corrupt compressed bytes (``crc_mismatch``).
+    """
+    offset = 0
+    while True:
+        try:
+            data = read_record(fh, path, offset, None)
+        except EOFError as err:
+            raise RecordError(path, offset, "truncated",
+                              f"compressed stream is cut short: {err}") from err
+        except zlib.error as err:
+            raise RecordError(path, offset, "crc_mismatch",
+                              f"compressed data is corrupt: {err}") from err
+        if data is None or (claims is not None and not claims.try_claim(offset)):
+            return
+        yield offset, data
+        offset += len(data) + OVERHEAD
+
+
+ReadItem = Union[tuple[int, bytes], RecordError]
+
+
+def read_in_ranges(fh: BinaryIO, size: int, cuts: Sequence[int], path: str = "",
+                   index: Sequence[int] | None = None) -> Iterator[ReadItem]:
+    """Reads an uncompressed file as consecutive ranges, one after the other.
+
+    The single-process equivalent of a split read: each range is read on its
+    own, and a range that hits a damaged record yields the ``RecordError``
+    and stops, while the others go on.
+
+    Args:
+        cuts: Sorted split points strictly inside ``(0, size)``.
+
+    Yields:
+        ``(offset, data)`` per record, and a ``RecordError`` per failed range.
+    """
+    bounds = [0, *cuts, size]
+    for start, stop in zip(bounds, bounds[1:]):
+        try:
+            yield from read_range(fh, size, ByteRange(start, stop), path, index)
+        except RecordError as err:
+            yield err

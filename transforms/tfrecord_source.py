@@ -1,0 +1,289 @@
+"""Beam transforms that read TFRecord files, splitting inside files by byte range.
+
+``ReadFromTFRecords`` reads a file pattern (or a list of them) and
+``ReadAllFromTFRecords`` a PCollection of patterns, through
+``apache_beam.io.filesystems.FileSystems`` (local paths, gs://, s3://).
+
+Unlike Beam's ``ReadFromTFRecord``, which reads each file as one unit, an
+uncompressed file is split into byte ranges that are read in parallel, and the
+runner may split a range further while it is being read (dynamic work
+rebalancing). A range owns the records that start inside it; record starts
+come from the file's ``.idx`` sidecar when there is a usable one, else they are
+found by scanning (see ``transforms.record_ranges``). gzip and zlib files are
+read whole.
+
+Both CRCs of every record are checked. By default a damaged record fails the
+pipeline with a ``RecordError`` naming the file and the record's byte offset;
+with ``errors="output"`` it goes to the ``errors`` output instead and reading
+of that range stops there (the framing after a damaged record is lost).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import apache_beam as beam
+from apache_beam import coders
+from apache_beam.io import iobase
+from apache_beam.io.concat_source import ConcatSource
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.range_trackers import OffsetRangeTracker, UnsplittableRangeTracker
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.metrics import Metrics
+
+from transforms.decompress import COMPRESSIONS, compression_of, open_decompressed
+from transforms.errors import RecordError
+from transforms.framing import OVERHEAD
+from transforms.record_index import check_index, index_name
+from transforms.record_ranges import read_range, read_stream
+
+__all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS"]
+
+RECORDS = "records"
+ERRORS = "errors"
+_ERROR_MODES = ("raise", "output")
+_LOG = logging.getLogger(__name__)
+_NAMESPACE = "tfrecord_source"
+
+
+@dataclass(frozen=True)
+class _ReadSettings:
+    """How files are read; shared by every source of one transform."""
+
+    compression: str = "auto"
+    with_offsets: bool = False
+    use_index: bool = True
+    keep_errors: bool = False
+    min_bundle_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, "
+                             f"got {self.compression!r}")
+        if self.min_bundle_size < 0:
+            raise ValueError(f"min_bundle_size must be >= 0, got {self.min_bundle_size}")
+
+    def output_coder(self) -> coders.Coder:
+        if self.keep_errors:  # records and RecordError objects, split apart downstream
+            return coders.FastPrimitivesCoder()
+        if self.with_offsets:
+            return coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder(),
+                                      coders.BytesCoder()])
+        return coders.BytesCoder()
+
+
+def _load_index(path: str, size: int) -> tuple[int, ...] | None:
+    """Returns the record starts from ``path``'s ``.idx`` if it exists and fits the file."""
+    index_path = index_name(path)
+    if not FileSystems.exists(index_path):
+        return None
+    with FileSystems.open(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        check = check_index(fh.read(), size)
+    if not check.usable:
+        Metrics.counter(_NAMESPACE, "unusable_indexes").inc()
+        _LOG.warning("Ignoring %s: %s; scanning %s for record starts instead",
+                     index_path, check.problem, path)
+    return check.starts
+
+
+class _TFRecordFileSource(iobase.BoundedSource):
+    """The records of one file that start in ``[start, stop)``."""
+
+    def __init__(self, path: str, size: int, start: int, stop: int | float,
+                 settings: _ReadSettings) -> None:
+        self._path = path
+        self._size = size
+        self._start = start
+        self._stop = stop
+        self._settings = settings
+        self._compression = compression_of(path, settings.compression)
+
+    @property
+    def splittable(self) -> bool:
+        return self._compression == "none"
+
+    def estimate_size(self) -> int:
+        return int(min(self._stop, self._size) - self._start)
+
+    def split(self, desired_bundle_size: int, start_position: int | None = None,
+              stop_position: int | None = None) -> Iterator[iobase.SourceBundle]:
+        start = self._start if start_position is None else start_position
+        stop = self._stop if stop_position is None else stop_position
+        if not self.splittable:
+            yield iobase.SourceBundle(self._size, self, start, OffsetRangeTracker.OFFSET_INFINITY)
+            return
+        for part in OffsetRange(start, stop).split(desired_bundle_size,
+                                                   self._settings.min_bundle_size):
+            yield iobase.SourceBundle(
+                part.stop - part.start,
+                _TFRecordFileSource(self._path, self._size, part.start, part.stop, self._settings),
+                part.start, part.stop)
+
+    def get_range_tracker(self, start_position: int | None,
+                          stop_position: int | None) -> iobase.RangeTracker:
+        start = self._start if start_position is None else start_position
+        if not self.splittable:
+            return UnsplittableRangeTracker(
+                OffsetRangeTracker(start, OffsetRangeTracker.OFFSET_INFINITY))
+        return OffsetRangeTracker(start, self._stop if stop_position is None else stop_position)
+
+    def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
+        if self.splittable:
+            index = _load_index(self._path, self._size) if self._settings.use_index else None
+            return read_range(fh, self._size, range_tracker, self._path, index)
+        return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker)
+
+    def read(self, range_tracker: iobase.RangeTracker) -> Iterator:
+        records = Metrics.counter(_NAMESPACE, "records_read")
+        record_bytes = Metrics.counter(_NAMESPACE, "record_bytes_read")
+        with_offsets = self._settings.with_offsets or self._settings.keep_errors
+        with FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            try:
+                for offset, data in self._records(fh, range_tracker):
+                    records.inc()
+                    record_bytes.inc(len(data) + OVERHEAD)
+                    yield (self._path, offset, data) if with_offsets else data
+            except RecordError as err:
+                Metrics.counter(_NAMESPACE, "damaged_records").inc()
+                if not self._settings.keep_errors:
+                    raise
+                yield err
+
+    def default_output_coder(self) -> coders.Coder:
+        return self._settings.output_coder()
+
+
+class _TFRecordSource(iobase.BoundedSource):
+    """Every file matched by a list of patterns, each split by byte range."""
+
+    def __init__(self, patterns: tuple[str, ...], settings: _ReadSettings) -> None:
+        self._patterns = patterns
+        self._settings = settings
+        self._concat: ConcatSource | None = None
+
+    def _files(self) -> ConcatSource:
+        if self._concat is None:
+            sizes: dict[str, int] = {}
+            for result in FileSystems.match(list(self._patterns)):
+                for meta in result.metadata_list:
+                    if meta.size_in_bytes > 0:  # an empty file holds no records
+                        sizes.setdefault(meta.path, meta.size_in_bytes)
+            self._concat = ConcatSource([
+                _TFRecordFileSource(path, size, 0, size, self._settings)
+                for path, size in sorted(sizes.items())])
+        return self._concat
+
+    def estimate_size(self) -> int:
+        return self._files().estimate_size()
+
+    def split(self, desired_bundle_size: int, start_position=None,
+              stop_position=None) -> Iterator[iobase.SourceBundle]:
+        return self._files().split(desired_bundle_size)
+
+    def get_range_tracker(self, start_position, stop_position) -> iobase.RangeTracker:
+        return self._files().get_range_tracker(start_position, stop_position)
+
+    def read(self, range_tracker: iobase.RangeTracker) -> Iterator:
+        return self._files().read(range_tracker)
+
+    def default_output_coder(self) -> coders.Coder:
+        return self._settings.output_coder()
+
+
+def _check_errors_mode(errors: str) -> bool:
+    if errors not in _ERROR_MODES:
+        raise ValueError(f"errors must be 'raise' or 'output', got {errors!r}")
+    return errors == "output"
+
+
+class _SeparateErrorsFn(beam.DoFn):
+    """Sends ``RecordError`` items to the ``errors`` output, records to the main one."""
+
+    def __init__(self, with_offsets: bool) -> None:
+        self._with_offsets = with_offsets
+
+    def process(self, item):
+        if isinstance(item, RecordError):
+            yield beam.pvalue.TaggedOutput(ERRORS, item)
+        else:
+            yield item if self._with_offsets else item[2]
+
+
+def _separate(read: beam.PCollection, settings: _ReadSettings):
+    if not settings.keep_errors:
+        return read
+    return read | "SeparateErrors" >> beam.ParDo(
+        _SeparateErrorsFn(settings.with_offsets)).with_outputs(ERRORS, main=RECORDS)
+
+
+class ReadFromTFRecords(beam.PTransform):
+    """Reads the records of every file matching a pattern (or a list of patterns).
+
+    Outputs each record's bytes, or ``(file, offset, record)`` with
+    ``with_offsets=True`` (``offset`` is the byte offset of the record's
+    header; in the decompressed stream for gzip/zlib files). With
+    ``errors="output"`` the result has two outputs, ``records`` and
+    ``errors`` (``RecordError`` objects), e.g.::
+
+        read = p | ReadFromTFRecords("out/*.tfrecord", errors="output")
+        read.records, read.errors
+
+    Args:
+        file_pattern: A file pattern or path, or a list of them; matches are
+            de-duplicated and empty files skipped.
+        with_offsets: Output ``(file, offset, record)`` instead of ``record``.
+        compression: ``auto`` (by suffix: ``.gz`` gzip; ``.zz`` and
+            ``.deflate`` zlib; else none), ``none``, ``gzip`` or ``zlib``.
+        use_index: Use ``{file}.idx`` sidecars for record starts when present
+            and consistent with the file.
+        errors: ``raise`` to fail on a damaged record, ``output`` to emit it.
+        validate: Fail at construction if a pattern matches no file.
+        min_bundle_size: Smallest byte range a file is split into initially.
+    """
+
+    def __init__(self, file_pattern: str | Sequence[str], with_offsets: bool = False,
+                 compression: str = "auto", use_index: bool = True, errors: str = "raise",
+                 validate: bool = True, min_bundle_size: int = 0) -> None:
+        super().__init__()
+        patterns = (file_pattern,) if isinstance(file_pattern, str) else tuple(file_pattern)
+        if not patterns or not all(isinstance(p, str) and p for p in patterns):
+            raise ValueError(f"file_pattern must be a non-empty path or list of paths, "
+                             f"got {file_pattern!r}")
+        self._settings = _ReadSettings(compression, with_offsets, use_index,
+                                       _check_errors_mode(errors), min_bundle_size)
+        if validate:
+            for pattern, result in zip(patterns, FileSystems.match(list(patterns))):
+                if not result.metadata_list:
+                    raise OSError(f"no files match {pattern}")
+        self._source = _TFRecordSource(patterns, self._settings)
+
+    def expand(self, pbegin):
+        read = pbegin.pipeline | "Read" >> beam.io.Read(self._source)
+        return _separate(read, self._settings)
+
+
+class ReadAllFromTFRecords(beam.PTransform):
+    """Reads the records of every file matching each pattern in a PCollection.
+
+    Outputs and arguments are those of ``ReadFromTFRecords``; a pattern that
+    matches nothing yields nothing. Each pattern becomes a source that is read
+    with the same byte-range splitting and dynamic rebalancing.
+    """
+
+    def __init__(self, with_offsets: bool = False, compression: str = "auto",
+                 use_index: bool = True, errors: str = "raise", min_bundle_size: int = 0) -> None:
+        super().__init__()
+        self._settings = _ReadSettings(compression, with_offsets, use_index,
+                                       _check_errors_mode(errors), min_bundle_size)
+
+    def _source_of(self, pattern: str) -> iobase.BoundedSource:
+        return _TFRecordSource((pattern,), self._settings)
+
+    def expand(self, patterns):
+        read = (patterns
+                | "MakeSources" >> beam.Map(self._source_of).with_output_types(iobase.BoundedSource)
+                | "ReadSources" >> iobase.SDFBoundedSourceReader())
+        return _separate(read, self._settings)
