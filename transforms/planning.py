@@ -11,7 +11,9 @@ Pure math, no Beam. The plan is built so that it can be computed in parallel:
 3. A record whose bytes span ``[start, start + size)`` in the shuffled split goes
    to shard ``floor((start + size / 2) * n / total)`` (its midpoint). Every
    shard then spans ``total / n`` bytes give or take half a record at each end,
-   so the largest and smallest shard differ by less than the largest record.
+   so each shard is within one largest record of ``total / n`` and the largest
+   and smallest shard differ by less than twice the largest record. (No split
+   that keeps the order can promise less than one largest record.)
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ MIB = 1024 * 1024
 NUM_BUCKETS = 4096
 _KEY_BITS = 63
 _BUCKET_SHIFT = _KEY_BITS - 12  # NUM_BUCKETS == 2**12
-_SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" also matches before a final "\n"
 SHARD_NAME_RE = re.compile(
-    r"^(?P<split>[A-Za-z0-9_-]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord(?:\.gz|\.zz)?$")
+    r"^(?P<split>[A-Za-z0-9_-]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord(?:\.gz|\.zz)?\Z")
 _SUFFIX = {"none": "", "gzip": ".gz", "zlib": ".zz"}
 
 

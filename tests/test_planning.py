@@ -1,0 +1,472 @@
+"""Unit tests for transforms.planning: shard counts, the midpoint plan and its distributed form."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter, defaultdict
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transforms.errors import PlanError
+from transforms.planning import (
+    NUM_BUCKETS,
+    SHARD_NAME_RE,
+    SplitTotals,
+    assign_in_bucket,
+    bucket_of,
+    check_split_name,
+    choose_num_shards,
+    order_key,
+    parse_split_fractions,
+    plan_in_memory,
+    shard_file_name,
+    shard_of,
+    split_for,
+)
+
+_FAST = settings(max_examples=150, deadline=None)
+KEY_BITS = 63  # order keys fit Beam's signed 64-bit integer coder
+_BUCKET_BITS = KEY_BITS - 12
+
+# --- choose_num_shards ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "total, target, expected",
+    [
+        (0, 300, 1),  # empty split
+        (1, 300, 1),  # tiny
+        (199, 300, 1),  # just under 2T/3: one small shard
+        (200, 300, 1),  # exactly 2T/3
+        (300, 300, 1),  # exactly T
+        (399, 300, 1),
+        (400, 300, 1),  # exactly 4T/3: 1 shard of 400 and 2 of 200 are equally far; fewer wins
+        (401, 300, 2),  # just above 4T/3: 1 shard no longer fits
+        (600, 300, 2),
+        (720, 300, 2),  # tie: averages 360 and 240 are both 60 away
+        (1000, 300, 3),  # 333.3 beats 250
+        (1050, 300, 4),  # 262.5 beats 350
+        (66, 100, 1),  # below 2T/3 = 66.67
+        (67, 100, 1),
+        (5, 1, 5),
+        (10**15, 300, 3333333333333),  # huge
+        (2**62, 2**20, 2**42),
+        (256 * 1024**3, 128 * 1024**2, 2048),  # 256 GiB at 128 MiB
+    ],
+)
+def test_choose_num_shards_table(total: int, target: int, expected: int) -> None:
+    assert choose_num_shards(total, target) == expected
+
+
+@pytest.mark.parametrize("total, target", [(10, 0), (10, -1), (-1, 10)])
+def test_choose_num_shards_rejects(total: int, target: int) -> None:
+    with pytest.raises(PlanError):
+        choose_num_shards(total, target)
+
+
+def _fits(total: int, target: int, n: int) -> bool:
+    return 2 * target * n <= 3 * total <= 4 * target * n
+
+
+def _reference_num_shards(total: int, target: int) -> int:
+    """Brute force over every admissible count, exact arithmetic, ties to fewer shards."""
+    admissible = [n for n in range(1, (3 * total) // (2 * target) + 2) if _fits(total, target, n)]
+    return min(admissible, key=lambda n: (abs(Fraction(total, n) - target), n))
+
+
+@_FAST
+@given(target=st.integers(1, 10**6), ratio=st.fractions(Fraction(2, 3), 400), jitter=st.integers(0, 2))
+def test_choose_num_shards_is_the_closest_admissible_count(target: int, ratio: Fraction, jitter: int) -> None:
+    total = max(int(ratio * target) + jitter, -(-2 * target // 3))  # total >= 2T/3
+    n = choose_num_shards(total, target)
+    assert _fits(total, target, n)  # average within [2T/3, 4T/3]
+    assert n == _reference_num_shards(total, target)
+
+
+@_FAST
+@given(target=st.integers(1, 2**40), total=st.integers(0, 2**62))
+def test_choose_num_shards_average_in_range_for_large_values(target: int, total: int) -> None:
+    n = choose_num_shards(total, target)
+    if 3 * total < 2 * target:
+        assert n == 1
+        return
+    assert _fits(total, target, n)
+    # |total/n - T| falls then rises in n, so only floor/ceil of total/T can be best.
+    candidates = [c for c in {max(total // target, 1), total // target + 1} if _fits(total, target, c)]
+    assert n == min(candidates, key=lambda c: (abs(Fraction(total, c) - target), c))
+
+
+# --- order keys, buckets, shard_of ---------------------------------------------------------
+
+
+def test_order_key_golden_values() -> None:
+    # Changing these reshuffles every dataset built before; it must be deliberate.
+    assert order_key(0, b"") == 7050385132353981854
+    assert order_key(1, b"cat/0001.jpg") == 3337952301968462813
+    assert order_key(-1, b"cat/0001.jpg") == 4317015393122414559
+
+
+def test_order_key_is_a_63_bit_value_that_depends_on_seed_and_identity() -> None:
+    keys = {order_key(seed, f"img{i}".encode()) for seed in range(3) for i in range(1000)}
+    assert len(keys) == 3000
+    assert all(0 <= k < 2**KEY_BITS for k in keys)
+    assert max(keys) >= 2**(KEY_BITS - 1)  # the top bit is used
+    buckets = Counter(bucket_of(k) for k in keys)
+    assert len(buckets) > 2000  # spread over the 4096 buckets
+
+
+@pytest.mark.parametrize(
+    "key, bucket",
+    [(0, 0), (2**51 - 1, 0), (2**51, 1), (2**62 - 1, 2047), (2**62, 2048), (2**63 - 1, NUM_BUCKETS - 1)],
+)
+def test_bucket_of_table(key: int, bucket: int) -> None:
+    assert bucket_of(key) == bucket
+
+
+@pytest.mark.parametrize(
+    "start, size, total, n, shard",
+    [
+        (0, 10, 100, 4, 0),  # midpoint 5
+        (15, 10, 100, 4, 0),  # midpoint 20 < 25
+        (20, 10, 100, 4, 1),  # midpoint 25: a boundary belongs to the next shard
+        (19, 11, 100, 4, 0),  # midpoint 24.5
+        (90, 10, 100, 4, 3),
+        (99, 2, 100, 4, 3),  # midpoint at the very end is clamped to the last shard
+        (0, 100, 100, 4, 2),  # one record spanning everything
+        (0, 0, 0, 5, 0),  # empty split
+        (7, 3, 10, 1, 0),
+    ],
+)
+def test_shard_of_table(start: int, size: int, total: int, n: int, shard: int) -> None:
+    assert shard_of(start, size, total, n) == shard
+
+
+def test_assign_in_bucket_walks_offsets() -> None:
+    # Records of 10 bytes from offset 40 in a 100-byte split of 4 shards: midpoints 45, 55, 65, 75.
+    assert assign_in_bucket([10, 10, 10, 10], 40, 100, 4) == [1, 2, 2, 3]
+    assert assign_in_bucket([], 40, 100, 4) == []
+
+
+# --- plan_in_memory ------------------------------------------------------------------------------
+
+# A record order whose midpoint plan is as unbalanced as the rule allows: shard bytes
+# [8, 13, 7, 12] around 10. No contiguous split of this order does better than a spread
+# of 4 (= the largest record), so "spread < largest record" cannot be promised; each
+# shard is within one largest record of total/n, so the spread is < 2x the largest record.
+_SKEWED = [4, 4, 4, 2, 3, 4, 4, 3, 4, 4, 4]
+
+
+def _shard_bytes(shards: list[list[int]], sizes: list[int]) -> list[int]:
+    return [sum(sizes[i] for i in shard) for shard in shards]
+
+
+@pytest.mark.parametrize(
+    "sizes, target, fixed, expected_bytes",
+    [
+        (_SKEWED, 10, None, [8, 13, 7, 12]),
+        ([10] * 10, 25, None, [20, 30, 20, 30]),  # 4 shards; midpoints 5, 15, ... 95
+        ([1] * 12, 4, None, [4, 4, 4]),
+        # The count follows bytes, not records: one 100-byte record at target 10 gets 10
+        # shards, 9 of them empty.
+        ([100], 10, None, [0, 0, 0, 0, 0, 100, 0, 0, 0, 0]),
+        ([5, 5], 10, 3, [5, 0, 5]),  # fixed count larger than useful leaves a shard empty
+        ([], 10, None, [0]),
+    ],
+)
+def test_plan_in_memory_table(sizes: list[int], target: int, fixed: int | None,
+                              expected_bytes: list[int]) -> None:
+    items = [(key, size) for key, size in enumerate(sizes)]  # keys in index order
+    n, shards = plan_in_memory(items, target, fixed)
+    assert n == len(shards) == len(expected_bytes)
+    assert _shard_bytes(shards, sizes) == expected_bytes
+
+
+def _target_for(draw, total: int) -> int:
+    """A target giving about 1 to 60 shards (a tiny target would make millions of empty lists)."""
+    return max(1, total // draw(st.integers(1, 60)) + draw(st.integers(-3, 3)))
+
+
+def _unique_keys(rnd: random.Random, count: int, buckets: list[int] | None = None) -> list[int]:
+    """``count`` distinct order keys, all in ``buckets`` when given."""
+    keys: list[int] = []
+    seen: set[int] = set()
+    while len(keys) < count:
+        if buckets:
+            key = (rnd.choice(buckets) << _BUCKET_BITS) | rnd.getrandbits(_BUCKET_BITS)
+        else:
+            key = rnd.getrandbits(KEY_BITS)
+        if key not in seen:
+            seen.add(key)
+            keys.append(key)
+    return keys
+
+
+def test_no_order_keeping_split_of_the_skewed_case_has_a_spread_below_its_largest_record() -> None:
+    prefix = [sum(_SKEWED[:i]) for i in range(len(_SKEWED) + 1)]
+    spreads = []
+    for cuts in itertools.combinations(prefix[1:-1], 3):
+        bounds = [0, *cuts, prefix[-1]]
+        parts = [b - a for a, b in zip(bounds, bounds[1:])]
+        spreads.append(max(parts) - min(parts))
+    assert min(spreads) == max(_SKEWED) == 4
+
+
+@st.composite
+def _plan_inputs(draw):
+    """(items, target, fixed count) with uniform, skewed or two-valued record sizes."""
+    count = draw(st.integers(0, 200))
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    shape = draw(st.sampled_from(["uniform", "skewed", "two_sizes"]))
+    if shape == "uniform":
+        sizes = [rnd.randint(1, 1000) for _ in range(count)]
+    elif shape == "skewed":  # mostly small records with a few huge ones
+        huge = draw(st.floats(0, 0.5))
+        sizes = [rnd.randint(10_000, 200_000) if rnd.random() < huge else rnd.randint(16, 64)
+                 for _ in range(count)]
+    else:
+        sizes = [rnd.choice([16, 17, 5000]) for _ in range(count)]
+    keys = _unique_keys(rnd, count)
+    target = _target_for(draw, sum(sizes))
+    fixed = draw(st.none() | st.integers(1, 40))
+    return list(zip(keys, sizes)), target, fixed
+
+
+@_FAST
+@given(_plan_inputs())
+def test_plan_in_memory_places_every_item_once_in_key_order(args) -> None:
+    items, target, fixed = args
+    n, shards = plan_in_memory(items, target, fixed)
+    assert n == len(shards) == (fixed or choose_num_shards(sum(s for _, s in items), target))
+    flat = [i for shard in shards for i in shard]
+    # Every item exactly once, shards are consecutive runs of the key order.
+    assert flat == sorted(range(len(items)), key=lambda i: items[i][0])
+
+
+@_FAST
+@given(_plan_inputs())
+def test_plan_in_memory_balance(args) -> None:
+    items, target, fixed = args
+    n, shards = plan_in_memory(items, target, fixed)
+    if not items:
+        return
+    sizes = [s for _, s in items]
+    total, largest = sum(sizes), max(sizes)
+    shard_bytes = _shard_bytes(shards, sizes)
+    assert sum(shard_bytes) == total
+    # Each boundary between shards is within half a record of k * total / n ...
+    boundary = 0
+    for k, got in enumerate(shard_bytes[:-1], start=1):
+        boundary += got
+        assert -largest * n <= 2 * (boundary * n - k * total) < largest * n
+    # ... so each shard is within one record of total / n.
+    for got in shard_bytes:
+        assert abs(got * n - total) < largest * n
+    assert max(shard_bytes) - min(shard_bytes) < 2 * largest
+
+
+@_FAST
+@given(_plan_inputs(), st.integers(0, 2**32))
+def test_plan_in_memory_is_deterministic_and_ignores_input_order(args, seed: int) -> None:
+    rnd = random.Random(seed)
+    items, target, fixed = args
+    n, shards = plan_in_memory(items, target, fixed)
+    assert plan_in_memory(list(items), target, fixed) == (n, shards)
+    shuffled = list(items)
+    rnd.shuffle(shuffled)
+    n2, shards2 = plan_in_memory(shuffled, target, fixed)
+    assert n2 == n
+    assert [[shuffled[i][0] for i in s] for s in shards2] == [[items[i][0] for i in s] for s in shards]
+
+
+# --- The distributed plan equals the reference plan ---------------------------------------------
+
+
+@st.composite
+def _bucketed_inputs(draw):
+    """Items whose keys fall in a few buckets (many per bucket) or anywhere.
+
+    Bulk values come from a Random seeded by Hypothesis: generating hundreds of unique
+    keys element by element is far slower and shrinks no better here.
+    """
+    count = draw(st.integers(0, 250))
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    clustered = draw(st.booleans())
+    pool = [rnd.randrange(NUM_BUCKETS) for _ in range(rnd.randint(1, 6))]
+    keys = _unique_keys(rnd, count, pool if clustered else None)
+    huge = draw(st.floats(0, 0.3))  # share of records 1000x larger than the rest
+    sizes = [rnd.randint(1000, 90_000) if rnd.random() < huge else rnd.randint(16, 100)
+             for _ in range(count)]
+    workers = draw(st.integers(1, 6))
+    worker_of = [rnd.randrange(workers) for _ in range(count)]
+    target = _target_for(draw, sum(sizes))
+    fixed = draw(st.none() | st.integers(1, 30))
+    return keys, sizes, worker_of, target, fixed
+
+
+@settings(max_examples=200, deadline=None)
+@given(_bucketed_inputs(), st.integers(0, 2**32))
+def test_distributed_plan_reproduces_plan_in_memory(args, seed: int) -> None:
+    rnd = random.Random(seed)
+    keys, sizes, worker_of, target, fixed = args
+    # Pass 1 as the Beam job does it: each worker sums bytes per bucket, partial sums are merged.
+    partial: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for key, size, worker in zip(keys, sizes, worker_of):
+        partial[worker][bucket_of(key)] += size
+    bucket_bytes: dict[int, int] = defaultdict(int)
+    for worker in rnd.sample(sorted(partial), len(partial)):
+        for bucket, size in partial[worker].items():
+            bucket_bytes[bucket] += size
+    totals = SplitTotals.from_buckets("train", dict(bucket_bytes), records=len(keys),
+                                      max_record=max(sizes, default=0), target_bytes=target,
+                                      num_shards=fixed)
+    # Pass 2: every bucket is sorted and placed on its own, in any order.
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        members[bucket_of(key)].append(i)
+    placed: list[tuple[int, int]] = []  # (shard, item)
+    for bucket in rnd.sample(sorted(members), len(members)):
+        in_order = sorted(members[bucket], key=keys.__getitem__)
+        shards = assign_in_bucket([sizes[i] for i in in_order], totals.bucket_start[bucket],
+                                  totals.total_bytes, totals.num_shards)
+        placed.extend(zip(shards, in_order))
+    distributed = [[] for _ in range(totals.num_shards)]
+    for shard, item in sorted(placed, key=lambda p: keys[p[1]]):
+        distributed[shard].append(item)
+
+    n, reference = plan_in_memory(zip(keys, sizes), target, fixed)
+    assert (totals.num_shards, distributed) == (n, reference)
+    assert totals.total_bytes == sum(sizes)
+    assert totals.records == len(keys)
+
+
+def test_split_totals_from_buckets_table() -> None:
+    totals = SplitTotals.from_buckets("train", {5: 100, 2: 50, 9: 0, 4095: 7}, records=9,
+                                      max_record=60, target_bytes=100)
+    assert totals.bucket_start == {2: 0, 5: 50, 9: 150, 4095: 150}
+    assert (totals.split, totals.total_bytes, totals.records, totals.max_record) == ("train", 157, 9, 60)
+    assert totals.num_shards == choose_num_shards(157, 100) == 2
+    fixed = SplitTotals.from_buckets("train", {0: 10}, records=1, max_record=10, target_bytes=100,
+                                     num_shards=7)
+    assert fixed.num_shards == 7
+
+
+@pytest.mark.parametrize("num_shards", [0, -1])
+def test_split_totals_rejects_bad_counts(num_shards: int) -> None:
+    with pytest.raises(PlanError, match="num_shards"):
+        SplitTotals("train", 10, 1, 10, num_shards)
+
+
+# --- Names and splits ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "split, index, count, compression, name",
+    [
+        ("train", 0, 1, "none", "train-00000-of-00001.tfrecord"),
+        ("train", 41, 128, "gzip", "train-00041-of-00128.tfrecord.gz"),
+        ("validation", 7, 8, "zlib", "validation-00007-of-00008.tfrecord.zz"),
+        ("a_b-c", 99999, 100000, "none", "a_b-c-99999-of-100000.tfrecord"),
+        ("t", 123456, 200000, "gzip", "t-123456-of-200000.tfrecord.gz"),
+    ],
+)
+def test_shard_file_name_table(split: str, index: int, count: int, compression: str, name: str) -> None:
+    assert shard_file_name(split, index, count, compression) == name
+    match = SHARD_NAME_RE.match(name)
+    assert match is not None
+    assert (match["split"], int(match["index"]), int(match["count"])) == (split, index, count)
+
+
+def test_shard_file_name_default_is_uncompressed() -> None:
+    assert shard_file_name("train", 1, 2) == "train-00001-of-00002.tfrecord"
+
+
+@pytest.mark.parametrize("compression", ["gz", "GZIP", "bz2", ""])
+def test_shard_file_name_rejects_unknown_compression(compression: str) -> None:
+    with pytest.raises(PlanError, match="compression"):
+        shard_file_name("train", 0, 1, compression)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["train-1-of-2.tfrecord", "train-00000-of-00001.tfrecord.bz2", "a/b-00000-of-00001.tfrecord",
+     "../x-00000-of-00001.tfrecord", "train-00000-of-00001.tfrecords", "train-00000-of-00001",
+     "train-00000-of-00001.tfrecord\n", "train\n-00000-of-00001.tfrecord"],
+)
+def test_shard_name_re_rejects(name: str) -> None:
+    assert SHARD_NAME_RE.match(name) is None
+
+
+@pytest.mark.parametrize(
+    "text, fractions",
+    [
+        ("train=1", {"train": 1.0}),
+        ("train=0.9,validation=0.1", {"train": 0.9, "validation": 0.1}),
+        (" train = 0.8 , test=0.2 ", {"train": 0.8, "test": 0.2}),
+        ("a=0.3333333,b=0.3333333,c=0.3333334", {"a": 0.3333333, "b": 0.3333333, "c": 0.3333334}),
+        ("x=0.5,y=.25,z=2.5e-1", {"x": 0.5, "y": 0.25, "z": 0.25}),
+    ],
+)
+def test_parse_split_fractions_good(text: str, fractions: dict[str, float]) -> None:
+    assert parse_split_fractions(text) == fractions
+
+
+def test_parse_split_fractions_keeps_the_given_order() -> None:
+    assert list(parse_split_fractions("validation=0.1,train=0.9")) == ["validation", "train"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "train", "train=", "train=x", "train=0", "train=-0.1", "train=1.5", "train=nan",
+     "train=inf", "train=0.5", "train=0.5,train=0.5", "../x=1", "a b=1", "a/b=1", "=1",
+     "train=0.9,validation=0.1,", "train=0.9;validation=0.1", "train=0.6,test=0.6"],
+)
+def test_parse_split_fractions_bad(text: str) -> None:
+    with pytest.raises(PlanError):
+        parse_split_fractions(text)
+
+
+_FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}
+
+
+def test_split_for_proportions_over_10k_paths() -> None:
+    paths = [f"class_{i % 10}/img_{i:05d}.jpg" for i in range(10_000)]
+    counts = Counter(split_for(p, _FRACTIONS) for p in paths)
+    assert set(counts) == set(_FRACTIONS)
+    for name, fraction in _FRACTIONS.items():
+        assert abs(counts[name] / len(paths) - fraction) < 0.02, counts
+
+
+@pytest.mark.parametrize(
+    "path, split",
+    [
+        ("class_0/img_00000.jpg", "train"),
+        ("class_1/img_00001.jpg", "train"),
+        ("class_1/img_00011.jpg", "test"),
+        ("class_2/img_00012.jpg", "test"),
+        ("class_3/img_00033.jpg", "validation"),
+        ("class_3/img_00043.jpg", "validation"),
+    ],
+)
+def test_split_for_is_stable(path: str, split: str) -> None:
+    # Pinned: a path must land in the same split on every run, machine and Python version.
+    assert split_for(path, _FRACTIONS) == split
+    assert split_for(path, dict(_FRACTIONS)) == split
+
+
+def test_split_for_single_split_takes_everything() -> None:
+    assert {split_for(f"p{i}", {"all": 1.0}) for i in range(500)} == {"all"}
+
+
+@pytest.mark.parametrize("name", ["train", "validation", "val_1", "A-b", "0"])
+def test_check_split_name_accepts(name: str) -> None:
+    assert check_split_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["../x", "", "a b", "a/b", ".", "..", "a\\b", "tr\nain", "é", "train\n", None])
+def test_check_split_name_rejects(name) -> None:
+    with pytest.raises(PlanError):
+        check_split_name(name)
