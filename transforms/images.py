@@ -27,7 +27,7 @@ from transforms.errors import ImageError
 
 __all__ = [
     "VALIDATE_LEVELS", "ImageInfo", "inspect_image", "reencode_image", "raw_pixels",
-    "channels_of", "decode_size",
+    "channels_of", "decode_size", "decode_rgb",
 ]
 
 # Make Pillow's bomb warning an error too, so the limit is one clear threshold.
@@ -191,6 +191,15 @@ def _decoded(data: bytes, grayscale: bool, resize: tuple[int, int] | None) -> Im
     if resize is not None and img.size != resize:
         img = img.resize(resize, Image.Resampling.BICUBIC)
     return img
+
+
+def decode_rgb(data: bytes) -> Image.Image:
+    """Decodes an image (first frame) to 8-bit RGB, EXIF orientation applied, for display.
+
+    Raises:
+        ImageError: The bytes are not a decodable image.
+    """
+    return _decoded(data, grayscale=False, resize=None)
 
 
 def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
