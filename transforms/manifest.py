@@ -8,6 +8,7 @@ timestamps, fixed key order), so reruns give byte-identical manifests.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -78,8 +79,12 @@ class ShardEntry:
                    sha, dict(counts))
 
 
+# ASCII digits only ("²".isdigit() is true, int("²") fails), at most 18 so int() always parses.
+_INT_LABEL = re.compile(r"-?[0-9]{1,18}\Z")
+
+
 def _label_sort(label: str) -> tuple[int, int | str]:
-    return (0, int(label)) if label.lstrip("-").isdigit() else (1, label)
+    return (0, int(label)) if _INT_LABEL.match(label) else (1, label)
 
 
 @dataclass(frozen=True)
