@@ -29,6 +29,7 @@ from transforms.discover import DEAD_LETTER_TAG, DiscoverImages
 from transforms.errors import ShardsError, UsageError
 from transforms.image_records import IMAGE_MODES, EncodeSettings
 from transforms.images import VALIDATE_LEVELS
+from transforms.job_options import ShardingOptions
 from transforms.inputs import LAYOUTS, LabelRules, check_label, is_manifest_path
 from transforms.manifest import MANIFEST_NAME, Manifest
 from transforms.plan_shards import PlanShards
@@ -37,22 +38,17 @@ from transforms.read_images import REJECTED_TAG, ImageRecordMaker, InspectImages
 from transforms.runner_setup import error_summary, local_runner, prepare_options
 from transforms.schema import IMAGE_FEATURES
 from transforms.shard_sink import PublishShards, WriteShards
-from transforms.shard_writer import COMPRESSIONS
 from transforms.errors import PlanError
 
 _LOG = logging.getLogger(__name__)
 
 
 class BuildOptions(PipelineOptions):
-    """Flags of the build job (Beam's own flags are parsed by Beam)."""
+    """Flags of the build job; shared ones are in ``ShardingOptions``, Beam's own in Beam."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
         opt.one_line_errors(parser)
-        parser.add_argument("--input", action="append", default=None,
-                            help="Folder of class (or split) folders, or a .csv/.jsonl input "
-                                 "manifest; local, gs:// or s3://. Repeatable.")
-        parser.add_argument("--output_dir", default=None, help="Where shards are published.")
         parser.add_argument("--layout", default="auto", choices=LAYOUTS,
                             help="Folder layout: class folders, split folders, or auto-detect.")
         parser.add_argument("--label_regex", default=None,
@@ -61,7 +57,6 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--class_names", default=None,
                             help="Comma-separated class names in index order.")
         parser.add_argument("--labels_file", default=None, help="File with one class name per line.")
-        parser.add_argument("--split", default="train", help="Split name of unsplit inputs.")
         parser.add_argument("--split_fractions", default=None,
                             help="Split unsplit inputs by path hash, e.g. train=0.9,validation=0.1.")
         parser.add_argument("--image_mode", default="passthrough", choices=IMAGE_MODES)
@@ -74,12 +69,6 @@ class BuildOptions(PipelineOptions):
                             help="One channel instead of RGB (reencode, raw).")
         parser.add_argument("--resize", type=opt.parse_size, default=None,
                             help="Resize to WIDTHxHEIGHT (reencode, raw).")
-        parser.add_argument("--shard_size_mb", type=opt.positive_float, default=150.0,
-                            help="Target shard size in MiB; shards land within [2/3, 4/3] of it.")
-        parser.add_argument("--num_shards", type=opt.positive_int, default=None,
-                            help="Fixed number of shards per split (overrides --shard_size_mb).")
-        parser.add_argument("--compression", default="none", choices=COMPRESSIONS)
-        parser.add_argument("--seed", type=int, default=0, help="Shuffle seed.")
         parser.add_argument("--max_bad_fraction", type=opt.fraction, default=0.01,
                             help="Fail (publishing nothing) if more inputs than this are rejected.")
 
@@ -130,22 +119,23 @@ def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def make_config(build: BuildOptions) -> BuildConfig:
+def make_config(options: PipelineOptions) -> BuildConfig:
     """Checks the flags and returns the run's settings.
 
     Raises:
         UsageError: A flag is missing or wrong; the message says what to fix.
     """
-    if not build.input:
+    shared, build = options.view_as(ShardingOptions), options.view_as(BuildOptions)
+    if not shared.input:
         raise UsageError("--input is required (a folder of class folders or a .csv/.jsonl manifest)")
-    if not build.output_dir:
+    if not shared.output_dir:
         raise UsageError("--output_dir is required")
-    for path in build.input:
+    for path in shared.input:
         if not _input_exists(path):
             raise UsageError(f"--input {path} does not exist or is empty")
     try:
         fractions = parse_split_fractions(build.split_fractions) if build.split_fractions else {}
-        rules = LabelRules(layout=build.layout, split=build.split, split_fractions=fractions,
+        rules = LabelRules(layout=build.layout, split=shared.split, split_fractions=fractions,
                            label_regex=build.label_regex)
         settings = EncodeSettings(mode=build.image_mode, validate=build.validate,
                                   image_format=build.image_format, jpeg_quality=build.jpeg_quality,
@@ -154,17 +144,18 @@ def make_config(build: BuildOptions) -> BuildConfig:
         raise UsageError(str(err)) from err
     if build.image_mode == "passthrough" and (build.resize or build.grayscale):
         raise UsageError("--resize and --grayscale need --image_mode reencode or raw")
-    given = build.get_all_options()
-    own = {k: given[k] for k in _OWN_FLAGS if k != "output_dir"}
+    own = {k: getattr(shared if k in _SHARED_FLAGS else build, k) for k in _OWN_FLAGS
+           if k != "output_dir"}
     own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
     return BuildConfig(
-        inputs=tuple(build.input), output_dir=build.output_dir.rstrip("/") or "/",
+        inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
         rules=rules, labels=_fixed_labels(build), settings=settings,
-        target_bytes=int(build.shard_size_mb * MIB), num_shards=build.num_shards,
-        compression=build.compression, seed=build.seed,
+        target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
+        compression=shared.compression, seed=shared.seed,
         max_bad_fraction=build.max_bad_fraction, options=own)
 
 
+_SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed")
 _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
               "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
               "grayscale", "resize", "shard_size_mb", "num_shards", "compression", "seed",
@@ -207,11 +198,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     dead = ((listed[DEAD_LETTER_TAG], unique[DUPLICATE_TAG], inspected[REJECTED_TAG],
              distinct[DUPLICATE_TAG])
             | "AllDeadLetters" >> beam.Flatten())
-    fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed,
-              "feature_spec": dict(IMAGE_FEATURES)}
+    fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
+    spec = p | "FeatureSpec" >> beam.Create([dict(IMAGE_FEATURES)])
     return p | "Publish" >> PublishShards(
-        cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction,
-        results=results, totals=plan["totals"], dead_letters=dead, labels=labels, inputs=inputs)
+        cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, results=results,
+        totals=plan["totals"], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec)
 
 
 def summarize(output_dir: str, seconds: float) -> str:
@@ -235,7 +226,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         options = prepare_options(PipelineOptions(argv))
-        cfg = make_config(options.view_as(BuildOptions))
+        cfg = make_config(options)
     except UsageError as err:
         print(f"build_shards: error: {err}", file=sys.stderr)
         return 2

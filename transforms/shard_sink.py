@@ -256,8 +256,9 @@ class _PublishFn(beam.DoFn):
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction)
         self._dead = Metrics.counter("build", "dead_letters")
 
-    def process(self, _, results, totals, dead_letters, labels, inputs):
+    def process(self, _, results, totals, dead_letters, labels, inputs, feature_spec):
         output_dir, compression, fields, max_bad = self._args
+        fields = {**fields, "feature_spec": feature_spec}
         self._dead.inc(len(dead_letters))
         manifest = publish_shards(output_dir, results, totals, dead_letters, labels, inputs,
                                   compression, fields, max_bad)
@@ -276,26 +277,28 @@ class PublishShards(beam.PTransform):
     Args:
         output_dir: Output folder.
         compression: Shard compression.
-        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``.
+        manifest_fields: ``created_by``, ``options``, ``seed``.
         max_bad_fraction: Bad-input limit, or None.
         results: ``PCollection[ShardResult]``.
         totals: ``PCollection[SplitTotals]``.
         dead_letters: ``PCollection[DeadLetter]``.
         labels: ``PCollection`` with one element, the class list.
         inputs: ``PCollection`` with one element, the number of inputs.
+        feature_spec: ``PCollection`` with one element, feature name -> kind.
     """
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, *, results, totals, dead_letters, labels,
-                 inputs) -> None:
+                 inputs, feature_spec) -> None:
         super().__init__()
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction)
-        self._inputs = (results, totals, dead_letters, labels, inputs)
+        self._inputs = (results, totals, dead_letters, labels, inputs, feature_spec)
 
     def expand(self, pbegin):
-        results, totals, dead, labels, inputs = self._inputs
+        results, totals, dead, labels, inputs, spec = self._inputs
         AsList, AsSingleton = beam.pvalue.AsList, beam.pvalue.AsSingleton
         return (pbegin
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsList(results), AsList(totals),
-                                          AsList(dead), AsSingleton(labels), AsSingleton(inputs)))
+                                          AsList(dead), AsSingleton(labels), AsSingleton(inputs),
+                                          AsSingleton(spec)))

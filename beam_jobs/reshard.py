@@ -1,0 +1,176 @@
+"""Reshard job: regenerate any set of TFRecord files as balanced shards.
+
+Usage::
+
+    python -m beam_jobs.reshard --input 'old/train-*' --output_dir new/ --split train \\
+        [--shard_size_mb 150] [--num_shards N] [--compression none|gzip|zlib] [--seed 0] \\
+        [--skip_corrupt] [Beam options]
+
+Input files are read with the project's splittable source (one big file is read
+by many workers), records are planned exactly as the build job plans them and
+written with the same sink: same names, ``.idx`` sidecars, manifest, atomic
+publishing and determinism. Records are copied byte for byte.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_jobs.build_shards import summarize
+from transforms import options as opt
+from transforms.errors import PlanError, UsageError
+from transforms.job_options import ShardingOptions
+from transforms.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME
+from transforms.plan_shards import PlanShards
+from transforms.planning import MIB, check_split_name
+from transforms.reshard_records import (ClassNames, FeatureSpec, ToRecordItems, damaged_span,
+                                        item_order, item_size, item_split, record_of)
+from transforms.runner_setup import error_summary, local_runner, prepare_options
+from transforms.shard_sink import PublishShards, WriteShards
+from transforms.tfrecord_source import ERRORS, RECORDS, ReadFromTFRecords
+
+_OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
+              "input_compression", "seed", "skip_corrupt")
+
+
+class ReshardOptions(PipelineOptions):
+    """Flags of the reshard job; shared ones are in ``ShardingOptions``, Beam's own in Beam."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        opt.one_line_errors(parser)
+        parser.add_argument("--input_compression", default="auto",
+                            choices=("auto", "none", "gzip", "zlib"),
+                            help="Compression of the inputs; auto goes by suffix (.gz, .zz).")
+        parser.add_argument("--skip_corrupt", action="store_true", default=False,
+                            help="Write damaged input stretches to dead_letters.jsonl and go on, "
+                                 "instead of failing.")
+
+
+@dataclass(frozen=True)
+class ReshardConfig:
+    """Checked settings of one reshard run."""
+
+    inputs: tuple[str, ...]
+    output_dir: str
+    split: str
+    target_bytes: int
+    num_shards: int | None
+    compression: str
+    input_compression: str
+    seed: int
+    skip_corrupt: bool
+    options: dict
+
+
+_SIDECARS = (MANIFEST_NAME, LABELS_NAME, DEAD_LETTERS_NAME)
+
+
+def _input_files(patterns: Sequence[str]) -> tuple[str, ...]:
+    """Expands the --input patterns to TFRecord files.
+
+    A shard set's own companions that a pattern such as ``old/train-*`` or
+    ``old/*`` also matches are left out: ``.idx`` sidecars of matched files,
+    and ``manifest.json``, ``labels.txt`` and ``dead_letters.jsonl``.
+    """
+    found: set[str] = set()
+    for pattern, result in zip(patterns, FileSystems.match(list(patterns))):
+        if not result.metadata_list:
+            raise UsageError(f"--input {pattern} matches no file")
+        found.update(m.path for m in result.metadata_list)
+    files = {path for path in found
+             if not (path.endswith(".idx") and path[:-4] in found)
+             and path.rsplit("/", 1)[-1] not in _SIDECARS}
+    if not files:
+        raise UsageError(f"--input {' '.join(patterns)} matches no TFRecord file")
+    return tuple(sorted(files))
+
+
+def make_config(options: PipelineOptions) -> ReshardConfig:
+    """Checks the flags and returns the run's settings.
+
+    Raises:
+        UsageError: A flag is missing or wrong; the message says what to fix.
+    """
+    shared, flags = options.view_as(ShardingOptions), options.view_as(ReshardOptions)
+    if not shared.input:
+        raise UsageError("--input is required (TFRecord files or a pattern such as 'old/train-*')")
+    if not shared.output_dir:
+        raise UsageError("--output_dir is required")
+    try:
+        check_split_name(shared.split)
+    except PlanError as err:
+        raise UsageError(str(err)) from err
+    inputs = _input_files(shared.input)
+    output = shared.output_dir.rstrip("/")
+    for path in inputs:
+        if path.rsplit("/", 1)[0] == output:
+            raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
+    return ReshardConfig(
+        inputs=inputs, output_dir=output or "/", split=shared.split,
+        target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
+        compression=shared.compression, input_compression=flags.input_compression,
+        seed=shared.seed, skip_corrupt=flags.skip_corrupt,
+        options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
+                 for k in _OWN_FLAGS})
+
+
+def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
+    """Wires the reshard job into ``p``; returns the PCollection holding the manifest."""
+    read = p | "Read" >> ReadFromTFRecords(
+        list(cfg.inputs), compression=cfg.input_compression,
+        errors="output" if cfg.skip_corrupt else "raise")
+    if cfg.skip_corrupt:
+        records, errors = read[RECORDS], read[ERRORS]
+        dead = errors | "DamagedSpans" >> beam.Map(damaged_span)
+    else:
+        records = read
+        dead = p | "NoDeadLetters" >> beam.Create([])
+    items = records | "Items" >> ToRecordItems(cfg.seed)
+    inputs = ((items | "OneEach" >> beam.Map(lambda _: 1),
+               dead | "OneEachDead" >> beam.Map(lambda _: 1))
+              | "AllInputs" >> beam.Flatten()
+              | "CountInputs" >> beam.CombineGlobally(sum))
+    plan = items | "Plan" >> PlanShards(split_of=item_split(cfg.split), order_of=item_order,
+                                        size_of=item_size, target_bytes=cfg.target_bytes,
+                                        num_shards=cfg.num_shards)
+    results = plan["assigned"] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
+                                                        record_of, item_order)
+    fields = {"created_by": "reshard", "options": cfg.options, "seed": cfg.seed}
+    return p | "Publish" >> PublishShards(
+        cfg.output_dir, cfg.compression, fields, None, results=results, totals=plan["totals"],
+        dead_letters=dead, labels=items | "Classes" >> ClassNames(), inputs=inputs,
+        feature_spec=items | "Spec" >> FeatureSpec())
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the reshard job; returns the exit status (0 ok, 1 failed, 2 bad flags)."""
+    started = time.monotonic()
+    try:
+        options = prepare_options(PipelineOptions(argv))
+        cfg = make_config(options)
+    except UsageError as err:
+        print(f"reshard: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        p = beam.Pipeline(runner=local_runner(options), options=options)
+        build_pipeline(p, cfg)
+        p.run().wait_until_finish()
+    except Exception as err:  # the runner wraps worker errors in its own types
+        print(f"reshard: failed: {error_summary(err)}", file=sys.stderr)
+        return 1
+    print(summarize(cfg.output_dir, time.monotonic() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run())

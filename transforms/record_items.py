@@ -1,0 +1,105 @@
+"""Records as the reshard job carries them: bytes plus what planning needs (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from transforms.errors import ExampleError
+from transforms.example_codec import decode_example
+from transforms.framing import framed_size
+from transforms.planning import order_key
+
+__all__ = ["RecordItem", "record_item", "labels_from_pairs", "FeatureTally"]
+
+
+@dataclass(frozen=True)
+class RecordItem:
+    """One input record on its way to a new shard.
+
+    Attributes:
+        order_key: Shuffle key, a seeded hash of the record's bytes, so the
+            output does not depend on where the record came from.
+        data: The record's bytes, written unchanged.
+        label: ``image/class/label`` when the record is an Example carrying it.
+        text: ``image/class/text`` when present.
+        features: Feature name -> kind, for the manifest's feature spec
+            (empty when the record is not an Example).
+    """
+
+    order_key: int
+    data: bytes
+    label: int | None = None
+    text: str | None = None
+    features: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def size(self) -> int:
+        return framed_size(len(self.data))
+
+    def sort_key(self) -> tuple[int, bytes]:
+        """Total order: order key, then the bytes (equal bytes are interchangeable)."""
+        return (self.order_key, self.data)
+
+
+def record_item(data: bytes, seed: int) -> RecordItem:
+    """Wraps one record, reading its label if it is an Example that has one."""
+    label = text = None
+    features: tuple[tuple[str, str], ...] = ()
+    try:
+        decoded = decode_example(data)
+    except ExampleError:
+        decoded = {}
+    if decoded:
+        features = tuple(sorted((name, kind) for name, (kind, _) in decoded.items()))
+        kind, values = decoded.get("image/class/label", ("", []))
+        if kind == "int64" and len(values) == 1:
+            label = values[0]
+        kind, values = decoded.get("image/class/text", ("", []))
+        if kind == "bytes" and len(values) == 1:
+            text = values[0].decode("utf-8", "replace")
+    return RecordItem(order_key(seed, data), data, label, text, features)
+
+
+def labels_from_pairs(pairs: Iterable[tuple[int, str]]) -> list[str]:
+    """Class names in index order from (label, text) pairs; empty unless they are consistent.
+
+    Consistent means every index 0..K-1 appears with exactly one name.
+    """
+    names: dict[int, str] = {}
+    for label, text in pairs:
+        if names.setdefault(label, text) != text:
+            return []
+    if sorted(names) != list(range(len(names))):
+        return []
+    return [names[i] for i in range(len(names))]
+
+
+@dataclass
+class FeatureTally:
+    """Counts which features records carry, to derive the feature spec of a shard set.
+
+    The spec lists the features every record has, each with a single kind.
+    """
+
+    records: int = 0
+    seen: dict[tuple[str, str], int] | None = None
+
+    def add(self, features: tuple[tuple[str, str], ...]) -> "FeatureTally":
+        seen = dict(self.seen or {})
+        for pair in features:
+            seen[pair] = seen.get(pair, 0) + 1
+        return FeatureTally(self.records + 1, seen)
+
+    def merge(self, other: "FeatureTally") -> "FeatureTally":
+        seen = dict(self.seen or {})
+        for pair, count in (other.seen or {}).items():
+            seen[pair] = seen.get(pair, 0) + count
+        return FeatureTally(self.records + other.records, seen)
+
+    def spec(self) -> dict[str, str]:
+        """Feature name -> kind, for features present in every record with one kind."""
+        if not self.records:
+            return {}
+        return {name: kind for (name, kind), count in sorted((self.seen or {}).items())
+                if count == self.records}

@@ -1,0 +1,100 @@
+"""Beam transforms of the reshard job: records in, planning facts out."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.errors import RecordError
+from transforms.image_items import DeadLetter
+from transforms.record_items import FeatureTally, RecordItem, labels_from_pairs, record_item
+
+__all__ = ["ToRecordItems", "ClassNames", "FeatureSpec", "damaged_span", "record_of", "item_order",
+           "item_size", "item_split"]
+
+
+def record_of(item: RecordItem) -> tuple[bytes, int | None]:
+    """What the shard writer writes for an item: its bytes, unchanged, and its label."""
+    return item.data, item.label
+
+
+def item_order(item: RecordItem) -> tuple[int, bytes]:
+    return item.sort_key()
+
+
+def item_size(item: RecordItem) -> int:
+    return item.size
+
+
+def item_split(split: str):
+    """All records of a reshard go to one split."""
+    def split_of(_: RecordItem) -> str:
+        return split
+    return split_of
+
+
+def damaged_span(error: RecordError) -> DeadLetter:
+    """A damaged stretch of an input file, as a dead letter."""
+    return DeadLetter(error.path, error.kind,
+                      f"at byte {error.offset}: {error.detail}; reading of this stretch stopped there")
+
+
+class _ToItemFn(beam.DoFn):
+    def __init__(self, seed: int) -> None:
+        self._seed = seed
+        self._records = Metrics.counter("reshard", "records_read")
+        self._bytes = Metrics.counter("reshard", "record_bytes_read")
+
+    def process(self, record: bytes):
+        self._records.inc()
+        self._bytes.inc(len(record))
+        yield record_item(record, self._seed)
+
+
+class ToRecordItems(beam.PTransform):
+    """``PCollection[bytes]`` -> ``PCollection[RecordItem]`` (seeded order key, label)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self._seed = seed
+
+    def expand(self, records):
+        return records | "ToItem" >> beam.ParDo(_ToItemFn(self._seed))
+
+
+class ClassNames(beam.PTransform):
+    """``PCollection[RecordItem]`` -> one element: class names in index order, or []."""
+
+    def expand(self, items):
+        return (items
+                | "LabelPairs" >> beam.FlatMap(
+                    lambda it: [(it.label, it.text)] if it.label is not None and it.text is not None else [])
+                | "DistinctPairs" >> beam.Distinct()
+                | "CollectPairs" >> beam.combiners.ToList()
+                | "NamesInOrder" >> beam.Map(labels_from_pairs))
+
+
+class _TallyFn(beam.CombineFn):
+    def create_accumulator(self):
+        return FeatureTally()
+
+    def add_input(self, acc, features):
+        return acc.add(features)
+
+    def merge_accumulators(self, accs):
+        merged = FeatureTally()
+        for acc in accs:
+            merged = merged.merge(acc)
+        return merged
+
+    def extract_output(self, acc):
+        return acc.spec()
+
+
+class FeatureSpec(beam.PTransform):
+    """``PCollection[RecordItem]`` -> one element: the features every record carries."""
+
+    def expand(self, items):
+        return (items
+                | "Features" >> beam.Map(lambda it: it.features)
+                | "Tally" >> beam.CombineGlobally(_TallyFn()))
