@@ -16,6 +16,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from transforms import example_proto
 from transforms.errors import ExampleError
 from transforms.example_codec import decode_example, encode_example, feature_kind
+from transforms.schema import IMAGE_FEATURES, IMAGE_FORMATS, schema_problems
 
 _PROTO = Path(__file__).resolve().parent.parent / "transforms" / "proto" / "example.proto"
 
@@ -343,3 +344,55 @@ def test_sequence_example_class_round_trips() -> None:
     back = example_proto.SequenceExample.FromString(seq.SerializeToString())
     assert back.feature_lists.feature_list["frames"].feature[0].int64_list.value == [1, 2]
     assert back.context.feature["id"].bytes_list.value == [b"x"]
+
+
+# --- The image schema, checked on decoded Examples -------------------------------------------
+
+_GOOD_IMAGE = {
+    "image/encoded": b"\xff\xd8\xff",
+    "image/format": "jpeg",
+    "image/height": 24,
+    "image/width": 32,
+    "image/channels": 3,
+    "image/class/label": 0,
+    "image/class/text": "cat",
+    "image/filename": "cat/001.jpg",
+    "image/key/sha256": "0123456789abcdef" * 4,
+}
+
+
+def test_schema_accepts_a_good_image_record() -> None:
+    assert set(_GOOD_IMAGE) == set(IMAGE_FEATURES)
+    assert schema_problems(decode_example(encode_example(_GOOD_IMAGE))) == []
+
+
+@pytest.mark.parametrize(
+    "changes, kinds, problem",
+    [
+        ({"image/width": None}, None, "missing feature image/width"),
+        ({"image/height": "24"}, None, "feature image/height is bytes, expected int64"),
+        ({"image/encoded": 5}, None, "feature image/encoded is int64, expected bytes"),
+        ({"image/channels": []}, {"image/channels": "int64"}, "feature image/channels has 0 values, expected 1"),
+        ({"image/class/label": [1, 2]}, None, "feature image/class/label has 2 values, expected 1"),
+        ({"image/format": "svg"}, None, "image/format b'svg' is not one of"),
+        ({"image/height": 0}, None, "image/height is 0, expected > 0"),
+        ({"image/width": -4}, None, "image/width is -4, expected > 0"),
+        ({"image/class/label": -1}, None, "image/class/label is negative"),
+        ({"image/key/sha256": "abc"}, None, "image/key/sha256 is not 64 lowercase hex characters"),
+        ({"image/key/sha256": "z" * 64}, None, "image/key/sha256 is not 64 lowercase hex characters"),
+        ({"image/key/sha256": "ABCDEF0123456789" * 4}, None, "image/key/sha256 is not 64 lowercase hex characters"),
+    ],
+)
+def test_schema_problems_table(changes: dict, kinds: dict | None, problem: str) -> None:
+    features = {k: v for k, v in {**_GOOD_IMAGE, **changes}.items() if v is not None}
+    problems = schema_problems(decode_example(encode_example(features, kinds)))
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+@pytest.mark.parametrize("fmt", IMAGE_FORMATS)
+def test_schema_accepts_every_image_format(fmt: str) -> None:
+    assert schema_problems(decode_example(encode_example({**_GOOD_IMAGE, "image/format": fmt}))) == []
+
+
+def test_schema_reports_every_missing_feature() -> None:
+    assert schema_problems({}) == [f"missing feature {name}" for name in IMAGE_FEATURES]

@@ -50,6 +50,7 @@ def schema_problems(decoded: Mapping[str, tuple[str, list]]) -> list[str]:
                 problems.append(f"{name} is {decoded[name][1][0]}, expected > 0")
         if decoded["image/class/label"][1][0] < 0:
             problems.append("image/class/label is negative")
-        if len(decoded["image/key/sha256"][1][0]) != 64:
-            problems.append("image/key/sha256 is not 64 hex characters")
+        sha = decoded["image/key/sha256"][1][0]
+        if len(sha) != 64 or any(c not in b"0123456789abcdef" for c in sha):
+            problems.append("image/key/sha256 is not 64 lowercase hex characters")
     return problems
