@@ -1,0 +1,184 @@
+"""End-to-end tests of the reshard job (DirectRunner)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+
+import apache_beam as beam
+import pytest
+
+from tests.shard_fixtures import load_manifest, make_class_tree, records, run_build, sha256_file, shard_files
+from transforms.example_codec import encode_example
+from transforms.framing import OVERHEAD, frame_record
+
+
+def run_reshard(capsys, *argv: str) -> tuple[int, str, str]:
+    from beam_jobs import reshard
+
+    capsys.readouterr()
+    status = reshard.run(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def labelled_records(count: int, seed: int = 0) -> list[bytes]:
+    """Examples of varied size carrying a label and its class name."""
+    rng = random.Random(seed)
+    names = ["cat", "dog", "emu"]
+    out = []
+    for i in range(count):
+        label = rng.randrange(3)
+        out.append(encode_example({"image/encoded": rng.randbytes(rng.choice([200, 3000, 9000])),
+                                   "image/class/label": label, "image/class/text": names[label],
+                                   "id": i}))
+    return out
+
+
+def write_tfrecord(path: str, datas: list[bytes]) -> str:
+    with open(path, "wb") as fh:
+        for data in datas:
+            fh.write(frame_record(data))
+    return path
+
+
+def output_records(folder: str) -> list[bytes]:
+    return [d for name in shard_files(folder) for _, d in records(os.path.join(folder, name))]
+
+
+def assert_balanced(folder: str, split: str = "train") -> None:
+    shards = load_manifest(folder)["splits"][split]["shards"]
+    sizes = [s["bytes"] for s in shards]
+    largest = max(len(d) + OVERHEAD for d in output_records(folder))
+    assert max(sizes) - min(sizes) <= largest, sizes
+
+
+def test_beam_written_uneven_files_become_balanced_shards(tmp_path, capsys):
+    datas = labelled_records(300)
+    src = tmp_path / "beam"
+    with beam.Pipeline() as p:
+        _ = (p | beam.Create(datas)
+             | beam.io.WriteToTFRecord(str(src / "part"), file_name_suffix=".tfrecord", num_shards=3))
+    out = str(tmp_path / "out")
+    status, stdout, err = run_reshard(capsys, "--input", str(src / "part-*"), "--output_dir", out,
+                                      "--num_shards", "4")
+    assert status == 0, err
+    assert sorted(output_records(out)) == sorted(datas)  # every record once, byte for byte
+    assert_balanced(out)
+    manifest = load_manifest(out)
+    assert manifest["labels"] == ["cat", "dog", "emu"]
+    assert open(os.path.join(out, "labels.txt")).read() == "cat\ndog\nemu\n"
+    counts = manifest["splits"]["train"]["label_counts"]
+    assert sum(counts.values()) == 300 and set(counts) == {"0", "1", "2"}
+    assert manifest["feature_spec"]["image/class/label"] == "int64"
+    assert "2146" not in stdout and "300 records" in stdout
+
+
+def test_one_big_file_is_read_in_parallel_ranges_and_resharded(tmp_path, capsys):
+    datas = labelled_records(400, seed=1)
+    big = write_tfrecord(str(tmp_path / "big.tfrecord"), datas)
+    out = str(tmp_path / "out")
+    status, _, err = run_reshard(capsys, "--input", big, "--output_dir", out, "--shard_size_mb", "0.4",
+                                 "--direct_num_workers", "2", "--direct_running_mode", "multi_threading")
+    assert status == 0, err
+    assert sorted(output_records(out)) == sorted(datas)
+    assert len(shard_files(out)) >= 3
+    assert_balanced(out)
+
+
+def test_output_does_not_depend_on_input_file_boundaries(tmp_path, capsys):
+    datas = labelled_records(120, seed=2)
+    two, five = tmp_path / "two", tmp_path / "five"
+    os.makedirs(two), os.makedirs(five)
+    write_tfrecord(str(two / "a.tfrecord"), datas[:70])
+    write_tfrecord(str(two / "b.tfrecord"), datas[70:])
+    for i in range(5):
+        write_tfrecord(str(five / f"{i}.tfrecord"), datas[i::5])
+    outs = []
+    for name, folder in (("x", two), ("y", five)):
+        out = str(tmp_path / f"out_{name}")
+        assert run_reshard(capsys, "--input", str(folder / "*.tfrecord"), "--output_dir", out,
+                           "--num_shards", "3", "--seed", "5")[0] == 0
+        outs.append(out)
+    assert shard_files(outs[0]) == shard_files(outs[1])
+    for name in shard_files(outs[0]):
+        assert sha256_file(os.path.join(outs[0], name)) == sha256_file(os.path.join(outs[1], name))
+
+
+def test_build_output_resharded_to_another_size(tmp_path, capsys):
+    make_class_tree(str(tmp_path / "in"), per_class=15, broken=False)
+    built = str(tmp_path / "built")
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", built, "--num_shards", "5")[0] == 0
+    out = str(tmp_path / "out")
+    # the pattern also matches .idx sidecars and manifest.json: they are left out
+    status, _, err = run_reshard(capsys, "--input", built + "/*", "--output_dir", out, "--num_shards", "2",
+                                 "--compression", "gzip")
+    assert status == 0, err
+    assert sorted(output_records(out)) == sorted(output_records(built))
+    before, after = load_manifest(built), load_manifest(out)
+    assert after["labels"] == before["labels"]
+    assert after["splits"]["train"]["label_counts"] == before["splits"]["train"]["label_counts"]
+    assert shard_files(out) == ["train-00000-of-00002.tfrecord.gz", "train-00001-of-00002.tfrecord.gz"]
+    for shard in after["splits"]["train"]["shards"]:
+        assert sha256_file(os.path.join(out, shard["file"])) == shard["sha256"]
+
+
+def test_gzip_inputs_are_read_whole(tmp_path, capsys):
+    datas = labelled_records(50, seed=3)
+    with gzip.open(tmp_path / "in.tfrecord.gz", "wb") as fh:
+        for data in datas:
+            fh.write(frame_record(data))
+    out = str(tmp_path / "out")
+    assert run_reshard(capsys, "--input", str(tmp_path / "in.tfrecord.gz"), "--output_dir", out)[0] == 0
+    assert sorted(output_records(out)) == sorted(datas)
+
+
+def _corrupt_copy(tmp_path, datas):
+    path = write_tfrecord(str(tmp_path / "bad.tfrecord"), datas)
+    offset = sum(len(d) + OVERHEAD for d in datas[:10])  # start of record 10
+    blob = bytearray(open(path, "rb").read())
+    blob[offset + 12 + 5] ^= 0xFF  # a byte of record 10's data
+    open(path, "wb").write(bytes(blob))
+    return path, offset
+
+
+def test_corrupt_record_stops_the_job_with_file_and_offset(tmp_path, capsys):
+    datas = labelled_records(30, seed=4)
+    path, offset = _corrupt_copy(tmp_path, datas)
+    out = str(tmp_path / "out")
+    status, _, err = run_reshard(capsys, "--input", path, "--output_dir", out)
+    assert status == 1
+    last = err.strip().splitlines()[-1]
+    assert path in last and f"byte {offset}" in last and "crc_mismatch" in last
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
+def test_skip_corrupt_writes_the_damaged_span_and_goes_on(tmp_path, capsys):
+    datas = labelled_records(30, seed=4)
+    path, offset = _corrupt_copy(tmp_path, datas)
+    out = str(tmp_path / "out")
+    status, _, err = run_reshard(capsys, "--input", path, "--output_dir", out, "--skip_corrupt")
+    assert status == 0, err
+    import json
+    dead = [json.loads(l) for l in open(os.path.join(out, "dead_letters.jsonl"))]
+    assert len(dead) == 1 and dead[0]["path"] == path and dead[0]["reason"] == "crc_mismatch"
+    assert f"byte {offset}" in dead[0]["error"]
+    kept = output_records(out)
+    assert set(kept) <= set(datas) and datas[10] not in kept
+    assert set(datas[:10]) <= set(kept)  # nothing before the damage is lost
+    manifest = load_manifest(out)
+    assert manifest["records"] + manifest["dead_letters"] == len(kept) + 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--input is required"),
+    (["--input", "/no/such/*.tfrecord", "--output_dir", "x"], "matches no file"),
+    (["--input", "/etc/hostname", "--output_dir", "x", "--split", "a/b"], "must match"),
+    (["--input", "/etc/hostname", "--output_dir", "/etc"], "lies in --output_dir"),
+])
+def test_bad_flags_fail_with_one_line(capsys, argv, message):
+    status, _, err = run_reshard(capsys, *argv)
+    assert status == 2
+    lines = [l for l in err.splitlines() if l.startswith("reshard:")]
+    assert len(lines) == 1 and message in lines[0], err
