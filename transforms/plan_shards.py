@@ -1,10 +1,13 @@
 """Beam transform that assigns every record to a byte-balanced shard of its split.
 
-See ``transforms/planning.py`` for the math. Only the items' keys and sizes
-matter here; items are carried along untouched. Two shuffles:
+See ``transforms/planning.py`` for the rule. Items are carried along untouched;
+only their order keys and sizes travel to the planner:
 
-1. per (split, bucket) byte sums -> per split ``SplitTotals`` (a small side input);
-2. items grouped by (split, bucket), sorted by order key, placed with the totals.
+1. per split, ``(order_key, size)`` of every record -> one worker deals them
+   to shards (``plan_split``) and sends each bucket of the key space its
+   list of shards, plus the split's ``SplitTotals``;
+2. items grouped by (split, bucket) meet their bucket's list and are paired
+   with it in order.
 """
 
 from __future__ import annotations
@@ -13,53 +16,43 @@ from typing import Any, Callable
 
 import apache_beam as beam
 
-from transforms.planning import SplitTotals, assign_in_bucket, bucket_of
+from transforms.errors import PlanError
+from transforms.planning import SplitTotals, bucket_of, plan_split
 
 __all__ = ["PlanShards", "ShardKey"]
 
 # (split, shard index, shard count): the key a shard's records are grouped by.
 ShardKey = tuple[str, int, int]
+_TOTALS = "totals"
 
 
-class _SumBucketFn(beam.CombineFn):
-    """Combines record sizes into (bytes, records, largest record)."""
-
-    def create_accumulator(self):
-        return (0, 0, 0)
-
-    def add_input(self, acc, size):
-        return (acc[0] + size, acc[1] + 1, max(acc[2], size))
-
-    def merge_accumulators(self, accs):
-        total, count, largest = 0, 0, 0
-        for t, c, m in accs:
-            total, count, largest = total + t, count + c, max(largest, m)
-        return (total, count, largest)
-
-    def extract_output(self, acc):
-        return acc
+def _plan(keyed, target_bytes: int, num_shards: int | None):
+    """(split, [(order_key, size)]) -> ((split, bucket), (count, [(key, size, shard)])) per bucket."""
+    split, entries = keyed
+    totals, placed = plan_split(split, entries, target_bytes, num_shards)
+    yield beam.pvalue.TaggedOutput(_TOTALS, totals)
+    bucket, run = None, []
+    for entry in placed:  # sorted by key, so each bucket is one run
+        if bucket_of(entry[0]) != bucket:
+            if run:
+                yield (split, bucket), (totals.num_shards, run)
+            bucket, run = bucket_of(entry[0]), []
+        run.append(entry)
+    if run:
+        yield (split, bucket), (totals.num_shards, run)
 
 
-def _split_totals(keyed, target_bytes: int, num_shards: int | None) -> SplitTotals:
-    """(split, [(bucket, (bytes, records, largest))]) -> SplitTotals."""
-    split, buckets = keyed
-    buckets = list(buckets)
-    return SplitTotals.from_buckets(
-        split, {b: s[0] for b, s in buckets}, records=sum(s[1] for _, s in buckets),
-        max_record=max(s[2] for _, s in buckets), target_bytes=target_bytes,
-        num_shards=num_shards)
-
-
-def _place_bucket(keyed, totals: dict[str, SplitTotals], order_of: Callable[[Any], tuple],
-                  size_of: Callable[[Any], int]):
-    """((split, bucket), [item]) -> ((split, shard, count), item) for each item."""
-    (split, bucket), items = keyed
-    plan = totals[split]
-    items = sorted(items, key=order_of)
-    shards = assign_in_bucket([size_of(item) for item in items], plan.bucket_start[bucket],
-                              plan.total_bytes, plan.num_shards)
-    for item, shard in zip(items, shards):
-        yield (split, shard, plan.num_shards), item
+def _pair(joined, order_of: Callable[[Any], tuple], size_of: Callable[[Any], int]):
+    """((split, bucket), {items, plan}) -> ((split, shard, count), item) per item."""
+    (split, bucket), groups = joined
+    items = sorted(groups["items"], key=lambda it: (order_of(it)[0], size_of(it), order_of(it)))
+    plans = list(groups["plan"])
+    count, placed = plans[0] if plans else (0, [])
+    if len(plans) != 1 or len(placed) != len(items):
+        raise PlanError(f"split {split!r} bucket {bucket}: {len(items)} records but "
+                        f"{len(placed)} planned places")
+    for item, (_, _, shard) in zip(items, placed):
+        yield (split, shard, count), item
 
 
 class PlanShards(beam.PTransform):
@@ -71,7 +64,7 @@ class PlanShards(beam.PTransform):
     Args:
         split_of: item -> split name.
         order_of: item -> sort key whose first element is the 63-bit order key;
-            ties must be broken by the rest so the order is total.
+            the rest breaks ties so that the write order is total.
         size_of: item -> framed record size in bytes.
         target_bytes: Target shard size.
         num_shards: Fixed shard count per split, or None to choose.
@@ -89,19 +82,16 @@ class PlanShards(beam.PTransform):
 
     def expand(self, items):
         split_of, order_of, size_of = self._split_of, self._order_of, self._size_of
+        plans = (
+            items
+            | "KeyAndSize" >> beam.Map(lambda it: (split_of(it), (order_of(it)[0], size_of(it))))
+            | "GroupBySplit" >> beam.GroupByKey()  # (split, [(order_key, size)])
+            | "PlanSplit" >> beam.FlatMap(_plan, self._target, self._num_shards).with_outputs(
+                _TOTALS, main="buckets"))
         by_bucket = items | "KeyByBucket" >> beam.Map(
             lambda it: ((split_of(it), bucket_of(order_of(it)[0])), it))
-        totals = (
-            by_bucket
-            | "BucketSizes" >> beam.Map(lambda kv: (kv[0], size_of(kv[1])))
-            | "SumBuckets" >> beam.CombinePerKey(_SumBucketFn())  # ((split, bucket), (bytes, n, max))
-            | "KeyBySplit" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1])))
-            | "GroupBySplit" >> beam.GroupByKey()  # (split, [(bucket, sums)])
-            | "SplitTotals" >> beam.Map(_split_totals, self._target, self._num_shards))
         assigned = (
-            by_bucket
-            | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [item])
-            | "PlaceInShards" >> beam.FlatMap(
-                _place_bucket, beam.pvalue.AsDict(totals | "TotalsBySplit" >> beam.Map(lambda t: (t.split, t))),
-                order_of, size_of))
-        return {"assigned": assigned, "totals": totals}
+            {"items": by_bucket, "plan": plans.buckets}
+            | "JoinPlan" >> beam.CoGroupByKey()  # ((split, bucket), {items, plan})
+            | "PlaceInShards" >> beam.FlatMap(_pair, order_of, size_of))
+        return {"assigned": assigned, "totals": plans[_TOTALS]}

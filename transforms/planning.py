@@ -1,34 +1,36 @@
 """Shard planning: how many shards a split gets and which shard each record goes to.
 
-Pure math, no Beam. The plan is built so that it can be computed in parallel:
+Pure math, no Beam.
 
 1. Every record gets an *order key*, a 63-bit hash of the seed and the record's
    identity (63 bits fit Beam's signed integer coder). Sorting a split by
    order key is its global shuffle.
-2. The key space is cut into ``NUM_BUCKETS`` equal ranges (buckets). Byte totals
-   per bucket, summed in key order, give every bucket its starting byte offset
-   in the shuffled split, so each bucket can be sorted on its own worker.
-3. A record whose bytes span ``[start, start + size)`` in the shuffled split goes
-   to shard ``floor((start + size / 2) * n / total)`` (its midpoint). Every
-   shard then spans ``total / n`` bytes give or take half a record at each end,
-   so each shard is within one largest record of ``total / n`` and the largest
-   and smallest shard differ by less than twice the largest record. (No split
-   that keeps the order can promise less than one largest record.)
+2. The shard count is the one whose average shard is closest to the target
+   while lying within [2T/3, 4T/3] (``choose_num_shards``).
+3. Records are dealt in shuffled order, each to the shard holding the fewest
+   bytes so far (``deal_records``). After every step the fullest and emptiest
+   shard differ by at most the largest record dealt, so the finished shards
+   do too, and every shard is a random sample of the split.
+
+Only order keys and sizes are needed, so a split of millions of records is
+planned from a few tens of bytes per record; ``bucket_of`` then routes each
+record's shard back to it in parallel.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import PlanError
 
 __all__ = [
     "NUM_BUCKETS", "MIB", "SplitTotals", "choose_num_shards", "order_key",
-    "bucket_of", "shard_of", "assign_in_bucket", "plan_in_memory", "shard_file_name",
+    "bucket_of", "deal_records", "plan_split", "plan_in_memory", "shard_file_name",
     "SHARD_NAME_RE", "split_for", "parse_split_fractions", "check_split_name",
 ]
 
@@ -91,16 +93,30 @@ def bucket_of(key: int) -> int:
     return key >> _BUCKET_SHIFT
 
 
-def shard_of(start: int, size: int, total: int, num_shards: int) -> int:
-    """Returns the shard of a record spanning ``[start, start + size)`` (midpoint rule)."""
-    if total <= 0:
-        return 0
-    return min((2 * start + size) * num_shards // (2 * total), num_shards - 1)
+def deal_records(sizes_in_order: Sequence[int], num_shards: int) -> list[int]:
+    """Returns a shard per record: each goes to the emptiest shard so far.
+
+    Ties go to the lowest shard index, so the result is deterministic. The
+    largest and smallest shard end up at most one record (the largest) apart.
+
+    Args:
+        sizes_in_order: Framed size of each record, in shuffled order.
+        num_shards: Number of shards.
+    """
+    if num_shards < 1:
+        raise PlanError(f"num_shards must be >= 1, got {num_shards}")
+    heap = [(0, shard) for shard in range(num_shards)]
+    shards = []
+    for size in sizes_in_order:
+        load, shard = heap[0]
+        shards.append(shard)
+        heapq.heapreplace(heap, (load + size, shard))
+    return shards
 
 
 @dataclass(frozen=True)
 class SplitTotals:
-    """Byte totals of one split, enough to place any bucket in the shuffled order.
+    """The plan's facts about one split.
 
     Attributes:
         split: Split name.
@@ -108,8 +124,6 @@ class SplitTotals:
         records: Number of records.
         max_record: Largest framed record.
         num_shards: Shard count chosen for the split.
-        bucket_start: Bucket -> byte offset of its first record in the
-            shuffled split (only buckets that hold records).
     """
 
     split: str
@@ -117,44 +131,32 @@ class SplitTotals:
     records: int
     max_record: int
     num_shards: int
-    bucket_start: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_shards < 1:
             raise PlanError(f"split {self.split}: num_shards must be >= 1, got {self.num_shards}")
 
-    @classmethod
-    def from_buckets(cls, split: str, bucket_bytes: Mapping[int, int], records: int,
-                     max_record: int, target_bytes: int,
-                     num_shards: int | None = None) -> "SplitTotals":
-        """Builds the totals from per-bucket byte sums.
 
-        Args:
-            split: Split name.
-            bucket_bytes: Bucket -> framed bytes of its records.
-            records: Number of records in the split.
-            max_record: Largest framed record.
-            target_bytes: Target shard size, used when ``num_shards`` is None.
-            num_shards: Fixed shard count (``--num_shards``), or None.
-        """
-        starts = {}
-        offset = 0
-        for bucket in sorted(bucket_bytes):
-            starts[bucket] = offset
-            offset += bucket_bytes[bucket]
-        count = num_shards if num_shards else choose_num_shards(offset, target_bytes)
-        return cls(split, offset, records, max_record, count, starts)
+def plan_split(split: str, entries: Iterable[tuple[int, int]], target_bytes: int,
+               num_shards: int | None = None) -> tuple[SplitTotals, list[tuple[int, int, int]]]:
+    """Plans one split from its records' order keys and sizes.
 
+    Args:
+        split: Split name.
+        entries: ``(order_key, framed_size)`` per record, in any order.
+        target_bytes: Target shard size, used when ``num_shards`` is None.
+        num_shards: Fixed shard count (``--num_shards``), or None.
 
-def assign_in_bucket(sizes_in_order: Sequence[int], bucket_start: int, total: int,
-                     num_shards: int) -> list[int]:
-    """Returns the shard of each record of one bucket, given in order-key order."""
-    shards = []
-    start = bucket_start
-    for size in sizes_in_order:
-        shards.append(shard_of(start, size, total, num_shards))
-        start += size
-    return shards
+    Returns:
+        The split's totals, and ``(order_key, framed_size, shard)`` per record
+        sorted by ``(order_key, framed_size)``: the write order.
+    """
+    ordered = sorted(entries)
+    total = sum(size for _, size in ordered)
+    count = num_shards if num_shards else choose_num_shards(total, target_bytes)
+    shards = deal_records([size for _, size in ordered], count)
+    totals = SplitTotals(split, total, len(ordered), max((s for _, s in ordered), default=0), count)
+    return totals, [(key, size, shard) for (key, size), shard in zip(ordered, shards)]
 
 
 def plan_in_memory(items: Iterable[tuple[int, int]], target_bytes: int,
@@ -171,16 +173,12 @@ def plan_in_memory(items: Iterable[tuple[int, int]], target_bytes: int,
         ``items`` in write order.
     """
     items = list(items)
-    order = sorted(range(len(items)), key=lambda i: items[i][0])
-    total = sum(size for _, size in items)
-    n = num_shards if num_shards else choose_num_shards(total, target_bytes)
-    shards: list[list[int]] = [[] for _ in range(n)]
-    start = 0
-    for i in order:
-        size = items[i][1]
-        shards[shard_of(start, size, total, n)].append(i)
-        start += size
-    return n, shards
+    order = sorted(range(len(items)), key=lambda i: items[i])
+    totals, placed = plan_split("", [items[i] for i in order], target_bytes, num_shards)
+    shards: list[list[int]] = [[] for _ in range(totals.num_shards)]
+    for i, (_, _, shard) in zip(order, placed):
+        shards[shard].append(i)
+    return totals.num_shards, shards
 
 
 def shard_file_name(split: str, index: int, num_shards: int, compression: str = "none") -> str:
