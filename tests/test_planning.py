@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import Counter, defaultdict
 from fractions import Fraction
@@ -184,11 +183,15 @@ def _target_for(draw, total: int) -> int:
     return max(1, total // draw(st.integers(1, 60)) + draw(st.integers(-3, 3)))
 
 
-def _unique_keys(rnd: random.Random, count: int) -> list[int]:
+def _unique_keys(rnd: random.Random, count: int, buckets: list[int] | None = None) -> list[int]:
+    """``count`` distinct order keys, all in ``buckets`` when given."""
     keys: list[int] = []
     seen: set[int] = set()
     while len(keys) < count:
-        key = rnd.getrandbits(KEY_BITS)
+        if buckets:
+            key = (rnd.choice(buckets) << _BUCKET_BITS) | rnd.getrandbits(_BUCKET_BITS)
+        else:
+            key = rnd.getrandbits(KEY_BITS)
         if key not in seen:
             seen.add(key)
             keys.append(key)
@@ -251,6 +254,79 @@ def test_plan_in_memory_is_deterministic_and_ignores_input_order(args, seed: int
     n2, shards2 = plan_in_memory(shuffled, target, fixed)
     assert n2 == n
     assert [[shuffled[i][0] for i in s] for s in shards2] == [[items[i][0] for i in s] for s in shards]
+
+
+@_FAST
+@given(sizes=st.lists(st.integers(0, 5000), max_size=120), n=st.integers(1, 12))
+def test_deal_records_gives_each_record_to_the_emptiest_shard(sizes: list[int], n: int) -> None:
+    shards = deal_records(sizes, n)
+    loads = [0] * n
+    largest = 0
+    for size, shard in zip(sizes, shards, strict=True):
+        # Naive reference: the emptiest shard, lowest index on ties.
+        assert shard == min(range(n), key=lambda s: (loads[s], s))
+        loads[shard] += size
+        largest = max(largest, size)
+        assert max(loads) - min(loads) <= largest  # holds after every step
+
+
+def test_balance_bound_is_reached() -> None:
+    # "Less than the largest record" cannot be promised: one record over two shards.
+    assert _shard_bytes(plan_in_memory([(1, 5)], target_bytes=10, num_shards=2)[1], [5]) == [5, 0]
+
+
+@st.composite
+def _bucketed_inputs(draw):
+    """Items whose keys fall in a few buckets (many per bucket) or anywhere, spread over workers."""
+    count = draw(st.integers(0, 250))
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    pool = [rnd.randrange(NUM_BUCKETS) for _ in range(rnd.randint(1, 6))]
+    keys = _unique_keys(rnd, count, pool if draw(st.booleans()) else None)
+    huge = draw(st.floats(0, 0.3))  # share of records 1000x larger than the rest
+    sizes = [rnd.randint(16_000, 90_000) if rnd.random() < huge else rnd.randint(16, 90)
+             for _ in range(count)]
+    workers = draw(st.integers(1, 6))
+    worker_of = [rnd.randrange(workers) for _ in range(count)]
+    target = _target_for(draw, sum(sizes))
+    fixed = draw(st.none() | st.integers(1, 30))
+    return keys, sizes, worker_of, target, fixed, rnd
+
+
+@settings(max_examples=150, deadline=None)
+@given(_bucketed_inputs())
+def test_plan_routed_through_buckets_reproduces_plan_in_memory(args) -> None:
+    """The Beam flow, without Beam: the distributed plan equals the reference plan.
+
+    Workers send (key, size) in any order; one planner deals them (plan_split) and
+    cuts its key-ordered output into per-bucket runs; each bucket's items, sorted by
+    (key, size), are paired with their run in order.
+    """
+    keys, sizes, worker_of, target, fixed, rnd = args
+    arrivals = [(k, s) for w in rnd.sample(range(6), 6)
+                for k, s, owner in zip(keys, sizes, worker_of) if owner == w]
+    totals, placed = plan_split("train", arrivals, target, fixed)
+    runs: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for entry in placed:
+        runs[bucket_of(entry[0])].append(entry)
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        members[bucket_of(key)].append(i)
+    assert set(runs) == set(members)
+    shard_of_item: dict[int, int] = {}
+    for bucket in rnd.sample(sorted(members), len(members)):  # buckets in any order
+        in_order = sorted(members[bucket], key=lambda i: (keys[i], sizes[i]))
+        run = runs[bucket]
+        assert [(k, s) for k, s, _ in run] == [(keys[i], sizes[i]) for i in in_order]
+        shard_of_item.update((i, shard) for i, (_, _, shard) in zip(in_order, run))
+
+    n, reference = plan_in_memory(zip(keys, sizes), target, fixed)
+    assert totals.num_shards == n
+    assert (totals.total_bytes, totals.records, totals.max_record) == (
+        sum(sizes), len(keys), max(sizes, default=0))
+    distributed = [[] for _ in range(n)]
+    for i in sorted(shard_of_item, key=lambda i: (keys[i], sizes[i])):  # write order
+        distributed[shard_of_item[i]].append(i)
+    assert distributed == reference
 
 
 def test_plan_split_totals_and_write_order() -> None:
