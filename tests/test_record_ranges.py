@@ -88,19 +88,19 @@ def test_format_and_check_index_round_trip() -> None:
     assert index_name("a/train-00000-of-00001.tfrecord") == "a/train-00000-of-00001.tfrecord.idx"
 
 
-@pytest.mark.parametrize("data, size, offset, words", [
-    (b"0 16\n16 20\n", 40, 36, "covers 36 bytes"),          # file longer than the index
-    (b"0 16\n16 20\n", 30, 30, "covers 36 bytes"),          # file cut short
-    (b"0 16\n20 20\n", 40, 16, "starts at 20"),             # gap
-    (b"0 16\n16 8\n", 24, 16, "less than the 16 bytes"),    # impossible length
-    (b"0 16\nxx yy\n", 32, 16, "not 'offset length'"),      # garbage
-    (b"0 16 3\n", 16, 0, "not 'offset length'"),
-    (b"5 16\n", 21, 0, "starts at 5"),
+@pytest.mark.parametrize("data, size, offset, kind, words", [
+    (b"0 16\n16 20\n", 40, 36, "size_mismatch", "covers 36 bytes"),       # file longer
+    (b"0 16\n16 20\n", 30, 30, "size_mismatch", "covers 36 bytes"),       # file cut short
+    (b"0 16\n20 20\n", 40, 16, "bad_length", "starts at 20"),             # gap
+    (b"0 16\n16 8\n", 24, 16, "bad_length", "less than the 16 bytes"),    # impossible length
+    (b"0 16\nxx yy\n", 32, 16, "parse_error", "not 'offset length'"),     # garbage
+    (b"0 16 3\n", 16, 0, "parse_error", "not 'offset length'"),
+    (b"5 16\n", 21, 0, "bad_length", "starts at 5"),
 ])
-def test_check_index_rejects(data: bytes, size: int, offset: int, words: str) -> None:
+def test_check_index_rejects(data: bytes, size: int, offset: int, kind: str, words: str) -> None:
     check = check_index(data, size)
     assert not check.usable
-    assert check.offset == offset
+    assert (check.offset, check.kind) == (offset, kind)
     assert words in check.problem
 
 

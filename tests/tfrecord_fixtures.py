@@ -68,22 +68,24 @@ def image_example(label: int, text: str, encoded: bytes, fmt: str, height: int, 
 
 
 def make_examples(count: int, seed: int = 0, classes: tuple[str, ...] = CLASSES,
-                  raw_every: int = 0) -> list[tuple[int, bytes]]:
-    """Returns ``count`` ``(label, serialized Example)``; every third image is a PNG.
+                  raw_every: int = 0, sides: tuple[int, int] = (12, 40),
+                  formats: tuple[str, ...] = ("jpeg", "jpeg", "png")) -> list[tuple[int, bytes]]:
+    """Returns ``count`` ``(label, serialized Example)``, image formats taken in turn from ``formats``.
 
-    With ``raw_every=n``, every n-th record stores raw pixels (format ``raw``).
+    With ``raw_every=n``, every n-th record stores raw pixels (format ``raw``);
+    image sides are drawn from the range ``sides``.
     """
     rng = random.Random(seed)
     out = []
     for i in range(count):
         label = i % len(classes)
         text = classes[label]
-        width, height = rng.randint(12, 40), rng.randint(12, 40)
+        width, height = rng.randint(*sides), rng.randint(*sides)
         if raw_every and i % raw_every == raw_every - 1:
             pixels = rng.randbytes(width * height * 3)
             out.append((label, image_example(label, text, pixels, "raw", height, width)))
             continue
-        fmt = "png" if i % 3 == 2 else "jpeg"
+        fmt = formats[i % len(formats)]
         encoded = image_bytes(text, fmt, width, height, rng)
         out.append((label, image_example(label, text, encoded, fmt, height, width)))
     return out
@@ -148,12 +150,14 @@ class ShardSet:
 
 
 def write_shard_set(folder: str, splits: dict[str, int] | None = None, per_shard: int = 6,
-                    compression: str = "none", seed: int = 0,
-                    classes: tuple[str, ...] = CLASSES, raw_every: int = 0) -> ShardSet:
+                    compression: str = "none", seed: int = 0, classes: tuple[str, ...] = CLASSES,
+                    raw_every: int = 0, sides: tuple[int, int] = (12, 40),
+                    formats: tuple[str, ...] = ("jpeg", "jpeg", "png")) -> ShardSet:
     """Writes a shard set: ``splits`` maps split name -> number of shards."""
     splits = splits or {"train": 2, "validation": 1}
     total = sum(splits.values()) * per_shard
-    examples = make_examples(total, seed=seed, classes=classes, raw_every=raw_every)
+    examples = make_examples(total, seed=seed, classes=classes, raw_every=raw_every, sides=sides,
+                             formats=formats)
     shard_set = ShardSet(folder, manifest=None)  # type: ignore[arg-type]
     entries: dict[str, SplitEntry] = {}
     taken = 0

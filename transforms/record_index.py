@@ -33,11 +33,15 @@ class IndexCheck:
             else None.
         offset: Byte offset in the shard where the index first goes wrong
             (None when usable).
+        kind: ``parse_error`` (a line is not ``offset length``), ``bad_length``
+            (entries do not chain) or ``size_mismatch`` (the entries cover a
+            different number of bytes than the file has); None when usable.
         problem: What is wrong (None when usable).
     """
 
     starts: tuple[int, ...] | None
     offset: int | None = None
+    kind: str | None = None
     problem: str | None = None
 
     @property
@@ -67,18 +71,21 @@ def check_index(data: bytes, file_size: int) -> IndexCheck:
         if not fields:
             continue
         if len(fields) != 2 or not all(f.isdigit() for f in fields):
-            return IndexCheck(None, expected, f"line {number} is not 'offset length': {line[:40]!r}")
+            return IndexCheck(None, expected, "parse_error",
+                              f"line {number} is not 'offset length': {line[:40]!r}")
         offset, length = int(fields[0]), int(fields[1])
         if offset != expected:
-            return IndexCheck(None, expected, f"line {number} says a record starts at {offset}; "
-                                              f"the previous record ends at {expected}")
+            return IndexCheck(None, expected, "bad_length",
+                              f"line {number} says a record starts at {offset}; "
+                              f"the previous record ends at {expected}")
         if length < OVERHEAD:
-            return IndexCheck(None, offset, f"line {number} gives length {length}, less than "
-                                            f"the {OVERHEAD} bytes of a framed empty record")
+            return IndexCheck(None, offset, "bad_length",
+                              f"line {number} gives length {length}, less than "
+                              f"the {OVERHEAD} bytes of a framed empty record")
         starts.append(offset)
         expected = offset + length
     if expected != file_size:
-        return IndexCheck(None, min(expected, file_size),
+        return IndexCheck(None, min(expected, file_size), "size_mismatch",
                           f"index covers {expected} bytes; the file has {file_size}")
     return IndexCheck(tuple(starts))
 

@@ -1,0 +1,269 @@
+"""Verify job: check a shard set against its manifest, or check any TFRecord files.
+
+Usage::
+
+    python -m beam_jobs.verify_shards --output_dir out/flowers [--decode_images] \\
+        [--report report.json] [--preview preview.png] [Beam options]
+    python -m beam_jobs.verify_shards --files 'somewhere/*.tfrecord'
+
+With a manifest, every listed shard must exist with its size and sha256, no
+unlisted shard may exist, every record must pass both CRCs, parse as an
+Example with the image schema, and add up to the manifest's record and label
+counts, and no image key may repeat within a split. ``--decode_images`` also
+decodes every image. With ``--files`` the records are checked for CRCs and
+Example parsing. The records are read in parallel, splitting files.
+
+Prints a summary; ``--report`` writes every problem as JSON, ``--preview`` a
+contact sheet of sample images per class and a chart of shard sizes. Exits 0
+when nothing is wrong, 1 when something is, 2 on a bad flag or path.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+from transforms import options as opt
+from transforms.errors import ManifestError, UsageError
+from transforms.job_options import ShardingOptions
+from transforms.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from transforms.record_index import INDEX_SUFFIX
+from transforms.runner_setup import error_summary, local_runner, prepare_options
+from transforms.shard_checks import (PROBLEMS, SAMPLES, CheckRecords, CheckShardFiles,
+                                     FindDuplicateKeys, TallyShards, WritePreview, WriteReport)
+from transforms.tfrecord_source import ERRORS, RECORDS, ReadFromTFRecords
+from transforms.verification import Problem, Report, join_path, listing_problems
+
+_NAME = "verify_shards"
+
+
+class VerifyOptions(PipelineOptions):
+    """Flags of the verify job (``--output_dir`` is shared, in ``ShardingOptions``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        opt.one_line_errors(parser)
+        parser.add_argument("--files", default=None,
+                            help="Check the TFRecord files matching this pattern, without a manifest.")
+        parser.add_argument("--decode_images", action="store_true", default=False,
+                            help="Decode every image and compare it with its record's size fields.")
+        parser.add_argument("--report", default=None, help="Write the problems as JSON to this path.")
+        parser.add_argument("--preview", default=None,
+                            help="Write a PNG contact sheet of sample images and shard sizes here.")
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """A file the job reads.
+
+    Attributes:
+        path: Its path, as ``FileSystems.match`` spells it.
+        size: Its size in bytes.
+        split: Its split (from the manifest, or the file name), for the preview.
+        entry: Its manifest entry, or None without a manifest.
+    """
+
+    path: str
+    size: int
+    split: str
+    entry: ShardEntry | None = None
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Checked settings of one verify run.
+
+    Attributes:
+        target: What is verified, for messages: the folder or the pattern.
+        manifest: The manifest, or None with ``--files``.
+        shards: Files to read.
+        listing: Problems found by comparing the folder with the manifest.
+        decode_images: Decode every image.
+        report: Where the pipeline writes the JSON report.
+        keep_report: False when ``report`` is a temporary file of this run.
+        preview: Where the preview PNG goes, or None.
+    """
+
+    target: str
+    manifest: Manifest | None
+    shards: tuple[ShardFile, ...]
+    listing: tuple[Problem, ...]
+    decode_images: bool
+    report: str
+    keep_report: bool
+    preview: str | None
+
+
+def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
+    """Name -> (path, size) of the files directly in ``folder``."""
+    found = {}
+    for meta in FileSystems.match([join_path(folder, "*")])[0].metadata_list:
+        found[posixpath.basename(meta.path)] = (meta.path, meta.size_in_bytes)
+    return found
+
+
+def _load_manifest(folder: str) -> Manifest:
+    with FileSystems.open(join_path(folder, MANIFEST_NAME)) as fh:
+        return Manifest.loads(fh.read())
+
+
+def _manifest_shards(manifest: Manifest, present: dict[str, tuple[str, int]]) -> tuple[ShardFile, ...]:
+    return tuple(ShardFile(present[entry.file][0], present[entry.file][1], split, entry)
+                 for split, entries in sorted(manifest.splits.items())
+                 for entry in entries.shards if entry.file in present)
+
+
+def _pattern_shards(pattern: str) -> tuple[ShardFile, ...]:
+    metas = FileSystems.match([pattern])[0].metadata_list
+    paths = {m.path for m in metas}
+    return tuple(ShardFile(m.path, m.size_in_bytes, posixpath.basename(m.path).split("-")[0])
+                 for m in sorted(metas, key=lambda m: m.path)
+                 # an index sidecar of a matched file is not a TFRecord file
+                 if not (m.path.endswith(INDEX_SUFFIX) and m.path[:-len(INDEX_SUFFIX)] in paths))
+
+
+def _report_target(options: PipelineOptions, report: str | None) -> tuple[str, bool]:
+    if report:
+        return report, True
+    temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
+    return join_path(temp, f"{_NAME}-{uuid.uuid4().hex}.json"), False
+
+
+def make_config(options: PipelineOptions) -> VerifyConfig:
+    """Checks the flags and paths and returns the run's settings.
+
+    Raises:
+        UsageError: A flag is missing or wrong, or a path does not exist.
+        ManifestError: ``manifest.json`` exists but is not a valid manifest.
+    """
+    verify = options.view_as(VerifyOptions)
+    folder = options.view_as(ShardingOptions).output_dir
+    if bool(folder) == bool(verify.files):
+        raise UsageError("give --output_dir (a shard set with manifest.json) or --files "
+                         "(a pattern of TFRecord files), not both")
+    report, keep = _report_target(options, verify.report)
+    common = dict(decode_images=verify.decode_images, report=report, keep_report=keep,
+                  preview=verify.preview)
+    if verify.files:
+        shards = _pattern_shards(verify.files)
+        if not shards:
+            raise UsageError(f"--files {verify.files} matches no files")
+        return VerifyConfig(verify.files, None, shards, (), **common)
+    folder = folder.rstrip("/") or "/"
+    present = _list_folder(folder)
+    if MANIFEST_NAME not in present:
+        if not present:
+            raise UsageError(f"--output_dir {folder} does not exist or is empty")
+        raise UsageError(f"{folder} has no {MANIFEST_NAME}; to check TFRecord files without one, "
+                         f"use --files '{join_path(folder, '*.tfrecord*')}'")
+    manifest = _load_manifest(folder)
+    sizes = {name: size for name, (_, size) in present.items()}
+    return VerifyConfig(folder, manifest, _manifest_shards(manifest, present),
+                        tuple(listing_problems(folder, manifest, sizes)), **common)
+
+
+def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
+    """Wires the verify job into ``p``; the last steps write the report (and preview)."""
+    with_manifest = cfg.manifest is not None
+    problems = [p | "ListingProblems" >> beam.Create(list(cfg.listing))]
+    problems.append(p
+                    | "ShardFiles" >> beam.Create([(s.path, s.size, s.entry) for s in cfg.shards])
+                    | "CheckShardFiles" >> CheckShardFiles(index_required=with_manifest))
+    if cfg.shards:
+        read = p | "ReadRecords" >> ReadFromTFRecords(
+            [s.path for s in cfg.shards], with_offsets=True, errors="output", validate=False)
+        records, damage = read[RECORDS], read[ERRORS]  # (path, offset, data), RecordError
+    else:
+        records, damage = p | "NoRecords" >> beam.Create([]), p | "NoDamage" >> beam.Create([])
+    checked = records | "CheckRecords" >> CheckRecords(
+        schema=with_manifest, decode_images=cfg.decode_images, preview=cfg.preview is not None)
+    problems.append(damage | "DescribeDamage" >> beam.Map(Problem.from_error))
+    problems.append(checked[PROBLEMS])
+    if with_manifest:
+        problems.append((checked.checks, damage)
+                        | "TallyShards" >> TallyShards({s.path: s.entry for s in cfg.shards}))
+        problems.append(checked.checks
+                        | "FindDuplicateKeys" >> FindDuplicateKeys({s.path: s.split for s in cfg.shards}))
+    _ = ((problems | "AllProblems" >> beam.Flatten(), checked.checks)
+         | "WriteReport" >> WriteReport(cfg.report, len(cfg.shards), sum(s.size for s in cfg.shards)))
+    if cfg.preview:
+        sizes = [(s.split, posixpath.basename(s.path), s.size) for s in cfg.shards]
+        _ = checked[SAMPLES] | "WritePreview" >> WritePreview(
+            cfg.preview, _preview_title(cfg), sizes, _class_counts(cfg.manifest))
+
+
+def _preview_title(cfg: VerifyConfig) -> str:
+    if cfg.manifest is None:
+        return f"{cfg.target}: {len(cfg.shards)} files"
+    return (f"{cfg.target}: {cfg.manifest.records} records in {len(cfg.manifest.shard_files())} "
+            f"shards, {len(cfg.manifest.labels)} classes, splits "
+            f"{', '.join(sorted(cfg.manifest.splits))} (manifest)")
+
+
+def _class_counts(manifest: Manifest | None) -> dict[int, int] | None:
+    if manifest is None:
+        return None
+    counts: dict[int, int] = {}
+    for split in manifest.splits.values():
+        for label, count in split.label_counts().items():
+            if label.isdigit():
+                counts[int(label)] = counts.get(int(label), 0) + count
+    return counts
+
+
+def _read_report(cfg: VerifyConfig) -> Report:
+    with FileSystems.open(cfg.report) as fh:
+        report = Report.loads(fh.read())
+    if not cfg.keep_report:
+        FileSystems.delete([cfg.report])
+    return report
+
+
+def _unreadable_manifest(folder: str, err: ManifestError, report: str | None) -> Report:
+    problem = Problem(join_path(folder, MANIFEST_NAME), None, "parse_error", str(err))
+    result = Report.build(0, 0, 0, [problem])
+    if report:
+        with FileSystems.create(report) as fh:
+            fh.write(result.dumps())
+    return result
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
+    try:
+        options = prepare_options(PipelineOptions(argv))
+        cfg = make_config(options)
+    except UsageError as err:
+        print(f"{_NAME}: error: {err}", file=sys.stderr)
+        return 2
+    except ManifestError as err:
+        folder = options.view_as(ShardingOptions).output_dir.rstrip("/")
+        report = _unreadable_manifest(folder, err, options.view_as(VerifyOptions).report)
+        print(report.summary(folder))
+        return 1
+    try:
+        p = beam.Pipeline(runner=local_runner(options), options=options)
+        build_pipeline(p, cfg)
+        p.run().wait_until_finish()
+        report = _read_report(cfg)
+    except Exception as err:  # the runner wraps worker errors in its own types
+        print(f"{_NAME}: failed: {error_summary(err)}", file=sys.stderr)
+        return 1
+    print(report.summary(cfg.target))
+    if cfg.preview:
+        print(f"preview: {cfg.preview}")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run())

@@ -1,0 +1,419 @@
+"""Verification of TFRecord shard sets: problems, record checks, manifest reconciliation.
+
+Pure code. Each check is a small function the Beam verify job applies in
+parallel; ``verify_in_memory`` chains the same functions in one process and is
+the reference the job must agree with (and what the exhaustive damage tests
+run through).
+
+A problem names a file, a byte offset when there is one (the start of the
+record, in the decompressed stream for gzip/zlib files), a kind from
+``PROBLEM_KINDS`` and a human-readable detail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from transforms.decompress import compression_of, open_decompressed
+from transforms.errors import ExampleError, ImageError, RecordError
+from transforms.example_codec import decode_example
+from transforms.images import decode_size
+from transforms.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from transforms.planning import SHARD_NAME_RE
+from transforms.record_index import check_index, index_name
+from transforms.record_ranges import read_in_ranges, read_stream
+from transforms.schema import schema_problems
+
+__all__ = [
+    "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report", "join_path",
+    "check_record", "image_problem", "listing_problems", "index_problems", "sha256_problem",
+    "shard_problems", "duplicate_key_problems", "verify_in_memory",
+]
+
+PROBLEM_KINDS = (
+    "crc_mismatch", "truncated", "bad_length", "parse_error", "schema", "count_mismatch",
+    "label_mismatch", "size_mismatch", "sha256_mismatch", "missing_file", "extra_file",
+    "duplicate_key", "decode_error",
+)
+
+
+def join_path(folder: str, name: str) -> str:
+    """Returns ``folder/name`` for local paths and ``gs://``/``s3://`` URLs alike."""
+    return f"{folder.rstrip('/')}/{name}" if folder else name
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a shard set.
+
+    Attributes:
+        file: Path of the file concerned.
+        offset: Byte offset of the record concerned, or None for a whole file.
+        kind: One of ``PROBLEM_KINDS``.
+        detail: What was found, and what was expected.
+    """
+
+    file: str
+    offset: int | None
+    kind: str
+    detail: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in PROBLEM_KINDS:
+            raise ValueError(f"unknown problem kind {self.kind!r}")
+
+    @classmethod
+    def from_error(cls, err: RecordError) -> "Problem":
+        """The problem a ``RecordError`` raised while reading describes."""
+        return cls(err.path, err.offset, err.kind, err.detail)
+
+    def sort_key(self) -> tuple:
+        return (self.file, -1 if self.offset is None else self.offset, self.kind, self.detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "offset": self.offset, "kind": self.kind, "detail": self.detail}
+
+    def describe(self) -> str:
+        where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
+        return f"{self.kind}: {where}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """What checking one record found.
+
+    Attributes:
+        file: Path of the shard.
+        offset: Byte offset of the record.
+        label: ``image/class/label`` when the record parses and has one.
+        key: ``image/key/sha256`` when the record parses and has one.
+        problems: Problems with the record itself.
+    """
+
+    file: str
+    offset: int
+    label: int | None = None
+    key: str | None = None
+    problems: tuple[Problem, ...] = ()
+
+
+def _single(features: Mapping[str, tuple[str, list]], name: str, kind: str):
+    got_kind, values = features.get(name, ("none", []))
+    return values[0] if got_kind == kind and len(values) == 1 else None
+
+
+def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
+    """Returns why a schema-valid record's image does not match its record, or None.
+
+    The image must decode with Pillow to the stated format, height, width and
+    channels; a ``raw`` image must hold exactly height * width * channels bytes.
+    """
+    encoded = _single(features, "image/encoded", "bytes")
+    fmt = _single(features, "image/format", "bytes").decode("utf-8", "replace")
+    height = _single(features, "image/height", "int64")
+    width = _single(features, "image/width", "int64")
+    channels = _single(features, "image/channels", "int64")
+    if fmt == "raw":
+        expected = height * width * channels
+        if len(encoded) != expected:
+            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} "
+                    f"needs {expected}")
+        return None
+    try:
+        info = decode_size(encoded)
+    except ImageError as err:
+        return f"image/encoded ({len(encoded)} bytes) does not decode: {err}"
+    stated = (fmt, height, width, channels)
+    found = (info.format, info.height, info.width, info.channels)
+    if found != stated:
+        return (f"image decodes as {found[0]} {found[1]}x{found[2]}x{found[3]} (HxWxC); "
+                f"the record says {fmt} {height}x{width}x{channels}")
+    return None
+
+
+def check_record(file: str, offset: int, data: bytes, schema: bool = True,
+                 decode_images: bool = False) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
+    """Checks one record's bytes (its CRCs were checked when it was read).
+
+    Args:
+        file: Path of the shard, for problems.
+        offset: Byte offset of the record, for problems.
+        data: The record's data.
+        schema: Require the image schema (``schema.IMAGE_FEATURES``).
+        decode_images: Also decode the image (see ``image_problem``); only
+            done for records that meet the schema.
+
+    Returns:
+        The ``RecordCheck``, and the decoded features (None if the bytes are
+        not an Example).
+    """
+    try:
+        features = decode_example(data)
+    except ExampleError as err:
+        return RecordCheck(file, offset, problems=(Problem(file, offset, "parse_error", str(err)),)), None
+    label = _single(features, "image/class/label", "int64")
+    key = _single(features, "image/key/sha256", "bytes")
+    key = key.decode("utf-8", "replace") if key is not None else None
+    problems = []
+    missing = schema_problems(features)
+    if schema and missing:
+        problems.append(Problem(file, offset, "schema", "; ".join(missing)))
+    if decode_images and not missing:
+        wrong = image_problem(features)
+        if wrong:
+            problems.append(Problem(file, offset, "decode_error", wrong))
+    return RecordCheck(file, offset, label, key, tuple(problems)), features
+
+
+@dataclass(frozen=True)
+class ShardTally:
+    """What reading one shard counted.
+
+    Attributes:
+        records: Records read.
+        label_counts: Label (as a string) -> records with it.
+        damaged: A damaged record stopped reading part of the shard, so the
+            counts are incomplete.
+    """
+
+    records: int = 0
+    label_counts: Mapping[str, int] = field(default_factory=dict)
+    damaged: bool = False
+
+
+def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]) -> list[Problem]:
+    """Compares the folder's files with the manifest's shard list.
+
+    Args:
+        folder: The shard set's folder (prefixed to file names in problems).
+        manifest: The shard set's manifest.
+        present: Name -> size of every file in the folder.
+
+    Returns:
+        ``missing_file`` for listed shards that are absent, ``extra_file`` for
+        shard-named files the manifest does not list, ``size_mismatch`` for
+        listed shards of the wrong size.
+    """
+    problems = []
+    listed = {}
+    for split in manifest.splits.values():
+        for entry in split.shards:
+            listed[entry.file] = entry
+    for name, entry in sorted(listed.items()):
+        path = join_path(folder, name)
+        if name not in present:
+            problems.append(Problem(path, None, "missing_file",
+                                    f"listed in {MANIFEST_NAME} ({entry.records} records) but absent"))
+        elif present[name] != entry.bytes:
+            problems.append(Problem(path, None, "size_mismatch",
+                                    f"file has {present[name]} bytes; {MANIFEST_NAME} says {entry.bytes}"))
+    for name in sorted(present):
+        if SHARD_NAME_RE.match(name) and name not in listed:
+            problems.append(Problem(join_path(folder, name), None, "extra_file",
+                                    f"shard file not listed in {MANIFEST_NAME}"))
+    return problems
+
+
+def index_problems(shard_path: str, index: bytes | None, shard_size: int,
+                   required: bool) -> list[Problem]:
+    """Checks a shard's ``.idx`` sidecar against the shard's size.
+
+    Args:
+        shard_path: Path of the (uncompressed) shard.
+        index: Contents of its ``.idx``, or None if there is none.
+        shard_size: Size of the shard in bytes.
+        required: Whether a missing index is a problem.
+    """
+    path = index_name(shard_path)
+    if index is None:
+        return [Problem(path, None, "missing_file", "uncompressed shard has no .idx index")] if required else []
+    check = check_index(index, shard_size)
+    return [] if check.usable else [Problem(path, check.offset, check.kind, check.problem)]
+
+
+def sha256_problem(path: str, entry: ShardEntry, digest: str) -> Problem | None:
+    """A ``sha256_mismatch`` if the file's hex sha256 is not the manifest's."""
+    if digest == entry.sha256:
+        return None
+    return Problem(path, None, "sha256_mismatch", f"file sha256 is {digest}; {MANIFEST_NAME} says {entry.sha256}")
+
+
+def _label_order(label: str) -> tuple:
+    return (0, int(label)) if label.lstrip("-").isdigit() else (1, label)
+
+
+def shard_problems(path: str, entry: ShardEntry, tally: ShardTally) -> list[Problem]:
+    """Compares what reading a shard counted with its manifest entry.
+
+    A damaged shard's counts are incomplete, so they are not compared (the
+    damage itself is reported where it was found).
+    """
+    if tally.damaged:
+        return []
+    problems = []
+    if tally.records != entry.records:
+        problems.append(Problem(path, None, "count_mismatch",
+                                f"read {tally.records} records; {MANIFEST_NAME} says {entry.records}"))
+    found = {k: v for k, v in tally.label_counts.items() if v}
+    stated = {k: v for k, v in entry.label_counts.items() if v}
+    if found != stated:
+        diffs = [f"label {label}: read {found.get(label, 0)}, manifest {stated.get(label, 0)}"
+                 for label in sorted(set(found) | set(stated), key=_label_order)
+                 if found.get(label, 0) != stated.get(label, 0)]
+        problems.append(Problem(path, None, "label_mismatch", "; ".join(diffs)))
+    return problems
+
+
+def duplicate_key_problems(split: str, key: str,
+                           locations: Iterable[tuple[str, int]]) -> list[Problem]:
+    """One ``duplicate_key`` per repeat of an ``image/key/sha256`` within a split.
+
+    Args:
+        split: Split name.
+        key: The repeated key.
+        locations: ``(file, offset)`` of every record with the key.
+    """
+    ordered = sorted(locations)
+    if len(ordered) < 2:
+        return []
+    first_file, first_offset = ordered[0]
+    return [Problem(file, offset, "duplicate_key",
+                    f"image/key/sha256 {key} also at byte {first_offset} of {first_file} "
+                    f"(split {split})")
+            for file, offset in ordered[1:]]
+
+
+@dataclass(frozen=True)
+class Report:
+    """The outcome of verifying a shard set, as written to ``--report``.
+
+    Attributes:
+        files: Shard files checked.
+        records: Records read.
+        bytes: Total size of the files checked.
+        problems: Every problem found, sorted by file and offset.
+    """
+
+    files: int
+    records: int
+    bytes: int
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @classmethod
+    def build(cls, files: int, records: int, size: int, problems: Iterable[Problem]) -> "Report":
+        return cls(files, records, size, tuple(sorted(problems, key=Problem.sort_key)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "files": self.files, "records": self.records, "bytes": self.bytes,
+                "problems": [p.to_dict() for p in self.problems]}
+
+    def dumps(self) -> bytes:
+        return (json.dumps(self.to_dict(), indent=2) + "\n").encode("utf-8")
+
+    @classmethod
+    def loads(cls, data: bytes) -> "Report":
+        obj = json.loads(data)
+        return cls(obj["files"], obj["records"], obj["bytes"],
+                   tuple(Problem(p["file"], p["offset"], p["kind"], p["detail"]) for p in obj["problems"]))
+
+    def summary(self, target: str, max_listed: int = 20) -> str:
+        """Returns the human summary: totals, problem counts by kind, the first problems."""
+        totals = (f"{self.files} files, {self.records} records, "
+                  f"{self.bytes / (1024 * 1024):.1f} MiB")
+        if self.ok:
+            return f"OK: {target}: {totals}; no problems"
+        kinds: dict[str, int] = {}
+        for problem in self.problems:
+            kinds[problem.kind] = kinds.get(problem.kind, 0) + 1
+        lines = [f"FAILED: {target}: {len(self.problems)} problems in {totals}",
+                 "  by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))]
+        lines += [f"  {p.describe()}" for p in self.problems[:max_listed]]
+        if len(self.problems) > max_listed:
+            lines.append(f"  ... and {len(self.problems) - max_listed} more (see --report)")
+        return "\n".join(lines)
+
+
+# --- Single-process reference -------------------------------------------------------
+
+
+def _read_records(path: str, data: bytes, index: bytes | None, ranges: int):
+    """Reads a file like the Beam source: uncompressed files in ``ranges`` byte ranges."""
+    compression = compression_of(path)
+    if compression != "none":
+        try:
+            yield from read_stream(open_decompressed(io.BytesIO(data), compression), path)
+        except RecordError as err:
+            yield err
+        return
+    starts = check_index(index, len(data)).starts if index is not None else None
+    cuts = sorted({len(data) * i // ranges for i in range(1, ranges)} - {0})
+    yield from read_in_ranges(io.BytesIO(data), len(data), cuts, path, starts)
+
+
+def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = None,
+                     folder: str = "", decode_images: bool = False, ranges: int = 3) -> Report:
+    """Verifies a shard set held in memory, in one process.
+
+    Args:
+        files: Name -> bytes. With a manifest, every file of the folder
+            (shards, ``.idx`` sidecars, anything else); without, the TFRecord
+            files to check plus any ``.idx`` sidecars.
+        manifest: The shard set's manifest, or None to check the files alone
+            (CRCs and Example parsing, no schema).
+        folder: Prefix for file names in problems.
+        decode_images: Decode every image (see ``image_problem``).
+        ranges: Byte ranges each uncompressed file is read in, as a split read would.
+
+    Returns:
+        The ``Report``.
+    """
+    problems: list[Problem] = []
+    entries: dict[str, tuple[str, ShardEntry]] = {}
+    if manifest is not None:
+        present = {name: len(data) for name, data in files.items()}
+        problems += listing_problems(folder, manifest, present)
+        entries = {e.file: (split, e) for split, s in manifest.splits.items() for e in s.shards}
+        shard_names = sorted(name for name in entries if name in files)
+    else:
+        shard_names = sorted(name for name in files if not name.endswith(".idx"))
+    records = 0
+    keys: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for name in shard_names:
+        path, data = join_path(folder, name), files[name]
+        index = files.get(index_name(name))
+        uncompressed = compression_of(name) == "none"
+        if uncompressed:
+            problems += index_problems(path, index, len(data), required=manifest is not None)
+        tally_labels: dict[str, int] = {}
+        count, damaged = 0, False
+        for item in _read_records(path, data, index, ranges):
+            if isinstance(item, RecordError):
+                problems.append(Problem.from_error(item))
+                damaged = True
+                continue
+            offset, record = item
+            count += 1
+            check, _ = check_record(path, offset, record, schema=manifest is not None,
+                                    decode_images=decode_images)
+            problems += check.problems
+            if check.label is not None:
+                tally_labels[str(check.label)] = tally_labels.get(str(check.label), 0) + 1
+            if check.key is not None and name in entries:
+                keys.setdefault((entries[name][0], check.key), []).append((path, offset))
+        records += count
+        if name in entries:
+            entry = entries[name][1]
+            problems += [p for p in [sha256_problem(path, entry, hashlib.sha256(data).hexdigest())] if p]
+            problems += shard_problems(path, entry, ShardTally(count, tally_labels, damaged))
+    for (split, key), locations in keys.items():
+        problems += duplicate_key_problems(split, key, locations)
+    size = sum(len(files[name]) for name in shard_names)
+    return Report.build(len(shard_names), records, size, problems)
