@@ -1,0 +1,111 @@
+"""Inspect: print the records of one TFRecord file as readable text.
+
+Usage::
+
+    python -m beam_jobs.inspect out/flowers/train-00000-of-00004.tfrecord
+    python -m beam_jobs.inspect gs://bucket/shards/train-00003-of-00004.tfrecord.gz --limit 2
+    python -m beam_jobs.inspect SHARD --offset 1048576   # from the first record at or after it
+
+Each record is shown as its features (name, type, values); long or binary byte
+values as their length and sha256. Works on any TFRecord file, local or in a
+bucket, plain, gzip or zlib. ``--offset`` is a byte offset into the file (into
+the decompressed stream for gzip/zlib), such as one from a verify report.
+Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Iterator, Sequence, TextIO
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import options as opt
+from transforms.decompress import COMPRESSIONS, compression_of, open_decompressed
+from transforms.errors import RecordError, UsageError
+from transforms.example_text import format_record
+from transforms.record_ranges import ByteRange, find_record_start, read_range, read_stream
+
+_NAME = "inspect"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m beam_jobs.{_NAME}",
+                                     description="Print the records of a TFRecord file as text.")
+    opt.one_line_errors(parser)
+    parser.add_argument("shard", help="TFRecord file: a local path, gs:// or s3://.")
+    parser.add_argument("--limit", type=opt.positive_int, default=10,
+                        help="Records to print (default 10).")
+    parser.add_argument("--offset", type=_offset, default=0,
+                        help="Start at the first record that starts at or after this byte.")
+    parser.add_argument("--compression", default="auto", choices=COMPRESSIONS,
+                        help="auto (by suffix: .gz gzip, .zz/.deflate zlib), none, gzip or zlib.")
+    return parser
+
+
+def _offset(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte offset") from err
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def _records(fh, path: str, size: int, compression: str,
+             offset: int, out: TextIO) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(offset, data)`` from the first record at or after ``offset``."""
+    if compression != "none":
+        for at, data in read_stream(open_decompressed(fh, compression), path):
+            if at >= offset:
+                yield at, data
+        return
+    start = find_record_start(fh, size, offset) if offset else 0
+    if start != offset:
+        out.write(f"# no record starts at byte {offset}; the next record start is at byte {start}\n")
+    # read_range finds the same start again; the range is the rest of the file.
+    yield from read_range(fh, size, ByteRange(start), path)
+
+
+def inspect(path: str, limit: int, offset: int, compression: str, out: TextIO) -> int:
+    """Prints up to ``limit`` records of ``path``; returns the exit status."""
+    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    kind = compression_of(path, compression)
+    shown = 0
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        try:
+            for at, data in _records(fh, path, size, kind, offset, out):
+                if shown == limit:
+                    out.write(f"# stopped after {limit} records (--limit); more follow\n")
+                    return 0
+                # Ordinals are known only when reading from the start of the file.
+                out.write(format_record(None if offset else shown, at, data) + "\n")
+                shown += 1
+        except RecordError as err:
+            out.write(f"# damaged record: {err}\n")
+            return 1
+    out.write(f"# end of file: {shown} records shown\n")
+    return 0
+
+
+def run(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Runs inspect; returns the exit status (0 ok, 1 damaged record, 2 bad flags)."""
+    out = out or sys.stdout
+    try:
+        args = _parser().parse_args(argv)
+        if not FileSystems.exists(args.shard):
+            raise UsageError(f"{args.shard} does not exist")
+    except UsageError as err:
+        print(f"{_NAME}: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        return inspect(args.shard, args.limit, args.offset, args.compression, out)
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,106 @@
+"""Tests of the inspect tool and the record text format it prints."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+
+import pytest
+
+from beam_jobs import inspect as inspect_job
+from tests.tfrecord_fixtures import write_file, write_shard_set, write_tfrecords
+from transforms.example_codec import encode_example
+from transforms.example_text import format_record, format_value
+from transforms.framing import frame_record
+
+
+def _inspect(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    status = inspect_job.run(list(argv), out=out)
+    return status, out.getvalue()
+
+
+def _short(value: bytes) -> str:
+    return f"<{len(value)} bytes, sha256 {hashlib.sha256(value).hexdigest()}>"
+
+
+@pytest.mark.parametrize("kind, value, text", [
+    ("bytes", b"rose", '"rose"'),
+    ("bytes", b'say "hi"\\', '"say \\"hi\\"\\\\"'),
+    ("bytes", b"\xff\x00", _short(b"\xff\x00")),
+    ("bytes", b"line\nbreak", _short(b"line\nbreak")),
+    ("bytes", b"a" * 65, _short(b"a" * 65)),
+    ("bytes", b"a" * 64, '"' + "a" * 64 + '"'),
+    ("int64", -3, "-3"),
+    ("float", 0.5, "0.5"),
+])
+def test_format_value(kind: str, value, text: str) -> None:
+    assert format_value(kind, value) == text
+
+
+def test_format_record_lists_features_sorted() -> None:
+    data = encode_example({"b": [1, 2], "a": "x", "c": [float(i) for i in range(10)]})
+    assert format_record(3, 48, data).splitlines() == [
+        f"record 3 at byte 48: {len(data)} bytes",
+        '  a  bytes  ["x"]',
+        "  b  int64  [1, 2]",
+        "  c  float  [0, 1, 2, 3, 4, 5, 6, 7, ... (10 values)]",
+    ]
+    text = format_record(None, 0, b"\xff\xff")
+    assert text.startswith("record at byte 0: 2 bytes\n  not a tf.train.Example")
+    assert "first bytes: ff ff" in text
+
+
+def test_inspect_shard_from_start_and_from_an_offset(tmp_path) -> None:
+    shards = write_shard_set(str(tmp_path), splits={"train": 1}, per_shard=4)
+    name = shards.shard_names[0]
+    status, out = _inspect(shards.path(name), "--limit", "2")
+    assert status == 0
+    assert out.count("\nrecord ") + out.startswith("record ") == 2
+    assert out.startswith(f"record 0 at byte 0: {len(shards.records[name][0])} bytes\n")
+    assert '  image/class/text   bytes  ["daisy"]' in out
+    encoded = out.split("image/encoded")[1].splitlines()[0]
+    assert "bytes, sha256 " in encoded
+    assert out.endswith("# stopped after 2 records (--limit); more follow\n")
+    offsets = shards.record_offsets(name)
+    status, out = _inspect(shards.path(name), "--offset", str(offsets[2] - 5))
+    assert status == 0
+    assert out.splitlines()[0] == (f"# no record starts at byte {offsets[2] - 5}; "
+                                   f"the next record start is at byte {offsets[2]}")
+    assert out.splitlines()[1].startswith(f"record at byte {offsets[2]}:")
+    assert out.endswith("# end of file: 2 records shown\n")
+
+
+@pytest.mark.parametrize("suffix, compression", [(".gz", "gzip"), (".zz", "zlib")])
+def test_inspect_compressed_files(tmp_path, suffix: str, compression: str) -> None:
+    records = [encode_example({"id": i}) for i in range(5)]
+    path = str(tmp_path / f"a.tfrecord{suffix}")
+    write_tfrecords(path, records, compression)
+    status, out = _inspect(path, "--offset", "1")
+    assert status == 0
+    assert out.splitlines()[0] == f"record at byte {len(records[0]) + 16}: {len(records[1])} bytes"
+    assert out.endswith("# end of file: 4 records shown\n")
+
+
+def test_inspect_reports_a_damaged_record(tmp_path) -> None:
+    path = str(tmp_path / "a.tfrecord")
+    data = bytearray(frame_record(encode_example({"id": 1})) + frame_record(encode_example({"id": 2})))
+    data[-2] ^= 1
+    write_file(path, bytes(data))
+    status, out = _inspect(path)
+    assert status == 1
+    assert out.splitlines()[-1].startswith(f"# damaged record: crc_mismatch: {path} at byte {len(data) // 2}")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["{tmp}/missing.tfrecord"], "does not exist"),
+    (["{tmp}/a.tfrecord", "--limit", "0"], "--limit"),
+    (["{tmp}/a.tfrecord", "--offset", "-1"], "--offset"),
+    ([], "shard"),
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, words) -> None:
+    write_tfrecords(str(tmp_path / "a.tfrecord"), [b"x"])
+    status, out = _inspect(*[a.format(tmp=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and words in err

@@ -1,0 +1,65 @@
+"""Readable text for TFRecord records: feature names, types and values.
+
+Pure code, used by ``beam_jobs.inspect``. Short printable byte values are shown
+as quoted text; long or binary ones as their length and sha256, so a dump of an
+image record stays one screen long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from transforms.errors import ExampleError
+from transforms.example_codec import decode_example
+
+__all__ = ["format_value", "format_record"]
+
+_MAX_TEXT = 64  # bytes shown as text at most
+_MAX_VALUES = 8  # values shown per feature at most
+
+
+def _shortened(value: bytes) -> str:
+    return f"<{len(value)} bytes, sha256 {hashlib.sha256(value).hexdigest()}>"
+
+
+def format_value(kind: str, value) -> str:
+    """Returns one feature value as text."""
+    if kind == "bytes":
+        if len(value) <= _MAX_TEXT:
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                return _shortened(value)
+            if text.isprintable():
+                return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return _shortened(value)
+    if kind == "float":
+        return f"{value:g}"
+    return str(value)
+
+
+def format_record(number: int | None, offset: int, data: bytes) -> str:
+    """Returns a record as text: a header line, then one line per feature.
+
+    Args:
+        number: Position of the record in its file (0-based), or None if unknown.
+        offset: Byte offset of the record in the file.
+        data: The record's data.
+    """
+    ordinal = "record" if number is None else f"record {number}"
+    lines = [f"{ordinal} at byte {offset}: {len(data)} bytes"]
+    try:
+        features = decode_example(data)
+    except ExampleError as err:
+        lines.append(f"  not a tf.train.Example ({err}); data {_shortened(data)}")
+        lines.append(f"  first bytes: {data[:32].hex(' ')}")
+        return "\n".join(lines)
+    if not features:
+        lines.append("  (no features)")
+    width = max((len(name) for name in features), default=0)
+    for name in sorted(features):
+        kind, values = features[name]
+        shown = ", ".join(format_value(kind, v) for v in values[:_MAX_VALUES])
+        more = f", ... ({len(values)} values)" if len(values) > _MAX_VALUES else ""
+        lines.append(f"  {name:<{width}}  {kind:<5}  [{shown}{more}]")
+    return "\n".join(lines)
