@@ -248,6 +248,10 @@ _BAD: dict[str, Mutation] = {
     "feature_spec_list": _set("feature_spec", []),
     "created_by_int": _set("created_by", 1),
     "compression_null": _set("compression", None),
+    "total_records_wrong": _set("records", 999),
+    "split_records_wrong": _set("splits.train.records", 999),
+    "split_bytes_wrong": _set("splits.train.bytes", 1),
+    "shard_records_disagree_with_totals": _set(f"{_SHARD}.records", 0),
 }
 
 

@@ -200,9 +200,18 @@ class Manifest:
             shards = _require(split, "shards", list, where)
             entries = [ShardEntry.from_dict(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)]
             splits[name] = SplitEntry(name, entries)
+            for field_name in ("records", "bytes"):
+                stated = _require(split, field_name, int, where)
+                if stated != getattr(splits[name], field_name):
+                    raise ManifestError(f"{where}.{field_name} is {stated} but its shards add up to "
+                                        f"{getattr(splits[name], field_name)}")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
+        stated = _require(obj, "records", int, "manifest")
+        if stated != sum(split.records for split in splits.values()):
+            raise ManifestError(f"manifest.records is {stated} but its splits add up to "
+                                f"{sum(split.records for split in splits.values())}")
         return cls(
             created_by=_require(obj, "created_by", str, "manifest"),
             options=_require(obj, "options", dict, "manifest"),

@@ -153,7 +153,8 @@ def plan_split(split: str, entries: Iterable[tuple[int, int]], target_bytes: int
     """
     ordered = sorted(entries)
     total = sum(size for _, size in ordered)
-    count = num_shards if num_shards else choose_num_shards(total, target_bytes)
+    # More shards than records would only add empty files (a few huge records).
+    count = num_shards if num_shards else min(choose_num_shards(total, target_bytes), max(len(ordered), 1))
     shards = deal_records([size for _, size in ordered], count)
     totals = SplitTotals(split, total, len(ordered), max((s for _, s in ordered), default=0), count)
     return totals, [(key, size, shard) for (key, size), shard in zip(ordered, shards)]
@@ -216,7 +217,7 @@ def split_for(relative_path: str, fractions: Mapping[str, float]) -> str:
     digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
     point = struct.unpack(">Q", digest[:8])[0] / 2.0**64
     cumulative = 0.0
-    names = list(fractions)
+    names = sorted(fractions)  # the same split for a path whatever order the flag lists
     for name in names:
         cumulative += fractions[name]
         if point < cumulative:
