@@ -17,8 +17,21 @@ setuptools.setup(
         "numpy>=1.24",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "grpcio-tools<1.82"]  # newer grpcio-tools needs protobuf>=7; apache-beam needs <7,
+        # grpcio-tools from 1.82 needs protobuf>=7; apache-beam needs protobuf<7.
+        "test": [
+            "pytest>=7", "hypothesis>=6", "grpcio-tools<1.82",
+            "apache-beam[aws,gcp]",  # s3:// and gs:// filesystems, the Dataflow runner
+            "moto[server]>=5",  # S3 API server on loopback
+            "gcp-storage-emulator",  # GCS API server on loopback
+            "build",  # sdist/wheel packaging test; Beam's --setup_file staging
+        ],
         "aws": ["apache-beam[aws]"],
         "gcp": ["apache-beam[gcp]"],
+        # TensorFlow reads the shards (tests/test_tensorflow_interop.py). tensorflow-cpu
+        # wheels exist for x86-64 only; TF 2.21 takes protobuf>=6.31.1,<8, Beam <7.
+        "compat": [
+            "tensorflow-cpu>=2.21,<3; platform_machine == 'x86_64' or platform_machine == 'AMD64'",
+            "tensorflow>=2.21,<3; platform_machine != 'x86_64' and platform_machine != 'AMD64'",
+        ],
     },
 )
