@@ -95,7 +95,8 @@ def _input_exists(path: str) -> bool:
         return True
     if is_manifest_path(path):
         return False
-    return bool(FileSystems.match([path.rstrip("/") + "/*"])[0].metadata_list)
+    # "**" with a limit: object stores have no folder objects, only keys below the prefix.
+    return bool(FileSystems.match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list)
 
 
 def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:

@@ -6,3 +6,5 @@ import os
 
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 os.environ.setdefault("NO_GCE_CHECK", "true")
+
+from tests.servers import gcs_server, job_server, s3_server  # noqa: E402,F401  session-wide servers

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions)
 from apache_beam.runners.runner import PipelineRunner
 
 from transforms.errors import ShardsError
@@ -22,7 +24,24 @@ _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
 
 
 def prepare_options(options: PipelineOptions) -> PipelineOptions:
-    """Returns the options a job runs with (Beam's own flags are left as given)."""
+    """Returns the options a job runs with (Beam's own flags are left as given).
+
+    Makes ``FileSystems`` use these options at once, as ``beam.Pipeline`` does
+    later, so the checks a job makes before building its pipeline reach s3://
+    with ``--s3_endpoint_url`` and the S3 keys given. With ``--no_auth``,
+    Beam's GCS filesystem connects anonymously, as Beam's Dataflow client
+    already does for that flag; without it, a process with no Google
+    credentials retries the credential lookup for about 24 s before falling
+    back to the same anonymous client. A GCS emulator
+    (``STORAGE_EMULATOR_HOST``) needs no credentials.
+    """
+    FileSystems.set_options(options)
+    if options.view_as(GoogleCloudOptions).no_auth:
+        from apache_beam.internal.gcp import auth  # Beam's per-process credential cache
+
+        with auth._Credentials._credentials_lock:
+            auth._Credentials._credentials = None
+            auth._Credentials._credentials_init = True
     return options
 
 

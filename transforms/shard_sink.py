@@ -23,7 +23,7 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -36,6 +36,11 @@ from transforms.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, 
 from transforms.plan_shards import ShardKey
 from transforms.planning import SHARD_NAME_RE, SplitTotals, shard_file_name
 from transforms.shard_writer import ShardStats, ShardWriter
+
+try:  # present with apache-beam[aws]
+    from apache_beam.io.aws.s3io import S3Uploader as _S3Uploader
+except ImportError:  # pragma: no cover - depends on the installed extras
+    _S3Uploader = None
 
 __all__ = ["WriteShards", "PublishShards", "ShardResult", "STAGING_DIR", "publish_shards"]
 
@@ -60,6 +65,21 @@ def _join(folder: str, name: str) -> str:
     return FileSystems.join(folder, name)
 
 
+def _close(fh: BinaryIO) -> None:
+    """Closes a file made by ``FileSystems.create``, also when nothing was written to it.
+
+    Beam's S3 writer completes its multipart upload without a part when no
+    byte was written, which S3 refuses with MalformedXML (apache/beam#21369);
+    an empty shard, ``.idx`` or ``dead_letters.jsonl`` on s3:// gets one empty
+    part, which S3 stores as an empty object.
+    """
+    uploader = getattr(getattr(fh, "raw", None), "_uploader", None)
+    if (_S3Uploader is not None and isinstance(uploader, _S3Uploader) and fh.tell() == 0
+            and not uploader.parts):
+        uploader._write_to_s3(b"")
+    fh.close()
+
+
 def write_shard(output_dir: str, key: ShardKey, records: Iterable[tuple[bytes, int | None]],
                 compression: str) -> ShardResult:
     """Writes one shard's records, in order, to a unique staging name."""
@@ -77,9 +97,9 @@ def write_shard(output_dir: str, key: ShardKey, records: Iterable[tuple[bytes, i
             writer.write(record, label)
         stats = writer.close()
     finally:
-        fh.close()
+        _close(fh)
         if index_fh is not None:
-            index_fh.close()
+            _close(index_fh)
     return ShardResult(split, index, count, name, staged, staged_index, stats)
 
 
@@ -141,7 +161,7 @@ def _write_atomic(path: str, data: bytes) -> None:
     try:
         fh.write(data)
     finally:
-        fh.close()
+        _close(fh)
     FileSystems.rename([temp], [path])
 
 
@@ -165,6 +185,17 @@ def _delete_if_exists(paths: Sequence[str]) -> None:
     present = [p for p in paths if FileSystems.exists(p)]
     if present:
         FileSystems.delete(present)
+
+
+def _delete_folder(folder: str) -> None:
+    """Deletes ``folder`` and every file below it.
+
+    Object stores (gs://, s3://) have no folder objects, only keys under a
+    prefix: the folder itself does not "exist" there and deleting its name
+    deletes nothing, so the files below it are deleted by name.
+    """
+    below = [m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list]
+    _delete_if_exists(below + [folder])
 
 
 def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequence[SplitTotals],
@@ -207,7 +238,7 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
                    f"published; reasons are in {dead_path}")
     staging = _join(output_dir, STAGING_DIR)
     if refusal is not None:
-        _delete_if_exists([staging])
+        _delete_folder(staging)
         raise PublishError(refusal)
 
     _delete_if_exists([_join(output_dir, MANIFEST_NAME)])
@@ -246,7 +277,7 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
         dead_letters=len(dead))
     _write_atomic(_join(output_dir, MANIFEST_NAME), manifest.dumps())
-    _delete_if_exists([staging])
+    _delete_folder(staging)
     return manifest
 
 

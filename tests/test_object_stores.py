@@ -1,0 +1,191 @@
+"""The build job on object stores: S3 (moto's server) and GCS (gcp-storage-emulator) on loopback.
+
+Each store gets a small class-folder tree uploaded under ``raw/``; the job runs
+with ``--input <store>://bucket/raw --output_dir <store>://bucket/shards`` and
+the published objects must be the bytes a local build of the same tree writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+
+import pytest
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from tests.shard_fixtures import make_class_tree, run_build
+from transforms import shard_sink
+
+boto3 = pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
+gcs = pytest.importorskip("google.cloud.storage", reason="needs apache-beam[gcp] (pip install -e '.[test]')")
+
+BUCKET = "shards-test"
+BUILD_FLAGS = ("--num_shards", "3", "--seed", "5")
+
+
+def _s3_flags(url: str) -> list[str]:
+    return ["--s3_endpoint_url", url, "--s3_access_key_id", "testing",
+            "--s3_secret_access_key", "testing", "--s3_region_name", "us-east-1"]
+
+
+class _S3Bucket:
+    """The test bucket through boto3."""
+
+    def __init__(self, url: str) -> None:
+        self.client = boto3.client("s3", endpoint_url=url, aws_access_key_id="testing",
+                                   aws_secret_access_key="testing", region_name="us-east-1")
+        self.client.create_bucket(Bucket=BUCKET)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=BUCKET, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+class _GcsBucket:
+    """The test bucket through google-cloud-storage (anonymous, on the emulator)."""
+
+    def __init__(self) -> None:
+        from google.auth.credentials import AnonymousCredentials
+
+        self.client = gcs.Client(project="my-project-123", credentials=AnonymousCredentials())
+        self.bucket = self.client.create_bucket(BUCKET)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.bucket.blob(key).upload_from_string(data)
+
+    def get(self, key: str) -> bytes:
+        return self.bucket.blob(key).download_as_bytes()
+
+    def keys(self, prefix: str) -> list[str]:
+        return sorted(b.name for b in self.client.list_blobs(BUCKET, prefix=prefix))
+
+
+def _upload_tree(bucket, root: str, prefix: str) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as fh:
+                bucket.put(f"{prefix}/{os.path.relpath(path, root)}", fh.read())
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("tree"))
+    make_class_tree(root, per_class=4, broken=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def local_out(tree, tmp_path_factory):
+    """The same tree built on local disk: the bytes every store must hold."""
+    from beam_jobs import build_shards
+
+    out = str(tmp_path_factory.mktemp("local_out"))
+    assert build_shards.run(["--input", tree, "--output_dir", out, *BUILD_FLAGS]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(s3_server, tree):
+    bucket = _S3Bucket(s3_server.url)
+    _upload_tree(bucket, tree, "raw")
+    return bucket
+
+
+@pytest.fixture(scope="module")
+def gcs_bucket(gcs_server, tree):
+    bucket = _GcsBucket()
+    _upload_tree(bucket, tree, "raw")
+    return bucket
+
+
+def _assert_same_as_local(bucket, prefix: str, local_out: str) -> None:
+    names = sorted(os.listdir(local_out))
+    assert bucket.keys(prefix + "/") == [f"{prefix}/{n}" for n in names]  # no .staging left
+    manifest = json.loads(bucket.get(f"{prefix}/manifest.json"))
+    with open(os.path.join(local_out, "manifest.json"), "rb") as fh:
+        local_manifest = json.load(fh)
+    assert manifest["splits"] == local_manifest["splits"]
+    assert manifest["labels"] == local_manifest["labels"] == ["daisy", "rose", "tulip"]
+    shards = manifest["splits"]["train"]["shards"]
+    assert [s["file"] for s in shards] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    for shard in shards:
+        data = bucket.get(f"{prefix}/{shard['file']}")
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (shard["bytes"], shard["sha256"])
+    for name in names:
+        if name != "manifest.json":  # the manifest names the input, which differs
+            with open(os.path.join(local_out, name), "rb") as fh:
+                assert bucket.get(f"{prefix}/{name}") == fh.read(), name
+    assert bucket.get(f"{prefix}/dead_letters.jsonl") == b""  # an empty object, written
+
+
+def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
+    FileSystems.set_options(PipelineOptions(_s3_flags(s3_server.url)))
+    base = f"s3://{BUCKET}/fs"
+    for name, data in [("stage/a.tmp", b"a"), ("stage/sub/b.tmp", b"bb"), ("top", b"t")]:
+        fh = FileSystems.create(f"{base}/{name}")
+        fh.write(data)
+        shard_sink._close(fh)
+    fh = FileSystems.create(f"{base}/empty")
+    shard_sink._close(fh)  # Beam alone cannot close an empty S3 upload
+    assert s3_bucket.get("fs/empty") == b""
+    assert [m.path for m in FileSystems.match([f"{base}/**"])[0].metadata_list] == [
+        f"{base}/empty", f"{base}/stage/a.tmp", f"{base}/stage/sub/b.tmp", f"{base}/top"]
+    assert [m.path for m in FileSystems.match([f"{base}/*"])[0].metadata_list] == [
+        f"{base}/empty", f"{base}/top"]
+    FileSystems.rename([f"{base}/stage/a.tmp"], [f"{base}/a"])
+    assert s3_bucket.get("fs/a") == b"a" and not FileSystems.exists(f"{base}/stage/a.tmp")
+    assert not FileSystems.exists(f"{base}/stage")  # no folder objects on S3
+    shard_sink._delete_folder(f"{base}/stage")
+    assert s3_bucket.keys("fs/") == ["fs/a", "fs/empty", "fs/top"]
+
+
+def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys):
+    status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw",
+                                 "--output_dir", f"s3://{BUCKET}/shards", *BUILD_FLAGS,
+                                 *_s3_flags(s3_server.url))
+    assert status == 0, err
+    assert f"Published 12 records to s3://{BUCKET}/shards" in out
+    _assert_same_as_local(s3_bucket, "shards", local_out)
+
+
+def _forget_gcp_credentials() -> None:
+    """Makes the next GCS client of this process look its credentials up again."""
+    from apache_beam.internal.gcp import auth
+
+    auth._Credentials._credentials_init = False
+    auth._Credentials._credentials = None
+
+
+def test_build_on_gcs_matches_a_local_build(gcs_server, gcs_bucket, local_out, capsys, caplog):
+    _forget_gcp_credentials()
+    with caplog.at_level(logging.WARNING):
+        status, out, err = run_build(capsys, "--input", f"gs://{BUCKET}/raw",
+                                     "--output_dir", f"gs://{BUCKET}/shards", *BUILD_FLAGS,
+                                     "--no_auth")
+    assert status == 0, err
+    assert f"Published 12 records to gs://{BUCKET}/shards" in out
+    # --no_auth: no credential lookup (and its ~24 s of retries) before going anonymous.
+    assert "credentials" not in caplog.text.lower(), caplog.text
+    _assert_same_as_local(gcs_bucket, "shards", local_out)
+
+
+def test_refused_publish_on_gcs_clears_staging(gcs_server, gcs_bucket, capsys):
+    for i in range(5):  # 5 bad of 17 inputs: more than --max_bad_fraction
+        gcs_bucket.put(f"bad_raw/rose/bad_{i}.jpg", b"not an image %d" % i)
+    status, _, err = run_build(capsys, "--input", f"gs://{BUCKET}/raw", "--input",
+                               f"gs://{BUCKET}/bad_raw", "--output_dir", f"gs://{BUCKET}/refused",
+                               "--num_shards", "2", "--max_bad_fraction", "0.1", "--no_auth")
+    assert status == 1 and "--max_bad_fraction" in err, err
+    # The 12 good images were staged before publishing was refused; nothing of them is left.
+    assert gcs_bucket.keys("refused/") == ["refused/dead_letters.jsonl"]
+    assert len(gcs_bucket.get("refused/dead_letters.jsonl").splitlines()) == 5
