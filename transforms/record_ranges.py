@@ -45,7 +45,9 @@ __all__ = [
 
 # Headers that must chain validly after a candidate record start found by scanning.
 CONFIRM_RECORDS = 16
-# Bytes of the file examined per step when scanning for a record start.
+# Bytes of the file examined per step when scanning for a record start: the first
+# step, and the most (the step doubles).
+_FIRST_WINDOW = 64 << 10
 _SCAN_WINDOW = 1 << 20
 _LENGTH = struct.Struct("<Q")
 
@@ -85,25 +87,33 @@ class ByteRange:
 def _header_candidates(window: bytes, base: int, size: int, limit: int) -> list[int]:
     """Returns the file offsets in ``window[:limit]`` where a valid header that fits starts.
 
-    Vectorized with numpy: a header's length must fit in what is left of the
-    file, and its masked CRC (computed once per distinct length) must match.
+    Vectorized with numpy: the high bytes of a length that fits in what is
+    left of the file are zero, which rules out almost every position of
+    compressed image data at once; the survivors' lengths must fit, and their
+    masked CRCs (computed once per distinct length) must match.
     """
     count = min(len(window) - HEADER_SIZE + 1, limit)
-    if count <= 0:
+    longest = size - base - OVERHEAD  # the longest data any header in the window may declare
+    if count <= 0 or longest < 0:
         return []
     arr = np.frombuffer(window, dtype=np.uint8)
-    lengths = np.zeros(count, dtype=np.uint64)
+    plausible = np.ones(count, dtype=bool)
+    for i in range((longest.bit_length() + 7) // 8, 8):
+        plausible &= arr[i:i + count] == 0
+    where = np.flatnonzero(plausible)
+    if where.size == 0:
+        return []
+    lengths = np.zeros(where.size, dtype=np.uint64)
     for i in range(8):
-        lengths |= arr[i:i + count].astype(np.uint64) << np.uint64(8 * i)
-    room = (size - base - OVERHEAD) - np.arange(count, dtype=np.int64)
-    fits = (room >= 0) & (lengths <= np.maximum(room, 0).astype(np.uint64))
-    where = np.flatnonzero(fits)
+        lengths |= arr[where + i].astype(np.uint64) << np.uint64(8 * i)
+    fits = lengths <= (longest - where).clip(min=0).astype(np.uint64)
+    where, lengths = where[fits], lengths[fits]
     if where.size == 0:
         return []
     stored = np.zeros(where.size, dtype=np.uint32)
     for i in range(4):
         stored |= arr[where + 8 + i].astype(np.uint32) << np.uint32(8 * i)
-    values, inverse = np.unique(lengths[where], return_inverse=True)
+    values, inverse = np.unique(lengths, return_inverse=True)
     expected = np.array([masked_crc32c(_LENGTH.pack(int(v))) for v in values], dtype=np.uint32)
     valid = expected[inverse.reshape(-1)] == stored
     return (where[valid] + base).tolist()
@@ -147,8 +157,9 @@ def find_record_start(fh: BinaryIO, size: int, position: int) -> int:
         the module docstring, or ``size`` when there is none.
     """
     position = max(position, 0)
+    step = _FIRST_WINDOW  # records are often small: look near first, then further at a time
     while position + HEADER_SIZE <= size:
-        end = min(position + _SCAN_WINDOW, size)
+        end = min(position + step, size)
         fh.seek(position)
         window = fh.read(end - position + HEADER_SIZE - 1)
         for candidate in _header_candidates(window, position, size, end - position):
@@ -156,6 +167,7 @@ def find_record_start(fh: BinaryIO, size: int, position: int) -> int:
                     and _data_is_intact(fh, candidate, size)):
                 return candidate
         position = end
+        step = min(step * 2, _SCAN_WINDOW)
     return size
 
 
