@@ -37,7 +37,7 @@ from transforms.errors import ManifestError, UsageError
 from transforms.job_options import ShardingOptions
 from transforms.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from transforms.record_index import INDEX_SUFFIX
-from transforms.runner_setup import error_summary, local_runner, prepare_options
+from transforms.runner_setup import error_summary, local_runner, prepare_options, unknown_flags
 from transforms.shard_checks import (PROBLEMS, SAMPLES, CheckRecords, CheckShardFiles,
                                      FindDuplicateKeys, TallyShards, WritePreview, WriteReport)
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadFromTFRecords
@@ -237,10 +237,21 @@ def _unreadable_manifest(folder: str, err: ManifestError, report: str | None) ->
     return result
 
 
+def _refuse_unknown(extra: list[str]) -> None:
+    if not extra:
+        return
+    if extra[0].startswith("-"):
+        raise UsageError(f"unknown flag {extra[0]} (flags are spelt like --decode_images)")
+    raise UsageError(f"unexpected argument {extra[0]!r}: give a shard set as --output_dir "
+                     f"or a pattern as --files")
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         options = prepare_options(PipelineOptions(argv))
+        _refuse_unknown(unknown_flags(options, argv))
         cfg = make_config(options)
     except UsageError as err:
         print(f"{_NAME}: error: {err}", file=sys.stderr)

@@ -212,6 +212,9 @@ def test_files_mode_finds_damage_in_examples(tmp_path, capsys) -> None:
     (["--output_dir", "{tmp}/plain"], "has no manifest.json; to check TFRecord files without one, use --files"),
     (["--files", "{tmp}/none-*.tfrecord"], "matches no files"),
     (["--output_dir", "{tmp}/set", "--decode_images=yes"], "--decode_images"),
+    (["--output_dir", "{tmp}/set", "--decode-images"], "unknown flag --decode-images"),
+    (["{tmp}/set"], "give a shard set as --output_dir"),
+    (["--output_dir", "{tmp}/set", "--direct_num_workers=two"], "--direct_num_workers"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, words) -> None:
     write_shard_set(str(tmp_path / "set"), splits={"train": 1}, per_shard=1)

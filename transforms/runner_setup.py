@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from typing import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
@@ -11,7 +13,7 @@ from apache_beam.runners.runner import PipelineRunner
 
 from transforms.errors import ShardsError
 
-__all__ = ["prepare_options", "local_runner", "error_summary"]
+__all__ = ["prepare_options", "unknown_flags", "local_runner", "error_summary"]
 
 _DIRECT_NAMES = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
 
@@ -43,6 +45,24 @@ def prepare_options(options: PipelineOptions) -> PipelineOptions:
             auth._Credentials._credentials = None
             auth._Credentials._credentials_init = True
     return options
+
+
+def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
+    """Returns the arguments in ``argv`` that no options class (Beam's or a job's) defines.
+
+    Beam drops such arguments with a warning, so a misspelt flag
+    (``--decode-images``) or a path given without its flag would be ignored;
+    a job can refuse them instead. Beam's own warning is silenced here.
+    """
+    parsers = []
+    log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        options.get_all_options(add_extra_args_fn=parsers.append)
+    finally:
+        log.setLevel(level)
+    return parsers[0].parse_known_args(list(argv))[1]
 
 
 def local_runner(options: PipelineOptions) -> PipelineRunner | None:
