@@ -21,7 +21,7 @@ from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
 from transforms import options as opt
 from transforms.dedupe import DUPLICATE_TAG, RejectDuplicateImages, RejectDuplicatePaths
@@ -131,9 +131,10 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         raise UsageError("--input is required (a folder of class folders or a .csv/.jsonl manifest)")
     if not shared.output_dir:
         raise UsageError("--output_dir is required")
-    for path in shared.input:
-        if not _input_exists(path):
-            raise UsageError(f"--input {path} does not exist or is empty")
+    if not dataflow_dry_run(options):  # a dry run stays offline: gs:// would need credentials
+        for path in shared.input:
+            if not _input_exists(path):
+                raise UsageError(f"--input {path} does not exist or is empty")
     try:
         fractions = parse_split_fractions(build.split_fractions) if build.split_fractions else {}
         rules = LabelRules(layout=build.layout, split=shared.split, split_fractions=fractions,
@@ -206,6 +207,22 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         totals=plan["totals"], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec)
 
 
+def dataflow_dry_run(options: PipelineOptions) -> bool:
+    """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it)."""
+    runner = (options.view_as(StandardOptions).runner or "").lower()
+    return runner in ("dataflow", "dataflowrunner") and bool(options.view_as(TestOptions).dry_run)
+
+
+def dry_run_summary(p: beam.Pipeline) -> str:
+    """Returns what a dry run translated: the job graph's size and top-level steps."""
+    graph = p.to_runner_api()
+    transforms = graph.components.transforms
+    steps = [transforms[t].unique_name for root in graph.root_transform_ids
+             for t in transforms[root].subtransforms]
+    return (f"Dry run: the job graph has {len(transforms)} transforms; nothing was submitted, "
+            f"read or written\n  steps: {', '.join(steps)}")
+
+
 def summarize(output_dir: str, seconds: float) -> str:
     """Returns the human summary of a published shard set."""
     with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME)) as fh:
@@ -238,6 +255,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # the runner wraps worker errors in its own types
         print(f"build_shards: failed: {error_summary(err)}", file=sys.stderr)
         return 1
+    if dataflow_dry_run(options):
+        print(dry_run_summary(p))
+        return 0
     print(summarize(cfg.output_dir, time.monotonic() - started))
     return 0
 

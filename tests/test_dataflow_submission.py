@@ -1,0 +1,95 @@
+"""Submitting to Dataflow, offline: the job graph translates, and the package a worker installs is whole.
+
+``--dry_run`` makes Beam's DataflowRunner translate the pipeline, stage the
+``--setup_file`` package locally and stop before contacting Google; the build
+job then skips its input check (gs:// would need credentials) and the summary.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+from tests.servers import free_port
+from tests.shard_fixtures import run_build
+
+pytest.importorskip("apache_beam.runners.dataflow.internal.apiclient",
+                    reason="needs apache-beam[gcp] (pip install -e '.[test]')")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = ("Inputs", "Discover", "Inspect", "RejectDuplicateImages", "Plan", "Write", "Publish")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> str:
+    """A copy of the project's package sources, so building it leaves the work tree alone."""
+    dest = tmp_path_factory.mktemp("project")
+    shutil.copy(os.path.join(ROOT, "setup.py"), dest)
+    for package in ("transforms", "beam_jobs"):
+        shutil.copytree(os.path.join(ROOT, package), dest / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return str(dest)
+
+
+def test_dataflow_dry_run_translates_the_job(project, monkeypatch, capsys):
+    # Any GCS call would be a bug here: send it to a closed loopback port, never out.
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
+    status, out, err = run_build(
+        capsys, "--input", "gs://my-bucket-123/raw/flowers", "--output_dir",
+        "gs://my-bucket-123/shards/flowers", "--runner", "DataflowRunner", "--dry_run", "True",
+        "--project", "my-project-123", "--region", "us-central1",
+        "--temp_location", "gs://my-bucket-123/tmp", "--staging_location", "gs://my-bucket-123/staging",
+        "--job_name", "build-shards-flowers", "--setup_file", os.path.join(project, "setup.py"))
+    assert status == 0, err
+    head, steps = out.strip().splitlines()[-2:]
+    assert head.startswith("Dry run: the job graph has ") and "nothing was submitted" in head
+    assert int(head.split(" has ")[1].split()[0]) > 50
+    listed = steps.split("steps: ")[1].split(", ")
+    assert [s for s in listed if s in STEPS] == list(STEPS)  # in pipeline order
+    assert "Published" not in out
+
+
+def test_usage_errors_still_fail_a_dry_run(capsys):
+    status, _, err = run_build(capsys, "--input", "gs://my-bucket-123/raw", "--output_dir",
+                               "gs://my-bucket-123/out", "--runner", "DataflowRunner", "--dry_run",
+                               "True", "--resize", "4x4")
+    assert status == 2 and "need --image_mode" in err
+
+
+def test_sdist_and_wheel_hold_what_a_worker_needs(project, tmp_path):
+    dist = str(tmp_path / "dist")
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--no-isolation",
+                    "--outdir", dist, project], check=True, capture_output=True, timeout=300)
+    sdist, = glob.glob(os.path.join(dist, "*.tar.gz"))
+    wheel, = glob.glob(os.path.join(dist, "*.whl"))
+    with tarfile.open(sdist) as tar:
+        in_sdist = [name.split("/", 1)[1] for name in tar.getnames() if "/" in name]
+    with zipfile.ZipFile(wheel) as whl:
+        in_wheel = whl.namelist()
+    needed = sorted(os.path.relpath(p, project).replace(os.sep, "/") for pattern in
+                    ("transforms/*.py", "beam_jobs/*.py")
+                    for p in glob.glob(os.path.join(project, pattern)))
+    needed.append("transforms/proto/example.proto")
+    assert "transforms/framing.py" in needed and "beam_jobs/build_shards.py" in needed
+    assert [n for n in needed if n not in in_wheel] == []
+    assert [n for n in needed + ["setup.py"] if n not in in_sdist] == []
+    assert not [n for n in in_wheel if n.startswith("tests/")]
+
+    # A worker installs the wheel and imports the jobs from it, not from a source tree.
+    site = str(tmp_path / "site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", site, wheel], check=True, capture_output=True, timeout=300)
+    probe = ("import beam_jobs.build_shards, transforms.example_codec as c; "
+             "print(c.__file__); print(c.decode_example(c.encode_example({'k': 1})))")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=str(tmp_path), capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": site})
+    assert run.returncode == 0, run.stderr
+    where, decoded = run.stdout.splitlines()[-2:]
+    assert where.startswith(site) and decoded == "{'k': ('int64', [1])}"
