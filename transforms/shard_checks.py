@@ -109,7 +109,9 @@ class CheckShardFiles(beam.PTransform):
         self._index_required = index_required
 
     def expand(self, files):
-        return files | "HashAndIndex" >> beam.ParDo(_CheckShardFileFn(self._index_required))
+        return (files
+                | "Spread" >> beam.Reshuffle()  # one file per element, over all workers
+                | "HashAndIndex" >> beam.ParDo(_CheckShardFileFn(self._index_required)))
 
 
 # Markers among the labels fed to _TallyFn: a listed shard (so that every shard gets a
