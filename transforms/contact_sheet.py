@@ -130,9 +130,12 @@ def _draw_sheet(draw: ImageDraw.ImageDraw, canvas: Image.Image, top: int,
     return y
 
 
-def _short_name(name: str) -> str:
+def _short_names(name: str) -> list[str]:
+    """Labels for a shard's bar, longest first."""
     match = SHARD_NAME_RE.match(name)
-    return f"{match['split']} {int(match['index'])}" if match else name[:12]
+    if not match:
+        return [name[:12]]
+    return [f"{match['split']} {int(match['index'])}", str(int(match["index"]))]
 
 
 def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
@@ -164,8 +167,8 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
         x1 = max(left + int((i + 1) * step) - 1, x0)
         height = max(int(_CHART_HEIGHT * size / largest), 1)
         draw.rectangle((x0, base - height, x1, base - 1), fill=colors[split])
-        label = _short_name(name)
-        if draw.textlength(label, font=font) < step - 2:
+        label = next((t for t in _short_names(name) if draw.textlength(t, font=font) < step - 2), None)
+        if label:
             draw.text((x0 + 2, base + 3), label, fill="black", font=font)
     mean = sum(sizes) / len(sizes)
     y = base - int(_CHART_HEIGHT * mean / largest)
