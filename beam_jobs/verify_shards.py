@@ -185,7 +185,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     else:
         records, damage = p | "NoRecords" >> beam.Create([]), p | "NoDamage" >> beam.Create([])
     checked = records | "CheckRecords" >> CheckRecords(
-        schema=with_manifest, decode_images=cfg.decode_images, preview=cfg.preview is not None)
+        schema=dict(cfg.manifest.feature_spec) if with_manifest else None,
+        decode_images=cfg.decode_images, preview=cfg.preview is not None)
     problems.append(damage | "DescribeDamage" >> beam.Map(Problem.from_error))
     problems.append(checked[PROBLEMS])
     if with_manifest:

@@ -182,3 +182,39 @@ def test_bad_flags_fail_with_one_line(capsys, argv, message):
     assert status == 2
     lines = [l for l in err.splitlines() if l.startswith("reshard:")]
     assert len(lines) == 1 and message in lines[0], err
+
+
+def run_verify(capsys, *argv: str) -> tuple[int, str, str]:
+    from beam_jobs import verify_shards
+
+    capsys.readouterr()
+    status = verify_shards.run(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_reshard_output_passes_verify(tmp_path, capsys):
+    make_class_tree(str(tmp_path / "in"), per_class=6, broken=False)
+    built = str(tmp_path / "built")
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", built, "--num_shards", "3")[0] == 0
+    out = str(tmp_path / "out")
+    assert run_reshard(capsys, "--input", built + "/train-*", "--output_dir", out, "--num_shards", "2")[0] == 0
+    status, stdout, err = run_verify(capsys, "--output_dir", out, "--decode_images")
+    assert status == 0, stdout + err
+
+
+def test_reshard_of_other_examples_passes_verify_against_its_feature_spec(tmp_path, capsys):
+    datas = labelled_records(40, seed=6)
+    src = write_tfrecord(str(tmp_path / "src.tfrecord"), datas)
+    out = str(tmp_path / "out")
+    assert run_reshard(capsys, "--input", src, "--output_dir", out, "--num_shards", "2")[0] == 0
+    assert load_manifest(out)["feature_spec"] == {
+        "id": "int64", "image/class/label": "int64", "image/class/text": "bytes", "image/encoded": "bytes"}
+    status, stdout, err = run_verify(capsys, "--output_dir", out)
+    assert status == 0, stdout + err
+    # a record without the spec's features is a schema problem
+    shard = os.path.join(out, shard_files(out)[0])
+    with open(shard, "ab") as fh:
+        fh.write(frame_record(encode_example({"other": 1})))
+    status, stdout, _ = run_verify(capsys, "--output_dir", out)
+    assert status == 1 and "schema" in stdout

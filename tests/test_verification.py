@@ -17,6 +17,7 @@ from tests.tfrecord_fixtures import ShardSet, image_bytes, image_example, write_
 from transforms.example_codec import encode_example
 from transforms.framing import frame_record
 from transforms.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from transforms.schema import IMAGE_FEATURES
 from transforms.verification import (PROBLEM_KINDS, Problem, Report, ShardTally, check_record,
                                      duplicate_key_problems, index_problems, listing_problems,
                                      shard_problems, verify_in_memory)
@@ -247,3 +248,18 @@ def test_stale_index_is_reported_and_reading_still_works(tmp_path) -> None:
         ("out/train-00000-of-00002.tfrecord.idx", 100, "size_mismatch")]
     assert report.records == 9
 
+
+
+def test_check_record_against_a_manifest_feature_spec() -> None:
+    spec = {"id": "int64", "text": "bytes"}
+    good = encode_example({"id": 3, "text": "x", "extra": 1.5})
+    assert check_record("f", 0, good, schema=spec)[0].problems == ()
+    wrong_kind = encode_example({"id": "3", "text": "x"})
+    missing = encode_example({"id": 3})
+    for data, words in ((wrong_kind, "feature id is bytes, expected int64"), (missing, "missing feature text")):
+        problems = check_record("f", 8, data, schema=spec)[0].problems
+        assert [(p.kind, p.offset) for p in problems] == [("schema", 8)] and words in problems[0].detail
+    # a spec holding the image schema gets the image checks (values, not only kinds)
+    image_spec = {**IMAGE_FEATURES, "extra": "float"}
+    problems = check_record("f", 0, _record(), schema=image_spec)[0].problems
+    assert [p.detail for p in problems] == ["missing feature extra"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["IMAGE_FEATURES", "IMAGE_FORMATS", "schema_problems"]
+__all__ = ["IMAGE_FEATURES", "IMAGE_FORMATS", "schema_problems", "spec_problems", "record_problems"]
 
 # Feature name -> kind. Every record written by the build job has exactly these.
 IMAGE_FEATURES: dict[str, str] = {
@@ -54,3 +54,27 @@ def schema_problems(decoded: Mapping[str, tuple[str, list]]) -> list[str]:
         if len(sha) != 64 or any(c not in b"0123456789abcdef" for c in sha):
             problems.append("image/key/sha256 is not 64 lowercase hex characters")
     return problems
+
+
+def spec_problems(decoded: Mapping[str, tuple[str, list]], spec: Mapping[str, str]) -> list[str]:
+    """Returns the features of ``spec`` that a decoded Example lacks or holds with another kind."""
+    problems = []
+    for name, kind in spec.items():
+        if name not in decoded:
+            problems.append(f"missing feature {name}")
+        elif decoded[name][0] != kind:
+            problems.append(f"feature {name} is {decoded[name][0]}, expected {kind}")
+    return problems
+
+
+def record_problems(decoded: Mapping[str, tuple[str, list]], spec: Mapping[str, str]) -> list[str]:
+    """Checks a decoded Example against a shard set's feature spec.
+
+    A spec that includes the image schema (what the build job writes) gets the
+    image schema's full checks; any other spec (a reshard of other records)
+    gets its keys and kinds checked.
+    """
+    if all(spec.get(name) == kind for name, kind in IMAGE_FEATURES.items()):
+        extra = {name: kind for name, kind in spec.items() if name not in IMAGE_FEATURES}
+        return schema_problems(decoded) + spec_problems(decoded, extra)
+    return spec_problems(decoded, spec)

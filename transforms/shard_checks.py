@@ -37,7 +37,7 @@ _HASH_CHUNK = 8 << 20
 class _CheckRecordFn(beam.DoFn):
     """(path, offset, data) -> RecordCheck; its problems and preview samples to side outputs."""
 
-    def __init__(self, schema: bool, decode_images: bool, preview: bool) -> None:
+    def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool) -> None:
         self._schema = schema
         self._decode_images = decode_images
         self._preview = preview
@@ -63,7 +63,7 @@ class CheckRecords(beam.PTransform):
     ``problems`` and, with ``preview``, ``samples``.
     """
 
-    def __init__(self, schema: bool, decode_images: bool, preview: bool) -> None:
+    def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool) -> None:
         super().__init__()
         self._fn = _CheckRecordFn(schema, decode_images, preview)
 

@@ -26,7 +26,7 @@ from transforms.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from transforms.planning import SHARD_NAME_RE
 from transforms.record_index import check_index, index_name
 from transforms.record_ranges import read_in_ranges, read_stream
-from transforms.schema import schema_problems
+from transforms.schema import IMAGE_FEATURES, record_problems, schema_problems
 
 __all__ = [
     "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report", "join_path",
@@ -135,15 +135,17 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     return None
 
 
-def check_record(file: str, offset: int, data: bytes, schema: bool = True,
-                 decode_images: bool = False) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
+def check_record(file: str, offset: int, data: bytes,
+                 schema: Mapping[str, str] | bool | None = True, decode_images: bool = False) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
     """Checks one record's bytes (its CRCs were checked when it was read).
 
     Args:
         file: Path of the shard, for problems.
         offset: Byte offset of the record, for problems.
         data: The record's data.
-        schema: Require the image schema (``schema.IMAGE_FEATURES``).
+        schema: The feature spec records must meet (a manifest's
+            ``feature_spec``); True for the image schema
+            (``schema.IMAGE_FEATURES``); False or None for none.
         decode_images: Also decode the image (see ``image_problem``); only
             done for records that meet the schema.
 
@@ -160,8 +162,10 @@ def check_record(file: str, offset: int, data: bytes, schema: bool = True,
     key = key.decode("utf-8", "replace") if key is not None else None
     problems = []
     missing = schema_problems(features)
-    if schema and missing:
-        problems.append(Problem(file, offset, "schema", "; ".join(missing)))
+    spec = IMAGE_FEATURES if schema is True else (schema or None)
+    wrong = record_problems(features, spec) if spec else []
+    if wrong:
+        problems.append(Problem(file, offset, "schema", "; ".join(wrong)))
     if decode_images and not missing:
         wrong = image_problem(features)
         if wrong:
@@ -401,7 +405,8 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
                 continue
             offset, record = item
             count += 1
-            check, _ = check_record(path, offset, record, schema=manifest is not None,
+            check, _ = check_record(path, offset, record,
+                                    schema=manifest.feature_spec if manifest is not None else None,
                                     decode_images=decode_images)
             problems += check.problems
             if check.label is not None:
