@@ -2,7 +2,8 @@
 
 Each store gets a small class-folder tree uploaded under ``raw/``; the job runs
 with ``--input <store>://bucket/raw --output_dir <store>://bucket/shards`` and
-the published objects must be the bytes a local build of the same tree writes.
+the published objects must be the bytes a local build of the same tree writes,
+and the verify job must pass them where they lie.
 """
 
 from __future__ import annotations
@@ -128,6 +129,15 @@ def _assert_same_as_local(bucket, prefix: str, local_out: str) -> None:
     assert bucket.get(f"{prefix}/dead_letters.jsonl") == b""  # an empty object, written
 
 
+def _verify(capsys, *argv: str) -> tuple[int, str, str]:
+    from beam_jobs import verify_shards
+
+    capsys.readouterr()
+    status = verify_shards.run(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
     FileSystems.set_options(PipelineOptions(_s3_flags(s3_server.url)))
     base = f"s3://{BUCKET}/fs"
@@ -156,6 +166,9 @@ def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, caps
     assert status == 0, err
     assert f"Published 12 records to s3://{BUCKET}/shards" in out
     _assert_same_as_local(s3_bucket, "shards", local_out)
+    status, out, err = _verify(capsys, "--output_dir", f"s3://{BUCKET}/shards", "--decode_images",
+                               *_s3_flags(s3_server.url))
+    assert status == 0 and "12 records" in out, out + err  # read back in place, in ranges
 
 
 def _forget_gcp_credentials() -> None:
@@ -177,6 +190,9 @@ def test_build_on_gcs_matches_a_local_build(gcs_server, gcs_bucket, local_out, c
     # --no_auth: no credential lookup (and its ~24 s of retries) before going anonymous.
     assert "credentials" not in caplog.text.lower(), caplog.text
     _assert_same_as_local(gcs_bucket, "shards", local_out)
+    status, out, err = _verify(capsys, "--output_dir", f"gs://{BUCKET}/shards", "--decode_images",
+                               "--no_auth")
+    assert status == 0 and "12 records" in out, out + err
 
 
 def test_refused_publish_on_gcs_clears_staging(gcs_server, gcs_bucket, capsys):

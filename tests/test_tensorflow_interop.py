@@ -171,3 +171,17 @@ def test_reshard_job_reads_tensorflow_written_files(tf_written, tmp_path, capsys
     written = [data for name in shard_files(out) for _, data in records(os.path.join(out, name))]
     assert sorted(written) == sorted(datas)  # byte for byte, reshuffled
     assert load_manifest(out)["labels"] == ["cat", "dog"]
+
+
+def test_verify_job_checks_tensorflow_written_files(tf_written, tmp_path, capsys):
+    from beam_jobs import verify_shards
+
+    plain, packed, _ = tf_written
+    capsys.readouterr()
+    pattern = os.path.join(os.path.dirname(plain), "*.tfrecord*")
+    assert verify_shards.run(["--files", pattern, "--decode_images"]) == 0, capsys.readouterr()
+    damaged = bytearray(open(plain, "rb").read())
+    damaged[100] ^= 0x01  # inside the first record's data: its CRC no longer matches
+    with open(tmp_path / "damaged.tfrecord", "wb") as fh:
+        fh.write(bytes(damaged))
+    assert verify_shards.run(["--files", str(tmp_path / "damaged.tfrecord")]) == 1
