@@ -30,7 +30,9 @@ __all__ = ["KNOWN_SPLITS", "LAYOUTS", "LabelRules", "detect_layout", "tree_entri
 
 KNOWN_SPLITS = ("train", "validation", "val", "test")
 LAYOUTS = ("auto", "classes", "splits")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 control characters and the Unicode line and paragraph separators: each
+# breaks a line of labels.txt for some reader (str.splitlines() splits on all of them).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
@@ -78,13 +80,13 @@ def check_label(label: str) -> str | None:
     """Returns why a class name is unusable, or None if it is fine.
 
     Class names are stored as text only (never used as paths), so any
-    printable name is accepted; empty names and control characters (which
-    would break ``labels.txt``) are not.
+    printable name is accepted; empty names and control characters or line
+    separators (which would break ``labels.txt``) are not.
     """
     if not label:
         return "class name is empty"
     if _CONTROL.search(label):
-        return f"class name {label!r} contains a control character"
+        return f"class name {label!r} contains a control character or line separator"
     return None
 
 
@@ -168,12 +170,14 @@ def tree_entries(root: str, relpaths: Iterable[str], rules: LabelRules) -> Itera
 def _manifest_rows(text: str, manifest: str) -> Iterator[tuple[int, Mapping | None, str]]:
     """Yields ``(line_number, row or None, error)`` for each data row of a manifest."""
     if manifest.lower().endswith(".jsonl"):
-        for number, line in enumerate(text.splitlines(), start=1):
+        # JSON Lines ends lines with "\n" only; str.splitlines() would also split
+        # inside a string holding U+2028 or U+0085, which JSON allows unescaped.
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except ValueError as err:
+            except (ValueError, RecursionError) as err:  # RecursionError: nesting too deep
                 yield number, None, f"not valid JSON: {err}"
                 continue
             if not isinstance(row, dict):
@@ -181,12 +185,25 @@ def _manifest_rows(text: str, manifest: str) -> Iterator[tuple[int, Mapping | No
                 continue
             yield number, row, ""
         return
-    reader = csv.DictReader(io.StringIO(text))
-    fields = reader.fieldnames or []
+    # newline="": the csv module ends rows at "\r\n", "\n" or a lone "\r" itself, and
+    # keeps line breaks inside quoted fields.
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        fields = reader.fieldnames or []
+    except csv.Error as err:
+        yield 1, None, f"CSV header cannot be read: {err}"
+        return
     if "path" not in fields or "label" not in fields:
         yield 1, None, f"CSV header must name path and label columns, got {fields}"
         return
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:  # e.g. a field over the csv module's size limit; the reader goes on
+            yield reader.reader.line_num, None, f"row cannot be read: {err}"
+            continue
         if None in row:
             yield reader.line_num, None, "row has more columns than the header"
             continue
