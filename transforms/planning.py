@@ -31,7 +31,7 @@ from transforms.errors import PlanError
 __all__ = [
     "NUM_BUCKETS", "MIB", "SplitTotals", "choose_num_shards", "order_key",
     "bucket_of", "deal_records", "plan_split", "plan_in_memory", "shard_file_name",
-    "SHARD_NAME_RE", "split_for", "parse_split_fractions", "check_split_name",
+    "SHARD_NAME_RE", "split_for", "parse_split_fractions", "check_split_name", "MAX_SPLIT_NAME",
 ]
 
 MIB = 1024 * 1024
@@ -44,10 +44,20 @@ SHARD_NAME_RE = re.compile(
 _SUFFIX = {"none": "", "gzip": ".gz", "zlib": ".zz"}
 
 
+# Split names start shard file names; a staged shard's name adds about 70 characters
+# ("-00000-of-00001.tfrecord.idx.<32 hex digits>.tmp") and file names end at 255 bytes.
+MAX_SPLIT_NAME = 100
+
+
 def check_split_name(name: str) -> str:
-    """Returns ``name`` if it is a safe split name (``[A-Za-z0-9_-]+``), else raises PlanError."""
-    if not _SPLIT_NAME_RE.match(name or ""):
-        raise PlanError(f"split name {name!r} must match [A-Za-z0-9_-]+")
+    """Returns ``name`` if it is a safe split name, else raises PlanError.
+
+    A safe name matches ``[A-Za-z0-9_-]+`` and has at most ``MAX_SPLIT_NAME``
+    characters.
+    """
+    if not _SPLIT_NAME_RE.match(name or "") or len(name) > MAX_SPLIT_NAME:
+        raise PlanError(f"split name {name!r} must match [A-Za-z0-9_-]+ and have at most "
+                        f"{MAX_SPLIT_NAME} characters")
     return name
 
 
