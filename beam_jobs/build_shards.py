@@ -131,6 +131,10 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         raise UsageError("--input is required (a folder of class folders or a .csv/.jsonl manifest)")
     if not shared.output_dir:
         raise UsageError("--output_dir is required")
+    for path in shared.input:
+        problem = None if is_manifest_path(path) else opt.wildcard_problem(path)
+        if problem:
+            raise UsageError(f"--input {problem}, or list its files in a .csv/.jsonl manifest")
     if not dataflow_dry_run(options):  # a dry run stays offline: gs:// would need credentials
         for path in shared.input:
             if not _input_exists(path):

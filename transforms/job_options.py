@@ -25,7 +25,8 @@ class ShardingOptions(PipelineOptions):
                             help="build: folder of class (or split) folders, or a .csv/.jsonl input "
                                  "manifest; reshard: TFRecord files or a pattern. Local, gs:// or "
                                  "s3://. Repeatable.")
-        parser.add_argument("--output_dir", default=None, help="Folder of the shard set.")
+        parser.add_argument("--output_dir", type=opt.folder_path, default=None,
+                            help="Folder of the shard set (no *, ? or [ in its path).")
         parser.add_argument("--split", default="train",
                             help="Split name of unsplit inputs (build) or of the output (reshard).")
         parser.add_argument("--shard_size_mb", type=opt.positive_float, default=150.0,

@@ -7,7 +7,11 @@ from typing import NoReturn
 
 from transforms.errors import UsageError
 
-__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "fraction"]
+__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "fraction",
+           "folder_path", "wildcard_problem", "WILDCARDS"]
+
+# Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
+WILDCARDS = "*?["
 
 
 def _raise_usage(message: str) -> NoReturn:
@@ -62,3 +66,27 @@ def parse_size(text: str) -> tuple[int, int]:
     if not sep or size[0] < 1 or size[1] < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must look like 224x224 (WIDTHxHEIGHT)")
     return size
+
+
+def wildcard_problem(path: str) -> str | None:
+    """Returns why a folder cannot be listed safely, or None if it can.
+
+    Beam's ``FileSystems.match`` reads ``*``, ``?`` and ``[`` anywhere in a
+    pattern as wildcards and has no way to quote them, so listing a folder
+    named ``out[1]`` (``out[1]/*``) lists ``out1/`` instead, and ``out*``
+    lists every sibling that starts with ``out``.
+    """
+    found = sorted({c for c in path if c in WILDCARDS})
+    if not found:
+        return None
+    return (f"{path!r} holds the wildcard character{'s' if len(found) > 1 else ''} "
+            f"{' '.join(found)}; Beam cannot list such a folder without also matching "
+            "other folders, so rename it")
+
+
+def folder_path(text: str) -> str:
+    """argparse type: a folder (local path or URI) without wildcard characters."""
+    problem = wildcard_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
