@@ -15,30 +15,27 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms import options as opt
 from transforms.dedupe import DUPLICATE_TAG, RejectDuplicateImages, RejectDuplicatePaths
 from transforms.discover import DEAD_LETTER_TAG, DiscoverImages
-from transforms.errors import ShardsError, UsageError
+from transforms.errors import PlanError, UsageError
 from transforms.image_records import IMAGE_MODES, EncodeSettings
 from transforms.images import VALIDATE_LEVELS
-from transforms.job_options import ShardingOptions
 from transforms.inputs import LAYOUTS, LabelRules, check_label, is_manifest_path
-from transforms.manifest import MANIFEST_NAME, Manifest
+from transforms.job_options import ShardingOptions
+from transforms.job_runner import dataflow_dry_run, run_publishing_job
 from transforms.plan_shards import PlanShards
 from transforms.planning import MIB, parse_split_fractions
 from transforms.read_images import REJECTED_TAG, ImageRecordMaker, InspectImages, image_order
-from transforms.runner_setup import error_summary, local_runner, prepare_options
 from transforms.schema import IMAGE_FEATURES
 from transforms.shard_sink import PublishShards, WriteShards
-from transforms.errors import PlanError
 
 _LOG = logging.getLogger(__name__)
 
@@ -211,59 +208,9 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         totals=plan["totals"], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec)
 
 
-def dataflow_dry_run(options: PipelineOptions) -> bool:
-    """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it)."""
-    runner = (options.view_as(StandardOptions).runner or "").lower()
-    return runner in ("dataflow", "dataflowrunner") and bool(options.view_as(TestOptions).dry_run)
-
-
-def dry_run_summary(p: beam.Pipeline) -> str:
-    """Returns what a dry run translated: the job graph's size and top-level steps."""
-    graph = p.to_runner_api()
-    transforms = graph.components.transforms
-    steps = [transforms[t].unique_name for root in graph.root_transform_ids
-             for t in transforms[root].subtransforms]
-    return (f"Dry run: the job graph has {len(transforms)} transforms; nothing was submitted, "
-            f"read or written\n  steps: {', '.join(steps)}")
-
-
-def summarize(output_dir: str, seconds: float) -> str:
-    """Returns the human summary of a published shard set."""
-    with FileSystems.open(FileSystems.join(output_dir, MANIFEST_NAME)) as fh:
-        manifest = Manifest.loads(fh.read())
-    lines = [f"Published {manifest.records} records to {output_dir} in {seconds:.1f} s "
-             f"({manifest.dead_letters} dead letters; written + dead-lettered = "
-             f"{manifest.records + manifest.dead_letters} inputs)"]
-    for name, split in sorted(manifest.splits.items()):
-        sizes = [s.bytes for s in split.shards]
-        lines.append(f"  {name}: {split.records} records in {len(sizes)} shards, "
-                     f"{split.bytes / MIB:.1f} MiB (shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
-    lines.append(f"  labels: {len(manifest.labels)} classes; manifest: "
-                 f"{FileSystems.join(output_dir, MANIFEST_NAME)}")
-    return "\n".join(lines)
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
-    started = time.monotonic()
-    try:
-        options = prepare_options(PipelineOptions(argv))
-        cfg = make_config(options)
-    except UsageError as err:
-        print(f"build_shards: error: {err}", file=sys.stderr)
-        return 2
-    try:
-        p = beam.Pipeline(runner=local_runner(options), options=options)
-        build_pipeline(p, cfg)
-        p.run().wait_until_finish()
-    except Exception as err:  # the runner wraps worker errors in its own types
-        print(f"build_shards: failed: {error_summary(err)}", file=sys.stderr)
-        return 1
-    if dataflow_dry_run(options):
-        print(dry_run_summary(p))
-        return 0
-    print(summarize(cfg.output_dir, time.monotonic() - started))
-    return 0
+    return run_publishing_job("build_shards", argv, make_config, build_pipeline)
 
 
 if __name__ == "__main__":

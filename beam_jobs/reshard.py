@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -24,7 +23,6 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_jobs.build_shards import summarize
 from transforms import options as opt
 from transforms.errors import PlanError, UsageError
 from transforms.job_options import ShardingOptions
@@ -33,7 +31,7 @@ from transforms.plan_shards import PlanShards
 from transforms.planning import MIB, check_split_name
 from transforms.reshard_records import (ClassNames, FeatureSpec, ToRecordItems, damaged_span,
                                         item_order, item_size, item_split, record_of)
-from transforms.runner_setup import error_summary, local_runner, prepare_options
+from transforms.job_runner import dataflow_dry_run, run_publishing_job
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadFromTFRecords
 
@@ -109,7 +107,8 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         check_split_name(shared.split)
     except PlanError as err:
         raise UsageError(str(err)) from err
-    inputs = _input_files(shared.input)
+    # A Dataflow dry run stays offline: gs:// patterns would need credentials.
+    inputs = tuple(shared.input) if dataflow_dry_run(options) else _input_files(shared.input)
     output = shared.output_dir.rstrip("/")
     for path in inputs:
         if path.rsplit("/", 1)[0] == output:
@@ -153,22 +152,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs the reshard job; returns the exit status (0 ok, 1 failed, 2 bad flags)."""
-    started = time.monotonic()
-    try:
-        options = prepare_options(PipelineOptions(argv))
-        cfg = make_config(options)
-    except UsageError as err:
-        print(f"reshard: error: {err}", file=sys.stderr)
-        return 2
-    try:
-        p = beam.Pipeline(runner=local_runner(options), options=options)
-        build_pipeline(p, cfg)
-        p.run().wait_until_finish()
-    except Exception as err:  # the runner wraps worker errors in its own types
-        print(f"reshard: failed: {error_summary(err)}", file=sys.stderr)
-        return 1
-    print(summarize(cfg.output_dir, time.monotonic() - started))
-    return 0
+    return run_publishing_job("reshard", argv, make_config, build_pipeline)
 
 
 if __name__ == "__main__":

@@ -293,6 +293,8 @@ def test_too_many_bad_inputs_fails_and_publishes_nothing(tree, tmp_path, capsys)
     (["--input", ".", "--output_dir", "x", "--resize", "4x4"], "need --image_mode"),
     (["--input", ".", "--output_dir", "x", "--max_bad_fraction", "2"], "between 0 and 1"),
     (["--input", ".", "--output_dir", "x", "--label_regex", "("], "does not compile"),
+    (["--input", ".", "--output_dir", "x", "--shard-size-mb", "3"], "unknown flag --shard-size-mb"),
+    (["--input", ".", "--output_dir", "x", "data/extra"], "unexpected argument 'data/extra'"),
 ])
 def test_bad_flags_fail_at_once_with_one_line(capsys, argv, message):
     status, out, err = run_build(capsys, *argv)

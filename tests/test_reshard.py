@@ -176,6 +176,7 @@ def test_skip_corrupt_writes_the_damaged_span_and_goes_on(tmp_path, capsys):
     (["--input", "/no/such/*.tfrecord", "--output_dir", "x"], "matches no file"),
     (["--input", "/etc/hostname", "--output_dir", "x", "--split", "a/b"], "must match"),
     (["--input", "/etc/hostname", "--output_dir", "/etc"], "lies in --output_dir"),
+    (["--input", "/etc/hostname", "--output_dir", "x", "--skip-corrupt"], "unknown flag --skip-corrupt"),
 ])
 def test_bad_flags_fail_with_one_line(capsys, argv, message):
     status, _, err = run_reshard(capsys, *argv)
