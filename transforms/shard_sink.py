@@ -173,12 +173,25 @@ def _sha256_of(path: str) -> str:
     return sha.hexdigest()
 
 
-def _move(staged: str, final: str, sha256: str | None) -> None:
-    """Renames a staged file to its final name; on a retried publish, accepts it already moved."""
-    if FileSystems.exists(staged):
-        FileSystems.rename([staged], [final])
-    elif not FileSystems.exists(final) or (sha256 is not None and _sha256_of(final) != sha256):
-        raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
+def _move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> None:
+    """Renames staged files to their final names, in one call where the store allows.
+
+    On a retried publish, a staged file may already have been moved: then its
+    final name must hold it (checked by sha256 where known).
+
+    Args:
+        staging: The staging folder (listed once to see what is still there).
+        moves: ``(staged path, final path, sha256 or None)`` per file.
+    """
+    present = {m.path.rsplit("/", 1)[-1] for m in FileSystems.match([staging + "/**"])[0].metadata_list}
+    pending = [(staged, final) for staged, final, _ in moves if staged.rsplit("/", 1)[-1] in present]
+    if pending:
+        FileSystems.rename([staged for staged, _ in pending], [final for _, final in pending])
+    for staged, final, sha256 in moves:
+        if staged.rsplit("/", 1)[-1] in present:
+            continue
+        if not FileSystems.exists(final) or (sha256 is not None and _sha256_of(final) != sha256):
+            raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
 
 
 def _delete_if_exists(paths: Sequence[str]) -> None:
@@ -246,6 +259,7 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
     by_key = {(r.split, r.index): r for r in results}
     splits: dict[str, SplitEntry] = {}
     keep: set[str] = set()
+    moves: list[tuple[str, str, str | None]] = []
     for plan in sorted(totals, key=lambda t: t.split):
         entries = []
         for index in range(plan.num_shards):
@@ -253,14 +267,15 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
             if result is None:  # a shard the plan left empty: write it so the set is complete
                 result = write_shard(output_dir, (plan.split, index, plan.num_shards), [], compression)
             final = _join(output_dir, result.file)
-            _move(result.staged, final, result.stats.sha256)
+            moves.append((result.staged, final, result.stats.sha256))
             if result.staged_index:
-                _move(result.staged_index, final + ".idx", None)
+                moves.append((result.staged_index, final + ".idx", None))
                 keep.add(result.file + ".idx")
             keep.add(result.file)
             entries.append(ShardEntry(result.file, result.stats.records, result.stats.bytes,
                                       result.stats.sha256, dict(result.stats.label_counts)))
         splits[plan.split] = SplitEntry(plan.split, entries)
+    _move_all(staging, moves)
 
     stale = []
     for meta in FileSystems.match([_join(output_dir, "*")])[0].metadata_list:
@@ -268,7 +283,8 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
         base = name[:-4] if name.endswith(".idx") else name
         if SHARD_NAME_RE.match(base) and name not in keep:
             stale.append(meta.path)
-    _delete_if_exists(stale)
+    if stale:
+        FileSystems.delete(stale)
 
     _write_atomic(_join(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"))
     manifest = Manifest(
