@@ -33,5 +33,8 @@ setuptools.setup(
             "tensorflow-cpu>=2.21,<3; platform_machine == 'x86_64' or platform_machine == 'AMD64'",
             "tensorflow>=2.21,<3; platform_machine != 'x86_64' and platform_machine != 'AMD64'",
         ],
+        # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
+        # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS.
+        "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9"],
     },
 )
