@@ -1,0 +1,99 @@
+"""Helpers shared by the reliability tests: folder snapshots and shard-set invariants."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from tests.shard_fixtures import shard_files
+from transforms.record_index import check_index
+
+OUTPUT_NAMES = {"manifest.json", "labels.txt", "dead_letters.jsonl"}
+
+
+def tree_state(root: str) -> dict[str, tuple]:
+    """Every entry under ``root`` (symlinks not followed): relative path -> what it is and holds."""
+    state: dict[str, tuple] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                state[rel] = ("link", os.readlink(path))
+            elif os.path.isdir(path):
+                state[rel] = ("dir",)
+            else:
+                with open(path, "rb") as fh:
+                    state[rel] = ("file", hashlib.sha256(fh.read()).hexdigest())
+    return state
+
+
+def changed_outside(before: dict[str, tuple], after: dict[str, tuple], output: str) -> list[str]:
+    """Paths added, removed or changed other than the output folder, its contents and its parents.
+
+    Args:
+        before: ``tree_state`` of a folder before a job ran.
+        after: ``tree_state`` of the same folder after.
+        output: The job's output folder, relative to that folder.
+    """
+    changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+    parents = set()
+    parent = os.path.dirname(output)
+    while parent:
+        parents.add(parent)
+        parent = os.path.dirname(parent)
+    return sorted(p for p in changed if p != output and not p.startswith(output + os.sep)
+                  and not (p in parents and after.get(p) == ("dir",)))
+
+
+def assert_only_shard_set(out: str) -> None:
+    """The folder holds a published shard set and nothing else: no staging, no temporary file."""
+    names = set(os.listdir(out))
+    shards = set(shard_files(out))
+    indexes = {n for n in names if n.endswith(".idx")}
+    assert names == shards | indexes | OUTPUT_NAMES, sorted(names)
+    assert indexes == {n + ".idx" for n in shards if n.endswith(".tfrecord")}
+
+
+def folder_bytes(folder: str) -> dict[str, bytes]:
+    """Name -> bytes of every file directly in ``folder``."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as fh:
+                out[name] = fh.read()
+    return out
+
+
+def manifest_problems(folder: str, manifest_bytes: bytes) -> list[str]:
+    """What is wrong between a manifest's bytes and the files in ``folder`` right now.
+
+    Every listed shard must exist with the listed size and sha256, and an
+    uncompressed shard must have a ``.idx`` that matches it.
+    """
+    manifest = json.loads(manifest_bytes)
+    problems = []
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            path = os.path.join(folder, shard["file"])
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except FileNotFoundError:
+                problems.append(f"{shard['file']}: listed but missing")
+                continue
+            if (len(data), hashlib.sha256(data).hexdigest()) != (shard["bytes"], shard["sha256"]):
+                problems.append(f"{shard['file']}: {len(data)} bytes that are not the listed ones")
+            if shard["file"].endswith(".tfrecord"):
+                try:
+                    with open(path + ".idx", "rb") as fh:
+                        index = fh.read()
+                except FileNotFoundError:
+                    problems.append(f"{shard['file']}.idx: missing")
+                    continue
+                check = check_index(index, len(data))
+                if not check.usable:
+                    problems.append(f"{shard['file']}.idx: does not match its shard")
+    return problems
