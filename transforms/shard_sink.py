@@ -10,8 +10,11 @@ that never lets ``manifest.json`` name a missing or partial file:
 2. delete the old ``manifest.json`` (from here on, no manifest is present);
 3. rename staged shards and ``.idx`` files to their final names;
 4. delete shards of earlier runs that the new plan does not have;
-5. write ``labels.txt``, then ``manifest.json`` last (each via a temporary
-   name and a rename), and clear the staging folder.
+5. write ``labels.txt``, then ``manifest.json`` last, and clear the staging
+   folder.
+
+Every file is written under a temporary name in the staging folder and then
+renamed into place, so a crash leaves no temporary file beside the shards.
 
 A crash anywhere leaves either no manifest or a complete one; rerunning the
 job into the same folder converges on the same bytes.
@@ -155,8 +158,13 @@ class WriteShards(beam.PTransform):
                 | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args)))
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    temp = f"{path}.{uuid.uuid4().hex}.tmp"
+def _write_atomic(path: str, data: bytes, staging: str) -> None:
+    """Writes ``path`` through a temporary file in ``staging`` and a rename.
+
+    A crash before the rename leaves the temporary file in the staging
+    folder, which the next publish clears, not beside the shards.
+    """
+    temp = _join(staging, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
     fh = FileSystems.create(temp, compression_type="uncompressed")
     try:
         fh.write(data)
@@ -235,9 +243,10 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
     Raises:
         PublishError: Too many bad inputs, no inputs, or counts that disagree.
     """
+    staging = _join(output_dir, STAGING_DIR)
     dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
     dead_path = _join(output_dir, DEAD_LETTERS_NAME)
-    _write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"))
+    _write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"), staging)
     written = sum(r.stats.records for r in results)
     refusal = None
     if inputs == 0:
@@ -249,7 +258,6 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
         refusal = (f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
                    f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
                    f"published; reasons are in {dead_path}")
-    staging = _join(output_dir, STAGING_DIR)
     if refusal is not None:
         _delete_folder(staging)
         raise PublishError(refusal)
@@ -286,13 +294,14 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
     if stale:
         FileSystems.delete(stale)
 
-    _write_atomic(_join(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"))
+    _write_atomic(_join(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"),
+                  staging)
     manifest = Manifest(
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
         dead_letters=len(dead))
-    _write_atomic(_join(output_dir, MANIFEST_NAME), manifest.dumps())
+    _write_atomic(_join(output_dir, MANIFEST_NAME), manifest.dumps(), staging)
     _delete_folder(staging)
     return manifest
 
