@@ -16,7 +16,7 @@ CRC32C comes from the hardware-accelerated ``crc32c`` package.
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Sequence
 
 import crc32c as _crc32c
 
@@ -28,6 +28,7 @@ __all__ = [
     "OVERHEAD",
     "masked_crc32c",
     "frame_record",
+    "frame_parts",
     "framed_size",
     "parse_header",
     "read_record",
@@ -49,10 +50,13 @@ _CRC = struct.Struct("<I")
 _STREAM_CHUNK = 16 * 1024 * 1024
 
 
+def _mask(crc: int) -> int:
+    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
+
+
 def masked_crc32c(data: bytes | memoryview) -> int:
     """Returns the TFRecord masked CRC32C of ``data``."""
-    crc = _crc32c.crc32c(data)
-    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
+    return _mask(_crc32c.crc32c(data))
 
 
 def framed_size(data_length: int) -> int:
@@ -66,6 +70,19 @@ def frame_record(data: bytes) -> bytes:
     return b"".join(
         (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
     )
+
+
+def frame_parts(parts: Sequence[bytes]) -> tuple[bytes, bytes]:
+    """Returns the header and footer that frame ``b"".join(parts)`` as one record.
+
+    ``header + b"".join(parts) + footer == frame_record(b"".join(parts))``; the
+    pieces are never joined, so a large piece (an image) is not copied.
+    """
+    crc = 0
+    for part in parts:
+        crc = _crc32c.crc32c(part, crc)
+    length = _LENGTH.pack(sum(len(part) for part in parts))
+    return length + _CRC.pack(masked_crc32c(length)), _CRC.pack(_mask(crc))
 
 
 def parse_header(header: bytes) -> int | None:

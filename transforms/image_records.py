@@ -2,7 +2,9 @@
 
 Pure code. ``EncodeSettings`` holds the image options of the build job;
 ``encode_image`` makes the stored image bytes from the source bytes, and
-``image_example`` the ``tf.train.Example`` around them.
+``image_example`` the ``tf.train.Example`` around them; ``image_example_parts``
+gives the same record as the bytes before and after the image, so that a
+writer never copies the image into a record.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from transforms.errors import ImageError
 from transforms.example_codec import encode_example
 from transforms.images import ImageInfo
 
-__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "passthrough_formats"]
+__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "image_example_parts",
+           "passthrough_formats"]
 
 IMAGE_MODES = ("passthrough", "reencode", "raw")
 # Formats passthrough stores as they are. tf.io.decode_image reads jpeg, png, gif
@@ -86,3 +89,60 @@ def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: s
         "image/filename": filename,
         "image/key/sha256": sha256_hex,
     })
+
+
+_ENCODED_KEY = b"image/encoded"
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _map_entries(features: dict) -> bytes:
+    """The ``Features.feature`` map entries of ``features``, as serialized in an Example."""
+    data = encode_example(features)
+    if not data:
+        return b""
+    # An Example is one field: tag 0x0A, the varint length of Features, then its map entries.
+    pos = 1
+    while data[pos] & 0x80:
+        pos += 1
+    return data[pos + 1:]
+
+
+def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
+                        filename: str, sha256_hex: str) -> tuple[bytes, bytes]:
+    """Returns ``(head, tail)`` with ``head + image + tail == image_example(...)``.
+
+    The deterministic serialization writes the map entries sorted by key, so the
+    entries before ``image/encoded`` and after it are encoded apart and the
+    image's own entry is framed by hand around the image's bytes.
+    """
+    others = {
+        "image/format": info.format,
+        "image/height": info.height,
+        "image/width": info.width,
+        "image/channels": info.channels,
+        "image/class/label": label_index,
+        "image/class/text": label_text,
+        "image/filename": filename,
+        "image/key/sha256": sha256_hex,
+    }
+    before = _map_entries({k: v for k, v in others.items() if k.encode("utf-8") < _ENCODED_KEY})
+    after = _map_entries({k: v for k, v in others.items() if k.encode("utf-8") > _ENCODED_KEY})
+    value = b"\x0a" + _varint(len(image))  # BytesList.value[0]
+    bytes_list = len(value) + len(image)
+    feature = b"\x0a" + _varint(bytes_list)  # Feature.bytes_list
+    feature_len = len(feature) + bytes_list
+    entry_head = (b"\x0a" + _varint(len(_ENCODED_KEY)) + _ENCODED_KEY  # key
+                  + b"\x12" + _varint(feature_len))  # value: the Feature
+    entry_len = len(entry_head) + feature_len
+    entry = b"\x0a" + _varint(entry_len)  # one map entry of Features.feature
+    features_len = len(before) + len(entry) + entry_len + len(after)
+    head = b"".join((b"\x0a", _varint(features_len), before, entry, entry_head, feature, value))
+    return head, after

@@ -11,7 +11,7 @@ from apache_beam.metrics import Metrics
 from transforms.errors import ImageError, ShardsError
 from transforms.framing import framed_size
 from transforms.image_items import DeadLetter, ImageMeta, SourceImage
-from transforms.image_records import EncodeSettings, encode_image, image_example
+from transforms.image_records import EncodeSettings, encode_image, image_example_parts
 from transforms.planning import order_key
 
 __all__ = ["InspectImages", "ImageRecordMaker", "image_order", "read_source", "REJECTED_TAG"]
@@ -58,10 +58,12 @@ class _InspectImageFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, DeadLetter(source.path, err.reason, err.detail))
             return
         digest = hashlib.sha256(data).digest()
-        record = image_example(stored, info, index, source.label, source.relpath, digest.hex())
+        head, tail = image_example_parts(stored, info, index, source.label, source.relpath,
+                                         digest.hex())
         yield ImageMeta(
             source=source, label_index=index, sha256=digest.hex(), info=info,
-            record_size=framed_size(len(record)), order_key=order_key(self._seed, digest),
+            record_size=framed_size(len(head) + len(stored) + len(tail)),
+            order_key=order_key(self._seed, digest),
             payload=stored if self._settings.mode == "reencode" else None)
 
     def _label_index(self, labels: list[str], label: str) -> int | None:
@@ -103,8 +105,10 @@ def image_order(meta: ImageMeta) -> tuple[int, str]:
 
 
 class ImageRecordMaker:
-    """ImageMeta -> (serialized Example, label index), as the shard writer needs.
+    """ImageMeta -> (the serialized Example's pieces, label index), as the shard writer needs.
 
+    The pieces are the bytes before the image, the image, and the bytes after
+    it (``image_example_parts``): the writer writes them without joining them.
     Re-reads the source unless the stored image travelled with the metadata,
     and refuses a source whose bytes changed since it was inspected.
     """
@@ -112,7 +116,7 @@ class ImageRecordMaker:
     def __init__(self, settings: EncodeSettings) -> None:
         self._settings = settings
 
-    def __call__(self, meta: ImageMeta) -> tuple[bytes, int]:
+    def __call__(self, meta: ImageMeta) -> tuple[tuple[bytes, bytes, bytes], int]:
         if meta.payload is not None:
             stored = meta.payload
         else:
@@ -122,9 +126,10 @@ class ImageRecordMaker:
                 raise ShardsError(f"{meta.source.path} changed while the job ran (sha256 "
                                   f"{meta.sha256} when inspected, {digest} when written)")
             stored = data if self._settings.mode == "passthrough" else encode_image(data, self._settings)[0]
-        record = image_example(stored, meta.info, meta.label_index, meta.source.label,
-                               meta.source.relpath, meta.sha256)
-        if framed_size(len(record)) != meta.record_size:
-            raise ShardsError(f"{meta.source.path}: record is {framed_size(len(record))} bytes, "
+        head, tail = image_example_parts(stored, meta.info, meta.label_index, meta.source.label,
+                                         meta.source.relpath, meta.sha256)
+        size = framed_size(len(head) + len(stored) + len(tail))
+        if size != meta.record_size:
+            raise ShardsError(f"{meta.source.path}: record is {size} bytes, "
                               f"planned {meta.record_size}; image encoding is not deterministic")
-        return record, meta.label_index
+        return (head, stored, tail), meta.label_index

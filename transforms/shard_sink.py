@@ -83,9 +83,13 @@ def _close(fh: BinaryIO) -> None:
     fh.close()
 
 
-def write_shard(output_dir: str, key: ShardKey, records: Iterable[tuple[bytes, int | None]],
+def write_shard(output_dir: str, key: ShardKey,
+                records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
                 compression: str) -> ShardResult:
-    """Writes one shard's records, in order, to a unique staging name."""
+    """Writes one shard's records, in order, to a unique staging name.
+
+    A record is its bytes, or a sequence of pieces whose concatenation is its bytes.
+    """
     split, index, count = key
     name = shard_file_name(split, index, count, compression)
     attempt = uuid.uuid4().hex
@@ -97,7 +101,10 @@ def write_shard(output_dir: str, key: ShardKey, records: Iterable[tuple[bytes, i
     try:
         writer = ShardWriter(fh, compression, index_fh)
         for record, label in records:
-            writer.write(record, label)
+            if isinstance(record, bytes):
+                writer.write(record, label)
+            else:  # the pieces a record is made of, written without joining them
+                writer.write_parts(record, label)
         stats = writer.close()
     finally:
         _close(fh)
@@ -110,7 +117,7 @@ class _WriteShardFn(beam.DoFn):
     """(ShardKey, [item]) -> ShardResult, writing the shard's records in order."""
 
     def __init__(self, output_dir: str, compression: str,
-                 to_record: Callable[[Any], tuple[bytes, int | None]],
+                 to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
                  order_of: Callable[[Any], tuple]) -> None:
         self._output_dir = output_dir
         self._compression = compression
@@ -142,12 +149,13 @@ class WriteShards(beam.PTransform):
     Args:
         output_dir: Final output folder (staging lives inside it).
         compression: ``none``, ``gzip`` or ``zlib``.
-        to_record: item -> (serialized record, label index or None).
+        to_record: item -> (serialized record, or a sequence of pieces whose
+            concatenation is the record, label index or None).
         order_of: item -> sort key; the write order within a shard.
     """
 
     def __init__(self, output_dir: str, compression: str,
-                 to_record: Callable[[Any], tuple[bytes, int | None]],
+                 to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
                  order_of: Callable[[Any], tuple]) -> None:
         super().__init__()
         self._args = (output_dir, compression, to_record, order_of)

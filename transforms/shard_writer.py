@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
-from transforms.framing import frame_record
+from transforms.framing import frame_parts
 
 __all__ = ["COMPRESSIONS", "ShardStats", "ShardWriter"]
 
@@ -68,16 +68,29 @@ class ShardWriter:
 
     def write(self, record: bytes, label: int | None = None) -> None:
         """Appends one record (the serialized Example) to the shard."""
-        framed = frame_record(record)
+        self.write_parts((record,), label)
+
+    def write_parts(self, parts: Sequence[bytes], label: int | None = None) -> None:
+        """Appends one record whose data is ``b"".join(parts)``, without joining the parts.
+
+        Uncompressed shards get each part written as it is, so a large part (an
+        image) is never copied into a record or a buffer first.
+        """
+        header, footer = frame_parts(parts)
+        size = len(header) + sum(len(part) for part in parts) + len(footer)
         if self._index_fh is not None:
-            self._index_lines.append(b"%d %d\n" % (self._offset, len(framed)))
-        self._offset += len(framed)
+            self._index_lines.append(b"%d %d\n" % (self._offset, size))
+        self._offset += size
         self.stats.records += 1
         if label is not None:
             key = str(label)
             self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
-        self._pending.append(framed)
-        self._pending_bytes += len(framed)
+        self._pending_bytes += size
+        if self._compressor is None:
+            for piece in (header, *parts, footer):
+                self._emit(piece)
+        else:
+            self._pending.extend((header, *parts, footer))
         if self._pending_bytes >= _FLUSH_BYTES:
             self._flush()
 
