@@ -1,0 +1,86 @@
+"""Runs the build job, stopping it before a chosen file operation until it is killed.
+
+Usage::
+
+    python -m tests.pause_at OP PATTERN NTH MARKER -- BUILD_ARGS...
+
+Before the NTH call of ``FileSystems.OP`` (``create``, ``rename`` or
+``delete``) on a path matching the regular expression ``PATTERN`` (for
+``rename``, the destination), the process writes ``MARKER`` (JSON with the
+operation and path) and waits until it is killed. ``OP`` ``os.rename`` stops
+before one file of a batch that ``FileSystems.rename`` hands to the local
+file system, which renames them one by one. A test watching for the
+marker then knows exactly where the job stands, checks the output folder,
+and sends SIGKILL. Nothing else about the job changes: it is
+``beam_jobs.build_shards.run`` on Beam's in-process runner, whose workers are
+threads of this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+from typing import Callable
+
+from apache_beam.io.filesystems import FileSystems
+
+_OPS = ("create", "rename", "delete", "os.rename")
+_os_rename = os.rename
+
+
+def _stop_here(marker: str, op: str, path: str) -> None:
+    temp = marker + ".tmp"
+    with open(temp, "w", encoding="utf-8") as fh:
+        json.dump({"op": op, "path": path, "pid": os.getpid()}, fh)
+    _os_rename(temp, marker)
+    threading.Event().wait()  # until SIGKILL
+
+
+def _watch(op: str, pattern: str, nth: int, marker: str) -> None:
+    """Wraps ``FileSystems.<op>`` (or ``os.rename``) to stop before its ``nth`` call on a matching path."""
+    wanted = re.compile(pattern)
+    original: Callable = _os_rename if op == "os.rename" else getattr(FileSystems, op)
+    seen = 0
+    lock = threading.Lock()
+
+    def targets(args: tuple) -> list[str]:
+        if op == "create":
+            return [args[0]]
+        if op == "rename":
+            return list(args[1])
+        if op == "os.rename":
+            return [os.fspath(args[1])]
+        return list(args[0])
+
+    def wrapper(*args, **kwargs):
+        nonlocal seen
+        for path in targets(args):
+            if wanted.search(path):
+                with lock:
+                    seen += 1
+                    if seen == nth:
+                        _stop_here(marker, op, path)
+        return original(*args, **kwargs)
+
+    if op == "os.rename":
+        os.rename = wrapper
+    else:
+        setattr(FileSystems, op, staticmethod(wrapper))
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv or argv.index("--") != 4 or argv[0] not in _OPS:
+        print(__doc__, file=sys.stderr)
+        return 2
+    op, pattern, nth, marker = argv[:4]
+    _watch(op, pattern, int(nth), marker)
+    from beam_jobs import build_shards
+
+    return build_shards.run(argv[5:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
