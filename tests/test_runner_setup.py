@@ -35,3 +35,15 @@ def test_error_summary_finds_the_project_error():
     assert error_summary(wrapped) == "3 of 9 inputs were rejected"
     assert error_summary(PublishError("too many [while running 'A/B']")) == "too many"
     assert error_summary(ValueError("a\nb\n")) == "ValueError: b"
+
+
+def test_beams_bigquery_client_warning_is_dropped_from_job_output():
+    import beam_jobs
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.WARNING, __file__, 1, msg, None, None)
+
+    drop = [f for f in logging.getLogger().filters if type(f).__name__ == "_DropBigQueryClientWarning"]
+    assert len(drop) == 1 and beam_jobs is not None
+    assert not drop[0].filter(record("apitools not found, and bigquery client libraries are not available"))
+    assert drop[0].filter(record("wrote shard train-00000-of-00002.tfrecord"))
