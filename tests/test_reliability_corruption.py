@@ -22,7 +22,6 @@ import sys
 import pytest
 
 from tests.tfrecord_fixtures import write_file, write_shard_set, write_tfrecords
-from tests.test_verify_shards import run_verify
 from transforms.example_codec import encode_example
 from transforms.framing import masked_crc32c
 from transforms.manifest import Manifest
@@ -38,8 +37,13 @@ def _files(folder: str) -> dict[str, bytes]:
 
 
 def _verify_job(capsys, tmp_path, *argv: str) -> Report:
+    """Runs the verify job in this process with a JSON report; returns the report."""
+    from beam_jobs import verify_shards
+
     report = tmp_path / f"report{len(os.listdir(tmp_path))}.json"
-    status, out, err = run_verify(capsys, *argv, "--report", str(report))
+    capsys.readouterr()
+    status = verify_shards.run([*argv, "--report", str(report)])
+    out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     result = Report.loads(report.read_bytes())
     assert status == (0 if result.ok else 1), out + err
