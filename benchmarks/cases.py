@@ -1,0 +1,299 @@
+"""The baselines the benchmarks compare the project's jobs with, one per subcommand.
+
+Each subcommand is run by ``benchmarks/run.py`` as its own process (so its peak
+memory is its own) and ends by printing one line ``RESULT {json}`` with what it
+did. Every build baseline writes the same Example schema as the build job
+(``transforms.schema.IMAGE_FEATURES``) from the same files.
+
+    python -m benchmarks.cases beam_build --input DIR --output_dir OUT --num_shards 8 [Beam flags]
+    python -m benchmarks.cases tf_build --input DIR --output_dir OUT --num_shards 8
+    python -m benchmarks.cases floor --input DIR --output_dir OUT
+    python -m benchmarks.cases beam_read --pattern 'OUT/*.tfrecord' [Beam flags]
+    python -m benchmarks.cases tf_read --pattern 'OUT/*.tfrecord'
+    python -m benchmarks.cases plan --items 1281167 --num_shards 1024 [Beam flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import io
+import json
+import math
+import os
+import random
+import sys
+from typing import Iterator, Sequence
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, _ROOT)
+
+__all__ = ["main"]
+
+
+def _result(**fields) -> None:
+    print("RESULT " + json.dumps(fields, sort_keys=True), flush=True)
+
+
+def _image_files(root: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(relative path, class) of every visible file under ``root``, sorted; and the classes."""
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith("."):
+                rel = os.path.relpath(os.path.join(folder, name), root)
+                files.append((rel, rel.split(os.sep, 1)[0]))
+    return files, sorted({label for _, label in files})
+
+
+def _features(data: bytes, relpath: str, label: str, index: int) -> dict:
+    """The image schema's features of one file, size and channels from the header (Pillow)."""
+    from PIL import Image
+
+    from transforms.images import channels_of
+
+    with Image.open(io.BytesIO(data)) as img:
+        width, height = img.size
+        fmt, channels = img.format.lower(), channels_of(img)
+    return {"image/encoded": data, "image/format": fmt, "image/height": height,
+            "image/width": width, "image/channels": channels, "image/class/label": index,
+            "image/class/text": label, "image/filename": relpath,
+            "image/key/sha256": hashlib.sha256(data).hexdigest()}
+
+
+# -- Beam's own WriteToTFRecord ------------------------------------------------------------
+
+
+class _EncodeFn:
+    """ReadableFile -> serialized Example, with the project's Example codec."""
+
+    def __init__(self, root: str, classes: Sequence[str]) -> None:
+        self._prefix = root.rstrip("/") + "/"
+        self._index = {name: i for i, name in enumerate(classes)}
+
+    def __call__(self, readable) -> bytes:
+        from apache_beam.metrics import Metrics
+
+        from transforms.example_codec import encode_example
+
+        relpath = readable.metadata.path[len(self._prefix):]
+        label = relpath.split("/", 1)[0]
+        Metrics.counter("bench", "records").inc()
+        return encode_example(_features(readable.read(), relpath, label, self._index[label]))
+
+
+def _visible(metadata) -> bool:
+    return not os.path.basename(metadata.path).startswith(".")
+
+
+def _counter(result, name: str) -> int:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters = result.metrics().query(MetricsFilter().with_name(name))["counters"]
+    return sum(c.committed or c.attempted or 0 for c in counters)
+
+
+def _pipeline(beam_args: Sequence[str]):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.runner_setup import local_runner
+
+    options = PipelineOptions(list(beam_args))
+    # The same in-process runner the project's jobs use (no Prism download attempt).
+    return beam.Pipeline(runner=local_runner(options), options=options)
+
+
+def beam_build(args, beam_args: Sequence[str]) -> None:
+    import apache_beam as beam
+    from apache_beam.io import fileio
+
+    _, classes = _image_files(args.input)  # a user would list the class folders up front
+    os.makedirs(args.output_dir, exist_ok=True)
+    p = _pipeline(beam_args)
+    _ = (p
+         | "Match" >> fileio.MatchFiles(os.path.join(args.input, "**"))
+         | "Visible" >> beam.Filter(_visible)
+         | "Spread" >> beam.Reshuffle()  # MatchFiles yields one bundle; spread it over workers
+         | "Read" >> fileio.ReadMatches()
+         | "Encode" >> beam.Map(_EncodeFn(args.input, classes))
+         | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output_dir, "train"),
+                                              file_name_suffix=".tfrecord",
+                                              num_shards=args.num_shards))
+    result = p.run()
+    result.wait_until_finish()
+    _result(records=_counter(result, "records"))
+
+
+# -- TensorFlow's writer, one process ------------------------------------------------------
+
+
+def tf_build(args, _beam_args: Sequence[str]) -> None:
+    import tensorflow as tf
+
+    files, classes = _image_files(args.input)
+    index = {name: i for i, name in enumerate(classes)}
+    os.makedirs(args.output_dir, exist_ok=True)
+    writers = [tf.io.TFRecordWriter(os.path.join(
+        args.output_dir, f"train-{i:05d}-of-{args.num_shards:05d}.tfrecord"))
+        for i in range(args.num_shards)]
+
+    def feature(value) -> tf.train.Feature:
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    for i, (relpath, label) in enumerate(files):
+        with open(os.path.join(args.input, relpath), "rb") as fh:
+            data = fh.read()
+        features = _features(data, relpath, label, index[label])
+        example = tf.train.Example(features=tf.train.Features(
+            feature={name: feature(value) for name, value in features.items()}))
+        writers[i % args.num_shards].write(example.SerializeToString())
+    for writer in writers:
+        writer.close()
+    _result(records=len(files))
+
+
+# -- The floor: read and frame, nothing else -------------------------------------------------
+
+
+def floor(args, _beam_args: Sequence[str]) -> None:
+    from transforms.framing import frame_record
+
+    files, _ = _image_files(args.input)
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "all.tfrecord"), "wb") as out:
+        for relpath, _ in files:
+            with open(os.path.join(args.input, relpath), "rb") as fh:
+                out.write(frame_record(fh.read()))
+    _result(records=len(files))
+
+
+# -- Reading back --------------------------------------------------------------------------
+
+
+def _parse(record: bytes) -> None:
+    from apache_beam.metrics import Metrics
+
+    from transforms.example_codec import decode_example
+
+    decode_example(record)
+    Metrics.counter("bench", "records").inc()
+
+
+def beam_read(args, beam_args: Sequence[str]) -> None:
+    import apache_beam as beam
+
+    p = _pipeline(beam_args)
+    _ = (p
+         | "Read" >> beam.io.ReadFromTFRecord(args.pattern)
+         | "Parse" >> beam.Map(_parse))
+    result = p.run()
+    result.wait_until_finish()
+    _result(records=_counter(result, "records"))
+
+
+def tf_read(args, _beam_args: Sequence[str]) -> None:
+    import tensorflow as tf
+
+    from transforms.schema import IMAGE_FEATURES
+
+    spec = {name: tf.io.FixedLenFeature([], tf.string if kind == "bytes" else tf.int64)
+            for name, kind in IMAGE_FEATURES.items()}
+    files = sorted(glob.glob(args.pattern))
+    ds = (tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)
+          .batch(256)
+          .map(lambda batch: tf.io.parse_example(batch, spec), num_parallel_calls=tf.data.AUTOTUNE)
+          .prefetch(tf.data.AUTOTUNE))
+    records = 0
+    for batch in ds:
+        records += int(batch["image/class/label"].shape[0])
+    _result(records=records)
+
+
+# -- Planning at ImageNet's scale ------------------------------------------------------------
+
+_MEAN_RECORD = 110_000 + 300  # an ImageNet JPEG plus the other features and framing
+_SIGMA = 0.55
+
+
+def _items(chunk: tuple[int, int]) -> Iterator[tuple[str, int, int, int]]:
+    """(split, order key, framed size, index) for the items of one chunk of indexes."""
+    from transforms.planning import order_key
+
+    start, stop = chunk
+    rng = random.Random(start)
+    mu = math.log(_MEAN_RECORD) - _SIGMA ** 2 / 2
+    for i in range(start, stop):
+        size = int(min(max(rng.lognormvariate(mu, _SIGMA), 2_000), 2_000_000))
+        yield "train", order_key(0, i.to_bytes(8, "little")), size, i
+
+
+def _split_of(item) -> str:
+    return item[0]
+
+
+def _order_of(item) -> tuple[int, int]:
+    return item[1], item[3]
+
+
+def _size_of(item) -> int:
+    return item[2]
+
+
+def plan(args, beam_args: Sequence[str]) -> None:
+    import apache_beam as beam
+
+    from transforms.plan_shards import PlanShards
+
+    step = 10_000
+    chunks = [(start, min(start + step, args.items)) for start in range(0, args.items, step)]
+    p = _pipeline(beam_args)
+    planned = (p
+               | "Chunks" >> beam.Create(chunks)
+               | "Spread" >> beam.Reshuffle()
+               | "Items" >> beam.FlatMap(_items)
+               | "Plan" >> PlanShards(split_of=_split_of, order_of=_order_of, size_of=_size_of,
+                                      target_bytes=150 << 20, num_shards=args.num_shards))
+    _ = (planned["assigned"]
+         | "Shards" >> beam.Map(lambda keyed: keyed[0][1])
+         | "PerShard" >> beam.combiners.Count.PerElement()
+         | "AllShards" >> beam.combiners.ToList()
+         | "Report" >> beam.Map(_report_plan, args.items, args.num_shards))
+    p.run().wait_until_finish()
+
+
+def _report_plan(counts: list[tuple[int, int]], items: int, num_shards: int) -> None:
+    total = sum(n for _, n in counts)
+    if total != items or len(counts) != num_shards:
+        raise RuntimeError(f"planned {total} items into {len(counts)} shards; expected "
+                           f"{items} into {num_shards}")
+    per_shard = [n for _, n in counts]
+    _result(records=total, shards=len(counts), min_records=min(per_shard),
+            max_records=max(per_shard))
+
+
+_CASES = {"beam_build": beam_build, "tf_build": tf_build, "floor": floor,
+          "beam_read": beam_read, "tf_read": tf_read, "plan": plan}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=sorted(_CASES))
+    parser.add_argument("--input")
+    parser.add_argument("--output_dir")
+    parser.add_argument("--pattern")
+    parser.add_argument("--num_shards", type=int, default=8)
+    parser.add_argument("--items", type=int, default=1_281_167)
+    args, beam_args = parser.parse_known_args(argv)
+    _CASES[args.case](args, beam_args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Run one command as a subprocess and measure its wall time and peak memory.
+
+Two memory figures, because Beam's ``multi_processing`` mode runs its workers
+as child processes:
+
+- ``rss_tree``: the peak of the summed RSS of the process and all its
+  descendants, sampled every 20 ms with psutil (a peak shorter than that can
+  be missed; pages shared between processes are counted once per process);
+- ``rss_process``: the largest peak RSS of any single process of the tree, as
+  the kernel reports it to ``wait4`` (exact; ``/usr/bin/time -v`` reports the
+  same figure).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import psutil
+
+__all__ = ["Measurement", "run_measured"]
+
+_POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one run of a command took."""
+
+    seconds: float
+    cpu_seconds: float  # user + system, of the process and its waited-for descendants
+    rss_tree: int  # bytes
+    rss_process: int  # bytes
+    returncode: int
+    output: str
+
+
+def _tree_rss(root: psutil.Process) -> int:
+    total = 0
+    try:
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass  # exited between listing and reading
+    return total
+
+
+def run_measured(cmd: Sequence[str], cwd: str, log_path: str, env: dict | None = None) -> Measurement:
+    """Runs ``cmd``; its stdout and stderr go to ``log_path`` (and are returned)."""
+    with open(log_path, "wb") as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        peak = [0]
+        done = threading.Event()
+
+        def poll() -> None:
+            try:
+                root = psutil.Process(proc.pid)
+            except psutil.Error:
+                return
+            while not done.is_set():
+                peak[0] = max(peak[0], _tree_rss(root))
+                done.wait(_POLL_SECONDS)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        done.set()
+        poller.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    with open(log_path, "r", errors="replace") as fh:
+        output = fh.read()
+    return Measurement(seconds, usage.ru_utime + usage.ru_stime, peak[0], usage.ru_maxrss * 1024,
+                       proc.returncode, output)
