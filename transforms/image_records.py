@@ -78,8 +78,14 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
 def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                   filename: str, sha256_hex: str) -> bytes:
     """Returns the serialized ``tf.train.Example`` of one image (see README for the schema)."""
-    return encode_example({
-        "image/encoded": image,
+    return encode_example({"image/encoded": image,
+                           **_described(info, label_index, label_text, filename, sha256_hex)})
+
+
+def _described(info: ImageInfo, label_index: int, label_text: str, filename: str,
+               sha256_hex: str) -> dict:
+    """Every feature of an image record but ``image/encoded``."""
+    return {
         "image/format": info.format,
         "image/height": info.height,
         "image/width": info.width,
@@ -88,7 +94,7 @@ def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: s
         "image/class/text": label_text,
         "image/filename": filename,
         "image/key/sha256": sha256_hex,
-    })
+    }
 
 
 _ENCODED_KEY = b"image/encoded"
@@ -123,16 +129,7 @@ def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_t
     entries before ``image/encoded`` and after it are encoded apart and the
     image's own entry is framed by hand around the image's bytes.
     """
-    others = {
-        "image/format": info.format,
-        "image/height": info.height,
-        "image/width": info.width,
-        "image/channels": info.channels,
-        "image/class/label": label_index,
-        "image/class/text": label_text,
-        "image/filename": filename,
-        "image/key/sha256": sha256_hex,
-    }
+    others = _described(info, label_index, label_text, filename, sha256_hex)
     before = _map_entries({k: v for k, v in others.items() if k.encode("utf-8") < _ENCODED_KEY})
     after = _map_entries({k: v for k, v in others.items() if k.encode("utf-8") > _ENCODED_KEY})
     value = b"\x0a" + _varint(len(image))  # BytesList.value[0]
