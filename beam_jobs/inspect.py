@@ -38,21 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("shard", help="TFRecord file: a local path, gs:// or s3://.")
     parser.add_argument("--limit", type=opt.positive_int, default=10,
                         help="Records to print (default 10).")
-    parser.add_argument("--offset", type=_offset, default=0,
+    parser.add_argument("--offset", type=opt.non_negative_int, default=0,
                         help="Start at the first record that starts at or after this byte.")
     parser.add_argument("--compression", default="auto", choices=COMPRESSIONS,
                         help="auto (by suffix: .gz gzip, .zz/.deflate zlib), none, gzip or zlib.")
     return parser
-
-
-def _offset(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a byte offset") from err
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
 
 
 def _records(fh, path: str, size: int, compression: str,

@@ -7,7 +7,7 @@ from typing import NoReturn
 
 from transforms.errors import UsageError
 
-__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "fraction",
+__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
            "folder_path", "wildcard_problem", "WILDCARDS"]
 
 # Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
@@ -23,37 +23,36 @@ def one_line_errors(parser: argparse.ArgumentParser) -> None:
     parser.error = _raise_usage  # type: ignore[method-assign]
 
 
+def _number(text: str, cast: type, within, rule: str):
+    """Parses ``text`` with ``cast`` and checks it with ``within``; argparse errors otherwise."""
+    try:
+        value = cast(text)
+    except ValueError as err:
+        kind = "an integer" if cast is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from err
+    if not within(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be {rule}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
+    return _number(text, float, lambda v: v > 0, "> 0")
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from err
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
-    return value
+    return _number(text, int, lambda v: v >= 1, ">= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (e.g. a byte offset)."""
+    return _number(text, int, lambda v: v >= 0, ">= 0")
 
 
 def fraction(text: str) -> float:
     """argparse type: a number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
-    return value
+    return _number(text, float, lambda v: 0 <= v <= 1, "between 0 and 1")
 
 
 def parse_size(text: str) -> tuple[int, int]:
