@@ -7,9 +7,12 @@ import os
 import random
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from transforms.framing import frame_parts, frame_record, iter_records
-from transforms.image_records import image_example, image_example_parts
+from transforms.example_codec import encode_example
+from transforms.image_records import _map_entries, _varint, image_example, image_example_parts
 from transforms.images import ImageInfo
 from transforms.shard_writer import ShardWriter
 
@@ -56,3 +59,23 @@ def test_write_parts_writes_what_write_writes(compression):
     assert outputs[0] == outputs[1]
     if compression == "none":
         assert [data for _, data in iter_records(io.BytesIO(outputs[1][0]))] == records
+
+
+_INT64 = st.integers(min_value=-2**63, max_value=2**63 - 1)
+_VALUES = st.one_of(st.text(max_size=300), st.binary(max_size=300), _INT64)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=40), _VALUES, max_size=8))
+def test_map_entries_match_protobuf_serialization(features):
+    """The hand-written map entries are the bytes protobuf writes inside the Example.
+
+    Keys that are prefixes of each other are left out: protobuf's upb runtime
+    writes ``ab`` before ``a``, its C++ and Python runtimes ``a`` before ``ab``.
+    The image schema's keys are not prefixes of each other.
+    """
+    names = [name.encode("utf-8") for name in features]
+    assume(not any(a != b and b.startswith(a) for a in names for b in names))
+    example = encode_example(features)
+    entries = _map_entries(features)
+    # An Example is one field: tag 0x0A, the varint length of Features, then the entries.
+    assert example == (b"\x0a" + _varint(len(entries)) + entries if entries else b"")

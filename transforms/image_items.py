@@ -42,6 +42,8 @@ class ImageMeta:
         info: Format and size of the image as stored in the record.
         record_size: Exact framed size of the record in bytes.
         order_key: Shuffle key (see ``planning.order_key``).
+        source_crc32c: CRC32C of the source file's bytes, which the writer checks
+            when it reads the file again, to refuse a file changed since.
         payload: Encoded image bytes when they are costly to recompute
             (``reencode`` mode); None when the writer re-reads the source.
     """
@@ -52,6 +54,7 @@ class ImageMeta:
     info: ImageInfo
     record_size: int
     order_key: int
+    source_crc32c: int
     payload: bytes | None = None
 
 

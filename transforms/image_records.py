@@ -9,6 +9,7 @@ writer never copies the image into a record.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from transforms import images
@@ -109,16 +110,48 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _field(tag: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field: its tag byte, the varint length, the payload."""
+    size = len(payload)
+    if size < 0x80:  # the common case, a one-byte length
+        return bytes((tag, size)) + payload
+    return bytes((tag,)) + _varint(size) + payload
+
+
+def _map_entry(name: str, value: str | bytes | int) -> bytes:
+    """One ``Features.feature`` map entry holding a single bytes or int64 value.
+
+    Wire layout (tf.train.Example's protos): a map entry is ``key`` (field 1)
+    and ``value`` (field 2, a ``Feature``); a ``Feature`` holds ``bytes_list``
+    (field 1) or ``int64_list`` (field 3); their ``value`` (field 1) is a bytes
+    field, or packed varints with negative numbers as 64-bit two's complement.
+    """
+    if isinstance(value, int):
+        feature = _field(0x1A, _field(0x0A, _varint(value & 0xFFFFFFFFFFFFFFFF)))
+    else:
+        data = value.encode("utf-8") if isinstance(value, str) else value
+        feature = _field(0x0A, _field(0x0A, data))
+    return _field(0x0A, _key_field(name) + _field(0x12, feature))
+
+
+@functools.lru_cache(maxsize=256)
+def _key_field(name: str) -> bytes:
+    """The ``key`` field of a map entry (the same few names for every image)."""
+    return _field(0x0A, name.encode("utf-8"))
+
+
 def _map_entries(features: dict) -> bytes:
-    """The ``Features.feature`` map entries of ``features``, as serialized in an Example."""
-    data = encode_example(features)
-    if not data:
-        return b""
-    # An Example is one field: tag 0x0A, the varint length of Features, then its map entries.
-    pos = 1
-    while data[pos] & 0x80:
-        pos += 1
-    return data[pos + 1:]
+    """The ``Features.feature`` map entries of ``features``, as serialized in an Example.
+
+    Deterministic serialization writes map entries sorted by key, so this is
+    the same bytes as the entries inside ``encode_example(features)`` (tested),
+    written directly instead of through protobuf messages, which takes a fifth
+    of the time; it runs twice for every image of a build. Keys are sorted by
+    their UTF-8 bytes: protobuf's runtimes agree on that order unless one key
+    is a prefix of another, which no two keys of the image schema are.
+    """
+    return b"".join(_map_entry(name, features[name])
+                    for name in sorted(features, key=lambda n: n.encode("utf-8")))
 
 
 def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import apache_beam as beam
+import crc32c
 from apache_beam.metrics import Metrics
 
 from transforms.errors import ImageError, ShardsError
@@ -62,7 +63,7 @@ class _InspectImageFn(beam.DoFn):
         yield ImageMeta(
             source=source, label_index=index, sha256=digest.hex(), info=info,
             record_size=framed_size(len(head) + len(stored) + len(tail)),
-            order_key=order_key(self._seed, digest),
+            order_key=order_key(self._seed, digest), source_crc32c=crc32c.crc32c(data),
             payload=stored if self._settings.mode == "reencode" else None)
 
     def _label_index(self, labels: list[str], label: str) -> int | None:
@@ -109,7 +110,10 @@ class ImageRecordMaker:
     The pieces are the bytes before the image, the image, and the bytes after
     it (``image_example_parts``): the writer writes them without joining them.
     Re-reads the source unless the stored image travelled with the metadata,
-    and refuses a source whose bytes changed since it was inspected.
+    and refuses a source whose bytes changed since it was inspected: their
+    CRC32C must be the one inspection saw (a hardware CRC costs a tenth of
+    hashing the file again with sha256; what it guards against is a file
+    rewritten or truncated while the job runs, not a forgery).
     """
 
     def __init__(self, settings: EncodeSettings) -> None:
@@ -120,10 +124,11 @@ class ImageRecordMaker:
             stored = meta.payload
         else:
             data = read_source(meta.source.path)
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != meta.sha256:
-                raise ShardsError(f"{meta.source.path} changed while the job ran (sha256 "
-                                  f"{meta.sha256} when inspected, {digest} when written)")
+            checksum = crc32c.crc32c(data)
+            if checksum != meta.source_crc32c:
+                raise ShardsError(f"{meta.source.path} changed while the job ran (CRC32C "
+                                  f"{meta.source_crc32c:08x} when inspected, {checksum:08x} "
+                                  "when written)")
             stored = data if self._settings.mode == "passthrough" else encode_image(data, self._settings)[0]
         head, tail = image_example_parts(stored, meta.info, meta.label_index, meta.source.label,
                                          meta.source.relpath, meta.sha256)

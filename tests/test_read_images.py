@@ -1,0 +1,48 @@
+"""Inspecting an image and making its record again from the metadata alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import imagegen
+from transforms.errors import ShardsError
+from transforms.framing import framed_size
+from transforms.image_items import ImageMeta, SourceImage
+from transforms.image_records import EncodeSettings, image_example
+from transforms.read_images import ImageRecordMaker, _InspectImageFn
+
+_LABELS = ["cat", "dog"]
+
+
+def _inspect(path, settings: EncodeSettings) -> ImageMeta:
+    source = SourceImage(str(path), "dog/a.jpg", "train", "dog")
+    (meta,) = list(_InspectImageFn(settings, seed=7).process(source, _LABELS))
+    assert isinstance(meta, ImageMeta)
+    return meta
+
+
+@pytest.mark.parametrize("mode", ["passthrough", "reencode", "raw"])
+def test_record_made_from_metadata_is_the_image_example(tmp_path, mode):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(imagegen.jpeg(size=(40, 30)))
+    settings = EncodeSettings(mode=mode)
+    meta = _inspect(path, settings)
+    (head, stored, tail), label = ImageRecordMaker(settings)(meta)
+    record = head + stored + tail
+    assert label == 1
+    assert framed_size(len(record)) == meta.record_size
+    assert record == image_example(stored, meta.info, 1, "dog", "dog/a.jpg", meta.sha256)
+
+
+@pytest.mark.parametrize("change", ["one byte", "truncated", "appended"])
+def test_source_changed_after_inspection_is_refused(tmp_path, change):
+    path = tmp_path / "a.jpg"
+    data = imagegen.jpeg(size=(40, 30))
+    path.write_bytes(data)
+    meta = _inspect(path, EncodeSettings(mode="passthrough"))
+    changed = {"one byte": data[:100] + bytes([data[100] ^ 1]) + data[101:],
+               "truncated": data[:-1],
+               "appended": data + b"\0"}[change]
+    path.write_bytes(changed)
+    with pytest.raises(ShardsError, match="changed while the job ran"):
+        ImageRecordMaker(EncodeSettings(mode="passthrough"))(meta)
