@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
+from apache_beam.coders import FastPrimitivesCoder
 
 from tests import imagegen
 from transforms.errors import ShardsError
 from transforms.framing import framed_size
 from transforms.image_items import ImageMeta, SourceImage
 from transforms.image_records import EncodeSettings, image_example
+from transforms.images import ImageInfo
 from transforms.read_images import ImageRecordMaker, _InspectImageFn
 
 _LABELS = ["cat", "dog"]
@@ -46,3 +50,15 @@ def test_source_changed_after_inspection_is_refused(tmp_path, change):
     path.write_bytes(changed)
     with pytest.raises(ShardsError, match="changed while the job ran"):
         ImageRecordMaker(EncodeSettings(mode="passthrough"))(meta)
+
+
+@pytest.mark.parametrize("payload", [None, b"\xff\xd8 stored image"])
+def test_image_meta_pickles_flat_and_round_trips(payload):
+    meta = ImageMeta(SourceImage("/data/c/é.jpg", "c/é.jpg", "train", "c"), 3, "ab" * 32,
+                     ImageInfo("jpeg", 300, 400, 3), 110_016, 2**62 + 5, 0xFFFFFFFF, payload)
+    data = pickle.dumps(meta, pickle.HIGHEST_PROTOCOL)
+    assert pickle.loads(data) == meta
+    assert pickle.loads(pickle.dumps(meta.source)) == meta.source
+    # One global (the rebuilding function), not the three nested classes' names and fields.
+    assert b"SourceImage" not in data and b"ImageInfo" not in data and b"label_index" not in data
+    assert FastPrimitivesCoder().decode(FastPrimitivesCoder().encode(meta)) == meta
