@@ -332,3 +332,28 @@ def test_more_shards_than_records_gives_empty_shards(tmp_path, capsys):
     assert len(shard_files(out)) == 4
     counts = [s["records"] for s in load_manifest(out)["splits"]["train"]["shards"]]
     assert sorted(counts) == [0, 0, 1, 1]
+
+
+def test_source_rewritten_while_the_job_runs_fails_it_and_publishes_nothing(tmp_path, capsys,
+                                                                            monkeypatch):
+    """A file changed between inspection and writing never reaches a shard."""
+    from apache_beam.io.filesystems import FileSystems
+
+    root = tmp_path / "in"
+    make_class_tree(str(root), classes=("daisy",), per_class=3, broken=False)
+    victim = root / "daisy" / sorted(os.listdir(root / "daisy"))[0]
+    create = FileSystems.create
+    original = victim.read_bytes()
+
+    def rewrite_then_create(path, *args, **kwargs):
+        if ".staging" in path and ".tfrecord." in path:  # the writer starts: inspection is over
+            victim.write_bytes(original[:-2] + bytes([original[-2] ^ 0xFF]) + original[-1:])
+        return create(path, *args, **kwargs)
+
+    monkeypatch.setattr(FileSystems, "create", staticmethod(rewrite_then_create))
+    out = str(tmp_path / "out")
+    status, _, err = run_build(capsys, "--input", str(root), "--output_dir", out, "--validate", "header")
+    assert status == 1
+    assert "changed while the job ran" in err and victim.name in err
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    assert not [name for name in os.listdir(out) if name.endswith(".tfrecord")]
