@@ -72,6 +72,7 @@ class Case:
     records: int | None = None  # records every run must report
     runs: list[Measurement] = field(default_factory=list)
     result: dict = field(default_factory=dict)  # the RESULT line, or facts of the output
+    failures: list[str] = field(default_factory=list)  # last lines of each failed attempt
 
     def median(self, attribute: str) -> float:
         return statistics.median(getattr(run, attribute) for run in self.runs)
@@ -207,13 +208,26 @@ def _output_facts(folder: str) -> dict:
 
 
 def _run(case: Case, logs: str) -> None:
-    if case.output_dir:
-        shutil.rmtree(case.output_dir, ignore_errors=True)
+    """Measures one run of ``case``; a failed attempt is recorded and tried once more.
+
+    Beam's gRPC data plane between multi-threaded or multi-process workers fails
+    now and then under load (e.g. ``Invalid PaneInfoEncoding``); a second
+    failure in a row stops the benchmark.
+    """
     log = os.path.join(logs, case.name.replace(" ", "_").replace("/", "_").replace(",", "") + ".log")
-    measured = run_measured(case.command(), _ROOT, log)
-    if measured.returncode != 0:
+    for attempt in (1, 2):
+        if case.output_dir:
+            shutil.rmtree(case.output_dir, ignore_errors=True)
+        measured = run_measured(case.command(), _ROOT, log)
+        if measured.returncode == 0:
+            break
         tail = "\n".join(measured.output.splitlines()[-15:])
-        raise SystemExit(f"{case.name} failed (exit {measured.returncode}); log {log}:\n{tail}")
+        case.failures.append(tail.splitlines()[-1] if tail else f"exit {measured.returncode}")
+        shutil.copyfile(log, log + ".failed")  # the next attempt writes the log anew
+        if attempt == 2:
+            raise SystemExit(f"{case.name} failed twice (exit {measured.returncode}); log {log}:\n{tail}")
+        print(f"  {case.name} failed (exit {measured.returncode}: {case.failures[-1]}); once more",
+              flush=True)
     result = _result_line(measured.output)
     if case.output_dir:
         result = {**_output_facts(case.output_dir), **result}
@@ -245,6 +259,8 @@ def _row(case: Case) -> dict:
         row["shard_balance"] = round(case.result["balance"], 4)
     if "shards" in case.result:
         row["shards"] = case.result["shards"]
+    if case.failures:
+        row["failed_attempts"] = case.failures
     return row
 
 
