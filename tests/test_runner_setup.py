@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import threading
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.core import PTransform
 
 from tests.shard_fixtures import make_class_tree, run_build
@@ -47,3 +50,26 @@ def test_beams_bigquery_client_warning_is_dropped_from_job_output():
     assert len(drop) == 1 and beam_jobs is not None
     assert not drop[0].filter(record("apitools not found, and bigquery client libraries are not available"))
     assert drop[0].filter(record("wrote shard train-00000-of-00002.tfrecord"))
+
+
+def _timed_flushers(_) -> int:
+    """How many timers that flush data-plane streams are alive while an element is processed."""
+    from apache_beam.runners.worker import data_plane
+
+    flusher = data_plane.TimeBasedBufferingClosableOutputStream.__name__
+    return sum(isinstance(t, data_plane.PeriodicThread) and t.is_alive()
+               and getattr(t._function, "__qualname__", "").startswith(flusher)
+               for t in threading.enumerate())
+
+
+def test_thread_workers_send_output_between_elements_only():
+    """No timer thread may send a worker's output stream halfway through an element.
+
+    Beam 2.77's thread workers flush every second from a timer thread, which
+    failed jobs at random under load (``Invalid PaneInfoEncoding``); the local
+    runner turns that off, so while elements are processed no such thread runs.
+    """
+    options = PipelineOptions(["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"])
+    with beam.Pipeline(runner=local_runner(options), options=options) as p:
+        counts = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(_timed_flushers)
+        assert_that(counts, equal_to([0] * 20))

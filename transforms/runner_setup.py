@@ -74,6 +74,9 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     jobs the jobs go straight to that same FnApiRunner, with the same options
     (``--direct_num_workers``, ``--direct_running_mode``). ``--runner
     PrismRunner``, or ``--prism_location``, still selects Prism.
+
+    The data plane between the runner and its thread or process workers does
+    not flush on a timer (see ``_without_timed_flushes``).
     """
     standard = options.view_as(StandardOptions)
     if standard.runner not in _DIRECT_NAMES or standard.streaming:
@@ -85,9 +88,29 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
     options.view_as(DirectOptions)  # registers the direct options for encoding
+    _without_timed_flushes()
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+def _without_timed_flushes() -> None:
+    """Stops the local runner's data plane from sending output on a timer.
+
+    In Beam 2.77 the FnApiRunner's gRPC data plane (thread workers, and the
+    runner's side of process workers) sends each output stream every
+    ``DATA_BUFFER_TIME_LIMIT_MS`` (1 s) from a timer thread, also halfway
+    through an element being written, while the receiving side decodes every
+    chunk as whole elements (``GroupingBuffer.append``,
+    ``DataInputOperation.process_encoded``). Under load a job then fails at
+    random, e.g. with ``Invalid PaneInfoEncoding``. With the limit at 0, as
+    Beam's process workers have it by default, a stream is sent when full or
+    closed, always between elements. A batch job loses nothing by it: timed
+    flushes only lower latency for streaming.
+    """
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
 
 
 def error_summary(err: BaseException) -> str:
