@@ -143,12 +143,13 @@ def _key_field(name: str) -> bytes:
 def _map_entries(features: dict) -> bytes:
     """The ``Features.feature`` map entries of ``features``, as serialized in an Example.
 
-    Deterministic serialization writes map entries sorted by key, so this is
-    the same bytes as the entries inside ``encode_example(features)`` (tested),
-    written directly instead of through protobuf messages, which takes a fifth
-    of the time; it runs twice for every image of a build. Keys are sorted by
-    their UTF-8 bytes: protobuf's runtimes agree on that order unless one key
-    is a prefix of another, which no two keys of the image schema are.
+    Deterministic serialization writes map entries sorted by key, so these are
+    the same bytes as the entries inside ``encode_example(features)`` (checked
+    in tests/test_record_parts.py), written directly instead of through
+    protobuf messages: ``image_example_parts``, which runs twice for every
+    image of a build, went from about 55 us to 42 us. Keys are sorted by their
+    UTF-8 bytes; protobuf's runtimes agree on that order unless one key is a
+    prefix of another, which no two keys of the image schema are.
     """
     return b"".join(_map_entry(name, features[name])
                     for name in sorted(features, key=lambda n: n.encode("utf-8")))
