@@ -138,6 +138,7 @@ def test_a_refused_upload_fails_the_job_and_publishes_nothing(s3_server, store, 
     assert status == 1 and fault.failed >= 1
     line = _one_failure_line(err)
     assert "UploadPart" in line and "403" in line, line
+    assert f"s3://{BUCKET}/{prefix}/.staging/" in line, line  # names the object refused
     assert [k for k in _keys(client, prefix) if not k.startswith(".staging/")] == []
 
 

@@ -33,6 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.errors import PublishError
+from transforms.file_access import naming_s3_errors
 from transforms.image_items import DeadLetter
 from transforms.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest,
                                  ShardEntry, SplitEntry)
@@ -96,20 +97,21 @@ def write_shard(output_dir: str, key: ShardKey,
     staging = _join(output_dir, STAGING_DIR)
     staged = _join(staging, f"{name}.{attempt}.tmp")
     staged_index = _join(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
-    fh = FileSystems.create(staged, compression_type="uncompressed")
-    index_fh = FileSystems.create(staged_index, compression_type="uncompressed") if staged_index else None
-    try:
-        writer = ShardWriter(fh, compression, index_fh)
-        for record, label in records:
-            if isinstance(record, bytes):
-                writer.write(record, label)
-            else:  # the pieces a record is made of, written without joining them
-                writer.write_parts(record, label)
-        stats = writer.close()
-    finally:
-        _close(fh)
-        if index_fh is not None:
-            _close(index_fh)
+    with naming_s3_errors(staged):
+        fh = FileSystems.create(staged, compression_type="uncompressed")
+        index_fh = FileSystems.create(staged_index, compression_type="uncompressed") if staged_index else None
+        try:
+            writer = ShardWriter(fh, compression, index_fh)
+            for record, label in records:
+                if isinstance(record, bytes):
+                    writer.write(record, label)
+                else:  # the pieces a record is made of, written without joining them
+                    writer.write_parts(record, label)
+            stats = writer.close()
+        finally:
+            _close(fh)
+            if index_fh is not None:
+                _close(index_fh)
     return ShardResult(split, index, count, name, staged, staged_index, stats)
 
 
@@ -173,11 +175,12 @@ def _write_atomic(path: str, data: bytes, staging: str) -> None:
     folder, which the next publish clears, not beside the shards.
     """
     temp = _join(staging, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
-    fh = FileSystems.create(temp, compression_type="uncompressed")
-    try:
-        fh.write(data)
-    finally:
-        _close(fh)
+    with naming_s3_errors(temp):
+        fh = FileSystems.create(temp, compression_type="uncompressed")
+        try:
+            fh.write(data)
+        finally:
+            _close(fh)
     FileSystems.rename([temp], [path])
 
 
