@@ -68,10 +68,8 @@ def open_for_read(path: str) -> BinaryIO:
         apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
     if path.startswith("s3://"):
-        try:
+        with naming_s3_errors(path):
             return _shared_s3io().open(path, "rb")
-        except _S3_ERRORS as err:
-            raise _os_error(path, err) from err
     if "://" not in path:  # local: what Beam's LocalFileSystem opens, without its layers
         return open(path, "rb")
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -79,20 +77,18 @@ def open_for_read(path: str) -> BinaryIO:
 
 def read_bytes(path: str) -> bytes:
     """Reads a whole file (see ``open_for_read``; errors while reading are raised the same way)."""
-    with open_for_read(path) as fh:
-        try:
-            return fh.read()
-        except _S3_ERRORS as err:
-            raise _os_error(path, err) from err
+    with open_for_read(path) as fh, naming_s3_errors(path):
+        return fh.read()
 
 
 @contextlib.contextmanager
 def naming_s3_errors(path: str) -> Iterator[None]:
     """Raises Beam's S3 client errors inside the block as ``OSError``s naming ``path``.
 
-    Beam's S3 writer raises ``S3ClientError`` for a refused upload with a
-    message naming the S3 operation and status but not the object, which a
-    job's one-line failure would then leave out.
+    Beam's S3 client raises ``S3ClientError`` (not an ``OSError``) for a refused
+    read or upload, with a message naming the S3 operation and status but not
+    the object; reads then become dead letters like unreadable local files, and
+    a refused upload's one-line failure names the object.
     """
     try:
         yield
