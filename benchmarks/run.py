@@ -97,14 +97,17 @@ def _shard_files(folder: str) -> list[str]:
 def _build_cases(ds: Dataset, quarter: Dataset, out: str, num_shards: int,
                  with_tf: bool) -> list[Case]:
     cases = []
+
+    def build_job(root: str, target: str, flags: list[str]) -> Callable[[], list[str]]:
+        return lambda: _python() + ["-m", "beam_jobs.build_shards", "--input", root,
+                                    "--output_dir", target, "--num_shards", str(num_shards)] + flags
+
     for mode, flags in _MODES.items():
         for validate in ("decode", "header"):
             target = os.path.join(out, f"build-{mode.replace(' ', '')}-{validate}")
             cases.append(Case(
                 f"build job, {mode}, --validate {validate}", "build",
-                lambda t=target, f=flags, v=validate: _python() + [
-                    "-m", "beam_jobs.build_shards", "--input", ds.root, "--output_dir", t,
-                    "--num_shards", str(num_shards), "--validate", v] + f,
+                build_job(ds.root, target, ["--validate", validate] + flags),
                 target, lambda: ds.bytes, ds.images))
     for mode, flags in _MODES.items():
         target = os.path.join(out, f"beam-{mode.replace(' ', '')}")
@@ -130,10 +133,7 @@ def _build_cases(ds: Dataset, quarter: Dataset, out: str, num_shards: int,
     for mode, flags in _MODES.items():
         target = os.path.join(out, f"quarter-{mode.replace(' ', '')}")
         cases.append(Case(
-            f"build job, {mode}, quarter dataset", "memory",
-            lambda t=target, f=flags: _python() + [
-                "-m", "beam_jobs.build_shards", "--input", quarter.root, "--output_dir", t,
-                "--num_shards", str(num_shards)] + f,
+            f"build job, {mode}, quarter dataset", "memory", build_job(quarter.root, target, flags),
             target, lambda: quarter.bytes, quarter.images))
     return cases
 
