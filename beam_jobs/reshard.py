@@ -25,19 +25,17 @@ from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
 from transforms.errors import PlanError, ShardsError, UsageError
-from transforms.file_access import is_folder, match_files
 from beam_jobs.cli.flags import ShardingOptions
-from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import check_split_name
-from transforms.reshard_steps import (CollectClassNames, CollectFeatureSpec, ToRecordItems, damaged_span,
-                                      item_order, item_size, item_split, record_of)
+from transforms.reshard_steps import (CollectClassNames, CollectFeatureSpec, MatchInputFiles,
+                                      ToRecordItems, damaged_span, input_files, item_order, item_size,
+                                      item_split, record_of)
 from transforms.shardset.record_items import input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
@@ -45,10 +43,8 @@ from beam_jobs.cli.progress import reshard_progress
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import READ_COMPRESSIONS
-from transforms.tfrecord_source import ERRORS, RECORDS, ReadFromTFRecords
-from transforms.tfrecord.record_index import indexed_shards
-from transforms.images.annotations import LABEL_MAP_NAME
-from transforms.shardset.tfds_metadata import is_tfds_file, tfds_files
+from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
+from transforms.shardset.tfds_metadata import tfds_files
 
 _OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
               "input_compression", "seed", "skip_corrupt")
@@ -72,7 +68,8 @@ class ReshardOptions(PipelineOptions):
 class ReshardConfig:
     """Checked settings of one reshard run."""
 
-    inputs: tuple[str | FileMetadata, ...]
+    inputs: tuple[str, ...]
+    files: tuple[FileMetadata, ...]
     output_dir: str
     split: str | None
     target_bytes: int
@@ -83,36 +80,6 @@ class ReshardConfig:
     skip_corrupt: bool
     options: dict
     policy: PublishPolicy
-
-
-_SIDECARS = (MANIFEST_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME)
-
-
-def _input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
-    """Expands the --input patterns to TFRecord files, matching each once.
-
-    A path that names a file is that file (even with ``[``, ``*`` or ``?`` in
-    its name). A shard set's own companions that a pattern such as
-    ``old/train-*`` or ``old/*`` also matches are left out: ``.idx`` sidecars
-    of matched files, and ``manifest.json``, ``labels.txt``,
-    ``dead_letters.jsonl``, ``label_map.pbtxt`` and tfds's files.
-    """
-    for pattern in patterns:
-        if is_folder(pattern):
-            raise UsageError(f"--input {pattern} is a folder; give its files as a pattern, "
-                             f"e.g. --input '{FileSystems.join(pattern.rstrip('/'), '*')}'")
-    found: dict[str, FileMetadata] = {}
-    for pattern, metas in zip(patterns, match_files(patterns)):
-        if not metas:
-            raise UsageError(f"--input {pattern} matches no file")
-        for meta in metas:
-            found.setdefault(meta.path, meta)
-    files = [meta for path, meta in sorted(found.items())
-             if not any(shard in found for shard in indexed_shards(path))
-             and path.rsplit("/", 1)[-1] not in _SIDECARS and not is_tfds_file(path.rsplit("/", 1)[-1])]
-    if not files:
-        raise UsageError(f"--input {' '.join(patterns)} matches no TFRecord file")
-    return tuple(files)
 
 
 def make_config(options: PipelineOptions) -> ReshardConfig:
@@ -133,11 +100,10 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         raise UsageError(str(err)) from err
     # A Dataflow dry run stays offline: gs:// patterns would need credentials.
     dry_run = dataflow_dry_run(options)
-    inputs = tuple(shared.input) if dry_run else _input_files(shared.input)
+    files = () if dry_run else input_files(shared.input)
     output = shared.output_dir.rstrip("/")
     target = opt.resolved_path(output or "/")
-    for item in inputs:
-        path = item if isinstance(item, str) else item.path
+    for path in (list(shared.input) if dry_run else [f.path for f in files]):
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
         if not dry_run:
@@ -146,7 +112,7 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
             except ShardsError as err:
                 raise UsageError(f"--input {err}") from err
     return ReshardConfig(
-        inputs=inputs, output_dir=output or "/", split=shared.split,
+        inputs=tuple(shared.input), files=files, output_dir=output or "/", split=shared.split,
         target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
         compression=shared.compression, input_compression=flags.input_compression,
         seed=shared.seed, skip_corrupt=flags.skip_corrupt,
@@ -157,10 +123,14 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
 
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     """Wires the reshard job into ``p``; returns the PCollection holding the manifest."""
-    # make_config matched the inputs already (a dry run must not: it stays offline).
-    read = p | "Read" >> ReadFromTFRecords(
-        list(cfg.inputs), with_offsets=True, compression=cfg.input_compression,
-        errors="output" if cfg.skip_corrupt else "raise", validate=False)  # (path, offset, record)
+    # The files are matched again inside the pipeline, so the job graph holds only the
+    # patterns, whatever their number (make_config matched them to check them; a dry run
+    # stays offline).
+    read = (p
+            | "MatchInputs" >> MatchInputFiles(cfg.inputs)  # FileMetadata
+            | "Read" >> ReadAllFromTFRecords(
+                with_offsets=True, compression=cfg.input_compression,
+                errors="output" if cfg.skip_corrupt else "raise"))  # (path, offset, record)
     if cfg.skip_corrupt:
         records, errors = read[RECORDS], read[ERRORS]
         dead = errors | "DamagedSpans" >> beam.Map(damaged_span)

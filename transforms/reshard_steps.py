@@ -2,16 +2,78 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import apache_beam as beam
+from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms.errors import RecordError
+from transforms.errors import RecordError, UsageError
+from transforms.file_access import is_folder, match_files
+from transforms.images.annotations import LABEL_MAP_NAME
+from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME
+from transforms.shardset.tfds_metadata import is_tfds_file
+from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import (FeatureTally, RecordItem, input_split, label_pairs,
                                               labels_from_pairs, record_item)
 
-__all__ = ["ToRecordItems", "CollectClassNames", "CollectFeatureSpec", "damaged_span", "record_of",
+__all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectClassNames", "CollectFeatureSpec", "damaged_span", "record_of",
            "item_order", "item_size", "item_split"]
+
+
+# A shard set's own companions, which a pattern such as ``old/*`` also matches.
+_SIDECARS = (MANIFEST_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME)
+
+
+def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
+    """Expands the --input patterns to TFRecord files, matching each once.
+
+    A path that names a file is that file (even with ``[``, ``*`` or ``?`` in
+    its name). A shard set's own companions that a pattern such as
+    ``old/train-*`` or ``old/*`` also matches are left out: ``.idx`` sidecars
+    of matched files, and ``manifest.json``, ``labels.txt``,
+    ``dead_letters.jsonl``, ``label_map.pbtxt`` and tfds's files.
+
+    Raises:
+        UsageError: A pattern names a folder or matches nothing, or nothing
+            left is a TFRecord file.
+    """
+    for pattern in patterns:
+        if is_folder(pattern):
+            raise UsageError(f"--input {pattern} is a folder; give its files as a pattern, "
+                             f"e.g. --input '{FileSystems.join(pattern.rstrip('/'), '*')}'")
+    found: dict[str, FileMetadata] = {}
+    for pattern, metas in zip(patterns, match_files(list(patterns))):
+        if not metas:
+            raise UsageError(f"--input {pattern} matches no file")
+        for meta in metas:
+            found.setdefault(meta.path, meta)
+    files = [meta for path, meta in sorted(found.items())
+             if not any(shard in found for shard in indexed_shards(path))
+             and path.rsplit("/", 1)[-1] not in _SIDECARS and not is_tfds_file(path.rsplit("/", 1)[-1])]
+    if not files:
+        raise UsageError(f"--input {' '.join(patterns)} matches no TFRecord file")
+    return tuple(files)
+
+
+class MatchInputFiles(beam.PTransform):
+    """The TFRecord files of the --input patterns (``input_files``), matched inside the pipeline.
+
+    The job graph holds the patterns only, not one entry per file.
+    Output: ``PCollection[FileMetadata]``, spread over workers.
+    """
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        super().__init__()
+        self._patterns = tuple(patterns)
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "Patterns" >> beam.Create([self._patterns])
+                | "Match" >> beam.FlatMap(input_files)  # FileMetadata
+                | "Spread" >> beam.Reshuffle())
 
 
 def record_of(item: RecordItem) -> tuple[bytes, int | None]:

@@ -19,7 +19,6 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
-from apache_beam.io.filesystem import FileMetadata
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_jobs.cli import logs
@@ -188,9 +187,10 @@ def reshard_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractC
     """Progress of the reshard job: bytes of the input files read, then records written."""
     if not _is_local(options):
         return contextlib.nullcontext()
-    # The inputs as the job matched them (a dry run keeps patterns, but never runs locally).
-    sizes = {m.path: m.size_in_bytes for m in cfg.inputs if isinstance(m, FileMetadata)}
-    total_bytes = _uncompressed_bytes(sizes) if len(sizes) == len(cfg.inputs) else None
+    # The inputs as the job matched them to check them (a dry run, which matches none, never
+    # runs locally).
+    sizes = {m.path: m.size_in_bytes for m in cfg.files}
+    total_bytes = _uncompressed_bytes(sizes) if sizes else None
 
     def stage(counts: Counts) -> Stage | None:
         read, read_bytes = _count(counts, c.RECORDS_READ)
