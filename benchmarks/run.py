@@ -1,32 +1,39 @@
 """Benchmarks of the build and verify jobs against the baselines a user would write.
 
-    python benchmarks/run.py [--size_mb 1000] [--quick] [--repeat 3]
+    python benchmarks/run.py [--size_mb 520] [--quick] [--repeat 3]
 
 Generates (once, cached in ``benchmarks/.cache/``) a dataset of photo JPEGs in
 class folders (``benchmarks/photos.py``), then runs every case as its own
-subprocess, round after round (each round runs every case once, so that a
-noisy moment of the machine hits all cases alike), and reports the median of
-the rounds:
+subprocess, on two datasets, the full size and its first half, round after
+round (each round runs every case once at both sizes, so that a noisy moment of
+the machine hits all cases alike), and reports medians of the rounds:
+
+- whole process: seconds and CPU-seconds of a fresh process at each size, start-up
+  (Beam import, pipeline construction) included;
+- marginal: what the second half costs, ``(full - half) / (bytes of full - bytes of
+  half)`` in seconds and CPU-seconds per GB, the median of the rounds' paired
+  differences. At the sizes users run (100 GB and up) this is what counts.
+
+Cases:
 
 - start-up: ``import apache_beam``, ``import tensorflow`` and the build job on
   a few images: what every run pays before its first image;
-- build: the build job on the DirectRunner (one process ``in_memory``; two
-  workers ``multi_threading``; two workers ``multi_processing``), with
-  ``--validate decode`` (the default) and ``--validate header``, vs Beam's
+- build: the build job on the DirectRunner (one process ``in_memory``, the
+  default; two workers ``multi_threading``; two workers ``multi_processing``)
+  with its default validation, and in one process with each other ``--validate``
+  level, vs Beam's
   ``WriteToTFRecord`` fed by an equivalent encode step (same three modes), a
   single-process ``tf.io.TFRecordWriter`` loop, and the floor (read each file,
   frame it, append it to one file);
 - verify: the verify job vs Beam's ``ReadFromTFRecord`` + Example parsing (same
   three modes) and ``tf.data.TFRecordDataset`` + batched ``tf.io.parse_example``;
-- memory: the build job's peak RSS on the full dataset vs its first quarter;
+- memory: the build job's peak RSS on the full dataset vs its first half;
 - plan: ``PlanShards`` of 1,281,167 synthetic items (ImageNet's train split)
   into 1024 shards on the DirectRunner.
 
-Times are whole runs of a fresh process, start-up included. The TensorFlow
-cases are skipped, with the reason printed, when TensorFlow is not installed.
-
-Prints a table and writes ``benchmarks/results.json``. Figures that compare
-are ratios of medians measured in the same run on the same data.
+The TensorFlow cases are skipped, with the reason printed, when TensorFlow is
+not installed. Prints the tables and writes ``benchmarks/results.json``. Figures
+that compare are ratios of medians measured in the same run on the same data.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -49,30 +57,43 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from benchmarks.measure import Measurement, run_measured  # noqa: E402
-from benchmarks.photos import CACHE, Dataset, dataset, quarter_of  # noqa: E402
+from benchmarks.photos import CACHE, Dataset, dataset  # noqa: E402
 
-__all__ = ["main"]
+__all__ = ["main", "marginal_rows"]
 
 _MIB = 1 << 20
 _IN_MEMORY = ["--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
 _TWO_THREADS = ["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"]
 _TWO_PROCESSES = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
 _MODES = {"1 proc": _IN_MEMORY, "2 threads": _TWO_THREADS, "2 procs": _TWO_PROCESSES}
+_SIZES = ("half", "full")
+_DEFAULT = "default"  # the build job run with no --validate flag
 
 
 @dataclass
 class Case:
-    """One command to measure, and how to read its throughput."""
+    """One command to measure at one dataset size, and how to read its throughput.
 
-    name: str
-    group: str  # build, verify, memory, plan
+    Attributes:
+        base: The case's name without its size; cases of the same base at the
+            two sizes give the marginal figures.
+        size: ``half``, ``full`` or ``""`` (a case measured at one size).
+    """
+
+    base: str
+    group: str  # startup, build, verify, plan
     command: Callable[[], list[str]]
     output_dir: str | None = None  # emptied before each run
     input_bytes: Callable[[], int] = lambda: 0  # bytes the case reads (for MB/s)
     records: int | None = None  # records every run must report
+    size: str = ""
     runs: list[Measurement] = field(default_factory=list)
     result: dict = field(default_factory=dict)  # the RESULT line, or facts of the output
     failures: list[str] = field(default_factory=list)  # last lines of each failed attempt
+
+    @property
+    def name(self) -> str:
+        return f"{self.base} [{self.size}]" if self.size else self.base
 
     def median(self, attribute: str) -> float:
         return statistics.median(getattr(run, attribute) for run in self.runs)
@@ -90,74 +111,80 @@ def _has_tensorflow() -> tuple[bool, str]:
     return True, ""
 
 
+def validate_levels() -> tuple[str, list[str]]:
+    """The build job's default ``--validate`` level and every other level, from its flags."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_jobs.build_shards import BuildOptions
+    from transforms.images.codec import VALIDATE_LEVELS
+
+    default = PipelineOptions([]).view_as(BuildOptions).validate
+    return default, [level for level in VALIDATE_LEVELS if level != default]
+
+
 def _shard_files(folder: str) -> list[str]:
     return sorted(glob.glob(os.path.join(folder, "*.tfrecord")))
 
 
-def _build_cases(ds: Dataset, quarter: Dataset, out: str, num_shards: int,
-                 with_tf: bool) -> list[Case]:
+def _build_cases(ds: Dataset, size: str, out: str, num_shards: int, with_tf: bool,
+                 levels: list[str]) -> list[Case]:
     cases = []
 
-    def build_job(root: str, target: str, flags: list[str]) -> Callable[[], list[str]]:
-        return lambda: _python() + ["-m", "beam_jobs.build_shards", "--input", root,
+    def build_job(target: str, flags: list[str]) -> Callable[[], list[str]]:
+        return lambda: _python() + ["-m", "beam_jobs.build_shards", "--input", ds.root,
                                     "--output_dir", target, "--num_shards", str(num_shards)] + flags
 
     for mode, flags in _MODES.items():
-        for validate in ("decode", "header"):
-            target = os.path.join(out, f"build-{mode.replace(' ', '')}-{validate}")
-            cases.append(Case(
-                f"build job, {mode}, --validate {validate}", "build",
-                build_job(ds.root, target, ["--validate", validate] + flags),
-                target, lambda: ds.bytes, ds.images))
+        for level in [_DEFAULT] + (levels if mode == "1 proc" else []):
+            target = os.path.join(out, f"build-{size}-{mode.replace(' ', '')}-{level}")
+            chosen = [] if level == _DEFAULT else ["--validate", level]
+            label = "default validation" if level == _DEFAULT else f"--validate {level}"
+            cases.append(Case(f"build job, {mode}, {label}", "build", build_job(target, chosen + flags),
+                              target, lambda: ds.bytes, ds.images, size))
     for mode, flags in _MODES.items():
-        target = os.path.join(out, f"beam-{mode.replace(' ', '')}")
+        target = os.path.join(out, f"beam-{size}-{mode.replace(' ', '')}")
         cases.append(Case(
             f"Beam WriteToTFRecord, {mode}", "build",
             lambda t=target, f=flags: _python() + [
                 "-m", "benchmarks.cases", "beam_build", "--input", ds.root, "--output_dir", t,
                 "--num_shards", str(num_shards)] + f,
-            target, lambda: ds.bytes, ds.images))
+            target, lambda: ds.bytes, ds.images, size))
     if with_tf:
-        target = os.path.join(out, "tf-loop")
+        target = os.path.join(out, f"tf-loop-{size}")
         cases.append(Case(
             "tf.io.TFRecordWriter loop, 1 proc", "build",
             lambda: _python() + ["-m", "benchmarks.cases", "tf_build", "--input", ds.root,
                                  "--output_dir", target, "--num_shards", str(num_shards)],
-            target, lambda: ds.bytes, ds.images))
-    target = os.path.join(out, "floor")
+            target, lambda: ds.bytes, ds.images, size))
+    target = os.path.join(out, f"floor-{size}")
     cases.append(Case(
         "floor: read + frame, 1 proc", "build",
         lambda: _python() + ["-m", "benchmarks.cases", "floor", "--input", ds.root,
                              "--output_dir", target],
-        target, lambda: ds.bytes, ds.images))
-    for mode, flags in _MODES.items():
-        target = os.path.join(out, f"quarter-{mode.replace(' ', '')}")
-        cases.append(Case(
-            f"build job, {mode}, quarter dataset", "memory", build_job(quarter.root, target, flags),
-            target, lambda: quarter.bytes, quarter.images))
+        target, lambda: ds.bytes, ds.images, size))
     return cases
 
 
-def _verify_cases(shards: str, records: int, with_tf: bool) -> list[Case]:
-    size = lambda: sum(os.path.getsize(f) for f in _shard_files(shards))  # noqa: E731
+def _verify_cases(shards: str, records: int, size: str, with_tf: bool) -> list[Case]:
+    shard_bytes = lambda: sum(os.path.getsize(f) for f in _shard_files(shards))  # noqa: E731
     pattern = os.path.join(shards, "*.tfrecord")
     cases = []
     for mode, flags in _MODES.items():
         cases.append(Case(
             f"verify job, {mode}", "verify",
             lambda f=flags: _python() + ["-m", "beam_jobs.verify_shards", "--output_dir", shards] + f,
-            None, size, records))
+            None, shard_bytes, records, size))
     for mode, flags in _MODES.items():
         cases.append(Case(
             f"Beam ReadFromTFRecord + parse, {mode}", "verify",
             lambda f=flags: _python() + ["-m", "benchmarks.cases", "beam_read", "--pattern",
                                          pattern] + f,
-            None, size, records))
+            None, shard_bytes, records, size))
     if with_tf:
         cases.append(Case(
             "tf.data + parse_example", "verify",
             lambda: _python() + ["-m", "benchmarks.cases", "tf_read", "--pattern", pattern],
-            None, size, records))
+            None, shard_bytes, records, size))
     return cases
 
 
@@ -192,18 +219,26 @@ def _result_line(output: str) -> dict:
     return {}
 
 
+def _sha256(path: str) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
 def _output_facts(folder: str) -> dict:
-    sizes = [os.path.getsize(f) for f in _shard_files(folder)]
+    """Shard count, bytes, balance; for the build job also its records and every shard's sha256."""
+    files = _shard_files(folder)
+    sizes = [os.path.getsize(f) for f in files]
     facts = {"shards": len(sizes), "shard_bytes": sum(sizes)}
     if len(sizes) > 1:
         facts["balance"] = max(sizes) / min(sizes) if min(sizes) else float("inf")
     manifest = os.path.join(folder, "manifest.json")
     if os.path.exists(manifest):
         with open(manifest) as fh:
-            data = json.load(fh)
-        facts["records"] = sum(s["records"] for s in data["splits"].values())
-        facts["shard_sha256"] = [e["sha256"] for s in sorted(data["splits"])
-                                 for e in data["splits"][s]["shards"]]
+            facts["records"] = json.load(fh)["records"]
+        facts["shard_sha256"] = [_sha256(f) for f in files]
     return facts
 
 
@@ -235,7 +270,7 @@ def _run(case: Case, logs: str) -> None:
         raise SystemExit(f"{case.name}: {result.get('records')} records, expected {case.records}")
     case.result = result
     case.runs.append(measured)
-    print(f"  {case.name:48s} {measured.seconds:7.1f} s  {measured.cpu_seconds:7.1f} s CPU  "
+    print(f"  {case.name:56s} {measured.seconds:7.1f} s  {measured.cpu_seconds:7.1f} s CPU  "
           f"{measured.rss_tree / _MIB:6.0f} MiB tree  {measured.rss_process / _MIB:6.0f} MiB proc",
           flush=True)
 
@@ -243,15 +278,18 @@ def _run(case: Case, logs: str) -> None:
 def _row(case: Case) -> dict:
     seconds = case.median("seconds")
     row = {
-        "name": case.name, "group": case.group, "runs": len(case.runs),
+        "name": case.name, "base": case.base, "size": case.size, "group": case.group,
+        "runs": len(case.runs),
         "seconds": round(seconds, 2),
         "seconds_each": [round(r.seconds, 2) for r in case.runs],
         "cpu_seconds": round(case.median("cpu_seconds"), 2),
+        "cpu_seconds_each": [round(r.cpu_seconds, 2) for r in case.runs],
         "rss_tree_mib": round(case.median("rss_tree") / _MIB, 1),
         "rss_process_mib": round(case.median("rss_process") / _MIB, 1),
         "rss_tree_mib_each": [round(r.rss_tree / _MIB, 1) for r in case.runs],
     }
     if case.input_bytes():
+        row["input_bytes"] = case.input_bytes()
         row["mb_per_s"] = round(case.input_bytes() / 1e6 / seconds, 1)
     if case.records:
         row["images_per_s"] = round(case.records / seconds, 1)
@@ -264,8 +302,47 @@ def _row(case: Case) -> dict:
     return row
 
 
-def _targets(rows: dict[str, dict], with_tf: bool, plan_items: int) -> list[dict]:
-    """The targets, from the rows (by name) of one run; speed ratios are of median wall times."""
+def marginal_rows(rows: list[dict]) -> list[dict]:
+    """The marginal cost of every case measured at both sizes.
+
+    For each round, the full run's seconds minus the half run's seconds (the
+    rounds pair them: both ran within minutes of each other), over the bytes
+    between them; the median of the rounds. Whole-process figures are of the
+    full size.
+
+    Args:
+        rows: ``_row`` dicts (with ``base``, ``size``, ``input_bytes`` and the
+            per-round ``seconds_each`` / ``cpu_seconds_each``).
+
+    Returns:
+        One dict per base: ``seconds`` and ``cpu_seconds`` (whole process, full
+        size), ``s_per_gb`` and ``cpu_s_per_gb`` (marginal), ``mb_per_s``
+        (marginal throughput).
+    """
+    by_base: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row.get("size") in _SIZES:
+            by_base.setdefault(row["base"], {})[row["size"]] = row
+    out = []
+    for base, pair in by_base.items():
+        if set(pair) != set(_SIZES):
+            continue
+        half, full = pair["half"], pair["full"]
+        extra_gb = (full["input_bytes"] - half["input_bytes"]) / 1e9
+        if extra_gb <= 0:
+            continue
+        seconds = statistics.median(f - h for f, h in zip(full["seconds_each"], half["seconds_each"]))
+        cpu = statistics.median(f - h for f, h in zip(full["cpu_seconds_each"], half["cpu_seconds_each"]))
+        out.append({"base": base, "group": full["group"], "seconds": full["seconds"],
+                    "cpu_seconds": full["cpu_seconds"], "extra_mb": round(extra_gb * 1e3, 1),
+                    "s_per_gb": round(seconds / extra_gb, 2), "cpu_s_per_gb": round(cpu / extra_gb, 2),
+                    "mb_per_s": round(extra_gb * 1e3 / seconds, 1) if seconds > 0 else None})
+    return out
+
+
+def _targets(rows: dict[str, dict], marginal: dict[str, dict], with_tf: bool, plan_items: int,
+             default: str) -> list[dict]:
+    """The targets of one run: speed ratios of median whole-process or marginal seconds."""
     targets = []
 
     def add(what: str, value: float, bound: float, higher_is_better: bool, unit: str = "x") -> None:
@@ -273,36 +350,39 @@ def _targets(rows: dict[str, dict], with_tf: bool, plan_items: int) -> list[dict
         targets.append({"target": what, "value": round(value, 3), "bound": bound,
                         "at_least": higher_is_better, "unit": unit, "met": met})
 
-    def faster(ours: str, baseline: str) -> float:
-        return rows[baseline]["seconds"] / rows[ours]["seconds"]
+    def best(prefix: str) -> str:
+        """The fastest mode (median whole-process seconds at full size) of a baseline."""
+        return min((b for b in marginal if b.startswith(prefix)), key=lambda b: marginal[b]["seconds"])
 
+    def ratio(ours: str, baseline: str, key: str) -> float:
+        return marginal[baseline][key] / marginal[ours][key]
+
+    build = f"build job, 1 proc, {'default validation'}"
+    header = "build job, 1 proc, --validate header"
+    beam_build, beam_read = best("Beam WriteToTFRecord"), best("Beam ReadFromTFRecord")
+    add(f"default build ({default}), marginal, vs {beam_build}", ratio(build, beam_build, "s_per_gb"),
+        1.5, True)
+    add(f"default build ({default}), whole process, vs {beam_build}",
+        ratio(build, beam_build, "seconds"), 1.0, True)
+    if with_tf:
+        add(f"default build ({default}), marginal, vs tf.io loop",
+            ratio(build, "tf.io.TFRecordWriter loop, 1 proc", "s_per_gb"), 1.0, True)
+        add("build --validate header, marginal, vs tf.io loop",
+            ratio(header, "tf.io.TFRecordWriter loop, 1 proc", "s_per_gb"), 1.5, True)
+    verify = "verify job, 1 proc"
+    add(f"verify, marginal, vs {beam_read}", ratio(verify, beam_read, "s_per_gb"), 1.0, True)
+    add(f"verify, whole process, vs {beam_read}", ratio(verify, beam_read, "seconds"), 1.0, True)
     for mode in _MODES:
-        for validate in ("decode", "header"):
-            ours = f"build job, {mode}, --validate {validate}"
-            add(f"build ({mode}, --validate {validate}) vs Beam WriteToTFRecord ({mode})",
-                faster(ours, f"Beam WriteToTFRecord, {mode}"), 2.0, True)
-            if with_tf:
-                add(f"build ({mode}, --validate {validate}) vs tf.io loop",
-                    faster(ours, "tf.io.TFRecordWriter loop, 1 proc"), 1.0, True)
-    for mode in _MODES:
-        ours = f"verify job, {mode}"
-        add(f"verify ({mode}) vs Beam ReadFromTFRecord + parse ({mode})",
-            faster(ours, f"Beam ReadFromTFRecord + parse, {mode}"), 2.5, True)
-        if with_tf:
-            add(f"verify ({mode}) vs tf.data + parse_example", faster(ours, "tf.data + parse_example"),
-                1.0, True)
-    for mode in _MODES:
-        full = rows[f"build job, {mode}, --validate decode"]["rss_tree_mib"]
-        quarter = rows[f"build job, {mode}, quarter dataset"]["rss_tree_mib"]
-        add(f"build peak RSS, full / quarter dataset ({mode}, process tree)", full / quarter, 1.2,
-            False)
+        name = f"build job, {mode}, default validation"
+        full, half = rows[f"{name} [full]"]["rss_tree_mib"], rows[f"{name} [half]"]["rss_tree_mib"]
+        add(f"build peak RSS, full / half dataset ({mode}, process tree)", full / half, 1.2, False)
     plan = rows[_plan_case(plan_items).name]
     add(f"plan {plan_items:,} items: seconds", plan["seconds"], 120, False, "s")
     add(f"plan {plan_items:,} items: peak RSS", plan["rss_tree_mib"] / 1024, 4, False, "GiB")
     return targets
 
 
-def _table(rows: list[dict], targets: list[dict]) -> str:
+def _table(rows: list[dict], marginal: list[dict], targets: list[dict]) -> str:
     lines = ["| case | s (median) | CPU s | MB/s | images/s | peak RSS tree / largest proc (MiB) "
              "| shard balance |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -312,6 +392,11 @@ def _table(rows: list[dict], targets: list[dict]) -> str:
             f"{row.get('mb_per_s', '')} | "
             f"{row.get('images_per_s', '')} | {row['rss_tree_mib']:.0f} / {row['rss_process_mib']:.0f} | "
             f"{row.get('shard_balance', '')} |")
+    lines += ["", "| case | whole process s (full) | CPU s (full) | marginal s/GB | marginal CPU s/GB "
+                  "| marginal MB/s |", "|---|---:|---:|---:|---:|---:|"]
+    for m in marginal:
+        lines.append(f"| {m['base']} | {m['seconds']:.1f} | {m['cpu_seconds']:.1f} | {m['s_per_gb']:.2f} | "
+                     f"{m['cpu_s_per_gb']:.2f} | {m['mb_per_s'] if m['mb_per_s'] is not None else ''} |")
     lines += ["", "| target | value | bound | met |", "|---|---:|---:|---|"]
     for t in targets:
         sign = ">=" if t["at_least"] else "<="
@@ -336,13 +421,17 @@ def _machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size_mb", type=float, default=None,
-                        help="Dataset size in MB (default 1000; 150 with --quick).")
+                        help="Full dataset size in MB; the half dataset is its first half "
+                             "(default 520; 150 with --quick).")
     parser.add_argument("--quick", action="store_true",
                         help="A small dataset, one round, a plan of 1/10 the items.")
     parser.add_argument("--repeat", type=int, default=None, help="Rounds (default 3; 1 with --quick).")
     parser.add_argument("--num_shards", type=int, default=8, help="Shards every build writes.")
     parser.add_argument("--plan_items", type=int, default=None,
                         help="Items of the plan case (default 1,281,167; 1/10 with --quick).")
+    parser.add_argument("--modes", default=",".join(_MODES),
+                        help="Running modes of the Beam cases, comma-separated "
+                             f"(default all: {', '.join(_MODES)}); the targets need '1 proc'.")
     parser.add_argument("--output", default=os.path.join(_HERE, "results.json"))
     parser.add_argument("--report", metavar="RESULTS_JSON", default=None,
                         help="Only print the tables of an earlier run's results file.")
@@ -350,54 +439,71 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         with open(args.report) as fh:
             saved = json.load(fh)
-        print(_table(saved["rows"], saved["targets"]))
+        print(_table(saved["rows"], saved["marginal"], saved["targets"]))
         return 0
-    size_mb = args.size_mb or (150 if args.quick else 1000)
+    size_mb = args.size_mb or (150 if args.quick else 520)
     repeat = args.repeat or (1 if args.quick else 3)
     plan_items = args.plan_items or (128_117 if args.quick else 1_281_167)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in _MODES]
+    if unknown or "1 proc" not in modes:
+        parser.error(f"--modes: give some of {', '.join(_MODES)}, '1 proc' among them")
+    for mode in list(_MODES):
+        if mode not in modes:
+            del _MODES[mode]
     command = "python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv)
 
     with_tf, why_not = _has_tensorflow()
     if not with_tf:
         print(f"skipped the TensorFlow cases: {why_not}")
-    print(f"dataset: {size_mb:g} MB of photo JPEGs (generated once into {CACHE})", flush=True)
-    ds = dataset(size_mb)
-    quarter = quarter_of(ds)
-    print(f"  {ds.images} images, {ds.bytes / 1e6:.1f} MB, mean {ds.bytes / ds.images / 1e3:.1f} KB, "
-          f"{ds.pixels / ds.images / 1e3:.0f} kpixels; quarter: {quarter.images} images, "
-          f"{quarter.bytes / 1e6:.1f} MB", flush=True)
+    default, levels = validate_levels()
+    print(f"dataset: {size_mb:g} MB and its first half, photo JPEGs (generated once into {CACHE})",
+          flush=True)
+    datasets = {"full": dataset(size_mb), "half": dataset(size_mb / 2)}
+    for size, ds in datasets.items():
+        print(f"  {size}: {ds.images} images, {ds.bytes / 1e6:.1f} MB, mean "
+              f"{ds.bytes / ds.images / 1e3:.1f} KB, {ds.pixels / ds.images / 1e3:.0f} kpixels", flush=True)
     out = os.path.join(CACHE, "out")
     logs = os.path.join(CACHE, "logs")
     os.makedirs(logs, exist_ok=True)
 
-    builds = _build_cases(ds, quarter, out, args.num_shards, with_tf)
-    reference = builds[0].output_dir  # the build job's default run: what the readers read
-    verifies = _verify_cases(reference, ds.images, with_tf)
-    plan = _plan_case(plan_items)
     startup = _startup_cases(dataset(1), out, with_tf)
-    cases = startup + builds + verifies + [plan]
+    sized = []
+    for size in _SIZES:
+        ds = datasets[size]
+        builds = _build_cases(ds, size, out, args.num_shards, with_tf, levels)
+        reference = builds[0].output_dir  # the build job's default run: what the readers read
+        sized.append(builds + _verify_cases(reference, ds.images, size, with_tf))
+    plan = _plan_case(plan_items)
+    cases = startup + sized[0] + sized[1] + [plan]
     for round_ in range(repeat):
         print(f"round {round_ + 1} of {repeat}", flush=True)
         for case in cases:
             _run(case, logs)
 
-    ours = [c for c in builds if c.name.startswith("build job") and c.group == "build"]
-    identical = len({tuple(c.result["shard_sha256"]) for c in ours}) == 1
+    identical = all(
+        len({tuple(c.result["shard_sha256"]) for c in group
+             if c.base.startswith("build job") and c.group == "build"}) == 1
+        for group in sized)
     rows = [_row(c) for c in cases]
-    targets = _targets({row["name"]: row for row in rows}, with_tf, plan_items)
-    table = _table(rows, targets)
+    marginal = marginal_rows(rows)
+    targets = _targets({row["name"]: row for row in rows}, {m["base"]: m for m in marginal}, with_tf,
+                       plan_items, default)
+    table = _table(rows, marginal, targets)
     print()
     print(table)
     print(f"\nbuild job outputs byte-identical across modes and validation levels: {identical}")
     results = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": command, "machine": _machine(),
-        "dataset": {"root": os.path.relpath(ds.root, _ROOT), "images": ds.images, "bytes": ds.bytes,
-                    "mean_bytes": round(ds.bytes / ds.images), "mean_pixels": round(ds.pixels / ds.images),
-                    "quarter_images": quarter.images, "quarter_bytes": quarter.bytes},
+        "datasets": {size: {"root": os.path.relpath(ds.root, _ROOT), "images": ds.images,
+                            "bytes": ds.bytes, "mean_bytes": round(ds.bytes / ds.images),
+                            "mean_pixels": round(ds.pixels / ds.images)}
+                     for size, ds in datasets.items()},
         "rounds": repeat, "num_shards": args.num_shards, "plan_items": plan_items,
+        "default_validate": default,
         "tensorflow": with_tf or why_not, "build_outputs_identical": identical,
-        "rows": rows, "targets": targets,
+        "rows": rows, "marginal": marginal, "targets": targets,
     }
     with open(args.output, "w") as fh:
         json.dump(results, fh, indent=1)
