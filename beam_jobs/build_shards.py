@@ -72,8 +72,12 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--image_mode", default="tf", choices=IMAGE_MODES,
                             help="tf: JPEG and PNG that TensorFlow decodes as they are, other "
                                  "images as PNG; passthrough: every source byte unchanged.")
-        parser.add_argument("--validate", default="decode", choices=VALIDATE_LEVELS,
-                            help="How images are checked: header, decode (JPEG at 1/8 scale), full.")
+        parser.add_argument("--validate", default="structure", choices=VALIDATE_LEVELS,
+                            help="How images are checked (README: Validation levels):\n"
+                                 "header: the header only (format, size, bombs)\n"
+                                 "structure: JPEG/PNG markers, CRCs, end; others: decode\n"
+                                 "decode: decodes the pixels (JPEG at 1/8 scale)\n"
+                                 "full: every pixel and frame at full resolution")
         parser.add_argument("--image_format", default="jpeg", choices=("jpeg", "png"),
                             help="Encoding for --image_mode reencode.")
         parser.add_argument("--jpeg_quality", type=opt.positive_int, default=95,

@@ -403,3 +403,50 @@ def test_summary_counts_agree_with_their_nouns(tmp_path, capsys):
     assert status == 0
     assert "Published 1 record to" in out and "(0 dead letters;" in out
     assert "train: 1 record in 1 shard," in out and "labels: 1 class;" in out
+
+
+def _damaged_inputs(root) -> dict[str, bytes]:
+    """A good JPEG and PNG, and damage each validation level sees differently."""
+    from tests import imagegen
+
+    png = bytearray(imagegen.png("RGB"))
+    png[png.index(b"IEND") - 5] ^= 0xFF  # the last IDAT's CRC: Pillow's decoder never reads it
+    jpeg = imagegen.jpeg("RGB")
+    files = {"a/good.jpg": jpeg, "a/good.png": imagegen.png("RGB"), "a/crc.png": bytes(png),
+             "a/cut.jpg": jpeg[:-2]}  # only EOI missing
+    for rel, data in files.items():
+        write(str(root / rel), data)
+    return files
+
+
+@pytest.mark.parametrize("flags", [["--validate", "structure"], []], ids=["structure", "default"])
+def test_validate_structure_refuses_damage_naming_offset(tmp_path, capsys, flags):
+    root = tmp_path / "in"
+    _damaged_inputs(root)
+    out = str(tmp_path / "out")
+    status, _, _ = run_build(capsys, "--input", str(root), "--output_dir", out,
+                             "--max_bad_fraction", "1", *flags)
+    assert status == 0
+    dead = {os.path.relpath(d["path"], root): d for d in dead_letters(out)}
+    assert sorted(dead) == ["a/crc.png", "a/cut.jpg"]
+    assert dead["a/crc.png"]["reason"] == "corrupt_image"
+    assert "PNG chunk IDAT at offset 33: CRC mismatch" in dead["a/crc.png"]["error"]
+    assert dead["a/cut.jpg"]["reason"] == "truncated"
+    assert "JPEG ends at byte" in dead["a/cut.jpg"]["error"] and "without EOI" in dead["a/cut.jpg"]["error"]
+    kept = sorted(ex["image/filename"].decode() for name in shard_files(out)
+                  for ex in examples(os.path.join(out, name)))
+    assert [os.path.basename(k) for k in kept] == ["good.jpg", "good.png"]
+    manifest = load_manifest(out)
+    assert manifest["options"]["validate"] == "structure"
+
+
+def test_validate_decode_keeps_damage_structure_refuses(tmp_path, capsys):
+    """Pillow decodes the PNG with a damaged IDAT CRC, which TensorFlow's libpng refuses."""
+    root = tmp_path / "in"
+    _damaged_inputs(root)
+    out = str(tmp_path / "out")
+    assert run_build(capsys, "--input", str(root), "--output_dir", out, "--max_bad_fraction", "1",
+                     "--validate", "decode")[0] == 0
+    dead = {os.path.relpath(d["path"], root): d["reason"] for d in dead_letters(out)}
+    assert dead == {"a/cut.jpg": "truncated"}  # Pillow notices a missing EOI in this small file
+    assert sum(len(records(os.path.join(out, name))) for name in shard_files(out)) == 3

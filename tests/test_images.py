@@ -124,7 +124,7 @@ def test_truncated_jpeg_at_every_length(files: dict[str, bytes]) -> None:
     header_end = _jpeg_header_end(data)
     assert 100 < header_end < len(data) - 100
     for cut in range(1, len(data)):
-        for level in ("decode", "full"):
+        for level in ("structure", "decode", "full"):
             with pytest.raises(ImageError) as info:
                 images.inspect_image(data[:cut], level)
             expected = {"truncated"} if cut >= header_end else {"truncated", "not_an_image"}
@@ -140,7 +140,7 @@ def test_truncated_png_inside_pixel_data(files: dict[str, bytes]) -> None:
     cuts = range(start, start + (3 * length) // 4)
     assert len(cuts) > 100
     for cut in cuts:
-        for level in ("decode", "full"):
+        for level in ("structure", "decode", "full"):
             with pytest.raises(ImageError) as info:
                 images.inspect_image(data[:cut], level)
             assert info.value.reason == "truncated", (cut, level, info.value)
@@ -151,7 +151,7 @@ def test_truncated_png_before_pixel_data_fails_at_every_level(files: dict[str, b
     data = files["png_rgb"]
     start, _ = _png_chunk(data, b"IDAT")
     for cut in range(1, start):
-        for level in ("decode", "full"):
+        for level in ("structure", "decode", "full"):
             with pytest.raises(ImageError):
                 images.inspect_image(data[:cut], level)
 

@@ -110,11 +110,21 @@ def _describe(kwargs: dict, required: bool) -> str:
     return " ".join(part for part in (text, suffix) if part).replace("%", "%%")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Wraps each line of a flag's help on its own: a help with a line per choice keeps them."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        lines: list[str] = []
+        for line in text.splitlines():
+            lines.extend(super()._split_lines(line, width) or [""])
+        return lines
+
+
 def job_parser(spec: JobHelp, prog: str) -> argparse.ArgumentParser:
     """Returns a parser holding every flag of the job in its group, for printing help."""
     parser = argparse.ArgumentParser(
         prog=prog, usage="%(prog)s [flags]", description=spec.summary, add_help=False, epilog=spec.epilog or None,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=_HelpFormatter)
     calls = job_flags(spec)
     titles = {_dest(*c): spec.groups.get(_dest(*c)) or SHARED_GROUPS.get(_dest(*c), "other") for c in calls}
     order = [t for t in spec.group_order if t in titles.values()]

@@ -28,6 +28,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from transforms.errors import ImageError
 from transforms.images.library_messages import captured_messages, collected
+from transforms.images.structure import STRUCTURE_FORMATS, check_structure
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -44,8 +45,8 @@ HEAD_BYTES = 64 * 1024
 # the centre to the aspect ratio of WxH, then scale it to fill WxH exactly.
 RESIZE_MODES = ("stretch", "fit", "crop")
 
-# Levels of --validate, from cheapest to most thorough.
-VALIDATE_LEVELS = ("header", "decode", "full")
+# Levels of --validate, from cheapest to most costly (see inspect_image).
+VALIDATE_LEVELS = ("header", "structure", "decode", "full")
 
 # Pillow format name -> image/format value. MPO is camera JPEG with extra frames.
 _FORMATS = {
@@ -208,15 +209,19 @@ def could_be_image(head: bytes) -> bool:
 
 
 @_naming_library_messages
-def inspect_image(data: bytes, validate: str = "decode") -> ImageInfo:
+def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
     """Recognises an image by content and returns its stored format and size.
 
     Args:
         data: The image file's bytes.
         validate: ``header`` reads only the header (catches non-images, bad
-            headers, bombs); ``decode`` also decodes the pixels, JPEG at 1/8
-            scale with Pillow's draft mode (catches truncation and corrupt
-            data); ``full`` decodes everything at full resolution.
+            headers, bombs); ``structure`` also checks a JPEG's or PNG's
+            structure without decoding (``structure.check_structure``: every
+            segment or chunk, PNG CRCs, JPEG markers in the scan data, EOI or
+            IEND present) and decodes other formats as ``decode`` does;
+            ``decode`` decodes the pixels, JPEG at 1/8 scale with Pillow's
+            draft mode (catches truncation and corrupt data); ``full`` decodes
+            everything at full resolution.
 
     Returns:
         The image's ``ImageInfo`` (format as TensorFlow names it).
@@ -233,6 +238,9 @@ def inspect_image(data: bytes, validate: str = "decode") -> ImageInfo:
         raise ImageError("undecodable", f"image declares size {width}x{height}")
     info = ImageInfo(format=fmt or (img.format or "unknown").lower(),
                      height=height, width=width, channels=channels_of(img))
+    if validate == "structure" and info.format in STRUCTURE_FORMATS:
+        check_structure(data, info.format)
+        return info
     if validate == "decode" and img.format in ("JPEG", "MPO"):
         img.draft(img.mode, (max(width // 8, 1), max(height // 8, 1)))
     if validate != "header":
@@ -259,7 +267,7 @@ def decode_size(data: bytes) -> ImageInfo:
     """Decodes an image's first frame at full resolution; returns its format and size.
 
     The first frame is what ``tf.io.decode_image(..., expand_animations=False)``
-    returns, and all the build job's default validation decodes.
+    returns, and what ``--validate decode`` decodes.
     """
     img = _open(data)
     _load(img)

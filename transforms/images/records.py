@@ -39,7 +39,8 @@ class EncodeSettings:
     Attributes:
         mode: ``tf`` (what ``tf.io.decode_image`` decodes, as it is; the rest
             as PNG), ``passthrough``, ``reencode`` or ``raw``.
-        validate: ``header``, ``decode`` or ``full`` (see ``images.inspect_image``).
+        validate: ``header``, ``structure``, ``decode`` or ``full`` (see
+            ``images.inspect_image``).
         image_format: ``jpeg`` or ``png`` for ``reencode``.
         jpeg_quality: JPEG quality for ``reencode``.
         grayscale: One channel instead of RGB (``reencode``/``raw``).
@@ -49,7 +50,7 @@ class EncodeSettings:
     """
 
     mode: str = "tf"
-    validate: str = "decode"
+    validate: str = "structure"
     image_format: str = "jpeg"
     jpeg_quality: int = 95
     grayscale: bool = False

@@ -1,0 +1,414 @@
+"""Unit tests of transforms.images.structure (``--validate structure``) on golden corruptions."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import zlib
+from typing import Callable
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests import imagegen
+from transforms.errors import ImageError
+from transforms.images import codec as images
+from transforms.images.structure import check_jpeg, check_png, check_structure
+
+# --- Building and taking apart files --------------------------------------------------------
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _chunks(png: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, data) of every chunk of a PNG, in order."""
+    out, pos = [], 8
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos:pos + 4])
+        out.append((png[pos + 4:pos + 8], png[pos + 8:pos + 8 + length]))
+        pos += 12 + length
+    return out
+
+
+def _png_of(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    return b"\x89PNG\r\n\x1a\n" + b"".join(_chunk(kind, body) for kind, body in chunks)
+
+
+def _chunk_offset(png: bytes, kind: bytes) -> int:
+    return png.index(kind) - 4
+
+
+def _interlaced_png(width: int = 13, height: int = 9) -> bytes:
+    """An 8-bit gray Adam7-interlaced PNG (Pillow reads these but does not write them)."""
+    pixels = imagegen.pattern(height, width, 1)
+    raw = b""
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
+                           (1, 0, 2, 2), (0, 1, 1, 2)):
+        if x0 >= width or y0 >= height:
+            continue
+        for y in range(y0, height, dy):
+            raw += b"\x00" + pixels[y, x0::dx].tobytes()
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 1)
+    return _png_of([(b"IHDR", ihdr), (b"IDAT", zlib.compress(raw)), (b"IEND", b"")])
+
+
+def _saved(img: Image.Image, fmt: str, **params) -> bytes:
+    out = io.BytesIO()
+    img.save(out, format=fmt, **params)
+    return out.getvalue()
+
+
+def _photo(width: int = 96, height: int = 64) -> Image.Image:
+    """Noisy pixels, so that entropy-coded data holds stuffed 0xFF00 bytes."""
+    rng = np.random.default_rng(7)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def _segments(jpeg: bytes) -> list[tuple[int, int, int]]:
+    """(marker, offset, end) of the marker segments before the first scan's data, and SOS."""
+    out, pos = [], 2
+    while True:
+        marker = jpeg[pos + 1]
+        (length,) = struct.unpack(">H", jpeg[pos + 2:pos + 4])
+        out.append((marker, pos, pos + 2 + length))
+        if marker == 0xDA:
+            return out
+        pos += 2 + length
+
+
+def _segment(jpeg: bytes, marker: int) -> tuple[int, int]:
+    return next((start, end) for m, start, end in _segments(jpeg) if m == marker)
+
+
+def _restart_jpeg() -> bytes:
+    return _saved(_photo(), "JPEG", quality=90, restart_marker_blocks=2)
+
+
+def _apng() -> bytes:
+    frames = [imagegen.image("RGB", 16, 12, salt=i) for i in range(3)]
+    return _saved(frames[0], "PNG", save_all=True, append_images=frames[1:], duration=40)
+
+
+def _mpo() -> bytes:
+    frames = [imagegen.image("RGB", 16, 12, salt=i) for i in range(2)]
+    return _saved(frames[0], "MPO", save_all=True, append_images=frames[1:])
+
+
+# --- Valid files: every kind passes ---------------------------------------------------------
+
+VALID: dict[str, Callable[[], bytes]] = {
+    "jpeg_baseline": lambda: imagegen.jpeg("RGB"),
+    "jpeg_gray": lambda: imagegen.jpeg("L"),
+    "jpeg_cmyk": lambda: imagegen.jpeg("CMYK"),
+    "jpeg_exif_app1": lambda: imagegen.jpeg("RGB", exif_orientation=6),
+    "jpeg_progressive": lambda: _saved(_photo(), "JPEG", quality=85, progressive=True),
+    "jpeg_optimized_444": lambda: _saved(_photo(), "JPEG", optimize=True, subsampling=0),
+    "jpeg_restart_markers": _restart_jpeg,
+    "jpeg_icc_and_comment": lambda: _saved(_photo(), "JPEG", icc_profile=b"\x00" * 70000,
+                                           comment=b"a comment"),
+    "jpeg_bytes_after_eoi": lambda: imagegen.jpeg("RGB") + b"trailing bytes \xff\xd8\xff",
+    "jpeg_extraneous_header_bytes": lambda: (lambda d, at: d[:at] + b"\x00junk" + d[at:])(
+        imagegen.jpeg("RGB"), _segment(imagegen.jpeg("RGB"), 0xDB)[0]),
+    "jpeg_fill_bytes_before_marker": lambda: (lambda d, at: d[:at] + b"\xff\xff" + d[at:])(
+        imagegen.jpeg("RGB"), _segment(imagegen.jpeg("RGB"), 0xDA)[0]),
+    "mpo_two_frames": _mpo,
+    "png_rgb": lambda: imagegen.png("RGB"),
+    "png_rgba": lambda: imagegen.png("RGBA"),
+    "png_gray_alpha": lambda: imagegen.png("LA"),
+    "png_palette_transparent": lambda: imagegen.png("P", transparency=True),
+    "png_16bit": lambda: imagegen.png_16bit(np.arange(40, dtype=np.uint16).reshape(5, 8) * 1600),
+    "png_interlaced": _interlaced_png,
+    "png_many_idat": lambda: _png_of([(b"IHDR", _chunks(imagegen.png("RGB"))[0][1])]
+                                     + [(b"IDAT", part) for part in (lambda z: (z[:10], z[10:20], z[20:]))(
+                                         b"".join(b for k, b in _chunks(imagegen.png("RGB")) if k == b"IDAT"))]
+                                     + [(b"IEND", b"")]),
+    "png_text_after_idat": lambda: (lambda c: _png_of(c[:-1] + [(b"tEXt", b"k\x00v"), c[-1]]))(
+        _chunks(imagegen.png("RGB"))),
+    "apng": _apng,
+    "png_bytes_after_iend": lambda: imagegen.png("RGB") + b"garbage after IEND",
+}
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_valid_files_pass(name: str) -> None:
+    data = VALID[name]()
+    fmt = "png" if data.startswith(b"\x89PNG") else "jpeg"
+    check_structure(data, fmt)
+    info = images.inspect_image(data, "structure")
+    assert info == images.inspect_image(data, "decode")  # what the structure level returns
+
+
+def test_valid_cases_are_what_they_say() -> None:
+    # Guards the table: each case holds the feature it is named for.
+    progressive = VALID["jpeg_progressive"]()
+    assert progressive.count(b"\xff\xda") > 1 and b"\xff\xc2" in progressive
+    restart = _restart_jpeg()
+    assert all(bytes((0xFF, 0xD0 + n)) in restart for n in range(8))
+    scan_data = restart[_segment(restart, 0xDA)[1]:]
+    assert b"\xff\x00" in scan_data  # stuffed bytes
+    assert Image.open(io.BytesIO(VALID["jpeg_cmyk"]())).mode == "CMYK"
+    assert b"Exif" in VALID["jpeg_exif_app1"]()
+    assert Image.open(io.BytesIO(_interlaced_png())).info.get("interlace") == 1
+    assert Image.open(io.BytesIO(VALID["png_16bit"]())).mode == "I;16"
+    assert Image.open(io.BytesIO(_apng())).n_frames == 3
+    assert Image.open(io.BytesIO(_mpo())).n_frames == 2
+    assert [k for k, _ in _chunks(VALID["png_many_idat"]())].count(b"IDAT") == 3
+
+
+# --- Golden corruptions ---------------------------------------------------------------------
+
+
+def _jpeg_cut_in_scan() -> tuple[bytes, str]:
+    data = _saved(_photo(), "JPEG", quality=90)
+    _, scan = _segment(data, 0xDA)
+    sos = _segment(data, 0xDA)[0]
+    cut = (scan + len(data)) // 2
+    return data[:cut], (f"JPEG ends at byte {cut} inside the scan data of SOS at offset {sos}, "
+                        "without EOI")
+
+
+def _jpeg_cut_in_segment() -> tuple[bytes, str]:
+    data = imagegen.jpeg("RGB")
+    start, end = _segment(data, 0xC4)
+    return data[:end - 3], f"JPEG ends at byte {end - 3} inside marker DHT at offset {start}, " \
+                           f"which declares {end - start - 2} bytes, without EOI"
+
+
+def _jpeg_without_eoi() -> tuple[bytes, str]:
+    data = imagegen.jpeg("RGB")
+    assert data.endswith(b"\xff\xd9")
+    return data[:-2], "inside the scan data of SOS"
+
+
+def _jpeg_rst_out_of_order() -> tuple[bytes, str]:
+    data = bytearray(_restart_jpeg())
+    at = data.index(b"\xff\xd1")
+    data[at + 1] = 0xD5
+    return bytes(data), f"JPEG restart marker RST5 at offset {at} in the scan of SOS at offset " \
+                        f"{_segment(bytes(data), 0xDA)[0]}: expected RST1"
+
+
+def _jpeg_unknown_marker_in_scan() -> tuple[bytes, str]:
+    data = bytearray(_saved(_photo(), "JPEG", quality=90))
+    at = _segment(bytes(data), 0xDA)[1] + 40
+    data[at:at + 2] = b"\xff\x3a"
+    return bytes(data), f"JPEG marker 0xFF3A at offset {at}: not a marker libjpeg reads here"
+
+
+def _jpeg_bad_length_after_scan() -> tuple[bytes, str]:
+    data = imagegen.jpeg("RGB")
+    # A comment segment before EOI whose length stops one byte short of its text.
+    damaged = data[:-2] + b"\xff\xfe\x00\x04abc" + data[-2:]
+    at = len(data) - 2 + 6
+    return damaged, f"JPEG byte 0x63 at offset {at} where a marker should start"
+
+
+def _jpeg_without_sof() -> tuple[bytes, str]:
+    data = imagegen.jpeg("RGB")
+    start, end = _segment(data, 0xC0)
+    damaged = data[:start] + data[end:]
+    sos = _segment(damaged, 0xDA)[0]
+    return damaged, f"JPEG marker SOS at offset {sos}: no frame header (SOF) before the scan"
+
+
+def _jpeg_two_frames() -> tuple[bytes, str]:
+    data = imagegen.jpeg("RGB")
+    start, end = _segment(data, 0xC0)
+    return data[:end] + data[start:end] + data[end:], f"JPEG marker SOF0 at offset {end}: a second frame header"
+
+
+def _jpeg_bad_huffman_counts() -> tuple[bytes, str]:
+    data = bytearray(imagegen.jpeg("RGB"))
+    start, _ = _segment(bytes(data), 0xC4)
+    data[start + 5] += 2  # three 1-bit codes (and the table's length no longer adds up either)
+    return bytes(data), f"JPEG marker DHT at offset {start}: table 0x.. has more codes of up to 1 bits"
+
+
+def _jpeg_bad_sos_component() -> tuple[bytes, str]:
+    data = bytearray(imagegen.jpeg("RGB"))
+    start, _ = _segment(bytes(data), 0xDA)
+    data[start + 5] = 9
+    return bytes(data), f"JPEG marker SOS at offset {start}: component 9 is not in the frame"
+
+
+def _jpeg_bad_sampling() -> tuple[bytes, str]:
+    data = bytearray(imagegen.jpeg("RGB"))
+    start, _ = _segment(bytes(data), 0xC0)
+    data[start + 11] = 0x50
+    return bytes(data), f"JPEG marker SOF0 at offset {start}: component 1 has sampling 0x50"
+
+
+def _png_cut_in_idat() -> tuple[bytes, str]:
+    data = imagegen.png("RGB")
+    at = _chunk_offset(data, b"IDAT")
+    (length,) = struct.unpack(">I", data[at:at + 4])
+    cut = at + 8 + length // 2
+    return data[:cut], f"PNG ends at byte {cut} inside chunk IDAT at offset {at}, " \
+                       f"which declares {length} bytes of data"
+
+
+def _png_without_iend() -> tuple[bytes, str]:
+    data = imagegen.png("RGB")
+    return data[:-12], f"PNG ends at byte {len(data) - 12} without IEND (next chunk header at " \
+                       f"offset {len(data) - 12})"
+
+
+def _png_bad_idat_crc() -> tuple[bytes, str]:
+    data = bytearray(imagegen.png("RGB"))
+    at = _chunk_offset(bytes(data), b"IDAT")
+    data[at + 20] ^= 0x10
+    return bytes(data), f"PNG chunk IDAT at offset {at}: CRC mismatch (stored 0x"
+
+
+def _png_bad_ihdr_crc() -> tuple[bytes, str]:
+    data = bytearray(imagegen.png("RGB"))
+    data[29] ^= 0x01  # the IHDR's CRC itself
+    return bytes(data), "PNG chunk IHDR at offset 8: CRC mismatch"
+
+
+def _png_rebuilt(edit: Callable[[list], list]) -> bytes:
+    return _png_of(edit(_chunks(imagegen.png("RGB"))))
+
+
+PNG_CHUNKS = lambda: _chunks(imagegen.png("RGB"))  # noqa: E731
+
+CORRUPT: dict[str, tuple[Callable[[], tuple[bytes, str]], str]] = {
+    "jpeg_cut_in_scan": (_jpeg_cut_in_scan, "truncated"),
+    "jpeg_cut_in_segment": (_jpeg_cut_in_segment, "truncated"),
+    "jpeg_without_eoi": (_jpeg_without_eoi, "truncated"),
+    "jpeg_rst_out_of_order": (_jpeg_rst_out_of_order, "corrupt_image"),
+    "jpeg_unknown_marker_in_scan": (_jpeg_unknown_marker_in_scan, "corrupt_image"),
+    "jpeg_bad_length_after_scan": (_jpeg_bad_length_after_scan, "corrupt_image"),
+    "jpeg_without_sof": (_jpeg_without_sof, "corrupt_image"),
+    "jpeg_two_frames": (_jpeg_two_frames, "corrupt_image"),
+    "jpeg_bad_huffman_counts": (_jpeg_bad_huffman_counts, "corrupt_image"),
+    "jpeg_bad_sos_component": (_jpeg_bad_sos_component, "corrupt_image"),
+    "jpeg_bad_sampling": (_jpeg_bad_sampling, "corrupt_image"),
+    "png_cut_in_idat": (_png_cut_in_idat, "truncated"),
+    "png_without_iend": (_png_without_iend, "truncated"),
+    "png_bad_idat_crc": (_png_bad_idat_crc, "corrupt_image"),
+    "png_bad_ihdr_crc": (_png_bad_ihdr_crc, "corrupt_image"),
+    "png_first_chunk_not_ihdr": (lambda: (_png_rebuilt(lambda c: [(b"tEXt", b"k\x00v")] + c),
+                                          "PNG chunk tEXt at offset 8: the first chunk must be IHDR"),
+                                 "corrupt_image"),
+    "png_no_idat": (lambda: (_png_rebuilt(lambda c: [x for x in c if x[0] != b"IDAT"]),
+                             "PNG chunk IEND at offset 33: no IDAT chunk before it"), "corrupt_image"),
+    "png_idat_not_consecutive": (
+        lambda: (_png_rebuilt(lambda c: c[:-1] + [(b"tEXt", b"k\x00v"), (b"IDAT", b"x"), c[-1]]),
+                 "IDAT chunks are not consecutive"), "corrupt_image"),
+    "png_unknown_critical_chunk": (
+        lambda: (_png_rebuilt(lambda c: c[:1] + [(b"ABCD", b"")] + c[1:]),
+                 "PNG chunk ABCD at offset 33: unknown critical chunk"), "corrupt_image"),
+    "png_chunk_type_not_letters": (
+        lambda: (_png_rebuilt(lambda c: c[:1] + [(b"ab1d", b"")] + c[1:]),
+                 "PNG chunk at offset 33: type b'ab1d' is not four ASCII letters"), "corrupt_image"),
+    "png_palette_without_plte": (
+        lambda: (_png_of([x for x in _chunks(imagegen.png("P")) if x[0] != b"PLTE"]),
+                 "palette image without PLTE before it"), "corrupt_image"),
+    "png_bad_depth": (
+        lambda: (_png_rebuilt(lambda c: [(b"IHDR", c[0][1][:8] + b"\x03" + c[0][1][9:])] + c[1:]),
+                 "PNG chunk IHDR at offset 8: bit depth 3 with colour type 2"), "corrupt_image"),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPT))
+def test_golden_corruptions(name: str) -> None:
+    make, reason = CORRUPT[name]
+    data, message = make()
+    check = check_png if data.startswith(b"\x89PNG") else check_jpeg
+    with pytest.raises(ImageError) as info:
+        check(data)
+    assert info.value.reason == reason
+    pattern = re.escape(message).replace(r"0x\.\.", "0x..")
+    assert re.search(pattern, info.value.detail), info.value.detail
+    # The structure level of inspect_image runs the same check once Pillow has read the header.
+    try:
+        images.inspect_image(data, "header")
+    except ImageError:
+        return  # Pillow's header parse refuses this one first
+    with pytest.raises(ImageError) as via_level:
+        images.inspect_image(data, "structure")
+    assert via_level.value.detail == info.value.detail
+
+
+def test_a_damaged_png_pillow_decodes_is_refused() -> None:
+    """Pillow does not check IDAT CRCs: a flipped byte in the last IDAT's CRC passes decode."""
+    data = bytearray(imagegen.png("RGB"))
+    iend = _chunk_offset(bytes(data), b"IEND")
+    data[iend - 1] ^= 0xFF
+    assert images.inspect_image(bytes(data), "decode") == images.inspect_image(imagegen.png("RGB"))
+    with pytest.raises(ImageError, match=r"corrupt_image: PNG chunk IDAT at offset \d+: CRC mismatch"):
+        images.inspect_image(bytes(data), "structure")
+
+
+def test_jpeg_truncated_at_every_length_inside_the_scans() -> None:
+    data = VALID["jpeg_progressive"]()
+    first_scan = _segment(data, 0xDA)[1]
+    for cut in range(first_scan, len(data) - 1):
+        with pytest.raises(ImageError) as info:
+            check_jpeg(data[:cut])
+        assert info.value.reason == "truncated", (cut, info.value)
+        assert f"JPEG ends at byte {cut}" in info.value.detail
+
+
+def test_png_truncated_at_every_length() -> None:
+    data = _interlaced_png()
+    for cut in range(8, len(data)):
+        with pytest.raises(ImageError) as info:
+            check_png(data[:cut])
+        assert info.value.reason == "truncated", (cut, info.value)
+        assert f"PNG ends at byte {cut}" in info.value.detail
+
+
+def _outcome(data: bytes, level: str) -> object:
+    try:
+        return images.inspect_image(data, level)
+    except ImageError as err:
+        return err.reason, err.detail
+
+
+@pytest.mark.parametrize("name", ["gif_animated", "bmp", "tiff", "webp"])
+def test_other_formats_are_decoded(name: str) -> None:
+    data = getattr(imagegen, name)()
+    cuts = [len(data) * n // 8 for n in range(1, 8)] + [len(data)]
+    outcomes = [_outcome(data[:cut], "structure") for cut in cuts]
+    assert outcomes == [_outcome(data[:cut], "decode") for cut in cuts]
+    assert isinstance(outcomes[-1], images.ImageInfo)
+    assert any(isinstance(outcome, tuple) for outcome in outcomes)  # some cut is refused
+    with pytest.raises(ValueError, match=f"no structural check for '{name.split('_')[0]}'"):
+        check_structure(data, name.split("_")[0])
+
+
+# --- No false positives on a real, messy corpus ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_structure_accepts_every_jpeg_and_png_decode_accepts() -> None:
+    """Pillow's own test images and scikit-image's data (downloaded once, see messy_corpus)."""
+    from tests.messy_corpus import pillow_test_images, skimage_images
+
+    checked = {"jpeg": 0, "png": 0}
+    refused = []
+    for source in (pillow_test_images(), skimage_images()):
+        for folder, _, names in os.walk(source):
+            for name in sorted(names):
+                with open(os.path.join(folder, name), "rb") as fh:
+                    data = fh.read()
+                try:
+                    info = images.inspect_image(data, "decode")
+                except ImageError:
+                    continue
+                if info.format not in checked:
+                    continue
+                checked[info.format] += 1
+                try:
+                    check_structure(data, info.format)
+                except ImageError as err:
+                    refused.append(f"{name}: {err}")
+    assert refused == []
+    assert checked["jpeg"] > 50 and checked["png"] > 300, checked

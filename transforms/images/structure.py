@@ -1,0 +1,359 @@
+"""Structural checks of JPEG and PNG files: every part in place, without decoding a pixel.
+
+Pure code: functions take bytes. ``--validate structure`` runs these after
+Pillow has parsed the header (``codec.inspect_image``); other formats are
+decoded instead.
+
+PNG: the signature, then every chunk: its length inside the file, its type four
+ASCII letters, its CRC (zlib's crc32, as libpng and TensorFlow check it), IHDR
+first with a valid depth and colour type, PLTE before IDAT for palette images,
+the IDAT chunks present and consecutive, no unknown critical chunk (libpng, and
+so ``tf.io.decode_png``, refuses one), and IEND. Bytes after IEND are accepted:
+Pillow and libpng stop reading at IEND, and TensorFlow decodes such a file.
+
+JPEG: SOI, then every marker segment: its length inside the file, a known
+marker (libjpeg refuses others), the lengths of SOF, SOS, DHT, DQT and DRI as
+their contents require, one frame header (SOF) before the first scan, the scan
+components among the frame's; each scan's entropy-coded data is searched for
+the next marker (``0xFF00`` is a stuffed byte, ``0xFFD0``-``0xFFD7`` restart
+markers, which must come in order), and a segment or scan must be followed by a
+marker; the file must reach EOI. Bytes after EOI are accepted (libjpeg stops
+there; MPO files keep their other frames there).
+
+What this cannot see: a damaged byte inside entropy-coded JPEG data that does
+not make a marker, and a damaged PNG stream whose CRCs were recomputed. The
+search for 0xFF uses ``bytes.find`` (memchr), so the check runs at hundreds of
+MB/s in pure Python (BENCHMARKS.md, "Validation levels against corruption").
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from transforms.errors import ImageError
+
+__all__ = ["check_jpeg", "check_png", "check_structure", "STRUCTURE_FORMATS"]
+
+# image/format values with a structural check; every other format is decoded instead.
+STRUCTURE_FORMATS = ("jpeg", "png")
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_CRITICAL = frozenset((b"IHDR", b"PLTE", b"IDAT", b"IEND"))
+# Colour type -> allowed bit depths (PNG spec, table 11.1).
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+_MAX_CHUNK = 2**31 - 1
+
+
+def _corrupt(detail: str) -> ImageError:
+    return ImageError("corrupt_image", detail)
+
+
+def _truncated(detail: str) -> ImageError:
+    return ImageError("truncated", detail)
+
+
+def _chunk_name(kind: bytes) -> str:
+    return kind.decode("ascii") if kind.isalpha() and kind.isascii() else repr(kind)
+
+
+def check_png(data: bytes) -> None:
+    """Checks a PNG file's chunks (see the module docstring).
+
+    Raises:
+        ImageError: ``truncated`` when the file ends before IEND or inside a
+            chunk; ``corrupt_image`` otherwise, naming the chunk, its offset and
+            what was wrong.
+    """
+    size = len(data)
+    if data[:8] != _PNG_SIGNATURE:
+        raise _corrupt("PNG signature missing at offset 0")
+    view = memoryview(data)
+    crc32 = zlib.crc32
+    pos = 8
+    first = True
+    idat = "none"  # none -> in (consecutive IDATs) -> after
+    palette = False
+    color = -1
+    while True:
+        if pos + 8 > size:
+            raise _truncated(f"PNG ends at byte {size} without IEND (next chunk header at offset {pos})")
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        name = _chunk_name(kind)
+        if not (kind.isascii() and kind.isalpha()):
+            raise _corrupt(f"PNG chunk at offset {pos}: type {kind!r} is not four ASCII letters")
+        if length > _MAX_CHUNK:
+            raise _corrupt(f"PNG chunk {name} at offset {pos}: length {length} is over 2^31-1")
+        end = pos + 12 + length
+        if end > size:
+            raise _truncated(f"PNG ends at byte {size} inside chunk {name} at offset {pos}, "
+                             f"which declares {length} bytes of data")
+        stored = int.from_bytes(data[end - 4:end], "big")
+        computed = crc32(view[pos + 4:end - 4])
+        if stored != computed:
+            raise _corrupt(f"PNG chunk {name} at offset {pos}: CRC mismatch "
+                           f"(stored 0x{stored:08x}, computed 0x{computed:08x})")
+        if first:
+            if kind != b"IHDR":
+                raise _corrupt(f"PNG chunk {name} at offset {pos}: the first chunk must be IHDR")
+            color = _check_ihdr(data[pos + 8:end - 4], pos)
+            first = False
+        elif kind == b"IHDR":
+            raise _corrupt(f"PNG chunk IHDR at offset {pos}: a second IHDR")
+        elif kind == b"IDAT":
+            if idat == "after":
+                raise _corrupt(f"PNG chunk IDAT at offset {pos}: IDAT chunks are not consecutive")
+            if color == 3 and not palette:
+                raise _corrupt(f"PNG chunk IDAT at offset {pos}: palette image without PLTE before it")
+            idat = "in"
+        elif kind == b"IEND":
+            if idat == "none":
+                raise _corrupt(f"PNG chunk IEND at offset {pos}: no IDAT chunk before it")
+            return
+        else:
+            if idat == "in":
+                idat = "after"
+            if kind == b"PLTE":
+                palette = True
+            elif kind[0] < 0x61 and kind not in _PNG_CRITICAL:  # upper case: critical
+                raise _corrupt(f"PNG chunk {name} at offset {pos}: unknown critical chunk")
+        pos = end
+
+
+def _check_ihdr(body: bytes, pos: int) -> int:
+    """Checks IHDR's fields; returns the colour type."""
+    if len(body) != 13:
+        raise _corrupt(f"PNG chunk IHDR at offset {pos}: length {len(body)}, not 13")
+    width = int.from_bytes(body[0:4], "big")
+    height = int.from_bytes(body[4:8], "big")
+    depth, color, compression, filtering, interlace = body[8:13]
+    if not (0 < width <= _MAX_CHUNK and 0 < height <= _MAX_CHUNK):
+        raise _corrupt(f"PNG chunk IHDR at offset {pos}: size {width}x{height}")
+    if depth not in _PNG_DEPTHS.get(color, ()):
+        raise _corrupt(f"PNG chunk IHDR at offset {pos}: bit depth {depth} with colour type {color}")
+    if compression != 0 or filtering != 0 or interlace > 1:
+        raise _corrupt(f"PNG chunk IHDR at offset {pos}: compression {compression}, filter "
+                       f"{filtering}, interlace {interlace} (0, 0 and 0 or 1 are defined)")
+    return color
+
+
+# Markers with a length but nothing this check reads: APP0-15, COM, DNL, DHP, EXP, JPG0-13.
+_SKIPPED = frozenset((*range(0xE0, 0xF0), 0xFE, 0xDC, 0xDE, 0xDF, *range(0xF0, 0xFE)))
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # DHT, JPG and DAC are not frames
+_PROGRESSIVE = frozenset((0xC2, 0xC6, 0xCA, 0xCE))
+_MARKER_NAMES = {0xC4: "DHT", 0xCC: "DAC", 0xD8: "SOI", 0xD9: "EOI", 0xDA: "SOS", 0xDB: "DQT",
+                 0xDC: "DNL", 0xDD: "DRI", 0xFE: "COM"}
+
+
+def _marker_name(marker: int) -> str:
+    if marker in _SOF:
+        return f"SOF{marker - 0xC0}"
+    if 0xE0 <= marker <= 0xEF:
+        return f"APP{marker - 0xE0}"
+    if 0xD0 <= marker <= 0xD7:
+        return f"RST{marker - 0xD0}"
+    return _MARKER_NAMES.get(marker, f"0xFF{marker:02X}")
+
+
+def check_jpeg(data: bytes) -> None:
+    """Checks a JPEG file's markers and scans, up to the first EOI (see the module docstring).
+
+    Raises:
+        ImageError: ``truncated`` when the file ends before EOI; ``corrupt_image``
+            otherwise, naming the marker, its offset and what was wrong.
+    """
+    size = len(data)
+    if data[:2] != b"\xff\xd8":
+        raise _corrupt("JPEG does not start with SOI (0xFFD8)")
+    pos = 2
+    components: bytes | None = None  # the frame's component ids, once SOF is read
+    progressive = False
+    scanned = False  # a scan was read: from there on, every segment must end at a marker
+    while True:
+        if pos + 2 > size:
+            raise _truncated(f"JPEG ends at byte {size} without EOI")
+        if data[pos] != 0xFF or data[pos + 1] == 0x00:
+            if scanned:
+                raise _corrupt(f"JPEG byte 0x{data[pos]:02X} at offset {pos} where a marker should start")
+            pos = _next_marker(data, pos)  # extraneous header bytes: libjpeg and Pillow skip them
+        while data[pos + 1] == 0xFF:  # fill bytes before a marker
+            pos += 1
+            if pos + 2 > size:
+                raise _truncated(f"JPEG ends at byte {size} without EOI")
+        marker = data[pos + 1]
+        at = pos
+        pos += 2
+        if marker == 0xD9:
+            return
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, or RST outside a scan: no length
+            continue
+        name = _marker_name(marker)
+        if marker not in _SKIPPED and marker not in _SOF and marker not in (0xC4, 0xCC, 0xDA, 0xDB, 0xDD):
+            raise _corrupt(f"JPEG marker {name} at offset {at}: not a marker libjpeg reads here")
+        if pos + 2 > size:
+            raise _truncated(f"JPEG ends at byte {size} inside marker {name} at offset {at}, without EOI")
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        end = pos + length
+        if length < 2:
+            raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {length}")
+        if end > size:
+            raise _truncated(f"JPEG ends at byte {size} inside marker {name} at offset {at}, "
+                             f"which declares {length} bytes, without EOI")
+        body = data[pos + 2:end] if marker not in _SKIPPED else b""
+        if marker in _SOF:
+            if components is not None:
+                raise _corrupt(f"JPEG marker {name} at offset {at}: a second frame header")
+            components = _check_sof(body, name, at)
+            progressive = marker in _PROGRESSIVE
+        elif marker == 0xC4:
+            _check_dht(body, at)
+        elif marker == 0xDB:
+            _check_dqt(body, at)
+        elif marker == 0xDD and length != 4:
+            raise _corrupt(f"JPEG marker DRI at offset {at}: segment length {length}, not 4")
+        elif marker == 0xDA:
+            if components is None:
+                raise _corrupt(f"JPEG marker SOS at offset {at}: no frame header (SOF) before the scan")
+            _check_sos(body, components, progressive, at)
+            end = _scan_end(data, end, at)
+            scanned = True
+        pos = end
+
+
+def _check_sof(body: bytes, name: str, at: int) -> bytes:
+    """Checks a frame header; returns its component ids."""
+    if len(body) < 6:
+        raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {len(body) + 2}, under 8")
+    count = body[5]
+    width = int.from_bytes(body[3:5], "big")
+    if count == 0 or width == 0:
+        raise _corrupt(f"JPEG marker {name} at offset {at}: {count} components, width {width}")
+    if len(body) != 6 + 3 * count:
+        raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {len(body) + 2} for "
+                       f"{count} components (needs {8 + 3 * count})")
+    for index in range(count):
+        ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
+        if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
+            raise _corrupt(f"JPEG marker {name} at offset {at}: component {ident} has sampling "
+                           f"0x{sampling:02X} and quantization table {table}")
+    return body[6::3]
+
+
+def _check_sos(body: bytes, components: bytes, progressive: bool, at: int) -> None:
+    """Checks a scan header; a progressive scan's parameters as libjpeg does (``JERR_BAD_PROGRESSION``)."""
+    count = body[0] if body else 0
+    if not 1 <= count <= 4 or len(body) != 4 + 2 * count:
+        raise _corrupt(f"JPEG marker SOS at offset {at}: segment length {len(body) + 2} for "
+                       f"{count} components")
+    for ident in body[1:1 + 2 * count:2]:
+        if ident not in components:
+            raise _corrupt(f"JPEG marker SOS at offset {at}: component {ident} is not in the frame")
+    if progressive:
+        start, end, approx = body[-3:]
+        high, low = approx >> 4, approx & 0x0F
+        bad = (end != 0) if start == 0 else (start > end or end > 63 or count != 1)
+        if bad or (high != 0 and low != high - 1) or low > 13:
+            raise _corrupt(f"JPEG marker SOS at offset {at}: progressive scan of coefficients "
+                           f"{start}..{end}, bits {high}/{low}")
+
+
+def _check_dht(body: bytes, at: int) -> None:
+    """Checks Huffman tables as libjpeg builds them (``jpeg_make_d_derived_tbl``)."""
+    pos = 0
+    while pos < len(body):
+        if pos + 17 > len(body):
+            raise _corrupt(f"JPEG marker DHT at offset {at}: table at byte {pos} of the segment is cut short")
+        if body[pos] & 0x0F > 3 or body[pos] >> 4 > 1:
+            raise _corrupt(f"JPEG marker DHT at offset {at}: table class/id 0x{body[pos]:02X}")
+        counts = body[pos + 1:pos + 17]
+        count = sum(counts)
+        if count > 256:
+            raise _corrupt(f"JPEG marker DHT at offset {at}: a table of {count} codes (at most 256)")
+        code = 0
+        for bits, n in enumerate(counts, 1):  # canonical codes must fit their lengths, all-ones unused
+            code += n
+            if n and code >= 1 << bits:
+                raise _corrupt(f"JPEG marker DHT at offset {at}: table 0x{body[pos]:02X} has more "
+                               f"codes of up to {bits} bits than fit")
+            code <<= 1
+        if body[pos] >> 4 == 0 and pos + 17 + count <= len(body) and \
+                max(body[pos + 17:pos + 17 + count], default=0) > 15:
+            raise _corrupt(f"JPEG marker DHT at offset {at}: DC table 0x{body[pos]:02X} has a "
+                           "symbol over 15")
+        pos += 17 + count
+    if pos != len(body):
+        raise _corrupt(f"JPEG marker DHT at offset {at}: tables need {pos + 2} bytes, "
+                       f"the segment length is {len(body) + 2}")
+
+
+def _check_dqt(body: bytes, at: int) -> None:
+    pos = 0
+    while pos < len(body):
+        precision, ident = body[pos] >> 4, body[pos] & 0x0F
+        if precision > 1 or ident > 3:
+            raise _corrupt(f"JPEG marker DQT at offset {at}: table precision/id 0x{body[pos]:02X}")
+        pos += 65 + 64 * precision
+    if pos != len(body):
+        raise _corrupt(f"JPEG marker DQT at offset {at}: tables need {pos + 2} bytes, "
+                       f"the segment length is {len(body) + 2}")
+
+
+def _next_marker(data: bytes, pos: int) -> int:
+    """Offset of the next 0xFF that starts a marker (not 0xFF00) at or after ``pos``."""
+    size = len(data)
+    while True:
+        ff = data.find(b"\xff", pos)
+        if ff < 0 or ff + 1 >= size:
+            raise _truncated(f"JPEG ends at byte {size} without EOI")
+        if data[ff + 1] != 0x00:
+            return ff
+        pos = ff + 2
+
+
+def _scan_end(data: bytes, pos: int, sos: int) -> int:
+    """Offset of the marker that ends the entropy-coded data starting at ``pos``.
+
+    Skips stuffed bytes (0xFF00), fill bytes and restart markers, which must
+    count RST0..RST7 in order from the start of the scan.
+    """
+    find = data.find
+    size = len(data)
+    expected = 0
+    while True:
+        ff = find(b"\xff", pos)
+        if ff < 0 or ff + 1 >= size:
+            raise _truncated(f"JPEG ends at byte {size} inside the scan data of SOS at offset {sos}, "
+                             "without EOI")
+        following = data[ff + 1]
+        if following == 0x00:
+            pos = ff + 2
+        elif following == 0xFF:
+            pos = ff + 1
+        elif 0xD0 <= following <= 0xD7:
+            if following - 0xD0 != expected:
+                raise _corrupt(f"JPEG restart marker RST{following - 0xD0} at offset {ff} in the scan "
+                               f"of SOS at offset {sos}: expected RST{expected}")
+            expected = (expected + 1) & 7
+            pos = ff + 2
+        else:
+            return ff
+
+
+def check_structure(data: bytes, image_format: str) -> None:
+    """Checks a JPEG or PNG file's structure.
+
+    Args:
+        data: The file's bytes.
+        image_format: ``jpeg`` or ``png`` (``STRUCTURE_FORMATS``), as the
+            header said.
+
+    Raises:
+        ImageError: The structure is damaged (``truncated`` or ``corrupt_image``).
+        ValueError: ``image_format`` has no structural check.
+    """
+    if image_format == "jpeg":
+        check_jpeg(data)
+    elif image_format == "png":
+        check_png(data)
+    else:
+        raise ValueError(f"no structural check for {image_format!r} (only {STRUCTURE_FORMATS})")
