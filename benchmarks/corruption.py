@@ -31,6 +31,10 @@ pixels, e.g. a byte flipped in EXIF).
 Cost: ``inspect_image(data, LEVEL)`` over the intact files, MB/s of file
 bytes in one thread, the median of ``--rounds`` rounds, all levels measured
 in every round.
+
+Prints the tables (Markdown) and writes to ``--out`` the counts, the cost and
+every case where the levels above ``header`` disagree or TensorFlow fails on
+a file some level passes, with each level's dead-letter reason and detail.
 """
 
 from __future__ import annotations
@@ -275,12 +279,19 @@ def run(seed: int = 1, rounds: int = 5) -> dict:
     rows["all"] = total
     return {"seed": seed, "rounds": rounds,
             "files": {s.name: {"format": s.format, "bytes": len(s.data)} for s in samples},
-            "rows": rows, "cost_mb_per_s": _cost(samples, rounds, tf), "cases": cases}
+            "rows": rows, "cost_mb_per_s": _cost(samples, rounds, tf),
+            "disagreements": [case for case in cases if _disagree(case)]}
+
+
+def _disagree(case: dict) -> bool:
+    """Cases where the levels above ``header`` differ, or TensorFlow fails where one passes."""
+    caught = [bool(case[level]) for level in LEVELS if level != "header"]
+    return len(set(caught)) > 1 or (case["tf"] == "tf error" and not all(caught))
 
 
 def _check_all(samples: list[Sample], seed: int, tf: _TensorFlow, intact: dict,
                rows: dict[str, dict], cases: list[dict]) -> None:
-    """Adds every corruption's outcome to ``rows`` (counts per class) and ``cases``."""
+    """Adds every corruption's outcome to ``rows`` (counts per class) and ``cases`` (one each)."""
     for sample in samples:
         for kind, at, damaged in corruptions(sample, seed):
             caught = {level: _caught(damaged, level) for level in LEVELS}

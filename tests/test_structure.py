@@ -412,3 +412,17 @@ def test_structure_accepts_every_jpeg_and_png_decode_accepts() -> None:
                     refused.append(f"{name}: {err}")
     assert refused == []
     assert checked["jpeg"] > 50 and checked["png"] > 300, checked
+
+
+def test_apng_is_also_decoded() -> None:
+    """Pillow refuses an APNG whose default image has no fcTL; structure alone would keep it."""
+    chunks = dict(_chunks(_apng()))  # its one IHDR and one IDAT
+    damaged = _png_of([(b"IHDR", chunks[b"IHDR"]), (b"acTL", struct.pack(">II", 1, 0)),
+                       (b"IDAT", chunks[b"IDAT"]), (b"fdAT", struct.pack(">I", 0) + chunks[b"IDAT"]),
+                       (b"IEND", b"")])  # as Pillow's Tests/images/apng/chunk_no_fctl.png
+    check_png(damaged)  # its chunks are whole
+    with pytest.raises(ImageError) as decoded:
+        images.inspect_image(damaged, "decode")
+    with pytest.raises(ImageError) as structure:
+        images.inspect_image(damaged, "structure")
+    assert structure.value.detail == decoded.value.detail

@@ -218,7 +218,7 @@ def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
             headers, bombs); ``structure`` also checks a JPEG's or PNG's
             structure without decoding (``structure.check_structure``: every
             segment or chunk, PNG CRCs, JPEG markers in the scan data, EOI or
-            IEND present) and decodes other formats as ``decode`` does;
+            IEND present) and decodes other formats (and APNG) as ``decode`` does;
             ``decode`` decodes the pixels, JPEG at 1/8 scale with Pillow's
             draft mode (catches truncation and corrupt data); ``full`` decodes
             everything at full resolution.
@@ -240,7 +240,10 @@ def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
                      height=height, width=width, channels=channels_of(img))
     if validate == "structure" and info.format in STRUCTURE_FORMATS:
         check_structure(data, info.format)
-        return info
+        if not (img.format == "PNG" and getattr(img, "is_animated", False)):
+            return info
+        # An APNG's first frame is also decoded: Pillow refuses some broken frame sequences
+        # there, which TensorFlow (reading the default image) ignores but verify would not.
     if validate == "decode" and img.format in ("JPEG", "MPO"):
         img.draft(img.mode, (max(width // 8, 1), max(height // 8, 1)))
     if validate != "header":

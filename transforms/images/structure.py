@@ -2,7 +2,9 @@
 
 Pure code: functions take bytes. ``--validate structure`` runs these after
 Pillow has parsed the header (``codec.inspect_image``); other formats are
-decoded instead.
+decoded instead, and an animated PNG is decoded as well (Pillow refuses some
+broken frame sequences in its first frame, and the verify job decodes with
+Pillow).
 
 PNG: the signature, then every chunk: its length inside the file, its type four
 ASCII letters, its CRC (zlib's crc32, as libpng and TensorFlow check it), IHDR
