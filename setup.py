@@ -40,7 +40,9 @@ setuptools.setup(
             "tensorflow>=2.21,<3; platform_machine != 'x86_64' and platform_machine != 'AMD64'",
         ],
         # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
-        # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS.
-        "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9"],
+        # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS,
+        # py-spy for profiles of a build (BENCHMARKS.md, "Where a build spends its CPU").
+        "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9",
+                  "py-spy>=0.3"],
     },
 )

@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
+from transforms import beam_compat, worker_threads
 from transforms.errors import ManifestError, PlanError, UsageError
 from transforms.images.records import IMAGE_MODES, EncodeSettings, image_count_keys, image_counts
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
@@ -95,6 +96,9 @@ class BuildOptions(PipelineOptions):
                             default=DEFAULT_MAX_IMAGE_BYTES / MIB,
                             help="Largest input file read, in MiB; larger ones are too_large dead "
                                  "letters, refused without being read whole.")
+        parser.add_argument("--image_threads", type=opt.non_negative_int, default=0,
+                            help="Images each worker reads, checks and encodes at once; 0: one per "
+                                 "CPU core the worker may use. Outputs do not depend on it.")
         parser.add_argument("--feature", action="append", default=None,
                             help="Extra manifest key or CSV column as name:type, type one of "
                                  f"{', '.join(FEATURE_TYPES)}; repeatable.")
@@ -127,6 +131,7 @@ class BuildConfig:
     policy: PublishPolicy
     multi_label: bool = False
     label_offset: int = 0
+    image_threads: int = 0
 
 
 def _input_problem(path: str) -> str | None:
@@ -251,7 +256,22 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_bad_fraction=build.max_bad_fraction,
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=opt.publish_policy(shared),
-        multi_label=build.multi_label, label_offset=build.label_offset)
+        multi_label=build.multi_label, label_offset=build.label_offset,
+        image_threads=_image_threads(options, build.image_threads))
+
+
+def _image_threads(options: PipelineOptions, requested: int) -> int:
+    """``--image_threads``, with 0 resolved here when the workers share this machine.
+
+    On the DirectRunner, N workers (``--direct_num_workers``) each get a share
+    of the cores this process may use, so that they do not run N times as many
+    threads as there are cores; elsewhere 0 stays 0 and each worker counts its
+    own cores.
+    """
+    workers = beam_compat.local_workers(options)
+    if requested or workers is None:
+        return requested
+    return max(1, worker_threads.usable_cores() // workers)
 
 
 def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
@@ -270,7 +290,8 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
 
 
 _SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed")
-# --overwrite_unlisted_shards and --drop_other_splits say how to publish, not what: not in the manifest.
+# --overwrite_unlisted_shards and --drop_other_splits say how to publish, not what, and
+# --image_threads how fast: not in the manifest (outputs do not depend on them).
 _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
               "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
               "grayscale", "resize", "resize_mode", "shard_size_mb", "num_shards", "compression", "seed",
@@ -307,14 +328,14 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     unique = listed.main | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     inspected = unique.main | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
-        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout))
+        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.image_threads)
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages()
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
-        cfg.policy.run_id, plan[TOTALS])
+        cfg.policy.run_id, plan[TOTALS], threads=cfg.image_threads)
     dead = ((listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS],
              distinct[DEAD_LETTERS])
             | "AllDeadLetters" >> beam.Flatten())
@@ -339,7 +360,7 @@ HELP = JobHelp(
             "labels_file": "labels and splits", "split_fractions": "labels and splits",
             "image_mode": "images", "validate": "images", "image_format": "images",
             "jpeg_quality": "images", "grayscale": "images", "resize": "images", "resize_mode": "images",
-            "max_bad_fraction": "failures", "max_image_mb": "checks", "feature": "inputs",
+            "max_bad_fraction": "failures", "max_image_mb": "checks", "image_threads": "images", "feature": "inputs",
             "multi_label": "labels and splits", "bbox_format": "inputs", "image_root": "inputs",
             "label_offset": "labels and splits"},
     epilog="examples:\n"

@@ -7,6 +7,7 @@ the one module to re-check. All were checked against apache-beam 2.77.0.
 
 from __future__ import annotations
 
+import os
 from typing import BinaryIO
 
 from apache_beam.io.filesystems import FileSystems
@@ -18,7 +19,7 @@ try:  # present with apache-beam[aws]
 except ImportError:  # pragma: no cover - depends on the installed extras
     _S3Uploader = None
 
-__all__ = ["CHECKED_BEAM_VERSION", "local_runner", "use_anonymous_gcp_credentials", "close_written_file",
+__all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials", "close_written_file",
            "filesystem_options", "s3_boto3_client", "gcs_storage_client"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
@@ -53,6 +54,22 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+def local_workers(options: PipelineOptions) -> int | None:
+    """How many SDK workers a DirectRunner run shares this machine's cores among, else None.
+
+    ``--direct_num_workers`` (0: one per CPU, as Beam reads it) in the
+    ``multi_threading`` and ``multi_processing`` modes; 1 ``in_memory``.
+    None for every other runner, whose workers may run elsewhere.
+    """
+    standard = options.view_as(StandardOptions)
+    if standard.runner not in _DIRECT_NAMES or options.get_all_options().get("prism_location"):
+        return None
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "in_memory":
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
 
 
 def _without_timed_flushes() -> None:

@@ -10,7 +10,9 @@ import apache_beam as beam
 import crc32c
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
 
+from transforms import worker_threads
 from transforms.errors import ImageError, ShardsError
 from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
@@ -156,56 +158,105 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
         return data
 
 
+@dataclasses.dataclass(frozen=True)
+class _Inspected:
+    """What inspecting one input gave: its ImageMeta or DeadLetter, and the bytes read (None: unread)."""
+
+    output: ImageMeta | DeadLetter
+    bytes_read: int | None
+
+
 class _InspectImageFn(beam.DoFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
     An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
     sha256 and the split fractions.
+
+    Inputs are inspected on a pool of ``threads`` threads (``worker_threads``;
+    0: one per usable core), at most ``window_for(threads)`` at a time; the
+    outputs, counters and progress follow in input order, each output in its
+    own input's window, and ``finish_bundle`` emits what is still in flight.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1) -> None:
         self._settings = settings
         self._seed = seed
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
+        self._threads = threads
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
 
-    def process(self, source: SourceImage, labels: list[str], layout: RecordLayout | None = None):
-        index_of = self._index_of(labels)
+    def setup(self):
+        threads = worker_threads.thread_count(self._threads)
+        self._pool = worker_threads.new_pool(threads, "inspect-image")
+        self._window = worker_threads.window_for(threads)
+        self._work = None
+
+    def start_bundle(self):
+        if self._work is not None:  # a bundle that failed: its calls are dropped
+            self._work.close()
+        self._work = worker_threads.OrderedWork(self._pool, self._window)
+
+    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
+                layout: RecordLayout | None = None):
+        for inspected, (at, when) in self._work.submit(
+                self._inspect_one, source, self._index_of(labels), layout, (window, timestamp)):
+            yield from self._emit(inspected, at, when)
+
+    def finish_bundle(self):
+        for inspected, (at, when) in self._work.drain():
+            yield from self._emit(inspected, at, when)
+        progress.flush()
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
+                     where):
+        """Runs on a pool thread: the inspection of ``source``, and ``where`` it is emitted."""
+        return self._inspect(source, index_of, layout), where
+
+    def _emit(self, inspected: _Inspected, window, timestamp):
+        """Counts one input and yields its output; on the bundle's thread, in input order."""
+        if inspected.bytes_read is None:
+            progress.note(progress.IMAGES_READ)
+        else:
+            self._read.inc()
+            self._read_bytes.inc(inspected.bytes_read)
+            progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
+        output = WindowedValue(inspected.output, timestamp, (window,))
+        if isinstance(inspected.output, DeadLetter):
+            self._rejected.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
+        else:
+            progress.note(progress.IMAGES_ACCEPTED)
+            yield output
+
+    def _inspect(self, source: SourceImage, index_of: dict[str, int],
+                 layout: RecordLayout | None) -> _Inspected:
+        """Reads and inspects one input; no Beam calls, so that it may run on any thread."""
         unknown = [name for name in source.class_names() if name not in index_of]
         if unknown:
-            progress.note(progress.IMAGES_READ)
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
-                source.path, "unknown_label", f"class {unknown[0]!r} is not in the label list"))
-            return
+            return _Inspected(DeadLetter(source.path, "unknown_label",
+                                         f"class {unknown[0]!r} is not in the label list"), None)
         index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
         try:
             data = read_source(source.path, self._max_bytes)
         except (OSError, beam.io.filesystem.BeamIOError) as err:
-            progress.note(progress.IMAGES_READ)
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
-                source.path, "unreadable", f"{type(err).__name__}: {err}"))
-            return
+            return _Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
-            progress.note(progress.IMAGES_READ)
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(source.path, err.reason, err.detail))
-            return
-        self._read.inc()
-        self._read_bytes.inc(len(data))
-        progress.note(progress.IMAGES_READ, 1, len(data))
+            return _Inspected(DeadLetter(source.path, err.reason, err.detail), None)
         try:
             stored, info = encode_image(data, self._settings)
         except ImageError as err:
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(source.path, err.reason, err.detail))
-            return
+            return _Inspected(DeadLetter(source.path, err.reason, err.detail), len(data))
         extra = ()
         if layout is not None and not layout.plain:
             try:
@@ -221,27 +272,19 @@ class _InspectImageFn(beam.DoFn):
                     boxes = place_boxes(source.objects, width, height, orientation, info.width, info.height)
                 extra = record_extras(source, layout, index_of, boxes)
             except BoxError as err:
-                self._rejected.inc()
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(source.path, "bad_box", str(err)))
-                return
+                return _Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
             except FeatureValueError as err:
-                self._rejected.inc()
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(source.path, "bad_feature", str(err)))
-                return
-        progress.note(progress.IMAGES_ACCEPTED)
+                return _Inspected(DeadLetter(source.path, "bad_feature", str(err)), len(data))
         digest = hashlib.sha256(data).digest()
         if source.split == SPLIT_BY_CONTENT:
             source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))
         head, tail = image_example_parts(stored, info, index, source.label, source.relpath,
                                          digest.hex(), extra)
-        yield ImageMeta(
+        return _Inspected(ImageMeta(
             source=source, label_index=index, sha256=digest.hex(), info=info,
             record_size=framed_size(len(head) + len(stored) + len(tail)),
             order_key=order_key(self._seed, digest), source_crc32c=crc32c.crc32c(data),
-            payload=None if stored is data else stored, extra=extra)
-
-    def finish_bundle(self):
-        progress.flush()
+            payload=None if stored is data else stored, extra=extra), len(data))
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""
@@ -256,7 +299,8 @@ class InspectImages(beam.PTransform):
     """Reads, validates and measures every image.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (ImageMeta)
-    and ``DEAD_LETTERS`` (DeadLetter with the reason).
+    and ``DEAD_LETTERS`` (DeadLetter with the reason). The outputs do not
+    depend on ``threads``.
 
     Args:
         settings: Image options of the build.
@@ -267,25 +311,29 @@ class InspectImages(beam.PTransform):
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
+        threads: Images inspected at once by each worker (``--image_threads``);
+            0 for one per core the worker may use.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None) -> None:
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 0) -> None:
         super().__init__()
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
         self._settings = settings
         self._seed = seed
         self._labels = labels
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
         self._layout = layout
+        self._threads = threads
 
     def expand(self, sources):
         extra = {} if self._layout is None else {"layout": self._layout}
         return sources | "InspectImage" >> beam.ParDo(
-            _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes),
+            _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads),
             labels=self._labels, **extra).with_outputs(
                 DEAD_LETTERS, main="main")
 

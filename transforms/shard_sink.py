@@ -43,7 +43,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms import beam_compat
+from transforms import beam_compat, worker_threads
 from transforms.errors import PublishError
 from transforms.file_access import naming_s3_errors
 from transforms.output_folder import (STAGING_DIR, check_lock, folder_state, free_bytes,
@@ -148,23 +148,38 @@ class _WriteShardFn(beam.DoFn):
 
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str) -> None:
+                 order_of: Callable[[Any], tuple], run_id: str, threads: int = 1) -> None:
         self._output_dir = output_dir
         self._compression = compression
         self._to_record = to_record
         self._order_of = order_of
         self._run_id = run_id
+        self._threads = threads
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(_NAMESPACE, "shards_written")
+
+    def setup(self):
+        threads = worker_threads.thread_count(self._threads)
+        self._pool = worker_threads.new_pool(threads, "make-record")
+        self._window = worker_threads.window_for(threads)
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def process(self, keyed, totals):
         key, items = keyed
         items = sorted(items, key=self._order_of)
         planned = sum(t.total_bytes for t in totals)
         written = progress.Tally(progress.RECORDS_WRITTEN, every=16)
-        result = write_shard(self._output_dir, key, _counted(map(self._to_record, items), written),
-                             self._compression, self._run_id, planned)
+        made = worker_threads.ordered_map(self._to_record, items, self._pool, self._window)
+        try:
+            result = write_shard(self._output_dir, key, _counted(made, written),
+                                 self._compression, self._run_id, planned)
+        finally:
+            made.close()  # an error while writing: the records still being made are dropped
         written.flush()
         self._records.inc(result.stats.records)
         self._bytes.inc(result.stats.bytes)
@@ -189,13 +204,18 @@ class WriteShards(beam.PTransform):
         run_id: The run's id (its staging folder).
         totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,
             for a disk-full message).
+        threads: Records each worker makes at once with ``to_record`` (0: one
+            per usable core), for a ``to_record`` that reads or encodes images
+            (``build_steps.ImageRecordMaker``); records are still written in
+            order, at most ``2 * threads`` of them made ahead.
     """
 
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str, totals) -> None:
+                 order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1) -> None:
         super().__init__()
-        self._args = (output_dir, compression, to_record, order_of, run_id)
+        worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
+        self._args = (output_dir, compression, to_record, order_of, run_id, threads)
         self._totals = totals
 
     def expand(self, assigned):

@@ -1,0 +1,133 @@
+"""Per-element work of a DoFn overlapped on a few threads, in order, with a bounded backlog.
+
+Pillow decodes and encodes JPEG and PNG with the GIL released, and file reads
+release it too, so a DoFn whose elements are images gets close to one core per
+thread from a small thread pool, where Beam's local runner gives it one thread
+per worker. ``OrderedWork`` runs a function on a pool and hands the results back
+in the order the elements were given, so a step's outputs (and its dead
+letters, counters and progress) come out in the same order with one thread or
+many: the thread count changes when work is done, never what is emitted.
+
+At most ``window`` elements are submitted and not yet taken back; giving one
+more first waits for the oldest. With images of at most ``--max_image_mb``
+each, that bounds the memory the step holds.
+
+No Beam here, but the module lives in the Beam layer because it serves DoFns:
+their pools are made in ``setup`` and shut down in ``teardown``; metrics and
+outputs stay on the bundle's thread (Beam's metrics count only there).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Deque, Iterable, Iterator, TypeVar
+
+__all__ = ["usable_cores", "thread_count", "window_for", "new_pool", "OrderedWork", "ordered_map"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+# Elements in flight per thread: one running, one waiting to be taken back.
+_IN_FLIGHT_PER_THREAD = 2
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. under ``taskset``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_count(requested: int) -> int:
+    """Threads for ``requested`` (a ``--image_threads`` value): 0 means one per usable core.
+
+    Raises:
+        ValueError: ``requested`` is negative.
+    """
+    if requested < 0:
+        raise ValueError(f"thread count must be >= 0 (0: one per usable core), got {requested}")
+    return requested or usable_cores()
+
+
+def window_for(threads: int) -> int:
+    """How many elements may be submitted and not yet taken back, for ``threads`` threads."""
+    return _IN_FLIGHT_PER_THREAD * threads
+
+
+def new_pool(threads: int, name: str) -> ThreadPoolExecutor | None:
+    """A pool of ``threads`` threads named after the step, or None for one thread (work runs inline)."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) if threads > 1 else None
+
+
+class OrderedWork:
+    """Runs ``fn(*args)`` on a pool and gives the results back in submission order.
+
+    Without a pool (one thread), ``submit`` runs the call at once. An exception
+    raised by a call is raised again where its result is taken back, in order;
+    the calls after it still run (they were submitted), and ``close`` waits for
+    them so that nothing outlives the bundle.
+
+    Args:
+        pool: The executor, or None to run every call inline.
+        window: Most calls submitted and not yet taken back (>= 1).
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor | None, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self._pool = pool
+        self._window = window
+        self._pending: Deque[Future] = collections.deque()
+
+    def submit(self, fn: Callable[..., _R], *args: Any) -> Iterator[_R]:
+        """Starts ``fn(*args)``; yields the results that had to be taken back to stay in the window.
+
+        The call starts at once; the results are taken back as the returned
+        iterator is consumed, which must happen before the next ``submit``.
+        """
+        if self._pool is None:
+            return iter((fn(*args),))
+        self._pending.append(self._pool.submit(fn, *args))
+        return self._take(len(self._pending) - self._window)
+
+    def drain(self) -> Iterator[_R]:
+        """Yields every result not yet taken back, waiting for each in order."""
+        return self._take(len(self._pending))
+
+    def _take(self, count: int) -> Iterator[_R]:
+        for _ in range(count):
+            yield self._pending.popleft().result()
+
+    def close(self) -> None:
+        """Cancels calls not yet started and waits for running ones; their results are dropped."""
+        pending, self._pending = self._pending, collections.deque()
+        for future in pending:
+            future.cancel()
+        for future in pending:
+            if not future.cancelled():
+                future.exception()  # waits; an error of a dropped call is not raised
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+def ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], pool: ThreadPoolExecutor | None,
+                window: int) -> Iterator[_R]:
+    """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight.
+
+    Items are drawn from ``items`` only as the window allows. If the consumer
+    stops early (an error while writing), the calls still in flight are
+    cancelled or waited for before the generator closes.
+    """
+    if pool is None:
+        yield from map(fn, items)
+        return
+    work = OrderedWork(pool, window)
+    try:
+        for item in items:
+            yield from work.submit(fn, item)
+        yield from work.drain()
+    finally:
+        work.close()
