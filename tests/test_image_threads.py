@@ -302,3 +302,22 @@ def test_build_is_byte_identical_across_image_thread_counts(corpus, tmp_path, ca
     assert len(names) >= 2 and shard_files(outputs["3"]) == names
     for name in names + ["manifest.json", "dead_letters.jsonl", "labels.txt"]:
         assert sha256_file(os.path.join(outputs["1"], name)) == sha256_file(os.path.join(outputs["3"], name)), name
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ([], lambda cores: cores),
+    (["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"], lambda cores: max(1, cores // 2)),
+    (["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"], lambda cores: max(1, cores // 2)),
+    (["--image_threads", "5", "--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
+     lambda cores: 5),
+    (["--runner", "DataflowRunner"], lambda cores: 0),  # resolved on each worker, from its own cores
+])
+def test_default_image_threads_share_the_cores_among_local_workers(corpus, tmp_path, flags, expected):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_jobs import build_shards
+
+    root, _, _ = corpus
+    options = PipelineOptions(["--input", root, "--output_dir", str(tmp_path / "out")] + flags)
+    assert build_shards._image_threads(options, options.view_as(build_shards.BuildOptions).image_threads) \
+        == expected(worker_threads.usable_cores())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import apache_beam as beam
 import crc32c
@@ -219,11 +219,11 @@ class _InspectImageFn(beam.DoFn):
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
-                     where):
+                     where: tuple) -> tuple[_Inspected, tuple]:
         """Runs on a pool thread: the inspection of ``source``, and ``where`` it is emitted."""
         return self._inspect(source, index_of, layout), where
 
-    def _emit(self, inspected: _Inspected, window, timestamp):
+    def _emit(self, inspected: _Inspected, window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
         if inspected.bytes_read is None:
             progress.note(progress.IMAGES_READ)
