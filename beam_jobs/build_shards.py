@@ -97,8 +97,10 @@ class BuildOptions(PipelineOptions):
                             help="Largest input file read, in MiB; larger ones are too_large dead "
                                  "letters, refused without being read whole.")
         parser.add_argument("--image_threads", type=opt.non_negative_int, default=0,
-                            help="Images each worker reads, checks and encodes at once; 0: one per "
-                                 "CPU core the worker may use. Outputs do not depend on it.")
+                            help="Images each worker reads, checks and encodes at once. 0: one per "
+                                 "CPU core the worker may use where that pays (--validate decode or "
+                                 "full, --image_mode reencode or raw, gs:// or s3:// inputs), else "
+                                 "1. Outputs do not depend on it.")
         parser.add_argument("--feature", action="append", default=None,
                             help="Extra manifest key or CSV column as name:type, type one of "
                                  f"{', '.join(FEATURE_TYPES)}; repeatable.")
@@ -131,7 +133,8 @@ class BuildConfig:
     policy: PublishPolicy
     multi_label: bool = False
     label_offset: int = 0
-    image_threads: int = 0
+    inspect_threads: int = 1
+    write_threads: int = 1
 
 
 def _input_problem(path: str) -> str | None:
@@ -257,21 +260,34 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=opt.publish_policy(shared),
         multi_label=build.multi_label, label_offset=build.label_offset,
-        image_threads=_image_threads(options, build.image_threads))
+        **_image_threads(options, build.image_threads, settings, shared.input))
 
 
-def _image_threads(options: PipelineOptions, requested: int) -> int:
-    """``--image_threads``, with 0 resolved here when the workers share this machine.
+def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
+                   inputs: Sequence[str]) -> dict[str, int]:
+    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``).
 
-    On the DirectRunner, N workers (``--direct_num_workers``) each get a share
-    of the cores this process may use, so that they do not run N times as many
-    threads as there are cores; elsewhere 0 stays 0 and each worker counts its
-    own cores.
+    A requested count is used for both. With 0, threads are used where they
+    pay: inspecting, when Pillow decodes or encodes every image (``--validate
+    decode``/``full``, ``--image_mode reencode``/``raw``), which it does without
+    the GIL, or when inputs are in an object store (reads wait on the network);
+    writing, which re-reads sources, for object-store inputs only. The
+    ``structure`` and ``header`` checks hold the GIL: on two cores two threads
+    made them slower (BENCHMARKS.md, "Using every core"). On the DirectRunner,
+    N workers (``--direct_num_workers``) each get a share of the cores this
+    process may use; elsewhere 0 is passed on and each worker counts its own.
     """
     workers = beam_compat.local_workers(options)
-    if requested or workers is None:
-        return requested
-    return max(1, worker_threads.usable_cores() // workers)
+    if requested:
+        threads = requested
+    elif workers is None:
+        threads = 0
+    else:
+        threads = max(1, worker_threads.usable_cores() // workers)
+    remote = any("://" in path for path in inputs)
+    decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw")
+    return {"inspect_threads": threads if requested or remote or decodes else 1,
+            "write_threads": threads if requested or remote else 1}
 
 
 def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
@@ -328,14 +344,14 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     unique = listed.main | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     inspected = unique.main | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
-        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.image_threads)
+        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads)
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages()
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
-        cfg.policy.run_id, plan[TOTALS], threads=cfg.image_threads)
+        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads)
     dead = ((listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS],
              distinct[DEAD_LETTERS])
             | "AllDeadLetters" >> beam.Flatten())

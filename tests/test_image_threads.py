@@ -304,20 +304,27 @@ def test_build_is_byte_identical_across_image_thread_counts(corpus, tmp_path, ca
         assert sha256_file(os.path.join(outputs["1"], name)) == sha256_file(os.path.join(outputs["3"], name)), name
 
 
-@pytest.mark.parametrize("flags, expected", [
-    ([], lambda cores: cores),
-    (["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"], lambda cores: max(1, cores // 2)),
-    (["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"], lambda cores: max(1, cores // 2)),
+@pytest.mark.parametrize("flags, inputs, expected", [
+    (["--validate", "decode"], "local", lambda cores: (cores, 1)),
+    (["--image_mode", "reencode"], "local", lambda cores: (cores, 1)),
+    (["--validate", "structure"], "local", lambda cores: (1, 1)),  # holds the GIL: threads slow it
+    (["--validate", "header"], "s3", lambda cores: (cores, cores)),  # reads wait on the network
+    (["--validate", "decode", "--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
+     "local", lambda cores: (max(1, cores // 2), 1)),
+    (["--validate", "full", "--direct_num_workers", "2", "--direct_running_mode", "multi_threading"],
+     "local", lambda cores: (max(1, cores // 2), 1)),
     (["--image_threads", "5", "--direct_num_workers", "2", "--direct_running_mode", "multi_processing"],
-     lambda cores: 5),
-    (["--runner", "DataflowRunner"], lambda cores: 0),  # resolved on each worker, from its own cores
+     "local", lambda cores: (5, 5)),
+    (["--runner", "DataflowRunner", "--validate", "decode"], "s3", lambda cores: (0, 0)),  # each worker's cores
 ])
-def test_default_image_threads_share_the_cores_among_local_workers(corpus, tmp_path, flags, expected):
+def test_default_image_threads_go_where_they_pay_and_share_the_cores(tmp_path, flags, inputs, expected):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_jobs import build_shards
 
-    root, _, _ = corpus
+    root = str(tmp_path / "in") if inputs == "local" else "s3://bucket/in"
     options = PipelineOptions(["--input", root, "--output_dir", str(tmp_path / "out")] + flags)
-    assert build_shards._image_threads(options, options.view_as(build_shards.BuildOptions).image_threads) \
-        == expected(worker_threads.usable_cores())
+    build = options.view_as(build_shards.BuildOptions)
+    settings = EncodeSettings(mode=build.image_mode, validate=build.validate)
+    got = build_shards._image_threads(options, build.image_threads, settings, [root])
+    assert (got["inspect_threads"], got["write_threads"]) == expected(worker_threads.usable_cores())
