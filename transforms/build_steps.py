@@ -311,13 +311,15 @@ class InspectImages(beam.PTransform):
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
-        threads: Images inspected at once by each worker (``--image_threads``);
-            0 for one per core the worker may use.
+        threads: Images inspected at once by each worker; 0 for one per core
+            the worker may use. Threads pay when Pillow decodes or encodes each
+            image (it releases the GIL) or reads wait on a network; the
+            ``structure`` and ``header`` checks hold the GIL.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 0) -> None:
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1) -> None:
         super().__init__()
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
