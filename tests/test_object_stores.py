@@ -12,13 +12,18 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 
+import apache_beam as beam
 import pytest
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms import beam_compat, shard_sink
+from transforms.images.inputs import LabelRules, is_hidden, tree_entries
+from transforms.shardset.dead_letters import DeadLetter
 
 boto3 = pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
 gcs = pytest.importorskip("google.cloud.storage", reason="needs apache-beam[gcp] (pip install -e '.[test]')")
@@ -222,3 +227,58 @@ def test_refused_publish_on_gcs_clears_staging(gcs_server, gcs_bucket, capsys):
     # The 12 good images were staged before publishing was refused; nothing of them is left.
     assert gcs_bucket.keys("refused/") == ["refused/dead_letters.jsonl"]
     assert len(gcs_bucket.get("refused/dead_letters.jsonl").splitlines()) == 5
+
+
+# Folders below class folders, hidden files, a file in the root, and folder names Beam's match
+# would read as wildcards: each level is listed as its own element, by prefix, never matched.
+_NESTED = ["rose/a.jpg", "rose/deep/b.jpg", "rose/deep/er/c.jpg", "tulip/.DS_Store", ".git/x", "stray.jpg",
+           "we[ird]*/d.jpg", "we[ird]*/s?/e.jpg", "we[ird]*/s?/f/g.jpg"]
+
+
+def _keep_listed(items: list, path: str) -> None:
+    with open(path, "wb") as fh:
+        pickle.dump(items, fh)
+
+
+def _discover_on_store(root: str, flags: list[str], tmp_path) -> tuple[list, list, dict]:
+    from transforms.build_steps import DEAD_LETTERS, DiscoverImages
+
+    p = beam.Pipeline(runner=beam_compat.local_runner(PipelineOptions(flags)), options=PipelineOptions(flags))
+    listed = p | beam.Create([root]) | DiscoverImages(LabelRules())
+    for name, pcoll in (("main", listed.main), ("dead", listed[DEAD_LETTERS])):
+        pcoll | f"Collect{name}" >> beam.combiners.ToList() | f"Keep{name}" >> beam.Map(
+            _keep_listed, str(tmp_path / name))
+    result = p.run()
+    result.wait_until_finish()
+    counters: dict[str, int] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace("build"))["counters"]:
+        counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
+    with open(tmp_path / "main", "rb") as fh, open(tmp_path / "dead", "rb") as dh:
+        return pickle.load(fh), pickle.load(dh), counters
+
+
+def _expected_listing(root: str) -> tuple[list, list]:
+    entries = list(tree_entries(root, [r for r in _NESTED if not is_hidden(r)], LabelRules()))
+    return ([e for e in entries if not isinstance(e, DeadLetter)],
+            [e for e in entries if isinstance(e, DeadLetter)])
+
+
+@pytest.mark.parametrize("store", ["s3", "gs"])
+def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -> None:
+    if store == "s3":
+        server = request.getfixturevalue("s3_server")
+        bucket, flags = request.getfixturevalue("s3_bucket"), _s3_flags(server.url)
+    else:
+        request.getfixturevalue("gcs_server")
+        bucket, flags = request.getfixturevalue("gcs_bucket"), []
+        beam_compat.use_anonymous_gcp_credentials()
+    for rel in _NESTED:
+        bucket.put(f"nested/{rel}", b"x")
+    root = f"{store}://{BUCKET}/nested"
+    entries, dead, counters = _discover_on_store(root, flags, tmp_path)
+    want_entries, want_dead = _expected_listing(root)
+    assert sorted(entries, key=repr) == sorted(want_entries, key=repr)
+    assert sorted(dead, key=repr) == sorted(want_dead, key=repr) and dead  # stray.jpg: no_label
+    assert counters["hidden_files_skipped"] == 2
+    # The input, its 4 top prefixes, and the 2 inside them (rose/deep/, we[ird]*/s?/), each listed once.
+    assert counters["folders_listed"] == 1 + 4 + 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
 import crc32c
@@ -18,16 +18,20 @@ from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
 from transforms.images.objects import BoxError, place_boxes, source_geometry
 from transforms.shardset.coco import coco_entries, is_coco_path
-from transforms.file_access import (file_size, list_local_tree, naming_s3_errors, open_for_read,
-                                    peek_local, read_at_most, read_bytes)
+from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below, list_store_level,
+                                    naming_s3_errors, open_for_read, peek_local, read_at_most, read_bytes,
+                                    scan_local_folder, walk_local_tree)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.records import EncodeSettings, encode_image, image_example_parts
-from transforms.images.inputs import (LabelRules, decode_manifest, is_hidden, is_manifest_path,
-                                      manifest_entries, tree_entries, unreadable_folder_entries)
+from transforms.images.inputs import (LabelRules, TreeLevels, csv_header, decode_line, decode_manifest,
+                                      is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
+                                      manifest_line_entries, merge_levels, tree_entry, unreadable_folder_entry)
+from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
+                                              first_line_numbers, lines_in_range)
 from transforms.shardset.planning import MIB, order_key, split_by_content, split_rank
 
 __all__ = ["DEAD_LETTERS", "CLASSES", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
@@ -44,79 +48,286 @@ DEFAULT_MAX_IMAGE_BYTES = 256 * MIB
 _NAMED_DUPLICATES = 3
 
 
-class _ListInputFn(beam.DoFn):
-    """input path -> SourceImage per file (main), DeadLetter (DEAD_LETTERS), class name (CLASSES)."""
+# Private tags and elements of DiscoverImages: ("file", root, relpath), ("unreadable", root,
+# relative folder, why), and the ranges of input manifests, resolved by _ResolveInputFn.
+_FILES, _UNREADABLE, _LEVELS, _RANGES = "files", "unreadable", "levels", "ranges"
 
-    def __init__(self, rules: LabelRules) -> None:
+
+class _ManifestRange(NamedTuple):
+    """One byte range of an input manifest, read as one element (``manifest_lines``)."""
+
+    manifest: str
+    index: int
+    start: int
+    end: int
+    size: int
+    fields: tuple[str, ...]  # a CSV manifest's columns; () for JSON Lines
+
+
+def _tree_prefix(root: str) -> tuple[str, str]:
+    """A folder input's key (as given, without a trailing ``/``) and the prefix of its files' paths."""
+    key = root.rstrip("/")
+    return key, key + "/"
+
+
+def _wire(text: str) -> str | bytes:
+    """A listed name as Beam's coders can carry it: names that are not UTF-8 travel as bytes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: the bytes of a name that is not UTF-8
+        return text.encode("utf-8", "surrogateescape")
+    return text
+
+
+def _unwire(value: str | bytes) -> str:
+    """The name ``_wire`` made ready for Beam's coders, as listed."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _why(err: OSError) -> str:
+    return f"{type(err).__name__}: {err.strerror or err}"
+
+
+class _StartInputFn(beam.DoFn):
+    """--input value -> folder roots (main), manifest byte ranges (_RANGES), COCO entries (_FILES).
+
+    A COCO ``.json`` is read whole here. A ``.csv``/``.jsonl`` manifest is cut
+    into byte ranges; a CSV's header line is read once here and travels with
+    each range (a header that cannot work is one dead letter, line 1).
+    """
+
+    def __init__(self, rules: LabelRules, range_bytes: int) -> None:
         self._rules = rules
-        self._listed = Metrics.counter("build", "inputs_listed")
-        self._hidden = Metrics.counter("build", "hidden_files_skipped")
+        self._range_bytes = range_bytes
 
     def process(self, root: str):
         if is_coco_path(root):
             entries = coco_entries(decode_manifest(read_bytes(root)), root, self._rules.image_root,
                                    self._rules)
-            yield from self._emit(entries)
+            for entry in entries:
+                yield beam.pvalue.TaggedOutput(_FILES, entry)
             return
-        if is_manifest_path(root):
-            entries = manifest_entries(decode_manifest(read_bytes(root)), root, self._rules)
-            yield from self._emit(entries)
+        if not is_manifest_path(root):
+            yield root
             return
-        prefix = root.rstrip("/") + "/"
-        if "://" in root:
-            paths = [meta.path for meta in FileSystems.match([prefix + "**"])[0].metadata_list]
-            unreadable = ()
-        else:  # Beam's local listing would skip a folder it may not read without a word
-            listing = list_local_tree(root.rstrip("/") or "/")
-            paths, unreadable = listing.files, listing.unreadable
-        relpaths = []
-        for path in paths:
+        with open_for_read(root) as fh, naming_s3_errors(root):
+            size = file_size(fh)
+            if size is None:
+                size = exact_file(root).size_in_bytes
+            fields: tuple[str, ...] = ()
+            if not root.lower().endswith(".jsonl"):
+                first = next(lines_in_range(fh, 0, 1, size, True, root), b"")
+                columns, problem = csv_header(None if first is None else decode_line(first))
+                if problem:
+                    yield beam.pvalue.TaggedOutput(_FILES, DeadLetter(f"{root}:1", "bad_manifest_row", problem))
+                    return
+                fields = tuple(columns)
+        for index, (start, end) in enumerate(byte_ranges(size, self._range_bytes)):
+            yield beam.pvalue.TaggedOutput(_RANGES, _ManifestRange(root, index, start, end, size, fields))
+
+
+def _count_range_lines(rng: _ManifestRange) -> tuple[str, tuple[int, int]]:
+    """_ManifestRange -> (manifest, (range index, lines starting in it))."""
+    with open_for_read(rng.manifest) as fh, naming_s3_errors(rng.manifest):
+        count = count_line_starts(fh, rng.start, rng.end, rng.size, breaks_at_cr(rng.manifest), rng.manifest)
+    return rng.manifest, (rng.index, count)
+
+
+def _number_ranges(keyed):
+    """(manifest, [(range index, lines)]) -> ((manifest, range index), number of its first line)."""
+    manifest, counts = keyed
+    counts = sorted(counts)
+    for (index, _), first in zip(counts, first_line_numbers([count for _, count in counts])):
+        yield (manifest, index), first
+
+
+class _ListFolderFn(beam.DoFn):
+    """One folder of a folder input -> its files (_FILES), its folders (main), what it holds (_LEVELS).
+
+    ``depth`` 0 lists an input folder itself, 1 one of its top folders: one
+    level each, so that every folder below becomes an element of its own for
+    the next step. ``depth`` 2 lists a folder and everything below it. Hidden
+    files are counted and dropped here; an unreadable folder goes to
+    _UNREADABLE. On object stores a folder is a key prefix; stores other than
+    gs:// and s3:// are listed whole from the input folder, as one element.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self._depth = depth
+        self._hidden = Metrics.counter("build", "hidden_files_skipped")
+        self._folders = Metrics.counter("build", "folders_listed")
+
+    def process(self, element):
+        key, folder = (element, None) if self._depth == 0 else (element[0], _unwire(element[1]))
+        _, prefix = _tree_prefix(key)
+        self._folders.inc()
+        if "://" in key and not key.startswith(LEVEL_SCHEMES):
+            yield from self._list_matched(key, prefix)
+            return
+        local = "://" not in key
+        where = folder if folder is not None else (key or "/") if local else prefix
+        files = folders = False
+        if self._depth == 2:
+            listing = walk_local_tree(where) if local else ((path, None) for path in list_store_below(where))
+        else:
+            listing = self._level(where, local)
+        for path, found in listing:
+            if isinstance(found, OSError):
+                rel = path[len(prefix):] if path.startswith(prefix) else ""
+                if not is_hidden(rel):
+                    yield beam.pvalue.TaggedOutput(_UNREADABLE, ("unreadable", key, _wire(rel.rstrip("/")),
+                                                                 _wire(_why(found))))
+                continue
             rel = path[len(prefix):] if path.startswith(prefix) else path
+            if found is True:  # a folder, listed by the next step
+                yield (key, _wire(path))
+                folders = folders or not is_hidden(rel)
+                if self._depth == 0 and not is_hidden(rel):
+                    yield beam.pvalue.TaggedOutput(_LEVELS, (key, TreeLevels(tops=frozenset([rel.rstrip("/")]))))
+            elif is_hidden(rel):
+                self._hidden.inc()
+            else:
+                files = True
+                yield beam.pvalue.TaggedOutput(_FILES, ("file", key, _wire(rel)))
+        if self._depth == 0:
+            yield beam.pvalue.TaggedOutput(_LEVELS, (key, TreeLevels(root_files=files)))
+        elif self._depth == 1 and (files or folders):
+            yield beam.pvalue.TaggedOutput(_LEVELS, (key, TreeLevels(top_files=files, deeper=folders)))
+
+    @staticmethod
+    def _level(where: str, local: bool):
+        """(path, True) per folder, (path, False) per file, (folder, OSError) if unreadable."""
+        if not local:
+            yield from list_store_level(where)
+            return
+        try:
+            yield from scan_local_folder(where)
+        except OSError as err:  # Beam's local listing would skip it without a word
+            yield where, err
+
+    def _list_matched(self, key: str, prefix: str):
+        """A store listed whole, as before parallel listing: every file, and the levels they show."""
+        rels = []
+        for meta in FileSystems.match([prefix + "**"])[0].metadata_list:
+            rel = meta.path[len(prefix):] if meta.path.startswith(prefix) else meta.path
             if is_hidden(rel):
                 self._hidden.inc()
                 continue
-            relpaths.append(rel)
-        folders = []
-        for folder, err in unreadable:
-            rel = folder[len(prefix):] if folder.startswith(prefix) else ""
-            if is_hidden(rel):
-                continue
-            folders.append((rel.rstrip("/"), f"{type(err).__name__}: {err.strerror or err}"))
-        for dead, label in unreadable_folder_entries(root.rstrip("/"), folders, relpaths, self._rules):
-            if label is not None:
-                yield beam.pvalue.TaggedOutput(CLASSES, label)
-            yield from self._emit([dead])
-        yield from self._emit(tree_entries(root.rstrip("/"), relpaths, self._rules))
+            rels.append(rel)
+            yield beam.pvalue.TaggedOutput(_FILES, ("file", key, _wire(rel)))
+        yield beam.pvalue.TaggedOutput(_LEVELS, (key, levels_of_paths(rels)))
 
-    def _emit(self, entries):
-        listed = progress.Tally(progress.INPUTS_LISTED, every=1000)
-        for entry in entries:
-            self._listed.inc()
-            listed.add()
-            if isinstance(entry, DeadLetter):
-                yield beam.pvalue.TaggedOutput(DEAD_LETTERS, entry)
-            else:
-                yield entry
-        listed.flush()
+
+class _ResolveInputFn(beam.DoFn):
+    """Listed file, unreadable folder or manifest range -> SourceImage (main), DeadLetter
+    (DEAD_LETTERS), class name (CLASSES); entries resolved earlier (COCO) pass through.
+
+    Side inputs: ``layouts`` (folder input -> ``classes`` or ``splits``) and
+    ``first_lines`` ((manifest, range index) -> number of the range's first line).
+    """
+
+    def __init__(self, rules: LabelRules) -> None:
+        self._rules = rules
+        self._listed = Metrics.counter("build", "inputs_listed")
+        self._ranges = Metrics.counter("build", "manifest_ranges_read")
+
+    def start_bundle(self):
+        self._tally = progress.Tally(progress.INPUTS_LISTED, every=1000)
+
+    def process(self, element, layouts, first_lines):
+        if isinstance(element, _ManifestRange):
+            self._ranges.inc()
+            for entry in self._read_range(element, first_lines[(element.manifest, element.index)]):
+                yield self._emit(entry)
+            return
+        if isinstance(element, (SourceImage, DeadLetter)):
+            yield self._emit(element)
+            return
+        kind, key, rel = element[0], element[1], _unwire(element[2])
+        layout = self._rules.layout if self._rules.layout != "auto" else layouts[key]
+        if kind == "file":
+            yield self._emit(tree_entry(key, rel, layout, self._rules))
+            return
+        dead, label = unreadable_folder_entry(key, rel, _unwire(element[3]), layout, self._rules)
+        if label is not None:
+            yield beam.pvalue.TaggedOutput(CLASSES, label)
+        yield self._emit(dead)
+
+    def _read_range(self, rng: _ManifestRange, first: int):
+        cr = breaks_at_cr(rng.manifest)
+        with open_for_read(rng.manifest) as fh, naming_s3_errors(rng.manifest):
+            lines = enumerate(lines_in_range(fh, rng.start, rng.end, rng.size, cr, rng.manifest), start=first)
+            if rng.start == 0 and rng.fields:
+                next(lines, None)  # the CSV header, read once by _StartInputFn
+            numbered = ((number, None if line is None else decode_line(line)) for number, line in lines)
+            yield from manifest_line_entries(numbered, rng.manifest, self._rules, rng.fields)
+
+    def _emit(self, entry):
+        self._listed.inc()
+        self._tally.add()
+        if isinstance(entry, DeadLetter):
+            return beam.pvalue.TaggedOutput(DEAD_LETTERS, entry)
+        return entry
+
+    def finish_bundle(self):
+        self._tally.flush()
 
 
 class DiscoverImages(beam.PTransform):
-    """Lists every input file or manifest row.
+    """Lists every input file or manifest row, spread over many elements.
 
-    Input: ``PCollection[str]`` of ``--input`` values (folders or ``.csv``/``.jsonl``).
+    A folder input is listed level by level: the folder itself, then each of
+    its top folders (class or split folders) as an element of its own, then
+    each folder inside those, with everything below it, as an element of its
+    own (a ``Reshuffle`` before each level spreads them over workers). Its
+    layout (class or split folders) is decided from the top two levels
+    (``inputs.layout_of_levels``). An input manifest (``.csv``, ``.jsonl``) is
+    read in byte ranges of ``range_bytes``, one element each, one row per line
+    (``manifest_lines``). A COCO ``.json`` is read whole.
+
+    Input: ``PCollection[str]`` of ``--input`` values (folders or manifests).
     Output: a ``DoOutputsTuple`` with ``SourceImage`` (main), ``DeadLetter``
     (``DEAD_LETTERS``; an unreadable folder is one) and class names of
     unreadable class folders (``CLASSES``), which stay in the class list.
     """
 
-    def __init__(self, rules: LabelRules) -> None:
+    def __init__(self, rules: LabelRules, range_bytes: int = MANIFEST_RANGE_BYTES) -> None:
         super().__init__()
+        if range_bytes < 1:
+            raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
         self._rules = rules
+        self._range_bytes = range_bytes
 
     def expand(self, roots):
-        return (roots
-                | "ListInputs" >> beam.ParDo(_ListInputFn(self._rules)).with_outputs(
-                    DEAD_LETTERS, CLASSES, main="main"))
+        started = roots | "StartInputs" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
+            _FILES, _RANGES, main="folders")
+        outputs = (_FILES, _UNREADABLE, _LEVELS)
+        at_root = started.folders | "ListInputFolders" >> beam.ParDo(_ListFolderFn(0)).with_outputs(
+            *outputs, main="folders")  # (root, top folder)
+        at_top = (at_root.folders
+                  | "SpreadTopFolders" >> beam.Reshuffle()
+                  | "ListTopFolders" >> beam.ParDo(_ListFolderFn(1)).with_outputs(
+                      *outputs, main="folders"))  # (root, folder in a top folder)
+        below = (at_top.folders
+                 | "SpreadSubFolders" >> beam.Reshuffle()
+                 | "ListSubFolders" >> beam.ParDo(_ListFolderFn(2)).with_outputs(*outputs, main="folders"))
+        layouts = ((at_root[_LEVELS], at_top[_LEVELS])
+                   | "AllLevels" >> beam.Flatten()  # (root, TreeLevels)
+                   | "MergeLevels" >> beam.CombinePerKey(merge_levels)
+                   | "ChooseLayouts" >> beam.MapTuple(lambda key, levels: (key, layout_of_levels(levels))))
+        ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
+        first_lines = (ranges
+                       | "CountLines" >> beam.Map(_count_range_lines)  # (manifest, (index, lines))
+                       | "GroupRanges" >> beam.GroupByKey()
+                       | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
+        listed = [started[_FILES], ranges] + [step[tag] for step in (at_root, at_top, below)
+                                              for tag in (_FILES, _UNREADABLE)]
+        return (listed
+                | "AllListed" >> beam.Flatten()
+                | "ResolveInputs" >> beam.ParDo(
+                    _ResolveInputFn(self._rules), layouts=beam.pvalue.AsDict(layouts),
+                    first_lines=beam.pvalue.AsDict(first_lines)).with_outputs(
+                        DEAD_LETTERS, CLASSES, main="main"))
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:

@@ -43,7 +43,8 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 __all__ = ["open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
            "match_files", "same_file", "WILDCARDS", "NotRegularFileError", "file_size",
-           "read_at_most", "peek_local", "LocalListing", "list_local_tree"]
+           "read_at_most", "peek_local", "LocalListing", "list_local_tree", "walk_local_tree",
+           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below"]
 
 # Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
 WILDCARDS = "*?["
@@ -189,19 +190,125 @@ def list_local_tree(root: str) -> LocalListing:
     """Lists a local folder recursively as Beam's local file system does, reporting what it skips.
 
     Beam's ``LocalFileSystem`` lists with ``os.walk`` without an error handler, so a
-    folder it may not read vanishes with its files. This walks the same way (links
-    to folders not followed; entries that cannot be stat-ed, such as dangling
-    links, left out, as Beam leaves them out) and returns the folders it could
-    not list.
+    folder it may not read vanishes with its files. This walks the same way
+    (``walk_local_tree``) and returns the folders it could not list.
     """
     unreadable: list[tuple[str, OSError]] = []
     files = []
-    for folder, _, names in os.walk(root, onerror=lambda err: unreadable.append((err.filename or root, err))):
+    for path, err in walk_local_tree(root):
+        if err is None:
+            files.append(path)
+        else:
+            unreadable.append((path, err))
+    return LocalListing(tuple(files), tuple(unreadable))
+
+
+def walk_local_tree(root: str) -> Iterator[tuple[str, OSError | None]]:
+    """Every file below a local folder as ``(path, None)``, every folder it cannot list as ``(folder, error)``.
+
+    Walks as Beam's local file system lists: ``os.walk``, links to folders not
+    followed (so no folder is listed twice and a link loop cannot trap it),
+    entries that cannot be stat-ed (dangling links) left out, as Beam leaves
+    them out. One folder's names are held at a time.
+    """
+    errors: list[OSError] = []
+    for folder, _, names in os.walk(root, onerror=errors.append):
+        while errors:
+            err = errors.pop(0)
+            yield err.filename or root, err
         for name in names:
             path = os.path.join(folder, name)
             if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
-                files.append(path)
-    return LocalListing(tuple(files), tuple(unreadable))
+                yield path, None
+    for err in errors:
+        yield err.filename or root, err
+
+
+def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
+    """The entries of one local folder as ``(path, is_folder)``, as ``walk_local_tree`` sees them.
+
+    A link to a folder is neither (it is not followed); an entry that cannot be
+    stat-ed is left out.
+
+    Raises:
+        OSError: The folder cannot be listed.
+    """
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                try:
+                    link = entry.is_symlink()
+                except OSError:
+                    link = False
+                if not link:
+                    yield entry.path, True
+            elif os.path.exists(entry.path):
+                yield entry.path, False
+
+
+# Object stores whose keys this module can list one level at a time (with a delimiter).
+LEVEL_SCHEMES = ("gs://", "s3://")
+
+
+def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
+    """The objects and sub-prefixes directly below a gs:// or s3:// prefix, as ``(path, is_prefix)``.
+
+    ``prefix`` ends with ``/``; a sub-prefix is yielded with its ``/``. Lists with a
+    ``/`` delimiter through the client Beam's file system uses (``beam_compat``),
+    so a level costs one listing of its own keys, not of everything below it.
+    Keys are taken as they are (no wildcard matching), so names holding ``*``,
+    ``?`` or ``[`` are listed like any other.
+
+    Raises:
+        ValueError: ``prefix`` is not on gs:// or s3://.
+    """
+    scheme, _, rest = prefix.partition("://")
+    bucket, _, key_prefix = rest.partition("/")
+    if scheme == "s3":
+        client = beam_compat.s3_boto3_client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
+                                                                  Delimiter="/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                yield f"s3://{bucket}/{item['Key']}", False
+            for item in page.get("CommonPrefixes", []):
+                yield f"s3://{bucket}/{item['Prefix']}", True
+        return
+    if scheme == "gs":
+        blobs = beam_compat.gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/")
+        for page in blobs.pages:
+            for blob in page:
+                yield f"gs://{bucket}/{blob.name}", False
+            for sub in sorted(page.prefixes):
+                yield f"gs://{bucket}/{sub}", True
+        return
+    raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed by level")
+
+
+def list_store_below(prefix: str) -> Iterator[str]:
+    """Every object below a gs:// or s3:// prefix (ending with ``/``), without wildcard matching.
+
+    Raises:
+        ValueError: ``prefix`` is not on gs:// or s3://.
+    """
+    scheme, _, rest = prefix.partition("://")
+    bucket, _, key_prefix = rest.partition("/")
+    if scheme == "s3":
+        client = beam_compat.s3_boto3_client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix)
+        for page in pages:
+            for item in page.get("Contents", []):
+                yield f"s3://{bucket}/{item['Key']}"
+        return
+    if scheme == "gs":
+        for blob in beam_compat.gcs_storage_client().list_blobs(bucket, prefix=key_prefix):
+            yield f"gs://{bucket}/{blob.name}"
+        return
+    raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed by prefix")
 
 
 @contextlib.contextmanager

@@ -29,8 +29,10 @@ from transforms.images.items import SPLIT_BY_CONTENT, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
-__all__ = ["KNOWN_SPLITS", "LAYOUTS", "LabelRules", "detect_layout", "tree_entries",
-           "unreadable_folder_entries", "manifest_entries", "decode_manifest", "check_manifest_head",
+__all__ = ["KNOWN_SPLITS", "LAYOUTS", "LabelRules", "TreeLevels", "merge_levels", "levels_of_paths",
+           "layout_of_levels", "detect_layout", "tree_entry", "tree_entries", "unreadable_folder_entry",
+           "unreadable_folder_entries", "manifest_entries", "manifest_line_entries", "csv_header",
+           "decode_line", "decode_manifest", "check_manifest_head",
            "check_label", "is_hidden", "is_manifest_path", "shown_name"]
 
 KNOWN_SPLITS = ("train", "validation", "val", "test")
@@ -136,76 +138,134 @@ def is_manifest_path(path: str) -> bool:
     return path.lower().endswith((".csv", ".jsonl", ".json"))
 
 
-def detect_layout(relpaths: Sequence[str]) -> str:
-    """Decides whether a folder holds class folders or split folders.
+@dataclass(frozen=True)
+class TreeLevels:
+    """What the top two levels of a folder input hold: enough to choose its layout.
+
+    Only names that are not hidden count. A folder input is listed level by
+    level (its top folders in parallel), so its layout is decided from these
+    two levels before its deeper files are known.
+
+    Attributes:
+        tops: Names of the root's top folders.
+        root_files: A file lies directly in the root.
+        top_files: A file lies directly in a top folder.
+        deeper: A top folder holds a folder.
+    """
+
+    tops: frozenset = frozenset()
+    root_files: bool = False
+    top_files: bool = False
+    deeper: bool = False
+
+
+def merge_levels(levels: Iterable[TreeLevels]) -> TreeLevels:
+    """What several listings of one folder input's levels found together."""
+    tops: set[str] = set()
+    root_files = top_files = deeper = False
+    for level in levels:
+        tops |= level.tops
+        root_files |= level.root_files
+        top_files |= level.top_files
+        deeper |= level.deeper
+    return TreeLevels(frozenset(tops), root_files, top_files, deeper)
+
+
+def levels_of_paths(relpaths: Iterable[str]) -> TreeLevels:
+    """The top two levels of a folder input, from the relative paths of its files (hidden ones removed)."""
+    tops: set[str] = set()
+    root_files = top_files = deeper = False
+    for rel in relpaths:
+        depth = rel.count("/")
+        if depth:
+            tops.add(rel.split("/", 1)[0])
+        root_files |= depth == 0
+        top_files |= depth == 1
+        deeper |= depth >= 2
+    return TreeLevels(frozenset(tops), root_files, top_files, deeper)
+
+
+def layout_of_levels(levels: TreeLevels) -> str:
+    """Decides from a folder input's top two levels whether it holds class folders or split folders.
 
     It holds split folders if one of its top folders is a known split name
-    (``train``, ``validation``, ``val``, ``test``), or if no file lies less than
-    three levels deep (``<split>/<class>/<file>``).
+    (``train``, ``validation``, ``val``, ``test``), or if no file lies in it or
+    directly in one of its top folders while a top folder holds folders (so
+    files lie at least three levels deep: ``<split>/<class>/<file>``).
     """
-    tops = {p.split("/", 1)[0] for p in relpaths if "/" in p}
-    if tops & set(KNOWN_SPLITS):
+    if levels.tops & set(KNOWN_SPLITS):
         return "splits"
-    if relpaths and all(p.count("/") >= 2 for p in relpaths):
+    if levels.deeper and not levels.root_files and not levels.top_files:
         return "splits"
     return "classes"
 
 
+def detect_layout(relpaths: Sequence[str]) -> str:
+    """``layout_of_levels`` of the levels the relative paths of a folder's files show."""
+    return layout_of_levels(levels_of_paths(relpaths))
+
+
+def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceImage | DeadLetter:
+    """Resolves one file listed under a folder input.
+
+    Args:
+        root: The folder as given (local path or URI), without a trailing ``/``.
+        rel: The file's path relative to it, ``/``-separated, not hidden.
+        layout: ``classes`` or ``splits`` (``rules.layout``, or as detected).
+        rules: Labelling rules.
+
+    Returns:
+        A ``SourceImage``, or a ``DeadLetter`` if the file's split or class
+        cannot be known or its name is not valid UTF-8.
+    """
+    path = join_path(root, rel)
+    if _UNDECODED.search(path):
+        return DeadLetter(shown_name(path), "bad_file_name",
+                          "file or folder name is not valid UTF-8 (the bytes that are not are "
+                          "shown as \\xNN); rename it")
+    parts = rel.split("/")
+    if layout == "splits":
+        if len(parts) < 2:
+            return DeadLetter(path, "no_split", "file lies directly in a folder of split folders")
+        split, inner = parts[0], parts[1:]
+        try:
+            check_split_name(split)
+        except PlanError as err:
+            return DeadLetter(path, "bad_split", str(err))
+    else:
+        split, inner = "", parts
+    if rules.label_regex is not None:
+        label = rules.label_from_name(rel)
+        if label is None:
+            return DeadLetter(path, "no_label", f"file name does not match --label_regex {rules.label_regex!r}")
+    elif len(inner) < 2:
+        return DeadLetter(path, "no_label", "file is not inside a class folder")
+    else:
+        label = inner[0]
+    problem = check_label(label)
+    if problem:
+        return DeadLetter(path, "bad_label", problem)
+    return SourceImage(path=path, relpath=rel, split=split or rules.unsplit(), label=label)
+
+
 def tree_entries(root: str, relpaths: Iterable[str], rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
-    """Resolves every file listed under a folder input.
+    """Resolves every file listed under a folder input (``tree_entry`` of each, in path order).
 
     Args:
         root: The folder as given (local path or URI).
         relpaths: Paths of the files under it, relative, ``/``-separated,
             hidden files already removed.
         rules: Labelling rules.
-
-    Yields:
-        A ``SourceImage`` per usable file, a ``DeadLetter`` per file whose split
-        or class cannot be known or whose name is not valid UTF-8.
     """
     relpaths = sorted(relpaths)
     layout = rules.layout if rules.layout != "auto" else detect_layout(relpaths)
     for rel in relpaths:
-        path = join_path(root, rel)
-        if _UNDECODED.search(path):
-            yield DeadLetter(shown_name(path), "bad_file_name",
-                             "file or folder name is not valid UTF-8 (the bytes that are not are "
-                             "shown as \\xNN); rename it")
-            continue
-        parts = rel.split("/")
-        if layout == "splits":
-            if len(parts) < 2:
-                yield DeadLetter(path, "no_split", "file lies directly in a folder of split folders")
-                continue
-            split, inner = parts[0], parts[1:]
-            try:
-                check_split_name(split)
-            except PlanError as err:
-                yield DeadLetter(path, "bad_split", str(err))
-                continue
-        else:
-            split, inner = "", parts
-        if rules.label_regex is not None:
-            label = rules.label_from_name(rel)
-            if label is None:
-                yield DeadLetter(path, "no_label", f"file name does not match --label_regex {rules.label_regex!r}")
-                continue
-        elif len(inner) < 2:
-            yield DeadLetter(path, "no_label", "file is not inside a class folder")
-            continue
-        else:
-            label = inner[0]
-        problem = check_label(label)
-        if problem:
-            yield DeadLetter(path, "bad_label", problem)
-            continue
-        yield SourceImage(path=path, relpath=rel, split=split or rules.unsplit(), label=label)
+        yield tree_entry(root, rel, layout, rules)
 
 
-def unreadable_folder_entries(root: str, folders: Iterable[tuple[str, str]], relpaths: Sequence[str],
-                              rules: LabelRules) -> Iterator[tuple[DeadLetter, str | None]]:
-    """Resolves the folders a listing could not read.
+def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
+                            rules: LabelRules) -> tuple[DeadLetter, str | None]:
+    """Resolves one folder a listing could not read.
 
     Each unreadable folder is one dead letter (``unreadable``) and counts as one
     input: its files cannot be counted. A class folder's name is still a class
@@ -213,27 +273,34 @@ def unreadable_folder_entries(root: str, folders: Iterable[tuple[str, str]], rel
     missing its images).
 
     Args:
-        root: The folder input as given.
-        folders: ``(relative folder, why)``; ``""`` is the input folder itself.
-        relpaths: The files that were listed (as for ``tree_entries``), for the layout.
+        root: The folder input as given, without a trailing ``/``.
+        rel: The folder relative to it; ``""`` is the input folder itself.
+        why: The error.
+        layout: ``classes`` or ``splits``.
         rules: Labelling rules.
 
-    Yields:
-        ``(dead letter, class name or None)`` per folder.
+    Returns:
+        ``(dead letter, class name or None)``.
     """
+    path = join_path(root, rel) if rel else root
+    dead = DeadLetter(shown_name(path), "unreadable",
+                      f"folder cannot be listed ({shown_name(why)}); its files are not inputs "
+                      "of this run and count as this one dead letter")
+    parts = rel.split("/") if rel else []
+    if layout == "splits":
+        parts = parts[1:]
+    label = parts[0] if parts and rules.label_regex is None else None
+    if label is not None and (check_label(label) or _UNDECODED.search(label)):
+        label = None
+    return dead, label
+
+
+def unreadable_folder_entries(root: str, folders: Iterable[tuple[str, str]], relpaths: Sequence[str],
+                              rules: LabelRules) -> Iterator[tuple[DeadLetter, str | None]]:
+    """``unreadable_folder_entry`` of each ``(relative folder, why)``, the layout detected from ``relpaths``."""
     layout = rules.layout if rules.layout != "auto" else detect_layout(sorted(relpaths))
     for rel, why in folders:
-        path = join_path(root, rel) if rel else root
-        dead = DeadLetter(shown_name(path), "unreadable",
-                          f"folder cannot be listed ({shown_name(why)}); its files are not inputs "
-                          "of this run and count as this one dead letter")
-        parts = rel.split("/") if rel else []
-        if layout == "splits":
-            parts = parts[1:]
-        label = parts[0] if parts and rules.label_regex is None else None
-        if label is not None and (check_label(label) or _UNDECODED.search(label)):
-            label = None
-        yield dead, label
+        yield unreadable_folder_entry(root, rel, why, layout, rules)
 
 
 def decode_manifest(data: bytes) -> str:
@@ -305,121 +372,170 @@ def check_manifest_head(head: bytes, manifest: str, whole: bool) -> None:
         raise ManifestError(f"{manifest}:2: manifest has a header but no rows")
 
 
-def _manifest_rows(text: str, manifest: str) -> Iterator[tuple[int, Mapping | None, str]]:
-    """Yields ``(line_number, row or None, error)`` for each data row of a manifest."""
-    if manifest.lower().endswith(".jsonl"):
-        # JSON Lines ends lines with "\n" only; str.splitlines() would also split
-        # inside a string holding U+2028 or U+0085, which JSON allows unescaped.
-        for number, line in enumerate(text.split("\n"), start=1):
-            if not line.strip():
-                continue
-            if _UNDECODED.search(line):
-                yield number, None, f"line is not valid UTF-8: {shown_name(line)[:200]!r}"
-                continue
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError) as err:  # RecursionError: nesting too deep
-                yield number, None, f"not valid JSON: {err}"
-                continue
-            if not isinstance(row, dict):
-                yield number, None, "line is not a JSON object"
-                continue
-            if any(isinstance(row.get(key), str) and _UNDECODED.search(row[key])
-                   for key in ("path", "label", "split")):
-                yield number, None, f"line holds a lone surrogate escape: {shown_name(line)[:200]!r}"
-                continue
-            yield number, row, ""
-        return
-    # newline="": the csv module ends rows at "\r\n", "\n" or a lone "\r" itself, and
-    # keeps line breaks inside quoted fields.
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+def decode_line(line: bytes) -> str:
+    """A manifest line's bytes as text; bytes that are not UTF-8 are kept as lone surrogates."""
+    return line.decode("utf-8", errors="surrogateescape")
+
+
+def csv_header(line: str | None) -> tuple[list[str], str | None]:
+    """A CSV manifest's columns from its first line, and why they cannot be used (or None).
+
+    Args:
+        line: Line 1 (``decode_line``, without a byte order mark), or None if
+            it was too long to read.
+    """
+    if line is None:
+        return [], "CSV header line is too long"
     try:
-        fields = reader.fieldnames or []
+        fields = next(csv.reader([line]), [])
     except csv.Error as err:
-        yield 1, None, f"CSV header cannot be read: {err}"
-        return
-    problem = _csv_header_problem(fields)
-    if problem:
-        yield 1, None, problem
-        return
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as err:  # e.g. a field over the csv module's size limit; the reader goes on
-            yield reader.reader.line_num, None, f"row cannot be read: {err}"
-            continue
-        if None in row:
-            yield reader.line_num, None, "row has more columns than the header"
-            continue
-        if any(isinstance(v, str) and _UNDECODED.search(v) for v in row.values()):
-            shown = ",".join(shown_name(v) for v in row.values() if isinstance(v, str))
-            yield reader.line_num, None, f"row is not valid UTF-8: {shown[:200]!r}"
-            continue
-        yield reader.line_num, row, ""
+        return [], f"CSV header cannot be read: {err}"
+    return fields, _csv_header_problem(fields)
+
+
+# A CSV row is one line: one that leaves a quoted field open (the start of a field with a
+# line break in it) or holds an odd number of quotes (its end) is not a row of its own.
+_NOT_ONE_LINE = ("row is not one complete CSV line: a quoted field opens and does not close on "
+                 "it, or closes one opened on an earlier line; a line break inside a quoted field "
+                 "is not supported (each row must be one line)")
+
+
+def _csv_row(line: str, fields: Sequence[str]) -> tuple[Mapping | None, str] | None:
+    """``(row or None, error)`` of one CSV line, or None for a blank line."""
+    reader = csv.reader(iter((line, "")))  # a field still open at the line's end reads on
+    try:
+        values = next(reader, [])
+    except csv.Error as err:  # e.g. a field over the csv module's size limit
+        return None, f"row cannot be read: {err}"
+    if reader.line_num > 1 or line.count('"') % 2:
+        return None, _NOT_ONE_LINE
+    if not values:
+        return None
+    if len(values) > len(fields):
+        return None, "row has more columns than the header"
+    row = dict(zip(fields, values))
+    for name in fields[len(values):]:
+        row[name] = None
+    if any(_UNDECODED.search(v) for v in values):
+        shown = ",".join(shown_name(v) for v in values)
+        return None, f"row is not valid UTF-8: {shown[:200]!r}"
+    return row, ""
+
+
+def _jsonl_row(line: str) -> tuple[Mapping | None, str] | None:
+    """``(row or None, error)`` of one JSON Lines line, or None for a blank line."""
+    if not line.strip():
+        return None
+    if _UNDECODED.search(line):
+        return None, f"line is not valid UTF-8: {shown_name(line)[:200]!r}"
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError) as err:  # RecursionError: nesting too deep
+        return None, f"not valid JSON: {err}"
+    if not isinstance(row, dict):
+        return None, "line is not a JSON object"
+    if any(isinstance(row.get(key), str) and _UNDECODED.search(row[key])
+           for key in ("path", "label", "split")):
+        return None, f"line holds a lone surrogate escape: {shown_name(line)[:200]!r}"
+    return row, ""
+
+
+def _text_lines(text: str, manifest: str) -> list[str]:
+    """A whole manifest's lines, broken as ``manifest_lines`` breaks them."""
+    if manifest.lower().endswith(".jsonl"):
+        return text.split("\n")
+    return re.split("\r\n|\r|\n", text)
 
 
 def manifest_entries(text: str, manifest: str, rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
-    """Resolves every row of an input manifest.
-
-    Relative paths are resolved against the manifest's folder; absolute paths
-    and URIs are used as they are. ``image/filename`` is the path as written.
+    """Resolves every row of an input manifest held whole (``manifest_line_entries`` of its lines).
 
     Args:
         text: The manifest's content (``decode_manifest`` of its bytes).
         manifest: Path or URI of the manifest (for resolving and for errors).
         rules: Labelling rules (split of rows without a ``split``).
     """
-    folder = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
+    lines = _text_lines(text, manifest)
+    if manifest.lower().endswith(".jsonl"):
+        yield from manifest_line_entries(enumerate(lines, start=1), manifest, rules)
+        return
+    fields, problem = csv_header(lines[0])
+    if problem:
+        yield DeadLetter(f"{manifest}:1", "bad_manifest_row", problem)
+        return
+    yield from manifest_line_entries(enumerate(lines[1:], start=2), manifest, rules, fields)
+
+
+def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str, rules: LabelRules,
+                          fields: Sequence[str] = ()) -> Iterator[SourceImage | DeadLetter]:
+    """Resolves manifest rows, each from its own line.
+
+    Relative paths are resolved against the manifest's folder; absolute paths
+    and URIs are used as they are. ``image/filename`` is the path as written.
+    Blank lines are skipped; a line that cannot be a row is a
+    ``bad_manifest_row`` dead letter named ``MANIFEST:LINE``.
+
+    Args:
+        lines: ``(1-based line number, line)``: the line as text (``decode_line``,
+            without its break), or None for a line too long to read. A CSV
+            manifest's header line is not among them.
+        manifest: Path or URI of the manifest (for resolving and for errors).
+        rules: Labelling rules (split of rows without a ``split``).
+        fields: A CSV manifest's columns (``csv_header``); unused for JSON Lines.
+    """
+    jsonl = manifest.lower().endswith(".jsonl")
     typing = ManifestTyping(rules.features)
-    for number, row, error in _manifest_rows(text, manifest):
-        where = f"{manifest}:{number}"
-        if row is None:
-            yield DeadLetter(where, "bad_manifest_row", error)
+    for number, line in lines:
+        if line is None:
+            yield DeadLetter(f"{manifest}:{number}", "bad_manifest_row",
+                             "line is too long to be a manifest row; not read")
             continue
-        path, label, split = row.get("path"), row.get("label"), row.get("split")
-        if not isinstance(path, str) or not path.strip():
-            yield DeadLetter(where, "bad_manifest_row", "row has an empty or missing path")
-            continue
-        try:
-            labels, features, objects = row_annotations(row, not manifest.lower().endswith(".jsonl"),
-                                                        typing, rules.multi_label, rules.bbox_format)
-        except FeatureValueError as err:
-            yield DeadLetter(where, "bad_feature", str(err))
-            continue
-        except BoxError as err:
-            yield DeadLetter(where, "bad_box", str(err))
-            continue
-        if labels is not None:
-            problem = next(filter(None, map(check_label, labels)), None)
-            label = labels[0] if labels else ""
-        else:
-            if isinstance(label, int) and not isinstance(label, bool):
-                label = str(label)
-            if not isinstance(label, str):
-                yield DeadLetter(where, "bad_manifest_row", f"row has no usable label: {label!r}")
-                continue
-            problem = check_label(label)
-        if problem:
-            yield DeadLetter(where, "bad_label", problem)
-            continue
-        if _URI.match(path) or path.startswith("/"):
-            full, relative = path, path
-        else:
-            relative = posixpath.normpath(path)
-            full = join_path(folder, relative)
-        if split in (None, ""):
-            yield SourceImage(path=full, relpath=relative, split=rules.unsplit(), label=label,
-                              origin=where, labels=labels, features=features, objects=objects)
-            continue
-        if not isinstance(split, str):
-            yield DeadLetter(where, "bad_split", f"split {split!r} is not a string")
-            continue
-        try:
-            check_split_name(split)
-        except PlanError as err:
-            yield DeadLetter(where, "bad_split", str(err))
-            continue
-        yield SourceImage(path=full, relpath=relative, split=split, label=label, origin=where,
-                          labels=labels, features=features, objects=objects)
+        parsed = _jsonl_row(line) if jsonl else _csv_row(line, fields)
+        if parsed is not None:
+            yield _row_entry(number, *parsed, manifest, rules, typing)
+
+
+def _row_entry(number: int, row: Mapping | None, error: str, manifest: str, rules: LabelRules,
+               typing: ManifestTyping) -> SourceImage | DeadLetter:
+    """The entry of one parsed manifest row (``row`` None: the dead letter for ``error``)."""
+    folder = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
+    where = f"{manifest}:{number}"
+    if row is None:
+        return DeadLetter(where, "bad_manifest_row", error)
+    path, label, split = row.get("path"), row.get("label"), row.get("split")
+    if not isinstance(path, str) or not path.strip():
+        return DeadLetter(where, "bad_manifest_row", "row has an empty or missing path")
+    try:
+        labels, features, objects = row_annotations(row, not manifest.lower().endswith(".jsonl"),
+                                                    typing, rules.multi_label, rules.bbox_format)
+    except FeatureValueError as err:
+        return DeadLetter(where, "bad_feature", str(err))
+    except BoxError as err:
+        return DeadLetter(where, "bad_box", str(err))
+    if labels is not None:
+        problem = next(filter(None, map(check_label, labels)), None)
+        label = labels[0] if labels else ""
+    else:
+        if isinstance(label, int) and not isinstance(label, bool):
+            label = str(label)
+        if not isinstance(label, str):
+            return DeadLetter(where, "bad_manifest_row", f"row has no usable label: {label!r}")
+        problem = check_label(label)
+    if problem:
+        return DeadLetter(where, "bad_label", problem)
+    if _URI.match(path) or path.startswith("/"):
+        full, relative = path, path
+    else:
+        relative = posixpath.normpath(path)
+        full = join_path(folder, relative)
+    if split in (None, ""):
+        return SourceImage(path=full, relpath=relative, split=rules.unsplit(), label=label,
+                           origin=where, labels=labels, features=features, objects=objects)
+    if not isinstance(split, str):
+        return DeadLetter(where, "bad_split", f"split {split!r} is not a string")
+    try:
+        check_split_name(split)
+    except PlanError as err:
+        return DeadLetter(where, "bad_split", str(err))
+    return SourceImage(path=full, relpath=relative, split=split, label=label, origin=where,
+                       labels=labels, features=features, objects=objects)

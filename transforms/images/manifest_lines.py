@@ -1,0 +1,186 @@
+"""Reading an input manifest's lines by byte range, with their 1-based line numbers (pure).
+
+An input manifest (``.csv``, ``.jsonl``) is read in byte ranges, so that no
+worker holds more than one range's lines and one line at a time, whatever the
+manifest's size. The rule is the usual one for line-oriented files: the range
+``[start, end)`` owns the lines whose first byte lies in it. A reader that
+starts inside a line skips to the first line start at or after ``start`` (the
+line it skipped belongs to the range before), and the last line it owns is
+read past ``end`` to its break.
+
+Line breaks: a JSON Lines manifest breaks lines at ``"\\n"`` only (a ``"\\r"``
+before it stays in the line, where JSON reads it as white space; a lone
+``"\\r"`` is part of the line). A CSV manifest breaks them at ``"\\r\\n"``,
+``"\\n"`` or a lone ``"\\r"``, as Python's csv module does. Line numbers are
+counted the same way, so ``MANIFEST:LINE`` in a dead letter is what an editor
+shows. A UTF-8 byte order mark at the start of the file is not part of line 1.
+
+Line numbers take two passes: ``count_line_starts`` counts the lines that start
+in each range (each range independently, reading its own bytes plus one),
+``first_line_numbers`` adds them up, and ``lines_in_range`` then reads a range's
+lines knowing the number of its first. A line longer than ``MAX_LINE_BYTES`` is
+not held: it is yielded as None (its row becomes a dead letter) and skipped.
+
+Works on seekable binary file-like objects; never opens paths.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import BinaryIO, Iterator, Sequence
+
+from transforms.errors import ManifestError
+
+__all__ = ["MANIFEST_RANGE_BYTES", "MAX_LINE_BYTES", "BOM", "breaks_at_cr", "byte_ranges",
+           "count_line_starts", "first_line_numbers", "lines_in_range"]
+
+MIB = 1 << 20
+# Bytes per range of an input manifest read in parallel: about a million rows.
+MANIFEST_RANGE_BYTES = 64 * MIB
+# Longest manifest line read; a longer one is a dead letter and is never held whole.
+MAX_LINE_BYTES = 16 * MIB
+BOM = b"\xef\xbb\xbf"
+_CHUNK = MIB
+_CSV_BREAK = re.compile(rb"\r\n|\r|\n")
+_JSONL_BREAK = re.compile(rb"\n")
+
+
+def breaks_at_cr(manifest: str) -> bool:
+    """True if a lone ``"\\r"`` ends a line of this manifest (CSV), False if only ``"\\n"`` does (JSON Lines)."""
+    return not manifest.lower().endswith(".jsonl")
+
+
+def byte_ranges(size: int, range_bytes: int) -> list[tuple[int, int]]:
+    """Splits ``[0, size)`` into ranges of ``range_bytes`` (the last one shorter); none for an empty file.
+
+    Raises:
+        ValueError: ``range_bytes`` is under 1.
+    """
+    if range_bytes < 1:
+        raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
+    return [(start, min(start + range_bytes, size)) for start in range(0, size, range_bytes)]
+
+
+def count_line_starts(fh: BinaryIO, start: int, end: int, size: int, cr: bool, name: str = "") -> int:
+    """How many lines start in ``[start, end)`` of a file of ``size`` bytes.
+
+    Reads ``[start - 1, end)`` (the byte before ``start`` says whether a line
+    starts at ``start``) in chunks of 1 MiB.
+
+    Args:
+        fh: The file, seekable.
+        start: First byte of the range.
+        end: End of the range (exclusive).
+        size: The file's size.
+        cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
+        name: The file, for errors.
+
+    Raises:
+        ManifestError: The file ended before ``size`` bytes (it changed while read).
+    """
+    end = min(end, size)
+    if start >= end:
+        return 0
+    count = 1 if start == 0 else 0
+    at = max(start - 1, 0)
+    fh.seek(at)
+    prev = b""
+    while at < end:
+        chunk = fh.read(min(_CHUNK, end - at))
+        if not chunk:
+            raise ManifestError(f"{name}: file ended at byte {at}, before its {size} bytes; "
+                                "did it change while the job ran?")
+        at += len(chunk)
+        buf = prev + chunk
+        # Breaks at every position but the last: a break there starts a line past the range,
+        # and a "\r" there is judged with the next chunk (which starts with that byte).
+        last = len(buf) - 1
+        count += buf.count(b"\n", 0, last)
+        if cr:
+            count += buf.count(b"\r", 0, last) - buf.count(b"\r\n", 0, last + 1)
+        prev = buf[-1:]
+    return count
+
+
+def first_line_numbers(counts: Sequence[int]) -> list[int]:
+    """The 1-based line number of each range's first line, from the lines starting in each range."""
+    numbers, number = [], 1
+    for count in counts:
+        numbers.append(number)
+        number += count
+    return numbers
+
+
+def lines_in_range(fh: BinaryIO, start: int, end: int, size: int, cr: bool, name: str = "",
+                   max_line: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """The lines that start in ``[start, end)``, in order, without their breaks.
+
+    The line at offset 0 loses a UTF-8 byte order mark. A line longer than
+    ``max_line`` bytes is yielded as None, and only ``_CHUNK`` bytes of it are
+    held at a time.
+
+    Args:
+        fh: The file, seekable.
+        start: First byte of the range.
+        end: End of the range (exclusive); its last line is read past it.
+        size: The file's size.
+        cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
+        name: The file, for errors.
+        max_line: Longest line yielded.
+
+    Raises:
+        ManifestError: The file ended before ``size`` bytes.
+    """
+    end = min(end, size)
+    if start >= end:
+        return
+    first = start
+    if start > 0:  # skip the rest of the line the byte before start lies in
+        first = next(_line_spans(fh, start - 1, size, cr, -1, name))[1]
+    if first >= end:
+        return
+    for line_start, next_start, line in _line_spans(fh, first, size, cr, max_line, name):
+        if line_start == 0 and line is not None and line.startswith(BOM):
+            line = line[len(BOM):]
+        yield line
+        if next_start >= end:
+            return
+
+
+def _line_spans(fh: BinaryIO, pos: int, size: int, cr: bool, max_line: int,
+                name: str) -> Iterator[tuple[int, int, bytes | None]]:
+    """``(line start, next line start, line or None)`` for each line from ``pos`` (a line start) on."""
+    pattern = _CSV_BREAK if cr else _JSONL_BREAK
+    fh.seek(pos)
+    buf = bytearray()
+    buf_at = pos  # file offset of buf[0]
+    i = 0  # the current line's first byte in buf (0 once the line was dropped)
+    searched = 0
+    start = pos
+    dropped = False
+    while start < size:
+        match = pattern.search(buf, searched)
+        more = buf_at + len(buf) < size
+        if match is not None and match.end() == len(buf) and buf[-1] == 0x0D and more:
+            match = None  # a "\r" last in the buffer may be the first half of "\r\n"
+        if match is None:
+            if not more:  # the last line, without a break
+                yield start, size, None if dropped or len(buf) - i > max_line else bytes(buf[i:])
+                return
+            if not dropped and len(buf) - i > max_line + 1:  # + 1: a "\r" last may be a break
+                dropped = True
+            keep = min(1, len(buf)) if dropped else len(buf) - i  # a dropped line keeps its last byte (a "\r"?)
+            buf_at += len(buf) - keep
+            del buf[:len(buf) - keep]
+            i = 0
+            searched = max(len(buf) - 1, 0)
+            chunk = fh.read(min(_CHUNK, size - buf_at - len(buf)))
+            if not chunk:
+                raise ManifestError(f"{name}: file ended at byte {buf_at + len(buf)}, before its "
+                                    f"{size} bytes; did it change while the job ran?")
+            buf += chunk
+            continue
+        next_start = buf_at + match.end()
+        too_long = dropped or match.start() - i > max_line
+        yield start, next_start, None if too_long else bytes(buf[i:match.start()])
+        start, i, searched, dropped = next_start, match.end(), match.end(), False
