@@ -40,8 +40,8 @@ from beam_jobs.cli import flags as opt
 from transforms.errors import UsageError
 from transforms.file_access import exact_file, is_folder, match_files, same_file
 from beam_jobs.cli.flags import ShardingOptions
-from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest,
-                                          ShardEntry)
+from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
+                                          Manifest, ShardEntry)
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
@@ -123,7 +123,7 @@ def _set_files(folder: str, present: Mapping[str, tuple[str, int]],
                manifest: Manifest | None = None) -> list[str]:
     """Paths of the shard set's files: its companions (tfds's files included), every
     shard-named file, listed shards, and their ``.idx`` files (in ``index/`` or beside the shard)."""
-    names = {MANIFEST_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME}
+    names = {MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME}
     names.update(name for name in present if SHARD_NAME_RE.match(name) or is_tfds_file(name))
     if manifest is not None:
         names.update(manifest.shard_files())
@@ -284,7 +284,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
 def _preview_details(manifest: Manifest, sizes: list[tuple[str, str, int]], target: str):
     """(title, shard sizes, class counts) of the preview of a shard set."""
     title = (f"{target}: {plural(manifest.records, 'record')} in "
-             f"{plural(len(manifest.shard_files()), 'shard')}, "
+             f"{plural(manifest.num_shards, 'shard')}, "
              f"{plural(len(manifest.labels), 'class')}, splits "
              f"{', '.join(sorted(manifest.splits))} (manifest)")
     return title, sizes, _class_counts(manifest)

@@ -8,8 +8,11 @@ import os
 
 from tests.shard_fixtures import shard_files
 from transforms.tfrecord.record_index import check_index
+from transforms.errors import ManifestError
+from transforms.shardset.manifest import Manifest
+from transforms.shardset.shard_list import with_shard_list
 
-OUTPUT_NAMES = {"manifest.json", "labels.txt", "dead_letters.jsonl"}
+OUTPUT_NAMES = {"manifest.json", "shards.jsonl", "labels.txt", "dead_letters.jsonl"}
 # tensorflow-datasets' metadata, beside uncompressed shard sets.
 TFDS_NAMES = {"dataset_info.json", "features.json", "image-class-label.labels.txt"}
 
@@ -79,6 +82,15 @@ def manifest_problems(folder: str, manifest_bytes: bytes) -> list[str]:
     """
     manifest = json.loads(manifest_bytes)
     problems = []
+    if manifest["format_version"] >= 2:  # its shards are listed in shards.jsonl, which must match
+        loaded = Manifest.loads(manifest_bytes)
+        try:
+            with open(os.path.join(folder, loaded.shards_file.file), "rb") as fh:
+                loaded = with_shard_list(loaded, fh)
+        except (OSError, ManifestError) as err:
+            return [f"{loaded.shards_file.file}: {err}"]
+        for name, split in manifest["splits"].items():
+            split["shards"] = [entry.to_dict() for entry in loaded.splits[name].shards]
     for split in manifest["splits"].values():
         for shard in split["shards"]:
             path = os.path.join(folder, shard["file"])

@@ -71,8 +71,42 @@ def run_build(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def load_manifest(output_dir: str) -> dict:
+    """``manifest.json`` as a dict; for format 2 each split also gets ``shards``, its lines of
+    ``shards.jsonl`` (read and checked with the tool's own reader)."""
+    from transforms.shardset.manifest import Manifest
+    from transforms.shardset.shard_list import read_shard_list
+
     with open(os.path.join(output_dir, "manifest.json"), "rb") as fh:
-        return json.load(fh)
+        data = fh.read()
+    obj = json.loads(data)
+    if obj["format_version"] >= 2:
+        for split in obj["splits"].values():
+            split["shards"] = []
+        with open(os.path.join(output_dir, obj["shards"]["file"]), "rb") as fh:
+            for split, entry in read_shard_list(Manifest.loads(data), fh):
+                obj["splits"][split]["shards"].append(entry.to_dict())
+    return obj
+
+
+def write_v1_manifest(output_dir: str) -> bytes:
+    """Rewrites a shard set's manifest in format 1 (every shard inside ``manifest.json``, no
+    ``shards.jsonl``), as releases before format 2 wrote it; returns its bytes."""
+    from transforms.shardset.manifest import _label_sort
+
+    obj = load_manifest(output_dir)
+    splits = {}
+    for name, split in sorted(obj["splits"].items()):
+        splits[name] = {"records": split["records"], "bytes": split["bytes"],
+                        "label_counts": split["label_counts"], "shards": split["shards"]}
+    assert all(list(s["label_counts"]) == sorted(s["label_counts"], key=_label_sort) for s in splits.values())
+    old = {key: value for key, value in obj.items() if key not in ("splits", "shards")}
+    old["format_version"] = 1
+    old["splits"] = splits
+    data = (json.dumps(old, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    with open(os.path.join(output_dir, "manifest.json"), "wb") as fh:
+        fh.write(data)
+    os.remove(os.path.join(output_dir, obj["shards"]["file"]))
+    return data
 
 
 def shard_bytes(path: str) -> bytes:
@@ -112,3 +146,31 @@ def dead_letters(output_dir: str) -> list[dict]:
 
 def shard_files(output_dir: str) -> list[str]:
     return sorted(n for n in os.listdir(output_dir) if ".tfrecord" in n and not n.endswith(".idx"))
+
+
+def read_set_manifest(folder: str):
+    """A shard set's complete ``Manifest`` (format 2: with its shard list, label counts included)."""
+    from transforms.shardset.manifest import Manifest
+    from transforms.shardset.shard_list import with_shard_list
+
+    with open(os.path.join(folder, "manifest.json"), "rb") as fh:
+        manifest = Manifest.loads(fh.read())
+    if manifest.complete:
+        return manifest
+    with open(os.path.join(folder, manifest.shards_file.file), "rb") as fh:
+        return with_shard_list(manifest, fh)
+
+
+def write_set_manifest(folder: str, manifest) -> None:
+    """Writes ``manifest.json`` and ``shards.jsonl`` of a complete ``Manifest`` (as fixed up by hand)."""
+    import dataclasses
+
+    from transforms.shardset.manifest import SplitEntry
+    from transforms.shardset.shard_list import shard_list_bytes
+
+    splits = {name: SplitEntry(name, split.shards) for name, split in manifest.splits.items()}
+    data, lines = shard_list_bytes(dataclasses.replace(manifest, splits=splits))
+    with open(os.path.join(folder, "shards.jsonl"), "wb") as fh:
+        fh.write(lines)
+    with open(os.path.join(folder, "manifest.json"), "wb") as fh:
+        fh.write(data)

@@ -229,7 +229,8 @@ def test_split_fractions_are_deterministic(tmp_path, capsys):
         outs.append(out)
     counts = {k: v["records"] for k, v in load_manifest(outs[0])["splits"].items()}
     assert counts["train"] + counts["validation"] == 60 and 5 <= counts["validation"] <= 25
-    assert open(os.path.join(outs[0], "manifest.json")).read() == open(os.path.join(outs[1], "manifest.json")).read()
+    for name in ("manifest.json", "shards.jsonl"):
+        assert open(os.path.join(outs[0], name), "rb").read() == open(os.path.join(outs[1], name), "rb").read()
 
 
 @pytest.mark.parametrize("extra, fmt, channels", [

@@ -19,7 +19,7 @@ import pytest
 
 from beam_jobs.cli import main as cli
 from beam_jobs.cli.flags import RunOptions, ShardingOptions
-from tests.shard_fixtures import make_class_tree
+from tests.shard_fixtures import load_manifest, make_class_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRESS = re.compile(r"^(build|verify|reshard): [a-z ]+: \d+")
@@ -144,7 +144,7 @@ def test_every_subcommand_runs(tmp_path):
     build = command("build", "--input", str(data), "--output_dir", str(out), "--shard_size_mb", "0.4")
     assert build.returncode == 0, build.stderr
     assert "Published" in build.stdout
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = load_manifest(str(out))
     verify = command("verify", "--output_dir", str(out))
     assert verify.returncode == 0 and verify.stdout.startswith("OK:"), verify.stderr
     first = manifest["splits"]["train"]["shards"][0]["file"]
@@ -246,7 +246,7 @@ def test_job_modules_run_as_before(tmp_path):
     assert build.returncode == 0 and "Published" in build.stdout, build.stderr
     verify = module("verify_shards", "--output_dir", str(out))
     assert verify.returncode == 0 and verify.stdout.startswith("OK:"), verify.stderr
-    shard = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"][0]["file"]
+    shard = load_manifest(str(out))["splits"]["train"]["shards"][0]["file"]
     inspect = module("inspect_shard", str(out / shard), "--limit", "1")
     assert inspect.returncode == 0, inspect.stderr
     reshard = module("reshard", "--input", str(out / "train-*"), "--output_dir", str(tmp_path / "again"))

@@ -1,4 +1,5 @@
-"""Unit tests for transforms.shardset.manifest: golden JSON, round trips, validation and fuzzing."""
+"""Unit tests for transforms.shardset.manifest and shard_list: golden JSON, round trips, validation,
+both format versions, and fuzzing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, ShardEntry, SplitEntry
+from transforms.shardset.shard_list import read_shard_list, shard_list_bytes, with_shard_list
 
 
 def _manifest() -> Manifest:
@@ -34,6 +36,7 @@ def _manifest() -> Manifest:
     )
 
 
+# Format 1, as releases before format 2 wrote it (still read): every shard inside manifest.json.
 # Keys in a fixed order, splits sorted by name, options sorted, labels sorted as numbers,
 # derived totals included, two-space indent, trailing newline.
 _GOLDEN = """{
@@ -111,16 +114,172 @@ _GOLDEN = """{
 }
 """
 
+# Format 2: manifest.json holds per-split totals and names shards.jsonl (one compact line a shard).
+_GOLDEN_V2 = """{
+  "format": "tfrecord-shards",
+  "format_version": 2,
+  "created_by": "build_shards",
+  "seed": 42,
+  "compression": "gzip",
+  "options": {
+    "input": "gs://b/in",
+    "shard_size_mb": 150
+  },
+  "feature_spec": {
+    "image/encoded": "bytes",
+    "image/class/label": "int64"
+  },
+  "labels": [
+    "cat",
+    "dog"
+  ],
+  "records": 6,
+  "dead_letters": 1,
+  "splits": {
+    "train": {
+      "records": 5,
+      "bytes": 550,
+      "num_shards": 2,
+      "label_counts": {
+        "0": 1,
+        "1": 2,
+        "2": 1,
+        "10": 1
+      }
+    },
+    "validation": {
+      "records": 1,
+      "bytes": 100,
+      "num_shards": 1,
+      "label_counts": {
+        "1": 1
+      }
+    }
+  },
+  "shards": {
+    "file": "shards.jsonl",
+    "sha256": "06ca748cb257bf7f4d86dd5662d7a7286005c20427b59f3e95dadc09c98ff423",
+    "bytes": 602,
+    "lines": 3
+  }
+}
+"""
+_GOLDEN_SHARDS = """{"split":"train","index":0,"file":"train-00000-of-00002.tfrecord.gz","records":3,"bytes":300,"sha256":"0000000000000000000000000000000000000000000000000000000000000000","label_counts":{"0":1,"2":1,"10":1}}
+{"split":"train","index":1,"file":"train-00001-of-00002.tfrecord.gz","records":2,"bytes":250,"sha256":"ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff","label_counts":{"1":2}}
+{"split":"validation","index":0,"file":"validation-00000-of-00001.tfrecord.gz","records":1,"bytes":100,"sha256":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","label_counts":{"1":1}}
+"""
+
+
+def _dump(manifest: Manifest) -> bytes:
+    """manifest.json and shards.jsonl joined, for comparing whole outputs."""
+    data, lines = shard_list_bytes(manifest)
+    return data + b"--\n" + lines
+
+
+def _load_v2(data: bytes | str = _GOLDEN_V2, lines: bytes | str = _GOLDEN_SHARDS) -> Manifest:
+    lines = lines.encode() if isinstance(lines, str) else lines
+    return with_shard_list(Manifest.loads(data), lines.splitlines(keepends=True))
+
 
 def test_dumps_golden() -> None:
-    assert _manifest().dumps() == _GOLDEN.encode("utf-8")
+    assert shard_list_bytes(_manifest()) == (_GOLDEN_V2.encode("utf-8"), _GOLDEN_SHARDS.encode("utf-8"))
 
 
 def test_round_trip_is_byte_identical() -> None:
-    data = _manifest().dumps()
-    loaded = Manifest.loads(data)
-    assert loaded.dumps() == data
-    assert Manifest.loads(data.decode("utf-8")).dumps() == data  # str input too
+    data, lines = shard_list_bytes(_manifest())
+    loaded = _load_v2(data, lines)
+    assert shard_list_bytes(loaded) == (data, lines)
+    assert loaded.dumps() == data  # the loaded manifest keeps its shard list's summary
+    assert shard_list_bytes(_load_v2(data.decode("utf-8"), lines)) == (data, lines)  # str input too
+
+
+def test_a_version_1_manifest_loads_and_writes_as_version_2() -> None:
+    v1 = Manifest.loads(_GOLDEN)
+    assert v1.format_version == 1 and v1.complete and v1.shards_file is None
+    assert shard_list_bytes(v1) == (_GOLDEN_V2.encode(), _GOLDEN_SHARDS.encode())
+
+
+def test_version_2_without_its_shard_list_has_the_totals_only() -> None:
+    m = Manifest.loads(_GOLDEN_V2)
+    assert not m.complete and m.format_version == 2
+    assert (m.records, m.num_shards, m.splits["train"].bytes) == (6, 3, 550)
+    assert m.splits["train"].label_counts() == {"0": 1, "1": 2, "2": 1, "10": 1}
+    with pytest.raises(ManifestError, match="lists its shards in shards.jsonl, which was not read"):
+        m.shard_files()
+    assert _load_v2().shard_files() == Manifest.loads(_GOLDEN).shard_files()
+
+
+def test_shard_list_without_label_counts_keeps_the_split_totals() -> None:
+    m = with_shard_list(Manifest.loads(_GOLDEN_V2), _GOLDEN_SHARDS.encode().splitlines(True), label_counts=False)
+    assert all(not e.label_counts for split in m.splits.values() for e in split.shards)
+    assert m.splits["train"].label_counts() == {"0": 1, "1": 2, "2": 1, "10": 1}
+    assert m.dumps() == _GOLDEN_V2.encode()
+
+
+def _other_line(n: int, old: str, new: str) -> str:
+    lines = _GOLDEN_SHARDS.splitlines(keepends=True)
+    assert old in lines[n]
+    lines[n] = lines[n].replace(old, new)
+    return "".join(lines)
+
+
+def _with_summary(lines: str) -> str:
+    """The v2 golden manifest restating the shard list's sha256, size and lines (so only totals disagree)."""
+    import hashlib
+
+    doc = json.loads(_GOLDEN_V2)
+    data = lines.encode()
+    doc["shards"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), lines=len(data.splitlines()))
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("manifest, lines, message", [
+    (_GOLDEN_V2, None, r"^shards\.jsonl is missing; manifest\.json lists its shards there$"),
+    (_GOLDEN_V2, _GOLDEN_SHARDS[:-1], r"^shards\.jsonl has 602 bytes|^shards\.jsonl has 601 bytes"),
+    (_GOLDEN_V2, _other_line(1, '"1":2', '"1":3'), r"^shards\.jsonl has sha256 [0-9a-f]{64}, manifest\.json says 06ca"),
+    (_GOLDEN_V2, "".join(_GOLDEN_SHARDS.splitlines(True)[:2]), r"^shards\.jsonl has 2 lines, manifest\.json says 3$"),
+    (_GOLDEN_V2, _GOLDEN_SHARDS + _GOLDEN_SHARDS.splitlines(True)[2],
+     r"^shards\.jsonl line 4: manifest\.json lists 3 shards, this line is one more$"),
+    (_GOLDEN_V2, "".join(reversed(_GOLDEN_SHARDS.splitlines(True))),
+     r"^shards\.jsonl line 1: split 'validation' shard 0, expected split 'train' shard 0$"),
+    (_GOLDEN_V2, _other_line(0, '"file":"train', '"file":"../train'), r"^shards\.jsonl line 1\.file: "),
+    (_GOLDEN_V2, "{not json\n" + _GOLDEN_SHARDS, r"^shards\.jsonl line 1: not a JSON line"),
+    (_with_summary(_other_line(1, '"1":2', '"1":3')), _other_line(1, '"1":2', '"1":3'),
+     r"^shards\.jsonl: the shards of split 'train' count label 1 3 times, manifest\.json says 2$"),
+    (_with_summary(_other_line(1, '"records":2', '"records":4')), _other_line(1, '"records":2', '"records":4'),
+     r"^shards\.jsonl: the shards of split 'train' add up to 7 records, manifest\.json says 5$"),
+    (_with_summary(_other_line(2, '"bytes":100', '"bytes":101')), _other_line(2, '"bytes":100', '"bytes":101'),
+     r"^shards\.jsonl: the shards of split 'validation' add up to 101 bytes, manifest\.json says 100$"),
+], ids=["missing", "cut", "tampered", "line_gone", "line_more", "out_of_order", "bad_file", "not_json",
+        "label_totals", "record_totals", "byte_totals"])
+def test_shard_list_disagreeing_with_the_manifest_is_one_line(manifest: str, lines: str | None,
+                                                              message: str) -> None:
+    m = Manifest.loads(manifest)
+    with pytest.raises(ManifestError, match=message) as err:
+        with_shard_list(m, None if lines is None else lines.encode().splitlines(keepends=True))
+    assert "\n" not in str(err.value)
+
+
+def test_read_shard_list_streams_entries_in_order() -> None:
+    got = [(split, e.file) for split, e in read_shard_list(Manifest.loads(_GOLDEN_V2),
+                                                           iter(_GOLDEN_SHARDS.encode().splitlines(True)))]
+    assert got == [("train", "train-00000-of-00002.tfrecord.gz"), ("train", "train-00001-of-00002.tfrecord.gz"),
+                   ("validation", "validation-00000-of-00001.tfrecord.gz")]
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d["shards"].update(file="other.jsonl"),
+    lambda d: d["shards"].update(lines=4),
+    lambda d: d.pop("shards"),
+    lambda d: d["splits"]["train"].pop("num_shards"),
+    lambda d: d["splits"]["train"].update(label_counts={"0": -1}),
+    lambda d: d["shards"].update(sha256="A" * 64),
+], ids=["other_file", "lines_vs_shards", "no_shards", "no_num_shards", "negative_label_total", "sha_upper"])
+def test_loads_rejects_version_2(mutate) -> None:
+    doc = json.loads(_GOLDEN_V2)
+    mutate(doc)
+    with pytest.raises(ManifestError):
+        Manifest.loads(json.dumps(doc))
 
 
 def test_loaded_fields() -> None:
@@ -141,12 +300,12 @@ def test_dumps_is_deterministic_over_input_order() -> None:
     m = _manifest()
     shuffled = Manifest(m.created_by, dict(reversed(list(m.options.items()))), m.seed, m.compression,
                         m.feature_spec, m.labels, dict(reversed(list(m.splits.items()))), m.dead_letters)
-    assert shuffled.dumps() == m.dumps()
+    assert _dump(shuffled) == _dump(m)
 
 
 def test_non_ascii_is_written_as_utf8() -> None:
     m = Manifest("build_shards", {}, 0, "none", {}, ["chat", "café", "猫"], {}, 0)
-    data = m.dumps()
+    data, _ = shard_list_bytes(m)
     assert "café".encode("utf-8") in data and "猫".encode("utf-8") in data
     assert list(Manifest.loads(data).labels) == ["chat", "café", "猫"]
 
@@ -160,8 +319,8 @@ def test_label_counts_sort_numbers_numerically_then_names() -> None:
 def test_any_string_label_dumps_and_round_trips(label: str) -> None:
     shard = ShardEntry("s", 1, 1, "0" * 64, {label: 1, "3": 1, "z": 1})
     m = Manifest("build_shards", {}, 0, "none", {}, [], {"train": SplitEntry("train", [shard])}, 0)
-    data = m.dumps()
-    assert Manifest.loads(data).dumps() == data
+    data, lines = shard_list_bytes(m)
+    assert shard_list_bytes(_load_v2(data, lines)) == (data, lines)
 
 
 # --- Rejections -----------------------------------------------------------------------------
@@ -199,7 +358,7 @@ _BAD: dict[str, Mutation] = {
     "format_wrong": _set("format", "tfrecords"),
     "format_missing": _delete("format"),
     "format_null": _set("format", None),
-    "version_2": _set("format_version", 2),
+    "version_3": _set("format_version", 3),
     "version_0": _set("format_version", 0),
     "version_str": _set("format_version", "1"),
     "version_float": _set("format_version", 1.0),
@@ -284,7 +443,7 @@ def test_error_names_the_field() -> None:
 
 
 def test_constants() -> None:
-    assert (FORMAT_NAME, FORMAT_VERSION) == ("tfrecord-shards", 1)
+    assert (FORMAT_NAME, FORMAT_VERSION) == ("tfrecord-shards", 2)
 
 
 # --- Fuzzing: loads only ever raises ManifestError, and what it accepts dumps again ----------------
@@ -295,8 +454,10 @@ def _check(data: bytes | str) -> None:
         m = Manifest.loads(data)
     except ManifestError:
         return
-    out = m.dumps()
-    assert Manifest.loads(out).dumps() == out
+    if not m.complete:  # a version-2 manifest: its shard list is not there
+        return
+    out, lines = shard_list_bytes(m)
+    assert shard_list_bytes(_load_v2(out, lines)) == (out, lines)
 
 
 _FUZZ = settings(max_examples=300, deadline=None)
@@ -389,3 +550,23 @@ def test_fuzz_label_count_keys(counts: dict[str, int], which: int) -> None:
     data = json.dumps(doc)
     _check(data)
     assert Manifest.loads(data).shard_files()[which] == shards[which]["file"]
+
+
+@_FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(_GOLDEN_SHARDS) - 1), st.sampled_from(["flip", "drop", "insert"]),
+                          st.integers(0, 255)), min_size=1, max_size=6))
+def test_fuzz_byte_mutations_of_a_shard_list(edits: list) -> None:
+    data = bytearray(_GOLDEN_SHARDS.encode())
+    for position, action, byte in edits:
+        position = min(position, len(data) - 1)
+        if action == "flip":
+            data[position] ^= byte or 1
+        elif action == "drop":
+            del data[position]
+        else:
+            data.insert(position, byte)
+    try:
+        loaded = _load_v2(_GOLDEN_V2, bytes(data))
+    except ManifestError:
+        return
+    assert shard_list_bytes(loaded)[0] == _GOLDEN_V2.encode()  # only an unchanged list is accepted

@@ -123,7 +123,8 @@ def _assert_same_as_local(bucket, prefix: str, local_out: str) -> None:
         local_manifest = json.load(fh)
     assert manifest["splits"] == local_manifest["splits"]
     assert manifest["labels"] == local_manifest["labels"] == ["daisy", "rose", "tulip"]
-    shards = manifest["splits"]["train"]["shards"]
+    assert bucket.get(f"{prefix}/shards.jsonl") == open(os.path.join(local_out, "shards.jsonl"), "rb").read()
+    shards = [json.loads(line) for line in bucket.get(f"{prefix}/shards.jsonl").splitlines()]
     assert [s["file"] for s in shards] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
     for shard in shards:
         data = bucket.get(f"{prefix}/{shard['file']}")

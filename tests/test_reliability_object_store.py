@@ -80,10 +80,12 @@ def _assert_manifest_matches_objects(client, prefix: str) -> None:
     if "manifest.json" not in _keys(client, prefix):
         return
     manifest = json.loads(_get(client, f"{prefix}/manifest.json"))
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            data = _get(client, f"{prefix}/{shard['file']}")
-            assert (len(data), hashlib.sha256(data).hexdigest()) == (shard["bytes"], shard["sha256"])
+    lines = _get(client, f"{prefix}/{manifest['shards']['file']}")
+    assert (len(lines), hashlib.sha256(lines).hexdigest()) == (manifest["shards"]["bytes"],
+                                                               manifest["shards"]["sha256"])
+    for shard in map(json.loads, lines.splitlines()):
+        data = _get(client, f"{prefix}/{shard['file']}")
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (shard["bytes"], shard["sha256"])
 
 
 def _one_failure_line(err: str) -> str:

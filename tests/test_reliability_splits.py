@@ -24,7 +24,7 @@ from collections import defaultdict
 import pytest
 
 from tests.reliability_support import folder_bytes
-from tests.shard_fixtures import (dead_letters, examples, image_bytes, load_manifest, make_class_tree,
+from tests.shard_fixtures import (read_set_manifest, write_set_manifest, dead_letters, examples, image_bytes, load_manifest, make_class_tree,
                                   records, run_build, shard_files, write)
 from tests.tfrecord_fixtures import image_example, write_shard_set, write_tfrecords
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
@@ -62,7 +62,7 @@ def _files(folder: str) -> dict[str, bytes]:
 
 
 def _in_memory(folder: str):
-    manifest = Manifest.loads(open(os.path.join(folder, "manifest.json"), "rb").read())
+    manifest = read_set_manifest(folder)
     return verify_in_memory(_files(folder), manifest, folder=folder)
 
 
@@ -79,8 +79,7 @@ def replace_shard(folder: str, name: str, datas: list[bytes], label_counts: dict
     """Rewrites one shard (and its ``.idx``) and fixes its manifest entry up to match, as a
     careful person splicing files by hand would: records, bytes, sha256, label counts."""
     data = write_tfrecords(os.path.join(folder, name), datas)
-    path = os.path.join(folder, "manifest.json")
-    manifest = Manifest.loads(open(path, "rb").read())
+    manifest = read_set_manifest(folder)
     splits = {}
     for split, entry in manifest.splits.items():
         shards = [ShardEntry(name, len(datas), len(data), hashlib.sha256(data).hexdigest(), label_counts)
@@ -88,7 +87,7 @@ def replace_shard(folder: str, name: str, datas: list[bytes], label_counts: dict
         splits[split] = SplitEntry(split, shards)
     fixed = Manifest(manifest.created_by, manifest.options, manifest.seed, manifest.compression,
                      manifest.feature_spec, manifest.labels, splits, manifest.dead_letters)
-    open(path, "wb").write(fixed.dumps())
+    write_set_manifest(folder, fixed)
 
 
 def _label_counts(datas: list[bytes]) -> dict[str, int]:

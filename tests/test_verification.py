@@ -7,6 +7,7 @@ on every single-byte flip and every cut of a small shard set.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -16,7 +17,7 @@ import pytest
 from tests.tfrecord_fixtures import ShardSet, image_bytes, image_example, write_shard_set
 from transforms.example.codec import encode_example
 from transforms.tfrecord.framing import frame_record
-from transforms.shardset.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from transforms.shardset.manifest import MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.verify.checks import (PROBLEM_KINDS, Problem, Report, ShardTally, check_record,
                                       duplicate_key_problems, index_problems, listing_problems,
@@ -246,10 +247,11 @@ def test_deleted_added_and_relabelled_shards(tmp_path) -> None:
 
 def test_wrong_labels_in_a_shard_are_a_label_mismatch(tmp_path) -> None:
     shards = write_shard_set(str(tmp_path), per_shard=3)
-    # Rewrite the manifest with the first shard's label counts swapped around.
-    data = json.loads(open(tmp_path / MANIFEST_NAME, "rb").read())
-    data["splits"]["train"]["shards"][0]["label_counts"] = {"0": 3}
-    manifest = Manifest.loads(json.dumps(data))
+    # The manifest with the first shard's label counts swapped around.
+    train = shards.manifest.splits["train"]
+    first = dataclasses.replace(train.shards[0], label_counts={"0": 3})
+    manifest = dataclasses.replace(shards.manifest, splits={
+        **shards.manifest.splits, "train": SplitEntry("train", [first, *train.shards[1:]])})
     report = verify_in_memory(_files(str(tmp_path)), manifest, "out")
     assert [(p.file, p.kind) for p in report.problems] == [
         ("out/train-00000-of-00002.tfrecord", "label_mismatch")]

@@ -14,7 +14,7 @@ from apache_beam.testing import test_pipeline
 from PIL import Image
 
 from tests.reliability_support import folder_bytes
-from tests.shard_fixtures import make_class_tree, run_build
+from tests.shard_fixtures import make_class_tree, run_build, write_set_manifest
 from tests.tfrecord_fixtures import (ShardSet, image_example, make_examples, write_file, write_shard_set,
                                      write_tfrecords)
 from transforms.example.codec import encode_example
@@ -97,7 +97,7 @@ def _add_to_manifest(shards: ShardSet, name: str, split: str, records: int, labe
     splits = dict(shards.manifest.splits)
     splits[split] = SplitEntry(split, [entry])
     manifest = Manifest(**{**shards.manifest.__dict__, "splits": splits})
-    write_file(os.path.join(shards.folder, MANIFEST_NAME), manifest.dumps())
+    write_set_manifest(shards.folder, manifest)
     shards.manifest = manifest
 
 

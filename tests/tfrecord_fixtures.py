@@ -19,7 +19,9 @@ from PIL import Image, ImageDraw
 
 from transforms.example.codec import encode_example
 from transforms.tfrecord.framing import frame_record
-from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
+from transforms.shardset.manifest import (LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry,
+                                          SplitEntry)
+from transforms.shardset.shard_list import shard_list_bytes
 from transforms.shardset.naming import shard_file_name
 from transforms.tfrecord.record_index import format_index, index_name
 from transforms.example.schema import IMAGE_FEATURES
@@ -181,6 +183,8 @@ def write_shard_set(folder: str, splits: dict[str, int] | None = None, per_shard
     manifest = Manifest(created_by="build_shards", options={}, seed=seed, compression=compression,
                         feature_spec=dict(IMAGE_FEATURES), labels=list(classes), splits=entries)
     write_file(os.path.join(folder, LABELS_NAME), "".join(f"{c}\n" for c in classes).encode("utf-8"))
-    write_file(os.path.join(folder, MANIFEST_NAME), manifest.dumps())
+    manifest_json, shard_list = shard_list_bytes(manifest)
+    write_file(os.path.join(folder, SHARDS_NAME), shard_list)
+    write_file(os.path.join(folder, MANIFEST_NAME), manifest_json)
     shard_set.manifest = manifest
     return shard_set

@@ -13,16 +13,20 @@ The I/O around ``transforms.shardset.run_lock`` and ``transforms.shardset.owners
   after, which leaves a short race between two runs starting together; the
   check before the manifest is written catches the loser then;
 - ``folder_state``: the files, manifest and journal a run finds;
+- ``read_manifest``: a manifest and, for format 2, its shard list, read line
+  by line and checked (``shardset.shard_list``);
 - ``clear_staging``: earlier attempts' staging, or the run's own;
 - ``free_bytes``: free space of a local folder, for a disk-full message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 from dataclasses import dataclass
+from typing import Iterator
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -31,6 +35,7 @@ from transforms import beam_compat
 from transforms.errors import ManifestError, PublishError, UsageError
 from transforms.file_access import naming_s3_errors
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
+from transforms.shardset.shard_list import with_shard_list
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, owned_files,
                                            unlisted_problem, unlisted_shard_files)
@@ -38,7 +43,7 @@ from transforms.tfrecord.record_index import INDEX_DIR
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo, held_message, is_stale, lost_message
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "acquire_lock", "check_lock", "release_lock",
-           "folder_state", "check_unlisted", "clear_staging", "staging_folder", "free_bytes",
+           "folder_state", "read_manifest", "open_lines", "check_unlisted", "clear_staging", "staging_folder", "free_bytes",
            "prepare_output", "finish_output"]
 
 STAGING_DIR = ".staging"
@@ -304,14 +309,51 @@ def _listing(output_dir: str) -> dict[str, int]:
     return present
 
 
+@contextlib.contextmanager
+def open_lines(path: str) -> Iterator[Iterator[bytes] | None]:
+    """The lines of a text file, read as they are used (newlines kept); None if it does not exist."""
+    if not FileSystems.exists(path):
+        yield None
+        return
+    with naming_s3_errors(path), FileSystems.open(path, compression_type="uncompressed") as fh:
+        yield iter(fh.readline, b"")
+
+
+def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool = False) -> Manifest:
+    """The folder's manifest with every shard listed (format 2: read from its shard list).
+
+    The shard list is streamed and checked against ``manifest.json`` (sha256,
+    size, lines, split totals). By default shard entries come without label
+    counts (the splits' totals keep them), so memory grows with shards, not
+    shards x labels.
+
+    Args:
+        output_dir: The shard set's folder.
+        data: ``manifest.json``'s bytes, if already read.
+        label_counts: Keep each shard's label counts.
+
+    Raises:
+        ManifestError: The manifest or its shard list cannot be read, or they disagree.
+    """
+    if data is None:
+        data = _read(join_path(output_dir, MANIFEST_NAME))
+        if data is None:
+            raise ManifestError(f"{join_path(output_dir, MANIFEST_NAME)} does not exist")
+    manifest = Manifest.loads(data)
+    if manifest.complete:
+        return manifest
+    with open_lines(join_path(output_dir, manifest.shards_file.file)) as lines:
+        return with_shard_list(manifest, lines, label_counts)
+
+
 def folder_state(output_dir: str) -> FolderState:
-    """Reads the folder's listing, manifest and journal."""
+    """Reads the folder's listing, manifest (with its shard list) and journal."""
     present = _listing(output_dir)
     manifest, problem = None, None
     data = _read(join_path(output_dir, MANIFEST_NAME))
     if data is not None:
         try:
-            manifest = Manifest.loads(data)
+            manifest = read_manifest(output_dir, data)
         except ManifestError as err:
             problem = str(err)
     journal = None

@@ -12,7 +12,7 @@ from apache_beam.metrics import Metrics
 from transforms.errors import RecordError, UsageError
 from transforms.file_access import is_folder, match_files
 from transforms.images.annotations import LABEL_MAP_NAME
-from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME
+from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
 from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
@@ -24,7 +24,7 @@ __all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectClassNames
 
 
 # A shard set's own companions, which a pattern such as ``old/*`` also matches.
-_SIDECARS = (MANIFEST_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME)
+_SIDECARS = (MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME)
 
 
 def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
@@ -33,7 +33,7 @@ def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
     A path that names a file is that file (even with ``[``, ``*`` or ``?`` in
     its name). A shard set's own companions that a pattern such as
     ``old/train-*`` or ``old/*`` also matches are left out: ``.idx`` sidecars
-    of matched files, and ``manifest.json``, ``labels.txt``,
+    of matched files, and ``manifest.json``, ``shards.jsonl``, ``labels.txt``,
     ``dead_letters.jsonl``, ``label_map.pbtxt`` and tfds's files.
 
     Raises:

@@ -13,12 +13,21 @@ that never lets ``manifest.json`` name a missing or partial file:
 2. write the journal (``.publishing.json``: every file the tool owns in the
    folder, old and new), then delete the old ``manifest.json`` (from here on,
    no manifest is present, and the journal says which files are the tool's);
-3. rename staged shards and ``.idx`` files to their final names;
+3. rename staged shards and ``.idx`` files to their final names (in
+   parallel: a pool of ``RENAME_THREADS`` threads over chunks of files);
 4. delete the files of earlier runs that the new set does not have: only
    files the previous manifest (or journal) lists, and, with
    ``--overwrite_unlisted_shards``, other shard-named files;
-5. write ``labels.txt``, check the lock again, write ``manifest.json`` (new
-   splits and kept ones), delete the journal and clear the staging folder.
+5. write ``labels.txt`` and the shard list ``shards.jsonl`` (streamed: the
+   parts the workers wrote, ``WriteShardListParts``, joined in order, and the
+   kept splits' lines), check the lock again, write ``manifest.json`` (new
+   splits and kept ones; it names ``shards.jsonl`` with its sha256), delete
+   the journal and clear the staging folder.
+
+Nothing the publish step holds grows with shards x labels: it iterates the
+written shards lazily (``AsIter``, without their label counts), keeps one
+small entry per shard and the splits' label totals, and copies the shard
+list from the staged parts line by line.
 
 Every file is written under a temporary name in the run's staging folder
 (``.staging/<run id>/``) and then renamed into place, so a crash leaves no
@@ -32,10 +41,13 @@ job into the same folder converges on the same bytes.
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import errno
 import hashlib
 import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -44,15 +56,16 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import beam_compat, worker_threads
-from transforms.errors import PublishError
+from transforms.errors import ManifestError, PublishError
 from transforms.file_access import naming_s3_errors
-from transforms.output_folder import (STAGING_DIR, check_lock, folder_state, free_bytes,
+from transforms.output_folder import (STAGING_DIR, check_lock, folder_state, free_bytes, open_lines,
                                       staging_folder)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest,
-                                          ShardEntry, SplitEntry)
+from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
+                                          Manifest, ShardEntry, ShardsFile, SplitCounts, SplitEntry)
+from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, files_to_remove,
                                            kept_split_problem, kept_splits, merge_labels)
 from transforms.plan_shards import ShardKey
@@ -61,8 +74,8 @@ from transforms.shardset.naming import join_path, shard_file_name
 from transforms.tfrecord.shard_writer import ShardStats, ShardWriter
 from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 
-__all__ = ["WriteShards", "PublishShards", "ShardResult", "STAGING_DIR", "publish_shards",
-           "rejection_details"]
+__all__ = ["WriteShards", "PublishShards", "ShardResult", "ShardListPart", "STAGING_DIR", "publish_shards",
+           "write_shard_list_part", "rejection_details"]
 
 _LOG = logging.getLogger(__name__)
 # Metrics of the sink, the same for every job that writes shards (build, reshard).
@@ -70,6 +83,12 @@ _NAMESPACE = "shard_sink"
 # Kept splits are hashed again (sha256 against the manifest) when their shards add up to at
 # most this many bytes; larger ones are checked by size only (verify_shards reads them all).
 KEPT_SHA256_BUDGET = 1 << 30
+# Shards per staged part of the shard list (a part holds their label counts in one worker).
+PART_SHARDS = 1000
+# Threads renaming staged files at once, and files per rename call (gs:// and s3:// copy and
+# delete each object; a call renames its files one batch request at a time).
+RENAME_THREADS = 16
+RENAME_CHUNK = 100
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,25 @@ class ShardResult:
     staged: str
     staged_index: str | None
     stats: ShardStats
+
+
+@dataclass(frozen=True)
+class ShardListPart:
+    """Lines of the shard list for up to ``PART_SHARDS`` shards of a split, staged by a worker.
+
+    Attributes:
+        split: The split.
+        part: Its shards ``part * PART_SHARDS`` up to the next part's first.
+        path: The staged file: one line per written shard, in index order.
+        indexes: The shard indexes it has lines for, ascending.
+        label_counts: Label -> records over those shards.
+    """
+
+    split: str
+    part: int
+    path: str
+    indexes: tuple[int, ...]
+    label_counts: Mapping[str, int]
 
 
 def no_space_message(output_dir: str, path: str, needed: int | None) -> str:
@@ -225,23 +263,26 @@ class WriteShards(beam.PTransform):
                                              beam.pvalue.AsList(self._totals)))
 
 
-def _write_atomic(path: str, data: bytes, staging: str) -> None:
+def _write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
     """Writes ``path`` through a temporary file in ``staging`` and a rename.
 
-    A crash before the rename leaves the temporary file in the staging
-    folder, which the next publish clears, not beside the shards.
+    ``data`` is the bytes, or pieces written one after the other (never
+    joined). A crash before the rename leaves the temporary file in the
+    staging folder, which the next publish clears, not beside the shards.
     """
     temp = join_path(staging, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
     try:
         with naming_s3_errors(temp):
             fh = FileSystems.create(temp, compression_type="uncompressed")
             try:
-                fh.write(data)
+                for piece in [data] if isinstance(data, bytes) else data:
+                    fh.write(piece)
             finally:
                 beam_compat.close_written_file(fh)
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise PublishError(no_space_message(path.rsplit("/", 1)[0], temp, len(data))) from err
+            size = len(data) if isinstance(data, bytes) else None
+            raise PublishError(no_space_message(path.rsplit("/", 1)[0], temp, size)) from err
         raise
     FileSystems.rename([temp], [path])
 
@@ -254,11 +295,16 @@ def _sha256_of(path: str) -> str:
     return sha.hexdigest()
 
 
-def _move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> None:
-    """Renames staged files to their final names, in one call where the store allows.
+def _rename(pairs: Sequence[tuple[str, str]]) -> None:
+    FileSystems.rename([staged for staged, _ in pairs], [final for _, final in pairs])
 
-    On a retried publish, a staged file may already have been moved: then its
-    final name must hold it (checked by sha256 where known).
+
+def _move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> None:
+    """Renames staged files to their final names, ``RENAME_THREADS`` chunks at a time.
+
+    Returns once every rename is done (or raises the first failure after
+    the others ended). On a retried publish, a staged file may already have
+    been moved: then its final name must hold it (checked by sha256 where known).
 
     Args:
         staging: The staging folder (listed once to see what is still there).
@@ -266,8 +312,13 @@ def _move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> Non
     """
     present = {m.path.rsplit("/", 1)[-1] for m in FileSystems.match([staging + "/**"])[0].metadata_list}
     pending = [(staged, final) for staged, final, _ in moves if staged.rsplit("/", 1)[-1] in present]
-    if pending:
-        FileSystems.rename([staged for staged, _ in pending], [final for _, final in pending])
+    chunks = [pending[i:i + RENAME_CHUNK] for i in range(0, len(pending), RENAME_CHUNK)]
+    if len(chunks) == 1:
+        _rename(chunks[0])
+    elif chunks:
+        with ThreadPoolExecutor(max_workers=min(RENAME_THREADS, len(chunks))) as pool:
+            for done in [pool.submit(_rename, chunk) for chunk in chunks]:
+                done.result()
     for staged, final, sha256 in moves:
         if staged.rsplit("/", 1)[-1] in present:
             continue
@@ -332,16 +383,160 @@ def rejection_details(dead_letters: Sequence[DeadLetter], examples: int = 3) -> 
     return lines
 
 
-def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequence[SplitTotals],
-                   dead_letters: Sequence[DeadLetter], labels: Sequence[str], inputs: int,
-                   compression: str, manifest_fields: Mapping[str, Any],
-                   max_bad_fraction: float | None, policy: PublishPolicy,
+def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], output_dir: str,
+                          run_id: str) -> ShardListPart:
+    """Stages the shard-list lines of one part's written shards, in index order.
+
+    Args:
+        item: ``((split, part), [ShardResult])``.
+        output_dir: Output folder (the part goes to the run's staging folder).
+        run_id: The run's id.
+    """
+    (split, part), results = item
+    results = sorted(results, key=lambda r: r.index)
+    path = join_path(staging_folder(output_dir, run_id), f"{SHARDS_NAME}.{split}.{part}.{uuid.uuid4().hex}.tmp")
+    totals: dict[str, int] = {}
+    for result in results:
+        for label, count in result.stats.label_counts.items():
+            totals[label] = totals.get(label, 0) + count
+    lines = (shard_line(split, r.index, ShardEntry(r.file, r.stats.records, r.stats.bytes, r.stats.sha256,
+                                                   r.stats.label_counts)) for r in results)
+    _write_to(path, lines, output_dir)
+    return ShardListPart(split, part, path, tuple(r.index for r in results), totals)
+
+
+def _write_to(path: str, pieces: Iterable[bytes], output_dir: str) -> None:
+    try:
+        with naming_s3_errors(path):
+            fh = FileSystems.create(path, compression_type="uncompressed")
+            try:
+                for piece in pieces:
+                    fh.write(piece)
+            finally:
+                beam_compat.close_written_file(fh)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise PublishError(no_space_message(output_dir, path, None)) from err
+        raise
+
+
+def _part_key(result: ShardResult) -> tuple[tuple[str, int], ShardResult]:
+    return (result.split, result.index // PART_SHARDS), result
+
+
+def _without_label_counts(result: ShardResult) -> ShardResult:
+    return dataclasses.replace(result, stats=dataclasses.replace(result.stats, label_counts={}))
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """What publishing needs of a written shard (no label counts)."""
+
+    file: str
+    staged: str
+    staged_index: str | None
+    records: int
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def of(cls, result: ShardResult) -> "_Staged":
+        return cls(result.file, result.staged, result.staged_index, result.stats.records,
+                   result.stats.bytes, result.stats.sha256)
+
+
+def _part_problem(parts: Sequence[ShardListPart], staged: Mapping[tuple[str, int], _Staged]) -> str | None:
+    """Why the staged shard-list parts do not cover exactly the written shards, or None."""
+    covered = [(p.split, i) for p in parts for i in p.indexes]
+    if len(covered) != len(set(covered)) or set(covered) != set(staged):
+        return (f"the shard-list parts cover {len(set(covered))} shards but {len(staged)} were written; "
+                "refusing to publish an inconsistent set")
+    return None
+
+
+def _kept_lines(output_dir: str, old: Manifest, split: str) -> Iterator[bytes]:
+    """The shard-list lines of a kept split, from the previous manifest (or its shard list)."""
+    if old.shards_file is None:  # a version-1 manifest: its shards are in memory
+        for index, entry in enumerate(old.splits[split].shards):
+            yield shard_line(split, index, entry)
+        return
+    path = join_path(output_dir, old.shards_file.file)
+    with open_lines(path) as lines:
+        if lines is None:
+            raise PublishError(f"{path}, the shard list of the kept split {split!r}, is gone")
+        index = 0
+        try:
+            for name, entry in read_shard_list(old, lines):  # read to the end: checked as a whole
+                if name == split:
+                    yield shard_line(split, index, entry)
+                    index += 1
+        except ManifestError as err:
+            raise PublishError(f"cannot keep split {split!r}: {err}") from err
+
+
+def _part_lines(split: str, count: int, parts: Mapping[tuple[str, int], ShardListPart],
+                empty: Mapping[tuple[str, int], ShardEntry]) -> Iterator[bytes]:
+    """A written split's lines: each part's staged lines, with the lines of empty shards put in place."""
+    for part in range(-(-count // PART_SHARDS)):
+        staged = parts.get((split, part))
+        have = set(staged.indexes) if staged else set()
+        with open_lines(staged.path) if staged else contextlib.nullcontext() as lines:
+            if staged and lines is None:
+                raise PublishError(f"staged shard-list part {staged.path} is gone")
+            for index in range(part * PART_SHARDS, min(count, (part + 1) * PART_SHARDS)):
+                if index not in have:
+                    yield shard_line(split, index, empty[(split, index)])
+                    continue
+                line = next(lines, b"")
+                if not line.endswith(b"\n"):
+                    raise PublishError(f"staged shard-list part {staged.path} ends before shard {index}")
+                yield line
+
+
+def _write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEntry],
+                      kept: Mapping[str, SplitEntry], old: Manifest | None,
+                      parts: Mapping[tuple[str, int], ShardListPart],
+                      empty: Mapping[tuple[str, int], ShardEntry]) -> ShardsFile:
+    """Writes ``shards.jsonl`` line by line while hashing it; returns what ``manifest.json`` says of it."""
+    digest = LineDigest(SHARDS_NAME)
+
+    def _published_before(name: str) -> bool:
+        """A retried publish whose first attempt finished: its parts are gone, its list is in place."""
+        if all(FileSystems.exists(p.path) for p in parts.values() if p.split == name):
+            return False
+        listed = old.splits.get(name) if old is not None else None
+        same = listed is not None and [(e.file, e.records, e.bytes, e.sha256) for e in listed.shards] == [
+            (e.file, e.records, e.bytes, e.sha256) for e in splits[name].shards]
+        if not same:
+            raise PublishError(f"the staged shard list of split {name!r} is gone and {SHARDS_NAME} "
+                               "does not list the same shards")
+        return True
+
+    def lines() -> Iterator[bytes]:
+        for name in sorted(splits):
+            pieces = (_kept_lines(output_dir, old, name) if name in kept or _published_before(name)
+                      else _part_lines(name, splits[name].num_shards, parts, empty))
+            for line in pieces:
+                yield digest.add(line)
+
+    _write_atomic(join_path(output_dir, SHARDS_NAME), lines(), staging)
+    return digest.summary()
+
+
+def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
+                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetter],
+                   labels: Sequence[str], inputs: int, compression: str,
+                   manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
+                   policy: PublishPolicy,
                    sidecar_files: Callable[[Manifest], Mapping[str, bytes]] | None = None) -> Manifest:
     """Publishes staged shards; see the module docstring for the order of steps.
 
     Args:
         output_dir: Output folder.
-        results: One ``ShardResult`` per written shard.
+        results: One ``ShardResult`` per written shard, iterated once (their
+            label counts are not used: ``parts`` carry them).
+        parts: The staged parts of the shard list (``write_shard_list_part``)
+            covering every written shard.
         totals: The plan of every split (for shard counts; empty shards are created).
         dead_letters: Every rejected input.
         labels: Class names in index order.
@@ -358,7 +553,7 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
             this run does not have: it is removed if present.
 
     Returns:
-        The published manifest.
+        The published manifest (its shard entries without label counts).
 
     Raises:
         PublishError: The lock is not this run's, a kept split changed or does
@@ -383,10 +578,13 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
         _delete_folder(staging)
         raise PublishError(refusal)
 
+    staged: dict[tuple[str, int], _Staged] = {}
+    for result in results:  # one pass; only shards x small is kept
+        staged[(result.split, result.index)] = _Staged.of(result)
     dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
     dead_path = join_path(output_dir, DEAD_LETTERS_NAME)
     _write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"), staging)
-    written = sum(r.stats.records for r in results)
+    written = sum(s.records for s in staged.values())
     if inputs == 0:
         refusal = "no input files or rows were found; check --input"
     elif written + len(dead) != inputs:
@@ -398,33 +596,43 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
             f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
             f"published; every rejected input is in {dead_path}",
             *rejection_details(dead)])
+    else:
+        refusal = _part_problem(parts, staged)
     if refusal is not None:
         _delete_folder(staging)
         raise PublishError(refusal)
 
-    by_key = {(r.split, r.index): r for r in results}
-    splits: dict[str, SplitEntry] = dict(kept)
+    splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
+                                     for name, split in kept.items()}
     keep: set[str] = set()
     for split in kept.values():
         for shard in split.shards:
             keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
     moves: list[tuple[str, str, str | None]] = []
+    empty: dict[tuple[str, int], ShardEntry] = {}
     for plan in sorted(totals, key=lambda t: t.split):
         entries = []
         for index in range(plan.num_shards):
-            result = by_key.get((plan.split, index))
+            result = staged.get((plan.split, index))
             if result is None:  # a shard the plan left empty: write it so the set is complete
-                result = write_shard(output_dir, (plan.split, index, plan.num_shards), [], compression,
-                                     policy.run_id)
+                result = _Staged.of(write_shard(output_dir, (plan.split, index, plan.num_shards), [],
+                                                compression, policy.run_id))
+                empty[(plan.split, index)] = ShardEntry(result.file, result.records, result.bytes,
+                                                        result.sha256, {})
             final = join_path(output_dir, result.file)
-            moves.append((result.staged, final, result.stats.sha256))
+            moves.append((result.staged, final, result.sha256))
             if result.staged_index:
                 moves.append((result.staged_index, index_name(final), None))
                 keep.add(index_name(result.file))
             keep.add(result.file)
-            entries.append(ShardEntry(result.file, result.stats.records, result.stats.bytes,
-                                      result.stats.sha256, dict(result.stats.label_counts)))
-        splits[plan.split] = SplitEntry(plan.split, entries)
+            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+        label_counts: dict[str, int] = {}
+        for part in parts:
+            if part.split == plan.split:
+                for label, count in part.label_counts.items():
+                    label_counts[label] = label_counts.get(label, 0) + count
+        splits[plan.split] = SplitEntry(plan.split, entries, SplitCounts(
+            sum(e.records for e in entries), sum(e.bytes for e in entries), len(entries), label_counts))
     owned = state.owned()
     stale = files_to_remove(state.present, owned, keep, policy.overwrite_unlisted)
     journal = Journal(policy.run_id, tuple(sorted(owned | keep | set(stale))))
@@ -445,11 +653,13 @@ def publish_shards(output_dir: str, results: Sequence[ShardResult], totals: Sequ
 
     _write_atomic(join_path(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"),
                   staging)
+    shards_file = _write_shard_list(output_dir, staging, splits, kept, state.manifest,
+                                    {(p.split, p.part): p for p in parts}, empty)
     manifest = Manifest(
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
-        dead_letters=len(dead), images=manifest_fields.get("images") or {})
+        dead_letters=len(dead), images=manifest_fields.get("images") or {}, shards_file=shards_file)
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     _delete_if_exists([join_path(output_dir, name) for name, data in sorted(sidecars.items()) if data is None])
     for name, data in sorted(sidecars.items()):
@@ -471,13 +681,13 @@ class _PublishFn(beam.DoFn):
         self._sidecar_files = sidecar_files
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
 
-    def process(self, _, results, totals, dead_letters, labels, inputs, feature_spec, images):
+    def process(self, _, results, parts, totals, dead_letters, labels, inputs, feature_spec, images):
         output_dir, compression, fields, max_bad, policy = self._args
         fields = {**fields, "feature_spec": feature_spec, "images": images}
         self._dead.inc(len(dead_letters))
-        manifest = publish_shards(output_dir, results, totals, dead_letters, labels, inputs,
+        manifest = publish_shards(output_dir, results, parts, totals, dead_letters, labels, inputs,
                                   compression, fields, max_bad, policy, self._sidecar_files)
-        _LOG.info("published %d shards with %d records to %s", len(manifest.shard_files()),
+        _LOG.info("published %d shards with %d records to %s", manifest.num_shards,
                   manifest.records, output_dir)
         yield manifest.to_dict()
 
@@ -486,8 +696,11 @@ class PublishShards(beam.PTransform):
     """Publishes the written shards once all are staged.
 
     Applied to the pipeline (``p | PublishShards(...)``); every other input is
-    a PCollection given to the constructor and read as a side input.
-    Output: ``PCollection[dict]`` with the manifest.
+    a PCollection given to the constructor and read as a side input. The
+    shard list's lines are staged in parts by the workers first
+    (``WriteShardListParts``); the publish step then sees the written shards
+    without their label counts, one at a time (``AsIter``).
+    Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
         output_dir: Output folder.
@@ -517,11 +730,17 @@ class PublishShards(beam.PTransform):
 
     def expand(self, pbegin):
         results, totals, dead, labels, inputs, spec, images = self._inputs
-        AsList, AsSingleton = beam.pvalue.AsList, beam.pvalue.AsSingleton
+        output_dir, run_id = self._args[0], self._args[4].run_id
+        AsIter, AsList, AsSingleton = beam.pvalue.AsIter, beam.pvalue.AsList, beam.pvalue.AsSingleton
         if images is None:
             images = pbegin | "CreateNoImageCounts" >> beam.Create([{}])
+        parts = (results
+                 | "KeyByListPart" >> beam.Map(_part_key)  # ((split, part), ShardResult)
+                 | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
+                 | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))
+        light = results | "DropLabelCounts" >> beam.Map(_without_label_counts)  # ShardResult
         return (pbegin
                 | "Once" >> beam.Create([None])
-                | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsList(results), AsList(totals),
-                                          AsList(dead), AsSingleton(labels), AsSingleton(inputs),
-                                          AsSingleton(spec), AsSingleton(images)))
+                | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsIter(light), AsList(parts),
+                                          AsList(totals), AsList(dead), AsSingleton(labels),
+                                          AsSingleton(inputs), AsSingleton(spec), AsSingleton(images)))

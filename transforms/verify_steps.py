@@ -8,6 +8,8 @@ Element types:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import posixpath
 from dataclasses import dataclass
@@ -21,12 +23,15 @@ from apache_beam.metrics import Metrics
 from transforms.verify.preview import PREVIEW_PER_CLASS, preview_sample, render_preview
 from transforms.tfrecord.compression import compression_of
 from transforms.errors import ManifestError, RecordError
-from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry
+from transforms.output_folder import open_lines
+from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
+from transforms.shardset.shard_list import read_shard_list
 from transforms.shardset.naming import join_path
 from transforms.tfrecord.record_index import index_names
 from transforms.verify.checks import (Problem, RecordCheck, Report, ShardTally, check_record,
                                       duplicate_key_problems, index_problems, labels_problems,
-                                      listing_problems, record_labels, sha256_problem, shard_problems)
+                                      listing_problems, record_labels, sha256_problem,
+                                      shard_label_problems, shard_problems)
 
 __all__ = ["ReadManifest", "ShardFile", "CheckRecords", "CheckShardFiles", "TallyShards",
            "FindDuplicateKeys", "WriteReport", "WritePreview", "MANIFEST", "SHARDS", "PROBLEMS", "SAMPLES"]
@@ -58,7 +63,7 @@ class ShardFile:
 
 
 def _load_manifest(folder: str):
-    """folder -> its Manifest, or a ``parse_error`` problem to PROBLEMS."""
+    """folder -> its Manifest (format 2: without its shard list), or a ``parse_error`` problem to PROBLEMS."""
     path = join_path(folder, MANIFEST_NAME)
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
         data = fh.read()
@@ -74,13 +79,6 @@ def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
             for meta in FileSystems.match([join_path(folder, "*")])[0].metadata_list}
 
 
-def _listed_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]]) -> Iterator[ShardFile]:
-    for split, entries in sorted(manifest.splits.items()):
-        for entry in entries.shards:
-            if entry.file in present:
-                yield ShardFile(present[entry.file][0], present[entry.file][1], split, entry)
-
-
 def _read_labels(present: Mapping[str, tuple[str, int]]) -> bytes | None:
     if LABELS_NAME not in present:
         return None
@@ -88,21 +86,58 @@ def _read_labels(present: Mapping[str, tuple[str, int]]) -> bytes | None:
         return fh.read()
 
 
-def _compare_listing(manifest: Manifest, present: Mapping[str, tuple[str, int]],
-                     folder: str) -> list[Problem]:
+def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], folder: str):
+    """Manifest -> a ``ShardFile`` per listed shard that exists, and problems to PROBLEMS.
+
+    A format-2 shard list is streamed (one shard's label counts at a time)
+    and checked against ``manifest.json``; a missing or disagreeing list is
+    one problem naming it, and the folder is then not compared with a
+    partial list. Otherwise the folder's files and ``labels.txt`` are
+    compared with the listed shards (file names and sizes only).
+    """
+    entries: dict[str, list[ShardEntry]] = {name: [] for name in manifest.splits}
+    count = len(manifest.labels)
+    try:
+        with contextlib.ExitStack() as stack:
+            if manifest.complete:
+                listed = ((name, e) for name, split in sorted(manifest.splits.items()) for e in split.shards)
+            else:
+                name = manifest.shards_file.file
+                lines = (stack.enter_context(open_lines(present[name][0])) if name in present else None)
+                if lines is None:
+                    raise ManifestError(f"{name} is missing; {MANIFEST_NAME} lists its shards there")
+                listed = read_shard_list(manifest, lines)
+            for split, entry in listed:
+                if entry.file in present:
+                    yield ShardFile(present[entry.file][0], present[entry.file][1], split, entry)
+                if count:
+                    for problem in shard_label_problems(folder, count, entry):
+                        yield beam.pvalue.TaggedOutput(PROBLEMS, problem)
+                entries[split].append(dataclasses.replace(entry, label_counts={}))
+    except ManifestError as err:
+        name = manifest.shards_file.file if manifest.shards_file else MANIFEST_NAME
+        kind = "missing_file" if name not in present else "parse_error"
+        yield beam.pvalue.TaggedOutput(PROBLEMS, Problem(join_path(folder, name), None, kind, str(err)))
+        return
+    light = dataclasses.replace(manifest, splits={
+        name: SplitEntry(name, entries[name], split.to_counts()) for name, split in manifest.splits.items()})
     sizes = {name: size for name, (_, size) in present.items()}
-    return (listing_problems(folder, manifest, sizes)
-            + labels_problems(folder, manifest, _read_labels(present)))
+    for problem in (listing_problems(folder, light, sizes)
+                    + labels_problems(folder, light, _read_labels(present))):
+        yield beam.pvalue.TaggedOutput(PROBLEMS, problem)
 
 
 class ReadManifest(beam.PTransform):
-    """Reads a shard set's ``manifest.json`` and lists its folder, inside the pipeline.
+    """Reads a shard set's ``manifest.json`` (and ``shards.jsonl``) and lists its folder, in the pipeline.
 
-    The job graph holds only the folder's name, whatever the manifest's size.
-    Outputs (a dict): ``MANIFEST``: the ``Manifest`` (none when it cannot be
-    parsed); ``SHARDS``: a ``ShardFile`` per listed shard that exists;
-    ``PROBLEMS``: an unparsable manifest, missing, extra and wrong-sized files,
-    and ``labels.txt`` against the manifest.
+    The job graph holds only the folder's name, whatever the manifest's size,
+    and the shard list is read line by line: no element holds every shard's
+    label counts. Outputs (a dict): ``MANIFEST``: the ``Manifest`` (none when
+    it cannot be parsed; for format 2 without shard entries, with its
+    splits' totals); ``SHARDS``: a ``ShardFile`` per listed shard that exists;
+    ``PROBLEMS``: an unparsable manifest, a missing or disagreeing shard
+    list, missing, extra and wrong-sized files, and ``labels.txt`` against
+    the manifest.
 
     Args:
         folder: The shard set's folder.
@@ -116,10 +151,10 @@ class ReadManifest(beam.PTransform):
         folder = pbegin | "Folder" >> beam.Create([self._folder])
         loaded = folder | "Load" >> beam.FlatMap(_load_manifest).with_outputs(PROBLEMS, main=MANIFEST)
         present = beam.pvalue.AsSingleton(folder | "ListFolder" >> beam.Map(_list_folder))
-        shards = loaded[MANIFEST] | "ListedShards" >> beam.FlatMap(_listed_shards, present)
-        listing = loaded[MANIFEST] | "CompareListing" >> beam.FlatMap(_compare_listing, present, self._folder)
-        problems = (loaded[PROBLEMS], listing) | "AllProblems" >> beam.Flatten()
-        return {MANIFEST: loaded[MANIFEST], SHARDS: shards, PROBLEMS: problems}
+        listed = loaded[MANIFEST] | "ListShards" >> beam.FlatMap(
+            _list_shards, present, self._folder).with_outputs(PROBLEMS, main=SHARDS)
+        problems = (loaded[PROBLEMS], listed[PROBLEMS]) | "AllProblems" >> beam.Flatten()
+        return {MANIFEST: loaded[MANIFEST], SHARDS: listed[SHARDS], PROBLEMS: problems}
 
 
 class _CheckRecordFn(beam.DoFn):

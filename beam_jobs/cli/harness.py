@@ -28,7 +28,7 @@ from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, want
 from transforms import beam_compat, output_folder
 from transforms.errors import ManifestError, ShardsError, UsageError
 from transforms.progress.report import plural
-from transforms.shardset.manifest import MANIFEST_NAME, Manifest
+from transforms.shardset.manifest import MANIFEST_NAME
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import join_path
 
@@ -223,8 +223,7 @@ def _image_lines(images, mode: str | None) -> list[str]:
 
 def summarize(output_dir: str, seconds: float) -> str:
     """Returns the human summary of a published shard set, read from its manifest."""
-    with FileSystems.open(join_path(output_dir, MANIFEST_NAME)) as fh:
-        manifest = Manifest.loads(fh.read())
+    manifest = output_folder.read_manifest(output_dir)  # shard entries without label counts: shards x small
     lines = [f"Published {plural(manifest.records, 'record')} to {output_dir} in {seconds:.1f} s "
              f"({plural(manifest.dead_letters, 'dead letter')}; written + dead-lettered = "
              f"{manifest.records + manifest.dead_letters} inputs)"]

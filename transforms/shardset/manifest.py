@@ -3,6 +3,14 @@
 Pure code: builds, serializes and loads the manifest; knows nothing of paths
 beyond the shard file names it records. Serialization is deterministic (no
 timestamps, fixed key order), so reruns give byte-identical manifests.
+
+Format version 2 keeps ``manifest.json`` small: it holds what does not grow
+with shards x labels (options, labels, per split its records, bytes, shard
+count and label counts) and names its shard list, ``shards.jsonl`` (one line
+per shard, see ``shardset.shard_list``), with that file's sha256, size and
+line count. ``Manifest.loads`` of a version-2 manifest gives its splits'
+totals without their shards; ``shard_list.with_shard_list`` adds them.
+Version 1 (every shard inside ``manifest.json``) is still read.
 """
 
 from __future__ import annotations
@@ -14,14 +22,17 @@ from typing import Any, Mapping, Sequence
 
 from transforms.errors import ManifestError
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ShardEntry", "SplitEntry", "Manifest",
-           "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
+           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME", "SHARDS_NAME"]
 
 FORMAT_NAME = "tfrecord-shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 LABELS_NAME = "labels.txt"
 DEAD_LETTERS_NAME = "dead_letters.jsonl"
+SHARDS_NAME = "shards.jsonl"
+_HEX = frozenset("0123456789abcdef")
 
 
 def _require(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
@@ -61,22 +72,39 @@ class ShardEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "records": self.records, "bytes": self.bytes,
                 "sha256": self.sha256,
-                "label_counts": {k: self.label_counts[k] for k in sorted(self.label_counts, key=_label_sort)}}
+                "label_counts": sorted_label_counts(self.label_counts)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str) -> "ShardEntry":
-        name = _require(obj, "file", str, where)
-        if not name or "/" in name or "\\" in name or name in (".", ".."):
-            raise ManifestError(f"{where}.file: {name!r} is not a plain file name")
-        sha = _require(obj, "sha256", str, where)
-        if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-            raise ManifestError(f"{where}.sha256: {sha!r} is not 64 lowercase hex digits")
-        counts = _require(obj, "label_counts", dict, where)
-        for label, count in counts.items():
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise ManifestError(f"{where}.label_counts[{label!r}]: bad count {count!r}")
-        return cls(name, _require(obj, "records", int, where), _require(obj, "bytes", int, where),
-                   sha, dict(counts))
+        return cls(_file_name(obj, where), _require(obj, "records", int, where),
+                   _require(obj, "bytes", int, where), _sha256(obj, where), _label_counts(obj, where))
+
+
+def _file_name(obj: Mapping[str, Any], where: str) -> str:
+    name = _require(obj, "file", str, where)
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise ManifestError(f"{where}.file: {name!r} is not a plain file name")
+    return name
+
+
+def _sha256(obj: Mapping[str, Any], where: str) -> str:
+    sha = _require(obj, "sha256", str, where)
+    if len(sha) != 64 or not _HEX.issuperset(sha):
+        raise ManifestError(f"{where}.sha256: {sha!r} is not 64 lowercase hex digits")
+    return sha
+
+
+def _label_counts(obj: Mapping[str, Any], where: str) -> dict[str, int]:
+    counts = _require(obj, "label_counts", dict, where)
+    for label, count in counts.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ManifestError(f"{where}.label_counts[{label!r}]: bad count {count!r}")
+    return dict(counts)
+
+
+def sorted_label_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """Label counts in the manifest's order: numbers numerically, then names."""
+    return {k: counts[k] for k in sorted(counts, key=_label_sort)}
 
 
 # ASCII digits only ("²".isdigit() is true, int("²") fails), at most 18 so int() always parses.
@@ -88,27 +116,104 @@ def _label_sort(label: str) -> tuple[int, int | str]:
 
 
 @dataclass(frozen=True)
+class SplitCounts:
+    """A split's totals as a version-2 ``manifest.json`` states them.
+
+    Attributes:
+        records: Records in the split.
+        bytes: Bytes of its shard files.
+        num_shards: Number of shards.
+        label_counts: Label index (as a string) -> records with that label.
+    """
+
+    records: int
+    bytes: int
+    num_shards: int
+    label_counts: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"records": self.records, "bytes": self.bytes, "num_shards": self.num_shards,
+                "label_counts": sorted_label_counts(self.label_counts)}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str) -> "SplitCounts":
+        return cls(_require(obj, "records", int, where), _require(obj, "bytes", int, where),
+                   _require(obj, "num_shards", int, where), _label_counts(obj, where))
+
+
+@dataclass(frozen=True)
 class SplitEntry:
-    """The shards of one split, in index order."""
+    """The shards of one split, in index order, and the split's totals.
+
+    Attributes:
+        name: The split.
+        shards: Its shards; empty for a version-2 manifest whose shard list
+            was not read (``complete`` is then false).
+        counts: The totals stated by a version-2 manifest (or computed by
+            the publisher), else None: then the shards' sums are the totals.
+            Shard entries loaded without their label counts leave
+            ``label_counts()`` to these.
+    """
 
     name: str
-    shards: Sequence[ShardEntry]
+    shards: Sequence[ShardEntry] = ()
+    counts: SplitCounts | None = None
 
     @property
     def records(self) -> int:
-        return sum(s.records for s in self.shards)
+        return self.counts.records if self.counts is not None else sum(s.records for s in self.shards)
 
     @property
     def bytes(self) -> int:
-        return sum(s.bytes for s in self.shards)
+        return self.counts.bytes if self.counts is not None else sum(s.bytes for s in self.shards)
+
+    @property
+    def num_shards(self) -> int:
+        return self.counts.num_shards if self.counts is not None else len(self.shards)
+
+    @property
+    def complete(self) -> bool:
+        """True when every shard of the split is listed in ``shards``."""
+        return len(self.shards) == self.num_shards
 
     def label_counts(self) -> dict[str, int]:
         """Label -> records over all shards of the split."""
+        if self.counts is not None:
+            return dict(self.counts.label_counts)
         total: dict[str, int] = {}
         for shard in self.shards:
             for label, count in shard.label_counts.items():
                 total[label] = total.get(label, 0) + count
         return total
+
+    def to_counts(self) -> SplitCounts:
+        """The split's totals (what a version-2 ``manifest.json`` states)."""
+        return SplitCounts(self.records, self.bytes, self.num_shards, self.label_counts())
+
+
+@dataclass(frozen=True)
+class ShardsFile:
+    """The shard list a version-2 manifest names, and what it must hold.
+
+    Attributes:
+        file: Its name in the output folder (``shards.jsonl``).
+        sha256: Hex sha256 of its bytes.
+        bytes: Its size.
+        lines: Its number of lines (one per shard).
+    """
+
+    file: str
+    sha256: str
+    bytes: int
+    lines: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes, "lines": self.lines}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any], where: str) -> "ShardsFile":
+        return cls(_file_name(obj, where), _sha256(obj, where), _require(obj, "bytes", int, where),
+                   _require(obj, "lines", int, where))
 
 
 def _images(obj: Any) -> dict[str, dict[str, int]]:
@@ -140,6 +245,9 @@ class Manifest:
         images: For builds: ``source_formats``, ``converted`` and
             ``tf_undecodable``, each format -> records (see
             ``images.records.image_counts``); empty otherwise (not written).
+        shards_file: The shard list a version-2 manifest names; None for
+            version 1 and for a manifest whose list is not written yet.
+        format_version: The version it was read as (or is written as).
     """
 
     created_by: str
@@ -151,15 +259,37 @@ class Manifest:
     splits: Mapping[str, SplitEntry]
     dead_letters: int = 0
     images: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    shards_file: ShardsFile | None = None
+    format_version: int = FORMAT_VERSION
 
     @property
     def records(self) -> int:
         return sum(s.records for s in self.splits.values())
 
+    @property
+    def num_shards(self) -> int:
+        return sum(s.num_shards for s in self.splits.values())
+
+    @property
+    def complete(self) -> bool:
+        """True when every split lists all its shards (version 1, or its shard list was read)."""
+        return all(split.complete for split in self.splits.values())
+
     def shard_files(self) -> list[str]:
+        """Every shard's file name, split by split.
+
+        Raises:
+            ManifestError: The manifest's shard list was not read.
+        """
+        if not self.complete:
+            name = self.shards_file.file if self.shards_file else SHARDS_NAME
+            raise ManifestError(f"{MANIFEST_NAME} lists its shards in {name}, which was not read")
         return [shard.file for split in self.splits.values() for shard in split.shards]
 
     def to_dict(self) -> dict[str, Any]:
+        """The version-2 ``manifest.json`` object (needs ``shards_file``)."""
+        if self.shards_file is None:
+            raise ValueError("a version-2 manifest names its shard list: shards_file is None")
         images = {"images": {name: dict(sorted(counts.items()))
                              for name, counts in sorted(self.images.items())}} if self.images else {}
         return {
@@ -174,29 +304,25 @@ class Manifest:
             "records": self.records,
             "dead_letters": self.dead_letters,
             **images,
-            "splits": {
-                name: {
-                    "records": split.records,
-                    "bytes": split.bytes,
-                    "label_counts": {k: v for k, v in sorted(split.label_counts().items(),
-                                                             key=lambda kv: _label_sort(kv[0]))},
-                    "shards": [s.to_dict() for s in split.shards],
-                }
-                for name, split in sorted(self.splits.items())
-            },
+            "splits": {name: split.to_counts().to_dict() for name, split in sorted(self.splits.items())},
+            "shards": self.shards_file.to_dict(),
         }
 
     def dumps(self) -> bytes:
-        """Returns the deterministic JSON bytes of the manifest."""
+        """Returns the deterministic JSON bytes of ``manifest.json`` (version 2)."""
         return (json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     @classmethod
     def loads(cls, data: bytes | str) -> "Manifest":
-        """Parses and validates manifest bytes.
+        """Parses and validates ``manifest.json``.
+
+        A version-1 manifest comes back complete. A version-2 one comes back
+        with its splits' totals and ``shards_file``, but no shard entries:
+        ``shard_list.with_shard_list`` reads them from the shard list.
 
         Raises:
             ManifestError: Not JSON, wrong format or version, or a field is
-                missing or of the wrong type.
+                missing, of the wrong type, or disagrees with another.
         """
         try:
             obj = json.loads(data)
@@ -207,24 +333,26 @@ class Manifest:
         if obj.get("format") != FORMAT_NAME:
             raise ManifestError(f"manifest format is {obj.get('format')!r}, expected {FORMAT_NAME!r}")
         version = _require(obj, "format_version", int, "manifest")
-        if version != FORMAT_VERSION:
+        if version not in READ_VERSIONS:
             raise ManifestError(f"manifest format_version {version} is not supported "
-                                f"(this tool reads {FORMAT_VERSION})")
+                                f"(this tool reads {', '.join(map(str, READ_VERSIONS))})")
         labels = _require(obj, "labels", list, "manifest")
         if not all(isinstance(label, str) for label in labels):
             raise ManifestError("manifest.labels must be a list of strings")
         spec = _require(obj, "feature_spec", dict, "manifest")
-        splits: dict[str, SplitEntry] = {}
-        for name, split in _require(obj, "splits", dict, "manifest").items():
-            where = f"manifest.splits[{name!r}]"
-            shards = _require(split, "shards", list, where)
-            entries = [ShardEntry.from_dict(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)]
-            splits[name] = SplitEntry(name, entries)
-            for field_name in ("records", "bytes"):
-                stated = _require(split, field_name, int, where)
-                if stated != getattr(splits[name], field_name):
-                    raise ManifestError(f"{where}.{field_name} is {stated} but its shards add up to "
-                                        f"{getattr(splits[name], field_name)}")
+        splits_obj = _require(obj, "splits", dict, "manifest")
+        shards_file = None
+        if version == 1:
+            splits = {name: _v1_split(name, split) for name, split in splits_obj.items()}
+        else:
+            splits = {name: SplitEntry(name, (), SplitCounts.from_dict(split, f"manifest.splits[{name!r}]"))
+                      for name, split in splits_obj.items()}
+            shards_file = ShardsFile.from_dict(_require(obj, "shards", dict, "manifest"), "manifest.shards")
+            if shards_file.file != SHARDS_NAME:
+                raise ManifestError(f"manifest.shards.file is {shards_file.file!r}, expected {SHARDS_NAME!r}")
+            if shards_file.lines != sum(split.num_shards for split in splits.values()):
+                raise ManifestError(f"manifest.shards.lines is {shards_file.lines} but its splits have "
+                                    f"{sum(split.num_shards for split in splits.values())} shards")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
@@ -242,4 +370,19 @@ class Manifest:
             splits=splits,
             dead_letters=_require(obj, "dead_letters", int, "manifest"),
             images=_images(obj.get("images", {})),
+            shards_file=shards_file,
+            format_version=version,
         )
+
+
+def _v1_split(name: str, split: Any) -> SplitEntry:
+    """A split of a version-1 manifest: every shard listed inline."""
+    where = f"manifest.splits[{name!r}]"
+    shards = _require(split, "shards", list, where)
+    entry = SplitEntry(name, [ShardEntry.from_dict(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)])
+    for field_name in ("records", "bytes"):
+        stated = _require(split, field_name, int, where)
+        if stated != getattr(entry, field_name):
+            raise ManifestError(f"{where}.{field_name} is {stated} but its shards add up to "
+                                f"{getattr(entry, field_name)}")
+    return entry

@@ -26,6 +26,7 @@ from transforms.images.codec import decode_size
 from transforms.images.tf_rule import tf_shape
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
+from transforms.shardset.shard_list import with_shard_list
 from transforms.tfrecord.record_index import INDEX_SUFFIX, check_index, index_name, index_names
 from transforms.tfrecord.record_ranges import read_in_ranges, read_stream
 from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_problems
@@ -33,6 +34,7 @@ from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_pr
 __all__ = [
     "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report",
     "check_record", "image_problem", "label_problem", "listing_problems", "labels_problems",
+    "shard_label_problems",
     "index_problems", "sha256_problem", "shard_problems", "duplicate_key_problems",
     "verify_in_memory",
 ]
@@ -307,17 +309,20 @@ def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -
                                     f"{len(manifest.labels)} labels; they first differ at "
                                     f"line {first + 1}"))
     if manifest.labels:
-        count = len(manifest.labels)
         for split in manifest.splits.values():
             for entry in split.shards:
-                outside = sorted((k for k in entry.label_counts if not _label_in_range(k, count)),
-                                 key=_label_order)
-                if outside:
-                    problems.append(Problem(
-                        join_path(folder, entry.file), None, "label_mismatch",
-                        f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; "
-                        f"labels run 0..{count - 1}"))
+                problems += shard_label_problems(folder, len(manifest.labels), entry)
     return problems
+
+
+def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Problem]:
+    """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1``."""
+    outside = sorted((k for k in entry.label_counts if not _label_in_range(k, count)), key=_label_order)
+    if not outside:
+        return []
+    return [Problem(join_path(folder, entry.file), None, "label_mismatch",
+                    f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; "
+                    f"labels run 0..{count - 1}")]
 
 
 def _label_in_range(label: str, count: int) -> bool:
@@ -489,7 +494,9 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
             (a key repeated in two of them is reported, with the splits their
             shard names state).
         manifest: The shard set's manifest, or None to check the files alone
-            (CRCs and Example parsing, no schema).
+            (CRCs and Example parsing, no schema). A format-2 manifest without
+            its shards reads them from ``files`` (``shards.jsonl``); a missing
+            or disagreeing list raises ``ManifestError``.
         folder: Prefix for file names in problems.
         decode_images: Decode every image (see ``image_problem``).
         ranges: Byte ranges each uncompressed file is read in, as a split read would.
@@ -499,6 +506,9 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
     """
     problems: list[Problem] = []
     entries: dict[str, tuple[str, ShardEntry]] = {}
+    if manifest is not None and not manifest.complete:  # format 2: its shard list is one of the files
+        listed = files.get(manifest.shards_file.file) if manifest.shards_file else None
+        manifest = with_shard_list(manifest, io.BytesIO(listed).readlines() if listed is not None else None)
     if manifest is not None:
         present = {name: len(data) for name, data in files.items()}
         problems += listing_problems(folder, manifest, present)

@@ -1,0 +1,181 @@
+"""``shards.jsonl``: the shard list of a version-2 manifest, one JSON line per shard (pure).
+
+A line is ``{"split", "index", "file", "records", "bytes", "sha256",
+"label_counts"}``, compact and with label counts in the manifest's order;
+lines run split by split (splits sorted by name), each split's shards by
+index. ``manifest.json`` names the file with its sha256, size and line
+count, and states each split's totals; ``read_shard_list`` checks the lines
+against all of them while it streams them, so no reader holds every
+shard's label counts at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Iterable, Iterator
+
+from transforms.errors import ManifestError
+from transforms.shardset.manifest import (MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry, ShardsFile,
+                                          SplitEntry, _label_sort, _require,
+                                          sorted_label_counts)
+
+__all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list", "shard_list_bytes",
+           "LineDigest"]
+
+
+def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
+    """One line of the shard list (newline included)."""
+    return (json.dumps({"split": split, "index": index, "file": entry.file, "records": entry.records,
+                        "bytes": entry.bytes, "sha256": entry.sha256,
+                        "label_counts": sorted_label_counts(entry.label_counts)},
+                       ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def parse_shard_line(line: bytes, where: str) -> tuple[str, int, ShardEntry]:
+    """``(split, index, entry)`` of one line.
+
+    Raises:
+        ManifestError: Not JSON, or a field missing or wrong (``where`` names the line).
+    """
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ManifestError(f"{where}: not a JSON line: {err}") from err
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{where}: expected an object, got {type(obj).__name__}")
+    return (_require(obj, "split", str, where), _require(obj, "index", int, where),
+            ShardEntry.from_dict(obj, where))
+
+
+class LineDigest:
+    """Hashes and counts lines as they pass, into the ``ShardsFile`` that names them."""
+
+    def __init__(self, name: str = SHARDS_NAME) -> None:
+        self._name = name
+        self._sha = hashlib.sha256()
+        self.bytes = 0
+        self.lines = 0
+
+    def add(self, line: bytes) -> bytes:
+        """Counts ``line`` and returns it."""
+        self._sha.update(line)
+        self.bytes += len(line)
+        self.lines += 1
+        return line
+
+    def summary(self) -> ShardsFile:
+        return ShardsFile(self._name, self._sha.hexdigest(), self.bytes, self.lines)
+
+
+def _positions(manifest: Manifest) -> Iterator[tuple[str, int]]:
+    for name, split in sorted(manifest.splits.items()):
+        for index in range(split.num_shards):
+            yield name, index
+
+
+def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
+                    label_counts: bool = True) -> Iterator[tuple[str, ShardEntry]]:
+    """Streams ``(split, entry)`` from the lines of a version-2 manifest's shard list.
+
+    Each line must be the next shard in order; once the lines end, their
+    count, size and sha256 must be those ``manifest.json`` states, and each
+    split's shards must add up to its stated records, bytes and label counts.
+    Only the splits' running totals are held.
+
+    Args:
+        manifest: The version-2 manifest (``Manifest.loads``).
+        lines: The file's lines, newlines included (e.g. ``iter(fh.readline, b"")``).
+        label_counts: False to give entries without their label counts.
+
+    Raises:
+        ManifestError: One line naming the file and the line or total that disagrees.
+    """
+    stated = manifest.shards_file
+    if stated is None:
+        raise ManifestError(f"{MANIFEST_NAME} names no shard list")
+    name = stated.file
+    digest = LineDigest(name)
+    positions = _positions(manifest)
+    totals = {split: [0, 0, 0, {}] for split in manifest.splits}
+    for line in lines:
+        digest.add(line)
+        where = f"{name} line {digest.lines}"
+        split, index, entry = parse_shard_line(line, where)
+        expected = next(positions, None)
+        if expected is None:
+            raise ManifestError(f"{where}: {MANIFEST_NAME} lists {stated.lines} shards, this line is one more")
+        if (split, index) != expected:
+            raise ManifestError(f"{where}: split {split!r} shard {index}, expected split "
+                                f"{expected[0]!r} shard {expected[1]}")
+        total = totals[split]
+        total[0] += entry.records
+        total[1] += entry.bytes
+        total[2] += 1
+        for label, count in entry.label_counts.items():
+            total[3][label] = total[3].get(label, 0) + count
+        yield split, entry if label_counts else dataclasses.replace(entry, label_counts={})
+    if digest.lines != stated.lines:
+        raise ManifestError(f"{name} has {digest.lines} lines, {MANIFEST_NAME} says {stated.lines}")
+    if digest.bytes != stated.bytes:
+        raise ManifestError(f"{name} has {digest.bytes} bytes, {MANIFEST_NAME} says {stated.bytes}")
+    found = digest.summary().sha256
+    if found != stated.sha256:
+        raise ManifestError(f"{name} has sha256 {found}, {MANIFEST_NAME} says {stated.sha256}")
+    for split_name, (records, size, _, labels) in sorted(totals.items()):
+        counts = manifest.splits[split_name].to_counts()
+        for what, got, want in (("records", records, counts.records), ("bytes", size, counts.bytes)):
+            if got != want:
+                raise ManifestError(f"{name}: the shards of split {split_name!r} add up to {got} {what}, "
+                                    f"{MANIFEST_NAME} says {want}")
+        found_labels = {k: v for k, v in labels.items() if v}
+        want_labels = {k: v for k, v in counts.label_counts.items() if v}
+        if found_labels != want_labels:
+            label = min((k for k in set(found_labels) | set(want_labels)
+                         if found_labels.get(k) != want_labels.get(k)), key=_label_sort)
+            raise ManifestError(f"{name}: the shards of split {split_name!r} count label {label} "
+                                f"{found_labels.get(label, 0)} times, {MANIFEST_NAME} says "
+                                f"{want_labels.get(label, 0)}")
+
+
+def with_shard_list(manifest: Manifest, lines: Iterable[bytes] | None,
+                    label_counts: bool = True) -> Manifest:
+    """The manifest with its shard entries read from its shard list (checked as in ``read_shard_list``).
+
+    A version-1 manifest lists its shards itself and is returned as it is.
+
+    Args:
+        manifest: From ``Manifest.loads``.
+        lines: The shard list's lines, or None if the file is absent.
+        label_counts: False to keep shard entries without label counts
+            (the splits' totals still hold them): shards x small in memory.
+
+    Raises:
+        ManifestError: The shard list is absent or disagrees with the manifest.
+    """
+    if manifest.complete:
+        return manifest
+    if lines is None:
+        name = manifest.shards_file.file if manifest.shards_file else SHARDS_NAME
+        raise ManifestError(f"{name} is missing; {MANIFEST_NAME} lists its shards there")
+    entries: dict[str, list[ShardEntry]] = {name: [] for name in manifest.splits}
+    for split, entry in read_shard_list(manifest, lines, label_counts):
+        entries[split].append(entry)
+    splits = {name: SplitEntry(name, entries[name], split.counts) for name, split in manifest.splits.items()}
+    return dataclasses.replace(manifest, splits=splits)
+
+
+def shard_list_bytes(manifest: Manifest) -> tuple[bytes, bytes]:
+    """``(manifest.json, shards.jsonl)`` bytes of a complete manifest held in memory (small sets, tests).
+
+    The publisher writes the same bytes streamed (``shard_sink``).
+    """
+    digest = LineDigest()
+    lines = b"".join(digest.add(shard_line(name, index, entry))
+                     for name, split in sorted(manifest.splits.items())
+                     for index, entry in enumerate(split.shards))
+    splits = {name: SplitEntry(name, split.shards, split.to_counts())
+              for name, split in manifest.splits.items()}
+    full = dataclasses.replace(manifest, splits=splits, shards_file=digest.summary())
+    return full.dumps(), lines
