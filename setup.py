@@ -41,6 +41,7 @@ setuptools.setup(
         ],
         # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
         # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS.
-        "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9"],
+        "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9",
+                  "py-spy>=0.3"],  # py-spy: the profiles in BENCHMARKS.md,
     },
 )
