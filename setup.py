@@ -40,8 +40,9 @@ setuptools.setup(
             "tensorflow>=2.21,<3; platform_machine != 'x86_64' and platform_machine != 'AMD64'",
         ],
         # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
-        # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS.
+        # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS,
+        # py-spy for the profiles in BENCHMARKS.md.
         "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9",
-                  "py-spy>=0.3"],  # py-spy: the profiles in BENCHMARKS.md,
+                  "py-spy>=0.3"],
     },
 )
