@@ -39,7 +39,10 @@ def test_buckets_find_every_repeat_once() -> None:
             assert 0 <= bucket < KEY_BUCKETS
             parts.setdefault(bucket, []).append(part)
     found = sorted((p for group in parts.values() for p in bucket_duplicates(group)), key=lambda p: p.sort_key())
-    key = checker.result().keys[0][0]
-    locations = [("train", "f", 0), ("train", "f", 40), ("test", "g", 0), ("test", "g", 40)]
-    expected = duplicate_key_problems(key, locations)
-    assert found == sorted(expected, key=lambda p: p.sort_key()) and len(found) == 3
+    locations = {}
+    for tally in (checker.result(), other.result()):
+        for key, offset in tally.keys:
+            locations.setdefault(key, []).append((tally.split, tally.file, offset))
+    expected = [p for key, locs in locations.items() for p in duplicate_key_problems(key, locs)]
+    assert found == sorted(expected, key=lambda p: p.sort_key())
+    assert len(found) == sum(len(locs) - 1 for locs in locations.values()) > 0
