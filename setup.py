@@ -41,7 +41,7 @@ setuptools.setup(
         ],
         # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
         # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS,
-        # py-spy for profiles of a build (BENCHMARKS.md, "Where a build spends its CPU").
+        # py-spy for the profiles in BENCHMARKS.md.
         "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9",
                   "py-spy>=0.3"],
     },

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
@@ -49,12 +48,13 @@ from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
-from transforms.verify_steps import (MANIFEST, PROBLEMS, SAMPLES, SHARDS, CheckRecords, CheckShardFiles,
-                                     FindDuplicateKeys, ReadManifest, ShardFile, TallyShards,
+from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckShardFiles, FindDuplicateKeys,
+                                     ReadAndCheckRecords, ReadManifest, ShardFile, TallyShards,
                                      WritePreview, WriteReport)
-from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
+from transforms.verify.preview import PreviewSample
+from transforms.verify.ranges import RangeTally
 
 _NAME = "verify_shards"
 
@@ -222,8 +222,12 @@ def _size_row(shard: ShardFile) -> tuple[str, str, int]:
     return shard.split or "(no split)", posixpath.basename(shard.path), shard.size
 
 
-def _as_listed(shard: ShardFile) -> FileMetadata:
-    return FileMetadata(shard.path, shard.size)  # read as listed: never matched again
+def _problems_of(tally: RangeTally) -> list[Problem]:
+    return tally.problems
+
+
+def _samples_of(tally: RangeTally) -> list[tuple[int, PreviewSample]]:
+    return [(sample.label, sample) for sample in tally.samples]
 
 
 def _feature_spec(manifest: Manifest) -> dict[str, str]:
@@ -252,23 +256,20 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
         schema = labels = None
     problems.append(shards
                     | "FileEntries" >> beam.Map(_entry)
-                    | "CheckShardFiles" >> CheckShardFiles(index_required=with_manifest))
-    read = (shards
-            | "AsListed" >> beam.Map(_as_listed)
-            | "ReadRecords" >> ReadAllFromTFRecords(with_offsets=True, errors="output"))
-    records, damage = read[RECORDS], read[ERRORS]  # (path, offset, data), RecordError
-    checked = records | "CheckRecords" >> CheckRecords(
+                    | "CheckShardFiles" >> CheckShardFiles(index_required=with_manifest,
+                                                           hash_files=False))
+    # Records are checked as they are read, one tally per byte range; listed shards are hashed
+    # beside the reading.
+    tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
         schema=schema, decode_images=cfg.decode_images, preview=cfg.preview is not None,
-        labels=labels)
-    problems.append(damage | "DescribeDamage" >> beam.Map(Problem.from_error))
-    problems.append(checked[PROBLEMS])
+        labels=labels, hash_files=with_manifest)  # RangeTally
+    problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
     if with_manifest:
         listed = shards | "ListedEntries" >> beam.Map(lambda s: (s.path, s.entry))
-        problems.append((checked.checks, damage, listed) | "TallyShards" >> TallyShards())
-    split_of = shards | "SplitOfShard" >> beam.Map(lambda s: (s.path, s.split))
-    problems.append(checked.checks | "FindDuplicateKeys" >> FindDuplicateKeys(split_of))
+        problems.append((tallies, listed) | "TallyShards" >> TallyShards())
+    problems.append(tallies | "FindDuplicateKeys" >> FindDuplicateKeys())
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
-    _ = ((problems | "AllProblems" >> beam.Flatten(), checked.checks, sizes)
+    _ = ((problems | "AllProblems" >> beam.Flatten(), tallies, sizes)
          | "WriteReport" >> WriteReport(cfg.report))
     if cfg.preview:
         rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(_size_row))
@@ -278,7 +279,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
             details = (p
                        | "PreviewTitle" >> beam.Create([f"{cfg.target}: {plural(len(cfg.shards), 'file')}"])
                        | "PreviewDetails" >> beam.Map(lambda title, sizes: (title, sizes, None), rows))
-        _ = (checked[SAMPLES], details) | "WritePreview" >> WritePreview(cfg.preview)
+        samples = tallies | "Samples" >> beam.FlatMap(_samples_of)  # (label, PreviewSample)
+        _ = (samples, details) | "WritePreview" >> WritePreview(cfg.preview)
 
 
 def _preview_details(manifest: Manifest, sizes: list[tuple[str, str, int]], target: str):

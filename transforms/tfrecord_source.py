@@ -80,7 +80,7 @@ class _ReadSettings:
         return coders.BytesCoder()
 
 
-def _load_index(path: str, size: int) -> tuple[int, ...] | None:
+def load_index(path: str, size: int) -> tuple[int, ...] | None:
     """Returns the record starts from ``path``'s ``.idx`` if it exists and fits the file.
 
     The index is looked for in the ``index/`` folder beside the file, then
@@ -141,7 +141,7 @@ class _TFRecordFileSource(iobase.BoundedSource):
 
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
-            index = _load_index(self._path, self._size) if self._settings.use_index else None
+            index = load_index(self._path, self._size) if self._settings.use_index else None
             return read_range(fh, self._size, range_tracker, self._path, index)
         return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker)
 

@@ -1,9 +1,12 @@
 """Beam transforms of the verify job: thin wrappers around ``transforms.verify.checks``.
 
 Element types:
-- a record read with offsets: ``(path, offset, data)``;
-- a ``RecordCheck`` per record, ``Problem`` objects for everything found;
-- ``(path, ShardTally)`` per shard; ``(label, PreviewSample)`` for the preview.
+- a ``ShardFile`` per shard, read and checked in byte ranges by
+  ``ReadAndCheckRecords``, which outputs a ``RangeTally`` per range;
+- (``CheckRecords``, for records read elsewhere) a record read with offsets:
+  ``(path, offset, data)``, and a ``RecordCheck`` per record;
+- ``Problem`` objects for everything found; ``(path, ShardTally)`` per shard;
+  ``(label, PreviewSample)`` for the preview.
 """
 
 from __future__ import annotations
@@ -12,16 +15,27 @@ import contextlib
 import dataclasses
 import hashlib
 import posixpath
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.iobase import Read
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.verify.preview import PREVIEW_PER_CLASS, preview_sample, render_preview
-from transforms.tfrecord.compression import compression_of
+from transforms.progress import counters as progress
+from transforms.tfrecord.compression import compression_of, open_decompressed
+from transforms.tfrecord.framing import OVERHEAD
+from transforms.tfrecord.record_ranges import read_range, read_stream
+from transforms.tfrecord_source import load_index
 from transforms.errors import ManifestError, RecordError
 from transforms.output_folder import open_lines
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
@@ -32,8 +46,10 @@ from transforms.verify.checks import (Problem, RecordCheck, Report, ShardTally, 
                                       duplicate_key_problems, index_problems, labels_problems,
                                       listing_problems, record_labels, sha256_problem,
                                       shard_label_problems, shard_problems)
+from transforms.verify.ranges import (RangeChecker, RangeTally, bucket_duplicates, key_buckets,
+                                      merge_tallies)
 
-__all__ = ["ReadManifest", "ShardFile", "CheckRecords", "CheckShardFiles", "TallyShards",
+__all__ = ["ReadManifest", "ShardFile", "ReadAndCheckRecords", "CheckRecords", "CheckShardFiles", "TallyShards",
            "FindDuplicateKeys", "WriteReport", "WritePreview", "MANIFEST", "SHARDS", "PROBLEMS", "SAMPLES"]
 
 MANIFEST = "manifest"
@@ -214,19 +230,189 @@ def _read_file(path: str) -> Iterable[bytes]:
             yield chunk
 
 
+# --- Reading and checking records in byte ranges ---------------------------------------------
+
+
+class _WholeFile(OffsetRange):
+    """The restriction of a file read whole, front to back (compressed, or empty)."""
+
+
+def _whole_file(shard: ShardFile) -> bool:
+    return shard.size == 0 or compression_of(shard.path) != "none"
+
+
+class _WholeFileTracker(OffsetRestrictionTracker):
+    """Tracks a ``_WholeFile``: claimed once, never split."""
+
+    def try_split(self, fraction_of_remainder):
+        return None
+
+
+class _ShardRanges(RestrictionProvider):
+    """Byte ranges of a shard: split like the TFRecord source splits a file."""
+
+    def initial_restriction(self, shard: ShardFile) -> OffsetRange:
+        return _WholeFile(0, 1) if _whole_file(shard) else OffsetRange(0, shard.size)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        if isinstance(restriction, _WholeFile):
+            return _WholeFileTracker(restriction)
+        return OffsetRestrictionTracker(restriction)
+
+    def split(self, shard: ShardFile, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        if isinstance(restriction, _WholeFile):
+            yield restriction
+            return
+        yield from restriction.split(Read.get_desired_chunk_size(shard.size))
+
+    def restriction_size(self, shard: ShardFile, restriction: OffsetRange) -> int:
+        return shard.size if isinstance(restriction, _WholeFile) else restriction.size()
+
+
+class _Claims:
+    """A restriction tracker as ``record_ranges.read_range`` claims positions from it."""
+
+    def __init__(self, tracker) -> None:
+        self._tracker = tracker
+        self._last: int | None = None
+
+    def start_position(self) -> int:
+        return self._tracker.current_restriction().start
+
+    def stop_position(self) -> int:
+        return self._tracker.current_restriction().stop
+
+    def try_claim(self, position: int) -> bool:
+        self._last = position
+        return self._tracker.try_claim(position)
+
+    def finish(self) -> None:
+        """Claims the rest of the range: the reader stopped at the end of the file or at damage."""
+        stop = self.stop_position()
+        if self._last is None or self._last < stop:
+            self._tracker.try_claim(stop)
+
+
+def _sha256_of(path: str) -> str:
+    """The hex sha256 of a file; hashlib releases the GIL, so a thread hashes beside the reader."""
+    digest = hashlib.sha256()
+    for chunk in _read_file(path):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _ReadAndCheckFn(beam.DoFn):
+    """ShardFile -> a RangeTally per byte range read; the file's sha256 is checked in a thread."""
+
+    def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
+                 labels: Sequence[str] | None, hash_files: bool) -> None:
+        self._schema = schema
+        self._decode_images = decode_images
+        self._preview = preview
+        self._labels = list(labels) if labels else None
+        self._hash_files = hash_files
+        self._hasher: ThreadPoolExecutor | None = None
+        self._hashes: list[tuple[ShardFile, Future]] = []
+
+    def setup(self) -> None:
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
+
+    def start_bundle(self) -> None:
+        self._hashes = []
+
+    def _records(self, fh, shard: ShardFile, claims: _Claims):
+        if _whole_file(shard):
+            if not claims.try_claim(0):
+                return iter(())
+            return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path)
+        return read_range(fh, shard.size, claims, shard.path, load_index(shard.path, shard.size))
+
+    def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
+                labels: Sequence[str] | None = None,
+                tracker=beam.DoFn.RestrictionParam(_ShardRanges())):
+        schema = self._schema if schema is None else schema
+        labels = self._labels if labels is None else (list(labels) or None)
+        claims = _Claims(tracker)
+        # One range of each file starts at byte 0 (splitting keeps the start): it starts the hash,
+        # which runs while this and later ranges are read, and is collected when the bundle ends.
+        if self._hash_files and shard.entry is not None and claims.start_position() == 0:
+            self._hashes.append((shard, self._hasher.submit(_sha256_of, shard.path)))
+        checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
+                               self._preview)
+        tally = progress.Tally(progress.RECORDS_READ)
+        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            try:
+                for offset, data in self._records(fh, shard, claims):
+                    checker.add(offset, data)
+                    tally.add(1, len(data) + OVERHEAD)
+            except RecordError as err:
+                Metrics.counter(_NAMESPACE, "damaged_records").inc()
+                checker.damage(err)
+            finally:
+                tally.flush()
+        claims.finish()
+        result = checker.result()
+        Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
+        yield result
+
+    def finish_bundle(self):
+        hashes, self._hashes = self._hashes, []
+        for shard, future in hashes:
+            problem = sha256_problem(shard.path, shard.entry, future.result())
+            if problem:
+                yield WindowedValue(RangeTally(shard.path, shard.split, problems=[problem]),
+                                    MIN_TIMESTAMP, (GlobalWindow(),))
+
+    def teardown(self) -> None:
+        if self._hasher is not None:
+            self._hasher.shutdown(wait=False, cancel_futures=True)
+
+
+class ReadAndCheckRecords(beam.PTransform):
+    """Reads every record of each shard and checks it as it is read; one tally per byte range.
+
+    Input ``ShardFile``; output ``RangeTally`` (see ``transforms.verify.ranges``):
+    the records, label counts, image keys and problems of one byte range.
+    Uncompressed shards are split into byte ranges (``.idx`` record starts when
+    usable, else scanning), which the runner may split further while they are
+    read; compressed ones are read whole. Both CRCs of every record are checked
+    and the Example is read and checked as ``check_record`` checks it; a damaged
+    record ends its range with a problem. With ``hash_files``, each shard that
+    has a manifest entry is also hashed (sha256), in a thread beside the reading,
+    and a mismatch comes as a tally holding only that problem.
+
+    Args:
+        schema, labels: As for ``CheckRecords`` (values or singleton side inputs).
+        decode_images: Decode every image.
+        preview: Keep a few preview samples per class in each tally.
+        hash_files: Check each listed shard's sha256 against its entry.
+    """
+
+    def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
+                 preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
+                 hash_files: bool = True) -> None:
+        super().__init__()
+        side = {name: value for name, value in (("schema", schema), ("labels", labels))
+                if isinstance(value, beam.pvalue.AsSingleton)}
+        self._fn = _ReadAndCheckFn(None if "schema" in side else schema, decode_images, preview,
+                                   None if "labels" in side else labels, hash_files)
+        self._side = side
+
+    def expand(self, shards):
+        return shards | "ReadAndCheck" >> beam.ParDo(self._fn, **self._side)
+
+
 class _CheckShardFileFn(beam.DoFn):
     """(path, size, ShardEntry or None) -> problems with the file's sha256 and its ``.idx``."""
 
-    def __init__(self, index_required: bool) -> None:
+    def __init__(self, index_required: bool, hash_files: bool) -> None:
         self._index_required = index_required
+        self._hash_files = hash_files
 
     def process(self, item: tuple[str, int, ShardEntry | None]):
         path, size, entry = item
-        if entry is not None:
-            digest = hashlib.sha256()
-            for chunk in _read_file(path):
-                digest.update(chunk)
-            problem = sha256_problem(path, entry, digest.hexdigest())
+        if entry is not None and self._hash_files:
+            problem = sha256_problem(path, entry, _sha256_of(path))
             if problem:
                 yield problem
         if compression_of(path) == "none":
@@ -239,56 +425,27 @@ class CheckShardFiles(beam.PTransform):
     """Checks whole files: sha256 against the manifest, ``.idx`` against the file.
 
     Input ``(path, size, ShardEntry or None)``; output ``Problem``.
+
+    Args:
+        index_required: A missing ``.idx`` of an uncompressed file is a problem.
+        hash_files: Check the sha256 (False when ``ReadAndCheckRecords`` hashes
+            the files as it reads them).
     """
 
-    def __init__(self, index_required: bool) -> None:
+    def __init__(self, index_required: bool, hash_files: bool = True) -> None:
         super().__init__()
         self._index_required = index_required
+        self._hash_files = hash_files
 
     def expand(self, files):
         return (files
                 | "Spread" >> beam.Reshuffle()  # one file per element, over all workers
-                | "HashAndIndex" >> beam.ParDo(_CheckShardFileFn(self._index_required)))
+                | "HashAndIndex" >> beam.ParDo(_CheckShardFileFn(self._index_required,
+                                                                 self._hash_files)))
 
 
-# The marker fed to _TallyFn for a damaged record (other inputs are labels or None).
-_DAMAGED = "damaged"
-
-
-class _TallyFn(beam.CombineFn):
-    """Counts a shard's records per label; notes damage. Inputs: a label, None, or _DAMAGED."""
-
-    def create_accumulator(self):
-        return [0, {}, False]
-
-    def add_input(self, acc, item):
-        if item == _DAMAGED:
-            acc[2] = True
-        else:
-            acc[0] += 1
-            for label in record_labels(item):
-                acc[1][str(label)] = acc[1].get(str(label), 0) + 1
-        return acc
-
-    def merge_accumulators(self, accs):
-        out = self.create_accumulator()
-        for records, labels, damaged in accs:
-            out[0] += records
-            for label, count in labels.items():
-                out[1][label] = out[1].get(label, 0) + count
-            out[2] = out[2] or damaged
-        return out
-
-    def extract_output(self, acc) -> ShardTally:
-        return ShardTally(acc[0], dict(acc[1]), acc[2])
-
-
-def _record_label(check: RecordCheck) -> tuple[str, int | None]:
-    return check.file, check.label
-
-
-def _damage(err: RecordError) -> tuple[str, str]:
-    return err.path, _DAMAGED
+def _range_counts(tally: RangeTally) -> tuple[str, ShardTally]:
+    return tally.file, tally.shard_tally()
 
 
 def _compare_with_manifest(joined):
@@ -299,53 +456,41 @@ def _compare_with_manifest(joined):
 
 
 class TallyShards(beam.PTransform):
-    """Counts records and labels per listed shard and compares them with the manifest.
+    """Adds up the ranges' counts per listed shard and compares them with the manifest.
 
-    Input: a triple ``(checks, errors, listed)`` of PCollections, ``listed``
-    holding ``(path, ShardEntry)`` for every listed shard that exists; output
-    ``Problem``. Tallies meet their entries in a join, so no step holds the
-    whole manifest.
+    Input: a pair ``(tallies, listed)`` of PCollections: ``RangeTally`` per
+    range read, and ``(path, ShardEntry)`` for every listed shard that exists;
+    output ``Problem``. Tallies meet their entries in a join, so no step holds
+    the whole manifest.
     """
 
     def expand(self, inputs):
-        checks, errors, listed = inputs
-        tallies = ((checks | "Labels" >> beam.Map(_record_label),
-                    errors | "Damage" >> beam.Map(_damage))
-                   | "AllCounts" >> beam.Flatten()
-                   | "PerShard" >> beam.CombinePerKey(_TallyFn()))  # (path, ShardTally)
-        return ({"tally": tallies, "entry": listed}
+        tallies, listed = inputs
+        per_shard = (tallies
+                     | "RangeCounts" >> beam.Map(_range_counts)
+                     | "PerShard" >> beam.CombinePerKey(merge_tallies))  # (path, ShardTally)
+        return ({"tally": per_shard, "entry": listed}
                 | "JoinManifest" >> beam.CoGroupByKey()  # (path, {tally, entry})
                 | "CompareWithManifest" >> beam.FlatMap(_compare_with_manifest))
 
 
-def _key_location(check: RecordCheck, split_of: Mapping[str, str | None]):
-    if check.key is not None:
-        yield check.key, (split_of.get(check.file), check.file, check.offset)
-
-
 def _duplicates(item):
-    key, locations = item
-    yield from duplicate_key_problems(key, locations)
+    _, parts = item
+    yield from bucket_duplicates(parts)
 
 
 class FindDuplicateKeys(beam.PTransform):
     """Reports every ``image/key/sha256`` seen twice, within a split or across splits.
 
-    Input ``RecordCheck``; output ``Problem``.
-
-    Args:
-        split_of: ``PCollection[(shard path, split name or None)]``.
+    Input ``RangeTally``; output ``Problem``. The keys are dealt into
+    ``ranges.KEY_BUCKETS`` buckets by a hash of the key, one element per
+    range and bucket, and each bucket is searched for repeats on its own.
     """
 
-    def __init__(self, split_of: beam.PCollection) -> None:
-        super().__init__()
-        self._split_of = split_of
-
-    def expand(self, checks):
-        split_of = beam.pvalue.AsDict(self._split_of)
-        return (checks
-                | "KeyByImage" >> beam.FlatMap(_key_location, split_of)  # (key, (split, path, offset))
-                | "GroupKeys" >> beam.GroupByKey()
+    def expand(self, tallies):
+        return (tallies
+                | "KeyBuckets" >> beam.FlatMap(key_buckets)  # (bucket, (split, path, [(key, offset)]))
+                | "GroupBuckets" >> beam.GroupByKey()
                 | "Repeats" >> beam.FlatMap(_duplicates))
 
 
@@ -360,6 +505,10 @@ def _count_problem(problem: Problem) -> Problem:
     return problem
 
 
+def _records_of(tally: RangeTally) -> int:
+    return tally.records
+
+
 def _write_report(problems: list[Problem], records: int, files: int, size: int, path: str) -> None:
     _write(path, Report.build(files, records, size, problems).dumps())
 
@@ -367,8 +516,9 @@ def _write_report(problems: list[Problem], records: int, files: int, size: int, 
 class WriteReport(beam.PTransform):
     """Writes the JSON report once every problem is known.
 
-    Input: a triple ``(problems, checks, sizes)`` of PCollections, ``sizes``
-    holding the size in bytes of every shard file checked.
+    Input: a triple ``(problems, tallies, sizes)`` of PCollections: every
+    ``Problem``, the ``RangeTally`` of every range read, and the size in
+    bytes of every shard file checked.
 
     Args:
         path: Where the report goes (any FileSystems path).
@@ -379,8 +529,10 @@ class WriteReport(beam.PTransform):
         self._path = path
 
     def expand(self, inputs):
-        problems, checks, sizes = inputs
-        records = checks | "CountRecords" >> beam.combiners.Count.Globally()
+        problems, tallies, sizes = inputs
+        records = (tallies
+                   | "RangeRecords" >> beam.Map(_records_of)
+                   | "CountRecords" >> beam.CombineGlobally(sum))
         files = sizes | "CountFiles" >> beam.combiners.Count.Globally()
         size = sizes | "SumSizes" >> beam.CombineGlobally(sum)
         return (problems

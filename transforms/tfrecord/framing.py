@@ -174,15 +174,16 @@ def read_record(
             f"record declares {length} data bytes but only "
             f"{max(remaining - OVERHEAD, 0)} remain in the file",
         )
-    body = _read_exact(fh, length + FOOTER_SIZE, remaining)
-    if len(body) < length + FOOTER_SIZE:
+    # The data and its CRC are read apart, so the data is never copied out of a larger buffer.
+    data = _read_exact(fh, length, remaining)
+    footer = fh.read(FOOTER_SIZE) if len(data) == length else b""
+    if len(footer) < FOOTER_SIZE:
         raise RecordError(
             path, offset, "truncated",
             f"record declares {length} data bytes; file ends after "
-            f"{len(body)} of the {length + FOOTER_SIZE} bytes of data and crc",
+            f"{len(data) + len(footer)} of the {length + FOOTER_SIZE} bytes of data and crc",
         )
-    data = body[:length]
-    (data_crc,) = _CRC.unpack_from(body, length)
+    (data_crc,) = _CRC.unpack(footer)
     if masked_crc32c(data) != data_crc:
         raise RecordError(
             path, offset, "crc_mismatch",

@@ -33,8 +33,8 @@ from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_pr
 
 __all__ = [
     "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report",
-    "check_record", "image_problem", "label_problem", "listing_problems", "labels_problems",
-    "shard_label_problems",
+    "check_record", "check_features", "image_problem", "label_problem", "listing_problems",
+    "labels_problems", "shard_label_problems",
     "index_problems", "sha256_problem", "shard_problems", "duplicate_key_problems",
     "verify_in_memory",
 ]
@@ -207,6 +207,13 @@ def check_record(file: str, offset: int, data: bytes,
         features = decode_example(data)
     except ExampleError as err:
         return RecordCheck(file, offset, problems=(Problem(file, offset, "parse_error", str(err)),)), None
+    return check_features(file, offset, features, schema, decode_images, labels), features
+
+
+def check_features(file: str, offset: int, features: Mapping[str, tuple[str, list]],
+                   schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
+                   labels: Sequence[str] | None = None) -> RecordCheck:
+    """Checks one record's decoded features; ``check_record`` after the parse (same arguments)."""
     label = _labels(features)
     key = _single(features, "image/key/sha256", "bytes")
     key = key.decode("utf-8", "replace") if key is not None else None
@@ -225,7 +232,7 @@ def check_record(file: str, offset: int, data: bytes,
         wrong = label_problem(features, labels)
         if wrong:
             problems.append(Problem(file, offset, "label_mismatch", wrong))
-    return RecordCheck(file, offset, label, key, tuple(problems)), features
+    return RecordCheck(file, offset, label, key, tuple(problems))
 
 
 @dataclass(frozen=True)

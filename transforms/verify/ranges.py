@@ -1,0 +1,164 @@
+"""Checking the records of one byte range of a shard, and merging what ranges found.
+
+Pure code. The verify job reads each shard in byte ranges; the reader of a
+range hands every record to a ``RangeChecker`` as it reads it, and emits one
+``RangeTally`` per range instead of one element per record. The tallies of a
+shard's ranges add up to its ``ShardTally`` (``merge_tallies``); the image
+keys they hold are dealt into ``KEY_BUCKETS`` buckets by a hash of the key
+(``key_buckets``), so the duplicate-key check holds one bucket's keys at a
+time (``bucket_duplicates``), never every key of the shard set. The problems
+found are those ``check_record`` finds, record by record
+(``tests/test_verify_ranges.py``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from transforms.errors import RecordError
+from transforms.example.scan import scan_example
+from transforms.verify.checks import (Problem, ShardTally, check_features, check_record,
+                                      duplicate_key_problems, record_labels)
+from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample
+
+__all__ = ["KEY_BUCKETS", "RangeTally", "RangeChecker", "merge_tallies", "key_buckets",
+           "bucket_duplicates"]
+
+# Buckets the image keys are dealt into for the duplicate check: a bucket holds
+# about 1/KEY_BUCKETS of the shard set's keys (ImageNet's 1.28M: 20,000 a bucket).
+KEY_BUCKETS = 64
+
+
+@dataclass
+class RangeTally:
+    """What checking the records of one byte range of a shard found.
+
+    Attributes:
+        file: Path of the shard.
+        split: Its split, or None when its name states none.
+        records: Records read.
+        label_counts: Label (as a string) -> records with it.
+        keys: ``(image/key/sha256, offset)`` of every record that has a key.
+        problems: Problems with the records, the damage that stopped the
+            range, and (for the range that hashed the file) its sha256.
+        damaged: A damaged record stopped the reading of the range.
+        samples: Preview samples: the few smallest keys of each label.
+    """
+
+    file: str
+    split: str | None
+    records: int = 0
+    label_counts: dict[str, int] = field(default_factory=dict)
+    keys: list[tuple[str, int]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    damaged: bool = False
+    samples: list[PreviewSample] = field(default_factory=list)
+
+    def shard_tally(self) -> ShardTally:
+        """This range's counts, as a ``ShardTally`` to merge with the shard's other ranges."""
+        return ShardTally(self.records, dict(self.label_counts), self.damaged)
+
+
+class RangeChecker:
+    """Checks records one at a time and adds them to a ``RangeTally``.
+
+    Each record is read with ``scan_example`` (falling back to the full
+    protobuf parse for bytes outside the usual layout) and checked with
+    ``check_features``, as ``check_record`` checks it.
+
+    Args:
+        file: Path of the shard, for problems.
+        split: The shard's split (for the duplicate-key check).
+        schema, decode_images, labels: As for ``check_record``.
+        preview: Keep preview samples.
+    """
+
+    def __init__(self, file: str, split: str | None, schema: Mapping[str, str] | bool | None,
+                 decode_images: bool = False, labels: Sequence[str] | None = None,
+                 preview: bool = False) -> None:
+        self._schema = schema
+        self._decode_images = decode_images
+        self._labels = labels
+        self._preview = preview
+        # The image is only measured unless it is decoded or drawn: it need not be copied.
+        self._views = () if decode_images or preview else ("image/encoded",)
+        self._samples: dict[int, list[PreviewSample]] = {}
+        self.tally = RangeTally(file, split)
+
+    def add(self, offset: int, data: bytes) -> None:
+        """Checks the record at ``offset``."""
+        tally = self.tally
+        features = scan_example(data, self._views)
+        if features is None:
+            check, features = check_record(tally.file, offset, data, self._schema,
+                                           self._decode_images, self._labels)
+        else:
+            check = check_features(tally.file, offset, features, self._schema,
+                                   self._decode_images, self._labels)
+        tally.records += 1
+        counts = tally.label_counts
+        for label in record_labels(check.label):
+            counts[str(label)] = counts.get(str(label), 0) + 1
+        if check.key is not None:
+            tally.keys.append((check.key, offset))
+        if check.problems:
+            tally.problems.extend(check.problems)
+        if self._preview:
+            self._keep_sample(preview_sample(features))
+
+    def _keep_sample(self, sample: PreviewSample | None) -> None:
+        if sample is None:
+            return
+        kept = self._samples.setdefault(sample.label, [])
+        if len(kept) < PREVIEW_PER_CLASS or sample.key < kept[-1].key:
+            kept.append(sample)
+            kept.sort(key=lambda s: s.key)
+            del kept[PREVIEW_PER_CLASS:]
+
+    def damage(self, err: RecordError) -> None:
+        """Notes the damaged record that stopped the range."""
+        self.tally.damaged = True
+        self.tally.problems.append(Problem.from_error(err))
+
+    def result(self) -> RangeTally:
+        """The range's tally, with its preview samples."""
+        self.tally.samples = [s for label in sorted(self._samples) for s in self._samples[label]]
+        return self.tally
+
+
+def merge_tallies(tallies: Iterable[ShardTally]) -> ShardTally:
+    """Adds up the tallies of one shard's ranges."""
+    records, counts, damaged = 0, {}, False
+    for tally in tallies:
+        records += tally.records
+        for label, count in tally.label_counts.items():
+            counts[label] = counts.get(label, 0) + count
+        damaged = damaged or tally.damaged
+    return ShardTally(records, counts, damaged)
+
+
+def _bucket(key: str) -> int:
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % KEY_BUCKETS
+
+
+def key_buckets(tally: RangeTally) -> list[tuple[int, tuple[str | None, str, list[tuple[str, int]]]]]:
+    """A range's keys dealt into buckets: ``(bucket, (split, file, [(key, offset)]))``."""
+    buckets: dict[int, list[tuple[str, int]]] = {}
+    for key, offset in tally.keys:
+        buckets.setdefault(_bucket(key), []).append((key, offset))
+    return [(bucket, (tally.split, tally.file, keys)) for bucket, keys in sorted(buckets.items())]
+
+
+def bucket_duplicates(parts: Iterable[tuple[str | None, str, Sequence[tuple[str, int]]]]) -> list[Problem]:
+    """The ``duplicate_key`` problems among the keys of one bucket (see ``key_buckets``)."""
+    seen: dict[str, list[tuple[str | None, str, int]]] = {}
+    for split, file, keys in parts:
+        for key, offset in keys:
+            seen.setdefault(key, []).append((split, file, offset))
+    problems: list[Problem] = []
+    for key, locations in seen.items():
+        if len(locations) > 1:
+            problems += duplicate_key_problems(key, locations)
+    return problems
