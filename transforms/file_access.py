@@ -254,6 +254,33 @@ def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
 LEVEL_SCHEMES = ("gs://", "s3://")
 
 
+def _list_store(prefix: str, by_level: bool) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it."""
+    scheme, _, rest = prefix.partition("://")
+    bucket, _, key_prefix = rest.partition("/")
+    delimiter = {"Delimiter": "/"} if by_level else {}
+    if scheme == "s3":
+        client = beam_compat.s3_boto3_client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
+                                                                  **delimiter)
+        for page in pages:
+            for item in page.get("Contents", []):
+                yield f"s3://{bucket}/{item['Key']}", False
+            for item in page.get("CommonPrefixes", []):
+                yield f"s3://{bucket}/{item['Prefix']}", True
+        return
+    if scheme == "gs":
+        blobs = beam_compat.gcs_storage_client().list_blobs(
+            bucket, prefix=key_prefix, delimiter="/" if by_level else None)
+        for page in blobs.pages:
+            for blob in page:
+                yield f"gs://{bucket}/{blob.name}", False
+            for sub in sorted(page.prefixes):
+                yield f"gs://{bucket}/{sub}", True
+        return
+    raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
+
+
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
     """The objects and sub-prefixes directly below a gs:// or s3:// prefix, as ``(path, is_prefix)``.
 
@@ -266,27 +293,7 @@ def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
     Raises:
         ValueError: ``prefix`` is not on gs:// or s3://.
     """
-    scheme, _, rest = prefix.partition("://")
-    bucket, _, key_prefix = rest.partition("/")
-    if scheme == "s3":
-        client = beam_compat.s3_boto3_client()
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
-                                                                  Delimiter="/")
-        for page in pages:
-            for item in page.get("Contents", []):
-                yield f"s3://{bucket}/{item['Key']}", False
-            for item in page.get("CommonPrefixes", []):
-                yield f"s3://{bucket}/{item['Prefix']}", True
-        return
-    if scheme == "gs":
-        blobs = beam_compat.gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/")
-        for page in blobs.pages:
-            for blob in page:
-                yield f"gs://{bucket}/{blob.name}", False
-            for sub in sorted(page.prefixes):
-                yield f"gs://{bucket}/{sub}", True
-        return
-    raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed by level")
+    return _list_store(prefix, by_level=True)
 
 
 def list_store_below(prefix: str) -> Iterator[str]:
@@ -295,20 +302,7 @@ def list_store_below(prefix: str) -> Iterator[str]:
     Raises:
         ValueError: ``prefix`` is not on gs:// or s3://.
     """
-    scheme, _, rest = prefix.partition("://")
-    bucket, _, key_prefix = rest.partition("/")
-    if scheme == "s3":
-        client = beam_compat.s3_boto3_client()
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix)
-        for page in pages:
-            for item in page.get("Contents", []):
-                yield f"s3://{bucket}/{item['Key']}"
-        return
-    if scheme == "gs":
-        for blob in beam_compat.gcs_storage_client().list_blobs(bucket, prefix=key_prefix):
-            yield f"gs://{bucket}/{blob.name}"
-        return
-    raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed by prefix")
+    return (path for path, _ in _list_store(prefix, by_level=False))
 
 
 @contextlib.contextmanager
