@@ -505,3 +505,21 @@ def test_pillow_messages_are_kept_per_thread() -> None:
     for t in threads:
         t.join()
     assert results == {"a": ["UserWarning: about a"], "b": ["UserWarning: about b"]}
+
+
+def test_a_pillow_logger_made_after_the_first_capture_is_routed_too() -> None:
+    """The router is installed once, and again only when loggers were added since."""
+    import logging
+    import uuid
+
+    from transforms.images.library_messages import captured_messages
+
+    with captured_messages():
+        pass
+    late = logging.getLogger(f"PIL.LatePlugin{uuid.uuid4().hex}")
+    try:
+        with captured_messages() as messages:
+            late.warning("a late plugin's message")
+        assert messages == ["warning: a late plugin's message"]
+    finally:
+        del logging.root.manager.loggerDict[late.name]

@@ -34,6 +34,7 @@ _local = threading.local()
 _install_lock = threading.Lock()
 _previous_showwarning = None
 _filtered_loggers: set[str] = set()
+_logger_count = -1  # loggers that existed when Pillow's were last filtered
 
 
 def _stack() -> list[list[str]]:
@@ -69,8 +70,18 @@ class _RouteRecords(logging.Filter):
 _ROUTE_RECORDS = _RouteRecords()
 
 
+def _installed() -> bool:
+    """True when the router is in place and no logger has appeared since Pillow's were filtered."""
+    return warnings.showwarning is _route_warning and \
+        len(logging.root.manager.loggerDict) == _logger_count
+
+
 def _install() -> None:
-    global _previous_showwarning
+    # Runs for every image: the check is two lookups, the walk over every logger happens only
+    # when a logger was added (or a harness swapped ``showwarning``) since the last one.
+    global _previous_showwarning, _logger_count
+    if _installed():
+        return
     with _install_lock:
         if warnings.showwarning is not _route_warning:
             _previous_showwarning = warnings.showwarning
@@ -81,6 +92,7 @@ def _install() -> None:
             if (name == "PIL" or name.startswith("PIL.")) and name not in _filtered_loggers:
                 logging.getLogger(name).addFilter(_ROUTE_RECORDS)
                 _filtered_loggers.add(name)
+        _logger_count = len(logging.root.manager.loggerDict)
 
 
 @contextlib.contextmanager
