@@ -42,9 +42,8 @@ from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, S
 from transforms.shardset.shard_list import read_shard_list
 from transforms.shardset.naming import join_path
 from transforms.tfrecord.record_index import index_names
-from transforms.verify.checks import (Problem, RecordCheck, Report, ShardTally, check_record,
-                                      duplicate_key_problems, index_problems, labels_problems,
-                                      listing_problems, record_labels, sha256_problem,
+from transforms.verify.checks import (Problem, Report, ShardTally, check_record, index_problems,
+                                      labels_problems, listing_problems, sha256_problem,
                                       shard_label_problems, shard_problems)
 from transforms.verify.ranges import (RangeChecker, RangeTally, bucket_duplicates, key_buckets,
                                       merge_tallies)

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Sequence
 
 from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, FeatureValueError, ManifestTyping,
                                          base_kind, is_list_type)
-from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_objects
+from transforms.images.objects import PlacedBox, SourceBox, parse_objects
 from transforms.shardset.tfds_metadata import tfds_files
 
 __all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "RecordLayout", "row_annotations", "layout_of",
