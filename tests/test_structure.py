@@ -356,6 +356,169 @@ def test_jpeg_truncated_at_every_length_inside_the_scans() -> None:
         assert f"JPEG ends at byte {cut}" in info.value.detail
 
 
+# --- The fast marker search against the plain loop it replaced -------------------------------
+
+
+def _reference_scan_end(data: bytes, pos: int, sos: int) -> int:
+    """The scan-end search as first written: one Python step per 0xFF byte."""
+    size = len(data)
+    expected = 0
+    while True:
+        ff = data.find(b"\xff", pos)
+        if ff < 0 or ff + 1 >= size:
+            raise ImageError("truncated", f"JPEG ends at byte {size} inside the scan data of SOS at "
+                             f"offset {sos}, without EOI")
+        following = data[ff + 1]
+        if following == 0x00:
+            pos = ff + 2
+        elif following == 0xFF:
+            pos = ff + 1
+        elif 0xD0 <= following <= 0xD7:
+            if following - 0xD0 != expected:
+                raise ImageError("corrupt_image", f"JPEG restart marker RST{following - 0xD0} at offset "
+                                 f"{ff} in the scan of SOS at offset {sos}: expected RST{expected}")
+            expected = (expected + 1) & 7
+            pos = ff + 2
+        else:
+            return ff
+
+
+def _reference_check_dht(body: bytes, at: int) -> None:
+    """The Huffman table check as first written: the code-space loop over every table."""
+    pos = 0
+    while pos < len(body):
+        if pos + 17 > len(body):
+            raise ImageError("corrupt_image", f"JPEG marker DHT at offset {at}: table at byte {pos} of "
+                             "the segment is cut short")
+        if body[pos] & 0x0F > 3 or body[pos] >> 4 > 1:
+            raise ImageError("corrupt_image", f"JPEG marker DHT at offset {at}: table class/id "
+                             f"0x{body[pos]:02X}")
+        counts = body[pos + 1:pos + 17]
+        count = sum(counts)
+        if count > 256:
+            raise ImageError("corrupt_image", f"JPEG marker DHT at offset {at}: a table of {count} "
+                             "codes (at most 256)")
+        code = 0
+        for bits, n in enumerate(counts, 1):
+            code += n
+            if n and code >= 1 << bits:
+                raise ImageError("corrupt_image", f"JPEG marker DHT at offset {at}: table "
+                                 f"0x{body[pos]:02X} has more codes of up to {bits} bits than fit")
+            code <<= 1
+        if body[pos] >> 4 == 0 and pos + 17 + count <= len(body) and \
+                max(body[pos + 17:pos + 17 + count], default=0) > 15:
+            raise ImageError("corrupt_image", f"JPEG marker DHT at offset {at}: DC table "
+                             f"0x{body[pos]:02X} has a symbol over 15")
+        pos += 17 + count
+    if pos != len(body):
+        raise ImageError("corrupt_image", f"JPEG marker DHT at offset {at}: tables need {pos + 2} "
+                         f"bytes, the segment length is {len(body) + 2}")
+
+
+def _verdict(check: Callable[[bytes], None], data: bytes) -> tuple[str, str] | None:
+    try:
+        check(data)
+    except ImageError as err:
+        return err.reason, err.detail
+    return None
+
+
+def _damaged_scans(data: bytes, rng: np.random.Generator, count: int) -> list[bytes]:
+    """Random damage aimed at the entropy-coded data and its markers: cuts, flipped bytes,
+    inserted or deleted bytes, inserted 0xFF, 0xFF00, fill and restart markers, RSTs swapped."""
+    scan = _segment(data, 0xDA)[1]
+    restarts = [m.start() for m in re.finditer(rb"\xff[\xd0-\xd7]", data)]
+    inserts = [b"\xff", b"\xff\x00", b"\xff\xff", b"\x00", b"\xff\xd9", b"\xff\xc4", b"\xff\xda",
+               *(bytes((0xFF, 0xD0 + n)) for n in range(8))]
+    out = [data[:scan] + b"\xff\xd9"] + [data[:scan] + x + data[scan:] for x in inserts]  # at its start
+    for _ in range(count):
+        damaged = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            if len(damaged) <= scan:  # cut before the scan already
+                break
+            at = int(rng.integers(scan - 8, len(damaged)))
+            action = int(rng.integers(0, 6))
+            if action == 0:
+                del damaged[at:]
+            elif action == 1 and at < len(damaged):
+                damaged[at] ^= int(rng.integers(1, 256))
+            elif action == 2:
+                damaged[at:at] = inserts[int(rng.integers(0, len(inserts)))]
+            elif action == 3:
+                del damaged[at:at + int(rng.integers(1, 4))]
+            elif action == 4 and restarts:
+                rst = restarts[int(rng.integers(0, len(restarts)))]
+                if rst + 1 < len(damaged):
+                    damaged[rst:rst + 2] = bytes((0xFF, 0xD0 + int(rng.integers(0, 8))))
+            elif action == 5 and restarts:
+                rst = restarts[int(rng.integers(0, len(restarts)))]
+                del damaged[rst:rst + 2]
+        out.append(bytes(damaged))
+    return out
+
+
+def test_marker_search_gives_the_plain_loops_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The regex and the numpy search (both forced, whatever the size) against the loop, on
+    intact and randomly damaged JPEGs: the same verdict, reason and message, every time."""
+    from transforms.images import structure
+
+    bases = {"baseline": _saved(_photo(), "JPEG", quality=90),
+             "restart": _restart_jpeg(),
+             "restart_rows_progressive": _saved(_photo(160, 96), "JPEG", quality=95, progressive=True,
+                                                restart_marker_rows=1),
+             "large_restart": _saved(_photo(400, 300), "JPEG", quality=95, restart_marker_blocks=3),
+             "mpo": _mpo()}
+    assert len(bases["large_restart"]) > structure._NUMPY_FROM
+    rng = np.random.default_rng(11)
+    cases = [(name, data) for name, base in bases.items()
+             for data in [base, base[:-2], base + b"\xff"] + _damaged_scans(base, rng, 150)]
+    verdicts = {}
+    for search, numpy_from in (("regex", 2**62), ("numpy", 0)):
+        monkeypatch.setattr(structure, "_NUMPY_FROM", numpy_from)
+        verdicts[search] = [_verdict(check_jpeg, data) for _, data in cases]
+    monkeypatch.setattr(structure, "_scan_end",
+                        lambda data, pos, sos, markers: _reference_scan_end(data, pos, sos))
+    monkeypatch.setattr(structure, "_check_dht", _reference_check_dht)
+    reference = [_verdict(check_jpeg, data) for _, data in cases]
+    for index, (name, _) in enumerate(cases):
+        assert verdicts["regex"][index] == reference[index], (name, index)
+        assert verdicts["numpy"][index] == reference[index], (name, index)
+    outcomes = [v[1].split(":")[0] if v else "accepted" for v in reference]
+    assert outcomes.count("accepted") >= 5  # the intact files, and damage libjpeg tolerates
+    assert sum("restart marker RST" in v[1] for v in reference if v) >= 20
+    assert sum(v[0] == "truncated" for v in reference if v) >= 50
+
+
+def test_huffman_table_check_gives_the_plain_loops_verdicts() -> None:
+    """Random code-length counts, around the code-space limit, against the loop."""
+    from transforms.images.structure import _check_dht
+
+    rng = np.random.default_rng(5)
+    overfull = accepted = 0
+    for _ in range(3000):
+        counts = [0] * 16
+        for _ in range(int(rng.integers(1, 40))):  # codes of random lengths, often just too many
+            counts[int(rng.integers(0, 16))] += int(rng.integers(1, 20))
+        shape = rng.random()
+        if shape < 0.3:  # all the codes one length can hold (all-ones unused), give or take one
+            length = int(rng.integers(1, 9))
+            counts = [0] * 16
+            counts[length - 1] = (1 << length) - 1 + int(rng.integers(-1, 2))
+        elif shape < 0.6:  # one code of each length, and one or two of the longest: full at two
+            length = int(rng.integers(1, 17))
+            counts = [1] * (length - 1) + [int(rng.integers(1, 3))] + [0] * (16 - length)
+        counts = [min(max(n, 0), 255) for n in counts]
+        header = bytes((int(rng.choice((0x00, 0x01, 0x10, 0x13))), *counts))
+        body = header + bytes(rng.integers(0, 20, sum(counts), dtype=np.uint8))
+        if rng.random() < 0.2:
+            body = body[:int(rng.integers(0, len(body)))]
+        expected = _verdict(lambda b: _reference_check_dht(b, 100), body)
+        assert _verdict(lambda b: _check_dht(b, 100), body) == expected, counts
+        accepted += expected is None
+        overfull += expected is not None and "bits than fit" in expected[1]
+    assert accepted > 300 and overfull > 600, (accepted, overfull)
+
+
 def test_png_truncated_at_every_length() -> None:
     data = _interlaced_png()
     for cut in range(8, len(data)):
