@@ -473,8 +473,12 @@ def test_marker_search_gives_the_plain_loops_verdicts(monkeypatch: pytest.Monkey
     cases = [(name, data) for name, base in bases.items()
              for data in [base, base[:-2], base + b"\xff"] + _damaged_scans(base, rng, 150)]
     verdicts = {}
-    for search, numpy_from in (("regex", 2**62), ("numpy", 0)):
+    # numpy in windows of 1 MiB (one window per file here), and of 7 bytes, so that markers,
+    # stuffed bytes and fill bytes straddle the windows' edges.
+    for search, numpy_from, window in (("regex", 2**62, 1 << 20), ("numpy", 0, 1 << 20),
+                                       ("numpy, small windows", 0, 7)):
         monkeypatch.setattr(structure, "_NUMPY_FROM", numpy_from)
+        monkeypatch.setattr(structure, "_NUMPY_WINDOW", window)
         verdicts[search] = [_verdict(check_jpeg, data) for _, data in cases]
     monkeypatch.setattr(structure, "_scan_end",
                         lambda data, pos, sos, markers: _reference_scan_end(data, pos, sos))
@@ -483,10 +487,33 @@ def test_marker_search_gives_the_plain_loops_verdicts(monkeypatch: pytest.Monkey
     for index, (name, _) in enumerate(cases):
         assert verdicts["regex"][index] == reference[index], (name, index)
         assert verdicts["numpy"][index] == reference[index], (name, index)
+        assert verdicts["numpy, small windows"][index] == reference[index], (name, index)
     outcomes = [v[1].split(":")[0] if v else "accepted" for v in reference]
     assert outcomes.count("accepted") >= 5  # the intact files, and damage libjpeg tolerates
     assert sum("restart marker RST" in v[1] for v in reference if v) >= 20
     assert sum(v[0] == "truncated" for v in reference if v) >= 50
+
+
+def test_marker_search_memory_stays_bounded_on_a_scan_of_0xff_bytes() -> None:
+    """A 64 MiB scan of fill bytes and restart markers: numpy's arrays stay within its window."""
+    import tracemalloc
+
+    from transforms.images import structure
+
+    head = _saved(_photo(64, 48), "JPEG", quality=90)
+    scan = _segment(head, 0xDA)[1]
+    body = (b"\xff" * 4093 + b"\xff\xd0\xff\xd1\xff\xd2") * (16 * 1024)  # 64 MiB, RSTs out of order
+    data = head[:scan] + body + b"\xff\xd9"
+    tracemalloc.start()
+    try:
+        verdict = _verdict(check_jpeg, data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert verdict is not None and "restart marker RST" in verdict[1]
+    assert len(data) - scan > structure._NUMPY_FROM
+    # Per byte of one window: flags (1 + 1 + 1) and, were every byte 0xFF, two offsets (8 + 8).
+    assert peak < 20 * structure._NUMPY_WINDOW
 
 
 def test_huffman_table_check_gives_the_plain_loops_verdicts() -> None:

@@ -27,17 +27,16 @@ not make a marker, and a damaged PNG stream whose CRCs were recomputed.
 
 Speed: no Python step per byte, nor per stuffed 0xFF00 (one every few hundred
 bytes of a photo's scan data): one precompiled regex search finds each marker
-in the scan data, and from 128 KiB of scan data on, one numpy pass lists every
-marker's offset up front. A 108 KB photo takes about 55 us, 2 GB/s (BENCHMARKS.md,
-"Validation levels against corruption"); the PNG CRCs are ``zlib.crc32`` over
-memoryviews.
+in the scan data, and from 128 KiB of scan data on, numpy lists the markers of
+each 256 KiB in one pass (its arrays stay under 5 MiB whatever the file holds).
+A 108 KB photo takes about 55 us, 2 GB/s (BENCHMARKS.md, "Validation levels
+against corruption"); the PNG CRCs are ``zlib.crc32`` over memoryviews.
 """
 
 from __future__ import annotations
 
 import re
 import zlib
-from bisect import bisect_left
 from operator import mul
 
 import numpy as np
@@ -336,6 +335,9 @@ def _next_marker(data: bytes, pos: int) -> int:
 _MARKER = re.compile(rb"\xff[^\x00\xff]")
 # From this many bytes of scan data on, numpy finds the markers faster than the regex.
 _NUMPY_FROM = 128 * 1024
+# Bytes numpy looks at in one pass: its arrays (flags per byte, an offset per 0xFF) stay under
+# 20 bytes per byte of the window whatever the file holds, even nothing but 0xFF bytes.
+_NUMPY_WINDOW = 256 * 1024
 
 
 class _ScanMarkers:
@@ -344,25 +346,39 @@ class _ScanMarkers:
     A scan's data ends at the first 0xFF followed by a byte other than 0x00
     (a stuffed byte) and 0xFF (a fill byte); restart markers are among these.
     Up to ``_NUMPY_FROM`` bytes, one precompiled regex search per marker;
-    above, one vectorised pass lists every marker's offset up front.
+    above, one vectorised pass per ``_NUMPY_WINDOW`` bytes lists the window's
+    markers, which are then looked up by bisection.
     """
 
     def __init__(self, data: bytes, start: int) -> None:
         self._data = data
-        self._offsets: list[int] | None = None
-        if len(data) - start >= _NUMPY_FROM:
-            array = np.frombuffer(data, np.uint8)
-            ff = np.flatnonzero(array[start:-1] == 0xFF) + start  # each 0xFF with a byte after it
-            following = array[ff + 1]
-            self._offsets = ff[(following != 0x00) & (following != 0xFF)].tolist()
+        self._numpy = len(data) - start >= _NUMPY_FROM
+        self._low = self._high = 0  # the window [low, high) of 0xFF offsets in _offsets
+        self._offsets = np.empty(0, np.int64)
 
     def next(self, pos: int) -> int:
         """Offset of the first marker at or after ``pos``, or -1 if there is none."""
-        if self._offsets is None:
+        if not self._numpy:
             found = _MARKER.search(self._data, pos)
             return -1 if found is None else found.start()
-        index = bisect_left(self._offsets, pos)
-        return self._offsets[index] if index < len(self._offsets) else -1
+        last = len(self._data) - 1  # a marker needs the byte after its 0xFF
+        while pos < last:
+            if not self._low <= pos < self._high:
+                self._load(pos)
+            index = int(np.searchsorted(self._offsets, pos))
+            if index < len(self._offsets):
+                return int(self._offsets[index])
+            pos = self._high
+        return -1
+
+    def _load(self, low: int) -> None:
+        """Lists the markers whose 0xFF lies in ``[low, low + _NUMPY_WINDOW)``."""
+        high = min(low + _NUMPY_WINDOW, len(self._data) - 1)
+        window = np.frombuffer(self._data, np.uint8, count=high + 1 - low, offset=low)  # and one more
+        ff = np.flatnonzero(window[:-1] == 0xFF)
+        following = window[ff + 1]
+        self._offsets = ff[(following != 0x00) & (following != 0xFF)] + low
+        self._low, self._high = low, high
 
 
 def _scan_end(data: bytes, pos: int, sos: int, markers: _ScanMarkers) -> int:
