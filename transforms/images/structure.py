@@ -166,6 +166,10 @@ def _marker_name(marker: int) -> str:
     return _MARKER_NAMES.get(marker, f"0xFF{marker:02X}")
 
 
+# Every marker's name, made once: looked up for each marker of every file.
+_NAMES = tuple(_marker_name(marker) for marker in range(256))
+
+
 def check_jpeg(data: bytes) -> None:
     """Checks a JPEG file's markers and scans, up to the first EOI (see the module docstring).
 
@@ -199,24 +203,23 @@ def check_jpeg(data: bytes) -> None:
             return
         if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, or RST outside a scan: no length
             continue
+        name = _NAMES[marker]
         if marker not in _SKIPPED and marker not in _SOF and marker not in (0xC4, 0xCC, 0xDA, 0xDB, 0xDD):
-            raise _corrupt(f"JPEG marker {_marker_name(marker)} at offset {at}: "
-                           "not a marker libjpeg reads here")
+            raise _corrupt(f"JPEG marker {name} at offset {at}: not a marker libjpeg reads here")
         if pos + 2 > size:
-            raise _truncated(f"JPEG ends at byte {size} inside marker {_marker_name(marker)} "
-                             f"at offset {at}, without EOI")
+            raise _truncated(f"JPEG ends at byte {size} inside marker {name} at offset {at}, without EOI")
         length = int.from_bytes(data[pos:pos + 2], "big")
         end = pos + length
         if length < 2:
-            raise _corrupt(f"JPEG marker {_marker_name(marker)} at offset {at}: segment length {length}")
+            raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {length}")
         if end > size:
-            raise _truncated(f"JPEG ends at byte {size} inside marker {_marker_name(marker)} at offset {at}, "
+            raise _truncated(f"JPEG ends at byte {size} inside marker {name} at offset {at}, "
                              f"which declares {length} bytes, without EOI")
         body = data[pos + 2:end] if marker not in _SKIPPED else b""
         if marker in _SOF:
             if components is not None:
-                raise _corrupt(f"JPEG marker {_marker_name(marker)} at offset {at}: a second frame header")
-            components = _check_sof(body, _marker_name(marker), at)
+                raise _corrupt(f"JPEG marker {name} at offset {at}: a second frame header")
+            components = _check_sof(body, name, at)
             progressive = marker in _PROGRESSIVE
         elif marker == 0xC4:
             _check_dht(body, at)
