@@ -317,9 +317,12 @@ def test_duplicate_paths_and_duplicate_images(tmp_path, capsys):
     write(str(a / "rose" / "two.jpg"), same)  # same bytes, other name
     write(str(a / "daisy" / "ok.jpg"), image_bytes("daisy", "JPEG", rng))
     out = str(tmp_path / "out")
-    status, _, _ = run_build(capsys, "--input", str(a), "--input", str(b), "--output_dir", out,
+    status, _, err = run_build(capsys, "--input", str(a), "--input", str(b), "--output_dir", out,
                              "--max_bad_fraction", "1")
     assert status == 0
+    # Progress counts the records to write without the dropped copy: it ends at 100%, not 2 of 3.
+    writing = [line for line in err.splitlines() if "writing shards:" in line]
+    assert writing and "writing shards: 2 of 2 records (100%)" in writing[-1], err
     dead = sorted((os.path.relpath(d["path"], tmp_path), d["reason"]) for d in dead_letters(out))
     assert dead == [("a/rose/two.jpg", "duplicate_image"), ("a/rose/x.jpg", "duplicate_path"),
                     ("b/rose/x.jpg", "duplicate_path")]

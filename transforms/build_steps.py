@@ -687,6 +687,8 @@ def _keep_one_copy(keyed):
     metas = sorted(metas, key=_copy_rank)
     kept = metas[0]
     yield kept
+    if len(metas) > 1:
+        progress.note(progress.IMAGES_DUPLICATE, len(metas) - 1)
     for meta in metas[1:]:
         same = f"same bytes (sha256 {meta.sha256[:16]}...) as {kept.source.relpath!r}"
         if meta.source.split == kept.source.split:

@@ -145,9 +145,10 @@ def _build_stage(counts: Counts) -> Stage | None:
     listed, _ = _count(counts, c.INPUTS_LISTED)
     read, read_bytes = _count(counts, c.IMAGES_READ)
     accepted, _ = _count(counts, c.IMAGES_ACCEPTED)
+    duplicates, _ = _count(counts, c.IMAGES_DUPLICATE)  # dropped before planning: not to be written
     written, written_bytes = _count(counts, c.RECORDS_WRITTEN)
     if written:
-        return Stage("writing shards", "records", written, accepted or None, written_bytes)
+        return Stage("writing shards", "records", written, accepted - duplicates or None, written_bytes)
     if read:
         return Stage("reading images", "inputs", read, listed or None, read_bytes)
     if listed:

@@ -21,7 +21,7 @@ import time
 from typing import Mapping
 
 __all__ = ["PROGRESS_ENV", "note", "read_counts", "flush", "Tally", "INPUTS_LISTED", "IMAGES_READ",
-           "IMAGES_ACCEPTED", "RECORDS_READ", "RECORDS_WRITTEN"]
+           "IMAGES_ACCEPTED", "IMAGES_DUPLICATE", "RECORDS_READ", "RECORDS_WRITTEN"]
 
 PROGRESS_ENV = "TFRECORD_SHARDS_PROGRESS_DIR"
 
@@ -29,6 +29,7 @@ PROGRESS_ENV = "TFRECORD_SHARDS_PROGRESS_DIR"
 INPUTS_LISTED = "inputs_listed"  # build: input files and manifest rows listed
 IMAGES_READ = "images_read"  # build: inputs inspected (read, or rejected unread), bytes read
 IMAGES_ACCEPTED = "images_accepted"  # build: inputs that passed inspection
+IMAGES_DUPLICATE = "images_duplicate"  # build: accepted copies of an image kept elsewhere, not written
 RECORDS_READ = "records_read"  # source: records read, framed bytes
 RECORDS_WRITTEN = "records_written"  # sink: records written to shards, framed bytes
 _FLUSH_SECONDS = 0.1
