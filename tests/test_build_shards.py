@@ -330,6 +330,23 @@ def test_duplicate_paths_and_duplicate_images(tmp_path, capsys):
     assert names == [b"daisy/ok.jpg", b"rose/one.jpg"]
 
 
+def test_progress_leaves_out_duplicates_counted_in_worker_processes(tmp_path, capsys):
+    """Copies dropped in both worker processes, one shard written by one of them: the report
+    still leaves every copy out and ends at 100%."""
+    import random
+    rng = random.Random(5)
+    for i in range(12):  # 12 images, each twice: the copies are spread over both workers
+        data = image_bytes("rose", "JPEG", rng)
+        for copy in ("a", "b"):
+            write(str(tmp_path / "in" / "rose" / f"{i}{copy}.jpg"), data)
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir",
+                               str(tmp_path / "out"), "--max_bad_fraction", "1", "--num_shards", "1",
+                               "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
+    assert status == 0
+    writing = [line for line in err.splitlines() if "writing shards:" in line]
+    assert writing and "writing shards: 12 of 12 records (100%)" in writing[-1], err
+
+
 def test_more_shards_than_records_gives_empty_shards(tmp_path, capsys):
     make_class_tree(str(tmp_path / "in"), classes=("rose",), per_class=2, broken=False)
     out = str(tmp_path / "out")

@@ -688,7 +688,7 @@ def _keep_one_copy(keyed):
     kept = metas[0]
     yield kept
     if len(metas) > 1:
-        progress.note(progress.IMAGES_DUPLICATE, len(metas) - 1)
+        progress.note(progress.IMAGES_DUPLICATE, len(metas) - 1)  # flushed as the bundle ends
     for meta in metas[1:]:
         same = f"same bytes (sha256 {meta.sha256[:16]}...) as {kept.source.relpath!r}"
         if meta.source.split == kept.source.split:
@@ -734,5 +734,15 @@ class RejectDuplicateImages(beam.PTransform):
         return (metas
                 | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
                 | "GroupByContent" >> beam.GroupByKey()  # (sha256, [ImageMeta])
-                | "KeepOneCopy" >> beam.FlatMap(_keep_one_copy).with_outputs(
+                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn()).with_outputs(
                     DEAD_LETTERS, main="main"))
+
+
+class _KeepOneCopyFn(beam.DoFn):
+    """``_keep_one_copy`` over every group; the copies it counts reach the progress report."""
+
+    def process(self, keyed):
+        yield from _keep_one_copy(keyed)
+
+    def finish_bundle(self):
+        progress.flush()  # a worker process may note nothing more after its last bundle here
