@@ -4,7 +4,8 @@ The I/O around ``transforms.shardset.run_lock`` and ``transforms.shardset.owners
 (the rules are there), on local disk, gs:// and s3:// alike:
 
 - ``check_output_dir``: the folder is not a file, does not lie below a file,
-  and can be written (a probe file is created and deleted);
+  its own folders (``.staging``, ``index``) are real folders and not links,
+  and it can be written (a probe file is created and deleted);
 - ``acquire_lock`` / ``check_lock`` / ``release_lock``: the run's lock,
   created exclusively: ``O_EXCL`` on local disk; on gs:// an upload with
   ``if_generation_match=0``; on s3:// a put with ``If-None-Match: *``. A store
@@ -16,6 +17,9 @@ The I/O around ``transforms.shardset.run_lock`` and ``transforms.shardset.owners
 - ``read_manifest``: a manifest and, for format 2, its shard list, read line
   by line and checked (``shardset.shard_list``);
 - ``clear_staging``: earlier attempts' staging, or the run's own;
+- ``delete_tree``: a folder and what it holds; on local disk it never
+  descends through a link (a link below the folder is removed as a link) and
+  refuses a folder that is itself a link;
 - ``free_bytes``: free space of a local folder, for a disk-full message.
 """
 
@@ -42,7 +46,7 @@ from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy,
 from transforms.tfrecord.record_index import INDEX_DIR
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo, held_message, is_stale, lost_message
 
-__all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "acquire_lock", "check_lock", "release_lock",
+__all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "delete_tree", "acquire_lock", "check_lock", "release_lock",
            "folder_state", "read_manifest", "open_lines", "check_unlisted", "clear_staging", "staging_folder", "free_bytes",
            "prepare_output", "finish_output"]
 
@@ -70,12 +74,52 @@ def staging_folder(output_dir: str, run_id: str | None = None) -> str:
     return join_path(root, run_id) if run_id else root
 
 
+def _link_problem(path: str) -> str | None:
+    """Why the tool may not delete or write below ``path`` (a link, or not a folder); None if it may."""
+    if os.path.islink(path) or _is_junction(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"{path} is a link (to {target})"
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"{path} is a file, not a folder"
+    return None
+
+
+def _is_junction(path: str) -> bool:
+    is_junction = getattr(os.path, "isjunction", None)  # Windows junctions; Python 3.12+
+    return bool(is_junction and is_junction(path))
+
+
+def check_own_folders(output_dir: str) -> str | None:
+    """Why the tool's own folders in ``output_dir`` cannot be used, or None.
+
+    The tool deletes and renames inside ``OUTPUT/.staging`` and ``OUTPUT/index``;
+    a link there (or a file of that name) would send those deletions elsewhere,
+    so it is refused, never followed. Object stores have no links: their
+    folders are key prefixes, so only local folders are checked.
+    """
+    if not _is_local(output_dir):
+        return None
+    for name in (STAGING_DIR, INDEX_DIR):
+        problem = _link_problem(os.path.join(output_dir, name))
+        if problem:
+            return (f"{problem}; the tool deletes and writes files in its own {name} folder and "
+                    "never through a link: remove it, or choose another --output_dir")
+    return None
+
+
 def check_output_dir(output_dir: str, run_id: str) -> None:
-    """Refuses an output folder that is a file, lies below a file, or cannot be written.
+    """Refuses an output folder that is a file, lies below a file, holds a link
+    where the tool's own folders go, or cannot be written.
 
     Raises:
         UsageError: One line saying which.
     """
+    problem = check_own_folders(output_dir)
+    if problem:
+        raise UsageError(problem)
     if _is_local(output_dir):
         path = os.path.abspath(output_dir)
         if os.path.exists(path) and not os.path.isdir(path):
@@ -379,7 +423,43 @@ def check_unlisted(output_dir: str, policy: PublishPolicy) -> None:
         raise UsageError(problem)
 
 
-def _delete_tree(folder: str) -> None:
+def _delete_local_tree(folder: str) -> None:
+    """Deletes a local folder bottom-up without following links (a link is unlinked)."""
+    if not os.path.lexists(folder):
+        return
+    problem = _link_problem(folder)
+    if problem:
+        raise PublishError(f"{problem}; refusing to delete through it")
+    for parent, dirs, files in os.walk(folder, topdown=False, onerror=_raise, followlinks=False):
+        for name in files:
+            os.unlink(os.path.join(parent, name))
+        for name in dirs:
+            path = os.path.join(parent, name)
+            if os.path.islink(path) or _is_junction(path):
+                os.unlink(path)
+            else:
+                os.rmdir(path)
+    os.rmdir(folder)
+
+
+def _raise(err: OSError) -> None:
+    raise err
+
+
+def delete_tree(folder: str) -> None:
+    """Deletes ``folder`` and every file below it; nothing if it is not there.
+
+    On local disk no link is followed: a link below the folder is removed as a
+    link, and a folder that is itself a link is refused. Object stores (gs://,
+    s3://) have no folder objects, only keys under a prefix: the files below it
+    are deleted by name.
+
+    Raises:
+        PublishError: ``folder`` is a link or a file.
+    """
+    if _is_local(folder):
+        _delete_local_tree(folder)
+        return
     below = [m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list]
     present = [p for p in below + [folder] if FileSystems.exists(p)]
     if present:
@@ -387,8 +467,15 @@ def _delete_tree(folder: str) -> None:
 
 
 def clear_staging(output_dir: str, run_id: str | None = None) -> None:
-    """Deletes the staging folder (earlier attempts' too), or only the run's own."""
-    _delete_tree(staging_folder(output_dir, run_id))
+    """Deletes the staging folder (earlier attempts' too), or only the run's own.
+
+    Raises:
+        PublishError: The staging folder is a link (never followed).
+    """
+    problem = _link_problem(staging_folder(output_dir)) if _is_local(output_dir) else None
+    if problem:
+        raise PublishError(f"{problem}; refusing to delete through it")
+    delete_tree(staging_folder(output_dir, run_id))
     if run_id and _is_local(output_dir):
         try:
             os.rmdir(staging_folder(output_dir))  # the shared folder, once empty

@@ -58,8 +58,8 @@ from apache_beam.metrics import Metrics
 from transforms import beam_compat, worker_threads
 from transforms.errors import ManifestError, PublishError
 from transforms.file_access import naming_s3_errors
-from transforms.output_folder import (STAGING_DIR, check_lock, folder_state, free_bytes, open_lines,
-                                      staging_folder)
+from transforms.output_folder import (STAGING_DIR, check_lock, check_own_folders, delete_tree,
+                                      folder_state, free_bytes, open_lines, staging_folder)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
 from transforms.shardset.dead_letters import DeadLetter
@@ -332,17 +332,6 @@ def _delete_if_exists(paths: Sequence[str]) -> None:
         FileSystems.delete(present)
 
 
-def _delete_folder(folder: str) -> None:
-    """Deletes ``folder`` and every file below it.
-
-    Object stores (gs://, s3://) have no folder objects, only keys under a
-    prefix: the folder itself does not "exist" there and deleting its name
-    deletes nothing, so the files below it are deleted by name.
-    """
-    below = [m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list]
-    _delete_if_exists(below + [folder])
-
-
 def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compression: str,
                 feature_spec: Mapping[str, str]) -> str | None:
     """Why the kept splits cannot be listed again (one line), or None.
@@ -556,11 +545,14 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         The published manifest (its shard entries without label counts).
 
     Raises:
-        PublishError: The lock is not this run's, a kept split changed or does
+        PublishError: The lock is not this run's, a link stands where its own folders go, a kept split changed or does
             not fit, too many bad inputs, no inputs, or counts that disagree.
     """
     staging = staging_folder(output_dir, policy.run_id)
     check_lock(output_dir, policy.run_id)
+    linked = check_own_folders(output_dir)  # checked at the start too; a link made since is refused
+    if linked:
+        raise PublishError(linked)
     state = folder_state(output_dir)
     kept = kept_splits(state.manifest, {t.split for t in totals}, policy)
     labels = list(labels)
@@ -575,7 +567,7 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         else:
             labels = merged
     if refusal is not None:
-        _delete_folder(staging)
+        delete_tree(staging)
         raise PublishError(refusal)
 
     staged: dict[tuple[str, int], _Staged] = {}
@@ -599,7 +591,7 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     else:
         refusal = _part_problem(parts, staged)
     if refusal is not None:
-        _delete_folder(staging)
+        delete_tree(staging)
         raise PublishError(refusal)
 
     splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
@@ -668,7 +660,7 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     check_lock(output_dir, policy.run_id)
     _write_atomic(join_path(output_dir, MANIFEST_NAME), manifest.dumps(), staging)
     _delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
-    _delete_folder(join_path(output_dir, STAGING_DIR))  # the lock is this run's: all of it
+    delete_tree(join_path(output_dir, STAGING_DIR))  # the lock is this run's: all of it
     if kept:
         _LOG.info("kept splits %s of the earlier set", ", ".join(sorted(kept)))
     return manifest
