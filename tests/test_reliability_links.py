@@ -146,3 +146,40 @@ def test_the_published_set_is_unchanged_by_a_refused_run(tree, tmp_path, capsys)
     status, _, err = run_build(capsys, "--input", tree, "--output_dir", str(out), "--num_shards", "3")
     assert status == 2, err
     assert load_manifest(str(out)) == manifest
+
+
+@pytest.mark.slow
+def test_a_link_made_while_the_job_runs_is_refused_before_publishing(tree, tmp_path, capsys):
+    """The publish checks the names again: a link made after the start check deletes nothing."""
+    import subprocess
+    import sys
+
+    from tests.test_reliability_kill import REPO, _log_tail, _wait_for
+
+    out = tmp_path / "o"
+    status, _, err = run_build(capsys, "--input", tree, "--output_dir", str(out), *FLAGS)
+    assert status == 0, err
+    old_manifest = load_manifest(str(out))
+    marker = str(tmp_path / "marker.json")
+    log = str(tmp_path / "job.log")
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.pause_at", "create", r"/\.staging/.*train-", "1", marker, "--",
+             "--input", tree, "--output_dir", str(out), "--num_shards", "3", "--seed", "3"],
+            cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        _wait_for(marker, proc, log)
+        victim = tmp_path / "victim" / "idx"
+        victim.parent.mkdir()
+        os.rename(out / "index", victim)  # the old set's .idx files, which the rebuild would delete
+        os.symlink(victim, out / "index")
+        before = tree_state(str(victim))
+        open(marker + ".go", "w").close()
+        assert proc.wait(timeout=180) == 1, _log_tail(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "index" in _log_tail(log) and "link" in _log_tail(log)
+    assert "Traceback" not in _log_tail(log)
+    assert tree_state(str(victim)) == before
+    assert load_manifest(str(out)) == old_manifest
