@@ -344,7 +344,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     unique = listed.main | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     inspected = unique.main | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
-        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads)
+        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
+        staging=(cfg.output_dir, cfg.policy.run_id))  # records go to run files: each image read once
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages()
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,

@@ -356,9 +356,11 @@ def test_more_shards_than_records_gives_empty_shards(tmp_path, capsys):
     assert sorted(counts) == [0, 0, 1, 1]
 
 
-def test_source_rewritten_while_the_job_runs_fails_it_and_publishes_nothing(tmp_path, capsys,
-                                                                            monkeypatch):
-    """A file changed between inspection and writing never reaches a shard."""
+@pytest.mark.parametrize("mode", ["tf", "reencode"])
+def test_a_source_rewritten_after_it_was_read_leaves_the_record_as_read(tmp_path, capsys, monkeypatch,
+                                                                        mode):
+    """Each image is read once: its record holds the bytes that were checked and hashed, however
+    the file changes after that (before, the writer read it again and refused a changed file)."""
     from apache_beam.io.filesystems import FileSystems
 
     root = tmp_path / "in"
@@ -368,17 +370,44 @@ def test_source_rewritten_while_the_job_runs_fails_it_and_publishes_nothing(tmp_
     original = victim.read_bytes()
 
     def rewrite_then_create(path, *args, **kwargs):
-        if ".staging" in path and ".tfrecord." in path:  # the writer starts: inspection is over
-            victim.write_bytes(original[:-2] + bytes([original[-2] ^ 0xFF]) + original[-1:])
+        if ".staging" in path and ".tfrecord." in path:  # the writer starts: reading is over
+            victim.write_bytes(b"not an image any more")
         return create(path, *args, **kwargs)
 
     monkeypatch.setattr(FileSystems, "create", staticmethod(rewrite_then_create))
     out = str(tmp_path / "out")
-    status, _, err = run_build(capsys, "--input", str(root), "--output_dir", out, "--validate", "header")
-    assert status == 1
-    assert "changed while the job ran" in err and victim.name in err
-    assert not os.path.exists(os.path.join(out, "manifest.json"))
-    assert not [name for name in os.listdir(out) if name.endswith(".tfrecord")]
+    status, _, err = run_build(capsys, "--input", str(root), "--output_dir", out, "--image_mode", mode)
+    assert status == 0, err
+    assert victim.read_bytes() == b"not an image any more"
+    [record] = [e for name in shard_files(out) for e in examples(os.path.join(out, name))
+                if e["image/filename"] == f"daisy/{victim.name}".encode()]
+    assert record["image/key/sha256"] == hashlib.sha256(original).hexdigest().encode()
+    if mode == "tf":
+        assert record["image/encoded"] == original
+
+
+def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
+    """The build reads every image once: the record goes to a run file and is copied from there."""
+    from transforms import build_steps
+
+    root = tmp_path / "in"
+    make_class_tree(str(root), per_class=4, broken=True)
+    opened: list[str] = []
+    open_for_read = build_steps.open_for_read
+
+    def counting(path):
+        opened.append(path)
+        return open_for_read(path)
+
+    monkeypatch.setattr(build_steps, "open_for_read", counting)
+    for mode in ("tf", "reencode"):
+        opened.clear()
+        out = str(tmp_path / f"out-{mode}")
+        status, _, err = run_build(capsys, "--input", str(root), "--output_dir", out, "--image_mode", mode,
+                                   "--max_bad_fraction", "0.5", "--num_shards", "3")
+        assert status == 0, err
+        assert len(opened) == len(set(opened)) == 15, sorted(opened)
+        assert not os.path.exists(os.path.join(out, ".staging"))  # run files go with the staging folder
 
 
 @pytest.mark.parametrize("mode", ["stretch", "fit", "crop"])

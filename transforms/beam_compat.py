@@ -122,6 +122,18 @@ def close_written_file(fh: BinaryIO) -> None:
     fh.close()
 
 
+def unbuffered(fh: BinaryIO) -> BinaryIO:
+    """The stream below the read buffer of a file Beam's gs:// or s3:// file system opened.
+
+    Beam wraps its ``filesystemio.DownloaderStream`` (one ranged request per
+    read) in an ``io.BufferedReader`` of 16 MiB, so a small read there
+    fetches 16 MiB. Reading the ``raw`` stream fetches what is asked for.
+    Any other file object is returned as it is (Beam 2.77.0).
+    """
+    raw = getattr(fh, "raw", None)
+    return raw if raw is not None and hasattr(raw, "readinto") and hasattr(raw, "seek") else fh
+
+
 def filesystem_options() -> PipelineOptions:
     """Returns the pipeline options Beam's file systems are made from.
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
+import uuid
 from typing import Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
@@ -12,14 +14,14 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms import worker_threads
-from transforms.errors import ImageError, ShardsError
+from transforms import beam_compat, worker_threads
+from transforms.errors import ImageError, PublishError, RecordError, ShardsError
 from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
 from transforms.images.objects import BoxError, place_boxes, source_geometry
 from transforms.shardset.coco import coco_entries, is_coco_path
-from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below, list_store_level,
-                                    naming_s3_errors, open_for_read, peek_local, read_at_most, read_bytes,
+from transforms.file_access import (LEVEL_SCHEMES, RangeReader, exact_file, file_size, list_store_below,
+                                    list_store_level, naming_s3_errors, open_for_read, peek_local, read_at_most, read_bytes,
                                     scan_local_folder, walk_local_tree)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
@@ -32,7 +34,11 @@ from transforms.images.inputs import (LabelRules, TreeLevels, csv_header, decode
                                       manifest_line_entries, merge_levels, tree_entry, unreadable_folder_entry)
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
+from transforms.output_folder import staging_folder
+from transforms.shard_sink import no_space_message
+from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB, order_key, split_by_content, split_rank
+from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter, checked_record
 
 __all__ = ["DEAD_LETTERS", "CLASSES", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
            "ImageRecordMaker", "image_order", "read_source", "RejectDuplicatePaths",
@@ -375,6 +381,7 @@ class _Inspected:
 
     output: ImageMeta | DeadLetter
     bytes_read: int | None
+    parts: tuple[bytes, bytes, bytes] | None = None  # the record's pieces, for the run file
 
 
 class _InspectImageFn(beam.DoFn):
@@ -382,6 +389,15 @@ class _InspectImageFn(beam.DoFn):
 
     An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
     sha256 and the split fractions.
+
+    With ``staging`` (the output folder and the run's id), each accepted
+    image's framed record is appended to the bundle's run file in the run's
+    staging folder (``tfrecord.run_files``), on the bundle's thread in
+    input order, and its ``ImageMeta`` says where (``run``): the image is read
+    once per build, and its bytes never travel with the metadata. The run
+    file is closed before the bundle ends, so no output names a record that is
+    not on storage; a failed bundle's run file is named by no output that
+    survives it, and goes with the staging folder.
 
     Inputs are inspected on a pool of ``threads`` threads (``worker_threads``;
     0: one per usable core), at most ``window_for(threads)`` at a time; the
@@ -391,12 +407,15 @@ class _InspectImageFn(beam.DoFn):
 
     def __init__(self, settings: EncodeSettings, seed: int,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1) -> None:
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
+                 staging: tuple[str, str] | None = None) -> None:
         self._settings = settings
         self._seed = seed
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
         self._threads = threads
+        self._output_dir = staging[0] if staging else None
+        self._runs_dir = join_path(staging_folder(*staging), RUNS_DIR) if staging else None
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
@@ -406,11 +425,13 @@ class _InspectImageFn(beam.DoFn):
         self._pool = worker_threads.new_pool(threads, "inspect-image")
         self._window = worker_threads.window_for(threads)
         self._work = None
+        self._run = None  # (file object, RunFileWriter) of the bundle's run file, once opened
 
     def start_bundle(self):
         if self._work is not None:  # a bundle that failed: its calls are dropped
             self._work.close()
         self._work = worker_threads.OrderedWork(self._pool, self._window)
+        self._close_run()  # a failed bundle's run file: no surviving output names it
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
@@ -422,12 +443,40 @@ class _InspectImageFn(beam.DoFn):
     def finish_bundle(self):
         for inspected, (at, when) in self._work.drain():
             yield from self._emit(inspected, at, when)
+        self._close_run()
         progress.flush()
 
     def teardown(self):
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._close_run()
+
+    def _run_writer(self) -> RunFileWriter:
+        if self._run is None:
+            path = join_path(self._runs_dir, f"{uuid.uuid4().hex}.run")
+            with naming_s3_errors(path):
+                fh = FileSystems.create(path, compression_type="uncompressed")
+            self._run = (fh, RunFileWriter(fh, path))
+        return self._run[1]
+
+    def _close_run(self) -> None:
+        run, self._run = getattr(self, "_run", None), None
+        if run is not None:
+            with naming_s3_errors(run[1].path):
+                beam_compat.close_written_file(run[0])
+
+    def _in_run_file(self, meta: ImageMeta, parts: tuple[bytes, bytes, bytes]) -> ImageMeta:
+        """Appends the record to the bundle's run file; the metadata then says where it is."""
+        try:
+            writer = self._run_writer()
+            with naming_s3_errors(writer.path):
+                where = writer.append(parts)
+        except OSError as err:
+            if err.errno == errno.ENOSPC:
+                raise PublishError(no_space_message(self._output_dir, self._runs_dir, None)) from err
+            raise
+        return dataclasses.replace(meta, run=where, payload=None)
 
     def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
                      where: tuple) -> tuple[_Inspected, tuple]:
@@ -442,7 +491,10 @@ class _InspectImageFn(beam.DoFn):
             self._read.inc()
             self._read_bytes.inc(inspected.bytes_read)
             progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
-        output = WindowedValue(inspected.output, timestamp, (window,))
+        value = inspected.output
+        if self._runs_dir is not None and inspected.parts is not None:
+            value = self._in_run_file(value, inspected.parts)
+        output = WindowedValue(value, timestamp, (window,))
         if isinstance(inspected.output, DeadLetter):
             self._rejected.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
@@ -495,7 +547,8 @@ class _InspectImageFn(beam.DoFn):
             source=source, label_index=index, sha256=digest.hex(), info=info,
             record_size=framed_size(len(head) + len(stored) + len(tail)),
             order_key=order_key(self._seed, digest), source_crc32c=crc32c.crc32c(data),
-            payload=None if stored is data else stored, extra=extra), len(data))
+            payload=None if stored is data or self._runs_dir else stored, extra=extra), len(data),
+            (head, stored, tail) if self._runs_dir else None)
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""
@@ -526,11 +579,16 @@ class InspectImages(beam.PTransform):
             the worker may use. Threads pay when Pillow decodes or encodes each
             image (it releases the GIL) or reads wait on a network; the
             ``structure`` and ``header`` checks hold the GIL.
+        staging: ``(output folder, run id)``: each accepted image's record is
+            written to a run file in the run's staging folder and its metadata
+            says where (``ImageMeta.run``), so the writer copies it instead of
+            reading the image again. None: the writer makes it again.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1) -> None:
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
+                 staging: tuple[str, str] | None = None) -> None:
         super().__init__()
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
@@ -542,11 +600,13 @@ class InspectImages(beam.PTransform):
         self._max_bytes = max_bytes
         self._layout = layout
         self._threads = threads
+        self._staging = tuple(staging) if staging else None
 
     def expand(self, sources):
         extra = {} if self._layout is None else {"layout": self._layout}
         return sources | "InspectImage" >> beam.ParDo(
-            _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads),
+            _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
+                            self._staging),
             labels=self._labels, **extra).with_outputs(
                 DEAD_LETTERS, main="main")
 
@@ -594,22 +654,41 @@ def image_order(meta: ImageMeta) -> tuple[int, str]:
 
 
 class ImageRecordMaker:
-    """ImageMeta -> (the serialized Example's pieces, label index), as the shard writer needs.
+    """ImageMeta -> (the record, label index), as the shard writer needs.
 
-    The pieces are the bytes before the image, the image, and the bytes after
-    it (``image_example_parts``): the writer writes them without joining them.
-    Re-reads the source unless the stored image travelled with the metadata,
-    and refuses a source whose bytes changed since it was inspected: their
-    CRC32C must be the one inspection saw (a hardware CRC costs a tenth of
-    hashing the file again with sha256; what it guards against is a file
-    rewritten or truncated while the job runs, not a forgery).
+    A record written to a run file when its image was read (``meta.run``) is
+    copied from there as it is (a ``FramedRecord``, its CRCs checked), so the
+    image is not read again. Otherwise the record is made again: the pieces
+    are the bytes before the image, the image, and the bytes after it
+    (``image_example_parts``), written without joining them. It then re-reads
+    the source unless the stored image travelled with the metadata, and
+    refuses a source whose bytes changed since it was inspected: their CRC32C
+    must be the one inspection saw.
     """
 
     def __init__(self, settings: EncodeSettings, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> None:
         self._settings = settings
         self._max_bytes = max_bytes
+        self._runs = RangeReader()
 
-    def __call__(self, meta: ImageMeta) -> tuple[tuple[bytes, bytes, bytes], int]:
+    def close(self) -> None:
+        """Closes the run files kept open."""
+        self._runs.close()
+
+    def __call__(self, meta: ImageMeta) -> tuple[tuple[bytes, bytes, bytes] | FramedRecord, int]:
+        labels = next((values for name, _, values in meta.extra if name == "image/class/label"), None)
+        label = meta.label_index if labels is None else labels
+        if meta.run is not None:
+            where = meta.run
+            try:
+                framed = checked_record(self._runs.read(where.path, where.offset, where.length), where)
+            except RecordError as err:
+                raise ShardsError(f"the record of {meta.source.path} was damaged in its run file: "
+                                  f"{err}") from err
+            if len(framed) != meta.record_size:
+                raise ShardsError(f"{meta.source.path}: record is {len(framed)} bytes, "
+                                  f"planned {meta.record_size}")
+            return FramedRecord(framed), label
         if meta.payload is not None:
             stored = meta.payload
         else:
@@ -631,8 +710,7 @@ class ImageRecordMaker:
         if size != meta.record_size:
             raise ShardsError(f"{meta.source.path}: record is {size} bytes, "
                               f"planned {meta.record_size}; image encoding is not deterministic")
-        labels = next((values for name, _, values in meta.extra if name == "image/class/label"), None)
-        return (head, stored, tail), meta.label_index if labels is None else labels
+        return (head, stored, tail), label
 
 
 

@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 __all__ = ["open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
            "match_files", "same_file", "WILDCARDS", "NotRegularFileError", "file_size",
            "read_at_most", "peek_local", "LocalListing", "list_local_tree", "walk_local_tree",
-           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below"]
+           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "RangeReader"]
 
 # Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
 WILDCARDS = "*?["
@@ -171,6 +171,72 @@ def read_bytes(path: str) -> bytes:
     """Reads a whole file (see ``open_for_read``; errors while reading are raised the same way)."""
     with open_for_read(path) as fh, naming_s3_errors(path):
         return fh.read()
+
+
+class RangeReader:
+    """Reads byte ranges of files, from any thread, reading no byte outside the range.
+
+    Local files stay open, up to ``max_open`` of them per thread (the oldest
+    closed first), and are read with ``os.pread``; each thread has its own
+    descriptors, so none is closed while another thread reads it. A remote
+    range is one ranged request: Beam's gs:// and s3:// readers buffer 16 MiB
+    ahead, so the range is read from the unbuffered stream below them
+    (``beam_compat.unbuffered``).
+
+    Args:
+        max_open: Local files kept open at once by each thread.
+    """
+
+    def __init__(self, max_open: int = 64) -> None:
+        self._max_open = max_open
+        self._local = threading.local()
+        self._tables: list[dict[str, int]] = []
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"_max_open": self._max_open}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["_max_open"])
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        """The ``length`` bytes at ``offset`` (fewer only if the file ends first)."""
+        if "://" in path:
+            with naming_s3_errors(path), FileSystems.open(
+                    path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+                raw = beam_compat.unbuffered(fh)
+                raw.seek(offset)
+                return read_at_most(raw, length)
+        fd = self._fd(path)
+        parts, done = [], 0
+        while done < length:
+            chunk = os.pread(fd, length - done, offset + done)
+            if not chunk:
+                break
+            parts.append(chunk)
+            done += len(chunk)
+        return b"".join(parts) if len(parts) != 1 else parts[0]
+
+    def _fd(self, path: str) -> int:
+        fds = getattr(self._local, "fds", None)
+        if fds is None:
+            fds = self._local.fds = {}
+            with self._lock:
+                self._tables.append(fds)
+        fd = fds.get(path)
+        if fd is None:
+            if len(fds) >= self._max_open:
+                os.close(fds.pop(next(iter(fds))))
+            fd = fds[path] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def close(self) -> None:
+        """Closes the local files kept open (call when no thread reads any more)."""
+        with self._lock:
+            tables, self._tables = self._tables, []
+        for fds in tables:
+            while fds:
+                os.close(fds.popitem()[1])
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy,
 from transforms.plan_shards import ShardKey
 from transforms.shardset.planning import MIB, SplitTotals
 from transforms.shardset.naming import join_path, shard_file_name
+from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord.shard_writer import ShardStats, ShardWriter
 from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 
@@ -137,7 +138,8 @@ def write_shard(output_dir: str, key: ShardKey,
                 compression: str, run_id: str, planned_bytes: int | None = None) -> ShardResult:
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
-    A record is its bytes, or a sequence of pieces whose concatenation is its bytes.
+    A record is its bytes, a sequence of pieces whose concatenation is its bytes,
+    or a ``FramedRecord`` (its bytes already framed, copied as they are).
 
     Raises:
         PublishError: The disk is full (the message names the folder and the
@@ -156,7 +158,9 @@ def write_shard(output_dir: str, key: ShardKey,
             try:
                 writer = ShardWriter(fh, compression, index_fh)
                 for record, label in records:
-                    if isinstance(record, bytes):
+                    if isinstance(record, FramedRecord):  # copied from a run file as it is
+                        writer.write_framed(record.data, label)
+                    elif isinstance(record, bytes):
                         writer.write(record, label)
                     else:  # the pieces a record is made of, written without joining them
                         writer.write_parts(record, label)
@@ -176,8 +180,10 @@ def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
              tally: progress.Tally) -> Iterator[tuple[bytes | Sequence[bytes], int | None]]:
     """Passes the records on, counting each one and its framed size in ``tally``."""
     for record, label in records:
-        size = len(record) if isinstance(record, bytes) else sum(len(p) for p in record)
-        tally.add(1, framed_size(size))
+        if isinstance(record, FramedRecord):
+            tally.add(1, len(record.data))
+        else:
+            tally.add(1, framed_size(len(record) if isinstance(record, bytes) else sum(len(p) for p in record)))
         yield record, label
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transforms.images.codec import ImageInfo
+from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["SPLIT_BY_CONTENT", "SourceImage", "ImageMeta"]
 
@@ -67,10 +68,13 @@ class ImageMeta:
         source_crc32c: CRC32C of the source file's bytes, which the writer checks
             when it reads the file again, to refuse a file changed since.
         payload: Encoded image bytes when they are costly to recompute
-            (``reencode``, and images ``tf`` mode converts to PNG); None when
-            the writer re-reads the source.
+            (``reencode``, and images ``tf`` mode converts to PNG) and the
+            record is not in a run file; None otherwise.
         extra: ``(name, kind, values)`` of the record's keys beyond the plain
             image schema (``annotations.record_extras``).
+        run: Where the framed record was written when the image was read
+            (``tfrecord.run_files``); the shard writer copies it from there.
+            None when the writer makes the record again from the source.
     """
 
     source: SourceImage
@@ -82,6 +86,7 @@ class ImageMeta:
     source_crc32c: int
     payload: bytes | None = None
     extra: tuple[tuple[str, str, tuple], ...] = ()
+    run: RunSlice | None = None
 
     def __reduce__(self):
         """Pickles as one call with a flat tuple of plain values.
@@ -98,7 +103,8 @@ class ImageMeta:
                              self.label_index, self.sha256, info.format, info.height,
                              info.width, info.channels, info.source_format, info.tf_decodes,
                              self.record_size, self.order_key, self.source_crc32c, self.payload,
-                             self.extra)
+                             self.extra, *((self.run.path, self.run.offset, self.run.length)
+                                           if self.run is not None else ()))
 
 
 def _source_image(path: str, relpath: str, split: str, label: str, origin: str = "", labels=None,
@@ -110,9 +116,11 @@ def _source_image(path: str, relpath: str, split: str, label: str, origin: str =
 def _image_meta(path: str, relpath: str, split: str, label: str, origin: str, labels, features,
                 objects, label_index: int, sha256: str, image_format: str, height: int, width: int,
                 channels: int, source_format: str, tf_decodes: bool, record_size: int, key: int,
-                source_crc32c: int, payload: bytes | None, extra=()) -> ImageMeta:
+                source_crc32c: int, payload: bytes | None, extra=(), run_path: str | None = None,
+                run_offset: int = 0, run_length: int = 0) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
     return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects),
                      label_index, sha256,
                      ImageInfo(image_format, height, width, channels, source_format, tf_decodes),
-                     record_size, key, source_crc32c, payload, extra)
+                     record_size, key, source_crc32c, payload, extra,
+                     None if run_path is None else RunSlice(run_path, run_offset, run_length))

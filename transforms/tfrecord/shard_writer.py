@@ -79,7 +79,18 @@ class ShardWriter:
         image) is never copied into a record or a buffer first.
         """
         header, footer = frame_parts(parts)
-        size = len(header) + sum(len(part) for part in parts) + len(footer)
+        self._append((header, *parts, footer), len(header) + sum(len(part) for part in parts) + len(footer),
+                     label)
+
+    def write_framed(self, framed: bytes, label: int | Sequence[int] | None = None) -> None:
+        """Appends one record given already framed (``framing.frame_record``'s bytes).
+
+        The file is byte for byte what ``write`` of the unframed record writes.
+        """
+        self._append((framed,), len(framed), label)
+
+    def _append(self, pieces: Sequence[bytes], size: int, label: int | Sequence[int] | None) -> None:
+        """Writes (or queues for compression) one framed record of ``size`` bytes, as ``pieces``."""
         if self._index_fh is not None:
             self._index_lines.append(b"%d %d\n" % (self._offset, size))
         self._offset += size
@@ -89,10 +100,10 @@ class ShardWriter:
             self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
         self._pending_bytes += size
         if self._compressor is None:
-            for piece in (header, *parts, footer):
+            for piece in pieces:
                 self._emit(piece)
         else:
-            self._pending.extend((header, *parts, footer))
+            self._pending.extend(pieces)
         if self._pending_bytes >= _FLUSH_BYTES:
             self._flush()
 
