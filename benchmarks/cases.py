@@ -6,6 +6,8 @@ did. Every build baseline writes the same Example schema as the build job
 (``transforms.example.schema.IMAGE_FEATURES``) from the same files.
 
     python -m benchmarks.cases beam_build --input DIR --output_dir OUT --num_shards 8 [Beam flags]
+    python -m benchmarks.cases beam_create_build --input DIR --output_dir OUT --num_shards 8 [Beam flags]
+    python -m benchmarks.cases pool_build --input DIR --output_dir OUT --processes 4
     python -m benchmarks.cases tf_build --input DIR --output_dir OUT --num_shards 8
     python -m benchmarks.cases floor --input DIR --output_dir OUT
     python -m benchmarks.cases beam_read --pattern 'OUT/*.tfrecord' [Beam flags]
@@ -124,6 +126,74 @@ def beam_build(args, beam_args: Sequence[str]) -> None:
     result = p.run()
     result.wait_until_finish()
     _result(records=_counter(result, "records"))
+
+
+def _read_encode(item: tuple[str, str, int], root: str) -> bytes:
+    """(relative path, class, class index) -> serialized Example, read whole from ``root``."""
+    from transforms.example.codec import encode_example
+
+    relpath, label, index = item
+    with open(os.path.join(root, relpath), "rb") as fh:
+        data = fh.read()
+    return encode_example(_features(data, relpath, label, index))
+
+
+def _counted(item: tuple[str, str, int], root: str) -> bytes:
+    from apache_beam.metrics import Metrics
+
+    Metrics.counter("bench", "records").inc()
+    return _read_encode(item, root)
+
+
+def beam_create_build(args, beam_args: Sequence[str]) -> None:
+    """``Create(files) | Map(read, encode) | WriteToTFRecord``: the shortest Beam build."""
+    import apache_beam as beam
+
+    files, classes = _image_files(args.input)
+    index = {name: i for i, name in enumerate(classes)}
+    os.makedirs(args.output_dir, exist_ok=True)
+    p = _pipeline(beam_args)
+    _ = (p
+         | "Files" >> beam.Create([(rel, label, index[label]) for rel, label in files])
+         | "ReadEncode" >> beam.Map(_counted, args.input)  # serialized Example
+         | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output_dir, "train"),
+                                              file_name_suffix=".tfrecord",
+                                              num_shards=args.num_shards))
+    result = p.run()
+    result.wait_until_finish()
+    _result(records=_counter(result, "records"))
+
+
+# -- A plain multi-process loop --------------------------------------------------------------
+
+
+def _write_part(part: tuple[str, str, int, list[tuple[str, str, int]]]) -> int:
+    """Reads, encodes and frames one process's share of the files into its own file."""
+    from transforms.tfrecord.framing import frame_record
+
+    root, path, _, items = part
+    with open(path, "wb") as out:
+        for item in items:
+            out.write(frame_record(_read_encode(item, root)))
+    return len(items)
+
+
+def pool_build(args, _beam_args: Sequence[str]) -> None:
+    """``multiprocessing.Pool`` of N processes, each writing every N-th file to its own shard."""
+    import multiprocessing
+
+    files, classes = _image_files(args.input)
+    index = {name: i for i, name in enumerate(classes)}
+    items = [(rel, label, index[label]) for rel, label in files]
+    os.makedirs(args.output_dir, exist_ok=True)
+    n = args.processes
+    parts = [(args.input, os.path.join(args.output_dir, f"train-{i:05d}-of-{n:05d}.tfrecord"), i,
+              items[i::n]) for i in range(n)]
+    pool = multiprocessing.Pool(n)
+    written = sum(pool.map(_write_part, parts, chunksize=1))
+    pool.close()
+    pool.join()  # the processes end and are waited for: their CPU time reaches this process
+    _result(records=written)
 
 
 # -- TensorFlow's writer, one process ------------------------------------------------------
@@ -249,7 +319,8 @@ def _report_plan(counts: list[tuple[int, int]], items: int, num_shards: int) -> 
             max_records=max(per_shard))
 
 
-_CASES = {"beam_build": beam_build, "tf_build": tf_build, "floor": floor,
+_CASES = {"beam_build": beam_build, "beam_create_build": beam_create_build, "pool_build": pool_build,
+          "tf_build": tf_build, "floor": floor,
           "beam_read": beam_read, "tf_read": tf_read, "plan": plan}
 
 
@@ -261,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pattern")
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--items", type=int, default=1_281_167)
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     args, beam_args = parser.parse_known_args(argv)
     _CASES[args.case](args, beam_args)
 
