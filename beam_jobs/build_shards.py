@@ -37,7 +37,7 @@ from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
-from transforms.build_steps import (CLASSES, DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectRecordLayout,
+from transforms.build_steps import (CLASSES, DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
                                     DiscoverImages, ImageRecordMaker, InspectImages,
                                     RejectDuplicateImages, RejectDuplicatePaths, image_order)
 from transforms.file_access import file_size, open_for_read, read_at_most
@@ -328,19 +328,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     listed = (p
               | "Inputs" >> beam.Create(list(cfg.inputs))
               | "Discover" >> DiscoverImages(cfg.rules))
-    inputs = ((listed.main, listed[DEAD_LETTERS])
-              | "AllListed" >> beam.Flatten()
-              | "CountInputs" >> beam.combiners.Count.Globally())
-    if cfg.labels is not None:
-        labels = p | "CreateFixedLabels" >> beam.Create([list(cfg.labels)])
-    else:
-        named = listed.main | "TakeClassNames" >> beam.FlatMap(lambda s: s.class_names())
-        labels = ((named, listed[CLASSES])  # unreadable class folders keep their class
-                  | "AllClassNames" >> beam.Flatten()
-                  | "DistinctClasses" >> beam.Distinct()
-                  | "CollectClasses" >> beam.combiners.ToList()
-                  | "SortClasses" >> beam.Map(sorted))
-    layout = listed.main | "CollectLayout" >> CollectRecordLayout(cfg.multi_label, cfg.label_offset)
+    facts = ((listed.main, listed[DEAD_LETTERS], listed[CLASSES])  # unreadable class folders keep their class
+             | "AllListed" >> beam.Flatten()
+             | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset))  # one ListingFacts
+    inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
+    fixed = list(cfg.labels) if cfg.labels is not None else None
+    labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else list(f.classes))
+    layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     unique = listed.main | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     inspected = unique.main | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
@@ -352,21 +346,17 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
-        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads)
+        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
+        tally_of=lambda meta: image_count_keys(meta.info))  # each shard counts its image formats
     dead = ((listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS],
              distinct[DEAD_LETTERS])
             | "AllDeadLetters" >> beam.Flatten())
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
-    counts = (distinct.main
-              | "ListImageCountKeys" >> beam.FlatMap(lambda m: image_count_keys(m.info))  # (counter, format)
-              | "CountImages" >> beam.combiners.Count.PerElement()  # ((counter, format), n)
-              | "CollectCounts" >> beam.combiners.ToList()
-              | "MakeImageCounts" >> beam.Map(image_counts))
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec,
-        image_counts=counts, sidecar_files=build_sidecars)
+        image_counts=image_counts, sidecar_files=build_sidecars)
 
 
 HELP = JobHelp(

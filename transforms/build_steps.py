@@ -42,7 +42,7 @@ from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter,
 
 __all__ = ["DEAD_LETTERS", "CLASSES", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
            "ImageRecordMaker", "image_order", "read_source", "RejectDuplicatePaths",
-           "RejectDuplicateImages", "CollectRecordLayout"]
+           "RejectDuplicateImages", "ListingFacts", "CollectListingFacts"]
 
 # The tag of every build step's rejected inputs (DeadLetter); main outputs are "main".
 DEAD_LETTERS = "dead_letters"
@@ -611,24 +611,61 @@ class InspectImages(beam.PTransform):
                 DEAD_LETTERS, main="main")
 
 
-class _MergeLayoutsFn(beam.CombineFn):
-    """RecordLayout per input -> the build's RecordLayout (``annotations.merge_layouts``)."""
+@dataclasses.dataclass(frozen=True)
+class ListingFacts:
+    """What the whole listing says, known before any image is read.
+
+    Attributes:
+        inputs: Inputs listed: files and manifest rows, and the listing's dead
+            letters (an unreadable folder is one input).
+        classes: Class names in index order (sorted): those of the listed
+            inputs and of unreadable class folders.
+        layout: The ``RecordLayout`` every record follows.
+    """
+
+    inputs: int
+    classes: tuple[str, ...]
+    layout: RecordLayout
+
+
+class _ListingFactsFn(beam.CombineFn):
+    """SourceImage, DeadLetter or class name -> ``ListingFacts``; accumulator ``[count, names, layout]``."""
+
+    def __init__(self, multi_label: bool, label_offset: int) -> None:
+        self._multi_label = multi_label
+        self._label_offset = label_offset
 
     def create_accumulator(self):
-        return RecordLayout()
+        return [0, set(), RecordLayout()]
 
-    def add_input(self, acc, layout):
-        return acc if layout == acc else merge_layouts((acc, layout))
-
-    def merge_accumulators(self, accs):
-        return merge_layouts(accs)
-
-    def extract_output(self, acc):
+    def add_input(self, acc, item):
+        if isinstance(item, str):  # the class of an unreadable class folder: not an input
+            acc[1].add(item)
+            return acc
+        acc[0] += 1
+        if isinstance(item, SourceImage):
+            acc[1].update(item.class_names())
+            layout = layout_of(item)
+            if layout != acc[2]:
+                acc[2] = merge_layouts((acc[2], layout))
         return acc
 
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return [sum(a[0] for a in accs), set().union(*(a[1] for a in accs)),
+                merge_layouts(a[2] for a in accs)]
 
-class CollectRecordLayout(beam.PTransform):
-    """``PCollection[SourceImage]`` -> one element: the ``RecordLayout`` every record follows.
+    def extract_output(self, acc):
+        return ListingFacts(acc[0], tuple(sorted(acc[1])),
+                            acc[2].with_flags(self._multi_label, self._label_offset))
+
+
+class CollectListingFacts(beam.PTransform):
+    """Everything listed (``SourceImage``, ``DeadLetter``, class names) -> one ``ListingFacts``.
+
+    One combine gives the input count, the class list and the record layout
+    together, so the build has one global step before reading images where
+    it had three.
 
     Args:
         multi_label: Lists of class labels even if every input has one (``--multi_label``).
@@ -637,15 +674,10 @@ class CollectRecordLayout(beam.PTransform):
 
     def __init__(self, multi_label: bool = False, label_offset: int = 0) -> None:
         super().__init__()
-        self._multi_label = multi_label
-        self._label_offset = label_offset
+        self._fn = _ListingFactsFn(multi_label, label_offset)
 
-    def expand(self, sources):
-        multi_label, offset = self._multi_label, self._label_offset
-        return (sources
-                | "LayoutOfEach" >> beam.Map(layout_of)
-                | "MergeLayouts" >> beam.CombineGlobally(_MergeLayoutsFn())
-                | "AddFlags" >> beam.Map(lambda layout: layout.with_flags(multi_label, offset)))
+    def expand(self, listed):
+        return listed | "CombineFacts" >> beam.CombineGlobally(self._fn)
 
 
 def image_order(meta: ImageMeta) -> tuple[int, str]:

@@ -103,6 +103,7 @@ class ShardResult:
     staged: str
     staged_index: str | None
     stats: ShardStats
+    tallies: tuple[tuple[Any, int], ...] = ()  # (key, items) of WriteShards' tally_of, sorted
 
 
 @dataclass(frozen=True)
@@ -192,13 +193,15 @@ class _WriteShardFn(beam.DoFn):
 
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str, threads: int = 1) -> None:
+                 order_of: Callable[[Any], tuple], run_id: str, threads: int = 1,
+                 tally_of: Callable[[Any], Iterable[Any]] | None = None) -> None:
         self._output_dir = output_dir
         self._compression = compression
         self._to_record = to_record
         self._order_of = order_of
         self._run_id = run_id
         self._threads = threads
+        self._tally_of = tally_of
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(_NAMESPACE, "shards_written")
@@ -224,6 +227,9 @@ class _WriteShardFn(beam.DoFn):
                                  self._compression, self._run_id, planned)
         finally:
             made.close()  # an error while writing: the records still being made are dropped
+        if self._tally_of is not None:
+            tallies = collections.Counter(key for item in items for key in self._tally_of(item))
+            result = dataclasses.replace(result, tallies=tuple(sorted(tallies.items())))
         written.flush()
         self._records.inc(result.stats.records)
         self._bytes.inc(result.stats.bytes)
@@ -252,14 +258,18 @@ class WriteShards(beam.PTransform):
             per usable core), for a ``to_record`` that reads or encodes images
             (``build_steps.ImageRecordMaker``); records are still written in
             order, at most ``2 * threads`` of them made ahead.
+        tally_of: item -> keys it counts towards; each ``ShardResult`` then
+            carries its shard's ``(key, items)`` in ``tallies`` (the build's
+            image format counts), so no separate count step is needed.
     """
 
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1) -> None:
+                 order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1,
+                 tally_of: Callable[[Any], Iterable[Any]] | None = None) -> None:
         super().__init__()
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._args = (output_dir, compression, to_record, order_of, run_id, threads)
+        self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of)
         self._totals = totals
 
     def expand(self, assigned):
@@ -674,13 +684,17 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
 
 class _PublishFn(beam.DoFn):
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
-                 max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None) -> None:
+                 max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None,
+                 image_counts=None) -> None:
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy)
         self._sidecar_files = sidecar_files
+        self._image_counts = image_counts
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
 
-    def process(self, _, results, parts, totals, dead_letters, labels, inputs, feature_spec, images):
+    def process(self, _, results, parts, totals, dead_letters, labels, inputs, feature_spec):
         output_dir, compression, fields, max_bad, policy = self._args
+        images = {} if self._image_counts is None else self._image_counts(
+            tally for result in results for tally in result.tallies)  # AsIter: read again below
         fields = {**fields, "feature_spec": feature_spec, "images": images}
         self._dead.inc(len(dead_letters))
         manifest = publish_shards(output_dir, results, parts, totals, dead_letters, labels, inputs,
@@ -712,8 +726,9 @@ class PublishShards(beam.PTransform):
         labels: ``PCollection`` with one element, the class list.
         inputs: ``PCollection`` with one element, the number of inputs.
         feature_spec: ``PCollection`` with one element, feature name -> kind.
-        image_counts: ``PCollection`` with one element, the manifest's
-            ``images`` counts (``records.image_counts``), or None for none.
+        image_counts: Picklable ``iterable of (key, items) -> the manifest's
+            images object`` (``records.image_counts``), given the ``tallies`` of
+            every ``ShardResult``; None for no image counts.
         sidecar_files: Optional picklable ``Manifest -> {name: bytes}`` of
             further files to publish beside the shards (``publish_shards``).
     """
@@ -723,15 +738,14 @@ class PublishShards(beam.PTransform):
                  dead_letters, labels, inputs, feature_spec, image_counts=None,
                  sidecar_files=None) -> None:
         super().__init__()
-        self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy, sidecar_files)
-        self._inputs = (results, totals, dead_letters, labels, inputs, feature_spec, image_counts)
+        self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy, sidecar_files,
+                      image_counts)
+        self._inputs = (results, totals, dead_letters, labels, inputs, feature_spec)
 
     def expand(self, pbegin):
-        results, totals, dead, labels, inputs, spec, images = self._inputs
+        results, totals, dead, labels, inputs, spec = self._inputs
         output_dir, run_id = self._args[0], self._args[4].run_id
         AsIter, AsList, AsSingleton = beam.pvalue.AsIter, beam.pvalue.AsList, beam.pvalue.AsSingleton
-        if images is None:
-            images = pbegin | "CreateNoImageCounts" >> beam.Create([{}])
         parts = (results
                  | "KeyByListPart" >> beam.Map(_part_key)  # ((split, part), ShardResult)
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
@@ -741,4 +755,4 @@ class PublishShards(beam.PTransform):
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsIter(light), AsList(parts),
                                           AsList(totals), AsList(dead), AsSingleton(labels),
-                                          AsSingleton(inputs), AsSingleton(spec), AsSingleton(images)))
+                                          AsSingleton(inputs), AsSingleton(spec)))
