@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests import imagegen
 from tests.messy_corpus import make_corpus
-from tests.shard_fixtures import examples, load_manifest, shard_files
+from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files
 from transforms.errors import ImageError
 from transforms.images.records import EncodeSettings, encode_image
 from transforms.images.tf_rule import tf_shape
@@ -243,3 +244,72 @@ def test_corpus_verify_agrees_with_tensorflow(corpus_builds):
     named = collections.Counter(p["detail"].split("TensorFlow")[1].split()[3]
                                 if "TensorFlow" in p["detail"] else "?" for p in problems)
     assert dict(sorted(named.items())) == load_manifest(out)["images"]["tf_undecodable"]
+
+
+# --- PNG image data TensorFlow refuses (issue 25: A3, A4) ---------------------------------
+
+PNG_STREAMS = imagegen.png_streams()
+
+
+def _png_features(data: bytes, height: int = 9, width: int = 13) -> dict:
+    return {"image/encoded": ("bytes", [data]), "image/format": ("bytes", [b"png"]),
+            "image/height": ("int64", [height]), "image/width": ("int64", [width]),
+            "image/channels": ("int64", [1])}
+
+
+@pytest.mark.parametrize("name", sorted(PNG_STREAMS))
+def test_png_image_data_cases_are_what_tensorflow_decodes(name):
+    data, decodes = PNG_STREAMS[name]
+    got = tf_decodes(data)
+    if decodes:
+        assert isinstance(got, tuple), got
+    else:
+        assert isinstance(got, str) and f"Invalid PNG data, size {len(data)}" in got, got
+
+
+@pytest.mark.parametrize("name", sorted(PNG_STREAMS))
+def test_default_mode_and_verify_refuse_png_data_tensorflow_refuses(name):
+    data, decodes = PNG_STREAMS[name]
+    height, width = Image.open(io.BytesIO(data)).height, Image.open(io.BytesIO(data)).width
+    problem = image_problem(_png_features(data, height, width))
+    if decodes:
+        stored, info = encode_image(data, EncodeSettings())
+        assert stored == data and tf_decodes(stored) == (info.height, info.width, info.channels)
+        assert problem is None
+        return
+    for settings in (EncodeSettings(), EncodeSettings(validate="decode"), EncodeSettings(validate="full"),
+                     EncodeSettings(mode="passthrough")):
+        with pytest.raises(ImageError) as err:
+            encode_image(data, settings)
+        assert err.value.reason == "corrupt_image"
+    assert problem is not None and "does not decode: " in problem, problem
+    if name in PILLOW_DECODES:  # verify used to pass these: Pillow decodes them
+        assert "does not decode: corrupt_image: PNG" in problem, problem
+
+
+# Damaged PNGs whose first frame Pillow decodes without an error.
+PILLOW_DECODES = ("interlaced_short", "one_bit_short", "short_rows", "zlib_stream_without_end")
+
+
+@pytest.mark.parametrize("flags", [[], ["--validate", "full"], ["--image_mode", "passthrough"]],
+                         ids=["default", "full", "passthrough"])
+def test_build_dead_letters_png_data_tensorflow_refuses(tmp_path, flags):
+    from beam_jobs import build_shards
+
+    root = tmp_path / "in"
+    for name, (data, _) in PNG_STREAMS.items():
+        os.makedirs(root / "a", exist_ok=True)
+        (root / "a" / f"{name}.png").write_bytes(data)
+    out = str(tmp_path / "out")
+    assert build_shards.run(["--input", str(root), "--output_dir", out, "--num_shards", "1",
+                             "--max_bad_fraction", "1", *flags]) == 0
+    dead = {os.path.basename(d["path"]): d["reason"] for d in dead_letters(out)}
+    assert dead == {f"{name}.png": "corrupt_image" for name, (_, decodes) in PNG_STREAMS.items()
+                    if not decodes}
+    records = [ex for name in shard_files(out) for ex in examples(os.path.join(out, name))]
+    assert sorted(ex["image/filename"].decode() for ex in records) == sorted(
+        f"a/{name}.png" for name, (_, decodes) in PNG_STREAMS.items() if decodes)
+    for ex in records:
+        assert tf_decodes(ex["image/encoded"]) == (ex["image/height"], ex["image/width"],
+                                                   ex["image/channels"])
+    assert load_manifest(out)["images"]["tf_undecodable"] == {}
