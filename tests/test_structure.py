@@ -410,6 +410,24 @@ def test_png_check_without_crcs_still_checks_the_image_data() -> None:
         check_png(imagegen.png_streams()["filter_type_7"][0], crcs=False)
 
 
+def test_png_image_data_check_holds_little_memory_whatever_the_image_declares() -> None:
+    """64 MiB of inflated rows for a 65536x65536 image: inflated piece by piece, never kept."""
+    import tracemalloc
+
+    packer = zlib.compressobj(9)
+    row = b"\x00" + bytes(65536)
+    packed = b"".join(packer.compress(row * 16) for _ in range(64)) + packer.flush()
+    data = imagegen.png_stream(65536, 65536, idats=[packed])
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageError, match=r"ends inside row 1024 of 65536, 67109888 of the"):
+            check_png(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, peak
+
+
 def test_jpeg_truncated_at_every_length_inside_the_scans() -> None:
     data = VALID["jpeg_progressive"]()
     first_scan = _segment(data, 0xDA)[1]
