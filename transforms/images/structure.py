@@ -12,6 +12,11 @@ first with a valid depth and colour type, PLTE before IDAT for palette images,
 the IDAT chunks present and consecutive, no unknown critical chunk (libpng, and
 so ``tf.io.decode_png``, refuses one), and IEND. Bytes after IEND are accepted:
 Pillow and libpng stop reading at IEND, and TensorFlow decodes such a file.
+The image data is inflated and walked as libpng reads it (``_PngStream``): one
+zlib stream across the IDAT chunks that ends there, its Adler-32 valid, at
+least the rows IHDR declares (each Adam7 pass's for an interlaced image), each
+row's filter type 0-4. Pillow decodes some PNGs that fail this (missing rows, a
+stream without its end); TensorFlow refuses every one.
 
 JPEG: SOI, then every marker segment: its length inside the file, a known
 marker (libjpeg refuses others), the lengths of SOF, SOS, DHT, DQT and DRI as
@@ -23,14 +28,20 @@ marker; the file must reach EOI. Bytes after EOI are accepted (libjpeg stops
 there; MPO files keep their other frames there).
 
 What this cannot see: a damaged byte inside entropy-coded JPEG data that does
-not make a marker, and a damaged PNG stream whose CRCs were recomputed.
+not make a marker, and damaged PNG image data that still inflates to rows with
+valid filter types, with the CRCs recomputed (TensorFlow decodes both into a
+damaged picture).
 
 Speed: no Python step per byte, nor per stuffed 0xFF00 (one every few hundred
 bytes of a photo's scan data): one precompiled regex search finds each marker
 in the scan data, and from 128 KiB of scan data on, numpy lists the markers of
 each 256 KiB in one pass (its arrays stay under 5 MiB whatever the file holds).
 A 108 KB photo takes about 55 us, 2 GB/s (BENCHMARKS.md, "Validation levels
-against corruption"); the PNG CRCs are ``zlib.crc32`` over memoryviews.
+against corruption"); the PNG CRCs are ``zlib.crc32`` over memoryviews. A PNG
+costs what zlib takes to inflate its image data (the filter bytes are read with
+one strided slice per pass and piece, no Python step per row): about 12.6 ms
+per MB of scikit-image's PNGs on the 2-core machine, half of Pillow's decode
+(27 ms per MB), where the chunk walk alone took 0.24 ms.
 """
 
 from __future__ import annotations
