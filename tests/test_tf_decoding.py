@@ -9,6 +9,7 @@ built once per image mode with the real build job and read back with
 
 from __future__ import annotations
 
+import base64
 import collections
 import hashlib
 import io
@@ -66,8 +67,28 @@ def _gif_with_small_first_frame() -> bytes:
     return bytes(data)
 
 
+# Arithmetic-coded JPEGs (SOF9 sequential, SOF10 progressive), which Pillow cannot write:
+# `jpegtran -copy none -arithmetic [-progressive]` (libjpeg-turbo 2.1.5) of
+# `imagegen.jpeg("RGB", (13, 7))`, as golden bytes.
+JPEG_ARITHMETIC = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAMCAgMCAgMDAwMEAwMEBQgFBQQEBQoHBwYIDAoMDAsKCwsNDhIQDQ4RDgsLEBYQ"
+    "ERMUFRUVDA8XGBYUGBIUFRT/2wBDAQMEBAUEBQkFBQkUDQsNFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU"
+    "FBQUFBQUFBQUFBQUFBT/yQARCAAHAA0DASIAAhEBAxEB/8wACgAQEAUBEBEF/9oADAMBAAIRAxEAPwDQsmNYjiIj8s6SkGj3"
+    "Qz2rI5O5Wjki2UMqVmWwzGotxRm1mkhABvS7qaHyDbMMEZbQ+axvlPqAoktiYgiQUAfjsqIzxyrIxTTvMbTKogC4lJUuTwHG"
+    "AMkSwg9EvujAhizgz23ZUMYnlj2xNYD/2Q==")
+JPEG_ARITHMETIC_PROGRESSIVE = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAMCAgMCAgMDAwMEAwMEBQgFBQQEBQoHBwYIDAoMDAsKCwsNDhIQDQ4RDgsLEBYQ"
+    "ERMUFRUVDA8XGBYUGBIUFRT/2wBDAQMEBAUEBQkFBQkUDQsNFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU"
+    "FBQUFBQUFBQUFBQUFBT/ygARCAAHAA0DASIAAhEBAxEB/8wABgAQARD/2gAMAwEAAhADEAAAAc6Ib+yRkP/MAAQQBf/aAAgB"
+    "AQABBQIYFaU0cT0hBPb/zAAEEQX/2gAIAQMBAT8BhtjiXsZISUd44OY8cP/MAAQRBf/aAAgBAgEBPwGdXFLs/DZZqvUffKnA"
+    "/8wABBAF/9oACAEBAAY/AiPl6lGAAhJR5cUJw5VMMdXyQP/MAAQQBf/aAAgBAQABPyHVEQJiKcXXutt29j1lQP/aAAwDAQAC"
+    "AAMAAAAQVP/MAAQRBf/aAAgBAwEBPxA1HxXPG6rygP/MAAQRBf/aAAgBAgEBPxDrYmZHvvLRCP/MAAQQBf/aAAgBAQABPxAh"
+    "HC4SmNlnUqTGhT7RGEpxBWD/2Q==")
+
 CASES = {
     # name: (bytes, what tf_shape predicts: (height, width, channels) or None for refused)
+    "jpeg_arithmetic": (JPEG_ARITHMETIC, (7, 13, 3)),
+    "jpeg_arithmetic_progressive": (JPEG_ARITHMETIC_PROGRESSIVE, (7, 13, 3)),
     "jpeg_rgb": (_saved(_gradient("RGB"), "JPEG"), (7, 13, 3)),
     "jpeg_gray": (_saved(_gradient("L"), "JPEG"), (7, 13, 1)),
     "jpeg_cmyk": (_saved(_gradient("CMYK"), "JPEG"), (7, 13, 3)),
@@ -123,6 +144,13 @@ def test_default_mode_stores_what_tensorflow_decodes_as_recorded(name):
                 "image/height": ("int64", [info.height]), "image/width": ("int64", [info.width]),
                 "image/channels": ("int64", [info.channels])}
     assert image_problem(features) is None
+
+
+def test_arithmetic_jpegs_are_what_they_say_and_decode_to_the_huffman_pixels():
+    assert b"\xff\xc9\x00\x11" in JPEG_ARITHMETIC and b"\xff\xca\x00\x11" in JPEG_ARITHMETIC_PROGRESSIVE
+    huffman = tf.io.decode_image(imagegen.jpeg("RGB", (13, 7)), channels=3).numpy()
+    for data in (JPEG_ARITHMETIC, JPEG_ARITHMETIC_PROGRESSIVE):
+        np.testing.assert_array_equal(tf.io.decode_image(data, channels=3).numpy(), huffman)
 
 
 def test_default_mode_converts_losslessly():
