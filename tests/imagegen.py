@@ -111,3 +111,80 @@ def png_declaring(width: int, height: int) -> bytes:
     data[16:24] = struct.pack(">II", width, height)
     data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
     return bytes(data)
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_stream(width: int, height: int, raw: bytes | None = None, depth: int = 8, color: int = 0,
+               interlace: int = 0, idats: list[bytes] | None = None) -> bytes:
+    """A PNG around given image data, every chunk's CRC valid whatever the data holds.
+
+    ``raw`` is the inflated image data (scanlines with their filter bytes),
+    stored zlib-compressed in one IDAT; or ``idats`` gives the IDAT chunks'
+    data as they are.
+    """
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, interlace)
+    if idats is None:
+        idats = [zlib.compress(raw)]
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr)
+            + b"".join(_png_chunk(b"IDAT", data) for data in idats) + _png_chunk(b"IEND", b""))
+
+
+def _adam7_rows(width: int, height: int, bits: int) -> list[bytes]:
+    """Scanlines of an Adam7-interlaced image, pass after pass, each with filter type 0."""
+    rows = []
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
+                           (1, 0, 2, 2), (0, 1, 1, 2)):
+        columns = (width - x0 + dx - 1) // dx if width > x0 else 0
+        for y in range(y0, height, dy):
+            if columns:
+                rows.append(b"\x00" + bytes((i * 7 + y * 13) % 256 for i in range((columns * bits + 7) // 8)))
+    return rows
+
+
+def png_streams() -> dict[str, tuple[bytes, bool]]:
+    """PNGs whose chunks are all whole with valid CRCs, and whether libpng decodes them.
+
+    Name -> (bytes, decodes). The refused ones hold damaged image data: bad
+    deflate data, a zlib stream cut short or without its end, a bad filter
+    type, fewer rows than IHDR declares. The decoded ones hold what libpng
+    accepts: more data than the rows need, bytes after the stream's end.
+    (``tests/test_tf_decoding.py`` holds each to TensorFlow.)
+    """
+    width, height = 13, 9
+    rows = [b"\x00" + pattern(1, width, 1, salt=y).tobytes() for y in range(height)]
+    raw = b"".join(rows)
+    packed = zlib.compress(raw)
+    flushed = zlib.compressobj()
+    unended = flushed.compress(raw) + flushed.flush(zlib.Z_SYNC_FLUSH)
+    adam7 = _adam7_rows(width, height, 8)
+    one_bit = b"".join(b"\x00\xaa\xf8" for _ in range(height))
+    big = bytearray(b"".join(b"\x00" + bytes(2000) for _ in range(900)))  # 1.8 MB inflated
+    bad_big = bytearray(big)
+    bad_big[800 * 2001] = 7
+    return {
+        "bad_deflate_data": (png_stream(width, height, idats=[packed[:2] + b"\xff\xff\xff" + packed[5:]]),
+                             False),
+        "zlib_stream_cut": (png_stream(width, height, idats=[packed[:len(packed) // 2]]), False),
+        "zlib_stream_without_end": (png_stream(width, height, idats=[unended]), False),
+        "bad_adler32": (png_stream(width, height, idats=[packed[:-1] + bytes([packed[-1] ^ 1])]), False),
+        "filter_type_7": (png_stream(width, height, b"".join(rows[:3]) + b"\x07" + rows[3][1:]
+                                     + b"".join(rows[4:])), False),
+        "short_rows": (png_stream(width, height, b"".join(rows[:7])), False),
+        "short_by_one_byte": (png_stream(width, height, raw[:-1]), False),
+        "interlaced_short": (png_stream(width, height, b"".join(adam7[:-1]), interlace=1), False),
+        "one_bit_short": (png_stream(width, height, one_bit[:-3], depth=1), False),
+        "big_filter_type_7_at_row_800": (png_stream(2000, 900, bytes(bad_big)), False),
+        "rows_then_more_data": (png_stream(width, height, raw + rows[0] + b"\x09"), True),
+        "bytes_after_stream_end": (png_stream(width, height, idats=[packed + b"after the end"]), True),
+        "idat_after_stream_end": (png_stream(width, height, idats=[packed, b"\xff" * 10]), True),
+        "stream_over_three_idats": (png_stream(width, height, idats=[packed[:5], packed[5:20],
+                                                                      packed[20:]]), True),
+        "stored_blocks": (png_stream(width, height, idats=[zlib.compress(raw, 0)]), True),
+        "interlaced": (png_stream(width, height, b"".join(adam7), interlace=1), True),
+        "interlaced_1x3": (png_stream(1, 3, b"".join(_adam7_rows(1, 3, 8)), interlace=1), True),
+        "one_bit": (png_stream(width, height, one_bit, depth=1), True),
+        "big_one_idat": (png_stream(2000, 900, bytes(big)), True),
+    }

@@ -346,6 +346,88 @@ def test_a_damaged_png_pillow_decodes_is_refused() -> None:
         images.inspect_image(bytes(data), "structure")
 
 
+# --- PNG image data: inflated and walked, as libpng reads it ------------------------------------
+
+# Damaged image data inside whole chunks with valid CRCs -> what the check says.
+PNG_STREAM_DAMAGE = {
+    "bad_deflate_data": "PNG chunk IDAT at offset 33: the image data does not inflate (Error -3 "
+                        "while decompressing data: invalid block type)",
+    "zlib_stream_cut": "PNG image data in the IDAT chunks from offset 33 to ",
+    "zlib_stream_without_end": "is cut short: its zlib stream does not end (126 bytes inflated, "
+                               "after all 126 bytes its rows need)",
+    "bad_adler32": "the image data does not inflate (Error -3 while decompressing data: incorrect "
+                   "data check)",
+    "filter_type_7": "PNG chunk IDAT at offset 33: row 3 has filter type 7 (0-4 are defined)",
+    "short_rows": "PNG chunk IDAT at offset 33: the image data ends inside row 7 of 9, 98 of the "
+                  "126 bytes its rows need",
+    "short_by_one_byte": "the image data ends inside row 8 of 9, 125 of the 126 bytes its rows need",
+    "interlaced_short": "the image data ends inside row 3 of 4 of pass 7, 122 of the 136 bytes",
+    "one_bit_short": "the image data ends inside row 8 of 9, 24 of the 27 bytes its rows need",
+    "big_filter_type_7_at_row_800": "PNG chunk IDAT at offset 33: row 800 has filter type 7",
+}
+
+
+@pytest.mark.parametrize("name", sorted(imagegen.png_streams()))
+def test_png_image_data_is_checked_as_libpng_reads_it(name: str) -> None:
+    data, decodes = imagegen.png_streams()[name]
+    if decodes:
+        check_png(data)
+        assert images.inspect_image(data, "structure") == images.inspect_image(data, "full")
+        return
+    with pytest.raises(ImageError) as info:
+        check_png(data)
+    assert info.value.reason == "corrupt_image"
+    assert PNG_STREAM_DAMAGE[name] in info.value.detail, info.value.detail
+    # Every level that reads past the header refuses it, Pillow's decode or not.
+    for level in ("structure", "decode", "full"):
+        with pytest.raises(ImageError, match="corrupt_image: PNG") as via_level:
+            images.inspect_image(data, level)
+        assert via_level.value.detail == info.value.detail
+
+
+def test_png_stream_cases_are_what_they_say() -> None:
+    # Guards the table: the damage is inside the image data, every chunk whole with its CRC.
+    streams = imagegen.png_streams()
+    assert set(PNG_STREAM_DAMAGE) == {name for name, (_, decodes) in streams.items() if not decodes}
+    for name, (data, _) in streams.items():
+        chunks = _chunks(data)
+        assert [kind for kind, _ in chunks if kind != b"IDAT"] == [b"IHDR", b"IEND"], name
+        assert data == _png_of(chunks), name  # every CRC as zlib computes it
+    assert Image.open(io.BytesIO(streams["interlaced"][0])).info.get("interlace") == 1
+    # Pillow decodes these without an error: only the stream check sees them.
+    for name in ("short_rows", "zlib_stream_without_end", "interlaced_short", "one_bit_short"):
+        Image.open(io.BytesIO(streams[name][0])).load()
+    assert len(zlib.decompress(_chunks(streams["big_one_idat"][0])[1][1])) > 4 * 256 * 1024
+
+
+def test_png_check_without_crcs_still_checks_the_image_data() -> None:
+    data = bytearray(imagegen.png("RGB"))
+    data[data.index(b"IEND") - 5] ^= 0xFF  # the last IDAT's CRC
+    check_png(bytes(data), crcs=False)
+    with pytest.raises(ImageError, match="CRC mismatch"):
+        check_png(bytes(data))
+    with pytest.raises(ImageError, match="filter type 7"):
+        check_png(imagegen.png_streams()["filter_type_7"][0], crcs=False)
+
+
+def test_png_image_data_check_holds_little_memory_whatever_the_image_declares() -> None:
+    """64 MiB of inflated rows for a 65536x65536 image: inflated piece by piece, never kept."""
+    import tracemalloc
+
+    packer = zlib.compressobj(9)
+    row = b"\x00" + bytes(65536)
+    packed = b"".join(packer.compress(row * 16) for _ in range(64)) + packer.flush()
+    data = imagegen.png_stream(65536, 65536, idats=[packed])
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageError, match=r"ends inside row 1024 of 65536, 67109888 of the"):
+            check_png(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, peak
+
+
 def test_jpeg_truncated_at_every_length_inside_the_scans() -> None:
     data = VALID["jpeg_progressive"]()
     first_scan = _segment(data, 0xDA)[1]

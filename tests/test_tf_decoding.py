@@ -9,6 +9,7 @@ built once per image mode with the real build job and read back with
 
 from __future__ import annotations
 
+import base64
 import collections
 import hashlib
 import io
@@ -20,8 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests import imagegen
 from tests.messy_corpus import make_corpus
-from tests.shard_fixtures import examples, load_manifest, shard_files
+from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files
 from transforms.errors import ImageError
 from transforms.images.records import EncodeSettings, encode_image
 from transforms.images.tf_rule import tf_shape
@@ -65,8 +67,28 @@ def _gif_with_small_first_frame() -> bytes:
     return bytes(data)
 
 
+# Arithmetic-coded JPEGs (SOF9 sequential, SOF10 progressive), which Pillow cannot write:
+# `jpegtran -copy none -arithmetic [-progressive]` (libjpeg-turbo 2.1.5) of
+# `imagegen.jpeg("RGB", (13, 7))`, as golden bytes.
+JPEG_ARITHMETIC = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAMCAgMCAgMDAwMEAwMEBQgFBQQEBQoHBwYIDAoMDAsKCwsNDhIQDQ4RDgsLEBYQ"
+    "ERMUFRUVDA8XGBYUGBIUFRT/2wBDAQMEBAUEBQkFBQkUDQsNFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU"
+    "FBQUFBQUFBQUFBQUFBT/yQARCAAHAA0DASIAAhEBAxEB/8wACgAQEAUBEBEF/9oADAMBAAIRAxEAPwDQsmNYjiIj8s6SkGj3"
+    "Qz2rI5O5Wjki2UMqVmWwzGotxRm1mkhABvS7qaHyDbMMEZbQ+axvlPqAoktiYgiQUAfjsqIzxyrIxTTvMbTKogC4lJUuTwHG"
+    "AMkSwg9EvujAhizgz23ZUMYnlj2xNYD/2Q==")
+JPEG_ARITHMETIC_PROGRESSIVE = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAMCAgMCAgMDAwMEAwMEBQgFBQQEBQoHBwYIDAoMDAsKCwsNDhIQDQ4RDgsLEBYQ"
+    "ERMUFRUVDA8XGBYUGBIUFRT/2wBDAQMEBAUEBQkFBQkUDQsNFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU"
+    "FBQUFBQUFBQUFBQUFBT/ygARCAAHAA0DASIAAhEBAxEB/8wABgAQARD/2gAMAwEAAhADEAAAAc6Ib+yRkP/MAAQQBf/aAAgB"
+    "AQABBQIYFaU0cT0hBPb/zAAEEQX/2gAIAQMBAT8BhtjiXsZISUd44OY8cP/MAAQRBf/aAAgBAgEBPwGdXFLs/DZZqvUffKnA"
+    "/8wABBAF/9oACAEBAAY/AiPl6lGAAhJR5cUJw5VMMdXyQP/MAAQQBf/aAAgBAQABPyHVEQJiKcXXutt29j1lQP/aAAwDAQAC"
+    "AAMAAAAQVP/MAAQRBf/aAAgBAwEBPxA1HxXPG6rygP/MAAQRBf/aAAgBAgEBPxDrYmZHvvLRCP/MAAQQBf/aAAgBAQABPxAh"
+    "HC4SmNlnUqTGhT7RGEpxBWD/2Q==")
+
 CASES = {
     # name: (bytes, what tf_shape predicts: (height, width, channels) or None for refused)
+    "jpeg_arithmetic": (JPEG_ARITHMETIC, (7, 13, 3)),
+    "jpeg_arithmetic_progressive": (JPEG_ARITHMETIC_PROGRESSIVE, (7, 13, 3)),
     "jpeg_rgb": (_saved(_gradient("RGB"), "JPEG"), (7, 13, 3)),
     "jpeg_gray": (_saved(_gradient("L"), "JPEG"), (7, 13, 1)),
     "jpeg_cmyk": (_saved(_gradient("CMYK"), "JPEG"), (7, 13, 3)),
@@ -122,6 +144,13 @@ def test_default_mode_stores_what_tensorflow_decodes_as_recorded(name):
                 "image/height": ("int64", [info.height]), "image/width": ("int64", [info.width]),
                 "image/channels": ("int64", [info.channels])}
     assert image_problem(features) is None
+
+
+def test_arithmetic_jpegs_are_what_they_say_and_decode_to_the_huffman_pixels():
+    assert b"\xff\xc9\x00\x11" in JPEG_ARITHMETIC and b"\xff\xca\x00\x11" in JPEG_ARITHMETIC_PROGRESSIVE
+    huffman = tf.io.decode_image(imagegen.jpeg("RGB", (13, 7)), channels=3).numpy()
+    for data in (JPEG_ARITHMETIC, JPEG_ARITHMETIC_PROGRESSIVE):
+        np.testing.assert_array_equal(tf.io.decode_image(data, channels=3).numpy(), huffman)
 
 
 def test_default_mode_converts_losslessly():
@@ -243,3 +272,72 @@ def test_corpus_verify_agrees_with_tensorflow(corpus_builds):
     named = collections.Counter(p["detail"].split("TensorFlow")[1].split()[3]
                                 if "TensorFlow" in p["detail"] else "?" for p in problems)
     assert dict(sorted(named.items())) == load_manifest(out)["images"]["tf_undecodable"]
+
+
+# --- PNG image data TensorFlow refuses (issue 25: A3, A4) ---------------------------------
+
+PNG_STREAMS = imagegen.png_streams()
+
+
+def _png_features(data: bytes, height: int = 9, width: int = 13) -> dict:
+    return {"image/encoded": ("bytes", [data]), "image/format": ("bytes", [b"png"]),
+            "image/height": ("int64", [height]), "image/width": ("int64", [width]),
+            "image/channels": ("int64", [1])}
+
+
+@pytest.mark.parametrize("name", sorted(PNG_STREAMS))
+def test_png_image_data_cases_are_what_tensorflow_decodes(name):
+    data, decodes = PNG_STREAMS[name]
+    got = tf_decodes(data)
+    if decodes:
+        assert isinstance(got, tuple), got
+    else:
+        assert isinstance(got, str) and f"Invalid PNG data, size {len(data)}" in got, got
+
+
+@pytest.mark.parametrize("name", sorted(PNG_STREAMS))
+def test_default_mode_and_verify_refuse_png_data_tensorflow_refuses(name):
+    data, decodes = PNG_STREAMS[name]
+    height, width = Image.open(io.BytesIO(data)).height, Image.open(io.BytesIO(data)).width
+    problem = image_problem(_png_features(data, height, width))
+    if decodes:
+        stored, info = encode_image(data, EncodeSettings())
+        assert stored == data and tf_decodes(stored) == (info.height, info.width, info.channels)
+        assert problem is None
+        return
+    for settings in (EncodeSettings(), EncodeSettings(validate="decode"), EncodeSettings(validate="full"),
+                     EncodeSettings(mode="passthrough")):
+        with pytest.raises(ImageError) as err:
+            encode_image(data, settings)
+        assert err.value.reason == "corrupt_image"
+    assert problem is not None and "does not decode: " in problem, problem
+    if name in PILLOW_DECODES:  # verify used to pass these: Pillow decodes them
+        assert "does not decode: corrupt_image: PNG" in problem, problem
+
+
+# Damaged PNGs whose first frame Pillow decodes without an error.
+PILLOW_DECODES = ("interlaced_short", "one_bit_short", "short_rows", "zlib_stream_without_end")
+
+
+@pytest.mark.parametrize("flags", [[], ["--validate", "full"], ["--image_mode", "passthrough"]],
+                         ids=["default", "full", "passthrough"])
+def test_build_dead_letters_png_data_tensorflow_refuses(tmp_path, flags):
+    from beam_jobs import build_shards
+
+    root = tmp_path / "in"
+    for name, (data, _) in PNG_STREAMS.items():
+        os.makedirs(root / "a", exist_ok=True)
+        (root / "a" / f"{name}.png").write_bytes(data)
+    out = str(tmp_path / "out")
+    assert build_shards.run(["--input", str(root), "--output_dir", out, "--num_shards", "1",
+                             "--max_bad_fraction", "1", *flags]) == 0
+    dead = {os.path.basename(d["path"]): d["reason"] for d in dead_letters(out)}
+    assert dead == {f"{name}.png": "corrupt_image" for name, (_, decodes) in PNG_STREAMS.items()
+                    if not decodes}
+    records = [ex for name in shard_files(out) for ex in examples(os.path.join(out, name))]
+    assert sorted(ex["image/filename"].decode() for ex in records) == sorted(
+        f"a/{name}.png" for name, (_, decodes) in PNG_STREAMS.items() if decodes)
+    for ex in records:
+        assert tf_decodes(ex["image/encoded"]) == (ex["image/height"], ex["image/width"],
+                                                   ex["image/channels"])
+    assert load_manifest(out)["images"]["tf_undecodable"] == {}

@@ -28,7 +28,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from transforms.errors import ImageError
 from transforms.images.library_messages import captured_messages, collected
-from transforms.images.structure import STRUCTURE_FORMATS, check_structure
+from transforms.images.structure import STRUCTURE_FORMATS, check_png, check_structure
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -218,10 +218,13 @@ def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
             headers, bombs); ``structure`` also checks a JPEG's or PNG's
             structure without decoding (``structure.check_structure``: every
             segment or chunk, PNG CRCs, JPEG markers in the scan data, EOI or
-            IEND present) and decodes other formats (and APNG) as ``decode`` does;
-            ``decode`` decodes the pixels, JPEG at 1/8 scale with Pillow's
-            draft mode (catches truncation and corrupt data); ``full`` decodes
-            everything at full resolution.
+            IEND present, a PNG's image data inflated and its rows counted) and
+            decodes other formats (and APNG) as ``decode`` does; ``decode``
+            decodes the pixels, JPEG at 1/8 scale with Pillow's draft mode
+            (catches truncation and corrupt data), and checks a PNG's image
+            data as ``structure`` does, without its CRCs (Pillow passes some
+            data libpng refuses, such as missing rows); ``full`` decodes
+            everything at full resolution, and checks a PNG as ``decode`` does.
 
     Returns:
         The image's ``ImageInfo`` (format as TensorFlow names it).
@@ -244,6 +247,8 @@ def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
             return info
         # An APNG's first frame is also decoded: Pillow refuses some broken frame sequences
         # there, which TensorFlow (reading the default image) ignores but verify would not.
+    if validate in ("decode", "full") and info.format == "png":
+        check_png(data, crcs=False)
     if validate == "decode" and img.format in ("JPEG", "MPO"):
         img.draft(img.mode, (max(width // 8, 1), max(height // 8, 1)))
     if validate != "header":

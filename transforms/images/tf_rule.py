@@ -8,10 +8,10 @@ Pillow's test images and scikit-image's data.
 
 What TensorFlow 2.21 does, as measured there:
 
-- JPEG: baseline, extended and progressive Huffman JPEG with 8-bit samples and
-  1, 3 or 4 components decode; 4-component (CMYK, YCCK) JPEG decodes to 3
-  channels. Lossless, hierarchical, arithmetic-coded or 12-bit JPEG: refused
-  here (conservatively).
+- JPEG: baseline, extended and progressive JPEG, Huffman or arithmetic-coded
+  (SOF0-2, SOF9-10), with 8-bit samples and 1, 3 or 4 components decode;
+  4-component (CMYK, YCCK) JPEG decodes to 3 channels. Lossless, hierarchical
+  or 12-bit JPEG: refused here (conservatively).
 - PNG: every bit depth and colour type; 16-bit decodes scaled to 8 bits.
   Channels: gray 1, gray+alpha 2, RGB 3, RGBA 4, palette 3 (4 with a
   ``tRNS`` chunk).
@@ -93,7 +93,8 @@ def tf_shape(data: bytes) -> TfShape:
         raise _refuse(fmt, f"header ends early ({len(data)} bytes)") from err
 
 
-_SOF_OK = {0xC0, 0xC1, 0xC2}  # baseline, extended and progressive Huffman
+# Baseline, extended and progressive, Huffman (SOF0-2) or arithmetic-coded (SOF9-10).
+_SOF_OK = {0xC0, 0xC1, 0xC2, 0xC9, 0xCA}
 _SOF_ALL = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # DHT, JPG, DAC are not frames
 
 
@@ -114,8 +115,7 @@ def _jpeg(data: bytes) -> TfShape:
         if marker in _SOF_ALL:
             precision, height, width, components = struct.unpack(">BHHB", data[pos + 2:pos + 8])
             if marker not in _SOF_OK:
-                raise _refuse("jpeg", f"frame type SOF{marker - 0xC0} (lossless, hierarchical "
-                                      "or arithmetic-coded)")
+                raise _refuse("jpeg", f"frame type SOF{marker - 0xC0} (lossless or hierarchical)")
             if precision != 8:
                 raise _refuse("jpeg", f"{precision}-bit samples")
             if components not in (1, 3, 4):

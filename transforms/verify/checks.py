@@ -23,6 +23,7 @@ from transforms.errors import ExampleError, ImageError, RecordError
 from transforms.progress.report import plural
 from transforms.example.codec import decode_example
 from transforms.images.codec import decode_size
+from transforms.images.structure import check_png
 from transforms.images.tf_rule import tf_shape
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
@@ -123,7 +124,9 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     """Returns why a schema-valid record's image does not match its record, or None.
 
     The image's first frame must decode with Pillow (the pixel data is whole)
-    and be of the stated format, and ``tf.io.decode_image(...,
+    and be of the stated format, a PNG must pass the structure check (its
+    chunks' CRCs, and its image data inflated and walked as libpng reads it:
+    Pillow decodes some PNGs TensorFlow refuses), and ``tf.io.decode_image(...,
     expand_animations=False)`` must decode it, with ``channels=3`` and
     ``channels=0``, to the stated height, width and channels (predicted by
     ``tf_rule``, the rule the build job stores by). A ``raw`` image must hold
@@ -143,6 +146,8 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     stated = f"the record says {fmt} {height}x{width}x{channels}"
     try:
         info = decode_size(encoded)
+        if info.format == "png":
+            check_png(encoded)
     except ImageError as err:
         return f"image/encoded ({len(encoded)} bytes, {fmt}) does not decode: {err}"
     if info.format != fmt:
