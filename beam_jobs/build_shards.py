@@ -90,8 +90,6 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--resize_mode", default="stretch", choices=RESIZE_MODES,
                             help="stretch to WIDTHxHEIGHT, fit inside it keeping the aspect ratio, "
                                  "or crop the centre to fill it.")
-        parser.add_argument("--max_bad_fraction", type=opt.fraction, default=0.01,
-                            help="Fail (publishing nothing) if more inputs than this are rejected.")
         parser.add_argument("--max_image_mb", type=opt.positive_float,
                             default=DEFAULT_MAX_IMAGE_BYTES / MIB,
                             help="Largest input file read, in MiB; larger ones are too_large dead "
@@ -256,7 +254,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         rules=rules, labels=labels, settings=settings,
         target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
         compression=shared.compression, seed=shared.seed,
-        max_bad_fraction=build.max_bad_fraction,
+        max_bad_fraction=shared.max_bad_fraction,
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=opt.publish_policy(shared),
         multi_label=build.multi_label, label_offset=build.label_offset,
@@ -305,7 +303,8 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
                          f"{', '.join(FEATURE_TYPES)}) or remove it")
 
 
-_SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed")
+_SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
+                 "max_bad_fraction")
 # --overwrite_unlisted_shards and --drop_other_splits say how to publish, not what, and
 # --image_threads how fast: not in the manifest (outputs do not depend on them).
 _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",

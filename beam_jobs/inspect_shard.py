@@ -28,6 +28,7 @@ from transforms.errors import RecordError, UsageError
 from transforms.file_access import exact_file, is_folder
 from transforms.example.text import format_record
 from transforms.progress.report import plural
+from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
 
 _NAME = "inspect_shard"
@@ -49,31 +50,36 @@ def _parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--compression", default="auto", choices=READ_COMPRESSIONS,
                         help="auto (by suffix: .gz gzip, .zz/.deflate zlib), none, gzip or zlib. "
                              "(default: auto)")
+    opt.add_max_record_mb(parser, show_default=True)
     return parser
 
 
-def _records(fh, path: str, size: int, compression: str,
-             offset: int, out: TextIO) -> Iterator[tuple[int, bytes]]:
+def _records(fh, path: str, size: int, compression: str, offset: int, out: TextIO,
+             max_length: int) -> Iterator[tuple[int, bytes]]:
     """Yields ``(offset, data)`` from the first record at or after ``offset``."""
     if compression != "none":
-        for at, data in read_stream(open_decompressed(fh, compression), path):
+        for at, data in read_stream(open_decompressed(fh, compression), path, max_length=max_length):
             if at >= offset:
                 yield at, data
         return
-    start = find_record_start(fh, size, offset) if offset else 0
+    start = find_record_start(fh, size, offset, max_length=max_length) if offset else 0
     if start != offset:
         out.write(f"# no record starts at byte {offset}; the next record start is at byte {start}\n")
     # read_range finds the same start again; the range is the rest of the file.
-    yield from read_range(fh, size, ByteRange(start), path)
+    yield from read_range(fh, size, ByteRange(start), path, max_length=max_length)
 
 
-def inspect(path: str, size: int, limit: int, offset: int, compression: str, out: TextIO) -> int:
-    """Prints up to ``limit`` records of the file ``path`` of ``size`` bytes; returns the exit status."""
+def inspect(path: str, size: int, limit: int, offset: int, compression: str, out: TextIO,
+            max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> int:
+    """Prints up to ``limit`` records of the file ``path`` of ``size`` bytes; returns the exit status.
+
+    A record declaring more than ``max_record_bytes`` is reported as damaged.
+    """
     kind = compression_of(path, compression)
     shown = 0
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
         try:
-            for at, data in _records(fh, path, size, kind, offset, out):
+            for at, data in _records(fh, path, size, kind, offset, out, max_record_bytes):
                 if shown == limit:
                     out.write(f"# stopped after {limit} records (--limit); more follow\n")
                     return 0
@@ -107,7 +113,8 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
         print(f"{_NAME}: error: {err}", file=sys.stderr)
         return 2
     try:
-        return inspect(shard.path, shard.size_in_bytes, args.limit, args.offset, args.compression, out)
+        return inspect(shard.path, shard.size_in_bytes, args.limit, args.offset, args.compression, out,
+                       opt.max_record_bytes(args.max_record_mb))
     except BrokenPipeError:  # e.g. piped into head
         return 0
     except UsageError as err:

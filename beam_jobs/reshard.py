@@ -4,7 +4,7 @@ Usage::
 
     python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME] \\
         [--shard_size_mb 150] [--num_shards N] [--compression none|gzip|zlib] [--seed 0] \\
-        [--skip_corrupt] [Beam options]
+        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] [Beam options]
 
 Input files are read with the project's splittable source (one big file is read
 by many workers), records are planned exactly as the build job plans them and
@@ -47,7 +47,7 @@ from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.tfds_metadata import tfds_files
 
 _OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
-              "input_compression", "seed", "skip_corrupt")
+              "input_compression", "seed", "skip_corrupt", "max_bad_fraction")
 
 
 class ReshardOptions(PipelineOptions):
@@ -78,6 +78,8 @@ class ReshardConfig:
     input_compression: str
     seed: int
     skip_corrupt: bool
+    max_bad_fraction: float
+    max_record_bytes: int
     options: dict
     policy: PublishPolicy
 
@@ -115,7 +117,8 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         inputs=tuple(shared.input), files=files, output_dir=output or "/", split=shared.split,
         target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
         compression=shared.compression, input_compression=flags.input_compression,
-        seed=shared.seed, skip_corrupt=flags.skip_corrupt,
+        seed=shared.seed, skip_corrupt=flags.skip_corrupt, max_bad_fraction=shared.max_bad_fraction,
+        max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
         options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
                  for k in _OWN_FLAGS},
         policy=opt.publish_policy(shared))
@@ -130,7 +133,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
             | "MatchInputs" >> MatchInputFiles(cfg.inputs)  # FileMetadata
             | "Read" >> ReadAllFromTFRecords(
                 with_offsets=True, compression=cfg.input_compression,
-                errors="output" if cfg.skip_corrupt else "raise"))  # (path, offset, record)
+                errors="output" if cfg.skip_corrupt else "raise",
+                max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
     if cfg.skip_corrupt:
         records, errors = read[RECORDS], read[ERRORS]
         dead = errors | "DamagedSpans" >> beam.Map(damaged_span)
@@ -150,18 +154,19 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                                                         plan[TOTALS])
     fields = {"created_by": "reshard", "options": cfg.options, "seed": cfg.seed}
     return p | "Publish" >> PublishShards(
-        cfg.output_dir, cfg.compression, fields, None, cfg.policy, results=results, totals=plan[TOTALS],
+        cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
+        totals=plan[TOTALS],
         dead_letters=dead, labels=items | "CollectClassNames" >> CollectClassNames(), inputs=inputs,
         feature_spec=items | "CollectFeatureSpec" >> CollectFeatureSpec(), sidecar_files=tfds_files)
 
 
 HELP = JobHelp(
     summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
-    options=(ReshardOptions,),
+    options=(ReshardOptions, opt.RecordReadingOptions),
     shared=("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-            "overwrite_unlisted_shards", "drop_other_splits"),
+            "overwrite_unlisted_shards", "drop_other_splits", "max_bad_fraction"),
     required=("input", "output_dir"),
-    groups={"input_compression": "inputs", "skip_corrupt": "failures"},
+    groups={"input_compression": "inputs", "skip_corrupt": "failures", "max_record_mb": "inputs"},
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")
 
 

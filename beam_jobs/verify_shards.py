@@ -88,6 +88,7 @@ class VerifyConfig:
         report: Where the pipeline writes the JSON report.
         keep_report: False when ``report`` is a temporary file of this run.
         preview: Where the preview PNG goes, or None.
+        max_record_bytes: The largest record read (``--max_record_mb``).
     """
 
     target: str
@@ -97,6 +98,7 @@ class VerifyConfig:
     report: str
     keep_report: bool
     preview: str | None
+    max_record_bytes: int
 
 
 def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
@@ -188,7 +190,8 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
                          "(a pattern of TFRecord files), not both")
     report, keep = _report_target(options, verify.report)
     common = dict(decode_images=verify.decode_images, report=report, keep_report=keep,
-                  preview=verify.preview)
+                  preview=verify.preview,
+                  max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb))
     if verify.files:
         shards = _pattern_shards(verify.files)
         if not shards:
@@ -262,7 +265,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     # beside the reading.
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
         schema=schema, decode_images=cfg.decode_images, preview=cfg.preview is not None,
-        labels=labels, hash_files=with_manifest)  # RangeTally
+        labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes)  # RangeTally
     problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
     if with_manifest:
         listed = shards | "ListedEntries" >> beam.Map(lambda s: (s.path, s.entry))
@@ -329,8 +332,9 @@ def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
 
 HELP = JobHelp(
     summary="Check a shard set against its manifest (--output_dir), or any TFRecord files (--files).",
-    options=(VerifyOptions,), shared=("output_dir",),
+    options=(VerifyOptions, opt.RecordReadingOptions), shared=("output_dir",),
     groups={"files": "inputs", "output_dir": "inputs", "decode_images": "checks", "report": "output",
+            "max_record_mb": "inputs",
             "preview": "output"},
     epilog="examples:\n"
            "  tfrecord-shards verify --output_dir out/flowers --decode_images\n"

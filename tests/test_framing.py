@@ -248,7 +248,7 @@ def _relabelled(declared: int) -> bytes:
         (100, True, "bad_length"),
         (100, False, "truncated"),
         (2**32, True, "bad_length"),
-        (2**32, False, "truncated"),
+        (2**32, False, "bad_length"),  # over the record-size limit: no data is read
     ],
 )
 def test_rewritten_length_with_valid_crc(declared: int, size_known: bool, kind: str) -> None:
@@ -315,11 +315,53 @@ def test_huge_length_with_known_remaining_is_bad_length(length: int) -> None:
 
 
 @pytest.mark.parametrize("length", _HUGE)
-def test_huge_length_in_a_stream_is_truncated_without_big_allocation(length: int) -> None:
+def test_huge_length_in_a_stream_is_bad_length_without_big_allocation(length: int) -> None:
     blob = ref_frame(b"ok") + ref_header(length) + b"short body"
     err, peak = _peak_while(lambda: list(framing.iter_records(io.BytesIO(blob), "gz", 0, None)))
-    assert (err.kind, err.offset) == ("truncated", 18)
+    assert (err.kind, err.offset) == ("bad_length", 18)
+    assert "--max_record_mb" in err.detail
     assert peak < 10 * 1024 * 1024
+
+
+class _ZeroStream(io.RawIOBase):
+    """A stream of ``size`` zero bytes after ``head``, made as it is read (an inflating gzip bomb)."""
+
+    def __init__(self, head: bytes, size: int) -> None:
+        self._head, self._left = head, size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            out, self._head = self._head[:n], self._head[n:]
+            return out
+        n = min(n, self._left)
+        self._left -= n
+        return bytes(n)
+
+
+def test_a_stream_whose_header_claims_3_gib_is_bad_length_before_reading_its_data() -> None:
+    """A5: the stream holds 300 MB after a header claiming 3 GiB; none of it is read into memory."""
+    stream = _ZeroStream(ref_frame(b"ok") + ref_header(3 << 30), 300 << 20)
+    err, peak = _peak_while(lambda: list(framing.iter_records(stream, "bomb.gz", 0, None)))
+    assert (err.path, err.offset, err.kind) == ("bomb.gz", 18, "bad_length")
+    assert str(3 << 30) in err.detail
+    assert peak < 10 * 1024 * 1024
+
+
+@pytest.mark.parametrize("size_known", [True, False], ids=["size", "stream"])
+def test_max_length_is_the_largest_record_read(size_known: bool) -> None:
+    blob = ref_frame(b"ok") + ref_frame(bytes(100))
+    size = len(blob) if size_known else None
+    assert [d for _, d in framing.iter_records(io.BytesIO(blob), "f", 0, size, max_length=100)] == [
+        b"ok", bytes(100)]
+    it = framing.iter_records(io.BytesIO(blob), "f", 0, size, max_length=99)
+    assert next(it) == (0, b"ok")
+    with pytest.raises(RecordError) as info:
+        next(it)
+    assert (info.value.kind, info.value.offset) == ("bad_length", 18)
+    assert "99-byte record-size limit" in info.value.detail
 
 
 @pytest.mark.parametrize("length", _HUGE)

@@ -110,3 +110,56 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, words) -> No
     err = capsys.readouterr().err
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and words in err
+
+
+def _gzip_bomb(path: str, claimed: int, zeros: int) -> None:
+    """A small .tfrecord.gz: one good record, then a header claiming ``claimed`` bytes and ``zeros`` zeros."""
+    import struct
+    import zlib
+
+    from transforms.tfrecord.framing import masked_crc32c
+
+    length = struct.pack("<Q", claimed)
+    packer = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    pieces = [packer.compress(frame_record(encode_example({"id": 1})) + length
+                              + struct.pack("<I", masked_crc32c(length)))]
+    block = bytes(1 << 20)
+    pieces += [packer.compress(block) for _ in range(zeros >> 20)]
+    write_file(path, b"".join(pieces) + packer.flush())
+
+
+_PEAK_RSS = """
+import io, resource, sys
+from beam_jobs import inspect_shard
+def rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+before = rss()
+status = inspect_shard.run(sys.argv[1:], out=io.StringIO())
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(status, peak - before)
+"""
+
+
+def test_inspect_of_a_small_gzip_whose_header_claims_3_gib_stays_small(tmp_path) -> None:
+    """A5: 3 GiB claimed, 600 MiB of zeros inflated: reported as damage, without the memory."""
+    import os
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "bomb.tfrecord.gz")
+    _gzip_bomb(path, 3 << 30, 600 << 20)
+    assert os.path.getsize(path) < 4 << 20
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, path], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))},
+                          check=True)
+    status, grown = map(int, done.stdout.split())
+    assert status == 1
+    assert grown < 200 << 20, f"peak RSS grew by {grown >> 20} MiB"
+    status, out = _inspect(path)
+    first = len(frame_record(encode_example({"id": 1})))
+    assert status == 1
+    assert out.splitlines()[-1].startswith(f"# damaged record: bad_length: {path} at byte {first}")
+    assert "--max_record_mb" in out
+    status, out = _inspect(path, "--max_record_mb", "0.0001")  # 104 bytes
+    assert status == 1 and "over the 104-byte record-size limit" in out.splitlines()[-1]

@@ -321,3 +321,50 @@ def test_huge_length_is_rejected_as_bad_length() -> None:
     with pytest.raises(RecordError) as caught:
         list(read_range(io.BytesIO(data), len(data), ByteRange(), "big"))
     assert (caught.value.kind, caught.value.offset) == ("bad_length", 0)
+
+
+# --- The record-size limit (A5) ------------------------------------------------------------
+
+
+def _gzip_of_zeros_after(head: bytes, zeros: int) -> bytes:
+    """gzip of ``head`` then ``zeros`` zero bytes, compressed piece by piece (a small file)."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    pieces = [packer.compress(head)]
+    block = bytes(1 << 20)
+    for _ in range(zeros >> 20):
+        pieces.append(packer.compress(block))
+    return b"".join(pieces) + packer.flush()
+
+
+def test_gzip_stream_claiming_3_gib_is_bad_length_without_inflating_it() -> None:
+    import tracemalloc
+
+    packed = _gzip_of_zeros_after(frame_record(b"ok") + _header(3 << 30), 256 << 20)
+    assert len(packed) < 2 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordError) as caught:
+            list(read_stream(open_decompressed(io.BytesIO(packed), "gzip"), "bomb.tfrecord.gz"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (caught.value.path, caught.value.offset, caught.value.kind) == (
+        "bomb.tfrecord.gz", 18, "bad_length")
+    assert peak < 32 << 20
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["scan", "idx"])
+def test_a_record_over_max_length_is_one_bad_length_at_its_offset_from_any_split(indexed: bool) -> None:
+    records = [b"a" * 10, b"b" * 40, b"c" * 10, b"d" * 5]
+    data = _frame_all(records)
+    starts = _starts(records)
+    index = tuple(starts) if indexed else None
+    for cut in range(1, len(data)):
+        got, errors = [], []
+        for item in read_in_ranges(io.BytesIO(data), len(data), [cut], "f", index, max_length=39):
+            (errors if isinstance(item, RecordError) else got).append(item)
+        assert [(e.offset, e.kind) for e in errors] == [(starts[1], "bad_length")], cut
+        assert "39-byte record-size limit" in errors[0].detail
+        assert starts[1] not in [offset for offset, _ in got]
+    got, errors = _read(data, [len(data) // 2], index)
+    assert not errors and [r for _, r in got] == records

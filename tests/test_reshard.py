@@ -161,7 +161,7 @@ def test_skip_corrupt_writes_the_damaged_span_and_goes_on(tmp_path, capsys):
     path, offset = _corrupt_copy(tmp_path, datas)
     out = str(tmp_path / "out")
     status, _, err = run_reshard(capsys, "--input", path, "--output_dir", out, "--skip_corrupt",
-                                   "--split", "train")
+                                   "--split", "train", "--max_bad_fraction", "0.5")
     assert status == 0, err
     import json
     dead = [json.loads(l) for l in open(os.path.join(out, "dead_letters.jsonl"))]
@@ -172,6 +172,41 @@ def test_skip_corrupt_writes_the_damaged_span_and_goes_on(tmp_path, capsys):
     assert set(datas[:10]) <= set(kept)  # nothing before the damage is lost
     manifest = load_manifest(out)
     assert manifest["records"] + manifest["dead_letters"] == len(kept) + 1
+
+
+def test_skip_corrupt_refuses_more_damage_than_max_bad_fraction_by_default(tmp_path, capsys):
+    """A8: one damaged stretch among about 20 records is over build's default of 0.01."""
+    datas = labelled_records(30, seed=4)
+    path, _ = _corrupt_copy(tmp_path, datas)
+    out = str(tmp_path / "out")
+    status, _, err = run_reshard(capsys, "--input", path, "--output_dir", out, "--skip_corrupt",
+                                 "--split", "train")
+    assert status == 1
+    assert "--max_bad_fraction 0.01" in err and "nothing was published" in err
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    assert not shard_files(out)
+
+
+@pytest.mark.parametrize("fraction", [[], ["--max_bad_fraction", "1"]], ids=["default", "1"])
+def test_skip_corrupt_with_every_input_damaged_publishes_nothing(tmp_path, capsys, fraction):
+    """A8: every input damaged at its first record: no empty set is published, exit non-zero."""
+    paths = []
+    for i in range(2):
+        path = write_tfrecord(str(tmp_path / f"in{i}.tfrecord"), labelled_records(5, seed=i))
+        blob = bytearray(open(path, "rb").read())
+        blob[12 + 3] ^= 0xFF  # a byte of the first record's data
+        open(path, "wb").write(bytes(blob))
+        paths.append(path)
+    out = str(tmp_path / "out")
+    status, _, err = run_reshard(capsys, "--input", str(tmp_path / "in*.tfrecord"), "--output_dir", out,
+                                 "--skip_corrupt", "--split", "train", *fraction)
+    assert status == 1
+    lines = [line for line in err.splitlines() if line.startswith("reshard:")]
+    assert len(lines) == 1, err
+    assert "all 2 inputs were rejected" in lines[0] and "nothing was published" in lines[0]
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    assert not shard_files(out)
+    assert all(open(p, "rb").read() for p in paths)  # inputs untouched
 
 
 @pytest.mark.parametrize("argv, message", [

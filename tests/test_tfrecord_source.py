@@ -236,3 +236,18 @@ def test_matched_files_are_read_as_matched_never_matched_again(tmp_path) -> None
         read_all = (p | "Metadata" >> beam.Create([FileMetadata(literal, os.path.getsize(literal))])
                     | "ReadAll" >> ReadAllFromTFRecords())
         assert_that(read_all, equal_to(bracket), label="CheckAll")
+
+
+@pytest.mark.parametrize("suffix", [".tfrecord.gz", ".tfrecord"])
+def test_a_record_over_max_record_bytes_is_an_error_at_its_offset(tmp_path, suffix: str) -> None:
+    """A5: the record-size limit reaches the source, for compressed and split files alike."""
+    import gzip
+
+    blob = frame_record(b"a" * 10) + frame_record(b"b" * 100) + frame_record(b"c" * 10)
+    path = str(tmp_path / f"a{suffix}")
+    write_file(path, gzip.compress(blob) if suffix.endswith(".gz") else blob)
+    with _pipeline() as p:
+        read = p | ReadFromTFRecords(path, errors="output", max_record_bytes=99)
+        errors = read[ERRORS] | beam.Map(lambda e: (e.path, e.offset, e.kind))
+        assert_that(errors, equal_to([(path, 26, "bad_length")]), label="CheckErrors")
+        assert_that(read.records, equal_to([b"a" * 10]), label="CheckRecords")

@@ -252,3 +252,24 @@ def test_files_mode_on_a_jpeg_says_not_a_tfrecord_file(tmp_path, capsys) -> None
     assert status == 1
     assert "not_tfrecord" in out and "not a TFRecord file: it starts like a JPEG image" in out
     assert "crc_mismatch" not in out
+
+
+def test_files_mode_reports_a_header_over_max_record_mb_as_bad_length(tmp_path, capsys) -> None:
+    """A5: a gzip file whose second header claims 3 GiB is one bad_length problem at that record."""
+    from tests.test_inspect import _gzip_bomb
+    from transforms.tfrecord.framing import frame_record
+
+    path = str(tmp_path / "bomb.tfrecord.gz")
+    _gzip_bomb(path, 3 << 30, 64 << 20)
+    report = str(tmp_path / "report.json")
+    status, out, _ = run_verify(capsys, "--files", path, "--report", report)
+    assert status == 1
+    first = len(frame_record(encode_example({"id": 1})))
+    problems = [(p["file"], p["offset"], p["kind"]) for p in _report(report)["problems"]]
+    assert problems == [(path, first, "bad_length")]
+    assert "over the 536870912-byte record-size limit" in out
+    write_file(str(tmp_path / "plain.tfrecord"), frame_record(bytes(200)) + frame_record(b"x"))
+    status, out, _ = run_verify(capsys, "--files", str(tmp_path / "plain.tfrecord"), "--report", report,
+                                "--max_record_mb", "0.0001")  # 104 bytes
+    assert status == 1
+    assert [(p["offset"], p["kind"]) for p in _report(report)["problems"]] == [(0, "bad_length")]

@@ -595,6 +595,9 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     written = sum(s.records for s in staged.values())
     if inputs == 0:
         refusal = "no input files or rows were found; check --input"
+    elif written == 0:
+        refusal = (f"no record could be written: all {inputs} inputs were rejected; nothing was "
+                   f"published; every rejected input is in {dead_path}")
     elif written + len(dead) != inputs:
         refusal = (f"{inputs} inputs but {written} records written and {len(dead)} "
                    "dead letters; refusing to publish an incomplete set")

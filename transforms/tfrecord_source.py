@@ -41,7 +41,7 @@ from transforms.tfrecord.compression import READ_COMPRESSIONS, compression_of, o
 from transforms.errors import RecordError
 from transforms.file_access import match_files
 from transforms.progress import counters as progress
-from transforms.tfrecord.framing import OVERHEAD
+from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.record_index import check_index, index_names
 from transforms.tfrecord.record_ranges import read_range, read_stream
 
@@ -63,6 +63,7 @@ class _ReadSettings:
     use_index: bool = True
     keep_errors: bool = False
     min_bundle_size: int = 0
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
         if self.compression not in READ_COMPRESSIONS:
@@ -70,6 +71,8 @@ class _ReadSettings:
                              f"got {self.compression!r}")
         if self.min_bundle_size < 0:
             raise ValueError(f"min_bundle_size must be >= 0, got {self.min_bundle_size}")
+        if self.max_record_bytes < 1:
+            raise ValueError(f"max_record_bytes must be >= 1, got {self.max_record_bytes}")
 
     def output_coder(self) -> coders.Coder:
         if self.keep_errors:  # records and RecordError objects, split apart downstream
@@ -142,8 +145,10 @@ class _TFRecordFileSource(iobase.BoundedSource):
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
             index = load_index(self._path, self._size) if self._settings.use_index else None
-            return read_range(fh, self._size, range_tracker, self._path, index)
-        return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker)
+            return read_range(fh, self._size, range_tracker, self._path, index,
+                              self._settings.max_record_bytes)
+        return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker,
+                           self._settings.max_record_bytes)
 
     def read(self, range_tracker: iobase.RangeTracker) -> Iterator:
         records = Metrics.counter(_NAMESPACE, "records_read")
@@ -268,11 +273,15 @@ class ReadFromTFRecords(beam.PTransform):
         errors: ``raise`` to fail on a damaged record, ``output`` to emit it.
         validate: Fail at construction if a pattern matches no file.
         min_bundle_size: Smallest byte range a file is split into initially.
+        max_record_bytes: The largest record data read; a record declaring
+            more is damaged (``bad_length`` at its offset), found before its
+            bytes are read or inflated.
     """
 
     def __init__(self, file_pattern: Files | Sequence[Files], with_offsets: bool = False,
                  compression: str = "auto", use_index: bool = True, errors: str = "raise",
-                 validate: bool = True, min_bundle_size: int = 0) -> None:
+                 validate: bool = True, min_bundle_size: int = 0,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         super().__init__()
         one = isinstance(file_pattern, (str, FileMetadata))
         patterns = (file_pattern,) if one else tuple(file_pattern)
@@ -281,7 +290,7 @@ class ReadFromTFRecords(beam.PTransform):
             raise ValueError(f"file_pattern must be a non-empty path or list of paths, "
                              f"got {file_pattern!r}")
         self._settings = _ReadSettings(compression, with_offsets, use_index,
-                                       _check_errors_mode(errors), min_bundle_size)
+                                       _check_errors_mode(errors), min_bundle_size, max_record_bytes)
         if validate:
             strings = [p for p in patterns if isinstance(p, str)]
             for pattern, found in zip(strings, match_files(strings) if strings else []):
@@ -305,10 +314,11 @@ class ReadAllFromTFRecords(beam.PTransform):
     """
 
     def __init__(self, with_offsets: bool = False, compression: str = "auto",
-                 use_index: bool = True, errors: str = "raise", min_bundle_size: int = 0) -> None:
+                 use_index: bool = True, errors: str = "raise", min_bundle_size: int = 0,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         super().__init__()
         self._settings = _ReadSettings(compression, with_offsets, use_index,
-                                       _check_errors_mode(errors), min_bundle_size)
+                                       _check_errors_mode(errors), min_bundle_size, max_record_bytes)
 
     def _source_of(self, pattern: Files) -> iobase.BoundedSource:
         return _TFRecordSource((pattern,), self._settings)

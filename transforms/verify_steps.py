@@ -33,7 +33,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms.verify.preview import PREVIEW_PER_CLASS, preview_sample, render_preview
 from transforms.progress import counters as progress
 from transforms.tfrecord.compression import compression_of, open_decompressed
-from transforms.tfrecord.framing import OVERHEAD
+from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.tfrecord_source import load_index
 from transforms.errors import ManifestError, RecordError
@@ -304,8 +304,10 @@ class _ReadAndCheckFn(beam.DoFn):
     """ShardFile -> a RangeTally per byte range read; the file's sha256 is checked in a thread."""
 
     def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
-                 labels: Sequence[str] | None, hash_files: bool) -> None:
+                 labels: Sequence[str] | None, hash_files: bool,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self._schema = schema
+        self._max_record_bytes = max_record_bytes
         self._decode_images = decode_images
         self._preview = preview
         self._labels = list(labels) if labels else None
@@ -323,8 +325,10 @@ class _ReadAndCheckFn(beam.DoFn):
         if _whole_file(shard):
             if not claims.try_claim(0):
                 return iter(())
-            return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path)
-        return read_range(fh, shard.size, claims, shard.path, load_index(shard.path, shard.size))
+            return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path,
+                               max_length=self._max_record_bytes)
+        return read_range(fh, shard.size, claims, shard.path, load_index(shard.path, shard.size),
+                          self._max_record_bytes)
 
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
                 labels: Sequence[str] | None = None,
@@ -385,16 +389,19 @@ class ReadAndCheckRecords(beam.PTransform):
         decode_images: Decode every image.
         preview: Keep a few preview samples per class in each tally.
         hash_files: Check each listed shard's sha256 against its entry.
+        max_record_bytes: The largest record data read; a record declaring
+            more is a ``bad_length`` problem at its offset.
     """
 
     def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
                  preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
-                 hash_files: bool = True) -> None:
+                 hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         super().__init__()
         side = {name: value for name, value in (("schema", schema), ("labels", labels))
                 if isinstance(value, beam.pvalue.AsSingleton)}
         self._fn = _ReadAndCheckFn(None if "schema" in side else schema, decode_images, preview,
-                                   None if "labels" in side else labels, hash_files)
+                                   None if "labels" in side else labels, hash_files,
+                                   max_record_bytes)
         self._side = side
 
     def expand(self, shards):

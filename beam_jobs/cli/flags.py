@@ -21,15 +21,21 @@ from transforms.errors import UsageError
 from transforms.file_access import WILDCARDS
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import COMPRESSIONS
+from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int",
            "fraction", "folder_path", "wildcard_problem", "WILDCARDS", "ShardingOptions",
            "shard_size_mb", "seed", "publish_policy", "resolved_path", "overlap_problem", "MIN_SHARD_MB",
-           "MAX_SHARD_MB", "MAX_SIDE", "RunOptions", "LOG_LEVELS"]
+           "MAX_SHARD_MB", "MAX_SIDE", "RunOptions", "LOG_LEVELS", "record_size_mb", "add_max_record_mb",
+           "max_record_bytes", "RecordReadingOptions"]
 
 # --shard_size_mb bounds: 1 KiB (tests and tiny sets) to 1 TiB.
 MIN_SHARD_MB = 1 / 1024
 MAX_SHARD_MB = 1024 * 1024
+# --max_bad_fraction default: build and reshard refuse to publish above it.
+DEFAULT_MAX_BAD_FRACTION = 0.01
+# --max_record_mb bound: a record is a protocol buffer, which cannot exceed 2 GiB.
+MAX_RECORD_MB = 2048
 # --resize bound per side (JPEG's limit is 65535; PNG allows more, nothing reads it).
 MAX_SIDE = 65535
 # The seed keys a hash as a signed 64-bit integer, and Beam's coders carry it as one.
@@ -72,6 +78,31 @@ def seed(text: str) -> int:
     """argparse type: a signed 64-bit integer."""
     low, high = _SEED_RANGE
     return _number(text, int, lambda v: low <= v <= high, f"between {low} and {high} (64 bits)")
+
+
+def record_size_mb(text: str) -> float:
+    """argparse type: a record-size limit in MiB, > 0 and at most ``MAX_RECORD_MB``."""
+    return _number(text, float, lambda v: math.isfinite(v) and 0 < v <= MAX_RECORD_MB,
+                   f"> 0 and at most {MAX_RECORD_MB} (2 GiB, the largest protocol buffer)")
+
+
+def add_max_record_mb(parser: argparse.ArgumentParser, show_default: bool = False) -> None:
+    """Adds ``--max_record_mb``, the largest record a reader accepts, to ``parser``.
+
+    ``show_default`` puts the default in the help text (plain argparse parsers;
+    the jobs' ``--help`` shows defaults itself).
+    """
+    parser.add_argument("--max_record_mb", type=record_size_mb,
+                        default=DEFAULT_MAX_RECORD_BYTES >> 20,
+                        help="Largest record read, in MiB; a record declaring more is reported "
+                             "as damaged (bad_length) before its bytes are read, so a damaged "
+                             "length in a small compressed file cannot exhaust memory."
+                             + (" (default: %(default)s)" if show_default else ""))
+
+
+def max_record_bytes(mb: float) -> int:
+    """``--max_record_mb`` in bytes."""
+    return max(1, int(mb * (1 << 20)))
 
 
 def positive_int(text: str) -> int:
@@ -192,6 +223,19 @@ class ShardingOptions(PipelineOptions):
         parser.add_argument("--drop_other_splits", action="store_true", default=False,
                             help="build, reshard: remove the listed shards of splits this run does "
                                  "not write (else they are kept and listed again).")
+        parser.add_argument("--max_bad_fraction", type=fraction, default=DEFAULT_MAX_BAD_FRACTION,
+                            help="build, reshard: fail (publishing nothing) if more inputs than "
+                                 "this fraction are rejected (reshard: damaged stretches, with "
+                                 "--skip_corrupt, against records read).")
+
+
+class RecordReadingOptions(PipelineOptions):
+    """How the jobs that read TFRecord files (reshard, verify) bound a record."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        one_line_errors(parser)
+        add_max_record_mb(parser)
 
 
 def publish_policy(shared: ShardingOptions) -> PublishPolicy:

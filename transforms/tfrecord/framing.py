@@ -25,6 +25,7 @@ from transforms.errors import RecordError
 __all__ = [
     "not_tfrecord",
     "HEADER_SIZE",
+    "DEFAULT_MAX_RECORD_BYTES",
     "FOOTER_SIZE",
     "OVERHEAD",
     "masked_crc32c",
@@ -49,6 +50,11 @@ _CRC = struct.Struct("<I")
 # Data of a record with an unknown remaining size (a compressed stream) is read in
 # pieces of at most this many bytes, so a corrupt huge length cannot allocate memory.
 _STREAM_CHUNK = 16 * 1024 * 1024
+# The largest record data a reader accepts unless told otherwise (``--max_record_mb``):
+# above build's largest image (256 MiB) with room for its features. A header declaring
+# more is reported as damage before anything is read, so a small compressed file
+# whose header claims gigabytes cannot make a reader allocate them.
+DEFAULT_MAX_RECORD_BYTES = 512 * 1024 * 1024
 
 
 def _mask(crc: int) -> int:
@@ -126,7 +132,8 @@ def not_tfrecord(head: bytes) -> str | None:
 
 
 def read_record(
-    fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | None = None
+    fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | None = None,
+    max_length: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> bytes | None:
     """Reads the record that starts at the current position of ``fh``.
 
@@ -137,7 +144,11 @@ def read_record(
         remaining: Bytes left in the file from the current position, when
             known. A declared length that does not fit is rejected before any
             data is read. When None (compressed streams), data is read in
-            bounded pieces, so a corrupt length cannot exhaust memory.
+            bounded pieces.
+        max_length: The most data bytes a record may declare. A larger
+            declared length is rejected before any data is read, so a corrupt
+            length in a compressed stream (which may inflate to gigabytes)
+            never makes the reader hold more than this.
 
     Returns:
         The record's data, or None at a clean end of file.
@@ -145,7 +156,7 @@ def read_record(
     Raises:
         RecordError: ``truncated`` if the file ends inside the record,
             ``crc_mismatch`` if a CRC is wrong, ``bad_length`` if the declared
-            length cannot fit in the file.
+            length cannot fit in the file or is over ``max_length``.
     """
     header = fh.read(HEADER_SIZE)
     if not header:
@@ -174,6 +185,13 @@ def read_record(
             f"record declares {length} data bytes but only "
             f"{max(remaining - OVERHEAD, 0)} remain in the file",
         )
+    if length > max_length:
+        raise RecordError(
+            path, offset, "bad_length",
+            f"record declares {length} data bytes, over the {max_length}-byte record-size "
+            f"limit (--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise "
+            "the limit",
+        )
     # The data and its CRC are read apart, so the data is never copied out of a larger buffer.
     data = _read_exact(fh, length, remaining)
     footer = fh.read(FOOTER_SIZE) if len(data) == length else b""
@@ -194,7 +212,8 @@ def read_record(
 
 
 def iter_records(
-    fh: BinaryIO, path: str = "", start: int = 0, size: int | None = None
+    fh: BinaryIO, path: str = "", start: int = 0, size: int | None = None,
+    max_length: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[tuple[int, bytes]]:
     """Yields ``(offset, data)`` for every record from the current position to EOF.
 
@@ -203,6 +222,7 @@ def iter_records(
         path: Name of the file, used in error messages.
         start: Byte offset of the current position.
         size: Total size of the file when known (enables the length check).
+        max_length: The most data bytes a record may declare (see ``read_record``).
 
     Raises:
         RecordError: On the first damaged record.
@@ -210,7 +230,7 @@ def iter_records(
     offset = start
     while True:
         remaining = None if size is None else size - offset
-        data = read_record(fh, path, offset, remaining)
+        data = read_record(fh, path, offset, remaining, max_length)
         if data is None:
             return
         yield offset, data

@@ -43,7 +43,8 @@ from typing import BinaryIO, Iterator, Protocol, Sequence, Union
 import numpy as np
 
 from transforms.errors import RecordError
-from transforms.tfrecord.framing import HEADER_SIZE, OVERHEAD, masked_crc32c, parse_header, read_record
+from transforms.tfrecord.framing import (DEFAULT_MAX_RECORD_BYTES, HEADER_SIZE, OVERHEAD, masked_crc32c,
+                                         parse_header, read_record)
 
 __all__ = [
     "CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range",
@@ -149,24 +150,25 @@ def _chain_is_clean(fh: BinaryIO, position: int, size: int, steps: int) -> bool:
     return True
 
 
-def _data_is_intact(fh: BinaryIO, position: int, size: int) -> bool:
-    """True if the record at ``position`` reads with both CRCs correct."""
+def _data_is_intact(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
+    """True if the record at ``position`` reads with both CRCs correct (and is not over ``max_length``)."""
     fh.seek(position)
     try:
-        read_record(fh, "", position, size - position)
+        read_record(fh, "", position, size - position, max_length)
     except RecordError:  # the candidate is not a record start; scanning goes on
         return False
     return True
 
 
-def _is_record_start(fh: BinaryIO, position: int, size: int) -> bool:
+def _is_record_start(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
     """True if ``position`` passes the checks a scan applies to a candidate record start."""
     return (_chain_is_clean(fh, position, size, CONFIRM_RECORDS)
-            and _data_is_intact(fh, position, size))
+            and _data_is_intact(fh, position, size, max_length))
 
 
 def find_record_start(fh: BinaryIO, size: int, position: int,
-                      limit: int | float | None = None) -> int:
+                      limit: int | float | None = None,
+                      max_length: int = DEFAULT_MAX_RECORD_BYTES) -> int:
     """Returns the first record start at or after ``position`` found by scanning.
 
     Whether a position is a record start depends on that position alone (its
@@ -180,6 +182,8 @@ def find_record_start(fh: BinaryIO, size: int, position: int,
         position: Where to start looking.
         limit: Look only at positions before this one (a range's end); None
             for the whole rest of the file.
+        max_length: The most data bytes a record may hold; a longer one is
+            not taken as a record start (its reader reports it).
 
     Returns:
         The offset of the first position before ``limit`` that passes the
@@ -194,7 +198,7 @@ def find_record_start(fh: BinaryIO, size: int, position: int,
         fh.seek(position)
         window = fh.read(end - position + HEADER_SIZE - 1)
         for candidate in _header_candidates(window, position, size, end - position):
-            if _is_record_start(fh, candidate, size):
+            if _is_record_start(fh, candidate, size, max_length):
                 return candidate
         position = end
         step = min(step * 2, _SCAN_WINDOW)
@@ -209,7 +213,7 @@ def _ambiguous(path: str, position: int, stop: int) -> RecordError:
 
 
 def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
-                    path: str) -> None:
+                    path: str, max_length: int) -> None:
     """Checks that the next range's reader starts where this range's chain goes on.
 
     The next reader starts at the first record start found by scanning from
@@ -233,19 +237,19 @@ def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
         return
     scan_from = int(stop)
     while True:
-        found = find_record_start(fh, size, scan_from, limit=position)
+        found = find_record_start(fh, size, scan_from, position, max_length)
         if found < position:  # the next reader would start inside this range's record
             raise _ambiguous(path, found, int(stop))
-        if position >= size or _is_record_start(fh, position, size):
+        if position >= size or _is_record_start(fh, position, size, max_length):
             return
         fh.seek(position)
-        data = read_record(fh, path, position, size - position)
+        data = read_record(fh, path, position, size - position, max_length)
         scan_from = position + 1
         position += len(data) + OVERHEAD
 
 
 def _read_indexed(fh: BinaryIO, size: int, claims: Claims, path: str,
-                  starts: Sequence[int]) -> Iterator[tuple[int, bytes]]:
+                  starts: Sequence[int], max_length: int) -> Iterator[tuple[int, bytes]]:
     first = bisect.bisect_left(starts, claims.start_position())
     here = -1
     for i in range(first, len(starts)):
@@ -254,7 +258,7 @@ def _read_indexed(fh: BinaryIO, size: int, claims: Claims, path: str,
             return
         if here != position:
             fh.seek(position)
-        data = read_record(fh, path, position, size - position)
+        data = read_record(fh, path, position, size - position, max_length)
         end = starts[i + 1] if i + 1 < len(starts) else size
         if len(data) + OVERHEAD != end - position:
             raise RecordError(
@@ -266,7 +270,8 @@ def _read_indexed(fh: BinaryIO, size: int, claims: Claims, path: str,
 
 
 def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
-               index: Sequence[int] | None = None) -> Iterator[tuple[int, bytes]]:
+               index: Sequence[int] | None = None,
+               max_length: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
     """Yields ``(offset, data)`` for each record of an uncompressed file that the range owns.
 
     Args:
@@ -277,6 +282,8 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
         path: File name, used in error messages.
         index: Record starts from a usable ``.idx`` (``IndexCheck.starts``),
             or None to find them by scanning.
+        max_length: The most data bytes a record may hold; a record declaring
+            more is damaged (``bad_length``).
 
     Raises:
         RecordError: A record the range owns is damaged, or (without an index)
@@ -284,26 +291,27 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
             range's start.
     """
     if index is not None:
-        yield from _read_indexed(fh, size, claims, path, index)
+        yield from _read_indexed(fh, size, claims, path, index, max_length)
         return
     start = claims.start_position()
     # A range scans only its own bytes: a record start found past its end is not its own.
-    position = 0 if start <= 0 else find_record_start(fh, size, start, claims.stop_position())
+    position = 0 if start <= 0 else find_record_start(fh, size, start, claims.stop_position(),
+                                                      max_length)
     fh.seek(position)
     owns_chain = start <= 0  # a reader that claimed nothing hands off where it started
     while position < size:
         if not claims.try_claim(position):
             break
         owns_chain = True
-        data = read_record(fh, path, position, size - position)
+        data = read_record(fh, path, position, size - position, max_length)
         yield position, data
         position += len(data) + OVERHEAD
     if owns_chain:
-        _check_hand_off(fh, size, position, claims.stop_position(), path)
+        _check_hand_off(fh, size, position, claims.stop_position(), path, max_length)
 
 
-def read_stream(fh: BinaryIO, path: str = "",
-                claims: Claims | None = None) -> Iterator[tuple[int, bytes]]:
+def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
+                max_length: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
     """Yields ``(offset, data)`` for every record of a stream read front to back.
 
     Used for compressed files, which cannot be split; offsets are positions in
@@ -313,6 +321,9 @@ def read_stream(fh: BinaryIO, path: str = "",
         fh: Binary file-like object (e.g. from ``decompress.open_decompressed``).
         path: File name, used in error messages.
         claims: Optional tracker; each record start is claimed after it is read.
+        max_length: The most data bytes a record may declare: a larger claim
+            is damage (``bad_length``), found before any of its data is
+            inflated, so a small file cannot make the reader allocate gigabytes.
 
     Raises:
         RecordError: A damaged record, a cut compressed stream (``truncated``)
@@ -321,7 +332,7 @@ def read_stream(fh: BinaryIO, path: str = "",
     offset = 0
     while True:
         try:
-            data = read_record(fh, path, offset, None)
+            data = read_record(fh, path, offset, None, max_length)
         except EOFError as err:
             raise RecordError(path, offset, "truncated",
                               f"compressed stream is cut short: {err}") from err
@@ -338,7 +349,8 @@ ReadItem = Union[tuple[int, bytes], RecordError]
 
 
 def read_in_ranges(fh: BinaryIO, size: int, cuts: Sequence[int], path: str = "",
-                   index: Sequence[int] | None = None) -> Iterator[ReadItem]:
+                   index: Sequence[int] | None = None,
+                   max_length: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[ReadItem]:
     """Reads an uncompressed file as consecutive ranges, one after the other.
 
     The single-process equivalent of a split read: each range is read on its
@@ -354,6 +366,6 @@ def read_in_ranges(fh: BinaryIO, size: int, cuts: Sequence[int], path: str = "",
     bounds = [0, *cuts, size]
     for start, stop in zip(bounds, bounds[1:]):
         try:
-            yield from read_range(fh, size, ByteRange(start, stop), path, index)
+            yield from read_range(fh, size, ByteRange(start, stop), path, index, max_length)
         except RecordError as err:
             yield err
