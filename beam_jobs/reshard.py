@@ -35,7 +35,7 @@ from transforms.shardset.planning import MIB
 from transforms.shardset.naming import check_split_name
 from transforms.reshard_steps import (CollectClassNames, CollectFeatureSpec, MatchInputFiles,
                                       ToRecordItems, damaged_span, input_files, item_order, item_size,
-                                      item_split, record_of)
+                                      item_split, RecordCopy)
 from transforms.shardset.record_items import input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
@@ -141,7 +141,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     else:
         records = read
         dead = p | "NoDeadLetters" >> beam.Create([])
-    items = records | "Items" >> ToRecordItems(cfg.seed, cfg.split)
+    items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped
+        cfg.seed, cfg.split, staging=(cfg.output_dir, cfg.policy.run_id))
     inputs = ((items | "OneEach" >> beam.Map(lambda _: 1),
                dead | "OneEachDead" >> beam.Map(lambda _: 1))
               | "AllInputs" >> beam.Flatten()
@@ -150,7 +151,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                                         size_of=item_size, target_bytes=cfg.target_bytes,
                                         num_shards=cfg.num_shards)
     results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
-                                                        record_of, item_order, cfg.policy.run_id,
+                                                        RecordCopy(), item_order, cfg.policy.run_id,
                                                         plan[TOTALS])
     fields = {"created_by": "reshard", "options": cfg.options, "seed": cfg.seed}
     return p | "Publish" >> PublishShards(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
-import uuid
 from typing import Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
@@ -14,13 +12,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms import beam_compat, worker_threads
-from transforms.errors import ImageError, PublishError, RecordError, ShardsError
+from transforms import worker_threads
+from transforms.errors import ImageError, ShardsError
 from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
 from transforms.images.objects import BoxError, place_boxes, source_geometry
 from transforms.shardset.coco import coco_entries, is_coco_path
-from transforms.file_access import (LEVEL_SCHEMES, RangeReader, exact_file, file_size, list_store_below,
+from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below,
                                     list_store_level, naming_s3_errors, open_for_read, peek_local, read_at_most, read_bytes,
                                     scan_local_folder, walk_local_tree)
 from transforms.progress import counters as progress
@@ -34,11 +32,9 @@ from transforms.images.inputs import (LabelRules, TreeLevels, csv_header, decode
                                       manifest_line_entries, merge_levels, tree_entry, unreadable_folder_entry)
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
-from transforms.output_folder import staging_folder
-from transforms.shard_sink import no_space_message
-from transforms.shardset.naming import join_path
+from transforms.run_file_io import BundleRunFile, RecordCopier
 from transforms.shardset.planning import MIB, order_key, split_by_content, split_rank
-from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter, checked_record
+from transforms.tfrecord.run_files import FramedRecord
 
 __all__ = ["DEAD_LETTERS", "CLASSES", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
            "ImageRecordMaker", "image_order", "read_source", "RejectDuplicatePaths",
@@ -414,8 +410,7 @@ class _InspectImageFn(beam.DoFn):
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
         self._threads = threads
-        self._output_dir = staging[0] if staging else None
-        self._runs_dir = join_path(staging_folder(*staging), RUNS_DIR) if staging else None
+        self._staging = tuple(staging) if staging else None
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
@@ -425,13 +420,14 @@ class _InspectImageFn(beam.DoFn):
         self._pool = worker_threads.new_pool(threads, "inspect-image")
         self._window = worker_threads.window_for(threads)
         self._work = None
-        self._run = None  # (file object, RunFileWriter) of the bundle's run file, once opened
+        self._run = BundleRunFile(*self._staging) if self._staging else None
 
     def start_bundle(self):
         if self._work is not None:  # a bundle that failed: its calls are dropped
             self._work.close()
         self._work = worker_threads.OrderedWork(self._pool, self._window)
-        self._close_run()  # a failed bundle's run file: no surviving output names it
+        if self._run is not None:
+            self._run.close()  # a failed bundle's run file: no surviving output names it
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
@@ -443,40 +439,16 @@ class _InspectImageFn(beam.DoFn):
     def finish_bundle(self):
         for inspected, (at, when) in self._work.drain():
             yield from self._emit(inspected, at, when)
-        self._close_run()
+        if self._run is not None:
+            self._run.close()  # before the bundle ends: every output names a whole record
         progress.flush()
 
     def teardown(self):
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        self._close_run()
-
-    def _run_writer(self) -> RunFileWriter:
-        if self._run is None:
-            path = join_path(self._runs_dir, f"{uuid.uuid4().hex}.run")
-            with naming_s3_errors(path):
-                fh = FileSystems.create(path, compression_type="uncompressed")
-            self._run = (fh, RunFileWriter(fh, path))
-        return self._run[1]
-
-    def _close_run(self) -> None:
-        run, self._run = getattr(self, "_run", None), None
-        if run is not None:
-            with naming_s3_errors(run[1].path):
-                beam_compat.close_written_file(run[0])
-
-    def _in_run_file(self, meta: ImageMeta, parts: tuple[bytes, bytes, bytes]) -> ImageMeta:
-        """Appends the record to the bundle's run file; the metadata then says where it is."""
-        try:
-            writer = self._run_writer()
-            with naming_s3_errors(writer.path):
-                where = writer.append(parts)
-        except OSError as err:
-            if err.errno == errno.ENOSPC:
-                raise PublishError(no_space_message(self._output_dir, self._runs_dir, None)) from err
-            raise
-        return dataclasses.replace(meta, run=where, payload=None)
+        if getattr(self, "_run", None) is not None:
+            self._run.close()
 
     def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
                      where: tuple) -> tuple[_Inspected, tuple]:
@@ -492,8 +464,8 @@ class _InspectImageFn(beam.DoFn):
             self._read_bytes.inc(inspected.bytes_read)
             progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
         value = inspected.output
-        if self._runs_dir is not None and inspected.parts is not None:
-            value = self._in_run_file(value, inspected.parts)
+        if self._run is not None and inspected.parts is not None:  # the record goes to the run file
+            value = dataclasses.replace(value, run=self._run.append(inspected.parts), payload=None)
         output = WindowedValue(value, timestamp, (window,))
         if isinstance(inspected.output, DeadLetter):
             self._rejected.inc()
@@ -547,8 +519,8 @@ class _InspectImageFn(beam.DoFn):
             source=source, label_index=index, sha256=digest.hex(), info=info,
             record_size=framed_size(len(head) + len(stored) + len(tail)),
             order_key=order_key(self._seed, digest), source_crc32c=crc32c.crc32c(data),
-            payload=None if stored is data or self._runs_dir else stored, extra=extra), len(data),
-            (head, stored, tail) if self._runs_dir else None)
+            payload=None if stored is data or self._staging else stored, extra=extra), len(data),
+            (head, stored, tail) if self._staging else None)
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""
@@ -701,7 +673,7 @@ class ImageRecordMaker:
     def __init__(self, settings: EncodeSettings, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> None:
         self._settings = settings
         self._max_bytes = max_bytes
-        self._runs = RangeReader()
+        self._runs = RecordCopier()
 
     def close(self) -> None:
         """Closes the run files kept open."""
@@ -711,16 +683,11 @@ class ImageRecordMaker:
         labels = next((values for name, _, values in meta.extra if name == "image/class/label"), None)
         label = meta.label_index if labels is None else labels
         if meta.run is not None:
-            where = meta.run
-            try:
-                framed = checked_record(self._runs.read(where.path, where.offset, where.length), where)
-            except RecordError as err:
-                raise ShardsError(f"the record of {meta.source.path} was damaged in its run file: "
-                                  f"{err}") from err
-            if len(framed) != meta.record_size:
-                raise ShardsError(f"{meta.source.path}: record is {len(framed)} bytes, "
+            framed = self._runs.copy(meta.run, meta.source.path)
+            if len(framed.data) != meta.record_size:
+                raise ShardsError(f"{meta.source.path}: record is {len(framed.data)} bytes, "
                                   f"planned {meta.record_size}")
-            return FramedRecord(framed), label
+            return framed, label
         if meta.payload is not None:
             stored = meta.payload
         else:

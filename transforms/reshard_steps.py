@@ -18,9 +18,11 @@ from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import (FeatureTally, RecordItem, input_split, label_pairs,
                                               labels_from_pairs, record_item)
+from transforms.run_file_io import BundleRunFile, RecordCopier
+from transforms.tfrecord.run_files import FramedRecord
 
 __all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectClassNames", "CollectFeatureSpec", "damaged_span", "record_of",
-           "item_order", "item_size", "item_split"]
+           "RecordCopy", "item_order", "item_size", "item_split"]
 
 
 # A shard set's own companions, which a pattern such as ``old/*`` also matches.
@@ -81,6 +83,19 @@ def record_of(item: RecordItem) -> tuple[bytes, int | None]:
     return item.data, item.label
 
 
+class RecordCopy:
+    """What the shard writer writes for an item: its record, copied from its run file when it is in
+    one (``ToRecordItems`` with ``staging``), else its bytes; and its label."""
+
+    def __init__(self) -> None:
+        self._copier = RecordCopier()
+
+    def __call__(self, item: RecordItem) -> tuple[bytes | FramedRecord, int | None]:
+        if item.run is None:
+            return item.data, item.label
+        return self._copier.copy(item.run, f"a record of {item.split or 'the input'}"), item.label
+
+
 def item_order(item: RecordItem) -> tuple[int, bytes]:
     return item.sort_key()
 
@@ -100,19 +115,40 @@ def damaged_span(error: RecordError) -> DeadLetter:
 
 
 class _ToItemFn(beam.DoFn):
-    """(path, offset, record) -> RecordItem of the path's split."""
+    """(path, offset, record) -> RecordItem of the path's split.
 
-    def __init__(self, seed: int, split: str | None) -> None:
+    With ``staging``, each record is appended to the bundle's run file and the
+    item carries where it lies instead of its bytes (``run_file_io``).
+    """
+
+    def __init__(self, seed: int, split: str | None, staging: tuple[str, str] | None = None) -> None:
         self._seed = seed
         self._split = split
+        self._staging = staging
         self._records = Metrics.counter("reshard", "records_read")
         self._bytes = Metrics.counter("reshard", "record_bytes_read")
+
+    def setup(self):
+        self._run = BundleRunFile(*self._staging) if self._staging else None
+
+    def start_bundle(self):
+        if self._run is not None:
+            self._run.close()  # a failed bundle's run file: no surviving output names it
 
     def process(self, record: tuple[str, int, bytes]):
         path, _, data = record
         self._records.inc()
         self._bytes.inc(len(data))
-        yield record_item(data, self._seed, input_split(path, self._split))
+        item = record_item(data, self._seed, input_split(path, self._split))
+        yield item if self._run is None else item.in_run_file(self._run.append((data,)))
+
+    def finish_bundle(self):
+        if self._run is not None:
+            self._run.close()  # before the bundle ends: every item names a whole record
+
+    def teardown(self):
+        if getattr(self, "_run", None) is not None:
+            self._run.close()
 
 
 class ToRecordItems(beam.PTransform):
@@ -122,15 +158,20 @@ class ToRecordItems(beam.PTransform):
         seed: Shuffle seed.
         split: Split of every record (``--split``), or None to keep each
             file's split (``input_split``).
+        staging: ``(output folder, run id)``: records go to run files in the
+            run's staging folder and items carry where (write them with
+            ``RecordCopy``), so no record's bytes are grouped or shuffled.
     """
 
-    def __init__(self, seed: int, split: str | None = None) -> None:
+    def __init__(self, seed: int, split: str | None = None,
+                 staging: tuple[str, str] | None = None) -> None:
         super().__init__()
         self._seed = seed
         self._split = split
+        self._staging = tuple(staging) if staging else None
 
     def expand(self, records):
-        return records | "ToItem" >> beam.ParDo(_ToItemFn(self._seed, self._split))
+        return records | "ToItem" >> beam.ParDo(_ToItemFn(self._seed, self._split, self._staging))
 
 
 class CollectClassNames(beam.PTransform):

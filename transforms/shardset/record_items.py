@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from typing import Iterable
 
 from transforms.errors import ExampleError, ShardsError
 from transforms.example.codec import decode_example
 from transforms.tfrecord.framing import framed_size
+from transforms.tfrecord.run_files import RunSlice
 from transforms.shardset.naming import split_of_shard
 from transforms.shardset.planning import order_key
 
@@ -29,6 +32,11 @@ class RecordItem:
             (empty when the record is not an Example); ``<kind>_list`` for a
             feature with other than one value.
         split: Split the record is written to.
+        run: Where the record was written, framed, when it was read
+            (``tfrecord.run_files``); ``data`` is then empty and the writer
+            copies the record from there.
+        digest: A 16-byte BLAKE2b of the record's bytes, with ``run``: it
+            breaks ties of ``order_key`` as the bytes themselves would.
     """
 
     order_key: int
@@ -37,14 +45,21 @@ class RecordItem:
     text: str | tuple[str, ...] | None = None
     features: tuple[tuple[str, str], ...] = ()
     split: str = ""
+    run: RunSlice | None = None
+    digest: bytes = b""
 
     @property
     def size(self) -> int:
-        return framed_size(len(self.data))
+        return self.run.length if self.run is not None else framed_size(len(self.data))
 
     def sort_key(self) -> tuple[int, bytes]:
-        """Total order: order key, then the bytes (equal bytes are interchangeable)."""
-        return (self.order_key, self.data)
+        """Total order: order key, then the bytes or their digest (equal bytes are interchangeable)."""
+        return (self.order_key, self.digest if self.run is not None else self.data)
+
+    def in_run_file(self, where: RunSlice) -> "RecordItem":
+        """This item without its bytes: they were written to a run file, at ``where``."""
+        return dataclasses.replace(self, data=b"", run=where,
+                                   digest=hashlib.blake2b(self.data, digest_size=16).digest())
 
 
 def record_item(data: bytes, seed: int, split: str = "") -> RecordItem:

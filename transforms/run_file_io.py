@@ -1,0 +1,103 @@
+"""Run files on storage: a bundle's run file written, and records copied back out of run files.
+
+The I/O around ``transforms.tfrecord.run_files`` (the format is there), on
+local disk, gs:// and s3:// alike. A step that reads inputs writes each
+record once, framed, to the run file of its bundle in the run's staging
+folder (``OUTPUT/.staging/<run id>/runs/``) and passes on only where the
+record lies; the shard writer copies it from there (``RecordCopier``).
+
+Retries: a bundle's run file has a fresh random name and is closed before the
+bundle ends, so every output that names it was written in full; a retried
+bundle writes a new file, and the failed attempt's file, named by no
+surviving output, is deleted with the staging folder when the run publishes
+or fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import uuid
+from typing import Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import beam_compat
+from transforms.errors import PublishError, RecordError, ShardsError
+from transforms.file_access import RangeReader, naming_s3_errors
+from transforms.output_folder import free_bytes, staging_folder
+from transforms.shardset.naming import join_path
+from transforms.shardset.planning import MIB
+from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter, RunSlice, checked_record
+
+__all__ = ["BundleRunFile", "RecordCopier", "runs_folder"]
+
+
+def runs_folder(output_dir: str, run_id: str) -> str:
+    """``OUTPUT/.staging/<run id>/runs``: where a run's run files lie."""
+    return join_path(staging_folder(output_dir, run_id), RUNS_DIR)
+
+
+class BundleRunFile:
+    """The run file of one bundle: opened at the first record, closed when the bundle ends.
+
+    Args:
+        output_dir: The output folder (for a disk-full message).
+        run_id: The run's id (its staging folder).
+    """
+
+    def __init__(self, output_dir: str, run_id: str) -> None:
+        self._output_dir = output_dir
+        self._folder = runs_folder(output_dir, run_id)
+        self._open: tuple | None = None  # (file object, RunFileWriter)
+
+    def append(self, parts: Sequence[bytes]) -> RunSlice:
+        """Appends the record ``b"".join(parts)``, framed; says where it lies.
+
+        Raises:
+            PublishError: The disk is full (one line naming the folder).
+        """
+        path = self._open[1].path if self._open else join_path(self._folder, f"{uuid.uuid4().hex}.run")
+        try:
+            with naming_s3_errors(path):
+                if self._open is None:
+                    fh = FileSystems.create(path, compression_type="uncompressed")
+                    self._open = (fh, RunFileWriter(fh, path))
+                return self._open[1].append(parts)
+        except OSError as err:
+            if err.errno == errno.ENOSPC:
+                free = free_bytes(self._output_dir)
+                have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
+                raise PublishError(f"no space left in {self._output_dir} writing {path}: a run needs free "
+                                   "space for about twice its shards while it runs (each record is staged "
+                                   f"once, then copied into its shard){have}; the run's staged files "
+                                   "were removed") from err
+            raise
+
+    def close(self) -> None:
+        """Closes the file (call before the bundle ends); nothing if none was opened."""
+        opened, self._open = self._open, None
+        if opened is not None:
+            with naming_s3_errors(opened[1].path):
+                beam_compat.close_written_file(opened[0])
+
+
+class RecordCopier:
+    """Reads framed records back out of run files, their CRCs checked; safe from any thread."""
+
+    def __init__(self) -> None:
+        self._reader = RangeReader()
+
+    def copy(self, where: RunSlice, what: str) -> FramedRecord:
+        """The record at ``where``; ``what`` names its input in an error.
+
+        Raises:
+            ShardsError: The record in the run file is short or damaged.
+        """
+        try:
+            return FramedRecord(checked_record(self._reader.read(where.path, where.offset, where.length),
+                                               where))
+        except RecordError as err:
+            raise ShardsError(f"the record of {what} was damaged in its run file: {err}") from err
+
+    def close(self) -> None:
+        self._reader.close()
