@@ -143,6 +143,25 @@ def _file_above(path: str) -> str | None:
     return None
 
 
+def _unwritable(path: str) -> str | None:
+    """Why a local file cannot be written at ``path`` (its folder refuses new files), or None.
+
+    The writer creates missing folders, so the nearest folder that exists is
+    tried, with a temporary file that is removed at once.
+    """
+    if "://" in path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return f"cannot write in {folder}: {err.strerror or err}"
+    return None
+
+
 def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> None:
     """Refuses a --report or --preview path that names a file of the set (or the other output).
 
@@ -157,6 +176,9 @@ def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> 
         below = _file_above(path)
         if below:
             raise UsageError(f"{flag} {path} lies below {below}, which is a file, not a folder")
+        problem = _unwritable(path)
+        if problem:
+            raise UsageError(f"{flag} {path}: {problem}")
         for other in read:
             if same_file(path, other):
                 raise UsageError(f"{flag} {path} would replace {other}, {why}; "

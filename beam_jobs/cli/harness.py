@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions, TestOptions)
 
 from beam_jobs.cli import logs
 from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, wants_beam_help,
@@ -34,7 +35,7 @@ from transforms.shardset.naming import join_path
 
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dataflow_dry_run", "dry_run_summary", "summarize",
-           "refuse_unknown_flags"]
+           "refuse_unknown_flags", "check_beam_flags"]
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
@@ -173,6 +174,17 @@ def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str],
     raise UsageError(f"unexpected argument {extra[0]!r}; {positional_hint}")
 
 
+def check_beam_flags(options: PipelineOptions) -> None:
+    """Raises ``UsageError`` for a value of Beam's own flags that would fail only once running.
+
+    Beam accepts ``--direct_num_workers -1`` and fails with an ``IndexError``
+    after the job started.
+    """
+    workers = options.view_as(DirectOptions).direct_num_workers
+    if workers is not None and workers < 0:
+        raise UsageError(f"--direct_num_workers must be >= 0 (0: one per CPU core), got {workers}")
+
+
 class JobFinished(Exception):
     """Raised by a job's ``make_config`` when its outcome is known before any pipeline runs.
 
@@ -281,6 +293,7 @@ def run_job(name: str, argv: Sequence[str] | None,
     try:
         options = prepare_options(PipelineOptions(argv))
         refuse_unknown_flags(options, argv, positional_hint)
+        check_beam_flags(options)
         cfg = make_config(options)
         done = prepare(options, cfg) if prepare is not None else None
     except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
