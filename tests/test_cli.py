@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -296,3 +297,42 @@ def test_sample_with_more_broken_files_than_images(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "s")) == ["daisy", "rose", "tulip"]
     assert sum(len(files) for _, _, files in os.walk(tmp_path / "s")) == 1 + 4
+
+
+def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Runs ``tfrecord-shards ARGV`` paused before a file operation (``tests.pause_at``), sends
+    SIGINT there, lets it go on, and returns how it ended."""
+    marker = str(tmp_path / "paused.json")
+    proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, "1", marker, "--",
+                             *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    try:
+        while not os.path.exists(marker):
+            try:
+                proc.wait(timeout=0.05)
+                pytest.fail(f"ended ({proc.returncode}) before pausing:\n{proc.stderr.read()}")
+            except subprocess.TimeoutExpired:
+                pass
+        proc.send_signal(signal.SIGINT)
+        open(marker + ".go", "w").close()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("op, pattern", [("match", "data"), ("create", "train-")],
+                         ids=["starting", "writing_shards"])
+def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern):
+    """A12: Ctrl-C while the job starts or while it writes: no traceback, one line, status 130."""
+    out = tmp_path / "out"
+    done = _interrupted_at(tmp_path, op, pattern,
+                           ["build", "--input", str(small_tree / "data"), "--output_dir", str(out)])
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == "build_shards: interrupted: nothing was published; staging removed"
+    assert not any(line.startswith(("build_shards:", "tfrecord-shards:")) for line in lines[:-1])
+    left = sorted(os.listdir(out)) if out.exists() else []
+    assert left == [] or left == [".staging"] and os.listdir(out / ".staging") == [], left
