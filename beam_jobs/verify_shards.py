@@ -36,7 +36,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from beam_jobs.cli import flags as opt
-from transforms.errors import UsageError
+from transforms import output_folder
+from transforms.errors import ManifestError, UsageError
 from transforms.file_access import exact_file, is_folder, match_files, same_file
 from beam_jobs.cli.flags import ShardingOptions
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
@@ -323,6 +324,17 @@ def _class_counts(manifest: Manifest) -> dict[int, int]:
     return counts
 
 
+def _listed_records(cfg: VerifyConfig) -> int | None:
+    """The records the shard set's manifest lists; None with --files or an unreadable manifest
+    (the report has that problem)."""
+    if cfg.folder is None:
+        return None
+    try:
+        return output_folder.read_manifest(cfg.folder).records
+    except (ManifestError, OSError):
+        return None
+
+
 def _read_report(cfg: VerifyConfig) -> Report:
     with FileSystems.open(cfg.report) as fh:
         report = Report.loads(fh.read())
@@ -343,7 +355,7 @@ def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
     if dataflow_dry_run(options):
         return dry_run_summary(p), 0
     report = _read_report(cfg)
-    text = report.summary(cfg.target)
+    text = report.summary(cfg.target, listed_records=_listed_records(cfg))
     if cfg.preview:
         text += f"\npreview: {cfg.preview}"
     return text, 0 if report.ok else 1
