@@ -217,7 +217,12 @@ def test_verify_and_reshard_report_progress(tmp_path):
                    "--progress_interval", "30").returncode == 0
     verify = command("verify", "--output_dir", str(out), "--decode_images", "--progress_interval", "0.2")
     assert verify.returncode == 0, verify.stderr
-    assert any(line.startswith("verify: checking records: ") for line in verify.stderr.splitlines())
+    checking = [line for line in verify.stderr.splitlines() if line.startswith("verify: checking records: ")]
+    assert checking, verify.stderr
+    # G4: a shard set's manifest gives the total, hence the percentage
+    total = load_manifest(str(out))["records"]
+    assert all(re.match(rf"verify: checking records: \d+ of {total} records \(\d+%\)", line)
+               for line in checking), checking
     reshard = command("reshard", "--input", str(out / "train-*"), "--output_dir", str(again),
                       "--progress_interval", "0.2")
     assert reshard.returncode == 0, reshard.stderr
