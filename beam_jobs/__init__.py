@@ -9,6 +9,7 @@ is on the root logger only while Beam is imported.
 
 import contextlib
 import logging
+import sys
 from typing import Iterator
 
 
@@ -31,5 +32,9 @@ def _without_bigquery_client_warning() -> Iterator[None]:
         root.removeFilter(drop)
 
 
-with _without_bigquery_client_warning():
-    import apache_beam  # noqa: F401  (imported here so its import-time warning is dropped)
+try:
+    with _without_bigquery_client_warning():
+        import apache_beam  # noqa: F401  (imported here so its import-time warning is dropped)
+except KeyboardInterrupt:  # Ctrl-C in a command's first seconds, while Beam loads: one line, as later
+    sys.stderr.write("tfrecord-shards: interrupted: nothing was published\n")
+    raise SystemExit(130) from None

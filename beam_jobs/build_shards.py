@@ -143,10 +143,15 @@ def _input_problem(path: str) -> str | None:
     if FileSystems.match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list:
         return None
     if "://" in path:  # an object under that exact name is a file; no key below it: nothing to read
-        return None if FileSystems.exists(path) else f"--input {path} does not exist or is empty"
-    if os.path.isdir(path):
+        exists = FileSystems.exists(path)
+    elif os.path.isdir(path):
         return f"--input {path} is an empty folder: it holds no file to read"
-    return None if os.path.exists(path) else f"--input {path} does not exist"
+    else:
+        exists = os.path.exists(path)
+    if not exists:
+        return f"--input {path} does not exist" + (" or is empty" if "://" in path else "")
+    return (f"--input {path} is a file; --input must be a folder of class (or split) folders "
+            "or a .csv/.jsonl/COCO .json manifest listing the images")
 
 
 # Enough of an input manifest to check its header and find its first row.
@@ -176,8 +181,11 @@ def _check_manifest(path: str) -> None:
 def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:
     if build.class_names and build.labels_file:
         raise UsageError("give --class_names or --labels_file, not both")
-    if build.class_names:
+    if build.class_names is not None:
         names = [n.strip() for n in build.class_names.split(",")]
+        if not any(names):
+            raise UsageError("--class_names is empty; give the class names in index order, "
+                             "e.g. --class_names daisy,rose,tulip")
     elif build.labels_file:
         if not FileSystems.exists(build.labels_file):
             raise UsageError(f"--labels_file {build.labels_file} does not exist")

@@ -16,6 +16,7 @@ Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Iterator, Sequence, TextIO
 
@@ -107,6 +108,9 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
             raise UsageError(f"{args.shard} is a folder; give one TFRecord file in it, e.g. "
                              f"{args.shard.rstrip('/')}/train-00000-of-00001.tfrecord")
         shard = exact_file(args.shard)  # the file named, never a match of it as a pattern
+        if shard is None and "://" not in args.shard and os.path.exists(args.shard):
+            raise UsageError(f"{args.shard} is not a regular file (a device, pipe or socket); "
+                             "give a TFRecord file")
         if shard is None:
             raise UsageError(f"{args.shard} does not exist")
     except UsageError as err:

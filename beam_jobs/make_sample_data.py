@@ -11,11 +11,16 @@ so that a demo run shows dead letters. Local folders only; no Beam needed.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Sequence
 
+from beam_jobs.cli import flags as opt
+from transforms.errors import UsageError
 from transforms.images.samples import CLASS_STYLES, sample_images
+
+_NAME = "make_sample_data"
 
 
 def write_sample(output: str, size_mb: float, classes: Sequence[str], seed: int, broken: int) -> int:
@@ -36,30 +41,63 @@ def write_sample(output: str, size_mb: float, classes: Sequence[str], seed: int,
             name, data = f"broken_truncated_{i}.jpg", first_jpeg.data[: len(first_jpeg.data) // 2]
         else:
             name, data = f"broken_not_an_image_{i}.jpg", b"this is not an image\n"
+        os.makedirs(os.path.join(output, label), exist_ok=True)  # no image may have gone there
         with open(os.path.join(output, label, name), "wb") as fh:
             fh.write(data)
         count += 1
     return count
 
 
+def _size_mb(text: str) -> float:
+    """argparse type: a finite size in MiB > 0."""
+    value = opt.positive_float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of MiB")
+    return value
+
+
+def _checked(args: argparse.Namespace) -> list[str]:
+    """The class names; raises ``UsageError`` for an --output that is not a folder or no class."""
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise UsageError(f"--output {args.output} is a file; give a folder to create or to add to")
+    classes = [name.strip() for name in args.classes.split(",") if name.strip()]
+    if not classes:
+        raise UsageError("--classes is empty; give comma-separated class names, e.g. daisy,rose")
+    return classes
+
+
 def _parser(prog: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog or "python -m beam_jobs.make_sample_data",
                                      description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    opt.one_line_errors(parser)
     parser.add_argument("--output", required=True, help="Folder to create.")
-    parser.add_argument("--size_mb", type=float, default=24.0, help="Approximate total size in MiB.")
+    parser.add_argument("--size_mb", type=_size_mb, default=24.0, help="Approximate total size in MiB.")
     parser.add_argument("--classes", default="daisy,rose,tulip",
                         help=f"Comma-separated class names (styled: {', '.join(CLASS_STYLES)}).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the generated images.")
-    parser.add_argument("--broken", type=int, default=0,
+    parser.add_argument("--broken", type=opt.non_negative_int, default=0,
                         help="Damaged files to add (a truncated JPEG, a text file named .jpg).")
     return parser
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Writes the sample dataset; returns the exit status."""
-    args = _parser(prog).parse_args(argv)
-    count = write_sample(args.output, args.size_mb, args.classes.split(","), args.seed, args.broken)
+    try:
+        try:
+            args = _parser(prog).parse_args(argv)
+        except SystemExit as done:  # --help
+            return done.code or 0
+        classes = _checked(args)
+    except UsageError as err:
+        print(f"{_NAME}: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        count = write_sample(args.output, args.size_mb, classes, args.seed, args.broken)
+    except OSError as err:
+        print(f"{_NAME}: failed: cannot write {err.filename or args.output}: {err.strerror or err}",
+              file=sys.stderr)
+        return 1
     print(f"wrote {count} files to {args.output}")
     return 0
 

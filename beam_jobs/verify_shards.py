@@ -36,7 +36,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from beam_jobs.cli import flags as opt
-from transforms.errors import UsageError
+from transforms import output_folder
+from transforms.errors import ManifestError, UsageError
 from transforms.file_access import exact_file, is_folder, match_files, same_file
 from beam_jobs.cli.flags import ShardingOptions
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
@@ -145,6 +146,25 @@ def _file_above(path: str) -> str | None:
     return None
 
 
+def _unwritable(path: str) -> str | None:
+    """Why a local file cannot be written at ``path`` (its folder refuses new files), or None.
+
+    The writer creates missing folders, so the nearest folder that exists is
+    tried, with a temporary file that is removed at once.
+    """
+    if "://" in path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return f"cannot write in {folder}: {err.strerror or err}"
+    return None
+
+
 def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> None:
     """Refuses a --report or --preview path that names a file of the set (or the other output).
 
@@ -159,6 +179,9 @@ def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> 
         below = _file_above(path)
         if below:
             raise UsageError(f"{flag} {path} lies below {below}, which is a file, not a folder")
+        problem = _unwritable(path)
+        if problem:
+            raise UsageError(f"{flag} {path}: {problem}")
         for other in read:
             if same_file(path, other):
                 raise UsageError(f"{flag} {path} would replace {other}, {why}; "
@@ -304,6 +327,17 @@ def _class_counts(manifest: Manifest) -> dict[int, int]:
     return counts
 
 
+def _listed_records(cfg: VerifyConfig) -> int | None:
+    """The records the shard set's manifest lists; None with --files or an unreadable manifest
+    (the report has that problem)."""
+    if cfg.folder is None:
+        return None
+    try:
+        return output_folder.read_manifest(cfg.folder).records
+    except (ManifestError, OSError):
+        return None
+
+
 def _read_report(cfg: VerifyConfig) -> Report:
     with FileSystems.open(cfg.report) as fh:
         report = Report.loads(fh.read())
@@ -324,7 +358,7 @@ def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
     if dataflow_dry_run(options):
         return dry_run_summary(p), 0
     report = _read_report(cfg)
-    text = report.summary(cfg.target)
+    text = report.summary(cfg.target, listed_records=_listed_records(cfg))
     if cfg.preview:
         text += f"\npreview: {cfg.preview}"
     return text, 0 if report.ok else 1

@@ -3,9 +3,10 @@
 Usage::
 
     python -m tests.pause_at OP PATTERN NTH MARKER -- BUILD_ARGS...
+    python -m tests.pause_at OP PATTERN NTH MARKER -- COMMAND ARGS...
 
 Before the NTH call of ``FileSystems.OP`` (``create``, ``rename`` or
-``delete``) on a path matching the regular expression ``PATTERN`` (for
+``delete``, or ``match``: during a job's checks before its pipeline) on a path matching the regular expression ``PATTERN`` (for
 ``rename``, the destination), the process writes ``MARKER`` (JSON with the
 operation and path) and waits until it is killed, or until a file
 ``MARKER.go`` appears: then it goes on with the operation. ``OP`` ``os.rename`` stops
@@ -14,7 +15,9 @@ file system, which renames them one by one. A test watching for the
 marker then knows exactly where the job stands, checks the output folder,
 and sends SIGKILL. Nothing else about the job changes: it is
 ``beam_jobs.build_shards.run`` on Beam's in-process runner, whose workers are
-threads of this process.
+threads of this process. With a ``COMMAND`` (``build``, ``verify``, ...) first,
+the job runs as ``tfrecord-shards COMMAND`` does (``beam_jobs.cli.main.main``),
+its logging and failure lines included.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Callable
 
 from apache_beam.io.filesystems import FileSystems
 
-_OPS = ("create", "rename", "delete", "os.rename")
+_OPS = ("create", "rename", "delete", "os.rename", "match")
 _os_rename = os.rename
 
 
@@ -56,7 +59,7 @@ def _watch(op: str, pattern: str, nth: int, marker: str) -> None:
             return list(args[1])
         if op == "os.rename":
             return [os.fspath(args[1])]
-        return list(args[0])
+        return list(args[0])  # delete, match: a list of paths or patterns
 
     def wrapper(*args, **kwargs):
         nonlocal seen
@@ -80,6 +83,10 @@ def main(argv: list[str]) -> int:
         return 2
     op, pattern, nth, marker = argv[:4]
     _watch(op, pattern, int(nth), marker)
+    if argv[5:] and not argv[5].startswith("-"):
+        from beam_jobs.cli import main as cli
+
+        return cli.main(argv[5:])
     from beam_jobs import build_shards
 
     return build_shards.run(argv[5:])

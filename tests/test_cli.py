@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -84,23 +85,13 @@ def test_publishing_jobs_show_every_shared_flag(name):
 @pytest.mark.parametrize("name", ["inspect", "sample"])
 def test_help_of_argparse_commands_lists_every_flag(name, capsys):
     module = __import__(cli.COMMANDS[name][0], fromlist=["_parser"])
-    with pytest.raises(SystemExit) if name == "sample" else _no_raise():
-        status = module.run(["--help"], prog=f"tfrecord-shards {name}")
-        assert status == 0
+    assert module.run(["--help"], prog=f"tfrecord-shards {name}") == 0
     text = capsys.readouterr().out
     for action in module._parser(None)._actions:
         label = action.option_strings[0] if action.option_strings else action.dest
         assert label in text
         if action.option_strings and shown_default(action) and action.dest != "help":
             assert f"default: {shown_default(action)}" in " ".join(text.split())
-
-
-class _no_raise:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_beam_help_lists_beams_options(capsys):
@@ -226,7 +217,12 @@ def test_verify_and_reshard_report_progress(tmp_path):
                    "--progress_interval", "30").returncode == 0
     verify = command("verify", "--output_dir", str(out), "--decode_images", "--progress_interval", "0.2")
     assert verify.returncode == 0, verify.stderr
-    assert any(line.startswith("verify: checking records: ") for line in verify.stderr.splitlines())
+    checking = [line for line in verify.stderr.splitlines() if line.startswith("verify: checking records: ")]
+    assert checking, verify.stderr
+    # G4: a shard set's manifest gives the total, hence the percentage
+    total = load_manifest(str(out))["records"]
+    assert all(re.match(rf"verify: checking records: \d+ of {total} records \(\d+%\)", line)
+               for line in checking), checking
     reshard = command("reshard", "--input", str(out / "train-*"), "--output_dir", str(again),
                       "--progress_interval", "0.2")
     assert reshard.returncode == 0, reshard.stderr
@@ -251,3 +247,97 @@ def test_job_modules_run_as_before(tmp_path):
     assert inspect.returncode == 0, inspect.stderr
     reshard = module("reshard", "--input", str(out / "train-*"), "--output_dir", str(tmp_path / "again"))
     assert reshard.returncode == 0, reshard.stderr
+
+
+@pytest.fixture(scope="module")
+def small_tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("small")
+    make_class_tree(str(root / "data"), per_class=2, broken=False)
+    (root / "file.txt").write_text("not a folder\n")
+    return root
+
+
+def _bad_flags(root) -> list[tuple[list[str], str]]:
+    data, out = str(root / "data"), str(root / "out")
+    image = os.path.join(data, "daisy", sorted(os.listdir(os.path.join(data, "daisy")))[0])
+    return [
+        (["build", "--input", data, "--output_dir", out, "--direct_num_workers", "-1"],
+         "--direct_num_workers"),
+        (["build", "--input", "", "--output_dir", out], "--input"),
+        (["build", "--input", data, "--output_dir", out, "--class_names", ""], "--class_names"),
+        (["build", "--input", image, "--output_dir", out], "--input"),
+        (["verify", "--output_dir", data, "--report", "/proc/no-such-folder/report.json"], "--report"),
+        (["sample", "--output", str(root / "s"), "--size_mb", "-1"], "--size_mb"),
+        (["sample", "--output", str(root / "file.txt")], "--output"),
+        (["inspect", "/dev/zero"], "/dev/zero"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_bad_flag_is_one_line_and_exit_2_before_reading(small_tree, case):
+    """A13: each bad flag is refused before the job reads anything, in one line naming it."""
+    argv, flag = _bad_flags(small_tree)[case]
+    done = command(*argv)
+    assert done.returncode == 2, (argv, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error: " in lines[0] and flag in lines[0], (argv, done.stderr)
+    assert not (small_tree / "out").exists() and not (small_tree / "s").exists()
+
+
+def test_lock_path_that_is_a_folder_is_one_line(small_tree, tmp_path):
+    """A12: a folder where the run's lock goes is refused in one line, not a traceback."""
+    out = tmp_path / "out"
+    (out / ".tfrecord-shards.lock").mkdir(parents=True)
+    done = command("build", "--input", str(small_tree / "data"), "--output_dir", str(out))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert ".tfrecord-shards.lock" in lines[0] and lines[0].startswith("build_shards: error: ")
+    assert (out / ".tfrecord-shards.lock").is_dir()  # not the tool's: left alone
+
+
+def test_sample_with_more_broken_files_than_images(tmp_path):
+    """A12: broken files go into class folders no image went to."""
+    done = command("sample", "--output", str(tmp_path / "s"), "--size_mb", "0.001", "--broken", "4")
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path / "s")) == ["daisy", "rose", "tulip"]
+    assert sum(len(files) for _, _, files in os.walk(tmp_path / "s")) == 1 + 4
+
+
+def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Runs ``tfrecord-shards ARGV`` paused before a file operation (``tests.pause_at``), sends
+    SIGINT there, lets it go on, and returns how it ended."""
+    marker = str(tmp_path / "paused.json")
+    proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, "1", marker, "--",
+                             *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    try:
+        while not os.path.exists(marker):
+            try:
+                proc.wait(timeout=0.05)
+                pytest.fail(f"ended ({proc.returncode}) before pausing:\n{proc.stderr.read()}")
+            except subprocess.TimeoutExpired:
+                pass
+        proc.send_signal(signal.SIGINT)
+        open(marker + ".go", "w").close()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("op, pattern", [("match", "data"), ("create", "train-")],
+                         ids=["starting", "writing_shards"])
+def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern):
+    """A12: Ctrl-C while the job starts or while it writes: no traceback, one line, status 130."""
+    out = tmp_path / "out"
+    done = _interrupted_at(tmp_path, op, pattern,
+                           ["build", "--input", str(small_tree / "data"), "--output_dir", str(out)])
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == "build_shards: interrupted: nothing was published; staging removed"
+    assert not any(line.startswith(("build_shards:", "tfrecord-shards:")) for line in lines[:-1])
+    left = sorted(os.listdir(out)) if out.exists() else []
+    assert left == [] or left == [".staging"] and os.listdir(out / ".staging") == [], left

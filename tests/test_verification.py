@@ -281,3 +281,16 @@ def test_check_record_against_a_manifest_feature_spec() -> None:
     image_spec = {**IMAGE_FEATURES, "extra": "float"}
     problems = check_record("f", 0, _record(), schema=image_spec)[0].problems
     assert [p.detail for p in problems] == ["missing feature extra"]
+
+
+def test_summary_counts_damaged_files_of_all_and_what_was_not_read() -> None:
+    """G3: one damaged file of two is "in 1 of 2 files"; records not read are said."""
+    problems = [Problem("s/a.tfrecord.gz", 40, "crc_mismatch", "bad"),
+                Problem("s/a.tfrecord.gz", None, "sha256_mismatch", "differs")]
+    lines = Report.build(2, 7, 1 << 20, problems).summary("s", listed_records=10).splitlines()
+    assert lines[0] == "FAILED: s: 2 problems in 1 of 2 files, 7 records, 1.0 MiB"
+    assert "  not read: 3 of the 10 records manifest.json lists (damaged, or after a damage point)" in lines
+    assert ("  s/a.tfrecord.gz: the records after the damage at byte 40 were not read (a gzip stream "
+            "cannot be read past it)") in lines
+    plain = Report.build(2, 9, 1 << 20, [Problem("s/a.tfrecord", 40, "crc_mismatch", "bad")])
+    assert not any("were not read" in line for line in plain.summary("s").splitlines())

@@ -289,7 +289,11 @@ def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
             created = _create_exclusive(path, mine.dumps())
         except (OSError, BeamIOError) as err:
             raise UsageError(f"cannot create the lock {path}: {_reason(err)}") from err
-        exists, found = _read_lock(path)
+        try:
+            exists, found = _read_lock(path)
+        except (OSError, BeamIOError) as err:  # e.g. a folder of that name
+            raise UsageError(f"cannot read the lock {path} ({_reason(err)}); it is not a lock this "
+                             "tool wrote: if no job is running, remove it and run again") from err
         if created and found is not None and found.run_id == policy.run_id:
             return
         if not exists:

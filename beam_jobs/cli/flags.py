@@ -24,7 +24,7 @@ from transforms.tfrecord.compression import COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int",
-           "fraction", "folder_path", "wildcard_problem", "WILDCARDS", "ShardingOptions",
+           "fraction", "input_path", "folder_path", "wildcard_problem", "WILDCARDS", "ShardingOptions",
            "shard_size_mb", "seed", "publish_policy", "resolved_path", "overlap_problem", "MIN_SHARD_MB",
            "MAX_SHARD_MB", "MAX_SIDE", "RunOptions", "LOG_LEVELS", "record_size_mb", "add_max_record_mb",
            "max_record_bytes", "RecordReadingOptions"]
@@ -186,6 +186,13 @@ def overlap_problem(input_folder: str, output_dir: str) -> str | None:
             "choose an output folder outside the inputs")
 
 
+def input_path(text: str) -> str:
+    """argparse type: a non-empty path (an empty one would name the current folder, or /)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a folder, a manifest or a pattern")
+    return text
+
+
 def folder_path(text: str) -> str:
     """argparse type: a folder (local path or URI) without wildcard characters."""
     problem = wildcard_problem(text)
@@ -200,7 +207,7 @@ class ShardingOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         one_line_errors(parser)
-        parser.add_argument("--input", action="append", default=None,
+        parser.add_argument("--input", action="append", default=None, type=input_path,
                             help="build: folder of class (or split) folders, or a .csv/.jsonl input "
                                  "manifest; reshard: TFRecord files or a pattern. Local, gs:// or "
                                  "s3://. Repeatable.")

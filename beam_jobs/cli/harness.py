@@ -13,14 +13,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
+                                                  StandardOptions, TestOptions)
 
 from beam_jobs.cli import logs
 from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, wants_beam_help,
@@ -34,7 +37,8 @@ from transforms.shardset.naming import join_path
 
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dataflow_dry_run", "dry_run_summary", "summarize",
-           "refuse_unknown_flags"]
+           "refuse_unknown_flags", "check_beam_flags",
+           "INTERRUPTED_LINE", "INTERRUPTED_STATUS"]
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
@@ -173,6 +177,70 @@ def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str],
     raise UsageError(f"unexpected argument {extra[0]!r}; {positional_hint}")
 
 
+def check_beam_flags(options: PipelineOptions) -> None:
+    """Raises ``UsageError`` for a value of Beam's own flags that would fail only once running.
+
+    Beam accepts ``--direct_num_workers -1`` and fails with an ``IndexError``
+    after the job started.
+    """
+    workers = options.view_as(DirectOptions).direct_num_workers
+    if workers is not None and workers < 0:
+        raise UsageError(f"--direct_num_workers must be >= 0 (0: one per CPU core), got {workers}")
+
+
+# What a job prints, after its name, when Ctrl-C stopped it before it published; and its status
+# (128 + SIGINT, as a shell reports a process that SIGINT ended).
+INTERRUPTED_LINE = "interrupted: nothing was published; staging removed"
+INTERRUPTED_STATUS = 130
+
+
+class _Interrupts:
+    """Notes a Ctrl-C (SIGINT) while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
+
+    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own
+    error (``RuntimeError: KeyboardInterrupt``), so the job asks whether one
+    came instead. Only the main thread can set a signal handler; where SIGINT
+    is ignored (a background job of a shell) it stays ignored.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous = None
+
+    def _raise(self, signum, frame) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def _note(self, signum, frame) -> None:
+        self.seen = True
+
+    def _install(self, handler) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return None
+        return signal.signal(signal.SIGINT, handler)
+
+    def __enter__(self) -> "_Interrupts":
+        self._previous = self._install(self._raise)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Within the block, a Ctrl-C is noted but raises nothing."""
+        before = self._install(self._note)
+        try:
+            yield
+        finally:
+            if before is not None:
+                signal.signal(signal.SIGINT, before)
+
+
 class JobFinished(Exception):
     """Raised by a job's ``make_config`` when its outcome is known before any pipeline runs.
 
@@ -278,37 +346,55 @@ def run_job(name: str, argv: Sequence[str] | None,
         print(format_beam_help(prog))
         return 0
     settings = logs.log_settings(argv)
-    try:
-        options = prepare_options(PipelineOptions(argv))
-        refuse_unknown_flags(options, argv, positional_hint)
-        cfg = make_config(options)
-        done = prepare(options, cfg) if prepare is not None else None
-    except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
-        print(f"{name}: error: {err}", file=sys.stderr)
-        return 2
-    except JobFinished as finished:
-        print(finished.text)
-        return finished.status
-    ok = False
-    quiet = _ProjectErrorsWithoutTraceback()
-    for logger in _ELEMENT_ERROR_LOGGERS:
-        logging.getLogger(logger).addFilter(quiet)
-    try:
-        p = beam.Pipeline(runner=beam_compat.local_runner(options), options=options)
-        build_pipeline(p, cfg)
-        reporter = progress(options, cfg) if progress is not None else contextlib.nullcontext()
-        with logs.worker_stderr_captured(), reporter:
-            p.run().wait_until_finish()
-        text, status = finish(p, options, cfg, time.monotonic() - started)
-        ok = True
-    except Exception as err:  # the runner wraps worker errors in its own types
-        report_failure(name, err, settings)
-        return 1
-    finally:
+    with _Interrupts() as interrupts:
+        try:
+            options = prepare_options(PipelineOptions(argv))
+            refuse_unknown_flags(options, argv, positional_hint)
+            check_beam_flags(options)
+            cfg = make_config(options)
+            done = prepare(options, cfg) if prepare is not None else None
+        except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
+            print(f"{name}: error: {err}", file=sys.stderr)
+            return 2
+        except JobFinished as finished:
+            print(finished.text)
+            return finished.status
+        except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
+            print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
+            return INTERRUPTED_STATUS
+        ok, ran = False, False
+        quiet = _ProjectErrorsWithoutTraceback()
         for logger in _ELEMENT_ERROR_LOGGERS:
-            logging.getLogger(logger).removeFilter(quiet)
-        if done is not None:
-            done(ok)
+            logging.getLogger(logger).addFilter(quiet)
+        try:
+            p = beam.Pipeline(runner=beam_compat.local_runner(options), options=options)
+            build_pipeline(p, cfg)
+            reporter = progress(options, cfg) if progress is not None else contextlib.nullcontext()
+            with logs.worker_stderr_captured(), reporter:
+                p.run().wait_until_finish()
+            ran = True
+            text, status = finish(p, options, cfg, time.monotonic() - started)
+            ok = True
+        except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
+            if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
+                if not isinstance(err, Exception):
+                    raise
+                report_failure(name, err, settings)
+                return 1
+        finally:
+            for logger in _ELEMENT_ERROR_LOGGERS:
+                logging.getLogger(logger).removeFilter(quiet)
+            if done is not None:
+                with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
+                    done(ok)
+        if not ok:
+            if done is None:  # a job that publishes nothing
+                print(f"{name}: interrupted", file=sys.stderr)
+            elif ran:
+                print(f"{name}: interrupted after the job published its output", file=sys.stderr)
+            else:
+                print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
+            return INTERRUPTED_STATUS
     print(text)
     return status
 

@@ -21,8 +21,6 @@ import importlib
 import sys
 from typing import Sequence
 
-from beam_jobs.cli.logs import configure_logging, log_settings
-
 __all__ = ["COMMANDS", "main", "run_command", "set_up_command", "usage"]
 
 PROG = "tfrecord-shards"
@@ -51,6 +49,8 @@ def usage() -> str:
 
 def set_up_command(argv: Sequence[str]) -> None:
     """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks."""
+    from beam_jobs.cli.logs import configure_logging, log_settings  # here: Ctrl-C while importing is one line
+
     configure_logging(log_settings(argv))
 
 
@@ -72,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: unknown command {command!r}; choose one of {', '.join(COMMANDS)} "
               f"(see {PROG} --help)", file=sys.stderr)
         return 2
-    return run_command(command, argv[1:], f"{PROG} {command}")
+    try:
+        return run_command(command, argv[1:], f"{PROG} {command}")
+    except KeyboardInterrupt:  # while the job's modules load; the job itself reports its own
+        print(f"{PROG}: interrupted: nothing was published", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

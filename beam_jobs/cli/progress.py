@@ -23,11 +23,14 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from beam_jobs.cli import logs
 from beam_jobs.cli.flags import RunOptions
+from transforms import output_folder
+from transforms.errors import ManifestError
 from transforms.progress import counters as c
 from transforms.progress.report import Stage, progress_bar, progress_line
 from transforms.tfrecord.compression import compression_of
 
-__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "LOCAL_RUNNERS"]
+__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
+           "LOCAL_RUNNERS"]
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner", "FnApiRunner",
                  "BundleBasedDirectRunner")
@@ -102,7 +105,7 @@ class _Reporter:
                     text = progress_bar(self._job, stage, seconds)
                     self._stream.write("\r" + text.ljust(self._shown))
                     self._shown = max(self._shown, len(text))
-                else:
+                elif (stage.label, stage.items, stage.nbytes) != self._printed:  # no repeated line
                     self._stream.write(progress_line(self._job, stage, seconds) + "\n")
                     self._printed = (stage.label, stage.items, stage.nbytes)
                 self._last = (stage, seconds)
@@ -169,19 +172,49 @@ def _uncompressed_bytes(paths_and_sizes: Mapping[str, int]) -> int | None:
 
 
 def verify_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractContextManager:
-    """Progress of the verify job: records read, of the files' bytes where they are known.
+    """Progress of the verify job: records read, of the records and bytes to read where known.
 
-    A shard set's manifest is read inside the pipeline, so its record count is
-    not known here; with ``--files`` the matched files' sizes are.
+    With ``--files``, the matched files' sizes are known; for a shard set, its
+    manifest is read here too (on the local runners only), for its record
+    count and, when uncompressed, its shards' bytes.
     """
-    records = None
-    total_bytes = _uncompressed_bytes({s.path: s.size for s in cfg.shards}) if cfg.shards else None
+    records = total_bytes = None
+    if cfg.shards:
+        total_bytes = _uncompressed_bytes({s.path: s.size for s in cfg.shards})
+    elif cfg.folder is not None and _is_local(options):
+        records, total_bytes = _manifest_totals(cfg.folder)
 
     def stage(counts: Counts) -> Stage | None:
         done, nbytes = _count(counts, c.RECORDS_READ)
         return Stage("checking records", "records", done, records, nbytes, total_bytes) if done else None
 
     return report_progress("verify", options, stage)
+
+
+def _manifest_totals(folder: str) -> tuple[int | None, int | None]:
+    """(records, bytes of uncompressed shards) a shard set's manifest lists; Nones if unreadable.
+
+    A damaged manifest is the verify job's to report, not the progress line's.
+    """
+    try:
+        manifest = output_folder.read_manifest(folder)
+    except (ManifestError, OSError):
+        return None, None
+    size = sum(split.bytes for split in manifest.splits.values())
+    return manifest.records, size if manifest.compression == "none" else None
+
+
+def reshard_stage(counts: Counts, total_bytes: int | None) -> Stage | None:
+    """Where a reshard is: reading records, shuffling them (all read, none written), writing shards."""
+    read, read_bytes = _count(counts, c.RECORDS_READ)
+    written, written_bytes = _count(counts, c.RECORDS_WRITTEN)
+    if written:
+        return Stage("writing shards", "records", written, read, written_bytes)
+    if read and total_bytes and read_bytes >= total_bytes:
+        return Stage("shuffling records", "records", read, None, read_bytes)
+    if read:
+        return Stage("reading records", "records", read, None, read_bytes, total_bytes)
+    return None
 
 
 def reshard_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractContextManager:
@@ -193,13 +226,4 @@ def reshard_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractC
     sizes = {m.path: m.size_in_bytes for m in cfg.files}
     total_bytes = _uncompressed_bytes(sizes) if sizes else None
 
-    def stage(counts: Counts) -> Stage | None:
-        read, read_bytes = _count(counts, c.RECORDS_READ)
-        written, written_bytes = _count(counts, c.RECORDS_WRITTEN)
-        if written:
-            return Stage("writing shards", "records", written, read, written_bytes)
-        if read:
-            return Stage("reading records", "records", read, None, read_bytes, total_bytes)
-        return None
-
-    return report_progress("reshard", options, stage)
+    return report_progress("reshard", options, lambda counts: reshard_stage(counts, total_bytes))

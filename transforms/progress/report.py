@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Stage", "progress_line", "progress_bar", "format_bytes", "format_seconds", "plural"]
+__all__ = ["Stage", "progress_line", "progress_bar", "format_bytes", "format_seconds", "plural",
+           "ETA_AFTER_SECONDS"]
+
+# The time left is guessed only from a rate measured over at least this long: the first
+# seconds of a stage (workers starting, the first bundles) are no guide to the rest.
+ETA_AFTER_SECONDS = 5.0
 
 
 def plural(count: int, noun: str, many: str | None = None) -> str:
@@ -77,7 +82,7 @@ def _parts(stage: Stage, seconds: float) -> list[str]:
         parts.append(f"{format_bytes(stage.nbytes / seconds)}/s" if stage.nbytes
                      else f"{stage.items / seconds:,.1f} {stage.unit}/s")
     fraction = stage.fraction()
-    if fraction is not None and 0 < fraction < 1 and seconds > 0:
+    if fraction is not None and 0 < fraction < 1 and seconds >= ETA_AFTER_SECONDS:
         parts.append(f"about {format_seconds(seconds * (1 - fraction) / fraction)} left")
     return parts
 
@@ -88,7 +93,8 @@ def progress_line(job: str, stage: Stage, seconds: float) -> str:
     Args:
         job: Job name.
         stage: The stage and its counts.
-        seconds: Time spent in the stage so far (for the rate and time left).
+        seconds: Time spent in the stage so far (for the rate; the time left is
+            shown from ``ETA_AFTER_SECONDS`` on).
     """
     fraction = stage.fraction()
     percent = f" ({100 * fraction:.0f}%)" if fraction is not None else ""

@@ -46,6 +46,9 @@ PROBLEM_KINDS = (
     "duplicate_key", "decode_error", "not_tfrecord",
 )
 
+# Kinds of damage met while reading a file's records (a ``RecordError``).
+_READ_STOPPING = ("crc_mismatch", "truncated", "bad_length")
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -461,17 +464,43 @@ class Report:
         return cls(obj["files"], obj["records"], obj["bytes"],
                    tuple(Problem(p["file"], p["offset"], p["kind"], p["detail"]) for p in obj["problems"]))
 
-    def summary(self, target: str, max_listed: int = 20) -> str:
-        """Returns the human summary: totals, problem counts by kind, the first problems."""
-        totals = (f"{plural(self.files, 'file')}, {plural(self.records, 'record')}, "
-                  f"{self.bytes / (1024 * 1024):.1f} MiB")
+    def _stops(self) -> list[Problem]:
+        """The first damage of each compressed file: reading its stream stopped there.
+
+        An uncompressed file is read on after a damaged record, from the next
+        record start found.
+        """
+        first: dict[str, Problem] = {}
+        for problem in self.problems:
+            if (problem.kind in _READ_STOPPING and problem.offset is not None
+                    and compression_of(problem.file) != "none" and problem.file not in first):
+                first[problem.file] = problem
+        return list(first.values())
+
+    def summary(self, target: str, max_listed: int = 20, listed_records: int | None = None) -> str:
+        """Returns the human summary: totals, problem counts by kind, what was not read, the first problems.
+
+        Args:
+            target: What was verified, for the first line.
+            max_listed: Problems listed one per line.
+            listed_records: The records the manifest lists, if known: the
+                summary then says how many of them were not read.
+        """
+        rest = f"{plural(self.records, 'record')}, {self.bytes / (1024 * 1024):.1f} MiB"
         if self.ok:
-            return f"OK: {target}: {totals}; no problems"
+            return f"OK: {target}: {plural(self.files, 'file')}, {rest}; no problems"
         kinds: dict[str, int] = {}
         for problem in self.problems:
             kinds[problem.kind] = kinds.get(problem.kind, 0) + 1
-        lines = [f"FAILED: {target}: {plural(len(self.problems), 'problem')} in {totals}",
+        hit = len({problem.file for problem in self.problems})
+        files = plural(hit, "file") if hit >= self.files else f"{hit} of {plural(self.files, 'file')}"
+        lines = [f"FAILED: {target}: {plural(len(self.problems), 'problem')} in {files}, {rest}",
                  "  by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))]
+        if listed_records is not None and listed_records > self.records:
+            lines.append(f"  not read: {listed_records - self.records} of the {listed_records} records "
+                         f"{MANIFEST_NAME} lists (damaged, or after a damage point)")
+        lines += [f"  {p.file}: the records after the damage at byte {p.offset} were not read (a "
+                  f"{compression_of(p.file)} stream cannot be read past it)" for p in self._stops()]
         lines += [f"  {p.describe()}" for p in self.problems[:max_listed]]
         if len(self.problems) > max_listed:
             lines.append(f"  ... and {len(self.problems) - max_listed} more (see --report)")
