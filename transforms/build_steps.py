@@ -19,8 +19,8 @@ from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
 from transforms.images.objects import BoxError, place_boxes, source_geometry
 from transforms.shardset.coco import coco_entries, is_coco_path
 from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below, list_store_level,
-                                    naming_s3_errors, open_for_read, peek_local, read_at_most, read_bytes,
-                                    scan_local_folder, walk_local_tree)
+                                    naming_s3_errors, open_for_read, path_problem, peek_local, read_at_most,
+                                    read_bytes, scan_local_folder, walk_local_tree)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
@@ -29,7 +29,8 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.records import EncodeSettings, encode_image, image_example_parts
 from transforms.images.inputs import (LabelRules, TreeLevels, csv_header, decode_line, decode_manifest,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
-                                      manifest_line_entries, merge_levels, tree_entry, unreadable_folder_entry)
+                                      manifest_line_entries, merge_levels, shown_name, tree_entry,
+                                      unreadable_folder_entry)
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
 from transforms.shardset.planning import MIB, order_key, split_by_content, split_rank
@@ -265,6 +266,11 @@ class _ResolveInputFn(beam.DoFn):
     def _emit(self, entry):
         self._listed.inc()
         self._tally.add()
+        if isinstance(entry, SourceImage):
+            problem = path_problem(entry.path)
+            if problem:  # a row naming a path no file system opens is that row's dead letter
+                entry = (DeadLetter(entry.origin, "bad_manifest_row", f"{shown_name(entry.path)!r}: {problem}")
+                         if entry.origin else DeadLetter(shown_name(entry.path), "unreadable", problem))
         if isinstance(entry, DeadLetter):
             return beam.pvalue.TaggedOutput(DEAD_LETTERS, entry)
         return entry

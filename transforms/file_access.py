@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Sequence
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import beam_compat
@@ -41,7 +41,7 @@ try:  # present with apache-beam[aws]
 except ImportError:  # pragma: no cover - depends on the installed extras
     _S3_ERRORS = ()
 
-__all__ = ["open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
+__all__ = ["path_problem", "open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
            "match_files", "same_file", "WILDCARDS", "NotRegularFileError", "file_size",
            "read_at_most", "peek_local", "LocalListing", "list_local_tree", "walk_local_tree",
            "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below"]
@@ -104,15 +104,44 @@ def _open_local(path: str) -> BinaryIO:
         raise
 
 
+_schemes: frozenset = frozenset()
+
+
+def _has_file_system(scheme: str) -> bool:
+    """True if one of Beam's registered file systems reads ``scheme://`` paths."""
+    global _schemes
+    if scheme not in _schemes:  # file systems may register later (an import): look again
+        _schemes = frozenset(fs.scheme() for fs in FileSystem.get_all_subclasses())
+    return scheme in _schemes
+
+
+def path_problem(path: str) -> str | None:
+    """Why no file system can open ``path``, whatever any store holds, or None.
+
+    A URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
+    Beam raises ``ValueError`` for it, not an ``OSError``.
+    """
+    scheme = FileSystems.get_scheme(path) if "://" in path else None
+    if scheme is not None and not _has_file_system(scheme):
+        known = ", ".join(f"{s}://" for s in sorted(s for s in _schemes if s))
+        return (f"no file system reads {scheme}:// paths (a local path is written without a "
+                f"scheme; these are read: {known})")
+    return None
+
+
 def open_for_read(path: str) -> BinaryIO:
     """Opens a file for reading its bytes as they are (no decompression).
 
     Raises:
         OSError: The file is missing or unreadable (``FileNotFoundError`` when missing,
             ``PermissionError`` when access is denied, ``NotRegularFileError`` for a local
-            FIFO, device or folder).
+            FIFO, device or folder; ``EINVAL`` for a path no file system can open,
+            ``path_problem``).
         apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
+    problem = path_problem(path)
+    if problem:
+        raise OSError(errno.EINVAL, problem, path)
     if path.startswith("s3://"):
         with naming_s3_errors(path):
             return _shared_s3io().open(path, "rb")
