@@ -218,10 +218,12 @@ def test_one_bad_byte_in_one_manifest_row_is_one_dead_letter(tmp_path, capsys, n
 @pytest.mark.parametrize("name, bad_row", [
     ("list.csv", "file://{root}/imgs/0.jpg,rose"),  # no file system of Beam's reads file://
     ("list.jsonl", '{{"path": "file://{root}/imgs/0.jpg", "label": "rose"}}'),
+    ("list.csv", "imgs/bad\x00.jpg,rose"),  # a NUL byte: no file system can open the path
+    ("list.jsonl", '{{"path": "imgs/bad\\u0000.jpg", "label": "rose"}}'),
 ])
 def test_a_row_whose_path_no_file_system_can_open_is_one_dead_letter(tmp_path, capsys, name,
                                                                      bad_row) -> None:
-    # Before, such a row failed the whole job: "Unable to get filesystem".
+    # Before, such a row failed the whole job: "Unable to get filesystem" / "embedded null byte".
     rows = []
     for i in range(4):
         write(str(tmp_path / "imgs" / f"{i}.jpg"), imagegen.jpeg("RGB", size=(8 + i, 8)))
@@ -244,6 +246,7 @@ def test_a_row_whose_path_no_file_system_can_open_is_one_dead_letter(tmp_path, c
 @pytest.mark.parametrize("path, problem", [
     ("file:///data/a.jpg", "no file system reads file:// paths"),
     ("http://host/a.jpg", "no file system reads http:// paths"),
+    ("imgs/a\x00.jpg", "path holds a NUL byte"),
     ("/data/a.jpg", None),
     ("imgs/a.jpg", None),
     ("s3://bucket/a.jpg", None),

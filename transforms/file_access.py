@@ -118,9 +118,12 @@ def _has_file_system(scheme: str) -> bool:
 def path_problem(path: str) -> str | None:
     """Why no file system can open ``path``, whatever any store holds, or None.
 
-    A URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
-    Beam raises ``ValueError`` for it, not an ``OSError``.
+    A path holding a NUL byte (no operating system or store takes one), and a
+    URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
+    Beam raises ``ValueError`` for both, not an ``OSError``.
     """
+    if "\0" in path:
+        return "path holds a NUL byte, which no file system accepts"
     scheme = FileSystems.get_scheme(path) if "://" in path else None
     if scheme is not None and not _has_file_system(scheme):
         known = ", ".join(f"{s}://" for s in sorted(s for s in _schemes if s))
