@@ -44,7 +44,7 @@ from transforms.shardset.run_lock import LOCK_NAME, LockInfo, held_message, is_s
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "acquire_lock", "check_lock", "release_lock",
            "folder_state", "read_manifest", "open_lines", "check_unlisted", "clear_staging", "staging_folder", "free_bytes",
-           "prepare_output", "finish_output"]
+           "prepare_output", "finish_output", "published_shards"]
 
 STAGING_DIR = ".staging"
 _LOG = logging.getLogger(__name__)
@@ -427,6 +427,24 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     except BaseException:
         release_lock(output_dir, policy.run_id)
         raise
+
+
+def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple[str, str]], str]:
+    """The shards of the splits published in ``output_dir`` that a run may keep, and their compression.
+
+    ``(split, shard path)`` of every shard of the folder's manifest; none
+    without a manifest or with ``--drop_other_splits`` (no split is kept).
+    Which of them are kept depends on the splits the run writes.
+
+    Raises:
+        ManifestError: The manifest or its shard list cannot be read.
+    """
+    data = None if policy.drop_other_splits else _read(join_path(output_dir, MANIFEST_NAME))
+    if data is None:
+        return [], "none"
+    manifest = read_manifest(output_dir, data)
+    return ([(name, join_path(output_dir, shard.file)) for name, split in sorted(manifest.splits.items())
+             for shard in split.shards], manifest.compression)
 
 
 def finish_output(output_dir: str, policy: PublishPolicy, ok: bool) -> None:
