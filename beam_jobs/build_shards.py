@@ -48,6 +48,7 @@ from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.output_folder import published_shards
 from transforms.shard_sink import PublishShards, WriteShards
+from transforms.shardset.dead_letters import too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
 
 _LOG = logging.getLogger(__name__)
@@ -324,6 +325,10 @@ def _size_of(meta) -> int:
     return meta.record_size
 
 
+def _refused(inputs: int, rejected: int, max_bad_fraction: float) -> bool:
+    return too_many_rejected(rejected, inputs, max_bad_fraction)
+
+
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
     listed = (p
@@ -361,12 +366,17 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
-    results = plan[ASSIGNED] | "Write" >> WriteShards(
-        cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
-        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads)
     dead = ((listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS],
              distinct[DEAD_LETTERS])
             | "AllDeadLetters" >> beam.Flatten())
+    # Every input is rejected or planned before a shard is written: over --max_bad_fraction,
+    # publishing refuses the run, so no shard is written at all.
+    refused = inputs | "OverBadFraction" >> beam.Map(
+        _refused, beam.pvalue.AsSingleton(dead | "CountRejected" >> beam.combiners.Count.Globally()),
+        cfg.max_bad_fraction)
+    results = plan[ASSIGNED] | "Write" >> WriteShards(
+        cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
+        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads, refused=refused)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
     counts = (distinct.main

@@ -400,3 +400,23 @@ def test_could_be_image_from_the_head(head: bytes, magic: bool | None, image: bo
     if magic is not None:
         assert has_image_magic(head) == magic
     assert could_be_image(head) == image
+
+
+# --- too many rejected inputs ---------------------------------------------------------------------
+
+def test_too_many_rejected_inputs_refuse_before_any_shard_is_written(tmp_path) -> None:
+    # Issue 25, G2: a wrong --class_names rejects a third of the inputs. Before, every shard was
+    # read, encoded and written to staging (a "wrote shard ..." line each), and only then refused.
+    root = tmp_path / "in"
+    make_class_tree(str(root), per_class=4, broken=False)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "beam_jobs.build_shards", "--input", str(root),
+                           "--output_dir", str(out), "--class_names", "daisy,rose", "--num_shards", "2"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "wrote shard" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "build_shards: failed: 4 of 12 inputs (33.3%) were rejected, more than --max_bad_fraction 0.01; "
+        "nothing was published"), proc.stderr
+    assert sorted(os.listdir(out)) == ["dead_letters.jsonl"]  # no staging, lock or manifest left
+    assert len(dead_letters(str(out))) == 4

@@ -62,7 +62,7 @@ from transforms.output_folder import (STAGING_DIR, check_lock, folder_state, fre
                                       staging_folder)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
-from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.dead_letters import DeadLetter, too_many_rejected
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
                                           Manifest, ShardEntry, ShardsFile, SplitCounts, SplitEntry)
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
@@ -207,7 +207,9 @@ class _WriteShardFn(beam.DoFn):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def process(self, keyed, totals):
+    def process(self, keyed, totals, refused=False):
+        if refused:  # publishing refuses the run: no shard is read, made or written
+            return
         key, items = keyed
         items = sorted(items, key=self._order_of)
         planned = sum(t.total_bytes for t in totals)
@@ -242,6 +244,9 @@ class WriteShards(beam.PTransform):
         run_id: The run's id (its staging folder).
         totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,
             for a disk-full message).
+        refused: ``PCollection`` with one element, True if publishing will refuse
+            the run whatever is written (``too_many_rejected``): then no shard
+            is written; None to write always.
         threads: Records each worker makes at once with ``to_record`` (0: one
             per usable core), for a ``to_record`` that reads or encodes images
             (``build_steps.ImageRecordMaker``); records are still written in
@@ -250,17 +255,20 @@ class WriteShards(beam.PTransform):
 
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1) -> None:
+                 order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1,
+                 refused=None) -> None:
         super().__init__()
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
         self._args = (output_dir, compression, to_record, order_of, run_id, threads)
         self._totals = totals
+        self._refused = refused
 
     def expand(self, assigned):
+        side = {} if self._refused is None else {"refused": beam.pvalue.AsSingleton(self._refused)}
         return (assigned
                 | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, [item])
                 | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args),
-                                             beam.pvalue.AsList(self._totals)))
+                                             beam.pvalue.AsList(self._totals), **side))
 
 
 def _write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
@@ -587,15 +595,15 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     written = sum(s.records for s in staged.values())
     if inputs == 0:
         refusal = "no input files or rows were found; check --input"
-    elif written + len(dead) != inputs:
-        refusal = (f"{inputs} inputs but {written} records written and {len(dead)} "
-                   "dead letters; refusing to publish an incomplete set")
-    elif max_bad_fraction is not None and len(dead) > max_bad_fraction * inputs:
+    elif too_many_rejected(len(dead), inputs, max_bad_fraction):  # shards may not have been written
         refusal = "\n".join([
             f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
             f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
             f"published; every rejected input is in {dead_path}",
             *rejection_details(dead)])
+    elif written + len(dead) != inputs:
+        refusal = (f"{inputs} inputs but {written} records written and {len(dead)} "
+                   "dead letters; refusing to publish an incomplete set")
     else:
         refusal = _part_problem(parts, staged)
     if refusal is not None:
