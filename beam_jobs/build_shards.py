@@ -38,7 +38,7 @@ from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.build_steps import (CLASSES, DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
-                                    DiscoverImages, ImageRecordMaker, InspectImages,
+                                    DiscoverImages, ImageRecordMaker, InspectImages, ReadPublishedKeys,
                                     RejectDuplicateImages, RejectDuplicatePaths, image_order)
 from transforms.file_access import file_size, open_for_read, read_at_most
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
@@ -46,6 +46,7 @@ from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
+from transforms.output_folder import published_shards
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 
@@ -347,17 +348,31 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
         staging=(cfg.output_dir, cfg.policy.run_id))  # records go to run files: each image read once
-    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages()
+    # Images of splits already published in --output_dir that this run keeps stay there: their
+    # keys join the duplicate check (a dry run stays offline and reads none).
+    shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(
+        cfg.output_dir, cfg.policy)
+    published = written = None
+    if shards:
+        published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
+        written = beam.pvalue.AsSingleton(inspected.main
+                                          | "SplitOfEach" >> beam.Map(_split_of)
+                                          | "DistinctSplits" >> beam.Distinct()
+                                          | "CollectSplits" >> beam.combiners.ToList())
+    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written)
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
-    results = plan[ASSIGNED] | "Write" >> WriteShards(
-        cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
-        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
-        tally_of=lambda meta: image_count_keys(meta.info))  # each shard counts its image formats
     dead = ((listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS],
              distinct[DEAD_LETTERS])
             | "AllDeadLetters" >> beam.Flatten())
+    # Every input is rejected or planned before a shard is written: over --max_bad_fraction
+    # (inputs less planned records), publishing refuses the run, so no shard is written at all.
+    results = plan[ASSIGNED] | "Write" >> WriteShards(
+        cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
+        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
+        tally_of=lambda meta: image_count_keys(meta.info),  # each shard counts its image formats
+        inputs=inputs, max_bad_fraction=cfg.max_bad_fraction)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
     return p | "Publish" >> PublishShards(

@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import pickle
+import subprocess
+import sys
 
 import apache_beam as beam
 import pytest
@@ -21,13 +23,14 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.shard_fixtures import make_class_tree, run_build
-from transforms import beam_compat, shard_sink
+from transforms import beam_compat, output_folder
 from transforms.images.inputs import LabelRules, is_hidden, tree_entries
 from transforms.shardset.dead_letters import DeadLetter
 
 boto3 = pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
 gcs = pytest.importorskip("google.cloud.storage", reason="needs apache-beam[gcp] (pip install -e '.[test]')")
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "shards-test"
 BUILD_FLAGS = ("--num_shards", "3", "--seed", "5")
 
@@ -162,7 +165,7 @@ def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
     FileSystems.rename([f"{base}/stage/a.tmp"], [f"{base}/a"])
     assert s3_bucket.get("fs/a") == b"a" and not FileSystems.exists(f"{base}/stage/a.tmp")
     assert not FileSystems.exists(f"{base}/stage")  # no folder objects on S3
-    shard_sink._delete_folder(f"{base}/stage")
+    output_folder.delete_tree(f"{base}/stage")
     assert s3_bucket.keys("fs/") == ["fs/a", "fs/empty", "fs/top"]
 
 
@@ -283,3 +286,35 @@ def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -
     assert counters["hidden_files_skipped"] == 2
     # The input, its 4 top prefixes, and the 2 inside them (rose/deep/, we[ird]*/s?/), each listed once.
     assert counters["folders_listed"] == 1 + 4 + 2
+
+
+def test_an_unreachable_s3_row_is_an_unreadable_dead_letter(tmp_path) -> None:
+    """A manifest row on an S3 endpoint nothing listens on: one ``unreadable`` dead letter, and the run ends.
+
+    Before, Beam's S3 reader retried the object's HEAD 7 times with exponential
+    backoff (about 10 minutes, each try itself retried by botocore); the job's
+    time limit here ended it. Reads of inputs now give up after
+    ``beam_compat.S3_READ_ATTEMPTS`` tries of bounded time each.
+    """
+    from tests.imagegen import jpeg
+    from tests.servers import HOST, free_port
+    from tests.shard_fixtures import dead_letters, load_manifest, write
+
+    for i in range(3):
+        write(str(tmp_path / "imgs" / f"{i}.jpg"), jpeg("RGB", size=(8 + i, 8)))
+    manifest = tmp_path / "list.csv"
+    remote = f"s3://{BUCKET}/raw/daisy/daisy_000.jpg"
+    manifest.write_text("path,label\n" + "".join(f"imgs/{i}.jpg,rose\n" for i in range(3)) + f"{remote},rose\n")
+    out = tmp_path / "out"
+    dead_port = free_port()  # nothing listens on it: every connection is refused
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+    proc = subprocess.run([sys.executable, "-m", "beam_jobs.build_shards", "--input", str(manifest),
+                           "--output_dir", str(out), "--max_bad_fraction", "1",
+                           *_s3_flags(f"http://{HOST}:{dead_port}")],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    published = load_manifest(str(out))
+    assert (published["records"], published["dead_letters"]) == (3, 1)
+    (dead,) = dead_letters(str(out))
+    assert (dead["path"], dead["reason"]) == (remote, "unreadable"), dead
+    assert str(dead_port) in dead["error"]  # names the endpoint it could not reach

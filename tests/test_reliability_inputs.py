@@ -9,6 +9,7 @@ before any image is read.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -23,6 +24,7 @@ from PIL import Image
 from tests import imagegen
 from tests.shard_fixtures import dead_letters, examples, load_manifest, make_class_tree, run_build, shard_files, write
 from transforms.errors import ManifestError
+from transforms.file_access import open_for_read, path_problem
 from transforms.images.codec import could_be_image, has_image_magic
 from transforms.images.inputs import check_manifest_head
 
@@ -213,6 +215,53 @@ def test_one_bad_byte_in_one_manifest_row_is_one_dead_letter(tmp_path, capsys, n
     assert _filenames(str(out)) == {f"imgs/{i}.jpg" for i in range(6)}
 
 
+@pytest.mark.parametrize("name, bad_row", [
+    ("list.csv", "file://{root}/imgs/0.jpg,rose"),  # no file system of Beam's reads file://
+    ("list.jsonl", '{{"path": "file://{root}/imgs/0.jpg", "label": "rose"}}'),
+    ("list.csv", "imgs/bad\x00.jpg,rose"),  # a NUL byte: no file system can open the path
+    ("list.jsonl", '{{"path": "imgs/bad\\u0000.jpg", "label": "rose"}}'),
+])
+def test_a_row_whose_path_no_file_system_can_open_is_one_dead_letter(tmp_path, capsys, name,
+                                                                     bad_row) -> None:
+    # Before, such a row failed the whole job: "Unable to get filesystem" / "embedded null byte".
+    rows = []
+    for i in range(4):
+        write(str(tmp_path / "imgs" / f"{i}.jpg"), imagegen.jpeg("RGB", size=(8 + i, 8)))
+        path, label = f"imgs/{i}.jpg", "rose" if i % 2 else "tulip"
+        rows.append(f"{path},{label}" if name.endswith(".csv") else json.dumps({"path": path, "label": label}))
+    rows.insert(2, bad_row.format(root=tmp_path))
+    first = 2 if name.endswith(".csv") else 1  # the line of rows[0]
+    manifest = tmp_path / name
+    manifest.write_text(("path,label\n" if name.endswith(".csv") else "") + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    status, _, err = run_build(capsys, "--input", str(manifest), "--output_dir", str(out),
+                               "--max_bad_fraction", "1")
+    assert status == 0, err
+    _accounted(str(out), 5)
+    (dead,) = dead_letters(str(out))
+    assert (dead["path"], dead["reason"]) == (f"{manifest}:{first + 2}", "bad_manifest_row"), dead
+    assert _filenames(str(out)) == {f"imgs/{i}.jpg" for i in range(4)}
+
+
+@pytest.mark.parametrize("path, problem", [
+    ("file:///data/a.jpg", "no file system reads file:// paths"),
+    ("http://host/a.jpg", "no file system reads http:// paths"),
+    ("imgs/a\x00.jpg", "path holds a NUL byte"),
+    ("/data/a.jpg", None),
+    ("imgs/a.jpg", None),
+    ("s3://bucket/a.jpg", None),
+    ("gs://bucket/a.jpg", None),
+])
+def test_path_problem_and_open_for_read(path: str, problem: str | None) -> None:
+    if problem is None:
+        assert path_problem(path) is None
+        return
+    assert path_problem(path).startswith(problem)
+    with pytest.raises(OSError) as err:  # not Beam's ValueError, which failed the job
+        open_for_read(path)
+    assert err.value.errno == errno.EINVAL and problem in str(err.value)
+
+
 # --- files that are not regular, or too large ----------------------------------------------------
 
 def test_fifo_device_and_folder_in_a_manifest_are_unreadable_dead_letters(tmp_path) -> None:
@@ -351,3 +400,23 @@ def test_could_be_image_from_the_head(head: bytes, magic: bool | None, image: bo
     if magic is not None:
         assert has_image_magic(head) == magic
     assert could_be_image(head) == image
+
+
+# --- too many rejected inputs ---------------------------------------------------------------------
+
+def test_too_many_rejected_inputs_refuse_before_any_shard_is_written(tmp_path) -> None:
+    # Issue 25, G2: a wrong --class_names rejects a third of the inputs. Before, every shard was
+    # read, encoded and written to staging (a "wrote shard ..." line each), and only then refused.
+    root = tmp_path / "in"
+    make_class_tree(str(root), per_class=4, broken=False)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "beam_jobs.build_shards", "--input", str(root),
+                           "--output_dir", str(out), "--class_names", "daisy,rose", "--num_shards", "2"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "wrote shard" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "build_shards: failed: 4 of 12 inputs (33.3%) were rejected, more than --max_bad_fraction 0.01; "
+        "nothing was published"), proc.stderr
+    assert sorted(os.listdir(out)) == ["dead_letters.jsonl"]  # no staging, lock or manifest left
+    assert len(dead_letters(str(out))) == 4

@@ -182,6 +182,37 @@ def test_identical_bytes_in_user_given_splits_keep_the_evaluation_copy(tmp_path,
     assert status == 0, text + err
 
 
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_later_split_build_rejects_a_copy_of_a_published_image(tmp_path, capsys, compression):
+    # Issue 25, A9: before, both builds published, exit 0, and verify then found a duplicate_key.
+    rng = random.Random(7)
+    shared = image_bytes("rose", "PNG", rng)
+    train, val = tmp_path / "train_in", tmp_path / "val_in"
+    write(str(train / "rose/a.png"), shared)
+    for i in range(3):
+        write(str(train / f"tulip/t{i}.jpg"), image_bytes("tulip", "JPEG", rng))
+    write(str(val / "rose/copy_of_a.png"), shared)
+    for i in range(2):
+        write(str(val / f"tulip/v{i}.jpg"), image_bytes("tulip", "JPEG", rng))
+    out = str(tmp_path / "out")
+    flags = ("--max_bad_fraction", "1", "--compression", compression)
+    status, _, err = run_build(capsys, "--input", str(train), "--output_dir", out, "--split", "train", *flags)
+    assert status == 0, err
+    status, _, err = run_build(capsys, "--input", str(val), "--output_dir", out, "--split", "validation", *flags)
+    assert status == 0, err
+    manifest = load_manifest(out)
+    assert {name: split["records"] for name, split in manifest["splits"].items()} == {"train": 4, "validation": 2}
+    (dead,) = dead_letters(out)
+    assert (dead["path"], dead["reason"]) == (str(val / "rose/copy_of_a.png"), "cross_split_duplicate")
+    assert "'train'" in dead["error"], dead["error"]
+    status, text, err = run_verify(capsys, "--output_dir", out)
+    assert status == 0, text + err
+    # Rebuilding train itself replaces it: its own images are not copies of what it replaces.
+    status, _, err = run_build(capsys, "--input", str(train), "--output_dir", out, "--split", "train", *flags)
+    assert status == 0, err
+    assert dead_letters(out) == [] and load_manifest(out)["splits"]["train"]["records"] == 4
+
+
 # --- 2. verify reports a key in two splits ---------------------------------------------------
 
 

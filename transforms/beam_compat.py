@@ -7,22 +7,39 @@ the one module to re-check. All were checked against apache-beam 2.77.0.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import BinaryIO
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import S3Options
 from apache_beam.runners.runner import PipelineRunner
+from apache_beam.utils.retry import PermanentException
 
 try:  # present with apache-beam[aws]
+    import botocore.config
+    import botocore.exceptions
+    from apache_beam.io.aws.clients.s3 import boto3_client as _boto3_client
+    from apache_beam.io.aws.clients.s3.messages import S3ClientError as _S3ClientError
     from apache_beam.io.aws.s3io import S3Uploader as _S3Uploader
 except ImportError:  # pragma: no cover - depends on the installed extras
-    _S3Uploader = None
+    _S3Uploader = _boto3_client = None
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials", "close_written_file",
-           "filesystem_options", "s3_boto3_client", "gcs_storage_client"]
+           "filesystem_options", "s3_boto3_client", "s3_read_client", "S3NoAnswerError", "gcs_storage_client",
+           "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
+
+# Bounds on each S3 call that reads an input (``s3_read_client``): seconds to connect, seconds
+# to wait for bytes, and tries in all (botocore's "standard" retries, with their jittered backoff
+# of at most 20 s between tries). An object whose HEAD gets no answer is given up after
+# S3_READ_ATTEMPTS tries: at most 3 x (10 + 60) s plus the backoff, about 4 minutes when every
+# try times out, a few seconds when connections are refused.
+S3_CONNECT_TIMEOUT_S = 10
+S3_READ_TIMEOUT_S = 60
+S3_READ_ATTEMPTS = 3
 
 _DIRECT_NAMES = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
 
@@ -156,6 +173,68 @@ def s3_boto3_client():
     from apache_beam.io.aws import s3io
 
     return s3io.S3IO(options=filesystem_options()).client.client
+
+
+class S3NoAnswerError(OSError, PermanentException):
+    """An S3 call that got no HTTP answer (endpoint unreachable, timed out, no credentials).
+
+    A ``PermanentException``: Beam's retry decorators (``apache_beam.utils.retry``)
+    do not try it again; botocore already tried it ``S3_READ_ATTEMPTS`` times.
+    """
+
+
+def s3_read_client(options: PipelineOptions):
+    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries.
+
+    Beam 2.77's ``boto3_client.Client`` makes its boto3 client without a
+    ``Config`` (botocore's defaults: 60 s to connect, 60 s to read, several
+    tries), and ``S3Downloader._get_object_metadata`` retries any error without
+    an HTTP status 7 more times with exponential backoff from 5 s: an
+    unreachable endpoint held each input about 10 minutes. This client is made
+    from the same options (``S3Options``, as Beam's ``Client.__init__`` reads
+    them) with ``S3_CONNECT_TIMEOUT_S``, ``S3_READ_TIMEOUT_S`` and
+    ``S3_READ_ATTEMPTS``, and a HEAD that gets no HTTP answer raises
+    ``S3NoAnswerError``, which Beam does not retry. It sets the attributes
+    ``Client.__init__`` sets (``client``, ``_download_request``,
+    ``_download_stream``, ``_download_pos``; Beam 2.77.0). Reads of object
+    bytes keep Beam's retries, each try bounded by the same timeouts.
+
+    Raises:
+        RuntimeError: apache-beam[aws] is not installed.
+    """
+    if _boto3_client is None or _boto3_client.boto3 is None:
+        raise RuntimeError("reading s3:// needs apache-beam[aws] (boto3)")
+    return _BoundedS3Client(options.view_as(S3Options))
+
+
+if _boto3_client is not None:
+    class _BoundedS3Client(_boto3_client.Client):
+        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``)."""
+
+        def __init__(self, s3: S3Options) -> None:  # pylint: disable=super-init-not-called
+            config = botocore.config.Config(
+                connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
+                retries={"max_attempts": S3_READ_ATTEMPTS, "mode": "standard"})
+            self.client = _boto3_client.boto3.session.Session().client(
+                service_name="s3", region_name=s3.s3_region_name, api_version=s3.s3_api_version,
+                use_ssl=not s3.s3_disable_ssl, verify=s3.s3_verify, endpoint_url=s3.s3_endpoint_url,
+                aws_access_key_id=s3.s3_access_key_id, aws_secret_access_key=s3.s3_secret_access_key,
+                aws_session_token=s3.s3_session_token, config=config)
+            self._download_request = None
+            self._download_stream = None
+            self._download_pos = 0
+
+        def get_object_metadata(self, request):
+            try:
+                return super().get_object_metadata(request)
+            except _S3ClientError as err:
+                cause = err.__context__  # Beam raises its error inside ``except`` of botocore's
+                if err.code is None and isinstance(cause, botocore.exceptions.BotoCoreError):
+                    raise S3NoAnswerError(
+                        errno.EIO, f"S3 gave no answer in {S3_READ_ATTEMPTS} tries "
+                                   f"({type(cause).__name__}: {cause})",
+                        f"s3://{request.bucket}/{request.object}") from cause
+                raise
 
 
 def gcs_storage_client():

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Iterator, Mapping, NamedTuple
+import logging
+from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 import crc32c
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
@@ -18,9 +20,9 @@ from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
 from transforms.images.objects import BoxError, place_boxes, source_geometry
 from transforms.shardset.coco import coco_entries, is_coco_path
-from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below,
-                                    list_store_level, naming_s3_errors, open_for_read, peek_local, read_at_most, read_bytes,
-                                    scan_local_folder, walk_local_tree)
+from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below, list_store_level,
+                                    naming_s3_errors, open_for_read, path_problem, peek_local, read_at_most,
+                                    read_bytes, scan_local_folder, walk_local_tree)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
@@ -29,17 +31,21 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.records import EncodeSettings, encode_image, image_example_parts
 from transforms.images.inputs import (LabelRules, TreeLevels, csv_header, decode_line, decode_manifest,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
-                                      manifest_line_entries, merge_levels, tree_entry, unreadable_folder_entry)
+                                      manifest_line_entries, merge_levels, shown_name, tree_entry,
+                                      unreadable_folder_entry)
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
 from transforms.run_file_io import BundleRunFile, RecordCopier
 from transforms.shardset.planning import MIB, order_key, split_by_content, split_rank
+from transforms.shardset.published_keys import record_keys
+from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.run_files import FramedRecord
 
 __all__ = ["DEAD_LETTERS", "CLASSES", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
            "ImageRecordMaker", "image_order", "read_source", "RejectDuplicatePaths",
-           "RejectDuplicateImages", "ListingFacts", "CollectListingFacts"]
+           "RejectDuplicateImages", "ReadPublishedKeys", "PublishedCopy", "ListingFacts", "CollectListingFacts"]
 
+_LOG = logging.getLogger(__name__)
 # The tag of every build step's rejected inputs (DeadLetter); main outputs are "main".
 DEAD_LETTERS = "dead_letters"
 # The tag of class names known from listing alone (an unreadable class folder's name).
@@ -267,6 +273,11 @@ class _ResolveInputFn(beam.DoFn):
     def _emit(self, entry):
         self._listed.inc()
         self._tally.add()
+        if isinstance(entry, SourceImage):
+            problem = path_problem(entry.path)
+            if problem:  # a row naming a path no file system opens is that row's dead letter
+                entry = (DeadLetter(entry.origin, "bad_manifest_row", f"{shown_name(entry.path)!r}: {problem}")
+                         if entry.origin else DeadLetter(shown_name(entry.path), "unreadable", problem))
         if isinstance(entry, DeadLetter):
             return beam.pvalue.TaggedOutput(DEAD_LETTERS, entry)
         return entry
@@ -758,10 +769,81 @@ def _copy_rank(meta: ImageMeta) -> tuple:
     return (split_rank(meta.source.split), meta.source.relpath, meta.source.path)
 
 
-def _keep_one_copy(keyed):
-    """sha256, [ImageMeta] -> the copy kept (``_copy_rank``); the rest are dead letters."""
-    _, metas = keyed
-    metas = sorted(metas, key=_copy_rank)
+class PublishedCopy(NamedTuple):
+    """An image already published in a split of the output folder, keyed by its sha256."""
+
+    split: str
+
+
+def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
+    """(split, published shard) -> (sha256, PublishedCopy) of each of its records.
+
+    A shard that is missing or damaged gives the keys read before the damage:
+    whether it matters is publishing's to say (a kept split that changed
+    stops the run there, naming the shard; a split this run writes is
+    replaced).
+    """
+    split, path = item
+    try:
+        with open_for_read(path) as raw, naming_s3_errors(path):
+            for key in record_keys(open_decompressed(raw, compression), path):
+                yield key, PublishedCopy(split)
+    except (OSError, BeamIOError, ShardsError) as err:
+        _LOG.warning("published shard %s cannot be read to its end (%s); publishing checks it "
+                     "if its split is kept", path, err)
+
+
+class ReadPublishedKeys(beam.PTransform):
+    """The keys of the images already published in the output folder's splits.
+
+    Input: the pipeline (``PBegin``). Output: ``(sha256, PublishedCopy)`` per
+    record of the given shards, one element per shard read (spread over workers).
+
+    Args:
+        shards: ``(split, shard path)`` (``output_folder.published_shards``).
+        compression: The shards' compression.
+    """
+
+    def __init__(self, shards: Sequence[tuple[str, str]], compression: str) -> None:
+        super().__init__()
+        self._shards = list(shards)
+        self._compression = compression
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "ListPublishedShards" >> beam.Create(self._shards)  # (split, path)
+                | "SpreadPublishedShards" >> beam.Reshuffle()
+                | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
+
+
+def _keep_one_copy(keyed, written: Sequence[str] | None = None):
+    """sha256, [ImageMeta or PublishedCopy] -> the copy kept (``_copy_rank``); the rest are dead letters.
+
+    A copy published in a split this run does not write (``written``: the
+    splits this run has images in), which publishing keeps, wins over every
+    copy of this run: they are ``cross_split_duplicate`` dead letters.
+    """
+    _, values = keyed
+    metas, published = [], set()
+    for value in values:
+        if isinstance(value, PublishedCopy):
+            published.add(value.split)
+        else:
+            metas.append(value)
+    if not metas:
+        return
+    kept_splits = sorted(published - set(written or ()))
+    if kept_splits:
+        progress.note(progress.IMAGES_DUPLICATE, len(metas))
+        for meta in metas:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
+                meta.source.path, "cross_split_duplicate",
+                f"same bytes (sha256 {meta.sha256[:16]}...) as an image already published in split "
+                f"{kept_splits[0]!r} of the output folder, which this run keeps; this copy is in split "
+                f"{meta.source.split!r}, and an image belongs to one split only (rebuild both splits "
+                "together, or pass --drop_other_splits)"))
+        return
+    metas.sort(key=_copy_rank)
     kept = metas[0]
     yield kept
     if len(metas) > 1:
@@ -801,25 +883,43 @@ class RejectDuplicateImages(beam.PTransform):
     test, validation, val, other splits by name, train), and within it the
     one with the smallest relative path. Copies in that split become
     ``duplicate_image`` dead letters, copies in other splits
-    ``cross_split_duplicate`` ones naming both splits. ``image/key/sha256``
-    is then unique in the whole shard set, so no image is in two splits.
+    ``cross_split_duplicate`` ones naming both splits. An image already
+    published in a split of the output folder that this run keeps (one it
+    writes no image to) keeps its place: every copy of this run is a
+    ``cross_split_duplicate``. ``image/key/sha256`` is then unique in the
+    whole shard set, so no image is in two splits.
     Input: ``PCollection[ImageMeta]``. Output: outputs ``main`` (ImageMeta)
     and ``DEAD_LETTERS`` (DeadLetter).
+
+    Args:
+        published: ``(sha256, PublishedCopy)`` of the output folder's published
+            images (``ReadPublishedKeys``), or None.
+        written: With ``published``: singleton side input, the splits this run
+            has images in.
     """
 
+    def __init__(self, published=None, written=None) -> None:
+        super().__init__()
+        self._published = published
+        self._written = written
+
     def expand(self, metas):
-        return (metas
-                | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
-                | "GroupByContent" >> beam.GroupByKey()  # (sha256, [ImageMeta])
-                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn()).with_outputs(
+        keyed = metas | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
+        side = {}
+        if self._published is not None:
+            keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
+            side = {"written": self._written}
+        return (keyed
+                | "GroupByContent" >> beam.GroupByKey()  # (sha256, [ImageMeta or PublishedCopy])
+                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn(), **side).with_outputs(
                     DEAD_LETTERS, main="main"))
 
 
 class _KeepOneCopyFn(beam.DoFn):
     """``_keep_one_copy`` over every group; the copies it counts reach the progress report."""
 
-    def process(self, keyed):
-        yield from _keep_one_copy(keyed)
+    def process(self, keyed, written=None):
+        yield from _keep_one_copy(keyed, written)
 
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here

@@ -14,8 +14,9 @@ and s3:// reads reuse one Beam ``S3IO`` per thread:
 Beam 2.77's S3 filesystem builds a new boto3 session and client for every
 call, about 0.28 s of CPU per file, which would dominate reading many small
 images. The shared ``S3IO`` is Beam's own, made from the same pipeline
-options, so behaviour and errors are unchanged (measured against an S3 API
-server on loopback: 0.28 s -> 0.009 s of CPU per 100 KB object).
+options (measured against an S3 API server on loopback: 0.28 s -> 0.009 s
+of CPU per 100 KB object); its client bounds each call in time and tries
+(``beam_compat.s3_read_client``), errors are otherwise unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Sequence
 
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import beam_compat
@@ -41,7 +42,7 @@ try:  # present with apache-beam[aws]
 except ImportError:  # pragma: no cover - depends on the installed extras
     _S3_ERRORS = ()
 
-__all__ = ["open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
+__all__ = ["path_problem", "open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
            "match_files", "same_file", "WILDCARDS", "NotRegularFileError", "file_size",
            "read_at_most", "peek_local", "LocalListing", "list_local_tree", "walk_local_tree",
            "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "RangeReader"]
@@ -54,7 +55,12 @@ _ERRNO = {403: errno.EACCES, 404: errno.ENOENT}
 
 
 def _shared_s3io():
-    """Beam's S3IO for this thread, rebuilt when the pipeline options change."""
+    """Beam's S3IO for this thread, rebuilt when the pipeline options change.
+
+    Its client bounds each call in time and tries (``beam_compat.s3_read_client``),
+    so an unreachable endpoint makes an input unreadable instead of holding it
+    for Beam's ten minutes of retries.
+    """
     from apache_beam.io.aws import s3io
 
     # FileSystems keeps the options of the running pipeline (set by beam.Pipeline and
@@ -62,7 +68,7 @@ def _shared_s3io():
     options = beam_compat.filesystem_options()
     cached = getattr(_local, "s3io", None)
     if cached is None or cached[0] is not options:
-        cached = (options, s3io.S3IO(options=options))
+        cached = (options, s3io.S3IO(client=beam_compat.s3_read_client(options)))
         _local.s3io = cached
     return cached[1]
 
@@ -104,15 +110,47 @@ def _open_local(path: str) -> BinaryIO:
         raise
 
 
+_schemes: frozenset = frozenset()
+
+
+def _has_file_system(scheme: str) -> bool:
+    """True if one of Beam's registered file systems reads ``scheme://`` paths."""
+    global _schemes
+    if scheme not in _schemes:  # file systems may register later (an import): look again
+        _schemes = frozenset(fs.scheme() for fs in FileSystem.get_all_subclasses())
+    return scheme in _schemes
+
+
+def path_problem(path: str) -> str | None:
+    """Why no file system can open ``path``, whatever any store holds, or None.
+
+    A path holding a NUL byte (no operating system or store takes one), and a
+    URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
+    Beam raises ``ValueError`` for both, not an ``OSError``.
+    """
+    if "\0" in path:
+        return "path holds a NUL byte, which no file system accepts"
+    scheme = FileSystems.get_scheme(path) if "://" in path else None
+    if scheme is not None and not _has_file_system(scheme):
+        known = ", ".join(f"{s}://" for s in sorted(s for s in _schemes if s))
+        return (f"no file system reads {scheme}:// paths (a local path is written without a "
+                f"scheme; these are read: {known})")
+    return None
+
+
 def open_for_read(path: str) -> BinaryIO:
     """Opens a file for reading its bytes as they are (no decompression).
 
     Raises:
         OSError: The file is missing or unreadable (``FileNotFoundError`` when missing,
             ``PermissionError`` when access is denied, ``NotRegularFileError`` for a local
-            FIFO, device or folder).
+            FIFO, device or folder; ``EINVAL`` for a path no file system can open,
+            ``path_problem``).
         apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
+    problem = path_problem(path)
+    if problem:
+        raise OSError(errno.EINVAL, problem, path)
     if path.startswith("s3://"):
         with naming_s3_errors(path):
             return _shared_s3io().open(path, "rb")
@@ -233,8 +271,8 @@ class RangeReader:
     def close(self) -> None:
         """Closes the local files kept open (call when no thread reads any more)."""
         with self._lock:
-            tables, self._tables = self._tables, []
-        for fds in tables:
+            tables = list(self._tables)
+        for fds in tables:  # each thread keeps its table: a later read opens its file again
             while fds:
                 os.close(fds.popitem()[1])
 

@@ -48,7 +48,7 @@ from transforms.shardset.run_lock import LOCK_NAME, LockInfo, held_message, is_s
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "delete_tree", "acquire_lock", "check_lock", "release_lock",
            "folder_state", "read_manifest", "open_lines", "check_unlisted", "clear_staging", "staging_folder", "free_bytes",
-           "prepare_output", "finish_output"]
+           "prepare_output", "finish_output", "published_shards"]
 
 STAGING_DIR = ".staging"
 _LOG = logging.getLogger(__name__)
@@ -428,22 +428,26 @@ def check_unlisted(output_dir: str, policy: PublishPolicy) -> None:
 
 
 def _delete_local_tree(folder: str) -> None:
-    """Deletes a local folder bottom-up without following links (a link is unlinked)."""
+    """Deletes a local folder bottom-up without following links (a link is unlinked, as a link)."""
     if not os.path.lexists(folder):
         return
     problem = _link_problem(folder)
     if problem:
         raise PublishError(f"{problem}; refusing to delete through it")
-    for parent, dirs, files in os.walk(folder, topdown=False, onerror=_raise, followlinks=False):
-        for name in files:
-            os.unlink(os.path.join(parent, name))
-        for name in dirs:
+    files, folders = [], []
+    for parent, dirs, names in os.walk(folder, topdown=False, onerror=_raise, followlinks=False):
+        for name in names + dirs:
             path = os.path.join(parent, name)
             if os.path.islink(path) or _is_junction(path):
                 os.unlink(path)
+            elif name in dirs:
+                folders.append(path)
             else:
-                os.rmdir(path)
-    os.rmdir(folder)
+                files.append(path)
+    if files:
+        FileSystems.delete(files)  # the tool's own names (no wildcard characters)
+    for path in folders + [folder]:
+        os.rmdir(path)
 
 
 def _raise(err: OSError) -> None:
@@ -518,6 +522,24 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     except BaseException:
         release_lock(output_dir, policy.run_id)
         raise
+
+
+def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple[str, str]], str]:
+    """The shards of the splits published in ``output_dir`` that a run may keep, and their compression.
+
+    ``(split, shard path)`` of every shard of the folder's manifest; none
+    without a manifest or with ``--drop_other_splits`` (no split is kept).
+    Which of them are kept depends on the splits the run writes.
+
+    Raises:
+        ManifestError: The manifest or its shard list cannot be read.
+    """
+    data = None if policy.drop_other_splits else _read(join_path(output_dir, MANIFEST_NAME))
+    if data is None:
+        return [], "none"
+    manifest = read_manifest(output_dir, data)
+    return ([(name, join_path(output_dir, shard.file)) for name, split in sorted(manifest.splits.items())
+             for shard in split.shards], manifest.compression)
 
 
 def finish_output(output_dir: str, policy: PublishPolicy, ok: bool) -> None:

@@ -90,6 +90,10 @@ class RecordCopy:
     def __init__(self) -> None:
         self._copier = RecordCopier()
 
+    def close(self) -> None:
+        """Closes the run files kept open."""
+        self._copier.close()
+
     def __call__(self, item: RecordItem) -> tuple[bytes | FramedRecord, int | None]:
         if item.run is None:
             return item.data, item.label

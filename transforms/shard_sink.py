@@ -62,7 +62,7 @@ from transforms.output_folder import (STAGING_DIR, check_lock, check_own_folders
                                       folder_state, free_bytes, open_lines, staging_folder)
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
-from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.dead_letters import DeadLetter, too_many_rejected
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
                                           Manifest, ShardEntry, ShardsFile, SplitCounts, SplitEntry)
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
@@ -194,7 +194,8 @@ class _WriteShardFn(beam.DoFn):
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
                  order_of: Callable[[Any], tuple], run_id: str, threads: int = 1,
-                 tally_of: Callable[[Any], Iterable[Any]] | None = None) -> None:
+                 tally_of: Callable[[Any], Iterable[Any]] | None = None,
+                 max_bad_fraction: float | None = None) -> None:
         self._output_dir = output_dir
         self._compression = compression
         self._to_record = to_record
@@ -202,6 +203,7 @@ class _WriteShardFn(beam.DoFn):
         self._run_id = run_id
         self._threads = threads
         self._tally_of = tally_of
+        self._max_bad_fraction = max_bad_fraction
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(_NAMESPACE, "shards_written")
@@ -216,7 +218,13 @@ class _WriteShardFn(beam.DoFn):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def process(self, keyed, totals):
+    def process(self, keyed, totals, inputs=None):
+        if inputs is None or not too_many_rejected(inputs - sum(t.records for t in totals), inputs,
+                                                   self._max_bad_fraction):
+            yield self._write(keyed, totals)
+        # else publishing refuses the run: no shard is read, made or written
+
+    def _write(self, keyed, totals) -> ShardResult:
         key, items = keyed
         items = sorted(items, key=self._order_of)
         planned = sum(t.total_bytes for t in totals)
@@ -227,6 +235,9 @@ class _WriteShardFn(beam.DoFn):
                                  self._compression, self._run_id, planned)
         finally:
             made.close()  # an error while writing: the records still being made are dropped
+            close = getattr(self._to_record, "close", None)
+            if close is not None:
+                close()  # files it keeps open (run files) are not held between shards
         if self._tally_of is not None:
             tallies = collections.Counter(key for item in items for key in self._tally_of(item))
             result = dataclasses.replace(result, tallies=tuple(sorted(tallies.items())))
@@ -236,7 +247,7 @@ class _WriteShardFn(beam.DoFn):
         self._shards.inc()
         _LOG.info("wrote shard %s: %d records, %.1f MiB", result.file, result.stats.records,
                   result.stats.bytes / 2**20)
-        yield result
+        return result
 
 
 class WriteShards(beam.PTransform):
@@ -249,11 +260,18 @@ class WriteShards(beam.PTransform):
         output_dir: Final output folder (staging lives inside it).
         compression: ``none``, ``gzip`` or ``zlib``.
         to_record: item -> (serialized record, or a sequence of pieces whose
-            concatenation is the record, label index or None).
+            concatenation is the record, or a ``FramedRecord``; label index or
+            None). If it has a ``close()``, that is called after each shard,
+            once no record of it is being made (files it keeps open are closed).
         order_of: item -> sort key; the write order within a shard.
         run_id: The run's id (its staging folder).
         totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,
             for a disk-full message).
+        inputs: ``PCollection`` with one element, the number of inputs, with
+            ``max_bad_fraction``: when the inputs the plan leaves out (rejected
+            ones: inputs less planned records) are over that share, publishing
+            will refuse the run, and no shard is read, made or written.
+        max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
         threads: Records each worker makes at once with ``to_record`` (0: one
             per usable core), for a ``to_record`` that reads or encodes images
             (``build_steps.ImageRecordMaker``); records are still written in
@@ -266,17 +284,20 @@ class WriteShards(beam.PTransform):
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
                  order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1,
-                 tally_of: Callable[[Any], Iterable[Any]] | None = None) -> None:
+                 tally_of: Callable[[Any], Iterable[Any]] | None = None, inputs=None,
+                 max_bad_fraction: float | None = None) -> None:
         super().__init__()
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of)
+        self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of, max_bad_fraction)
         self._totals = totals
+        self._inputs = inputs
 
     def expand(self, assigned):
+        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs)}
         return (assigned
                 | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, [item])
                 | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args),
-                                             beam.pvalue.AsList(self._totals)))
+                                             beam.pvalue.AsList(self._totals), **side))
 
 
 def _write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
@@ -595,18 +616,18 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     written = sum(s.records for s in staged.values())
     if inputs == 0:
         refusal = "no input files or rows were found; check --input"
+    elif too_many_rejected(len(dead), inputs, max_bad_fraction):  # shards may not have been written
+        refusal = "\n".join([
+            f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
+            f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
+            f"published; every rejected input is in {dead_path}",
+            *rejection_details(dead)])
     elif written == 0:
         refusal = (f"no record could be written: all {inputs} inputs were rejected; nothing was "
                    f"published; every rejected input is in {dead_path}")
     elif written + len(dead) != inputs:
         refusal = (f"{inputs} inputs but {written} records written and {len(dead)} "
                    "dead letters; refusing to publish an incomplete set")
-    elif max_bad_fraction is not None and len(dead) > max_bad_fraction * inputs:
-        refusal = "\n".join([
-            f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
-            f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
-            f"published; every rejected input is in {dead_path}",
-            *rejection_details(dead)])
     else:
         refusal = _part_problem(parts, staged)
     if refusal is not None:

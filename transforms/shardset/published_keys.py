@@ -1,0 +1,44 @@
+"""The image keys (``image/key/sha256``) in a published shard, read from its records (pure).
+
+A build that writes some splits into a folder that keeps others must not put
+an image in two splits; the kept splits' images are known by their keys. The
+records are the one source every published set has (a set written before
+this module holds no other list of its keys), and reading them costs one pass
+over the kept shards, as publishing's sha256 check of kept shards does.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Iterator
+
+from transforms.errors import ExampleError, ShardsError
+from transforms.example.codec import decode_example
+from transforms.example.scan import scan_example
+from transforms.tfrecord.framing import iter_records
+
+__all__ = ["KEY_FEATURE", "record_keys"]
+
+KEY_FEATURE = "image/key/sha256"
+
+
+def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
+    """The ``image/key/sha256`` of every record of a shard that has one, in order.
+
+    Args:
+        fh: The shard's records, decompressed, positioned at its start.
+        path: The shard, for errors.
+
+    Raises:
+        RecordError: A record is damaged.
+        ShardsError: A record is not a ``tf.train.Example``.
+    """
+    for offset, data in iter_records(fh, path):
+        features = scan_example(data, views=("image/encoded",))
+        if features is None:
+            try:
+                features = decode_example(data)
+            except ExampleError as err:
+                raise ShardsError(f"{path}: record at byte {offset} is not an Example: {err}") from err
+        kind, values = features.get(KEY_FEATURE, ("bytes", []))
+        if kind == "bytes" and len(values) == 1:
+            yield bytes(values[0]).decode("ascii", "replace")
