@@ -33,10 +33,10 @@ from typing import Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
 from beam_jobs.cli import flags as opt
-from transforms import output_folder
+from transforms import beam_compat, output_folder
 from transforms.errors import ManifestError, UsageError
 from transforms.file_access import exact_file, is_folder, match_files, same_file
 from beam_jobs.cli.flags import ShardingOptions
@@ -90,6 +90,9 @@ class VerifyConfig:
         keep_report: False when ``report`` is a temporary file of this run.
         preview: Where the preview PNG goes, or None.
         max_record_bytes: The largest record read (``--max_record_mb``).
+        split_ranges: Split shards into byte ranges for the readers (fewer
+            shards than workers), or read each shard whole, once
+            (``read_whole_below``).
     """
 
     target: str
@@ -100,6 +103,24 @@ class VerifyConfig:
     keep_report: bool
     preview: str | None
     max_record_bytes: int
+    split_ranges: bool = True
+
+
+def split_ranges_for(shards: int, options: PipelineOptions) -> bool:
+    """Whether verify splits shards into byte ranges: only when there are fewer shards than workers.
+
+    A shard read whole is read once, checked and hashed by one reader; split,
+    its ranges are read in parallel and the hash reads the file again. The
+    workers are the DirectRunner's (``--direct_num_workers``), else
+    ``--max_num_workers``, else ``SPLIT_BELOW_SHARDS``.
+    """
+    workers = beam_compat.local_workers(options) or options.view_as(WorkerOptions).max_num_workers
+    return shards < (workers or SPLIT_BELOW_SHARDS)
+
+
+# Without a known worker count (a remote runner without --max_num_workers), shard sets of fewer
+# shards than this are split into byte ranges.
+SPLIT_BELOW_SHARDS = 16
 
 
 def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
@@ -221,7 +242,8 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
             raise UsageError(f"--files {verify.files} matches no files")
         _refuse_overwriting(verify, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
-        return VerifyConfig(verify.files, None, shards, **common)
+        return VerifyConfig(verify.files, None, shards, **common,
+                            split_ranges=split_ranges_for(len(shards), options))
     folder = folder.rstrip("/") or "/"
     if exact_file(folder) is not None:
         raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
@@ -237,7 +259,8 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
         raise UsageError(f"{folder} is not a shard set: it has no {MANIFEST_NAME} (jobs write it "
                          "last, so a run may have failed or still be running); to check TFRecord "
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
-    return VerifyConfig(folder, folder, (), **common)
+    shard_count = sum(1 for name in present if split_of_shard(name) is not None)
+    return VerifyConfig(folder, folder, (), **common, split_ranges=split_ranges_for(shard_count, options))
 
 
 def _entry(shard: ShardFile) -> tuple[str, int, ShardEntry | None]:
@@ -285,10 +308,11 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
                     | "CheckShardFiles" >> CheckShardFiles(index_required=with_manifest,
                                                            hash_files=False))
     # Records are checked as they are read, one tally per byte range; listed shards are hashed
-    # beside the reading.
+    # from the bytes the reader of their first range reads.
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
         schema=schema, decode_images=cfg.decode_images, preview=cfg.preview is not None,
-        labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes)  # RangeTally
+        labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes,
+        split_ranges=cfg.split_ranges)  # RangeTally
     problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
     if with_manifest:
         listed = shards | "ListedEntries" >> beam.Map(lambda s: (s.path, s.entry))

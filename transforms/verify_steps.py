@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import hashlib
 import posixpath
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
@@ -26,14 +25,12 @@ from apache_beam.io.iobase import Read
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.verify.preview import PREVIEW_PER_CLASS, preview_sample, render_preview
 from transforms.progress import counters as progress
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
+from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.tfrecord_source import load_index
 from transforms.errors import ManifestError, RecordError
@@ -69,12 +66,16 @@ class ShardFile:
         split: Its split (from the manifest, or the shard name), or None when
             its name states none.
         entry: Its manifest entry, or None without a manifest.
+        read_whole: Read as one range, not split into byte ranges at the
+            start, so that the reader hashes the bytes it checks (one read of
+            the file); set by ``ReadAndCheckRecords(split_ranges=False)``.
     """
 
     path: str
     size: int
     split: str | None
     entry: ShardEntry | None = None
+    read_whole: bool = False
 
 
 def _load_manifest(folder: str):
@@ -259,7 +260,7 @@ class _ShardRanges(RestrictionProvider):
         return OffsetRestrictionTracker(restriction)
 
     def split(self, shard: ShardFile, restriction: OffsetRange) -> Iterator[OffsetRange]:
-        if isinstance(restriction, _WholeFile):
+        if isinstance(restriction, _WholeFile) or shard.read_whole:
             yield restriction
             return
         yield from restriction.split(Read.get_desired_chunk_size(shard.size))
@@ -301,7 +302,13 @@ def _sha256_of(path: str) -> str:
 
 
 class _ReadAndCheckFn(beam.DoFn):
-    """ShardFile -> a RangeTally per byte range read; the file's sha256 is checked in a thread."""
+    """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the sha256.
+
+    The reader of the range that starts at byte 0 hashes the bytes it reads
+    (``HashingReader``); when that range is the whole file, the file is read
+    once. When the file was split, that reader reads on to the file's end for
+    the hash alone, so those bytes are read twice.
+    """
 
     def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
                  labels: Sequence[str] | None, hash_files: bool,
@@ -312,14 +319,7 @@ class _ReadAndCheckFn(beam.DoFn):
         self._preview = preview
         self._labels = list(labels) if labels else None
         self._hash_files = hash_files
-        self._hasher: ThreadPoolExecutor | None = None
-        self._hashes: list[tuple[ShardFile, Future]] = []
-
-    def setup(self) -> None:
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256")
-
-    def start_bundle(self) -> None:
-        self._hashes = []
+        self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_sha256")
 
     def _records(self, fh, shard: ShardFile, claims: _Claims):
         if _whole_file(shard):
@@ -336,16 +336,16 @@ class _ReadAndCheckFn(beam.DoFn):
         schema = self._schema if schema is None else schema
         labels = self._labels if labels is None else (list(labels) or None)
         claims = _Claims(tracker)
-        # One range of each file starts at byte 0 (splitting keeps the start): it starts the hash,
-        # which runs while this and later ranges are read, and is collected when the bundle ends.
-        if self._hash_files and shard.entry is not None and claims.start_position() == 0:
-            self._hashes.append((shard, self._hasher.submit(_sha256_of, shard.path)))
         checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
                                self._preview)
         tally = progress.Tally(progress.RECORDS_READ)
+        digest = None
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            # One range of each file starts at byte 0 (splitting keeps the start): it hashes.
+            hashing = (HashingReader(fh) if self._hash_files and shard.entry is not None
+                       and claims.start_position() == 0 else None)
             try:
-                for offset, data in self._records(fh, shard, claims):
+                for offset, data in self._records(hashing or fh, shard, claims):
                     checker.add(offset, data)
                     tally.add(1, len(data) + OVERHEAD)
             except RecordError as err:
@@ -353,22 +353,16 @@ class _ReadAndCheckFn(beam.DoFn):
                 checker.damage(err)
             finally:
                 tally.flush()
+            if hashing is not None:
+                digest = hashing.finish(shard.size)
+                self._reread.inc(hashing.reread)
         claims.finish()
         result = checker.result()
         Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
         yield result
-
-    def finish_bundle(self):
-        hashes, self._hashes = self._hashes, []
-        for shard, future in hashes:
-            problem = sha256_problem(shard.path, shard.entry, future.result())
-            if problem:
-                yield WindowedValue(RangeTally(shard.path, shard.split, problems=[problem]),
-                                    MIN_TIMESTAMP, (GlobalWindow(),))
-
-    def teardown(self) -> None:
-        if self._hasher is not None:
-            self._hasher.shutdown(wait=False, cancel_futures=True)
+        problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
+        if problem:
+            yield RangeTally(shard.path, shard.split, problems=[problem])
 
 
 class ReadAndCheckRecords(beam.PTransform):
@@ -381,8 +375,12 @@ class ReadAndCheckRecords(beam.PTransform):
     read; compressed ones are read whole. Both CRCs of every record are checked
     and the Example is read and checked as ``check_record`` checks it; a damaged
     record ends its range with a problem. With ``hash_files``, each shard that
-    has a manifest entry is also hashed (sha256), in a thread beside the reading,
-    and a mismatch comes as a tally holding only that problem.
+    has a manifest entry is also hashed (sha256) by the reader of its first
+    range, from the bytes it reads, and a mismatch comes as a tally holding
+    only that problem. With ``split_ranges=False`` shards are not split into
+    ranges at the start: each is read once, by one reader, checked and hashed
+    (the runner may still split a range while it is read; the hash then reads
+    the rest of the file again).
 
     Args:
         schema, labels: As for ``CheckRecords`` (values or singleton side inputs).
@@ -391,11 +389,14 @@ class ReadAndCheckRecords(beam.PTransform):
         hash_files: Check each listed shard's sha256 against its entry.
         max_record_bytes: The largest record data read; a record declaring
             more is a ``bad_length`` problem at its offset.
+        split_ranges: Split shards into byte ranges at the start (for more
+            readers than shards), or read each whole (each byte read once).
     """
 
     def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
                  preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
-                 hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
+                 hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                 split_ranges: bool = True) -> None:
         super().__init__()
         side = {name: value for name, value in (("schema", schema), ("labels", labels))
                 if isinstance(value, beam.pvalue.AsSingleton)}
@@ -403,8 +404,11 @@ class ReadAndCheckRecords(beam.PTransform):
                                    None if "labels" in side else labels, hash_files,
                                    max_record_bytes)
         self._side = side
+        self._split_ranges = split_ranges
 
     def expand(self, shards):
+        if not self._split_ranges:
+            shards = shards | "ReadWhole" >> beam.Map(dataclasses.replace, read_whole=True)
         return shards | "ReadAndCheck" >> beam.ParDo(self._fn, **self._side)
 
 

@@ -1,0 +1,66 @@
+"""A file reader that hashes the bytes it reads, so a file is checked and hashed in one read.
+
+Pure code over a seekable binary file object. The sha256 covers the file
+from byte 0 as far as the reads have gone on without a gap; a read that
+starts elsewhere (a seek forward, a search after damage) is passed through,
+and ``finish`` reads whatever the hash has not seen yet. A file read front to
+back is therefore read once; only the bytes the reader skipped are read
+twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import BinaryIO
+
+__all__ = ["HashingReader"]
+
+_FINISH_CHUNK = 8 << 20
+
+
+class HashingReader:
+    """Wraps ``fh`` (positioned at byte 0): ``read``/``seek``/``tell`` as the file's, hashing as it goes.
+
+    Args:
+        fh: Seekable binary file object positioned at the start of the file.
+    """
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self._sha = hashlib.sha256()
+        self._pos = 0
+        self._hashed = 0  # the hash covers bytes [0, _hashed)
+        self.reread = 0  # bytes ``finish`` had to read again
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        end = self._pos + len(data)
+        if self._pos <= self._hashed < end:
+            self._sha.update(memoryview(data)[self._hashed - self._pos:])
+            self._hashed = end
+        self._pos = end
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = self._fh.seek(offset, whence)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def finish(self, size: int) -> str:
+        """The hex sha256 of the file's first ``size`` bytes, reading what the hash has not seen.
+
+        The file is left positioned at its end.
+        """
+        if self._hashed < size:
+            self._fh.seek(self._hashed)
+            while self._hashed < size:
+                chunk = self._fh.read(min(_FINISH_CHUNK, size - self._hashed))
+                if not chunk:
+                    break
+                self._sha.update(chunk)
+                self._hashed += len(chunk)
+                self.reread += len(chunk)
+            self._pos = self._hashed
+        return self._sha.hexdigest()
