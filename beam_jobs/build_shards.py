@@ -335,7 +335,9 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
     listed = (p
               | "Inputs" >> beam.Create(list(cfg.inputs))
-              | "Discover" >> DiscoverImages(cfg.rules))
+              | "Discover" >> DiscoverImages(  # steps for the kinds of input given, and no others
+                  cfg.rules, folders=any(not is_manifest_path(i) and not is_coco_path(i) for i in cfg.inputs),
+                  manifests=any(is_manifest_path(i) and not is_coco_path(i) for i in cfg.inputs)))
     facts = ((listed.main, listed[DEAD_LETTERS], listed[CLASSES])  # unreadable class folders keep their class
              | "AllListed" >> beam.Flatten()
              | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset))  # one ListingFacts

@@ -242,7 +242,7 @@ class _ResolveInputFn(beam.DoFn):
     def start_bundle(self):
         self._tally = progress.Tally(progress.INPUTS_LISTED, every=1000)
 
-    def process(self, element, layouts, first_lines):
+    def process(self, element, layouts=None, first_lines=None):
         if isinstance(element, _ManifestRange):
             self._ranges.inc()
             for entry in self._read_range(element, first_lines[(element.manifest, element.index)]):
@@ -302,45 +302,59 @@ class DiscoverImages(beam.PTransform):
     Output: a ``DoOutputsTuple`` with ``SourceImage`` (main), ``DeadLetter``
     (``DEAD_LETTERS``; an unreadable folder is one) and class names of
     unreadable class folders (``CLASSES``), which stay in the class list.
+
+    Args:
+        rules: How labels and splits are read.
+        range_bytes: Bytes of an input manifest read as one element.
+        folders: Some input may be a folder (else the folder listing steps are
+            left out of the graph).
+        manifests: Some input may be a ``.csv``/``.jsonl`` manifest (else the
+            manifest range steps are left out).
     """
 
-    def __init__(self, rules: LabelRules, range_bytes: int = MANIFEST_RANGE_BYTES) -> None:
+    def __init__(self, rules: LabelRules, range_bytes: int = MANIFEST_RANGE_BYTES, folders: bool = True,
+                 manifests: bool = True) -> None:
         super().__init__()
         if range_bytes < 1:
             raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
         self._rules = rules
         self._range_bytes = range_bytes
+        self._folders = folders
+        self._manifests = manifests
 
     def expand(self, roots):
         started = roots | "StartInputs" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
             _FILES, _RANGES, main="folders")
-        outputs = (_FILES, _UNREADABLE, _LEVELS)
-        at_root = started.folders | "ListInputFolders" >> beam.ParDo(_ListFolderFn(0)).with_outputs(
-            *outputs, main="folders")  # (root, top folder)
-        at_top = (at_root.folders
-                  | "SpreadTopFolders" >> beam.Reshuffle()
-                  | "ListTopFolders" >> beam.ParDo(_ListFolderFn(1)).with_outputs(
-                      *outputs, main="folders"))  # (root, folder in a top folder)
-        below = (at_top.folders
-                 | "SpreadSubFolders" >> beam.Reshuffle()
-                 | "ListSubFolders" >> beam.ParDo(_ListFolderFn(2)).with_outputs(*outputs, main="folders"))
-        layouts = ((at_root[_LEVELS], at_top[_LEVELS])
-                   | "AllLevels" >> beam.Flatten()  # (root, TreeLevels)
-                   | "MergeLevels" >> beam.CombinePerKey(merge_levels)
-                   | "ChooseLayouts" >> beam.MapTuple(lambda key, levels: (key, layout_of_levels(levels))))
-        ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
-        first_lines = (ranges
-                       | "CountLines" >> beam.Map(_count_range_lines)  # (manifest, (index, lines))
-                       | "GroupRanges" >> beam.GroupByKey()
-                       | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
-        listed = [started[_FILES], ranges] + [step[tag] for step in (at_root, at_top, below)
-                                              for tag in (_FILES, _UNREADABLE)]
+        listed, side = [started[_FILES]], {}
+        if self._folders:
+            outputs = (_FILES, _UNREADABLE, _LEVELS)
+            at_root = started.folders | "ListInputFolders" >> beam.ParDo(_ListFolderFn(0)).with_outputs(
+                *outputs, main="folders")  # (root, top folder)
+            at_top = (at_root.folders
+                      | "SpreadTopFolders" >> beam.Reshuffle()
+                      | "ListTopFolders" >> beam.ParDo(_ListFolderFn(1)).with_outputs(
+                          *outputs, main="folders"))  # (root, folder in a top folder)
+            below = (at_top.folders
+                     | "SpreadSubFolders" >> beam.Reshuffle()
+                     | "ListSubFolders" >> beam.ParDo(_ListFolderFn(2)).with_outputs(*outputs, main="folders"))
+            layouts = ((at_root[_LEVELS], at_top[_LEVELS])
+                       | "AllLevels" >> beam.Flatten()  # (root, TreeLevels)
+                       | "MergeLevels" >> beam.CombinePerKey(merge_levels)
+                       | "ChooseLayouts" >> beam.MapTuple(lambda key, levels: (key, layout_of_levels(levels))))
+            listed += [step[tag] for step in (at_root, at_top, below) for tag in (_FILES, _UNREADABLE)]
+            side["layouts"] = beam.pvalue.AsDict(layouts)
+        if self._manifests:
+            ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
+            first_lines = (ranges
+                           | "CountLines" >> beam.Map(_count_range_lines)  # (manifest, (index, lines))
+                           | "GroupRanges" >> beam.GroupByKey()
+                           | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
+            listed.append(ranges)
+            side["first_lines"] = beam.pvalue.AsDict(first_lines)
         return (listed
                 | "AllListed" >> beam.Flatten()
-                | "ResolveInputs" >> beam.ParDo(
-                    _ResolveInputFn(self._rules), layouts=beam.pvalue.AsDict(layouts),
-                    first_lines=beam.pvalue.AsDict(first_lines)).with_outputs(
-                        DEAD_LETTERS, CLASSES, main="main"))
+                | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side).with_outputs(
+                    DEAD_LETTERS, CLASSES, main="main"))
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:

@@ -515,12 +515,35 @@ def _count_problem(problem: Problem) -> Problem:
     return problem
 
 
-def _records_of(tally: RangeTally) -> int:
-    return tally.records
-
-
-def _write_report(problems: list[Problem], records: int, files: int, size: int, path: str) -> None:
+def _write_report(totals: list, path: str) -> None:
+    records, files, size, problems = totals
     _write(path, Report.build(files, records, size, problems).dumps())
+
+
+class _ReportTotalsFn(beam.CombineFn):
+    """``(kind, value)`` -> ``[records, files, bytes, problems]``: every total of the report in one combine."""
+
+    def create_accumulator(self):
+        return [0, 0, 0, []]
+
+    def add_input(self, acc, item):
+        kind, value = item
+        if kind == "problem":
+            acc[3].append(value)
+        elif kind == "records":
+            acc[0] += value
+        else:  # a shard file's size
+            acc[1] += 1
+            acc[2] += value
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        return [sum(a[0] for a in accs), sum(a[1] for a in accs), sum(a[2] for a in accs),
+                [p for a in accs for p in a[3]]]
+
+    def extract_output(self, acc):
+        return acc
 
 
 class WriteReport(beam.PTransform):
@@ -528,7 +551,8 @@ class WriteReport(beam.PTransform):
 
     Input: a triple ``(problems, tallies, sizes)`` of PCollections: every
     ``Problem``, the ``RangeTally`` of every range read, and the size in
-    bytes of every shard file checked.
+    bytes of every shard file checked. Their totals and the problems are
+    gathered by one combine.
 
     Args:
         path: Where the report goes (any FileSystems path).
@@ -540,17 +564,12 @@ class WriteReport(beam.PTransform):
 
     def expand(self, inputs):
         problems, tallies, sizes = inputs
-        records = (tallies
-                   | "RangeRecords" >> beam.Map(_records_of)
-                   | "CountRecords" >> beam.CombineGlobally(sum))
-        files = sizes | "CountFiles" >> beam.combiners.Count.Globally()
-        size = sizes | "SumSizes" >> beam.CombineGlobally(sum)
-        return (problems
-                | "CountProblems" >> beam.Map(_count_problem)
-                | "AllProblems" >> beam.combiners.ToList()
-                | "Write" >> beam.Map(_write_report, beam.pvalue.AsSingleton(records),
-                                      beam.pvalue.AsSingleton(files), beam.pvalue.AsSingleton(size),
-                                      self._path))
+        return ((problems | "CountProblems" >> beam.Map(lambda p: ("problem", _count_problem(p))),
+                 tallies | "RangeRecords" >> beam.Map(lambda t: ("records", t.records)),
+                 sizes | "FileSizes" >> beam.Map(lambda size: ("size", size)))
+                | "AllTotals" >> beam.Flatten()
+                | "Totals" >> beam.CombineGlobally(_ReportTotalsFn())
+                | "Write" >> beam.Map(_write_report, self._path))
 
 
 def _sample_key(sample) -> str:
