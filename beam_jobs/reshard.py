@@ -36,7 +36,7 @@ from transforms.shardset.naming import check_split_name
 from transforms.reshard_steps import (CollectClassNames, CollectFeatureSpec, MatchInputFiles,
                                       ToRecordItems, damaged_span, input_files, item_order, item_size,
                                       item_split, RecordCopy)
-from transforms.shardset.record_items import input_split
+from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import reshard_progress
@@ -147,9 +147,10 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                dead | "OneEachDead" >> beam.Map(lambda _: 1))
               | "AllInputs" >> beam.Flatten()
               | "CountInputs" >> beam.CombineGlobally(sum))
-    plan = items | "Plan" >> PlanShards(split_of=item_split, order_of=item_order,
-                                        size_of=item_size, target_bytes=cfg.target_bytes,
-                                        num_shards=cfg.num_shards)
+    plan = (items
+            | "ForPlanning" >> beam.Map(RecordItem.for_planning)  # planning groups hold no more
+            | "Plan" >> PlanShards(split_of=item_split, order_of=item_order, size_of=item_size,
+                                   target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
     results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
                                                         RecordCopy(), item_order, cfg.policy.run_id,
                                                         plan[TOTALS])

@@ -56,6 +56,11 @@ class RecordItem:
         """Total order: order key, then the bytes or their digest (equal bytes are interchangeable)."""
         return (self.order_key, self.digest if self.run is not None else self.data)
 
+    def for_planning(self) -> "RecordItem":
+        """This item with only what planning and writing use: without its text and features
+        (class names and the feature spec are gathered before), so planning groups hold less."""
+        return dataclasses.replace(self, text=None, features=())
+
     def in_run_file(self, where: RunSlice) -> "RecordItem":
         """This item without its bytes: they were written to a run file, at ``where``."""
         return dataclasses.replace(self, data=b"", run=where,
