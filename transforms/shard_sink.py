@@ -616,15 +616,15 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     written = sum(s.records for s in staged.values())
     if inputs == 0:
         refusal = "no input files or rows were found; check --input"
+    elif len(dead) >= inputs:
+        refusal = (f"no record could be written: all {inputs} inputs were rejected; nothing was "
+                   f"published; every rejected input is in {dead_path}")
     elif too_many_rejected(len(dead), inputs, max_bad_fraction):  # shards may not have been written
         refusal = "\n".join([
             f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
             f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
             f"published; every rejected input is in {dead_path}",
             *rejection_details(dead)])
-    elif written == 0:
-        refusal = (f"no record could be written: all {inputs} inputs were rejected; nothing was "
-                   f"published; every rejected input is in {dead_path}")
     elif written + len(dead) != inputs:
         refusal = (f"{inputs} inputs but {written} records written and {len(dead)} "
                    "dead letters; refusing to publish an incomplete set")
