@@ -40,7 +40,7 @@ from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.build_steps import (CLASSES, DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
                                     DiscoverImages, ImageRecordMaker, InspectImages, ReadPublishedKeys,
                                     RejectDuplicateImages, RejectDuplicatePaths, image_order)
-from transforms.file_access import file_size, open_for_read, read_at_most
+from transforms.file_access import file_size, local_bytes_at_least, open_for_read, read_at_most
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
 from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS
@@ -134,6 +134,7 @@ class BuildConfig:
     label_offset: int = 0
     inspect_threads: int = 1
     write_threads: int = 1
+    workers_note: str | None = None  # what choose_local_workers chose, to print
 
 
 def _input_problem(path: str) -> str | None:
@@ -258,6 +259,9 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         problem = None if is_manifest_path(path) else opt.overlap_problem(path, shared.output_dir)
         if problem:
             raise UsageError(problem)
+    size = None if dataflow_dry_run(options) else local_bytes_at_least(
+        shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
+    note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
         rules=rules, labels=labels, settings=settings,
@@ -267,7 +271,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=opt.publish_policy(shared),
         multi_label=build.multi_label, label_offset=build.label_offset,
-        **_image_threads(options, build.image_threads, settings, shared.input))
+        workers_note=note, **_image_threads(options, build.image_threads, settings, shared.input))
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,

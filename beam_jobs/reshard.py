@@ -28,6 +28,7 @@ from apache_beam.io.filesystem import FileMetadata
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
+from transforms import beam_compat, worker_threads
 from transforms.errors import PlanError, ShardsError, UsageError
 from beam_jobs.cli.flags import ShardingOptions
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
@@ -82,6 +83,7 @@ class ReshardConfig:
     max_record_bytes: int
     options: dict
     policy: PublishPolicy
+    workers_note: str | None = None  # what choose_local_workers chose, to print
 
 
 def make_config(options: PipelineOptions) -> ReshardConfig:
@@ -121,7 +123,9 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
         options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
                  for k in _OWN_FLAGS},
-        policy=opt.publish_policy(shared))
+        policy=opt.publish_policy(shared),
+        workers_note=beam_compat.choose_local_workers(
+            options, None if dry_run else sum(f.size_in_bytes for f in files), worker_threads.usable_cores()))
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):

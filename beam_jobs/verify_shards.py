@@ -36,7 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
 from beam_jobs.cli import flags as opt
-from transforms import beam_compat, output_folder
+from transforms import beam_compat, output_folder, worker_threads
 from transforms.errors import ManifestError, UsageError
 from transforms.file_access import exact_file, is_folder, match_files, same_file
 from beam_jobs.cli.flags import ShardingOptions
@@ -104,6 +104,13 @@ class VerifyConfig:
     preview: str | None
     max_record_bytes: int
     split_ranges: bool = True
+    workers_note: str | None = None  # what choose_local_workers chose, to print
+
+
+def _reading_plan(sizes: Sequence[int], options: PipelineOptions) -> dict:
+    """``split_ranges`` and ``workers_note`` for shards of these sizes (workers chosen first)."""
+    note = beam_compat.choose_local_workers(options, sum(sizes), worker_threads.usable_cores())
+    return {"split_ranges": split_ranges_for(len(sizes), options), "workers_note": note}
 
 
 def split_ranges_for(shards: int, options: PipelineOptions) -> bool:
@@ -243,7 +250,7 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
         _refuse_overwriting(verify, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
         return VerifyConfig(verify.files, None, shards, **common,
-                            split_ranges=split_ranges_for(len(shards), options))
+                            **_reading_plan([s.size for s in shards], options))
     folder = folder.rstrip("/") or "/"
     if exact_file(folder) is not None:
         raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
@@ -259,8 +266,8 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
         raise UsageError(f"{folder} is not a shard set: it has no {MANIFEST_NAME} (jobs write it "
                          "last, so a run may have failed or still be running); to check TFRecord "
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
-    shard_count = sum(1 for name in present if split_of_shard(name) is not None)
-    return VerifyConfig(folder, folder, (), **common, split_ranges=split_ranges_for(shard_count, options))
+    sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
+    return VerifyConfig(folder, folder, (), **common, **_reading_plan(sizes, options))
 
 
 def _entry(shard: ShardFile) -> tuple[str, int, ShardEntry | None]:

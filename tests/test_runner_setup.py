@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
@@ -79,3 +81,57 @@ def test_thread_workers_send_output_between_elements_only():
     with beam.Pipeline(runner=local_runner(options), options=options) as p:
         counts = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(_timed_flushers)
         assert_that(counts, equal_to([0] * 20))
+
+
+# --- how many local workers a run gets --------------------------------------------------------
+
+from apache_beam.options.pipeline_options import DirectOptions  # noqa: E402
+
+from transforms.beam_compat import AUTO_WORKERS_MIN_BYTES, choose_local_workers  # noqa: E402
+
+
+def _direct(options: PipelineOptions) -> tuple[str, int]:
+    direct = options.view_as(DirectOptions)
+    return direct.direct_running_mode, direct.direct_num_workers
+
+
+def test_a_large_local_input_gets_a_worker_process_per_core():
+    options = PipelineOptions([])
+    note = choose_local_workers(options, AUTO_WORKERS_MIN_BYTES, cores=4)
+    assert _direct(options) == ("multi_processing", 4)
+    assert "4 worker processes" in note and "--direct_num_workers 1" in note
+
+
+@pytest.mark.parametrize("argv, size, cores", [
+    ([], AUTO_WORKERS_MIN_BYTES - 1, 4),  # small: one process starts fastest
+    ([], None, 4),  # size not known
+    ([], AUTO_WORKERS_MIN_BYTES, 1),  # one core
+    (["--direct_num_workers", "1"], AUTO_WORKERS_MIN_BYTES * 10, 4),  # Beam's default, but given
+    (["--direct_num_workers=3"], AUTO_WORKERS_MIN_BYTES * 10, 4),
+    (["--direct_running_mode", "multi_threading"], AUTO_WORKERS_MIN_BYTES * 10, 4),
+    (["--runner", "DataflowRunner"], AUTO_WORKERS_MIN_BYTES * 10, 4),
+])
+def test_workers_are_left_as_they_are(argv, size, cores):
+    options = PipelineOptions(argv)
+    before = _direct(options)
+    assert choose_local_workers(options, size, cores) is None
+    assert _direct(options) == before
+
+
+def test_a_build_given_workers_says_so_and_writes_the_same_shards(tmp_path, capsys, monkeypatch):
+    """The chosen multi-process run prints one line and publishes what one process publishes."""
+    from tests.shard_fixtures import shard_files
+    from transforms import beam_compat, worker_threads
+
+    make_class_tree(str(tmp_path / "in"), per_class=3, broken=False)
+    one, many = str(tmp_path / "one"), str(tmp_path / "many")
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", one, "--num_shards", "2")[0] == 0
+    monkeypatch.setattr(beam_compat, "AUTO_WORKERS_MIN_BYTES", 1)
+    monkeypatch.setattr(worker_threads, "usable_cores", lambda: 2)
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", many, "--num_shards", "2")
+    assert status == 0, err
+    assert [line for line in err.splitlines() if "worker processes" in line] == [
+        next(line for line in err.splitlines() if line.startswith("build_shards: "))]
+    assert "running 2 worker processes" in err
+    for name in shard_files(one):
+        assert open(f"{one}/{name}", "rb").read() == open(f"{many}/{name}", "rb").read()

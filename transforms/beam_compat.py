@@ -28,7 +28,8 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials", "close_written_file",
            "filesystem_options", "s3_boto3_client", "s3_read_client", "S3NoAnswerError", "gcs_storage_client",
-           "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
+           "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS", "AUTO_WORKERS_MIN_BYTES",
+           "workers_given", "choose_local_workers"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 
@@ -87,6 +88,51 @@ def local_workers(options: PipelineOptions) -> int | None:
     if direct.direct_running_mode == "in_memory":
         return 1
     return direct.direct_num_workers or os.cpu_count() or 1
+
+
+# A local run of a job whose input is at least this large uses one worker process per usable
+# core unless its flags say otherwise (``choose_local_workers``). Measured on 2 cores
+# (BENCHMARKS.md, "Scaling benchmark"): a second worker process costs about 2 s of start-up and
+# pays for itself from about 1 GB of input.
+AUTO_WORKERS_MIN_BYTES = 1 << 30
+
+
+def workers_given(options: PipelineOptions) -> bool:
+    """True if the command line set ``--direct_num_workers`` or ``--direct_running_mode``.
+
+    A value equal to Beam's default still counts as given. Reads the flags
+    ``PipelineOptions`` keeps (``_flags``; Beam 2.77.0).
+    """
+    flags = getattr(options, "_flags", None) or ()
+    return any(str(flag).split("=", 1)[0] in ("--direct_num_workers", "--direct_running_mode")
+               for flag in flags)
+
+
+def choose_local_workers(options: PipelineOptions, input_bytes: int | None, cores: int) -> str | None:
+    """Gives a large local run one worker process per core, unless the flags chose; says so.
+
+    On the DirectRunner, a run whose input is at least ``AUTO_WORKERS_MIN_BYTES``
+    runs in ``multi_processing`` mode with ``cores`` workers; a smaller one stays
+    in this process (Beam's default), where start-up costs least. Any
+    ``--direct_num_workers`` or ``--direct_running_mode`` flag is kept as given,
+    and other runners are left alone.
+
+    Args:
+        options: The run's options; changed in place when workers are chosen.
+        input_bytes: The input's size (at least), or None when it is not known.
+        cores: The cores this process may use.
+
+    Returns:
+        One line saying what was chosen, or None when nothing was changed.
+    """
+    if (local_workers(options) is None or workers_given(options) or input_bytes is None
+            or input_bytes < AUTO_WORKERS_MIN_BYTES or cores < 2):
+        return None
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode = "multi_processing"
+    direct.direct_num_workers = cores
+    return (f"{input_bytes / (1 << 30):.1f} GiB of input: running {cores} worker processes, one per core "
+            "(--direct_num_workers 1 keeps one process)")
 
 
 def _without_timed_flushes() -> None:

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 __all__ = ["path_problem", "open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
            "match_files", "same_file", "WILDCARDS", "NotRegularFileError", "file_size",
            "read_at_most", "peek_local", "LocalListing", "list_local_tree", "walk_local_tree",
-           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "RangeReader"]
+           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "RangeReader", "local_bytes_at_least"]
 
 # Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
 WILDCARDS = "*?["
@@ -209,6 +209,32 @@ def read_bytes(path: str) -> bytes:
     """Reads a whole file (see ``open_for_read``; errors while reading are raised the same way)."""
     with open_for_read(path) as fh, naming_s3_errors(path):
         return fh.read()
+
+
+def local_bytes_at_least(folders: Sequence[str], limit: int) -> int | None:
+    """Bytes of the files below local ``folders``, counted until ``limit`` is reached.
+
+    A cheap look at how large a local input is (``stat`` of the files, links
+    not followed, stopping at ``limit``). None when a path is not a local
+    folder (a URL, a manifest): its size is not known without reading it.
+    """
+    total = 0
+    stack = []
+    for folder in folders:
+        if "://" in folder or not os.path.isdir(folder):
+            return None
+        stack.append(folder)
+    while stack and total < limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue  # an unreadable folder is the job's to report
+    return total
 
 
 class RangeReader:

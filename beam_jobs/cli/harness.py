@@ -352,6 +352,8 @@ def run_job(name: str, argv: Sequence[str] | None,
             refuse_unknown_flags(options, argv, positional_hint)
             check_beam_flags(options)
             cfg = make_config(options)
+            if getattr(cfg, "workers_note", None):  # the workers a large local run was given
+                print(f"{name}: {cfg.workers_note}", file=sys.stderr)
             done = prepare(options, cfg) if prepare is not None else None
         except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
             print(f"{name}: error: {err}", file=sys.stderr)
