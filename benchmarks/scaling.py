@@ -93,9 +93,13 @@ _STRACE_CALLS = "openat,read,pread64,readv,preadv,preadv2,sendfile,copy_file_ran
 
 
 def beam_flags(workers: int) -> list[str]:
-    """The DirectRunner flags of a run with ``workers`` workers (1: Beam's in-process default)."""
+    """The DirectRunner flags of a run with ``workers`` workers (1: Beam's in-process default).
+
+    One worker is said explicitly: the jobs give a large local input one worker per core
+    unless the flags say otherwise.
+    """
     if workers == 1:
-        return []
+        return ["--direct_num_workers", "1"]
     return ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
 
 
