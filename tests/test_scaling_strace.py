@@ -48,5 +48,5 @@ def test_marginal_is_the_median_paired_difference_per_gb(small, large, small_byt
 
 
 def test_one_worker_is_beams_default_and_more_are_processes():
-    assert beam_flags(1) == []
+    assert beam_flags(1) == ["--direct_num_workers", "1"]
     assert beam_flags(4) == ["--direct_running_mode", "multi_processing", "--direct_num_workers", "4"]
