@@ -303,7 +303,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     with_manifest = cfg.folder is not None
     if with_manifest:
         loaded = p | "ReadManifest" >> ReadManifest(cfg.folder)
-        manifest, shards, problems = loaded[MANIFEST], loaded[SHARDS], [loaded[PROBLEMS]]
+        manifest, shards, problems = loaded[MANIFEST], loaded[SHARDS], list(loaded[PROBLEMS])
         schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(_feature_spec),
                                           default_value=None)
         labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(_labels), default_value=None)
@@ -326,7 +326,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
         problems.append((tallies, listed) | "TallyShards" >> TallyShards())
     problems.append(tallies | "FindDuplicateKeys" >> FindDuplicateKeys())
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
-    _ = ((problems | "AllProblems" >> beam.Flatten(), tallies, sizes)
+    _ = ((tallies, sizes, *problems)  # the problem collections are flattened with the totals, once
          | "WriteReport" >> WriteReport(cfg.report))
     if cfg.preview:
         rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(_size_row))

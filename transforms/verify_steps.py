@@ -151,7 +151,7 @@ class ReadManifest(beam.PTransform):
     label counts. Outputs (a dict): ``MANIFEST``: the ``Manifest`` (none when
     it cannot be parsed; for format 2 without shard entries, with its
     splits' totals); ``SHARDS``: a ``ShardFile`` per listed shard that exists;
-    ``PROBLEMS``: an unparsable manifest, a missing or disagreeing shard
+    ``PROBLEMS`` (a tuple of two PCollections): an unparsable manifest, a missing or disagreeing shard
     list, missing, extra and wrong-sized files, and ``labels.txt`` against
     the manifest.
 
@@ -169,8 +169,9 @@ class ReadManifest(beam.PTransform):
         present = beam.pvalue.AsSingleton(folder | "ListFolder" >> beam.Map(_list_folder))
         listed = loaded[MANIFEST] | "ListShards" >> beam.FlatMap(
             _list_shards, present, self._folder).with_outputs(PROBLEMS, main=SHARDS)
-        problems = (loaded[PROBLEMS], listed[PROBLEMS]) | "AllProblems" >> beam.Flatten()
-        return {MANIFEST: loaded[MANIFEST], SHARDS: listed[SHARDS], PROBLEMS: problems}
+        # Two collections, flattened by whoever gathers every problem (a flatten here is a stage).
+        return {MANIFEST: loaded[MANIFEST], SHARDS: listed[SHARDS],
+                PROBLEMS: (loaded[PROBLEMS], listed[PROBLEMS])}
 
 
 class _CheckRecordFn(beam.DoFn):
@@ -454,15 +455,34 @@ class CheckShardFiles(beam.PTransform):
                                                                  self._hash_files)))
 
 
-def _range_counts(tally: RangeTally) -> tuple[str, ShardTally]:
-    return tally.file, tally.shard_tally()
+class _ShardAgainstEntryFn(beam.CombineFn):
+    """``("tally", ShardTally)`` or ``("entry", ShardEntry)`` of one shard -> ``[ShardTally | None, entry | None]``."""
+
+    def create_accumulator(self):
+        return [None, None]
+
+    def add_input(self, acc, item):
+        kind, value = item
+        if kind == "entry":
+            acc[1] = value
+        else:
+            acc[0] = value if acc[0] is None else merge_tallies((acc[0], value))
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = list(accs)
+        tallies = [a[0] for a in accs if a[0] is not None]
+        entry = next((a[1] for a in accs if a[1] is not None), None)
+        return [merge_tallies(tallies) if tallies else None, entry]
+
+    def extract_output(self, acc):
+        return acc
 
 
-def _compare_with_manifest(joined):
-    path, groups = joined
-    tallies = list(groups["tally"])
-    for entry in groups["entry"]:  # a listed shard with no record read gets an empty tally
-        yield from shard_problems(path, entry, tallies[0] if tallies else ShardTally())
+def _compare_with_manifest(item):
+    path, (tally, entry) = item
+    if entry is not None:  # a listed shard with no record read gets an empty tally
+        yield from shard_problems(path, entry, tally if tally is not None else ShardTally())
 
 
 class TallyShards(beam.PTransform):
@@ -470,17 +490,16 @@ class TallyShards(beam.PTransform):
 
     Input: a pair ``(tallies, listed)`` of PCollections: ``RangeTally`` per
     range read, and ``(path, ShardEntry)`` for every listed shard that exists;
-    output ``Problem``. Tallies meet their entries in a join, so no step holds
-    the whole manifest.
+    output ``Problem``. Counts and entries meet in one combine per shard, so
+    no step holds the whole manifest.
     """
 
     def expand(self, inputs):
         tallies, listed = inputs
-        per_shard = (tallies
-                     | "RangeCounts" >> beam.Map(_range_counts)
-                     | "PerShard" >> beam.CombinePerKey(merge_tallies))  # (path, ShardTally)
-        return ({"tally": per_shard, "entry": listed}
-                | "JoinManifest" >> beam.CoGroupByKey()  # (path, {tally, entry})
+        return ((tallies | "RangeCounts" >> beam.Map(lambda t: (t.file, ("tally", t.shard_tally()))),
+                 listed | "Entries" >> beam.MapTuple(lambda path, entry: (path, ("entry", entry))))
+                | "CountsAndEntries" >> beam.Flatten()
+                | "PerShard" >> beam.CombinePerKey(_ShardAgainstEntryFn())  # (path, [tally, entry])
                 | "CompareWithManifest" >> beam.FlatMap(_compare_with_manifest))
 
 
@@ -549,10 +568,10 @@ class _ReportTotalsFn(beam.CombineFn):
 class WriteReport(beam.PTransform):
     """Writes the JSON report once every problem is known.
 
-    Input: a triple ``(problems, tallies, sizes)`` of PCollections: every
-    ``Problem``, the ``RangeTally`` of every range read, and the size in
-    bytes of every shard file checked. Their totals and the problems are
-    gathered by one combine.
+    Input: a tuple ``(tallies, sizes, *problems)`` of PCollections: the
+    ``RangeTally`` of every range read, the size in bytes of every shard
+    file checked, and any number of PCollections of ``Problem``. Their totals
+    and the problems are gathered by one combine.
 
     Args:
         path: Where the report goes (any FileSystems path).
@@ -563,8 +582,10 @@ class WriteReport(beam.PTransform):
         self._path = path
 
     def expand(self, inputs):
-        problems, tallies, sizes = inputs
-        return ((problems | "CountProblems" >> beam.Map(lambda p: ("problem", _count_problem(p))),
+        tallies, sizes, *problems = inputs
+        tagged = [found | f"CountProblems{i}" >> beam.Map(lambda p: ("problem", _count_problem(p)))
+                  for i, found in enumerate(problems)]
+        return ((*tagged,
                  tallies | "RangeRecords" >> beam.Map(lambda t: ("records", t.records)),
                  sizes | "FileSizes" >> beam.Map(lambda size: ("size", size)))
                 | "AllTotals" >> beam.Flatten()
