@@ -369,9 +369,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
-    dead = ((listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS],
-             distinct[DEAD_LETTERS])
-            | "AllDeadLetters" >> beam.Flatten())
+    dead = (listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(

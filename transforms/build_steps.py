@@ -662,7 +662,8 @@ class CollectListingFacts(beam.PTransform):
 
     One combine gives the input count, the class list and the record layout
     together, so the build has one global step before reading images where
-    it had three.
+    it had three. Nothing listed gives no element (readers of it as a side
+    input give their defaults).
 
     Args:
         multi_label: Lists of class labels even if every input has one (``--multi_label``).
@@ -674,7 +675,9 @@ class CollectListingFacts(beam.PTransform):
         self._fn = _ListingFactsFn(multi_label, label_offset)
 
     def expand(self, listed):
-        return listed | "CombineFacts" >> beam.CombineGlobally(self._fn)
+        # Without a default for an empty listing (a step of its own): nothing listed, no element;
+        # its readers give their own defaults.
+        return listed | "CombineFacts" >> beam.CombineGlobally(self._fn).without_defaults()
 
 
 def image_order(meta: ImageMeta) -> tuple[int, str]:

@@ -293,7 +293,8 @@ class WriteShards(beam.PTransform):
         self._inputs = inputs
 
     def expand(self, assigned):
-        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs)}
+        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs,
+                                                                                    default_value=0)}
         return (assigned
                 | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, [item])
                 | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args),
@@ -715,8 +716,9 @@ class _PublishFn(beam.DoFn):
         self._image_counts = image_counts
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
 
-    def process(self, _, results, parts, totals, dead_letters, labels, inputs, feature_spec):
+    def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists):
         output_dir, compression, fields, max_bad, policy = self._args
+        dead_letters = [dead for found in dead_lists for dead in found]
         images = {} if self._image_counts is None else self._image_counts(
             tally for result in results for tally in result.tallies)  # AsIter: read again below
         fields = {**fields, "feature_spec": feature_spec, "images": images}
@@ -746,10 +748,12 @@ class PublishShards(beam.PTransform):
         policy: The run's id and how it treats what the folder already holds.
         results: ``PCollection[ShardResult]``.
         totals: ``PCollection[SplitTotals]``.
-        dead_letters: ``PCollection[DeadLetter]``.
-        labels: ``PCollection`` with one element, the class list.
-        inputs: ``PCollection`` with one element, the number of inputs.
-        feature_spec: ``PCollection`` with one element, feature name -> kind.
+        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (each
+            read as a side input of its own, so they need no flatten step).
+        labels: ``PCollection`` with one element, the class list (none: []).
+        inputs: ``PCollection`` with one element, the number of inputs (none: 0).
+        feature_spec: ``PCollection`` with one element, feature name -> kind
+            (none: {}).
         image_counts: Picklable ``iterable of (key, items) -> the manifest's
             images object`` (``records.image_counts``), given the ``tallies`` of
             every ``ShardResult``; None for no image counts.
@@ -775,8 +779,11 @@ class PublishShards(beam.PTransform):
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
                  | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))
         light = results | "DropLabelCounts" >> beam.Map(_without_label_counts)  # ShardResult
+        dead = dead if isinstance(dead, (tuple, list)) else (dead,)  # each its own side input: no flatten step
         return (pbegin
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsIter(light), AsList(parts),
-                                          AsList(totals), AsList(dead), AsSingleton(labels),
-                                          AsSingleton(inputs), AsSingleton(spec)))
+                                          AsList(totals), AsSingleton(labels, default_value=[]),
+                                          AsSingleton(inputs, default_value=0),
+                                          AsSingleton(spec, default_value={}),
+                                          *[AsList(found) for found in dead]))
