@@ -341,3 +341,20 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
     assert not any(line.startswith(("build_shards:", "tfrecord-shards:")) for line in lines[:-1])
     left = sorted(os.listdir(out)) if out.exists() else []
     assert left == [] or left == [".staging"] and os.listdir(out / ".staging") == [], left
+
+
+@pytest.mark.parametrize("job", ["build", "reshard", "verify"])
+def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
+    """Beam ignores --dry_run on the DirectRunner: the job ran and republished (issue 26)."""
+    from tests.shard_fixtures import make_class_tree
+
+    make_class_tree(str(tmp_path / "in"), classes=("rose",), per_class=2, broken=False)
+    out = tmp_path / "out"
+    argv = {"build": ["--input", str(tmp_path / "in"), "--output_dir", str(out)],
+            "reshard": ["--input", str(tmp_path / "in" / "rose" / "*"), "--output_dir", str(out)],
+            "verify": ["--output_dir", str(tmp_path / "in")]}[job]
+    done = command(job, *argv, "--dry_run", "True")
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--dry_run" in lines[0] and "DataflowRunner" in lines[0], done.stderr
+    assert not out.exists()

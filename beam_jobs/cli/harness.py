@@ -181,11 +181,17 @@ def check_beam_flags(options: PipelineOptions) -> None:
     """Raises ``UsageError`` for a value of Beam's own flags that would fail only once running.
 
     Beam accepts ``--direct_num_workers -1`` and fails with an ``IndexError``
-    after the job started.
+    after the job started; and it ignores ``--dry_run`` on every runner but
+    Dataflow, where the job would then run and publish for real.
     """
     workers = options.view_as(DirectOptions).direct_num_workers
     if workers is not None and workers < 0:
         raise UsageError(f"--direct_num_workers must be >= 0 (0: one per CPU core), got {workers}")
+    if options.view_as(TestOptions).dry_run and not dataflow_dry_run(options):
+        # Beam reads --dry_run only with DataflowRunner; any other runner would run the job for real.
+        raise UsageError("--dry_run only translates a job for --runner DataflowRunner; with this "
+                         "runner the job would run and publish for real, so it is refused (nothing "
+                         "was read or written)")
 
 
 # What a job prints, after its name, when Ctrl-C stopped it before it published; and its status
