@@ -543,7 +543,8 @@ class _InspectImageFn(beam.DoFn):
         return _Inspected(ImageMeta(
             source=source, label_index=index, sha256=digest.hex(), info=info,
             record_size=framed_size(len(head) + len(stored) + len(tail)),
-            order_key=order_key(self._seed, digest), source_crc32c=crc32c.crc32c(data),
+            order_key=order_key(self._seed, digest),
+            source_crc32c=0 if self._staging else crc32c.crc32c(data),  # only a re-read checks it
             payload=None if stored is data or self._staging else stored, extra=extra), len(data),
             (head, stored, tail) if self._staging else None)
 

@@ -66,7 +66,8 @@ class ImageMeta:
         record_size: Exact framed size of the record in bytes.
         order_key: Shuffle key (see ``planning.order_key``).
         source_crc32c: CRC32C of the source file's bytes, which the writer checks
-            when it reads the file again, to refuse a file changed since.
+            when it reads the file again, to refuse a file changed since (0 when
+            the record is in a run file: the file is not read again).
         payload: Encoded image bytes when they are costly to recompute
             (``reencode``, and images ``tf`` mode converts to PNG) and the
             record is not in a run file; None otherwise.
