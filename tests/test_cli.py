@@ -358,3 +358,30 @@ def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--dry_run" in lines[0] and "DataflowRunner" in lines[0], done.stderr
     assert not out.exists()
+
+
+_FAILING_THREADS = """
+import threading
+from beam_jobs.cli.harness import _Interrupts
+
+def fail(message):
+    raise RuntimeError(message)
+
+with _Interrupts() as interrupts:
+    thread = threading.Thread(target=fail, args=("before the ctrl-c",))
+    thread.start()
+    thread.join()
+    interrupts.seen = True  # what the SIGINT handler records
+    thread = threading.Thread(target=fail, args=("Worker subprocess exited with return code -2",))
+    thread.start()
+    thread.join()
+"""
+
+
+def test_after_a_ctrl_c_the_runners_failing_threads_print_nothing():
+    """A terminal's Ctrl-C also stops multi_processing workers; the runner's threads watching them
+    then raise (`Worker subprocess exited with return code -2`). Only the job's line may show."""
+    done = subprocess.run([sys.executable, "-c", _FAILING_THREADS], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), check=True)
+    assert "before the ctrl-c" in done.stderr  # a thread failing for another reason is still shown
+    assert "return code -2" not in done.stderr

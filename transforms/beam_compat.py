@@ -131,7 +131,7 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
     direct = options.view_as(DirectOptions)
     direct.direct_running_mode = "multi_processing"
     direct.direct_num_workers = cores
-    return (f"{input_bytes / (1 << 30):.1f} GiB of input: running {cores} worker processes, one per core "
+    return (f"{input_bytes / (1 << 30):.1f} GiB or more of input: running {cores} worker processes, one per core "
             "(--direct_num_workers 1 keeps one process)")
 
 

@@ -206,12 +206,20 @@ class _Interrupts:
     Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own
     error (``RuntimeError: KeyboardInterrupt``), so the job asks whether one
     came instead. Only the main thread can set a signal handler; where SIGINT
-    is ignored (a background job of a shell) it stays ignored.
+    is ignored (a background job of a shell) it stays ignored. A terminal's
+    Ctrl-C also stops the runner's worker processes, and the runner's threads
+    watching them then fail: once a Ctrl-C was seen, what those threads raise
+    is not printed (the job prints its one line).
     """
 
     def __init__(self) -> None:
         self.seen = False
         self._previous = None
+        self._excepthook = None
+
+    def _thread_failed(self, args) -> None:
+        if not self.seen:
+            self._excepthook(args)
 
     def _raise(self, signum, frame) -> None:
         self.seen = True
@@ -229,11 +237,13 @@ class _Interrupts:
 
     def __enter__(self) -> "_Interrupts":
         self._previous = self._install(self._raise)
+        self._excepthook, threading.excepthook = threading.excepthook, self._thread_failed
         return self
 
     def __exit__(self, *exc: Any) -> bool:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+        threading.excepthook = self._excepthook
         return False
 
     @contextlib.contextmanager
