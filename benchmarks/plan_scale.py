@@ -1,6 +1,6 @@
 """Planning at scale: ``PlanShards`` on N synthetic items, one JSON line of figures.
 
-    python -m benchmarks.plan_scale --items 10000000 [--shards S] [--max_group_records M]
+    python -m benchmarks.plan_scale --items 10000000 [--shards S] [--bucket_bits B]
 
 Items are generated inside the pipeline in chunks (the driver holds only the
 list of chunk bounds): ``(split, order key, framed size, index)`` with framed
@@ -39,7 +39,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.beam_compat import local_runner
 from transforms.plan_shards import ASSIGNED, METRICS_NAMESPACE, TOTALS, PlanShards
-from transforms.shardset.planning import MAX_GROUP_RECORDS, MIB, order_key
+from transforms.shardset.planning import BUCKET_BITS, MIB, order_key
 
 __all__ = ["synthetic_items", "chunks_of", "plan_items", "run"]
 
@@ -77,7 +77,7 @@ def _size_of(item) -> int:
 
 
 def plan_items(p: beam.Pipeline, items: int, num_shards: int | None,
-               max_group_records: int) -> dict[str, beam.PCollection]:
+               bucket_bits: int = BUCKET_BITS) -> dict[str, beam.PCollection]:
     """Wires the generation of ``items`` synthetic items and their plan into ``p``."""
     return (p
             | "Chunks" >> beam.Create(chunks_of(items))
@@ -85,7 +85,7 @@ def plan_items(p: beam.Pipeline, items: int, num_shards: int | None,
             | "Items" >> beam.FlatMap(synthetic_items)
             | "Plan" >> PlanShards(split_of=_split_of, order_of=_order_of, size_of=_size_of,
                                    target_bytes=TARGET_BYTES, num_shards=num_shards,
-                                   max_group_records=max_group_records))
+                                   bucket_bits=bucket_bits))
 
 
 def _summary(shard_bytes: list[tuple[int, int]], totals: list, path: str) -> None:
@@ -110,7 +110,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, required=True)
     parser.add_argument("--shards", type=int, default=None, help="fixed shard count (default: by size)")
-    parser.add_argument("--max_group_records", type=int, default=MAX_GROUP_RECORDS)
+    parser.add_argument("--bucket_bits", type=int, default=BUCKET_BITS,
+                        help="bits of the order key that make a group (default: the jobs')")
     args, beam_args = parser.parse_known_args(argv)
     if args.items < 1:
         parser.error("--items must be at least 1")
@@ -118,7 +119,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="plan_scale_") as tmp:
         summary_path = os.path.join(tmp, "summary.json")
         p = beam.Pipeline(runner=local_runner(options), options=options)
-        planned = plan_items(p, args.items, args.shards, args.max_group_records)
+        planned = plan_items(p, args.items, args.shards, args.bucket_bits)
         _ = (planned[ASSIGNED]
              | "ShardAndSize" >> beam.MapTuple(lambda key, item: (key[1], _size_of(item)))
              | "BytesPerShard" >> beam.CombinePerKey(sum)
@@ -134,7 +135,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     (groups,) = result.metrics().query(query)["distributions"]
     figures.update(seconds=round(seconds, 1), peak_rss_mib=_peak_rss_mib(),
                    max_items_per_group=groups.committed.max, groups=groups.committed.count,
-                   max_group_records=args.max_group_records)
+                   bucket_bits=args.bucket_bits)
     if figures["items"] != args.items or figures["planned_bytes"] != figures["total_bytes"]:
         raise RuntimeError(f"planned {figures['items']} items and {figures['planned_bytes']} bytes; "
                            f"expected {args.items} items and {figures['total_bytes']} bytes")

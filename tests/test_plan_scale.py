@@ -21,17 +21,17 @@ def test_benchmark_plan_equals_the_in_memory_reference():
     assert n > 10
     expected = [(shard, items[i][3]) for shard, members in enumerate(shards) for i in members]
     with TestPipeline() as p:
-        planned = plan_scale.plan_items(p, count, None, max_group_records=2_000)
+        planned = plan_scale.plan_items(p, count, None, bucket_bits=4)
         assert_that(planned[ASSIGNED] | beam.MapTuple(lambda key, it: (key[1], it[3])), equal_to(expected))
 
 
 @pytest.mark.parametrize("count", [2_000, 8_000])
-def test_groups_stay_under_the_bound_as_items_grow(count, capsys):
-    figures = plan_scale.run(["--items", str(count), "--max_group_records", "300"])
+def test_groups_are_buckets_of_the_order_key(count, capsys):
+    figures = plan_scale.run(["--items", str(count), "--bucket_bits", "4"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == figures  # one JSON line
     assert figures["items"] == count
-    assert count / 300 <= figures["groups"] <= 2 * count / 300 + 1
-    assert 150 < figures["max_items_per_group"] <= 300
+    assert figures["groups"] == 16  # every bucket of 4 bits is occupied
+    assert count / 16 < figures["max_items_per_group"] <= 1.5 * count / 16  # about 1/16 of the items each
     assert figures["max_minus_min_bytes"] < 2 * figures["max_record_bytes"]
     assert figures["peak_rss_mib"] > 0 and figures["seconds"] > 0
 

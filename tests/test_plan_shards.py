@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import apache_beam as beam
 import pytest
@@ -12,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.errors import PlanError
 from transforms.plan_shards import ASSIGNED, METRICS_NAMESPACE, TOTALS, PlanShards
-from transforms.shardset.planning import order_key, plan_in_memory
+from transforms.shardset.planning import bucket_of, order_key, plan_in_memory
 
 
 def _items(count: int, seed: int, split: str):
@@ -61,22 +62,23 @@ def _largest_group(result) -> int:
 
 
 @pytest.mark.parametrize("count", [300, 1_200])
-def test_groups_stay_under_a_small_bound_as_the_split_grows(count):
+def test_groups_are_the_buckets_of_the_order_key(count):
     items = _items(count, 4, "train")
     target = 400_000
     p = TestPipeline()
     planned = (p | beam.Create(items)
                | PlanShards(split_of=lambda it: it[0], order_of=lambda it: (it[1], it[2]),
-                            size_of=lambda it: it[3], target_bytes=target, max_group_records=40))
+                            size_of=lambda it: it[3], target_bytes=target, bucket_bits=3))
     assert_that(planned[ASSIGNED] | beam.MapTuple(lambda key, it: (key, it[2])),
                 equal_to(_expected(items, target)))
     result = p.run()
     result.wait_until_finish()
-    # Two neighbouring ranges hold more than the bound together, so ranges are well filled.
-    assert 20 < _largest_group(result) <= 40
+    # Each group is one of 8 buckets (the top 3 bits of the order key), whatever the split's size.
+    largest = max(Counter(bucket_of(it[1], 3) for it in items).values())
+    assert largest < count / 4 and _largest_group(result) == largest
 
 
-def test_rejects_a_bad_group_bound():
-    with pytest.raises(PlanError, match="max_group_records"):
+def test_rejects_bad_bucket_bits():
+    with pytest.raises(PlanError, match="bucket_bits"):
         PlanShards(split_of=lambda it: it, order_of=lambda it: (0,), size_of=lambda it: 1,
-                   target_bytes=10, max_group_records=0)
+                   target_bytes=10, bucket_bits=64)

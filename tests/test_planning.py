@@ -15,7 +15,7 @@ from transforms.errors import PlanError
 from transforms.shardset.naming import SHARD_NAME_RE, check_split_name, shard_file_name
 from transforms.shardset.planning import (BUCKET_BITS, NUM_BUCKETS, SplitTotals, bucket_of, choose_num_shards,
                                           cut_records, lay_out_split, order_key, parse_split_fractions,
-                                          place_range, plan_in_memory, shard_of_offset,
+                                          place_bucket, plan_in_memory, shard_of_offset,
                                           split_by_content, split_rank)
 
 _FAST = settings(max_examples=150, deadline=None)
@@ -106,12 +106,12 @@ def test_order_key_is_a_63_bit_value_that_depends_on_seed_and_identity() -> None
     assert all(0 <= k < 2**KEY_BITS for k in keys)
     assert max(keys) >= 2**(KEY_BITS - 1)  # the top bit is used
     buckets = Counter(bucket_of(k) for k in keys)
-    assert len(buckets) > 2900  # 3000 keys over 2**20 buckets: almost no two share one
+    assert len(buckets) > 2900  # 3000 keys over 2**16 buckets: few share one
 
 
 @pytest.mark.parametrize(
     "key, bucket",
-    [(0, 0), (2**43 - 1, 0), (2**43, 1), (2**62 - 1, 2**19 - 1), (2**62, 2**19),
+    [(0, 0), (2**47 - 1, 0), (2**47, 1), (2**62 - 1, 2**15 - 1), (2**62, 2**15),
      (2**63 - 1, NUM_BUCKETS - 1)],
 )
 def test_bucket_of_table(key: int, bucket: int) -> None:
@@ -195,13 +195,15 @@ def _target_for(draw, total: int) -> int:
     return max(1, total // draw(st.integers(1, 60)) + draw(st.integers(-3, 3)))
 
 
-def _unique_keys(rnd: random.Random, count: int, buckets: list[int] | None = None) -> list[int]:
-    """``count`` distinct order keys, all in ``buckets`` when given."""
+def _unique_keys(rnd: random.Random, count: int, buckets: list[int] | None = None,
+                 bits: int = BUCKET_BITS) -> list[int]:
+    """``count`` distinct order keys, all in ``buckets`` (of ``bits`` bits) when given."""
     keys: list[int] = []
     seen: set[int] = set()
+    shift = KEY_BITS - bits
     while len(keys) < count:
         if buckets:
-            key = (rnd.choice(buckets) << _BUCKET_SHIFT) | rnd.getrandbits(_BUCKET_SHIFT)
+            key = (rnd.choice(buckets) << shift) | rnd.getrandbits(shift)
         else:
             key = rnd.getrandbits(KEY_BITS)
         if key not in seen:
@@ -284,21 +286,19 @@ def test_balance_bound_is_reached() -> None:
 
 
 @pytest.mark.parametrize(
-    "totals, max_group, starts, offsets, records",
+    "totals, buckets, offsets, records",
     [
-        ([], 10, (0,), (0,), (0,)),
-        ([(7, 3, 30, 12)], 10, (0,), (0,), (3,)),
-        # Buckets in any order; a range closes before it would pass 5 records.
-        ([(9, 2, 20, 10), (1, 3, 30, 10), (4, 2, 25, 13), (12, 1, 5, 5)], 5,
-         (0, 9), (0, 55), (5, 3)),
-        ([(0, 5, 50, 10), (1, 5, 50, 10), (2, 5, 50, 10)], 5, (0, 1, 2), (0, 50, 100), (5, 5, 5)),
-        # One bucket over the bound is a range of its own.
-        ([(3, 2, 2, 1), (5, 9, 90, 10), (6, 1, 1, 1)], 4, (0, 5, 6), (0, 2, 92), (2, 9, 1)),
+        ([], (), (), ()),
+        ([(7, 3, 30, 12)], (7,), (0,), (3,)),
+        # Buckets in any order; each starts where the one before it ends.
+        ([(9, 2, 20, 10), (1, 3, 30, 10), (4, 2, 25, 13), (12, 1, 5, 5)],
+         (1, 4, 9, 12), (0, 30, 55, 75), (3, 2, 2, 1)),
+        ([(0, 5, 50, 10), (1, 5, 50, 10), (2, 5, 50, 10)], (0, 1, 2), (0, 50, 100), (5, 5, 5)),
     ],
 )
-def test_lay_out_split_table(totals, max_group: int, starts, offsets, records) -> None:
-    layout = lay_out_split("train", totals, target_bytes=40, max_group_records=max_group)
-    assert (layout.range_starts, layout.range_offsets, layout.range_records) == (starts, offsets, records)
+def test_lay_out_split_table(totals, buckets, offsets, records) -> None:
+    layout = lay_out_split("train", totals, target_bytes=40)
+    assert (layout.buckets, layout.offsets, layout.records) == (buckets, offsets, records)
     total = sum(t[2] for t in totals)
     assert layout.totals == SplitTotals("train", total, sum(t[1] for t in totals),
                                         max((t[3] for t in totals), default=0),
@@ -318,25 +318,29 @@ def test_lay_out_split_rejects(totals, error: str) -> None:
         lay_out_split("train", totals, target_bytes=10)
 
 
-def test_lay_out_split_fixed_count_and_range_of() -> None:
-    layout = lay_out_split("train", [(2, 1, 10, 10), (8, 1, 10, 10)], target_bytes=10**9, num_shards=7,
-                           max_group_records=1)
+def test_lay_out_split_fixed_count_and_bucket_bits() -> None:
+    layout = lay_out_split("train", [(2, 1, 10, 10), (5, 1, 10, 10)], target_bytes=10**9, num_shards=7,
+                           bucket_bits=3)
     assert layout.totals.num_shards == 7
-    assert layout.range_starts == (0, 8)
-    assert [layout.range_of(b << _BUCKET_SHIFT) for b in (0, 2, 7, 8, NUM_BUCKETS - 1)] == [0, 0, 0, 1, 1]
+    assert (layout.buckets, layout.index_of(5)) == ((2, 5), 1)
+    assert bucket_of((1 << KEY_BITS) - 1, 3) == 7 and bucket_of(5 << (KEY_BITS - 3), 3) == 5
+    with pytest.raises(PlanError, match="outside 0..7"):
+        lay_out_split("train", [(8, 1, 10, 10)], target_bytes=10, bucket_bits=3)
 
 
-def test_place_range_rejects_a_range_that_changed() -> None:
+def test_place_bucket_rejects_a_bucket_that_changed() -> None:
     layout = lay_out_split("train", [(2, 2, 10, 5)], target_bytes=10)
-    assert place_range(layout, 0, [5, 5]) == [0, 0]
-    with pytest.raises(PlanError, match="range 0: 3 records but 2 were counted"):
-        place_range(layout, 0, [5, 5, 5])
+    assert place_bucket(layout, 2, [5, 5]) == [0, 0]
+    with pytest.raises(PlanError, match="bucket 2: 3 records but 2 were counted"):
+        place_bucket(layout, 2, [5, 5, 5])
+    with pytest.raises(PlanError, match="bucket 3: records but none were counted"):
+        place_bucket(layout, 3, [5])
 
 
-@pytest.mark.parametrize("value", [0, -1])
-def test_lay_out_split_rejects_bad_group_bound(value: int) -> None:
-    with pytest.raises(PlanError, match="max_group_records"):
-        lay_out_split("train", [], target_bytes=10, max_group_records=value)
+@pytest.mark.parametrize("value", [-1, 64])
+def test_lay_out_split_rejects_bad_bucket_bits(value: int) -> None:
+    with pytest.raises(PlanError, match="bucket_bits"):
+        lay_out_split("train", [], target_bytes=10, bucket_bits=value)
 
 
 @st.composite
@@ -344,38 +348,38 @@ def _bucketed_inputs(draw):
     """Items whose keys fall in a few buckets (many per bucket) or anywhere, spread over workers."""
     count = draw(st.integers(0, 250))
     rnd = random.Random(draw(st.integers(0, 2**32)))
-    pool = [rnd.randrange(NUM_BUCKETS) for _ in range(rnd.randint(1, 6))]
-    keys = _unique_keys(rnd, count, pool if draw(st.booleans()) else None)
+    bits = draw(st.integers(0, 20))
+    pool = [rnd.randrange(1 << bits) for _ in range(rnd.randint(1, 6))]
+    keys = _unique_keys(rnd, count, pool if draw(st.booleans()) else None, bits)
     huge = draw(st.floats(0, 0.3))  # share of records 1000x larger than the rest
     sizes = [rnd.randint(16_000, 90_000) if rnd.random() < huge else rnd.randint(16, 90)
              for _ in range(count)]
     target = _target_for(draw, sum(sizes))
     fixed = draw(st.none() | st.integers(1, 30))
-    max_group = draw(st.integers(1, 60))
-    return keys, sizes, target, fixed, max_group, rnd
+    return keys, sizes, target, fixed, bits, rnd
 
 
 def distributed_plan(keys: list[int], sizes: list[int], target: int, fixed: int | None,
-                     max_group: int, rnd: random.Random) -> tuple[int, list[list[int]], int]:
+                     bits: int, rnd: random.Random) -> tuple[int, list[list[int]], int]:
     """The Beam flow, without Beam: returns ``(num_shards, shards, largest group)``.
 
-    Bucket totals are summed in any order; one layout per split; each range's
-    items, sorted by (key, size), are cut in any order of ranges.
+    Bucket totals are summed in any order; one layout per split; each bucket's
+    items, sorted by (key, size), are cut in any order of buckets.
     """
     per_bucket: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for i in rnd.sample(range(len(keys)), len(keys)):
-        acc = per_bucket[bucket_of(keys[i])]
-        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + sizes[i], max(acc[2], sizes[i])
-    bucket_totals = [(b, *acc) for b, acc in per_bucket.items()]
-    rnd.shuffle(bucket_totals)
-    layout = lay_out_split("train", bucket_totals, target, fixed, max_group)
     members: dict[int, list[int]] = defaultdict(list)
     for i in rnd.sample(range(len(keys)), len(keys)):
-        members[layout.range_of(keys[i])].append(i)
+        bucket = bucket_of(keys[i], bits)
+        acc = per_bucket[bucket]
+        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + sizes[i], max(acc[2], sizes[i])
+        members[bucket].append(i)
+    bucket_totals = [(b, *acc) for b, acc in per_bucket.items()]
+    rnd.shuffle(bucket_totals)
+    layout = lay_out_split("train", bucket_totals, target, fixed, bits)
     shard_of_item: dict[int, int] = {}
-    for index in rnd.sample(sorted(members), len(members)):  # ranges in any order
-        in_order = sorted(members[index], key=lambda i: (keys[i], sizes[i]))
-        placed = place_range(layout, index, [sizes[i] for i in in_order])
+    for bucket in rnd.sample(sorted(members), len(members)):  # buckets in any order
+        in_order = sorted(members[bucket], key=lambda i: (keys[i], sizes[i]))
+        placed = place_bucket(layout, bucket, [sizes[i] for i in in_order])
         shard_of_item.update(zip(in_order, placed))
     n = layout.totals.num_shards
     shards: list[list[int]] = [[] for _ in range(n)]
@@ -387,20 +391,19 @@ def distributed_plan(keys: list[int], sizes: list[int], target: int, fixed: int 
 @settings(max_examples=150, deadline=None)
 @given(_bucketed_inputs())
 def test_distributed_plan_reproduces_plan_in_memory(args) -> None:
-    keys, sizes, target, fixed, max_group, rnd = args
-    n, shards, largest_group = distributed_plan(keys, sizes, target, fixed, max_group, rnd)
+    keys, sizes, target, fixed, bits, rnd = args
+    n, shards, largest_group = distributed_plan(keys, sizes, target, fixed, bits, rnd)
     assert (n, shards) == plan_in_memory(zip(keys, sizes), target, fixed)
-    largest_bucket = max(Counter(bucket_of(k) for k in keys).values(), default=0)
-    assert largest_group <= max(max_group, largest_bucket)  # over the bound only as one bucket
+    assert largest_group == max(Counter(bucket_of(k, bits) for k in keys).values(), default=0)
 
 
 @pytest.mark.parametrize("count", [1_000, 4_000, 16_000])
-def test_groups_stay_under_the_bound_as_the_split_grows(count: int) -> None:
+def test_groups_grow_only_as_buckets_do(count: int) -> None:
     rnd = random.Random(count)
     keys = _unique_keys(rnd, count)
     sizes = [rnd.randint(1_000, 200_000) for _ in range(count)]
-    n, shards, largest_group = distributed_plan(keys, sizes, 2_000_000, None, 300, rnd)
-    assert largest_group <= 300
+    n, shards, largest_group = distributed_plan(keys, sizes, 2_000_000, None, 4, rnd)
+    assert count / 16 < largest_group <= 1.3 * count / 16  # a 16th of the split, give or take
     assert (n, shards) == plan_in_memory(zip(keys, sizes), 2_000_000)
 
 

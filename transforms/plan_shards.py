@@ -4,14 +4,15 @@ See ``transforms/shardset/planning.py`` for the rule. Items are carried along
 untouched; only their order keys and sizes travel to the planner, and no step
 holds a number of records that grows with the split:
 
-1. per (split, bucket of the order key), a combiner sums records and bytes;
-2. per split, one step lays the at most ``NUM_BUCKETS`` bucket totals end to
-   end (``lay_out_split``): the shard count, and ranges of consecutive buckets
-   of at most ``max_group_records`` records, each with its starting byte
-   offset; the layouts (a few numbers per range) reach the next steps as a
-   side input;
-3. items grouped by (split, range) are sorted and cut at shard boundaries
-   (``place_range``).
+1. every item is keyed by its (split, bucket), the top bits of its order key:
+   items are grouped by bucket at once, while
+2. per split, one combine sums records and bytes per occupied bucket (at most
+   ``2 ** bucket_bits``) and lays them end to end (``lay_out_split``): the
+   shard count and the byte offset of each bucket; the layouts (a few numbers
+   per bucket) reach the next step as a side input;
+3. each bucket's items are sorted and cut at shard boundaries (``place_bucket``).
+
+Two fused stages on Beam's runners: the combine's, and the placing one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.errors import PlanError
-from transforms.shardset.planning import MAX_GROUP_RECORDS, SplitLayout, bucket_of, lay_out_split, place_range
+from transforms.shardset.planning import BUCKET_BITS, SplitLayout, bucket_of, lay_out_split, place_bucket
 
 __all__ = ["PlanShards", "ShardKey", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
 
@@ -36,22 +37,43 @@ METRICS_NAMESPACE = "plan_shards"
 
 
 class _BucketTotalsFn(beam.CombineFn):
-    """Framed sizes -> ``(records, bytes, largest)``."""
+    """``(bucket, framed size)`` -> ``[(bucket, records, bytes, largest)]`` of one split.
 
-    def create_accumulator(self) -> tuple[int, int, int]:
-        return 0, 0, 0
+    The accumulator holds one entry per occupied bucket: at most the bundle's
+    records, and at most ``2 ** bucket_bits``.
+    """
 
-    def add_input(self, acc: tuple[int, int, int], size: int) -> tuple[int, int, int]:
-        return acc[0] + 1, acc[1] + size, max(acc[2], size)
+    def create_accumulator(self) -> dict[int, list[int]]:
+        return {}
 
-    def merge_accumulators(self, accs) -> tuple[int, int, int]:
-        records = nbytes = largest = 0
-        for count, size, biggest in accs:
-            records, nbytes, largest = records + count, nbytes + size, max(largest, biggest)
-        return records, nbytes, largest
-
-    def extract_output(self, acc: tuple[int, int, int]) -> tuple[int, int, int]:
+    def add_input(self, acc: dict[int, list[int]], element: tuple[int, int]) -> dict[int, list[int]]:
+        bucket, size = element
+        totals = acc.get(bucket)
+        if totals is None:
+            acc[bucket] = [1, size, size]
+        else:
+            totals[0] += 1
+            totals[1] += size
+            if size > totals[2]:
+                totals[2] = size
         return acc
+
+    def merge_accumulators(self, accs) -> dict[int, list[int]]:
+        accs = iter(accs)
+        merged = next(accs, None) or {}
+        for acc in accs:
+            for bucket, (count, size, biggest) in acc.items():
+                totals = merged.get(bucket)
+                if totals is None:
+                    merged[bucket] = [count, size, biggest]
+                else:
+                    totals[0] += count
+                    totals[1] += size
+                    totals[2] = max(totals[2], biggest)
+        return merged
+
+    def extract_output(self, acc: dict[int, list[int]]) -> list[tuple[int, int, int, int]]:
+        return [(bucket, *totals) for bucket, totals in acc.items()]
 
 
 def _layout_of(layouts: dict[str, SplitLayout], split: str) -> SplitLayout:
@@ -63,7 +85,7 @@ def _layout_of(layouts: dict[str, SplitLayout], split: str) -> SplitLayout:
 
 
 class _PlaceInShardsFn(beam.DoFn):
-    """((split, range), [item]) -> ((split, shard, count), item) per item.
+    """((split, bucket), [item]) -> ((split, shard, count), item) per item.
 
     Reads the group twice and holds only sort keys and sizes, never the items
     (which may carry re-encoded images): a runner pages a large group in.
@@ -75,14 +97,14 @@ class _PlaceInShardsFn(beam.DoFn):
         self._group_records = Metrics.distribution(METRICS_NAMESPACE, "records_per_group")
 
     def process(self, keyed, layouts):
-        (split, index), items = keyed
+        (split, bucket), items = keyed
         order_of, size_of = self._order_of, self._size_of
         placed = sorted((order_of(it)[0], size_of(it), order_of(it)) for it in items)
         self._group_records.update(len(placed))
         layout = _layout_of(layouts, split)
         count = layout.totals.num_shards
         shards_of: dict[tuple, list[int]] = {}
-        for (_, size, order), shard in zip(placed, place_range(layout, index, [p[1] for p in placed])):
+        for (_, size, order), shard in zip(placed, place_bucket(layout, bucket, [p[1] for p in placed])):
             shards_of.setdefault((order, size), []).append(shard)
         for item in items:
             yield (split, shards_of[(order_of(item), size_of(item))].pop(), count), item
@@ -101,42 +123,38 @@ class PlanShards(beam.PTransform):
         size_of: item -> framed record size in bytes.
         target_bytes: Target shard size.
         num_shards: Fixed shard count per split, or None to choose.
-        max_group_records: The most records one group is given (unless a
-            single bucket holds more; see ``planning``).
+        bucket_bits: Bits of the order key that make a group (``2 **
+            bucket_bits`` groups per split at most); the plan does not depend
+            on it.
     """
 
     def __init__(self, split_of: Callable[[Any], str], order_of: Callable[[Any], tuple],
                  size_of: Callable[[Any], int], target_bytes: int,
-                 num_shards: int | None = None, max_group_records: int = MAX_GROUP_RECORDS) -> None:
+                 num_shards: int | None = None, bucket_bits: int = BUCKET_BITS) -> None:
         super().__init__()
-        if max_group_records < 1:
-            raise PlanError(f"max_group_records must be >= 1, got {max_group_records}")
+        if not 0 <= bucket_bits <= 63:
+            raise PlanError(f"bucket_bits must be in 0..63, got {bucket_bits}")
         self._split_of = split_of
         self._order_of = order_of
         self._size_of = size_of
         self._target = target_bytes
         self._num_shards = num_shards
-        self._max_group = max_group_records
+        self._bits = bucket_bits
 
     def expand(self, items):
         split_of, order_of, size_of = self._split_of, self._order_of, self._size_of
-        target, num_shards, max_group = self._target, self._num_shards, self._max_group
+        target, num_shards, bits = self._target, self._num_shards, self._bits
+        keyed = items | "KeyByBucket" >> beam.Map(
+            lambda it: ((split_of(it), bucket_of(order_of(it)[0], bits)), it))  # ((split, bucket), item)
         layouts = (
-            items
-            | "KeyByBucket" >> beam.Map(
-                lambda it: ((split_of(it), bucket_of(order_of(it)[0])), size_of(it)))
-            | "SumBuckets" >> beam.CombinePerKey(_BucketTotalsFn())  # ((split, bucket), totals)
-            | "KeyBySplit" >> beam.MapTuple(lambda key, totals: (key[0], (key[1], *totals)))
-            | "GroupBySplit" >> beam.GroupByKey()  # (split, [(bucket, records, bytes, largest)])
+            keyed
+            | "SizeOfEach" >> beam.MapTuple(lambda key, it: (key[0], (key[1], size_of(it))))
+            | "SumBuckets" >> beam.CombinePerKey(_BucketTotalsFn())  # (split, [(bucket, records, bytes, largest)])
             | "LayOutSplit" >> beam.MapTuple(
-                lambda split, totals: (split, lay_out_split(split, totals, target, num_shards, max_group))))
-        by_split = beam.pvalue.AsDict(layouts)
+                lambda split, totals: (split, lay_out_split(split, totals, target, num_shards, bits))))
         assigned = (
-            items
-            | "KeyByRange" >> beam.Map(
-                lambda it, ls: ((split_of(it), _layout_of(ls, split_of(it)).range_of(order_of(it)[0])), it),
-                by_split)
-            | "GroupByRange" >> beam.GroupByKey()  # ((split, range), [item])
-            | "PlaceInShards" >> beam.ParDo(_PlaceInShardsFn(order_of, size_of), by_split))
+            keyed
+            | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [item])
+            | "PlaceInShards" >> beam.ParDo(_PlaceInShardsFn(order_of, size_of), beam.pvalue.AsDict(layouts)))
         totals = layouts | "Totals" >> beam.MapTuple(lambda _, layout: layout.totals)
         return {ASSIGNED: assigned, TOTALS: totals}

@@ -23,16 +23,14 @@ split never has to be in one place (``transforms/plan_shards.py``):
   key (``bucket_of``), with a combiner: one ``(records, bytes, largest)`` per
   occupied bucket, at most ``NUM_BUCKETS`` per split whatever its size;
 - one small step per split (``lay_out_split``) turns those totals into the
-  shard count and into *ranges*: runs of consecutive buckets holding at most
-  ``max_group_records`` records together, each with the byte offset of its
-  first record;
-- each range sorts its own records and cuts them at shard boundaries
-  (``place_range``).
+  shard count and the byte offset of each bucket's first record;
+- each bucket sorts its own records and cuts them at shard boundaries
+  (``place_bucket``). A record's bucket follows from its order key alone, so
+  records are grouped by bucket while the totals are still being summed.
 
-A range holds more than ``max_group_records`` records only when one bucket
-does, which takes about ``NUM_BUCKETS * max_group_records`` records in a split
-(5 * 10**10 at the default). ``plan_in_memory`` plans a split held in memory:
-the reference the distributed plan must equal.
+A bucket holds about ``n / NUM_BUCKETS`` of a split's ``n`` records: at most
+50,000 up to about 3 billion records in a split. ``plan_in_memory`` plans a
+split held in memory: the reference the distributed plan must equal.
 """
 
 from __future__ import annotations
@@ -48,19 +46,18 @@ from transforms.errors import PlanError
 from transforms.shardset.naming import check_split_name
 
 __all__ = [
-    "BUCKET_BITS", "NUM_BUCKETS", "MAX_GROUP_RECORDS", "MIB", "SplitTotals", "SplitLayout",
+    "BUCKET_BITS", "NUM_BUCKETS", "MIB", "SplitTotals", "SplitLayout",
     "choose_num_shards", "order_key", "bucket_of", "shard_of_offset", "cut_records",
-    "lay_out_split", "place_range", "plan_in_memory", "split_by_content", "split_rank",
+    "lay_out_split", "place_bucket", "plan_in_memory", "split_by_content", "split_rank",
     "parse_split_fractions",
 ]
 
 MIB = 1024 * 1024
 _KEY_BITS = 63
-BUCKET_BITS = 20
+# Buckets per split: each is one group of the distributed plan. A split of n records holds
+# about n / 65,536 records per group: at most 50,000 up to about 3 billion records.
+BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
-_BUCKET_SHIFT = _KEY_BITS - BUCKET_BITS
-# The most records one range (one group of the distributed plan) is given.
-MAX_GROUP_RECORDS = 50_000
 
 
 def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
@@ -100,9 +97,9 @@ def order_key(seed: int, identity: bytes) -> int:
     return struct.unpack(">Q", digest)[0] >> (64 - _KEY_BITS)
 
 
-def bucket_of(key: int) -> int:
-    """Returns the bucket (0..NUM_BUCKETS-1) of an order key: its top 20 of 63 bits."""
-    return key >> _BUCKET_SHIFT
+def bucket_of(key: int, bits: int = BUCKET_BITS) -> int:
+    """Returns the bucket (0..2**bits - 1) of an order key: its top ``bits`` of 63 bits."""
+    return key >> (_KEY_BITS - bits)
 
 
 def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) -> int:
@@ -167,50 +164,57 @@ class SplitTotals:
 
 @dataclass(frozen=True)
 class SplitLayout:
-    """A split's plan before any record is placed: its totals and its ranges.
+    """A split's plan before any record is placed: its totals and where each bucket starts.
 
-    Range ``r`` holds the records whose bucket lies in
-    ``[range_starts[r], range_starts[r + 1])``; the first range starts at
-    bucket 0 and the last runs to the end of the key space.
+    Every occupied bucket is placed on its own (one group of the distributed
+    plan): its records lie on the split's byte line from ``offsets[i]`` on.
 
     Attributes:
         totals: The split's totals and shard count.
-        range_starts: First bucket of each range, ascending, starting at 0.
-        range_offsets: Bytes of the split before each range's first record.
-        range_records: Records in each range.
+        bucket_bits: Bits of the order key that name a bucket (``bucket_of``).
+        buckets: The occupied buckets, ascending.
+        offsets: Bytes of the split before each bucket's first record.
+        records: Records in each bucket.
     """
 
     totals: SplitTotals
-    range_starts: tuple[int, ...]
-    range_offsets: tuple[int, ...]
-    range_records: tuple[int, ...]
+    bucket_bits: int
+    buckets: tuple[int, ...]
+    offsets: tuple[int, ...]
+    records: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        count = len(self.range_starts)
-        if not count or self.range_starts[0] != 0:
-            raise PlanError(f"split {self.totals.split}: ranges must start at bucket 0")
-        if len(self.range_offsets) != count or len(self.range_records) != count:
-            raise PlanError(f"split {self.totals.split}: {count} ranges but "
-                            f"{len(self.range_offsets)} offsets and {len(self.range_records)} counts")
-        if any(a >= b for a, b in zip(self.range_starts, self.range_starts[1:])):
-            raise PlanError(f"split {self.totals.split}: range starts must ascend")
+        count = len(self.buckets)
+        if len(self.offsets) != count or len(self.records) != count:
+            raise PlanError(f"split {self.totals.split}: {count} buckets but "
+                            f"{len(self.offsets)} offsets and {len(self.records)} counts")
+        if any(a >= b for a, b in zip(self.buckets, self.buckets[1:])):
+            raise PlanError(f"split {self.totals.split}: buckets must ascend")
 
     @property
     def split(self) -> str:
         return self.totals.split
 
-    def range_of(self, key: int) -> int:
-        """Returns the range holding a record with this order key."""
-        return bisect.bisect_right(self.range_starts, bucket_of(key)) - 1
+    def index_of(self, bucket: int) -> int:
+        """Returns the position of an occupied bucket in ``buckets``.
+
+        Raises:
+            PlanError: No record was counted in that bucket (an input changed
+                between two reads of it).
+        """
+        index = bisect.bisect_left(self.buckets, bucket)
+        if index == len(self.buckets) or self.buckets[index] != bucket:
+            raise PlanError(f"split {self.split!r} bucket {bucket}: records but none were counted; "
+                            "was an input changed while the job ran?")
+        return index
 
 
 def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]], target_bytes: int,
-                  num_shards: int | None = None,
-                  max_group_records: int = MAX_GROUP_RECORDS) -> SplitLayout:
-    """Turns a split's per-bucket totals into its shard count and ranges.
+                  num_shards: int | None = None, bucket_bits: int = BUCKET_BITS) -> SplitLayout:
+    """Turns a split's per-bucket totals into its shard count and the offset of every bucket.
 
-    Holds four integers per occupied bucket (at most ``NUM_BUCKETS``), whatever
-    the size of the split.
+    Holds four integers per occupied bucket (at most ``2 ** bucket_bits``),
+    whatever the size of the split.
 
     Args:
         split: Split name.
@@ -218,61 +222,57 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
             occupied bucket, in any order, each bucket once.
         target_bytes: Target shard size, used when ``num_shards`` is None.
         num_shards: Fixed shard count (``--num_shards``), or None.
-        max_group_records: The most records a range is given, unless one
-            bucket alone holds more.
+        bucket_bits: Bits of the order key that name a bucket.
 
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
     """
-    if max_group_records < 1:
-        raise PlanError(f"max_group_records must be >= 1, got {max_group_records}")
-    buckets, counts, sizes = array("q"), array("q"), array("q")
-    largest = 0
-    for bucket, records, nbytes, biggest in bucket_totals:
-        if not 0 <= bucket < NUM_BUCKETS:
-            raise PlanError(f"split {split!r}: bucket {bucket} is outside 0..{NUM_BUCKETS - 1}")
+    _check_bucket_bits(bucket_bits)
+    rows = sorted(bucket_totals)
+    buckets, offsets, counts = array("q"), array("q"), array("q")
+    offset = records = largest = 0
+    for bucket, count, nbytes, biggest in rows:
+        if not 0 <= bucket < 1 << bucket_bits:
+            raise PlanError(f"split {split!r}: bucket {bucket} is outside 0..{(1 << bucket_bits) - 1}")
+        if buckets and buckets[-1] == bucket:
+            raise PlanError(f"split {split!r}: bucket {bucket} is given twice")
         buckets.append(bucket)
-        counts.append(records)
-        sizes.append(nbytes)
+        offsets.append(offset)
+        counts.append(count)
+        offset += nbytes
+        records += count
         largest = max(largest, biggest)
-    starts, offsets, members = [0], [0], [0]
-    offset, previous = 0, -1
-    for i in sorted(range(len(buckets)), key=buckets.__getitem__):
-        if buckets[i] == previous:
-            raise PlanError(f"split {split!r}: bucket {previous} is given twice")
-        previous = buckets[i]
-        if members[-1] and members[-1] + counts[i] > max_group_records:
-            starts.append(buckets[i])
-            offsets.append(offset)
-            members.append(0)
-        members[-1] += counts[i]
-        offset += sizes[i]
-    records = sum(members)
     # More shards than records would only add empty files (a few huge records).
     count = num_shards if num_shards else min(choose_num_shards(offset, target_bytes), max(records, 1))
     totals = SplitTotals(split, offset, records, largest, count)
-    return SplitLayout(totals, tuple(starts), tuple(offsets), tuple(members))
+    return SplitLayout(totals, bucket_bits, tuple(buckets), tuple(offsets), tuple(counts))
 
 
-def place_range(layout: SplitLayout, index: int, sizes_in_order: Sequence[int]) -> list[int]:
-    """Returns the shard of each record of one range.
+def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]) -> list[int]:
+    """Returns the shard of each record of one bucket.
 
     Args:
         layout: The split's layout.
-        index: The range.
-        sizes_in_order: Framed sizes of the range's records in shuffled order
+        bucket: The bucket.
+        sizes_in_order: Framed sizes of the bucket's records in shuffled order
             (by order key, then size).
 
     Raises:
-        PlanError: The range holds a different number of records than counted
+        PlanError: The bucket holds a different number of records than counted
             (an input that changed between two reads of it).
     """
-    expected = layout.range_records[index]
+    index = layout.index_of(bucket)
+    expected = layout.records[index]
     if len(sizes_in_order) != expected:
-        raise PlanError(f"split {layout.split!r} range {index}: {len(sizes_in_order)} records but "
+        raise PlanError(f"split {layout.split!r} bucket {bucket}: {len(sizes_in_order)} records but "
                         f"{expected} were counted")
     totals = layout.totals
-    return cut_records(sizes_in_order, totals.num_shards, totals.total_bytes, layout.range_offsets[index])
+    return cut_records(sizes_in_order, totals.num_shards, totals.total_bytes, layout.offsets[index])
+
+
+def _check_bucket_bits(bits: int) -> None:
+    if not 0 <= bits <= _KEY_BITS:
+        raise PlanError(f"bucket_bits must be in 0..{_KEY_BITS}, got {bits}")
 
 
 def plan_in_memory(items: Iterable[tuple[int, int]], target_bytes: int,
