@@ -30,17 +30,20 @@ from transforms import beam_compat, worker_threads
 from transforms.errors import ManifestError, PlanError, UsageError
 from transforms.images.records import IMAGE_MODES, EncodeSettings, image_count_keys, image_counts
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
-from transforms.images.inputs import LAYOUTS, LabelRules, check_label, check_manifest_head, is_manifest_path
+from transforms.images.inputs import (LAYOUTS, FolderTask, LabelRules, check_label, check_manifest_head,
+                                      is_manifest_path)
 from beam_jobs.cli.flags import ShardingOptions
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
-from transforms.build_steps import (CLASSES, DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
-                                    DiscoverImages, ImageRecordMaker, InspectImages, ReadPublishedKeys,
+from transforms.build_steps import (DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
+                                    DiscoverImages, ImageRecordMaker, folder_tasks, InspectImages, ReadPublishedKeys,
                                     RejectDuplicateImages, RejectDuplicatePaths, image_order)
 from transforms.file_access import file_size, local_bytes_at_least, open_for_read, read_at_most
+from transforms.images.items import SourceImage
+from transforms.shardset.dead_letters import DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
 from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS
@@ -135,6 +138,7 @@ class BuildConfig:
     inspect_threads: int = 1
     write_threads: int = 1
     workers_note: str | None = None  # what choose_local_workers chose, to print
+    folder_tasks: tuple[FolderTask, ...] = ()  # the listing of the folder inputs, cut into tasks
 
 
 def _input_problem(path: str) -> str | None:
@@ -262,6 +266,8 @@ def make_config(options: PipelineOptions) -> BuildConfig:
     size = None if dataflow_dry_run(options) else local_bytes_at_least(
         shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
+    tasks = tuple(task for path in shared.input if not is_manifest_path(path)
+                  for task in folder_tasks(path, build.layout, offline=dataflow_dry_run(options)))
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
         rules=rules, labels=labels, settings=settings,
@@ -271,7 +277,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=opt.publish_policy(shared),
         multi_label=build.multi_label, label_offset=build.label_offset,
-        workers_note=note, **_image_threads(options, build.image_threads, settings, shared.input))
+        workers_note=note, folder_tasks=tasks, **_image_threads(options, build.image_threads, settings, shared.input))
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
@@ -337,19 +343,16 @@ def _size_of(meta) -> int:
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
-    listed = (p
-              | "Inputs" >> beam.Create(list(cfg.inputs))
-              | "Discover" >> DiscoverImages(  # steps for the kinds of input given, and no others
-                  cfg.rules, folders=any(not is_manifest_path(i) and not is_coco_path(i) for i in cfg.inputs),
-                  manifests=any(is_manifest_path(i) and not is_coco_path(i) for i in cfg.inputs)))
-    facts = ((listed.main, listed[DEAD_LETTERS], listed[CLASSES])  # unreadable class folders keep their class
-             | "AllListed" >> beam.Flatten()
-             | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset))  # one ListingFacts
+    listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
+        cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)])
+    facts = listed | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset)  # one ListingFacts
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     fixed = list(cfg.labels) if cfg.labels is not None else None
     labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else list(f.classes))
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
-    unique = listed.main | "RejectDuplicatePaths" >> RejectDuplicatePaths()
+    sources = listed | "ImagesListed" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
+    listing_dead = listed | "ListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
+    unique = sources | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     inspected = unique.main | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
@@ -369,7 +372,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
-    dead = (listed[DEAD_LETTERS], unique[DEAD_LETTERS], inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
+    dead = (listing_dead, unique[DEAD_LETTERS], inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(

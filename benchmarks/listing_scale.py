@@ -32,7 +32,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.beam_compat import local_runner
-from transforms.build_steps import DEAD_LETTERS, DiscoverImages
+from transforms.build_steps import DiscoverImages
+from transforms.images.items import SourceImage
+from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.inputs import LabelRules
 
 __all__ = ["write_manifest", "write_tree", "run"]
@@ -94,9 +96,10 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     before = _rss_mib()
     start = time.monotonic()
     p = beam.Pipeline(runner=local_runner(options), options=options)
-    listed = p | "Inputs" >> beam.Create([source]) | "Discover" >> DiscoverImages(LabelRules())
-    for name, pcoll in (("entries", listed.main), ("dead_letters", listed[DEAD_LETTERS])):
-        (pcoll
+    listed = p | "Discover" >> DiscoverImages.of_inputs([source], LabelRules())
+    for name, kind in (("entries", SourceImage), ("dead_letters", DeadLetter)):
+        (listed
+         | f"Only{name.title()}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))
          | f"Count{name.title()}" >> beam.combiners.Count.Globally()
          | f"Report{name.title()}" >> beam.Map(_report, name))
     result = p.run()

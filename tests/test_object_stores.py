@@ -25,6 +25,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms import beam_compat, output_folder
 from transforms.images.inputs import LabelRules, is_hidden, tree_entries
+from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
 boto3 = pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
@@ -245,13 +246,15 @@ def _keep_listed(items: list, path: str) -> None:
 
 
 def _discover_on_store(root: str, flags: list[str], tmp_path) -> tuple[list, list, dict]:
-    from transforms.build_steps import DEAD_LETTERS, DiscoverImages
+    from transforms.build_steps import DiscoverImages
 
     p = beam.Pipeline(runner=beam_compat.local_runner(PipelineOptions(flags)), options=PipelineOptions(flags))
-    listed = p | beam.Create([root]) | DiscoverImages(LabelRules())
-    for name, pcoll in (("main", listed.main), ("dead", listed[DEAD_LETTERS])):
-        pcoll | f"Collect{name}" >> beam.combiners.ToList() | f"Keep{name}" >> beam.Map(
-            _keep_listed, str(tmp_path / name))
+    listed = p | DiscoverImages.of_inputs([root], LabelRules())
+    for name, kind in (("main", SourceImage), ("dead", DeadLetter)):
+        (listed
+         | f"Only{name}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))
+         | f"Collect{name}" >> beam.combiners.ToList()
+         | f"Keep{name}" >> beam.Map(_keep_listed, str(tmp_path / name)))
     result = p.run()
     result.wait_until_finish()
     counters: dict[str, int] = {}
@@ -284,8 +287,8 @@ def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -
     assert sorted(entries, key=repr) == sorted(want_entries, key=repr)
     assert sorted(dead, key=repr) == sorted(want_dead, key=repr) and dead  # stray.jpg: no_label
     assert counters["hidden_files_skipped"] == 2
-    # The input, its 4 top prefixes, and the 2 inside them (rose/deep/, we[ird]*/s?/), each listed once.
-    assert counters["folders_listed"] == 1 + 4 + 2
+    # The input's own objects, then each of its 4 top prefixes (class folders) with everything below.
+    assert counters["folders_listed"] == 1 + 4
 
 
 def test_an_unreachable_s3_row_is_an_unreadable_dead_letter(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""DiscoverImages lists in many elements: folder inputs level by level, manifests by byte range.
+"""DiscoverImages lists in many elements: folder inputs by folder, manifests by byte range.
 
 The outputs must be what listing each input whole gives (``tree_entries`` over the
 whole tree, ``manifest_entries`` over the whole manifest, as the step did before).
@@ -18,7 +18,9 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.build_steps import CLASSES, DEAD_LETTERS, DiscoverImages
+from transforms.build_steps import DiscoverImages
+from transforms.images.items import SourceImage
+from transforms.shardset.dead_letters import DeadLetter
 from transforms.file_access import list_local_tree
 from transforms.images.inputs import (LabelRules, decode_manifest, is_hidden, manifest_entries, tree_entries,
                                       unreadable_folder_entries)
@@ -33,9 +35,10 @@ def _discover(inputs: list[str], rules: LabelRules, range_bytes: int = 64 << 20)
     """(entries, dead letters, classes, metrics) of DiscoverImages on ``inputs``."""
     out = tempfile.mkdtemp(prefix="discover_")
     p = TestPipeline()
-    listed = p | beam.Create(inputs) | DiscoverImages(rules, range_bytes=range_bytes)
-    for name, pcoll in (("main", listed.main), ("dead", listed[DEAD_LETTERS]), ("classes", listed[CLASSES])):
-        (pcoll
+    listed = p | DiscoverImages.of_inputs(inputs, rules, range_bytes=range_bytes)
+    for name, kind in (("main", SourceImage), ("dead", DeadLetter), ("classes", str)):
+        (listed
+         | f"Only{name}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))
          | f"Collect{name}" >> beam.combiners.ToList()
          | f"Keep{name}" >> beam.Map(_keep, os.path.join(out, name)))
     result = p.run()
@@ -132,18 +135,52 @@ def test_an_unreadable_folder_is_one_dead_letter_and_keeps_its_class(tmp_path, m
         (str(root / "tulip"), "unreadable"), (str(root / "daisy" / "sub2"), "unreadable")}
 
 
-def test_each_top_folder_and_each_folder_in_it_is_an_element_of_its_own(tmp_path) -> None:
+def test_each_class_folder_is_an_element_of_its_own(tmp_path) -> None:
     counts = {}
     for tops in (2, 6):
         root = tmp_path / f"tree{tops}"
         for t in range(tops):
             _touch(root, f"c{t}/a.jpg")
             _touch(root, f"c{t}/s/b.jpg")
-            _touch(root, f"c{t}/s/t/c.jpg")  # deeper folders are listed with their parent's element
+            _touch(root, f"c{t}/s/t/c.jpg")  # deeper folders are listed with their class folder
         entries, dead, _, counters = _discover([str(root)], LabelRules())
         assert len(entries) == 3 * tops and not dead
+        assert {e.label for e in entries} == {f"c{t}" for t in range(tops)}
         counts[tops] = counters["folders_listed"]
-    assert counts == {2: 1 + 2 + 2, 6: 1 + 6 + 6}  # the input folder, its top folders, theirs
+    assert counts == {2: 1 + 2, 6: 1 + 6}  # the input folder's own files, then each class folder
+
+
+def test_each_split_folder_and_each_class_folder_in_it_is_an_element_of_its_own(tmp_path) -> None:
+    root = tmp_path / "in"
+    for split in ("train", "test"):
+        for c in range(3):
+            _touch(root, f"{split}/c{c}/a.jpg")
+            _touch(root, f"{split}/c{c}/s/b.jpg")
+    entries, dead, _, counters = _discover([str(root)], LabelRules())
+    assert len(entries) == 12 and not dead
+    assert {(e.split, e.label) for e in entries} == {(s, f"c{c}") for s in ("train", "test") for c in range(3)}
+    assert counters["folders_listed"] == 1 + 2 + 2 * 3  # the input folder, each split's files, each class
+
+
+def test_the_layout_is_found_without_listing_a_class_folder_whole(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "in"
+    for name in ("a.jpg", "b.jpg", "sub/c.jpg"):
+        _touch(root, f"rose/{name}")
+    _touch(root, "tulip/d.jpg")
+    seen = []
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        seen.append(os.fsdecode(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    tasks = DiscoverImages.of_inputs([str(root)], LabelRules())._tasks
+    assert sorted((t.folder, t.below, t.layout) for t in tasks) == [
+        (str(root), False, "classes"), (str(root / "rose"), True, "classes"),
+        (str(root / "tulip"), True, "classes")]
+    # The root, then one class folder up to its first file: that shows the layout.
+    assert seen[0] == str(root) and len(seen) == 2 and seen[1] in (str(root / "rose"), str(root / "tulip"))
 
 
 # --- manifests ------------------------------------------------------------------------------------

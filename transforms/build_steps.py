@@ -29,9 +29,9 @@ from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.records import EncodeSettings, encode_image, image_example_parts
-from transforms.images.inputs import (LabelRules, TreeLevels, csv_header, decode_line, decode_manifest,
+from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line, decode_manifest,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
-                                      manifest_line_entries, merge_levels, shown_name, tree_entry,
+                                      manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
                                       unreadable_folder_entry)
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
@@ -41,24 +41,23 @@ from transforms.shardset.published_keys import record_keys
 from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.run_files import FramedRecord
 
-__all__ = ["DEAD_LETTERS", "CLASSES", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
-           "ImageRecordMaker", "image_order", "read_source", "RejectDuplicatePaths",
+__all__ = ["DEAD_LETTERS", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
+           "ImageRecordMaker", "folder_tasks", "image_order", "read_source", "RejectDuplicatePaths",
            "RejectDuplicateImages", "ReadPublishedKeys", "PublishedCopy", "ListingFacts", "CollectListingFacts"]
 
 _LOG = logging.getLogger(__name__)
 # The tag of every build step's rejected inputs (DeadLetter); main outputs are "main".
 DEAD_LETTERS = "dead_letters"
-# The tag of class names known from listing alone (an unreadable class folder's name).
-CLASSES = "classes"
 # Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
 DEFAULT_MAX_IMAGE_BYTES = 256 * MIB
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 _NAMED_DUPLICATES = 3
 
 
-# Private tags and elements of DiscoverImages: ("file", root, relpath), ("unreadable", root,
-# relative folder, why), and the ranges of input manifests, resolved by _ResolveInputFn.
-_FILES, _UNREADABLE, _LEVELS, _RANGES = "files", "unreadable", "levels", "ranges"
+# The tag of input manifests' ranges inside DiscoverImages (_ManifestRange), resolved by _ResolveInputFn
+# with listed files ("file", root, relpath, layout) and unreadable folders ("unreadable", root,
+# relative folder, why, layout).
+_RANGES = "ranges"
 
 
 class _ManifestRange(NamedTuple):
@@ -97,7 +96,7 @@ def _why(err: OSError) -> str:
 
 
 class _StartInputFn(beam.DoFn):
-    """--input value -> folder roots (main), manifest byte ranges (_RANGES), COCO entries (_FILES).
+    """Manifest input -> its byte ranges (_RANGES), or its entries (main) when it is COCO.
 
     A COCO ``.json`` is read whole here. A ``.csv``/``.jsonl`` manifest is cut
     into byte ranges; a CSV's header line is read once here and travels with
@@ -110,13 +109,8 @@ class _StartInputFn(beam.DoFn):
 
     def process(self, root: str):
         if is_coco_path(root):
-            entries = coco_entries(decode_manifest(read_bytes(root)), root, self._rules.image_root,
-                                   self._rules)
-            for entry in entries:
-                yield beam.pvalue.TaggedOutput(_FILES, entry)
-            return
-        if not is_manifest_path(root):
-            yield root
+            yield from coco_entries(decode_manifest(read_bytes(root)), root, self._rules.image_root,
+                                    self._rules)
             return
         with open_for_read(root) as fh, naming_s3_errors(root):
             size = file_size(fh)
@@ -127,7 +121,7 @@ class _StartInputFn(beam.DoFn):
                 first = next(lines_in_range(fh, 0, 1, size, True, root), b"")
                 columns, problem = csv_header(None if first is None else decode_line(first))
                 if problem:
-                    yield beam.pvalue.TaggedOutput(_FILES, DeadLetter(f"{root}:1", "bad_manifest_row", problem))
+                    yield DeadLetter(f"{root}:1", "bad_manifest_row", problem)
                     return
                 fields = tuple(columns)
         for index, (start, end) in enumerate(byte_ranges(size, self._range_bytes)):
@@ -150,57 +144,44 @@ def _number_ranges(keyed):
 
 
 class _ListFolderFn(beam.DoFn):
-    """One folder of a folder input -> its files (_FILES), its folders (main), what it holds (_LEVELS).
+    """FolderTask -> ("file", root, relpath, layout) per file, ("unreadable", root, relative folder,
+    why, layout) per folder it cannot list.
 
-    ``depth`` 0 lists an input folder itself, 1 one of its top folders: one
-    level each, so that every folder below becomes an element of its own for
-    the next step. ``depth`` 2 lists a folder and everything below it. Hidden
-    files are counted and dropped here; an unreadable folder goes to
-    _UNREADABLE. On object stores a folder is a key prefix; stores other than
-    gs:// and s3:// are listed whole from the input folder, as one element.
+    Folders met by a task that lists one level are tasks of their own
+    (``inputs.plan_folder_listing``). Hidden files are counted and dropped
+    here. A task without a layout lists its whole input and decides the
+    layout from every path: the one task of a store other than gs:// and s3://,
+    or of a run that must not touch storage before it starts.
     """
 
-    def __init__(self, depth: int) -> None:
-        self._depth = depth
+    def __init__(self, layout: str) -> None:
+        self._layout = layout
         self._hidden = Metrics.counter("build", "hidden_files_skipped")
         self._folders = Metrics.counter("build", "folders_listed")
 
-    def process(self, element):
-        key, folder = (element, None) if self._depth == 0 else (element[0], _unwire(element[1]))
-        _, prefix = _tree_prefix(key)
+    def process(self, task: FolderTask):
+        key, prefix = _tree_prefix(task.root)
         self._folders.inc()
-        if "://" in key and not key.startswith(LEVEL_SCHEMES):
-            yield from self._list_matched(key, prefix)
+        if task.layout is None or ("://" in key and not key.startswith(LEVEL_SCHEMES)):
+            yield from self._list_whole(key, prefix, task.layout)
             return
-        local = "://" not in key
-        where = folder if folder is not None else (key or "/") if local else prefix
-        files = folders = False
-        if self._depth == 2:
-            listing = walk_local_tree(where) if local else ((path, None) for path in list_store_below(where))
+        if not task.below:
+            listing = self._level(task.folder, "://" not in key)
+        elif "://" in key:
+            listing = ((path, False) for path in list_store_below(task.folder))
         else:
-            listing = self._level(where, local)
+            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder))
         for path, found in listing:
+            rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
-                rel = path[len(prefix):] if path.startswith(prefix) else ""
                 if not is_hidden(rel):
-                    yield beam.pvalue.TaggedOutput(_UNREADABLE, ("unreadable", key, _wire(rel.rstrip("/")),
-                                                                 _wire(_why(found))))
-                continue
-            rel = path[len(prefix):] if path.startswith(prefix) else path
-            if found is True:  # a folder, listed by the next step
-                yield (key, _wire(path))
-                folders = folders or not is_hidden(rel)
-                if self._depth == 0 and not is_hidden(rel):
-                    yield beam.pvalue.TaggedOutput(_LEVELS, (key, TreeLevels(tops=frozenset([rel.rstrip("/")]))))
+                    yield ("unreadable", key, _wire(rel.rstrip("/")), _wire(_why(found)), task.layout)
+            elif found:
+                continue  # a folder: listed by a task of its own
             elif is_hidden(rel):
                 self._hidden.inc()
             else:
-                files = True
-                yield beam.pvalue.TaggedOutput(_FILES, ("file", key, _wire(rel)))
-        if self._depth == 0:
-            yield beam.pvalue.TaggedOutput(_LEVELS, (key, TreeLevels(root_files=files)))
-        elif self._depth == 1 and (files or folders):
-            yield beam.pvalue.TaggedOutput(_LEVELS, (key, TreeLevels(top_files=files, deeper=folders)))
+                yield ("file", key, _wire(rel), task.layout)
 
     @staticmethod
     def _level(where: str, local: bool):
@@ -213,8 +194,8 @@ class _ListFolderFn(beam.DoFn):
         except OSError as err:  # Beam's local listing would skip it without a word
             yield where, err
 
-    def _list_matched(self, key: str, prefix: str):
-        """A store listed whole, as before parallel listing: every file, and the levels they show."""
+    def _list_whole(self, key: str, prefix: str, layout: str | None):
+        """Every file of the input at once, and the layout they show when none is given."""
         rels = []
         for meta in FileSystems.match([prefix + "**"])[0].metadata_list:
             rel = meta.path[len(prefix):] if meta.path.startswith(prefix) else meta.path
@@ -222,16 +203,19 @@ class _ListFolderFn(beam.DoFn):
                 self._hidden.inc()
                 continue
             rels.append(rel)
-            yield beam.pvalue.TaggedOutput(_FILES, ("file", key, _wire(rel)))
-        yield beam.pvalue.TaggedOutput(_LEVELS, (key, levels_of_paths(rels)))
+        if layout is None:
+            layout = self._layout if self._layout != "auto" else layout_of_levels(levels_of_paths(rels))
+        for rel in rels:
+            yield ("file", key, _wire(rel), layout)
 
 
 class _ResolveInputFn(beam.DoFn):
-    """Listed file, unreadable folder or manifest range -> SourceImage (main), DeadLetter
-    (DEAD_LETTERS), class name (CLASSES); entries resolved earlier (COCO) pass through.
+    """Listed file, unreadable folder or manifest range -> SourceImage, DeadLetter or class name.
 
-    Side inputs: ``layouts`` (folder input -> ``classes`` or ``splits``) and
-    ``first_lines`` ((manifest, range index) -> number of the range's first line).
+    Everything goes to the one output: a class name (a ``str``) is that of an
+    unreadable class folder, which stays in the class list. Entries resolved
+    earlier (COCO) pass through. Side input ``first_lines``: (manifest, range
+    index) -> number of the range's first line.
     """
 
     def __init__(self, rules: LabelRules) -> None:
@@ -242,7 +226,7 @@ class _ResolveInputFn(beam.DoFn):
     def start_bundle(self):
         self._tally = progress.Tally(progress.INPUTS_LISTED, every=1000)
 
-    def process(self, element, layouts=None, first_lines=None):
+    def process(self, element, first_lines=None):
         if isinstance(element, _ManifestRange):
             self._ranges.inc()
             for entry in self._read_range(element, first_lines[(element.manifest, element.index)]):
@@ -251,14 +235,13 @@ class _ResolveInputFn(beam.DoFn):
         if isinstance(element, (SourceImage, DeadLetter)):
             yield self._emit(element)
             return
-        kind, key, rel = element[0], element[1], _unwire(element[2])
-        layout = self._rules.layout if self._rules.layout != "auto" else layouts[key]
+        kind, key, rel, layout = element[0], element[1], _unwire(element[2]), element[-1]
         if kind == "file":
             yield self._emit(tree_entry(key, rel, layout, self._rules))
             return
         dead, label = unreadable_folder_entry(key, rel, _unwire(element[3]), layout, self._rules)
         if label is not None:
-            yield beam.pvalue.TaggedOutput(CLASSES, label)
+            yield label
         yield self._emit(dead)
 
     def _read_range(self, rng: _ManifestRange, first: int):
@@ -278,83 +261,90 @@ class _ResolveInputFn(beam.DoFn):
             if problem:  # a row naming a path no file system opens is that row's dead letter
                 entry = (DeadLetter(entry.origin, "bad_manifest_row", f"{shown_name(entry.path)!r}: {problem}")
                          if entry.origin else DeadLetter(shown_name(entry.path), "unreadable", problem))
-        if isinstance(entry, DeadLetter):
-            return beam.pvalue.TaggedOutput(DEAD_LETTERS, entry)
         return entry
 
     def finish_bundle(self):
         self._tally.flush()
 
 
+def folder_tasks(path: str, layout: str, offline: bool = False) -> tuple[FolderTask, ...]:
+    """The listing tasks of a folder input (``inputs.plan_folder_listing``), found before the job runs.
+
+    Offline (a Dataflow dry run) or on a store listed only whole, the one task
+    lists the whole input on a worker.
+
+    Args:
+        path: The folder input.
+        layout: ``--layout``.
+        offline: Touch no storage.
+    """
+    root = path.rstrip("/")
+    if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
+        return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
+    return plan_folder_listing(root, layout, list_store_level if "://" in root else scan_local_folder)
+
+
 class DiscoverImages(beam.PTransform):
     """Lists every input file or manifest row, spread over many elements.
 
-    A folder input is listed level by level: the folder itself, then each of
-    its top folders (class or split folders) as an element of its own, then
-    each folder inside those, with everything below it, as an element of its
-    own (a ``Reshuffle`` before each level spreads them over workers). Its
-    layout (class or split folders) is decided from the top two levels
-    (``inputs.layout_of_levels``). An input manifest (``.csv``, ``.jsonl``) is
-    read in byte ranges of ``range_bytes``, one element each, one row per line
+    A folder input comes as ``FolderTask``s (``inputs.plan_folder_listing``,
+    run before the job: its layout is known and each task lists one part of
+    it), spread over workers. An input manifest (``.csv``, ``.jsonl``) is read
+    in byte ranges of ``range_bytes``, one element each, one row per line
     (``manifest_lines``). A COCO ``.json`` is read whole.
 
-    Input: ``PCollection[str]`` of ``--input`` values (folders or manifests).
-    Output: a ``DoOutputsTuple`` with ``SourceImage`` (main), ``DeadLetter``
-    (``DEAD_LETTERS``; an unreadable folder is one) and class names of
-    unreadable class folders (``CLASSES``), which stay in the class list.
+    Applied to the pipeline. Output: ``PCollection`` of ``SourceImage``,
+    ``DeadLetter`` (an unreadable folder is one) and ``str`` (the class name of
+    an unreadable class folder, which stays in the class list): one output, so
+    that the steps that count them and the steps that read them share a stage.
 
     Args:
         rules: How labels and splits are read.
+        folder_tasks: The listing tasks of every folder input.
+        manifests: The manifest inputs (``.csv``, ``.jsonl``, COCO ``.json``).
         range_bytes: Bytes of an input manifest read as one element.
-        folders: Some input may be a folder (else the folder listing steps are
-            left out of the graph).
-        manifests: Some input may be a ``.csv``/``.jsonl`` manifest (else the
-            manifest range steps are left out).
     """
 
-    def __init__(self, rules: LabelRules, range_bytes: int = MANIFEST_RANGE_BYTES, folders: bool = True,
-                 manifests: bool = True) -> None:
+    def __init__(self, rules: LabelRules, folder_tasks: Sequence[FolderTask] = (),
+                 manifests: Sequence[str] = (), range_bytes: int = MANIFEST_RANGE_BYTES) -> None:
         super().__init__()
         if range_bytes < 1:
             raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
         self._rules = rules
+        self._tasks = list(folder_tasks)
+        self._manifests = list(manifests)
         self._range_bytes = range_bytes
-        self._folders = folders
-        self._manifests = manifests
 
-    def expand(self, roots):
-        started = roots | "StartInputs" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
-            _FILES, _RANGES, main="folders")
-        listed, side = [started[_FILES]], {}
-        if self._folders:
-            outputs = (_FILES, _UNREADABLE, _LEVELS)
-            at_root = started.folders | "ListInputFolders" >> beam.ParDo(_ListFolderFn(0)).with_outputs(
-                *outputs, main="folders")  # (root, top folder)
-            at_top = (at_root.folders
-                      | "SpreadTopFolders" >> beam.Reshuffle()
-                      | "ListTopFolders" >> beam.ParDo(_ListFolderFn(1)).with_outputs(
-                          *outputs, main="folders"))  # (root, folder in a top folder)
-            below = (at_top.folders
-                     | "SpreadSubFolders" >> beam.Reshuffle()
-                     | "ListSubFolders" >> beam.ParDo(_ListFolderFn(2)).with_outputs(*outputs, main="folders"))
-            layouts = ((at_root[_LEVELS], at_top[_LEVELS])
-                       | "AllLevels" >> beam.Flatten()  # (root, TreeLevels)
-                       | "MergeLevels" >> beam.CombinePerKey(merge_levels)
-                       | "ChooseLayouts" >> beam.MapTuple(lambda key, levels: (key, layout_of_levels(levels))))
-            listed += [step[tag] for step in (at_root, at_top, below) for tag in (_FILES, _UNREADABLE)]
-            side["layouts"] = beam.pvalue.AsDict(layouts)
+    @classmethod
+    def of_inputs(cls, inputs: Sequence[str], rules: LabelRules, offline: bool = False,
+                  range_bytes: int = MANIFEST_RANGE_BYTES) -> "DiscoverImages":
+        """The step for these ``--input`` values; their folders' tasks are found now (``folder_tasks``)."""
+        tasks = tuple(task for path in inputs if not is_manifest_path(path)
+                      for task in folder_tasks(path, rules.layout, offline))
+        return cls(rules, tasks, [path for path in inputs if is_manifest_path(path)], range_bytes)
+
+    def expand(self, pbegin):
+        listed, side = [], {}
+        if self._tasks:  # more than one task: Create spreads them over workers
+            listed.append(pbegin
+                          | "FolderTasks" >> beam.Create(self._tasks)
+                          | "ListFolders" >> beam.ParDo(_ListFolderFn(self._rules.layout)))
         if self._manifests:
+            started = (pbegin
+                       | "Manifests" >> beam.Create(self._manifests)
+                       | "StartManifests" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
+                           _RANGES, main="entries"))  # COCO entries, a bad header's dead letter
             ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
             first_lines = (ranges
                            | "CountLines" >> beam.Map(_count_range_lines)  # (manifest, (index, lines))
                            | "GroupRanges" >> beam.GroupByKey()
                            | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
-            listed.append(ranges)
+            listed += [started.entries, ranges]
             side["first_lines"] = beam.pvalue.AsDict(first_lines)
-        return (listed
-                | "AllListed" >> beam.Flatten()
-                | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side).with_outputs(
-                    DEAD_LETTERS, CLASSES, main="main"))
+        if not listed:
+            return pbegin | "NothingListed" >> beam.Create([])
+        elements = listed[0] if len(listed) == 1 else listed | "AllListed" >> beam.Flatten()
+        return elements | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side)
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:

@@ -185,6 +185,101 @@ def levels_of_paths(relpaths: Iterable[str]) -> TreeLevels:
     return TreeLevels(frozenset(tops), root_files, top_files, deeper)
 
 
+@dataclass(frozen=True)
+class FolderTask:
+    """One listing of a folder input, done by one worker (``plan_folder_listing``).
+
+    Attributes:
+        root: The folder input as given, without a trailing ``/``.
+        folder: What to list: a local folder, or a store prefix ending in ``/``.
+        below: Every file below ``folder`` (else only the files directly in it).
+        layout: ``classes`` or ``splits``; None: the worker lists the whole
+            input and decides its layout from every path (``levels_of_paths``).
+    """
+
+    root: str
+    folder: str
+    below: bool
+    layout: str | None
+
+
+def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
+    """Decides a folder input's layout from its top levels and cuts its listing into tasks.
+
+    Only folders are looked at here, never a whole folder of files: the root,
+    then (for ``auto`` without a known split name) the top folders until a
+    file shows the layout is ``classes``, then the split folders of a
+    ``splits`` layout. The files are listed by the tasks, in parallel: the
+    root's own files; for ``classes``, each top folder with everything below
+    it; for ``splits``, each split folder's own files and each folder inside
+    it with everything below it. A folder that cannot be listed here is left
+    to its task, which reports it as the listing always has.
+
+    Args:
+        root: The folder input, without a trailing ``/``.
+        layout: ``auto``, ``classes`` or ``splits`` (``--layout``).
+        scan: ``folder -> iterable of (path, is_folder)`` of one level
+            (``file_access.scan_local_folder`` or ``list_store_level``); a
+            folder is given back as it is to be listed (a store prefix with
+            its ``/``); raises ``OSError`` when the folder cannot be listed.
+    """
+    prefix = root + "/"
+    store = "://" in root
+    where = prefix if store else (root or "/")
+
+    def rel_of(path: str) -> str:
+        return path[len(prefix):].rstrip("/") if path.startswith(prefix) else path.rstrip("/")
+
+    tops: list[str] = []
+    root_files = False
+    try:
+        for path, is_folder in scan(where):
+            if is_folder:
+                tops.append(path)
+            elif not is_hidden(rel_of(path)):
+                root_files = True
+    except OSError:
+        return (FolderTask(root, where, False, "classes" if layout == "auto" else layout),)
+    if layout == "auto":
+        names = frozenset(rel_of(top) for top in tops if not is_hidden(rel_of(top)))
+        layout = layout_of_levels(TreeLevels(names, root_files, *_top_levels(tops, scan, rel_of, root_files)))
+    tasks = [FolderTask(root, where, False, layout)]
+    for top in tops:
+        if layout == "classes":
+            tasks.append(FolderTask(root, top, True, layout))
+            continue
+        tasks.append(FolderTask(root, top, False, layout))
+        try:
+            tasks.extend(FolderTask(root, path, True, layout) for path, is_folder in scan(top) if is_folder)
+        except OSError:
+            pass  # the split folder's own task reports it
+    return tuple(tasks)
+
+
+def _top_levels(tops: Sequence[str], scan, rel_of, root_files: bool) -> tuple[bool, bool]:
+    """``(top_files, deeper)`` of ``TreeLevels``, as far as the layout needs them.
+
+    A file in the root or in a top folder makes the layout ``classes``
+    whatever else is there, so scanning stops at the first one.
+    """
+    deeper = False
+    if root_files:
+        return False, deeper
+    for top in tops:
+        if is_hidden(rel_of(top)):
+            continue
+        try:
+            for path, is_folder in scan(top):
+                if is_hidden(rel_of(path)):
+                    continue
+                if not is_folder:
+                    return True, deeper
+                deeper = True
+        except OSError:
+            continue  # an unreadable top folder shows nothing, as in a listing
+    return False, deeper
+
+
 def layout_of_levels(levels: TreeLevels) -> str:
     """Decides from a folder input's top two levels whether it holds class folders or split folders.
 
