@@ -39,7 +39,7 @@ from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.build_steps import (DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
-                                    DiscoverImages, ImageRecordMaker, folder_tasks, InspectImages, ReadPublishedKeys,
+                                    CollectSplitNames, DiscoverImages, ImageRecordMaker, folder_tasks, InspectImages, ReadPublishedKeys,
                                     RejectDuplicateImages, RejectDuplicatePaths, image_order)
 from transforms.file_access import file_size, local_bytes_at_least, open_for_read, read_at_most
 from transforms.images.items import SourceImage
@@ -364,10 +364,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     published = written = None
     if shards:
         published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
-        written = beam.pvalue.AsSingleton(inspected.main
-                                          | "SplitOfEach" >> beam.Map(_split_of)
-                                          | "DistinctSplits" >> beam.Distinct()
-                                          | "CollectSplits" >> beam.combiners.ToList())
+        written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
+                                          default_value=[])  # the splits this run writes to
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written)
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,

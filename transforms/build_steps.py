@@ -43,7 +43,7 @@ from transforms.tfrecord.run_files import FramedRecord
 
 __all__ = ["DEAD_LETTERS", "DEFAULT_MAX_IMAGE_BYTES", "DiscoverImages", "InspectImages",
            "ImageRecordMaker", "folder_tasks", "image_order", "read_source", "RejectDuplicatePaths",
-           "RejectDuplicateImages", "ReadPublishedKeys", "PublishedCopy", "ListingFacts", "CollectListingFacts"]
+           "RejectDuplicateImages", "ReadPublishedKeys", "PublishedCopy", "ListingFacts", "CollectListingFacts", "CollectSplitNames"]
 
 _LOG = logging.getLogger(__name__)
 # The tag of every build step's rejected inputs (DeadLetter); main outputs are "main".
@@ -867,6 +867,40 @@ def _keep_one_copy(keyed, written: Sequence[str] | None = None):
                 f"{same}: this copy is in split {meta.source.split!r}, that one in split "
                 f"{kept.source.split!r}; an image belongs to one split only, and "
                 f"{kept.source.split!r} keeps it (test, validation, val, other splits, train)"))
+
+
+class _SplitNamesFn(beam.CombineFn):
+    """Split names -> the sorted list of the distinct ones."""
+
+    def create_accumulator(self) -> set:
+        return set()
+
+    def add_input(self, acc: set, split: str) -> set:
+        acc.add(split)
+        return acc
+
+    def merge_accumulators(self, accs) -> set:
+        return set().union(*accs)
+
+    def extract_output(self, acc: set) -> list[str]:
+        return sorted(acc)
+
+
+class CollectSplitNames(beam.PTransform):
+    """Items -> one sorted list of the splits they are in (no item: no element), in one combine.
+
+    Args:
+        split_of: item -> split name.
+    """
+
+    def __init__(self, split_of) -> None:
+        super().__init__()
+        self._split_of = split_of
+
+    def expand(self, items):
+        return (items
+                | "SplitOfEach" >> beam.Map(self._split_of)
+                | "Combine" >> beam.CombineGlobally(_SplitNamesFn()).without_defaults())
 
 
 class RejectDuplicatePaths(beam.PTransform):

@@ -1,0 +1,64 @@
+"""How many fused stages the build job runs on the DirectRunner: each costs every worker a set-up.
+
+Counted as ``benchmarks/scaling.py`` counts them (``benchmarks/child_usage.py
+--count_stages``: the stage list the FnApiRunner executes after fusion), in a
+process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.imagegen import jpeg, png
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _stages(tmp_path, module: str, *args: str) -> list[str]:
+    usage = tmp_path / f"usage-{len(list(tmp_path.iterdir()))}.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.child_usage", str(usage), "--count_stages",
+                           module, *args], cwd=_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (pipeline,) = json.loads(usage.read_text())["pipelines"]
+    return pipeline["stage_names"]
+
+
+def _images(root, layout: str) -> None:
+    for s, split in enumerate(("train", "test") if layout == "splits" else ("",)):
+        for c, name in enumerate(("daisy", "rose", "tulip")):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(4):
+                data = jpeg(size=(16 + i, 12 + c + 3 * s)) if i % 2 else png(size=(10 + i, 8 + c + 3 * s))
+                (folder / f"{i}.{'jpg' if i % 2 else 'png'}").write_bytes(data)
+
+
+@pytest.mark.parametrize("layout", ["classes", "splits"])
+def test_a_folder_build_runs_at_most_ten_stages(tmp_path, layout) -> None:
+    _images(tmp_path / "in", layout)
+    names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in"),
+                    "--output_dir", str(tmp_path / "out"), "--num_shards", "3")
+    assert len(names) <= 10, "\n".join(names)
+    assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_build_from_a_manifest_and_with_published_splits_stays_small(tmp_path) -> None:
+    _images(tmp_path / "in", "classes")
+    for i in range(3):
+        (tmp_path / f"new{i}.png").write_bytes(png(size=(40 + i, 30)))
+    rows = ["path,label"] + [f"{tmp_path / f'new{i}.png'},rose" for i in range(3)]
+    (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
+    # A split of its own first, so that the second run also reads the published images' keys.
+    _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in"),
+            "--output_dir", str(tmp_path / "out"), "--split", "validation")
+    names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "list.csv"),
+                    "--output_dir", str(tmp_path / "out"), "--split", "train",
+                    "--class_names", "daisy,rose,tulip")
+    # Beside the folder build's 10: the manifest's ranges (3), the splits written and the
+    # published keys (3).
+    assert len(names) <= 16, "\n".join(names)
