@@ -37,6 +37,9 @@ Columns:
   coordinator is the process tree's total from ``wait4`` less that. A worker
   still alive at the end (none expected) is read with psutil and counted, and
   shown in the JSON as ``unreaped``;
+- **CPU s small** and **+ per added worker**: the whole small run's CPU seconds
+  (all processes, start-up included), and what each worker beyond the first
+  row's worker count adds to it: (CPU(n) - CPU(first)) / (n - first);
 - **fused stages**: the number of stages the FnApiRunner executes for the
   job's pipeline, read in the run itself: ``child_usage.py --count_stages``
   records the length of the stage list ``FnApiRunner.run_stages`` receives
@@ -397,8 +400,12 @@ def _rows(cells: dict, cases: list[Case], workers: list[int], probes: dict) -> l
                                     for r in c.runs] for s, c in (("small", small), ("large", large))},
                    "rss_tree_mib_large": round(statistics.median(r.rss_tree for r in large.runs) / 2**20),
                    "fused_stages": sorted({tuple(r.stages) for c in (small, large) for r in c.runs})}
+            row["cpu_small"] = round(statistics.median(each("cpu", small)), 2)
             if base is None:
-                base = row["s_per_gb"]
+                base, base_cpu, base_n = row["s_per_gb"], row["cpu_small"], n
+            # What each worker beyond the first row's adds to the whole small run's CPU.
+            row["cpu_s_per_added_worker"] = (round((row["cpu_small"] - base_cpu) / (n - base_n), 2)
+                                             if n > base_n else None)
             row["speedup_vs_first"] = (round(base / row["s_per_gb"], 2)
                                        if base and row["s_per_gb"] and row["s_per_gb"] > 0 else None)
             probe = probes.get((case.name, n))
@@ -419,8 +426,9 @@ def table(rows: list[dict]) -> str:
     """The Markdown table of ``_rows``."""
     first = rows[0]["workers"] if rows else 1
     lines = [f"| case | workers | wall s small / large | marginal s/GB | speed-up vs {first} | "
-             "CPU s/GB all | coordinator | workers | fused stages | read / input byte | opens / file |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "CPU s/GB all | coordinator | workers | CPU s small | + per added worker | fused stages | "
+             "read / input byte | opens / file |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         stages = ", ".join("+".join(str(s) for s in run) or "-" for run in row["fused_stages"])
         probe = row.get("probe", {})
@@ -429,7 +437,7 @@ def table(rows: list[dict]) -> str:
             f"{row['seconds']['large']:.1f} | {_fmt(row['s_per_gb'])} | "
             f"{_fmt(row['speedup_vs_first'], 2)} | {_fmt(row['cpu_s_per_gb'])} | "
             f"{_fmt(row['coordinator_cpu_s_per_gb'])} | {_fmt(row['workers_cpu_s_per_gb'])} | "
-            f"{stages} | {_fmt(probe.get('read_per_input_byte'), 3)} | "
+            f"{_fmt(row.get('cpu_small'))} | {_fmt(row.get('cpu_s_per_added_worker'), 2)} | {stages} | {_fmt(probe.get('read_per_input_byte'), 3)} | "
             f"{_fmt(probe.get('opens_per_file'), 2)} |")
     return "\n".join(lines)
 
