@@ -350,8 +350,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     fixed = list(cfg.labels) if cfg.labels is not None else None
     labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else list(f.classes))
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
-    sources = listed | "ImagesListed" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
-    listing_dead = listed | "ListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
+    sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
+    listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
     unique = sources | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     inspected = unique.main | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,

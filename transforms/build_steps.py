@@ -327,11 +327,11 @@ class DiscoverImages(beam.PTransform):
         listed, side = [], {}
         if self._tasks:  # more than one task: Create spreads them over workers
             listed.append(pbegin
-                          | "FolderTasks" >> beam.Create(self._tasks)
+                          | "CreateFolderTasks" >> beam.Create(self._tasks)
                           | "ListFolders" >> beam.ParDo(_ListFolderFn(self._rules.layout)))
         if self._manifests:
             started = (pbegin
-                       | "Manifests" >> beam.Create(self._manifests)
+                       | "CreateManifestInputs" >> beam.Create(self._manifests)
                        | "StartManifests" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
                            _RANGES, main="entries"))  # COCO entries, a bad header's dead letter
             ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
@@ -342,7 +342,7 @@ class DiscoverImages(beam.PTransform):
             listed += [started.entries, ranges]
             side["first_lines"] = beam.pvalue.AsDict(first_lines)
         if not listed:
-            return pbegin | "NothingListed" >> beam.Create([])
+            return pbegin | "ListNothing" >> beam.Create([])
         elements = listed[0] if len(listed) == 1 else listed | "AllListed" >> beam.Flatten()
         return elements | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side)
 
