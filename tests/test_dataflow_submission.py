@@ -25,7 +25,7 @@ pytest.importorskip("apache_beam.runners.dataflow.internal.apiclient",
                     reason="needs apache-beam[gcp] (pip install -e '.[test]')")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = ("Inputs", "Discover", "Inspect", "RejectDuplicateImages", "Plan", "Write", "Publish")
+STEPS = ("Discover", "Inspect", "RejectDuplicateImages", "Plan", "Write", "Publish")
 
 
 @pytest.fixture(scope="module")
