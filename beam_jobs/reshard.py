@@ -34,9 +34,9 @@ from beam_jobs.cli.flags import ShardingOptions
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import check_split_name
-from transforms.reshard_steps import (CollectClassNames, CollectFeatureSpec, MatchInputFiles,
-                                      ToRecordItems, damaged_span, input_files, item_order, item_size,
-                                      item_split, RecordCopy)
+from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ToRecordItems,
+                                      damaged_span, input_files, item_order, item_size, item_split,
+                                      RecordCopy)
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
@@ -141,16 +141,16 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                 max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
     if cfg.skip_corrupt:
         records, errors = read[RECORDS], read[ERRORS]
-        dead = errors | "DamagedSpans" >> beam.Map(damaged_span)
+        dead = errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
     else:
-        records = read
-        dead = p | "NoDeadLetters" >> beam.Create([])
+        records, dead = read, None  # no dead letters, and no step for them
     items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped
-        cfg.seed, cfg.split, staging=(cfg.output_dir, cfg.policy.run_id))
-    inputs = ((items | "OneEach" >> beam.Map(lambda _: 1),
-               dead | "OneEachDead" >> beam.Map(lambda _: 1))
-              | "AllInputs" >> beam.Flatten()
-              | "CountInputs" >> beam.CombineGlobally(sum))
+        cfg.seed, cfg.split, staging=(cfg.output_dir, cfg.policy.run_id))  # RecordItem
+    # One combine: records read (and damaged stretches), class names and feature spec.
+    facts = items | "CollectFacts" >> CollectRecordFacts(dead)  # one RecordFacts
+    inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
+    labels = facts | "ClassNames" >> beam.Map(lambda f: list(f.class_names))
+    spec = facts | "FeatureSpec" >> beam.Map(lambda f: dict(f.feature_spec))
     plan = (items
             | "ForPlanning" >> beam.Map(RecordItem.for_planning)  # planning groups hold no more
             | "Plan" >> PlanShards(split_of=item_split, order_of=item_order, size_of=item_size,
@@ -161,9 +161,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     fields = {"created_by": "reshard", "options": cfg.options, "seed": cfg.seed}
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
-        totals=plan[TOTALS],
-        dead_letters=dead, labels=items | "CollectClassNames" >> CollectClassNames(), inputs=inputs,
-        feature_spec=items | "CollectFeatureSpec" >> CollectFeatureSpec(), sidecar_files=tfds_files)
+        totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,
+        feature_spec=spec, sidecar_files=tfds_files)
 
 
 HELP = JobHelp(

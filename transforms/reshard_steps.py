@@ -16,13 +16,14 @@ from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFES
 from transforms.shardset.tfds_metadata import is_tfds_file
 from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.record_items import (FeatureTally, RecordItem, input_split, label_pairs,
-                                              labels_from_pairs, record_item)
+from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split,
+                                              record_item)
 from transforms.run_file_io import BundleRunFile, RecordCopier
 from transforms.tfrecord.run_files import FramedRecord
 
-__all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectClassNames", "CollectFeatureSpec", "damaged_span", "record_of",
-           "RecordCopy", "item_order", "item_size", "item_split"]
+__all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
+           "CollectFeatureSpec", "damaged_span", "record_of", "RecordCopy", "item_order", "item_size",
+           "item_split"]
 
 
 # A shard set's own companions, which a pattern such as ``old/*`` also matches.
@@ -178,38 +179,75 @@ class ToRecordItems(beam.PTransform):
         return records | "ToItem" >> beam.ParDo(_ToItemFn(self._seed, self._split, self._staging))
 
 
-class CollectClassNames(beam.PTransform):
-    """``PCollection[RecordItem]`` -> one element: class names in index order, or []."""
+class _RecordFactsFn(beam.CombineFn):
+    """RecordItem -> ``RecordFacts``; the accumulator is a ``RecordTally``."""
 
-    def expand(self, items):
-        return (items
-                | "LabelPairs" >> beam.FlatMap(label_pairs)
-                | "DistinctPairs" >> beam.Distinct()
-                | "CollectPairs" >> beam.combiners.ToList()
-                | "NamesInOrder" >> beam.Map(labels_from_pairs))
-
-
-class _TallyFn(beam.CombineFn):
     def create_accumulator(self):
-        return FeatureTally()
+        return RecordTally()
 
-    def add_input(self, acc, features):
-        return acc.add(features)
+    def add_input(self, acc, item):
+        return acc.add(item)
 
     def merge_accumulators(self, accs):
-        merged = FeatureTally()
+        merged = RecordTally()
         for acc in accs:
-            merged = merged.merge(acc)
+            merged.merge(acc)
         return merged
 
     def extract_output(self, acc):
-        return acc.spec()
+        return acc.facts()
 
 
-class CollectFeatureSpec(beam.PTransform):
-    """``PCollection[RecordItem]`` -> one element: the features every record carries."""
+def _count_dead_letters(facts: RecordFacts, dead_letters) -> RecordFacts:
+    return facts.with_dead_letters(sum(1 for _ in dead_letters))
+
+
+class CollectRecordFacts(beam.PTransform):
+    """``PCollection[RecordItem]`` -> one ``RecordFacts``: records read, class names, feature spec.
+
+    One combine gives the three together, where each had a global step of its
+    own (``CollectClassNames``, ``CollectFeatureSpec`` and a count). Without ``dead_letters``, no records give no element (readers
+    of it as a side input give their defaults); with them, there is always
+    one element, counting them too (every input may be damaged).
+
+    Args:
+        dead_letters: ``PCollection[DeadLetter]`` of the damaged stretches of
+            the inputs, read as a side input (no flatten step), or None.
+    """
+
+    def __init__(self, dead_letters: beam.PCollection | None = None) -> None:
+        super().__init__()
+        self._dead_letters = dead_letters
+
+    def expand(self, items):
+        if self._dead_letters is None:
+            # Without a default for no records (a step of its own).
+            return items | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn()).without_defaults()
+        return (items
+                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())  # RecordFacts, even of nothing
+                | "CountDeadLetters" >> beam.Map(_count_dead_letters,
+                                                 beam.pvalue.AsIter(self._dead_letters)))
+
+
+class CollectClassNames(beam.PTransform):
+    """``PCollection[RecordItem]`` -> one element: class names in index order, or [].
+
+    The reshard job gets them with its other facts (``CollectRecordFacts``).
+    """
 
     def expand(self, items):
         return (items
-                | "Features" >> beam.Map(lambda it: it.features)
-                | "Tally" >> beam.CombineGlobally(_TallyFn()))
+                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())
+                | "ClassNames" >> beam.Map(lambda facts: list(facts.class_names)))
+
+
+class CollectFeatureSpec(beam.PTransform):
+    """``PCollection[RecordItem]`` -> one element: the features every record carries.
+
+    The reshard job gets them with its other facts (``CollectRecordFacts``).
+    """
+
+    def expand(self, items):
+        return (items
+                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())
+                | "FeatureSpec" >> beam.Map(lambda facts: dict(facts.feature_spec)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
 
 from transforms.errors import ExampleError, ShardsError
 from transforms.example.codec import decode_example
@@ -14,7 +14,8 @@ from transforms.tfrecord.run_files import RunSlice
 from transforms.shardset.naming import split_of_shard
 from transforms.shardset.planning import order_key
 
-__all__ = ["RecordItem", "record_item", "input_split", "label_pairs", "labels_from_pairs", "FeatureTally"]
+__all__ = ["RecordItem", "record_item", "input_split", "label_pairs", "labels_from_pairs", "FeatureTally",
+           "RecordFacts", "RecordTally"]
 
 
 @dataclass(frozen=True)
@@ -171,3 +172,85 @@ class FeatureTally:
             merged[(name, base)] = (total + count, listed or many)
         return {name: f"{base}_list" if listed else base
                 for (name, base), (count, listed) in sorted(merged.items()) if count == self.records}
+
+
+@dataclass(frozen=True)
+class RecordFacts:
+    """What all the records read say together, for the manifest.
+
+    Attributes:
+        records: Records read.
+        dead_letters: Damaged stretches of the inputs, when counted
+            (``with_dead_letters``); each is one input.
+        class_names: Class names in index order (``labels_from_pairs`` of
+            every record's pairs), or empty.
+        feature_spec: Feature name -> kind (``FeatureTally.spec``).
+    """
+
+    records: int = 0
+    dead_letters: int = 0
+    class_names: tuple[str, ...] = ()
+    feature_spec: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> int:
+        """Inputs: every record read and every damaged stretch."""
+        return self.records + self.dead_letters
+
+    def with_dead_letters(self, count: int) -> "RecordFacts":
+        """These facts with ``count`` damaged stretches among the inputs."""
+        return dataclasses.replace(self, dead_letters=count)
+
+
+@dataclass
+class RecordTally:
+    """Gathers ``RecordFacts`` one record at a time: the count, the class names and the features.
+
+    ``add`` and ``merge`` change this tally and return it (a combine's
+    accumulator). It holds one name per class index and one count per
+    feature, whatever the number of records.
+
+    Attributes:
+        records: Records added.
+        names: Class index -> name from the records' ``label_pairs``; None once
+            two records give one index different names (no class names then).
+        features: ``(name, kind)`` -> records carrying it (as ``FeatureTally``).
+    """
+
+    records: int = 0
+    names: dict[int, str] | None = field(default_factory=dict)
+    features: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def add(self, item: RecordItem) -> "RecordTally":
+        """Counts ``item``, its class names and its features."""
+        self.records += 1
+        self._add_names(label_pairs(item))
+        for pair in item.features:
+            self.features[pair] = self.features.get(pair, 0) + 1
+        return self
+
+    def merge(self, other: "RecordTally") -> "RecordTally":
+        """Adds what ``other`` gathered."""
+        self.records += other.records
+        if other.names is None:
+            self.names = None
+        else:
+            self._add_names(other.names.items())
+        for pair, count in other.features.items():
+            self.features[pair] = self.features.get(pair, 0) + count
+        return self
+
+    def facts(self) -> RecordFacts:
+        """The facts gathered: the same class names and feature spec as ``labels_from_pairs``
+        and ``FeatureTally`` give for these records."""
+        names = labels_from_pairs(self.names.items()) if self.names is not None else []
+        return RecordFacts(self.records, 0, tuple(names),
+                           FeatureTally(self.records, dict(self.features)).spec())
+
+    def _add_names(self, pairs: Iterable[tuple[int, str]]) -> None:
+        if self.names is None:
+            return
+        for label, text in pairs:
+            if self.names.setdefault(label, text) != text:
+                self.names = None
+                return
