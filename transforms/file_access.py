@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
 import posixpath
 import stat
@@ -35,6 +36,7 @@ from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import beam_compat
+from transforms.images.inputs import TreeLevels, layout_of_levels
 
 try:  # present with apache-beam[aws]
     from apache_beam.io.aws.clients.s3.messages import S3ClientError
@@ -45,11 +47,13 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 __all__ = ["path_problem", "open_for_read", "read_bytes", "naming_s3_errors", "exact_file", "is_folder",
            "match_files", "same_file", "WILDCARDS", "NotRegularFileError", "file_size",
            "read_at_most", "peek_local", "LocalListing", "list_local_tree", "walk_local_tree",
-           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "RangeReader", "local_bytes_at_least"]
+           "scan_local_folder", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "RangeReader", "local_bytes_at_least",
+           "folder_layout"]
 
 # Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
 WILDCARDS = "*?["
 
+_LOG = logging.getLogger(__name__)
 _local = threading.local()
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT}
 
@@ -433,6 +437,54 @@ def list_store_below(prefix: str) -> Iterator[str]:
         ValueError: ``prefix`` is not on gs:// or s3://.
     """
     return (path for path, _ in _list_store(prefix, by_level=False))
+
+
+def _names_of_level(folder: str) -> Iterator[tuple[str, bool]]:
+    """``(name, is_folder)`` of the entries one level below a local, gs:// or s3:// folder."""
+    if _is_local(folder):
+        for path, is_dir in scan_local_folder(folder or "/"):
+            yield os.path.basename(path), is_dir
+        return
+    prefix = folder.rstrip("/") + "/"
+    for path, is_prefix in list_store_level(prefix):
+        yield path[len(prefix):].rstrip("/"), is_prefix
+
+
+def folder_layout(root: str) -> str | None:
+    """The layout of a folder input, ``classes`` or ``splits``, as the build decides it, listing as
+    few folders as decide it; None where that cannot be known without listing it whole.
+
+    The build decides from the top two levels (``inputs.layout_of_levels``):
+    this lists the folder, then its top folders one by one until one holds a
+    file, which decides for class folders. Hidden names do not count. None
+    for a store that cannot be listed level by level, and for a folder that
+    cannot be listed (the build reports it).
+    """
+    if not (_is_local(root) or root.startswith(LEVEL_SCHEMES)):
+        return None
+    key = root.rstrip("/")
+    try:
+        with naming_s3_errors(root):
+            return _layout_of_top_levels(key)
+    except Exception as err:  # stores' clients raise many types; the build lists it and reports them
+        _LOG.debug("cannot tell the layout of %s before listing it: %s", root, err)
+        return None
+
+
+def _layout_of_top_levels(key: str) -> str:
+    """``folder_layout`` of a folder that can be listed level by level (its key has no trailing ``/``)."""
+    listed = [(name, is_dir) for name, is_dir in _names_of_level(key) if name and not name.startswith(".")]
+    levels = TreeLevels(tops=frozenset(name for name, is_dir in listed if is_dir),
+                        root_files=any(not is_dir for _, is_dir in listed))
+    if levels.root_files or layout_of_levels(levels) == "splits":
+        return layout_of_levels(levels)
+    deeper = False
+    for top in sorted(levels.tops):
+        below = [is_dir for name, is_dir in _names_of_level(f"{key}/{top}") if not name.startswith(".")]
+        if not all(below):  # a file directly in a top folder: class folders
+            return "classes"
+        deeper = deeper or bool(below)
+    return layout_of_levels(TreeLevels(tops=levels.tops, deeper=deeper))
 
 
 @contextlib.contextmanager
