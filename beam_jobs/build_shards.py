@@ -49,7 +49,7 @@ from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
-from transforms.output_folder import published_shards
+from transforms.output_folder import check_replaced_splits, published_shards
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 
@@ -263,11 +263,15 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         problem = None if is_manifest_path(path) else opt.overlap_problem(path, shared.output_dir)
         if problem:
             raise UsageError(problem)
+    tasks = tuple(task for path in shared.input if not is_manifest_path(path)
+                  for task in folder_tasks(path, build.layout, offline=dataflow_dry_run(options)))
+    if not dataflow_dry_run(options) and not shared.replace:
+        layouts = {task.root: task.layout for task in tasks}
+        check_replaced_splits(shared.output_dir, shared.input,
+                              lambda: _unsplit_splits(shared.input, layouts, rules))
     size = None if dataflow_dry_run(options) else local_bytes_at_least(
         shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
-    tasks = tuple(task for path in shared.input if not is_manifest_path(path)
-                  for task in folder_tasks(path, build.layout, offline=dataflow_dry_run(options)))
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
         rules=rules, labels=labels, settings=settings,
@@ -307,14 +311,21 @@ def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSet
             "write_threads": threads if requested or remote else 1}
 
 
-def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
-    """Refuses a CSV manifest with a column that is neither path/label/split nor a --feature."""
+def _csv_columns(path: str) -> list[str] | None:
+    """A CSV manifest's columns, from its first line; None if they cannot be read."""
     with FileSystems.open(path) as fh:
         first = fh.readline().decode("utf-8-sig", "replace")
     try:
-        header = next(csv.reader([first]), [])
+        return next(csv.reader([first]), [])
     except csv.Error:
-        return  # the listing step reports an unreadable header
+        return None  # the listing step reports an unreadable header
+
+
+def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
+    """Refuses a CSV manifest with a column that is neither path/label/split nor a --feature."""
+    header = _csv_columns(path)
+    if header is None:
+        return
     undeclared = undeclared_columns(header, declared)
     if undeclared:
         raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; "
@@ -322,9 +333,32 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
                          f"{', '.join(FEATURE_TYPES)}) or remove it")
 
 
+def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
+    """The splits a build writes whatever its inputs hold, known before they are listed.
+
+    The images of class folders (``--layout classes``, or as the folder's top
+    levels show: ``layouts``, folder input -> layout of its listing tasks, None
+    where only a worker's whole listing tells), of a CSV manifest without a
+    ``split`` column and of a COCO
+    file go to ``--split`` (or the ``--split_fractions`` splits); split
+    folders and JSON Lines rows may name their own, known once listed (the
+    publish step checks those).
+    """
+    for path in inputs:
+        if is_coco_path(path):
+            unsplit = True
+        elif is_manifest_path(path):
+            unsplit = path.lower().endswith(".csv") and "split" not in (_csv_columns(path) or ["split"])
+        else:
+            unsplit = layouts.get(path.rstrip("/")) == "classes"
+        if unsplit:
+            return set(rules.split_fractions) or {rules.split}
+    return set()
+
+
 _SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
                  "max_bad_fraction")
-# --overwrite_unlisted_shards and --drop_other_splits say how to publish, not what, and
+# --overwrite_unlisted_shards, --drop_other_splits and --replace say how to publish, not what, and
 # --image_threads how fast: not in the manifest (outputs do not depend on them).
 _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
               "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
@@ -388,7 +422,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
 
 HELP = JobHelp(
     summary="Build balanced, shuffled TFRecord shards from images and labels (see README.md).",
-    options=(BuildOptions,), shared=_SHARED_FLAGS + ("overwrite_unlisted_shards", "drop_other_splits"),
+    options=(BuildOptions,),
+    shared=_SHARED_FLAGS + ("overwrite_unlisted_shards", "drop_other_splits", "replace"),
     required=("input", "output_dir"),
     groups={"layout": "inputs", "label_regex": "labels and splits", "class_names": "labels and splits",
             "labels_file": "labels and splits", "split_fractions": "labels and splits",

@@ -41,6 +41,7 @@ from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import reshard_progress
+from transforms.output_folder import check_replaced_splits
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import READ_COMPRESSIONS
@@ -115,6 +116,9 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
                 input_split(path, shared.split)
             except ShardsError as err:
                 raise UsageError(f"--input {err}") from err
+    if not dry_run and not shared.replace:  # each file's split is known: checked before any is read
+        check_replaced_splits(shared.output_dir, shared.input,
+                              lambda: {input_split(f.path, shared.split) for f in files})
     return ReshardConfig(
         inputs=tuple(shared.input), files=files, output_dir=output or "/", split=shared.split,
         target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
@@ -169,7 +173,7 @@ HELP = JobHelp(
     summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
     options=(ReshardOptions, opt.RecordReadingOptions),
     shared=("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-            "overwrite_unlisted_shards", "drop_other_splits", "max_bad_fraction"),
+            "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction"),
     required=("input", "output_dir"),
     groups={"input_compression": "inputs", "skip_corrupt": "failures", "max_record_mb": "inputs"},
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")

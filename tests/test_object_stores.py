@@ -125,6 +125,11 @@ def _assert_same_as_local(bucket, prefix: str, local_out: str) -> None:
     manifest = json.loads(bucket.get(f"{prefix}/manifest.json"))
     with open(os.path.join(local_out, "manifest.json"), "rb") as fh:
         local_manifest = json.load(fh)
+    assert manifest["options"]["input"] == [manifest["splits"]["train"]["built_from"][0]]  # the bucket's raw/
+    assert manifest["splits"]["train"]["built_from"][0].endswith("/raw")
+    for splits in (manifest["splits"], local_manifest["splits"]):  # built from other --input values
+        for split in splits.values():
+            del split["built_from"]
     assert manifest["splits"] == local_manifest["splits"]
     assert manifest["labels"] == local_manifest["labels"] == ["daisy", "rose", "tulip"]
     assert bucket.get(f"{prefix}/shards.jsonl") == open(os.path.join(local_out, "shards.jsonl"), "rb").read()

@@ -63,6 +63,11 @@ def _get(client, key: str) -> bytes:
     return client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
 
+def _without_inputs(splits: dict) -> dict:
+    """A manifest's splits without the ``--input`` values that built them."""
+    return {name: {k: v for k, v in split.items() if k != "built_from"} for name, split in splits.items()}
+
+
 def _assert_like_local(client, prefix: str, local: str) -> None:
     """The published objects are the local build's files, byte for byte (the manifest's splits too)."""
     names = sorted(folder_bytes(local))  # index/ included
@@ -70,8 +75,10 @@ def _assert_like_local(client, prefix: str, local: str) -> None:
     for name in names:
         with open(os.path.join(local, name), "rb") as fh:
             data = fh.read()
-        if name == "manifest.json":  # it also records --input, which differs
-            assert json.loads(_get(client, f"{prefix}/{name}"))["splits"] == json.loads(data)["splits"]
+        if name == "manifest.json":  # it records --input (options, each split's built_from): differs
+            published = json.loads(_get(client, f"{prefix}/{name}"))["splits"]
+            assert {split["built_from"][0][:5] for split in published.values()} == {"s3://"}
+            assert _without_inputs(published) == _without_inputs(json.loads(data)["splits"])
         else:
             assert _get(client, f"{prefix}/{name}") == data, name
 
@@ -155,9 +162,9 @@ def test_a_failed_publish_leaves_no_manifest_and_a_rerun_converges(s3_server, st
     for name, data in folder_bytes(old).items():
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/{name}", Body=data)
     fault = Fault("PUT", rf"/{prefix}/train-00001-of-00003\.tfrecord$", 1000, 403, header="x-amz-copy-source")
-    with FaultProxy(s3_server.port, [fault]) as proxy:
+    with FaultProxy(s3_server.port, [fault]) as proxy:  # other inputs built the old train: --replace
         status, _, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw", "--output_dir",
-                                   f"s3://{BUCKET}/{prefix}", *FLAGS, *_s3_flags(proxy.url))
+                                   f"s3://{BUCKET}/{prefix}", "--replace", *FLAGS, *_s3_flags(proxy.url))
     assert status == 1 and fault.failed >= 1
     line = _one_failure_line(err)
     assert "Rename" in line and f"s3://{BUCKET}/{prefix}/train-00001-of-00003.tfrecord" in line, line
@@ -165,6 +172,6 @@ def test_a_failed_publish_leaves_no_manifest_and_a_rerun_converges(s3_server, st
     _assert_manifest_matches_objects(client, prefix)
     with FaultProxy(s3_server.port) as proxy:  # the same job again, without faults
         status, _, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw", "--output_dir",
-                                   f"s3://{BUCKET}/{prefix}", *FLAGS, *_s3_flags(proxy.url))
+                                   f"s3://{BUCKET}/{prefix}", "--replace", *FLAGS, *_s3_flags(proxy.url))
     assert status == 0, err
     _assert_like_local(client, prefix, local)  # old shards and the failed run's staging are gone

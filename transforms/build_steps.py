@@ -281,7 +281,13 @@ def folder_tasks(path: str, layout: str, offline: bool = False) -> tuple[FolderT
     root = path.rstrip("/")
     if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
         return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
-    return plan_folder_listing(root, layout, list_store_level if "://" in root else scan_local_folder)
+    return plan_folder_listing(root, layout, _scan_store if "://" in root else scan_local_folder)
+
+
+def _scan_store(prefix: str):
+    """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix."""
+    with naming_s3_errors(prefix):
+        yield from list_store_level(prefix)
 
 
 class DiscoverImages(beam.PTransform):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
 import posixpath
 import stat
@@ -50,6 +51,7 @@ __all__ = ["path_problem", "open_for_read", "read_bytes", "naming_s3_errors", "e
 # Characters Beam's FileSystems.match reads as wildcards anywhere in a pattern.
 WILDCARDS = "*?["
 
+_LOG = logging.getLogger(__name__)
 _local = threading.local()
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT}
 

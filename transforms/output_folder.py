@@ -20,7 +20,10 @@ The I/O around ``transforms.shardset.run_lock`` and ``transforms.shardset.owners
 - ``delete_tree``: a folder and what it holds; on local disk it never
   descends through a link (a link below the folder is removed as a link) and
   refuses a folder that is itself a link;
-- ``free_bytes``: free space of a local folder, for a disk-full message.
+- ``free_bytes``: free space of a local folder, for a disk-full message;
+- ``published_manifest`` / ``check_replaced_splits``: the published set's
+  ``manifest.json`` alone, and the refusal, before any input is read, of a run
+  that would replace a split other inputs built (``shardset.replacing``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -39,6 +42,7 @@ from transforms import beam_compat
 from transforms.errors import ManifestError, PublishError, UsageError
 from transforms.file_access import naming_s3_errors
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
+from transforms.shardset.replacing import replace_problem
 from transforms.shardset.shard_list import with_shard_list
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, owned_files,
@@ -48,7 +52,8 @@ from transforms.shardset.run_lock import LOCK_NAME, LockInfo, held_message, is_s
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "delete_tree", "acquire_lock", "check_lock", "release_lock",
            "folder_state", "read_manifest", "open_lines", "check_unlisted", "clear_staging", "staging_folder", "free_bytes",
-           "prepare_output", "finish_output", "published_shards"]
+           "prepare_output", "finish_output", "published_shards", "published_manifest",
+           "check_replaced_splits"]
 
 STAGING_DIR = ".staging"
 _LOG = logging.getLogger(__name__)
@@ -540,6 +545,44 @@ def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple
     manifest = read_manifest(output_dir, data)
     return ([(name, join_path(output_dir, shard.file)) for name, split in sorted(manifest.splits.items())
              for shard in split.shards], manifest.compression)
+
+
+def published_manifest(output_dir: str) -> Manifest | None:
+    """The folder's ``manifest.json`` (its splits' totals, without the shard list), or None.
+
+    None when there is none, or when it cannot be read: the checks that need
+    it whole (``check_unlisted``, publishing) say why.
+    """
+    try:
+        data = _read(join_path(output_dir, MANIFEST_NAME))
+        return None if data is None else Manifest.loads(data)
+    except (ManifestError, OSError, BeamIOError) as err:
+        _LOG.debug("no readable manifest in %s: %s", output_dir, err)
+        return None
+
+
+def check_replaced_splits(output_dir: str, inputs: Sequence[str],
+                          splits: Callable[[], Iterable[str]]) -> None:
+    """Refuses, before any input is read, a run that would replace a split other inputs built.
+
+    Args:
+        output_dir: The output folder.
+        inputs: The run's ``--input`` values.
+        splits: Gives the splits the run is known to write (called only when
+            the folder holds a split that other inputs built; it may list the
+            inputs' top folders). Splits known only once the inputs are listed
+            are checked again when the run publishes.
+
+    Raises:
+        UsageError: One line naming the split, its records, the inputs that
+            built it and ``--replace``.
+    """
+    old = published_manifest(output_dir)
+    if old is None or replace_problem(output_dir, old, old.splits, inputs) is None:
+        return
+    problem = replace_problem(output_dir, old, splits(), inputs)
+    if problem:
+        raise UsageError(problem)
 
 
 def finish_output(output_dir: str, policy: PublishPolicy, ok: bool) -> None:

@@ -56,7 +56,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import beam_compat, worker_threads
-from transforms.errors import ManifestError, PublishError
+from transforms.errors import ManifestError, PublishError, UsageError
 from transforms.file_access import naming_s3_errors
 from transforms.output_folder import (STAGING_DIR, check_lock, check_own_folders, delete_tree,
                                       folder_state, free_bytes, open_lines, staging_folder)
@@ -68,6 +68,7 @@ from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFE
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, files_to_remove,
                                            kept_split_problem, kept_splits, merge_labels)
+from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
 from transforms.plan_shards import ShardKey
 from transforms.shardset.planning import MIB, SplitTotals
 from transforms.shardset.naming import join_path, shard_file_name
@@ -585,6 +586,9 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     Raises:
         PublishError: The lock is not this run's, a link stands where its own folders go, a kept split changed or does
             not fit, too many bad inputs, no inputs, or counts that disagree.
+        UsageError: The run writes a published split that other inputs built
+            (``manifest_fields["options"]["input"]`` against what the manifest
+            records) and ``policy.replace`` is not set.
     """
     staging = staging_folder(output_dir, policy.run_id)
     check_lock(output_dir, policy.run_id)
@@ -592,7 +596,14 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     if linked:
         raise PublishError(linked)
     state = folder_state(output_dir)
-    kept = kept_splits(state.manifest, {t.split for t in totals}, policy)
+    written_splits = {t.split for t in totals}
+    kept = kept_splits(state.manifest, written_splits, policy)
+    inputs_given = input_values(manifest_fields["options"])
+    replacing = None if policy.replace else replace_problem(output_dir, state.manifest, written_splits,
+                                                            inputs_given)
+    if replacing is not None:  # a split other inputs built: a flag says whether to replace it
+        delete_tree(staging)
+        raise UsageError(replacing)
     labels = list(labels)
     refusal = _check_kept(output_dir, kept, state, compression, manifest_fields["feature_spec"])
     if refusal is None and kept:
@@ -692,7 +703,10 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
-        dead_letters=len(dead), images=manifest_fields.get("images") or {}, shards_file=shards_file)
+        dead_letters=len(dead), images=manifest_fields.get("images") or {}, shards_file=shards_file,
+        built_from={**kept_built_from(state.manifest, kept),
+                    **({name: inputs_given for name in written_splits} if inputs_given else {})},
+        written_splits=sorted(written_splits))
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     _delete_if_exists([join_path(output_dir, name) for name, data in sorted(sidecars.items()) if data is None])
     for name, data in sorted(sidecars.items()):

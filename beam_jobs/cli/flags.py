@@ -230,6 +230,10 @@ class ShardingOptions(PipelineOptions):
         parser.add_argument("--drop_other_splits", action="store_true", default=False,
                             help="build, reshard: remove the listed shards of splits this run does "
                                  "not write (else they are kept and listed again).")
+        parser.add_argument("--replace", action="store_true", default=False,
+                            help="build, reshard: rebuild a split --output_dir holds from these "
+                                 "inputs although other --input values built it (else the run "
+                                 "refuses).")
         parser.add_argument("--max_bad_fraction", type=fraction, default=DEFAULT_MAX_BAD_FRACTION,
                             help="build, reshard: fail (publishing nothing) if more inputs than "
                                  "this fraction are rejected (reshard: damaged stretches, with "
@@ -248,7 +252,7 @@ class RecordReadingOptions(PipelineOptions):
 def publish_policy(shared: ShardingOptions) -> PublishPolicy:
     """The publishing policy of one run, with a fresh run id."""
     return PublishPolicy(run_id=uuid.uuid4().hex, overwrite_unlisted=shared.overwrite_unlisted_shards,
-                         drop_other_splits=shared.drop_other_splits)
+                         drop_other_splits=shared.drop_other_splits, replace=shared.replace)
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

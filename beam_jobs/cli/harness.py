@@ -31,7 +31,8 @@ from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, want
 from transforms import beam_compat, output_folder
 from transforms.errors import ManifestError, ShardsError, UsageError
 from transforms.progress.report import plural
-from transforms.shardset.manifest import MANIFEST_NAME
+from transforms.shardset.manifest import MANIFEST_NAME, Manifest
+from transforms.shardset.replacing import change_line, split_changes
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import join_path
 
@@ -125,6 +126,18 @@ def error_lines(err: BaseException) -> tuple[str, list[str]]:
 
 def _is_project_error(err: BaseException) -> bool:
     return isinstance(err, ShardsError) or bool(_PROJECT_ERROR.search(str(err)))
+
+
+def _is_usage_error(err: BaseException) -> bool:
+    """True if a pipeline failed on a ``UsageError``: a refusal a flag answers (``--replace``).
+
+    Runners wrap what a step raised in their own types; the project's error
+    is then the last one named in the text (as ``error_lines`` reads it).
+    """
+    if isinstance(err, ShardsError):
+        return isinstance(err, UsageError)
+    found = list(_PROJECT_ERROR.finditer(str(err)))
+    return bool(found) and found[-1].group(1) == "UsageError"
 
 
 def report_failure(name: str, err: BaseException, settings: logs.LogSettings) -> None:
@@ -305,16 +318,31 @@ def _image_lines(images, mode: str | None) -> list[str]:
     return lines
 
 
-def summarize(output_dir: str, seconds: float) -> str:
-    """Returns the human summary of a published shard set, read from its manifest."""
+def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -> str:
+    """Returns the human summary of a published shard set, read from its manifest.
+
+    Args:
+        output_dir: The folder the run published into.
+        seconds: How long the run took.
+        before: The folder's manifest before the run, if it had one: the
+            summary then names each split the run replaced (old and new
+            record counts), kept or removed.
+    """
     manifest = output_folder.read_manifest(output_dir)  # shard entries without label counts: shards x small
-    lines = [f"Published {plural(manifest.records, 'record')} to {output_dir} in {seconds:.1f} s "
+    changes = {change.split: change for change in split_changes(before, manifest)}
+    kept = {name for name, change in changes.items() if change.kind == "kept"}
+    if manifest.written_splits is not None:  # kept splits' records were not this run's inputs
+        kept |= set(manifest.splits) - set(manifest.written_splits)
+    written = sum(split.records for name, split in manifest.splits.items() if name not in kept)
+    lines = [f"Published {plural(written, 'record')} to {output_dir} in {seconds:.1f} s "
              f"({plural(manifest.dead_letters, 'dead letter')}; written + dead-lettered = "
-             f"{manifest.records + manifest.dead_letters} inputs)"]
+             f"{written + manifest.dead_letters} inputs)"]
+    lines += [f"  {line}" for line in map(change_line, changes.values()) if line]
     for name, split in sorted(manifest.splits.items()):
         sizes = [s.bytes for s in split.shards]
-        lines.append(f"  {name}: {plural(split.records, 'record')} in {plural(len(sizes), 'shard')}, "
-                     f"{split.bytes / MIB:.1f} MiB (shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
+        lines.append(f"  {name}{' (kept)' if name in kept else ''}: {plural(split.records, 'record')} in "
+                     f"{plural(len(sizes), 'shard')}, {split.bytes / MIB:.1f} MiB "
+                     f"(shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
     lines += _image_lines(manifest.images, manifest.options.get("image_mode"))
     lines.append(f"  labels: {plural(len(manifest.labels), 'class')}; manifest: "
                  f"{join_path(output_dir, MANIFEST_NAME)}")
@@ -397,6 +425,9 @@ def run_job(name: str, argv: Sequence[str] | None,
             if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
                 if not isinstance(err, Exception):
                     raise
+                if _is_usage_error(err):  # refused once the inputs were listed: as a bad flag
+                    print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
+                    return 2
                 report_failure(name, err, settings)
                 return 1
         finally:
@@ -417,28 +448,29 @@ def run_job(name: str, argv: Sequence[str] | None,
     return status
 
 
-def _publishing_outcome(p: beam.Pipeline, options: PipelineOptions, cfg: Any,
-                        seconds: float) -> tuple[str, int]:
-    """What a job that publishes a shard set prints: the dry run's graph, or the published set."""
-    if dataflow_dry_run(options):
-        return dry_run_summary(p), 0
-    return summarize(cfg.output_dir, seconds), 0
-
-
 def run_publishing_job(name: str, argv: Sequence[str] | None,
                        make_config: Callable[[PipelineOptions], Any],
                        build_pipeline: Callable[[beam.Pipeline, Any], Any],
                        **kwargs: Any) -> int:
     """Runs a job that publishes a shard set (build, reshard); returns its exit status.
 
-    Prints a summary read back from the published manifest (or, for a Dataflow
-    dry run, the translated graph's size). See ``run_job`` for the rest.
+    Prints a summary read back from the published manifest, naming the splits
+    the run replaced, kept or removed against the manifest the folder held when
+    the run took its lock (or, for a Dataflow dry run, the translated graph's
+    size). See ``run_job`` for the rest.
     """
+    before: list[Manifest | None] = [None]
+
     def prepare(options: PipelineOptions, cfg: Any) -> Callable[[bool], None] | None:
         if dataflow_dry_run(options):  # a dry run stays offline and writes nothing
             return None
         output_folder.prepare_output(cfg.output_dir, cfg.policy, name)
+        before[0] = output_folder.published_manifest(cfg.output_dir)
         return lambda ok: output_folder.finish_output(cfg.output_dir, cfg.policy, ok)
 
-    return run_job(name, argv, make_config, build_pipeline, _publishing_outcome, prepare=prepare,
-                   **kwargs)
+    def outcome(p: beam.Pipeline, options: PipelineOptions, cfg: Any, seconds: float) -> tuple[str, int]:
+        if dataflow_dry_run(options):
+            return dry_run_summary(p), 0
+        return summarize(cfg.output_dir, seconds, before[0]), 0
+
+    return run_job(name, argv, make_config, build_pipeline, outcome, prepare=prepare, **kwargs)

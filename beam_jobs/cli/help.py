@@ -27,7 +27,7 @@ SHARED_GROUPS = {
     "input": "inputs", "output_dir": "output", "compression": "output",
     "split": "labels and splits", "shard_size_mb": "sharding", "num_shards": "sharding",
     "seed": "sharding", "verbose": "messages", "log_level": "messages", "progress_interval": "messages",
-    "overwrite_unlisted_shards": "output", "drop_other_splits": "output", 
+    "overwrite_unlisted_shards": "output", "drop_other_splits": "output", "replace": "output",
     "max_bad_fraction": "failures",
 }
 

@@ -248,6 +248,11 @@ class Manifest:
         shards_file: The shard list a version-2 manifest names; None for
             version 1 and for a manifest whose list is not written yet.
         format_version: The version it was read as (or is written as).
+        built_from: Split name -> the ``--input`` values that built it (as
+            given), written as each split's ``built_from``; a split left out
+            (and every split of an older manifest) does not record them.
+        written_splits: The splits the last run wrote (the others it kept);
+            None where the manifest does not say (older manifests).
     """
 
     created_by: str
@@ -261,6 +266,8 @@ class Manifest:
     images: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     shards_file: ShardsFile | None = None
     format_version: int = FORMAT_VERSION
+    built_from: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    written_splits: Sequence[str] | None = None
 
     @property
     def records(self) -> int:
@@ -292,6 +299,7 @@ class Manifest:
             raise ValueError("a version-2 manifest names its shard list: shards_file is None")
         images = {"images": {name: dict(sorted(counts.items()))
                              for name, counts in sorted(self.images.items())}} if self.images else {}
+        written = {} if self.written_splits is None else {"written_splits": sorted(set(self.written_splits))}
         return {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -304,9 +312,17 @@ class Manifest:
             "records": self.records,
             "dead_letters": self.dead_letters,
             **images,
-            "splits": {name: split.to_counts().to_dict() for name, split in sorted(self.splits.items())},
+            **written,
+            "splits": {name: self._split_dict(name, split) for name, split in sorted(self.splits.items())},
             "shards": self.shards_file.to_dict(),
         }
+
+    def _split_dict(self, name: str, split: SplitEntry) -> dict[str, Any]:
+        """A split's object in ``manifest.json``: its totals and, if recorded, what built it."""
+        obj = split.to_counts().to_dict()
+        if name in self.built_from:
+            obj["built_from"] = list(self.built_from[name])
+        return obj
 
     def dumps(self) -> bytes:
         """Returns the deterministic JSON bytes of ``manifest.json`` (version 2)."""
@@ -353,6 +369,12 @@ class Manifest:
             if shards_file.lines != sum(split.num_shards for split in splits.values()):
                 raise ManifestError(f"manifest.shards.lines is {shards_file.lines} but its splits have "
                                     f"{sum(split.num_shards for split in splits.values())} shards")
+        built_from = {name: _built_from(split, f"manifest.splits[{name!r}]")
+                      for name, split in splits_obj.items() if "built_from" in split}
+        written = obj.get("written_splits")
+        if written is not None and (not isinstance(written, list) or not all(
+                isinstance(name, str) and name in splits for name in written)):
+            raise ManifestError(f"manifest.written_splits: expected a list of its splits' names, got {written!r}")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
@@ -372,7 +394,17 @@ class Manifest:
             images=_images(obj.get("images", {})),
             shards_file=shards_file,
             format_version=version,
+            built_from=built_from,
+            written_splits=written,
         )
+
+
+def _built_from(split: Mapping[str, Any], where: str) -> list[str]:
+    """A split's ``built_from``: the ``--input`` values that built it."""
+    value = _require(split, "built_from", list, where)
+    if not value or not all(isinstance(path, str) for path in value):
+        raise ManifestError(f"{where}.built_from: expected a list of --input values, got {value!r}")
+    return value
 
 
 def _v1_split(name: str, split: Any) -> SplitEntry:

@@ -42,11 +42,14 @@ class PublishPolicy:
         run_id: The run's id (32 hex digits): its lock and its staging folder.
         overwrite_unlisted: Replace (delete) shard-named files no manifest lists.
         drop_other_splits: Remove the listed shards of splits this run does not write.
+        replace: Replace a published split this run writes though other inputs
+            built it (``shardset.replacing``); else the run is refused.
     """
 
     run_id: str
     overwrite_unlisted: bool = False
     drop_other_splits: bool = False
+    replace: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,140 @@
+"""Which published splits a run replaces, and whether it may (pure).
+
+A run replaces every split it writes. A published split built from other
+inputs than this run's holds records the run does not have (a second day's
+photos built into ``train`` would replace the first day's), so such a run is
+refused unless it says it means it (``PublishPolicy.replace``, ``--replace``);
+rebuilding a split from the same inputs needs no flag.
+
+Each split of a manifest records the ``--input`` values that built it
+(``Manifest.built_from``), carried over while the split is kept. A manifest
+written before splits recorded them has only the last run's options: its
+``input`` stands for every split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from transforms.progress.report import plural
+from transforms.shardset.manifest import Manifest
+
+__all__ = ["input_values", "same_inputs", "split_inputs", "kept_built_from", "replace_problem",
+           "SplitChange", "split_changes", "change_line"]
+
+
+def input_values(options: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The ``--input`` values recorded in a manifest's options, or None if there are none."""
+    value = options.get("input")
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def _normal(path: str) -> str:
+    return path.rstrip("/") or "/"
+
+
+def same_inputs(a: Sequence[str], b: Sequence[str]) -> bool:
+    """True if two lists of ``--input`` values name the same inputs (order, repeats and trailing
+    slashes aside)."""
+    return {_normal(p) for p in a} == {_normal(p) for p in b}
+
+
+def split_inputs(manifest: Manifest, split: str) -> tuple[str, ...] | None:
+    """The ``--input`` values that built ``split``: recorded per split, else the manifest's options."""
+    recorded = manifest.built_from.get(split)
+    return tuple(recorded) if recorded is not None else input_values(manifest.options)
+
+
+def kept_built_from(old: Manifest, kept: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """What the kept splits were built from, to record again (splits without a record left out)."""
+    out = {}
+    for name in kept:
+        inputs = split_inputs(old, name)
+        if inputs is not None:
+            out[name] = inputs
+    return out
+
+
+def _flags(inputs: Sequence[str]) -> str:
+    return " ".join(f"--input {path}" for path in inputs)
+
+
+def replace_problem(output_dir: str, old: Manifest | None, splits: Iterable[str],
+                    inputs: Sequence[str] | None) -> str | None:
+    """Why a run may not replace the published splits it writes (one line), or None.
+
+    Args:
+        output_dir: The output folder, for the message.
+        old: The folder's manifest (None: nothing is published).
+        splits: The splits the run writes.
+        inputs: The run's ``--input`` values (None: not known, nothing is checked).
+
+    Returns:
+        A line naming the first published split (by name) that the run writes
+        and that other inputs built: its records, those inputs and
+        ``--replace``; None if there is none. A split whose inputs the
+        manifest does not record is not refused.
+    """
+    if old is None or not inputs:
+        return None
+    for name in sorted(set(splits) & set(old.splits)):
+        before = split_inputs(old, name)
+        if before is None or same_inputs(before, inputs):
+            continue
+        return (f"--output_dir {output_dir} holds split {name!r} ({plural(old.splits[name].records, 'record')}) "
+                f"built from {_flags(before)}; this run would replace it with one built from "
+                f"{_flags(inputs)}: pass --replace to rebuild split {name!r} from these inputs, or "
+                "choose another --split or --output_dir (nothing was changed)")
+    return None
+
+
+@dataclass(frozen=True)
+class SplitChange:
+    """What a run did to one split of the set it published into.
+
+    Attributes:
+        split: The split.
+        kind: ``replaced`` (published before, written again), ``kept`` (not
+            written, listed again) or ``removed`` (published before, gone).
+        before: Its records before the run (None for a split that is new).
+        after: Its records after the run (None for a removed split).
+    """
+
+    split: str
+    kind: str
+    before: int | None
+    after: int | None
+
+
+def split_changes(old: Manifest | None, new: Manifest) -> list[SplitChange]:
+    """The splits of ``old`` that ``new`` (the manifest a run published) replaced, kept or removed.
+
+    ``new.written_splits`` says which splits the run wrote; a manifest that
+    does not say counts every one of its splits as written.
+    """
+    if old is None:
+        return []
+    written = set(new.splits) if new.written_splits is None else set(new.written_splits)
+    changes = []
+    for name, split in sorted(old.splits.items()):
+        if name not in new.splits:
+            changes.append(SplitChange(name, "removed", split.records, None))
+        elif name in written:
+            changes.append(SplitChange(name, "replaced", split.records, new.splits[name].records))
+        else:
+            changes.append(SplitChange(name, "kept", split.records, new.splits[name].records))
+    return changes
+
+
+def change_line(change: SplitChange) -> str | None:
+    """The summary line of a replaced or removed split (``replaced split train: 2715 -> 100 records``)."""
+    if change.kind == "replaced":
+        return f"replaced split {change.split}: {change.before} -> {plural(change.after, 'record')}"
+    if change.kind == "removed":
+        return f"removed split {change.split}: {plural(change.before, 'record')} (--drop_other_splits)"
+    return None
