@@ -242,7 +242,10 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
     common = dict(decode_images=verify.decode_images, report=report, keep_report=keep,
                   preview=verify.preview,
                   max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb))
+    dry_run = dataflow_dry_run(options)  # stays offline: gs:// would need credentials
     if verify.files:
+        if dry_run:  # the files are not matched: the graph has no file to read
+            return VerifyConfig(verify.files, None, (), **common)
         shards = _pattern_shards(verify.files)
         if not shards:
             raise UsageError(f"--files {verify.files} matches no files")
@@ -251,11 +254,11 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
         return VerifyConfig(verify.files, None, shards, **common,
                             **_reading_plan([s.size for s in shards], options))
     folder = folder.rstrip("/") or "/"
+    if dry_run:
+        return VerifyConfig(folder, folder, (), **common)
     if exact_file(folder) is not None:
         raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
                          f"TFRecord files without a manifest, use --files {folder}")
-    if dataflow_dry_run(options):  # stays offline: gs:// would need credentials
-        return VerifyConfig(folder, folder, (), **common)
     present = _list_folder(folder)
     # The manifest itself is read in the pipeline; the files of the set are known by name.
     _refuse_overwriting(verify, _set_files(folder, present), "part of the shard set being verified")
