@@ -41,7 +41,7 @@ from transforms.errors import ManifestError, UsageError
 from transforms.file_access import exact_file, is_folder, match_files, same_file
 from beam_jobs.cli.flags import ShardingOptions
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
-                                          Manifest, ShardEntry)
+                                          Manifest)
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
@@ -49,9 +49,8 @@ from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
-from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckShardFiles, FindDuplicateKeys,
-                                     ReadAndCheckRecords, ReadManifest, ShardFile, TallyShards,
-                                     WritePreview, WriteReport)
+from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadAndCheckRecords,
+                                     ReadManifest, ShardFile, WritePreview, WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
 from transforms.verify.preview import PreviewSample
@@ -243,7 +242,10 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
     common = dict(decode_images=verify.decode_images, report=report, keep_report=keep,
                   preview=verify.preview,
                   max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb))
+    dry_run = dataflow_dry_run(options)  # stays offline: gs:// would need credentials
     if verify.files:
+        if dry_run:  # the files are not matched: the graph has no file to read
+            return VerifyConfig(verify.files, None, (), **common)
         shards = _pattern_shards(verify.files)
         if not shards:
             raise UsageError(f"--files {verify.files} matches no files")
@@ -252,11 +254,11 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
         return VerifyConfig(verify.files, None, shards, **common,
                             **_reading_plan([s.size for s in shards], options))
     folder = folder.rstrip("/") or "/"
+    if dry_run:
+        return VerifyConfig(folder, folder, (), **common)
     if exact_file(folder) is not None:
         raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
                          f"TFRecord files without a manifest, use --files {folder}")
-    if dataflow_dry_run(options):  # stays offline: gs:// would need credentials
-        return VerifyConfig(folder, folder, (), **common)
     present = _list_folder(folder)
     # The manifest itself is read in the pipeline; the files of the set are known by name.
     _refuse_overwriting(verify, _set_files(folder, present), "part of the shard set being verified")
@@ -268,10 +270,6 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
     sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
     return VerifyConfig(folder, folder, (), **common, **_reading_plan(sizes, options))
-
-
-def _entry(shard: ShardFile) -> tuple[str, int, ShardEntry | None]:
-    return shard.path, shard.size, shard.entry
 
 
 def _size_row(shard: ShardFile) -> tuple[str, str, int]:
@@ -299,35 +297,34 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
 
     With a shard set, its manifest is read in the pipeline (``ReadManifest``),
     so the job graph does not grow with the number of shards or labels.
+    On the DirectRunner it runs at most five fused stages: reading the
+    manifest and listing the shards (or creating them); handing the shards to
+    the readers (after the manifest, whose schema and labels the readers take
+    as side inputs; with ``--files``, after the creation's reshuffle, unless
+    there is one file); reading and checking the records; the checks across
+    ranges; writing the report. A preview adds two: choosing its samples, and
+    drawing it.
     """
     with_manifest = cfg.folder is not None
     if with_manifest:
         loaded = p | "ReadManifest" >> ReadManifest(cfg.folder)
-        manifest, shards, problems = loaded[MANIFEST], loaded[SHARDS], list(loaded[PROBLEMS])
+        manifest, shards, problems = loaded[MANIFEST], loaded[SHARDS], [loaded[PROBLEMS]]
         schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(_feature_spec),
                                           default_value=None)
         labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(_labels), default_value=None)
     else:
         shards, problems = p | "ShardFiles" >> beam.Create(list(cfg.shards)), []
         schema = labels = None
-    problems.append(shards
-                    | "FileEntries" >> beam.Map(_entry)
-                    | "CheckShardFiles" >> CheckShardFiles(index_required=with_manifest,
-                                                           hash_files=False))
-    # Records are checked as they are read, one tally per byte range; listed shards are hashed
-    # from the bytes the reader of their first range reads.
+    # Records are checked as they are read, one tally per byte range; the reader of a shard's
+    # first range also hashes listed shards from the bytes it reads and checks the .idx.
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
         schema=schema, decode_images=cfg.decode_images, preview=cfg.preview is not None,
         labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes,
-        split_ranges=cfg.split_ranges)  # RangeTally
+        split_ranges=cfg.split_ranges, index_required=with_manifest)  # RangeTally
     problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
-    if with_manifest:
-        listed = shards | "ListedEntries" >> beam.Map(lambda s: (s.path, s.entry))
-        problems.append((tallies, listed) | "TallyShards" >> TallyShards())
-    problems.append(tallies | "FindDuplicateKeys" >> FindDuplicateKeys())
+    problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest))
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
-    _ = ((tallies, sizes, *problems)  # the problem collections are flattened with the totals, once
-         | "WriteReport" >> WriteReport(cfg.report))
+    _ = (tallies, sizes, *problems) | "WriteReport" >> WriteReport(cfg.report)
     if cfg.preview:
         rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(_size_row))
         if with_manifest:

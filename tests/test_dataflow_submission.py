@@ -124,6 +124,19 @@ def test_reshard_dry_run_is_offline(project, tmp_path):
     assert "Dry run: the job graph has " in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("target", [["--output_dir", "gs://my-bucket-123/shards"],
+                                    ["--files", "gs://my-bucket-123/shards/*.tfrecord"]])
+def test_verify_dry_run_is_offline(project, tmp_path, target):
+    # Before: --output_dir was looked up as a file (and --files matched) while the flags were
+    # checked, and the run failed after about two minutes of retries.
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_jobs.verify_shards", *target, *_dry_run_args(project)],
+        capture_output=True, text=True, timeout=90, env=_offline_env(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Dry run: the job graph has " in done.stdout
+
+
 _GRAPH_LIMIT = 1 << 20
 _SHARDS, _CLASSES, _LABELS_PER_SHARD = 70_000, 10_000, 50
 

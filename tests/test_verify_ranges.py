@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+import pytest
+
 from tests.test_verification import _record
 from transforms.example.codec import encode_example
-from transforms.verify.checks import ShardTally, check_record, duplicate_key_problems
-from transforms.verify.ranges import (KEY_BUCKETS, RangeChecker, bucket_duplicates, key_buckets,
-                                      merge_tallies)
+from transforms.shardset.manifest import ShardEntry
+from transforms.verify.checks import ShardTally, check_record, duplicate_key_problems, shard_problems
+from transforms.verify.ranges import (KEY_BUCKETS, KEY_GROUP, SHARD_GROUP, RangeChecker, bucket_duplicates,
+                                      group_parts, group_problems, key_buckets, merge_tallies)
 
 
 def _records() -> list[bytes]:
@@ -46,3 +51,58 @@ def test_buckets_find_every_repeat_once() -> None:
     expected = [p for key, locs in locations.items() for p in duplicate_key_problems(key, locs)]
     assert found == sorted(expected, key=lambda p: p.sort_key())
     assert len(found) == sum(len(locs) - 1 for locs in locations.values()) > 0
+
+
+def _grouped(tallies, counts: bool) -> dict:
+    """(kind, group) -> parts, as a GroupByKey of ``group_parts`` gives them."""
+    groups = defaultdict(list)
+    for tally in tallies:
+        for key, part in group_parts(tally, counts):
+            groups[key].append(part)
+    return groups
+
+
+def _ranges(file: str, split: str, cuts: tuple[int, ...]) -> list:
+    """``_records()`` of one shard read in ranges that end at ``cuts``."""
+    records, tallies, start = _records(), [], 0
+    for stop in (*cuts, len(records)):
+        checker = RangeChecker(file, split, True, labels=["a", "rose", "tulip"])
+        for i in range(start, stop):
+            checker.add(100 * i, records[i])
+        tallies.append(checker.result())
+        start = stop
+    return tallies
+
+
+@pytest.mark.parametrize("entry, expected_kinds", [
+    (ShardEntry("f", 6, 1, "0" * 64, {"1": 2, "2": 1, "7": 1}), []),
+    (ShardEntry("f", 5, 1, "0" * 64, {"1": 2, "2": 1, "7": 1}), ["count_mismatch"]),
+    (ShardEntry("f", 6, 1, "0" * 64, {"1": 3, "2": 1}), ["label_mismatch"]),
+    (None, []),  # without a manifest the counts are not compared
+])
+def test_a_shards_group_compares_its_ranges_counts_with_its_entry(entry, expected_kinds) -> None:
+    tallies = _ranges("f", "train", (2, 4))
+    tallies[0].entry = entry  # the range at byte 0 holds the entry
+    groups = _grouped(tallies, counts=True)
+    shard_parts = groups[(SHARD_GROUP, "f")]
+    assert len(shard_parts) == 3
+    found = group_problems((SHARD_GROUP, "f"), shard_parts)
+    assert [p.kind for p in found] == expected_kinds
+    if entry is not None:
+        assert found == shard_problems("f", entry, merge_tallies(t.shard_tally() for t in tallies))
+    assert (SHARD_GROUP, "f") not in _grouped(tallies, counts=False)
+
+
+def test_key_groups_find_the_repeats_bucket_by_bucket() -> None:
+    tallies = _ranges("f", "train", (3,)) + _ranges("g", "test", ())
+    groups = _grouped(tallies, counts=True)
+    assert {kind for kind, _ in groups} == {SHARD_GROUP, KEY_GROUP}
+    found = sorted((p for key, parts in groups.items() if key[0] == KEY_GROUP
+                    for p in group_problems(key, parts)), key=lambda p: p.sort_key())
+    locations = defaultdict(list)
+    for tally in tallies:
+        for key, offset in tally.keys:
+            locations[key].append((tally.split, tally.file, offset))
+    expected = [p for key, locs in locations.items() for p in duplicate_key_problems(key, locs)]
+    assert found == sorted(expected, key=lambda p: p.sort_key())
+    assert len(found) == 7  # 8 records of one image, in two shards and two splits

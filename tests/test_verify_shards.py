@@ -273,3 +273,47 @@ def test_files_mode_reports_a_header_over_max_record_mb_as_bad_length(tmp_path, 
                                 "--max_record_mb", "0.0001")  # 104 bytes
     assert status == 1
     assert [(p["offset"], p["kind"]) for p in _report(report)["problems"]] == [(0, "bad_length")]
+
+
+_SPLIT = ["--direct_num_workers", "4", "--direct_running_mode", "multi_threading"]  # 3 shards < 4 workers
+
+
+@pytest.mark.parametrize("manifest, split, preview, most", [
+    (True, False, False, 5),  # read whole: at least as many shards as workers
+    (True, True, False, 5),  # split into byte ranges: fewer shards than workers
+    (False, False, False, 5),
+    (False, True, False, 5),
+    (True, False, True, 7),
+    (False, False, True, 7),
+])
+def test_verify_runs_in_few_fused_stages(tmp_path, capsys, monkeypatch, manifest, split, preview,
+                                         most) -> None:
+    """The FnApiRunner runs at most 5 fused stages (7 with --preview), and the job still passes.
+
+    Counted as ``benchmarks/child_usage.py --count_stages`` counts them: the
+    stage list ``FnApiRunner.run_stages`` receives after fusion (checked on
+    apache-beam 2.77.0). Before the steps were folded, verify ran 10 (12 with
+    a preview).
+    """
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    shards = write_shard_set(str(tmp_path / "set"))
+    runs: list[list[str]] = []
+    run_stages = fn_runner.FnApiRunner.run_stages
+
+    def counting(self, stage_context, stage_list):
+        runs.append([stage.name for stage in stage_list])
+        return run_stages(self, stage_context, stage_list)
+
+    monkeypatch.setattr(fn_runner.FnApiRunner, "run_stages", counting)
+    report = tmp_path / "report.json"
+    pattern = os.path.join(shards.folder, "*.tfrecord")
+    argv = ["--output_dir", shards.folder] if manifest else ["--files", pattern]
+    argv += ["--report", str(report)] + (_SPLIT if split else [])
+    argv += ["--preview", str(tmp_path / "preview.png")] if preview else []
+    status, out, err = run_verify(capsys, *argv)
+    assert status == 0, (out, err)
+    assert _report(report)["records"] == 18
+    assert len(runs) == 1
+    assert len(runs[0]) <= most, runs[0]
+    assert any("ReadWhole" in name for name in runs[0]) == (not split)  # the case read as it says

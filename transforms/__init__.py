@@ -32,9 +32,7 @@ _EXPORTS = {
     "DEAD_LETTERS": "transforms.build_steps",
     # The verify job's steps.
     "CheckRecords": "transforms.verify_steps",
-    "CheckShardFiles": "transforms.verify_steps",
-    "TallyShards": "transforms.verify_steps",
-    "FindDuplicateKeys": "transforms.verify_steps",
+    "CheckAcrossRanges": "transforms.verify_steps",
     "WriteReport": "transforms.verify_steps",
     "WritePreview": "transforms.verify_steps",
     "PROBLEMS": "transforms.verify_steps",

@@ -83,8 +83,8 @@ class _ReadSettings:
         return coders.BytesCoder()
 
 
-def load_index(path: str, size: int) -> tuple[int, ...] | None:
-    """Returns the record starts from ``path``'s ``.idx`` if it exists and fits the file.
+def read_index(path: str) -> tuple[str, bytes] | None:
+    """Returns the path and bytes of ``path``'s ``.idx``, or None when it has none.
 
     The index is looked for in the ``index/`` folder beside the file, then
     beside the file itself (shard sets written before that folder).
@@ -93,12 +93,28 @@ def load_index(path: str, size: int) -> tuple[int, ...] | None:
     if index_path is None:
         return None
     with FileSystems.open(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        check = check_index(fh.read(), size)
+        return index_path, fh.read()
+
+
+def index_starts(path: str, size: int, index: tuple[str, bytes] | None) -> tuple[int, ...] | None:
+    """Returns the record starts ``index`` (from ``read_index``) gives, if it fits ``path`` of ``size`` bytes.
+
+    An index that does not fit is ignored, with a warning: the reader scans for record starts.
+    """
+    if index is None:
+        return None
+    index_path, data = index
+    check = check_index(data, size)
     if not check.usable:
         Metrics.counter(_NAMESPACE, "unusable_indexes").inc()
         _LOG.warning("Ignoring %s: %s; scanning %s for record starts instead",
                      index_path, check.problem, path)
     return check.starts
+
+
+def load_index(path: str, size: int) -> tuple[int, ...] | None:
+    """Returns the record starts from ``path``'s ``.idx`` if it exists and fits the file."""
+    return index_starts(path, size, read_index(path))
 
 
 class _TFRecordFileSource(iobase.BoundedSource):

@@ -5,15 +5,20 @@ Element types:
   ``ReadAndCheckRecords``, which outputs a ``RangeTally`` per range;
 - (``CheckRecords``, for records read elsewhere) a record read with offsets:
   ``(path, offset, data)``, and a ``RecordCheck`` per record;
-- ``Problem`` objects for everything found; ``(path, ShardTally)`` per shard;
-  ``(label, PreviewSample)`` for the preview.
+- ``Problem`` objects for everything found; ``(label, PreviewSample)`` for
+  the preview.
+
+The steps are laid out for few fused stages: the manifest, the folder's
+listing and the shard list are read by one step; the reader of a shard's
+first range also checks the whole file (sha256, ``.idx``); the checks across
+ranges share one ``GroupByKey``; the report reads what it totals as side
+inputs, so that it needs no flatten and no shuffle of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -32,28 +37,24 @@ from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_ranges import read_range, read_stream
-from transforms.tfrecord_source import load_index
+from transforms.tfrecord_source import index_starts, read_index
 from transforms.errors import ManifestError, RecordError
 from transforms.output_folder import open_lines
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
 from transforms.shardset.shard_list import read_shard_list
 from transforms.shardset.naming import join_path
-from transforms.tfrecord.record_index import index_names
-from transforms.verify.checks import (Problem, Report, ShardTally, check_record, index_problems,
-                                      labels_problems, listing_problems, sha256_problem,
-                                      shard_label_problems, shard_problems)
-from transforms.verify.ranges import (RangeChecker, RangeTally, bucket_duplicates, key_buckets,
-                                      merge_tallies)
+from transforms.verify.checks import (Problem, Report, check_record, index_problems, labels_problems,
+                                      listing_problems, sha256_problem, shard_label_problems)
+from transforms.verify.ranges import RangeChecker, RangeTally, group_parts, group_problems
 
-__all__ = ["ReadManifest", "ShardFile", "ReadAndCheckRecords", "CheckRecords", "CheckShardFiles", "TallyShards",
-           "FindDuplicateKeys", "WriteReport", "WritePreview", "MANIFEST", "SHARDS", "PROBLEMS", "SAMPLES"]
+__all__ = ["ReadManifest", "ShardFile", "ReadAndCheckRecords", "CheckRecords", "CheckAcrossRanges",
+           "WriteReport", "WritePreview", "MANIFEST", "SHARDS", "PROBLEMS", "SAMPLES"]
 
 MANIFEST = "manifest"
 SHARDS = "shards"
 PROBLEMS = "problems"
 SAMPLES = "samples"
 _NAMESPACE = "verify_shards"
-_HASH_CHUNK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,23 @@ class ShardFile:
     read_whole: bool = False
 
 
-def _load_manifest(folder: str):
-    """folder -> its Manifest (format 2: without its shard list), or a ``parse_error`` problem to PROBLEMS."""
+def _read_shard_set(folder: str):
+    """folder -> a ``ShardFile`` per listed shard that exists; its Manifest to MANIFEST, problems to PROBLEMS.
+
+    Reads ``manifest.json`` (format 2: without its shard list); an
+    unparsable one is a ``parse_error`` problem and nothing else is read.
+    Then lists the folder and its shards (``_list_shards``).
+    """
     path = join_path(folder, MANIFEST_NAME)
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
         data = fh.read()
     try:
-        yield Manifest.loads(data)
+        manifest = Manifest.loads(data)
     except ManifestError as err:
         yield beam.pvalue.TaggedOutput(PROBLEMS, Problem(path, None, "parse_error", str(err)))
+        return
+    yield beam.pvalue.TaggedOutput(MANIFEST, manifest)
+    yield from _list_shards(manifest, _list_folder(folder), folder)
 
 
 def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
@@ -148,12 +157,13 @@ class ReadManifest(beam.PTransform):
 
     The job graph holds only the folder's name, whatever the manifest's size,
     and the shard list is read line by line: no element holds every shard's
-    label counts. Outputs (a dict): ``MANIFEST``: the ``Manifest`` (none when
-    it cannot be parsed; for format 2 without shard entries, with its
-    splits' totals); ``SHARDS``: a ``ShardFile`` per listed shard that exists;
-    ``PROBLEMS`` (a tuple of two PCollections): an unparsable manifest, a missing or disagreeing shard
-    list, missing, extra and wrong-sized files, and ``labels.txt`` against
-    the manifest.
+    label counts. One step reads the manifest, lists the folder and lists the
+    shards, one after the other. Outputs (indexed by tag): ``MANIFEST``: the
+    ``Manifest`` (none when it cannot be parsed; for format 2 without shard
+    entries, with its splits' totals); ``SHARDS``: a ``ShardFile`` per listed
+    shard that exists; ``PROBLEMS``: an unparsable manifest, a missing or
+    disagreeing shard list, missing, extra and wrong-sized files, and
+    ``labels.txt`` against the manifest.
 
     Args:
         folder: The shard set's folder.
@@ -164,14 +174,10 @@ class ReadManifest(beam.PTransform):
         self._folder = folder
 
     def expand(self, pbegin):
-        folder = pbegin | "Folder" >> beam.Create([self._folder])
-        loaded = folder | "Load" >> beam.FlatMap(_load_manifest).with_outputs(PROBLEMS, main=MANIFEST)
-        present = beam.pvalue.AsSingleton(folder | "ListFolder" >> beam.Map(_list_folder))
-        listed = loaded[MANIFEST] | "ListShards" >> beam.FlatMap(
-            _list_shards, present, self._folder).with_outputs(PROBLEMS, main=SHARDS)
-        # Two collections, flattened by whoever gathers every problem (a flatten here is a stage).
-        return {MANIFEST: loaded[MANIFEST], SHARDS: listed[SHARDS],
-                PROBLEMS: (loaded[PROBLEMS], listed[PROBLEMS])}
+        return (pbegin
+                | "Folder" >> beam.Create([self._folder])
+                | "ListShards" >> beam.FlatMap(_read_shard_set).with_outputs(MANIFEST, PROBLEMS,
+                                                                              main=SHARDS))
 
 
 class _CheckRecordFn(beam.DoFn):
@@ -223,12 +229,6 @@ class CheckRecords(beam.PTransform):
     def expand(self, records):
         return records | "Check" >> beam.ParDo(self._fn, **self._side).with_outputs(
             PROBLEMS, SAMPLES, main="checks")
-
-
-def _read_file(path: str) -> Iterable[bytes]:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            yield chunk
 
 
 # --- Reading and checking records in byte ranges ---------------------------------------------
@@ -294,41 +294,37 @@ class _Claims:
             self._tracker.try_claim(stop)
 
 
-def _sha256_of(path: str) -> str:
-    """The hex sha256 of a file; hashlib releases the GIL, so a thread hashes beside the reader."""
-    digest = hashlib.sha256()
-    for chunk in _read_file(path):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 class _ReadAndCheckFn(beam.DoFn):
-    """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the sha256.
+    """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the whole file.
 
     The reader of the range that starts at byte 0 hashes the bytes it reads
     (``HashingReader``); when that range is the whole file, the file is read
     once. When the file was split, that reader reads on to the file's end for
-    the hash alone, so those bytes are read twice.
+    the hash alone, so those bytes are read twice. It also checks the file's
+    ``.idx`` (read once, for the record starts and the check) and puts the
+    shard's manifest entry on its tally, for the comparison of the shard's
+    counts.
     """
 
     def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
                  labels: Sequence[str] | None, hash_files: bool,
-                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, index_required: bool = False) -> None:
         self._schema = schema
         self._max_record_bytes = max_record_bytes
         self._decode_images = decode_images
         self._preview = preview
         self._labels = list(labels) if labels else None
         self._hash_files = hash_files
+        self._index_required = index_required
         self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_sha256")
 
-    def _records(self, fh, shard: ShardFile, claims: _Claims):
+    def _records(self, fh, shard: ShardFile, claims: _Claims, index: tuple[str, bytes] | None):
         if _whole_file(shard):
             if not claims.try_claim(0):
                 return iter(())
             return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path,
                                max_length=self._max_record_bytes)
-        return read_range(fh, shard.size, claims, shard.path, load_index(shard.path, shard.size),
+        return read_range(fh, shard.size, claims, shard.path, index_starts(shard.path, shard.size, index),
                           self._max_record_bytes)
 
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
@@ -337,16 +333,19 @@ class _ReadAndCheckFn(beam.DoFn):
         schema = self._schema if schema is None else schema
         labels = self._labels if labels is None else (list(labels) or None)
         claims = _Claims(tracker)
+        # One range of each file starts at byte 0 (splitting keeps the start): it checks the whole file.
+        first = claims.start_position() == 0
         checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
                                self._preview)
         tally = progress.Tally(progress.RECORDS_READ)
+        uncompressed = compression_of(shard.path) == "none"
+        index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
         digest = None
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-            # One range of each file starts at byte 0 (splitting keeps the start): it hashes.
-            hashing = (HashingReader(fh) if self._hash_files and shard.entry is not None
-                       and claims.start_position() == 0 else None)
+            hashing = (HashingReader(fh) if self._hash_files and shard.entry is not None and first
+                       else None)
             try:
-                for offset, data in self._records(hashing or fh, shard, claims):
+                for offset, data in self._records(hashing or fh, shard, claims, index):
                     checker.add(offset, data)
                     tally.add(1, len(data) + OVERHEAD)
             except RecordError as err:
@@ -360,10 +359,15 @@ class _ReadAndCheckFn(beam.DoFn):
         claims.finish()
         result = checker.result()
         Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
+        if first:
+            result.entry = shard.entry
+            problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
+            if problem:
+                result.problems.append(problem)
+            if uncompressed:
+                result.problems.extend(index_problems(shard.path, index[1] if index else None,
+                                                      shard.size, self._index_required))
         yield result
-        problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
-        if problem:
-            yield RangeTally(shard.path, shard.split, problems=[problem])
 
 
 class ReadAndCheckRecords(beam.PTransform):
@@ -375,13 +379,14 @@ class ReadAndCheckRecords(beam.PTransform):
     usable, else scanning), which the runner may split further while they are
     read; compressed ones are read whole. Both CRCs of every record are checked
     and the Example is read and checked as ``check_record`` checks it; a damaged
-    record ends its range with a problem. With ``hash_files``, each shard that
-    has a manifest entry is also hashed (sha256) by the reader of its first
-    range, from the bytes it reads, and a mismatch comes as a tally holding
-    only that problem. With ``split_ranges=False`` shards are not split into
-    ranges at the start: each is read once, by one reader, checked and hashed
-    (the runner may still split a range while it is read; the hash then reads
-    the rest of the file again).
+    record ends its range with a problem. The reader of each shard's range at
+    byte 0 also checks the whole file: an uncompressed file's ``.idx`` against
+    the file (``index_problems``), and, with ``hash_files``, the sha256 of a
+    shard that has a manifest entry, from the bytes it reads; its tally holds
+    those problems and the shard's entry. With ``split_ranges=False`` shards
+    are not split into ranges at the start: each is read once, by one reader,
+    checked and hashed (the runner may still split a range while it is read;
+    the hash then reads the rest of the file again).
 
     Args:
         schema, labels: As for ``CheckRecords`` (values or singleton side inputs).
@@ -392,18 +397,20 @@ class ReadAndCheckRecords(beam.PTransform):
             more is a ``bad_length`` problem at its offset.
         split_ranges: Split shards into byte ranges at the start (for more
             readers than shards), or read each whole (each byte read once).
+        index_required: A missing ``.idx`` of an uncompressed shard is a
+            problem (a shard set's shards have one).
     """
 
     def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
                  preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
                  hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                 split_ranges: bool = True) -> None:
+                 split_ranges: bool = True, index_required: bool = False) -> None:
         super().__init__()
         side = {name: value for name, value in (("schema", schema), ("labels", labels))
                 if isinstance(value, beam.pvalue.AsSingleton)}
         self._fn = _ReadAndCheckFn(None if "schema" in side else schema, decode_images, preview,
                                    None if "labels" in side else labels, hash_files,
-                                   max_record_bytes)
+                                   max_record_bytes, index_required)
         self._side = side
         self._split_ranges = split_ranges
 
@@ -413,114 +420,33 @@ class ReadAndCheckRecords(beam.PTransform):
         return shards | "ReadAndCheck" >> beam.ParDo(self._fn, **self._side)
 
 
-class _CheckShardFileFn(beam.DoFn):
-    """(path, size, ShardEntry or None) -> problems with the file's sha256 and its ``.idx``."""
+class CheckAcrossRanges(beam.PTransform):
+    """Checks what no single range shows: each listed shard's counts, and image keys seen twice.
 
-    def __init__(self, index_required: bool, hash_files: bool) -> None:
-        self._index_required = index_required
-        self._hash_files = hash_files
-
-    def process(self, item: tuple[str, int, ShardEntry | None]):
-        path, size, entry = item
-        if entry is not None and self._hash_files:
-            problem = sha256_problem(path, entry, _sha256_of(path))
-            if problem:
-                yield problem
-        if compression_of(path) == "none":
-            index_path = next((name for name in index_names(path) if FileSystems.exists(name)), None)
-            index = b"".join(_read_file(index_path)) if index_path is not None else None
-            yield from index_problems(path, index, size, self._index_required)
-
-
-class CheckShardFiles(beam.PTransform):
-    """Checks whole files: sha256 against the manifest, ``.idx`` against the file.
-
-    Input ``(path, size, ShardEntry or None)``; output ``Problem``.
+    Input ``RangeTally``; output ``Problem``. A shard's counts are added up
+    over its ranges and compared with its manifest entry (which the tally of
+    its range at byte 0 holds). Every ``image/key/sha256`` seen twice, within
+    a split or across splits, is a problem: the keys are dealt into
+    ``ranges.KEY_BUCKETS`` buckets by a hash of the key, one element per range
+    and bucket, and each bucket is searched for repeats on its own. Both
+    checks share one ``GroupByKey``, keyed ``(SHARD_GROUP, path)`` and
+    ``(KEY_GROUP, bucket)`` (``ranges.group_parts``), so no step holds the
+    whole manifest or every key.
 
     Args:
-        index_required: A missing ``.idx`` of an uncompressed file is a problem.
-        hash_files: Check the sha256 (False when ``ReadAndCheckRecords`` hashes
-            the files as it reads them).
+        compare_counts: Compare each shard's counts with its manifest entry
+            (a shard set); without, only repeated keys are looked for.
     """
 
-    def __init__(self, index_required: bool, hash_files: bool = True) -> None:
+    def __init__(self, compare_counts: bool = True) -> None:
         super().__init__()
-        self._index_required = index_required
-        self._hash_files = hash_files
-
-    def expand(self, files):
-        return (files
-                | "Spread" >> beam.Reshuffle()  # one file per element, over all workers
-                | "HashAndIndex" >> beam.ParDo(_CheckShardFileFn(self._index_required,
-                                                                 self._hash_files)))
-
-
-class _ShardAgainstEntryFn(beam.CombineFn):
-    """``("tally", ShardTally)`` or ``("entry", ShardEntry)`` of one shard -> ``[ShardTally | None, entry | None]``."""
-
-    def create_accumulator(self):
-        return [None, None]
-
-    def add_input(self, acc, item):
-        kind, value = item
-        if kind == "entry":
-            acc[1] = value
-        else:
-            acc[0] = value if acc[0] is None else merge_tallies((acc[0], value))
-        return acc
-
-    def merge_accumulators(self, accs):
-        accs = list(accs)
-        tallies = [a[0] for a in accs if a[0] is not None]
-        entry = next((a[1] for a in accs if a[1] is not None), None)
-        return [merge_tallies(tallies) if tallies else None, entry]
-
-    def extract_output(self, acc):
-        return acc
-
-
-def _compare_with_manifest(item):
-    path, (tally, entry) = item
-    if entry is not None:  # a listed shard with no record read gets an empty tally
-        yield from shard_problems(path, entry, tally if tally is not None else ShardTally())
-
-
-class TallyShards(beam.PTransform):
-    """Adds up the ranges' counts per listed shard and compares them with the manifest.
-
-    Input: a pair ``(tallies, listed)`` of PCollections: ``RangeTally`` per
-    range read, and ``(path, ShardEntry)`` for every listed shard that exists;
-    output ``Problem``. Counts and entries meet in one combine per shard, so
-    no step holds the whole manifest.
-    """
-
-    def expand(self, inputs):
-        tallies, listed = inputs
-        return ((tallies | "RangeCounts" >> beam.Map(lambda t: (t.file, ("tally", t.shard_tally()))),
-                 listed | "Entries" >> beam.MapTuple(lambda path, entry: (path, ("entry", entry))))
-                | "CountsAndEntries" >> beam.Flatten()
-                | "PerShard" >> beam.CombinePerKey(_ShardAgainstEntryFn())  # (path, [tally, entry])
-                | "CompareWithManifest" >> beam.FlatMap(_compare_with_manifest))
-
-
-def _duplicates(item):
-    _, parts = item
-    yield from bucket_duplicates(parts)
-
-
-class FindDuplicateKeys(beam.PTransform):
-    """Reports every ``image/key/sha256`` seen twice, within a split or across splits.
-
-    Input ``RangeTally``; output ``Problem``. The keys are dealt into
-    ``ranges.KEY_BUCKETS`` buckets by a hash of the key, one element per
-    range and bucket, and each bucket is searched for repeats on its own.
-    """
+        self._compare_counts = compare_counts
 
     def expand(self, tallies):
         return (tallies
-                | "KeyBuckets" >> beam.FlatMap(key_buckets)  # (bucket, (split, path, [(key, offset)]))
-                | "GroupBuckets" >> beam.GroupByKey()
-                | "Repeats" >> beam.FlatMap(_duplicates))
+                | "Parts" >> beam.FlatMap(group_parts, self._compare_counts)  # ((kind, group), part)
+                | "Group" >> beam.GroupByKey()  # ((kind, group), [part])
+                | "Check" >> beam.FlatMapTuple(group_problems))
 
 
 def _write(path: str, data: bytes) -> None:
@@ -529,40 +455,16 @@ def _write(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-def _count_problem(problem: Problem) -> Problem:
-    Metrics.counter(_NAMESPACE, "problems").inc()
-    return problem
+def _records_of(tally: RangeTally) -> int:
+    return tally.records
 
 
-def _write_report(totals: list, path: str) -> None:
-    records, files, size, problems = totals
-    _write(path, Report.build(files, records, size, problems).dumps())
-
-
-class _ReportTotalsFn(beam.CombineFn):
-    """``(kind, value)`` -> ``[records, files, bytes, problems]``: every total of the report in one combine."""
-
-    def create_accumulator(self):
-        return [0, 0, 0, []]
-
-    def add_input(self, acc, item):
-        kind, value = item
-        if kind == "problem":
-            acc[3].append(value)
-        elif kind == "records":
-            acc[0] += value
-        else:  # a shard file's size
-            acc[1] += 1
-            acc[2] += value
-        return acc
-
-    def merge_accumulators(self, accs):
-        accs = list(accs)
-        return [sum(a[0] for a in accs), sum(a[1] for a in accs), sum(a[2] for a in accs),
-                [p for a in accs for p in a[3]]]
-
-    def extract_output(self, acc):
-        return acc
+def _write_report(path: str, records: Iterable[int], sizes: Iterable[int],
+                  *problems: Iterable[Problem]) -> None:
+    sizes = list(sizes)
+    found = [problem for group in problems for problem in group]
+    Metrics.counter(_NAMESPACE, "problems").inc(len(found))
+    _write(path, Report.build(len(sizes), sum(records), sum(sizes), found).dumps())
 
 
 class WriteReport(beam.PTransform):
@@ -570,8 +472,10 @@ class WriteReport(beam.PTransform):
 
     Input: a tuple ``(tallies, sizes, *problems)`` of PCollections: the
     ``RangeTally`` of every range read, the size in bytes of every shard
-    file checked, and any number of PCollections of ``Problem``. Their totals
-    and the problems are gathered by one combine.
+    file checked, and any number of PCollections of ``Problem``. One step,
+    started once, reads them all as side inputs, totals them and writes the
+    report: side inputs need no flatten and no shuffle, so writing the report
+    adds one stage that runs once the others are done.
 
     Args:
         path: Where the report goes (any FileSystems path).
@@ -583,14 +487,11 @@ class WriteReport(beam.PTransform):
 
     def expand(self, inputs):
         tallies, sizes, *problems = inputs
-        tagged = [found | f"CountProblems{i}" >> beam.Map(lambda p: ("problem", _count_problem(p)))
-                  for i, found in enumerate(problems)]
-        return ((*tagged,
-                 tallies | "RangeRecords" >> beam.Map(lambda t: ("records", t.records)),
-                 sizes | "FileSizes" >> beam.Map(lambda size: ("size", size)))
-                | "AllTotals" >> beam.Flatten()
-                | "Totals" >> beam.CombineGlobally(_ReportTotalsFn())
-                | "Write" >> beam.Map(_write_report, self._path))
+        records = tallies | "RangeRecords" >> beam.Map(_records_of)
+        side = [beam.pvalue.AsIter(found) for found in (records, sizes, *problems)]
+        return (tallies.pipeline
+                | "Once" >> beam.Create([self._path])
+                | "Write" >> beam.Map(_write_report, *side))
 
 
 def _sample_key(sample) -> str:

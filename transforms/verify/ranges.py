@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.errors import RecordError
 from transforms.example.scan import scan_example
+from transforms.shardset.manifest import ShardEntry
 from transforms.verify.checks import (Problem, ShardTally, check_features, check_record,
-                                      duplicate_key_problems, record_labels)
+                                      duplicate_key_problems, record_labels, shard_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample
 
-__all__ = ["KEY_BUCKETS", "RangeTally", "RangeChecker", "merge_tallies", "key_buckets",
-           "bucket_duplicates"]
+__all__ = ["KEY_BUCKETS", "SHARD_GROUP", "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies",
+           "key_buckets", "bucket_duplicates", "group_parts", "group_problems"]
 
 # Buckets the image keys are dealt into for the duplicate check: a bucket holds
 # about 1/KEY_BUCKETS of the shard set's keys (ImageNet's 1.28M: 20,000 a bucket).
 KEY_BUCKETS = 64
+
+# The kinds of group of ``group_parts``: a shard's counts, keyed by its path; a bucket of image keys.
+SHARD_GROUP = "shard"
+KEY_GROUP = "keys"
 
 
 @dataclass
@@ -42,9 +47,13 @@ class RangeTally:
         label_counts: Label (as a string) -> records with it.
         keys: ``(image/key/sha256, offset)`` of every record that has a key.
         problems: Problems with the records, the damage that stopped the
-            range, and (for the range that hashed the file) its sha256.
+            range, and (for the range at byte 0, whose reader also checks
+            the whole file) the file's sha256 and ``.idx``.
         damaged: A damaged record stopped the reading of the range.
         samples: Preview samples: the few smallest keys of each label.
+        entry: The shard's manifest entry, on the tally of its range at byte
+            0 only (so that a shard's tallies hold it once); None without a
+            manifest.
     """
 
     file: str
@@ -55,6 +64,7 @@ class RangeTally:
     problems: list[Problem] = field(default_factory=list)
     damaged: bool = False
     samples: list[PreviewSample] = field(default_factory=list)
+    entry: ShardEntry | None = None
 
     def shard_tally(self) -> ShardTally:
         """This range's counts, as a ``ShardTally`` to merge with the shard's other ranges."""
@@ -162,3 +172,39 @@ def bucket_duplicates(parts: Iterable[tuple[str | None, str, Sequence[tuple[str,
         if len(locations) > 1:
             problems += duplicate_key_problems(key, locations)
     return problems
+
+
+def group_parts(tally: RangeTally, counts: bool = True) -> list[tuple[tuple[str, Any], tuple]]:
+    """A range's parts for the checks across ranges, each keyed by ``(group kind, group)``.
+
+    Args:
+        tally: The range's tally.
+        counts: Also give the range's counts, to compare the shard's with its
+            manifest entry: ``((SHARD_GROUP, file), (ShardTally, entry or None))``.
+
+    Returns:
+        The counts part, if asked for, then ``((KEY_GROUP, bucket), (split,
+        file, [(key, offset)]))`` per bucket of ``key_buckets``.
+    """
+    parts: list[tuple[tuple[str, Any], tuple]] = []
+    if counts:
+        parts.append(((SHARD_GROUP, tally.file), (tally.shard_tally(), tally.entry)))
+    parts += [((KEY_GROUP, bucket), part) for bucket, part in key_buckets(tally)]
+    return parts
+
+
+def group_problems(group: tuple[str, Any], parts: Iterable[tuple]) -> list[Problem]:
+    """The problems of one group of ``group_parts``' parts.
+
+    A shard's group: its counts, added up over its ranges, against its
+    manifest entry (``shard_problems``; none when no part holds an entry). A
+    bucket's group: its repeated keys (``bucket_duplicates``).
+    """
+    kind, name = group
+    if kind == KEY_GROUP:
+        return bucket_duplicates(parts)
+    tallies, entry = [], None
+    for tally, part_entry in parts:
+        tallies.append(tally)
+        entry = part_entry if part_entry is not None else entry
+    return shard_problems(name, entry, merge_tallies(tallies)) if entry is not None else []
