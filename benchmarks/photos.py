@@ -202,8 +202,8 @@ def _grow_pool(total_bytes: int, workers: int) -> dict:
 def _link_farm(root: str, count: int, sizes: list[int], pixels: list[int]) -> Dataset:
     done = os.path.join(root, ".dataset.json")
     if os.path.exists(done):
-        with open(done) as fh:
-            return Dataset(**json.load(fh))
+        with open(done) as fh:  # the folder may have moved (another checkout's cache)
+            return Dataset(**{**json.load(fh), "root": root})
     for i in range(count):
         target = os.path.join(root, _relpath(i))
         os.makedirs(os.path.dirname(target), exist_ok=True)
