@@ -19,7 +19,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -34,7 +34,7 @@ from transforms.images.inputs import (LAYOUTS, FolderTask, LabelRules, check_lab
                                       is_manifest_path)
 from beam_jobs.cli.flags import ShardingOptions
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
-from beam_jobs.cli.help import JobHelp
+from beam_jobs.cli.help import JobHelp, wants_help
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
@@ -375,19 +375,36 @@ def _size_of(meta) -> int:
     return meta.record_size
 
 
-def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
-    """Wires the build job into ``p``; returns the PCollection holding the manifest."""
+class Listing(NamedTuple):
+    """The build's listing steps' outputs (``list_inputs``), shared with the plan (``plan_build``)."""
+
+    facts: beam.PCollection  # one ListingFacts
+    labels: beam.PCollection  # one list of class names, in index order
+    layout: beam.PCollection  # one RecordLayout
+    sources: beam.PCollection  # every SourceImage listed
+    unique: beam.PCollection  # those whose path no other input of their split has
+    dead: tuple  # PCollections of DeadLetter: the listing's, duplicate paths
+
+
+def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
+    """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``."""
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
         cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)])
     facts = listed | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset)  # one ListingFacts
-    inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     fixed = list(cfg.labels) if cfg.labels is not None else None
     labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else list(f.classes))
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
     unique = sources | "RejectDuplicatePaths" >> RejectDuplicatePaths()
-    inspected = unique.main | "Inspect" >> InspectImages(
+    return Listing(facts, labels, layout, sources, unique.main, (listing_dead, unique[DEAD_LETTERS]))
+
+
+def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
+    """Wires the build job into ``p``; returns the PCollection holding the manifest."""
+    facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg)  # listing_dead: 2 PCollections
+    inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
+    inspected = unique | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
         staging=(cfg.output_dir, cfg.policy.run_id))  # records go to run files: each image read once
@@ -404,7 +421,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
-    dead = (listing_dead, unique[DEAD_LETTERS], inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
+    dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(
@@ -435,11 +452,23 @@ HELP = JobHelp(
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1")
+           "train=0.9,validation=0.1\n"
+           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
+           "# plans only (tfrecord-shards plan)")
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
+    """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags).
+
+    With ``--dry_run`` on a runner other than Dataflow (which Beam would run for
+    real), it plans the build instead (``plan_build``) and publishes nothing.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not wants_help(argv) and any(arg.split("=")[0] == "--dry_run" for arg in argv):
+        from beam_jobs import plan_build  # here: it imports this module
+
+        if plan_build.plans_instead(argv):
+            return plan_build.run(argv, prog=prog, for_dry_run=True)
     return run_publishing_job("build_shards", argv, make_config, build_pipeline, spec=HELP, prog=prog,
                               progress=build_progress)
 

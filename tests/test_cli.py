@@ -55,7 +55,7 @@ def shown_default(action: argparse.Action) -> str | None:
     return "x".join(map(str, default)) if isinstance(default, tuple) else str(default)
 
 
-@pytest.mark.parametrize("name", ["build", "verify", "reshard"])
+@pytest.mark.parametrize("name", ["build", "plan", "verify", "reshard"])
 def test_help_lists_every_flag_with_its_default(name, capsys):
     module = __import__(cli.COMMANDS[name][0], fromlist=["run"])
     assert module.run(["--help"], prog=f"tfrecord-shards {name}") == 0  # as cli.main runs it
@@ -75,7 +75,7 @@ def test_help_lists_every_flag_with_its_default(name, capsys):
         assert title in text
 
 
-@pytest.mark.parametrize("name", ["build", "reshard"])
+@pytest.mark.parametrize("name", ["build", "plan", "reshard"])
 def test_publishing_jobs_show_every_shared_flag(name):
     # Build and reshard use every flag ShardingOptions defines; their help must list each.
     module = __import__(cli.COMMANDS[name][0], fromlist=["HELP"])
@@ -122,7 +122,7 @@ def test_setup_declares_the_console_script():
 def test_command_help_lists_subcommands():
     done = command("--help")
     assert done.returncode == 0
-    for name in ("build", "verify", "reshard", "inspect", "sample"):
+    for name in ("build", "plan", "verify", "reshard", "inspect", "sample"):
         assert re.search(rf"^  {name}\s", done.stdout, re.M)
     unknown = command("bild")
     assert unknown.returncode == 2 and "unknown command 'bild'" in unknown.stderr
@@ -343,15 +343,17 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
     assert left == [] or left == [".staging"] and os.listdir(out / ".staging") == [], left
 
 
-@pytest.mark.parametrize("job", ["build", "reshard", "verify"])
+@pytest.mark.parametrize("job", ["reshard", "verify"])
 def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
-    """Beam ignores --dry_run on the DirectRunner: the job ran and republished (issue 26)."""
+    """Beam ignores --dry_run on the DirectRunner: the job ran and republished (issue 26).
+
+    A build plans instead (tests/test_plan_build.py).
+    """
     from tests.shard_fixtures import make_class_tree
 
     make_class_tree(str(tmp_path / "in"), classes=("rose",), per_class=2, broken=False)
     out = tmp_path / "out"
-    argv = {"build": ["--input", str(tmp_path / "in"), "--output_dir", str(out)],
-            "reshard": ["--input", str(tmp_path / "in" / "rose" / "*"), "--output_dir", str(out)],
+    argv = {"reshard": ["--input", str(tmp_path / "in" / "rose" / "*"), "--output_dir", str(out)],
             "verify": ["--output_dir", str(tmp_path / "in")]}[job]
     done = command(job, *argv, "--dry_run", "True")
     assert done.returncode == 2, done.stderr

@@ -17,8 +17,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 from transforms import worker_threads
 from transforms.errors import ImageError, ShardsError
 from transforms.example.features import FeatureValueError
-from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
-from transforms.images.objects import BoxError, place_boxes, source_geometry
+from transforms.images.annotations import RecordLayout, image_extras, layout_of, merge_layouts
+from transforms.images.objects import BoxError
 from transforms.shardset.coco import coco_entries, is_coco_path
 from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below, list_store_level,
                                     naming_s3_errors, open_for_read, path_problem, peek_local, read_at_most,
@@ -513,24 +513,14 @@ class _InspectImageFn(beam.DoFn):
             stored, info = encode_image(data, self._settings)
         except ImageError as err:
             return _Inspected(DeadLetter(source.path, err.reason, err.detail), len(data))
-        extra = ()
-        if layout is not None and not layout.plain:
-            try:
-                boxes = ()
-                if layout.objects and source.objects:
-                    if self._settings.resize and self._settings.resize_mode == "crop" \
-                            and self._settings.mode in ("reencode", "raw"):
-                        raise BoxError("object boxes do not follow --resize_mode crop yet; "
-                                       "use stretch or fit")
-                    width, height, orientation = source_geometry(data)
-                    if self._settings.mode not in ("reencode", "raw"):  # the stored pixels are as in the file
-                        orientation = 1
-                    boxes = place_boxes(source.objects, width, height, orientation, info.width, info.height)
-                extra = record_extras(source, layout, index_of, boxes)
-            except BoxError as err:
-                return _Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
-            except FeatureValueError as err:
-                return _Inspected(DeadLetter(source.path, "bad_feature", str(err)), len(data))
+        try:
+            extra = image_extras(source, layout, index_of, data, info.width, info.height,
+                                 pixels_transformed=self._settings.mode in ("reencode", "raw"),
+                                 cropped=bool(self._settings.resize) and self._settings.resize_mode == "crop")
+        except BoxError as err:
+            return _Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
+        except FeatureValueError as err:
+            return _Inspected(DeadLetter(source.path, "bad_feature", str(err)), len(data))
         digest = hashlib.sha256(data).digest()
         if source.split == SPLIT_BY_CONTENT:
             source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))

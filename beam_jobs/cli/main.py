@@ -3,6 +3,7 @@
 Usage::
 
     tfrecord-shards build --input data/flowers --output_dir out/flowers
+    tfrecord-shards plan --input data/flowers --output_dir out/flowers
     tfrecord-shards verify --output_dir out/flowers
     tfrecord-shards reshard --input 'old/train-*' --output_dir new/
     tfrecord-shards inspect out/flowers/train-00000-of-00004.tfrecord
@@ -28,6 +29,7 @@ PROG = "tfrecord-shards"
 # subcommand -> (job module, one line about it)
 COMMANDS = {
     "build": ("beam_jobs.build_shards", "images and labels -> balanced, shuffled TFRecord shards"),
+    "plan": ("beam_jobs.plan_build", "what a build with the same flags would do; writes nothing"),
     "verify": ("beam_jobs.verify_shards", "check a shard set against its manifest, or any TFRecord files"),
     "reshard": ("beam_jobs.reshard", "regenerate any TFRecord files as balanced shards"),
     "inspect": ("beam_jobs.inspect_shard", "print the records of one TFRecord file as text"),

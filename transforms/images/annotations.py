@@ -14,11 +14,11 @@ from typing import Iterable, Mapping, Sequence
 
 from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, FeatureValueError, ManifestTyping,
                                          base_kind, is_list_type)
-from transforms.images.objects import PlacedBox, SourceBox, parse_objects
+from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_objects, place_boxes, source_geometry
 from transforms.shardset.tfds_metadata import tfds_files
 
 __all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "RecordLayout", "row_annotations", "layout_of",
-           "merge_layouts", "record_extras", "label_map_pbtxt", "LABEL_MAP_NAME", "build_sidecars"]
+           "merge_layouts", "record_extras", "image_extras", "label_map_pbtxt", "LABEL_MAP_NAME", "build_sidecars"]
 
 LABEL_MAP_NAME = "label_map.pbtxt"
 
@@ -176,6 +176,39 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
         }
         out.extend((name, kind, values) for name, (kind, values) in columns.items())
     return tuple(sorted(out))
+
+
+def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int], data: bytes,
+                 stored_width: int, stored_height: int, pixels_transformed: bool,
+                 cropped: bool = False) -> tuple[tuple[str, str, tuple], ...]:
+    """The extra keys of one image's record (``record_extras``), its boxes placed on the stored image.
+
+    Args:
+        source: The ``SourceImage``.
+        layout: The build's layout, or None for plain image records.
+        index_of: Class name -> index (every name of the source is in it).
+        data: The source file's bytes (its header gives the size boxes refer to).
+        stored_width, stored_height: Size of the image as the record stores it.
+        pixels_transformed: The stored pixels are decoded ones, EXIF orientation
+            applied (``--image_mode reencode`` or ``raw``); else the file's own.
+        cropped: The stored image is a centre crop (``--resize_mode crop``
+            with transformed pixels), which boxes cannot follow yet.
+
+    Raises:
+        BoxError: A box lies outside the image, or cannot follow a crop.
+        FeatureValueError: An extra feature is missing or has another type.
+    """
+    if layout is None or layout.plain:
+        return ()
+    boxes: tuple[PlacedBox, ...] = ()
+    if layout.objects and source.objects:
+        if cropped and pixels_transformed:
+            raise BoxError("object boxes do not follow --resize_mode crop yet; use stretch or fit")
+        width, height, orientation = source_geometry(data)
+        if not pixels_transformed:  # the stored pixels are as in the file
+            orientation = 1
+        boxes = place_boxes(source.objects, width, height, orientation, stored_width, stored_height)
+    return record_extras(source, layout, index_of, boxes)
 
 
 def label_map_pbtxt(labels: Sequence[str], offset: int) -> bytes:

@@ -22,7 +22,7 @@ from transforms.images.tf_rule import tf_shape
 from transforms.example.wire import varint as _varint
 
 __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "image_example_parts",
-           "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys"]
+           "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys"]
 
 IMAGE_MODES = ("tf", "passthrough", "reencode", "raw")
 # Source formats the tf and passthrough modes accept (others: unsupported_format).
@@ -78,14 +78,11 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
     """
     if settings.mode in ("tf", "passthrough"):
         info = images.inspect_image(data, settings.validate)
-        if info.format not in passthrough_formats:
-            raise ImageError("unsupported_format",
-                             f"{info.format} is not read in --image_mode {settings.mode} "
-                             f"({', '.join(passthrough_formats)} are); use --image_mode reencode")
+        check_kept_format(info, settings.mode)
         if settings.mode == "passthrough":
-            return data, _as_tensorflow_decodes(data, info)
+            return data, tensorflow_view(data, info)
         if info.format in TF_KEPT_FORMATS:
-            kept = _as_tensorflow_decodes(data, info)
+            kept = tensorflow_view(data, info)
             if kept.tf_decodes and (kept.height, kept.width) == (info.height, info.width):
                 return data, kept
         png = images.first_frame_png(data)
@@ -98,7 +95,19 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
     return images.raw_pixels(data, settings.grayscale, settings.resize, settings.resize_mode)
 
 
-def _as_tensorflow_decodes(data: bytes, info: ImageInfo) -> ImageInfo:
+def check_kept_format(info: ImageInfo, mode: str) -> None:
+    """Refuses a source format that ``--image_mode`` ``tf`` or ``passthrough`` does not read.
+
+    Raises:
+        ImageError: ``unsupported_format``.
+    """
+    if info.format not in passthrough_formats:
+        raise ImageError("unsupported_format",
+                         f"{info.format} is not read in --image_mode {mode} "
+                         f"({', '.join(passthrough_formats)} are); use --image_mode reencode")
+
+
+def tensorflow_view(data: bytes, info: ImageInfo) -> ImageInfo:
     """``info`` with the size and channels ``tf.io.decode_image`` yields for ``data``.
 
     When TensorFlow cannot decode the bytes (``tf_rule``), the size Pillow
@@ -229,6 +238,29 @@ def _map_entries(features: dict) -> bytes:
                     for name in sorted(features, key=_key_order))
 
 
+def _encoded_entry_head(image_bytes: int) -> bytes:
+    """The bytes of the ``image/encoded`` map entry before an image of ``image_bytes`` bytes."""
+    value = b"\x0a" + _varint(image_bytes)  # BytesList.value[0]
+    bytes_list = len(value) + image_bytes
+    feature = b"\x0a" + _varint(bytes_list)  # Feature.bytes_list
+    feature_len = len(feature) + bytes_list
+    entry_head = (b"\x0a" + _varint(len(_ENCODED_KEY)) + _ENCODED_KEY  # key
+                  + b"\x12" + _varint(feature_len))  # value: the Feature
+    entry_len = len(entry_head) + feature_len
+    entry = b"\x0a" + _varint(entry_len)  # one map entry of Features.feature
+    return b"".join((entry, entry_head, feature, value))
+
+
+def _entries_around_image(info: ImageInfo, label_index: int, label_text: str, filename: str,
+                          sha256_hex: str, extra: tuple) -> tuple[bytes, bytes]:
+    """The map entries that sort before ``image/encoded`` and those after it."""
+    others = _described(info, label_index, label_text, filename, sha256_hex, extra)
+    encoded = _key_order(_ENCODED_KEY.decode())
+    before = _map_entries({k: v for k, v in others.items() if _key_order(k) < encoded})
+    after = _map_entries({k: v for k, v in others.items() if _key_order(k) > encoded})
+    return before, after
+
+
 def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                         filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
     """Returns ``(head, tail)`` with ``head + image + tail == image_example(...)``.
@@ -237,18 +269,19 @@ def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_t
     entries before ``image/encoded`` and after it are encoded apart and the
     image's own entry is framed by hand around the image's bytes.
     """
-    others = _described(info, label_index, label_text, filename, sha256_hex, extra)
-    encoded = _key_order(_ENCODED_KEY.decode())
-    before = _map_entries({k: v for k, v in others.items() if _key_order(k) < encoded})
-    after = _map_entries({k: v for k, v in others.items() if _key_order(k) > encoded})
-    value = b"\x0a" + _varint(len(image))  # BytesList.value[0]
-    bytes_list = len(value) + len(image)
-    feature = b"\x0a" + _varint(bytes_list)  # Feature.bytes_list
-    feature_len = len(feature) + bytes_list
-    entry_head = (b"\x0a" + _varint(len(_ENCODED_KEY)) + _ENCODED_KEY  # key
-                  + b"\x12" + _varint(feature_len))  # value: the Feature
-    entry_len = len(entry_head) + feature_len
-    entry = b"\x0a" + _varint(entry_len)  # one map entry of Features.feature
-    features_len = len(before) + len(entry) + entry_len + len(after)
-    head = b"".join((b"\x0a", _varint(features_len), before, entry, entry_head, feature, value))
-    return head, after
+    before, after = _entries_around_image(info, label_index, label_text, filename, sha256_hex, extra)
+    entry = _encoded_entry_head(len(image))
+    features_len = len(before) + len(entry) + len(image) + len(after)
+    return b"".join((b"\x0a", _varint(features_len), before, entry)), after
+
+
+def image_example_size(image_bytes: int, info: ImageInfo, label_index: int, label_text: str,
+                       filename: str, sha256_hex: str, extra: tuple = ()) -> int:
+    """Returns ``len(image_example(...))`` for a stored image of ``image_bytes`` bytes.
+
+    The record's size depends on the image's length only, so a plan knows a
+    record's exact size without the stored bytes.
+    """
+    before, after = _entries_around_image(info, label_index, label_text, filename, sha256_hex, extra)
+    features_len = len(before) + len(_encoded_entry_head(image_bytes)) + image_bytes + len(after)
+    return 1 + len(_varint(features_len)) + features_len

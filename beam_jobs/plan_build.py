@@ -1,0 +1,292 @@
+"""Plan job: what a build with the same flags would find, reject and write; nothing is written.
+
+Usage::
+
+    tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]
+    tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True   # the same
+
+Takes every flag of the build, checked as the build checks them
+(``build_shards.make_config``), lists the inputs with the build's own steps,
+reads each input once to check its header and hash it, and prints a plan:
+inputs per split and class, image formats, bytes, the inputs a build would
+reject (an estimate: header checks only) and the duplicates, the shards each
+split would get, what a shard set already in ``--output_dir`` would gain, keep
+and lose, and an estimate of the build's run time. ``--output_dir`` is only
+read: no lock, no staging, no file. ``--plan_json`` writes the plan as JSON
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
+
+from beam_jobs import build_shards
+from beam_jobs.cli import flags as opt
+from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
+from beam_jobs.cli.help import JobHelp, wants_help
+from beam_jobs.cli.progress import report_progress
+from transforms import output_folder
+from transforms.build_steps import DEAD_LETTERS, CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
+from transforms.errors import ManifestError, UsageError
+from transforms.file_access import is_folder
+from transforms.images.inputs import is_manifest_path
+from transforms.plan_steps import READS, SurveyImages, TallyPlan
+from transforms.progress import counters as c
+from transforms.progress.report import Stage, plural
+from transforms.shardset.naming import join_path
+from transforms.shardset.ownership import kept_splits
+from transforms.shardset.plan_report import (DEFAULT_RATE, BuildRate, Plan, PlanTally, folder_change,
+                                             folder_problems, make_plan)
+
+_NAME = "plan_build"
+# What a build run with --dry_run on a local runner prints first (it plans instead).
+DRY_RUN_LINE = ("build_shards: --dry_run on a local runner plans the build instead (as "
+                "'tfrecord-shards plan'); nothing is written or published")
+
+
+class PlanOptions(PipelineOptions):
+    """Flags of the plan job beyond the build's (``BuildOptions``, ``ShardingOptions``)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        opt.one_line_errors(parser)
+        parser.add_argument("--plan_json", default=None,
+                            help="Also write the plan as JSON to this path (not inside "
+                                 "--output_dir or an --input folder).")
+        parser.add_argument("--rate_mb_s", type=opt.positive_float, default=None,
+                            help="Build speed, in MiB of input per second, for the run-time "
+                                 "estimate (default: the build's measured rate on 2 cores, one "
+                                 "process, default image flags; BENCHMARKS.md, 'Plan before running').")
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Checked settings of one plan run.
+
+    Attributes:
+        build: The build's settings, from the same flags.
+        tally: Where the pipeline writes its tally (a temporary file, never the output folder).
+        plan_json: Where the plan goes as JSON, or None.
+        rate: How the build's time is estimated.
+        state: What the output folder holds, read before the run; None when it does not exist.
+        published_shards: ``((split, shard path), ...)`` and their compression: the shards of
+            the splits published in the output folder, whose keys the duplicate check reads
+            as the build's does; None when there are none or none can be kept.
+        workers_note: What ``choose_local_workers`` chose, to print.
+    """
+
+    build: build_shards.BuildConfig
+    tally: str
+    plan_json: str | None
+    rate: BuildRate
+    state: output_folder.FolderState | None
+    published_shards: tuple[list[tuple[str, str]], str] | None = None
+    workers_note: str | None = None
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = opt.resolved_path(path), opt.resolved_path(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
+    """Refuses a ``--plan_json`` path inside the output folder or an input, or naming a folder.
+
+    Raises:
+        UsageError: One line naming the flag and the folder.
+    """
+    if _inside(path, output_dir):
+        raise UsageError(f"--plan_json {path} lies inside --output_dir {output_dir}, which a plan "
+                         "never writes to; write the plan elsewhere")
+    for source in inputs:
+        if _inside(path, source):
+            what = "is the input manifest" if is_manifest_path(source) else "lies inside --input " + source
+            raise UsageError(f"--plan_json {path} {what}; write the plan elsewhere")
+    if is_folder(path):
+        raise UsageError(f"--plan_json {path} is a folder; give a file path")
+
+
+def _tally_path(options: PipelineOptions) -> str:
+    temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
+    return join_path(temp, f"{_NAME}-{uuid.uuid4().hex}.json")
+
+
+def make_config(options: PipelineOptions) -> PlanConfig:
+    """Checks the flags as the build does, and the plan's own; reads the output folder's state.
+
+    Raises:
+        UsageError: A flag is missing or wrong; the message says what to fix.
+    """
+    cfg = build_shards.make_config(options)
+    flags = options.view_as(PlanOptions)
+    if flags.plan_json:
+        _check_plan_json(flags.plan_json, cfg.output_dir, cfg.inputs)
+    rate = BuildRate.of_mib_per_second(flags.rate_mb_s) if flags.rate_mb_s else DEFAULT_RATE
+    offline = dataflow_dry_run(options)
+    state = None if offline or not is_folder(cfg.output_dir) else output_folder.folder_state(cfg.output_dir)
+    shards = None
+    if state is not None and state.manifest is not None:
+        try:
+            shards = output_folder.published_shards(cfg.output_dir, cfg.policy)
+        except ManifestError:  # the plan says why the build would stop
+            shards = None
+    return PlanConfig(cfg, _tally_path(options), flags.plan_json, rate, state,
+                      shards if shards and shards[0] else None, cfg.workers_note)
+
+
+def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
+    """Wires the plan into ``p``: the build's listing, a survey of each input, one tally."""
+    build = cfg.build
+    listing = build_shards.list_inputs(p, build)
+    surveyed = listing.unique | "Survey" >> SurveyImages(
+        build.settings, build.seed, beam.pvalue.AsSingleton(listing.labels), build.rules.split_fractions,
+        max_bytes=build.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout))
+    # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
+    published = written = None
+    if cfg.published_shards:
+        published = p | "ReadPublished" >> ReadPublishedKeys(*cfg.published_shards)
+        written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
+                                          default_value=[])  # the splits this run writes to
+    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written)
+    _ = {"listed": listing.sources, "records": distinct.main, "reads": surveyed[READS], "facts": listing.facts,
+         "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])} | "Tally" >> TallyPlan(
+        cfg.tally, build.labels)
+
+
+def _split_of(meta) -> str:
+    return meta.source.split
+
+
+def _read_tally(path: str) -> PlanTally:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        tally = PlanTally.loads(fh.read())
+    FileSystems.delete([path])
+    return tally
+
+
+def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
+    build, state = cfg.build, cfg.state
+    written = sorted({split for split, _ in tally.records})
+    change = None
+    if state is not None:
+        problems = folder_problems(build.output_dir, state.present, state.manifest, state.manifest_problem,
+                                   state.owned(), build.policy, written, build.compression,
+                                   tally.feature_spec, tally.classes)
+        published = ({name: split.records for name, split in state.manifest.splits.items()}
+                     if state.manifest is not None else {})
+        kept = kept_splits(state.manifest, written, build.policy)
+        if published or problems:
+            change = folder_change(published, written, kept, problems)
+    notes = []
+    if cfg.published_shards:
+        notes.append("duplicates include copies of images published in the splits the build would keep "
+                     f"({plural(len(cfg.published_shards[0]), 'published shard')} read)")
+    return make_plan(tally, inputs=build.inputs, output_dir=build.output_dir, target_bytes=build.target_bytes,
+                     num_shards=build.num_shards, change=change, output_exists=state is not None,
+                     rate=cfg.rate, max_bad_fraction=build.max_bad_fraction, plan_seconds=seconds,
+                     notes=notes, validate=build.settings.validate)
+
+
+def _write_plan(path: str, data: bytes) -> None:
+    with FileSystems.create(path, mime_type="application/json",
+                            compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        fh.write(data)
+
+
+def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: PlanConfig,
+             seconds: float) -> tuple[str, int]:
+    """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
+    if dataflow_dry_run(options):
+        return dry_run_summary(p), 0
+    plan = _plan(cfg, _read_tally(cfg.tally), seconds)
+    text = plan.text()
+    if cfg.plan_json:
+        _write_plan(cfg.plan_json, plan.to_json())
+        text += f"\n  plan as JSON: {cfg.plan_json}"
+    return text, 0
+
+
+def _plan_stage(counts) -> Stage | None:
+    listed, _ = counts.get(c.INPUTS_LISTED, (0, 0))
+    read, read_bytes = counts.get(c.IMAGES_READ, (0, 0))
+    if read:
+        return Stage("reading headers", "inputs", read, listed or None, read_bytes)
+    if listed:
+        return Stage("listing inputs", "inputs", listed)
+    return None
+
+
+def _progress(options: PipelineOptions, cfg: PlanConfig):
+    return report_progress("plan", options, _plan_stage)
+
+
+def _without_dry_run(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--dry_run`` and its value (a plan never writes, so it means nothing here)."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == "--dry_run":
+            skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        elif not arg.startswith("--dry_run="):
+            out.append(arg)
+    return out
+
+
+def plans_instead(argv: Sequence[str]) -> bool:
+    """True if a build's ``argv`` asks for a ``--dry_run`` that its runner would ignore.
+
+    Beam reads ``--dry_run`` only with ``DataflowRunner``; any other runner
+    would run the build and publish for real, so the build plans instead.
+    """
+    if not any(arg == "--dry_run" or arg.startswith("--dry_run=") for arg in argv):
+        return False
+    options = PipelineOptions(list(argv))
+    return bool(options.view_as(TestOptions).dry_run) and not dataflow_dry_run(options)
+
+
+HELP = JobHelp(
+    summary="Plan a build: what it would find, reject and write, and for how long; writes nothing "
+            "(see README.md, 'Plan before running').",
+    options=(build_shards.BuildOptions, PlanOptions), shared=build_shards.HELP.shared,
+    required=("input", "output_dir"),
+    groups={**build_shards.HELP.groups, "plan_json": "output", "rate_mb_s": "output"},
+    epilog="examples:\n"
+           "  tfrecord-shards plan --input data/flowers --output_dir out/flowers\n"
+           "  tfrecord-shards plan --input labels.csv --output_dir out/x --split_fractions "
+           "train=0.9,validation=0.1 --plan_json plan.json\n"
+           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
+           "# the same plan")
+
+
+def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run: bool = False) -> int:
+    """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags).
+
+    Args:
+        argv: Command-line arguments (None for ``sys.argv[1:]``).
+        prog: The command's name in help and messages.
+        for_dry_run: A build's ``--dry_run`` asked for it: says so in one line first.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not wants_help(argv) and plans_instead(argv):
+        argv = _without_dry_run(argv)
+    if for_dry_run:
+        print(DRY_RUN_LINE, file=sys.stderr)
+    return run_job(_NAME, argv, make_config, build_pipeline, _outcome, spec=HELP, prog=prog,
+                   progress=_progress)
+
+
+if __name__ == "__main__":
+    from beam_jobs.cli.main import set_up_command
+
+    set_up_command(sys.argv[1:])
+    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.plan_build"))

@@ -1,0 +1,110 @@
+"""What a plan learns of one input from its header: usable or not, and the record it would make (pure).
+
+A plan (``tfrecord-shards plan``) runs the checks of ``--validate header``
+(``codec.inspect_image``: a recognised format, a sane size, no decompression
+bomb) and the build's format rule (``records.check_kept_format``), without
+decoding or encoding pixels. A build checks more (``--validate structure`` by
+default), so it may reject inputs a plan accepts.
+
+The stored image's length decides the record's size
+(``records.image_example_size``): exact where a build stores the source bytes
+as they are (``passthrough``; ``tf`` for JPEG and PNG that TensorFlow
+decodes; ``raw``, whose length follows from the size), an estimate where it
+encodes them (``reencode``, and images ``tf`` converts to PNG).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transforms.images import codec
+from transforms.images.codec import ImageInfo
+from transforms.images.objects import source_geometry
+from transforms.images.records import (TF_KEPT_FORMATS, EncodeSettings, check_kept_format,
+                                       tensorflow_view)
+
+__all__ = ["SurveyedImage", "survey_image", "stored_size", "PNG_BYTES_PER_RAW_BYTE"]
+
+# A PNG that ``tf`` mode makes of another format is estimated at this share of its raw pixel
+# bytes (photos compress losslessly to roughly half; flat drawings to far less).
+PNG_BYTES_PER_RAW_BYTE = 0.5
+# EXIF orientations that swap width and height once applied (reencode, raw).
+_TRANSPOSED = (5, 6, 7, 8)
+
+
+@dataclass(frozen=True)
+class SurveyedImage:
+    """The record a build would make of one input, as far as its header tells.
+
+    Attributes:
+        info: The stored image's ``ImageInfo`` (``image/format``, size, channels,
+            ``image/source_format``), as the build would record it.
+        stored_bytes: Bytes of ``image/encoded``: exact when ``exact``, else an estimate.
+        exact: Whether ``stored_bytes`` is what the build stores.
+    """
+
+    info: ImageInfo
+    stored_bytes: int
+    exact: bool
+
+    def __post_init__(self) -> None:
+        if self.stored_bytes < 0:
+            raise ValueError(f"stored_bytes must be >= 0, got {self.stored_bytes}")
+
+
+def stored_size(width: int, height: int, resize: tuple[int, int] | None,
+                resize_mode: str = "stretch") -> tuple[int, int]:
+    """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize`` (``codec.resized``).
+
+    ``fit`` keeps the aspect ratio inside the box, rounding the other side as
+    Pillow's ``ImageOps.contain`` does; ``stretch`` and ``crop`` give the box.
+    """
+    if resize is None:
+        return width, height
+    box_w, box_h = resize
+    if resize_mode != "fit":
+        return box_w, box_h
+    if width / height > box_w / box_h:
+        return box_w, max(1, round(height / width * box_w))
+    if width / height < box_w / box_h:
+        return max(1, round(width / height * box_h)), box_h
+    return box_w, box_h
+
+
+def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
+    """Checks an input's header and returns the record a build with ``settings`` would make.
+
+    Args:
+        data: The file's bytes (a header check reads only its first bytes).
+        settings: The build's image options (``--validate`` aside: a plan
+            checks headers only).
+
+    Raises:
+        ImageError: The header shows the input is not usable; ``reason`` as a
+            build's dead letter would give it.
+    """
+    info = codec.inspect_image(data, "header")
+    if settings.mode in ("tf", "passthrough"):
+        check_kept_format(info, settings.mode)
+        if settings.mode == "passthrough":
+            return SurveyedImage(tensorflow_view(data, info), len(data), True)
+        if info.format in TF_KEPT_FORMATS:
+            kept = tensorflow_view(data, info)
+            if kept.tf_decodes and (kept.height, kept.width) == (info.height, info.width):
+                return SurveyedImage(kept, len(data), True)
+        raw = info.width * info.height * info.channels
+        return SurveyedImage(ImageInfo("png", info.height, info.width, info.channels,
+                                       source_format=info.format),
+                             int(raw * PNG_BYTES_PER_RAW_BYTE), False)
+    width, height, orientation = source_geometry(data)
+    if orientation in _TRANSPOSED:  # reencode and raw apply the EXIF orientation
+        width, height = height, width
+    out_w, out_h = stored_size(width, height, settings.resize, settings.resize_mode)
+    channels = 1 if settings.grayscale else 3
+    if settings.mode == "raw":
+        return SurveyedImage(ImageInfo("raw", out_h, out_w, channels, source_format=info.format),
+                             out_w * out_h * channels, True)
+    # reencode: the source's bytes per pixel, scaled to the stored size
+    scaled = len(data) * (out_w * out_h) / max(1, width * height)
+    return SurveyedImage(ImageInfo(settings.image_format, out_h, out_w, channels, source_format=info.format),
+                         int(scaled), False)

@@ -1,0 +1,533 @@
+"""A build's plan: what a run would find, reject and write, and what it would do to the output folder (pure).
+
+``PlanTally`` gathers what the plan's pipeline saw, one fact at a time and in
+any order (it is a combine's accumulator, merged from many): the inputs
+listed, the inputs rejected and why, the bytes read, and the records that
+would be written. ``make_plan`` turns a tally into a ``Plan``: shards per
+split (``planning.lay_out_split``, the build's own rule), what a shard set
+already published in the output folder would gain, keep and lose, what would
+stop the build, and an estimate of the build's run time. ``Plan.text`` is
+the summary a person reads, ``Plan.to_json`` the same as JSON.
+
+Everything here is an estimate: inputs are checked from their headers only,
+and record sizes are exact only where a build stores the source bytes as
+they are (``images.survey``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from transforms.progress.report import plural
+from transforms.shardset.dead_letters import too_many_rejected
+from transforms.shardset.manifest import Manifest
+from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, merge_labels,
+                                           unlisted_problem, unlisted_shard_files)
+from transforms.shardset.planning import MIB, lay_out_split
+
+__all__ = ["PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_plan", "folder_change",
+           "folder_problems",
+           "DEFAULT_RATE", "DUPLICATE_REASONS", "BY_CONTENT", "PLAN_VERSION"]
+
+PLAN_VERSION = 1
+# How many rejected inputs a plan names per reason.
+_EXAMPLES = 3
+# Dead-letter reasons that mean "the same input twice" (build_steps' duplicate checks).
+DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate")
+# The split shown for inputs whose split their bytes choose (--split_fractions).
+BY_CONTENT = "(by content)"
+
+
+@dataclass(frozen=True)
+class BuildRate:
+    """How fast a build runs: a fixed start-up cost plus seconds per GiB of input.
+
+    Attributes:
+        seconds_per_gib: Marginal seconds per GiB of input images.
+        fixed_seconds: Start-up and publish, whatever the input.
+        source: Where the figures come from, as the plan says it.
+    """
+
+    seconds_per_gib: float
+    fixed_seconds: float
+    source: str
+
+    def __post_init__(self) -> None:
+        if not (self.seconds_per_gib > 0 and self.fixed_seconds >= 0):
+            raise ValueError(f"a build rate needs seconds_per_gib > 0 and fixed_seconds >= 0, "
+                             f"got {self.seconds_per_gib} and {self.fixed_seconds}")
+
+    @classmethod
+    def of_mib_per_second(cls, rate_mib_s: float) -> "BuildRate":
+        """A rate a person gives (``--rate_mb_s``): MiB of input per second, start-up included."""
+        return cls(1024.0 / rate_mib_s, 0.0, f"--rate_mb_s {rate_mib_s:g}")
+
+    def seconds(self, input_bytes: int) -> float:
+        return self.fixed_seconds + self.seconds_per_gib * input_bytes / (1024 * MIB)
+
+
+# The build on the 2-core benchmark machine, one process, default flags (--image_mode tf,
+# --validate structure): BENCHMARKS.md, "Plan before running", where these figures are measured.
+DEFAULT_RATE = BuildRate(seconds_per_gib=4.7, fixed_seconds=3.0,
+                         source='BENCHMARKS.md "Plan before running": one process, 2 cores, '
+                                "--image_mode tf --validate structure")
+
+
+class PlanTally:
+    """What the plan's pipeline saw; a combine's accumulator (``add`` facts, ``merge`` tallies).
+
+    Every fact is a tuple whose first item says what it is:
+
+    - ``("found", split, label)``: one input listed (split ``""``: chosen by content);
+    - ``("rejected", reason, path, detail)``: one input a build would reject;
+    - ``("read", nbytes, exact)``: one file read, and whether its record size is exact;
+    - ``("record", split, label, source_format, converted, record_bytes)``: one record a
+      build would write (``converted``: stored in another format than its source's);
+    - ``("listing", inputs, classes, feature_spec)``: the listing's totals (once).
+    """
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], int] = {}
+        self.rejected: dict[str, list] = {}  # reason -> [count, [(path, detail)]]
+        self.files_read = 0
+        self.bytes_read = 0
+        self.estimated_sizes = 0
+        self.records: dict[tuple[str, str], int] = {}
+        self.record_bytes: dict[str, int] = {}
+        self.largest: dict[str, int] = {}
+        self.formats: dict[str, int] = {}
+        self.converted: dict[str, int] = {}
+        self.inputs: int | None = None
+        self.classes: tuple[str, ...] = ()
+        self.feature_spec: dict[str, str] = {}
+
+    def add(self, fact: Sequence) -> "PlanTally":
+        """Adds one fact (see the class docstring); returns the tally."""
+        kind = fact[0]
+        if kind == "found":
+            key = (fact[1], fact[2])
+            self.found[key] = self.found.get(key, 0) + 1
+        elif kind == "rejected":
+            entry = self.rejected.setdefault(fact[1], [0, []])
+            entry[0] += 1
+            entry[1] = sorted(entry[1] + [(fact[2], fact[3])])[:_EXAMPLES]
+        elif kind == "read":
+            self.files_read += 1
+            self.bytes_read += fact[1]
+            self.estimated_sizes += 0 if fact[2] else 1
+        elif kind == "record":
+            _, split, label, source_format, converted, size = fact
+            key = (split, label)
+            self.records[key] = self.records.get(key, 0) + 1
+            self.record_bytes[split] = self.record_bytes.get(split, 0) + size
+            self.largest[split] = max(self.largest.get(split, 0), size)
+            self.formats[source_format] = self.formats.get(source_format, 0) + 1
+            if converted:
+                self.converted[source_format] = self.converted.get(source_format, 0) + 1
+        elif kind == "listing":
+            self.inputs, self.classes, self.feature_spec = fact[1], tuple(fact[2]), dict(fact[3])
+        else:
+            raise ValueError(f"unknown plan fact {kind!r}")
+        return self
+
+    def merge(self, others: Iterable["PlanTally"]) -> "PlanTally":
+        """Adds every other tally into this one; returns it."""
+        for other in others:
+            for key, count in other.found.items():
+                self.found[key] = self.found.get(key, 0) + count
+            for reason, (count, examples) in other.rejected.items():
+                entry = self.rejected.setdefault(reason, [0, []])
+                entry[0] += count
+                entry[1] = sorted(entry[1] + list(examples))[:_EXAMPLES]
+            self.files_read += other.files_read
+            self.bytes_read += other.bytes_read
+            self.estimated_sizes += other.estimated_sizes
+            for key, count in other.records.items():
+                self.records[key] = self.records.get(key, 0) + count
+            for split, size in other.record_bytes.items():
+                self.record_bytes[split] = self.record_bytes.get(split, 0) + size
+            for split, size in other.largest.items():
+                self.largest[split] = max(self.largest.get(split, 0), size)
+            for name in ("formats", "converted"):
+                mine = getattr(self, name)
+                for fmt, count in getattr(other, name).items():
+                    mine[fmt] = mine.get(fmt, 0) + count
+            if other.inputs is not None:
+                self.inputs, self.classes = other.inputs, other.classes
+                self.feature_spec = dict(other.feature_spec)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tally as JSON-ready values (``from_dict`` reads them back)."""
+        return {"found": [[s, label, n] for (s, label), n in sorted(self.found.items())],
+                "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
+                "files_read": self.files_read, "bytes_read": self.bytes_read,
+                "estimated_sizes": self.estimated_sizes,
+                "records": [[s, label, n] for (s, label), n in sorted(self.records.items())],
+                "record_bytes": dict(sorted(self.record_bytes.items())),
+                "largest": dict(sorted(self.largest.items())),
+                "formats": dict(sorted(self.formats.items())),
+                "converted": dict(sorted(self.converted.items())),
+                "inputs": self.inputs, "classes": list(self.classes),
+                "feature_spec": dict(sorted(self.feature_spec.items()))}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> "PlanTally":
+        tally = cls()
+        tally.found = {(s, label): n for s, label, n in obj["found"]}
+        tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
+        tally.files_read, tally.bytes_read = obj["files_read"], obj["bytes_read"]
+        tally.estimated_sizes = obj["estimated_sizes"]
+        tally.records = {(s, label): n for s, label, n in obj["records"]}
+        tally.record_bytes, tally.largest = dict(obj["record_bytes"]), dict(obj["largest"])
+        tally.formats, tally.converted = dict(obj["formats"]), dict(obj["converted"])
+        tally.inputs, tally.classes = obj["inputs"], tuple(obj["classes"])
+        tally.feature_spec = dict(obj["feature_spec"])
+        return tally
+
+    def dumps(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def loads(cls, data: bytes) -> "PlanTally":
+        return cls.from_dict(json.loads(data))
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """The records and shards one split would get.
+
+    Attributes:
+        name: The split.
+        records: Records that would be written.
+        classes: Class name -> records.
+        record_bytes: Framed bytes of those records (approximate).
+        largest: The largest record's framed bytes.
+        num_shards: Shards the build's planner gives the split for these bytes.
+    """
+
+    name: str
+    records: int
+    classes: Mapping[str, int]
+    record_bytes: int
+    largest: int
+    num_shards: int
+
+    @property
+    def shard_bytes(self) -> int:
+        """The average shard's bytes."""
+        return self.record_bytes // self.num_shards
+
+
+@dataclass(frozen=True)
+class FolderChange:
+    """What a run would do to the shard set published in its output folder.
+
+    Attributes:
+        published: Split -> records of the set there now (empty: none).
+        new: Splits the run adds.
+        replaced: Splits the run writes that are there now.
+        kept: Splits there now that the run keeps and lists again.
+        dropped: Splits there now that the run removes (``--drop_other_splits``).
+        problems: Why the build would refuse to start or to publish, one line each.
+    """
+
+    published: Mapping[str, int]
+    new: tuple[str, ...]
+    replaced: tuple[str, ...]
+    kept: tuple[str, ...]
+    dropped: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+
+
+def folder_change(published: Mapping[str, int], written: Iterable[str], kept: Iterable[str],
+                  problems: Sequence[str] = ()) -> FolderChange:
+    """Compares the splits a run writes with those published in its output folder.
+
+    Args:
+        published: Split -> records of the set there now (empty: none).
+        written: The splits the run would write.
+        kept: The published splits publishing would keep (``ownership.kept_splits``).
+        problems: Why the build would refuse, as found by the caller.
+    """
+    written, kept = set(written), set(kept)
+    return FolderChange(dict(published), tuple(sorted(written - set(published))),
+                        tuple(sorted(written & set(published))), tuple(sorted(kept & set(published))),
+                        tuple(sorted(set(published) - written - kept)), tuple(problems))
+
+
+def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manifest | None,
+                    manifest_problem: str | None, owned: set[str], policy: PublishPolicy,
+                    written: Iterable[str], compression: str, feature_spec: Mapping[str, str],
+                    labels: Sequence[str]) -> list[str]:
+    """Why a build would refuse to start or to publish into its output folder, one line each.
+
+    The checks the build makes of the folder (``output_folder``, publishing),
+    made from what the folder holds now.
+
+    Args:
+        output_dir: The output folder.
+        present: Name -> size of the files in it (``output_folder.folder_state``).
+        manifest: Its manifest, if readable.
+        manifest_problem: Why its manifest cannot be read, if it cannot.
+        owned: The files this tool published there.
+        policy: The run's publishing policy.
+        written: The splits the run would write.
+        compression: ``--compression``.
+        feature_spec: The feature spec of the run's records.
+        labels: The run's classes in index order.
+    """
+    problems = []
+    unlisted = unlisted_problem(output_dir, unlisted_shard_files(present, owned), manifest_problem)
+    if unlisted and not policy.overwrite_unlisted:
+        problems.append(unlisted)
+    if manifest_problem and not policy.drop_other_splits:
+        problems.append(f"its manifest.json cannot be read ({manifest_problem}), so its splits cannot "
+                        "be kept; pass --drop_other_splits to replace the whole set")
+    kept = kept_splits(manifest, written, policy)
+    for split in sorted(kept.values(), key=lambda s: s.name):
+        problem = kept_split_problem(split, present, manifest, compression, feature_spec)
+        if problem:
+            problems.append(problem)
+            break  # publishing names the first
+    if kept and not problems and merge_labels(manifest.labels, labels) is None:
+        problems.append(f"the classes of this run ({', '.join(labels) or 'none'}) and those of the kept "
+                        f"splits {', '.join(sorted(kept))} ({', '.join(manifest.labels)}) give some index "
+                        "two meanings; fix the class list (--class_names), rebuild those splits too, or "
+                        "pass --drop_other_splits")
+    return problems
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a build with these flags would do, estimated (see the module docstring).
+
+    Attributes:
+        inputs: The ``--input`` values.
+        output_dir: The ``--output_dir``.
+        tally: What the plan's pipeline saw.
+        splits: Split -> its ``SplitPlan``, for the splits with records.
+        shard_rule: The sharding flags, as the plan names them.
+        change: What the run would do to the output folder; None when it holds no shard set.
+        output_exists: Whether the output folder exists.
+        rate: How the run time is estimated.
+        max_bad_fraction: ``--max_bad_fraction``.
+        plan_seconds: How long the plan ran.
+        notes: Lines the plan adds at its end.
+        validate: The build's ``--validate`` level (the plan checks headers only).
+    """
+
+    inputs: tuple[str, ...]
+    output_dir: str
+    tally: PlanTally
+    splits: Mapping[str, SplitPlan]
+    shard_rule: str
+    change: FolderChange | None
+    output_exists: bool
+    rate: BuildRate
+    max_bad_fraction: float | None
+    plan_seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+    validate: str = "structure"
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.splits.values())
+
+    @property
+    def inputs_found(self) -> int:
+        """Inputs the build would count: files and manifest rows, and the listing's rejects."""
+        return self.tally.inputs if self.tally.inputs is not None else sum(self.tally.found.values())
+
+    def rejected(self, duplicates: bool) -> dict[str, int]:
+        """Reason -> inputs rejected, for the duplicate reasons or for the others."""
+        return {reason: count for reason, (count, _) in sorted(self.tally.rejected.items())
+                if (reason in DUPLICATE_REASONS) == duplicates}
+
+    @property
+    def build_seconds(self) -> float:
+        return self.rate.seconds(self.tally.bytes_read)
+
+    def refusals(self) -> list[str]:
+        """Why the build would stop, one line each (empty: none is foreseen)."""
+        lines = list(self.change.problems) if self.change is not None else []
+        rejected = sum(n for n, _ in self.tally.rejected.values())
+        inputs = self.inputs_found
+        if inputs == 0:
+            lines.append("no input files or rows were found; check --input")
+        elif rejected >= inputs:
+            lines.append(f"all {inputs} inputs would be rejected: nothing would be published")
+        elif too_many_rejected(rejected, inputs, self.max_bad_fraction):
+            lines.append(f"{rejected} of {inputs} inputs ({100.0 * rejected / inputs:.1f}%) would be "
+                         f"rejected, more than --max_bad_fraction {self.max_bad_fraction:g}: the build "
+                         "would publish nothing")
+        return lines
+
+    def to_json(self) -> bytes:
+        """The plan as JSON (what ``--plan_json`` writes)."""
+        tally = self.tally
+        found: dict[str, dict[str, int]] = {}
+        for (split, label), count in sorted(tally.found.items()):
+            found.setdefault(split or BY_CONTENT, {})[label] = count
+        obj = {
+            "plan_version": PLAN_VERSION,
+            "estimate": True,
+            "inputs": list(self.inputs), "output_dir": self.output_dir,
+            "found": {"inputs": self.inputs_found, "images_listed": sum(tally.found.values()),
+                      "splits": found},
+            "input_bytes": tally.bytes_read, "files_read": tally.files_read,
+            "formats": dict(tally.formats), "converted_to_png": dict(tally.converted),
+            "rejected": {"total": sum(n for n, _ in tally.rejected.values()),
+                         "checks": "header", "build_validate": self.validate,
+                         "reasons": {r: {"count": n, "examples": [{"path": p, "detail": d} for p, d in ex]}
+                                     for r, (n, ex) in sorted(tally.rejected.items())}},
+            "duplicates": self.rejected(duplicates=True),
+            "splits": {name: {"records": s.records, "classes": dict(s.classes),
+                              "record_bytes": s.record_bytes, "largest_record": s.largest,
+                              "num_shards": s.num_shards, "shard_bytes": s.shard_bytes}
+                       for name, s in sorted(self.splits.items())},
+            "record_sizes_estimated": tally.estimated_sizes,
+            "shard_rule": self.shard_rule,
+            "output_folder": {
+                "exists": self.output_exists,
+                "published": dict(self.change.published) if self.change else {},
+                "new": list(self.change.new) if self.change else sorted(self.splits),
+                "replaced": list(self.change.replaced) if self.change else [],
+                "kept": list(self.change.kept) if self.change else [],
+                "dropped": list(self.change.dropped) if self.change else [],
+            },
+            "refusals": self.refusals(),
+            "build_seconds": round(self.build_seconds, 1),
+            "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
+                     "source": self.rate.source},
+            "plan_seconds": round(self.plan_seconds, 2),
+            "notes": list(self.notes),
+        }
+        return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+    def text(self) -> str:
+        """The summary a person reads."""
+        tally = self.tally
+        where = ", ".join(self.inputs)
+        lines = [f"Plan of a build of {where} into {self.output_dir} (an estimate; nothing was "
+                 f"written): {plural(self.inputs_found, 'input')} found, {plural(self.records, 'record')} "
+                 f"would be written, in {self.plan_seconds:.1f} s"]
+        found: dict[str, dict[str, int]] = {}
+        for (split, label), count in sorted(tally.found.items()):
+            found.setdefault(split or BY_CONTENT, {})[label] = count
+        listing_rejects = self.inputs_found - sum(tally.found.values())
+        lines.append(f"  found: {plural(sum(tally.found.values()), 'image')} listed"
+                     + (f" (and {plural(listing_rejects, 'input')} the listing rejects)" if listing_rejects else ""))
+        for split, classes in found.items():
+            lines.append(f"    {split}: {sum(classes.values())} in {plural(len(classes), 'class')}: "
+                         + _counts(classes))
+        if tally.formats:
+            lines.append(f"  formats (records): {_counts(tally.formats)}"
+                         + (f"; converted to PNG: {_counts(tally.converted)}" if tally.converted else ""))
+        lines.append(f"  input bytes: {_size(tally.bytes_read)} in {plural(tally.files_read, 'file')} read")
+        others = self.rejected(duplicates=False)
+        deeper = ("the build's --validate header makes the same checks" if self.validate == "header"
+                  else f"the build's --validate {self.validate} checks more and may reject more")
+        lines.append(f"  rejected: {sum(others.values())} (an estimate from header checks only; {deeper})"
+                     + (":" if others else ""))
+        for reason, count in others.items():
+            examples = ", ".join(p for p, _ in tally.rejected[reason][1])
+            more = f" and {count - len(tally.rejected[reason][1])} more" if count > len(tally.rejected[reason][1]) else ""
+            lines.append(f"    {reason} {count}: {examples}{more}")
+        duplicates = self.rejected(duplicates=True)
+        lines.append(f"  duplicates (same sha256, or same path in a split): {sum(duplicates.values())}"
+                     + (f" ({_counts(duplicates)})" if duplicates else ""))
+        lines.append(f"  shards ({self.shard_rule}; sizes approximate"
+                     + (f", {plural(tally.estimated_sizes, 'record')} estimated from the image size"
+                        if tally.estimated_sizes else "") + "):")
+        for name, split in sorted(self.splits.items()):
+            lines.append(f"    {name}: {plural(split.records, 'record')}, ~{_size(split.record_bytes)} -> "
+                         f"{plural(split.num_shards, 'shard')} of ~{_size(split.shard_bytes)}")
+        if not self.splits:
+            lines.append("    none: no record would be written")
+        lines += self._folder_lines()
+        lines.append(f"  build time: ~{_duration(self.build_seconds)} ({_size(tally.bytes_read)} at "
+                     f"{self.rate.seconds_per_gib:.3g} s/GiB"
+                     + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
+                     + f"; {self.rate.source})")
+        refusals = self.refusals()
+        for line in refusals:
+            lines.append(f"  the build would refuse: {line}")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def _folder_lines(self) -> list[str]:
+        change = self.change
+        if change is None:
+            state = "exists and holds no shard set" if self.output_exists else "does not exist yet"
+            return [f"  output folder: {state}; the build would publish "
+                    f"{', '.join(sorted(self.splits)) or 'no split'}"]
+        lines = [f"  output folder: holds a published set ({_counts(change.published)} records)"]
+        if change.new:
+            lines.append(f"    gains: {', '.join(f'{s} (~{self.splits[s].records})' for s in change.new)}")
+        if change.replaced:
+            lines.append("    replaces: " + ", ".join(
+                f"{s} ({change.published[s]} -> ~{self.splits[s].records} records)" for s in change.replaced))
+        lines.append("    keeps: " + (", ".join(f"{s} ({change.published[s]} records)" for s in change.kept)
+                                      or "nothing else"))
+        if change.dropped:
+            lines.append("    loses (--drop_other_splits): "
+                         + ", ".join(f"{s} ({change.published[s]} records)" for s in change.dropped))
+        return lines
+
+
+def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, target_bytes: int,
+              num_shards: int | None, change: FolderChange | None, output_exists: bool, rate: BuildRate,
+              max_bad_fraction: float | None, plan_seconds: float = 0.0,
+              notes: Sequence[str] = (), validate: str = "structure") -> Plan:
+    """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
+
+    Args:
+        tally: What the plan's pipeline saw.
+        inputs: The ``--input`` values.
+        output_dir: The ``--output_dir``.
+        target_bytes: ``--shard_size_mb`` in bytes.
+        num_shards: ``--num_shards``, or None.
+        change: What the run would do to the output folder's shard set, or None for none.
+        output_exists: Whether the output folder exists.
+        rate: How the build's time is estimated.
+        max_bad_fraction: ``--max_bad_fraction``.
+        plan_seconds: How long the plan ran.
+        notes: Lines the plan adds at its end.
+        validate: The build's ``--validate`` level.
+    """
+    classes: dict[str, dict[str, int]] = {}
+    for (split, label), count in sorted(tally.records.items()):
+        classes.setdefault(split, {})[label] = count
+    splits = {}
+    for name, by_class in classes.items():
+        records, size = sum(by_class.values()), tally.record_bytes.get(name, 0)
+        largest = tally.largest.get(name, 0)
+        layout = lay_out_split(name, [(0, records, size, largest)], target_bytes, num_shards, bucket_bits=0)
+        splits[name] = SplitPlan(name, records, by_class, size, largest, layout.totals.num_shards)
+    rule = (f"--num_shards {num_shards}" if num_shards
+            else f"--shard_size_mb {target_bytes / MIB:.4g}: shards of 2/3 to 4/3 of it")
+    return Plan(tuple(inputs), output_dir, tally, splits, rule, change, output_exists, rate,
+                max_bad_fraction, plan_seconds, tuple(notes), validate)
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name or '(none)'} {count}" for name, count in counts.items())
+
+
+def _size(nbytes: int) -> str:
+    if nbytes >= 1024 * MIB:
+        return f"{nbytes / (1024 * MIB):.2f} GiB"
+    if nbytes >= MIB:
+        return f"{nbytes / MIB:.1f} MiB"
+    return f"{nbytes / 1024:.1f} KiB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
