@@ -149,7 +149,8 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     listing = build_shards.list_inputs(p, build)
     surveyed = listing.unique | "Survey" >> SurveyImages(
         build.settings, build.seed, beam.pvalue.AsSingleton(listing.labels), build.rules.split_fractions,
-        max_bytes=build.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout))
+        max_bytes=build.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
+        threads=build.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published = written = None
     if cfg.published_shards:
@@ -157,9 +158,12 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
         written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
                                           default_value=[])  # the splits this run writes to
     distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written)
-    _ = {"listed": listing.sources, "records": distinct.main, "reads": surveyed[READS], "facts": listing.facts,
-         "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])} | "Tally" >> TallyPlan(
-        cfg.tally, build.labels)
+    seen = {"listed": listing.sources,  # SourceImage
+            "records": distinct.main,  # ImageMeta a build would write
+            "reads": surveyed[READS],  # ("read", bytes, exact)
+            "facts": listing.facts,  # one ListingFacts
+            "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
+    _ = seen | "Tally" >> TallyPlan(cfg.tally, build.labels)  # writes one PlanTally to cfg.tally
 
 
 def _split_of(meta) -> str:
@@ -167,6 +171,9 @@ def _split_of(meta) -> str:
 
 
 def _read_tally(path: str) -> PlanTally:
+    """The tally the pipeline wrote (deleted once read); an empty one if nothing was listed."""
+    if not FileSystems.exists(path):
+        return PlanTally()
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
         tally = PlanTally.loads(fh.read())
     FileSystems.delete([path])
@@ -187,7 +194,7 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
         if published or problems:
             change = folder_change(published, written, kept, problems)
     notes = []
-    if cfg.published_shards:
+    if cfg.published_shards and change is not None and change.kept:
         notes.append("duplicates include copies of images published in the splits the build would keep "
                      f"({plural(len(cfg.published_shards[0]), 'published shard')} read)")
     return make_plan(tally, inputs=build.inputs, output_dir=build.output_dir, target_bytes=build.target_bytes,

@@ -104,7 +104,7 @@ def test_plan_counts_splits_classes_formats_rejects_and_duplicates(split_tree, t
     assert plan["output_folder"] == {"exists": False, "published": {}, "new": ["train", "validation"],
                                      "replaced": [], "kept": [], "dropped": []}
     assert plan["refusals"] == []
-    assert "not_an_image 1: " in text and "duplicates (same sha256, or same path in a split): 1" in text
+    assert "not_an_image 1: " in text and "duplicates (same bytes, or the same path in a split): 1" in text
     assert "    train: 14 in 2 classes: daisy 8, rose 6" in text
     assert "an estimate" in text and "nothing was written" in text
     assert f"plan as JSON: {plan_json}" in text
@@ -160,7 +160,7 @@ def test_output_folder_is_untouched_and_its_set_compared(split_tree, tmp_path, c
 
     status, text, err = _plan(capsys, "--input", other, "--output_dir", out, "--split", "validation")
     assert status == 0, err
-    assert f"output folder: holds a published set (train {published} records)" in text
+    assert f"output folder {out}: holds a published set (train {published} records)" in text
     assert "gains: validation (~12)" in text and f"keeps: train ({published} records)" in text
     assert "would refuse" not in text
 
@@ -184,7 +184,7 @@ def test_a_missing_output_folder_stays_missing(tmp_path, capsys):
     out = str(tmp_path / "not" / "there")
     status, text, err = _plan(capsys, "--input", root, "--output_dir", out)
     assert status == 0, err
-    assert "output folder: does not exist yet; the build would publish train" in text
+    assert f"output folder {out}: does not exist yet; the build would publish train" in text
     assert not os.path.exists(tmp_path / "not")
 
 
@@ -251,3 +251,23 @@ def test_plan_subcommand_runs_and_help_lists_its_flags(tmp_path):
     assert helped.returncode == 0
     for flag in ("--plan_json", "--rate_mb_s", "--shard_size_mb", "--split_fractions", "--drop_other_splits"):
         assert flag in helped.stdout
+
+
+def _stages(tmp_path, *argv: str) -> list[str]:
+    """The fused stages the plan runs, counted as benchmarks/child_usage.py counts them."""
+    usage = tmp_path / f"usage-{len(list(tmp_path.iterdir()))}.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.child_usage", str(usage), "--count_stages",
+                           "beam_jobs.plan_build", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (pipeline,) = json.loads(usage.read_text())["pipelines"]
+    return pipeline["stage_names"]
+
+
+def test_a_plan_runs_few_stages(tmp_path, capsys):
+    """7 fused stages (the build: 10); 12 when it also reads a published set's keys."""
+    root = str(tmp_path / "in")
+    make_class_tree(root, per_class=2, broken=False)
+    out = str(tmp_path / "out")
+    assert len(_stages(tmp_path, "--input", root, "--output_dir", out)) <= 7
+    assert _build(capsys, "--input", root, "--output_dir", out) == 0
+    assert len(_stages(tmp_path, "--input", root, "--output_dir", out, "--split", "test")) <= 12

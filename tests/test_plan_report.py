@@ -221,7 +221,7 @@ def test_text_and_json_say_the_same_and_call_it_an_estimate():
     assert "an estimate" in text and "nothing was written" in text
     assert "rejected: 2 (an estimate from header checks only; the build's --validate structure" in text
     assert "truncated 2: a.jpg, b.jpg" in text
-    assert "duplicates (same sha256, or same path in a split): 1 (duplicate_image 1)" in text
+    assert "duplicates (same bytes, or the same path in a split): 1 (duplicate_image 1)" in text
     assert "gains: validation (~1)" in text and "replaces: train (7 -> ~1 records)" in text
     assert "keeps: test (2 records)" in text
     obj = json.loads(plan.to_json())

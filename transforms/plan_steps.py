@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
 
+from transforms import worker_threads
 from transforms.build_steps import DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, ListingFacts, read_source
 from transforms.errors import ImageError
 from transforms.example.features import FeatureValueError
@@ -41,76 +43,118 @@ __all__ = ["SurveyImages", "TallyPlan", "READS"]
 READS = "reads"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Surveyed:
+    """What surveying one input gave: its ImageMeta or DeadLetter, the bytes read (None: unread),
+    and whether the record's size is exact."""
+
+    output: ImageMeta | DeadLetter
+    bytes_read: int | None
+    exact: bool = True
+
+
 class _SurveyImageFn(beam.DoFn):
     """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS).
 
     The ``ImageMeta`` is the one a build would plan with: its sha256, order
     key and record size (exact or estimated, ``images.survey``); it names no
-    run file and carries no bytes.
+    run file and carries no bytes. Inputs are surveyed on a pool of
+    ``threads`` threads (``worker_threads``; reading and hashing release the
+    GIL), the outputs, counters and progress following in input order, each
+    in its own input's window, as the build's inspection does.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, split_fractions: Mapping[str, float],
-                 max_bytes: int) -> None:
+                 max_bytes: int, threads: int = 1) -> None:
         self._settings = settings
         self._seed = seed
         self._fractions = dict(split_fractions)
         self._max_bytes = max_bytes
+        self._threads = threads
         self._read = Metrics.counter("plan", "images_read")
         self._rejected = Metrics.counter("plan", "images_rejected")
 
-    def process(self, source: SourceImage, labels: list[str], layout: RecordLayout | None = None):
-        index_of = self._index_of(labels)
+    def setup(self):
+        threads = worker_threads.thread_count(self._threads)
+        self._pool = worker_threads.new_pool(threads, "survey-image")
+        self._window = worker_threads.window_for(threads)
+        self._work = None
+
+    def start_bundle(self):
+        if self._work is not None:  # a bundle that failed: its calls are dropped
+            self._work.close()
+        self._work = worker_threads.OrderedWork(self._pool, self._window)
+
+    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
+                layout: RecordLayout | None = None):
+        for surveyed, (at, when) in self._work.submit(
+                self._survey_one, source, self._index_of(labels), layout, (window, timestamp)):
+            yield from self._emit(surveyed, at, when)
+
+    def finish_bundle(self):
+        for surveyed, (at, when) in self._work.drain():
+            yield from self._emit(surveyed, at, when)
+        progress.flush()
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _survey_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
+                    where: tuple) -> tuple[_Surveyed, tuple]:
+        """Runs on a pool thread: the survey of ``source``, and ``where`` it is emitted."""
+        return self._survey(source, index_of, layout), where
+
+    def _emit(self, surveyed: _Surveyed, window, timestamp) -> Iterator:
+        """Counts one input and yields its outputs; on the bundle's thread, in input order."""
+        progress.note(progress.IMAGES_READ, 1, surveyed.bytes_read or 0)
+        if surveyed.bytes_read is not None:
+            self._read.inc()
+            yield beam.pvalue.TaggedOutput(READS, WindowedValue(
+                ("read", surveyed.bytes_read, surveyed.exact), timestamp, (window,)))
+        output = WindowedValue(surveyed.output, timestamp, (window,))
+        if isinstance(surveyed.output, DeadLetter):
+            self._rejected.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
+        else:
+            progress.note(progress.IMAGES_ACCEPTED)
+            yield output
+
+    def _survey(self, source: SourceImage, index_of: dict[str, int],
+                layout: RecordLayout | None) -> _Surveyed:
+        """Reads and surveys one input; no Beam calls, so that it may run on any thread."""
         unknown = [name for name in source.class_names() if name not in index_of]
         if unknown:
-            yield from self._reject(DeadLetter(source.path, "unknown_label",
-                                               f"class {unknown[0]!r} is not in the label list"))
-            return
+            return _Surveyed(DeadLetter(source.path, "unknown_label",
+                                        f"class {unknown[0]!r} is not in the label list"), None)
         try:
             data = read_source(source.path, self._max_bytes)
         except (OSError, BeamIOError) as err:
-            yield from self._reject(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"))
-            return
+            return _Surveyed(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
-            yield from self._reject(DeadLetter(source.path, err.reason, err.detail))
-            return
-        self._read.inc()
+            return _Surveyed(DeadLetter(source.path, err.reason, err.detail), None)
         try:
             surveyed = survey_image(data, self._settings)
             extra = image_extras(source, layout, index_of, data, surveyed.info.width, surveyed.info.height,
                                  pixels_transformed=self._settings.mode in ("reencode", "raw"),
                                  cropped=bool(self._settings.resize) and self._settings.resize_mode == "crop")
         except ImageError as err:
-            yield from self._reject(DeadLetter(source.path, err.reason, err.detail), len(data))
-            return
+            return _Surveyed(DeadLetter(source.path, err.reason, err.detail), len(data))
         except BoxError as err:
-            yield from self._reject(DeadLetter(source.path, "bad_box", str(err)), len(data))
-            return
+            return _Surveyed(DeadLetter(source.path, "bad_box", str(err)), len(data))
         except FeatureValueError as err:
-            yield from self._reject(DeadLetter(source.path, "bad_feature", str(err)), len(data))
-            return
+            return _Surveyed(DeadLetter(source.path, "bad_feature", str(err)), len(data))
         digest = hashlib.sha256(data).digest()
         if source.split == SPLIT_BY_CONTENT:
             source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))
         index = index_of.get(source.label, 0)
         size = image_example_size(surveyed.stored_bytes, surveyed.info, index, source.label, source.relpath,
                                   digest.hex(), extra)
-        progress.note(progress.IMAGES_READ, 1, len(data))
-        progress.note(progress.IMAGES_ACCEPTED)
-        yield beam.pvalue.TaggedOutput(READS, ("read", len(data), surveyed.exact))
-        yield ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=surveyed.info,
-                        record_size=framed_size(size), order_key=order_key(self._seed, digest),
-                        source_crc32c=0, extra=extra)
-
-    def finish_bundle(self):
-        progress.flush()
-
-    def _reject(self, dead: DeadLetter, bytes_read: int | None = None):
-        """The outputs of a rejected input: the fact of its read, if it was read, and its dead letter."""
-        self._rejected.inc()
-        progress.note(progress.IMAGES_READ, 1, bytes_read or 0)
-        if bytes_read is not None:
-            yield beam.pvalue.TaggedOutput(READS, ("read", bytes_read, True))
-        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead)
+        return _Surveyed(ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=surveyed.info,
+                                   record_size=framed_size(size), order_key=order_key(self._seed, digest),
+                                   source_crc32c=0, extra=extra), len(data), surveyed.exact)
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""
@@ -136,15 +180,18 @@ class SurveyImages(beam.PTransform):
         split_fractions: ``--split_fractions``: the split of inputs that name none.
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
         layout: Singleton side input with the build's ``RecordLayout``, or None.
+        threads: Inputs surveyed at once by each worker; 0 for one per core the
+            worker may use. The outputs do not depend on it.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None) -> None:
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1) -> None:
         super().__init__()
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
-        self._fn = _SurveyImageFn(settings, seed, split_fractions or {}, max_bytes)
+        worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
+        self._fn = _SurveyImageFn(settings, seed, split_fractions or {}, max_bytes, threads)
         self._labels = labels
         self._layout = layout
 
@@ -202,8 +249,8 @@ class TallyPlan(beam.PTransform):
     Input: a dict of PCollections: ``listed`` (``SourceImage``), ``records``
     (``ImageMeta`` a build would write), ``reads`` (``SurveyImages``'
     ``READS``), ``facts`` (``ListingFacts``) and ``dead`` (a tuple of
-    PCollections of ``DeadLetter``). One combine; with no input at all it
-    writes an empty tally.
+    PCollections of ``DeadLetter``). One combine; with nothing listed at all
+    it writes nothing (read that as an empty tally).
 
     Args:
         path: Where the tally goes (any FileSystems path; never the output folder).
@@ -223,5 +270,6 @@ class TallyPlan(beam.PTransform):
         facts += [dead | f"Rejected{i}" >> beam.Map(_rejected) for i, dead in enumerate(inputs["dead"])]
         return (facts
                 | "AllFacts" >> beam.Flatten()
-                | "Combine" >> beam.CombineGlobally(_PlanTallyFn())  # one PlanTally, as a dict
+                # Without a default (a stage of its own): with nothing at all, nothing is written.
+                | "Combine" >> beam.CombineGlobally(_PlanTallyFn()).without_defaults()  # one PlanTally, as a dict
                 | "Write" >> beam.Map(_write_tally, self._path))

@@ -69,8 +69,9 @@ class BuildRate:
 
 
 # The build on the 2-core benchmark machine, one process, default flags (--image_mode tf,
-# --validate structure): BENCHMARKS.md, "Plan before running", where these figures are measured.
-DEFAULT_RATE = BuildRate(seconds_per_gib=4.7, fixed_seconds=3.0,
+# --validate structure), photos of about 100 KB: BENCHMARKS.md, "Plan before running", where
+# these figures are measured (3.7-4.1 s for 420 MiB, 7.5-8.2 s for 1.23 GiB).
+DEFAULT_RATE = BuildRate(seconds_per_gib=4.8, fixed_seconds=1.8,
                          source='BENCHMARKS.md "Plan before running": one process, 2 cores, '
                                 "--image_mode tf --validate structure")
 
@@ -341,6 +342,13 @@ class Plan:
         """Inputs the build would count: files and manifest rows, and the listing's rejects."""
         return self.tally.inputs if self.tally.inputs is not None else sum(self.tally.found.values())
 
+    def found_by_split(self) -> dict[str, dict[str, int]]:
+        """Split (``BY_CONTENT`` for inputs their bytes place) -> class -> inputs listed."""
+        found: dict[str, dict[str, int]] = {}
+        for (split, label), count in sorted(self.tally.found.items()):
+            found.setdefault(split or BY_CONTENT, {})[label] = count
+        return found
+
     def rejected(self, duplicates: bool) -> dict[str, int]:
         """Reason -> inputs rejected, for the duplicate reasons or for the others."""
         return {reason: count for reason, (count, _) in sorted(self.tally.rejected.items())
@@ -368,9 +376,7 @@ class Plan:
     def to_json(self) -> bytes:
         """The plan as JSON (what ``--plan_json`` writes)."""
         tally = self.tally
-        found: dict[str, dict[str, int]] = {}
-        for (split, label), count in sorted(tally.found.items()):
-            found.setdefault(split or BY_CONTENT, {})[label] = count
+        found = self.found_by_split()
         obj = {
             "plan_version": PLAN_VERSION,
             "estimate": True,
@@ -411,37 +417,34 @@ class Plan:
         """The summary a person reads."""
         tally = self.tally
         where = ", ".join(self.inputs)
-        lines = [f"Plan of a build of {where} into {self.output_dir} (an estimate; nothing was "
-                 f"written): {plural(self.inputs_found, 'input')} found, {plural(self.records, 'record')} "
-                 f"would be written, in {self.plan_seconds:.1f} s"]
-        found: dict[str, dict[str, int]] = {}
-        for (split, label), count in sorted(tally.found.items()):
-            found.setdefault(split or BY_CONTENT, {})[label] = count
+        lines = [f"Plan of a build of {where} into {self.output_dir}, in {self.plan_seconds:.1f} s "
+                 "(an estimate; nothing was written)"]
+        found = self.found_by_split()
         listing_rejects = self.inputs_found - sum(tally.found.values())
-        lines.append(f"  found: {plural(sum(tally.found.values()), 'image')} listed"
-                     + (f" (and {plural(listing_rejects, 'input')} the listing rejects)" if listing_rejects else ""))
+        lines.append(f"  inputs: {self.inputs_found} found"
+                     + (f" ({listing_rejects} of them rejected by the listing)" if listing_rejects else "")
+                     + f", {_size(tally.bytes_read)} read in {plural(tally.files_read, 'file')}")
         for split, classes in found.items():
             lines.append(f"    {split}: {sum(classes.values())} in {plural(len(classes), 'class')}: "
                          + _counts(classes))
         if tally.formats:
-            lines.append(f"  formats (records): {_counts(tally.formats)}"
+            lines.append(f"  formats: {_counts(tally.formats)} (records)"
                          + (f"; converted to PNG: {_counts(tally.converted)}" if tally.converted else ""))
-        lines.append(f"  input bytes: {_size(tally.bytes_read)} in {plural(tally.files_read, 'file')} read")
         others = self.rejected(duplicates=False)
         deeper = ("the build's --validate header makes the same checks" if self.validate == "header"
                   else f"the build's --validate {self.validate} checks more and may reject more")
         lines.append(f"  rejected: {sum(others.values())} (an estimate from header checks only; {deeper})"
                      + (":" if others else ""))
         for reason, count in others.items():
-            examples = ", ".join(p for p, _ in tally.rejected[reason][1])
-            more = f" and {count - len(tally.rejected[reason][1])} more" if count > len(tally.rejected[reason][1]) else ""
-            lines.append(f"    {reason} {count}: {examples}{more}")
+            named = tally.rejected[reason][1]
+            more = f" and {count - len(named)} more" if count > len(named) else ""
+            lines.append(f"    {reason} {count}: {', '.join(path for path, _ in named)}{more}")
         duplicates = self.rejected(duplicates=True)
-        lines.append(f"  duplicates (same sha256, or same path in a split): {sum(duplicates.values())}"
+        lines.append(f"  duplicates (same bytes, or the same path in a split): {sum(duplicates.values())}"
                      + (f" ({_counts(duplicates)})" if duplicates else ""))
-        lines.append(f"  shards ({self.shard_rule}; sizes approximate"
-                     + (f", {plural(tally.estimated_sizes, 'record')} estimated from the image size"
-                        if tally.estimated_sizes else "") + "):")
+        lines.append("  records and shards (sizes approximate"
+                     + (f", {plural(tally.estimated_sizes, 'record')} estimated from the image's size"
+                        if tally.estimated_sizes else "") + f"; {self.shard_rule}):")
         for name, split in sorted(self.splits.items()):
             lines.append(f"    {name}: {plural(split.records, 'record')}, ~{_size(split.record_bytes)} -> "
                          f"{plural(split.num_shards, 'shard')} of ~{_size(split.shard_bytes)}")
@@ -462,9 +465,9 @@ class Plan:
         change = self.change
         if change is None:
             state = "exists and holds no shard set" if self.output_exists else "does not exist yet"
-            return [f"  output folder: {state}; the build would publish "
+            return [f"  output folder {self.output_dir}: {state}; the build would publish "
                     f"{', '.join(sorted(self.splits)) or 'no split'}"]
-        lines = [f"  output folder: holds a published set ({_counts(change.published)} records)"]
+        lines = [f"  output folder {self.output_dir}: holds a published set ({_counts(change.published)} records)"]
         if change.new:
             lines.append(f"    gains: {', '.join(f'{s} (~{self.splits[s].records})' for s in change.new)}")
         if change.replaced:
