@@ -18,6 +18,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 import uuid
@@ -31,6 +32,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from beam_jobs import build_shards
 from beam_jobs.cli import flags as opt
+from beam_jobs.cli.flags import ShardingOptions
 from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
 from beam_jobs.cli.help import JobHelp, wants_help
 from beam_jobs.cli.progress import report_progress
@@ -126,7 +128,14 @@ def make_config(options: PipelineOptions) -> PlanConfig:
     Raises:
         UsageError: A flag is missing or wrong; the message says what to fix.
     """
-    cfg = build_shards.make_config(options)
+    shared = options.view_as(ShardingOptions)
+    replace = shared.replace
+    shared.replace = True  # a split other inputs built: the plan says the build would refuse, and goes on
+    try:
+        cfg = build_shards.make_config(options)
+    finally:
+        shared.replace = replace
+    cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, replace=replace))
     flags = options.view_as(PlanOptions)
     if flags.plan_json:
         _check_plan_json(flags.plan_json, cfg.output_dir, cfg.inputs)
@@ -187,7 +196,7 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
     if state is not None:
         problems = folder_problems(build.output_dir, state.present, state.manifest, state.manifest_problem,
                                    state.owned(), build.policy, written, build.compression,
-                                   tally.feature_spec, tally.classes)
+                                   tally.feature_spec, tally.classes, build.inputs)
         published = ({name: split.records for name, split in state.manifest.splits.items()}
                      if state.manifest is not None else {})
         kept = kept_splits(state.manifest, written, build.policy)

@@ -170,6 +170,9 @@ def test_output_folder_is_untouched_and_its_set_compared(split_tree, tmp_path, c
 
     status, text, _ = _plan(capsys, "--input", other, "--output_dir", out)
     assert status == 0 and f"replaces: train ({published} -> ~12 records)" in text
+    assert f"the build would refuse: --output_dir {out} holds split 'train'" in text and "--replace" in text
+    status, text, _ = _plan(capsys, "--input", other, "--output_dir", out, "--replace")
+    assert status == 0 and "replaces: train" in text and "would refuse" not in text
 
     # The same images again in another split: the build would reject them as published copies.
     status, text, _ = _plan(capsys, "--input", train_only, "--output_dir", out, "--split", "test")

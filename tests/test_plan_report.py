@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -194,19 +195,29 @@ def test_folder_problems_name_what_would_stop_the_build():
     manifest = _manifest({"train": 5}, compression="gzip")
     policy = PublishPolicy("0" * 32)
     problems = folder_problems("out", {"stray-00000-of-00001.tfrecord": 10}, manifest, None, set(), policy,
-                               ["validation"], "none", {"image/encoded": "bytes"}, ["a"])
+                               ["validation"], "none", {"image/encoded": "bytes"}, ["a"], ["in"])
     assert len(problems) == 2
     assert "stray-00000-of-00001.tfrecord" in problems[0] and "--overwrite_unlisted_shards" in problems[0]
     assert "gzip-compressed" in problems[1]
     dropping = PublishPolicy("0" * 32, overwrite_unlisted=True, drop_other_splits=True)
     assert folder_problems("out", {"stray-00000-of-00001.tfrecord": 10}, manifest, None, set(), dropping,
-                           ["validation"], "none", {}, ["a"]) == []
+                           ["validation"], "none", {}, ["a"], ["in"]) == []
+
+
+def test_folder_problems_of_a_split_other_inputs_built():
+    manifest = dataclasses.replace(_manifest({"train": 5}), built_from={"train": ["day1"]})
+    args = ("out", {}, manifest, None, set())
+    rest = (["train"], "none", {"image/encoded": "bytes"}, ["a"])
+    (problem,) = folder_problems(*args, PublishPolicy("0" * 32), *rest, ["day2"])
+    assert "split 'train' (5 records) built from --input day1" in problem and "--replace" in problem
+    assert folder_problems(*args, PublishPolicy("0" * 32, replace=True), *rest, ["day2"]) == []
+    assert folder_problems(*args, PublishPolicy("0" * 32), *rest, ["day1/"]) == []
 
 
 def test_folder_problems_of_classes_that_disagree():
     manifest = _manifest({"train": 0}, labels=("a", "b"))
     problems = folder_problems("out", {}, manifest, None, set(), PublishPolicy("0" * 32), ["test"], "none",
-                               {"image/encoded": "bytes"}, ["b", "a"])
+                               {"image/encoded": "bytes"}, ["b", "a"], ["in"])
     assert len(problems) == 1 and "give some index two meanings" in problems[0]
 
 

@@ -26,6 +26,7 @@ from transforms.shardset.manifest import Manifest
 from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, merge_labels,
                                            unlisted_problem, unlisted_shard_files)
 from transforms.shardset.planning import MIB, lay_out_split
+from transforms.shardset.replacing import replace_problem
 
 __all__ = ["PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_plan", "folder_change",
            "folder_problems",
@@ -262,7 +263,7 @@ def folder_change(published: Mapping[str, int], written: Iterable[str], kept: It
 def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manifest | None,
                     manifest_problem: str | None, owned: set[str], policy: PublishPolicy,
                     written: Iterable[str], compression: str, feature_spec: Mapping[str, str],
-                    labels: Sequence[str]) -> list[str]:
+                    labels: Sequence[str], inputs: Sequence[str]) -> list[str]:
     """Why a build would refuse to start or to publish into its output folder, one line each.
 
     The checks the build makes of the folder (``output_folder``, publishing),
@@ -279,6 +280,8 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
         compression: ``--compression``.
         feature_spec: The feature spec of the run's records.
         labels: The run's classes in index order.
+        inputs: The run's ``--input`` values (a split other inputs built is replaced only
+            with ``--replace``: ``replacing``).
     """
     problems = []
     unlisted = unlisted_problem(output_dir, unlisted_shard_files(present, owned), manifest_problem)
@@ -287,6 +290,10 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
     if manifest_problem and not policy.drop_other_splits:
         problems.append(f"its manifest.json cannot be read ({manifest_problem}), so its splits cannot "
                         "be kept; pass --drop_other_splits to replace the whole set")
+    written = set(written)
+    replacing = None if policy.replace else replace_problem(output_dir, manifest, written, inputs)
+    if replacing:
+        problems.append(replacing)
     kept = kept_splits(manifest, written, policy)
     for split in sorted(kept.values(), key=lambda s: s.name):
         problem = kept_split_problem(split, present, manifest, compression, feature_spec)
