@@ -9,8 +9,6 @@ from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 import crc32c
-from apache_beam.io.filesystem import BeamIOError
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -20,9 +18,11 @@ from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, record_extras
 from transforms.images.objects import BoxError, place_boxes, source_geometry
 from transforms.shardset.coco import coco_entries, is_coco_path
-from transforms.file_access import (LEVEL_SCHEMES, exact_file, file_size, list_store_below, list_store_level,
-                                    naming_s3_errors, open_for_read, path_problem, peek_local, read_at_most,
-                                    read_bytes, scan_local_folder, walk_local_tree)
+from transforms.storage.clients import naming_s3_errors
+from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most, read_bytes
+from transforms.storage.listing import (LEVEL_SCHEMES, exact_file, list_below, list_store_below, list_store_level,
+                                        scan_local_folder, scan_store, walk_local_tree)
+from transforms.storage.paths import path_problem
 from transforms.progress import counters as progress
 from transforms.tfrecord.framing import framed_size
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
@@ -35,7 +35,7 @@ from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode
                                       unreadable_folder_entry)
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
-from transforms.run_file_io import BundleRunFile, RecordCopier
+from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.shardset.planning import MIB, order_key, split_by_content, split_rank
 from transforms.shardset.published_keys import record_keys
 from transforms.tfrecord.compression import open_decompressed
@@ -197,8 +197,8 @@ class _ListFolderFn(beam.DoFn):
     def _list_whole(self, key: str, prefix: str, layout: str | None):
         """Every file of the input at once, and the layout they show when none is given."""
         rels = []
-        for meta in FileSystems.match([prefix + "**"])[0].metadata_list:
-            rel = meta.path[len(prefix):] if meta.path.startswith(prefix) else meta.path
+        for path in list_below(key):
+            rel = path[len(prefix):] if path.startswith(prefix) else path
             if is_hidden(rel):
                 self._hidden.inc()
                 continue
@@ -281,13 +281,7 @@ def folder_tasks(path: str, layout: str, offline: bool = False) -> tuple[FolderT
     root = path.rstrip("/")
     if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
         return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
-    return plan_folder_listing(root, layout, _scan_store if "://" in root else scan_local_folder)
-
-
-def _scan_store(prefix: str):
-    """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix."""
-    with naming_s3_errors(prefix):
-        yield from list_store_level(prefix)
+    return plan_folder_listing(root, layout, scan_store if "://" in root else scan_local_folder)
 
 
 class DiscoverImages(beam.PTransform):
@@ -505,7 +499,7 @@ class _InspectImageFn(beam.DoFn):
         index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
         try:
             data = read_source(source.path, self._max_bytes)
-        except (OSError, beam.io.filesystem.BeamIOError) as err:
+        except STORAGE_ERRORS as err:
             return _Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
             return _Inspected(DeadLetter(source.path, err.reason, err.detail), None)
@@ -802,7 +796,7 @@ def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, 
         with open_for_read(path) as raw, naming_s3_errors(path):
             for key in record_keys(open_decompressed(raw, compression), path):
                 yield key, PublishedCopy(split)
-    except (OSError, BeamIOError, ShardsError) as err:
+    except (*STORAGE_ERRORS, ShardsError) as err:
         _LOG.warning("published shard %s cannot be read to its end (%s); publishing checks it "
                      "if its split is kept", path, err)
 
@@ -814,7 +808,7 @@ class ReadPublishedKeys(beam.PTransform):
     record of the given shards, one element per shard read (spread over workers).
 
     Args:
-        shards: ``(split, shard path)`` (``output_folder.published_shards``).
+        shards: ``(split, shard path)`` (``storage.output_folder.published_shards``).
         compression: The shards' compression.
     """
 

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.iobase import Read
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics
@@ -39,10 +36,12 @@ from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.tfrecord_source import index_starts, read_index
 from transforms.errors import ManifestError, RecordError
-from transforms.output_folder import open_lines
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
 from transforms.shardset.shard_list import read_shard_list
 from transforms.shardset.naming import join_path
+from transforms.storage.files import open_file, open_lines, read_file
+from transforms.storage.listing import list_folder
+from transforms.storage.writing import write_file
 from transforms.verify.checks import (Problem, Report, check_record, index_problems, labels_problems,
                                       listing_problems, sha256_problem, shard_label_problems)
 from transforms.verify.ranges import RangeChecker, RangeTally, group_parts, group_problems
@@ -62,7 +61,7 @@ class ShardFile:
     """A file the verify job reads.
 
     Attributes:
-        path: Its path, as ``FileSystems.match`` spells it.
+        path: Its path, as the match that found it spells it.
         size: Its size in bytes.
         split: Its split (from the manifest, or the shard name), or None when
             its name states none.
@@ -87,28 +86,18 @@ def _read_shard_set(folder: str):
     Then lists the folder and its shards (``_list_shards``).
     """
     path = join_path(folder, MANIFEST_NAME)
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        data = fh.read()
+    data = read_file(path)
     try:
         manifest = Manifest.loads(data)
     except ManifestError as err:
         yield beam.pvalue.TaggedOutput(PROBLEMS, Problem(path, None, "parse_error", str(err)))
         return
     yield beam.pvalue.TaggedOutput(MANIFEST, manifest)
-    yield from _list_shards(manifest, _list_folder(folder), folder)
-
-
-def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
-    """Name -> (path, size) of the files directly in ``folder``."""
-    return {posixpath.basename(meta.path): (meta.path, meta.size_in_bytes)
-            for meta in FileSystems.match([join_path(folder, "*")])[0].metadata_list}
+    yield from _list_shards(manifest, list_folder(folder), folder)
 
 
 def _read_labels(present: Mapping[str, tuple[str, int]]) -> bytes | None:
-    if LABELS_NAME not in present:
-        return None
-    with FileSystems.open(present[LABELS_NAME][0], compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        return fh.read()
+    return read_file(present[LABELS_NAME][0]) if LABELS_NAME in present else None
 
 
 def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], folder: str):
@@ -341,7 +330,7 @@ class _ReadAndCheckFn(beam.DoFn):
         uncompressed = compression_of(shard.path) == "none"
         index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
         digest = None
-        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        with open_file(shard.path) as fh:
             hashing = (HashingReader(fh) if self._hash_files and shard.entry is not None and first
                        else None)
             try:
@@ -449,12 +438,6 @@ class CheckAcrossRanges(beam.PTransform):
                 | "Check" >> beam.FlatMapTuple(group_problems))
 
 
-def _write(path: str, data: bytes) -> None:
-    with FileSystems.create(path, mime_type="application/octet-stream",
-                            compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        fh.write(data)
-
-
 def _records_of(tally: RangeTally) -> int:
     return tally.records
 
@@ -464,7 +447,7 @@ def _write_report(path: str, records: Iterable[int], sizes: Iterable[int],
     sizes = list(sizes)
     found = [problem for group in problems for problem in group]
     Metrics.counter(_NAMESPACE, "problems").inc(len(found))
-    _write(path, Report.build(len(sizes), sum(records), sum(sizes), found).dumps())
+    write_file(path, Report.build(len(sizes), sum(records), sum(sizes), found).dumps())
 
 
 class WriteReport(beam.PTransform):
@@ -478,7 +461,7 @@ class WriteReport(beam.PTransform):
     adds one stage that runs once the others are done.
 
     Args:
-        path: Where the report goes (any FileSystems path).
+        path: Where the report goes (a local path or a URL).
     """
 
     def __init__(self, path: str) -> None:
@@ -505,7 +488,7 @@ def _values(item):
 def _write_preview(details: tuple[str, Sequence[tuple[str, str, int]], Mapping[int, int] | None],
                    samples: list, path: str) -> None:
     title, shard_sizes, class_counts = details
-    _write(path, render_preview(samples, sorted(shard_sizes), title, class_counts))
+    write_file(path, render_preview(samples, sorted(shard_sizes), title, class_counts))
 
 
 class WritePreview(beam.PTransform):
