@@ -37,13 +37,14 @@ from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
-from transforms.build_steps import (DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
-                                    CollectSplitNames, DiscoverImages, ImageRecordMaker, folder_tasks, InspectImages, ReadPublishedKeys,
-                                    RejectDuplicateImages, RejectDuplicatePaths, image_order)
+from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
+from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, ImageRecordMaker, InspectImages, image_order
+from transforms.reject_duplicates import (CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages,
+                                          RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
 from transforms.storage.listing import has_files_below, local_bytes_at_least
 from transforms.images.items import SourceImage
-from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
 from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS

@@ -251,7 +251,7 @@ def _keep_listed(items: list, path: str) -> None:
 
 
 def _discover_on_store(root: str, flags: list[str], tmp_path) -> tuple[list, list, dict]:
-    from transforms.build_steps import DiscoverImages
+    from transforms.discover_images import DiscoverImages
 
     p = beam.Pipeline(runner=beam_compat.local_runner(PipelineOptions(flags)), options=PipelineOptions(flags))
     listed = p | DiscoverImages.of_inputs([root], LabelRules())

@@ -18,7 +18,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.build_steps import DiscoverImages
+from transforms.discover_images import DiscoverImages
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.storage.listing import list_local_tree

@@ -139,7 +139,7 @@ class WriteShards(beam.PTransform):
         max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
         threads: Records each worker makes at once with ``to_record`` (0: one
             per usable core), for a ``to_record`` that reads or encodes images
-            (``build_steps.ImageRecordMaker``); records are still written in
+            (``inspect_images.ImageRecordMaker``); records are still written in
             order, at most ``2 * threads`` of them made ahead.
         tally_of: item -> keys it counts towards; each ``ShardResult`` then
             carries its shard's ``(key, items)`` in ``tallies`` (the build's

@@ -7,7 +7,11 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["DeadLetter", "too_many_rejected", "rejection_details", "rejection_problem"]
+__all__ = ["DEAD_LETTERS", "DeadLetter", "too_many_rejected", "rejection_details", "rejection_problem"]
+
+# The tag of the output of rejected inputs (``DeadLetter``) of every step that rejects some;
+# their main outputs are "main".
+DEAD_LETTERS = "dead_letters"
 
 
 @dataclass(frozen=True)
