@@ -51,12 +51,13 @@ from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
-from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadAndCheckRecords,
-                                     ReadManifest, ShardFile, WritePreview, WriteReport)
+from transforms.read_and_check import ReadAndCheckRecords
+from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadManifest, WritePreview,
+                                     WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
 from transforms.verify.preview import PreviewSample
-from transforms.verify.ranges import RangeTally
+from transforms.verify.ranges import RangeTally, ShardFile
 
 _NAME = "verify_shards"
 
