@@ -16,6 +16,7 @@ from PIL import Image
 
 from tests.shard_fixtures import make_class_tree, run_build, sha256_file, shard_files, write
 from transforms import inspect_images, worker_threads
+from transforms.images import inspection
 from transforms.inspect_images import InspectImages, _InspectImageFn
 from transforms.errors import ImageError
 from transforms.images.items import ImageMeta, SourceImage
@@ -118,7 +119,7 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monk
     _, sources, _ = corpus
     good = [s for s in sources if s.relpath.endswith("_000.jpg")]
     threads_seen = set()
-    real = inspect_images.encode_image
+    real = inspection.encode_image
 
     def encode(data, settings):
         threads_seen.add(threading.current_thread().name)
@@ -126,7 +127,7 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monk
             raise ImageError("decode_error", "the fake decoder refused it")
         return real(data, settings)
 
-    monkeypatch.setattr(inspect_images, "encode_image", encode)
+    monkeypatch.setattr(inspection, "encode_image", encode)
     run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, threads=2))
     for source in good:
         run.process(source)

@@ -9,7 +9,6 @@ file or made again from the image.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Iterator, Mapping
 
 import apache_beam as beam
@@ -19,15 +18,14 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import worker_threads
 from transforms.errors import ImageError, ShardsError
-from transforms.example.features import FeatureValueError
-from transforms.images.annotations import RecordLayout, record_extras
+from transforms.images.annotations import RecordLayout
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
-from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
-from transforms.images.objects import BoxError, place_boxes, source_geometry
+from transforms.images.inspection import Inspected, inspect_image, unknown_label
+from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings, encode_image, image_example_parts
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
-from transforms.shardset.planning import MIB, order_key, split_by_content
+from transforms.shardset.planning import MIB
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
 from transforms.storage.runs import BundleRunFile, RecordCopier
@@ -77,15 +75,6 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
             raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
                                           f"({max_bytes / MIB:g} MiB); read no further")
         return data
-
-
-@dataclasses.dataclass(frozen=True)
-class _Inspected:
-    """What inspecting one input gave: its ImageMeta or DeadLetter, and the bytes read (None: unread)."""
-
-    output: ImageMeta | DeadLetter
-    bytes_read: int | None
-    parts: tuple[bytes, bytes, bytes] | None = None  # the record's pieces, for the run file
 
 
 class _InspectImageFn(beam.DoFn):
@@ -159,11 +148,11 @@ class _InspectImageFn(beam.DoFn):
             self._run.close()
 
     def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
-                     where: tuple) -> tuple[_Inspected, tuple]:
+                     where: tuple) -> tuple[Inspected, tuple]:
         """Runs on a pool thread: the inspection of ``source``, and ``where`` it is emitted."""
         return self._inspect(source, index_of, layout), where
 
-    def _emit(self, inspected: _Inspected, window, timestamp) -> Iterator:
+    def _emit(self, inspected: Inspected, window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
         if inspected.bytes_read is None:
             progress.note(progress.IMAGES_READ)
@@ -183,53 +172,19 @@ class _InspectImageFn(beam.DoFn):
             yield output
 
     def _inspect(self, source: SourceImage, index_of: dict[str, int],
-                 layout: RecordLayout | None) -> _Inspected:
+                 layout: RecordLayout | None) -> Inspected:
         """Reads and inspects one input; no Beam calls, so that it may run on any thread."""
-        unknown = [name for name in source.class_names() if name not in index_of]
-        if unknown:
-            return _Inspected(DeadLetter(source.path, "unknown_label",
-                                         f"class {unknown[0]!r} is not in the label list"), None)
-        index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
+        dead = unknown_label(source, index_of)
+        if dead is not None:
+            return Inspected(dead, None)
         try:
             data = read_source(source.path, self._max_bytes)
         except STORAGE_ERRORS as err:
-            return _Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
+            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
-            return _Inspected(DeadLetter(source.path, err.reason, err.detail), None)
-        try:
-            stored, info = encode_image(data, self._settings)
-        except ImageError as err:
-            return _Inspected(DeadLetter(source.path, err.reason, err.detail), len(data))
-        extra = ()
-        if layout is not None and not layout.plain:
-            try:
-                boxes = ()
-                if layout.objects and source.objects:
-                    if self._settings.resize and self._settings.resize_mode == "crop" \
-                            and self._settings.mode in ("reencode", "raw"):
-                        raise BoxError("object boxes do not follow --resize_mode crop yet; "
-                                       "use stretch or fit")
-                    width, height, orientation = source_geometry(data)
-                    if self._settings.mode not in ("reencode", "raw"):  # the stored pixels are as in the file
-                        orientation = 1
-                    boxes = place_boxes(source.objects, width, height, orientation, info.width, info.height)
-                extra = record_extras(source, layout, index_of, boxes)
-            except BoxError as err:
-                return _Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
-            except FeatureValueError as err:
-                return _Inspected(DeadLetter(source.path, "bad_feature", str(err)), len(data))
-        digest = hashlib.sha256(data).digest()
-        if source.split == SPLIT_BY_CONTENT:
-            source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))
-        head, tail = image_example_parts(stored, info, index, source.label, source.relpath,
-                                         digest.hex(), extra)
-        return _Inspected(ImageMeta(
-            source=source, label_index=index, sha256=digest.hex(), info=info,
-            record_size=framed_size(len(head) + len(stored) + len(tail)),
-            order_key=order_key(self._seed, digest),
-            source_crc32c=0 if self._staging else crc32c.crc32c(data),  # only a re-read checks it
-            payload=None if stored is data or self._staging else stored, extra=extra), len(data),
-            (head, stored, tail) if self._staging else None)
+            return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
+                             bool(self._staging))
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""

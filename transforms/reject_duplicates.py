@@ -9,77 +9,31 @@ that the run keeps (``ReadPublishedKeys``).
 from __future__ import annotations
 
 import logging
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, Sequence
 
 import apache_beam as beam
 
 from transforms.errors import ShardsError
-from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
+from transforms.images.duplicates import PublishedCopy, copy_choice, same_path_choice
 from transforms.progress import counters as progress
-from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
-from transforms.shardset.planning import split_rank
+from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.shardset.published_keys import record_keys
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
 from transforms.tfrecord.compression import open_decompressed
 
-__all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "PublishedCopy",
-           "CollectSplitNames"]
+__all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames"]
 
 _LOG = logging.getLogger(__name__)
-# How many other inputs a duplicate_path dead letter names before it only counts them.
-_NAMED_DUPLICATES = 3
-
-
-def _split_named(split: str) -> str:
-    return "chosen by content" if split == SPLIT_BY_CONTENT else repr(split)
-
-
-def _where(source: SourceImage) -> str:
-    """Where an input came from: its manifest row, or its path for a listed file."""
-    return source.origin or source.path
-
-
-def _input_order(source: SourceImage) -> tuple[str, str, int]:
-    """Sort key of inputs: path, then manifest and row number (``list.csv:9`` before ``:10``)."""
-    manifest, _, line = source.origin.rpartition(":")
-    return (source.path, manifest, int(line) if line.isdigit() else 0)
 
 
 def _reject_same_path(keyed):
-    """(split, relpath), [SourceImage] -> the image, or dead letters for all of them.
-
-    Each dead letter names its own manifest row, at most ``_NAMED_DUPLICATES``
-    of the others and how many there are, so k inputs with one path cost O(k)
-    bytes of dead letters, not O(k^2).
-    """
-    _, sources = keyed
-    sources = list(sources)
-    if len(sources) == 1:
-        yield sources[0]
-        return
-    sources.sort(key=_input_order)
-    named = sources[:_NAMED_DUPLICATES + 1]
-    for source in sources:
-        others = [_where(s) for s in named if s is not source][:_NAMED_DUPLICATES]
-        more = len(sources) - 1 - len(others)
-        listed = ", ".join(others) + (f" and {more} more" if more else "")
-        row = f" (row {source.origin})" if source.origin else ""
-        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
-            source.path, "duplicate_path",
-            f"relative path {source.relpath!r} in split {_split_named(source.split)}{row} also "
-            f"comes from {len(sources) - 1} other input{'s' if len(sources) > 2 else ''}: {listed}"))
-
-
-def _copy_rank(meta: ImageMeta) -> tuple:
-    """Which copy of an image is kept: the one in the winning split, then the smallest path."""
-    return (split_rank(meta.source.split), meta.source.relpath, meta.source.path)
-
-
-class PublishedCopy(NamedTuple):
-    """An image already published in a split of the output folder, keyed by its sha256."""
-
-    split: str
+    """(split, relpath), [SourceImage] -> the image, or dead letters for all of them (``same_path_choice``)."""
+    kept, dead = same_path_choice(keyed[1])
+    if kept is not None:
+        yield kept
+    for letter in dead:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
 def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
@@ -124,48 +78,14 @@ class ReadPublishedKeys(beam.PTransform):
 
 
 def _keep_one_copy(keyed, written: Sequence[str] | None = None):
-    """sha256, [ImageMeta or PublishedCopy] -> the copy kept (``_copy_rank``); the rest are dead letters.
-
-    A copy published in a split this run does not write (``written``: the
-    splits this run has images in), which publishing keeps, wins over every
-    copy of this run: they are ``cross_split_duplicate`` dead letters.
-    """
-    _, values = keyed
-    metas, published = [], set()
-    for value in values:
-        if isinstance(value, PublishedCopy):
-            published.add(value.split)
-        else:
-            metas.append(value)
-    if not metas:
-        return
-    kept_splits = sorted(published - set(written or ()))
-    if kept_splits:
-        progress.note(progress.IMAGES_DUPLICATE, len(metas))
-        for meta in metas:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
-                meta.source.path, "cross_split_duplicate",
-                f"same bytes (sha256 {meta.sha256[:16]}...) as an image already published in split "
-                f"{kept_splits[0]!r} of the output folder, which this run keeps; this copy is in split "
-                f"{meta.source.split!r}, and an image belongs to one split only (rebuild both splits "
-                "together, or pass --drop_other_splits)"))
-        return
-    metas.sort(key=_copy_rank)
-    kept = metas[0]
-    yield kept
-    if len(metas) > 1:
-        progress.note(progress.IMAGES_DUPLICATE, len(metas) - 1)  # flushed as the bundle ends
-    for meta in metas[1:]:
-        same = f"same bytes (sha256 {meta.sha256[:16]}...) as {kept.source.relpath!r}"
-        if meta.source.split == kept.source.split:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
-                meta.source.path, "duplicate_image", f"{same} in split {meta.source.split!r}"))
-        else:
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, DeadLetter(
-                meta.source.path, "cross_split_duplicate",
-                f"{same}: this copy is in split {meta.source.split!r}, that one in split "
-                f"{kept.source.split!r}; an image belongs to one split only, and "
-                f"{kept.source.split!r} keeps it (test, validation, val, other splits, train)"))
+    """sha256, [ImageMeta or PublishedCopy] -> the copy kept; the rest are dead letters (``copy_choice``)."""
+    kept, dead = copy_choice(keyed[1], written)
+    if dead:
+        progress.note(progress.IMAGES_DUPLICATE, len(dead))  # flushed as the bundle ends
+    if kept is not None:
+        yield kept
+    for letter in dead:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
 class _SplitNamesFn(beam.CombineFn):
