@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
@@ -38,18 +37,20 @@ from beam_jobs.cli.help import JobHelp, wants_help
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
-from transforms.build_steps import (DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, CollectListingFacts,
-                                    CollectSplitNames, DiscoverImages, ImageRecordMaker, folder_tasks, InspectImages, ReadPublishedKeys,
-                                    RejectDuplicateImages, RejectDuplicatePaths, image_order)
-from transforms.file_access import file_size, local_bytes_at_least, open_for_read, read_at_most
+from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
+from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, ImageRecordMaker, InspectImages, image_order
+from transforms.reject_duplicates import (CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages,
+                                          RejectDuplicatePaths)
+from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
+from transforms.storage.listing import has_files_below, local_bytes_at_least
 from transforms.images.items import SourceImage
-from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
 from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
-from transforms.output_folder import check_replaced_splits, published_shards
+from transforms.storage.output_folder import check_replaced_splits, published_shards
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 
@@ -144,17 +145,17 @@ class BuildConfig:
 def _input_problem(path: str) -> str | None:
     """Why an --input cannot be read (it is missing, or a folder with no file), or None."""
     if is_manifest_path(path):
-        return None if FileSystems.exists(path) else f"--input {path} does not exist"
-    # "**" with a limit: object stores have no folder objects, only keys below the prefix.
-    if FileSystems.match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list:
+        return None if exists(path) else f"--input {path} does not exist"
+    # Object stores have no folder objects, only keys below the prefix.
+    if has_files_below(path):
         return None
     if "://" in path:  # an object under that exact name is a file; no key below it: nothing to read
-        exists = FileSystems.exists(path)
+        found = exists(path)
     elif os.path.isdir(path):
         return f"--input {path} is an empty folder: it holds no file to read"
     else:
-        exists = os.path.exists(path)
-    if not exists:
+        found = os.path.exists(path)
+    if not found:
         return f"--input {path} does not exist" + (" or is empty" if "://" in path else "")
     return (f"--input {path} is a file; --input must be a folder of class (or split) folders "
             "or a .csv/.jsonl/COCO .json manifest listing the images")
@@ -193,9 +194,9 @@ def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:
             raise UsageError("--class_names is empty; give the class names in index order, "
                              "e.g. --class_names daisy,rose,tulip")
     elif build.labels_file:
-        if not FileSystems.exists(build.labels_file):
+        if not exists(build.labels_file):
             raise UsageError(f"--labels_file {build.labels_file} does not exist")
-        with FileSystems.open(build.labels_file) as fh:
+        with open_file(build.labels_file, decompress=True) as fh:
             names = [line.strip() for line in fh.read().decode("utf-8-sig").splitlines() if line.strip()]
     else:
         return None
@@ -313,7 +314,7 @@ def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSet
 
 def _csv_columns(path: str) -> list[str] | None:
     """A CSV manifest's columns, from its first line; None if they cannot be read."""
-    with FileSystems.open(path) as fh:
+    with open_file(path, decompress=True) as fh:
         first = fh.readline().decode("utf-8-sig", "replace")
     try:
         return next(csv.reader([first]), [])

@@ -20,13 +20,11 @@ import os
 import sys
 from typing import Iterator, Sequence, TextIO
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs.cli import flags as opt
 from transforms.tfrecord.compression import READ_COMPRESSIONS, compression_of, open_decompressed
 from transforms.errors import RecordError, UsageError
-from transforms.file_access import exact_file, is_folder
+from transforms.storage.files import open_file
+from transforms.storage.listing import exact_file, is_folder
 from transforms.example.text import format_record
 from transforms.progress.report import plural
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
@@ -78,7 +76,7 @@ def inspect(path: str, size: int, limit: int, offset: int, compression: str, out
     """
     kind = compression_of(path, compression)
     shown = 0
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+    with open_file(path) as fh:
         try:
             for at, data in _records(fh, path, size, kind, offset, out, max_record_bytes):
                 if shown == limit:

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
 from beam_jobs import build_shards
@@ -36,10 +34,14 @@ from beam_jobs.cli.flags import ShardingOptions
 from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
 from beam_jobs.cli.help import JobHelp, wants_help
 from beam_jobs.cli.progress import report_progress
-from transforms import output_folder
-from transforms.build_steps import DEAD_LETTERS, CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
+from transforms.storage import output_folder
+from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
+from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ManifestError, UsageError
-from transforms.file_access import is_folder
+from transforms.storage.files import read_if_present
+from transforms.storage.folders import delete_files
+from transforms.storage.listing import is_folder
+from transforms.storage.writing import write_file
 from transforms.images.inputs import is_manifest_path
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
 from transforms.progress import counters as c
@@ -181,12 +183,11 @@ def _split_of(meta) -> str:
 
 def _read_tally(path: str) -> PlanTally:
     """The tally the pipeline wrote (deleted once read); an empty one if nothing was listed."""
-    if not FileSystems.exists(path):
+    data = read_if_present(path)
+    if data is None:
         return PlanTally()
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        tally = PlanTally.loads(fh.read())
-    FileSystems.delete([path])
-    return tally
+    delete_files([path])
+    return PlanTally.loads(data)
 
 
 def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
@@ -213,9 +214,7 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
 
 
 def _write_plan(path: str, data: bytes) -> None:
-    with FileSystems.create(path, mime_type="application/json",
-                            compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        fh.write(data)
+    write_file(path, data)
 
 
 def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: PlanConfig,

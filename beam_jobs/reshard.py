@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import FileMetadata
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
@@ -41,12 +40,13 @@ from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import reshard_progress
-from transforms.output_folder import check_replaced_splits
+from transforms.storage.output_folder import check_replaced_splits
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import READ_COMPRESSIONS
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.tfds_metadata import tfds_files
+from transforms.storage.listing import FileMetadata
 
 _OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
               "input_compression", "seed", "skip_corrupt", "max_bad_fraction")

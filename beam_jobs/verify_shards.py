@@ -23,7 +23,6 @@ when nothing is wrong, 1 when something is, 2 on a bad flag or path.
 
 from __future__ import annotations
 
-import os
 import posixpath
 import sys
 import tempfile
@@ -32,13 +31,16 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
 
 from beam_jobs.cli import flags as opt
-from transforms import beam_compat, output_folder, worker_threads
+from transforms import beam_compat, worker_threads
 from transforms.errors import ManifestError, UsageError
-from transforms.file_access import exact_file, is_folder, match_files, same_file
+from transforms.storage import output_folder
+from transforms.storage.files import open_file
+from transforms.storage.folders import delete_files, file_above, local_write_problem
+from transforms.storage.listing import exact_file, is_folder, list_folder, match_files
+from transforms.storage.paths import same_file
 from beam_jobs.cli.flags import ShardingOptions
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
                                           Manifest)
@@ -49,12 +51,13 @@ from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
 from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
-from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadAndCheckRecords,
-                                     ReadManifest, ShardFile, WritePreview, WriteReport)
+from transforms.read_and_check import ReadAndCheckRecords
+from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadManifest, WritePreview,
+                                     WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
 from transforms.verify.preview import PreviewSample
-from transforms.verify.ranges import RangeTally
+from transforms.verify.ranges import RangeTally, ShardFile
 
 _NAME = "verify_shards"
 
@@ -129,14 +132,6 @@ def split_ranges_for(shards: int, options: PipelineOptions) -> bool:
 SPLIT_BELOW_SHARDS = 16
 
 
-def _list_folder(folder: str) -> dict[str, tuple[str, int]]:
-    """Name -> (path, size) of the files directly in ``folder``."""
-    found = {}
-    for meta in FileSystems.match([join_path(folder, "*")])[0].metadata_list:
-        found[posixpath.basename(meta.path)] = (meta.path, meta.size_in_bytes)
-    return found
-
-
 def _pattern_shards(pattern: str) -> tuple[ShardFile, ...]:
     if is_folder(pattern):
         raise UsageError(f"--files {pattern} is a folder; give its files as a pattern, "
@@ -161,37 +156,6 @@ def _set_files(folder: str, present: Mapping[str, tuple[str, int]],
     return paths + [index for path in paths for index in index_names(path)]
 
 
-def _file_above(path: str) -> str | None:
-    """Returns the file that a local ``path`` would lie below, if one of its parents is a file."""
-    if "://" in path:
-        return None
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.isdir(parent):
-        if os.path.lexists(parent):
-            return parent
-        parent = os.path.dirname(parent)
-    return None
-
-
-def _unwritable(path: str) -> str | None:
-    """Why a local file cannot be written at ``path`` (its folder refuses new files), or None.
-
-    The writer creates missing folders, so the nearest folder that exists is
-    tried, with a temporary file that is removed at once.
-    """
-    if "://" in path:
-        return None
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as err:
-        return f"cannot write in {folder}: {err.strerror or err}"
-    return None
-
-
 def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> None:
     """Refuses a --report or --preview path that names a file of the set (or the other output).
 
@@ -203,10 +167,10 @@ def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> 
     for flag, path in outputs:
         if is_folder(path):
             raise UsageError(f"{flag} {path} is a folder; give a file path")
-        below = _file_above(path)
+        below = file_above(path)
         if below:
             raise UsageError(f"{flag} {path} lies below {below}, which is a file, not a folder")
-        problem = _unwritable(path)
+        problem = local_write_problem(path)
         if problem:
             raise UsageError(f"{flag} {path}: {problem}")
         for other in read:
@@ -259,7 +223,7 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
     if exact_file(folder) is not None:
         raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
                          f"TFRecord files without a manifest, use --files {folder}")
-    present = _list_folder(folder)
+    present = list_folder(folder)
     # The manifest itself is read in the pipeline; the files of the set are known by name.
     _refuse_overwriting(verify, _set_files(folder, present), "part of the shard set being verified")
     if MANIFEST_NAME not in present:
@@ -367,10 +331,10 @@ def _listed_records(cfg: VerifyConfig) -> int | None:
 
 
 def _read_report(cfg: VerifyConfig) -> Report:
-    with FileSystems.open(cfg.report) as fh:
+    with open_file(cfg.report, decompress=True) as fh:
         report = Report.loads(fh.read())
     if not cfg.keep_report:
-        FileSystems.delete([cfg.report])
+        delete_files([cfg.report])
     return report
 
 

@@ -32,7 +32,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.beam_compat import local_runner
-from transforms.build_steps import DiscoverImages
+from transforms.discover_images import DiscoverImages
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.inputs import LabelRules

@@ -36,7 +36,7 @@ def _label_counts(index: int, classes: int) -> dict[str, int]:
 
 
 def _results(folder: str, shards: int, classes: int, with_counts: bool) -> Iterator:
-    from transforms.shard_sink import ShardResult
+    from transforms.shardset.staged import ShardResult
     from transforms.shardset.naming import join_path, shard_file_name
     from transforms.tfrecord.shard_writer import ShardStats
 
@@ -93,9 +93,10 @@ def stage(folder: str, shards: int, classes: int) -> None:
     """Worker side: the staged shard files and the shard-list parts (not measured)."""
     import pickle
 
-    from transforms import shard_sink
-    from transforms.output_folder import acquire_lock
     from transforms.shardset.ownership import PublishPolicy
+    from transforms.shardset.staged import PART_SHARDS
+    from transforms.storage.lock import acquire_lock
+    from transforms.storage.shard_files import write_shard_list_part
 
     os.makedirs(os.path.join(folder, ".staging", _RUN_ID), exist_ok=True)
     acquire_lock(folder, PublishPolicy(_RUN_ID), "build_shards")
@@ -104,9 +105,9 @@ def stage(folder: str, shards: int, classes: int) -> None:
     for result in _results(folder, shards, classes, True):
         open(result.staged, "wb").close()
         part.append(result)
-        if len(part) == shard_sink.PART_SHARDS or result.index == shards - 1:
-            key = ("train", result.index // shard_sink.PART_SHARDS)
-            parts.append(shard_sink.write_shard_list_part((key, part), folder, _RUN_ID))
+        if len(part) == PART_SHARDS or result.index == shards - 1:
+            key = ("train", result.index // PART_SHARDS)
+            parts.append(write_shard_list_part((key, part), folder, _RUN_ID))
             part = []
     with open(os.path.join(folder, "parts.pickle"), "wb") as fh:
         pickle.dump(parts, fh)
@@ -117,7 +118,7 @@ def run_v2(folder: str, shards: int, classes: int) -> dict:
     _imports()
     import pickle
 
-    from transforms.shard_sink import publish_shards
+    from transforms.storage.publish import publish_shards
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
 

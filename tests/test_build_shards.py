@@ -388,18 +388,18 @@ def test_a_source_rewritten_after_it_was_read_leaves_the_record_as_read(tmp_path
 
 def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
     """The build reads every image once: the record goes to a run file and is copied from there."""
-    from transforms import build_steps
+    from transforms import inspect_images
 
     root = tmp_path / "in"
     make_class_tree(str(root), per_class=4, broken=True)
     opened: list[str] = []
-    open_for_read = build_steps.open_for_read
+    open_for_read = inspect_images.open_for_read
 
     def counting(path):
         opened.append(path)
         return open_for_read(path)
 
-    monkeypatch.setattr(build_steps, "open_for_read", counting)
+    monkeypatch.setattr(inspect_images, "open_for_read", counting)
     for mode in ("tf", "reencode"):
         opened.clear()
         out = str(tmp_path / f"out-{mode}")

@@ -15,12 +15,13 @@ from apache_beam.utils.windowed_value import WindowedValue
 from PIL import Image
 
 from tests.shard_fixtures import make_class_tree, run_build, sha256_file, shard_files, write
-from transforms import build_steps, worker_threads
-from transforms.build_steps import DEAD_LETTERS, InspectImages, _InspectImageFn
+from transforms import inspect_images, worker_threads
+from transforms.images import inspection
+from transforms.inspect_images import InspectImages, _InspectImageFn
 from transforms.errors import ImageError
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings
-from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 
 _MAX_BYTES = 40_000  # the noise PNG is over it, every image of the class tree under it
 _LABELS = ["daisy", "rose", "tulip"]
@@ -118,7 +119,7 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monk
     _, sources, _ = corpus
     good = [s for s in sources if s.relpath.endswith("_000.jpg")]
     threads_seen = set()
-    real = build_steps.encode_image
+    real = inspection.encode_image
 
     def encode(data, settings):
         threads_seen.add(threading.current_thread().name)
@@ -126,7 +127,7 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monk
             raise ImageError("decode_error", "the fake decoder refused it")
         return real(data, settings)
 
-    monkeypatch.setattr(build_steps, "encode_image", encode)
+    monkeypatch.setattr(inspection, "encode_image", encode)
     run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, threads=2))
     for source in good:
         run.process(source)
@@ -208,7 +209,7 @@ def test_inspect_reads_on_as_many_threads_as_asked(corpus, monkeypatch):
     both_reading = threading.Barrier(threads, timeout=60)  # a guard against a hang, never waited out
     lock = threading.Lock()
     state = {"reading": 0, "most_reading": 0, "started": 0}
-    real = build_steps.read_source
+    real = inspect_images.read_source
 
     def read(path, max_bytes):
         with lock:
@@ -224,7 +225,7 @@ def test_inspect_reads_on_as_many_threads_as_asked(corpus, monkeypatch):
             with lock:
                 state["reading"] -= 1
 
-    monkeypatch.setattr(build_steps, "read_source", read)
+    monkeypatch.setattr(inspect_images, "read_source", read)
     run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, max_bytes=_MAX_BYTES, threads=threads))
     readable = [s for s in sources if not s.relpath.startswith(("lily/", "rose/gone"))]
     for source in readable:

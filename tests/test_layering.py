@@ -3,6 +3,12 @@
 - Nothing under ``transforms/*/`` (the pure subpackages) imports ``apache_beam``, a
   Beam-layer module of ``transforms/`` or anything in ``beam_jobs``: pure code can be
   used, and tested, without Beam.
+- ``transforms/storage/`` is the one home of storage: the only package that imports
+  Beam's file system modules, and nothing else of Beam (``STORAGE_BEAM``) but, in
+  ``storage/clients.py``, the S3 and GCS clients Beam's file systems are built on
+  (``CLIENTS_BEAM``). No other module of ``transforms/`` or ``beam_jobs/`` imports
+  ``apache_beam.io.filesystems`` or names ``FileSystems``, and no pure subpackage
+  imports the storage package (it imports Beam).
 - ``transforms/tfrecord/`` and ``transforms/example/`` import no other subpackage:
   framing and the Example codec stand alone.
 - ``beam_jobs/`` is the top: nothing in ``transforms/`` imports it.
@@ -20,6 +26,17 @@ TRANSFORMS = ROOT / "transforms"
 # Top-level modules of transforms/ that pure code may use: they import no Beam.
 PURE_TOP_LEVEL = {"transforms.errors"}
 STANDALONE = {"tfrecord", "example"}
+STORAGE = "storage"
+# What of Beam the storage package may import: its file systems (FileSystems, FileMetadata,
+# CompressionTypes, BeamIOError).
+STORAGE_BEAM = ("apache_beam.io.filesystem", "apache_beam.io.filesystems", "apache_beam.io.filesystemio")
+# And what storage/clients.py may import besides: the S3 and GCS clients Beam's file systems
+# use (shared S3 reads with bounded retries, listing by level, conditional creates, closing an
+# empty S3 upload), the options they are built from, and the exception Beam's S3 retries stop
+# at (``S3NoAnswerError``), as Beam's own S3 client imports them.
+CLIENTS = "transforms/storage/clients.py"
+CLIENTS_BEAM = ("apache_beam.io.aws", "apache_beam.io.gcp.gcsio", "apache_beam.options.pipeline_options",
+                "apache_beam.utils.retry")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -37,14 +54,40 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
+def names_file_systems(path: Path) -> bool:
+    """True if ``path``'s code names ``FileSystems`` (``FileSystems.open``, ``filesystems.FileSystems``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return any((isinstance(node, ast.Name) and node.id == "FileSystems")
+               or (isinstance(node, ast.Attribute) and node.attr == "FileSystems")
+               or (isinstance(node, ast.alias) and node.name == "FileSystems") for node in ast.walk(tree))
+
+
+def _within(module: str, allowed: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in allowed)
+
+
+def _beam_problem(rel: Path, module: str, package: str) -> str | None:
+    """Why subpackage module ``rel`` may not import Beam's ``module``, or None if it may."""
+    if package != STORAGE:
+        return "pure code never imports Beam"
+    if _within(module, STORAGE_BEAM) or (rel.as_posix() == CLIENTS and _within(module, CLIENTS_BEAM)):
+        return None
+    return "transforms/storage/ imports only Beam's file systems (and, in clients.py, their clients)"
+
+
 def layering_problems(root: Path) -> list[str]:
     """Returns one line per import that breaks the rules, for the tree under ``root``."""
     transforms = root / "transforms"
     subpackages = sorted(p.name for p in transforms.iterdir() if (p / "__init__.py").is_file())
     problems = []
-    for path in sorted(transforms.rglob("*.py")):
+    for path in sorted([*transforms.rglob("*.py"), *(root / "beam_jobs").rglob("*.py")]):
         rel = path.relative_to(root)
         imports = imported_modules(path)
+        if rel.parts[:2] != ("transforms", STORAGE) and (
+                "apache_beam.io.filesystems" in imports or names_file_systems(path)):
+            problems.append(f"{rel} uses FileSystems: only transforms/storage/ calls Beam's file systems")
+        if rel.parts[0] != "transforms":
+            continue
         for module in sorted(imports):
             if module.startswith("beam_jobs"):
                 problems.append(f"{rel} imports {module}: transforms/ never imports the jobs")
@@ -54,11 +97,15 @@ def layering_problems(root: Path) -> list[str]:
         for module in sorted(imports):
             parts = module.split(".")
             if parts[0] == "apache_beam":
-                problems.append(f"{rel} imports {module}: pure code never imports Beam")
+                why = _beam_problem(rel, module, package)
+                if why:
+                    problems.append(f"{rel} imports {module}: {why}")
             elif parts[0] == "transforms" and len(parts) > 1:
                 top = ".".join(parts[:2])
                 if parts[1] not in subpackages and top not in PURE_TOP_LEVEL and parts[1] != "__init__":
                     problems.append(f"{rel} imports {module}: a Beam-layer module")
+                elif parts[1] == STORAGE and package != STORAGE:
+                    problems.append(f"{rel} imports {module}: pure code never imports storage (it imports Beam)")
                 elif package in STANDALONE and parts[1] in subpackages and parts[1] != package:
                     problems.append(f"{rel} imports {module}: transforms/{package}/ imports no other subpackage")
     return problems
@@ -76,19 +123,30 @@ def test_pure_top_level_modules_import_no_beam() -> None:
 
 @pytest.mark.parametrize("where, line, rule", [
     ("transforms/images/codec.py", "import apache_beam as beam", "pure code never imports Beam"),
-    ("transforms/verify/checks.py", "from apache_beam.io.filesystems import FileSystems",
+    ("transforms/verify/checks.py", "from apache_beam.io.filesystem import FileMetadata",
      "pure code never imports Beam"),
     ("transforms/shardset/manifest.py", "from transforms.shard_sink import STAGING_DIR", "a Beam-layer module"),
     ("transforms/shardset/planning.py", "from transforms import plan_shards", "a Beam-layer module"),
     ("transforms/tfrecord/framing.py", "from transforms.shardset.naming import join_path",
      "imports no other subpackage"),
     ("transforms/example/codec.py", "from transforms.images import codec", "imports no other subpackage"),
-    ("transforms/file_access.py", "from beam_jobs.cli import flags", "never imports the jobs"),
+    ("transforms/storage/files.py", "from beam_jobs.cli import flags", "never imports the jobs"),
     ("transforms/images/inputs.py", "def f():\n    import apache_beam", "pure code never imports Beam"),
+    ("transforms/storage/files.py", "import apache_beam as beam", "imports only Beam's file systems"),
+    ("transforms/storage/listing.py", "from apache_beam.io.aws import s3io", "imports only Beam's file systems"),
+    ("transforms/storage/writing.py", "from apache_beam.metrics import Metrics", "imports only Beam's file systems"),
+    ("transforms/storage/runs.py", "from transforms import beam_compat", "a Beam-layer module"),
+    ("transforms/images/inputs.py", "from transforms.storage.files import read_bytes", "never imports storage"),
+    ("transforms/verify_steps.py", "from apache_beam.io.filesystems import FileSystems",
+     "only transforms/storage/ calls"),
+    ("transforms/shard_sink.py", "def f(path):\n    return beam.io.filesystems.FileSystems.exists(path)",
+     "only transforms/storage/ calls"),
+    ("beam_jobs/verify_shards.py", "def f(fs):\n    return fs.FileSystems.delete(['x'])",
+     "only transforms/storage/ calls"),
 ])
 def test_a_planted_import_is_caught(tmp_path: Path, where: str, line: str, rule: str) -> None:
     copy = tmp_path / "tree"
-    for path in TRANSFORMS.rglob("*.py"):
+    for path in [*TRANSFORMS.rglob("*.py"), *(ROOT / "beam_jobs").rglob("*.py")]:
         target = copy / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())

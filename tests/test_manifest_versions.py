@@ -154,24 +154,26 @@ class _Untouchable(dict):
 
 
 def test_publish_reads_no_per_shard_label_counts(tmp_path, monkeypatch):
-    from transforms import shard_sink
-    from transforms.output_folder import acquire_lock
+    from transforms.shardset import staged
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
+    from transforms.storage.lock import acquire_lock
+    from transforms.storage.publish import publish_shards
+    from transforms.storage.shard_files import write_shard, write_shard_list_part
 
     out = str(tmp_path / "out")
     os.makedirs(out)
     policy = PublishPolicy("a" * 32)
     acquire_lock(out, policy, "build_shards")
-    monkeypatch.setattr(shard_sink, "PART_SHARDS", 2)  # three parts over five shards
-    written = [shard_sink.write_shard(out, ("train", i, 5), [(b"x" * (i + 1), i % 3)], "none", policy.run_id)
+    monkeypatch.setattr(staged, "PART_SHARDS", 2)  # three parts over five shards
+    written = [write_shard(out, ("train", i, 5), [(b"x" * (i + 1), i % 3)], "none", policy.run_id)
                for i in range(4)]  # shard 4 is empty: publish writes it
-    parts = [shard_sink.write_shard_list_part((("train", p), [r for r in written if r.index // 2 == p]), out,
-                                              policy.run_id) for p in (0, 1)]
+    parts = [write_shard_list_part((("train", p), [r for r in written if r.index // 2 == p]), out,
+                                   policy.run_id) for p in (0, 1)]
     blind = [dataclasses.replace(r, stats=dataclasses.replace(r.stats, label_counts=_Untouchable()))
              for r in written]
     totals = [SplitTotals("train", 100, 4, 20, 5)]
-    manifest = shard_sink.publish_shards(
+    manifest = publish_shards(
         out, iter(blind), parts, totals, [], ["a", "b", "c"], 4, "none",
         {"created_by": "build_shards", "options": {}, "seed": 0, "feature_spec": {}}, None, policy)
     listed = load_manifest(out)
@@ -185,9 +187,9 @@ def test_renames_run_in_parallel_chunks_and_all_before_the_manifest(tmp_path, ca
     import threading
 
     from apache_beam.io.filesystems import FileSystems
-    from transforms import shard_sink
+    from transforms.storage import folders
 
-    monkeypatch.setattr(shard_sink, "RENAME_CHUNK", 1)
+    monkeypatch.setattr(folders, "RENAME_CHUNK", 1)
     calls, threads = [], set()
     main = threading.get_ident()
     rename = FileSystems.rename

@@ -23,7 +23,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.shard_fixtures import make_class_tree, run_build
-from transforms import beam_compat, output_folder
+from transforms import beam_compat
+from transforms.storage import clients, folders
+from transforms.storage.files import read_bytes
 from transforms.images.inputs import LabelRules, is_hidden, tree_entries
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
@@ -160,9 +162,9 @@ def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
     for name, data in [("stage/a.tmp", b"a"), ("stage/sub/b.tmp", b"bb"), ("top", b"t")]:
         fh = FileSystems.create(f"{base}/{name}")
         fh.write(data)
-        beam_compat.close_written_file(fh)
+        clients.close_written_file(fh)
     fh = FileSystems.create(f"{base}/empty")
-    beam_compat.close_written_file(fh)  # Beam alone cannot close an empty S3 upload
+    clients.close_written_file(fh)  # Beam alone cannot close an empty S3 upload
     assert s3_bucket.get("fs/empty") == b""
     assert [m.path for m in FileSystems.match([f"{base}/**"])[0].metadata_list] == [
         f"{base}/empty", f"{base}/stage/a.tmp", f"{base}/stage/sub/b.tmp", f"{base}/top"]
@@ -171,24 +173,22 @@ def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
     FileSystems.rename([f"{base}/stage/a.tmp"], [f"{base}/a"])
     assert s3_bucket.get("fs/a") == b"a" and not FileSystems.exists(f"{base}/stage/a.tmp")
     assert not FileSystems.exists(f"{base}/stage")  # no folder objects on S3
-    output_folder.delete_tree(f"{base}/stage")
+    folders.delete_tree(f"{base}/stage")
     assert s3_bucket.keys("fs/") == ["fs/a", "fs/empty", "fs/top"]
 
 
 def test_s3_reads_share_one_client_per_thread(s3_server, s3_bucket):
-    from transforms import file_access
-
     options = PipelineOptions(_s3_flags(s3_server.url))
     FileSystems.set_options(options)
     s3_bucket.put("reads/a.bin", b"x" * 70_000)
-    assert file_access.read_bytes(f"s3://{BUCKET}/reads/a.bin") == b"x" * 70_000
-    first = file_access._shared_s3io()
-    assert file_access.read_bytes(f"s3://{BUCKET}/raw/daisy/daisy_000.jpg") == s3_bucket.get("raw/daisy/daisy_000.jpg")
-    assert file_access._shared_s3io() is first  # one client, not one per file
+    assert read_bytes(f"s3://{BUCKET}/reads/a.bin") == b"x" * 70_000
+    first = clients.shared_s3io()
+    assert read_bytes(f"s3://{BUCKET}/raw/daisy/daisy_000.jpg") == s3_bucket.get("raw/daisy/daisy_000.jpg")
+    assert clients.shared_s3io() is first  # one client, not one per file
     with pytest.raises(FileNotFoundError):
-        file_access.read_bytes(f"s3://{BUCKET}/reads/missing.bin")
+        read_bytes(f"s3://{BUCKET}/reads/missing.bin")
     FileSystems.set_options(PipelineOptions(_s3_flags(s3_server.url)))
-    assert file_access._shared_s3io() is not first  # new options, new client
+    assert clients.shared_s3io() is not first  # new options, new client
 
 
 def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys):
@@ -251,7 +251,7 @@ def _keep_listed(items: list, path: str) -> None:
 
 
 def _discover_on_store(root: str, flags: list[str], tmp_path) -> tuple[list, list, dict]:
-    from transforms.build_steps import DiscoverImages
+    from transforms.discover_images import DiscoverImages
 
     p = beam.Pipeline(runner=beam_compat.local_runner(PipelineOptions(flags)), options=PipelineOptions(flags))
     listed = p | DiscoverImages.of_inputs([root], LabelRules())
@@ -302,7 +302,7 @@ def test_an_unreachable_s3_row_is_an_unreadable_dead_letter(tmp_path) -> None:
     Before, Beam's S3 reader retried the object's HEAD 7 times with exponential
     backoff (about 10 minutes, each try itself retried by botocore); the job's
     time limit here ended it. Reads of inputs now give up after
-    ``beam_compat.S3_READ_ATTEMPTS`` tries of bounded time each.
+    ``clients.S3_READ_ATTEMPTS`` tries of bounded time each.
     """
     from tests.imagegen import jpeg
     from tests.servers import HOST, free_port

@@ -18,10 +18,10 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.build_steps import DiscoverImages
+from transforms.discover_images import DiscoverImages
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.file_access import list_local_tree
+from transforms.storage.listing import list_local_tree
 from transforms.images.inputs import (LabelRules, decode_manifest, is_hidden, manifest_entries, tree_entries,
                                       unreadable_folder_entries)
 

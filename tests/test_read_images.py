@@ -13,7 +13,7 @@ from transforms.tfrecord.framing import framed_size
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings, image_example
 from transforms.images.codec import ImageInfo
-from transforms.build_steps import ImageRecordMaker, _InspectImageFn
+from transforms.inspect_images import ImageRecordMaker, _InspectImageFn
 
 _LABELS = ["cat", "dog"]
 

@@ -24,7 +24,8 @@ from PIL import Image
 from tests import imagegen
 from tests.shard_fixtures import dead_letters, examples, load_manifest, make_class_tree, run_build, shard_files, write
 from transforms.errors import ManifestError
-from transforms.file_access import open_for_read, path_problem
+from transforms.storage.files import open_for_read
+from transforms.storage.paths import path_problem
 from transforms.images.codec import could_be_image, has_image_magic
 from transforms.images.inputs import check_manifest_head
 

@@ -107,7 +107,7 @@ def test_a_dangling_link_as_staging_is_refused(tree, tmp_path, capsys):
 
 def test_clearing_staging_removes_links_below_it_as_links(tmp_path):
     """A link found inside the staging folder is unlinked; what it points at stays."""
-    from transforms.output_folder import clear_staging, staging_folder
+    from transforms.storage.output_folder import clear_staging, staging_folder
 
     victim = _victim(tmp_path, "stg")
     out = tmp_path / "o"
@@ -124,7 +124,7 @@ def test_clearing_staging_removes_links_below_it_as_links(tmp_path):
 
 def test_clearing_a_linked_staging_folder_refuses(tmp_path):
     from transforms.errors import PublishError
-    from transforms.output_folder import clear_staging, staging_folder
+    from transforms.storage.output_folder import clear_staging, staging_folder
 
     victim = _victim(tmp_path, "stg")
     out = tmp_path / "o"

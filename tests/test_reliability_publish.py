@@ -455,7 +455,7 @@ def gcs_store(gcs_server):
 
 def _lock_round_trip(out: str) -> None:
     from transforms.errors import PublishError, UsageError
-    from transforms.output_folder import acquire_lock, check_lock, release_lock
+    from transforms.storage.lock import acquire_lock, check_lock, release_lock
     from transforms.shardset.ownership import PublishPolicy
 
     first, second = PublishPolicy("1" * 32), PublishPolicy("2" * 32)
@@ -472,14 +472,14 @@ def _lock_round_trip(out: str) -> None:
 
 
 def test_the_lock_is_exclusive_on_s3(s3_store):
-    from transforms.output_folder import _create_exclusive_s3
+    from transforms.storage.writing import create_exclusive_s3
 
     out = f"s3://{LOCK_BUCKET}/shards"
     _lock_round_trip(out)
     # The conditional put itself refuses an existing object (If-None-Match: *), whatever the
     # existence check before it saw.
-    assert _create_exclusive_s3(f"{out}/race", b"a") is True
-    assert _create_exclusive_s3(f"{out}/race", b"b") is False
+    assert create_exclusive_s3(f"{out}/race", b"a") is True
+    assert create_exclusive_s3(f"{out}/race", b"b") is False
     assert s3_store.get_object(Bucket=LOCK_BUCKET, Key="shards/race")["Body"].read() == b"a"
 
 

@@ -1,5 +1,5 @@
 """Unit tests of transforms.shardset.replacing, the manifest's ``built_from`` and
-``written_splits``, and ``file_access.folder_layout`` against the build's own layout rule."""
+``written_splits``, and ``discover_images.folder_tasks`` against the build's own layout rule."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import pytest
 
 from transforms.errors import ManifestError
-from transforms.build_steps import folder_tasks
+from transforms.discover_images import folder_tasks
 from transforms.images.inputs import detect_layout, is_hidden
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
 from transforms.shardset.replacing import (SplitChange, change_line, kept_built_from, replace_problem,

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from transforms.errors import RecordError
-from transforms.file_access import RangeReader
+from transforms.storage.files import RangeReader
 from transforms.images.codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.tfrecord.framing import frame_record, iter_records

@@ -25,11 +25,11 @@ _EXPORTS = {
     "WriteShards": "transforms.shard_sink",
     "PublishShards": "transforms.shard_sink",
     # The build job's steps.
-    "DiscoverImages": "transforms.build_steps",
-    "InspectImages": "transforms.build_steps",
-    "RejectDuplicatePaths": "transforms.build_steps",
-    "RejectDuplicateImages": "transforms.build_steps",
-    "DEAD_LETTERS": "transforms.build_steps",
+    "DiscoverImages": "transforms.discover_images",
+    "InspectImages": "transforms.inspect_images",
+    "RejectDuplicatePaths": "transforms.reject_duplicates",
+    "RejectDuplicateImages": "transforms.reject_duplicates",
+    "DEAD_LETTERS": "transforms.shardset.dead_letters",
     # The verify job's steps.
     "CheckRecords": "transforms.verify_steps",
     "CheckAcrossRanges": "transforms.verify_steps",

@@ -1,46 +1,23 @@
 """Every reach into Apache Beam's internals, in one place, each with the Beam version it was checked on.
 
 The rest of the project uses Beam's public API only. Each function here works
-around a gap in that API and names what it touches; when Beam changes, this is
-the one module to re-check. All were checked against apache-beam 2.77.0.
+around a gap in that API and names what it touches; when Beam changes, this
+module and ``transforms/storage/clients.py`` (the reaches into Beam's file
+systems and their S3 and GCS clients, which only the storage package may
+touch) are the ones to re-check. All were checked against apache-beam 2.77.0.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-from typing import BinaryIO
 
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-from apache_beam.options.pipeline_options import S3Options
 from apache_beam.runners.runner import PipelineRunner
-from apache_beam.utils.retry import PermanentException
 
-try:  # present with apache-beam[aws]
-    import botocore.config
-    import botocore.exceptions
-    from apache_beam.io.aws.clients.s3 import boto3_client as _boto3_client
-    from apache_beam.io.aws.clients.s3.messages import S3ClientError as _S3ClientError
-    from apache_beam.io.aws.s3io import S3Uploader as _S3Uploader
-except ImportError:  # pragma: no cover - depends on the installed extras
-    _S3Uploader = _boto3_client = None
-
-__all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials", "close_written_file",
-           "filesystem_options", "s3_boto3_client", "s3_read_client", "S3NoAnswerError", "gcs_storage_client",
-           "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS", "AUTO_WORKERS_MIN_BYTES",
-           "workers_given", "choose_local_workers"]
+__all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
+           "AUTO_WORKERS_MIN_BYTES", "workers_given", "choose_local_workers"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
-
-# Bounds on each S3 call that reads an input (``s3_read_client``): seconds to connect, seconds
-# to wait for bytes, and tries in all (botocore's "standard" retries, with their jittered backoff
-# of at most 20 s between tries). An object whose HEAD gets no answer is given up after
-# S3_READ_ATTEMPTS tries: at most 3 x (10 + 60) s plus the backoff, about 4 minutes when every
-# try times out, a few seconds when connections are refused.
-S3_CONNECT_TIMEOUT_S = 10
-S3_READ_TIMEOUT_S = 60
-S3_READ_ATTEMPTS = 3
 
 _DIRECT_NAMES = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
 
@@ -167,128 +144,3 @@ def use_anonymous_gcp_credentials() -> None:
     with auth._Credentials._credentials_lock:
         auth._Credentials._credentials = None
         auth._Credentials._credentials_init = True
-
-
-def close_written_file(fh: BinaryIO) -> None:
-    """Closes a file made by ``FileSystems.create``, also when nothing was written to it.
-
-    Beam's S3 writer completes its multipart upload without a part when no
-    byte was written, which S3 refuses with MalformedXML (apache/beam#21369);
-    an empty shard, ``.idx`` or ``dead_letters.jsonl`` on s3:// gets one empty
-    part, which S3 stores as an empty object. Touches the S3 writer's private
-    ``_uploader`` and ``S3Uploader._write_to_s3`` (Beam 2.77.0).
-    """
-    uploader = getattr(getattr(fh, "raw", None), "_uploader", None)
-    if (_S3Uploader is not None and isinstance(uploader, _S3Uploader) and fh.tell() == 0
-            and not uploader.parts):
-        uploader._write_to_s3(b"")
-    fh.close()
-
-
-def unbuffered(fh: BinaryIO) -> BinaryIO:
-    """The stream below the read buffer of a file Beam's gs:// or s3:// file system opened.
-
-    Beam wraps its ``filesystemio.DownloaderStream`` (one ranged request per
-    read) in an ``io.BufferedReader`` of 16 MiB, so a small read there
-    fetches 16 MiB. Reading the ``raw`` stream fetches what is asked for.
-    Any other file object is returned as it is (Beam 2.77.0).
-    """
-    raw = getattr(fh, "raw", None)
-    return raw if raw is not None and hasattr(raw, "readinto") and hasattr(raw, "seek") else fh
-
-
-def filesystem_options() -> PipelineOptions:
-    """Returns the pipeline options Beam's file systems are made from.
-
-    ``FileSystems`` keeps the options of the running pipeline (set by
-    ``beam.Pipeline`` and by ``FileSystems.set_options``) in its private
-    ``_pipeline_options`` (Beam 2.77.0) and has no getter; without options
-    set, Beam uses defaults, as this does.
-    """
-    return getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
-
-
-def s3_boto3_client():
-    """Returns the boto3 S3 client Beam's S3 file system uses with the current options.
-
-    Beam's S3 file system has no conditional put; the output lock needs one
-    (``If-None-Match: *``). Touches ``S3IO.client`` (Beam's client wrapper) and
-    its ``client`` attribute, the boto3 client made from ``--s3_endpoint_url``,
-    the keys and the region (Beam 2.77.0).
-    """
-    from apache_beam.io.aws import s3io
-
-    return s3io.S3IO(options=filesystem_options()).client.client
-
-
-class S3NoAnswerError(OSError, PermanentException):
-    """An S3 call that got no HTTP answer (endpoint unreachable, timed out, no credentials).
-
-    A ``PermanentException``: Beam's retry decorators (``apache_beam.utils.retry``)
-    do not try it again; botocore already tried it ``S3_READ_ATTEMPTS`` times.
-    """
-
-
-def s3_read_client(options: PipelineOptions):
-    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries.
-
-    Beam 2.77's ``boto3_client.Client`` makes its boto3 client without a
-    ``Config`` (botocore's defaults: 60 s to connect, 60 s to read, several
-    tries), and ``S3Downloader._get_object_metadata`` retries any error without
-    an HTTP status 7 more times with exponential backoff from 5 s: an
-    unreachable endpoint held each input about 10 minutes. This client is made
-    from the same options (``S3Options``, as Beam's ``Client.__init__`` reads
-    them) with ``S3_CONNECT_TIMEOUT_S``, ``S3_READ_TIMEOUT_S`` and
-    ``S3_READ_ATTEMPTS``, and a HEAD that gets no HTTP answer raises
-    ``S3NoAnswerError``, which Beam does not retry. It sets the attributes
-    ``Client.__init__`` sets (``client``, ``_download_request``,
-    ``_download_stream``, ``_download_pos``; Beam 2.77.0). Reads of object
-    bytes keep Beam's retries, each try bounded by the same timeouts.
-
-    Raises:
-        RuntimeError: apache-beam[aws] is not installed.
-    """
-    if _boto3_client is None or _boto3_client.boto3 is None:
-        raise RuntimeError("reading s3:// needs apache-beam[aws] (boto3)")
-    return _BoundedS3Client(options.view_as(S3Options))
-
-
-if _boto3_client is not None:
-    class _BoundedS3Client(_boto3_client.Client):
-        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``)."""
-
-        def __init__(self, s3: S3Options) -> None:  # pylint: disable=super-init-not-called
-            config = botocore.config.Config(
-                connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
-                retries={"max_attempts": S3_READ_ATTEMPTS, "mode": "standard"})
-            self.client = _boto3_client.boto3.session.Session().client(
-                service_name="s3", region_name=s3.s3_region_name, api_version=s3.s3_api_version,
-                use_ssl=not s3.s3_disable_ssl, verify=s3.s3_verify, endpoint_url=s3.s3_endpoint_url,
-                aws_access_key_id=s3.s3_access_key_id, aws_secret_access_key=s3.s3_secret_access_key,
-                aws_session_token=s3.s3_session_token, config=config)
-            self._download_request = None
-            self._download_stream = None
-            self._download_pos = 0
-
-        def get_object_metadata(self, request):
-            try:
-                return super().get_object_metadata(request)
-            except _S3ClientError as err:
-                cause = err.__context__  # Beam raises its error inside ``except`` of botocore's
-                if err.code is None and isinstance(cause, botocore.exceptions.BotoCoreError):
-                    raise S3NoAnswerError(
-                        errno.EIO, f"S3 gave no answer in {S3_READ_ATTEMPTS} tries "
-                                   f"({type(cause).__name__}: {cause})",
-                        f"s3://{request.bucket}/{request.object}") from cause
-                raise
-
-
-def gcs_storage_client():
-    """Returns the ``google.cloud.storage`` client Beam's GCS file system uses.
-
-    Beam's GCS file system has no create-if-absent; the output lock needs one
-    (``if_generation_match=0``). Touches ``GcsIO.client`` (Beam 2.77.0).
-    """
-    from apache_beam.io.gcp import gcsio
-
-    return gcsio.GcsIO(pipeline_options=filesystem_options()).client

@@ -1,7 +1,7 @@
 """Beam steps of the plan: survey each input from its header, and tally what a build would do.
 
 A plan lists its inputs and rejects duplicates with the build's own steps
-(``build_steps``); these steps replace the build's inspecting, writing and
+(``discover_images``); these steps replace the build's inspecting, writing and
 publishing. ``SurveyImages`` reads each input once, checks its header
 (``images.survey``) and hashes it (duplicates and ``--split_fractions`` need
 the sha256); nothing is staged or written. ``TallyPlan`` gathers everything
@@ -16,13 +16,15 @@ import hashlib
 from typing import Iterator, Mapping
 
 import apache_beam as beam
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import worker_threads
-from transforms.build_steps import DEAD_LETTERS, DEFAULT_MAX_IMAGE_BYTES, ListingFacts, read_source
+from transforms.images.listing_facts import ListingFacts
+from transforms.storage.files import STORAGE_ERRORS
+from transforms.storage.writing import write_file
+from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, read_source
+from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ImageError
 from transforms.example.features import FeatureValueError
 from transforms.example.schema import IMAGE_FEATURES
@@ -131,7 +133,7 @@ class _SurveyImageFn(beam.DoFn):
                                         f"class {unknown[0]!r} is not in the label list"), None)
         try:
             data = read_source(source.path, self._max_bytes)
-        except (OSError, BeamIOError) as err:
+        except STORAGE_ERRORS as err:
             return _Surveyed(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
             return _Surveyed(DeadLetter(source.path, err.reason, err.detail), None)
@@ -238,9 +240,7 @@ class _PlanTallyFn(beam.CombineFn):
 
 
 def _write_tally(tally: dict, path: str) -> None:
-    with FileSystems.create(path, mime_type="application/json",
-                            compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        fh.write(PlanTally.from_dict(tally).dumps())
+    write_file(path, PlanTally.from_dict(tally).dumps())
 
 
 class TallyPlan(beam.PTransform):
@@ -253,7 +253,7 @@ class TallyPlan(beam.PTransform):
     it writes nothing (read that as an empty tally).
 
     Args:
-        path: Where the tally goes (any FileSystems path; never the output folder).
+        path: Where the tally goes (a local, gs:// or s3:// path; never the output folder).
         fixed_labels: ``--class_names``/``--labels_file``, or None for the listed classes.
     """
 

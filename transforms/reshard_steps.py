@@ -5,20 +5,19 @@ from __future__ import annotations
 from typing import Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms.errors import RecordError, UsageError
-from transforms.file_access import is_folder, match_files
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME
+from transforms.shardset.naming import join_path
 from transforms.shardset.tfds_metadata import is_tfds_file
+from transforms.storage.listing import FileMetadata, is_folder, match_files
+from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split,
                                               record_item)
-from transforms.run_file_io import BundleRunFile, RecordCopier
 from transforms.tfrecord.run_files import FramedRecord
 
 __all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
@@ -46,7 +45,7 @@ def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
     for pattern in patterns:
         if is_folder(pattern):
             raise UsageError(f"--input {pattern} is a folder; give its files as a pattern, "
-                             f"e.g. --input '{FileSystems.join(pattern.rstrip('/'), '*')}'")
+                             f"e.g. --input '{join_path(pattern.rstrip('/'), '*')}'")
     found: dict[str, FileMetadata] = {}
     for pattern, metas in zip(patterns, match_files(list(patterns))):
         if not metas:
@@ -123,7 +122,7 @@ class _ToItemFn(beam.DoFn):
     """(path, offset, record) -> RecordItem of the path's split.
 
     With ``staging``, each record is appended to the bundle's run file and the
-    item carries where it lies instead of its bytes (``run_file_io``).
+    item carries where it lies instead of its bytes (``storage.runs``).
     """
 
     def __init__(self, seed: int, split: str | None, staging: tuple[str, str] | None = None) -> None:

@@ -1,8 +1,8 @@
 """Beam transforms that read TFRecord files, splitting inside files by byte range.
 
 ``ReadFromTFRecords`` reads a file pattern (or a list of them) and
-``ReadAllFromTFRecords`` a PCollection of patterns, through
-``apache_beam.io.filesystems.FileSystems`` (local paths, gs://, s3://).
+``ReadAllFromTFRecords`` a PCollection of patterns, through Beam's file
+systems (``transforms.storage``: local paths, gs://, s3://).
 Either also takes files already matched, as ``FileMetadata``: those are read
 as they are, never matched again (a name may hold ``[``, ``*`` or ``?``), with
 the size the match found. A path that names an existing file is that file.
@@ -31,16 +31,15 @@ import apache_beam as beam
 from apache_beam import coders
 from apache_beam.io import iobase
 from apache_beam.io.concat_source import ConcatSource
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.range_trackers import OffsetRangeTracker, UnsplittableRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics import Metrics
 
 from transforms.tfrecord.compression import READ_COMPRESSIONS, compression_of, open_decompressed
 from transforms.errors import RecordError
-from transforms.file_access import match_files
 from transforms.progress import counters as progress
+from transforms.storage.files import open_file, read_if_present
+from transforms.storage.listing import FileMetadata, match_files
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.record_index import check_index, index_names
 from transforms.tfrecord.record_ranges import read_range, read_stream
@@ -89,11 +88,11 @@ def read_index(path: str) -> tuple[str, bytes] | None:
     The index is looked for in the ``index/`` folder beside the file, then
     beside the file itself (shard sets written before that folder).
     """
-    index_path = next((name for name in index_names(path) if FileSystems.exists(name)), None)
-    if index_path is None:
-        return None
-    with FileSystems.open(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        return index_path, fh.read()
+    for index_path in index_names(path):
+        data = read_if_present(index_path)
+        if data is not None:
+            return index_path, data
+    return None
 
 
 def index_starts(path: str, size: int, index: tuple[str, bytes] | None) -> tuple[int, ...] | None:
@@ -171,7 +170,7 @@ class _TFRecordFileSource(iobase.BoundedSource):
         record_bytes = Metrics.counter(_NAMESPACE, "record_bytes_read")
         with_offsets = self._settings.with_offsets or self._settings.keep_errors
         tally = progress.Tally(progress.RECORDS_READ)
-        with FileSystems.open(self._path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        with open_file(self._path) as fh:
             try:
                 for offset, data in self._records(fh, range_tracker):
                     records.inc()

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from PIL import Image
 
 from transforms.errors import UsageError
-from transforms.file_access import WILDCARDS
+from transforms.storage.paths import WILDCARDS
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
@@ -142,7 +142,7 @@ def parse_size(text: str) -> tuple[int, int]:
 def wildcard_problem(path: str) -> str | None:
     """Returns why a folder cannot be listed safely, or None if it can.
 
-    Beam's ``FileSystems.match`` reads ``*``, ``?`` and ``[`` anywhere in a
+    Beam's file systems' ``match`` reads ``*``, ``?`` and ``[`` anywhere in a
     pattern as wildcards and has no way to quote them, so listing a folder
     named ``out[1]`` (``out[1]/*``) lists ``out1/`` instead, and ``out*``
     lists every sibling that starts with ``out``.

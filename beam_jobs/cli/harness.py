@@ -3,9 +3,10 @@
 The build and reshard jobs publish a shard set, so they share one
 ``run_publishing_job``: parse and check the flags (one line and exit status 2
 on a bad one), check the output folder and take its lock
-(``transforms.output_folder``; exit status 2 as well), build and run the pipeline (one line and exit status 1 on a
-failure), then print a summary read back from the published manifest (or, for
-a Dataflow dry run, from the translated graph).
+(``transforms.storage.output_folder``; exit status 2 as well), build and run
+the pipeline (one line and exit status 1 on a failure), then print a summary
+read back from the published manifest (or, for a Dataflow dry run, from the
+translated graph).
 """
 
 from __future__ import annotations
@@ -21,20 +22,21 @@ import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions, TestOptions)
 
 from beam_jobs.cli import logs
 from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, wants_beam_help,
                                 wants_help)
-from transforms import beam_compat, output_folder
+from transforms import beam_compat
 from transforms.errors import ManifestError, ShardsError, UsageError
 from transforms.progress.report import plural
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
 from transforms.shardset.replacing import change_line, split_changes
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import join_path
+from transforms.storage import output_folder
+from transforms.storage.clients import set_options
 
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dataflow_dry_run", "dry_run_summary", "summarize",
@@ -52,7 +54,7 @@ _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
 def prepare_options(options: PipelineOptions) -> PipelineOptions:
     """Returns the options a job runs with (Beam's own flags are left as given).
 
-    Makes ``FileSystems`` use these options at once, as ``beam.Pipeline`` does
+    Makes Beam's file systems use these options at once, as ``beam.Pipeline`` does
     later, so the checks a job makes before building its pipeline reach s3://
     with ``--s3_endpoint_url`` and the S3 keys given. With ``--no_auth``,
     Beam's GCS filesystem connects anonymously, as Beam's Dataflow client
@@ -61,7 +63,7 @@ def prepare_options(options: PipelineOptions) -> PipelineOptions:
     back to the same anonymous client. A GCS emulator
     (``STORAGE_EMULATOR_HOST``) needs no credentials.
     """
-    FileSystems.set_options(options)
+    set_options(options)
     if options.view_as(GoogleCloudOptions).no_auth:
         beam_compat.use_anonymous_gcp_credentials()
     return options

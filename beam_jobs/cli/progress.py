@@ -23,10 +23,10 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from beam_jobs.cli import logs
 from beam_jobs.cli.flags import RunOptions
-from transforms import output_folder
 from transforms.errors import ManifestError
 from transforms.progress import counters as c
 from transforms.progress.report import Stage, progress_bar, progress_line
+from transforms.storage import output_folder
 from transforms.tfrecord.compression import compression_of
 
 __all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",

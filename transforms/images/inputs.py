@@ -8,7 +8,7 @@ Three ways to give inputs, all resolved here from names alone:
    (objects with ``path``, ``label`` and optionally ``split``).
 3. Labels from file names with a regular expression (``--label_regex``).
 
-The Beam layer lists files with ``FileSystems`` and passes relative paths in.
+The storage package (``transforms.storage``) lists files and the Beam layer passes relative paths in.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
         root: The folder input, without a trailing ``/``.
         layout: ``auto``, ``classes`` or ``splits`` (``--layout``).
         scan: ``folder -> iterable of (path, is_folder)`` of one level
-            (``file_access.scan_local_folder`` or ``list_store_level``); a
+            (``storage.listing.scan_local_folder`` or ``scan_store``); a
             folder is given back as it is to be listed (a store prefix with
             its ``/``); raises ``OSError`` when the folder cannot be listed.
     """

@@ -35,7 +35,7 @@ __all__ = ["PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_
 PLAN_VERSION = 1
 # How many rejected inputs a plan names per reason.
 _EXAMPLES = 3
-# Dead-letter reasons that mean "the same input twice" (build_steps' duplicate checks).
+# Dead-letter reasons that mean "the same input twice" (reject_duplicates' checks).
 DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate")
 # The split shown for inputs whose split their bytes choose (--split_fractions).
 BY_CONTENT = "(by content)"

@@ -5,7 +5,7 @@ exclusively when it starts, holding its run id, and checks again, before it
 writes the manifest, that the lock still holds its id; it deletes the lock when
 it ends. A second run into the same folder finds the lock and stops with one
 line. The I/O (exclusive creation on local disk, gs:// and s3://) is in
-``transforms.output_folder``.
+``transforms.storage.lock``.
 
 A lock left by a run that was killed is stale. Only a lock taken on this host
 can be seen to be stale: its process is gone, or another process now has its

@@ -9,8 +9,8 @@ framing, so copying needs no re-encoding and the shard bytes are those a
 writer framing the same records would write.
 
 Pure code: the writer takes a writable binary file object, the readers a
-function that reads a byte range (the Beam layer opens files through
-``FileSystems``).
+function that reads a byte range (``transforms.storage.runs`` opens the
+files).
 """
 
 from __future__ import annotations

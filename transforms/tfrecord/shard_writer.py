@@ -1,7 +1,7 @@
 """Write framed records into one shard file object, counting and hashing as it goes.
 
-Pure code: takes writable binary file objects (the Beam layer opens them with
-``FileSystems``). Compression is done here with ``zlib`` so the bytes written,
+Pure code: takes writable binary file objects (``transforms.storage`` opens
+them). Compression is done here with ``zlib`` so the bytes written,
 and therefore the file's size and sha256, are known without reading the file
 back. The gzip header zlib writes has no timestamp, so output is deterministic.
 """

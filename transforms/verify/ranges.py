@@ -24,7 +24,7 @@ from transforms.verify.checks import (Problem, ShardTally, check_features, check
                                       duplicate_key_problems, record_labels, shard_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample
 
-__all__ = ["KEY_BUCKETS", "SHARD_GROUP", "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies",
+__all__ = ["ShardFile", "KEY_BUCKETS", "SHARD_GROUP", "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies",
            "key_buckets", "bucket_duplicates", "group_parts", "group_problems"]
 
 # Buckets the image keys are dealt into for the duplicate check: a bucket holds
@@ -34,6 +34,28 @@ KEY_BUCKETS = 64
 # The kinds of group of ``group_parts``: a shard's counts, keyed by its path; a bucket of image keys.
 SHARD_GROUP = "shard"
 KEY_GROUP = "keys"
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """A file the verify job reads.
+
+    Attributes:
+        path: Its path, as the match that found it spells it.
+        size: Its size in bytes.
+        split: Its split (from the manifest, or the shard name), or None when
+            its name states none.
+        entry: Its manifest entry, or None without a manifest.
+        read_whole: Read as one range, not split into byte ranges at the
+            start, so that the reader hashes the bytes it checks (one read of
+            the file); set by ``ReadAndCheckRecords(split_ranges=False)``.
+    """
+
+    path: str
+    size: int
+    split: str | None
+    entry: ShardEntry | None = None
+    read_whole: bool = False
 
 
 @dataclass

@@ -15,21 +15,22 @@ or fails.
 
 from __future__ import annotations
 
-import errno
 import uuid
 from typing import Sequence
 
-from apache_beam.io.filesystems import FileSystems
-
-from transforms import beam_compat
-from transforms.errors import PublishError, RecordError, ShardsError
-from transforms.file_access import RangeReader, naming_s3_errors
-from transforms.output_folder import free_bytes, staging_folder
+from transforms.errors import RecordError, ShardsError
 from transforms.shardset.naming import join_path
-from transforms.shardset.planning import MIB
+from transforms.storage.clients import close_written_file, naming_s3_errors
+from transforms.storage.files import RangeReader
+from transforms.storage.output_folder import staging_folder
+from transforms.storage.writing import create, reporting_full_disk
 from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter, RunSlice, checked_record
 
 __all__ = ["BundleRunFile", "RecordCopier", "runs_folder"]
+
+# What a disk-full message says a run needs while it writes run files.
+_RUN_NEEDS = ("a run needs free space for about twice its shards while it runs (each record is staged "
+              "once, then copied into its shard)")
 
 
 def runs_folder(output_dir: str, run_id: str) -> str:
@@ -57,28 +58,18 @@ class BundleRunFile:
             PublishError: The disk is full (one line naming the folder).
         """
         path = self._open[1].path if self._open else join_path(self._folder, f"{uuid.uuid4().hex}.run")
-        try:
-            with naming_s3_errors(path):
-                if self._open is None:
-                    fh = FileSystems.create(path, compression_type="uncompressed")
-                    self._open = (fh, RunFileWriter(fh, path))
-                return self._open[1].append(parts)
-        except OSError as err:
-            if err.errno == errno.ENOSPC:
-                free = free_bytes(self._output_dir)
-                have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
-                raise PublishError(f"no space left in {self._output_dir} writing {path}: a run needs free "
-                                   "space for about twice its shards while it runs (each record is staged "
-                                   f"once, then copied into its shard){have}; the run's staged files "
-                                   "were removed") from err
-            raise
+        with reporting_full_disk(self._output_dir, path, _RUN_NEEDS), naming_s3_errors(path):
+            if self._open is None:
+                fh = create(path)
+                self._open = (fh, RunFileWriter(fh, path))
+            return self._open[1].append(parts)
 
     def close(self) -> None:
         """Closes the file (call before the bundle ends); nothing if none was opened."""
         opened, self._open = self._open, None
         if opened is not None:
             with naming_s3_errors(opened[1].path):
-                beam_compat.close_written_file(opened[0])
+                close_written_file(opened[0])
 
 
 class RecordCopier:

@@ -1,0 +1,369 @@
+"""Beam steps of the build job that list its inputs: folders, input manifests, COCO files.
+
+``DiscoverImages`` lists every input file or manifest row, spread over many
+elements; ``CollectListingFacts`` turns what it listed into one
+``ListingFacts`` (input count, class list, record layout) before any image is
+read.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line, decode_manifest,
+                                      is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
+                                      manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
+                                      unreadable_folder_entry)
+from transforms.images.items import SourceImage
+from transforms.images.listing_facts import ListingTally
+from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
+                                              first_line_numbers, lines_in_range)
+from transforms.progress import counters as progress
+from transforms.shardset.coco import coco_entries, is_coco_path
+from transforms.shardset.dead_letters import DeadLetter
+from transforms.storage.clients import naming_s3_errors
+from transforms.storage.files import file_size, open_for_read, read_bytes
+from transforms.storage.listing import (LEVEL_SCHEMES, exact_file, list_below, list_store_below, list_store_level,
+                                        scan_local_folder, scan_store, walk_local_tree)
+from transforms.storage.paths import path_problem
+
+__all__ = ["DiscoverImages", "folder_tasks", "CollectListingFacts"]
+
+
+# The tag of input manifests' ranges inside DiscoverImages (_ManifestRange), resolved by _ResolveInputFn
+# with listed files ("file", root, relpath, layout) and unreadable folders ("unreadable", root,
+# relative folder, why, layout).
+_RANGES = "ranges"
+
+
+class _ManifestRange(NamedTuple):
+    """One byte range of an input manifest, read as one element (``manifest_lines``)."""
+
+    manifest: str
+    index: int
+    start: int
+    end: int
+    size: int
+    fields: tuple[str, ...]  # a CSV manifest's columns; () for JSON Lines
+
+
+def _tree_prefix(root: str) -> tuple[str, str]:
+    """A folder input's key (as given, without a trailing ``/``) and the prefix of its files' paths."""
+    key = root.rstrip("/")
+    return key, key + "/"
+
+
+def _wire(text: str) -> str | bytes:
+    """A listed name as Beam's coders can carry it: names that are not UTF-8 travel as bytes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: the bytes of a name that is not UTF-8
+        return text.encode("utf-8", "surrogateescape")
+    return text
+
+
+def _unwire(value: str | bytes) -> str:
+    """The name ``_wire`` made ready for Beam's coders, as listed."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _why(err: OSError) -> str:
+    return f"{type(err).__name__}: {err.strerror or err}"
+
+
+class _StartInputFn(beam.DoFn):
+    """Manifest input -> its byte ranges (_RANGES), or its entries (main) when it is COCO.
+
+    A COCO ``.json`` is read whole here. A ``.csv``/``.jsonl`` manifest is cut
+    into byte ranges; a CSV's header line is read once here and travels with
+    each range (a header that cannot work is one dead letter, line 1).
+    """
+
+    def __init__(self, rules: LabelRules, range_bytes: int) -> None:
+        self._rules = rules
+        self._range_bytes = range_bytes
+
+    def process(self, root: str):
+        if is_coco_path(root):
+            yield from coco_entries(decode_manifest(read_bytes(root)), root, self._rules.image_root,
+                                    self._rules)
+            return
+        with open_for_read(root) as fh, naming_s3_errors(root):
+            size = file_size(fh)
+            if size is None:
+                size = exact_file(root).size_in_bytes
+            fields: tuple[str, ...] = ()
+            if not root.lower().endswith(".jsonl"):
+                first = next(lines_in_range(fh, 0, 1, size, True, root), b"")
+                columns, problem = csv_header(None if first is None else decode_line(first))
+                if problem:
+                    yield DeadLetter(f"{root}:1", "bad_manifest_row", problem)
+                    return
+                fields = tuple(columns)
+        for index, (start, end) in enumerate(byte_ranges(size, self._range_bytes)):
+            yield beam.pvalue.TaggedOutput(_RANGES, _ManifestRange(root, index, start, end, size, fields))
+
+
+def _count_range_lines(rng: _ManifestRange) -> tuple[str, tuple[int, int]]:
+    """_ManifestRange -> (manifest, (range index, lines starting in it))."""
+    with open_for_read(rng.manifest) as fh, naming_s3_errors(rng.manifest):
+        count = count_line_starts(fh, rng.start, rng.end, rng.size, breaks_at_cr(rng.manifest), rng.manifest)
+    return rng.manifest, (rng.index, count)
+
+
+def _number_ranges(keyed):
+    """(manifest, [(range index, lines)]) -> ((manifest, range index), number of its first line)."""
+    manifest, counts = keyed
+    counts = sorted(counts)
+    for (index, _), first in zip(counts, first_line_numbers([count for _, count in counts])):
+        yield (manifest, index), first
+
+
+class _ListFolderFn(beam.DoFn):
+    """FolderTask -> ("file", root, relpath, layout) per file, ("unreadable", root, relative folder,
+    why, layout) per folder it cannot list.
+
+    Folders met by a task that lists one level are tasks of their own
+    (``inputs.plan_folder_listing``). Hidden files are counted and dropped
+    here. A task without a layout lists its whole input and decides the
+    layout from every path: the one task of a store other than gs:// and s3://,
+    or of a run that must not touch storage before it starts.
+    """
+
+    def __init__(self, layout: str) -> None:
+        self._layout = layout
+        self._hidden = Metrics.counter("build", "hidden_files_skipped")
+        self._folders = Metrics.counter("build", "folders_listed")
+
+    def process(self, task: FolderTask):
+        key, prefix = _tree_prefix(task.root)
+        self._folders.inc()
+        if task.layout is None or ("://" in key and not key.startswith(LEVEL_SCHEMES)):
+            yield from self._list_whole(key, prefix, task.layout)
+            return
+        if not task.below:
+            listing = self._level(task.folder, "://" not in key)
+        elif "://" in key:
+            listing = ((path, False) for path in list_store_below(task.folder))
+        else:
+            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder))
+        for path, found in listing:
+            rel = path[len(prefix):] if path.startswith(prefix) else ""
+            if isinstance(found, OSError):
+                if not is_hidden(rel):
+                    yield ("unreadable", key, _wire(rel.rstrip("/")), _wire(_why(found)), task.layout)
+            elif found:
+                continue  # a folder: listed by a task of its own
+            elif is_hidden(rel):
+                self._hidden.inc()
+            else:
+                yield ("file", key, _wire(rel), task.layout)
+
+    @staticmethod
+    def _level(where: str, local: bool):
+        """(path, True) per folder, (path, False) per file, (folder, OSError) if unreadable."""
+        if not local:
+            yield from list_store_level(where)
+            return
+        try:
+            yield from scan_local_folder(where)
+        except OSError as err:  # Beam's local listing would skip it without a word
+            yield where, err
+
+    def _list_whole(self, key: str, prefix: str, layout: str | None):
+        """Every file of the input at once, and the layout they show when none is given."""
+        rels = []
+        for path in list_below(key):
+            rel = path[len(prefix):] if path.startswith(prefix) else path
+            if is_hidden(rel):
+                self._hidden.inc()
+                continue
+            rels.append(rel)
+        if layout is None:
+            layout = self._layout if self._layout != "auto" else layout_of_levels(levels_of_paths(rels))
+        for rel in rels:
+            yield ("file", key, _wire(rel), layout)
+
+
+class _ResolveInputFn(beam.DoFn):
+    """Listed file, unreadable folder or manifest range -> SourceImage, DeadLetter or class name.
+
+    Everything goes to the one output: a class name (a ``str``) is that of an
+    unreadable class folder, which stays in the class list. Entries resolved
+    earlier (COCO) pass through. Side input ``first_lines``: (manifest, range
+    index) -> number of the range's first line.
+    """
+
+    def __init__(self, rules: LabelRules) -> None:
+        self._rules = rules
+        self._listed = Metrics.counter("build", "inputs_listed")
+        self._ranges = Metrics.counter("build", "manifest_ranges_read")
+
+    def start_bundle(self):
+        self._tally = progress.Tally(progress.INPUTS_LISTED, every=1000)
+
+    def process(self, element, first_lines=None):
+        if isinstance(element, _ManifestRange):
+            self._ranges.inc()
+            for entry in self._read_range(element, first_lines[(element.manifest, element.index)]):
+                yield self._emit(entry)
+            return
+        if isinstance(element, (SourceImage, DeadLetter)):
+            yield self._emit(element)
+            return
+        kind, key, rel, layout = element[0], element[1], _unwire(element[2]), element[-1]
+        if kind == "file":
+            yield self._emit(tree_entry(key, rel, layout, self._rules))
+            return
+        dead, label = unreadable_folder_entry(key, rel, _unwire(element[3]), layout, self._rules)
+        if label is not None:
+            yield label
+        yield self._emit(dead)
+
+    def _read_range(self, rng: _ManifestRange, first: int):
+        cr = breaks_at_cr(rng.manifest)
+        with open_for_read(rng.manifest) as fh, naming_s3_errors(rng.manifest):
+            lines = enumerate(lines_in_range(fh, rng.start, rng.end, rng.size, cr, rng.manifest), start=first)
+            if rng.start == 0 and rng.fields:
+                next(lines, None)  # the CSV header, read once by _StartInputFn
+            numbered = ((number, None if line is None else decode_line(line)) for number, line in lines)
+            yield from manifest_line_entries(numbered, rng.manifest, self._rules, rng.fields)
+
+    def _emit(self, entry):
+        self._listed.inc()
+        self._tally.add()
+        if isinstance(entry, SourceImage):
+            problem = path_problem(entry.path)
+            if problem:  # a row naming a path no file system opens is that row's dead letter
+                entry = (DeadLetter(entry.origin, "bad_manifest_row", f"{shown_name(entry.path)!r}: {problem}")
+                         if entry.origin else DeadLetter(shown_name(entry.path), "unreadable", problem))
+        return entry
+
+    def finish_bundle(self):
+        self._tally.flush()
+
+
+def folder_tasks(path: str, layout: str, offline: bool = False) -> tuple[FolderTask, ...]:
+    """The listing tasks of a folder input (``inputs.plan_folder_listing``), found before the job runs.
+
+    Offline (a Dataflow dry run) or on a store listed only whole, the one task
+    lists the whole input on a worker.
+
+    Args:
+        path: The folder input.
+        layout: ``--layout``.
+        offline: Touch no storage.
+    """
+    root = path.rstrip("/")
+    if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
+        return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
+    return plan_folder_listing(root, layout, scan_store if "://" in root else scan_local_folder)
+
+
+class DiscoverImages(beam.PTransform):
+    """Lists every input file or manifest row, spread over many elements.
+
+    A folder input comes as ``FolderTask``s (``inputs.plan_folder_listing``,
+    run before the job: its layout is known and each task lists one part of
+    it), spread over workers. An input manifest (``.csv``, ``.jsonl``) is read
+    in byte ranges of ``range_bytes``, one element each, one row per line
+    (``manifest_lines``). A COCO ``.json`` is read whole.
+
+    Applied to the pipeline. Output: ``PCollection`` of ``SourceImage``,
+    ``DeadLetter`` (an unreadable folder is one) and ``str`` (the class name of
+    an unreadable class folder, which stays in the class list): one output, so
+    that the steps that count them and the steps that read them share a stage.
+
+    Args:
+        rules: How labels and splits are read.
+        folder_tasks: The listing tasks of every folder input.
+        manifests: The manifest inputs (``.csv``, ``.jsonl``, COCO ``.json``).
+        range_bytes: Bytes of an input manifest read as one element.
+    """
+
+    def __init__(self, rules: LabelRules, folder_tasks: Sequence[FolderTask] = (),
+                 manifests: Sequence[str] = (), range_bytes: int = MANIFEST_RANGE_BYTES) -> None:
+        super().__init__()
+        if range_bytes < 1:
+            raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
+        self._rules = rules
+        self._tasks = list(folder_tasks)
+        self._manifests = list(manifests)
+        self._range_bytes = range_bytes
+
+    @classmethod
+    def of_inputs(cls, inputs: Sequence[str], rules: LabelRules, offline: bool = False,
+                  range_bytes: int = MANIFEST_RANGE_BYTES) -> "DiscoverImages":
+        """The step for these ``--input`` values; their folders' tasks are found now (``folder_tasks``)."""
+        tasks = tuple(task for path in inputs if not is_manifest_path(path)
+                      for task in folder_tasks(path, rules.layout, offline))
+        return cls(rules, tasks, [path for path in inputs if is_manifest_path(path)], range_bytes)
+
+    def expand(self, pbegin):
+        listed, side = [], {}
+        if self._tasks:  # more than one task: Create spreads them over workers
+            listed.append(pbegin
+                          | "CreateFolderTasks" >> beam.Create(self._tasks)
+                          | "ListFolders" >> beam.ParDo(_ListFolderFn(self._rules.layout)))
+        if self._manifests:
+            started = (pbegin
+                       | "CreateManifestInputs" >> beam.Create(self._manifests)
+                       | "StartManifests" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
+                           _RANGES, main="entries"))  # COCO entries, a bad header's dead letter
+            ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
+            first_lines = (ranges
+                           | "CountLines" >> beam.Map(_count_range_lines)  # (manifest, (index, lines))
+                           | "GroupRanges" >> beam.GroupByKey()
+                           | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
+            listed += [started.entries, ranges]
+            side["first_lines"] = beam.pvalue.AsDict(first_lines)
+        if not listed:
+            return pbegin | "ListNothing" >> beam.Create([])
+        elements = listed[0] if len(listed) == 1 else listed | "AllListed" >> beam.Flatten()
+        return elements | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side)
+
+
+class _ListingFactsFn(beam.CombineFn):
+    """SourceImage, DeadLetter or class name -> ``ListingFacts``; the accumulator is a ``ListingTally``."""
+
+    def __init__(self, multi_label: bool, label_offset: int) -> None:
+        self._multi_label = multi_label
+        self._label_offset = label_offset
+
+    def create_accumulator(self):
+        return ListingTally()
+
+    def add_input(self, acc, item):
+        return acc.add(item)
+
+    def merge_accumulators(self, accs):
+        return ListingTally.merged(accs)
+
+    def extract_output(self, acc):
+        return acc.facts(self._multi_label, self._label_offset)
+
+
+class CollectListingFacts(beam.PTransform):
+    """Everything listed (``SourceImage``, ``DeadLetter``, class names) -> one ``ListingFacts``.
+
+    One combine gives the input count, the class list and the record layout
+    together, so the build has one global step before reading images where
+    it had three. Nothing listed gives no element (readers of it as a side
+    input give their defaults).
+
+    Args:
+        multi_label: Lists of class labels even if every input has one (``--multi_label``).
+        label_offset: Added to object class indices (``--label_offset``).
+    """
+
+    def __init__(self, multi_label: bool = False, label_offset: int = 0) -> None:
+        super().__init__()
+        self._fn = _ListingFactsFn(multi_label, label_offset)
+
+    def expand(self, listed):
+        # Without a default for an empty listing (a step of its own): nothing listed, no element;
+        # its readers give their own defaults.
+        return listed | "CombineFacts" >> beam.CombineGlobally(self._fn).without_defaults()

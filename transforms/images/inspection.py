@@ -1,0 +1,90 @@
+"""Inspecting one input image once its bytes are read: checked, encoded, measured, placed in a split.
+
+``inspect_image`` gives the input's ``ImageMeta`` (and, for a build that
+stages records, the pieces of its record), or the ``DeadLetter`` saying why
+it is rejected. It takes the bytes; reading them is the caller's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Mapping
+
+import crc32c
+
+from transforms.errors import ImageError
+from transforms.example.features import FeatureValueError
+from transforms.images.annotations import RecordLayout, image_extras
+from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
+from transforms.images.objects import BoxError
+from transforms.images.records import EncodeSettings, encode_image, image_example_parts
+from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.planning import order_key, split_by_content
+from transforms.tfrecord.framing import framed_size
+
+__all__ = ["Inspected", "unknown_label", "inspect_image"]
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """What inspecting one input gave: its ImageMeta or DeadLetter, and the bytes read (None: unread)."""
+
+    output: ImageMeta | DeadLetter
+    bytes_read: int | None
+    parts: tuple[bytes, bytes, bytes] | None = None  # the record's pieces, for the run file
+
+
+def unknown_label(source: SourceImage, index_of: Mapping[str, int]) -> DeadLetter | None:
+    """The ``unknown_label`` dead letter of an input naming a class not in the label list, or None."""
+    unknown = [name for name in source.class_names() if name not in index_of]
+    if unknown:
+        return DeadLetter(source.path, "unknown_label", f"class {unknown[0]!r} is not in the label list")
+    return None
+
+
+def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int], layout: RecordLayout | None,
+                  settings: EncodeSettings, seed: int, fractions: Mapping[str, float],
+                  staged: bool) -> Inspected:
+    """Inspects one input whose bytes are ``data``.
+
+    An input whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
+    sha256 and ``fractions``.
+
+    Args:
+        source: The input.
+        data: Its bytes.
+        index_of: Class name -> index.
+        layout: The build's ``RecordLayout``, or None for plain image records.
+        settings: Image options of the build.
+        seed: Shuffle seed for the order key.
+        fractions: Split name -> fraction (``--split_fractions``).
+        staged: The record goes to a run file: its pieces come with the
+            result, and the metadata carries neither the stored image nor the
+            source's CRC32C (only a re-read checks it).
+    """
+    index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
+    try:
+        stored, info = encode_image(data, settings)
+    except ImageError as err:
+        return Inspected(DeadLetter(source.path, err.reason, err.detail), len(data))
+    try:
+        extra = image_extras(source, layout, index_of, data, info.width, info.height,
+                             pixels_transformed=settings.mode in ("reencode", "raw"),
+                             cropped=bool(settings.resize) and settings.resize_mode == "crop")
+    except BoxError as err:
+        return Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
+    except FeatureValueError as err:
+        return Inspected(DeadLetter(source.path, "bad_feature", str(err)), len(data))
+    digest = hashlib.sha256(data).digest()
+    if source.split == SPLIT_BY_CONTENT:
+        source = dataclasses.replace(source, split=split_by_content(digest.hex(), fractions))
+    head, tail = image_example_parts(stored, info, index, source.label, source.relpath, digest.hex(), extra)
+    return Inspected(ImageMeta(
+        source=source, label_index=index, sha256=digest.hex(), info=info,
+        record_size=framed_size(len(head) + len(stored) + len(tail)),
+        order_key=order_key(seed, digest),
+        source_crc32c=0 if staged else crc32c.crc32c(data),  # only a re-read checks it
+        payload=None if stored is data or staged else stored, extra=extra), len(data),
+        (head, stored, tail) if staged else None)

@@ -1,0 +1,307 @@
+"""Beam steps of the build job that read images: each input read and checked once, records made again.
+
+``InspectImages`` reads, validates and measures every image (``read_source``)
+and, in a build that publishes, writes its record to a run file at once;
+``ImageRecordMaker`` gives the shard writer each record, copied from its run
+file or made again from the image.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Mapping
+
+import apache_beam as beam
+import crc32c
+from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms import worker_threads
+from transforms.errors import ImageError, ShardsError
+from transforms.images.annotations import RecordLayout
+from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
+from transforms.images.inspection import Inspected, inspect_image, unknown_label
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.images.records import EncodeSettings, encode_image, image_example_parts
+from transforms.progress import counters as progress
+from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
+from transforms.shardset.planning import MIB
+from transforms.storage.clients import naming_s3_errors
+from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
+from transforms.storage.runs import BundleRunFile, RecordCopier
+from transforms.tfrecord.framing import framed_size
+from transforms.tfrecord.run_files import FramedRecord
+
+__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source"]
+
+# Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
+DEFAULT_MAX_IMAGE_BYTES = 256 * MIB
+
+
+def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
+    """Reads an input file that may be an image, through Beam's file systems (local, gs://, s3://).
+
+    Only a regular file is opened (``open_for_read``). A file over ``max_bytes``
+    is refused from its size, or after ``max_bytes`` bytes when the store cannot
+    tell it; a file longer than ``HEAD_BYTES`` is read whole only if its first
+    bytes could start an image (``could_be_image``), so a video or an archive
+    costs one small read. One open per file; a local image with a magic number
+    (JPEG, PNG, ...) costs one 16-byte ``pread`` more than reading it whole.
+
+    Raises:
+        OSError: As ``open_for_read``, or while reading.
+        ImageError: ``too_large`` or ``not_an_image``.
+    """
+    with open_for_read(path) as fh, naming_s3_errors(path):
+        size = file_size(fh)
+        if size is not None and size > max_bytes:
+            raise ImageError("too_large", f"file has {size} bytes, over --max_image_mb "
+                                          f"({max_bytes / MIB:g} MiB); not read")
+        if size is not None and size <= HEAD_BYTES:
+            return fh.read()
+        if size is not None:
+            prefix = peek_local(fh, 16)
+            if prefix is not None and has_image_magic(prefix):
+                return fh.read()
+        head = read_at_most(fh, HEAD_BYTES)
+        if len(head) == HEAD_BYTES and not could_be_image(head):
+            shown = f"{size} bytes" if size is not None else f"over {HEAD_BYTES} bytes"
+            raise ImageError("not_an_image", f"not a recognised image format ({shown}; "
+                                             f"judged from the first {HEAD_BYTES} bytes)")
+        if size is not None:
+            return head + fh.read(size - len(head)) if len(head) == HEAD_BYTES else head
+        data = head + read_at_most(fh, max_bytes + 1 - len(head))
+        if len(data) > max_bytes:
+            raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
+                                          f"({max_bytes / MIB:g} MiB); read no further")
+        return data
+
+
+class _InspectImageFn(beam.DoFn):
+    """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
+
+    An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
+    sha256 and the split fractions.
+
+    With ``staging`` (the output folder and the run's id), each accepted
+    image's framed record is appended to the bundle's run file in the run's
+    staging folder (``tfrecord.run_files``), on the bundle's thread in
+    input order, and its ``ImageMeta`` says where (``run``): the image is read
+    once per build, and its bytes never travel with the metadata. The run
+    file is closed before the bundle ends, so no output names a record that is
+    not on storage; a failed bundle's run file is named by no output that
+    survives it, and goes with the staging folder.
+
+    Inputs are inspected on a pool of ``threads`` threads (``worker_threads``;
+    0: one per usable core), at most ``window_for(threads)`` at a time; the
+    outputs, counters and progress follow in input order, each output in its
+    own input's window, and ``finish_bundle`` emits what is still in flight.
+    """
+
+    def __init__(self, settings: EncodeSettings, seed: int,
+                 split_fractions: Mapping[str, float] | None = None,
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
+                 staging: tuple[str, str] | None = None) -> None:
+        self._settings = settings
+        self._seed = seed
+        self._fractions = dict(split_fractions or {})
+        self._max_bytes = max_bytes
+        self._threads = threads
+        self._staging = tuple(staging) if staging else None
+        self._read = Metrics.counter("build", "images_read")
+        self._read_bytes = Metrics.counter("build", "image_bytes_read")
+        self._rejected = Metrics.counter("build", "images_rejected")
+
+    def setup(self):
+        threads = worker_threads.thread_count(self._threads)
+        self._pool = worker_threads.new_pool(threads, "inspect-image")
+        self._window = worker_threads.window_for(threads)
+        self._work = None
+        self._run = BundleRunFile(*self._staging) if self._staging else None
+
+    def start_bundle(self):
+        if self._work is not None:  # a bundle that failed: its calls are dropped
+            self._work.close()
+        self._work = worker_threads.OrderedWork(self._pool, self._window)
+        if self._run is not None:
+            self._run.close()  # a failed bundle's run file: no surviving output names it
+
+    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
+                layout: RecordLayout | None = None):
+        for inspected, (at, when) in self._work.submit(
+                self._inspect_one, source, self._index_of(labels), layout, (window, timestamp)):
+            yield from self._emit(inspected, at, when)
+
+    def finish_bundle(self):
+        for inspected, (at, when) in self._work.drain():
+            yield from self._emit(inspected, at, when)
+        if self._run is not None:
+            self._run.close()  # before the bundle ends: every output names a whole record
+        progress.flush()
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if getattr(self, "_run", None) is not None:
+            self._run.close()
+
+    def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
+                     where: tuple) -> tuple[Inspected, tuple]:
+        """Runs on a pool thread: the inspection of ``source``, and ``where`` it is emitted."""
+        return self._inspect(source, index_of, layout), where
+
+    def _emit(self, inspected: Inspected, window, timestamp) -> Iterator:
+        """Counts one input and yields its output; on the bundle's thread, in input order."""
+        if inspected.bytes_read is None:
+            progress.note(progress.IMAGES_READ)
+        else:
+            self._read.inc()
+            self._read_bytes.inc(inspected.bytes_read)
+            progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
+        value = inspected.output
+        if self._run is not None and inspected.parts is not None:  # the record goes to the run file
+            value = dataclasses.replace(value, run=self._run.append(inspected.parts), payload=None)
+        output = WindowedValue(value, timestamp, (window,))
+        if isinstance(inspected.output, DeadLetter):
+            self._rejected.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
+        else:
+            progress.note(progress.IMAGES_ACCEPTED)
+            yield output
+
+    def _inspect(self, source: SourceImage, index_of: dict[str, int],
+                 layout: RecordLayout | None) -> Inspected:
+        """Reads and inspects one input; no Beam calls, so that it may run on any thread."""
+        dead = unknown_label(source, index_of)
+        if dead is not None:
+            return Inspected(dead, None)
+        try:
+            data = read_source(source.path, self._max_bytes)
+        except STORAGE_ERRORS as err:
+            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
+        except ImageError as err:
+            return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
+                             bool(self._staging))
+
+    def _index_of(self, labels: list[str]) -> dict[str, int]:
+        """Class name -> index; the table is built once per side input."""
+        cached = getattr(self, "_index_cache", None)
+        if cached is None or cached[0] is not labels:
+            cached = (labels, {name: i for i, name in enumerate(labels)})
+            self._index_cache = cached
+        return cached[1]
+
+
+class InspectImages(beam.PTransform):
+    """Reads, validates and measures every image.
+
+    Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (ImageMeta)
+    and ``DEAD_LETTERS`` (DeadLetter with the reason). The outputs do not
+    depend on ``threads``.
+
+    Args:
+        settings: Image options of the build.
+        seed: Shuffle seed for the order key.
+        labels: Singleton side input with the class names in index order.
+        split_fractions: Split name -> fraction (``--split_fractions``): the
+            split of each image whose input names none, chosen from its sha256.
+        max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
+        layout: Singleton side input with the build's ``RecordLayout``, or
+            None for plain image records.
+        threads: Images inspected at once by each worker; 0 for one per core
+            the worker may use. Threads pay when Pillow decodes or encodes each
+            image (it releases the GIL) or reads wait on a network; the
+            ``structure`` and ``header`` checks hold the GIL.
+        staging: ``(output folder, run id)``: each accepted image's record is
+            written to a run file in the run's staging folder and its metadata
+            says where (``ImageMeta.run``), so the writer copies it instead of
+            reading the image again. None: the writer makes it again.
+    """
+
+    def __init__(self, settings: EncodeSettings, seed: int, labels,
+                 split_fractions: Mapping[str, float] | None = None,
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
+                 staging: tuple[str, str] | None = None) -> None:
+        super().__init__()
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
+        self._settings = settings
+        self._seed = seed
+        self._labels = labels
+        self._fractions = dict(split_fractions or {})
+        self._max_bytes = max_bytes
+        self._layout = layout
+        self._threads = threads
+        self._staging = tuple(staging) if staging else None
+
+    def expand(self, sources):
+        extra = {} if self._layout is None else {"layout": self._layout}
+        return sources | "InspectImage" >> beam.ParDo(
+            _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
+                            self._staging),
+            labels=self._labels, **extra).with_outputs(
+                DEAD_LETTERS, main="main")
+
+
+def image_order(meta: ImageMeta) -> tuple[int, str]:
+    """Shuffle order of an image: its order key, ties broken by relative path."""
+    return (meta.order_key, meta.source.relpath)
+
+
+class ImageRecordMaker:
+    """ImageMeta -> (the record, label index), as the shard writer needs.
+
+    A record written to a run file when its image was read (``meta.run``) is
+    copied from there as it is (a ``FramedRecord``, its CRCs checked), so the
+    image is not read again. Otherwise the record is made again: the pieces
+    are the bytes before the image, the image, and the bytes after it
+    (``image_example_parts``), written without joining them. It then re-reads
+    the source unless the stored image travelled with the metadata, and
+    refuses a source whose bytes changed since it was inspected: their CRC32C
+    must be the one inspection saw.
+    """
+
+    def __init__(self, settings: EncodeSettings, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> None:
+        self._settings = settings
+        self._max_bytes = max_bytes
+        self._runs = RecordCopier()
+
+    def close(self) -> None:
+        """Closes the run files kept open."""
+        self._runs.close()
+
+    def __call__(self, meta: ImageMeta) -> tuple[tuple[bytes, bytes, bytes] | FramedRecord, int]:
+        labels = next((values for name, _, values in meta.extra if name == "image/class/label"), None)
+        label = meta.label_index if labels is None else labels
+        if meta.run is not None:
+            framed = self._runs.copy(meta.run, meta.source.path)
+            if len(framed.data) != meta.record_size:
+                raise ShardsError(f"{meta.source.path}: record is {len(framed.data)} bytes, "
+                                  f"planned {meta.record_size}")
+            return framed, label
+        if meta.payload is not None:
+            stored = meta.payload
+        else:
+            try:
+                data = read_source(meta.source.path, self._max_bytes)
+            except ImageError as err:
+                raise ShardsError(f"{meta.source.path} changed while the job ran: {err.detail}") from err
+            checksum = crc32c.crc32c(data)
+            if checksum != meta.source_crc32c:
+                raise ShardsError(f"{meta.source.path} changed while the job ran (CRC32C "
+                                  f"{meta.source_crc32c:08x} when inspected, {checksum:08x} "
+                                  "when written)")
+            # In passthrough and tf modes, a record without a payload stores the source's bytes.
+            keeps = self._settings.mode in ("passthrough", "tf")
+            stored = data if keeps else encode_image(data, self._settings)[0]
+        head, tail = image_example_parts(stored, meta.info, meta.label_index, meta.source.label,
+                                         meta.source.relpath, meta.sha256, meta.extra)
+        size = framed_size(len(head) + len(stored) + len(tail))
+        if size != meta.record_size:
+            raise ShardsError(f"{meta.source.path}: record is {size} bytes, "
+                              f"planned {meta.record_size}; image encoding is not deterministic")
+        return (head, stored, tail), label

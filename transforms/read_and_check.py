@@ -1,0 +1,219 @@
+"""Beam: the verify job's reading of shards, each split into byte ranges and checked as it is read.
+
+``ReadAndCheckRecords`` reads every record of each ``ShardFile`` once, in
+byte ranges the runner may split further (a splittable DoFn), checks it as it
+is read, and outputs one ``RangeTally`` per range; the reader of a shard's
+range at byte 0 also checks the whole file (sha256, ``.idx``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Mapping, Sequence
+
+import apache_beam as beam
+from apache_beam.io.iobase import Read
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.core import RestrictionProvider
+
+from transforms.errors import RecordError
+from transforms.progress import counters as progress
+from transforms.storage.files import open_file
+from transforms.tfrecord.compression import compression_of, open_decompressed
+from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
+from transforms.tfrecord.hashing_reader import HashingReader
+from transforms.tfrecord.record_ranges import read_range, read_stream
+from transforms.tfrecord_source import index_starts, read_index
+from transforms.verify.checks import index_problems, sha256_problem
+from transforms.verify.ranges import RangeChecker, ShardFile
+
+__all__ = ["ReadAndCheckRecords"]
+
+_NAMESPACE = "verify_shards"
+
+
+class _WholeFile(OffsetRange):
+    """The restriction of a file read whole, front to back (compressed, or empty)."""
+
+
+def _whole_file(shard: ShardFile) -> bool:
+    return shard.size == 0 or compression_of(shard.path) != "none"
+
+
+class _WholeFileTracker(OffsetRestrictionTracker):
+    """Tracks a ``_WholeFile``: claimed once, never split."""
+
+    def try_split(self, fraction_of_remainder):
+        return None
+
+
+class _ShardRanges(RestrictionProvider):
+    """Byte ranges of a shard: split like the TFRecord source splits a file."""
+
+    def initial_restriction(self, shard: ShardFile) -> OffsetRange:
+        return _WholeFile(0, 1) if _whole_file(shard) else OffsetRange(0, shard.size)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        if isinstance(restriction, _WholeFile):
+            return _WholeFileTracker(restriction)
+        return OffsetRestrictionTracker(restriction)
+
+    def split(self, shard: ShardFile, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        if isinstance(restriction, _WholeFile) or shard.read_whole:
+            yield restriction
+            return
+        yield from restriction.split(Read.get_desired_chunk_size(shard.size))
+
+    def restriction_size(self, shard: ShardFile, restriction: OffsetRange) -> int:
+        return shard.size if isinstance(restriction, _WholeFile) else restriction.size()
+
+
+class _Claims:
+    """A restriction tracker as ``record_ranges.read_range`` claims positions from it."""
+
+    def __init__(self, tracker) -> None:
+        self._tracker = tracker
+        self._last: int | None = None
+
+    def start_position(self) -> int:
+        return self._tracker.current_restriction().start
+
+    def stop_position(self) -> int:
+        return self._tracker.current_restriction().stop
+
+    def try_claim(self, position: int) -> bool:
+        self._last = position
+        return self._tracker.try_claim(position)
+
+    def finish(self) -> None:
+        """Claims the rest of the range: the reader stopped at the end of the file or at damage."""
+        stop = self.stop_position()
+        if self._last is None or self._last < stop:
+            self._tracker.try_claim(stop)
+
+
+class _ReadAndCheckFn(beam.DoFn):
+    """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the whole file.
+
+    The reader of the range that starts at byte 0 hashes the bytes it reads
+    (``HashingReader``); when that range is the whole file, the file is read
+    once. When the file was split, that reader reads on to the file's end for
+    the hash alone, so those bytes are read twice. It also checks the file's
+    ``.idx`` (read once, for the record starts and the check) and puts the
+    shard's manifest entry on its tally, for the comparison of the shard's
+    counts.
+    """
+
+    def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
+                 labels: Sequence[str] | None, hash_files: bool,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, index_required: bool = False) -> None:
+        self._schema = schema
+        self._max_record_bytes = max_record_bytes
+        self._decode_images = decode_images
+        self._preview = preview
+        self._labels = list(labels) if labels else None
+        self._hash_files = hash_files
+        self._index_required = index_required
+        self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_sha256")
+
+    def _records(self, fh, shard: ShardFile, claims: _Claims, index: tuple[str, bytes] | None):
+        if _whole_file(shard):
+            if not claims.try_claim(0):
+                return iter(())
+            return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path,
+                               max_length=self._max_record_bytes)
+        return read_range(fh, shard.size, claims, shard.path, index_starts(shard.path, shard.size, index),
+                          self._max_record_bytes)
+
+    def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
+                labels: Sequence[str] | None = None,
+                tracker=beam.DoFn.RestrictionParam(_ShardRanges())):
+        schema = self._schema if schema is None else schema
+        labels = self._labels if labels is None else (list(labels) or None)
+        claims = _Claims(tracker)
+        # One range of each file starts at byte 0 (splitting keeps the start): it checks the whole file.
+        first = claims.start_position() == 0
+        checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
+                               self._preview)
+        tally = progress.Tally(progress.RECORDS_READ)
+        uncompressed = compression_of(shard.path) == "none"
+        index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
+        digest = None
+        with open_file(shard.path) as fh:
+            hashing = (HashingReader(fh) if self._hash_files and shard.entry is not None and first
+                       else None)
+            try:
+                for offset, data in self._records(hashing or fh, shard, claims, index):
+                    checker.add(offset, data)
+                    tally.add(1, len(data) + OVERHEAD)
+            except RecordError as err:
+                Metrics.counter(_NAMESPACE, "damaged_records").inc()
+                checker.damage(err)
+            finally:
+                tally.flush()
+            if hashing is not None:
+                digest = hashing.finish(shard.size)
+                self._reread.inc(hashing.reread)
+        claims.finish()
+        result = checker.result()
+        Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
+        if first:
+            result.entry = shard.entry
+            problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
+            if problem:
+                result.problems.append(problem)
+            if uncompressed:
+                result.problems.extend(index_problems(shard.path, index[1] if index else None,
+                                                      shard.size, self._index_required))
+        yield result
+
+
+class ReadAndCheckRecords(beam.PTransform):
+    """Reads every record of each shard and checks it as it is read; one tally per byte range.
+
+    Input ``ShardFile``; output ``RangeTally`` (see ``transforms.verify.ranges``):
+    the records, label counts, image keys and problems of one byte range.
+    Uncompressed shards are split into byte ranges (``.idx`` record starts when
+    usable, else scanning), which the runner may split further while they are
+    read; compressed ones are read whole. Both CRCs of every record are checked
+    and the Example is read and checked as ``check_record`` checks it; a damaged
+    record ends its range with a problem. The reader of each shard's range at
+    byte 0 also checks the whole file: an uncompressed file's ``.idx`` against
+    the file (``index_problems``), and, with ``hash_files``, the sha256 of a
+    shard that has a manifest entry, from the bytes it reads; its tally holds
+    those problems and the shard's entry. With ``split_ranges=False`` shards
+    are not split into ranges at the start: each is read once, by one reader,
+    checked and hashed (the runner may still split a range while it is read;
+    the hash then reads the rest of the file again).
+
+    Args:
+        schema, labels: As for ``CheckRecords`` (values or singleton side inputs).
+        decode_images: Decode every image.
+        preview: Keep a few preview samples per class in each tally.
+        hash_files: Check each listed shard's sha256 against its entry.
+        max_record_bytes: The largest record data read; a record declaring
+            more is a ``bad_length`` problem at its offset.
+        split_ranges: Split shards into byte ranges at the start (for more
+            readers than shards), or read each whole (each byte read once).
+        index_required: A missing ``.idx`` of an uncompressed shard is a
+            problem (a shard set's shards have one).
+    """
+
+    def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
+                 preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
+                 hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                 split_ranges: bool = True, index_required: bool = False) -> None:
+        super().__init__()
+        side = {name: value for name, value in (("schema", schema), ("labels", labels))
+                if isinstance(value, beam.pvalue.AsSingleton)}
+        self._fn = _ReadAndCheckFn(None if "schema" in side else schema, decode_images, preview,
+                                   None if "labels" in side else labels, hash_files,
+                                   max_record_bytes, index_required)
+        self._side = side
+        self._split_ranges = split_ranges
+
+    def expand(self, shards):
+        if not self._split_ranges:
+            shards = shards | "ReadWhole" >> beam.Map(dataclasses.replace, read_whole=True)
+        return shards | "ReadAndCheck" >> beam.ParDo(self._fn, **self._side)

@@ -1,0 +1,186 @@
+"""Beam steps of the build job that reject duplicates: one relative path, or one image's bytes, twice.
+
+``RejectDuplicatePaths`` rejects inputs that share a relative path in a
+split; ``RejectDuplicateImages`` keeps one copy of identical image bytes,
+also against the images already published in splits of the output folder
+that the run keeps (``ReadPublishedKeys``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Sequence
+
+import apache_beam as beam
+
+from transforms.errors import ShardsError
+from transforms.images.duplicates import PublishedCopy, copy_choice, same_path_choice
+from transforms.progress import counters as progress
+from transforms.shardset.dead_letters import DEAD_LETTERS
+from transforms.shardset.published_keys import record_keys
+from transforms.storage.clients import naming_s3_errors
+from transforms.storage.files import STORAGE_ERRORS, open_for_read
+from transforms.tfrecord.compression import open_decompressed
+
+__all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def _reject_same_path(keyed):
+    """(split, relpath), [SourceImage] -> the image, or dead letters for all of them (``same_path_choice``)."""
+    kept, dead = same_path_choice(keyed[1])
+    if kept is not None:
+        yield kept
+    for letter in dead:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+
+
+def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
+    """(split, published shard) -> (sha256, PublishedCopy) of each of its records.
+
+    A shard that is missing or damaged gives the keys read before the damage:
+    whether it matters is publishing's to say (a kept split that changed
+    stops the run there, naming the shard; a split this run writes is
+    replaced).
+    """
+    split, path = item
+    try:
+        with open_for_read(path) as raw, naming_s3_errors(path):
+            for key in record_keys(open_decompressed(raw, compression), path):
+                yield key, PublishedCopy(split)
+    except (*STORAGE_ERRORS, ShardsError) as err:
+        _LOG.warning("published shard %s cannot be read to its end (%s); publishing checks it "
+                     "if its split is kept", path, err)
+
+
+class ReadPublishedKeys(beam.PTransform):
+    """The keys of the images already published in the output folder's splits.
+
+    Input: the pipeline (``PBegin``). Output: ``(sha256, PublishedCopy)`` per
+    record of the given shards, one element per shard read (spread over workers).
+
+    Args:
+        shards: ``(split, shard path)`` (``storage.output_folder.published_shards``).
+        compression: The shards' compression.
+    """
+
+    def __init__(self, shards: Sequence[tuple[str, str]], compression: str) -> None:
+        super().__init__()
+        self._shards = list(shards)
+        self._compression = compression
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "ListPublishedShards" >> beam.Create(self._shards)  # (split, path)
+                | "SpreadPublishedShards" >> beam.Reshuffle()
+                | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
+
+
+def _keep_one_copy(keyed, written: Sequence[str] | None = None):
+    """sha256, [ImageMeta or PublishedCopy] -> the copy kept; the rest are dead letters (``copy_choice``)."""
+    kept, dead = copy_choice(keyed[1], written)
+    if dead:
+        progress.note(progress.IMAGES_DUPLICATE, len(dead))  # flushed as the bundle ends
+    if kept is not None:
+        yield kept
+    for letter in dead:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+
+
+class _SplitNamesFn(beam.CombineFn):
+    """Split names -> the sorted list of the distinct ones."""
+
+    def create_accumulator(self) -> set:
+        return set()
+
+    def add_input(self, acc: set, split: str) -> set:
+        acc.add(split)
+        return acc
+
+    def merge_accumulators(self, accs) -> set:
+        return set().union(*accs)
+
+    def extract_output(self, acc: set) -> list[str]:
+        return sorted(acc)
+
+
+class CollectSplitNames(beam.PTransform):
+    """Items -> one sorted list of the splits they are in (no item: no element), in one combine.
+
+    Args:
+        split_of: item -> split name.
+    """
+
+    def __init__(self, split_of) -> None:
+        super().__init__()
+        self._split_of = split_of
+
+    def expand(self, items):
+        return (items
+                | "SplitOfEach" >> beam.Map(self._split_of)
+                | "Combine" >> beam.CombineGlobally(_SplitNamesFn()).without_defaults())
+
+
+class RejectDuplicatePaths(beam.PTransform):
+    """Two inputs with one relative path in one split: both become dead letters.
+
+    Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (SourceImage)
+    and ``DEAD_LETTERS`` (DeadLetter).
+    """
+
+    def expand(self, sources):
+        return (sources
+                | "KeyByPath" >> beam.Map(lambda s: ((s.split, s.relpath), s))
+                | "GroupByPath" >> beam.GroupByKey()  # ((split, relpath), [SourceImage])
+                | "RejectSamePath" >> beam.FlatMap(_reject_same_path).with_outputs(
+                    DEAD_LETTERS, main="main"))
+
+
+class RejectDuplicateImages(beam.PTransform):
+    """Identical image bytes twice, in one split or in several: one copy is kept.
+
+    The copy kept is in the split that ranks first (``planning.split_rank``:
+    test, validation, val, other splits by name, train), and within it the
+    one with the smallest relative path. Copies in that split become
+    ``duplicate_image`` dead letters, copies in other splits
+    ``cross_split_duplicate`` ones naming both splits. An image already
+    published in a split of the output folder that this run keeps (one it
+    writes no image to) keeps its place: every copy of this run is a
+    ``cross_split_duplicate``. ``image/key/sha256`` is then unique in the
+    whole shard set, so no image is in two splits.
+    Input: ``PCollection[ImageMeta]``. Output: outputs ``main`` (ImageMeta)
+    and ``DEAD_LETTERS`` (DeadLetter).
+
+    Args:
+        published: ``(sha256, PublishedCopy)`` of the output folder's published
+            images (``ReadPublishedKeys``), or None.
+        written: With ``published``: singleton side input, the splits this run
+            has images in.
+    """
+
+    def __init__(self, published=None, written=None) -> None:
+        super().__init__()
+        self._published = published
+        self._written = written
+
+    def expand(self, metas):
+        keyed = metas | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
+        side = {}
+        if self._published is not None:
+            keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
+            side = {"written": self._written}
+        return (keyed
+                | "GroupByContent" >> beam.GroupByKey()  # (sha256, [ImageMeta or PublishedCopy])
+                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn(), **side).with_outputs(
+                    DEAD_LETTERS, main="main"))
+
+
+class _KeepOneCopyFn(beam.DoFn):
+    """``_keep_one_copy`` over every group; the copies it counts reach the progress report."""
+
+    def process(self, keyed, written=None):
+        yield from _keep_one_copy(keyed, written)
+
+    def finish_bundle(self):
+        progress.flush()  # a worker process may note nothing more after its last bundle here

@@ -1,0 +1,95 @@
+"""What a run has staged for publishing: written shards and the parts of the shard list.
+
+Workers write each shard to a staging name (a ``ShardResult``), and the lines
+of the shard list for up to ``PART_SHARDS`` shards of a split to one staged
+part (a ``ShardListPart``) each; the publish step joins the parts in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from transforms.tfrecord.shard_writer import ShardStats
+
+__all__ = ["PART_SHARDS", "ShardResult", "ShardListPart", "StagedShard", "part_key", "part_ranges",
+           "without_label_counts", "parts_problem"]
+
+# Shards per staged part of the shard list (a part holds their label counts in one worker).
+PART_SHARDS = 1000
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """A shard written to its staging name, waiting to be published."""
+
+    split: str
+    index: int
+    count: int
+    file: str
+    staged: str
+    staged_index: str | None
+    stats: ShardStats
+    tallies: tuple[tuple[Any, int], ...] = ()  # (key, items) of WriteShards' tally_of, sorted
+
+
+@dataclass(frozen=True)
+class ShardListPart:
+    """Lines of the shard list for up to ``PART_SHARDS`` shards of a split, staged by a worker.
+
+    Attributes:
+        split: The split.
+        part: Its shards ``part * PART_SHARDS`` up to the next part's first.
+        path: The staged file: one line per written shard, in index order.
+        indexes: The shard indexes it has lines for, ascending.
+        label_counts: Label -> records over those shards.
+    """
+
+    split: str
+    part: int
+    path: str
+    indexes: tuple[int, ...]
+    label_counts: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class StagedShard:
+    """What publishing needs of a written shard (no label counts)."""
+
+    file: str
+    staged: str
+    staged_index: str | None
+    records: int
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def of(cls, result: ShardResult) -> "StagedShard":
+        return cls(result.file, result.staged, result.staged_index, result.stats.records,
+                   result.stats.bytes, result.stats.sha256)
+
+
+def part_key(result: ShardResult) -> tuple[tuple[str, int], ShardResult]:
+    """ShardResult -> ((split, part), ShardResult): the part of the shard list its line goes to."""
+    return (result.split, result.index // PART_SHARDS), result
+
+
+def part_ranges(count: int) -> Iterator[tuple[int, range]]:
+    """``(part, shard indexes)`` of every part of a split of ``count`` shards, in order."""
+    for part in range(-(-count // PART_SHARDS)):
+        yield part, range(part * PART_SHARDS, min(count, (part + 1) * PART_SHARDS))
+
+
+def without_label_counts(result: ShardResult) -> ShardResult:
+    """The result without its shard's label counts (the staged parts of the shard list keep them)."""
+    return dataclasses.replace(result, stats=dataclasses.replace(result.stats, label_counts={}))
+
+
+def parts_problem(parts: Sequence[ShardListPart], staged: Mapping[tuple[str, int], StagedShard]) -> str | None:
+    """Why the staged shard-list parts do not cover exactly the written shards, or None."""
+    covered = [(p.split, i) for p in parts for i in p.indexes]
+    if len(covered) != len(set(covered)) or set(covered) != set(staged):
+        return (f"the shard-list parts cover {len(set(covered))} shards but {len(staged)} were written; "
+                "refusing to publish an inconsistent set")
+    return None

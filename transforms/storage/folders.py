@@ -1,0 +1,200 @@
+"""Changing what a folder holds: renames (in parallel), deletions that never follow a link, folders made.
+
+Local folders can hold links; the tool never deletes or writes through one:
+``link_problem`` says why a path may not be used, and ``delete_tree`` removes
+a link below its folder as a link. Object stores (gs://, s3://) have no
+links and no folder objects, only keys under a prefix: a folder there is
+deleted by deleting the files below it by name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.errors import PublishError
+from transforms.storage.files import exists, sha256_of
+from transforms.storage.listing import list_below, list_folder
+from transforms.storage.paths import is_local
+
+__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "rename_files",
+           "move_all", "RENAME_THREADS", "RENAME_CHUNK", "make_folder", "delete_empty_folder", "file_above",
+           "local_write_problem"]
+
+# Threads renaming files at once, and files per rename call (gs:// and s3:// copy and delete
+# each object; a call renames its files one batch request at a time).
+RENAME_THREADS = 16
+RENAME_CHUNK = 100
+
+
+def _is_junction(path: str) -> bool:
+    is_junction = getattr(os.path, "isjunction", None)  # Windows junctions; Python 3.12+
+    return bool(is_junction and is_junction(path))
+
+
+def link_problem(path: str) -> str | None:
+    """Why the tool may not delete or write below local ``path`` (a link, or not a folder); None if it may."""
+    if os.path.islink(path) or _is_junction(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"{path} is a link (to {target})"
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"{path} is a file, not a folder"
+    return None
+
+
+def delete_files(paths: Sequence[str]) -> None:
+    """Deletes files by name (never matched: names may hold wildcard characters)."""
+    FileSystems.delete(list(paths))
+
+
+def delete_if_exists(paths: Sequence[str]) -> None:
+    """Deletes those of ``paths`` that exist; nothing if none does."""
+    present = [p for p in paths if exists(p)]
+    if present:
+        delete_files(present)
+
+
+def _raise(err: OSError) -> None:
+    raise err
+
+
+def _delete_local_tree(folder: str) -> None:
+    """Deletes a local folder bottom-up without following links (a link is unlinked, as a link)."""
+    if not os.path.lexists(folder):
+        return
+    problem = link_problem(folder)
+    if problem:
+        raise PublishError(f"{problem}; refusing to delete through it")
+    files, folders = [], []
+    for parent, dirs, names in os.walk(folder, topdown=False, onerror=_raise, followlinks=False):
+        for name in names + dirs:
+            path = os.path.join(parent, name)
+            if os.path.islink(path) or _is_junction(path):
+                os.unlink(path)
+            elif name in dirs:
+                folders.append(path)
+            else:
+                files.append(path)
+    if files:
+        delete_files(files)  # the tool's own names (no wildcard characters)
+    for path in folders + [folder]:
+        os.rmdir(path)
+
+
+def delete_tree(folder: str) -> None:
+    """Deletes ``folder`` and every file below it; nothing if it is not there.
+
+    On local disk no link is followed: a link below the folder is removed as a
+    link, and a folder that is itself a link is refused. Object stores (gs://,
+    s3://) have no folder objects, only keys under a prefix: the files below it
+    are deleted by name.
+
+    Raises:
+        PublishError: ``folder`` is a link or a file.
+    """
+    if is_local(folder):
+        _delete_local_tree(folder)
+        return
+    delete_if_exists(list_below(folder) + [folder])
+
+
+def delete_claimed(path: str, aside: str) -> bool:
+    """Deletes ``path`` so that of two callers doing it at once, one does; True if this one did.
+
+    Locally it is renamed to ``aside`` first (the second rename finds nothing),
+    then removed; on a store it is deleted.
+    """
+    if is_local(path):
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return False
+        os.remove(aside)
+    else:
+        delete_files([path])
+    return True
+
+
+def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
+    """Renames ``(from, to)`` pairs in one call (on a store: copied, then deleted)."""
+    FileSystems.rename([source for source, _ in pairs], [target for _, target in pairs])
+
+
+def move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> None:
+    """Renames staged files to their final names, ``RENAME_THREADS`` chunks at a time.
+
+    Returns once every rename is done (or raises the first failure after
+    the others ended). On a retried publish, a staged file may already have
+    been moved: then its final name must hold it (checked by sha256 where known).
+
+    Args:
+        staging: The staging folder (listed once to see what is still there).
+        moves: ``(staged path, final path, sha256 or None)`` per file.
+
+    Raises:
+        PublishError: A staged file is gone and its final name does not hold it.
+    """
+    present = {path.rsplit("/", 1)[-1] for path in list_below(staging)}
+    pending = [(staged, final) for staged, final, _ in moves if staged.rsplit("/", 1)[-1] in present]
+    chunks = [pending[i:i + RENAME_CHUNK] for i in range(0, len(pending), RENAME_CHUNK)]
+    if len(chunks) == 1:
+        rename_files(chunks[0])
+    elif chunks:
+        with ThreadPoolExecutor(max_workers=min(RENAME_THREADS, len(chunks))) as pool:
+            for done in [pool.submit(rename_files, chunk) for chunk in chunks]:
+                done.result()
+    for staged, final, sha256 in moves:
+        if staged.rsplit("/", 1)[-1] in present:
+            continue
+        if not exists(final) or (sha256 is not None and sha256_of(final) != sha256):
+            raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
+
+
+def make_folder(folder: str) -> None:
+    """Makes ``folder`` if it is not there (a no-op on object stores, which have no folders)."""
+    if not exists(folder):
+        FileSystems.mkdirs(folder)
+
+
+def delete_empty_folder(folder: str) -> None:
+    """Deletes ``folder`` if it is there and holds no file."""
+    if exists(folder) and not list_folder(folder):
+        delete_files([folder])
+
+
+def file_above(path: str) -> str | None:
+    """Returns the file that a local ``path`` would lie below, if one of its parents is a file."""
+    if not is_local(path):
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            return parent
+        parent = os.path.dirname(parent)
+    return None
+
+
+def local_write_problem(path: str) -> str | None:
+    """Why a local file cannot be written at ``path`` (its folder refuses new files), or None.
+
+    The writer creates missing folders, so the nearest folder that exists is
+    tried, with a temporary file that is removed at once.
+    """
+    if not is_local(path):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return f"cannot write in {folder}: {err.strerror or err}"
+    return None

@@ -1,0 +1,277 @@
+"""Finding files: paths matched once, a folder's files, local trees and store prefixes listed level by level.
+
+Paths the user gives are turned into files once (``match_files``): a path that
+names an existing file is that file, even when it holds ``*``, ``?`` or ``[``;
+anything else is a pattern, matched once. The ``FileMetadata`` (path and size)
+of a match is what the readers get: a path that came out of a match is never
+matched again (Beam's file systems cannot quote wildcard characters, so
+``b[1].tfrecord`` matched again is ``b1.tfrecord``).
+
+Local trees are walked as Beam's local file system lists them, but the
+folders that cannot be listed are reported instead of vanishing; gs:// and
+s3:// prefixes are listed one level at a time with a delimiter, through the
+clients Beam's file systems use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.shardset.naming import join_path
+from transforms.storage.clients import gcs_storage_client, naming_s3_errors, s3_boto3_client
+from transforms.storage.files import exists
+from transforms.storage.paths import has_wildcards, is_local
+
+__all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "list_below",
+           "has_files_below", "LocalListing", "list_local_tree", "walk_local_tree", "scan_local_folder",
+           "local_bytes_at_least", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "scan_store"]
+
+
+def _matched(pattern: str, limit: int | None = None) -> list[FileMetadata]:
+    """The files one pattern matches (at most ``limit``), in one call of Beam's ``match``."""
+    found = FileSystems.match([pattern], limits=None if limit is None else [limit])
+    return list(found[0].metadata_list)
+
+
+def exact_file(path: str) -> FileMetadata | None:
+    """Returns the metadata of the file named exactly ``path``, without matching.
+
+    Returns:
+        Its path (as given) and size, or None when no file has that name (a
+        folder is not a file).
+    """
+    if is_local(path):
+        try:
+            found = os.stat(path)
+        except OSError:
+            return None
+        if not os.path.isfile(path):
+            return None
+        return FileMetadata(path, found.st_size, found.st_mtime)
+    if path.endswith("/") or not exists(path):
+        return None
+    return FileSystems.get_filesystem(path).metadata(path)
+
+
+def is_folder(path: str) -> bool:
+    """True if ``path`` names a folder: a local directory, or a prefix with objects below it.
+
+    A bucket path is a folder when it ends with ``/`` or when no object has
+    its name but some object lies below it; a path holding wildcard
+    characters is only a folder locally (a bucket cannot be listed below it
+    without matching other names).
+    """
+    if is_local(path):
+        return os.path.isdir(path)
+    if path.endswith("/"):
+        return True
+    if has_wildcards(path) or exists(path):
+        return False
+    return bool(_matched(path + "/*", limit=1))
+
+
+def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
+    """Returns, per path or pattern, the files it names; each path is matched at most once.
+
+    A path that names an existing file is that file, whatever characters it
+    holds; a path without wildcard characters that names no file names
+    nothing (a folder included); anything else is matched once. Keep the
+    returned metadata: never match its paths again.
+    """
+    found: list[list[FileMetadata] | None] = []
+    to_match: list[str] = []
+    for pattern in patterns:
+        meta = exact_file(pattern)
+        if meta is not None:
+            found.append([meta])
+        elif has_wildcards(pattern):
+            found.append(None)
+            to_match.append(pattern)
+        else:
+            found.append([])
+    matched = iter(FileSystems.match(to_match) if to_match else [])
+    return [metas if metas is not None else list(next(matched).metadata_list) for metas in found]
+
+
+def list_folder(folder: str) -> dict[str, tuple[str, int]]:
+    """Name -> (path, size) of the files directly in ``folder`` (a folder without wildcard characters)."""
+    return {meta.path.rstrip("/").rsplit("/", 1)[-1]: (meta.path, meta.size_in_bytes)
+            for meta in _matched(join_path(folder, "*"))}
+
+
+def list_below(folder: str) -> list[str]:
+    """The path of every file below ``folder``, at any depth (a folder without wildcard characters)."""
+    return [meta.path for meta in _matched(folder + "/**")]
+
+
+def has_files_below(folder: str) -> bool:
+    """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first."""
+    return bool(_matched(folder.rstrip("/") + "/**", limit=1))
+
+
+@dataclass(frozen=True)
+class LocalListing:
+    """Files and unreadable folders below a local folder.
+
+    Attributes:
+        files: Path of every file, in the order listed.
+        unreadable: ``(folder, error)`` of every folder that could not be listed.
+    """
+
+    files: tuple[str, ...]
+    unreadable: tuple[tuple[str, OSError], ...]
+
+
+def list_local_tree(root: str) -> LocalListing:
+    """Lists a local folder recursively as Beam's local file system does, reporting what it skips.
+
+    Beam's ``LocalFileSystem`` lists with ``os.walk`` without an error handler, so a
+    folder it may not read vanishes with its files. This walks the same way
+    (``walk_local_tree``) and returns the folders it could not list.
+    """
+    unreadable: list[tuple[str, OSError]] = []
+    files = []
+    for path, err in walk_local_tree(root):
+        if err is None:
+            files.append(path)
+        else:
+            unreadable.append((path, err))
+    return LocalListing(tuple(files), tuple(unreadable))
+
+
+def walk_local_tree(root: str) -> Iterator[tuple[str, OSError | None]]:
+    """Every file below a local folder as ``(path, None)``, every folder it cannot list as ``(folder, error)``.
+
+    Walks as Beam's local file system lists: ``os.walk``, links to folders not
+    followed (so no folder is listed twice and a link loop cannot trap it),
+    entries that cannot be stat-ed (dangling links) left out, as Beam leaves
+    them out. One folder's names are held at a time.
+    """
+    errors: list[OSError] = []
+    for folder, _, names in os.walk(root, onerror=errors.append):
+        while errors:
+            err = errors.pop(0)
+            yield err.filename or root, err
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
+                yield path, None
+    for err in errors:
+        yield err.filename or root, err
+
+
+def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
+    """The entries of one local folder as ``(path, is_folder)``, as ``walk_local_tree`` sees them.
+
+    A link to a folder is neither (it is not followed); an entry that cannot be
+    stat-ed is left out.
+
+    Raises:
+        OSError: The folder cannot be listed.
+    """
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                try:
+                    link = entry.is_symlink()
+                except OSError:
+                    link = False
+                if not link:
+                    yield entry.path, True
+            elif os.path.exists(entry.path):
+                yield entry.path, False
+
+
+def local_bytes_at_least(folders: Sequence[str], limit: int) -> int | None:
+    """Bytes of the files below local ``folders``, counted until ``limit`` is reached.
+
+    A cheap look at how large a local input is (``stat`` of the files, links
+    not followed, stopping at ``limit``). None when a path is not a local
+    folder (a URL, a manifest): its size is not known without reading it.
+    """
+    total = 0
+    stack = []
+    for folder in folders:
+        if not is_local(folder) or not os.path.isdir(folder):
+            return None
+        stack.append(folder)
+    while stack and total < limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue  # an unreadable folder is the job's to report
+    return total
+
+
+# Object stores whose keys this module can list one level at a time (with a delimiter).
+LEVEL_SCHEMES = ("gs://", "s3://")
+
+
+def _list_store(prefix: str, by_level: bool) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it."""
+    scheme, _, rest = prefix.partition("://")
+    bucket, _, key_prefix = rest.partition("/")
+    delimiter = {"Delimiter": "/"} if by_level else {}
+    if scheme == "s3":
+        client = s3_boto3_client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
+                                                                  **delimiter)
+        for page in pages:
+            for item in page.get("Contents", []):
+                yield f"s3://{bucket}/{item['Key']}", False
+            for item in page.get("CommonPrefixes", []):
+                yield f"s3://{bucket}/{item['Prefix']}", True
+        return
+    if scheme == "gs":
+        blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None)
+        for page in blobs.pages:
+            for blob in page:
+                yield f"gs://{bucket}/{blob.name}", False
+            for sub in sorted(page.prefixes):
+                yield f"gs://{bucket}/{sub}", True
+        return
+    raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
+
+
+def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
+    """The objects and sub-prefixes directly below a gs:// or s3:// prefix, as ``(path, is_prefix)``.
+
+    ``prefix`` ends with ``/``; a sub-prefix is yielded with its ``/``. Lists with a
+    ``/`` delimiter through the client Beam's file system uses (``clients``),
+    so a level costs one listing of its own keys, not of everything below it.
+    Keys are taken as they are (no wildcard matching), so names holding ``*``,
+    ``?`` or ``[`` are listed like any other.
+
+    Raises:
+        ValueError: ``prefix`` is not on gs:// or s3://.
+    """
+    return _list_store(prefix, by_level=True)
+
+
+def list_store_below(prefix: str) -> Iterator[str]:
+    """Every object below a gs:// or s3:// prefix (ending with ``/``), without wildcard matching.
+
+    Raises:
+        ValueError: ``prefix`` is not on gs:// or s3://.
+    """
+    return (path for path, _ in _list_store(prefix, by_level=False))
+
+
+def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
+    """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix."""
+    with naming_s3_errors(prefix):
+        yield from list_store_level(prefix)

@@ -1,0 +1,124 @@
+"""The output folder's lock on storage: taken, checked and released by a publishing run.
+
+The I/O around ``transforms.shardset.run_lock`` (the lock's content, when it
+is stale, the messages). The lock is created exclusively
+(``writing.create_exclusive``): ``O_EXCL`` on local disk; on gs:// an upload
+with ``if_generation_match=0``; on s3:// a put with ``If-None-Match: *``. A
+store that ignores the condition (some S3-compatible stores; the GCS
+emulator the tests use) still gets an existence check first and a read-back
+of the run id after, which leaves a short race between two runs starting
+together; the check before the manifest is written catches the loser then.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from transforms.errors import ManifestError, PublishError, UsageError
+from transforms.shardset.naming import join_path
+from transforms.shardset.ownership import PublishPolicy
+from transforms.shardset.run_lock import LOCK_NAME, LockInfo, held_message, is_stale, lost_message
+from transforms.storage.files import STORAGE_ERRORS, error_reason, read_if_present
+from transforms.storage.folders import delete_claimed, delete_files
+from transforms.storage.writing import create_exclusive
+
+__all__ = ["acquire_lock", "check_lock", "release_lock"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def _process_start(pid: int) -> str | None:
+    """A process's start time ('' if the OS does not say), or None if it does not run."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else fields[19]  # a zombie has ended
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return ""
+    return ""
+
+
+def _my_lock(policy: PublishPolicy, job: str) -> LockInfo:
+    return LockInfo(policy.run_id, job, socket.gethostname(), os.getpid(),
+                    _process_start(os.getpid()) or "")
+
+
+def _lock_path(output_dir: str) -> str:
+    return join_path(output_dir, LOCK_NAME)
+
+
+def _read_lock(path: str) -> tuple[bool, LockInfo | None]:
+    """(the lock exists, its content if this tool can read it)."""
+    data = read_if_present(path)
+    if data is None:
+        return False, None
+    try:
+        return True, LockInfo.loads(data)
+    except ManifestError:
+        return True, None
+
+
+def _remove_stale(path: str, info: LockInfo, run_id: str) -> None:
+    _LOG.warning("removing the stale lock %s of run %s (pid %d on %s is gone)", path, info.run_id,
+                 info.pid, info.host)
+    delete_claimed(path, f"{path}.stale-{run_id}")  # of two runs breaking the lock, one removes it
+
+
+def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
+    """Takes the folder's lock for this run, breaking a stale one.
+
+    Raises:
+        UsageError: Another run holds the lock (one line naming it and how to clear it).
+    """
+    path = _lock_path(output_dir)
+    mine = _my_lock(policy, job)
+    for _ in range(3):
+        try:
+            created = create_exclusive(path, mine.dumps())
+        except STORAGE_ERRORS as err:
+            raise UsageError(f"cannot create the lock {path}: {error_reason(err)}") from err
+        try:
+            exists, found = _read_lock(path)
+        except STORAGE_ERRORS as err:  # e.g. a folder of that name
+            raise UsageError(f"cannot read the lock {path} ({error_reason(err)}); it is not a lock this "
+                             "tool wrote: if no job is running, remove it and run again") from err
+        if created and found is not None and found.run_id == policy.run_id:
+            return
+        if not exists:
+            continue  # removed in the meantime: try again
+        if created or found is None or not is_stale(found, mine.host, _process_start):
+            raise UsageError(held_message(path, found))
+        _remove_stale(path, found, policy.run_id)
+    raise UsageError(held_message(path, None))
+
+
+def _holder(output_dir: str, run_id: str) -> tuple[str, LockInfo | None, bool]:
+    """(the lock's path, its content if readable, whether it holds ``run_id``)."""
+    path = _lock_path(output_dir)
+    _, found = _read_lock(path)
+    return path, found, found is not None and found.run_id == run_id
+
+
+def check_lock(output_dir: str, run_id: str) -> None:
+    """Raises PublishError unless the folder's lock holds ``run_id``."""
+    path, found, held = _holder(output_dir, run_id)
+    if not held:
+        raise PublishError(lost_message(path, run_id, found))
+
+
+def release_lock(output_dir: str, run_id: str) -> bool:
+    """Deletes the folder's lock if it holds ``run_id``; True if it did."""
+    path, _, held = _holder(output_dir, run_id)
+    if held:
+        delete_files([path])
+    return held

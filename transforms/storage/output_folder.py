@@ -1,0 +1,298 @@
+"""The output folder of a publishing run: checks at start, staging, what the folder holds, before and after.
+
+The I/O around ``transforms.shardset.ownership`` and ``transforms.shardset.replacing``
+(the rules are there), on local disk, gs:// and s3:// alike:
+
+- ``check_output_dir``: the folder is not a file, does not lie below a file,
+  its own folders (``.staging``, ``index``) are real folders and not links,
+  and it can be written (a probe file is created and deleted);
+- ``folder_state``: the files, manifest and journal a run finds;
+- ``read_manifest``: a manifest and, for format 2, its shard list, read line
+  by line and checked (``shardset.shard_list``);
+- ``clear_staging``: earlier attempts' staging, or the run's own;
+- ``prepare_output`` / ``finish_output``: all of it before any input is read
+  (with the run's lock, ``storage.lock``), and the clean-up after the run;
+- ``published_manifest`` / ``check_replaced_splits``: the published set's
+  ``manifest.json`` alone, and the refusal, before any input is read, of a run
+  that would replace a split other inputs built (``shardset.replacing``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from transforms.errors import ManifestError, PublishError, UsageError
+from transforms.shardset.manifest import MANIFEST_NAME, Manifest
+from transforms.shardset.naming import join_path
+from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, owned_files,
+                                           unlisted_problem, unlisted_shard_files)
+from transforms.shardset.replacing import replace_problem
+from transforms.shardset.shard_list import with_shard_list
+from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_lines, read_if_present
+from transforms.storage.folders import delete_tree, link_problem
+from transforms.storage.listing import list_folder
+from transforms.storage.lock import acquire_lock, release_lock
+from transforms.storage.paths import is_local
+from transforms.storage.writing import check_writable
+from transforms.tfrecord.record_index import INDEX_DIR
+
+__all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "folder_state",
+           "read_manifest", "check_unlisted", "clear_staging", "staging_folder", "prepare_output",
+           "finish_output", "published_shards", "published_manifest", "check_replaced_splits"]
+
+STAGING_DIR = ".staging"
+_LOG = logging.getLogger(__name__)
+
+
+def staging_folder(output_dir: str, run_id: str | None = None) -> str:
+    """``OUTPUT/.staging``, or the run's own ``OUTPUT/.staging/<run_id>``."""
+    root = join_path(output_dir, STAGING_DIR)
+    return join_path(root, run_id) if run_id else root
+
+
+def check_own_folders(output_dir: str) -> str | None:
+    """Why the tool's own folders in ``output_dir`` cannot be used, or None.
+
+    The tool deletes and renames inside ``OUTPUT/.staging`` and ``OUTPUT/index``;
+    a link there (or a file of that name) would send those deletions elsewhere,
+    so it is refused, never followed. Object stores have no links: their
+    folders are key prefixes, so only local folders are checked.
+    """
+    if not is_local(output_dir):
+        return None
+    for name in (STAGING_DIR, INDEX_DIR):
+        problem = link_problem(os.path.join(output_dir, name))
+        if problem:
+            return (f"{problem}; the tool deletes and writes files in its own {name} folder and "
+                    "never through a link: remove it, or choose another --output_dir")
+    return None
+
+
+def check_output_dir(output_dir: str, run_id: str) -> None:
+    """Refuses an output folder that is a file, lies below a file, holds a link
+    where the tool's own folders go, or cannot be written.
+
+    Raises:
+        UsageError: One line saying which.
+    """
+    problem = check_own_folders(output_dir)
+    if problem:
+        raise UsageError(problem)
+    if is_local(output_dir):
+        path = os.path.abspath(output_dir)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"--output_dir {output_dir} is a file, not a folder")
+        parent = os.path.dirname(path)
+        while parent and parent != os.path.dirname(parent):
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise UsageError(f"--output_dir {output_dir} lies below {parent}, which is a file")
+            parent = os.path.dirname(parent)
+    elif exists(output_dir):
+        raise UsageError(f"--output_dir {output_dir} is an object (a file), not a folder")
+    probe = join_path(output_dir, f".probe-{run_id}")
+    try:
+        check_writable(probe)
+    except STORAGE_ERRORS as err:
+        raise UsageError(f"--output_dir {output_dir} cannot be written: {error_reason(err)} "
+                         f"(creating {probe})") from err
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What a run finds in its output folder.
+
+    Attributes:
+        present: Name -> size of every file directly in the folder (names not
+            starting with ``.``).
+        manifest: The folder's manifest, if there is a readable one.
+        manifest_problem: Why ``manifest.json`` could not be read, if it is there.
+        journal: The journal of an unfinished publish, if any.
+    """
+
+    present: dict[str, int]
+    manifest: Manifest | None
+    manifest_problem: str | None
+    journal: Journal | None
+
+    def owned(self) -> set[str]:
+        return owned_files(self.manifest, self.journal)
+
+
+def _listing(output_dir: str) -> dict[str, int]:
+    """Name -> size of the files in the folder and in its ``index/`` folder (as ``index/NAME``)."""
+    present = {}
+    for folder, prefix in ((output_dir, ""), (join_path(output_dir, INDEX_DIR), INDEX_DIR + "/")):
+        for name, (_, size) in list_folder(folder).items():
+            if not name.startswith(".") and not (prefix == "" and name == INDEX_DIR):
+                present[prefix + name] = size
+    return present
+
+
+def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool = False) -> Manifest:
+    """The folder's manifest with every shard listed (format 2: read from its shard list).
+
+    The shard list is streamed and checked against ``manifest.json`` (sha256,
+    size, lines, split totals). By default shard entries come without label
+    counts (the splits' totals keep them), so memory grows with shards, not
+    shards x labels.
+
+    Args:
+        output_dir: The shard set's folder.
+        data: ``manifest.json``'s bytes, if already read.
+        label_counts: Keep each shard's label counts.
+
+    Raises:
+        ManifestError: The manifest or its shard list cannot be read, or they disagree.
+    """
+    if data is None:
+        data = read_if_present(join_path(output_dir, MANIFEST_NAME))
+        if data is None:
+            raise ManifestError(f"{join_path(output_dir, MANIFEST_NAME)} does not exist")
+    manifest = Manifest.loads(data)
+    if manifest.complete:
+        return manifest
+    with open_lines(join_path(output_dir, manifest.shards_file.file)) as lines:
+        return with_shard_list(manifest, lines, label_counts)
+
+
+def folder_state(output_dir: str) -> FolderState:
+    """Reads the folder's listing, manifest (with its shard list) and journal."""
+    present = _listing(output_dir)
+    manifest, problem = None, None
+    data = read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if data is not None:
+        try:
+            manifest = read_manifest(output_dir, data)
+        except ManifestError as err:
+            problem = str(err)
+    journal = None
+    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
+    if data is not None:
+        try:
+            journal = Journal.loads(data)
+        except ManifestError as err:
+            _LOG.warning("ignoring %s: %s", join_path(output_dir, JOURNAL_NAME), err)
+    return FolderState(present, manifest, problem, journal)
+
+
+def check_unlisted(output_dir: str, policy: PublishPolicy) -> None:
+    """Refuses to start if the folder holds shard-named files this tool did not publish.
+
+    Raises:
+        UsageError: One line naming one such file and how many more.
+    """
+    state = folder_state(output_dir)
+    unlisted = unlisted_shard_files(state.present, state.owned())
+    problem = unlisted_problem(output_dir, unlisted, state.manifest_problem)
+    if problem and not policy.overwrite_unlisted:
+        raise UsageError(problem)
+
+
+def clear_staging(output_dir: str, run_id: str | None = None) -> None:
+    """Deletes the staging folder (earlier attempts' too), or only the run's own.
+
+    Raises:
+        PublishError: The staging folder is a link (never followed).
+    """
+    problem = link_problem(staging_folder(output_dir)) if is_local(output_dir) else None
+    if problem:
+        raise PublishError(f"{problem}; refusing to delete through it")
+    delete_tree(staging_folder(output_dir, run_id))
+    if run_id and is_local(output_dir):
+        try:
+            os.rmdir(staging_folder(output_dir))  # the shared folder, once empty
+        except OSError:
+            pass
+
+
+def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
+    """Everything a publishing run does to its output folder before reading any input.
+
+    Checks the folder can be written, takes the lock, refuses shard-named files
+    this tool did not publish, and clears staging left by earlier attempts
+    (no other run can be using it: the lock is this run's).
+
+    Raises:
+        UsageError: One line saying what to fix; the lock is not left behind.
+    """
+    check_output_dir(output_dir, policy.run_id)
+    acquire_lock(output_dir, policy, job)
+    try:
+        check_unlisted(output_dir, policy)
+        clear_staging(output_dir)
+    except BaseException:
+        release_lock(output_dir, policy.run_id)
+        raise
+
+
+def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple[str, str]], str]:
+    """The shards of the splits published in ``output_dir`` that a run may keep, and their compression.
+
+    ``(split, shard path)`` of every shard of the folder's manifest; none
+    without a manifest or with ``--drop_other_splits`` (no split is kept).
+    Which of them are kept depends on the splits the run writes.
+
+    Raises:
+        ManifestError: The manifest or its shard list cannot be read.
+    """
+    data = None if policy.drop_other_splits else read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if data is None:
+        return [], "none"
+    manifest = read_manifest(output_dir, data)
+    return ([(name, join_path(output_dir, shard.file)) for name, split in sorted(manifest.splits.items())
+             for shard in split.shards], manifest.compression)
+
+
+def published_manifest(output_dir: str) -> Manifest | None:
+    """The folder's ``manifest.json`` (its splits' totals, without the shard list), or None.
+
+    None when there is none, or when it cannot be read: the checks that need
+    it whole (``check_unlisted``, publishing) say why.
+    """
+    try:
+        data = read_if_present(join_path(output_dir, MANIFEST_NAME))
+        return None if data is None else Manifest.loads(data)
+    except (ManifestError, *STORAGE_ERRORS) as err:
+        _LOG.debug("no readable manifest in %s: %s", output_dir, err)
+        return None
+
+
+def check_replaced_splits(output_dir: str, inputs: Sequence[str],
+                          splits: Callable[[], Iterable[str]]) -> None:
+    """Refuses, before any input is read, a run that would replace a split other inputs built.
+
+    Args:
+        output_dir: The output folder.
+        inputs: The run's ``--input`` values.
+        splits: Gives the splits the run is known to write (called only when
+            the folder holds a split that other inputs built; it may list the
+            inputs' top folders). Splits known only once the inputs are listed
+            are checked again when the run publishes.
+
+    Raises:
+        UsageError: One line naming the split, its records, the inputs that
+            built it and ``--replace``.
+    """
+    old = published_manifest(output_dir)
+    if old is None or replace_problem(output_dir, old, old.splits, inputs) is None:
+        return
+    problem = replace_problem(output_dir, old, splits(), inputs)
+    if problem:
+        raise UsageError(problem)
+
+
+def finish_output(output_dir: str, policy: PublishPolicy, ok: bool) -> None:
+    """After the run: clears its own staging if it failed, and releases its lock if it holds it.
+
+    Only the run's own staging folder is cleared: if the lock was taken from
+    it, the rest may be another run's.
+    """
+    try:
+        if not ok:
+            clear_staging(output_dir, policy.run_id)
+        release_lock(output_dir, policy.run_id)
+    except STORAGE_ERRORS as err:
+        _LOG.warning("could not clean up %s after the run: %s", output_dir, error_reason(err))

@@ -1,0 +1,74 @@
+"""What a path names before anything is read: local or on a store, readable by a file system, the same file.
+
+A local path is written without a scheme; anything with ``://`` is a URL of
+one of Beam's file systems (gs://, s3://, ...). Beam's file systems read
+``*``, ``?`` and ``[`` anywhere in a pattern as wildcards (``WILDCARDS``) and
+cannot quote them.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from apache_beam.io.filesystem import FileSystem
+from apache_beam.io.filesystems import FileSystems
+
+__all__ = ["WILDCARDS", "is_local", "has_wildcards", "path_problem", "same_file"]
+
+# Characters Beam's file systems read as wildcards anywhere in a pattern.
+WILDCARDS = "*?["
+
+_schemes: frozenset = frozenset()
+
+
+def is_local(path: str) -> bool:
+    """True for a local path (no ``scheme://``)."""
+    return "://" not in path
+
+
+def has_wildcards(path: str) -> bool:
+    """True if a match would read some character of ``path`` as a wildcard."""
+    return any(c in WILDCARDS for c in path)
+
+
+def _has_file_system(scheme: str) -> bool:
+    """True if one of Beam's registered file systems reads ``scheme://`` paths."""
+    global _schemes
+    if scheme not in _schemes:  # file systems may register later (an import): look again
+        _schemes = frozenset(fs.scheme() for fs in FileSystem.get_all_subclasses())
+    return scheme in _schemes
+
+
+def path_problem(path: str) -> str | None:
+    """Why no file system can open ``path``, whatever any store holds, or None.
+
+    A path holding a NUL byte (no operating system or store takes one), and a
+    URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
+    Beam raises ``ValueError`` for both, not an ``OSError``.
+    """
+    if "\0" in path:
+        return "path holds a NUL byte, which no file system accepts"
+    scheme = FileSystems.get_scheme(path) if "://" in path else None
+    if scheme is not None and not _has_file_system(scheme):
+        known = ", ".join(f"{s}://" for s in sorted(s for s in _schemes if s))
+        return (f"no file system reads {scheme}:// paths (a local path is written without a "
+                f"scheme; these are read: {known})")
+    return None
+
+
+def _normal(path: str) -> str:
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        return os.path.realpath(path)
+    return f"{scheme}://{posixpath.normpath(rest)}"
+
+
+def same_file(a: str, b: str) -> bool:
+    """True if the paths name one file: the same path once normalized, or (locally) one file
+    through a symbolic or hard link."""
+    if _normal(a) == _normal(b):
+        return True
+    if is_local(a) and is_local(b) and os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return False

@@ -1,0 +1,246 @@
+"""Publishing a run's staged shards into its output folder, all at once.
+
+``publish_shards`` runs once, after every shard is written to staging
+(``shard_files.write_shard``), and makes the result visible in an order that
+never lets ``manifest.json`` name a missing or partial file:
+
+0. check that the folder's lock still holds this run, and that the splits of
+   the previous manifest this run does not write (kept splits) are still as
+   listed; refuse otherwise, having changed nothing;
+1. write ``dead_letters.jsonl``; refuse to publish if too many inputs were bad;
+2. write the journal (``.publishing.json``: every file the tool owns in the
+   folder, old and new), then delete the old ``manifest.json`` (from here on,
+   no manifest is present, and the journal says which files are the tool's);
+3. rename staged shards and ``.idx`` files to their final names (in
+   parallel: ``folders.move_all``);
+4. delete the files of earlier runs that the new set does not have: only
+   files the previous manifest (or journal) lists, and, with
+   ``--overwrite_unlisted_shards``, other shard-named files;
+5. write ``labels.txt`` and the shard list ``shards.jsonl`` (streamed: the
+   parts the workers wrote, joined in order, and the kept splits' lines;
+   ``shard_files.write_shard_list``), check the lock again, write
+   ``manifest.json`` (new splits and kept ones; it names ``shards.jsonl`` with
+   its sha256), delete the journal and clear the staging folder.
+
+Nothing it holds grows with shards x labels: it iterates the written shards
+lazily (without their label counts), keeps one small entry per shard and the
+splits' label totals, and copies the shard list from the staged parts line
+by line.
+
+Every file is written under a temporary name in the run's staging folder
+(``.staging/<run id>/``) and then renamed into place, so a crash leaves no
+temporary file beside the shards. Running out of space while writing fails
+with one line naming the folder and the space the run's shards need.
+
+A crash anywhere leaves either no manifest or a complete one; rerunning the
+job into the same folder converges on the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from transforms.errors import PublishError, UsageError
+from transforms.shardset.dead_letters import DeadLetter, rejection_problem
+from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
+                                          SplitCounts, SplitEntry)
+from transforms.shardset.naming import join_path
+from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, files_to_remove,
+                                           kept_split_problem, kept_splits, merge_labels)
+from transforms.shardset.planning import SplitTotals
+from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
+from transforms.shardset.staged import ShardListPart, ShardResult, StagedShard, parts_problem
+from transforms.storage.files import sha256_of
+from transforms.storage.folders import delete_empty_folder, delete_if_exists, delete_tree, make_folder, move_all
+from transforms.storage.lock import check_lock
+from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
+from transforms.storage.shard_files import write_shard, write_shard_list
+from transforms.storage.writing import write_atomic
+from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
+
+__all__ = ["publish_shards", "KEPT_SHA256_BUDGET"]
+
+_LOG = logging.getLogger(__name__)
+# Kept splits are hashed again (sha256 against the manifest) when their shards add up to at
+# most this many bytes; larger ones are checked by size only (verify_shards reads them all).
+KEPT_SHA256_BUDGET = 1 << 30
+
+
+def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compression: str,
+                feature_spec: Mapping[str, str]) -> str | None:
+    """Why the kept splits cannot be listed again (one line), or None.
+
+    Sizes are checked always; sha256 too when the kept shards add up to at
+    most ``KEPT_SHA256_BUDGET`` bytes (reading more would cost as much as the run).
+    """
+    for split in sorted(kept.values(), key=lambda s: s.name):
+        problem = kept_split_problem(split, state.present, state.manifest, compression, feature_spec)
+        if problem:
+            return problem
+    if sum(split.bytes for split in kept.values()) > KEPT_SHA256_BUDGET:
+        _LOG.info("kept splits %s checked by size only; verify_shards checks their bytes",
+                  ", ".join(sorted(kept)))
+        return None
+    for split in sorted(kept.values(), key=lambda s: s.name):
+        for shard in split.shards:
+            if sha256_of(join_path(output_dir, shard.file)) != shard.sha256:
+                return (f"split {split.name!r}: {shard.file} no longer has the sha256 manifest.json "
+                        f"lists: rebuild split {split.name!r} too, or pass --drop_other_splits "
+                        "to remove it")
+    return None
+
+
+def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
+                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetter],
+                   labels: Sequence[str], inputs: int, compression: str,
+                   manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
+                   policy: PublishPolicy,
+                   sidecar_files: Callable[[Manifest], Mapping[str, bytes]] | None = None) -> Manifest:
+    """Publishes staged shards; see the module docstring for the order of steps.
+
+    Args:
+        output_dir: Output folder.
+        results: One ``ShardResult`` per written shard, iterated once (their
+            label counts are not used: ``parts`` carry them).
+        parts: The staged parts of the shard list (``write_shard_list_part``)
+            covering every written shard.
+        totals: The plan of every split (for shard counts; empty shards are created).
+        dead_letters: Every rejected input.
+        labels: Class names in index order.
+        inputs: Number of inputs (records written + dead letters must equal it).
+        compression: Shard compression.
+        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``
+            and, for builds, ``images``.
+        max_bad_fraction: Refuse to publish when more inputs than this fraction
+            were rejected; None for no limit.
+        policy: The run's id and how it treats what the folder already holds.
+        sidecar_files: Gives further files to write beside the shards (name ->
+            bytes) from the manifest about to be written; they are written
+            just before it. A name mapped to None is a file of an earlier run
+            this run does not have: it is removed if present.
+
+    Returns:
+        The published manifest (its shard entries without label counts).
+
+    Raises:
+        PublishError: The lock is not this run's, a link stands where its own folders go, a kept split changed or does
+            not fit, too many bad inputs, no inputs, or counts that disagree.
+        UsageError: The run writes a published split that other inputs built
+            (``manifest_fields["options"]["input"]`` against what the manifest
+            records) and ``policy.replace`` is not set.
+    """
+    staging = staging_folder(output_dir, policy.run_id)
+    check_lock(output_dir, policy.run_id)
+    linked = check_own_folders(output_dir)  # checked at the start too; a link made since is refused
+    if linked:
+        raise PublishError(linked)
+    state = folder_state(output_dir)
+    written_splits = {t.split for t in totals}
+    kept = kept_splits(state.manifest, written_splits, policy)
+    inputs_given = input_values(manifest_fields["options"])
+    replacing = None if policy.replace else replace_problem(output_dir, state.manifest, written_splits,
+                                                            inputs_given)
+    if replacing is not None:  # a split other inputs built: a flag says whether to replace it
+        delete_tree(staging)
+        raise UsageError(replacing)
+    labels = list(labels)
+    refusal = _check_kept(output_dir, kept, state, compression, manifest_fields["feature_spec"])
+    if refusal is None and kept:
+        merged = merge_labels(state.manifest.labels, labels)
+        if merged is None:
+            refusal = (f"the classes of this run ({', '.join(labels) or 'none'}) and those of the "
+                       f"kept splits {', '.join(sorted(kept))} ({', '.join(state.manifest.labels)}) "
+                       "give some index two meanings; fix the class list (--class_names), rebuild "
+                       "those splits too, or pass --drop_other_splits")
+        else:
+            labels = merged
+    if refusal is not None:
+        delete_tree(staging)
+        raise PublishError(refusal)
+
+    staged: dict[tuple[str, int], StagedShard] = {}
+    for result in results:  # one pass; only shards x small is kept
+        staged[(result.split, result.index)] = StagedShard.of(result)
+    dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
+    dead_path = join_path(output_dir, DEAD_LETTERS_NAME)
+    write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"), staging)
+    written = sum(s.records for s in staged.values())
+    refusal = (rejection_problem(inputs, written, dead, dead_path, max_bad_fraction)
+               or parts_problem(parts, staged))
+    if refusal is not None:
+        delete_tree(staging)
+        raise PublishError(refusal)
+
+    splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
+                                     for name, split in kept.items()}
+    keep: set[str] = set()
+    for split in kept.values():
+        for shard in split.shards:
+            keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
+    moves: list[tuple[str, str, str | None]] = []
+    empty: dict[tuple[str, int], ShardEntry] = {}
+    for plan in sorted(totals, key=lambda t: t.split):
+        entries = []
+        for index in range(plan.num_shards):
+            result = staged.get((plan.split, index))
+            if result is None:  # a shard the plan left empty: write it so the set is complete
+                result = StagedShard.of(write_shard(output_dir, (plan.split, index, plan.num_shards), [],
+                                                    compression, policy.run_id))
+                empty[(plan.split, index)] = ShardEntry(result.file, result.records, result.bytes,
+                                                        result.sha256, {})
+            final = join_path(output_dir, result.file)
+            moves.append((result.staged, final, result.sha256))
+            if result.staged_index:
+                moves.append((result.staged_index, index_name(final), None))
+                keep.add(index_name(result.file))
+            keep.add(result.file)
+            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+        label_counts: dict[str, int] = {}
+        for part in parts:
+            if part.split == plan.split:
+                for label, count in part.label_counts.items():
+                    label_counts[label] = label_counts.get(label, 0) + count
+        splits[plan.split] = SplitEntry(plan.split, entries, SplitCounts(
+            sum(e.records for e in entries), sum(e.bytes for e in entries), len(entries), label_counts))
+    owned = state.owned()
+    stale = files_to_remove(state.present, owned, keep, policy.overwrite_unlisted)
+    journal = Journal(policy.run_id, tuple(sorted(owned | keep | set(stale))))
+    write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
+
+    delete_if_exists([join_path(output_dir, MANIFEST_NAME)])
+    index_dir = join_path(output_dir, INDEX_DIR)
+    keep_index = any(final.startswith(index_dir + "/") for _, final, _ in moves) or any(
+        name.startswith(INDEX_DIR + "/") for name in keep if name in state.present)
+    if keep_index:
+        make_folder(index_dir)  # a no-op on object stores, which have no folders
+    move_all(staging, moves)
+    if stale:
+        delete_if_exists([join_path(output_dir, name) for name in stale])
+    if not keep_index:
+        delete_empty_folder(index_dir)  # the empty index folder of an earlier uncompressed run
+
+    write_atomic(join_path(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"),
+                 staging)
+    shards_file = write_shard_list(output_dir, staging, splits, kept, state.manifest,
+                                   {(p.split, p.part): p for p in parts}, empty)
+    manifest = Manifest(
+        created_by=manifest_fields["created_by"], options=manifest_fields["options"],
+        seed=manifest_fields["seed"], compression=compression,
+        feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
+        dead_letters=len(dead), images=manifest_fields.get("images") or {}, shards_file=shards_file,
+        built_from={**kept_built_from(state.manifest, kept),
+                    **({name: inputs_given for name in written_splits} if inputs_given else {})},
+        written_splits=sorted(written_splits))
+    sidecars = sidecar_files(manifest) if sidecar_files else {}
+    delete_if_exists([join_path(output_dir, name) for name, data in sorted(sidecars.items()) if data is None])
+    for name, data in sorted(sidecars.items()):
+        if data is not None:
+            write_atomic(join_path(output_dir, name), data, staging)
+    check_lock(output_dir, policy.run_id)
+    write_atomic(join_path(output_dir, MANIFEST_NAME), manifest.dumps(), staging)
+    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
+    delete_tree(join_path(output_dir, STAGING_DIR))  # the lock is this run's: all of it
+    if kept:
+        _LOG.info("kept splits %s of the earlier set", ", ".join(sorted(kept)))
+    return manifest

@@ -1,0 +1,185 @@
+"""Writing files on local disk, gs:// and s3:// alike: created whole, written atomically, created exclusively.
+
+Every file is created through Beam's file system for its path and closed so
+that an empty one is stored too (``clients.close_written_file``); S3's
+refusals name the object (``clients.naming_s3_errors``). A write that runs
+out of space inside an output folder fails with one line naming the folder,
+what the run needs and what was free (``reporting_full_disk``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from typing import BinaryIO, Iterable, Iterator
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.errors import PublishError
+from transforms.shardset.naming import join_path
+from transforms.shardset.planning import MIB
+from transforms.storage.clients import (close_written_file, gcs_storage_client, naming_s3_errors,
+                                        s3_boto3_client)
+from transforms.storage.files import exists
+from transforms.storage.folders import delete_files, rename_files
+from transforms.storage.paths import is_local
+
+__all__ = ["create", "written", "write_file", "write_atomic", "FREE_SOME_SPACE", "shards_need",
+           "no_space_message", "free_bytes", "reporting_full_disk", "create_exclusive", "create_exclusive_s3",
+           "check_writable"]
+
+# What a disk-full message asks for when the space a write needs is not known.
+FREE_SOME_SPACE = "free some space"
+
+
+def create(path: str) -> BinaryIO:
+    """Creates (or replaces) ``path`` for writing bytes as they are; close it with ``close_written_file``."""
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+@contextlib.contextmanager
+def written(path: str) -> Iterator[BinaryIO]:
+    """``path`` created for the block and closed when it ends (an empty file too); S3's errors name it."""
+    with naming_s3_errors(path):
+        fh = create(path)
+        try:
+            yield fh
+        finally:
+            close_written_file(fh)
+
+
+def write_file(path: str, data: bytes | Iterable[bytes]) -> None:
+    """Writes ``path`` whole: the bytes, or pieces written one after the other (never joined)."""
+    with written(path) as fh:
+        for piece in [data] if isinstance(data, bytes) else data:
+            fh.write(piece)
+
+
+def free_bytes(folder: str) -> int | None:
+    """Free bytes where ``folder`` lies (local disk), else None."""
+    if not is_local(folder):
+        return None
+    path = os.path.abspath(folder)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+    except OSError:
+        return None
+
+
+def shards_need(needed: int | None) -> str:
+    """What a disk-full message asks for: the space of the run's shards, if known."""
+    return f"this run's shards need about {needed / MIB:.1f} MiB" if needed else FREE_SOME_SPACE
+
+
+def no_space_message(folder: str, path: str, need: str = FREE_SOME_SPACE) -> str:
+    """One line for a write that ran out of space: the folder, what the run needs, what is free."""
+    free = free_bytes(folder)
+    have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
+    return f"no space left in {folder} writing {path}: {need}{have}; the run's staged files were removed"
+
+
+@contextlib.contextmanager
+def reporting_full_disk(folder: str, path: str, need: str = FREE_SOME_SPACE) -> Iterator[None]:
+    """Raises a full disk inside the block (``ENOSPC``) as a ``PublishError`` (``no_space_message``)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise PublishError(no_space_message(folder, path, need)) from err
+        raise
+
+
+def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
+    """Writes ``path`` through a temporary file in ``staging`` and a rename.
+
+    ``data`` is the bytes, or pieces written one after the other (never
+    joined). A crash before the rename leaves the temporary file in the
+    staging folder, which the next publish clears, not beside the shards.
+
+    Raises:
+        PublishError: The disk is full.
+    """
+    temp = join_path(staging, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
+    need = shards_need(len(data) if isinstance(data, bytes) else None)
+    with reporting_full_disk(path.rsplit("/", 1)[0], temp, need):
+        write_file(temp, data)
+    rename_files([(temp, path)])
+
+
+def check_writable(probe: str) -> None:
+    """Creates ``probe``, writes a line to it and deletes it.
+
+    Raises:
+        OSError, BeamIOError: Storage refused one of the calls.
+    """
+    with written(probe) as fh:
+        fh.write(b"probe\n")
+    with naming_s3_errors(probe):
+        delete_files([probe])
+
+
+def _bucket_key(path: str) -> tuple[str, str]:
+    bucket, _, key = path.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
+def create_exclusive(path: str, data: bytes) -> bool:
+    """Creates ``path`` holding ``data`` unless it exists; True if this call created it.
+
+    ``O_EXCL`` on local disk; on gs:// an upload with ``if_generation_match=0``;
+    on s3:// a put with ``If-None-Match: *``. A store that ignores the
+    condition (some S3-compatible stores; the GCS emulator the tests use)
+    still gets an existence check first.
+    """
+    if is_local(path):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return True
+    if exists(path):
+        return False
+    if path.startswith("s3://"):
+        return create_exclusive_s3(path, data)
+    if path.startswith("gs://"):
+        return _create_exclusive_gcs(path, data)
+    write_file(path, data)  # any other store: existence checked above
+    return True
+
+
+def create_exclusive_s3(path: str, data: bytes) -> bool:
+    """Puts an s3:// object with ``If-None-Match: *``; True if this call created it."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = _bucket_key(path)
+    client = s3_boto3_client()
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+    except ClientError as err:
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status in (409, 412):  # 409: a concurrent conditional write won
+            return False
+        if status == 501:  # the store has no conditional put: existence was checked
+            client.put_object(Bucket=bucket, Key=key, Body=data)
+            return True
+        raise OSError(f"S3 answered {status} creating the lock: {err}", path) from err
+    return True
+
+
+def _create_exclusive_gcs(path: str, data: bytes) -> bool:
+    from google.api_core.exceptions import PreconditionFailed
+
+    bucket, key = _bucket_key(path)
+    blob = gcs_storage_client().bucket(bucket).blob(key)
+    try:
+        blob.upload_from_string(data, if_generation_match=0)
+    except PreconditionFailed:
+        return False
+    return True
