@@ -25,6 +25,8 @@ from tests import imagegen
 from tests.messy_corpus import make_corpus
 from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files
 from transforms.errors import ImageError
+from transforms.images.codec import first_frame_png
+from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.records import EncodeSettings, encode_image
 from transforms.images.tf_rule import tf_shape
 from transforms.verify.checks import image_problem
@@ -208,15 +210,21 @@ def _counts(records, which) -> dict[str, int]:
 def test_corpus_default_build_decodes_in_tensorflow(corpus_builds, corpus):
     out, records = corpus_builds["tf"]
     assert len(records) > 500
+    fixes = collections.Counter()
     for ex in records:
         shape = (ex["image/height"], ex["image/width"], ex["image/channels"])
         assert tf_decodes(ex["image/encoded"]) == shape, ex["image/filename"]
         source = open(os.path.join(corpus, ex["image/filename"].decode()), "rb").read()
-        if ex["image/format"] == ex["image/source_format"]:
-            assert ex["image/format"] in (b"jpeg", b"png") and ex["image/encoded"] == source
+        if ex["image/format"] == ex["image/source_format"]:  # kept, a PNG's colour chunk fixed
+            fixed, fix = fix_png_chunks(source)
+            assert ex["image/format"] in (b"jpeg", b"png") and ex["image/encoded"] == fixed
         else:
             assert ex["image/format"] == b"png"
+            fix = fix_png_chunks(first_frame_png(source))[1]
+        fixes[fix] += bool(fix)
     images = load_manifest(out)["images"]
+    assert images["png_chunks_fixed"] == {fix: n for fix, n in sorted(fixes.items()) if fix}
+    assert images["png_chunks_fixed"]["iccp_to_srgb"] >= 10  # Pillow's and scikit-image's HP profiles
     assert images["source_formats"] == _counts(records, lambda ex: ex["image/source_format"].decode())
     assert images["converted"] == _counts(
         records, lambda ex: ex["image/source_format"].decode()
@@ -254,6 +262,22 @@ def test_corpus_reencode_and_raw_decode(corpus_builds):
     for ex in corpus_builds["raw"][1]:
         shape = [ex["image/height"], ex["image/width"], ex["image/channels"]]
         assert tf.reshape(tf.io.decode_raw(ex["image/encoded"], tf.uint8), shape).shape == shape
+
+
+# libpng's warnings about the PNGs of the corpus left in a build: not about colour chunks.
+_KEPT_PNG_WARNINGS = {"tRNS chunk has out-of-range samples for bit_depth", "IDAT: Extra compressed data"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["tf", "reencode"])
+def test_corpus_pngs_decode_without_colour_chunk_warnings(corpus_builds, mode, tmp_path):
+    from tests.icc_fixtures import png_warnings, tensorflow_decodes
+
+    pngs = [ex["image/encoded"] for ex in corpus_builds[mode][1] if ex["image/format"] == b"png"]
+    assert len(pngs) > 100
+    warned = collections.Counter(warning for result in tensorflow_decodes(pngs, str(tmp_path))
+                                 for warning in png_warnings(result))
+    assert set(warned) <= _KEPT_PNG_WARNINGS, warned
 
 
 @pytest.mark.slow

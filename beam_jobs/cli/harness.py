@@ -30,6 +30,7 @@ from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, want
                                 wants_help)
 from transforms import beam_compat
 from transforms.errors import ManifestError, ShardsError, UsageError
+from transforms.images.png_chunks import PNG_CHUNK_FIXES
 from transforms.progress.report import plural
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
 from transforms.shardset.replacing import change_line, split_changes
@@ -307,13 +308,18 @@ def dry_run_summary(p: beam.Pipeline) -> str:
 
 
 def _image_lines(images, mode: str | None) -> list[str]:
-    """Summary lines of a build's ``images`` counts: conversions, records TensorFlow cannot decode."""
+    """Summary lines of a build's ``images`` counts: conversions, fixed PNG chunks, undecodable records."""
     def listed(counts) -> str:
         return ", ".join(f"{fmt} {n}" for fmt, n in sorted(counts.items()))
     lines = []
     if mode == "tf" and images.get("converted"):
         lines.append(f"  converted to PNG for TensorFlow: {sum(images['converted'].values())} "
                      f"records ({listed(images['converted'])})")
+    if images.get("png_chunks_fixed"):
+        fixed = images["png_chunks_fixed"]
+        lines.append(f"  PNG chunks fixed for TensorFlow: {sum(fixed.values())} records ("
+                     + "; ".join(f"{PNG_CHUNK_FIXES.get(fix, fix)}: {n}" for fix, n in sorted(fixed.items()))
+                     + ")")
     if images.get("tf_undecodable"):
         lines.append(f"  TensorFlow cannot decode {sum(images['tf_undecodable'].values())} records "
                      f"as recorded ({listed(images['tf_undecodable'])}); --image_mode tf converts them")

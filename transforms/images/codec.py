@@ -71,6 +71,9 @@ class ImageInfo:
             empty when it is ``format``.
         tf_decodes: Whether ``tf.io.decode_image`` decodes the stored bytes to
             this size (see ``tf_rule``); False only for ``passthrough`` records.
+        png_fix: What was fixed in the stored PNG's colour chunks so that
+            libpng decodes it without a warning (a ``png_chunks.PNG_CHUNK_FIXES``
+            name); empty when nothing was.
     """
 
     format: str
@@ -79,6 +82,7 @@ class ImageInfo:
     channels: int
     source_format: str = ""
     tf_decodes: bool = True
+    png_fix: str = ""
 
 
 def channels_of(img: Image.Image) -> int:

@@ -68,9 +68,10 @@ class ImageMeta:
         source_crc32c: CRC32C of the source file's bytes, which the writer checks
             when it reads the file again, to refuse a file changed since (0 when
             the record is in a run file: the file is not read again).
-        payload: Encoded image bytes when they are costly to recompute
-            (``reencode``, and images ``tf`` mode converts to PNG) and the
-            record is not in a run file; None otherwise.
+        payload: Encoded image bytes when they are costly to recompute or
+            are not the source's (``reencode``, images ``tf`` mode converts to
+            PNG, and PNGs whose colour chunks it fixes) and the record is not
+            in a run file; None otherwise.
         extra: ``(name, kind, values)`` of the record's keys beyond the plain
             image schema (``annotations.record_extras``).
         run: Where the framed record was written when the image was read
@@ -104,8 +105,8 @@ class ImageMeta:
                              self.label_index, self.sha256, info.format, info.height,
                              info.width, info.channels, info.source_format, info.tf_decodes,
                              self.record_size, self.order_key, self.source_crc32c, self.payload,
-                             self.extra, *((self.run.path, self.run.offset, self.run.length)
-                                           if self.run is not None else ()))
+                             self.extra, info.png_fix, *((self.run.path, self.run.offset, self.run.length)
+                                                         if self.run is not None else ()))
 
 
 def _source_image(path: str, relpath: str, split: str, label: str, origin: str = "", labels=None,
@@ -117,11 +118,11 @@ def _source_image(path: str, relpath: str, split: str, label: str, origin: str =
 def _image_meta(path: str, relpath: str, split: str, label: str, origin: str, labels, features,
                 objects, label_index: int, sha256: str, image_format: str, height: int, width: int,
                 channels: int, source_format: str, tf_decodes: bool, record_size: int, key: int,
-                source_crc32c: int, payload: bytes | None, extra=(), run_path: str | None = None,
-                run_offset: int = 0, run_length: int = 0) -> ImageMeta:
+                source_crc32c: int, payload: bytes | None, extra=(), png_fix: str = "",
+                run_path: str | None = None, run_offset: int = 0, run_length: int = 0) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
     return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects),
                      label_index, sha256,
-                     ImageInfo(image_format, height, width, channels, source_format, tf_decodes),
+                     ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix),
                      record_size, key, source_crc32c, payload, extra,
                      None if run_path is None else RunSlice(run_path, run_offset, run_length))

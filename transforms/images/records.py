@@ -18,11 +18,13 @@ from transforms.errors import ImageError
 from transforms.example.codec import encode_example
 from transforms.example.features import FeatureValues, feature_entry
 from transforms.images.codec import ImageInfo
+from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.tf_rule import tf_shape
 from transforms.example.wire import varint as _varint
 
 __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "image_example_parts",
-           "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys"]
+           "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
+           "with_png_chunks_fixed"]
 
 IMAGE_MODES = ("tf", "passthrough", "reencode", "raw")
 # Source formats the tf and passthrough modes accept (others: unsupported_format).
@@ -73,6 +75,11 @@ class EncodeSettings:
 def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInfo]:
     """Returns the bytes to store for a source image, and what they are.
 
+    Every PNG stored but in ``passthrough`` mode (a kept PNG, ``tf`` mode's
+    conversions, ``reencode``'s PNG, which carries the source's ICC profile)
+    has the colour chunk libpng would warn about fixed (``png_chunks``), and
+    ``ImageInfo.png_fix`` names the fix.
+
     Raises:
         ImageError: The source is not a usable image.
     """
@@ -84,15 +91,25 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
         if info.format in TF_KEPT_FORMATS:
             kept = tensorflow_view(data, info)
             if kept.tf_decodes and (kept.height, kept.width) == (info.height, info.width):
-                return data, kept
+                return with_png_chunks_fixed(data, kept) if kept.format == "png" else (data, kept)
         png = images.first_frame_png(data)
         shape = tf_shape(png)
-        return png, ImageInfo("png", shape.height, shape.width, shape.channels,
-                              source_format=info.format)
+        return with_png_chunks_fixed(png, ImageInfo("png", shape.height, shape.width, shape.channels,
+                                                    source_format=info.format))
     if settings.mode == "reencode":
-        return images.reencode_image(data, settings.image_format, settings.jpeg_quality,
-                                     settings.grayscale, settings.resize, settings.resize_mode)
+        stored, info = images.reencode_image(data, settings.image_format, settings.jpeg_quality,
+                                             settings.grayscale, settings.resize, settings.resize_mode)
+        return with_png_chunks_fixed(stored, info) if info.format == "png" else (stored, info)
     return images.raw_pixels(data, settings.grayscale, settings.resize, settings.resize_mode)
+
+
+def with_png_chunks_fixed(png: bytes, info: ImageInfo) -> tuple[bytes, ImageInfo]:
+    """``png`` with the colour chunk libpng warns about fixed, and ``info`` naming the fix.
+
+    The same object when there is nothing to fix (``png_chunks.fix_png_chunks``).
+    """
+    fixed, fix = fix_png_chunks(png)
+    return (fixed, replace(info, png_fix=fix)) if fix else (png, info)
 
 
 def check_kept_format(info: ImageInfo, mode: str) -> None:
@@ -129,6 +146,8 @@ def image_count_keys(info: ImageInfo) -> list[tuple[str, str]]:
         keys.append(("converted", source))
     if not info.tf_decodes:
         keys.append(("tf_undecodable", source))
+    if info.png_fix:
+        keys.append(("png_chunks_fixed", info.png_fix))
     return keys
 
 
@@ -138,9 +157,12 @@ def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, di
     ``source_formats``: records per source format; ``converted``: records
     stored in another format than their source's, per source format;
     ``tf_undecodable``: records ``tf.io.decode_image`` cannot decode to their
-    recorded size (``passthrough`` only), per format.
+    recorded size (``passthrough`` only), per format; ``png_chunks_fixed``:
+    records whose PNG had a colour chunk fixed so that libpng decodes it
+    without a warning, per fix (``png_chunks.PNG_CHUNK_FIXES``).
     """
-    out: dict[str, dict[str, int]] = {"source_formats": {}, "converted": {}, "tf_undecodable": {}}
+    out: dict[str, dict[str, int]] = {"source_formats": {}, "converted": {}, "tf_undecodable": {},
+                                      "png_chunks_fixed": {}}
     for (counter, fmt), records in counted:
         out[counter][fmt] = out[counter].get(fmt, 0) + records
     return {name: dict(sorted(by_format.items())) for name, by_format in out.items()}

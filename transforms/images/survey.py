@@ -9,7 +9,8 @@ default), so it may reject inputs a plan accepts.
 The stored image's length decides the record's size
 (``records.image_example_size``): exact where a build stores the source bytes
 as they are (``passthrough``; ``tf`` for JPEG and PNG that TensorFlow
-decodes; ``raw``, whose length follows from the size), an estimate where it
+decodes, a PNG with the colour chunk libpng warns about fixed as a build
+fixes it; ``raw``, whose length follows from the size), an estimate where it
 encodes them (``reencode``, and images ``tf`` converts to PNG).
 """
 
@@ -21,7 +22,7 @@ from transforms.images import codec
 from transforms.images.codec import ImageInfo
 from transforms.images.objects import source_geometry
 from transforms.images.records import (TF_KEPT_FORMATS, EncodeSettings, check_kept_format,
-                                       tensorflow_view)
+                                       tensorflow_view, with_png_chunks_fixed)
 
 __all__ = ["SurveyedImage", "survey_image", "stored_size", "PNG_BYTES_PER_RAW_BYTE"]
 
@@ -91,6 +92,9 @@ def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
         if info.format in TF_KEPT_FORMATS:
             kept = tensorflow_view(data, info)
             if kept.tf_decodes and (kept.height, kept.width) == (info.height, info.width):
+                if kept.format == "png":  # a colour chunk libpng warns about is fixed, as a build does
+                    stored, kept = with_png_chunks_fixed(data, kept)
+                    return SurveyedImage(kept, len(stored), True)
                 return SurveyedImage(kept, len(data), True)
         raw = info.width * info.height * info.channels
         return SurveyedImage(ImageInfo("png", info.height, info.width, info.channels,

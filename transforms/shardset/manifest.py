@@ -243,7 +243,8 @@ class Manifest:
         splits: Split name -> its shards.
         dead_letters: Number of rejected inputs.
         images: For builds: ``source_formats``, ``converted`` and
-            ``tf_undecodable``, each format -> records (see
+            ``tf_undecodable``, each format -> records, and
+            ``png_chunks_fixed``, fix -> records (see
             ``images.records.image_counts``); empty otherwise (not written).
         shards_file: The shard list a version-2 manifest names; None for
             version 1 and for a manifest whose list is not written yet.
