@@ -33,7 +33,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from benchmarks import photos  # noqa: E402
-from benchmarks.measure import run_measured  # noqa: E402
+from benchmarks.measure import checkout_env, run_measured  # noqa: E402
 
 __all__ = ["run"]
 
@@ -59,12 +59,6 @@ def _small_photos(count: int) -> str:
     return root
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
-
-
 def run(argv: Sequence[str] | None = None) -> dict:
     """Runs the benchmark; prints the table and a JSON line, and returns the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -86,7 +80,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
             for name, command in cases.items():
                 out = os.path.join(tmp, "out")
                 shutil.rmtree(out, ignore_errors=True)
-                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=_env())
+                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=checkout_env())
                 if measured.returncode != 0:
                     raise SystemExit(f"{name} failed: {measured.output[-2000:]}")
                 found[name].append((measured.seconds, measured.cpu_seconds))

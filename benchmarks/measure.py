@@ -22,7 +22,8 @@ from typing import Sequence
 
 import psutil
 
-__all__ = ["Measurement", "run_measured"]
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+__all__ = ["Measurement", "checkout_env", "run_measured"]
 
 _POLL_SECONDS = 0.02
 
@@ -81,3 +82,14 @@ def run_measured(cmd: Sequence[str], cwd: str, log_path: str, env: dict | None =
         output = fh.read()
     return Measurement(seconds, usage.ru_utime + usage.ru_stime, peak[0], usage.ru_maxrss * 1024,
                        proc.returncode, output)
+
+
+def checkout_env() -> dict[str, str]:
+    """This process's environment with this checkout first on ``PYTHONPATH``.
+
+    The commands measured, and the worker processes Beam starts for them,
+    then import this checkout's code whatever is installed.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([_CHECKOUT] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env

@@ -70,15 +70,9 @@ def loop(root: str, kind: str) -> None:
                                   "seconds": time.perf_counter() - started}), flush=True)
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
-
-
 def run(argv: Sequence[str] | None = None) -> dict:
     """Runs the benchmark; prints the table and a JSON line, and returns the figures."""
-    from benchmarks.measure import run_measured
+    from benchmarks.measure import checkout_env, run_measured
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size_mb", type=float, default=440)
@@ -106,7 +100,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
             for name, command in cases.items():
                 out = os.path.join(tmp, "out")
                 shutil.rmtree(out, ignore_errors=True)
-                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=_env())
+                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=checkout_env())
                 if measured.returncode != 0:
                     raise SystemExit(f"{name} failed: {measured.output[-2000:]}")
                 if name == "plan job" and os.path.exists(out):

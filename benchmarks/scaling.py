@@ -84,7 +84,7 @@ _ROOT = os.path.dirname(_HERE)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from benchmarks.measure import Measurement, run_measured  # noqa: E402
+from benchmarks.measure import Measurement, checkout_env, run_measured  # noqa: E402
 from benchmarks.photos import CACHE, MEAN_BYTES, Dataset, dataset  # noqa: E402
 
 __all__ = ["main", "marginal", "read_bytes_by_file", "beam_flags"]
@@ -278,12 +278,6 @@ def _input_files(case: Case, ds: Dataset, ref: str) -> list[str]:
     return found
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)  # the workers Beam starts inherit it: they import this checkout
-    env["PYTHONPATH"] = os.pathsep.join([_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
-
-
 def _command(case: Case, usage: str, args: list[str]) -> list[str]:
     return ([sys.executable, "-m", "benchmarks.child_usage", usage]
             + (["--count_stages"] if case.beam else []) + args)
@@ -318,7 +312,7 @@ def _measure(case: Case, args: list[str], out: str | None, expected: int, log: s
     for attempt in (1, 2):
         if out and case.writes:
             shutil.rmtree(out, ignore_errors=True)
-        measured = run_measured((prefix or []) + _command(case, usage_path, args), _ROOT, log, env=_env())
+        measured = run_measured((prefix or []) + _command(case, usage_path, args), _ROOT, log, env=checkout_env())
         problem = _check(case, measured, out or "", expected)
         if problem is None:
             with open(usage_path) as fh:
