@@ -20,7 +20,7 @@ _LABELS = ["cat", "dog"]
 
 def _inspect(path, settings: EncodeSettings) -> ImageMeta:
     source = SourceImage(str(path), "dog/a.jpg", "train", "dog")
-    meta = _InspectImageFn(settings, seed=7)._inspect(source, {n: i for i, n in enumerate(_LABELS)},
+    meta = _InspectImageFn(settings, seed=7)._work_on(source, {n: i for i, n in enumerate(_LABELS)},
                                                        None).output
     assert isinstance(meta, ImageMeta)
     return meta

@@ -77,7 +77,78 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
         return data
 
 
-class _InspectImageFn(beam.DoFn):
+class OrderedImageFn(beam.DoFn):
+    """Base of the DoFns that read each input image on a pool of threads, outputs in input order.
+
+    ``SourceImage`` -> what ``_emit`` yields for ``_work_on``'s result. Inputs
+    are worked on by ``threads`` threads (``worker_threads``; 0: one per usable
+    core), at most ``window_for(threads)`` at a time; the outputs, counters and
+    progress follow in input order on the bundle's thread, each output in its
+    own input's window, and ``finish_bundle`` emits what is still in flight.
+    Side inputs: ``labels`` (class names in index order) and ``layout``.
+
+    Subclasses set ``_threads`` and ``THREAD_NAME`` and define ``_work_on``
+    (runs on any thread, no Beam calls) and ``_emit``; ``_bundle_ends`` runs
+    before a bundle ends and when a failed one is dropped.
+    """
+
+    THREAD_NAME = "image"
+    _threads = 1
+
+    def setup(self):
+        threads = worker_threads.thread_count(self._threads)
+        self._pool = worker_threads.new_pool(threads, self.THREAD_NAME)
+        self._window = worker_threads.window_for(threads)
+        self._work = None
+
+    def start_bundle(self):
+        if self._work is not None:  # a bundle that failed: its calls are dropped
+            self._work.close()
+        self._work = worker_threads.OrderedWork(self._pool, self._window)
+        self._bundle_ends()
+
+    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
+                layout: RecordLayout | None = None):
+        for result, (at, when) in self._work.submit(
+                self._one, source, self._index_of(labels), layout, (window, timestamp)):
+            yield from self._emit(result, at, when)
+
+    def finish_bundle(self):
+        for result, (at, when) in self._work.drain():
+            yield from self._emit(result, at, when)
+        self._bundle_ends()
+        progress.flush()
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _bundle_ends(self) -> None:
+        """Runs when a bundle ends or a failed one is dropped; nothing by default."""
+
+    def _work_on(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None):
+        raise NotImplementedError
+
+    def _emit(self, result, window, timestamp) -> Iterator:
+        raise NotImplementedError
+
+    def _one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
+             where: tuple) -> tuple:
+        """Runs on a pool thread: ``_work_on``'s result, and ``where`` it is emitted."""
+        return self._work_on(source, index_of, layout), where
+
+    def _index_of(self, labels: list[str]) -> dict[str, int]:
+        """Class name -> index; the table is built once per side input."""
+        cached = getattr(self, "_index_cache", None)
+        if cached is None or cached[0] is not labels:
+            cached = (labels, {name: i for i, name in enumerate(labels)})
+            self._index_cache = cached
+        return cached[1]
+
+
+class _InspectImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
     An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
@@ -112,45 +183,21 @@ class _InspectImageFn(beam.DoFn):
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
 
+    THREAD_NAME = "inspect-image"
+
     def setup(self):
-        threads = worker_threads.thread_count(self._threads)
-        self._pool = worker_threads.new_pool(threads, "inspect-image")
-        self._window = worker_threads.window_for(threads)
-        self._work = None
+        super().setup()
         self._run = BundleRunFile(*self._staging) if self._staging else None
 
-    def start_bundle(self):
-        if self._work is not None:  # a bundle that failed: its calls are dropped
-            self._work.close()
-        self._work = worker_threads.OrderedWork(self._pool, self._window)
-        if self._run is not None:
-            self._run.close()  # a failed bundle's run file: no surviving output names it
-
-    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
-                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
-                layout: RecordLayout | None = None):
-        for inspected, (at, when) in self._work.submit(
-                self._inspect_one, source, self._index_of(labels), layout, (window, timestamp)):
-            yield from self._emit(inspected, at, when)
-
-    def finish_bundle(self):
-        for inspected, (at, when) in self._work.drain():
-            yield from self._emit(inspected, at, when)
-        if self._run is not None:
-            self._run.close()  # before the bundle ends: every output names a whole record
-        progress.flush()
-
-    def teardown(self):
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+    def _bundle_ends(self) -> None:
         if getattr(self, "_run", None) is not None:
+            # Before the bundle ends every output names a whole record; a failed bundle's run
+            # file is named by no surviving output.
             self._run.close()
 
-    def _inspect_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
-                     where: tuple) -> tuple[Inspected, tuple]:
-        """Runs on a pool thread: the inspection of ``source``, and ``where`` it is emitted."""
-        return self._inspect(source, index_of, layout), where
+    def teardown(self):
+        super().teardown()
+        self._bundle_ends()
 
     def _emit(self, inspected: Inspected, window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
@@ -171,7 +218,7 @@ class _InspectImageFn(beam.DoFn):
             progress.note(progress.IMAGES_ACCEPTED)
             yield output
 
-    def _inspect(self, source: SourceImage, index_of: dict[str, int],
+    def _work_on(self, source: SourceImage, index_of: dict[str, int],
                  layout: RecordLayout | None) -> Inspected:
         """Reads and inspects one input; no Beam calls, so that it may run on any thread."""
         dead = unknown_label(source, index_of)
@@ -185,14 +232,6 @@ class _InspectImageFn(beam.DoFn):
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
         return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
                              bool(self._staging))
-
-    def _index_of(self, labels: list[str]) -> dict[str, int]:
-        """Class name -> index; the table is built once per side input."""
-        cached = getattr(self, "_index_cache", None)
-        if cached is None or cached[0] is not labels:
-            cached = (labels, {name: i for i, name in enumerate(labels)})
-            self._index_cache = cached
-        return cached[1]
 
 
 class InspectImages(beam.PTransform):

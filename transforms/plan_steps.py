@@ -23,7 +23,7 @@ from transforms import worker_threads
 from transforms.images.listing_facts import ListingFacts
 from transforms.storage.files import STORAGE_ERRORS
 from transforms.storage.writing import write_file
-from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, read_source
+from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_source
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ImageError
 from transforms.example.features import FeatureValueError
@@ -55,7 +55,7 @@ class _Surveyed:
     exact: bool = True
 
 
-class _SurveyImageFn(beam.DoFn):
+class _SurveyImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS).
 
     The ``ImageMeta`` is the one a build would plan with: its sha256, order
@@ -76,38 +76,7 @@ class _SurveyImageFn(beam.DoFn):
         self._read = Metrics.counter("plan", "images_read")
         self._rejected = Metrics.counter("plan", "images_rejected")
 
-    def setup(self):
-        threads = worker_threads.thread_count(self._threads)
-        self._pool = worker_threads.new_pool(threads, "survey-image")
-        self._window = worker_threads.window_for(threads)
-        self._work = None
-
-    def start_bundle(self):
-        if self._work is not None:  # a bundle that failed: its calls are dropped
-            self._work.close()
-        self._work = worker_threads.OrderedWork(self._pool, self._window)
-
-    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
-                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
-                layout: RecordLayout | None = None):
-        for surveyed, (at, when) in self._work.submit(
-                self._survey_one, source, self._index_of(labels), layout, (window, timestamp)):
-            yield from self._emit(surveyed, at, when)
-
-    def finish_bundle(self):
-        for surveyed, (at, when) in self._work.drain():
-            yield from self._emit(surveyed, at, when)
-        progress.flush()
-
-    def teardown(self):
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _survey_one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
-                    where: tuple) -> tuple[_Surveyed, tuple]:
-        """Runs on a pool thread: the survey of ``source``, and ``where`` it is emitted."""
-        return self._survey(source, index_of, layout), where
+    THREAD_NAME = "survey-image"
 
     def _emit(self, surveyed: _Surveyed, window, timestamp) -> Iterator:
         """Counts one input and yields its outputs; on the bundle's thread, in input order."""
@@ -124,7 +93,7 @@ class _SurveyImageFn(beam.DoFn):
             progress.note(progress.IMAGES_ACCEPTED)
             yield output
 
-    def _survey(self, source: SourceImage, index_of: dict[str, int],
+    def _work_on(self, source: SourceImage, index_of: dict[str, int],
                 layout: RecordLayout | None) -> _Surveyed:
         """Reads and surveys one input; no Beam calls, so that it may run on any thread."""
         unknown = [name for name in source.class_names() if name not in index_of]
@@ -157,14 +126,6 @@ class _SurveyImageFn(beam.DoFn):
         return _Surveyed(ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=surveyed.info,
                                    record_size=framed_size(size), order_key=order_key(self._seed, digest),
                                    source_crc32c=0, extra=extra), len(data), surveyed.exact)
-
-    def _index_of(self, labels: list[str]) -> dict[str, int]:
-        """Class name -> index; the table is built once per side input."""
-        cached = getattr(self, "_index_cache", None)
-        if cached is None or cached[0] is not labels:
-            cached = (labels, {name: i for i, name in enumerate(labels)})
-            self._index_cache = cached
-        return cached[1]
 
 
 class SurveyImages(beam.PTransform):
