@@ -14,6 +14,7 @@ straight through. See README.md for every flag, the output layout and the schema
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 import math
 import os
@@ -50,7 +51,11 @@ from transforms.images.annotations import build_sidecars
 from transforms.images.objects import BBOX_FORMATS
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
-from transforms.storage.output_folder import check_replaced_splits, published_shards
+from transforms.storage.journal import pending_manifest
+from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
+                                              published_shards)
+from transforms.shardset.manifest import Manifest
+from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 
@@ -115,6 +120,10 @@ class BuildOptions(PipelineOptions):
                             help="Folder a COCO .json input's file_names are relative to.")
         parser.add_argument("--label_offset", type=int, default=0, choices=(0, 1),
                             help="Added to image/object/class/label and label_map.pbtxt ids (1: 1-based).")
+        parser.add_argument("--append", action="store_true", default=False,
+                            help="Add these inputs to the set published in --output_dir: its shards are "
+                                 "kept, images it holds are duplicate_image dead letters, new classes "
+                                 "get the next indexes (tfrecord-shards append).")
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,7 @@ class BuildConfig:
     write_threads: int = 1
     workers_note: str | None = None  # what choose_local_workers chose, to print
     folder_tasks: tuple[FolderTask, ...] = ()  # the listing of the folder inputs, cut into tasks
+    append_to: tuple[str, ...] | None = None  # --append: the published set's class names
 
 
 def _input_problem(path: str) -> str | None:
@@ -266,7 +276,12 @@ def make_config(options: PipelineOptions) -> BuildConfig:
             raise UsageError(problem)
     tasks = tuple(task for path in shared.input if not is_manifest_path(path)
                   for task in folder_tasks(path, build.layout, offline=dataflow_dry_run(options)))
-    if not dataflow_dry_run(options) and not shared.replace:
+    policy = opt.publish_policy(shared)
+    append_to = None
+    if build.append:
+        append_to = _append_checks(shared, build, own, labels, options)
+        policy = dataclasses.replace(policy, append=True)
+    elif not dataflow_dry_run(options) and not shared.replace:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(shared.output_dir, shared.input,
                               lambda: _unsplit_splits(shared.input, layouts, rules))
@@ -280,9 +295,54 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         compression=shared.compression, seed=shared.seed,
         max_bad_fraction=shared.max_bad_fraction,
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
-        policy=opt.publish_policy(shared),
+        policy=policy, append_to=append_to,
         multi_label=build.multi_label, label_offset=build.label_offset,
         workers_note=note, folder_tasks=tasks, **_image_threads(options, build.image_threads, settings, shared.input))
+
+
+# Flags whose value shapes the records or shards: an append must use those the set was built with.
+_APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grayscale", "resize",
+                "resize_mode", "shard_size_mb", "compression", "seed", "split_fractions", "feature",
+                "multi_label", "label_offset", "bbox_format")
+
+
+def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -> tuple[str, ...]:
+    """Checks an ``--append`` run against the published set; returns the set's class names.
+
+    Raises:
+        UsageError: Nothing is published, the set was not built by this job,
+            or a flag differs from the set's (one line naming the flag and the value to pass).
+    """
+    for flag, given in (("replace", shared.replace), ("drop_other_splits", shared.drop_other_splits),
+                        ("num_shards", shared.num_shards), ("class_names", build.class_names),
+                        ("labels_file", build.labels_file)):
+        if given:
+            raise UsageError(f"--append keeps the set's shards and classes; it cannot be combined with --{flag}")
+    if dataflow_dry_run(options):
+        raise UsageError("--append reads the published set; it has no Dataflow dry run "
+                         "(tfrecord-shards plan shows what a build would do)")
+    old = published_manifest(shared.output_dir)
+    if old is None:
+        pending = pending_manifest(shared.output_dir)
+        old = Manifest.loads(pending) if pending else None
+    if old is None:
+        raise UsageError(f"--append: {shared.output_dir} holds no published set (manifest.json) to append "
+                         "to; build it first, without --append")
+    if old.created_by != "build_shards":
+        raise UsageError(f"--append: the set in {shared.output_dir} was made by {old.created_by}, not "
+                         "build_shards; only built sets take new images")
+    for flag in _APPEND_SAME:
+        if flag in old.options and old.options[flag] != own.get(flag):
+            recorded = old.options[flag]
+            raise UsageError(f"--append: the set in {shared.output_dir} was built with --{flag} {recorded}, "
+                             f"this run has {own.get(flag)}; one set has one encoding: pass --{flag} "
+                             f"{recorded}" if recorded not in (None, False) else
+                             f"--append: the set in {shared.output_dir} was built without --{flag}; "
+                             "leave it out")
+    if old.options.get("num_shards"):
+        raise UsageError(f"--append: the set in {shared.output_dir} was built with --num_shards "
+                         f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")
+    return tuple(old.labels)
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
@@ -393,7 +453,9 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
         cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)])
     facts = listed | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset)  # one ListingFacts
     fixed = list(cfg.labels) if cfg.labels is not None else None
-    labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else list(f.classes))
+    published = list(cfg.append_to) if cfg.append_to is not None else None
+    labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else (
+        list(f.classes) if published is None else appended_classes(published, f.classes)))
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
@@ -414,14 +476,17 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(
         cfg.output_dir, cfg.policy)
     published = written = None
+    appending = cfg.policy.append
     if shards:
         published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
-        written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
-                                          default_value=[])  # the splits this run writes to
-    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written)
+        if not appending:  # appending, every published image stays where it is
+            written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
+                                              default_value=[])  # the splits this run writes to
+    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
     plan = distinct.main | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
-        target_bytes=cfg.target_bytes, num_shards=cfg.num_shards)
+        target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
+        published=published_shard_sizes(cfg.output_dir) if appending else None)
     dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
@@ -429,7 +494,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
         cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
         tally_of=lambda meta: image_count_keys(meta.info),  # each shard counts its image formats
-        inputs=inputs, max_bad_fraction=cfg.max_bad_fraction)
+        # appending, inputs the set already holds are rejected but not bad: publishing decides
+        inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
     return p | "Publish" >> PublishShards(
@@ -449,7 +515,7 @@ HELP = JobHelp(
             "jpeg_quality": "images", "grayscale": "images", "resize": "images", "resize_mode": "images",
             "max_bad_fraction": "failures", "max_image_mb": "checks", "image_threads": "images", "feature": "inputs",
             "multi_label": "labels and splits", "bbox_format": "inputs", "image_root": "inputs",
-            "label_offset": "labels and splits"},
+            "label_offset": "labels and splits", "append": "output"},
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "

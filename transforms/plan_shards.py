@@ -17,7 +17,7 @@ Two fused stages on Beam's runners: the combine's, and the placing one.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -25,10 +25,23 @@ from apache_beam.metrics import Metrics
 from transforms.errors import PlanError
 from transforms.shardset.planning import BUCKET_BITS, SplitLayout, bucket_of, lay_out_split, place_bucket
 
-__all__ = ["PlanShards", "ShardKey", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
+__all__ = ["PlanShards", "ShardKey", "LeadRecords", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
 
 # (split, shard index, shard count): the key a shard's records are grouped by.
 ShardKey = tuple[str, int, int]
+
+
+class LeadRecords(NamedTuple):
+    """Stands, among a shard's items, for the records of the merged published shard that begin it.
+
+    Appending (``PlanShards(published=...)``), each planned shard that starts
+    with records of a published shard gets one, so it is written even if no
+    new record falls into it; the shard writer reads those records itself.
+    """
+
+    split: str
+
+
 # The outputs of PlanShards (a dict): items with their shard, and each split's totals.
 ASSIGNED = "assigned"
 TOTALS = "totals"
@@ -102,12 +115,13 @@ class _PlaceInShardsFn(beam.DoFn):
         placed = sorted((order_of(it)[0], size_of(it), order_of(it)) for it in items)
         self._group_records.update(len(placed))
         layout = _layout_of(layouts, split)
-        count = layout.totals.num_shards
+        totals = layout.totals
+        count = totals.final_count
         shards_of: dict[tuple, list[int]] = {}
         for (_, size, order), shard in zip(placed, place_bucket(layout, bucket, [p[1] for p in placed])):
             shards_of.setdefault((order, size), []).append(shard)
         for item in items:
-            yield (split, shards_of[(order_of(item), size_of(item))].pop(), count), item
+            yield (split, totals.final_index(shards_of[(order_of(item), size_of(item))].pop()), count), item
 
 
 class PlanShards(beam.PTransform):
@@ -126,11 +140,18 @@ class PlanShards(beam.PTransform):
         bucket_bits: Bits of the order key that make a group (``2 **
             bucket_bits`` groups per split at most); the plan does not depend
             on it.
+        published: Appending: split -> bytes of each of its published shards,
+            in index order. New records of such a split get shards after the
+            published ones, or join its smallest shard (``planning.append_layout``);
+            a shard key then holds the index and count the split will be
+            published with, and each shard that begins with the merged shard's
+            records gets a ``LeadRecords`` item.
     """
 
     def __init__(self, split_of: Callable[[Any], str], order_of: Callable[[Any], tuple],
                  size_of: Callable[[Any], int], target_bytes: int,
-                 num_shards: int | None = None, bucket_bits: int = BUCKET_BITS) -> None:
+                 num_shards: int | None = None, bucket_bits: int = BUCKET_BITS,
+                 published: Mapping[str, Sequence[int]] | None = None) -> None:
         super().__init__()
         if not 0 <= bucket_bits <= 63:
             raise PlanError(f"bucket_bits must be in 0..63, got {bucket_bits}")
@@ -140,10 +161,11 @@ class PlanShards(beam.PTransform):
         self._target = target_bytes
         self._num_shards = num_shards
         self._bits = bucket_bits
+        self._published = {split: tuple(sizes) for split, sizes in (published or {}).items()}
 
     def expand(self, items):
         split_of, order_of, size_of = self._split_of, self._order_of, self._size_of
-        target, num_shards, bits = self._target, self._num_shards, self._bits
+        target, num_shards, bits, published = self._target, self._num_shards, self._bits, self._published
         keyed = items | "KeyByBucket" >> beam.Map(
             lambda it: ((split_of(it), bucket_of(order_of(it)[0], bits)), it))  # ((split, bucket), item)
         layouts = (
@@ -151,10 +173,15 @@ class PlanShards(beam.PTransform):
             | "SizeOfEach" >> beam.MapTuple(lambda key, it: (key[0], (key[1], size_of(it))))
             | "SumBuckets" >> beam.CombinePerKey(_BucketTotalsFn())  # (split, [(bucket, records, bytes, largest)])
             | "LayOutSplit" >> beam.MapTuple(
-                lambda split, totals: (split, lay_out_split(split, totals, target, num_shards, bits))))
+                lambda split, totals: (split, lay_out_split(split, totals, target, num_shards, bits, published.get(split)))))
         assigned = (
             keyed
             | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [item])
             | "PlaceInShards" >> beam.ParDo(_PlaceInShardsFn(order_of, size_of), beam.pvalue.AsDict(layouts)))
         totals = layouts | "Totals" >> beam.MapTuple(lambda _, layout: layout.totals)
+        if published:
+            leads = totals | "LeadShards" >> beam.FlatMap(
+                lambda t: [((t.split, t.final_index(j), t.final_count), LeadRecords(t.split))
+                           for j in t.lead_shards()])  # (ShardKey, LeadRecords)
+            assigned = (assigned, leads) | "AddLeadShards" >> beam.Flatten()
         return {ASSIGNED: assigned, TOTALS: totals}

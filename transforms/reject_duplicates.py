@@ -77,9 +77,9 @@ class ReadPublishedKeys(beam.PTransform):
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
 
 
-def _keep_one_copy(keyed, written: Sequence[str] | None = None):
+def _keep_one_copy(keyed, written: Sequence[str] | None = None, appending: bool = False):
     """sha256, [ImageMeta or PublishedCopy] -> the copy kept; the rest are dead letters (``copy_choice``)."""
-    kept, dead = copy_choice(keyed[1], written)
+    kept, dead = copy_choice(keyed[1], written, appending)
     if dead:
         progress.note(progress.IMAGES_DUPLICATE, len(dead))  # flushed as the bundle ends
     if kept is not None:
@@ -157,30 +157,37 @@ class RejectDuplicateImages(beam.PTransform):
             images (``ReadPublishedKeys``), or None.
         written: With ``published``: singleton side input, the splits this run
             has images in.
+        appending: The run appends to the published set: an image published
+            in any split wins over this run's copies (``duplicate_image``).
     """
 
-    def __init__(self, published=None, written=None) -> None:
+    def __init__(self, published=None, written=None, appending: bool = False) -> None:
         super().__init__()
         self._published = published
         self._written = written
+        self._appending = appending
 
     def expand(self, metas):
         keyed = metas | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
         side = {}
         if self._published is not None:
             keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
-            side = {"written": self._written}
+            if self._written is not None:
+                side = {"written": self._written}
         return (keyed
                 | "GroupByContent" >> beam.GroupByKey()  # (sha256, [ImageMeta or PublishedCopy])
-                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn(), **side).with_outputs(
+                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn(self._appending), **side).with_outputs(
                     DEAD_LETTERS, main="main"))
 
 
 class _KeepOneCopyFn(beam.DoFn):
     """``_keep_one_copy`` over every group; the copies it counts reach the progress report."""
 
+    def __init__(self, appending: bool = False) -> None:
+        self._appending = appending
+
     def process(self, keyed, written=None):
-        yield from _keep_one_copy(keyed, written)
+        yield from _keep_one_copy(keyed, written, self._appending)
 
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here

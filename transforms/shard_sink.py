@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -31,7 +32,9 @@ from transforms.shardset.dead_letters import too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.staged import ShardResult, part_key, without_label_counts
 from transforms.storage.publish import publish_shards
-from transforms.storage.shard_files import write_shard, write_shard_list_part
+from transforms.storage.publish_append import publish_append
+from transforms.plan_shards import LeadRecords
+from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
@@ -91,12 +94,18 @@ class _WriteShardFn(beam.DoFn):
 
     def _write(self, keyed, totals) -> ShardResult:
         key, items = keyed
-        items = sorted(items, key=self._order_of)
+        leads = [item for item in items if isinstance(item, LeadRecords)]
+        items = sorted((item for item in items if not isinstance(item, LeadRecords)), key=self._order_of)
         planned = sum(t.total_bytes for t in totals)
         written = progress.Tally(progress.RECORDS_WRITTEN, every=16)
         made = worker_threads.ordered_map(self._to_record, items, self._pool, self._window)
+        records = made
+        if leads:  # appending: the merged published shard's records come first
+            split_totals = next(t for t in totals if t.split == key[0])
+            records = itertools.chain(lead_records(self._output_dir, split_totals, key[1], self._compression),
+                                      made)
         try:
-            result = write_shard(self._output_dir, key, _counted(made, written),
+            result = write_shard(self._output_dir, key, _counted(records, written),
                                  self._compression, self._run_id, planned)
         finally:
             made.close()  # an error while writing: the records still being made are dropped
@@ -182,7 +191,8 @@ class _PublishFn(beam.DoFn):
             tally for result in results for tally in result.tallies)  # AsIter: read again below
         fields = {**fields, "feature_spec": feature_spec, "images": images}
         self._dead.inc(len(dead_letters))
-        manifest = publish_shards(output_dir, results, parts, totals, dead_letters, labels, inputs,
+        publish = publish_append if policy.append else publish_shards
+        manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
                                   compression, fields, max_bad, policy, self._sidecar_files)
         _LOG.info("published %d shards with %d records to %s", manifest.num_shards,
                   manifest.records, output_dir)

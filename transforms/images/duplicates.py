@@ -18,10 +18,20 @@ from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.planning import split_rank
 
-__all__ = ["NAMED_DUPLICATES", "PublishedCopy", "same_path_choice", "copy_choice"]
+__all__ = ["NAMED_DUPLICATES", "IN_APPENDED_SET", "PublishedCopy", "same_path_choice", "copy_choice",
+           "in_appended_set"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
+
+
+# What the duplicate_image dead letter of an image already in the set a run appends to says.
+IN_APPENDED_SET = "of the set this run appends to"
+
+
+def in_appended_set(letter: DeadLetter) -> bool:
+    """True for the dead letter of an input already in the set a run appends to (not a bad input)."""
+    return letter.reason == "duplicate_image" and letter.error.endswith(IN_APPENDED_SET)
 
 
 class PublishedCopy(NamedTuple):
@@ -76,12 +86,15 @@ def _copy_rank(meta: ImageMeta) -> tuple:
 
 
 def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
-                written: Sequence[str] | None = None) -> tuple[ImageMeta | None, list[DeadLetter]]:
+                written: Sequence[str] | None = None,
+                appending: bool = False) -> tuple[ImageMeta | None, list[DeadLetter]]:
     """The copies of one image's bytes -> the copy kept (``_copy_rank``), or None; a dead letter for each other.
 
     A copy published in a split this run does not write (``written``: the
     splits this run has images in), which publishing keeps, wins over every
     copy of this run: they are ``cross_split_duplicate`` dead letters.
+    Appending (``appending``), a published copy in any split wins: every copy
+    of this run is a ``duplicate_image`` dead letter.
     """
     metas, published = [], set()
     for value in values:
@@ -91,6 +104,12 @@ def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
             metas.append(value)
     if not metas:
         return None, []
+    if appending and published:
+        where = sorted(published, key=split_rank)[0]
+        return None, [DeadLetter(
+            meta.source.path, "duplicate_image",
+            f"same bytes (sha256 {meta.sha256[:16]}...) as an image already in split {where!r} "
+            + IN_APPENDED_SET) for meta in metas]
     kept_splits = sorted(published - set(written or ()))
     if kept_splits:
         return None, [DeadLetter(

@@ -7,12 +7,12 @@ accumulator): the number of inputs, the class names and the record layout.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
 from transforms.images.items import SourceImage
 
-__all__ = ["ListingFacts", "ListingTally"]
+__all__ = ["ListingFacts", "ListingTally", "appended_classes"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,13 @@ class ListingTally:
         """The facts gathered, with the build's ``--multi_label`` and ``--label_offset``."""
         return ListingFacts(self.inputs, tuple(sorted(self.classes)),
                             self.layout.with_flags(multi_label, label_offset))
+
+
+def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:
+    """The class list of a set that new inputs are appended to.
+
+    The published classes keep their indexes (records already written hold
+    them); classes only the new inputs have follow, sorted.
+    """
+    known = set(published)
+    return list(published) + sorted({name for name in listed if name not in known})

@@ -252,6 +252,8 @@ class Manifest:
         built_from: Split name -> the ``--input`` values that built it (as
             given), written as each split's ``built_from``; a split left out
             (and every split of an older manifest) does not record them.
+        appended: The splits the last run appended records to (``--append``),
+            each with the records it held before.
         written_splits: The splits the last run wrote (the others it kept);
             None where the manifest does not say (older manifests).
     """
@@ -269,6 +271,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     built_from: Mapping[str, Sequence[str]] = field(default_factory=dict)
     written_splits: Sequence[str] | None = None
+    appended: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -301,6 +304,8 @@ class Manifest:
         images = {"images": {name: dict(sorted(counts.items()))
                              for name, counts in sorted(self.images.items())}} if self.images else {}
         written = {} if self.written_splits is None else {"written_splits": sorted(set(self.written_splits))}
+        if self.appended:
+            written["appended"] = dict(sorted(self.appended.items()))
         return {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -376,6 +381,11 @@ class Manifest:
         if written is not None and (not isinstance(written, list) or not all(
                 isinstance(name, str) and name in splits for name in written)):
             raise ManifestError(f"manifest.written_splits: expected a list of its splits' names, got {written!r}")
+        appended = obj.get("appended", {})
+        if not isinstance(appended, dict) or not all(
+                name in splits and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                for name, n in appended.items()):
+            raise ManifestError(f"manifest.appended: expected split name -> records before, got {appended!r}")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
@@ -397,6 +407,7 @@ class Manifest:
             format_version=version,
             built_from=built_from,
             written_splits=written,
+            appended=appended,
         )
 
 

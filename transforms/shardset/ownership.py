@@ -44,12 +44,15 @@ class PublishPolicy:
         drop_other_splits: Remove the listed shards of splits this run does not write.
         replace: Replace a published split this run writes though other inputs
             built it (``shardset.replacing``); else the run is refused.
+        append: Add this run's records to the published set, keeping its
+            shards (``storage.publish_append``).
     """
 
     run_id: str
     overwrite_unlisted: bool = False
     drop_other_splits: bool = False
     replace: bool = False
+    append: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,23 @@ class Journal:
     Attributes:
         run_id: The publishing run.
         claimed: Every file name the tool owns in the folder while it publishes.
+        moves: Renames still to do, in order, as ``(from, to)`` names relative
+            to the folder (an append's journal: every file of the new set is
+            staged before it is written, ``manifest.json`` last); any run that
+            finds them finishes them (``storage.publish_append.finish_journal``).
+        remove: Names to delete once the renames are done.
     """
 
     run_id: str
     claimed: tuple[str, ...]
+    moves: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
 
     def dumps(self) -> bytes:
-        return (json.dumps({"run_id": self.run_id, "claimed": sorted(set(self.claimed))},
-                           indent=1) + "\n").encode("utf-8")
+        obj: dict = {"run_id": self.run_id, "claimed": sorted(set(self.claimed))}
+        if self.moves or self.remove:
+            obj.update(moves=[list(move) for move in self.moves], remove=list(self.remove))
+        return (json.dumps(obj, indent=1) + "\n").encode("utf-8")
 
     @classmethod
     def loads(cls, data: bytes) -> "Journal":
@@ -83,7 +95,12 @@ class Journal:
         if (not isinstance(claimed, list) or not all(isinstance(n, str) for n in claimed)
                 or not isinstance(obj.get("run_id"), str)):
             raise ManifestError(f"{JOURNAL_NAME} lacks run_id or a list of claimed files")
-        return cls(obj["run_id"], tuple(claimed))
+        moves, remove = obj.get("moves", []), obj.get("remove", [])
+        if (not isinstance(moves, list) or not all(
+                isinstance(m, list) and len(m) == 2 and all(isinstance(n, str) for n in m) for m in moves)
+                or not isinstance(remove, list) or not all(isinstance(n, str) for n in remove)):
+            raise ManifestError(f"{JOURNAL_NAME}: moves must be [from, to] name pairs and remove names")
+        return cls(obj["run_id"], tuple(claimed), tuple((a, b) for a, b in moves), tuple(remove))
 
 
 def is_shard_named(name: str) -> bool:

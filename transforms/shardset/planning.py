@@ -47,7 +47,7 @@ from transforms.shardset.naming import check_split_name
 
 __all__ = [
     "BUCKET_BITS", "NUM_BUCKETS", "MIB", "SplitTotals", "SplitLayout",
-    "choose_num_shards", "order_key", "bucket_of", "shard_of_offset", "cut_records",
+    "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
     "lay_out_split", "place_bucket", "plan_in_memory", "split_by_content", "split_rank",
     "parse_split_fractions",
 ]
@@ -148,7 +148,12 @@ class SplitTotals:
         total_bytes: Framed bytes of all records in the split.
         records: Number of records.
         max_record: Largest framed record.
-        num_shards: Shard count chosen for the split.
+        num_shards: Shard count chosen for the split's records (planned shards).
+        published: Appending: shards the split already has (0: none, a new set).
+        merged: Appending: the published shard whose records join the new ones
+            (rewritten as planned shard 0), or None.
+        lead_bytes: Bytes of the merged shard: they come first on the split's
+            byte line, before the new records (``total_bytes`` counts them).
     """
 
     split: str
@@ -156,10 +161,46 @@ class SplitTotals:
     records: int
     max_record: int
     num_shards: int
+    published: int = 0
+    merged: int | None = None
+    lead_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.num_shards < 1:
             raise PlanError(f"split {self.split}: num_shards must be >= 1, got {self.num_shards}")
+        if self.merged is not None and not 0 <= self.merged < self.published:
+            raise PlanError(f"split {self.split}: merged shard {self.merged} is not one of its "
+                            f"{self.published} published shards")
+
+    @property
+    def final_count(self) -> int:
+        """Shards of the split once published: the kept published ones and the planned ones."""
+        return self.published + self.num_shards - (1 if self.merged is not None else 0)
+
+    def final_index(self, shard: int) -> int:
+        """The published index of planned shard ``shard`` (0..num_shards-1).
+
+        Without published shards it is ``shard``. Appending, planned shards
+        follow the published ones; the first takes the place of the merged
+        shard, if any (``append_layout``).
+        """
+        if self.merged is None:
+            return self.published + shard
+        return self.merged if shard == 0 else self.published + shard - 1
+
+    def planned_shard(self, index: int) -> int | None:
+        """The planned shard published as ``index`` (inverse of ``final_index``), or None for a
+        published shard that is kept as it is."""
+        if self.merged is not None and index == self.merged:
+            return 0
+        local = index - self.published + (1 if self.merged is not None else 0)
+        return local if index >= self.published and local < self.num_shards else None
+
+    def lead_shards(self) -> range:
+        """Planned shards that begin with records of the merged shard (``lead_bytes`` of the line)."""
+        if self.merged is None or self.lead_bytes <= 0:
+            return range(0)
+        return range(min(self.num_shards, -(-self.lead_bytes * self.num_shards // self.total_bytes)))
 
 
 @dataclass(frozen=True)
@@ -209,8 +250,31 @@ class SplitLayout:
         return index
 
 
+def append_layout(published: Sequence[int], new_bytes: int, target_bytes: int) -> tuple[int | None, int]:
+    """Where records appended to a published split go: ``(merged shard or None, lead bytes)``.
+
+    New records get shards of their own when they fill at least the band's
+    lower end (``2T/3``); published shards are then kept as they are. Fewer
+    new bytes would make a shard under the band: they join the smallest
+    published shard (the last of equals), whose records come first on the
+    line that is cut into shards (``lead`` bytes), so at most that one
+    published shard is rewritten and every shard stays in the band (a split
+    smaller than the band's lower end is one shard, as in a build).
+
+    Args:
+        published: Bytes of each published shard of the split, in index order.
+        new_bytes: Framed bytes of the new records.
+        target_bytes: Target shard size T.
+    """
+    if not published or 3 * new_bytes >= 2 * target_bytes:
+        return None, 0
+    merged = min(range(len(published)), key=lambda i: (published[i], -i))
+    return merged, published[merged]
+
+
 def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]], target_bytes: int,
-                  num_shards: int | None = None, bucket_bits: int = BUCKET_BITS) -> SplitLayout:
+                  num_shards: int | None = None, bucket_bits: int = BUCKET_BITS,
+                  published: Sequence[int] | None = None) -> SplitLayout:
     """Turns a split's per-bucket totals into its shard count and the offset of every bucket.
 
     Holds four integers per occupied bucket (at most ``2 ** bucket_bits``),
@@ -223,6 +287,8 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
         target_bytes: Target shard size, used when ``num_shards`` is None.
         num_shards: Fixed shard count (``--num_shards``), or None.
         bucket_bits: Bits of the order key that name a bucket.
+        published: Appending: bytes of each published shard of the split, in
+            index order (``append_layout`` says which one the new records join).
 
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
@@ -242,9 +308,13 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
         offset += nbytes
         records += count
         largest = max(largest, biggest)
+    merged, lead = append_layout(published or (), offset, target_bytes)
+    if lead:
+        offsets = array("q", (o + lead for o in offsets))
     # More shards than records would only add empty files (a few huge records).
-    count = num_shards if num_shards else min(choose_num_shards(offset, target_bytes), max(records, 1))
-    totals = SplitTotals(split, offset, records, largest, count)
+    count = num_shards if num_shards else min(choose_num_shards(offset + lead, target_bytes),
+                                              max(records + (1 if lead else 0), 1))
+    totals = SplitTotals(split, offset + lead, records, largest, count, len(published or ()), merged, lead)
     return SplitLayout(totals, bucket_bits, tuple(buckets), tuple(offsets), tuple(counts))
 
 

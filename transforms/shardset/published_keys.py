@@ -16,9 +16,10 @@ from transforms.example.codec import decode_example
 from transforms.example.scan import scan_example
 from transforms.tfrecord.framing import iter_records
 
-__all__ = ["KEY_FEATURE", "record_keys"]
+__all__ = ["KEY_FEATURE", "LABEL_FEATURE", "record_keys", "record_label"]
 
 KEY_FEATURE = "image/key/sha256"
+LABEL_FEATURE = "image/class/label"
 
 
 def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
@@ -42,3 +43,21 @@ def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
         kind, values = features.get(KEY_FEATURE, ("bytes", []))
         if kind == "bytes" and len(values) == 1:
             yield bytes(values[0]).decode("ascii", "replace")
+
+
+def record_label(data: bytes, where: str = "") -> int | tuple[int, ...] | None:
+    """A record's ``image/class/label``: its one value, its values (multi-label), or None.
+
+    Raises:
+        ShardsError: The record is not a ``tf.train.Example``.
+    """
+    features = scan_example(data, views=("image/encoded",))
+    if features is None:
+        try:
+            features = decode_example(data)
+        except ExampleError as err:
+            raise ShardsError(f"{where}: record is not an Example: {err}") from err
+    kind, values = features.get(LABEL_FEATURE, ("int64", []))
+    if kind != "int64" or not values:
+        return None
+    return int(values[0]) if len(values) == 1 else tuple(int(v) for v in values)

@@ -34,6 +34,7 @@ from transforms.shardset.shard_list import with_shard_list
 from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_lines, read_if_present
 from transforms.storage.folders import delete_tree, link_problem
 from transforms.storage.listing import list_folder
+from transforms.storage.journal import finish_interrupted
 from transforms.storage.lock import acquire_lock, release_lock
 from transforms.storage.paths import is_local
 from transforms.storage.writing import check_writable
@@ -41,7 +42,8 @@ from transforms.tfrecord.record_index import INDEX_DIR
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "folder_state",
            "read_manifest", "check_unlisted", "clear_staging", "staging_folder", "prepare_output",
-           "finish_output", "published_shards", "published_manifest", "check_replaced_splits"]
+           "finish_output", "published_shards", "published_shard_sizes", "published_manifest",
+           "check_replaced_splits"]
 
 STAGING_DIR = ".staging"
 _LOG = logging.getLogger(__name__)
@@ -211,7 +213,8 @@ def clear_staging(output_dir: str, run_id: str | None = None) -> None:
 def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     """Everything a publishing run does to its output folder before reading any input.
 
-    Checks the folder can be written, takes the lock, refuses shard-named files
+    Checks the folder can be written, takes the lock, finishes an append a
+    crash interrupted after its journal was written, refuses shard-named files
     this tool did not publish, and clears staging left by earlier attempts
     (no other run can be using it: the lock is this run's).
 
@@ -221,6 +224,7 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     check_output_dir(output_dir, policy.run_id)
     acquire_lock(output_dir, policy, job)
     try:
+        finish_interrupted(output_dir)  # an append a crash stopped half way is finished first
         check_unlisted(output_dir, policy)
         clear_staging(output_dir)
     except BaseException:
@@ -244,6 +248,16 @@ def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple
     manifest = read_manifest(output_dir, data)
     return ([(name, join_path(output_dir, shard.file)) for name, split in sorted(manifest.splits.items())
              for shard in split.shards], manifest.compression)
+
+
+def published_shard_sizes(output_dir: str) -> dict[str, tuple[int, ...]]:
+    """Split -> bytes of each of its published shards, in index order (an append's plan starts from it).
+
+    Raises:
+        ManifestError: The manifest or its shard list cannot be read.
+    """
+    manifest = read_manifest(output_dir)
+    return {name: tuple(shard.bytes for shard in split.shards) for name, split in sorted(manifest.splits.items())}
 
 
 def published_manifest(output_dir: str) -> Manifest | None:

@@ -13,8 +13,9 @@ labels.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from transforms.errors import ManifestError, PublishError
 from transforms.shardset.manifest import SHARDS_NAME, Manifest, ShardEntry, ShardsFile, SplitEntry
@@ -22,13 +23,17 @@ from transforms.shardset.naming import join_path, shard_file_name
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
 from transforms.shardset.staged import ShardListPart, ShardResult, part_ranges
 from transforms.storage.clients import close_written_file, naming_s3_errors
-from transforms.storage.files import exists, open_lines
+from transforms.storage.files import exists, open_for_read, open_lines
 from transforms.storage.output_folder import staging_folder
 from transforms.storage.writing import create, reporting_full_disk, shards_need, write_atomic, write_file
+from transforms.shardset.planning import SplitTotals, shard_of_offset
+from transforms.shardset.published_keys import record_label
+from transforms.tfrecord.compression import open_decompressed
+from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord.shard_writer import ShardWriter
 
-__all__ = ["write_shard", "write_shard_list_part", "write_shard_list"]
+__all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_records", "published_entries"]
 
 
 def write_shard(output_dir: str, key: tuple[str, int, int],
@@ -69,6 +74,32 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     return ShardResult(split, index, count, name, staged, staged_index, stats)
 
 
+def lead_records(output_dir: str, totals: SplitTotals, index: int,
+                 compression: str) -> Iterator[tuple[FramedRecord, int | tuple[int, ...] | None]]:
+    """The records of the merged published shard that begin shard ``index`` of an appended split.
+
+    The merged shard's records lie first on the split's byte line
+    (``planning.append_layout``); those whose midpoint falls in the planned
+    shard's share are yielded in their published order, framed, with their
+    label, their CRCs checked as they are read.
+    """
+    local = totals.planned_shard(index)
+    if totals.merged is None or local is None:
+        return
+    name = shard_file_name(totals.split, totals.merged, totals.published, compression)
+    path = join_path(output_dir, name)
+    start = 0
+    with open_for_read(path) as raw, naming_s3_errors(path):
+        for _, data in iter_records(open_decompressed(raw, compression), path):
+            size = len(data) + OVERHEAD
+            shard = shard_of_offset(start, size, totals.total_bytes, totals.num_shards)
+            start += size
+            if shard > local:
+                return
+            if shard == local:
+                yield FramedRecord(frame_record(data)), record_label(data, path)
+
+
 def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], output_dir: str,
                           run_id: str) -> ShardListPart:
     """Stages the shard-list lines of one part's written shards, in index order.
@@ -92,29 +123,58 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
     return ShardListPart(split, part, path, tuple(r.index for r in results), totals)
 
 
-def _kept_lines(output_dir: str, old: Manifest, split: str) -> Iterator[bytes]:
-    """The shard-list lines of a kept split, from the previous manifest (or its shard list)."""
+def published_entries(output_dir: str, old: Manifest, split: str) -> Iterator[tuple[int, ShardEntry]]:
+    """``(index, entry)`` of a published split's shards, with label counts, from the previous list."""
     if old.shards_file is None:  # a version-1 manifest: its shards are in memory
-        for index, entry in enumerate(old.splits[split].shards):
-            yield shard_line(split, index, entry)
+        yield from enumerate(old.splits[split].shards)
         return
     path = join_path(output_dir, old.shards_file.file)
     with open_lines(path) as lines:
         if lines is None:
-            raise PublishError(f"{path}, the shard list of the kept split {split!r}, is gone")
+            raise PublishError(f"{path}, the shard list of the published split {split!r}, is gone")
         index = 0
         try:
             for name, entry in read_shard_list(old, lines):  # read to the end: checked as a whole
                 if name == split:
-                    yield shard_line(split, index, entry)
+                    yield index, entry
                     index += 1
         except ManifestError as err:
             raise PublishError(f"cannot keep split {split!r}: {err}") from err
 
 
+def _kept_lines(output_dir: str, old: Manifest, split: str) -> Iterator[bytes]:
+    """The shard-list lines of a kept split, from the previous manifest (or its shard list)."""
+    for index, entry in published_entries(output_dir, old, split):
+        yield shard_line(split, index, entry)
+
+
+def _appended_lines(output_dir: str, old: Manifest, totals: SplitTotals, compression: str,
+                    parts: Mapping[tuple[str, int], ShardListPart],
+                    empty: Mapping[tuple[str, int], ShardEntry]) -> Iterator[bytes]:
+    """An appended split's lines: its published shards under their new names, and the staged ones."""
+    split = totals.split
+    published = ((index, entry) for index, entry in published_entries(output_dir, old, split)
+                 if index != totals.merged)
+    staged = _part_lines(split, totals.final_count, parts, empty,
+                         planned=lambda index: totals.planned_shard(index) is not None)
+    for index in range(totals.final_count):
+        if totals.planned_shard(index) is not None:
+            yield next(staged)
+            continue
+        number, entry = next(published)
+        if number != index:
+            raise PublishError(f"the shard list of split {split!r} lists shard {number} where {index} was expected")
+        name = shard_file_name(split, index, totals.final_count, compression)
+        yield shard_line(split, index, dataclasses.replace(entry, file=name))
+
+
 def _part_lines(split: str, count: int, parts: Mapping[tuple[str, int], ShardListPart],
-                empty: Mapping[tuple[str, int], ShardEntry]) -> Iterator[bytes]:
-    """A written split's lines: each part's staged lines, with the lines of empty shards put in place."""
+                empty: Mapping[tuple[str, int], ShardEntry],
+                planned: Callable[[int], bool] | None = None) -> Iterator[bytes]:
+    """A written split's lines: each part's staged lines, with the lines of empty shards put in place.
+
+    With ``planned``, only the shards it is true of (an appended split's new ones).
+    """
     for part, indexes in part_ranges(count):
         staged = parts.get((split, part))
         have = set(staged.indexes) if staged else set()
@@ -122,6 +182,8 @@ def _part_lines(split: str, count: int, parts: Mapping[tuple[str, int], ShardLis
             if staged and lines is None:
                 raise PublishError(f"staged shard-list part {staged.path} is gone")
             for index in indexes:
+                if planned is not None and not planned(index):
+                    continue
                 if index not in have:
                     yield shard_line(split, index, empty[(split, index)])
                     continue
@@ -134,8 +196,18 @@ def _part_lines(split: str, count: int, parts: Mapping[tuple[str, int], ShardLis
 def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEntry],
                      kept: Mapping[str, SplitEntry], old: Manifest | None,
                      parts: Mapping[tuple[str, int], ShardListPart],
-                     empty: Mapping[tuple[str, int], ShardEntry]) -> ShardsFile:
-    """Writes ``shards.jsonl`` line by line while hashing it; returns what ``manifest.json`` says of it."""
+                     empty: Mapping[tuple[str, int], ShardEntry],
+                     appended: Mapping[str, SplitTotals] | None = None, compression: str = "none",
+                     target: str | None = None) -> ShardsFile:
+    """Writes ``shards.jsonl`` line by line while hashing it; returns what ``manifest.json`` says of it.
+
+    Args:
+        appended: Appending: the plan of each split that new records joined
+            (its published shards are listed under their new names).
+        compression: The shards' compression (their names), with ``appended``.
+        target: Where to write it (default: ``shards.jsonl`` in the folder).
+    """
+    appended = appended or {}
     digest = LineDigest(SHARDS_NAME)
 
     def _published_before(name: str) -> bool:
@@ -152,10 +224,14 @@ def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEn
 
     def lines() -> Iterator[bytes]:
         for name in sorted(splits):
-            pieces = (_kept_lines(output_dir, old, name) if name in kept or _published_before(name)
-                      else _part_lines(name, splits[name].num_shards, parts, empty))
+            if name in appended:
+                pieces = _appended_lines(output_dir, old, appended[name], compression, parts, empty)
+            elif name in kept or _published_before(name):
+                pieces = _kept_lines(output_dir, old, name)
+            else:
+                pieces = _part_lines(name, splits[name].num_shards, parts, empty)
             for line in pieces:
                 yield digest.add(line)
 
-    write_atomic(join_path(output_dir, SHARDS_NAME), lines(), staging)
+    write_atomic(target or join_path(output_dir, SHARDS_NAME), lines(), staging)
     return digest.summary()

@@ -1,0 +1,92 @@
+"""A publish journal with renames still to do: carried out, by the run that wrote it or the next one.
+
+An append (``storage.publish_append``) stages every file of the new set, then
+writes the journal (``.publishing.json``, ``shardset.ownership.Journal``)
+listing the renames that make it the published set, ``manifest.json`` last,
+and the files to delete after. ``finish_journal`` carries them out and may be
+repeated: a rename whose source is gone was done. A crash while it runs
+leaves the journal; the next run into the folder finishes it
+(``finish_interrupted``) before it clears staging.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from transforms.errors import PublishError
+from transforms.shardset.manifest import MANIFEST_NAME
+from transforms.shardset.naming import join_path
+from transforms.shardset.ownership import JOURNAL_NAME, Journal, is_shard_named
+from transforms.storage.files import exists, read_if_present
+from transforms.storage.folders import delete_if_exists, make_folder, rename_files
+from transforms.tfrecord.record_index import INDEX_DIR
+
+__all__ = ["relative_name", "finish_journal", "finish_interrupted", "pending_manifest"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def relative_name(output_dir: str, path: str) -> str:
+    """A path in ``output_dir`` as a name relative to it."""
+    prefix = output_dir.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise PublishError(f"{path} is not in {output_dir}")
+    return path[len(prefix):]
+
+
+def finish_journal(output_dir: str, journal: Journal) -> None:
+    """Carries out a journal's renames and deletions; safe to repeat after a crash.
+
+    A rename whose source is gone was done (its target must be there); the
+    rest are done in the journal's order, ``manifest.json`` last.
+
+    Raises:
+        PublishError: A file to rename is gone and its target is not there.
+    """
+    pending = []
+    if any(target == MANIFEST_NAME and exists(join_path(output_dir, source)) for source, target in journal.moves):
+        delete_if_exists([join_path(output_dir, MANIFEST_NAME)])  # readers see no manifest until the new one
+    for source, target in journal.moves:
+        src, dst = join_path(output_dir, source), join_path(output_dir, target)
+        if exists(src):
+            pending.append((src, dst))
+        elif not exists(dst):
+            raise PublishError(f"{src} is gone and {dst} is not there: the publish of run "
+                               f"{journal.run_id} cannot be finished; rebuild the set")
+    metadata = [pair for pair in pending if not is_shard_named(relative_name(output_dir, pair[1]))]
+    shards = [pair for pair in pending if is_shard_named(relative_name(output_dir, pair[1]))]
+    if any(relative_name(output_dir, dst).startswith(INDEX_DIR + "/") for _, dst in shards):
+        make_folder(join_path(output_dir, INDEX_DIR))
+    if shards:
+        rename_files(shards)
+    for pair in metadata:  # in order: manifest.json last
+        rename_files([pair])
+    delete_if_exists([join_path(output_dir, name) for name in journal.remove])
+
+
+def finish_interrupted(output_dir: str) -> bool:
+    """Finishes the append a crash interrupted after its journal was written; True if there was one.
+
+    Called by a run holding the folder's lock, before anything else (before
+    staging, which holds the files still to rename, is cleared).
+    """
+    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
+    if data is None:
+        return False
+    journal = Journal.loads(data)
+    if not journal.moves:
+        return False
+    _LOG.warning("finishing the publish of run %s in %s, which was interrupted", journal.run_id, output_dir)
+    finish_journal(output_dir, journal)
+    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
+    return True
+
+
+def pending_manifest(output_dir: str) -> bytes | None:
+    """The manifest an interrupted append will publish (``finish_interrupted``), or None."""
+    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
+    if data is None:
+        return None
+    journal = Journal.loads(data)
+    staged = [source for source, target in journal.moves if target == MANIFEST_NAME]
+    return read_if_present(join_path(output_dir, staged[0])) if staged else None

@@ -1,0 +1,239 @@
+"""Publishing an append: new records join a published set whose shards stay as they are.
+
+``publish_append`` runs once, after every new shard is staged, in place of
+``publish.publish_shards`` for a run with ``PublishPolicy.append``:
+
+0. the same checks as any publish: the lock still holds this run, no link
+   stands where the tool's folders go, the splits this run does not touch are
+   still as listed;
+1. what the new set lists is worked out: each appended split keeps its
+   published shards at their indexes (renamed when the split's shard count
+   changes the ``-of-NNNNN`` part of their names; never rewritten), except
+   the merged one (``planning.append_layout``), whose records the run wrote
+   again with the new ones; new shards take the next indexes;
+2. every file of the new set that is not a shard (``dead_letters.jsonl``:
+   the set's earlier dead letters and this run's; ``labels.txt``;
+   ``shards.jsonl``; sidecars; ``manifest.json``) is written to the run's
+   staging folder;
+3. the journal (``.publishing.json``) lists every rename still to do (shards
+   and ``.idx`` files, then those files, ``manifest.json`` last) and the files
+   to delete after;
+4. the old ``manifest.json`` is deleted and the journal carried out
+   (``finish_journal``), then deleted.
+
+A crash before 3 leaves the set as it was. A crash after 3 leaves the
+journal: the next run into the folder carries it out before anything else
+(``storage.journal.finish_interrupted``), so the published set is never lost half renamed,
+and readers see the old manifest, none, or the new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from transforms.errors import PublishError
+from transforms.images.duplicates import in_appended_set
+from transforms.shardset.dead_letters import DeadLetter, rejection_problem
+from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
+                                          SplitCounts, SplitEntry)
+from transforms.shardset.naming import join_path, shard_file_name
+from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, files_to_remove,
+                                           kept_split_problem, kept_splits)
+from transforms.shardset.planning import SplitTotals
+from transforms.shardset.replacing import input_values, kept_built_from, split_inputs
+from transforms.shardset.staged import ShardListPart, ShardResult, StagedShard, parts_problem
+from transforms.storage.files import read_if_present
+from transforms.storage.folders import delete_if_exists, delete_tree
+from transforms.storage.journal import finish_journal, relative_name
+from transforms.storage.lock import check_lock
+from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
+from transforms.storage.shard_files import published_entries, write_shard, write_shard_list
+from transforms.storage.writing import write_atomic
+from transforms.tfrecord.record_index import index_name, index_names
+
+__all__ = ["publish_append", "REFUSED_NAME"]
+
+# A refused append leaves the set's dead_letters.jsonl as it is; its own go here.
+REFUSED_NAME = "dead_letters.refused_append.jsonl"
+
+_LOG = logging.getLogger(__name__)
+
+
+def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two ``images`` objects (or label counts) added key by key."""
+    out: dict[str, Any] = dict(a)
+    for key, value in b.items():
+        if isinstance(value, Mapping):
+            out[key] = _add_counts(out.get(key, {}), value)
+        else:
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+def _old_dead_letters(output_dir: str) -> bytes:
+    data = read_if_present(join_path(output_dir, DEAD_LETTERS_NAME))
+    return data or b""
+
+
+def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
+                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetter],
+                   labels: Sequence[str], inputs: int, compression: str,
+                   manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
+                   policy: PublishPolicy,
+                   sidecar_files: Callable[[Manifest], Mapping[str, bytes]] | None = None) -> Manifest:
+    """Publishes an append; see the module docstring for the order of steps.
+
+    Arguments are those of ``publish.publish_shards``; ``totals`` carry each
+    appended split's published shards (``SplitTotals.published``, ``merged``).
+
+    Raises:
+        PublishError: As ``publish_shards``, and when the folder holds no set to append to.
+    """
+    staging = staging_folder(output_dir, policy.run_id)
+    check_lock(output_dir, policy.run_id)
+    linked = check_own_folders(output_dir)
+    if linked:
+        raise PublishError(linked)
+    state = folder_state(output_dir)
+    old = state.manifest
+    if old is None:
+        delete_tree(staging)
+        raise PublishError(f"--append: {join_path(output_dir, MANIFEST_NAME)} is gone; nothing to append to")
+    written_splits = {t.split for t in totals}
+    kept = kept_splits(old, written_splits, policy)
+    for split in sorted(kept.values(), key=lambda s: s.name):
+        problem = kept_split_problem(split, state.present, old, compression, manifest_fields["feature_spec"])
+        if problem:
+            delete_tree(staging)
+            raise PublishError(problem)
+    by_split = {t.split: t for t in totals}
+    for t in totals:
+        listed = old.splits.get(t.split)
+        if t.published != (listed.num_shards if listed else 0):
+            delete_tree(staging)
+            raise PublishError(f"split {t.split!r} has {listed.num_shards if listed else 0} shards in "
+                               f"{output_dir}, not the {t.published} this run planned for: another run "
+                               "changed the set; append again")
+    staged: dict[tuple[str, int], StagedShard] = {}
+    for result in results:
+        staged[(result.split, result.index)] = StagedShard.of(result)
+    merged_records = {t.split: old.splits[t.split].shards[t.merged].records
+                      for t in totals if t.merged is not None}
+    written = sum(s.records for s in staged.values()) - sum(merged_records.values())
+    dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
+    # Inputs the set already holds are not bad inputs: appending a folder that grew is the usual case.
+    present = sum(1 for d in dead if in_appended_set(d))
+    if present == inputs and inputs:
+        delete_tree(staging)
+        raise PublishError(f"nothing to append: all {inputs} inputs are already in {output_dir} "
+                           "(same bytes); nothing was changed")
+    refused_path = join_path(output_dir, REFUSED_NAME)
+    refusal = (rejection_problem(inputs - present, written, [d for d in dead if not in_appended_set(d)],
+                                 refused_path, max_bad_fraction)
+               or parts_problem(parts, staged))
+    if refusal is not None:
+        delete_tree(staging)
+        write_atomic(refused_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"),
+                     join_path(output_dir, STAGING_DIR))
+        raise PublishError(refusal)
+
+    moves: list[tuple[str, str]] = []  # (from, to), full paths
+    keep: set[str] = set()
+    for split in kept.values():
+        for shard in split.shards:
+            keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
+    splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
+                                     for name, split in kept.items()}
+    empty: dict[tuple[str, int], ShardEntry] = {}
+    for t in sorted(totals, key=lambda t: t.split):
+        listed = old.splits.get(t.split)
+        label_counts = listed.label_counts() if listed else {}
+        if t.merged is not None:
+            merged_entry = next(e for i, e in published_entries(output_dir, old, t.split) if i == t.merged)
+            for label, count in merged_entry.label_counts.items():
+                label_counts[label] = label_counts.get(label, 0) - count
+        entries = []
+        for index in range(t.final_count):
+            final_name = shard_file_name(t.split, index, t.final_count, compression)
+            final = join_path(output_dir, final_name)
+            if t.planned_shard(index) is None:  # a published shard, kept as it is
+                shard = listed.shards[index]
+                if shard.file != final_name:
+                    moves.append((join_path(output_dir, shard.file), final))
+                    if compression == "none":
+                        index_file = next((n for n in index_names(shard.file) if n in state.present), None)
+                        if index_file is None:
+                            delete_tree(staging)
+                            raise PublishError(f"split {t.split!r}: the index of {shard.file} is missing: "
+                                               "rebuild the split, or append after verify_shards passes")
+                        moves.append((join_path(output_dir, index_file), index_name(final)))
+                keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
+                entries.append(ShardEntry(final_name, shard.records, shard.bytes, shard.sha256, {}))
+                continue
+            result = staged.get((t.split, index))
+            if result is None:  # a planned shard left empty: written so the set is complete
+                result = StagedShard.of(write_shard(output_dir, (t.split, index, t.final_count), [],
+                                                    compression, policy.run_id))
+                empty[(t.split, index)] = ShardEntry(result.file, result.records, result.bytes, result.sha256, {})
+            moves.append((result.staged, final))
+            if result.staged_index:
+                moves.append((result.staged_index, index_name(final)))
+                keep.add(index_name(result.file))
+            keep.add(result.file)
+            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+        for part in parts:
+            if part.split == t.split:
+                for label, count in part.label_counts.items():
+                    label_counts[label] = label_counts.get(label, 0) + count
+        label_counts = {label: count for label, count in label_counts.items() if count}
+        splits[t.split] = SplitEntry(t.split, entries, SplitCounts(
+            sum(e.records for e in entries), sum(e.bytes for e in entries), len(entries), label_counts))
+
+    # Everything but the shards goes to staging first; the journal then says how to finish.
+    def staged_copy(name: str) -> str:
+        return join_path(staging, f"{name}.next")
+
+    write_atomic(staged_copy(DEAD_LETTERS_NAME),
+                 [_old_dead_letters(output_dir), "".join(d.to_json() + "\n" for d in dead).encode("utf-8")],
+                 staging)
+    write_atomic(staged_copy(LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"), staging)
+    shards_file = write_shard_list(output_dir, staging, splits, kept, old, {(p.split, p.part): p for p in parts},
+                                   empty, appended=by_split, compression=compression,
+                                   target=staged_copy("shards.jsonl"))
+    inputs_given = input_values(manifest_fields["options"]) or ()
+    built_from = kept_built_from(old, kept)
+    for name in written_splits:
+        before = split_inputs(old, name) if name in old.splits else ()
+        built_from[name] = tuple(dict.fromkeys((*(before or ()), *inputs_given)))
+    manifest = Manifest(
+        created_by=manifest_fields["created_by"], options=manifest_fields["options"],
+        seed=manifest_fields["seed"], compression=compression,
+        feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
+        dead_letters=old.dead_letters + len(dead),
+        images=_add_counts(old.images, manifest_fields.get("images") or {}), shards_file=shards_file,
+        built_from=built_from, written_splits=sorted(written_splits),
+        appended={name: old.splits[name].records if name in old.splits else 0 for name in written_splits})
+    sidecars = sidecar_files(manifest) if sidecar_files else {}
+    metadata = [DEAD_LETTERS_NAME, LABELS_NAME, "shards.jsonl"]
+    for name, data in sorted(sidecars.items()):
+        if data is not None:
+            write_atomic(staged_copy(name), data, staging)
+            metadata.append(name)
+    write_atomic(staged_copy(MANIFEST_NAME), manifest.dumps(), staging)
+    metadata.append(MANIFEST_NAME)
+
+    renamed_away = {relative_name(output_dir, source) for source, _ in moves}
+    owned = state.owned()
+    stale = [name for name in files_to_remove(state.present, owned, keep, False) if name not in renamed_away]
+    stale += [name for name, data in sorted(sidecars.items()) if data is None]
+    journal = Journal(policy.run_id, tuple(sorted(owned | keep | set(stale))),
+                      moves=tuple((relative_name(output_dir, a), relative_name(output_dir, b)) for a, b in moves)
+                      + tuple((relative_name(output_dir, staged_copy(name)), name) for name in metadata),
+                      remove=tuple(stale))
+    check_lock(output_dir, policy.run_id)
+    write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
+    finish_journal(output_dir, journal)
+    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
+    delete_tree(join_path(output_dir, STAGING_DIR))
+    return manifest
