@@ -335,7 +335,7 @@ def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -
         if flag in old.options and old.options[flag] != own.get(flag):
             recorded = old.options[flag]
             raise UsageError(f"--append: the set in {shared.output_dir} was built with --{flag} {recorded}, "
-                             f"this run has {own.get(flag)}; one set has one encoding: pass --{flag} "
+                             f"this run has {own.get(flag)}; an append uses the set's settings: pass --{flag} "
                              f"{recorded}" if recorded not in (None, False) else
                              f"--append: the set in {shared.output_dir} was built without --{flag}; "
                              "leave it out")

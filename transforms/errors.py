@@ -70,3 +70,7 @@ class PlanError(ShardsError):
 
 class PublishError(ShardsError):
     """Publishing finished shards failed or was refused (e.g. too many bad inputs)."""
+
+
+class NothingToPublish(ShardsError):
+    """A run found nothing to change in its output folder (an append whose every input is already there)."""

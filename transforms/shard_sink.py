@@ -99,13 +99,13 @@ class _WriteShardFn(beam.DoFn):
         planned = sum(t.total_bytes for t in totals)
         written = progress.Tally(progress.RECORDS_WRITTEN, every=16)
         made = worker_threads.ordered_map(self._to_record, items, self._pool, self._window)
-        records = made
+        records = _counted(made, written)  # the progress report counts the run's own records
         if leads:  # appending: the merged published shard's records come first
             split_totals = next(t for t in totals if t.split == key[0])
             records = itertools.chain(lead_records(self._output_dir, split_totals, key[1], self._compression),
-                                      made)
+                                      records)
         try:
-            result = write_shard(self._output_dir, key, _counted(records, written),
+            result = write_shard(self._output_dir, key, records,
                                  self._compression, self._run_id, planned)
         finally:
             made.close()  # an error while writing: the records still being made are dropped

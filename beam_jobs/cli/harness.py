@@ -29,7 +29,7 @@ from beam_jobs.cli import logs
 from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, wants_beam_help,
                                 wants_help)
 from transforms import beam_compat
-from transforms.errors import ManifestError, ShardsError, UsageError
+from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.images.png_chunks import PNG_CHUNK_FIXES
 from transforms.progress.report import plural
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
@@ -46,7 +46,7 @@ __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
-    r"ManifestError|PlanError|PublishError): (.+)")
+    r"ManifestError|PlanError|PublishError|NothingToPublish): (.+)")
 
 
 _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
@@ -131,16 +131,21 @@ def _is_project_error(err: BaseException) -> bool:
     return isinstance(err, ShardsError) or bool(_PROJECT_ERROR.search(str(err)))
 
 
-def _is_usage_error(err: BaseException) -> bool:
-    """True if a pipeline failed on a ``UsageError``: a refusal a flag answers (``--replace``).
+def _raised(err: BaseException, kind: type[ShardsError]) -> bool:
+    """True if a pipeline failed on the project's error ``kind``.
 
     Runners wrap what a step raised in their own types; the project's error
     is then the last one named in the text (as ``error_lines`` reads it).
     """
     if isinstance(err, ShardsError):
-        return isinstance(err, UsageError)
+        return isinstance(err, kind)
     found = list(_PROJECT_ERROR.finditer(str(err)))
-    return bool(found) and found[-1].group(1) == "UsageError"
+    return bool(found) and found[-1].group(1) == kind.__name__
+
+
+def _is_usage_error(err: BaseException) -> bool:
+    """True if a pipeline failed on a ``UsageError``: a refusal a flag answers (``--replace``)."""
+    return _raised(err, UsageError)
 
 
 def report_failure(name: str, err: BaseException, settings: logs.LogSettings) -> None:
@@ -341,10 +346,12 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
     kept = {name for name, change in changes.items() if change.kind == "kept"}
     if manifest.written_splits is not None:  # kept splits' records were not this run's inputs
         kept |= set(manifest.splits) - set(manifest.written_splits)
-    written = sum(split.records for name, split in manifest.splits.items() if name not in kept)
+    written = sum(split.records - manifest.appended.get(name, 0)
+                  for name, split in manifest.splits.items() if name not in kept)
+    # An append's manifest counts the set's dead letters, earlier runs' too: this run's are the difference.
+    dead = manifest.dead_letters - (before.dead_letters if manifest.appended and before is not None else 0)
     lines = [f"Published {plural(written, 'record')} to {output_dir} in {seconds:.1f} s "
-             f"({plural(manifest.dead_letters, 'dead letter')}; written + dead-lettered = "
-             f"{written + manifest.dead_letters} inputs)"]
+             f"({plural(dead, 'dead letter')}; written + dead-lettered = {written + dead} inputs)"]
     lines += [f"  {line}" for line in map(change_line, changes.values()) if line]
     for name, split in sorted(manifest.splits.items()):
         sizes = [s.bytes for s in split.shards]
@@ -436,6 +443,9 @@ def run_job(name: str, argv: Sequence[str] | None,
                 if _is_usage_error(err):  # refused once the inputs were listed: as a bad flag
                     print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
                     return 2
+                if _raised(err, NothingToPublish):  # the folder already holds what the run would add
+                    print(error_lines(err)[0])
+                    return 0
                 report_failure(name, err, settings)
                 return 1
         finally:

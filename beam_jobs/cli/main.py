@@ -29,6 +29,7 @@ PROG = "tfrecord-shards"
 # subcommand -> (job module, one line about it)
 COMMANDS = {
     "build": ("beam_jobs.build_shards", "images and labels -> balanced, shuffled TFRecord shards"),
+    "append": ("beam_jobs.append_shards", "add new images to a published set, keeping its shards"),
     "plan": ("beam_jobs.plan_build", "what a build with the same flags would do; writes nothing"),
     "verify": ("beam_jobs.verify_shards", "check a shard set against its manifest, or any TFRecord files"),
     "reshard": ("beam_jobs.reshard", "regenerate any TFRecord files as balanced shards"),

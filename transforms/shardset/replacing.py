@@ -99,7 +99,8 @@ class SplitChange:
 
     Attributes:
         split: The split.
-        kind: ``replaced`` (published before, written again), ``kept`` (not
+        kind: ``replaced`` (published before, written again), ``appended``
+            (published before, records added: ``--append``), ``kept`` (not
             written, listed again) or ``removed`` (published before, gone).
         before: Its records before the run (None for a split that is new).
         after: Its records after the run (None for a removed split).
@@ -124,6 +125,8 @@ def split_changes(old: Manifest | None, new: Manifest) -> list[SplitChange]:
     for name, split in sorted(old.splits.items()):
         if name not in new.splits:
             changes.append(SplitChange(name, "removed", split.records, None))
+        elif name in new.appended:
+            changes.append(SplitChange(name, "appended", split.records, new.splits[name].records))
         elif name in written:
             changes.append(SplitChange(name, "replaced", split.records, new.splits[name].records))
         else:
@@ -133,6 +136,9 @@ def split_changes(old: Manifest | None, new: Manifest) -> list[SplitChange]:
 
 def change_line(change: SplitChange) -> str | None:
     """The summary line of a replaced or removed split (``replaced split train: 2715 -> 100 records``)."""
+    if change.kind == "appended":
+        return (f"appended to split {change.split}: {change.before} -> {plural(change.after, 'record')} "
+                f"(+{change.after - change.before})")
     if change.kind == "replaced":
         return f"replaced split {change.split}: {change.before} -> {plural(change.after, 'record')}"
     if change.kind == "removed":

@@ -32,8 +32,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from transforms.errors import PublishError
+from transforms.errors import NothingToPublish, PublishError
 from transforms.images.duplicates import in_appended_set
+from transforms.progress.report import plural
 from transforms.shardset.dead_letters import DeadLetter, rejection_problem
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
                                           SplitCounts, SplitEntry)
@@ -126,8 +127,8 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
     present = sum(1 for d in dead if in_appended_set(d))
     if present == inputs and inputs:
         delete_tree(staging)
-        raise PublishError(f"nothing to append: all {inputs} inputs are already in {output_dir} "
-                           "(same bytes); nothing was changed")
+        raise NothingToPublish(f"Nothing to append: all {plural(inputs, 'input')} are already in {output_dir} "
+                               "(same bytes); nothing was changed")
     refused_path = join_path(output_dir, REFUSED_NAME)
     refusal = (rejection_problem(inputs - present, written, [d for d in dead if not in_appended_set(d)],
                                  refused_path, max_bad_fraction)
