@@ -132,7 +132,8 @@ def make_config(options: PipelineOptions) -> PlanConfig:
     """
     shared = options.view_as(ShardingOptions)
     replace = shared.replace
-    shared.replace = True  # a split other inputs built: the plan says the build would refuse, and goes on
+    # A split other inputs built: the plan says the build would refuse, and goes on (--append takes no --replace).
+    shared.replace = not options.view_as(build_shards.BuildOptions).append
     try:
         cfg = build_shards.make_config(options)
     finally:
@@ -164,11 +165,13 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
         threads=build.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published = written = None
+    appending = build.policy.append
     if cfg.published_shards:
         published = p | "ReadPublished" >> ReadPublishedKeys(*cfg.published_shards)
-        written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
-                                          default_value=[])  # the splits this run writes to
-    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written)
+        if not appending:  # appending, every published image stays where it is
+            written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
+                                              default_value=[])  # the splits this run writes to
+    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
     seen = {"listed": listing.sources,  # SourceImage
             "records": distinct.main,  # ImageMeta a build would write
             "reads": surveyed[READS],  # ("read", bytes, exact)
@@ -202,7 +205,7 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
                      if state.manifest is not None else {})
         kept = kept_splits(state.manifest, written, build.policy)
         if published or problems:
-            change = folder_change(published, written, kept, problems)
+            change = folder_change(published, written, kept, problems, build.policy.append)
     notes = []
     if cfg.published_shards and change is not None and change.kept:
         notes.append("duplicates include copies of images published in the splits the build would keep "

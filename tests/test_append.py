@@ -269,3 +269,15 @@ def test_a_crash_while_publishing_is_finished_by_the_next_run(trees, tmp_path, c
     assert_only_shard_set(out)
     assert folder_bytes(out) == folder_bytes(reference)
     _verify(capsys, out)
+
+
+def test_plan_of_an_append(trees, published, capsys) -> None:
+    from beam_jobs import plan_build
+
+    state = tree_state(published)
+    capsys.readouterr()
+    status = plan_build.run(["--input", trees["day2"], "--output_dir", published, *FLAGS, "--append"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "appends to (its shards kept): train (24 -> ~36 records)" in out
+    assert tree_state(published) == state  # a plan writes nothing

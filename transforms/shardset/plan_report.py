@@ -234,6 +234,8 @@ class FolderChange:
         kept: Splits there now that the run keeps and lists again.
         dropped: Splits there now that the run removes (``--drop_other_splits``).
         problems: Why the build would refuse to start or to publish, one line each.
+        appending: The run appends (``--append``): ``replaced`` are the
+            splits it adds records to, keeping their shards.
     """
 
     published: Mapping[str, int]
@@ -242,10 +244,11 @@ class FolderChange:
     kept: tuple[str, ...]
     dropped: tuple[str, ...]
     problems: tuple[str, ...] = ()
+    appending: bool = False
 
 
 def folder_change(published: Mapping[str, int], written: Iterable[str], kept: Iterable[str],
-                  problems: Sequence[str] = ()) -> FolderChange:
+                  problems: Sequence[str] = (), appending: bool = False) -> FolderChange:
     """Compares the splits a run writes with those published in its output folder.
 
     Args:
@@ -253,11 +256,12 @@ def folder_change(published: Mapping[str, int], written: Iterable[str], kept: It
         written: The splits the run would write.
         kept: The published splits publishing would keep (``ownership.kept_splits``).
         problems: Why the build would refuse, as found by the caller.
+        appending: The run appends (``--append``).
     """
     written, kept = set(written), set(kept)
     return FolderChange(dict(published), tuple(sorted(written - set(published))),
                         tuple(sorted(written & set(published))), tuple(sorted(kept & set(published))),
-                        tuple(sorted(set(published) - written - kept)), tuple(problems))
+                        tuple(sorted(set(published) - written - kept)), tuple(problems), appending)
 
 
 def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manifest | None,
@@ -291,7 +295,7 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
         problems.append(f"its manifest.json cannot be read ({manifest_problem}), so its splits cannot "
                         "be kept; pass --drop_other_splits to replace the whole set")
     written = set(written)
-    replacing = None if policy.replace else replace_problem(output_dir, manifest, written, inputs)
+    replacing = None if policy.replace or policy.append else replace_problem(output_dir, manifest, written, inputs)
     if replacing:
         problems.append(replacing)
     kept = kept_splits(manifest, written, policy)
@@ -300,7 +304,7 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
         if problem:
             problems.append(problem)
             break  # publishing names the first
-    if kept and not problems and merge_labels(manifest.labels, labels) is None:
+    if kept and not problems and not policy.append and merge_labels(manifest.labels, labels) is None:
         problems.append(f"the classes of this run ({', '.join(labels) or 'none'}) and those of the kept "
                         f"splits {', '.join(sorted(kept))} ({', '.join(manifest.labels)}) give some index "
                         "two meanings; fix the class list (--class_names), rebuild those splits too, or "
@@ -407,7 +411,8 @@ class Plan:
                 "exists": self.output_exists,
                 "published": dict(self.change.published) if self.change else {},
                 "new": list(self.change.new) if self.change else sorted(self.splits),
-                "replaced": list(self.change.replaced) if self.change else [],
+                "replaced": list(self.change.replaced) if self.change and not self.change.appending else [],
+                **({"appended": list(self.change.replaced)} if self.change and self.change.appending else {}),
                 "kept": list(self.change.kept) if self.change else [],
                 "dropped": list(self.change.dropped) if self.change else [],
             },
@@ -477,7 +482,11 @@ class Plan:
         lines = [f"  output folder {self.output_dir}: holds a published set ({_counts(change.published)} records)"]
         if change.new:
             lines.append(f"    gains: {', '.join(f'{s} (~{self.splits[s].records})' for s in change.new)}")
-        if change.replaced:
+        if change.replaced and change.appending:
+            lines.append("    appends to (its shards kept): " + ", ".join(
+                f"{s} ({change.published[s]} -> ~{change.published[s] + self.splits[s].records} records)"
+                for s in change.replaced))
+        elif change.replaced:
             lines.append("    replaces: " + ", ".join(
                 f"{s} ({change.published[s]} -> ~{self.splits[s].records} records)" for s in change.replaced))
         lines.append("    keeps: " + (", ".join(f"{s} ({change.published[s]} records)" for s in change.kept)
