@@ -87,6 +87,12 @@ class FaultProxy:
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _handle(self, client: socket.socket) -> None:
+        try:
+            self._serve(client)
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # a client gave up on a connection (its retry opens another): that connection ends here
+
+    def _serve(self, client: socket.socket) -> None:
         with client:
             head, rest = self._read_head(client)
             if head is None:
