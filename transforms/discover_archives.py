@@ -123,7 +123,7 @@ class _StartArchiveFn(beam.DoFn):
                     yield member.name
 
         with open_for_read(path) as fh, naming_s3_errors(path):
-            layout = self._layout(paths(tar_members(fh, stream=kind == TGZ)))
+            layout = self._layout(paths(_up_to_damage(tar_members(fh, stream=kind == TGZ))))
         if shards[0] and kind == TAR and not inner:
             yield ArchivePart(path, WEBDATASET)
             return
@@ -151,6 +151,15 @@ class _StartArchiveFn(beam.DoFn):
             if rows >= ROWS_PER_PART or group == meta.num_row_groups - 1:
                 yield ArchivePart(path, PARQUET, start, group + 1, first)
                 start, first, rows = group + 1, first + rows, 0
+
+
+def _up_to_damage(members):
+    """The members of a tar up to where it is damaged: its listing part meets the damage again and
+    reports it as that part's dead letter, after the members before it."""
+    try:
+        yield from members
+    except ImageError:
+        return
 
 
 def _shards_of(pattern: str) -> list[str]:
