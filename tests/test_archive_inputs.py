@@ -332,3 +332,21 @@ def test_read_member_refuses_a_truncated_tar_member(tree, tmp_path):
     os.truncate(path, member.offset + 10)
     with pytest.raises(ImageError, match="archive ends inside the member"):
         read_member(ref, 1 << 20)
+
+
+def test_plan_lists_each_kind_of_input(tree, tmp_path, capsys):
+    from beam_jobs import plan_build
+
+    tar = make_tar_of_tars(tree, str(tmp_path / "train.tar"))
+    shards = make_shards(tree, str(tmp_path / "shards"))
+    rows = make_parquet(tree, str(tmp_path / "rows.parquet"))
+    capsys.readouterr()
+    status = plan_build.run(["--input", tar, "--input", shards, "--input", rows, "--input", tree,
+                             "--output_dir", str(tmp_path / "out"), "--class_names", ",".join(CLASSES),
+                             "--plan_json", str(tmp_path / "plan.json")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "    from: 18 Parquet rows, 18 WebDataset samples, 18 files, 18 tar members" in out, out
+    import json
+    kinds = json.loads(open(tmp_path / "plan.json").read())["found"]["kinds"]
+    assert kinds == {"Parquet row": 18, "WebDataset sample": 18, "file": 18, "tar member": 18}

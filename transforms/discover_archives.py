@@ -15,7 +15,7 @@ from typing import NamedTuple, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, ZIP, ContainerRules, MemberRef,
+from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
                                          archive_kind, is_shard_pattern, label_path, listed_member,
                                          member_entry)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
@@ -33,7 +33,6 @@ from transforms.storage.listing import match_files
 
 __all__ = ["ListArchives", "ArchivePart"]
 
-WEBDATASET = "webdataset"
 # Rows of a Parquet file listed as one part (whole row groups: at least one).
 ROWS_PER_PART = 20_000
 _PARTS = "parts"

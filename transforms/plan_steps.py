@@ -23,6 +23,7 @@ from transforms import worker_threads
 from transforms.images.listing_facts import ListingFacts
 from transforms.storage.files import STORAGE_ERRORS
 from transforms.storage.writing import write_file
+from transforms.archives.members import input_kind
 from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_input
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ImageError
@@ -165,7 +166,7 @@ class SurveyImages(beam.PTransform):
 
 
 def _found(source: SourceImage) -> tuple:
-    return ("found", source.split, source.label)
+    return ("found", source.split, source.label, input_kind(source))
 
 
 def _rejected(dead: DeadLetter) -> tuple:

@@ -20,11 +20,14 @@ from transforms.images.inputs import LabelRules, is_hidden, shown_name, tree_ent
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
-__all__ = ["ContainerRules", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "MemberRef", "archive_kind", "is_container_input",
+__all__ = ["ContainerRules", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET", "input_kind", "MemberRef", "archive_kind", "is_container_input",
            "is_shard_pattern", "member_name", "label_path", "member_entry", "listed_member"]
 
 SEPARATOR = "!"
-TAR, TGZ, ZIP, PARQUET = "tar", "tgz", "zip", "parquet"
+TAR, TGZ, ZIP, PARQUET, WEBDATASET = "tar", "tgz", "zip", "parquet", "webdataset"
+# What one input of each kind is called in reports (``input_kind``).
+_INPUT_KINDS = {TAR: "tar member", TGZ: ".tar.gz member", ZIP: "zip member", PARQUET: "Parquet row",
+                WEBDATASET: "WebDataset sample"}
 _SUFFIXES = ((".tar.gz", TGZ), (".tgz", TGZ), (".tar", TAR), (".zip", ZIP), (".parquet", PARQUET))
 _PATTERN_CHARS = "*?[{"
 
@@ -34,7 +37,8 @@ class MemberRef(NamedTuple):
 
     Attributes:
         container: The file holding it (path or URI).
-        kind: ``tar``, ``zip``, ``tgz`` or ``parquet``.
+        kind: ``tar``, ``zip``, ``tgz``, ``parquet`` or ``webdataset`` (a sample's
+            image, read as a tar member).
         offset: ``tar``: offset of its bytes in the file; ``zip``: offset of its
             local header; ``tgz``: offset of its bytes in the decompressed
             stream; ``parquet``: its row group.
@@ -83,6 +87,13 @@ def label_path(member: str) -> str:
     parts = member.split(SEPARATOR)
     folders = [part[:-len(".tar")] if part.lower().endswith(".tar") else part for part in parts[:-1]]
     return "/".join(folders + parts[-1:])
+
+
+def input_kind(source: SourceImage) -> str:
+    """What kind of input a listed input is: ``file``, ``manifest row``, ``tar member``, ``Parquet row``, ..."""
+    if source.member is not None:
+        return _INPUT_KINDS.get(source.member.kind, source.member.kind)
+    return "manifest row" if source.origin else "file"
 
 
 def listed_member(name: str) -> bool:

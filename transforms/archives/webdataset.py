@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
-from transforms.archives.members import MemberRef, member_name
+from transforms.archives.members import WEBDATASET, MemberRef, member_name
 from transforms.archives.tar_index import TarMember
 from transforms.example.features import FeatureValueError, ManifestTyping
 from transforms.images.annotations import row_annotations
@@ -138,7 +138,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
                           f"sample has no {'/'.join(IMAGE_EXTENSIONS)} member (its members: {shown})")
     image = sample.members[ext]
     name = shown_name(member_name(shard, image.name))
-    ref = MemberRef(shard, "tar", image.offset, image.size, image.size)
+    ref = MemberRef(shard, WEBDATASET, image.offset, image.size, image.size)
     labels, features, objects, split = None, (), None, ""
     for label_ext in LABEL_EXTENSIONS:
         member = sample.members.get(label_ext)

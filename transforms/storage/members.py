@@ -18,7 +18,7 @@ import collections
 import gzip
 import threading
 
-from transforms.archives.members import PARQUET, TAR, TGZ, ZIP, MemberRef
+from transforms.archives.members import PARQUET, TAR, TGZ, WEBDATASET, ZIP, MemberRef
 from transforms.archives.parquet_rows import image_bytes, image_column, open_parquet
 from transforms.archives.zip_index import local_span, member_bytes
 from transforms.errors import ImageError
@@ -45,7 +45,7 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
     if ref.length > max_bytes:
         raise ImageError("too_large", f"archive member has {ref.length} bytes, over --max_image_mb "
                                       f"({max_bytes / _MIB:g} MiB); not read")
-    if ref.kind == TAR:
+    if ref.kind in (TAR, WEBDATASET):
         data = _RANGES.read(ref.container, ref.offset, ref.size)
     elif ref.kind == ZIP:
         raw = _RANGES.read(ref.container, ref.offset, local_span(ref.size))
