@@ -32,7 +32,7 @@ from transforms.images.records import IMAGE_MODES, EncodeSettings, image_count_k
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
 from transforms.images.inputs import (LAYOUTS, FolderTask, LabelRules, check_label, check_manifest_head,
                                       is_manifest_path)
-from transforms.archives.members import PARQUET, ContainerRules, archive_kind, is_container_input, is_shard_pattern
+from transforms.archives.members import PARQUET, TAR, ZIP, ContainerRules, archive_kind, is_container_input, is_shard_pattern
 from transforms.archives.parquet_rows import (DEFAULT_IMAGE_COLUMN, DEFAULT_LABEL_COLUMN, class_names_of,
                                               columns_problem, open_parquet)
 from transforms.archives.webdataset import expand_braces
@@ -338,8 +338,12 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(shared.output_dir, shared.input,
                               lambda: _unsplit_splits(shared.input, layouts, rules))
-    size = None if dataflow_dry_run(options) else local_bytes_at_least(
-        shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
+    # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
+    # WebDataset patterns do not.
+    archives = [path for path in shared.input if is_container_input(path)]
+    counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path) for path in archives)
+    size = None if dataflow_dry_run(options) or not counted else local_bytes_at_least(
+        [path for path in shared.input if path not in archives], beam_compat.AUTO_WORKERS_MIN_BYTES, archives)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",

@@ -350,3 +350,56 @@ def test_plan_lists_each_kind_of_input(tree, tmp_path, capsys):
     import json
     kinds = json.loads(open(tmp_path / "plan.json").read())["found"]["kinds"]
     assert kinds == {"Parquet row": 18, "WebDataset sample": 18, "file": 18, "tar member": 18}
+
+
+def test_a_tar_whose_name_holds_a_bracket_is_an_archive_not_a_pattern(tree, tmp_path, capsys):
+    source = make_tar(tree, str(tmp_path / "photos[1].tar"))
+    out = str(tmp_path / "out")
+    status, _, err = run_build(capsys, "--input", source, "--output_dir", out, "--max_bad_fraction", "0.5")
+    assert status == 0, err
+    assert len(_records(out)) == 15
+    assert f"{source}!daisy/cut.jpg" in [d["path"] for d in dead_letters(out)]
+
+
+def test_local_archives_count_toward_the_size_that_chooses_workers(tree, tmp_path):
+    from transforms.storage.listing import local_bytes_at_least
+
+    source = make_tar(tree, str(tmp_path / "a.tar"))
+    size = os.path.getsize(source)
+    assert local_bytes_at_least([], 1 << 40, [source]) == size
+    assert local_bytes_at_least([tree], 1 << 40, [source]) > size
+    assert local_bytes_at_least([], 1 << 40, ["s3://bucket/a.tar"]) is None
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_tar_headers_are_read_as_tarfile_reads_them(fmt, tmp_path):
+    path = tmp_path / "t.tar"
+    deep = "/".join(["folder" * 3] * 6) + "/" + "n" * 90 + ".jpg"  # over 100 bytes: prefix, L or pax
+    with tarfile.open(path, "w", format=fmt) as archive:
+        for name, data in (("a.jpg", b"x" * 700), ("classes/café/ü.png", b"y" * 512), (deep, b""),
+                           ("z" * 96 + ".jpg", b"z")):
+            add_bytes(archive, name, data)
+        folder = tarfile.TarInfo("classes/")
+        folder.type = tarfile.DIRTYPE
+        archive.addfile(folder)
+        link = tarfile.TarInfo("classes/link.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, "a.jpg"
+        archive.addfile(link)
+    with tarfile.open(path) as archive:
+        expected = [(m.name + ("/" if m.isdir() else ""), m.offset_data, m.size, m.isfile()) for m in archive]
+    with open(path, "rb") as fh:
+        assert [tuple(m) for m in tar_members(fh)] == expected
+    assert len(expected) == 6 and expected[2][0] == deep
+
+
+def test_a_tar_header_with_a_wrong_checksum_is_damage_naming_the_member_before(tmp_path):
+    path = tmp_path / "t.tar"
+    with tarfile.open(path, "w") as archive:
+        add_bytes(archive, "a.jpg", b"x" * 10)
+        add_bytes(archive, "b.jpg", b"y" * 10)
+    data = bytearray(path.read_bytes())
+    data[1024 + 5] ^= 0xFF  # the second header's name
+    with pytest.raises(ImageError, match="after member 'a.jpg': header checksum"):
+        list(tar_members(io.BytesIO(bytes(data))))
+    with pytest.raises(ImageError, match="not a tar"):
+        list(tar_members(io.BytesIO(b"PK\3\4 not a tar")))

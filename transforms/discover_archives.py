@@ -44,7 +44,7 @@ class ArchivePart(NamedTuple):
 
     Attributes:
         container: The file (path or URI).
-        kind: ``tar``, ``tgz``, ``zip``, ``parquet`` or ``webdataset`` (a shard).
+        kind: ``tar``, ``zip``, ``parquet`` or ``webdataset`` (a shard).
         start: An inner tar: offset of its bytes; Parquet: the first row group.
         size: An inner tar: its bytes; Parquet: the row group after the last.
         first_row: Parquet: the row number of the first row.
@@ -68,7 +68,8 @@ def _dead(where: str, err: Exception) -> DeadLetter:
 
 
 class _StartArchiveFn(beam.DoFn):
-    """Container input -> its parts (_PARTS), or the dead letter (main) of one that cannot be read."""
+    """Container input -> its parts (_PARTS); the dead letter (main) of one that cannot be read, and the
+    entries (main) of a ``.tar.gz``, listed here."""
 
     def __init__(self, rules: LabelRules, containers: ContainerRules) -> None:
         self._rules = rules
@@ -76,15 +77,16 @@ class _StartArchiveFn(beam.DoFn):
 
     def process(self, path: str):
         try:
-            if is_shard_pattern(path):
-                for shard in _shards_of(path):
+            shards = _shards_of(path) if is_shard_pattern(path) else [path]
+            if shards != [path]:  # a pattern, not a tar whose name holds [ or *
+                for shard in shards:
                     yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
                 return
             kind = archive_kind(path)
             parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
-                     else self._tar(path, kind))
-            for part in parts:
-                yield part if isinstance(part, DeadLetter) else beam.pvalue.TaggedOutput(_PARTS, part)
+                     else self._stream(path) if kind == TGZ else self._tar(path))
+            for part in parts:  # or an entry of a .tar.gz
+                yield beam.pvalue.TaggedOutput(_PARTS, part) if isinstance(part, ArchivePart) else part
         except (*STORAGE_ERRORS, ImageError, PlanError) as err:
             yield _dead(path, err)
 
@@ -101,7 +103,8 @@ class _StartArchiveFn(beam.DoFn):
                 levels, batch = merge_levels((levels, levels_of_paths(batch))), []
         return layout_of_levels(merge_levels((levels, levels_of_paths(batch))))
 
-    def _tar(self, path: str, kind: str):
+    def _tar(self, path: str):
+        """A tar's parts: its own members and each inner tar, or the whole tar as a WebDataset shard."""
         inner: list[ArchivePart] = []
         shards = [False]
 
@@ -115,20 +118,40 @@ class _StartArchiveFn(beam.DoFn):
                 key = stem
                 exts.add(ext)
                 shards[0] |= bool(exts & set(LABEL_EXTENSIONS)) and bool(exts & set(IMAGE_EXTENSIONS))
-                if kind == TAR and member.is_file and is_inner_tar(member.name):
+                if member.is_file and is_inner_tar(member.name):
                     inner.append(ArchivePart(path, TAR, member.offset, member.size, 0, member.name + SEPARATOR))
                     yield label_path(member.name + SEPARATOR + "x")
                 else:
                     yield member.name
 
         with open_for_read(path) as fh, naming_s3_errors(path):
-            layout = self._layout(paths(_up_to_damage(tar_members(fh, stream=kind == TGZ))))
-        if shards[0] and kind == TAR and not inner:
+            layout = self._layout(paths(_up_to_damage(tar_members(fh))))
+        if shards[0] and not inner:
             yield ArchivePart(path, WEBDATASET)
             return
-        yield ArchivePart(path, kind, layout=layout)
+        yield ArchivePart(path, TAR, layout=layout)
         for part in inner:
             yield part._replace(layout=layout)
+
+    def _stream(self, path: str):
+        """A ``.tar.gz``'s members, listed here in one streaming pass (it cannot be cut into parts).
+
+        Their names, offsets and sizes are held until the pass has shown the
+        layout; a damaged stream gives the members before the damage and its
+        dead letter.
+        """
+        members, damage = [], None
+        with open_for_read(path) as fh, naming_s3_errors(path):
+            try:
+                members.extend(m for m in tar_members(fh, stream=True) if listed_member(m.name))
+            except ImageError as err:
+                damage = _dead(path, err)
+        layout = self._layout(m.name for m in members)
+        for member in members:
+            ref = MemberRef(path, TGZ, member.offset, member.size, member.size) if member.is_file else None
+            yield member_entry(path, member.name, ref, layout, self._rules)
+        if damage is not None:
+            yield damage
 
     def _zip(self, path: str):
         with open_for_read(path) as fh, naming_s3_errors(path):
@@ -207,11 +230,11 @@ class _ListPartFn(beam.DoFn):
     def _tar(self, part: ArchivePart, fh):
         inner = bool(part.prefix)
         source = Window(fh, part.start, part.size) if inner else fh
-        for member in tar_members(source, stream=part.kind == TGZ, base=part.start if inner else 0):
+        for member in tar_members(source, base=part.start if inner else 0):
             if not listed_member(member.name):
                 self._hidden.inc(not member.name.endswith("/") and bool(member.name))
                 continue
-            if not inner and part.kind == TAR and member.is_file and is_inner_tar(member.name):
+            if not inner and member.is_file and is_inner_tar(member.name):
                 continue  # a part of its own
             ref = MemberRef(part.container, part.kind, member.offset, member.size, member.size) \
                 if member.is_file else None
@@ -269,8 +292,8 @@ class ListArchives(beam.PTransform):
         started = (pbegin
                    | "CreateArchiveInputs" >> beam.Create(self._inputs)
                    | "StartArchives" >> beam.ParDo(_StartArchiveFn(self._rules, self._containers)).with_outputs(
-                       _PARTS, main="dead"))  # ArchivePart; DeadLetter of an unreadable input
+                       _PARTS, main="entries"))  # ArchivePart; DeadLetter, .tar.gz members
         listed = (started[_PARTS]
                   | "SpreadArchiveParts" >> beam.Reshuffle()
                   | "ListArchiveParts" >> beam.ParDo(_ListPartFn(self._rules, self._containers)))
-        return (started.dead, listed) | "AllArchiveMembers" >> beam.Flatten()
+        return (started.entries, listed) | "AllArchiveMembers" >> beam.Flatten()

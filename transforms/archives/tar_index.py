@@ -1,10 +1,12 @@
 """The members of a tar with their byte offsets: the index pass of a tar input.
 
-``tar_members`` walks a tar's headers with the standard ``tarfile`` module
-(GNU long names, pax headers), seeking over each member's bytes, and forgets
-each header once given out, so memory does not grow with the archive. A
-``.tar.gz`` is walked as one stream (it cannot be seeked); its members'
-offsets are then offsets in the decompressed stream. ``Window`` makes a
+``tar_members`` walks a tar's 512-byte headers itself (ustar, GNU long
+names, pax ``path`` and ``size`` records, base-256 sizes; checked against the
+``tarfile`` module's reading in the tests), one read per header, seeking
+over each member's bytes and keeping nothing, so memory does not grow with
+the archive (``tarfile`` parses a header several times slower and keeps every
+one). A ``.tar.gz`` is walked as one stream with ``tarfile`` (it cannot be
+seeked); its members' offsets are then offsets in the decompressed stream. ``Window`` makes a
 byte range of a file look like a file, so that an inner tar (ImageNet's tar
 of class tars) is walked in place, its members' offsets made absolute.
 """
@@ -90,9 +92,12 @@ def tar_members(fh: BinaryIO, stream: bool = False, base: int = 0) -> Iterator[T
         ImageError: ``unreadable``, the archive is not a tar or is damaged
             (the message names the last member read).
     """
+    if not stream:
+        yield from _walk(fh, base)
+        return
     last = None
     try:
-        archive = tarfile.open(fileobj=fh, mode="r|gz" if stream else "r:")
+        archive = tarfile.open(fileobj=fh, mode="r|gz")
         while True:
             info = archive.next()
             if info is None:
@@ -106,3 +111,92 @@ def tar_members(fh: BinaryIO, stream: bool = False, base: int = 0) -> Iterator[T
     except (tarfile.TarError, EOFError, OSError, ValueError) as err:
         where = f" after member {last!r}" if last is not None else ""
         raise ImageError("unreadable", f"archive cannot be read{where}: {type(err).__name__}: {err}") from err
+
+
+_BLOCK = 512
+_REGULAR = (b"0", b"\0", b"7")  # a file; "7": contiguous, read as a file
+_GNU_MAGIC = b"ustar  \0"
+
+
+def _number(field: bytes) -> int:
+    """An octal (or GNU base-256) number field of a header."""
+    if field[:1] and field[0] & 0x80:
+        value = int.from_bytes(field, "big")
+        return value - (1 << (8 * len(field))) if field[0] & 0x40 else value & ~(0x80 << (8 * (len(field) - 1)))
+    text = field.split(b"\0", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def _text(field: bytes) -> str:
+    return field.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    """The records of a pax extended header: ``LEN key=value\n`` each."""
+    records, at = {}, 0
+    while at < len(data):
+        space = data.find(b" ", at)
+        if space < 0:
+            if data[at:].strip(b"\0"):
+                raise ValueError("pax header is damaged")
+            break
+        length = int(data[at:space])
+        if length <= 0:
+            raise ValueError("pax record of length 0")
+        key, _, value = data[space + 1:at + length - 1].partition(b"=")
+        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        at += length
+    return records
+
+
+def _walk(fh: BinaryIO, base: int) -> Iterator[TarMember]:
+    """``tar_members`` of a seekable tar: one read per header, the members' bytes seeked over."""
+    at, last = 0, None
+    name = size = None  # from a GNU long-name or pax header, for the next member
+    while True:
+        fh.seek(at)
+        header = fh.read(_BLOCK)
+        if len(header) < _BLOCK or header == bytes(_BLOCK):
+            if 0 < len(header) < _BLOCK:
+                raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends inside "
+                                               "a header" if last is not None else "archive is not a tar: too short")
+            if name is not None or size is not None:
+                raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends after a "
+                                               "long-name or pax header")
+            if not header and at:
+                fh.seek(at - 1)
+                if not fh.read(1):
+                    raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends "
+                                                   "inside that member")
+            return
+        try:
+            stored = sum(header[:148]) + 8 * 32 + sum(header[156:])
+            if _number(header[148:156]) != stored:
+                raise ValueError("header checksum does not match")
+            kind = header[156:157]
+            length = _number(header[124:136])
+            data_at = at + _BLOCK
+            if kind in (b"L", b"x", b"g"):
+                fh.seek(data_at)
+                data = fh.read(length)
+                if kind == b"L":
+                    name = _text(data)
+                elif kind == b"x":
+                    records = _pax(data)
+                    name = records.get("path", name)
+                    size = int(records["size"]) if "size" in records else size
+            else:
+                own = _text(header[:100])
+                if header[257:265] != _GNU_MAGIC and header[257:262] == b"ustar" and header[345:346] != b"\0":
+                    own = _text(header[345:500]) + "/" + own
+                length = length if size is None else size
+                full = member_path(name if name is not None else own)
+                if kind == b"5":
+                    full = full.rstrip("/") + "/"
+                last = full
+                yield TarMember(full, base + data_at, length, kind in _REGULAR)
+                name = size = None
+        except ValueError as err:
+            where = f"after member {last!r}" if last is not None else "at its start"
+            raise ImageError("unreadable", f"archive cannot be read {where}: {err}") from err
+        at = data_at + (length + _BLOCK - 1) // _BLOCK * _BLOCK
