@@ -32,7 +32,8 @@ from transforms.images.records import IMAGE_MODES, EncodeSettings, image_count_k
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
 from transforms.images.inputs import (LAYOUTS, FolderTask, LabelRules, check_label, check_manifest_head,
                                       is_manifest_path)
-from transforms.archives.members import PARQUET, TAR, ZIP, ContainerRules, archive_kind, is_container_input, is_shard_pattern
+from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
+                                         is_container_input, is_shard_pattern)
 from transforms.archives.parquet_rows import (DEFAULT_IMAGE_COLUMN, DEFAULT_LABEL_COLUMN, class_names_of,
                                               columns_problem, open_parquet)
 from transforms.archives.webdataset import expand_braces
@@ -172,11 +173,14 @@ def _input_problem(path: str) -> str | None:
             return f"--input {err}"
         # The first shard (or the first pattern's files) must be there; a later missing shard is its
         # own dead letter.
-        if not match_files(names[:1])[0]:
+        found = match_files(names[:1])[0]
+        if not found:
             return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
-        return None
+        return _archive_problem(found[0].path, TAR)
     if is_container_input(path):
-        return None if exists(path) else f"--input {path} does not exist"
+        if not exists(path):
+            return f"--input {path} does not exist"
+        return None if archive_kind(path) == PARQUET else _archive_problem(path, archive_kind(path))
     # Object stores have no folder objects, only keys below the prefix.
     if has_files_below(path):
         return None
@@ -191,6 +195,16 @@ def _input_problem(path: str) -> str | None:
     return (f"--input {path} is a file; --input must be a folder of class (or split) folders, "
             "a .csv/.jsonl/COCO .json manifest listing the images, a .tar/.tar.gz/.tgz/.zip archive, "
             "WebDataset shards or a .parquet file")
+
+
+def _archive_problem(path: str, kind: str) -> str | None:
+    """Why an archive cannot be read at all (``container_problem``: its first header or its end), or None."""
+    try:
+        with open_for_read(path) as fh:
+            problem = container_problem(fh, kind)
+    except OSError as err:
+        return f"--input {path} cannot be read: {type(err).__name__}: {err}"
+    return f"--input {path}: {problem}" if problem else None
 
 
 def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:

@@ -12,10 +12,10 @@ RSS, and the bytes the process wrote to disk (``/proc/self/io``
 ``write_bytes``, read by the child as it ends: the shards, run files and
 manifest, and any copy of the archive it would make).
 
-Prints a Markdown table of medians: per input, whole-process seconds, the
-ratio to the folder build, the marginal seconds per added GB (full less
-quarter), its ratio to the folder's, peak RSS at both sizes, and MB written
-per MB of input; then one JSON line with every run.
+Prints a Markdown table of medians: per input, whole-process wall and CPU
+seconds and the marginal ones per added GB (full less quarter), each with its
+ratio to the folder build's, peak RSS at both sizes, and MB written per MB of
+input; then one JSON line with every run.
 """
 
 from __future__ import annotations
@@ -138,16 +138,19 @@ def table(result: dict) -> str:
     def med(kind: str, size: str, key: str) -> float:
         return statistics.median(r[key] for r in result["runs"] if r["kind"] == kind and r["size"] == size)
 
-    base_whole = med("folder", "full", "seconds")
-    base_marginal = (base_whole - med("folder", "quarter", "seconds")) / gb
-    lines = ["| input | records | whole s | x folder | s per added GB | x folder | CPU s | peak RSS quarter / full | "
-             "MB written per MB in |", "|---|---|---|---|---|---|---|---|---|"]
+    def figures(kind: str) -> dict[str, float]:
+        return {"wall": med(kind, "full", "seconds"), "cpu": med(kind, "full", "cpu"),
+                "wall_gb": (med(kind, "full", "seconds") - med(kind, "quarter", "seconds")) / gb,
+                "cpu_gb": (med(kind, "full", "cpu") - med(kind, "quarter", "cpu")) / gb}
+
+    base = figures("folder")
+    lines = ["| input | records | wall s (x folder) | CPU s (x folder) | wall s per added GB (x folder) | "
+             "CPU s per added GB (x folder) | peak RSS quarter / full | MB written per MB in |",
+             "|---|---|---|---|---|---|---|---|"]
     for kind in KINDS:
-        whole = med(kind, "full", "seconds")
-        marginal = (whole - med(kind, "quarter", "seconds")) / gb
-        records = med(kind, "full", "records")
-        lines.append(f"| {kind} | {records:.0f} | {whole:.1f} | {whole / base_whole:.2f} | {marginal:.1f} | "
-                     f"{marginal / base_marginal:.2f} | {med(kind, 'full', 'cpu'):.1f} | "
+        f = figures(kind)
+        cells = [f"{f[key]:.2f} ({f[key] / base[key]:.2f})" for key in ("wall", "cpu", "wall_gb", "cpu_gb")]
+        lines.append(f"| {kind} | {med(kind, 'full', 'records'):.0f} | " + " | ".join(cells) + " | "
                      f"{med(kind, 'quarter', 'rss') / 2**20:.0f} / {med(kind, 'full', 'rss') / 2**20:.0f} MiB | "
                      f"{med(kind, 'full', 'written') / sizes['full']:.2f} |")
     return "\n".join(lines)

@@ -403,3 +403,54 @@ def test_a_tar_header_with_a_wrong_checksum_is_damage_naming_the_member_before(t
         list(tar_members(io.BytesIO(bytes(data))))
     with pytest.raises(ImageError, match="not a tar"):
         list(tar_members(io.BytesIO(b"PK\3\4 not a tar")))
+
+
+def test_tar_gz_members_read_in_any_order(tmp_path):
+    path = tmp_path / "a.tar.gz"
+    payloads = {f"c/{i}.jpg": bytes([i]) * (1000 + i) for i in range(5)}
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in payloads.items():
+            add_bytes(archive, name, data)
+    with open(path, "rb") as fh:
+        members = list(tar_members(fh, stream=True))
+    refs = {m.name: MemberRef(str(path), "tgz", m.offset, m.size, m.size) for m in members}
+    for name in ("c/3.jpg", "c/4.jpg", "c/0.jpg", "c/2.jpg"):  # forwards, then back to the start
+        assert read_member(refs[name], 1 << 20) == payloads[name]
+
+
+def test_a_zip_member_with_a_long_local_header_takes_a_second_read(tmp_path):
+    path = tmp_path / "a.zip"
+    info = zipfile.ZipInfo("c/a.jpg")
+    info.extra = b"\xca\xfe" + (4000).to_bytes(2, "little") + b"\0" * 4000  # an unknown 4 KB extra field
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(info, b"jpeg bytes" * 50)
+    with open(path, "rb") as fh:
+        (member,) = zip_members(fh)
+    ref = MemberRef(str(path), "zip", member.header_offset, member.compressed, member.size, member.method,
+                    member.crc)
+    assert read_member(ref, 1 << 20) == b"jpeg bytes" * 50
+
+
+def test_parquet_rows_come_from_their_row_group(tmp_path):
+    path = tmp_path / "r.parquet"
+    pq.write_table(pa.table({"image": [{"bytes": bytes([i]) * 10, "path": None} for i in range(7)] +
+                                      [{"bytes": None, "path": "x.jpg"}],
+                             "label": list(range(8))}), path, row_group_size=3)
+    for group, row, value in ((0, 2, 2), (2, 0, 6), (1, 1, 4), (0, 0, 0)):
+        assert read_member(MemberRef(str(path), "parquet", group, row, -1, column="image"), 100) == bytes([value]) * 10
+    with pytest.raises(ImageError, match="no image bytes \\(only a path: 'x.jpg'\\)"):
+        read_member(MemberRef(str(path), "parquet", 2, 1, -1, column="image"), 100)
+    with pytest.raises(ImageError, match="too_large|over --max_image_mb"):
+        read_member(MemberRef(str(path), "parquet", 0, 0, -1, column="image"), 5)
+
+
+@pytest.mark.parametrize("name, data, why", [
+    ("a.tar", b"not a tar at all " * 40, "archive is not a tar: its first 512 bytes are no tar header"),
+    ("a.zip", b"PK\3\4 and nothing else", "is not a zip archive"),
+    ("a.tgz", b"not gzip" * 100, "archive cannot be read"),
+])
+def test_an_archive_that_cannot_be_read_at_all_is_a_usage_error(name, data, why, tmp_path, capsys):
+    (tmp_path / name).write_bytes(data)
+    status, _, err = run_build(capsys, "--input", str(tmp_path / name), "--output_dir", str(tmp_path / "out"))
+    assert status == 2 and f"--input {tmp_path / name}: " in err and why in err, err
+    assert not (tmp_path / "out").exists()

@@ -28,7 +28,7 @@ from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.shardset.planning import MIB
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
-from transforms.storage.members import read_member
+from transforms.storage.members import forget_cached, read_member
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
@@ -119,6 +119,7 @@ class OrderedImageFn(beam.DoFn):
         if self._work is not None:  # a bundle that failed: its calls are dropped
             self._work.close()
         self._work = worker_threads.OrderedWork(self._pool, self._window)
+        forget_cached(streams=False)  # Parquet row groups kept by an earlier bundle may be stale
         self._bundle_ends()
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
@@ -138,6 +139,7 @@ class OrderedImageFn(beam.DoFn):
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        forget_cached()
 
     def _bundle_ends(self) -> None:
         """Runs when a bundle ends or a failed one is dropped; nothing by default."""

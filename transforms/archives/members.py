@@ -13,6 +13,7 @@ folder of its name without ``.tar`` (ImageNet's tar of class tars).
 from __future__ import annotations
 
 import posixpath
+import zipfile
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -20,7 +21,7 @@ from transforms.images.inputs import LabelRules, is_hidden, shown_name, tree_ent
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
-__all__ = ["ContainerRules", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET", "input_kind", "MemberRef", "archive_kind", "is_container_input",
+__all__ = ["ContainerRules", "container_problem", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET", "input_kind", "MemberRef", "archive_kind", "is_container_input",
            "is_shard_pattern", "member_name", "label_path", "member_entry", "listed_member"]
 
 SEPARATOR = "!"
@@ -138,3 +139,22 @@ class ContainerRules:
     image_column: str = "image"
     label_column: str = "label"
     class_names: tuple[str, ...] | None = None
+
+
+def container_problem(fh, kind: str) -> str | None:
+    """Why an archive cannot be read at all, from its start (a tar's first header) or end (a zip's), or None.
+
+    Args:
+        fh: The archive, opened (seekable, except a ``.tar.gz``).
+        kind: ``tar``, ``tgz`` or ``zip`` (``archive_kind``).
+    """
+    from transforms.archives.tar_index import tar_members  # here: tar_index is below this module
+    from transforms.errors import ImageError
+
+    if kind == ZIP:
+        return None if zipfile.is_zipfile(fh) else "is not a zip archive (no central directory at its end)"
+    try:
+        next(tar_members(fh, stream=kind == TGZ), None)
+    except ImageError as err:
+        return err.detail
+    return None

@@ -124,7 +124,10 @@ def _number(field: bytes) -> int:
         value = int.from_bytes(field, "big")
         return value - (1 << (8 * len(field))) if field[0] & 0x40 else value & ~(0x80 << (8 * (len(field) - 1)))
     text = field.split(b"\0", 1)[0].strip()
-    return int(text, 8) if text else 0
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise ValueError(f"a number field holds {text[:12]!r}, not octal digits") from None
 
 
 def _text(field: bytes) -> str:
@@ -197,6 +200,8 @@ def _walk(fh: BinaryIO, base: int) -> Iterator[TarMember]:
                 yield TarMember(full, base + data_at, length, kind in _REGULAR)
                 name = size = None
         except ValueError as err:
-            where = f"after member {last!r}" if last is not None else "at its start"
-            raise ImageError("unreadable", f"archive cannot be read {where}: {err}") from err
+            if last is None and at == 0:
+                raise ImageError("unreadable", f"archive is not a tar: its first 512 bytes are no tar header "
+                                               f"({err})") from err
+            raise ImageError("unreadable", f"archive cannot be read after member {last!r}: {err}") from err
         at = data_at + (length + _BLOCK - 1) // _BLOCK * _BLOCK

@@ -25,7 +25,7 @@ from transforms.errors import ImageError
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import RangeReader, open_for_read
 
-__all__ = ["PARQUET_CACHE_BYTES", "read_member"]
+__all__ = ["PARQUET_CACHE_BYTES", "read_member", "forget_cached"]
 
 _MIB = 1 << 20
 PARQUET_CACHE_BYTES = 256 * _MIB
@@ -67,6 +67,25 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
         raise ImageError("too_large", f"row's image has {len(data)} bytes, over --max_image_mb "
                                       f"({max_bytes / _MIB:g} MiB)")
     return data
+
+
+def forget_cached(streams: bool = True) -> None:
+    """Drops the Parquet row groups kept, and with ``streams`` closes the ``.tar.gz`` streams kept open.
+
+    Called as a reader's bundle starts (row groups: a later job may read a
+    file of the same name) and as it is torn down (everything).
+    """
+    with _LOCK:
+        _GROUPS.clear()
+        if not streams:
+            return
+        kept = list(_STREAMS.values())
+        _STREAMS.clear()
+    for lock, slot in kept:
+        with lock:
+            if slot[0] is not None:
+                slot[0].close()
+                slot[0] = None
 
 
 def _stream_read(ref: MemberRef) -> bytes:
