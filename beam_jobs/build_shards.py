@@ -334,8 +334,8 @@ def make_config(options: PipelineOptions) -> BuildConfig:
     parquets = [path for path in shared.input if archive_kind(path) == PARQUET]
     if parquets and not dataflow_dry_run(options):
         named = _parquet_class_names(parquets, build.image_column, build.label_column)
-        if labels is None and named is not None and len(parquets) == len(shared.input):
-            labels = named  # the file's ClassLabel indices stay the build's
+        if labels is None and named is not None and len(parquets) == len(shared.input) and not build.append:
+            labels = named  # the file's ClassLabel indices stay the build's (an append keeps the set's)
     for path in shared.input:
         problem = (None if is_manifest_path(path) or is_container_input(path)
                    else opt.overlap_problem(path, shared.output_dir))
