@@ -78,6 +78,9 @@ def _container(kind: str, root: str, where: str) -> tuple[str, list[str]]:
         return make_tar_of_tars(root, os.path.join(where, "train.tar")), []
     if kind == "webdataset":
         return make_shards(root, os.path.join(where, "shards")), ["--class_names", ",".join(CLASSES)]
+    if kind == "webdataset_glob":
+        make_shards(root, os.path.join(where, "shards"))
+        return os.path.join(where, "shards", "shard-*.tar"), ["--class_names", ",".join(CLASSES)]
     if kind == "parquet":
         return make_parquet(root, os.path.join(where, "train-00000-of-00001.parquet")), []
     if kind == "parquet_strings":
@@ -85,7 +88,7 @@ def _container(kind: str, root: str, where: str) -> tuple[str, list[str]]:
     raise AssertionError(kind)
 
 
-KINDS = ("tar", "tar.gz", "zip", "tar_of_tars", "webdataset", "parquet", "parquet_strings")
+KINDS = ("tar", "tar.gz", "zip", "tar_of_tars", "webdataset", "webdataset_glob", "parquet", "parquet_strings")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -101,7 +104,7 @@ def test_each_container_gives_the_folders_records(kind, tree, folder_build, tmp_
     # Every member is one input: the three broken files are dead letters named in the container.
     dead = dead_letters(out)
     assert sorted(d["reason"] for d in dead) == sorted(d["reason"] for d in dead_letters(folder_build))
-    container = source.split("{")[0].rsplit("/", 1)[0] if kind == "webdataset" else source
+    container = source.split("{")[0].rsplit("/", 1)[0] if kind.startswith("webdataset") else source
     assert all(d["path"].startswith(container) and "!" in d["path"] for d in dead), dead
     manifest = load_manifest(out)
     assert manifest["records"] + manifest["dead_letters"] == 18
@@ -454,3 +457,22 @@ def test_an_archive_that_cannot_be_read_at_all_is_a_usage_error(name, data, why,
     status, _, err = run_build(capsys, "--input", str(tmp_path / name), "--output_dir", str(tmp_path / "out"))
     assert status == 2 and f"--input {tmp_path / name}: " in err and why in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_worker_processes_read_members_as_one_process_does(tree, folder_build, tmp_path, capsys):
+    source = make_tar_of_tars(tree, str(tmp_path / "train.tar"))
+    out = str(tmp_path / "out")
+    status, _, err = run_build(capsys, "--input", source, "--output_dir", out, "--max_bad_fraction", "0.5",
+                               "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
+    assert status == 0, err
+    assert _records(out) == _records(folder_build)
+
+
+def test_class_indices_outside_the_names_given_are_bad_labels():
+    from transforms.archives.webdataset import class_of_index
+
+    assert class_of_index(2, ("a", "b", "c")) == ("c", "")
+    assert class_of_index(3, ("a", "b", "c"))[0] is None
+    assert class_of_index(-1, None)[0] is None
+    assert class_of_index(7, None) == ("7", "")
