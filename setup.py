@@ -16,6 +16,9 @@ setuptools.setup(
         "crc32c>=2.3",
         "Pillow>=10.0",
         "numpy>=1.24",
+        # Parquet inputs; apache-beam depends on it too (2.77: pyarrow>=14.0.1,<26), named here
+        # because transforms/archives/parquet_rows.py imports it.
+        "pyarrow>=14.0.1",
     ],
     extras_require={
         # grpcio-tools from 1.82 needs protobuf>=7; apache-beam needs protobuf<7.

@@ -27,11 +27,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
-from transforms.errors import ManifestError, PlanError, UsageError
+from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import IMAGE_MODES, EncodeSettings, image_count_keys, image_counts
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
 from transforms.images.inputs import (LAYOUTS, FolderTask, LabelRules, check_label, check_manifest_head,
                                       is_manifest_path)
+from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
+                                         is_container_input, is_shard_pattern)
+from transforms.archives.parquet_rows import (DEFAULT_IMAGE_COLUMN, DEFAULT_LABEL_COLUMN, class_names_of,
+                                              columns_problem, open_parquet)
+from transforms.archives.webdataset import expand_braces
 from beam_jobs.cli.flags import ShardingOptions
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
 from beam_jobs.cli.help import JobHelp, wants_help
@@ -43,7 +48,7 @@ from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, ImageRecordMaker,
 from transforms.reject_duplicates import (CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
-from transforms.storage.listing import has_files_below, local_bytes_at_least
+from transforms.storage.listing import has_files_below, local_bytes_at_least, match_files
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
@@ -124,6 +129,10 @@ class BuildOptions(PipelineOptions):
                             help="Add these inputs to the set published in --output_dir: its shards are "
                                  "kept, images it holds are duplicate_image dead letters, new classes "
                                  "get the next indexes (tfrecord-shards append).")
+        parser.add_argument("--image_column", default=DEFAULT_IMAGE_COLUMN,
+                            help="Parquet inputs: the column of image bytes (or of {bytes, path} structs).")
+        parser.add_argument("--label_column", default=DEFAULT_LABEL_COLUMN,
+                            help="Parquet inputs: the column of class indices or class names.")
 
 
 @dataclass(frozen=True)
@@ -150,12 +159,28 @@ class BuildConfig:
     workers_note: str | None = None  # what choose_local_workers chose, to print
     folder_tasks: tuple[FolderTask, ...] = ()  # the listing of the folder inputs, cut into tasks
     append_to: tuple[str, ...] | None = None  # --append: the published set's class names
+    containers: ContainerRules = ContainerRules()  # Parquet columns, names of integer class indices
 
 
 def _input_problem(path: str) -> str | None:
     """Why an --input cannot be read (it is missing, or a folder with no file), or None."""
     if is_manifest_path(path):
         return None if exists(path) else f"--input {path} does not exist"
+    if is_shard_pattern(path):
+        try:
+            names = expand_braces(path)
+        except PlanError as err:
+            return f"--input {err}"
+        # The first shard (or the first pattern's files) must be there; a later missing shard is its
+        # own dead letter.
+        found = match_files(names[:1])[0]
+        if not found:
+            return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
+        return _archive_problem(found[0].path, TAR)
+    if is_container_input(path):
+        if not exists(path):
+            return f"--input {path} does not exist"
+        return None if archive_kind(path) == PARQUET else _archive_problem(path, archive_kind(path))
     # Object stores have no folder objects, only keys below the prefix.
     if has_files_below(path):
         return None
@@ -167,8 +192,44 @@ def _input_problem(path: str) -> str | None:
         found = os.path.exists(path)
     if not found:
         return f"--input {path} does not exist" + (" or is empty" if "://" in path else "")
-    return (f"--input {path} is a file; --input must be a folder of class (or split) folders "
-            "or a .csv/.jsonl/COCO .json manifest listing the images")
+    return (f"--input {path} is a file; --input must be a folder of class (or split) folders, "
+            "a .csv/.jsonl/COCO .json manifest listing the images, a .tar/.tar.gz/.tgz/.zip archive, "
+            "WebDataset shards or a .parquet file")
+
+
+def _archive_problem(path: str, kind: str) -> str | None:
+    """Why an archive cannot be read at all (``container_problem``: its first header or its end), or None."""
+    try:
+        with open_for_read(path) as fh:
+            problem = container_problem(fh, kind)
+    except OSError as err:
+        return f"--input {path} cannot be read: {type(err).__name__}: {err}"
+    return f"--input {path}: {problem}" if problem else None
+
+
+def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:
+    """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None.
+
+    Raises:
+        UsageError: A file is not Parquet, lacks a column, or files name their classes differently.
+    """
+    names: set[tuple[str, ...] | None] = set()
+    for path in paths:
+        try:
+            with open_for_read(path) as fh:
+                schema = open_parquet(fh).schema_arrow
+        except OSError as err:
+            raise UsageError(f"--input {path} cannot be read: {type(err).__name__}: {err}") from err
+        except ImageError as err:
+            raise UsageError(f"--input {path}: {err.detail}") from err
+        problem = columns_problem(schema, image_column, label_column)
+        if problem:
+            raise UsageError(f"--input {path} {problem}")
+        names.add(class_names_of(schema, label_column))
+    if len(names) > 1 and any(names):
+        raise UsageError("Parquet inputs name their classes differently (ClassLabel names in their metadata); "
+                         "give --class_names")
+    return next(iter(names), None)
 
 
 # Enough of an input manifest to check its header and find its first row.
@@ -231,7 +292,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
     if not shared.output_dir:
         raise UsageError("--output_dir is required")
     for path in shared.input:
-        problem = None if is_manifest_path(path) else opt.wildcard_problem(path)
+        problem = None if is_manifest_path(path) or is_shard_pattern(path) else opt.wildcard_problem(path)
         if problem:
             raise UsageError(f"--input {problem}, or list its files in a .csv/.jsonl manifest")
     if not dataflow_dry_run(options):  # a dry run stays offline: gs:// would need credentials
@@ -270,11 +331,17 @@ def make_config(options: PipelineOptions) -> BuildConfig:
     own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
     own["split"] = rules.split
     labels = _fixed_labels(build)
+    parquets = [path for path in shared.input if archive_kind(path) == PARQUET]
+    if parquets and not dataflow_dry_run(options):
+        named = _parquet_class_names(parquets, build.image_column, build.label_column)
+        if labels is None and named is not None and len(parquets) == len(shared.input) and not build.append:
+            labels = named  # the file's ClassLabel indices stay the build's (an append keeps the set's)
     for path in shared.input:
-        problem = None if is_manifest_path(path) else opt.overlap_problem(path, shared.output_dir)
+        problem = (None if is_manifest_path(path) or is_container_input(path)
+                   else opt.overlap_problem(path, shared.output_dir))
         if problem:
             raise UsageError(problem)
-    tasks = tuple(task for path in shared.input if not is_manifest_path(path)
+    tasks = tuple(task for path in shared.input if not is_manifest_path(path) and not is_container_input(path)
                   for task in folder_tasks(path, build.layout, offline=dataflow_dry_run(options)))
     policy = opt.publish_policy(shared)
     append_to = None
@@ -285,8 +352,12 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(shared.output_dir, shared.input,
                               lambda: _unsplit_splits(shared.input, layouts, rules))
-    size = None if dataflow_dry_run(options) else local_bytes_at_least(
-        shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
+    # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
+    # WebDataset patterns do not.
+    archives = [path for path in shared.input if is_container_input(path)]
+    counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path) for path in archives)
+    size = None if dataflow_dry_run(options) or not counted else local_bytes_at_least(
+        [path for path in shared.input if path not in archives], beam_compat.AUTO_WORKERS_MIN_BYTES, archives)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
@@ -297,7 +368,9 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=policy, append_to=append_to,
         multi_label=build.multi_label, label_offset=build.label_offset,
-        workers_note=note, folder_tasks=tasks, **_image_threads(options, build.image_threads, settings, shared.input))
+        workers_note=note, folder_tasks=tasks,
+        containers=ContainerRules(build.image_column, build.label_column, labels),
+        **_image_threads(options, build.image_threads, settings, shared.input))
 
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
@@ -406,8 +479,10 @@ def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules
     publish step checks those).
     """
     for path in inputs:
-        if is_coco_path(path):
+        if is_coco_path(path) or archive_kind(path) == PARQUET:
             unsplit = True
+        elif is_container_input(path):
+            unsplit = False  # an archive's split folders or a sample's json may name splits
         elif is_manifest_path(path):
             unsplit = path.lower().endswith(".csv") and "split" not in (_csv_columns(path) or ["split"])
         else:
@@ -425,7 +500,7 @@ _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "la
               "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
               "grayscale", "resize", "resize_mode", "shard_size_mb", "num_shards", "compression", "seed",
               "max_bad_fraction", "max_image_mb", "feature", "multi_label", "bbox_format", "image_root",
-              "label_offset")
+              "label_offset", "image_column", "label_column")
 
 
 def _split_of(meta) -> str:
@@ -450,7 +525,8 @@ class Listing(NamedTuple):
 def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``."""
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
-        cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)])
+        cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)],
+        archives=[i for i in cfg.inputs if is_container_input(i)], containers=cfg.containers)
     facts = listed | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset)  # one ListingFacts
     fixed = list(cfg.labels) if cfg.labels is not None else None
     published = list(cfg.append_to) if cfg.append_to is not None else None
@@ -515,7 +591,8 @@ HELP = JobHelp(
             "jpeg_quality": "images", "grayscale": "images", "resize": "images", "resize_mode": "images",
             "max_bad_fraction": "failures", "max_image_mb": "checks", "image_threads": "images", "feature": "inputs",
             "multi_label": "labels and splits", "bbox_format": "inputs", "image_root": "inputs",
-            "label_offset": "labels and splits", "append": "output"},
+            "label_offset": "labels and splits", "append": "output",
+            "image_column": "inputs", "label_column": "inputs"},
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "

@@ -62,3 +62,16 @@ def test_a_build_from_a_manifest_and_with_published_splits_stays_small(tmp_path)
     # Beside the folder build's 10: the manifest's ranges (3), the splits written and the
     # published keys (3).
     assert len(names) <= 16, "\n".join(names)
+
+
+def test_a_build_from_an_archive_runs_one_stage_more_than_from_a_folder(tmp_path) -> None:
+    import tarfile
+
+    _images(tmp_path / "in", "classes")
+    with tarfile.open(tmp_path / "in.tar", "w") as archive:
+        archive.add(tmp_path / "in", arcname=".")
+    names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in.tar"),
+                    "--output_dir", str(tmp_path / "out"), "--num_shards", "3")
+    # Beside the folder build's 10: the archive's parts spread over workers (1).
+    assert len(names) <= 11, "\n".join(names)
+    assert (tmp_path / "out" / "manifest.json").exists()

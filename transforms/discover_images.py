@@ -13,6 +13,8 @@ from typing import NamedTuple, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms.archives.members import ContainerRules, is_container_input
+from transforms.discover_archives import ListArchives
 from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line, decode_manifest,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
@@ -270,7 +272,8 @@ class DiscoverImages(beam.PTransform):
     run before the job: its layout is known and each task lists one part of
     it), spread over workers. An input manifest (``.csv``, ``.jsonl``) is read
     in byte ranges of ``range_bytes``, one element each, one row per line
-    (``manifest_lines``). A COCO ``.json`` is read whole.
+    (``manifest_lines``). A COCO ``.json`` is read whole. Archives, WebDataset
+    shards and Parquet files are listed member by member (``ListArchives``).
 
     Applied to the pipeline. Output: ``PCollection`` of ``SourceImage``,
     ``DeadLetter`` (an unreadable folder is one) and ``str`` (the class name of
@@ -282,10 +285,13 @@ class DiscoverImages(beam.PTransform):
         folder_tasks: The listing tasks of every folder input.
         manifests: The manifest inputs (``.csv``, ``.jsonl``, COCO ``.json``).
         range_bytes: Bytes of an input manifest read as one element.
+        archives: The container inputs (``archives.members.is_container_input``).
+        containers: How container inputs give images and labels.
     """
 
     def __init__(self, rules: LabelRules, folder_tasks: Sequence[FolderTask] = (),
-                 manifests: Sequence[str] = (), range_bytes: int = MANIFEST_RANGE_BYTES) -> None:
+                 manifests: Sequence[str] = (), range_bytes: int = MANIFEST_RANGE_BYTES,
+                 archives: Sequence[str] = (), containers: ContainerRules = ContainerRules()) -> None:
         super().__init__()
         if range_bytes < 1:
             raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
@@ -293,14 +299,18 @@ class DiscoverImages(beam.PTransform):
         self._tasks = list(folder_tasks)
         self._manifests = list(manifests)
         self._range_bytes = range_bytes
+        self._archives = list(archives)
+        self._containers = containers
 
     @classmethod
     def of_inputs(cls, inputs: Sequence[str], rules: LabelRules, offline: bool = False,
-                  range_bytes: int = MANIFEST_RANGE_BYTES) -> "DiscoverImages":
+                  range_bytes: int = MANIFEST_RANGE_BYTES,
+                  containers: ContainerRules = ContainerRules()) -> "DiscoverImages":
         """The step for these ``--input`` values; their folders' tasks are found now (``folder_tasks``)."""
-        tasks = tuple(task for path in inputs if not is_manifest_path(path)
+        tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
                       for task in folder_tasks(path, rules.layout, offline))
-        return cls(rules, tasks, [path for path in inputs if is_manifest_path(path)], range_bytes)
+        return cls(rules, tasks, [path for path in inputs if is_manifest_path(path)], range_bytes,
+                   [path for path in inputs if is_container_input(path)], containers)
 
     def expand(self, pbegin):
         listed, side = [], {}
@@ -320,6 +330,8 @@ class DiscoverImages(beam.PTransform):
                            | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
             listed += [started.entries, ranges]
             side["first_lines"] = beam.pvalue.AsDict(first_lines)
+        if self._archives:
+            listed.append(pbegin | "ListArchives" >> ListArchives(self._archives, self._rules, self._containers))
         if not listed:
             return pbegin | "ListNothing" >> beam.Create([])
         elements = listed[0] if len(listed) == 1 else listed | "AllListed" >> beam.Flatten()

@@ -28,11 +28,13 @@ from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.shardset.planning import MIB
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
+from transforms.storage.members import forget_cached, read_member
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
-__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source"]
+__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
+           "read_input"]
 
 # Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
 DEFAULT_MAX_IMAGE_BYTES = 256 * MIB
@@ -77,6 +79,18 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
         return data
 
 
+def read_input(source: SourceImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
+    """The bytes of an input: its file (``read_source``), or its member of an archive or Parquet file.
+
+    Raises:
+        OSError: As ``open_for_read``, or while reading.
+        ImageError: ``too_large``, ``not_an_image``, or ``unreadable`` for a damaged member.
+    """
+    if source.member is None:
+        return read_source(source.path, max_bytes)
+    return read_member(source.member, max_bytes)
+
+
 class OrderedImageFn(beam.DoFn):
     """Base of the DoFns that read each input image on a pool of threads, outputs in input order.
 
@@ -105,6 +119,7 @@ class OrderedImageFn(beam.DoFn):
         if self._work is not None:  # a bundle that failed: its calls are dropped
             self._work.close()
         self._work = worker_threads.OrderedWork(self._pool, self._window)
+        forget_cached(streams=False)  # Parquet row groups kept by an earlier bundle may be stale
         self._bundle_ends()
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
@@ -124,6 +139,7 @@ class OrderedImageFn(beam.DoFn):
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        forget_cached()
 
     def _bundle_ends(self) -> None:
         """Runs when a bundle ends or a failed one is dropped; nothing by default."""
@@ -225,7 +241,7 @@ class _InspectImageFn(OrderedImageFn):
         if dead is not None:
             return Inspected(dead, None)
         try:
-            data = read_source(source.path, self._max_bytes)
+            data = read_input(source, self._max_bytes)
         except STORAGE_ERRORS as err:
             return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
@@ -326,7 +342,7 @@ class ImageRecordMaker:
             stored = meta.payload
         else:
             try:
-                data = read_source(meta.source.path, self._max_bytes)
+                data = read_input(meta.source, self._max_bytes)
             except ImageError as err:
                 raise ShardsError(f"{meta.source.path} changed while the job ran: {err.detail}") from err
             checksum = crc32c.crc32c(data)

@@ -23,7 +23,8 @@ from transforms import worker_threads
 from transforms.images.listing_facts import ListingFacts
 from transforms.storage.files import STORAGE_ERRORS
 from transforms.storage.writing import write_file
-from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_source
+from transforms.archives.members import input_kind
+from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_input
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ImageError
 from transforms.example.features import FeatureValueError
@@ -101,7 +102,7 @@ class _SurveyImageFn(OrderedImageFn):
             return _Surveyed(DeadLetter(source.path, "unknown_label",
                                         f"class {unknown[0]!r} is not in the label list"), None)
         try:
-            data = read_source(source.path, self._max_bytes)
+            data = read_input(source, self._max_bytes)
         except STORAGE_ERRORS as err:
             return _Surveyed(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
@@ -165,7 +166,7 @@ class SurveyImages(beam.PTransform):
 
 
 def _found(source: SourceImage) -> tuple:
-    return ("found", source.split, source.label)
+    return ("found", source.split, source.label, input_kind(source))
 
 
 def _rejected(dead: DeadLetter) -> tuple:

@@ -208,9 +208,10 @@ class ShardingOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         one_line_errors(parser)
         parser.add_argument("--input", action="append", default=None, type=input_path,
-                            help="build: folder of class (or split) folders, or a .csv/.jsonl input "
-                                 "manifest; reshard: TFRecord files or a pattern. Local, gs:// or "
-                                 "s3://. Repeatable.")
+                            help="build: folder of class (or split) folders, a .csv/.jsonl input "
+                                 "manifest, a .tar/.tar.gz/.tgz/.zip archive, WebDataset shards "
+                                 "('shard-{000..099}.tar') or a .parquet file; reshard: TFRecord files "
+                                 "or a pattern. Local, gs:// or s3://. Repeatable.")
         parser.add_argument("--output_dir", type=folder_path, default=None,
                             help="Folder of the shard set (no *, ? or [ in its path).")
         parser.add_argument("--split", default=None,

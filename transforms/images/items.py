@@ -33,6 +33,8 @@ class SourceImage:
         labels: Every class name of a multi-label input (possibly none), or None.
         features: ``(name, type, values)`` of the input's extra features.
         objects: The input's boxes (``objects.SourceBox``), or None when it gives none.
+        member: Where its bytes are in a container input (``archives.members.MemberRef``),
+            or None for a file of its own (``path``).
     """
 
     path: str
@@ -43,6 +45,7 @@ class SourceImage:
     labels: tuple[str, ...] | None = None
     features: tuple[tuple[str, str, tuple], ...] = ()
     objects: tuple | None = None
+    member: tuple | None = None
 
     def class_names(self) -> tuple[str, ...]:
         """Every class name the input uses: its labels and its objects' labels."""
@@ -51,7 +54,7 @@ class SourceImage:
 
     def __reduce__(self):
         return _source_image, (self.path, self.relpath, self.split, self.label, self.origin,
-                               self.labels, self.features, self.objects)
+                               self.labels, self.features, self.objects, self.member)
 
 
 @dataclass(frozen=True)
@@ -105,23 +108,30 @@ class ImageMeta:
                              self.label_index, self.sha256, info.format, info.height,
                              info.width, info.channels, info.source_format, info.tf_decodes,
                              self.record_size, self.order_key, self.source_crc32c, self.payload,
-                             self.extra, info.png_fix, *((self.run.path, self.run.offset, self.run.length)
-                                                         if self.run is not None else ()))
+                             self.extra, info.png_fix, *self._tail())
+
+    def _tail(self) -> tuple:
+        """The pickle's optional last values: where the run file holds the record, the member."""
+        run = (self.run.path, self.run.offset, self.run.length) if self.run is not None else (None, 0, 0)
+        if self.source.member is not None:
+            return (*run, self.source.member)
+        return run if self.run is not None else ()
 
 
 def _source_image(path: str, relpath: str, split: str, label: str, origin: str = "", labels=None,
-                  features=(), objects=None) -> SourceImage:
+                  features=(), objects=None, member=None) -> SourceImage:
     """Unpickles a SourceImage (see ``SourceImage.__reduce__``)."""
-    return SourceImage(path, relpath, split, label, origin, labels, features, objects)
+    return SourceImage(path, relpath, split, label, origin, labels, features, objects, member)
 
 
 def _image_meta(path: str, relpath: str, split: str, label: str, origin: str, labels, features,
                 objects, label_index: int, sha256: str, image_format: str, height: int, width: int,
                 channels: int, source_format: str, tf_decodes: bool, record_size: int, key: int,
                 source_crc32c: int, payload: bytes | None, extra=(), png_fix: str = "",
-                run_path: str | None = None, run_offset: int = 0, run_length: int = 0) -> ImageMeta:
+                run_path: str | None = None, run_offset: int = 0, run_length: int = 0,
+                member=None) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
-    return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects),
+    return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects, member),
                      label_index, sha256,
                      ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix),
                      record_size, key, source_crc32c, payload, extra,

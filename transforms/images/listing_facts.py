@@ -23,7 +23,10 @@ class ListingFacts:
         inputs: Inputs listed: files and manifest rows, and the listing's dead
             letters (an unreadable folder is one input).
         classes: Class names in index order (sorted): those of the listed
-            inputs and of unreadable class folders.
+            inputs and of unreadable class folders. When every class is an
+            integer class index of a container input (a WebDataset ``cls``, a
+            Parquet label), the names are ``0`` to the largest index, in
+            numeric order, so that each index stays its own.
         layout: The ``RecordLayout`` every record follows.
     """
 
@@ -43,11 +46,13 @@ class ListingTally:
         inputs: Inputs added.
         classes: Class names seen.
         layout: The union of the inputs' layouts.
+        numbered: The largest integer class index of a container input, or -1.
     """
 
     inputs: int = 0
     classes: set[str] = field(default_factory=set)
     layout: RecordLayout = field(default_factory=RecordLayout)
+    numbered: int = -1
 
     def add(self, item) -> "ListingTally":
         """Counts one listed item."""
@@ -56,7 +61,12 @@ class ListingTally:
             return self
         self.inputs += 1
         if isinstance(item, SourceImage):
-            self.classes.update(item.class_names())
+            member = item.member
+            if member is not None and member.numbered:
+                self.numbered = max(self.numbered, int(item.label))
+                self.classes.update(box.label for box in item.objects or ())
+            else:
+                self.classes.update(item.class_names())
             layout = layout_of(item)
             if layout != self.layout:
                 self.layout = merge_layouts((self.layout, layout))
@@ -67,12 +77,13 @@ class ListingTally:
         """One tally of what all of ``tallies`` gathered."""
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
-                   merge_layouts(t.layout for t in tallies))
+                   merge_layouts(t.layout for t in tallies), max((t.numbered for t in tallies), default=-1))
 
     def facts(self, multi_label: bool = False, label_offset: int = 0) -> ListingFacts:
         """The facts gathered, with the build's ``--multi_label`` and ``--label_offset``."""
-        return ListingFacts(self.inputs, tuple(sorted(self.classes)),
-                            self.layout.with_flags(multi_label, label_offset))
+        numbers = [str(i) for i in range(self.numbered + 1)]
+        classes = tuple(sorted(self.classes | set(numbers))) if self.classes else tuple(numbers)
+        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, label_offset))
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:

@@ -82,7 +82,8 @@ class PlanTally:
 
     Every fact is a tuple whose first item says what it is:
 
-    - ``("found", split, label)``: one input listed (split ``""``: chosen by content);
+    - ``("found", split, label[, kind])``: one input listed (split ``""``: chosen by content),
+      and what kind of input it is (``file``, ``manifest row``, ``tar member``, ...; default ``file``);
     - ``("rejected", reason, path, detail)``: one input a build would reject;
     - ``("read", nbytes, exact)``: one file read, and whether its record size is exact;
     - ``("record", split, label, source_format, converted, record_bytes)``: one record a
@@ -92,6 +93,7 @@ class PlanTally:
 
     def __init__(self) -> None:
         self.found: dict[tuple[str, str], int] = {}
+        self.kinds: dict[str, int] = {}  # kind of input -> inputs of that kind listed
         self.rejected: dict[str, list] = {}  # reason -> [count, [(path, detail)]]
         self.files_read = 0
         self.bytes_read = 0
@@ -111,6 +113,8 @@ class PlanTally:
         if kind == "found":
             key = (fact[1], fact[2])
             self.found[key] = self.found.get(key, 0) + 1
+            kind = fact[3] if len(fact) > 3 else "file"
+            self.kinds[kind] = self.kinds.get(kind, 0) + 1
         elif kind == "rejected":
             entry = self.rejected.setdefault(fact[1], [0, []])
             entry[0] += 1
@@ -139,6 +143,8 @@ class PlanTally:
         for other in others:
             for key, count in other.found.items():
                 self.found[key] = self.found.get(key, 0) + count
+            for kind, count in other.kinds.items():
+                self.kinds[kind] = self.kinds.get(kind, 0) + count
             for reason, (count, examples) in other.rejected.items():
                 entry = self.rejected.setdefault(reason, [0, []])
                 entry[0] += count
@@ -164,6 +170,7 @@ class PlanTally:
     def to_dict(self) -> dict[str, Any]:
         """The tally as JSON-ready values (``from_dict`` reads them back)."""
         return {"found": [[s, label, n] for (s, label), n in sorted(self.found.items())],
+                "kinds": dict(sorted(self.kinds.items())),
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
                 "files_read": self.files_read, "bytes_read": self.bytes_read,
                 "estimated_sizes": self.estimated_sizes,
@@ -179,6 +186,7 @@ class PlanTally:
     def from_dict(cls, obj: Mapping[str, Any]) -> "PlanTally":
         tally = cls()
         tally.found = {(s, label): n for s, label, n in obj["found"]}
+        tally.kinds = dict(obj.get("kinds", {}))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
         tally.files_read, tally.bytes_read = obj["files_read"], obj["bytes_read"]
         tally.estimated_sizes = obj["estimated_sizes"]
@@ -393,7 +401,7 @@ class Plan:
             "estimate": True,
             "inputs": list(self.inputs), "output_dir": self.output_dir,
             "found": {"inputs": self.inputs_found, "images_listed": sum(tally.found.values()),
-                      "splits": found},
+                      "splits": found, "kinds": dict(sorted(tally.kinds.items()))},
             "input_bytes": tally.bytes_read, "files_read": tally.files_read,
             "formats": dict(tally.formats), "converted_to_png": dict(tally.converted),
             "rejected": {"total": sum(n for n, _ in tally.rejected.values()),
@@ -436,6 +444,8 @@ class Plan:
         lines.append(f"  inputs: {self.inputs_found} found"
                      + (f" ({listing_rejects} of them rejected by the listing)" if listing_rejects else "")
                      + f", {_size(tally.bytes_read)} read in {plural(tally.files_read, 'file')}")
+        if set(tally.kinds) - {"file"}:  # say where they are when not all are files of their own
+            lines.append("    from: " + ", ".join(plural(n, kind) for kind, n in sorted(tally.kinds.items())))
         for split, classes in found.items():
             lines.append(f"    {split}: {sum(classes.values())} in {plural(len(classes), 'class')}: "
                          + _counts(classes))

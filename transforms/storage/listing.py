@@ -191,14 +191,19 @@ def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
                 yield entry.path, False
 
 
-def local_bytes_at_least(folders: Sequence[str], limit: int) -> int | None:
-    """Bytes of the files below local ``folders``, counted until ``limit`` is reached.
+def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str] = ()) -> int | None:
+    """Bytes of the files below local ``folders`` and of local ``files``, counted until ``limit`` is reached.
 
     A cheap look at how large a local input is (``stat`` of the files, links
     not followed, stopping at ``limit``). None when a path is not a local
-    folder (a URL, a manifest): its size is not known without reading it.
+    folder (a URL, a manifest) or not a local file (``files``: archives): its
+    size is not known without reading it.
     """
     total = 0
+    for path in files:
+        if not is_local(path) or not os.path.isfile(path):
+            return None
+        total += os.path.getsize(path)
     stack = []
     for folder in folders:
         if not is_local(folder) or not os.path.isdir(folder):

@@ -1,0 +1,160 @@
+"""Parquet files of images (Hugging Face exports and the like): columns, class names, rows.
+
+A row is one input: its image is a column of image bytes, or a struct with
+``bytes`` and ``path`` as Hugging Face's ``Image`` feature writes it; its
+label a column of integers (class indices, named by the ``ClassLabel`` names
+Hugging Face keeps in the schema's metadata when it wrote them) or of class
+names. Files are read with pyarrow, one row group at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import BinaryIO, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms.archives.members import PARQUET, MemberRef, member_name
+from transforms.archives.webdataset import class_of_index
+from transforms.errors import ImageError
+from transforms.images.inputs import LabelRules, check_label
+from transforms.images.items import SourceImage
+from transforms.shardset.dead_letters import DeadLetter
+
+__all__ = ["DEFAULT_IMAGE_COLUMN", "DEFAULT_LABEL_COLUMN", "open_parquet", "columns_problem", "class_names_of",
+           "row_group_entries", "image_column", "image_bytes"]
+
+DEFAULT_IMAGE_COLUMN = "image"
+DEFAULT_LABEL_COLUMN = "label"
+
+
+def open_parquet(fh: BinaryIO) -> pq.ParquetFile:
+    """The Parquet file read from the seekable ``fh`` (only its footer is read here).
+
+    Raises:
+        ImageError: ``unreadable``, the file is not Parquet or its footer is damaged.
+    """
+    try:
+        return pq.ParquetFile(fh)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
+
+
+def _field_type(schema: pa.Schema, name: str) -> pa.DataType | None:
+    index = schema.get_field_index(name)
+    return None if index < 0 else schema.field(index).type
+
+
+def columns_problem(schema: pa.Schema, image_column: str, label_column: str) -> str | None:
+    """Why a Parquet file's schema cannot give images and labels with these columns, or None."""
+    names = ", ".join(schema.names)
+    image = _field_type(schema, image_column)
+    if image is None:
+        return f"has no column {image_column!r} (--image_column); its columns: {names}"
+    binary = (pa.types.is_binary(image) or pa.types.is_large_binary(image)) or (
+        pa.types.is_struct(image) and image.get_field_index("bytes") >= 0)
+    if not binary:
+        return (f"column {image_column!r} is {image}, not image bytes (binary, or a struct with "
+                "bytes and path as Hugging Face writes images)")
+    label = _field_type(schema, label_column)
+    if label is None:
+        return f"has no column {label_column!r} (--label_column); its columns: {names}"
+    if pa.types.is_dictionary(label):
+        label = label.value_type
+    if not (pa.types.is_integer(label) or pa.types.is_string(label) or pa.types.is_large_string(label)):
+        return f"column {label_column!r} is {label}, not class indices (integers) or class names (strings)"
+    return None
+
+
+def class_names_of(schema: pa.Schema, label_column: str) -> tuple[str, ...] | None:
+    """The ``ClassLabel`` names Hugging Face wrote for the label column in the schema's metadata, or None."""
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if not meta:
+        return None
+    try:
+        features = json.loads(meta).get("info", {}).get("features", {})
+    except (ValueError, AttributeError):
+        return None
+    label = features.get(label_column) if isinstance(features, dict) else None
+    names = label.get("names") if isinstance(label, dict) and label.get("_type") == "ClassLabel" else None
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        return tuple(names)
+    return None
+
+
+def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row: int, image_column: str,
+                      label_column: str, rules: LabelRules,
+                      class_names: Sequence[str] | None) -> Iterator[SourceImage | DeadLetter]:
+    """The input of each row of one row group, read from its label column only.
+
+    A row is named ``FILE!ROW`` (its row number in the file); its
+    ``image/filename`` is ``BASENAME!ROW``.
+
+    Args:
+        path: The Parquet file (path or URI).
+        parquet: It, opened (``open_parquet``).
+        group: The row group.
+        first_row: Row number in the file of the group's first row.
+        image_column: ``--image_column``.
+        label_column: ``--label_column``.
+        rules: Labelling rules (``--split``).
+        class_names: Names of integer labels, in index order (``--class_names`` or
+            the file's ``ClassLabel`` names); None: an index is named by its number.
+    """
+    try:
+        labels = parquet.read_row_group(group, columns=[label_column]).column(0).to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
+    base = posixpath.basename(path)
+    for row, value in enumerate(labels):
+        number = first_row + row
+        name = member_name(path, str(number))
+        numbered = False
+        if isinstance(value, int) and not isinstance(value, bool):
+            label, why = class_of_index(value, class_names)
+            numbered = class_names is None and label is not None
+        elif isinstance(value, str):
+            label, why = value, ""
+        else:
+            label, why = None, f"row's {label_column!r} is {value!r}, not a class"
+        if label is None:
+            yield DeadLetter(name, "no_label" if value is None else "bad_label", why)
+            continue
+        problem = check_label(label)
+        if problem:
+            yield DeadLetter(name, "bad_label", problem)
+            continue
+        yield SourceImage(path=name, relpath=f"{base}!{number}", split=rules.unsplit(), label=label,
+                          member=MemberRef(path, PARQUET, group, row, -1, column=image_column, numbered=numbered))
+
+
+def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[list, int]:
+    """One row group's image values (``image_bytes`` of each gives an image) and the bytes they hold.
+
+    Raises:
+        ImageError: ``unreadable``, the row group cannot be read.
+    """
+    try:
+        table = parquet.read_row_group(group, columns=[column])
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
+    return table.column(0).to_pylist(), table.nbytes
+
+
+def image_bytes(value) -> bytes:
+    """The image bytes of one row's image value (bytes, or a ``{bytes, path}`` struct).
+
+    Raises:
+        ImageError: ``unreadable``, the row holds no image bytes.
+    """
+    if isinstance(value, dict):
+        data = value.get("bytes")
+        if data is None:
+            shown = f" (only a path: {value.get('path')!r})" if value.get("path") else ""
+            raise ImageError("unreadable", f"row holds no image bytes{shown}")
+        value = data
+    if not isinstance(value, (bytes, bytearray)):
+        raise ImageError("unreadable", f"row's image is {type(value).__name__}, not bytes")
+    return bytes(value)

@@ -1,0 +1,196 @@
+"""WebDataset shards: brace ranges of shard names, members grouped into samples, and their labels.
+
+A WebDataset shard is a tar whose members sharing a key (the member path up
+to the first ``.`` of its file name) form one sample: ``000017.jpg`` beside
+``000017.cls`` or ``000017.json``. A sample's members are next to each other
+in the tar (WebDataset's rule), so samples are grouped as the headers pass.
+Each sample is one input: its image is its ``jpg``, ``jpeg``, ``png`` or
+``webp`` member, its label its ``cls`` member (an integer is a class index,
+other text a class name) or the ``label`` of its ``json`` member, whose other
+keys become typed features as an input manifest's do (``--feature``).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence
+
+from transforms.archives.members import WEBDATASET, MemberRef, member_name
+from transforms.archives.tar_index import TarMember
+from transforms.example.features import FeatureValueError, ManifestTyping
+from transforms.images.annotations import row_annotations
+from transforms.images.inputs import LabelRules, check_label, is_hidden, shown_name
+from transforms.images.items import SourceImage
+from transforms.images.objects import BoxError
+from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.naming import check_split_name
+from transforms.errors import PlanError
+
+__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of", "sample_entry", "class_of_index"]
+
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+LABEL_EXTENSIONS = ("cls", "json")
+# Label members are read during listing; larger ones are not labels.
+MAX_LABEL_BYTES = 1 << 20
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """``shard-{000..002}.tar`` -> ``shard-000.tar``, ``shard-001.tar``, ``shard-002.tar``.
+
+    A range keeps the width of its first number (zero padding); ``{a,b}``
+    lists alternatives; several groups expand in turn. A pattern without
+    braces is itself.
+
+    Raises:
+        PlanError: A range that runs backwards or an unclosed brace.
+    """
+    start = pattern.find("{")
+    if start < 0:
+        if "}" in pattern:
+            raise PlanError(f"{pattern!r}: '}}' without '{{'")
+        return [pattern]
+    end = pattern.find("}", start)
+    if end < 0:
+        raise PlanError(f"{pattern!r}: '{{' is not closed")
+    head, body, tail = pattern[:start], pattern[start + 1:end], pattern[end + 1:]
+    match = _RANGE.fullmatch("{" + body + "}")
+    if match:
+        first, last = int(match.group(1)), int(match.group(2))
+        if last < first:
+            raise PlanError(f"{pattern!r}: range {{{body}}} runs backwards")
+        width = len(match.group(1))
+        choices = [str(i).zfill(width) for i in range(first, last + 1)]
+    else:
+        choices = body.split(",")
+    return [head + choice + rest for choice in choices for rest in expand_braces(tail)]
+
+
+def key_and_extension(name: str) -> tuple[str, str]:
+    """A member's sample key (its path up to the first ``.`` of its file name) and extension (lower case)."""
+    folder, base = posixpath.split(name)
+    stem, dot, ext = base.partition(".")
+    return posixpath.join(folder, stem), ext.lower() if dot else ""
+
+
+@dataclass
+class Sample:
+    """The members of one key: extension -> ``TarMember``."""
+
+    key: str
+    members: dict[str, TarMember] = field(default_factory=dict)
+
+
+def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
+    """Groups a shard's members into samples, in order: adjacent members sharing a key.
+
+    Folders, hidden members and members that are not files are left out.
+    """
+    current: Sample | None = None
+    for member in members:
+        if not member.is_file or is_hidden(member.name):
+            continue
+        key, ext = key_and_extension(member.name)
+        if current is None or current.key != key:
+            if current is not None:
+                yield current
+            current = Sample(key)
+        current.members.setdefault(ext, member)
+    if current is not None:
+        yield current
+
+
+def class_of_index(index: int, class_names: Sequence[str] | None) -> tuple[str | None, str]:
+    """The class name of an integer label: ``class_names[index]``, or the index as text without them.
+
+    Returns:
+        ``(name, "")``, or ``(None, why)`` for an index outside ``class_names``.
+    """
+    if index < 0:
+        return None, f"class index {index} is negative"
+    if class_names is None:
+        return str(index), ""
+    if index >= len(class_names):
+        return None, f"class index {index} is outside the {len(class_names)} class names given"
+    return class_names[index], ""
+
+
+def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes], rules: LabelRules,
+                 typing: ManifestTyping, class_names: Sequence[str] | None) -> SourceImage | DeadLetter:
+    """The input of one sample: its image member, label and features, or the dead letter saying why not.
+
+    Args:
+        shard: The shard (path or URI).
+        sample: Its members.
+        read: Reads a (small) member's bytes: its ``cls`` or ``json``.
+        rules: Labelling rules (``--split``, ``--feature``, ``--multi_label``).
+        typing: The build's feature types, shared by the samples of a shard.
+        class_names: ``--class_names``/``--labels_file``, naming integer class indices.
+    """
+    ext = next((e for e in IMAGE_EXTENSIONS if e in sample.members), None)
+    if ext is None:
+        shown = ", ".join(sorted(sample.members)) or "none"
+        return DeadLetter(shown_name(member_name(shard, sample.key)), "no_image",
+                          f"sample has no {'/'.join(IMAGE_EXTENSIONS)} member (its members: {shown})")
+    image = sample.members[ext]
+    name = shown_name(member_name(shard, image.name))
+    ref = MemberRef(shard, WEBDATASET, image.offset, image.size, image.size)
+    labels, features, objects, split = None, (), None, ""
+    for label_ext in LABEL_EXTENSIONS:
+        member = sample.members.get(label_ext)
+        if member is not None and member.size > MAX_LABEL_BYTES:
+            return DeadLetter(name, "no_label", f"sample's {label_ext} member has {member.size} bytes; "
+                                                f"a label is at most {MAX_LABEL_BYTES}")
+    if "cls" in sample.members:
+        text = read(sample.members["cls"]).decode("utf-8", "replace").strip()
+        label, numbered, why = _label_value(int(text) if _INTEGER.match(text) else text, class_names)
+    elif "json" in sample.members:
+        try:
+            row = json.loads(read(sample.members["json"]))
+        except (ValueError, RecursionError) as err:
+            return DeadLetter(name, "no_label", f"sample's json member is not valid JSON: {err}")
+        if not isinstance(row, dict):
+            return DeadLetter(name, "no_label", "sample's json member is not a JSON object")
+        row = {k: v for k, v in row.items() if k != "path"}
+        try:
+            labels, features, objects = row_annotations(row, False, typing, rules.multi_label, rules.bbox_format)
+        except FeatureValueError as err:
+            return DeadLetter(name, "bad_feature", str(err))
+        except BoxError as err:
+            return DeadLetter(name, "bad_box", str(err))
+        split = row.get("split") or ""
+        if labels is not None:
+            label, numbered, why = (labels[0] if labels else ""), False, ""
+        else:
+            label, numbered, why = _label_value(row.get("label"), class_names)
+    else:
+        return DeadLetter(name, "no_label", "sample has no cls or json member to give its label")
+    if label is None:
+        return DeadLetter(name, "bad_label", why)
+    problem = next(filter(None, map(check_label, labels or (label,))), None)
+    if problem:
+        return DeadLetter(name, "bad_label", problem)
+    if split:
+        try:
+            check_split_name(split)
+        except (PlanError, TypeError) as err:
+            return DeadLetter(name, "bad_split", str(err))
+    rel = f"{posixpath.basename(shard)}!{image.name}"
+    return SourceImage(path=name, relpath=rel, split=split or rules.unsplit(), label=label,
+                       labels=labels, features=features, objects=objects, member=ref._replace(numbered=numbered))
+
+
+def _label_value(value, class_names: Sequence[str] | None) -> tuple[str | None, bool, str]:
+    """``(class name or None, came from an index, why not)`` of a ``cls`` or JSON ``label`` value."""
+    if isinstance(value, bool) or value is None:
+        return None, False, f"label {value!r} is neither a class index nor a class name"
+    if isinstance(value, int):
+        name, why = class_of_index(value, class_names)
+        return name, class_names is None and name is not None, why
+    if isinstance(value, str):
+        return value, False, ""
+    return None, False, f"label {value!r} is neither a class index nor a class name"

@@ -1,0 +1,299 @@
+"""Beam steps of the build job that list container inputs: tar and zip archives, WebDataset shards, Parquet.
+
+``ListArchives`` lists every member (every Parquet row) of its inputs as one
+input each (``SourceImage`` with a ``MemberRef``, or ``DeadLetter``), never
+reading an image: a first pass over each archive's headers (a zip's central
+directory, a Parquet file's footer) decides its layout and cuts it into
+parts (its own members, each inner tar, each WebDataset shard, ranges of row
+groups), which are spread over workers and listed in parallel.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
+                                         archive_kind, is_shard_pattern, label_path, listed_member,
+                                         member_entry)
+from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
+from transforms.archives.tar_index import Window, is_inner_tar, tar_members
+from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
+                                            sample_entry, samples_of)
+from transforms.archives.zip_index import zip_members
+from transforms.errors import ImageError, PlanError
+from transforms.example.features import ManifestTyping
+from transforms.images.inputs import LabelRules, layout_of_levels, merge_levels, levels_of_paths, shown_name
+from transforms.shardset.dead_letters import DeadLetter
+from transforms.storage.clients import naming_s3_errors
+from transforms.storage.files import STORAGE_ERRORS, open_for_read
+from transforms.storage.listing import match_files
+
+__all__ = ["ListArchives", "ArchivePart"]
+
+# Rows of a Parquet file listed as one part (whole row groups: at least one).
+ROWS_PER_PART = 20_000
+_PARTS = "parts"
+_LEVELS_BATCH = 4096
+
+
+class ArchivePart(NamedTuple):
+    """One part of a container input, listed by one worker.
+
+    Attributes:
+        container: The file (path or URI).
+        kind: ``tar``, ``zip``, ``parquet`` or ``webdataset`` (a shard).
+        start: An inner tar: offset of its bytes; Parquet: the first row group.
+        size: An inner tar: its bytes; Parquet: the row group after the last.
+        first_row: Parquet: the row number of the first row.
+        prefix: An inner tar: its member name and ``!``; "" for an archive's own members.
+        layout: ``classes`` or ``splits`` (archives).
+    """
+
+    container: str
+    kind: str
+    start: int = 0
+    size: int = 0
+    first_row: int = 0
+    prefix: str = ""
+    layout: str = "classes"
+
+
+def _dead(where: str, err: Exception) -> DeadLetter:
+    if isinstance(err, ImageError):
+        return DeadLetter(shown_name(where), err.reason, err.detail)
+    return DeadLetter(shown_name(where), "unreadable", f"{type(err).__name__}: {err}")
+
+
+class _StartArchiveFn(beam.DoFn):
+    """Container input -> its parts (_PARTS); the dead letter (main) of one that cannot be read, and the
+    entries (main) of a ``.tar.gz``, listed here."""
+
+    def __init__(self, rules: LabelRules, containers: ContainerRules) -> None:
+        self._rules = rules
+        self._containers = containers
+
+    def process(self, path: str):
+        try:
+            shards = _shards_of(path) if is_shard_pattern(path) else [path]
+            if shards != [path]:  # a pattern, not a tar whose name holds [ or *
+                for shard in shards:
+                    yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
+                return
+            kind = archive_kind(path)
+            parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
+                     else self._stream(path) if kind == TGZ else self._tar(path))
+            for part in parts:  # or an entry of a .tar.gz
+                yield beam.pvalue.TaggedOutput(_PARTS, part) if isinstance(part, ArchivePart) else part
+        except (*STORAGE_ERRORS, ImageError, PlanError) as err:
+            yield _dead(path, err)
+
+    def _layout(self, paths) -> str:
+        """The layout the members' paths show (``--layout`` unless auto), in bounded memory."""
+        if self._rules.layout != "auto":
+            for _ in paths:
+                pass
+            return self._rules.layout
+        levels, batch = levels_of_paths(()), []
+        for path in paths:
+            batch.append(path)
+            if len(batch) == _LEVELS_BATCH:
+                levels, batch = merge_levels((levels, levels_of_paths(batch))), []
+        return layout_of_levels(merge_levels((levels, levels_of_paths(batch))))
+
+    def _tar(self, path: str):
+        """A tar's parts: its own members and each inner tar, or the whole tar as a WebDataset shard."""
+        inner: list[ArchivePart] = []
+        shards = [False]
+
+        def paths(members):
+            key, exts = None, set()
+            for member in members:
+                if not listed_member(member.name):
+                    continue
+                stem, ext = key_and_extension(member.name)
+                exts = exts if stem == key else set()
+                key = stem
+                exts.add(ext)
+                shards[0] |= bool(exts & set(LABEL_EXTENSIONS)) and bool(exts & set(IMAGE_EXTENSIONS))
+                if member.is_file and is_inner_tar(member.name):
+                    inner.append(ArchivePart(path, TAR, member.offset, member.size, 0, member.name + SEPARATOR))
+                    yield label_path(member.name + SEPARATOR + "x")
+                else:
+                    yield member.name
+
+        with open_for_read(path) as fh, naming_s3_errors(path):
+            layout = self._layout(paths(_up_to_damage(tar_members(fh))))
+        if shards[0] and not inner:
+            yield ArchivePart(path, WEBDATASET)
+            return
+        yield ArchivePart(path, TAR, layout=layout)
+        for part in inner:
+            yield part._replace(layout=layout)
+
+    def _stream(self, path: str):
+        """A ``.tar.gz``'s members, listed here in one streaming pass (it cannot be cut into parts).
+
+        Their names, offsets and sizes are held until the pass has shown the
+        layout; a damaged stream gives the members before the damage and its
+        dead letter.
+        """
+        members, damage = [], None
+        with open_for_read(path) as fh, naming_s3_errors(path):
+            try:
+                members.extend(m for m in tar_members(fh, stream=True) if listed_member(m.name))
+            except ImageError as err:
+                damage = _dead(path, err)
+        layout = self._layout(m.name for m in members)
+        for member in members:
+            ref = MemberRef(path, TGZ, member.offset, member.size, member.size) if member.is_file else None
+            yield member_entry(path, member.name, ref, layout, self._rules)
+        if damage is not None:
+            yield damage
+
+    def _zip(self, path: str):
+        with open_for_read(path) as fh, naming_s3_errors(path):
+            layout = self._layout(m.name for m in zip_members(fh) if listed_member(m.name))
+        yield ArchivePart(path, ZIP, layout=layout)
+
+    def _parquet(self, path: str):
+        with open_for_read(path) as fh, naming_s3_errors(path):
+            parquet = open_parquet(fh)
+        problem = columns_problem(parquet.schema_arrow, self._containers.image_column,
+                                  self._containers.label_column)
+        if problem:
+            yield DeadLetter(path, "unreadable", f"Parquet file {problem}")
+            return
+        meta = parquet.metadata
+        start = first = rows = 0
+        for group in range(meta.num_row_groups):
+            rows += meta.row_group(group).num_rows
+            if rows >= ROWS_PER_PART or group == meta.num_row_groups - 1:
+                yield ArchivePart(path, PARQUET, start, group + 1, first)
+                start, first, rows = group + 1, first + rows, 0
+
+
+def _up_to_damage(members):
+    """The members of a tar up to where it is damaged: its listing part meets the damage again and
+    reports it as that part's dead letter, after the members before it."""
+    try:
+        yield from members
+    except ImageError:
+        return
+
+
+def _shards_of(pattern: str) -> list[str]:
+    """The shards a pattern names: its brace ranges expanded, its wildcards matched (once)."""
+    names = expand_braces(pattern)
+    globs = [name for name in names if any(c in name for c in "*?[")]
+    matched = iter(match_files(globs)) if globs else iter(())
+    shards = []
+    for name in names:
+        if name in globs:
+            shards.extend(sorted(meta.path for meta in next(matched)))
+        else:
+            shards.append(name)
+    return shards
+
+
+class _ListPartFn(beam.DoFn):
+    """ArchivePart -> SourceImage (with its ``MemberRef``) or DeadLetter per member or Parquet row.
+
+    A part that cannot be read to its end gives the members read before, and
+    one dead letter naming where it stopped.
+    """
+
+    def __init__(self, rules: LabelRules, containers: ContainerRules) -> None:
+        self._rules = rules
+        self._containers = containers
+        self._hidden = Metrics.counter("build", "hidden_files_skipped")
+        self._parts = Metrics.counter("build", "archive_parts_listed")
+
+    def process(self, part: ArchivePart):
+        self._parts.inc()
+        where = part.container + (SEPARATOR + part.prefix.rstrip(SEPARATOR) if part.prefix else "")
+        try:
+            with open_for_read(part.container) as fh, naming_s3_errors(part.container):
+                if part.kind == WEBDATASET:
+                    yield from self._samples(part, fh)
+                elif part.kind == PARQUET:
+                    yield from self._rows(part, fh)
+                elif part.kind == ZIP:
+                    yield from self._zip(part, fh)
+                else:
+                    yield from self._tar(part, fh)
+        except (*STORAGE_ERRORS, ImageError) as err:
+            yield _dead(where, err)
+
+    def _tar(self, part: ArchivePart, fh):
+        inner = bool(part.prefix)
+        source = Window(fh, part.start, part.size) if inner else fh
+        for member in tar_members(source, base=part.start if inner else 0):
+            if not listed_member(member.name):
+                self._hidden.inc(not member.name.endswith("/") and bool(member.name))
+                continue
+            if not inner and member.is_file and is_inner_tar(member.name):
+                continue  # a part of its own
+            ref = MemberRef(part.container, part.kind, member.offset, member.size, member.size) \
+                if member.is_file else None
+            yield member_entry(part.container, part.prefix + member.name, ref, part.layout, self._rules)
+
+    def _zip(self, part: ArchivePart, fh):
+        for member in zip_members(fh):
+            if not listed_member(member.name):
+                self._hidden.inc(not member.name.endswith("/") and bool(member.name))
+                continue
+            ref = MemberRef(part.container, ZIP, member.header_offset, member.compressed, member.size,
+                            member.method, member.crc) if member.is_file else None
+            yield member_entry(part.container, member.name, ref, part.layout, self._rules)
+
+    def _samples(self, part: ArchivePart, fh):
+        typing = ManifestTyping(self._rules.features)
+
+        def read(member) -> bytes:
+            fh.seek(member.offset)
+            return fh.read(member.size)
+
+        for sample in samples_of(tar_members(fh)):
+            yield sample_entry(part.container, sample, read, self._rules, typing, self._containers.class_names)
+
+    def _rows(self, part: ArchivePart, fh):
+        parquet = open_parquet(fh)
+        names = self._containers.class_names or class_names_of(parquet.schema_arrow, self._containers.label_column)
+        first = part.first_row
+        for group in range(part.start, part.size):
+            yield from row_group_entries(part.container, parquet, group, first, self._containers.image_column,
+                                         self._containers.label_column, self._rules, names)
+            first += parquet.metadata.row_group(group).num_rows
+
+
+class ListArchives(beam.PTransform):
+    """Lists the members of container inputs, spread over workers by part.
+
+    Applied to the pipeline. Output: ``PCollection`` of ``SourceImage`` (each
+    with its ``MemberRef``) and ``DeadLetter``.
+
+    Args:
+        inputs: Archives (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), Parquet files
+            and patterns of WebDataset shards (``shard-{000..099}.tar``, ``*.tar``).
+        rules: How labels and splits are read.
+        containers: Parquet columns and the names of integer class indices.
+    """
+
+    def __init__(self, inputs: Sequence[str], rules: LabelRules, containers: ContainerRules) -> None:
+        super().__init__()
+        self._inputs = list(inputs)
+        self._rules = rules
+        self._containers = containers
+
+    def expand(self, pbegin):
+        started = (pbegin
+                   | "CreateArchiveInputs" >> beam.Create(self._inputs)
+                   | "StartArchives" >> beam.ParDo(_StartArchiveFn(self._rules, self._containers)).with_outputs(
+                       _PARTS, main="entries"))  # ArchivePart; DeadLetter, .tar.gz members
+        listed = (started[_PARTS]
+                  | "SpreadArchiveParts" >> beam.Reshuffle()
+                  | "ListArchiveParts" >> beam.ParDo(_ListPartFn(self._rules, self._containers)))
+        return (started.entries, listed) | "AllArchiveMembers" >> beam.Flatten()

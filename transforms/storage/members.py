@@ -1,0 +1,126 @@
+"""Reading one member of a container input (``archives.members.MemberRef``): a tar or zip member, a
+``.tar.gz`` member, a Parquet row's image.
+
+A tar member is one range read of its bytes (``RangeReader``: ``pread`` on
+local disk, one ranged request on gs:// and s3://); a zip member one range
+read from its local header, inflated and its CRC-32 checked. Neither is
+extracted to disk. A ``.tar.gz`` cannot be read from the middle: each
+process keeps one decompressing stream per archive, which reads on to the
+member (members read in listing order cost one pass; an earlier member
+restarts the stream). A Parquet row's image is read with its row group's
+image column, which each process keeps for the next rows (a few row groups,
+at most ``PARQUET_CACHE_BYTES``).
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import threading
+
+from transforms.archives.members import PARQUET, TAR, TGZ, WEBDATASET, ZIP, MemberRef
+from transforms.archives.parquet_rows import image_bytes, image_column, open_parquet
+from transforms.archives.zip_index import local_span, member_bytes
+from transforms.errors import ImageError
+from transforms.storage.clients import naming_s3_errors
+from transforms.storage.files import RangeReader, open_for_read
+
+__all__ = ["PARQUET_CACHE_BYTES", "read_member", "forget_cached"]
+
+_MIB = 1 << 20
+PARQUET_CACHE_BYTES = 256 * _MIB
+_RANGES = RangeReader()
+_LOCK = threading.Lock()
+_STREAMS: dict[str, tuple[threading.Lock, list]] = {}  # .tar.gz -> (its lock, [open gzip stream or None])
+_GROUPS: collections.OrderedDict = collections.OrderedDict()  # (file, group, column) -> (values, bytes)
+
+
+def read_member(ref: MemberRef, max_bytes: int) -> bytes:
+    """The bytes of one member.
+
+    Raises:
+        OSError: As ``open_for_read``, or while reading.
+        ImageError: ``too_large``, or ``unreadable`` for a damaged member or archive.
+    """
+    if ref.length > max_bytes:
+        raise ImageError("too_large", f"archive member has {ref.length} bytes, over --max_image_mb "
+                                      f"({max_bytes / _MIB:g} MiB); not read")
+    if ref.kind in (TAR, WEBDATASET):
+        data = _RANGES.read(ref.container, ref.offset, ref.size)
+    elif ref.kind == ZIP:
+        raw = _RANGES.read(ref.container, ref.offset, local_span(ref.size))
+        data = member_bytes(raw, ref.size, ref.length, ref.method, ref.crc)
+        if isinstance(data, int):  # a local header longer than the first read
+            raw = _RANGES.read(ref.container, ref.offset, data)
+            data = member_bytes(raw, ref.size, ref.length, ref.method, ref.crc)
+            if isinstance(data, int):
+                raise ImageError("unreadable", "archive ends inside the member")
+    elif ref.kind == TGZ:
+        data = _stream_read(ref)
+    elif ref.kind == PARQUET:
+        data = _row_image(ref)
+    else:
+        raise ValueError(f"unknown member kind {ref.kind!r}")
+    if ref.kind != PARQUET and len(data) != ref.length:
+        raise ImageError("unreadable", f"archive ends inside the member ({len(data)} of {ref.length} bytes)")
+    if len(data) > max_bytes:
+        raise ImageError("too_large", f"row's image has {len(data)} bytes, over --max_image_mb "
+                                      f"({max_bytes / _MIB:g} MiB)")
+    return data
+
+
+def forget_cached(streams: bool = True) -> None:
+    """Drops the Parquet row groups kept, and with ``streams`` closes the ``.tar.gz`` streams kept open.
+
+    Called as a reader's bundle starts (row groups: a later job may read a
+    file of the same name) and as it is torn down (everything).
+    """
+    with _LOCK:
+        _GROUPS.clear()
+        if not streams:
+            return
+        kept = list(_STREAMS.values())
+        _STREAMS.clear()
+    for lock, slot in kept:
+        with lock:
+            if slot[0] is not None:
+                slot[0].close()
+                slot[0] = None
+
+
+def _stream_read(ref: MemberRef) -> bytes:
+    """A ``.tar.gz`` member, read on from where this process's stream of the archive is."""
+    with _LOCK:
+        lock, slot = _STREAMS.setdefault(ref.container, (threading.Lock(), [None]))
+    with lock, naming_s3_errors(ref.container):
+        stream = slot[0]
+        if stream is None or stream.tell() > ref.offset:
+            if stream is not None:
+                stream.close()
+            stream = slot[0] = gzip.GzipFile(fileobj=open_for_read(ref.container), mode="rb")
+        try:
+            stream.seek(ref.offset)
+            return stream.read(ref.size)
+        except (EOFError, gzip.BadGzipFile) as err:
+            slot[0] = None
+            raise ImageError("unreadable", f"archive cannot be read to the member: {err}") from err
+
+
+def _row_image(ref: MemberRef) -> bytes:
+    """A Parquet row's image, from its row group's image column (kept for the group's next rows)."""
+    key = (ref.container, ref.offset, ref.column)
+    with _LOCK:
+        cached = _GROUPS.get(key)
+        if cached is not None:
+            _GROUPS.move_to_end(key)
+    if cached is None:
+        with open_for_read(ref.container) as fh, naming_s3_errors(ref.container):
+            cached = image_column(open_parquet(fh), ref.offset, ref.column)
+        with _LOCK:
+            _GROUPS[key] = cached
+            while len(_GROUPS) > 1 and sum(size for _, size in _GROUPS.values()) > PARQUET_CACHE_BYTES:
+                _GROUPS.popitem(last=False)
+    values = cached[0]
+    if ref.size >= len(values):
+        raise ImageError("unreadable", f"row group {ref.offset} has {len(values)} rows, not {ref.size + 1}")
+    return image_bytes(values[ref.size])
