@@ -45,11 +45,11 @@ from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import READ_COMPRESSIONS
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
-from transforms.shardset.tfds_metadata import tfds_files
+from transforms.shardset.tfds_metadata import dataset_name, tfds_files
 from transforms.storage.listing import FileMetadata
 
 _OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
-              "input_compression", "seed", "skip_corrupt", "max_bad_fraction")
+              "input_compression", "seed", "skip_corrupt", "max_bad_fraction", "name")
 
 
 class ReshardOptions(PipelineOptions):
@@ -125,8 +125,8 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         compression=shared.compression, input_compression=flags.input_compression,
         seed=shared.seed, skip_corrupt=flags.skip_corrupt, max_bad_fraction=shared.max_bad_fraction,
         max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
-        options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
-                 for k in _OWN_FLAGS},
+        options={**{k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
+                    for k in _OWN_FLAGS}, "name": shared.name or dataset_name(output or "/")},
         policy=opt.publish_policy(shared),
         workers_note=beam_compat.choose_local_workers(
             options, None if dry_run else sum(f.size_in_bytes for f in files), worker_threads.usable_cores()))
@@ -173,7 +173,7 @@ HELP = JobHelp(
     summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
     options=(ReshardOptions, opt.RecordReadingOptions),
     shared=("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-            "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction"),
+            "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name"),
     required=("input", "output_dir"),
     groups={"input_compression": "inputs", "skip_corrupt": "failures", "max_record_mb": "inputs"},
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")

@@ -7,10 +7,11 @@ accumulator): the number of inputs, the class names and the record layout.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
 from transforms.images.items import SourceImage
+from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
 
 __all__ = ["ListingFacts", "ListingTally"]
 
@@ -22,9 +23,10 @@ class ListingFacts:
     Attributes:
         inputs: Inputs listed: files and manifest rows, and the listing's dead
             letters (an unreadable folder is one input).
-        classes: Class names in index order (sorted): those of the listed
-            inputs and of unreadable class folders.
-        layout: The ``RecordLayout`` every record follows.
+        classes: Image class names in index order (sorted): those of the
+            listed inputs and of unreadable class folders.
+        layout: The ``RecordLayout`` every record follows (with the object
+            classes' ids, ``object_classes.object_label_map``).
     """
 
     inputs: int
@@ -34,29 +36,39 @@ class ListingFacts:
 
 @dataclass
 class ListingTally:
-    """Gathers ``ListingFacts`` from ``SourceImage``, ``DeadLetter`` and class names (``str``).
+    """Gathers ``ListingFacts`` from ``SourceImage``, ``DeadLetter``, class names (``str``) and
+    ``ObjectClasses``.
 
     ``add`` changes this tally and returns it. A class name is that of an
-    unreadable class folder: it stays in the class list but is not an input.
+    unreadable class folder: it stays in the class list but is not an input;
+    nor is an ``ObjectClasses`` (a COCO file's categories).
 
     Attributes:
         inputs: Inputs added.
-        classes: Class names seen.
+        classes: Image class names seen.
         layout: The union of the inputs' layouts.
+        object_names: Object class names seen.
+        declared: ``(id, name)`` of the object classes COCO files declare.
     """
 
     inputs: int = 0
     classes: set[str] = field(default_factory=set)
     layout: RecordLayout = field(default_factory=RecordLayout)
+    object_names: set[str] = field(default_factory=set)
+    declared: set[tuple[int | None, str]] = field(default_factory=set)
 
     def add(self, item) -> "ListingTally":
         """Counts one listed item."""
         if isinstance(item, str):  # the class of an unreadable class folder: not an input
             self.classes.add(item)
             return self
+        if isinstance(item, ObjectClasses):
+            self.declared.update(item.classes)
+            return self
         self.inputs += 1
         if isinstance(item, SourceImage):
             self.classes.update(item.class_names())
+            self.object_names.update(item.object_names())
             layout = layout_of(item)
             if layout != self.layout:
                 self.layout = merge_layouts((self.layout, layout))
@@ -67,9 +79,21 @@ class ListingTally:
         """One tally of what all of ``tallies`` gathered."""
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
-                   merge_layouts(t.layout for t in tallies))
+                   merge_layouts(t.layout for t in tallies), set().union(*(t.object_names for t in tallies)),
+                   set().union(*(t.declared for t in tallies)))
 
-    def facts(self, multi_label: bool = False, label_offset: int = 0) -> ListingFacts:
-        """The facts gathered, with the build's ``--multi_label`` and ``--label_offset``."""
+    def facts(self, multi_label: bool = False, label_offset: int | None = None,
+              fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
+        """The facts gathered, with the build's flags.
+
+        Args:
+            multi_label: ``--multi_label``.
+            label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
+            fixed: ``--class_names``/``--labels_file``, or None.
+            boxes_outside: ``--boxes_outside``.
+        """
+        offset = DEFAULT_OBJECT_OFFSET if label_offset is None else label_offset
+        objects = object_label_map(self.object_names, self.declared, offset, fixed) if (
+            self.layout.objects or self.declared) else ()
         return ListingFacts(self.inputs, tuple(sorted(self.classes)),
-                            self.layout.with_flags(multi_label, label_offset))
+                            self.layout.with_flags(multi_label, offset, objects, boxes_outside))
