@@ -14,7 +14,7 @@ from transforms.shardset.shard_list import with_shard_list
 
 OUTPUT_NAMES = {"manifest.json", "shards.jsonl", "labels.txt", "dead_letters.jsonl"}
 # tensorflow-datasets' metadata, beside uncompressed shard sets.
-TFDS_NAMES = {"dataset_info.json", "features.json", "image-class-label.labels.txt"}
+TFDS_NAMES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
 
 
 def tree_state(root: str) -> dict[str, tuple]:

@@ -269,14 +269,14 @@ def test_tfds_files_only_for_uncompressed_sets():
     images = {"stored_formats": {"jpeg": 2, "png": 1}, "channels": {"3": 3}}
     manifest = Manifest("build_shards", {"name": "flowers"}, 0, "none", spec, ["a", "b"], splits, 0, images)
     files = {name: data for name, data in tfds_files(manifest).items() if data is not None}
-    assert sorted(files) == ["dataset_info.json", "features.json", "image-class-label.labels.txt"]
+    assert sorted(files) == ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
     info = json.loads(files["dataset_info.json"])
     assert info["name"] == "flowers"
     assert info["splits"] == [{"name": "train", "numBytes": "100", "shardLengths": ["3"],
                                "filepathTemplate": "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"}]
     assert info["supervisedKeys"] == {"tuple": {"items": [{"featureKey": "image/encoded"},
                                                           {"featureKey": "image/class/label"}]}}
-    assert files["image-class-label.labels.txt"] == b"a\nb\n"
+    assert files["image.class.label.labels.txt"] == b"a\nb\n"
     features = json.loads(files["features.json"])["featuresDict"]["features"]
     assert sorted(features) == sorted(spec)
     assert features["image/encoded"]["image"] == {"dtype": "uint8", "shape": {"dimensions": ["-1", "-1", "3"]}}
@@ -305,7 +305,7 @@ def test_tfds_image_feature(images, image):
     feature = json.loads(files["features.json"])["featuresDict"]["features"]["image/encoded"]
     assert (feature["image"]["shape"] if "image" in feature else None) == image
     assert "supervisedKeys" not in json.loads(files["dataset_info.json"])  # no image classes
-    assert files["image-class-label.labels.txt"] is None
+    assert files["image.class.label.labels.txt"] is None
 
 
 @pytest.mark.parametrize("folder, name", [("out/flowers", "flowers"), ("gs://b/Coco-Val 2017/", "coco_val_2017"),

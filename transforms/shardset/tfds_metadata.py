@@ -53,10 +53,16 @@ _LABELS_SUFFIX = ".labels.txt"
 
 
 def labels_file_name(key: str) -> str:
-    """tfds's names file of a class-label feature: ``image/class/label`` -> ``image-class-label.labels.txt``.
+    """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``.
 
-    tfds names it after the feature's name, ``/`` written as ``-``.
+    tfds names it after the feature's name, ``/`` written as ``.``
+    (``features.feature.convert_feature_name_to_filename``).
     """
+    return key.replace("/", ".") + _LABELS_SUFFIX
+
+
+def _nested_labels_file_name(key: str) -> str:
+    """The names file sets written before features were top-level had (removed when rebuilt)."""
     return key.replace("/", "-") + _LABELS_SUFFIX
 
 
@@ -168,7 +174,8 @@ def tfds_files(manifest) -> dict[str, bytes | None]:
             ``options["name"]`` names the dataset.
     """
     none: dict[str, bytes | None] = {name: None for name in (
-        DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS))}
+        DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
+        *(_nested_labels_file_name(key) for key in _CLASS_KEYS))}
     spec = dict(manifest.feature_spec)
     if tfds_problem(manifest.compression) or not spec or any(
             base_kind(kind) not in _DTYPES for kind in spec.values()):
