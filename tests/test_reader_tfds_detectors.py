@@ -273,3 +273,24 @@ def test_label_offset_0_is_refused_for_coco_and_writes_no_label_map_elsewhere(tm
     assert load_manifest(out)["object_labels"] == [{"id": 0, "name": "cat"}]
     builder = tfds.builder_from_directory(out)  # ids 0..n-1: a ClassLabel in tfds
     assert builder.info.features["image/object/class/label"].feature.names == ["cat"]
+
+
+def test_readme_tfds_snippet_runs_as_written(tmp_path, capsys, monkeypatch):
+    """The README's tensorflow-datasets block, run on a build of out/flowers with a caption."""
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
+                  encoding="utf-8").read()
+    block = readme.split("**tensorflow-datasets.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    rows = []
+    for i in range(10):
+        write(f"src/{i}.png", imagegen.encode(imagegen.image("RGB", 8, 6, i), "PNG"))
+        rows.append({"path": f"{i}.png", "label": ["daisy", "rose"][i % 2], "caption": f"flower {i}"})
+    write("src/in.jsonl", "\n".join(json.dumps(r) for r in rows).encode())
+    status, _, err = run_build(capsys, "--input", "src/in.jsonl", "--output_dir", "out/flowers")
+    assert status == 0, err
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own code
+    assert scope["builder"].info.name == "flowers"
+    image, label = next(iter(tfds.as_numpy(scope["ds"])))
+    assert image.shape == (6, 8, 3) and int(label) in (0, 1)
+    assert scope["ex"]["caption"].numpy().startswith(b"flower ")
