@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -267,7 +268,8 @@ def test_tfds_files_only_for_uncompressed_sets():
     spec = {**IMAGE_FEATURES, "tags": "int64_list"}
     splits = {"train": SplitEntry("train", [ShardEntry("train-00000-of-00001.tfrecord", 3, 100, "0" * 64, {})])}
     images = {"stored_formats": {"jpeg": 2, "png": 1}, "channels": {"3": 3}}
-    manifest = Manifest("build_shards", {"name": "flowers"}, 0, "none", spec, ["a", "b"], splits, 0, images)
+    manifest = Manifest("build_shards", {"name": "flowers"}, 0, "none", spec, ["a", "b"], splits, 0, images,
+                        written_splits=["train"])
     files = {name: data for name, data in tfds_files(manifest).items() if data is not None}
     assert sorted(files) == ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
     info = json.loads(files["dataset_info.json"])
@@ -281,6 +283,10 @@ def test_tfds_files_only_for_uncompressed_sets():
     assert sorted(features) == sorted(spec)
     assert features["image/encoded"]["image"] == {"dtype": "uint8", "shape": {"dimensions": ["-1", "-1", "3"]}}
     assert features["tags"]["tensor"]["shape"] == {"dimensions": ["-1"]}
+    # A run that kept another split counted only its own images: image/encoded stays bytes.
+    kept = dataclasses.replace(manifest, splits={**splits, "test": splits["train"]})
+    kept_features = json.loads(tfds_files(kept)["features.json"])["featuresDict"]["features"]
+    assert kept_features["image/encoded"]["tensor"]["dtype"] == "string"
     gzipped = Manifest("build_shards", {}, 0, "gzip", spec, ["a", "b"], splits, 0)
     assert set(tfds_files(gzipped).values()) == {None}
 
@@ -300,7 +306,8 @@ def test_tfds_image_feature(images, image):
     from transforms.shardset.tfds_metadata import tfds_files
 
     splits = {"train": SplitEntry("train", [ShardEntry("train-00000-of-00001.tfrecord", 2, 100, "0" * 64, {})])}
-    manifest = Manifest("build_shards", {}, 0, "none", IMAGE_FEATURES, [], splits, 0, images)
+    manifest = Manifest("build_shards", {}, 0, "none", IMAGE_FEATURES, [], splits, 0, images,
+                        written_splits=["train"])
     files = tfds_files(manifest)
     feature = json.loads(files["features.json"])["featuresDict"]["features"]["image/encoded"]
     assert (feature["image"]["shape"] if "image" in feature else None) == image

@@ -242,6 +242,10 @@ def test_coco_build_keeps_category_ids_and_reads_in_model_garden(tmp_path, capsy
     assert builder.info.supervised_keys is None and builder.info.splits["train"].num_examples == 2
     with open(os.path.join(out, "labels.txt"), encoding="utf-8") as fh:
         assert fh.read() == ""
+    from beam_jobs import verify_shards
+
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", out]) == 0, capsys.readouterr()
 
 
 def test_coco_build_renumbered_and_clipped(tmp_path, capsys):

@@ -15,7 +15,8 @@ top level of the features, as tfds's ``as_supervised`` looks keys up there:
 record holds a JPEG or PNG (what ``tf.io.decode_image`` decodes to one
 frame): tfds decodes it with ``tf.image.decode_image`` to uint8, with the
 channel count every record has (``images.channels`` of the manifest), or each
-image's own when they differ (shape ``(None, None, None)``). Class labels are
+image's own when they differ (shape ``(None, None, None)``); when the last run
+kept splits of an earlier one, whose images it did not count, it stays bytes. Class labels are
 ``ClassLabel`` features: the image classes always, the object classes where
 their ids are ``0..n-1`` (else plain int64).
 
@@ -181,7 +182,9 @@ def tfds_files(manifest) -> dict[str, bytes | None]:
             base_kind(kind) not in _DTYPES for kind in spec.values()):
         return none
     names = _class_names(manifest)
-    features = _features(spec, _image(manifest.images or {}), names)
+    # The images counts are the last run's: they say nothing of the splits it kept.
+    counted = manifest.written_splits is not None and set(manifest.splits) <= set(manifest.written_splits)
+    features = _features(spec, _image(manifest.images or {}) if counted else None, names)
     splits = [{"name": name,
                "numBytes": str(split.bytes),
                "shardLengths": [str(shard.records) for shard in split.shards],
