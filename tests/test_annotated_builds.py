@@ -122,7 +122,7 @@ def test_bad_feature_is_a_dead_letter_and_boxes_outside_are_skipped_and_counted(
     assert sorted(dead) == ["in.jsonl:2"]  # the images with a box outside are kept, less the box
     manifest = load_manifest(out)
     assert manifest["records"] == 4 and manifest["images"]["boxes"] == {"skipped": 2}
-    assert "boxes not inside their image: 2 boxes skipped (--boxes_outside skip)" in summary + err
+    assert "boxes not inside their image: 2 boxes, 2 skipped (--boxes_outside skip)" in summary + err
     parsed = _parse_all(out)
     assert parsed["c.png"]["image/object/class/label"] == [] and parsed["d.png"]["image/object/bbox/xmin"] == []
 

@@ -151,6 +151,8 @@ def test_boxes_outside_their_image_are_skipped_or_clipped(bbox, clipped):
     assert [b.label for b in placed] == (["a", "b"] if clipped else ["b"])
     if clipped:
         np.testing.assert_allclose((placed[0].xmin, placed[0].ymin, placed[0].xmax, placed[0].ymax), clipped)
+        assert placed[0].clipped == (not inside)  # half a pixel out is rounding, not counted
+    assert not placed[-1].clipped
     with pytest.raises(ValueError, match="outside"):
         place_boxes(boxes, 40, 20, 1, 40, 20, outside="drop")
 

@@ -236,7 +236,7 @@ def test_coco_build_keeps_category_ids_and_reads_in_model_garden(tmp_path, capsy
     assert manifest["object_labels"] == [{"id": 1, "name": "person"}, {"id": 4, "name": "motorcycle"},
                                          {"id": 90, "name": "toothbrush"}]
     assert manifest["images"]["boxes"] == {"skipped": 1} and manifest["dead_letters"] == 0
-    assert "boxes not inside their image: 1 box skipped (--boxes_outside skip)" in summary
+    assert "boxes not inside their image: 1 box, 1 skipped (--boxes_outside skip)" in summary
     assert "object classes: 3, ids 1-90; label_map.pbtxt" in summary
     builder = tfds.builder_from_directory(out)  # loads; no image classes, so no supervised keys
     assert builder.info.supervised_keys is None and builder.info.splits["train"].num_examples == 2
@@ -256,7 +256,8 @@ def test_coco_build_renumbered_and_clipped(tmp_path, capsys):
     np.testing.assert_allclose(a["image/object/bbox/xmax"], [0.5, 1.0, 1.0])  # the last one clipped
     assert _od_api_label_map(os.path.join(out, "label_map.pbtxt")) == {1: "motorcycle", 2: "person",
                                                                      3: "toothbrush"}
-    assert "boxes" not in load_manifest(out)["images"] and "skipped" not in summary
+    assert load_manifest(out)["images"]["boxes"] == {"clipped": 1}
+    assert "boxes not inside their image: 1 box, 1 clipped (--boxes_outside clip)" in summary
 
 
 def test_label_offset_0_is_refused_for_coco_and_writes_no_label_map_elsewhere(tmp_path, capsys):

@@ -331,9 +331,10 @@ def _image_lines(images, mode: str | None) -> list[str]:
 def _reader_lines(manifest: Manifest) -> list[str]:
     """Summary lines on what detectors and tensorflow-datasets get: object classes, boxes, tfds files."""
     lines = []
-    skipped = manifest.images.get("boxes", {}).get("skipped", 0)
-    if skipped:
-        lines.append(f"  boxes not inside their image: {plural(skipped, 'box')} skipped "
+    boxes = manifest.images.get("boxes", {})
+    if boxes:
+        done = ", ".join(f"{boxes[kind]} {kind}" for kind in ("clipped", "skipped") if boxes.get(kind))
+        lines.append(f"  boxes not inside their image: {plural(sum(boxes.values()), 'box')}, {done} "
                      f"(--boxes_outside {manifest.options.get('boxes_outside') or 'skip'})")
     if manifest.object_labels:
         ids = [class_id for class_id, _ in manifest.object_labels]

@@ -19,7 +19,7 @@ from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_obje
 from transforms.shardset.tfds_metadata import tfds_files
 
 __all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "SOURCE_ID", "RecordLayout", "row_annotations", "layout_of",
-           "merge_layouts", "record_extras", "image_extras", "LABEL_MAP_NAME", "build_sidecars",
+           "merge_layouts", "record_extras", "image_extras", "PlacedExtras", "LABEL_MAP_NAME", "build_sidecars",
            "object_ids_problem"]
 
 LABEL_MAP_NAME = "label_map.pbtxt"
@@ -193,6 +193,17 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
     return tuple(sorted(out))
 
 
+class PlacedExtras(tuple):
+    """A record's extra keys (``record_extras``) that also know how many of its boxes were clipped.
+
+    A tuple like any other extras, so a record is written from it alike; the
+    count travels with it (through pickling) to the shard writer, which tallies
+    it for the manifest (``build_counts``). Not a record key.
+    """
+
+    clipped: int = 0
+
+
 def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int], data: bytes,
                  stored_width: int, stored_height: int, pixels_transformed: bool,
                  cropped: bool = False) -> tuple[tuple[str, str, tuple], ...]:
@@ -209,8 +220,12 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         cropped: The stored image is a centre crop (``--resize_mode crop``
             with transformed pixels), which boxes cannot follow yet.
 
+    Returns:
+        ``PlacedExtras``: boxes not inside the image are skipped or clipped
+        (``layout.boxes_outside``); ``clipped`` counts the clipped ones.
+
     Raises:
-        BoxError: A box lies outside the image, or cannot follow a crop.
+        BoxError: Boxes cannot follow a crop.
         FeatureValueError: An extra feature is missing or has another type.
     """
     if layout is None or layout.plain:
@@ -224,7 +239,9 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
             orientation = 1
         boxes = place_boxes(source.objects, width, height, orientation, stored_width, stored_height,
                             layout.boxes_outside)
-    return record_extras(source, layout, index_of, boxes)
+    extras = PlacedExtras(record_extras(source, layout, index_of, boxes))
+    extras.clipped = sum(box.clipped for box in boxes)
+    return extras
 
 
 def object_ids_problem(object_labels: Sequence[tuple[int, str]]) -> str | None:

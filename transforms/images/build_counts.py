@@ -3,8 +3,8 @@
 Besides ``records.image_counts`` (source formats, conversions, undecodable
 records, fixed PNG chunks), a build counts per record the format and channel
 count of the image it stores (``stored_formats``, ``channels``: tfds's
-``Image`` feature is declared from them) and, per box, the boxes left out
-because they were not inside their image (``boxes``: ``skipped``).
+``Image`` feature is declared from them) and the boxes that were not inside
+their image (``boxes``: ``skipped``, left out; ``clipped``, cut to the image).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def record_count_keys(meta) -> list[tuple[str, str]]:
     if given:
         written = next((len(values) for name, _, values in meta.extra if name == _OBJECT_LABEL_KEY), 0)
         keys += [("boxes", "skipped")] * (given - written)
+        keys += [("boxes", "clipped")] * getattr(meta.extra, "clipped", 0)  # annotations.PlacedExtras
     return keys
 
 

@@ -59,7 +59,11 @@ class SourceBox:
 
 @dataclass(frozen=True)
 class PlacedBox:
-    """A box on the stored image: normalized corners, area in stored pixels."""
+    """A box on the stored image: normalized corners, area in stored pixels.
+
+    ``clipped`` is True for a box that reached out of its image (more than
+    half a pixel) and was clipped to it (``outside="clip"``).
+    """
 
     xmin: float
     ymin: float
@@ -68,6 +72,7 @@ class PlacedBox:
     label: str
     area: float
     is_crowd: int
+    clipped: bool = False
 
 
 def _number(value: object, what: str) -> float:
@@ -184,5 +189,5 @@ def place_boxes(boxes: Sequence[SourceBox], width: int, height: int, orientation
         scale = (out_width * out_height) / (width * height)
         area = box.area * scale if box.area is not None else (x1 - x0) * (y1 - y0) * out_width * out_height
         placed.append(PlacedBox(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by), box.label,
-                                area, box.is_crowd))
+                                area, box.is_crowd, clipped=not inside))
     return tuple(placed)
