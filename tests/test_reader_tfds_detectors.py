@@ -9,6 +9,7 @@ checked as the Object Detection API's ``label_map_util`` checks it.
 
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import os
@@ -299,3 +300,29 @@ def test_readme_tfds_snippet_runs_as_written(tmp_path, capsys, monkeypatch):
     image, label = next(iter(tfds.as_numpy(scope["ds"])))
     assert image.shape == (6, 8, 3) and int(label) in (0, 1)
     assert scope["ex"]["caption"].numpy().startswith(b"flower ")
+
+
+@pytest.mark.slow
+def test_tfds_decodes_every_record_of_the_messy_corpus_as_tensorflow_does(tmp_path, capsys):
+    """Pillow's Tests/images and scikit-image's data, default build: tfds's Image feature decodes each
+    record (grey, grey+alpha, RGB, RGBA, 16-bit PNGs, JPEGs) exactly as tf.io.decode_image does."""
+    from tests.messy_corpus import make_corpus
+
+    corpus, out = str(tmp_path / "corpus"), str(tmp_path / "messy")
+    make_corpus(corpus)
+    status, _, err = run_build(capsys, "--input", corpus, "--output_dir", out, "--num_shards", "2",
+                               "--max_bad_fraction", "1")
+    assert status == 0, err
+    channels = load_manifest(out)["images"]["channels"]
+    assert {"1", "3", "4"} <= set(channels)
+    builder = tfds.builder_from_directory(out)
+    assert builder.info.features["image/encoded"].shape == (None, None, None)
+    records = _records(out)
+    seen = 0
+    for ex in tfds.as_numpy(builder.as_dataset(split="train")):
+        record = records[ex["image/filename"].decode()]
+        np.testing.assert_array_equal(ex["image/encoded"], tf.io.decode_image(record["encoded"]).numpy())
+        seen += 1
+    assert seen == len(records) == sum(channels.values()) > 500
+    supervised = tfds.as_numpy(builder.as_dataset(split="train", as_supervised=True))
+    assert sorted(collections.Counter(int(label) for _, label in supervised)) == [0, 1]
