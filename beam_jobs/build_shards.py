@@ -14,6 +14,7 @@ straight through. See README.md for every flag, the output layout and the schema
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import math
 import os
@@ -146,6 +147,7 @@ class BuildConfig:
     multi_label: bool = False
     label_offset: int | None = None
     boxes_outside: str = "skip"
+    tfds_name: str = ""  # --name, or the output folder's name (not in the manifest: it moves with the folder)
     inspect_threads: int = 1
     write_threads: int = 1
     workers_note: str | None = None  # what choose_local_workers chose, to print
@@ -270,7 +272,6 @@ def make_config(options: PipelineOptions) -> BuildConfig:
            if k != "output_dir"}
     own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
     own["split"] = rules.split
-    own["name"] = shared.name or dataset_name(shared.output_dir)
     if build.label_offset == 0 and any(is_coco_path(path) for path in shared.input):
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
@@ -298,6 +299,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=opt.publish_policy(shared),
         multi_label=build.multi_label, label_offset=build.label_offset, boxes_outside=build.boxes_outside,
+        tfds_name=shared.name or dataset_name(shared.output_dir),
         workers_note=note, folder_tasks=tasks, **_image_threads(options, build.image_threads, settings, shared.input))
 
 
@@ -453,7 +455,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec,
-        image_counts=build_image_counts, sidecar_files=build_sidecars, object_labels=object_labels)
+        image_counts=build_image_counts, sidecar_files=functools.partial(build_sidecars, name=cfg.tfds_name),
+        object_labels=object_labels)
 
 
 HELP = JobHelp(

@@ -19,6 +19,7 @@ file's name states no split.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Sequence
@@ -85,6 +86,7 @@ class ReshardConfig:
     options: dict
     policy: PublishPolicy
     workers_note: str | None = None  # what choose_local_workers chose, to print
+    tfds_name: str = ""  # --name, or the output folder's name (not in the manifest: it moves with the folder)
 
 
 def make_config(options: PipelineOptions) -> ReshardConfig:
@@ -125,8 +127,9 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         compression=shared.compression, input_compression=flags.input_compression,
         seed=shared.seed, skip_corrupt=flags.skip_corrupt, max_bad_fraction=shared.max_bad_fraction,
         max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
-        options={**{k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
-                    for k in _OWN_FLAGS}, "name": shared.name or dataset_name(output or "/")},
+        options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
+                 for k in _OWN_FLAGS},
+        tfds_name=shared.name or dataset_name(output or "/"),
         policy=opt.publish_policy(shared),
         workers_note=beam_compat.choose_local_workers(
             options, None if dry_run else sum(f.size_in_bytes for f in files), worker_threads.usable_cores()))
@@ -166,7 +169,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,
-        feature_spec=spec, sidecar_files=tfds_files)
+        feature_spec=spec, sidecar_files=functools.partial(tfds_files, name=cfg.tfds_name))
 
 
 HELP = JobHelp(

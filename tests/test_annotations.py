@@ -270,9 +270,9 @@ def test_tfds_files_only_for_uncompressed_sets():
     spec = {**IMAGE_FEATURES, "tags": "int64_list"}
     splits = {"train": SplitEntry("train", [ShardEntry("train-00000-of-00001.tfrecord", 3, 100, "0" * 64, {})])}
     images = {"stored_formats": {"jpeg": 2, "png": 1}, "channels": {"3": 3}}
-    manifest = Manifest("build_shards", {"name": "flowers"}, 0, "none", spec, ["a", "b"], splits, 0, images,
+    manifest = Manifest("build_shards", {}, 0, "none", spec, ["a", "b"], splits, 0, images,
                         written_splits=["train"])
-    files = {name: data for name, data in tfds_files(manifest).items() if data is not None}
+    files = {name: data for name, data in tfds_files(manifest, "flowers").items() if data is not None}
     assert sorted(files) == ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
     info = json.loads(files["dataset_info.json"])
     assert info["name"] == "flowers"

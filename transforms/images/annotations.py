@@ -257,7 +257,7 @@ def object_ids_problem(object_labels: Sequence[tuple[int, str]]) -> str | None:
     return None
 
 
-def build_sidecars(manifest) -> dict[str, bytes | None]:
+def build_sidecars(manifest, name: str | None = None) -> dict[str, bytes | None]:
     """Files a build publishes beside ``labels.txt``.
 
     tensorflow-datasets' metadata (``tfds_metadata.tfds_files``), and
@@ -267,8 +267,9 @@ def build_sidecars(manifest) -> dict[str, bytes | None]:
 
     Args:
         manifest: The ``shardset.manifest.Manifest`` about to be written.
+        name: The dataset's name for tfds (``tfds_metadata.tfds_files``).
     """
-    files = {**tfds_files(manifest), LABEL_MAP_NAME: None}
+    files = {**tfds_files(manifest, name), LABEL_MAP_NAME: None}
     classes = manifest.object_labels
     if "image/object/class/label" in manifest.feature_spec and not object_ids_problem(classes):
         files[LABEL_MAP_NAME] = label_map_pbtxt(classes)

@@ -163,7 +163,7 @@ def _json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def tfds_files(manifest) -> dict[str, bytes | None]:
+def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
     """tfds's files for a shard set, name -> bytes.
 
     Every name this module can write is in the result: None marks one this
@@ -171,8 +171,9 @@ def tfds_files(manifest) -> dict[str, bytes | None]:
     publisher to remove an earlier run's copy.
 
     Args:
-        manifest: The ``shardset.manifest.Manifest`` of the set; its
-            ``options["name"]`` names the dataset.
+        manifest: The ``shardset.manifest.Manifest`` of the set.
+        name: The dataset's name (``--name``, else ``dataset_name`` of the
+            output folder); None for ``DATASET_NAME``.
     """
     none: dict[str, bytes | None] = {name: None for name in (
         DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
@@ -190,7 +191,7 @@ def tfds_files(manifest) -> dict[str, bytes | None]:
                "shardLengths": [str(shard.records) for shard in split.shards],
                "filepathTemplate": TEMPLATE}
               for name, split in sorted(manifest.splits.items())]
-    name = (manifest.options or {}).get("name") or DATASET_NAME
+    name = name or DATASET_NAME
     info = {"name": name, "version": _VERSION, "fileFormat": "tfrecord",
             "description": f"TFRecord shards written by {manifest.created_by}.",
             "moduleName": "tfrecord_shards", "splits": splits}
