@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -28,10 +29,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
-from transforms.images.records import IMAGE_MODES, EncodeSettings, image_count_keys, image_counts
+from transforms.images.records import IMAGE_MODES, EncodeSettings
+from transforms.images.build_counts import build_image_counts, record_count_keys
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
-from transforms.images.inputs import (LAYOUTS, FolderTask, LabelRules, check_label, check_manifest_head,
-                                      is_manifest_path)
+from transforms.images.inputs import (COCO_IDS, LAYOUTS, FolderTask, LabelRules, check_label,
+                                      check_manifest_head, is_manifest_path)
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_shard_pattern)
 from transforms.archives.parquet_rows import (DEFAULT_IMAGE_COLUMN, DEFAULT_LABEL_COLUMN, class_names_of,
@@ -53,7 +55,8 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
 from transforms.images.annotations import build_sidecars
-from transforms.images.objects import BBOX_FORMATS
+from transforms.images.objects import BBOX_FORMATS, BOX_POLICIES
+from transforms.shardset.tfds_metadata import dataset_name
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
@@ -123,8 +126,15 @@ class BuildOptions(PipelineOptions):
                             help="How JSON Lines objects give their boxes.")
         parser.add_argument("--image_root", default=None,
                             help="Folder a COCO .json input's file_names are relative to.")
-        parser.add_argument("--label_offset", type=int, default=0, choices=(0, 1),
-                            help="Added to image/object/class/label and label_map.pbtxt ids (1: 1-based).")
+        parser.add_argument("--label_offset", type=int, default=None, choices=(0, 1),
+                            help="The id of the first numbered object class (default 1, as the "
+                                 "Object Detection API numbers them; 0 writes no label_map.pbtxt).")
+        parser.add_argument("--coco_ids", default="keep", choices=COCO_IDS,
+                            help="keep: a COCO file's category ids are the object class ids; "
+                                 "renumber: number its classes by sorted name.")
+        parser.add_argument("--boxes_outside", default="skip", choices=BOX_POLICIES,
+                            help="A box not inside its image: skip it (as the Object Detection "
+                                 "API's create_coco_tf_record does) or clip it; counted either way.")
         parser.add_argument("--append", action="store_true", default=False,
                             help="Add these inputs to the set published in --output_dir: its shards are "
                                  "kept, images it holds are duplicate_image dead letters, new classes "
@@ -153,7 +163,9 @@ class BuildConfig:
     options: dict
     policy: PublishPolicy
     multi_label: bool = False
-    label_offset: int = 0
+    label_offset: int | None = None
+    boxes_outside: str = "skip"
+    tfds_name: str = ""  # --name, or the output folder's name (not in the manifest: it moves with the folder)
     inspect_threads: int = 1
     write_threads: int = 1
     workers_note: str | None = None  # what choose_local_workers chose, to print
@@ -309,7 +321,8 @@ def make_config(options: PipelineOptions) -> BuildConfig:
                            split_fractions=fractions,
                            label_regex=build.label_regex, features=declared,
                            multi_label=build.multi_label, bbox_format=build.bbox_format,
-                           image_root=build.image_root.rstrip("/") if build.image_root else None)
+                           image_root=build.image_root.rstrip("/") if build.image_root else None,
+                           coco_ids=build.coco_ids)
         settings = EncodeSettings(mode=build.image_mode, validate=build.validate,
                                   image_format=build.image_format, jpeg_quality=build.jpeg_quality,
                                   grayscale=build.grayscale, resize=build.resize,
@@ -330,6 +343,10 @@ def make_config(options: PipelineOptions) -> BuildConfig:
            if k != "output_dir"}
     own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
     own["split"] = rules.split
+    if build.label_offset == 0 and any(is_coco_path(path) for path in shared.input):
+        raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
+                         "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
+                         "them from --label_offset 1")
     labels = _fixed_labels(build)
     parquets = [path for path in shared.input if archive_kind(path) == PARQUET]
     if parquets and not dataflow_dry_run(options):
@@ -367,7 +384,8 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         max_bad_fraction=shared.max_bad_fraction,
         max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
         policy=policy, append_to=append_to,
-        multi_label=build.multi_label, label_offset=build.label_offset,
+        multi_label=build.multi_label, label_offset=build.label_offset, boxes_outside=build.boxes_outside,
+        tfds_name=shared.name or dataset_name(shared.output_dir),
         workers_note=note, folder_tasks=tasks,
         containers=ContainerRules(build.image_column, build.label_column, labels),
         **_image_threads(options, build.image_threads, settings, shared.input))
@@ -376,7 +394,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
 _APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grayscale", "resize",
                 "resize_mode", "shard_size_mb", "compression", "seed", "split_fractions", "feature",
-                "multi_label", "label_offset", "bbox_format")
+                "multi_label", "label_offset", "bbox_format", "coco_ids", "boxes_outside")
 
 
 def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -> tuple[str, ...]:
@@ -404,7 +422,10 @@ def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -
     if old.created_by != "build_shards":
         raise UsageError(f"--append: the set in {shared.output_dir} was made by {old.created_by}, not "
                          "build_shards; only built sets take new images")
+    boxes = "image/object/class/label" in old.feature_spec
     for flag in _APPEND_SAME:
+        if flag == "label_offset" and not boxes:
+            continue  # it numbers object classes only: a set without boxes has none
         if flag in old.options and old.options[flag] != own.get(flag):
             recorded = old.options[flag]
             raise UsageError(f"--append: the set in {shared.output_dir} was built with --{flag} {recorded}, "
@@ -493,14 +514,14 @@ def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules
 
 
 _SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-                 "max_bad_fraction")
+                 "max_bad_fraction", "name")
 # --overwrite_unlisted_shards, --drop_other_splits and --replace say how to publish, not what, and
 # --image_threads how fast: not in the manifest (outputs do not depend on them).
 _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
               "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
               "grayscale", "resize", "resize_mode", "shard_size_mb", "num_shards", "compression", "seed",
               "max_bad_fraction", "max_image_mb", "feature", "multi_label", "bbox_format", "image_root",
-              "label_offset", "image_column", "label_column")
+              "label_offset", "coco_ids", "boxes_outside", "name", "image_column", "label_column")
 
 
 def _split_of(meta) -> str:
@@ -527,8 +548,9 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
         cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)],
         archives=[i for i in cfg.inputs if is_container_input(i)], containers=cfg.containers)
-    facts = listed | "CollectFacts" >> CollectListingFacts(cfg.multi_label, cfg.label_offset)  # one ListingFacts
     fixed = list(cfg.labels) if cfg.labels is not None else None
+    facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
+        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside)
     published = list(cfg.append_to) if cfg.append_to is not None else None
     labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else (
         list(f.classes) if published is None else appended_classes(published, f.classes)))
@@ -569,15 +591,17 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
         cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
-        tally_of=lambda meta: image_count_keys(meta.info),  # each shard counts its image formats
+        tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
+    object_labels = layout | "ObjectClasses" >> beam.Map(lambda lay: lay.object_labels)  # ((id, name), ...)
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec,
-        image_counts=image_counts, sidecar_files=build_sidecars)
+        image_counts=build_image_counts, sidecar_files=functools.partial(build_sidecars, name=cfg.tfds_name),
+        object_labels=object_labels)
 
 
 HELP = JobHelp(
@@ -591,8 +615,8 @@ HELP = JobHelp(
             "jpeg_quality": "images", "grayscale": "images", "resize": "images", "resize_mode": "images",
             "max_bad_fraction": "failures", "max_image_mb": "checks", "image_threads": "images", "feature": "inputs",
             "multi_label": "labels and splits", "bbox_format": "inputs", "image_root": "inputs",
-            "label_offset": "labels and splits", "append": "output",
-            "image_column": "inputs", "label_column": "inputs"},
+            "label_offset": "labels and splits", "coco_ids": "labels and splits", "boxes_outside": "inputs",
+            "append": "output", "image_column": "inputs", "label_column": "inputs"},
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "

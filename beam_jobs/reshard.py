@@ -19,6 +19,7 @@ file's name states no split.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Sequence
@@ -45,11 +46,11 @@ from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord.compression import READ_COMPRESSIONS
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
-from transforms.shardset.tfds_metadata import tfds_files
+from transforms.shardset.tfds_metadata import dataset_name, tfds_files
 from transforms.storage.listing import FileMetadata
 
 _OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
-              "input_compression", "seed", "skip_corrupt", "max_bad_fraction")
+              "input_compression", "seed", "skip_corrupt", "max_bad_fraction", "name")
 
 
 class ReshardOptions(PipelineOptions):
@@ -85,6 +86,7 @@ class ReshardConfig:
     options: dict
     policy: PublishPolicy
     workers_note: str | None = None  # what choose_local_workers chose, to print
+    tfds_name: str = ""  # --name, or the output folder's name (not in the manifest: it moves with the folder)
 
 
 def make_config(options: PipelineOptions) -> ReshardConfig:
@@ -127,6 +129,7 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
         options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
                  for k in _OWN_FLAGS},
+        tfds_name=shared.name or dataset_name(output or "/"),
         policy=opt.publish_policy(shared),
         workers_note=beam_compat.choose_local_workers(
             options, None if dry_run else sum(f.size_in_bytes for f in files), worker_threads.usable_cores()))
@@ -166,14 +169,14 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,
-        feature_spec=spec, sidecar_files=tfds_files)
+        feature_spec=spec, sidecar_files=functools.partial(tfds_files, name=cfg.tfds_name))
 
 
 HELP = JobHelp(
     summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
     options=(ReshardOptions, opt.RecordReadingOptions),
     shared=("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-            "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction"),
+            "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name"),
     required=("input", "output_dir"),
     groups={"input_compression": "inputs", "skip_corrupt": "failures", "max_record_mb": "inputs"},
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")

@@ -11,10 +11,11 @@ from transforms.tfrecord.record_index import check_index
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.shard_list import with_shard_list
+from transforms.shardset.tfds_metadata import dataset_name
 
 OUTPUT_NAMES = {"manifest.json", "shards.jsonl", "labels.txt", "dead_letters.jsonl"}
 # tensorflow-datasets' metadata, beside uncompressed shard sets.
-TFDS_NAMES = {"dataset_info.json", "features.json", "image-class-label.labels.txt"}
+TFDS_NAMES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
 
 
 def tree_state(root: str) -> dict[str, tuple]:
@@ -62,7 +63,11 @@ def assert_only_shard_set(out: str) -> None:
 
 
 def folder_bytes(folder: str) -> dict[str, bytes]:
-    """Name -> bytes of every file directly in ``folder`` and in its ``index/`` folder."""
+    """Name -> bytes of every file directly in ``folder`` and in its ``index/`` folder.
+
+    ``dataset_info.json`` comes without its ``name``, which is the folder's own
+    (tfds's dataset name), so that sets built into two folders compare equal.
+    """
     out = {}
     for sub in ("", "index"):
         where = os.path.join(folder, sub)
@@ -70,7 +75,12 @@ def folder_bytes(folder: str) -> dict[str, bytes]:
             path = os.path.join(where, name)
             if os.path.isfile(path):
                 with open(path, "rb") as fh:
-                    out[f"{sub}/{name}" if sub else name] = fh.read()
+                    data = fh.read()
+                if not sub and name == "dataset_info.json":
+                    info = json.loads(data)
+                    assert info.pop("name") == dataset_name(folder), info
+                    data = json.dumps(info, sort_keys=True).encode()
+                out[f"{sub}/{name}" if sub else name] = data
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -15,9 +16,11 @@ from transforms.example.features import (FeatureValueError, ManifestTyping, feat
                                          from_json, json_type, parse_feature_flags)
 from transforms.example.schema import IMAGE_FEATURES, record_problems
 from transforms.images import codec
-from transforms.images.annotations import RecordLayout, label_map_pbtxt, merge_layouts
+from transforms.images.annotations import RecordLayout, merge_layouts
+from transforms.images.object_classes import ObjectClasses, label_map_pbtxt, object_label_map
 from transforms.images.codec import ImageInfo
 from transforms.images.inputs import LabelRules
+from transforms.images.items import SourceImage
 from transforms.images.objects import BoxError, SourceBox, parse_objects, place_boxes, source_geometry
 from transforms.images.records import image_example, image_example_parts
 from transforms.shardset.coco import coco_entries
@@ -134,12 +137,24 @@ def test_boxes_follow_the_pixels_through_orientation_and_resize(orientation, res
     assert placed.area == pytest.approx(48 * info.width * info.height / 800)
 
 
-@pytest.mark.parametrize("bbox, words", [
-    ([0, 0, 41, 10], "outside"), ([-1, 0, 5, 5], "outside"), ([5, 5, 5, 9], "min >= max"),
-    ([9, 5, 5, 9], "min >= max")])
-def test_bad_boxes(bbox, words):
-    with pytest.raises(BoxError, match=words):
-        place_boxes(parse_objects([{"bbox": bbox, "label": "a"}], "xyxy_pixels"), 40, 20, 1, 40, 20)
+@pytest.mark.parametrize("bbox, clipped", [
+    ([0, 0, 41, 10], (0, 0, 1, 0.5)), ([-1, 0, 5, 5], (0, 0, 0.125, 0.25)), ([5, 5, 5, 9], None),
+    ([9, 5, 5, 9], None), ([41, 0, 50, 5], None), ([10.5, -0.5, 20, 20.5], (0.2625, 0, 0.5, 1))])
+def test_boxes_outside_their_image_are_skipped_or_clipped(bbox, clipped):
+    """As create_coco_tf_record: a box reaching out of its image (or with no area) is left out, the
+    image kept; with "clip" it is cut to the image. Half a pixel out is rounding: clipped in both."""
+    boxes = parse_objects([{"bbox": bbox, "label": "a"}, {"bbox": [1, 1, 3, 3], "label": "b"}], "xyxy_pixels")
+    inside = bbox[0] >= -0.5 and bbox[1] >= -0.5 and bbox[2] <= 40.5 and bbox[3] <= 20.5
+    skipped = place_boxes(boxes, 40, 20, 1, 40, 20)
+    assert [b.label for b in skipped] == (["a", "b"] if inside and clipped else ["b"])
+    placed = place_boxes(boxes, 40, 20, 1, 40, 20, outside="clip")
+    assert [b.label for b in placed] == (["a", "b"] if clipped else ["b"])
+    if clipped:
+        np.testing.assert_allclose((placed[0].xmin, placed[0].ymin, placed[0].xmax, placed[0].ymax), clipped)
+        assert placed[0].clipped == (not inside)  # half a pixel out is rounding, not counted
+    assert not placed[-1].clipped
+    with pytest.raises(ValueError, match="outside"):
+        place_boxes(boxes, 40, 20, 1, 40, 20, outside="drop")
 
 
 def test_box_formats_and_slack():
@@ -164,16 +179,23 @@ def test_coco_entries():
                             {"id": 2, "image_id": 3, "category_id": 9, "bbox": [1, 2, 3, 4]},
                             {"id": 3, "image_id": 99, "category_id": 5, "bbox": [1, 2, 3, 4]}],
             "categories": [{"id": 5, "name": "cat"}]}
-    entries = list(coco_entries(json.dumps(coco), "ann/instances.json", None, LabelRules(split="val")))
+    listed = list(coco_entries(json.dumps(coco), "ann/instances.json", None, LabelRules(split="val")))
+    [declared] = [e for e in listed if isinstance(e, ObjectClasses)]
+    assert declared.classes == ((5, "cat"),)
+    entries = [e for e in listed if not isinstance(e, ObjectClasses)]
     dead = sorted((e.path, e.reason) for e in entries if isinstance(e, DeadLetter))
     assert dead == [("ann/c.jpg", "bad_box"), ("ann/instances.json:annotations[2]", "bad_manifest_row"),
                     ("ann/instances.json:images[3]", "bad_manifest_row")]
     a, b = [e for e in entries if not isinstance(e, DeadLetter)]
     assert (a.path, a.relpath, a.split, a.labels) == ("ann/x/a.jpg", "x/a.jpg", "val", ())
     assert a.objects == (SourceBox(1, 2, 4, 6, "cat", area=12.0, is_crowd=0),)
-    assert b.objects == () and b.class_names() == ()
+    assert b.objects == () and b.class_names() == () and a.object_names() == ("cat",)
+    assert a.features == (("image/source_id", "bytes", ("1",)),)
+    assert b.features == (("image/source_id", "bytes", ("2",)),)
     rooted = list(coco_entries(json.dumps(coco), "ann/instances.json", "gs://b/img", LabelRules()))
-    assert [e.path for e in rooted if not isinstance(e, DeadLetter)] == ["gs://b/img/x/a.jpg", "gs://b/img/b.jpg"]
+    assert [e.path for e in rooted if isinstance(e, SourceImage)] == ["gs://b/img/x/a.jpg", "gs://b/img/b.jpg"]
+    renumbered = coco_entries(json.dumps(coco), "ann/instances.json", None, LabelRules(), "renumber")
+    assert [e.classes for e in renumbered if isinstance(e, ObjectClasses)] == [((None, "cat"),)]
     with pytest.raises(ManifestError, match="not a COCO annotation file"):
         list(coco_entries(json.dumps({"images": 3}), "i.json", None, LabelRules()))
 
@@ -210,8 +232,35 @@ def test_reshard_spec_keeps_list_types():
 
 
 def test_label_map():
-    assert label_map_pbtxt(['a "b"', "c"], 1) == (
-        b'item {\n  id: 1\n  name: "a \\"b\\""\n}\nitem {\n  id: 2\n  name: "c"\n}\n')
+    assert label_map_pbtxt([(1, 'a "b"'), (7, "c")]) == (
+        b'item {\n  id: 1\n  name: "a \\"b\\""\n}\nitem {\n  id: 7\n  name: "c"\n}\n')
+
+
+@pytest.mark.parametrize("coco, bad", [
+    ([{"id": 1, "name": "a"}, {"id": 1, "name": "b"}], "id 1 is given twice"),
+    ([{"id": 1, "name": "a"}, {"id": 2, "name": "a"}], "name 'a' is given twice"),
+    ([{"id": 0, "name": "background"}], "from 1"), ([{"id": "3", "name": "a"}], "from 1"),
+    ([{"id": 3}], "has no name")])
+def test_coco_categories_that_cannot_name_a_class(coco, bad):
+    text = json.dumps({"images": [], "categories": coco})
+    with pytest.raises(ManifestError, match=bad):
+        list(coco_entries(text, "i.json", None, LabelRules()))
+
+
+@pytest.mark.parametrize("names, declared, offset, fixed, expected", [
+    # COCO ids kept, gaps and all; an unused category stays in the map.
+    ({"motorcycle", "person"}, [(4, "motorcycle"), (1, "person"), (90, "toothbrush")], 1, None,
+     ((1, "person"), (4, "motorcycle"), (90, "toothbrush"))),
+    # A name no file numbers comes after the largest kept id.
+    ({"zebra", "person"}, [(1, "person"), (3, "car")], 1, None, ((1, "person"), (3, "car"), (4, "zebra"))),
+    # Renumbered (or JSON Lines): by sorted name from the offset.
+    ({"motorcycle"}, [(None, "person"), (None, "motorcycle")], 1, None, ((1, "motorcycle"), (2, "person"))),
+    ({"b", "a"}, [], 0, None, ((0, "a"), (1, "b"))),
+    # --class_names numbers the names it holds by their place in it; others follow.
+    ({"dog", "cat", "emu"}, [], 1, ["indoor", "dog", "cat"], ((2, "dog"), (3, "cat"), (4, "emu"))),
+])
+def test_object_label_map(names, declared, offset, fixed, expected):
+    assert object_label_map(names, declared, offset, fixed) == expected
 
 
 def test_tfds_files_only_for_uncompressed_sets():
@@ -220,15 +269,62 @@ def test_tfds_files_only_for_uncompressed_sets():
 
     spec = {**IMAGE_FEATURES, "tags": "int64_list"}
     splits = {"train": SplitEntry("train", [ShardEntry("train-00000-of-00001.tfrecord", 3, 100, "0" * 64, {})])}
-    manifest = Manifest("build_shards", {}, 0, "none", spec, ["a", "b"], splits, 0)
-    files = {name: data for name, data in tfds_files(manifest).items() if data is not None}
-    assert sorted(files) == ["dataset_info.json", "features.json", "image-class-label.labels.txt"]
+    images = {"stored_formats": {"jpeg": 2, "png": 1}, "channels": {"3": 3}}
+    manifest = Manifest("build_shards", {}, 0, "none", spec, ["a", "b"], splits, 0, images,
+                        written_splits=["train"])
+    files = {name: data for name, data in tfds_files(manifest, "flowers").items() if data is not None}
+    assert sorted(files) == ["dataset_info.json", "features.json", "image.class.label.labels.txt"]
     info = json.loads(files["dataset_info.json"])
+    assert info["name"] == "flowers"
     assert info["splits"] == [{"name": "train", "numBytes": "100", "shardLengths": ["3"],
                                "filepathTemplate": "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"}]
-    assert files["image-class-label.labels.txt"] == b"a\nb\n"
+    assert info["supervisedKeys"] == {"tuple": {"items": [{"featureKey": "image/encoded"},
+                                                          {"featureKey": "image/class/label"}]}}
+    assert files["image.class.label.labels.txt"] == b"a\nb\n"
+    features = json.loads(files["features.json"])["featuresDict"]["features"]
+    assert sorted(features) == sorted(spec)
+    assert features["image/encoded"]["image"] == {"dtype": "uint8", "shape": {"dimensions": ["-1", "-1", "3"]}}
+    assert features["tags"]["tensor"]["shape"] == {"dimensions": ["-1"]}
+    # A run that kept another split counted only its own images: image/encoded stays bytes.
+    kept = dataclasses.replace(manifest, splits={**splits, "test": splits["train"]})
+    kept_features = json.loads(tfds_files(kept)["features.json"])["featuresDict"]["features"]
+    assert kept_features["image/encoded"]["tensor"]["dtype"] == "string"
     gzipped = Manifest("build_shards", {}, 0, "gzip", spec, ["a", "b"], splits, 0)
     assert set(tfds_files(gzipped).values()) == {None}
+
+
+@pytest.mark.parametrize("images, image", [
+    # One channel count that fits every format: declared; mixed counts: each image's own.
+    ({"stored_formats": {"png": 2}, "channels": {"1": 2}}, {"dimensions": ["-1", "-1", "1"]}),
+    ({"stored_formats": {"png": 2}, "channels": {"1": 1, "4": 1}}, {"dimensions": ["-1", "-1", "-1"]}),
+    ({"stored_formats": {"jpeg": 1, "png": 1}, "channels": {"4": 2}}, {"dimensions": ["-1", "-1", "-1"]}),
+    # Not all decodable by tfds's Image (GIF, raw pixels, records TensorFlow cannot decode): bytes.
+    ({"stored_formats": {"gif": 1, "png": 1}, "channels": {"3": 2}}, None),
+    ({"stored_formats": {"raw": 1}, "channels": {"3": 1}}, None),
+    ({"stored_formats": {"png": 1}, "channels": {"3": 1}, "tf_undecodable": {"png": 1}}, None),
+    ({}, None)])
+def test_tfds_image_feature(images, image):
+    from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
+    from transforms.shardset.tfds_metadata import tfds_files
+
+    splits = {"train": SplitEntry("train", [ShardEntry("train-00000-of-00001.tfrecord", 2, 100, "0" * 64, {})])}
+    manifest = Manifest("build_shards", {}, 0, "none", IMAGE_FEATURES, [], splits, 0, images,
+                        written_splits=["train"])
+    files = tfds_files(manifest)
+    feature = json.loads(files["features.json"])["featuresDict"]["features"]["image/encoded"]
+    assert (feature["image"]["shape"] if "image" in feature else None) == image
+    assert "supervisedKeys" not in json.loads(files["dataset_info.json"])  # no image classes
+    assert files["image.class.label.labels.txt"] is None
+
+
+@pytest.mark.parametrize("folder, name", [("out/flowers", "flowers"), ("gs://b/Coco-Val 2017/", "coco_val_2017"),
+                                          ("out/2024", "ds_2024"), ("out/---", "tfrecord_shards"),
+                                          ("/", "tfrecord_shards")])
+def test_dataset_name_from_the_folder(folder, name):
+    from transforms.shardset.tfds_metadata import dataset_name, dataset_name_problem
+
+    assert dataset_name(folder) == name and dataset_name_problem(name) is None
+    assert "tensorflow-datasets name" in dataset_name_problem("Coco-Val")
 
 
 def test_an_empty_list_takes_its_keys_type_from_other_rows():

@@ -10,6 +10,8 @@ from transforms.images.codec import ImageInfo
 from transforms.images.duplicates import NAMED_DUPLICATES, PublishedCopy, copy_choice, same_path_choice
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.listing_facts import ListingFacts, ListingTally
+from transforms.images.object_classes import ObjectClasses
+from transforms.images.objects import SourceBox
 from transforms.shardset.dead_letters import DeadLetter, rejection_problem
 
 _INFO = ImageInfo("png", 2, 2, 3)
@@ -70,9 +72,26 @@ def test_the_listing_tally_counts_inputs_classes_and_layout() -> None:
     for i, item in enumerate(listed):
         halves[i % 2].add(item)
     facts = ListingTally.merged(halves).facts()
-    assert facts == ListingFacts(3, ("bird", "cat", "dog"), RecordLayout(multi_label=True))
-    assert ListingTally().facts(multi_label=True, label_offset=1) == ListingFacts(
-        0, (), RecordLayout(multi_label=True, label_offset=1))
+    assert facts == ListingFacts(3, ("bird", "cat", "dog"), RecordLayout(multi_label=True, label_offset=1))
+    assert ListingTally().facts(multi_label=True, label_offset=0) == ListingFacts(
+        0, (), RecordLayout(multi_label=True, label_offset=0))
+
+
+def test_object_classes_are_tallied_apart_from_image_classes() -> None:
+    box = SourceBox(0, 0, 1, 1, "person")
+    listed = [ObjectClasses("ann.json", ((1, "person"), (4, "motorcycle"))),
+              SourceImage("a", "a", "train", "", labels=(), objects=(box,)),
+              SourceImage("b", "b", "train", "", labels=("indoor",), objects=())]
+    halves = [ListingTally(), ListingTally()]
+    for i, item in enumerate(listed):
+        halves[i % 2].add(item)
+    facts = ListingTally.merged(halves).facts(boxes_outside="clip")
+    assert facts.inputs == 2 and facts.classes == ("indoor",)  # the categories are not an input
+    assert facts.layout.object_labels == ((1, "person"), (4, "motorcycle"))
+    assert facts.layout.boxes_outside == "clip"
+    plain = ListingTally()
+    plain.add(SourceImage("c", "c", "train", "zebra", objects=(SourceBox(0, 0, 1, 1, "ant"),)))
+    assert plain.facts().classes == ("zebra",) and plain.facts().layout.object_labels == ((1, "ant"),)
 
 
 _DEAD = [DeadLetter(f"in/{i}.png", "not_an_image", "text") for i in range(3)]

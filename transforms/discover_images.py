@@ -21,6 +21,7 @@ from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode
                                       unreadable_folder_entry)
 from transforms.images.items import SourceImage
 from transforms.images.listing_facts import ListingTally
+from transforms.images.object_classes import ObjectClasses
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
 from transforms.progress import counters as progress
@@ -91,7 +92,7 @@ class _StartInputFn(beam.DoFn):
     def process(self, root: str):
         if is_coco_path(root):
             yield from coco_entries(decode_manifest(read_bytes(root)), root, self._rules.image_root,
-                                    self._rules)
+                                    self._rules, self._rules.coco_ids)
             return
         with open_for_read(root) as fh, naming_s3_errors(root):
             size = file_size(fh)
@@ -216,6 +217,9 @@ class _ResolveInputFn(beam.DoFn):
         if isinstance(element, (SourceImage, DeadLetter)):
             yield self._emit(element)
             return
+        if isinstance(element, ObjectClasses):  # a COCO file's categories: not an input
+            yield element
+            return
         kind, key, rel, layout = element[0], element[1], _unwire(element[2]), element[-1]
         if kind == "file":
             yield self._emit(tree_entry(key, rel, layout, self._rules))
@@ -339,11 +343,14 @@ class DiscoverImages(beam.PTransform):
 
 
 class _ListingFactsFn(beam.CombineFn):
-    """SourceImage, DeadLetter or class name -> ``ListingFacts``; the accumulator is a ``ListingTally``."""
+    """SourceImage, DeadLetter, class name or ObjectClasses -> ``ListingFacts`` (a ``ListingTally``)."""
 
-    def __init__(self, multi_label: bool, label_offset: int) -> None:
+    def __init__(self, multi_label: bool, label_offset: int | None, fixed: Sequence[str] | None,
+                 boxes_outside: str) -> None:
         self._multi_label = multi_label
         self._label_offset = label_offset
+        self._fixed = None if fixed is None else tuple(fixed)
+        self._boxes_outside = boxes_outside
 
     def create_accumulator(self):
         return ListingTally()
@@ -355,11 +362,11 @@ class _ListingFactsFn(beam.CombineFn):
         return ListingTally.merged(accs)
 
     def extract_output(self, acc):
-        return acc.facts(self._multi_label, self._label_offset)
+        return acc.facts(self._multi_label, self._label_offset, self._fixed, self._boxes_outside)
 
 
 class CollectListingFacts(beam.PTransform):
-    """Everything listed (``SourceImage``, ``DeadLetter``, class names) -> one ``ListingFacts``.
+    """Everything listed (``SourceImage``, ``DeadLetter``, class names, ``ObjectClasses``) -> one ``ListingFacts``.
 
     One combine gives the input count, the class list and the record layout
     together, so the build has one global step before reading images where
@@ -368,12 +375,16 @@ class CollectListingFacts(beam.PTransform):
 
     Args:
         multi_label: Lists of class labels even if every input has one (``--multi_label``).
-        label_offset: Added to object class indices (``--label_offset``).
+        label_offset: Added to numbered object classes' indices (``--label_offset``;
+            None: ``object_classes.DEFAULT_OBJECT_OFFSET``).
+        fixed: ``--class_names``/``--labels_file``, or None.
+        boxes_outside: What a box outside its image becomes (``--boxes_outside``).
     """
 
-    def __init__(self, multi_label: bool = False, label_offset: int = 0) -> None:
+    def __init__(self, multi_label: bool = False, label_offset: int | None = None,
+                 fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> None:
         super().__init__()
-        self._fn = _ListingFactsFn(multi_label, label_offset)
+        self._fn = _ListingFactsFn(multi_label, label_offset, fixed, boxes_outside)
 
     def expand(self, listed):
         # Without a default for an empty listing (a step of its own): nothing listed, no element;

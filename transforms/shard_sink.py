@@ -184,12 +184,13 @@ class _PublishFn(beam.DoFn):
         self._image_counts = image_counts
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
 
-    def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists):
+    def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=()):
         output_dir, compression, fields, max_bad, policy = self._args
         dead_letters = [dead for found in dead_lists for dead in found]
         images = {} if self._image_counts is None else self._image_counts(
             tally for result in results for tally in result.tallies)  # AsIter: read again below
-        fields = {**fields, "feature_spec": feature_spec, "images": images}
+        fields = {**fields, "feature_spec": feature_spec, "images": images,
+                  "object_labels": tuple(tuple(pair) for pair in object_labels)}
         self._dead.inc(len(dead_letters))
         publish = publish_append if policy.append else publish_shards
         manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
@@ -228,16 +229,19 @@ class PublishShards(beam.PTransform):
             every ``ShardResult``; None for no image counts.
         sidecar_files: Optional picklable ``Manifest -> {name: bytes}`` of
             further files to publish beside the shards (``publish_shards``).
+        object_labels: Optional ``PCollection`` with one element, the
+            ``(id, name)`` of the object classes (the manifest's ``object_labels``).
     """
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, *, results, totals,
                  dead_letters, labels, inputs, feature_spec, image_counts=None,
-                 sidecar_files=None) -> None:
+                 sidecar_files=None, object_labels=None) -> None:
         super().__init__()
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy, sidecar_files,
                       image_counts)
         self._inputs = (results, totals, dead_letters, labels, inputs, feature_spec)
+        self._object_labels = object_labels
 
     def expand(self, pbegin):
         results, totals, dead, labels, inputs, spec = self._inputs
@@ -249,10 +253,12 @@ class PublishShards(beam.PTransform):
                  | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))
         light = results | "DropLabelCounts" >> beam.Map(without_label_counts)  # ShardResult
         dead = dead if isinstance(dead, (tuple, list)) else (dead,)  # each its own side input: no flatten step
+        side = {} if self._object_labels is None else {
+            "object_labels": AsSingleton(self._object_labels, default_value=())}
         return (pbegin
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsIter(light), AsList(parts),
                                           AsList(totals), AsSingleton(labels, default_value=[]),
                                           AsSingleton(inputs, default_value=0),
                                           AsSingleton(spec, default_value={}),
-                                          *[AsList(found) for found in dead]))
+                                          *[AsList(found) for found in dead], **side))

@@ -20,6 +20,7 @@ from PIL import Image
 from transforms.errors import UsageError
 from transforms.storage.paths import WILDCARDS
 from transforms.shardset.ownership import PublishPolicy
+from transforms.shardset.tfds_metadata import dataset_name_problem
 from transforms.tfrecord.compression import COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 
@@ -193,6 +194,14 @@ def input_path(text: str) -> str:
     return text
 
 
+def tfds_name(text: str) -> str:
+    """argparse type: a dataset name as tensorflow-datasets spells them (``my_set``)."""
+    problem = dataset_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def folder_path(text: str) -> str:
     """argparse type: a folder (local path or URI) without wildcard characters."""
     problem = wildcard_problem(text)
@@ -235,6 +244,9 @@ class ShardingOptions(PipelineOptions):
                             help="build, reshard: rebuild a split --output_dir holds from these "
                                  "inputs although other --input values built it (else the run "
                                  "refuses).")
+        parser.add_argument("--name", type=tfds_name, default=None,
+                            help="build, reshard: the dataset's name for tensorflow-datasets "
+                                 "(default: the output folder's name, as tfds spells names).")
         parser.add_argument("--max_bad_fraction", type=fraction, default=DEFAULT_MAX_BAD_FRACTION,
                             help="build, reshard: fail (publishing nothing) if more inputs than "
                                  "this fraction are rejected (reshard: damaged stretches, with "

@@ -30,12 +30,14 @@ from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, want
                                 wants_help)
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
+from transforms.images.annotations import LABEL_MAP_NAME, object_ids_problem
 from transforms.images.png_chunks import PNG_CHUNK_FIXES
 from transforms.progress.report import plural
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
 from transforms.shardset.replacing import change_line, split_changes
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import join_path
+from transforms.shardset.tfds_metadata import tfds_problem
 from transforms.storage import output_folder
 from transforms.storage.clients import set_options
 
@@ -331,6 +333,25 @@ def _image_lines(images, mode: str | None) -> list[str]:
     return lines
 
 
+def _reader_lines(manifest: Manifest) -> list[str]:
+    """Summary lines on what detectors and tensorflow-datasets get: object classes, boxes, tfds files."""
+    lines = []
+    boxes = manifest.images.get("boxes", {})
+    if boxes:
+        done = ", ".join(f"{boxes[kind]} {kind}" for kind in ("clipped", "skipped") if boxes.get(kind))
+        lines.append(f"  boxes not inside their image: {plural(sum(boxes.values()), 'box')}, {done} "
+                     f"(--boxes_outside {manifest.options.get('boxes_outside') or 'skip'})")
+    if manifest.object_labels:
+        ids = [class_id for class_id, _ in manifest.object_labels]
+        problem = object_ids_problem(manifest.object_labels)
+        lines.append(f"  object classes: {len(ids)}, ids {min(ids)}-{max(ids)}; "
+                     + (f"no {LABEL_MAP_NAME}: {problem}" if problem else LABEL_MAP_NAME))
+    problem = tfds_problem(manifest.compression)
+    if problem:
+        lines.append(f"  {problem}")
+    return lines
+
+
 def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -> str:
     """Returns the human summary of a published shard set, read from its manifest.
 
@@ -359,6 +380,7 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
                      f"{plural(len(sizes), 'shard')}, {split.bytes / MIB:.1f} MiB "
                      f"(shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
     lines += _image_lines(manifest.images, manifest.options.get("image_mode"))
+    lines += _reader_lines(manifest)
     lines.append(f"  labels: {plural(len(manifest.labels), 'class')}; manifest: "
                  f"{join_path(output_dir, MANIFEST_NAME)}")
     return "\n".join(lines)

@@ -28,7 +28,7 @@ SHARED_GROUPS = {
     "split": "labels and splits", "shard_size_mb": "sharding", "num_shards": "sharding",
     "seed": "sharding", "verbose": "messages", "log_level": "messages", "progress_interval": "messages",
     "overwrite_unlisted_shards": "output", "drop_other_splits": "output", "replace": "output",
-    "max_bad_fraction": "failures",
+    "max_bad_fraction": "failures", "name": "output",
 }
 
 

@@ -14,11 +14,13 @@ from typing import Iterable, Mapping, Sequence
 
 from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, FeatureValueError, ManifestTyping,
                                          base_kind, is_list_type)
+from transforms.images.object_classes import label_map_pbtxt
 from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_objects, place_boxes, source_geometry
 from transforms.shardset.tfds_metadata import tfds_files
 
-__all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "RecordLayout", "row_annotations", "layout_of",
-           "merge_layouts", "record_extras", "image_extras", "label_map_pbtxt", "LABEL_MAP_NAME", "build_sidecars"]
+__all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "SOURCE_ID", "RecordLayout", "row_annotations", "layout_of",
+           "merge_layouts", "record_extras", "image_extras", "PlacedExtras", "LABEL_MAP_NAME", "build_sidecars",
+           "object_ids_problem"]
 
 LABEL_MAP_NAME = "label_map.pbtxt"
 
@@ -32,6 +34,8 @@ OBJECT_FEATURES: dict[str, str] = {
     "image/object/area": "float_list",
     "image/object/is_crowd": "int64_list",
 }
+# The image's id in its COCO file, as bytes: Model Garden's detection decoder reads it.
+SOURCE_ID = "image/source_id"
 MULTI_LABEL_FEATURES: dict[str, str] = {
     "image/class/label": "int64_list",
     "image/class/text": "bytes_list",
@@ -46,14 +50,19 @@ class RecordLayout:
         multi_label: ``image/class/label`` and ``image/class/text`` are lists.
         objects: Records carry the object-detection keys (``OBJECT_FEATURES``).
         features: ``(name, type)`` of the extra features, sorted by name.
-        label_offset: Added to class indices in ``image/object/class/label``
-            (1 for the Object Detection API's 1-based ids).
+        label_offset: Added to numbered object classes' indices (``--label_offset``).
+        object_labels: ``(id, name)`` of every object class, sorted by id
+            (``object_classes.object_label_map``): ``image/object/class/label``
+            holds the id.
+        boxes_outside: What a box outside its image becomes (``objects.BOX_POLICIES``).
     """
 
     multi_label: bool = False
     objects: bool = False
     features: tuple[tuple[str, str], ...] = ()
     label_offset: int = 0
+    object_labels: tuple[tuple[int, str], ...] = ()
+    boxes_outside: str = "skip"
 
     @property
     def plain(self) -> bool:
@@ -69,8 +78,14 @@ class RecordLayout:
             spec.update(OBJECT_FEATURES)
         return spec
 
-    def with_flags(self, multi_label: bool, label_offset: int) -> "RecordLayout":
-        return replace(self, multi_label=self.multi_label or multi_label, label_offset=label_offset)
+    def with_flags(self, multi_label: bool, label_offset: int, object_labels: tuple[tuple[int, str], ...] = (),
+                   boxes_outside: str = "skip") -> "RecordLayout":
+        return replace(self, multi_label=self.multi_label or multi_label, label_offset=label_offset,
+                       object_labels=tuple(object_labels), boxes_outside=boxes_outside)
+
+    def object_id(self) -> dict[str, int]:
+        """Object class name -> the id its boxes carry."""
+        return {name: class_id for class_id, name in self.object_labels}
 
 
 def row_annotations(row: Mapping, is_csv: bool, typing: ManifestTyping, multi_label: bool,
@@ -136,8 +151,8 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
 
     Args:
         source: The ``SourceImage``.
-        layout: The build's layout.
-        index_of: Class name -> index (every name of the source is in it).
+        layout: The build's layout (its ``object_labels`` name every object's class).
+        index_of: Image class name -> index (every image class of the source is in it).
         boxes: The source's boxes placed on the stored image.
 
     Raises:
@@ -149,13 +164,13 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
     for name, feature_type in layout.features:
         if feature_type == EMPTY_LIST:
             feature_type = "bytes_list"
-        got_type, values = given.get(name, (feature_type, ()))
+        got_type, values = given.get(name, (feature_type, ("",) if name == SOURCE_ID else ()))
         if got_type == EMPTY_LIST and is_list_type(feature_type):
             got_type = feature_type
         if got_type != feature_type and not (base_kind(got_type) == base_kind(feature_type)
                                              and is_list_type(feature_type)):
             raise FeatureValueError(f"key {name!r} is {got_type} here, {feature_type} in other rows")
-        if name not in given and not is_list_type(feature_type):
+        if name not in given and not is_list_type(feature_type) and name != SOURCE_ID:
             raise FeatureValueError(f"key {name!r} ({feature_type}) has no value")
         out.append((name, base_kind(feature_type), tuple(values)))
     if layout.multi_label:
@@ -163,19 +178,30 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
         out.append(("image/class/label", "int64", tuple(index_of[n] for n in names)))
         out.append(("image/class/text", "bytes", tuple(n.encode("utf-8") for n in names)))
     if layout.objects:
+        object_id = layout.object_id()
         columns = {
             "image/object/bbox/xmin": ("float", tuple(b.xmin for b in boxes)),
             "image/object/bbox/ymin": ("float", tuple(b.ymin for b in boxes)),
             "image/object/bbox/xmax": ("float", tuple(b.xmax for b in boxes)),
             "image/object/bbox/ymax": ("float", tuple(b.ymax for b in boxes)),
-            "image/object/class/label": ("int64", tuple(index_of[b.label] + layout.label_offset
-                                                        for b in boxes)),
+            "image/object/class/label": ("int64", tuple(object_id[b.label] for b in boxes)),
             "image/object/class/text": ("bytes", tuple(b.label.encode("utf-8") for b in boxes)),
             "image/object/area": ("float", tuple(b.area for b in boxes)),
             "image/object/is_crowd": ("int64", tuple(b.is_crowd for b in boxes)),
         }
         out.extend((name, kind, values) for name, (kind, values) in columns.items())
     return tuple(sorted(out))
+
+
+class PlacedExtras(tuple):
+    """A record's extra keys (``record_extras``) that also know how many of its boxes were clipped.
+
+    A tuple like any other extras, so a record is written from it alike; the
+    count travels with it (through pickling) to the shard writer, which tallies
+    it for the manifest (``build_counts``). Not a record key.
+    """
+
+    clipped: int = 0
 
 
 def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int], data: bytes,
@@ -194,8 +220,12 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         cropped: The stored image is a centre crop (``--resize_mode crop``
             with transformed pixels), which boxes cannot follow yet.
 
+    Returns:
+        ``PlacedExtras``: boxes not inside the image are skipped or clipped
+        (``layout.boxes_outside``); ``clipped`` counts the clipped ones.
+
     Raises:
-        BoxError: A box lies outside the image, or cannot follow a crop.
+        BoxError: Boxes cannot follow a crop.
         FeatureValueError: An extra feature is missing or has another type.
     """
     if layout is None or layout.plain:
@@ -207,31 +237,40 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         width, height, orientation = source_geometry(data)
         if not pixels_transformed:  # the stored pixels are as in the file
             orientation = 1
-        boxes = place_boxes(source.objects, width, height, orientation, stored_width, stored_height)
-    return record_extras(source, layout, index_of, boxes)
+        boxes = place_boxes(source.objects, width, height, orientation, stored_width, stored_height,
+                            layout.boxes_outside)
+    extras = PlacedExtras(record_extras(source, layout, index_of, boxes))
+    extras.clipped = sum(box.clipped for box in boxes)
+    return extras
 
 
-def label_map_pbtxt(labels: Sequence[str], offset: int) -> bytes:
-    """The Object Detection API's ``label_map.pbtxt``: one ``item`` per class, ids from ``offset``."""
-    items = []
-    for index, name in enumerate(labels):
-        quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-        items.append(f'item {{\n  id: {index + offset}\n  name: "{quoted}"\n}}\n')
-    return "".join(items).encode("utf-8")
+def object_ids_problem(object_labels: Sequence[tuple[int, str]]) -> str | None:
+    """Why ``label_map.pbtxt`` cannot list these object classes (an id below 1), or None.
+
+    The Object Detection API refuses a label map with id 0 (its background
+    class) or below, so such a map is not written.
+    """
+    low = [class_id for class_id, _ in object_labels if class_id < 1]
+    if low:
+        return (f"object class id {min(low)} is below 1, which the Object Detection API refuses "
+                "(--label_offset 1 numbers classes from 1)")
+    return None
 
 
-def build_sidecars(manifest) -> dict[str, bytes | None]:
+def build_sidecars(manifest, name: str | None = None) -> dict[str, bytes | None]:
     """Files a build publishes beside ``labels.txt``.
 
     tensorflow-datasets' metadata (``tfds_metadata.tfds_files``), and
-    ``label_map.pbtxt`` when records carry boxes; None for a file this set
-    does not have (see ``shard_sink.publish_shards``).
+    ``label_map.pbtxt`` of the object classes when records carry boxes and
+    every id is 1 or more; None for a file this set does not have (see
+    ``shard_sink.publish_shards``).
 
     Args:
         manifest: The ``shardset.manifest.Manifest`` about to be written.
+        name: The dataset's name for tfds (``tfds_metadata.tfds_files``).
     """
-    files = {**tfds_files(manifest), LABEL_MAP_NAME: None}
-    if "image/object/class/label" in manifest.feature_spec:
-        offset = int((manifest.options or {}).get("label_offset") or 0)
-        files[LABEL_MAP_NAME] = label_map_pbtxt(manifest.labels, offset)
+    files = {**tfds_files(manifest, name), LABEL_MAP_NAME: None}
+    classes = manifest.object_labels
+    if "image/object/class/label" in manifest.feature_spec and not object_ids_problem(classes):
+        files[LABEL_MAP_NAME] = label_map_pbtxt(classes)
     return files

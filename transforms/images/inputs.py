@@ -29,7 +29,7 @@ from transforms.images.items import SPLIT_BY_CONTENT, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
-__all__ = ["KNOWN_SPLITS", "LAYOUTS", "LabelRules", "TreeLevels", "merge_levels", "levels_of_paths",
+__all__ = ["KNOWN_SPLITS", "LAYOUTS", "COCO_IDS", "LabelRules", "TreeLevels", "merge_levels", "levels_of_paths",
            "layout_of_levels", "detect_layout", "tree_entry", "tree_entries", "unreadable_folder_entry",
            "unreadable_folder_entries", "manifest_entries", "manifest_line_entries", "csv_header",
            "decode_line", "decode_manifest", "check_manifest_head",
@@ -37,6 +37,8 @@ __all__ = ["KNOWN_SPLITS", "LAYOUTS", "LabelRules", "TreeLevels", "merge_levels"
 
 KNOWN_SPLITS = ("train", "validation", "val", "test")
 LAYOUTS = ("auto", "classes", "splits")
+# --coco_ids: keep a COCO file's category ids, or renumber its classes by sorted name.
+COCO_IDS = ("keep", "renumber")
 # C0 and C1 control characters and the Unicode line and paragraph separators: each
 # breaks a line of labels.txt for some reader (str.splitlines() splits on all of them).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -62,6 +64,8 @@ class LabelRules:
         features: Declared types of extra manifest keys (``--feature``).
         multi_label: A CSV ``label`` holds several labels separated by ``;``.
         bbox_format: How JSON Lines ``objects`` give their boxes.
+        coco_ids: ``keep`` a COCO file's category ids as object class ids, or
+            ``renumber`` its classes by sorted name (``--coco_ids``).
         image_root: Folder a COCO file's ``file_name``s are relative to
             (None: the annotation file's folder).
     """
@@ -74,8 +78,11 @@ class LabelRules:
     multi_label: bool = False
     bbox_format: str = "xyxy_pixels"
     image_root: str | None = None
+    coco_ids: str = "keep"
 
     def __post_init__(self) -> None:
+        if self.coco_ids not in COCO_IDS:
+            raise PlanError(f"COCO ids must be one of {', '.join(COCO_IDS)}, got {self.coco_ids!r}")
         if self.bbox_format not in BBOX_FORMATS:
             raise PlanError(f"bbox format must be one of {', '.join(BBOX_FORMATS)}, got {self.bbox_format!r}")
         if self.layout not in LAYOUTS:

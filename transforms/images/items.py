@@ -48,9 +48,12 @@ class SourceImage:
     member: tuple | None = None
 
     def class_names(self) -> tuple[str, ...]:
-        """Every class name the input uses: its labels and its objects' labels."""
-        names = self.labels if self.labels is not None else (self.label,)
-        return names + tuple(box.label for box in self.objects or ())
+        """The image classes of the input (``image/class/label``); its objects' are ``object_names``."""
+        return self.labels if self.labels is not None else (self.label,)
+
+    def object_names(self) -> tuple[str, ...]:
+        """The classes of the input's objects (``image/object/class/label``), a space of their own."""
+        return tuple(box.label for box in self.objects or ())
 
     def __reduce__(self):
         return _source_image, (self.path, self.relpath, self.split, self.label, self.origin,

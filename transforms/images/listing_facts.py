@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
 from transforms.images.items import SourceImage
+from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
 
 __all__ = ["ListingFacts", "ListingTally", "appended_classes"]
 
@@ -22,12 +23,13 @@ class ListingFacts:
     Attributes:
         inputs: Inputs listed: files and manifest rows, and the listing's dead
             letters (an unreadable folder is one input).
-        classes: Class names in index order (sorted): those of the listed
-            inputs and of unreadable class folders. When every class is an
-            integer class index of a container input (a WebDataset ``cls``, a
-            Parquet label), the names are ``0`` to the largest index, in
+        classes: Image class names in index order (sorted): those of the
+            listed inputs and of unreadable class folders. When every class is
+            an integer class index of a container input (a WebDataset ``cls``,
+            a Parquet label), the names are ``0`` to the largest index, in
             numeric order, so that each index stays its own.
-        layout: The ``RecordLayout`` every record follows.
+        layout: The ``RecordLayout`` every record follows (with the object
+            classes' ids, ``object_classes.object_label_map``).
     """
 
     inputs: int
@@ -37,36 +39,45 @@ class ListingFacts:
 
 @dataclass
 class ListingTally:
-    """Gathers ``ListingFacts`` from ``SourceImage``, ``DeadLetter`` and class names (``str``).
+    """Gathers ``ListingFacts`` from ``SourceImage``, ``DeadLetter``, class names (``str``) and
+    ``ObjectClasses``.
 
     ``add`` changes this tally and returns it. A class name is that of an
-    unreadable class folder: it stays in the class list but is not an input.
+    unreadable class folder: it stays in the class list but is not an input;
+    nor is an ``ObjectClasses`` (a COCO file's categories).
 
     Attributes:
         inputs: Inputs added.
-        classes: Class names seen.
+        classes: Image class names seen.
         layout: The union of the inputs' layouts.
         numbered: The largest integer class index of a container input, or -1.
+        object_names: Object class names seen.
+        declared: ``(id, name)`` of the object classes COCO files declare.
     """
 
     inputs: int = 0
     classes: set[str] = field(default_factory=set)
     layout: RecordLayout = field(default_factory=RecordLayout)
     numbered: int = -1
+    object_names: set[str] = field(default_factory=set)
+    declared: set[tuple[int | None, str]] = field(default_factory=set)
 
     def add(self, item) -> "ListingTally":
         """Counts one listed item."""
         if isinstance(item, str):  # the class of an unreadable class folder: not an input
             self.classes.add(item)
             return self
+        if isinstance(item, ObjectClasses):
+            self.declared.update(item.classes)
+            return self
         self.inputs += 1
         if isinstance(item, SourceImage):
             member = item.member
             if member is not None and member.numbered:
                 self.numbered = max(self.numbered, int(item.label))
-                self.classes.update(box.label for box in item.objects or ())
             else:
                 self.classes.update(item.class_names())
+            self.object_names.update(item.object_names())
             layout = layout_of(item)
             if layout != self.layout:
                 self.layout = merge_layouts((self.layout, layout))
@@ -77,13 +88,25 @@ class ListingTally:
         """One tally of what all of ``tallies`` gathered."""
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
-                   merge_layouts(t.layout for t in tallies), max((t.numbered for t in tallies), default=-1))
+                   merge_layouts(t.layout for t in tallies), max((t.numbered for t in tallies), default=-1),
+                   set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)))
 
-    def facts(self, multi_label: bool = False, label_offset: int = 0) -> ListingFacts:
-        """The facts gathered, with the build's ``--multi_label`` and ``--label_offset``."""
+    def facts(self, multi_label: bool = False, label_offset: int | None = None,
+              fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
+        """The facts gathered, with the build's flags.
+
+        Args:
+            multi_label: ``--multi_label``.
+            label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
+            fixed: ``--class_names``/``--labels_file``, or None.
+            boxes_outside: ``--boxes_outside``.
+        """
+        offset = DEFAULT_OBJECT_OFFSET if label_offset is None else label_offset
+        objects = object_label_map(self.object_names, self.declared, offset, fixed) if (
+            self.layout.objects or self.declared) else ()
         numbers = [str(i) for i in range(self.numbered + 1)]
         classes = tuple(sorted(self.classes | set(numbers))) if self.classes else tuple(numbers)
-        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, label_offset))
+        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, offset, objects, boxes_outside))
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:

@@ -17,10 +17,14 @@ from typing import Sequence
 
 from transforms.errors import ShardsError
 
-__all__ = ["BBOX_FORMATS", "SourceBox", "PlacedBox", "BoxError", "parse_objects", "source_geometry",
-           "place_boxes", "ORIENTATION_TAG"]
+__all__ = ["BBOX_FORMATS", "BOX_POLICIES", "SourceBox", "PlacedBox", "BoxError", "parse_objects",
+           "source_geometry", "place_boxes", "ORIENTATION_TAG"]
 
 BBOX_FORMATS = ("xyxy_pixels", "xywh_pixels", "xyxy_normalized")
+# What a build does with a box that is not inside its image (``--boxes_outside``): skip it, as the
+# Object Detection API's create_coco_tf_record does, or clip it to the image (skipping it when
+# nothing is left). Either way the box is counted, and the image kept.
+BOX_POLICIES = ("skip", "clip")
 ORIENTATION_TAG = 0x0112
 # Box corners may overshoot the image by this much (pixels, or the same share of a
 # normalized side) and are then clipped: annotation tools round outwards.
@@ -55,7 +59,11 @@ class SourceBox:
 
 @dataclass(frozen=True)
 class PlacedBox:
-    """A box on the stored image: normalized corners, area in stored pixels."""
+    """A box on the stored image: normalized corners, area in stored pixels.
+
+    ``clipped`` is True for a box that reached out of its image (more than
+    half a pixel) and was clipped to it (``outside="clip"``).
+    """
 
     xmin: float
     ymin: float
@@ -64,6 +72,7 @@ class PlacedBox:
     label: str
     area: float
     is_crowd: int
+    clipped: bool = False
 
 
 def _number(value: object, what: str) -> float:
@@ -145,39 +154,40 @@ def _orient(u: float, v: float, orientation: int) -> tuple[float, float]:
     }[orientation]
 
 
-def _clip(value: float, slack: float, what: str) -> float:
-    if value < -slack or value > 1 + slack:
-        raise BoxError(what)
-    return min(max(value, 0.0), 1.0)
-
-
 def place_boxes(boxes: Sequence[SourceBox], width: int, height: int, orientation: int,
-                out_width: int, out_height: int) -> tuple[PlacedBox, ...]:
+                out_width: int, out_height: int, outside: str = "skip") -> tuple[PlacedBox, ...]:
     """Checks boxes against the source image and places them on the stored image.
+
+    A corner within half a pixel outside the image is clipped (annotation
+    tools round outwards). A box that reaches further out, or has no width or
+    height, is skipped (``outside="skip"``, as the Object Detection API's
+    ``create_coco_tf_record`` does) or clipped to the image
+    (``outside="clip"``; skipped if nothing of it is inside); the caller counts
+    the boxes left out as ``len(boxes) - len(result)``.
 
     Args:
         boxes: The boxes as the input gives them.
         width, height: Size of the source image as stored in its file.
         orientation: EXIF orientation applied to the pixels (1 when none is).
         out_width, out_height: Size of the stored image (after orientation and resize).
-
-    Raises:
-        BoxError: A box lies outside the image or has ``min >= max``.
+        outside: What to do with a box outside the image (``BOX_POLICIES``).
     """
+    if outside not in BOX_POLICIES:
+        raise ValueError(f"outside must be one of {', '.join(BOX_POLICIES)}, got {outside!r}")
     placed = []
-    for number, box in enumerate(boxes):
+    for box in boxes:
         sx, sy = (1.0, 1.0) if box.normalized else (float(width), float(height))
         corners = (box.xmin / sx, box.ymin / sy, box.xmax / sx, box.ymax / sy)
-        shown = ([box.xmin, box.ymin, box.xmax, box.ymax] if box.normalized
-                 else [round(c, 3) for c in (box.xmin, box.ymin, box.xmax, box.ymax)])
-        what = f"object {number} ({box.label}): box {shown} lies outside the {width}x{height} image"
-        x0, y0, x1, y1 = (_clip(c, _SLACK_PIXELS / side, what)
-                          for c, side in zip(corners, (width, height, width, height)))
+        slack = (_SLACK_PIXELS / width, _SLACK_PIXELS / height)
+        inside = all(-s <= c <= 1 + s for c, s in zip(corners, slack * 2))
+        if not inside and outside == "skip":
+            continue
+        x0, y0, x1, y1 = (min(max(c, 0.0), 1.0) for c in corners)
         if not (x0 < x1 and y0 < y1):
-            raise BoxError(f"object {number} ({box.label}): box {shown} has min >= max")
+            continue  # no width or height (left, or after clipping)
         (ax, ay), (bx, by) = _orient(x0, y0, orientation), _orient(x1, y1, orientation)
         scale = (out_width * out_height) / (width * height)
         area = box.area * scale if box.area is not None else (x1 - x0) * (y1 - y0) * out_width * out_height
         placed.append(PlacedBox(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by), box.label,
-                                area, box.is_crowd))
+                                area, box.is_crowd, clipped=not inside))
     return tuple(placed)

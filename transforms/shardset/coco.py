@@ -2,8 +2,12 @@
 
 Each entry of ``images`` becomes one input image, its ``annotations`` its
 objects (``bbox`` as ``[x, y, width, height]`` in pixels, the category's
-``name`` as the object's class, ``area`` and ``iscrowd`` kept). Images carry no
-image-level label (``image/class/label`` is an empty list).
+``name`` as the object's class, ``area`` and ``iscrowd`` kept), its ``id`` the
+record's ``image/source_id`` (as text, as Model Garden's detection decoder
+reads it). Images carry no image-level label (``image/class/label`` is an
+empty list). The file's ``categories`` are listed first, as one
+``ObjectClasses``: with ``coco_ids="keep"`` each keeps its COCO ``id`` (1 or
+more) as the class id records carry and ``label_map.pbtxt`` lists.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import Iterator
 
 from transforms.errors import ManifestError, PlanError
 from transforms.images.inputs import LabelRules, check_label
+from transforms.images.annotations import SOURCE_ID
 from transforms.images.items import SourceImage
+from transforms.images.object_classes import ObjectClasses
 from transforms.images.objects import BoxError, SourceBox
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
@@ -53,8 +59,34 @@ def _box(ann: dict, category: str) -> SourceBox:
                      is_crowd=int(crowd))
 
 
+def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
+    """The file's categories as ``ObjectClasses``; refuses ones that cannot name a class."""
+    classes: list[tuple[int | None, str]] = []
+    seen_ids: dict[object, str] = {}
+    seen_names: set[str] = set()
+    for cat in categories:
+        if not isinstance(cat, dict) or not isinstance(cat.get("name"), str):
+            raise ManifestError(f"{where}: category {cat!r} has no name")
+        name, class_id = cat["name"], cat.get("id")
+        problem = check_label(name)
+        if problem:
+            raise ManifestError(f"{where}: category {class_id!r}: {problem}")
+        if class_id in seen_ids:
+            raise ManifestError(f"{where}: category id {class_id!r} is given twice "
+                                f"({seen_ids[class_id]!r} and {name!r})")
+        if name in seen_names:
+            raise ManifestError(f"{where}: category name {name!r} is given twice")
+        if coco_ids == "keep" and (isinstance(class_id, bool) or not isinstance(class_id, int) or class_id < 1):
+            raise ManifestError(f"{where}: category {name!r} has id {class_id!r}; kept COCO ids must be "
+                                "integers from 1 (--coco_ids renumber numbers classes by name)")
+        seen_ids[class_id] = name
+        seen_names.add(name)
+        classes.append((class_id if coco_ids == "keep" else None, name))
+    return ObjectClasses(where, tuple(classes))
+
+
 def coco_entries(text: str, annotations_path: str, image_root: str | None,
-                 rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
+                 rules: LabelRules, coco_ids: str = "keep") -> Iterator[SourceImage | DeadLetter | ObjectClasses]:
     """Resolves every image of a COCO annotation file.
 
     Args:
@@ -63,14 +95,17 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
         image_root: Folder the ``file_name``s are relative to; None for the
             annotation file's own folder.
         rules: Labelling rules (the split of every image).
+        coco_ids: ``keep`` the categories' ids, or ``renumber`` the classes.
 
     Yields:
-        A ``SourceImage`` per image; a ``DeadLetter`` (``bad_box``) per image
-        with an unusable annotation, ``bad_manifest_row`` per unusable image
-        entry or annotation naming no known image.
+        The file's ``ObjectClasses`` (not an input); a ``SourceImage`` per
+        image; a ``DeadLetter`` (``bad_box``) per image with an unusable
+        annotation, ``bad_manifest_row`` per unusable image entry or
+        annotation naming no known image.
 
     Raises:
-        ManifestError: The file is not COCO JSON at all.
+        ManifestError: The file is not COCO JSON at all, or its categories
+            cannot name classes (no name, a name or id twice, a kept id below 1).
     """
     where = annotations_path
     try:
@@ -80,14 +115,8 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
     if not isinstance(data, dict):
         raise ManifestError(f"{where}: not a JSON object; not a COCO annotation file")
     images, annotations, categories = (_list(data, k, where) for k in ("images", "annotations", "categories"))
-    names: dict[object, str] = {}
-    for cat in categories:
-        if not isinstance(cat, dict) or not isinstance(cat.get("name"), str):
-            raise ManifestError(f"{where}: category {cat!r} has no name")
-        problem = check_label(cat["name"])
-        if problem:
-            raise ManifestError(f"{where}: category {cat.get('id')!r}: {problem}")
-        names[cat.get("id")] = cat["name"]
+    declared = _categories(categories, coco_ids, where)
+    names = {cat.get("id"): cat["name"] for cat in categories}
     by_image: dict[object, list] = {}
     image_ids = {img.get("id") for img in images if isinstance(img, dict)}
     for number, ann in enumerate(annotations):
@@ -103,6 +132,7 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
         check_split_name(rules.split)
     except PlanError as err:
         raise ManifestError(str(err)) from err
+    yield declared
     for number, img in enumerate(images):
         entry = f"{where}:images[{number}]"
         name = img.get("file_name") if isinstance(img, dict) else None
@@ -125,5 +155,7 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
         except BoxError as err:
             yield DeadLetter(full, "bad_box", str(err))
             continue
+        source_id = img.get("id")
         yield SourceImage(path=full, relpath=relative, split=rules.unsplit(), label="",
-                          labels=(), objects=tuple(boxes))
+                          labels=(), objects=tuple(boxes),
+                          features=((SOURCE_ID, "bytes", ("" if source_id is None else str(source_id),)),))

@@ -239,7 +239,8 @@ class Manifest:
         seed: Shuffle seed.
         compression: ``none``, ``gzip`` or ``zlib``.
         feature_spec: Feature name -> kind, for readers.
-        labels: Class names in index order (may be empty for reshard).
+        labels: Image class names in index order, ``image/class/label``'s
+            (may be empty: reshard, a COCO build).
         splits: Split name -> its shards.
         dead_letters: Number of rejected inputs.
         images: For builds: ``source_formats``, ``converted`` and
@@ -256,6 +257,9 @@ class Manifest:
             each with the records it held before.
         written_splits: The splits the last run wrote (the others it kept);
             None where the manifest does not say (older manifests).
+        object_labels: ``(id, name)`` of the object classes, sorted by id,
+            the ids ``image/object/class/label`` holds (``label_map.pbtxt``);
+            empty for a set without boxes (not written).
     """
 
     created_by: str
@@ -272,6 +276,7 @@ class Manifest:
     built_from: Mapping[str, Sequence[str]] = field(default_factory=dict)
     written_splits: Sequence[str] | None = None
     appended: Mapping[str, int] = field(default_factory=dict)
+    object_labels: Sequence[tuple[int, str]] = ()
 
     @property
     def records(self) -> int:
@@ -315,6 +320,8 @@ class Manifest:
             "options": dict(sorted(self.options.items())),
             "feature_spec": dict(self.feature_spec),
             "labels": list(self.labels),
+            **({"object_labels": [{"id": class_id, "name": name} for class_id, name in self.object_labels]}
+               if self.object_labels else {}),
             "records": self.records,
             "dead_letters": self.dead_letters,
             **images,
@@ -408,7 +415,24 @@ class Manifest:
             built_from=built_from,
             written_splits=written,
             appended=appended,
+            object_labels=_object_labels(obj.get("object_labels", [])),
         )
+
+
+def _object_labels(value: Any) -> list[tuple[int, str]]:
+    """Validates the optional ``object_labels``: ``[{"id": int, "name": str}, ...]``."""
+    where = "manifest.object_labels"
+    if not isinstance(value, list):
+        raise ManifestError(f"{where}: expected a list, got {type(value).__name__}")
+    out = []
+    for index, item in enumerate(value):
+        class_id = item.get("id") if isinstance(item, dict) else None
+        name = item.get("name") if isinstance(item, dict) else None
+        if isinstance(class_id, bool) or not isinstance(class_id, int) or not isinstance(name, str):
+            raise ManifestError(f"{where}[{index}]: expected {{\"id\": integer, \"name\": string}}, "
+                                f"got {item!r}")
+        out.append((class_id, name))
+    return out
 
 
 def _built_from(split: Mapping[str, Any], where: str) -> list[str]:

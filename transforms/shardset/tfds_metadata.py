@@ -1,51 +1,100 @@
 """tensorflow-datasets metadata for a shard set, so ``tfds.builder_from_directory(OUT)`` loads it (pure).
 
 tfds reads three kinds of files from a dataset folder: ``dataset_info.json``
-(name, version, file format, and per split the record count of every shard and
-the shard file-name template), ``features.json`` (the feature tree) and one
-``<feature>.labels.txt`` per class-label feature (its names, one a line). The
-shards themselves are read as they are: the split's ``filepathTemplate``,
-``{SPLIT}-{SHARD_X_OF_Y}.tfrecord``, is our own shard naming, and
-``shardLengths`` lets tfds cut sub-splits such as ``train[:10%]``.
+(name, version, file format, supervised keys, and per split the record count
+of every shard and the shard file-name template), ``features.json`` (the
+features) and one ``<feature>.labels.txt`` per class-label feature (its names,
+one a line). The shards themselves are read as they are: the split's
+``filepathTemplate``, ``{SPLIT}-{SHARD_X_OF_Y}.tfrecord``, is our own shard
+naming, and ``shardLengths`` lets tfds cut sub-splits such as ``train[:10%]``.
 
-Keys are nested at ``/`` (``image/class/label`` is feature ``label`` of
-``class`` of ``image``), which is how tfds flattens a feature tree into
-Example keys. tfds reads uncompressed TFRecord shards only; for gzip/zlib
-shard sets no tfds files are written.
+Every feature is named by its Example key (``ex["image/encoded"]``), at the
+top level of the features, as tfds's ``as_supervised`` looks keys up there:
+``as_supervised=True`` gives ``(image, label)``, ``image/encoded`` and
+``image/class/label``. ``image/encoded`` is an ``Image`` feature when every
+record holds a JPEG or PNG (what ``tf.io.decode_image`` decodes to one
+frame): tfds decodes it with ``tf.image.decode_image`` to uint8, with the
+channel count every record has (``images.channels`` of the manifest), or each
+image's own when they differ (shape ``(None, None, None)``); when the last run
+kept splits of an earlier one, whose images it did not count, it stays bytes. Class labels are
+``ClassLabel`` features: the image classes always, the object classes where
+their ids are ``0..n-1`` (else plain int64).
+
+tfds reads uncompressed TFRecord shards only: its TFRecord file adapter opens
+every shard with ``tf.data.TFRecordDataset(path)``, no compression type. For
+gzip/zlib shard sets no tfds files are written (the run's summary says so).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+import re
+from typing import Any, Mapping
 
 from transforms.example.features import base_kind, is_list_type
 
 __all__ = ["DATASET_INFO_NAME", "FEATURES_NAME", "DATASET_NAME", "TEMPLATE", "tfds_files",
-           "labels_file_name", "is_tfds_file"]
+           "labels_file_name", "is_tfds_file", "dataset_name", "dataset_name_problem", "tfds_problem"]
 
 DATASET_INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
-DATASET_NAME = "tfrecord_shards"
+DATASET_NAME = "tfrecord_shards"  # the name of a set whose folder name gives none
 TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"
 _VERSION = "1.0.0"
 _PACKAGE = "tensorflow_datasets.core.features."
 _DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
-# Class-label keys whose values index the manifest's labels (the names tfds shows).
-_CLASS_KEYS = ("image/class/label", "image/object/class/label")
-
+_IMAGE_KEY, _LABEL_KEY, _OBJECT_LABEL_KEY = "image/encoded", "image/class/label", "image/object/class/label"
+_CLASS_KEYS = (_LABEL_KEY, _OBJECT_LABEL_KEY)
+# What tfds's Image feature decodes: one frame of these formats, and the channels each allows.
+_IMAGE_CHANNELS = {"jpeg": ("1", "3"), "png": ("1", "2", "3", "4")}
+# tfds's dataset names: snake_case (tensorflow_datasets.core.naming), which we also ask of --name.
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 _LABELS_SUFFIX = ".labels.txt"
 
 
 def labels_file_name(key: str) -> str:
-    """tfds's names file of a class-label feature: ``image/class/label`` -> ``image-class-label.labels.txt``."""
+    """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``.
+
+    tfds names it after the feature's name, ``/`` written as ``.``
+    (``features.feature.convert_feature_name_to_filename``).
+    """
+    return key.replace("/", ".") + _LABELS_SUFFIX
+
+
+def _nested_labels_file_name(key: str) -> str:
+    """The names file sets written before features were top-level had (removed when rebuilt)."""
     return key.replace("/", "-") + _LABELS_SUFFIX
 
 
 def is_tfds_file(name: str) -> bool:
     """True for a file name ``tfds_files`` writes (a reader of shards skips these)."""
     return name in (DATASET_INFO_NAME, FEATURES_NAME) or name.endswith(_LABELS_SUFFIX)
+
+
+def dataset_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a tfds dataset name (snake_case: ``flowers_2024``), or None."""
+    if not _NAME.match(name):
+        return (f"{name!r} is not a tensorflow-datasets name: use lower-case letters, digits and _, "
+                "starting with a letter")
+    return None
+
+
+def dataset_name(folder: str) -> str:
+    """The tfds name of a set in ``folder``: its last path part in snake_case (``out/Coco-Val`` -> ``coco_val``)."""
+    last = folder.rstrip("/").rsplit("/", 1)[-1]
+    name = re.sub(r"[^a-z0-9]+", "_", last.lower()).strip("_")
+    if name and not name[0].isalpha():
+        name = "ds_" + name
+    return name or DATASET_NAME
+
+
+def tfds_problem(compression: str) -> str | None:
+    """Why tfds cannot read a set of ``compression`` shards, or None."""
+    if compression != "none":
+        return (f"tensorflow-datasets cannot read {compression} shards (its reader opens TFRecords "
+                "uncompressed): no tfds files written; --compression none for tfds")
+    return None
 
 
 def _tensor(feature_type: str) -> dict[str, Any]:
@@ -63,24 +112,49 @@ def _class_label(count: int, feature_type: str) -> dict[str, Any]:
             "sequence": {"feature": label, "length": "-1"}}
 
 
-def _features_tree(spec: Mapping[str, str], labels: Sequence[str], label_offset: int) -> dict[str, Any]:
-    """Nested ``FeaturesDict`` JSON of a feature spec; returns the tree and the class-label keys."""
-    root: dict[str, Any] = {}
+def _image(images: Mapping[str, Mapping[str, int]]) -> dict[str, Any] | None:
+    """tfds's ``Image`` feature for the records' images, or None where tfds cannot decode them all.
+
+    Args:
+        images: The manifest's ``images`` counts (``stored_formats`` and
+            ``channels``: value -> records).
+    """
+    formats = {fmt for fmt, n in images.get("stored_formats", {}).items() if n}
+    channels = {c for c, n in images.get("channels", {}).items() if n}
+    if not formats or not formats <= set(_IMAGE_CHANNELS) or images.get("tf_undecodable"):
+        return None
+    image: dict[str, Any] = {"dtype": "uint8"}
+    if len(formats) == 1:
+        image["encodingFormat"] = next(iter(formats))
+    fits = all(c in _IMAGE_CHANNELS[fmt] for fmt in formats for c in channels)
+    depth = next(iter(channels)) if len(channels) == 1 and fits else "-1"
+    image["shape"] = {"dimensions": ["-1", "-1", depth]}
+    return {"pythonClassName": _PACKAGE + "image_feature.Image", "image": image}
+
+
+def _class_names(manifest) -> dict[str, list[str]]:
+    """Class-label key -> its names, for the keys tfds can show as ``ClassLabel``."""
+    names = {}
+    if manifest.labels:
+        names[_LABEL_KEY] = list(manifest.labels)
+    ids = [class_id for class_id, _ in manifest.object_labels]
+    if manifest.object_labels and ids == list(range(len(ids))):
+        names[_OBJECT_LABEL_KEY] = [name for _, name in manifest.object_labels]
+    return names
+
+
+def _features(spec: Mapping[str, str], image: dict[str, Any] | None,
+              names: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The ``FeaturesDict`` JSON of a feature spec, every key a feature of its own."""
+    features = {}
     for key in sorted(spec):
         feature_type = spec[key]
-        classes = (key in _CLASS_KEYS and labels and base_kind(feature_type) == "int64"
-                   and not (key == "image/object/class/label" and label_offset))
-        node = root
-        *parents, leaf = key.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = _class_label(len(labels), feature_type) if classes else _tensor(feature_type)
-    return root
-
-
-def _as_features_dict(tree: Mapping[str, Any]) -> dict[str, Any]:
-    features = {name: value if "pythonClassName" in value else _as_features_dict(value)
-                for name, value in tree.items()}
+        if key == _IMAGE_KEY and image is not None and feature_type == "bytes":
+            features[key] = image
+        elif key in names and base_kind(feature_type) == "int64":
+            features[key] = _class_label(len(names[key]), feature_type)
+        else:
+            features[key] = _tensor(feature_type)
     return {"pythonClassName": _PACKAGE + "features_dict.FeaturesDict",
             "featuresDict": {"features": features}}
 
@@ -89,7 +163,7 @@ def _json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def tfds_files(manifest) -> dict[str, bytes | None]:
+def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
     """tfds's files for a shard set, name -> bytes.
 
     Every name this module can write is in the result: None marks one this
@@ -98,33 +172,33 @@ def tfds_files(manifest) -> dict[str, bytes | None]:
 
     Args:
         manifest: The ``shardset.manifest.Manifest`` of the set.
+        name: The dataset's name (``--name``, else ``dataset_name`` of the
+            output folder); None for ``DATASET_NAME``.
     """
     none: dict[str, bytes | None] = {name: None for name in (
-        DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS))}
+        DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
+        *(_nested_labels_file_name(key) for key in _CLASS_KEYS))}
     spec = dict(manifest.feature_spec)
-    if manifest.compression != "none" or not spec or any(
+    if tfds_problem(manifest.compression) or not spec or any(
             base_kind(kind) not in _DTYPES for kind in spec.values()):
         return none
-    keys = set(spec)
-    if any(other.startswith(key + "/") for key in keys for other in keys):
-        return none  # a key that is also a folder of keys has no place in a feature tree
-    offset = int((manifest.options or {}).get("label_offset") or 0)
-    tree = _features_tree(spec, manifest.labels, offset)
+    names = _class_names(manifest)
+    # The images counts are the last run's: they say nothing of the splits it kept.
+    counted = manifest.written_splits is not None and set(manifest.splits) <= set(manifest.written_splits)
+    features = _features(spec, _image(manifest.images or {}) if counted else None, names)
     splits = [{"name": name,
                "numBytes": str(split.bytes),
                "shardLengths": [str(shard.records) for shard in split.shards],
                "filepathTemplate": TEMPLATE}
               for name, split in sorted(manifest.splits.items())]
-    info = {"name": DATASET_NAME, "version": _VERSION, "fileFormat": "tfrecord",
+    name = name or DATASET_NAME
+    info = {"name": name, "version": _VERSION, "fileFormat": "tfrecord",
             "description": f"TFRecord shards written by {manifest.created_by}.",
             "moduleName": "tfrecord_shards", "splits": splits}
-    files = {**none, DATASET_INFO_NAME: _json(info), FEATURES_NAME: _json(_as_features_dict(tree))}
-    names = "".join(f"{label}\n" for label in manifest.labels).encode("utf-8")
-    node_types = {key: spec[key] for key in _CLASS_KEYS if key in spec}
-    for key, feature_type in node_types.items():
-        leaf = tree
-        for part in key.split("/"):
-            leaf = leaf[part]
-        if leaf.get("pythonClassName", "").endswith(("ClassLabel", "Sequence")):
-            files[labels_file_name(key)] = names
+    if _IMAGE_KEY in spec and _LABEL_KEY in names and _LABEL_KEY in spec:
+        info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": _IMAGE_KEY}, {"featureKey": _LABEL_KEY}]}}
+    files = {**none, DATASET_INFO_NAME: _json(info), FEATURES_NAME: _json(features)}
+    for key, labels in names.items():
+        if key in spec and base_kind(spec[key]) == "int64":
+            files[labels_file_name(key)] = "".join(f"{label}\n" for label in labels).encode("utf-8")
     return files

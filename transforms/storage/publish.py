@@ -111,7 +111,7 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         inputs: Number of inputs (records written + dead letters must equal it).
         compression: Shard compression.
         manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``
-            and, for builds, ``images``.
+            and, for builds, ``images`` and ``object_labels``.
         max_bad_fraction: Refuse to publish when more inputs than this fraction
             were rejected; None for no limit.
         policy: The run's id and how it treats what the folder already holds.
@@ -231,7 +231,7 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         dead_letters=len(dead), images=manifest_fields.get("images") or {}, shards_file=shards_file,
         built_from={**kept_built_from(state.manifest, kept),
                     **({name: inputs_given for name in written_splits} if inputs_given else {})},
-        written_splits=sorted(written_splits))
+        written_splits=sorted(written_splits), object_labels=manifest_fields.get("object_labels") or ())
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     delete_if_exists([join_path(output_dir, name) for name, data in sorted(sidecars.items()) if data is None])
     for name, data in sorted(sidecars.items()):

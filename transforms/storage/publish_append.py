@@ -207,6 +207,12 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
     for name in written_splits:
         before = split_inputs(old, name) if name in old.splits else ()
         built_from[name] = tuple(dict.fromkeys((*(before or ()), *inputs_given)))
+    objects = dict(old.object_labels)
+    for class_id, name in manifest_fields.get("object_labels") or ():
+        if objects.setdefault(class_id, name) != name:
+            delete_tree(staging)
+            raise PublishError(f"object class id {class_id} is {objects[class_id]!r} in {output_dir} but "
+                               f"{name!r} in this run's inputs; an append keeps the set's ids")
     manifest = Manifest(
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
@@ -214,7 +220,8 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
         dead_letters=old.dead_letters + len(dead),
         images=_add_counts(old.images, manifest_fields.get("images") or {}), shards_file=shards_file,
         built_from=built_from, written_splits=sorted(written_splits),
-        appended={name: old.splits[name].records if name in old.splits else 0 for name in written_splits})
+        appended={name: old.splits[name].records if name in old.splits else 0 for name in written_splits},
+        object_labels=tuple(sorted(objects.items())))
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     metadata = [DEAD_LETTERS_NAME, LABELS_NAME, "shards.jsonl"]
     for name, data in sorted(sidecars.items()):

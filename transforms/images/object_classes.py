@@ -1,0 +1,82 @@
+"""Object classes: the ids ``image/object/class/label`` holds and ``label_map.pbtxt`` lists (pure).
+
+Object classes are a space of their own, apart from the image classes of
+``image/class/label`` (``labels.txt``): an object class never shifts an image
+class's index, nor the other way round. Ids come, in this order of precedence:
+
+- from a COCO file's ``categories`` (``--coco_ids keep``, the default): each
+  class keeps its COCO ``id``, so a detector's label map (``person`` 1,
+  ``motorcycle`` 4, ...) reads the records as they are;
+- from ``--class_names``/``--labels_file`` when given: the class's index
+  there plus ``--label_offset``;
+- else by sorted name: index plus ``--label_offset`` (1 by default, the id
+  the Object Detection API gives its first class; 0 is its background).
+
+A name none of these numbers (an object of a JSON Lines row in a build that
+keeps a COCO file's ids, or one missing from ``--class_names``) gets the next
+ids after the largest one, by sorted name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+__all__ = ["ObjectClasses", "object_label_map", "label_map_pbtxt", "DEFAULT_OBJECT_OFFSET"]
+
+# The first id of numbered object classes unless --label_offset says otherwise.
+DEFAULT_OBJECT_OFFSET = 1
+
+
+@dataclass(frozen=True)
+class ObjectClasses:
+    """The object classes one input declares (a COCO file's ``categories``), a listed item.
+
+    Attributes:
+        source: The file that declares them (for messages).
+        classes: ``(id, name)`` per class, in the file's order; ``id`` is None
+            where the build numbers the classes itself (``--coco_ids renumber``).
+    """
+
+    source: str
+    classes: tuple[tuple[int | None, str], ...]
+
+
+def object_label_map(names: Iterable[str], declared: Iterable[tuple[int | None, str]], offset: int,
+                     fixed: Sequence[str] | None = None) -> tuple[tuple[int, str], ...]:
+    """``(id, name)`` of every object class of a build, sorted by id.
+
+    Args:
+        names: The class names the build's objects use.
+        declared: ``(id or None, name)`` of the classes its COCO files declare
+            (``ObjectClasses.classes``); a class declared with an id keeps it
+            (the smallest, if files disagree), one without is numbered.
+        offset: Added to the index of a numbered class (``--label_offset``).
+        fixed: ``--class_names``/``--labels_file``, numbering the names in it
+            by their index there; None to number by sorted name.
+    """
+    kept: dict[str, int] = {}
+    numbered = set(names)
+    for class_id, name in declared:
+        if class_id is None:
+            numbered.add(name)
+        elif name not in kept or class_id < kept[name]:
+            kept[name] = class_id
+    numbered -= set(kept)
+    ids = dict(kept)
+    if not kept:
+        order = list(fixed) if fixed is not None else sorted(numbered)
+        ids.update((name, index + offset) for index, name in enumerate(order) if name in numbered)
+        numbered -= set(ids)
+    start = max(ids.values(), default=offset - 1) + 1
+    ids.update((name, start + index) for index, name in enumerate(sorted(numbered)))
+    return tuple(sorted((class_id, name) for name, class_id in ids.items()))
+
+
+def label_map_pbtxt(classes: Sequence[tuple[int, str]]) -> bytes:
+    """The Object Detection API's ``label_map.pbtxt``: one ``item`` per ``(id, name)``."""
+    items = []
+    for class_id, name in classes:
+        quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+        items.append(f'item {{\n  id: {class_id}\n  name: "{quoted}"\n}}\n')
+    return "".join(items).encode("utf-8")
