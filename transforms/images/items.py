@@ -105,8 +105,8 @@ class ImageMeta:
                              self.label_index, self.sha256, info.format, info.height,
                              info.width, info.channels, info.source_format, info.tf_decodes,
                              self.record_size, self.order_key, self.source_crc32c, self.payload,
-                             self.extra, info.png_fix, *((self.run.path, self.run.offset, self.run.length)
-                                                         if self.run is not None else ()))
+                             self.extra, info.png_fix, info.orientation, info.upright,
+                             *((self.run.path, self.run.offset, self.run.length) if self.run is not None else ()))
 
 
 def _source_image(path: str, relpath: str, split: str, label: str, origin: str = "", labels=None,
@@ -119,10 +119,12 @@ def _image_meta(path: str, relpath: str, split: str, label: str, origin: str, la
                 objects, label_index: int, sha256: str, image_format: str, height: int, width: int,
                 channels: int, source_format: str, tf_decodes: bool, record_size: int, key: int,
                 source_crc32c: int, payload: bytes | None, extra=(), png_fix: str = "",
-                run_path: str | None = None, run_offset: int = 0, run_length: int = 0) -> ImageMeta:
+                orientation: int = 1, upright: str = "", run_path: str | None = None, run_offset: int = 0,
+                run_length: int = 0) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
     return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects),
                      label_index, sha256,
-                     ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix),
+                     ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix,
+                               orientation, upright),
                      record_size, key, source_crc32c, payload, extra,
                      None if run_path is None else RunSlice(run_path, run_offset, run_length))
