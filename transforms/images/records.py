@@ -28,7 +28,8 @@ __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "im
            "with_png_chunks_fixed", "orientation_spec", "orientation_extra"]
 
 IMAGE_MODES = ("tf", "passthrough", "reencode", "raw")
-# Source formats the tf and passthrough modes accept (others: unsupported_format).
+# Source formats the passthrough mode accepts (others: unsupported_format; tf mode takes
+# every format Pillow decodes).
 passthrough_formats = ("jpeg", "png", "gif", "bmp", "tiff", "webp")
 # Formats the tf mode stores as they are when TensorFlow decodes them (tf_rule);
 # every other image becomes a PNG of its first frame.
@@ -155,12 +156,16 @@ def with_png_chunks_fixed(png: bytes, info: ImageInfo) -> tuple[bytes, ImageInfo
 
 
 def check_kept_format(info: ImageInfo, mode: str) -> None:
-    """Refuses a source format that ``--image_mode`` ``tf`` or ``passthrough`` does not read.
+    """Refuses a source format that ``--image_mode passthrough`` does not store.
+
+    ``tf`` mode takes every format Pillow reads: those but JPEG and PNG
+    become PNG (a format Pillow recognises but cannot decode is then an
+    ``undecodable`` dead letter).
 
     Raises:
         ImageError: ``unsupported_format``.
     """
-    if info.format not in passthrough_formats:
+    if mode != "tf" and info.format not in passthrough_formats:
         raise ImageError("unsupported_format",
                          f"{info.format} is not read in --image_mode {mode} "
                          f"({', '.join(passthrough_formats)} are); use --image_mode reencode")
