@@ -290,6 +290,7 @@ def _load_later_frames(img: Image.Image) -> None:
         raise ImageError(_reason(err), f"animation frame: {type(err).__name__}: {err}") from err
 
 
+@_naming_library_messages
 def decode_size(data: bytes) -> ImageInfo:
     """Decodes an image's first frame at full resolution; returns its format, size and EXIF orientation.
 
