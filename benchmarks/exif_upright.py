@@ -80,10 +80,8 @@ def measure() -> dict:
         t_kept = _best_of(lambda: encode_image(kept, settings))
         t_turned = _best_of(lambda: encode_image(turned, settings))
         t_inspect = _best_of(lambda: inspect_image(kept, "structure"))
-        opened = Image.open(io.BytesIO(turned))
         t_orientation = _best_of(lambda: exif_orientation(Image.open(io.BytesIO(turned))), 50) - \
             _best_of(lambda: Image.open(io.BytesIO(turned)), 50)
-        del opened
         rows.append({"photo": name, "size": f"{full.width}x{full.height}", "kept_ms": round(t_kept * 1e3, 2),
                      "turned_ms": round(t_turned * 1e3, 2), "turned_over_kept": round(t_turned / t_kept, 1),
                      "orientation_us": round(max(t_orientation, 0) * 1e6, 1),
