@@ -304,3 +304,24 @@ def test_keep_needs_tf_or_passthrough(tmp_path, capsys):
 def test_inspect_reads_the_orientation_from_the_header_only():
     info = inspect_image(_INPUTS["other/o6.png"], "header")
     assert info.orientation == 6 and (info.height, info.width) == (20, 30)
+
+
+def test_plan_with_keep_gives_the_records_the_build_writes(tmp_path, capsys):
+    from beam_jobs import plan_build
+
+    root = tmp_path / "in"
+    jpegs = {name: data for name, data in _INPUTS.items() if name.endswith((".jpg", ".png"))}
+    for name, data in jpegs.items():
+        write(str(root / name), data)
+    common = ["--input", str(root), "--validate", "header", "--exif_orientation", "keep", "--num_shards", "1"]
+    plan_json = str(tmp_path / "plan.json")
+    capsys.readouterr()
+    assert plan_build.run([*common, "--output_dir", str(tmp_path / "out"), "--plan_json", plan_json]) == 0
+    status, _, stderr = run_build(capsys, *common, "--output_dir", str(tmp_path / "out"))
+    assert status == 0, stderr
+    plan = json.loads(open(plan_json, encoding="utf-8").read())
+    manifest = load_manifest(str(tmp_path / "out"))
+    assert manifest["feature_spec"]["image/orientation"] == "int64"
+    assert plan["record_sizes_estimated"] == 0  # every record's size exact, image/orientation included
+    assert (plan["splits"]["train"]["records"], plan["splits"]["train"]["record_bytes"]) == \
+        (manifest["splits"]["train"]["records"], manifest["splits"]["train"]["bytes"])
