@@ -24,7 +24,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from tests import imagegen
-from tests.shard_fixtures import dead_letters, examples, load_manifest, run_build, shard_files, write
+from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files, write
 
 # A 16-bit ramp that tells scaling (v >> 8) from clipping (min(v, 255)) apart.
 GRAY16 = np.array([[0, 255, 256, 511, 4096], [32768, 40000, 65279, 65280, 65535]], dtype=np.uint16)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import hashlib
 import io
 import os
 
