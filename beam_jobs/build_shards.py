@@ -29,7 +29,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
-from transforms.images.records import IMAGE_MODES, EncodeSettings
+from transforms.images.orientation import EXIF_ORIENTATION_MODES
+from transforms.images.records import IMAGE_MODES, EncodeSettings, orientation_spec
 from transforms.images.build_counts import build_image_counts, record_count_keys
 from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
 from transforms.images.inputs import (COCO_IDS, LAYOUTS, FolderTask, LabelRules, check_label,
@@ -91,6 +92,10 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--image_mode", default="tf", choices=IMAGE_MODES,
                             help="tf: JPEG and PNG that TensorFlow decodes as they are, other "
                                  "images as PNG; passthrough: every source byte unchanged.")
+        parser.add_argument("--exif_orientation", default="apply", choices=EXIF_ORIENTATION_MODES,
+                            help="apply: --image_mode tf stores images with an EXIF orientation "
+                                 "upright; keep: tf and passthrough keep the pixels as the file "
+                                 "holds them and write image/orientation (int64, 1-8).")
         parser.add_argument("--validate", default="structure", choices=VALIDATE_LEVELS,
                             help="How images are checked (README: Validation levels):\n"
                                  "header: the header only (format, size, bombs)\n"
@@ -326,7 +331,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         settings = EncodeSettings(mode=build.image_mode, validate=build.validate,
                                   image_format=build.image_format, jpeg_quality=build.jpeg_quality,
                                   grayscale=build.grayscale, resize=build.resize,
-                                  resize_mode=build.resize_mode)
+                                  resize_mode=build.resize_mode, exif_orientation=build.exif_orientation)
     except (PlanError, ValueError) as err:
         raise UsageError(str(err)) from err
     if not math.isfinite(build.max_image_mb):
@@ -518,7 +523,7 @@ _SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", 
 # --overwrite_unlisted_shards, --drop_other_splits and --replace say how to publish, not what, and
 # --image_threads how fast: not in the manifest (outputs do not depend on them).
 _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
-              "split_fractions", "image_mode", "validate", "image_format", "jpeg_quality",
+              "split_fractions", "image_mode", "exif_orientation", "validate", "image_format", "jpeg_quality",
               "grayscale", "resize", "resize_mode", "shard_size_mb", "num_shards", "compression", "seed",
               "max_bad_fraction", "max_image_mb", "feature", "multi_label", "bbox_format", "image_root",
               "label_offset", "coco_ids", "boxes_outside", "name", "image_column", "label_column")
@@ -595,7 +600,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
-    spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
+    own_spec = orientation_spec(cfg.settings)  # image/orientation with --exif_orientation keep
+    spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
     object_labels = layout | "ObjectClasses" >> beam.Map(lambda lay: lay.object_labels)  # ((id, name), ...)
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
@@ -611,7 +617,7 @@ HELP = JobHelp(
     required=("input", "output_dir"),
     groups={"layout": "inputs", "label_regex": "labels and splits", "class_names": "labels and splits",
             "labels_file": "labels and splits", "split_fractions": "labels and splits",
-            "image_mode": "images", "validate": "images", "image_format": "images",
+            "image_mode": "images", "exif_orientation": "images", "validate": "images", "image_format": "images",
             "jpeg_quality": "images", "grayscale": "images", "resize": "images", "resize_mode": "images",
             "max_bad_fraction": "failures", "max_image_mb": "checks", "image_threads": "images", "feature": "inputs",
             "multi_label": "labels and splits", "bbox_format": "inputs", "image_root": "inputs",

@@ -177,7 +177,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
-    _ = seen | "Tally" >> TallyPlan(cfg.tally, build.labels)  # writes one PlanTally to cfg.tally
+    _ = seen | "Tally" >> TallyPlan(cfg.tally, build.labels, build.settings)  # writes one PlanTally to cfg.tally
 
 
 def _split_of(meta) -> str:

@@ -56,6 +56,7 @@ from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRang
                                      WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
+from transforms.verify.decoders import DECODERS, missing_decoders, parse_decoders
 from transforms.verify.preview import PreviewSample
 from transforms.verify.ranges import RangeTally, ShardFile
 
@@ -72,6 +73,10 @@ class VerifyOptions(PipelineOptions):
                             help="Check the TFRecord files matching this pattern, without a manifest.")
         parser.add_argument("--decode_images", action="store_true", default=False,
                             help="Decode every image and compare it with its record's size fields.")
+        parser.add_argument("--decode_with", default=None,
+                            help="Decode every image with these decoders, separated by commas, among "
+                                 f"{', '.join(DECODERS)}; report each that refuses an image or "
+                                 "decodes it to another size than image/height and image/width.")
         parser.add_argument("--report", default=None, help="Write the problems as JSON to this path.")
         parser.add_argument("--preview", default=None,
                             help="Write a PNG contact sheet of sample images and shard sizes here.")
@@ -88,6 +93,8 @@ class VerifyConfig:
         shards: Files to read with ``--files``; a shard set's come from its
             manifest, in the pipeline.
         decode_images: Decode every image.
+        decode_with: Decoders every image must decode with, to its size
+            (``--decode_with``, those installed).
         report: Where the pipeline writes the JSON report.
         keep_report: False when ``report`` is a temporary file of this run.
         preview: Where the preview PNG goes, or None.
@@ -101,6 +108,7 @@ class VerifyConfig:
     folder: str | None
     shards: tuple[ShardFile, ...]
     decode_images: bool
+    decode_with: tuple[str, ...]
     report: str
     keep_report: bool
     preview: str | None
@@ -203,7 +211,8 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
         raise UsageError("give --output_dir (a shard set with manifest.json) or --files "
                          "(a pattern of TFRecord files), not both")
     report, keep = _report_target(options, verify.report)
-    common = dict(decode_images=verify.decode_images, report=report, keep_report=keep,
+    common = dict(decode_images=verify.decode_images, decode_with=_decoders(verify.decode_with),
+                  report=report, keep_report=keep,
                   preview=verify.preview,
                   max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb))
     dry_run = dataflow_dry_run(options)  # stays offline: gs:// would need credentials
@@ -234,6 +243,26 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
     sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
     return VerifyConfig(folder, folder, (), **common, **_reading_plan(sizes, options))
+
+
+def _decoders(text: str | None) -> tuple[str, ...]:
+    """The ``--decode_with`` decoders that are installed; one line on stderr for each that is not.
+
+    Raises:
+        UsageError: A name is unknown, or none of the decoders is installed.
+    """
+    if text is None:
+        return ()
+    try:
+        names = parse_decoders(text)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    missing = missing_decoders(names)
+    if len(missing) == len(names):
+        raise UsageError("; ".join(missing))
+    for line in missing:
+        print(f"{_NAME}: {line}; verifying without it", file=sys.stderr)
+    return tuple(name for name in names if not missing_decoders([name]))
 
 
 def _size_row(shard: ShardFile) -> tuple[str, str, int]:
@@ -282,7 +311,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     # Records are checked as they are read, one tally per byte range; the reader of a shard's
     # first range also hashes listed shards from the bytes it reads and checks the .idx.
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
-        schema=schema, decode_images=cfg.decode_images, preview=cfg.preview is not None,
+        schema=schema, decode_images=cfg.decode_images, decode_with=cfg.decode_with,
+        preview=cfg.preview is not None,
         labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes,
         split_ranges=cfg.split_ranges, index_required=with_manifest)  # RangeTally
     problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
@@ -359,7 +389,7 @@ def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
 HELP = JobHelp(
     summary="Check a shard set against its manifest (--output_dir), or any TFRecord files (--files).",
     options=(VerifyOptions, opt.RecordReadingOptions), shared=("output_dir",),
-    groups={"files": "inputs", "output_dir": "inputs", "decode_images": "checks", "report": "output",
+    groups={"files": "inputs", "output_dir": "inputs", "decode_images": "checks", "decode_with": "checks", "report": "output",
             "max_record_mb": "inputs",
             "preview": "output"},
     epilog="examples:\n"

@@ -25,8 +25,8 @@ CASES: dict[str, tuple[Callable[[], bytes], ImageInfo]] = {
     "jpeg_gray": (lambda: imagegen.jpeg("L"), ImageInfo("jpeg", 24, 32, 1)),
     "jpeg_cmyk": (lambda: imagegen.jpeg("CMYK"), ImageInfo("jpeg", 24, 32, 4)),
     "jpeg_odd_size": (lambda: imagegen.jpeg("RGB", size=(17, 9)), ImageInfo("jpeg", 9, 17, 3)),
-    # EXIF orientation is not applied to stored (passthrough) images: their decoded size is stored.
-    "jpeg_exif6": (lambda: imagegen.jpeg("RGB", exif_orientation=6), ImageInfo("jpeg", 24, 32, 3)),
+    # inspect_image gives the size the file stores and the EXIF orientation (tf mode applies it).
+    "jpeg_exif6": (lambda: imagegen.jpeg("RGB", exif_orientation=6), ImageInfo("jpeg", 24, 32, 3, orientation=6)),
     "png_rgb": (lambda: imagegen.png("RGB"), ImageInfo("png", 24, 32, 3)),
     "png_rgba": (lambda: imagegen.png("RGBA"), ImageInfo("png", 24, 32, 4)),
     "png_gray": (lambda: imagegen.png("L"), ImageInfo("png", 24, 32, 1)),

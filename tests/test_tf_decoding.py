@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import collections
-import hashlib
 import io
 import os
 
@@ -19,15 +18,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from tests import imagegen
 from tests.messy_corpus import make_corpus
 from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files
 from transforms.errors import ImageError
-from transforms.images.codec import first_frame_png
+from transforms.images.codec import first_frame_png, inspect_image
 from transforms.images.png_chunks import fix_png_chunks
-from transforms.images.records import EncodeSettings, encode_image
+from transforms.images.records import EncodeSettings, encode_image, passthrough_formats
 from transforms.images.tf_rule import tf_shape
 from transforms.verify.checks import image_problem
 
@@ -210,11 +209,16 @@ def _counts(records, which) -> dict[str, int]:
 def test_corpus_default_build_decodes_in_tensorflow(corpus_builds, corpus):
     out, records = corpus_builds["tf"]
     assert len(records) > 500
-    fixes = collections.Counter()
+    fixes, turned = collections.Counter(), 0
     for ex in records:
         shape = (ex["image/height"], ex["image/width"], ex["image/channels"])
         assert tf_decodes(ex["image/encoded"]) == shape, ex["image/filename"]
         source = open(os.path.join(corpus, ex["image/filename"].decode()), "rb").read()
+        if inspect_image(source, "header").orientation != 1:  # stored upright (issue 27 item 1)
+            turned += 1
+            upright = ImageOps.exif_transpose(Image.open(io.BytesIO(source)))
+            assert (ex["image/width"], ex["image/height"]) == upright.size, ex["image/filename"]
+            continue
         if ex["image/format"] == ex["image/source_format"]:  # kept, a PNG's colour chunk fixed
             fixed, fix = fix_png_chunks(source)
             assert ex["image/format"] in (b"jpeg", b"png") and ex["image/encoded"] == fixed
@@ -230,7 +234,10 @@ def test_corpus_default_build_decodes_in_tensorflow(corpus_builds, corpus):
         records, lambda ex: ex["image/source_format"].decode()
         if ex["image/source_format"] != ex["image/format"] else None)
     assert images["tf_undecodable"] == {}
-    assert {"tiff", "bmp", "gif", "webp"} <= set(images["converted"])
+    assert sum(images["exif_oriented"].values()) == turned >= 5  # Pillow's EXIF test images
+    # every format Pillow decodes (issue 27 item 5)
+    assert {"tiff", "bmp", "gif", "webp", "avif", "jpeg2000", "tga", "ppm", "ico", "psd", "dds"} <= \
+        set(images["converted"])
 
 
 @pytest.mark.slow
@@ -251,12 +258,14 @@ def test_corpus_passthrough_counts_what_tensorflow_cannot_decode(corpus_builds, 
     assert images["tf_undecodable"] == dict(sorted(collections.Counter(undecodable).items()))
     assert images["tf_undecodable"]["tiff"] == images["source_formats"]["tiff"]
     assert images["converted"] == {}
-    assert len(records) == len(corpus_builds["tf"][1])
+    tf_records = corpus_builds["tf"][1]  # and the formats only tf mode reads
+    assert len(records) == sum(ex["image/source_format"].decode() in passthrough_formats for ex in tf_records)
 
 
 @pytest.mark.slow
 def test_corpus_reencode_and_raw_decode(corpus_builds):
-    assert len(corpus_builds["reencode"][1]) == len(corpus_builds["raw"][1]) > len(corpus_builds["tf"][1])
+    # tf mode reads every format Pillow decodes, as reencode and raw do
+    assert len(corpus_builds["reencode"][1]) == len(corpus_builds["raw"][1]) == len(corpus_builds["tf"][1])
     for ex in corpus_builds["reencode"][1]:
         assert tf_decodes(ex["image/encoded"]) == (ex["image/height"], ex["image/width"], 3) == (16, 24, 3)
     for ex in corpus_builds["raw"][1]:

@@ -17,7 +17,7 @@ import pytest
 from tests.tfrecord_fixtures import ShardSet, image_bytes, image_example, write_shard_set
 from transforms.example.codec import encode_example
 from transforms.tfrecord.framing import frame_record
-from transforms.shardset.manifest import MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
+from transforms.shardset.manifest import ShardEntry, SplitEntry
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.verify.checks import (PROBLEM_KINDS, Problem, Report, ShardTally, check_record,
                                       duplicate_key_problems, index_problems, listing_problems,
@@ -150,7 +150,7 @@ def test_report_json_and_summary() -> None:
     assert Report.build(1, 1, 0, []).summary("x").startswith("OK: x:")
     with pytest.raises(ValueError):
         Problem("a", None, "oops", "")
-    assert len(PROBLEM_KINDS) == 14  # with not_tfrecord
+    assert len(PROBLEM_KINDS) == 15  # with not_tfrecord, decoder_mismatch
 
 
 # --- verify_in_memory --------------------------------------------------------------------

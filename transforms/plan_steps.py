@@ -32,7 +32,8 @@ from transforms.example.schema import IMAGE_FEATURES
 from transforms.images.annotations import RecordLayout, image_extras
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.objects import BoxError
-from transforms.images.records import EncodeSettings, image_count_keys, image_example_size
+from transforms.images.records import (EncodeSettings, image_count_keys, image_example_size, orientation_extra,
+                                      orientation_spec)
 from transforms.images.survey import survey_image
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DeadLetter
@@ -110,8 +111,10 @@ class _SurveyImageFn(OrderedImageFn):
         try:
             surveyed = survey_image(data, self._settings)
             extra = image_extras(source, layout, index_of, data, surveyed.info.width, surveyed.info.height,
-                                 pixels_transformed=self._settings.mode in ("reencode", "raw"),
+                                 pixels_transformed=(self._settings.mode in ("reencode", "raw")
+                                                     or bool(surveyed.info.upright)),
                                  cropped=bool(self._settings.resize) and self._settings.resize_mode == "crop")
+            extra = tuple(sorted(extra + orientation_extra(self._settings, surveyed.info)))
         except ImageError as err:
             return _Surveyed(DeadLetter(source.path, err.reason, err.detail), len(data))
         except BoxError as err:
@@ -179,9 +182,10 @@ def _record(meta: ImageMeta) -> tuple:
             meta.record_size)
 
 
-def _listing(facts: ListingFacts, fixed_labels: tuple[str, ...] | None) -> tuple:
+def _listing(facts: ListingFacts, fixed_labels: tuple[str, ...] | None, settings_spec: dict[str, str]) -> tuple:
     classes = fixed_labels if fixed_labels is not None else facts.classes
-    return ("listing", facts.inputs, list(classes), {**IMAGE_FEATURES, **facts.layout.feature_spec()})
+    return ("listing", facts.inputs, list(classes),
+            {**IMAGE_FEATURES, **facts.layout.feature_spec(), **settings_spec})
 
 
 class _PlanTallyFn(beam.CombineFn):
@@ -217,18 +221,22 @@ class TallyPlan(beam.PTransform):
     Args:
         path: Where the tally goes (a local, gs:// or s3:// path; never the output folder).
         fixed_labels: ``--class_names``/``--labels_file``, or None for the listed classes.
+        settings: The build's image options (``image/orientation`` is in the spec
+            with ``--exif_orientation keep``).
     """
 
-    def __init__(self, path: str, fixed_labels: tuple[str, ...] | None = None) -> None:
+    def __init__(self, path: str, fixed_labels: tuple[str, ...] | None = None,
+                 settings: EncodeSettings | None = None) -> None:
         super().__init__()
         self._path = path
         self._fixed = fixed_labels
+        self._spec = orientation_spec(settings) if settings is not None else {}
 
     def expand(self, inputs):
         facts = [inputs["listed"] | "Found" >> beam.Map(_found),
                  inputs["records"] | "Records" >> beam.Map(_record),
                  inputs["reads"],
-                 inputs["facts"] | "Listing" >> beam.Map(_listing, self._fixed)]
+                 inputs["facts"] | "Listing" >> beam.Map(_listing, self._fixed, self._spec)]
         facts += [dead | f"Rejected{i}" >> beam.Map(_rejected) for i, dead in enumerate(inputs["dead"])]
         return (facts
                 | "AllFacts" >> beam.Flatten()

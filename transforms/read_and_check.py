@@ -107,8 +107,10 @@ class _ReadAndCheckFn(beam.DoFn):
 
     def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
                  labels: Sequence[str] | None, hash_files: bool,
-                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, index_required: bool = False) -> None:
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, index_required: bool = False,
+                 decode_with: Sequence[str] = ()) -> None:
         self._schema = schema
+        self._decode_with = tuple(decode_with)
         self._max_record_bytes = max_record_bytes
         self._decode_images = decode_images
         self._preview = preview
@@ -135,7 +137,7 @@ class _ReadAndCheckFn(beam.DoFn):
         # One range of each file starts at byte 0 (splitting keeps the start): it checks the whole file.
         first = claims.start_position() == 0
         checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
-                               self._preview)
+                               self._preview, self._decode_with)
         tally = progress.Tally(progress.RECORDS_READ)
         uncompressed = compression_of(shard.path) == "none"
         index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
@@ -198,18 +200,21 @@ class ReadAndCheckRecords(beam.PTransform):
             readers than shards), or read each whole (each byte read once).
         index_required: A missing ``.idx`` of an uncompressed shard is a
             problem (a shard set's shards have one).
+        decode_with: Decoders that must decode every image to its record's
+            size (``verify.decoders``).
     """
 
     def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
                  preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
                  hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                 split_ranges: bool = True, index_required: bool = False) -> None:
+                 split_ranges: bool = True, index_required: bool = False,
+                 decode_with: Sequence[str] = ()) -> None:
         super().__init__()
         side = {name: value for name, value in (("schema", schema), ("labels", labels))
                 if isinstance(value, beam.pvalue.AsSingleton)}
         self._fn = _ReadAndCheckFn(None if "schema" in side else schema, decode_images, preview,
                                    None if "labels" in side else labels, hash_files,
-                                   max_record_bytes, index_required)
+                                   max_record_bytes, index_required, decode_with)
         self._side = side
         self._split_ranges = split_ranges
 

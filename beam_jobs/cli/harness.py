@@ -31,6 +31,7 @@ from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, want
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.images.annotations import LABEL_MAP_NAME, object_ids_problem
+from transforms.images.orientation import UPRIGHT_HOW
 from transforms.images.png_chunks import PNG_CHUNK_FIXES
 from transforms.progress.report import plural
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
@@ -314,8 +315,9 @@ def dry_run_summary(p: beam.Pipeline) -> str:
             f"nothing was submitted, read or written\n  steps: {', '.join(steps)}")
 
 
-def _image_lines(images, mode: str | None) -> list[str]:
-    """Summary lines of a build's ``images`` counts: conversions, fixed PNG chunks, undecodable records."""
+def _image_lines(images, mode: str | None, orientation_feature: bool = False) -> list[str]:
+    """Summary lines of a build's ``images`` counts: conversions, fixed PNG chunks, EXIF orientation,
+    undecodable records."""
     def listed(counts) -> str:
         return ", ".join(f"{fmt} {n}" for fmt, n in sorted(counts.items()))
     lines = []
@@ -327,6 +329,16 @@ def _image_lines(images, mode: str | None) -> list[str]:
         lines.append(f"  PNG chunks fixed for TensorFlow: {sum(fixed.values())} records ("
                      + "; ".join(f"{PNG_CHUNK_FIXES.get(fix, fix)}: {n}" for fix, n in sorted(fixed.items()))
                      + ")")
+    if images.get("exif_oriented"):
+        turned = images["exif_oriented"]
+        lines.append(f"  turned upright for their EXIF orientation: {sum(turned.values())} records ("
+                     + "; ".join(f"{UPRIGHT_HOW.get(how, how)}: {n}" for how, n in sorted(turned.items())) + ")")
+    if images.get("exif_orientation_kept"):
+        kept = images["exif_orientation_kept"]
+        where = ("image/orientation holds it" if orientation_feature
+                 else "--image_mode tf turns them upright")
+        lines.append(f"  stored as the file holds them, not upright: {sum(kept.values())} records with an "
+                     f"EXIF orientation (orientation {listed(kept)}); {where}")
     if images.get("tf_undecodable"):
         lines.append(f"  TensorFlow cannot decode {sum(images['tf_undecodable'].values())} records "
                      f"as recorded ({listed(images['tf_undecodable'])}); --image_mode tf converts them")
@@ -379,7 +391,8 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
         lines.append(f"  {name}{' (kept)' if name in kept else ''}: {plural(split.records, 'record')} in "
                      f"{plural(len(sizes), 'shard')}, {split.bytes / MIB:.1f} MiB "
                      f"(shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
-    lines += _image_lines(manifest.images, manifest.options.get("image_mode"))
+    lines += _image_lines(manifest.images, manifest.options.get("image_mode"),
+                          manifest.options.get("exif_orientation") == "keep")
     lines += _reader_lines(manifest)
     lines.append(f"  labels: {plural(len(manifest.labels), 'class')}; manifest: "
                  f"{join_path(output_dir, MANIFEST_NAME)}")

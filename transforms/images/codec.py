@@ -11,7 +11,8 @@ Policies (also in README):
 - Animated images (GIF, WebP, APNG): ``passthrough`` keeps every frame;
   ``tf`` (converted to PNG), ``reencode`` and ``raw`` use the first frame.
 - ``first_frame_png`` converts without changing pixel values where PNG can
-  hold them (EXIF orientation not applied, as ``tf.io.decode_image`` does not).
+  hold them; ``upright_first_frame_png`` also turns them upright for their
+  EXIF orientation (``tf`` mode's ``--exif_orientation apply``).
 - ``reencode``/``raw`` apply the EXIF orientation, scale 16-bit images to 8 bits
   (not clip), and composite transparent images over white.
 """
@@ -28,6 +29,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from transforms.errors import ImageError
 from transforms.images.library_messages import captured_messages, collected
+from transforms.images.orientation import exif_orientation, turned_upright
 from transforms.images.structure import STRUCTURE_FORMATS, check_png, check_structure
 
 _F = TypeVar("_F", bound=Callable)
@@ -35,6 +37,7 @@ _F = TypeVar("_F", bound=Callable)
 __all__ = [
     "VALIDATE_LEVELS", "RESIZE_MODES", "resized", "HEAD_BYTES", "ImageInfo", "inspect_image", "could_be_image", "has_image_magic",
     "reencode_image", "raw_pixels", "channels_of", "decode_size", "decode_rgb", "first_frame_png",
+    "upright_first_frame_png",
 ]
 
 # How much of a file is read to decide whether it may be an image before the rest is read.
@@ -74,6 +77,14 @@ class ImageInfo:
         png_fix: What was fixed in the stored PNG's colour chunks so that
             libpng decodes it without a warning (a ``png_chunks.PNG_CHUNK_FIXES``
             name); empty when nothing was.
+        orientation: The source's EXIF orientation, 1-8 (1 when it has
+            none; ``orientation.exif_orientation``), as ``inspect_image``
+            reads it (``tf`` and ``passthrough`` modes). Where ``upright``
+            is empty, the orientation the stored pixels need to be shown
+            upright (what ``image/orientation`` holds).
+        upright: How the stored pixels were turned upright for
+            ``orientation`` (an ``orientation.UPRIGHT_HOW`` name); empty when
+            they were not.
     """
 
     format: str
@@ -83,6 +94,8 @@ class ImageInfo:
     source_format: str = ""
     tf_decodes: bool = True
     png_fix: str = ""
+    orientation: int = 1
+    upright: str = ""
 
 
 def channels_of(img: Image.Image) -> int:
@@ -231,7 +244,8 @@ def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
             everything at full resolution, and checks a PNG as ``decode`` does.
 
     Returns:
-        The image's ``ImageInfo`` (format as TensorFlow names it).
+        The image's ``ImageInfo`` (format as TensorFlow names it, size as
+        the file stores it, and its EXIF orientation).
 
     Raises:
         ImageError: The bytes are not a usable image; ``reason`` says why.
@@ -244,7 +258,8 @@ def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
     if width <= 0 or height <= 0:
         raise ImageError("undecodable", f"image declares size {width}x{height}")
     info = ImageInfo(format=fmt or (img.format or "unknown").lower(),
-                     height=height, width=width, channels=channels_of(img))
+                     height=height, width=width, channels=channels_of(img),
+                     orientation=exif_orientation(img))
     if validate == "structure" and info.format in STRUCTURE_FORMATS:
         check_structure(data, info.format)
         if not (img.format == "PNG" and getattr(img, "is_animated", False)):
@@ -275,16 +290,18 @@ def _load_later_frames(img: Image.Image) -> None:
         raise ImageError(_reason(err), f"animation frame: {type(err).__name__}: {err}") from err
 
 
+@_naming_library_messages
 def decode_size(data: bytes) -> ImageInfo:
-    """Decodes an image's first frame at full resolution; returns its format and size.
+    """Decodes an image's first frame at full resolution; returns its format, size and EXIF orientation.
 
     The first frame is what ``tf.io.decode_image(..., expand_animations=False)``
     returns, and what ``--validate decode`` decodes.
     """
     img = _open(data)
+    orientation = exif_orientation(img)
     _load(img)
     width, height = img.size
-    return ImageInfo(_format_of(img), height, width, channels_of(img))
+    return ImageInfo(_format_of(img), height, width, channels_of(img), orientation=orientation)
 
 
 # Pillow mode -> the PNG-writable mode holding the same values (None: unchanged).
@@ -313,19 +330,44 @@ def _png_writable(img: Image.Image) -> Image.Image:
 
 @_naming_library_messages
 def first_frame_png(data: bytes) -> bytes:
-    """Converts an image's first frame to PNG, keeping its pixel values.
+    """Converts an image's first frame to PNG, keeping its pixel values (see ``upright_first_frame_png``).
+
+    The pixels are as Pillow decodes them: not turned for an EXIF orientation
+    (but a TIFF's, which Pillow's TIFF decoder applies itself).
+
+    Raises:
+        ImageError: The source cannot be decoded.
+    """
+    return upright_first_frame_png(data, upright=False)[0]
+
+
+@_naming_library_messages
+def upright_first_frame_png(data: bytes, upright: bool) -> tuple[bytes, int]:
+    """Converts an image's first frame to PNG, keeping its pixel values, turned upright if asked.
 
     Palette images stay palette PNG (with ``tRNS`` for their transparency),
-    16-bit images 16-bit; EXIF orientation is not applied, as
-    ``tf.io.decode_image`` does not apply it either. Deterministic for the
-    same input and Pillow.
+    16-bit images 16-bit. The PNG carries no EXIF block. Deterministic for
+    the same input and Pillow.
+
+    Args:
+        data: The source image's bytes.
+        upright: Turn the pixels as ``ImageOps.exif_transpose`` does for the
+            EXIF orientation the decoded image still has.
+
+    Returns:
+        The PNG, and the EXIF orientation its pixels still need to be shown
+        upright: 1 when turned, or when the decoder applied it (Pillow's TIFF
+        decoder does); else the source's.
 
     Raises:
         ImageError: The source cannot be decoded.
     """
     img = _open(data)
     _load(img)
+    left = exif_orientation(img)  # after decoding: a decoder may have applied it
     img = _png_writable(img)
+    if upright and left != 1:
+        img, left = turned_upright(img, left), 1
     if img.mode != "P":  # a colour key (TensorFlow ignores it) may not suit the new mode
         img.info.pop("transparency", None)
     out = io.BytesIO()
@@ -333,7 +375,7 @@ def first_frame_png(data: bytes) -> bytes:
         img.save(out, format="PNG")
     except (OSError, ValueError) as err:
         raise ImageError("undecodable", f"cannot store as PNG: {type(err).__name__}: {err}") from err
-    return out.getvalue()
+    return out.getvalue(), left
 
 
 def _to_8bit(img: Image.Image, grayscale: bool) -> Image.Image:

@@ -19,7 +19,7 @@ from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, image_extras
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.objects import BoxError
-from transforms.images.records import EncodeSettings, encode_image, image_example_parts
+from transforms.images.records import EncodeSettings, encode_image, image_example_parts, orientation_extra
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.planning import order_key, split_by_content
 from transforms.tfrecord.framing import framed_size
@@ -71,8 +71,9 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
         return Inspected(DeadLetter(source.path, err.reason, err.detail), len(data))
     try:
         extra = image_extras(source, layout, index_of, data, info.width, info.height,
-                             pixels_transformed=settings.mode in ("reencode", "raw"),
+                             pixels_transformed=settings.mode in ("reencode", "raw") or bool(info.upright),
                              cropped=bool(settings.resize) and settings.resize_mode == "crop")
+        extra = tuple(sorted(extra + orientation_extra(settings, info)))
     except BoxError as err:
         return Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
     except FeatureValueError as err:

@@ -111,7 +111,7 @@ class ImageMeta:
                              self.label_index, self.sha256, info.format, info.height,
                              info.width, info.channels, info.source_format, info.tf_decodes,
                              self.record_size, self.order_key, self.source_crc32c, self.payload,
-                             self.extra, info.png_fix, *self._tail())
+                             self.extra, info.png_fix, info.orientation, info.upright, *self._tail())
 
     def _tail(self) -> tuple:
         """The pickle's optional last values: where the run file holds the record, the member."""
@@ -131,11 +131,12 @@ def _image_meta(path: str, relpath: str, split: str, label: str, origin: str, la
                 objects, label_index: int, sha256: str, image_format: str, height: int, width: int,
                 channels: int, source_format: str, tf_decodes: bool, record_size: int, key: int,
                 source_crc32c: int, payload: bytes | None, extra=(), png_fix: str = "",
-                run_path: str | None = None, run_offset: int = 0, run_length: int = 0,
-                member=None) -> ImageMeta:
+                orientation: int = 1, upright: str = "", run_path: str | None = None, run_offset: int = 0,
+                run_length: int = 0, member=None) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
     return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects, member),
                      label_index, sha256,
-                     ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix),
+                     ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix,
+                               orientation, upright),
                      record_size, key, source_crc32c, payload, extra,
                      None if run_path is None else RunSlice(run_path, run_offset, run_length))

@@ -18,16 +18,18 @@ from transforms.errors import ImageError
 from transforms.example.codec import encode_example
 from transforms.example.features import FeatureValues, feature_entry
 from transforms.images.codec import ImageInfo
+from transforms.images.orientation import EXIF_ORIENTATION_MODES, ORIENTATION_FEATURE, upright_jpeg
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.tf_rule import tf_shape
 from transforms.example.wire import varint as _varint
 
 __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "image_example_parts",
            "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
-           "with_png_chunks_fixed"]
+           "with_png_chunks_fixed", "orientation_spec", "orientation_extra"]
 
 IMAGE_MODES = ("tf", "passthrough", "reencode", "raw")
-# Source formats the tf and passthrough modes accept (others: unsupported_format).
+# Source formats the passthrough mode accepts (others: unsupported_format; tf mode takes
+# every format Pillow decodes).
 passthrough_formats = ("jpeg", "png", "gif", "bmp", "tiff", "webp")
 # Formats the tf mode stores as they are when TensorFlow decodes them (tf_rule);
 # every other image becomes a PNG of its first frame.
@@ -49,6 +51,11 @@ class EncodeSettings:
         resize: ``(width, height)`` or None (``reencode``/``raw``).
         resize_mode: ``stretch``, ``fit`` or ``crop``: how ``resize`` meets
             another aspect ratio (``images.RESIZE_MODES``).
+        exif_orientation: ``apply``: ``tf`` mode stores images upright for
+            their EXIF orientation (``orientation``); ``keep``: ``tf`` and
+            ``passthrough`` store the pixels as the file holds them and
+            records carry ``image/orientation``. ``reencode`` and ``raw``
+            always apply it.
     """
 
     mode: str = "tf"
@@ -58,6 +65,7 @@ class EncodeSettings:
     grayscale: bool = False
     resize: tuple[int, int] | None = None
     resize_mode: str = "stretch"
+    exif_orientation: str = "apply"
 
     def __post_init__(self) -> None:
         if self.mode not in IMAGE_MODES:
@@ -68,6 +76,12 @@ class EncodeSettings:
             raise ValueError(f"image format must be jpeg or png, got {self.image_format!r}")
         if self.resize_mode not in images.RESIZE_MODES:
             raise ValueError(f"resize mode must be one of {images.RESIZE_MODES}, got {self.resize_mode!r}")
+        if self.exif_orientation not in EXIF_ORIENTATION_MODES:
+            raise ValueError(f"exif orientation must be one of {EXIF_ORIENTATION_MODES}, "
+                             f"got {self.exif_orientation!r}")
+        if self.exif_orientation == "keep" and self.mode not in ("tf", "passthrough"):
+            raise ValueError(f"--exif_orientation keep is for --image_mode tf or passthrough; "
+                             f"{self.mode} always applies the orientation")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError(f"jpeg quality must be in 1..100, got {self.jpeg_quality}")
 
@@ -78,7 +92,10 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
     Every PNG stored but in ``passthrough`` mode (a kept PNG, ``tf`` mode's
     conversions, ``reencode``'s PNG, which carries the source's ICC profile)
     has the colour chunk libpng would warn about fixed (``png_chunks``), and
-    ``ImageInfo.png_fix`` names the fix.
+    ``ImageInfo.png_fix`` names the fix. In ``tf`` mode with
+    ``exif_orientation="apply"``, an image with an EXIF orientation other than
+    1 is stored upright (``orientation``): a JPEG that TensorFlow decodes as
+    a re-encoded JPEG, any other as a PNG; ``ImageInfo.upright`` says which.
 
     Raises:
         ImageError: The source is not a usable image.
@@ -88,19 +105,45 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
         check_kept_format(info, settings.mode)
         if settings.mode == "passthrough":
             return data, tensorflow_view(data, info)
+        turn = info.orientation if settings.exif_orientation == "apply" else 1
         if info.format in TF_KEPT_FORMATS:
             kept = tensorflow_view(data, info)
             if kept.tf_decodes and (kept.height, kept.width) == (info.height, info.width):
-                return with_png_chunks_fixed(data, kept) if kept.format == "png" else (data, kept)
-        png = images.first_frame_png(data)
+                if turn == 1:
+                    return with_png_chunks_fixed(data, kept) if kept.format == "png" else (data, kept)
+                upright = upright_jpeg(data, turn) if kept.format == "jpeg" else None
+                if upright is not None:
+                    shape = tf_shape(upright)
+                    return upright, replace(kept, height=shape.height, width=shape.width,
+                                            channels=shape.channels, upright="jpeg_reencoded")
+        png, left = images.upright_first_frame_png(data, upright=turn != 1)
         shape = tf_shape(png)
+        turned = info.orientation != 1 and left == 1  # by us, or by the decoder (TIFF)
         return with_png_chunks_fixed(png, ImageInfo("png", shape.height, shape.width, shape.channels,
-                                                    source_format=info.format))
+                                                    source_format=info.format,
+                                                    orientation=info.orientation if turned else left,
+                                                    upright="lossless" if turned else ""))
     if settings.mode == "reencode":
         stored, info = images.reencode_image(data, settings.image_format, settings.jpeg_quality,
                                              settings.grayscale, settings.resize, settings.resize_mode)
         return with_png_chunks_fixed(stored, info) if info.format == "png" else (stored, info)
     return images.raw_pixels(data, settings.grayscale, settings.resize, settings.resize_mode)
+
+
+def orientation_spec(settings: EncodeSettings) -> dict[str, str]:
+    """The feature spec's ``image/orientation`` entry, where records carry it (``--exif_orientation keep``)."""
+    return {ORIENTATION_FEATURE: "int64"} if settings.exif_orientation == "keep" else {}
+
+
+def orientation_extra(settings: EncodeSettings, info: ImageInfo) -> tuple[tuple[str, str, tuple], ...]:
+    """The ``image/orientation`` key of a record (``(name, kind, values)``), where records carry it.
+
+    Its value is the orientation the stored pixels still need: 1 for an
+    image stored upright.
+    """
+    if not orientation_spec(settings):
+        return ()
+    return ((ORIENTATION_FEATURE, "int64", (1 if info.upright else info.orientation,)),)
 
 
 def with_png_chunks_fixed(png: bytes, info: ImageInfo) -> tuple[bytes, ImageInfo]:
@@ -113,12 +156,16 @@ def with_png_chunks_fixed(png: bytes, info: ImageInfo) -> tuple[bytes, ImageInfo
 
 
 def check_kept_format(info: ImageInfo, mode: str) -> None:
-    """Refuses a source format that ``--image_mode`` ``tf`` or ``passthrough`` does not read.
+    """Refuses a source format that ``--image_mode passthrough`` does not store.
+
+    ``tf`` mode takes every format Pillow reads: those but JPEG and PNG
+    become PNG (a format Pillow recognises but cannot decode is then an
+    ``undecodable`` dead letter).
 
     Raises:
         ImageError: ``unsupported_format``.
     """
-    if info.format not in passthrough_formats:
+    if mode != "tf" and info.format not in passthrough_formats:
         raise ImageError("unsupported_format",
                          f"{info.format} is not read in --image_mode {mode} "
                          f"({', '.join(passthrough_formats)} are); use --image_mode reencode")
@@ -135,7 +182,7 @@ def tensorflow_view(data: bytes, info: ImageInfo) -> ImageInfo:
     except ImageError:
         return replace(info, source_format=info.format, tf_decodes=False)
     return ImageInfo(info.format, shape.height, shape.width, shape.channels,
-                     source_format=info.format)
+                     source_format=info.format, orientation=info.orientation)
 
 
 def image_count_keys(info: ImageInfo) -> list[tuple[str, str]]:
@@ -148,6 +195,10 @@ def image_count_keys(info: ImageInfo) -> list[tuple[str, str]]:
         keys.append(("tf_undecodable", source))
     if info.png_fix:
         keys.append(("png_chunks_fixed", info.png_fix))
+    if info.upright:
+        keys.append(("exif_oriented", info.upright))
+    elif info.orientation != 1:
+        keys.append(("exif_orientation_kept", str(info.orientation)))
     return keys
 
 
@@ -159,10 +210,16 @@ def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, di
     ``tf_undecodable``: records ``tf.io.decode_image`` cannot decode to their
     recorded size (``passthrough`` only), per format; ``png_chunks_fixed``:
     records whose PNG had a colour chunk fixed so that libpng decodes it
-    without a warning, per fix (``png_chunks.PNG_CHUNK_FIXES``).
+    without a warning, per fix (``png_chunks.PNG_CHUNK_FIXES``);
+    ``exif_oriented``: records ``tf`` mode stored upright for their EXIF
+    orientation, per way (``orientation.UPRIGHT_HOW``);
+    ``exif_orientation_kept``: records stored as the file holds them although
+    its EXIF orientation is not 1 (``passthrough``, ``--exif_orientation
+    keep``), per orientation.
     """
     out: dict[str, dict[str, int]] = {"source_formats": {}, "converted": {}, "tf_undecodable": {},
-                                      "png_chunks_fixed": {}}
+                                      "png_chunks_fixed": {}, "exif_oriented": {},
+                                      "exif_orientation_kept": {}}
     for (counter, fmt), records in counted:
         out[counter][fmt] = out[counter].get(fmt, 0) + records
     return {name: dict(sorted(by_format.items())) for name, by_format in out.items()}

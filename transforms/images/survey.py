@@ -11,16 +11,18 @@ The stored image's length decides the record's size
 as they are (``passthrough``; ``tf`` for JPEG and PNG that TensorFlow
 decodes, a PNG with the colour chunk libpng warns about fixed as a build
 fixes it; ``raw``, whose length follows from the size), an estimate where it
-encodes them (``reencode``, and images ``tf`` converts to PNG).
+encodes them (``reencode``, images ``tf`` converts to PNG, and images it
+turns upright for their EXIF orientation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from transforms.images import codec
 from transforms.images.codec import ImageInfo
 from transforms.images.objects import source_geometry
+from transforms.images.orientation import SWAPS_SIDES
 from transforms.images.records import (TF_KEPT_FORMATS, EncodeSettings, check_kept_format,
                                        tensorflow_view, with_png_chunks_fixed)
 
@@ -29,8 +31,6 @@ __all__ = ["SurveyedImage", "survey_image", "stored_size", "PNG_BYTES_PER_RAW_BY
 # A PNG that ``tf`` mode makes of another format is estimated at this share of its raw pixel
 # bytes (photos compress losslessly to roughly half; flat drawings to far less).
 PNG_BYTES_PER_RAW_BYTE = 0.5
-# EXIF orientations that swap width and height once applied (reencode, raw).
-_TRANSPOSED = (5, 6, 7, 8)
 
 
 @dataclass(frozen=True)
@@ -89,19 +89,26 @@ def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
         check_kept_format(info, settings.mode)
         if settings.mode == "passthrough":
             return SurveyedImage(tensorflow_view(data, info), len(data), True)
+        turn = info.orientation if settings.exif_orientation == "apply" else 1
+        width, height = (info.height, info.width) if turn in SWAPS_SIDES else (info.width, info.height)
         if info.format in TF_KEPT_FORMATS:
             kept = tensorflow_view(data, info)
             if kept.tf_decodes and (kept.height, kept.width) == (info.height, info.width):
-                if kept.format == "png":  # a colour chunk libpng warns about is fixed, as a build does
+                if turn != 1 and kept.format == "jpeg" and info.channels in (1, 3):  # not CMYK
+                    # re-encoded upright, with the source's tables: about as long
+                    return SurveyedImage(replace(kept, height=height, width=width, upright="jpeg_reencoded"),
+                                         len(data), False)
+                if turn == 1 and kept.format == "png":  # a colour chunk libpng warns about is fixed, as a build does
                     stored, kept = with_png_chunks_fixed(data, kept)
                     return SurveyedImage(kept, len(stored), True)
-                return SurveyedImage(kept, len(data), True)
+                if turn == 1:
+                    return SurveyedImage(kept, len(data), True)
         raw = info.width * info.height * info.channels
-        return SurveyedImage(ImageInfo("png", info.height, info.width, info.channels,
-                                       source_format=info.format),
+        return SurveyedImage(ImageInfo("png", height, width, info.channels, source_format=info.format,
+                                       orientation=info.orientation, upright="lossless" if turn != 1 else ""),
                              int(raw * PNG_BYTES_PER_RAW_BYTE), False)
     width, height, orientation = source_geometry(data)
-    if orientation in _TRANSPOSED:  # reencode and raw apply the EXIF orientation
+    if orientation in SWAPS_SIDES:  # reencode and raw apply the EXIF orientation
         width, height = height, width
     out_w, out_h = stored_size(width, height, settings.resize, settings.resize_mode)
     channels = 1 if settings.grayscale else 3

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import ExampleError, ImageError, RecordError
+from transforms.verify.decoders import decoder_problems
 from transforms.progress.report import plural
 from transforms.example.codec import decode_example
 from transforms.images.codec import decode_size
@@ -43,7 +44,7 @@ __all__ = [
 PROBLEM_KINDS = (
     "crc_mismatch", "truncated", "bad_length", "parse_error", "schema", "count_mismatch",
     "label_mismatch", "size_mismatch", "sha256_mismatch", "missing_file", "extra_file",
-    "duplicate_key", "decode_error", "not_tfrecord",
+    "duplicate_key", "decode_error", "not_tfrecord", "decoder_mismatch",
 )
 
 # Kinds of damage met while reading a file's records (a ``RecordError``).
@@ -191,7 +192,8 @@ def label_problem(features: Mapping[str, tuple[str, list]], labels: Sequence[str
 
 def check_record(file: str, offset: int, data: bytes,
                  schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
-                 labels: Sequence[str] | None = None) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
+                 labels: Sequence[str] | None = None,
+                 decode_with: Sequence[str] = ()) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
     """Checks one record's bytes (its CRCs were checked when it was read).
 
     Args:
@@ -206,6 +208,9 @@ def check_record(file: str, offset: int, data: bytes,
         labels: The shard set's class names (a manifest's ``labels``): the
             record's label and class text must agree with them
             (``label_problem``); None or empty for no check.
+        decode_with: Decoders that must decode the image to the record's
+            size (``decoders.decoder_problems``); only for records that meet
+            the schema.
 
     Returns:
         The ``RecordCheck``, and the decoded features (None if the bytes are
@@ -215,13 +220,18 @@ def check_record(file: str, offset: int, data: bytes,
         features = decode_example(data)
     except ExampleError as err:
         return RecordCheck(file, offset, problems=(Problem(file, offset, "parse_error", str(err)),)), None
-    return check_features(file, offset, features, schema, decode_images, labels), features
+    return check_features(file, offset, features, schema, decode_images, labels, decode_with), features
 
 
 def check_features(file: str, offset: int, features: Mapping[str, tuple[str, list]],
                    schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
-                   labels: Sequence[str] | None = None) -> RecordCheck:
-    """Checks one record's decoded features; ``check_record`` after the parse (same arguments)."""
+                   labels: Sequence[str] | None = None, decode_with: Sequence[str] = ()) -> RecordCheck:
+    """Checks one record's decoded features; ``check_record`` after the parse (same arguments).
+
+    ``decode_with`` names decoders (``decoders.DECODERS``) that must decode the
+    image to the record's height and width; each that does not is a
+    ``decoder_mismatch`` problem.
+    """
     label = _labels(features)
     key = _single(features, "image/key/sha256", "bytes")
     key = key.decode("utf-8", "replace") if key is not None else None
@@ -236,6 +246,9 @@ def check_features(file: str, offset: int, features: Mapping[str, tuple[str, lis
         wrong = image_problem(features)
         if wrong:
             problems.append(Problem(file, offset, "decode_error", wrong))
+    if decode_with and not missing:
+        problems += [Problem(file, offset, "decoder_mismatch", wrong)
+                     for wrong in decoder_problems(features, decode_with)]
     if labels:
         wrong = label_problem(features, labels)
         if wrong:

@@ -105,17 +105,19 @@ class RangeChecker:
         split: The shard's split (for the duplicate-key check).
         schema, decode_images, labels: As for ``check_record``.
         preview: Keep preview samples.
+        decode_with: Decoders that must decode each image to its size (``check_features``).
     """
 
     def __init__(self, file: str, split: str | None, schema: Mapping[str, str] | bool | None,
                  decode_images: bool = False, labels: Sequence[str] | None = None,
-                 preview: bool = False) -> None:
+                 preview: bool = False, decode_with: Sequence[str] = ()) -> None:
         self._schema = schema
         self._decode_images = decode_images
+        self._decode_with = tuple(decode_with)
         self._labels = labels
         self._preview = preview
         # The image is only measured unless it is decoded or drawn: it need not be copied.
-        self._views = () if decode_images or preview else ("image/encoded",)
+        self._views = () if decode_images or preview or decode_with else ("image/encoded",)
         self._samples: dict[int, list[PreviewSample]] = {}
         self.tally = RangeTally(file, split)
 
@@ -125,10 +127,10 @@ class RangeChecker:
         features = scan_example(data, self._views)
         if features is None:
             check, features = check_record(tally.file, offset, data, self._schema,
-                                           self._decode_images, self._labels)
+                                           self._decode_images, self._labels, self._decode_with)
         else:
             check = check_features(tally.file, offset, features, self._schema,
-                                   self._decode_images, self._labels)
+                                   self._decode_images, self._labels, self._decode_with)
         tally.records += 1
         counts = tally.label_counts
         for label in record_labels(check.label):
