@@ -203,6 +203,12 @@ class PlacedExtras(tuple):
 
     clipped: int = 0
 
+    def plus(self, more: tuple) -> "PlacedExtras":
+        """These extras and ``more`` (sorted by key, as ``record_extras`` gives them), the count kept."""
+        joined = PlacedExtras(sorted(tuple(self) + tuple(more)))
+        joined.clipped = self.clipped
+        return joined
+
 
 def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int], data: bytes,
                  stored_width: int, stored_height: int, pixels_transformed: bool,
@@ -229,7 +235,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         FeatureValueError: An extra feature is missing or has another type.
     """
     if layout is None or layout.plain:
-        return ()
+        return PlacedExtras()
     boxes: tuple[PlacedBox, ...] = ()
     if layout.objects and source.objects:
         if cropped and pixels_transformed:

@@ -73,7 +73,7 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
         extra = image_extras(source, layout, index_of, data, info.width, info.height,
                              pixels_transformed=settings.mode in ("reencode", "raw") or bool(info.upright),
                              cropped=bool(settings.resize) and settings.resize_mode == "crop")
-        extra = tuple(sorted(extra + orientation_extra(settings, info)))
+        extra = extra.plus(orientation_extra(settings, info))  # the clipped boxes' count kept
     except BoxError as err:
         return Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
     except FeatureValueError as err:
