@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
+import importlib.metadata
 import logging
 import math
 import os
@@ -58,6 +60,8 @@ from transforms.shardset.manifest import Manifest
 from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
+from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
+from transforms.storage.resume import AdoptedWork, adopted_work, read_done_inputs
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_SPLIT = "train"
@@ -285,6 +289,8 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(shared.output_dir, shared.input,
                               lambda: _unsplit_splits(shared.input, layouts, rules))
+    if not build.append:  # an append publishes through its own journal: it does not resume
+        policy = _resumable(policy, own)
     size = None if dataflow_dry_run(options) else local_bytes_at_least(
         shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
@@ -343,6 +349,20 @@ def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -
         raise UsageError(f"--append: the set in {shared.output_dir} was built with --num_shards "
                          f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")
     return tuple(old.labels)
+
+
+def _resumable(policy: PublishPolicy, options: dict) -> PublishPolicy:
+    """The policy of a build, which may resume an interrupted build with the same flags (``shardset.resume``)."""
+    marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)
+    return dataclasses.replace(policy, resume=marker)
+
+
+def _version() -> str:
+    """The installed tool's version ('' when it is run from a checkout that is not installed)."""
+    try:
+        return importlib.metadata.version("tfrecord-shards")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
@@ -428,6 +448,10 @@ _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "la
               "label_offset")
 
 
+def _content_key(key: tuple, items, compression: str) -> str:
+    return shard_content_key(key, compression, items)
+
+
 def _split_of(meta) -> str:
     return meta.source.split
 
@@ -467,10 +491,18 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
+    # A run that resumes interrupted ones (same flags) reads the done lists they left.
+    adopted = AdoptedWork() if dataflow_dry_run(p.options) else adopted_work(cfg.output_dir, cfg.policy.run_id)
+    resume = None
+    if adopted.done_lists:
+        resume = beam.pvalue.AsMultiMap(
+            p | "ListDoneInputs" >> beam.Create(adopted.done_lists)  # (done list, runs folder, run file size)
+            | "ReadDoneInputs" >> beam.FlatMap(read_done_inputs))  # (input path, DoneInput)
     inspected = unique | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
-        staging=(cfg.output_dir, cfg.policy.run_id))  # records go to run files: each image read once
+        staging=(cfg.output_dir, cfg.policy.run_id),  # records go to run files: each image read once
+        done_lists=cfg.policy.resume is not None, resume=resume)
     # Images of splits already published in --output_dir that this run keeps stay there: their
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(
@@ -495,7 +527,9 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
         tally_of=lambda meta: image_count_keys(meta.info),  # each shard counts its image formats
         # appending, inputs the set already holds are rejected but not bad: publishing decides
-        inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction)
+        inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
+        content_of=functools.partial(_content_key, compression=cfg.compression) if cfg.policy.resume else None,
+        done_shards=adopted.shards)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec()})
     return p | "Publish" >> PublishShards(
