@@ -61,7 +61,7 @@ from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
-from transforms.storage.resume import AdoptedWork, adopted_work, read_done_inputs
+from transforms.storage.resume import AdoptedWork, adopted_work
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_SPLIT = "train"
@@ -491,18 +491,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
-    # A run that resumes interrupted ones (same flags) reads the done lists they left.
+    # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if dataflow_dry_run(p.options) else adopted_work(cfg.output_dir, cfg.policy.run_id)
-    resume = None
-    if adopted.done_lists:
-        resume = beam.pvalue.AsMultiMap(
-            p | "ListDoneInputs" >> beam.Create(adopted.done_lists)  # (done list, runs folder, run file size)
-            | "ReadDoneInputs" >> beam.FlatMap(read_done_inputs))  # (input path, DoneInput)
     inspected = unique | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
         staging=(cfg.output_dir, cfg.policy.run_id),  # records go to run files: each image read once
-        done_lists=cfg.policy.resume is not None, resume=resume)
+        done_lists=cfg.policy.resume is not None, resume=adopted.done_lists)
     # Images of splits already published in --output_dir that this run keeps stay there: their
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(

@@ -63,7 +63,7 @@ def test_a_done_list_round_trips_and_matches_only_the_same_input_stamp_and_conte
         "/in/rose/a.jpg", "rose/a.jpg", "train", "rose"), "run": entry.meta.run})
     assert entry.matches(source, (1234, 5, 6), context)
     assert not entry.matches(source, (1234, 7, 6), context)  # modified since: mtime
-    assert not entry.matches(source, (1234, 5, 8), context)  # or ctime (mtime set back)
+    assert not entry.matches(source, (1234, 5, 8), context)  # or inode (replaced by another file)
     assert not entry.matches(source, None, context)  # cannot be stated now
     assert not entry.matches(source, (1234, 5, 6), context_key(["rose"], None))  # other class list
     relabelled = SourceImage("/in/rose/a.jpg", "rose/a.jpg", "", "daisy")

@@ -9,7 +9,7 @@ file or made again from the image.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import crc32c
@@ -28,7 +28,7 @@ from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.shardset.planning import MIB
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
-from transforms.storage.resume import input_stamp, write_done_list
+from transforms.storage.resume import input_stamp, read_done_inputs, write_done_list
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.shardset.resume import DoneInput, Stamp, context_key, done_list, source_key
 from transforms.tfrecord.framing import framed_size
@@ -175,19 +175,21 @@ class _InspectImageFn(OrderedImageFn):
     outputs, counters and progress follow in input order, each output in its
     own input's window, and ``finish_bundle`` emits what is still in flight.
 
-    With ``done_lists``, each input's stamp (size, mtime, ctime) is taken
+    With ``done_lists``, each input's stamp (size, mtime, inode) is taken
     before it is read, and once a finished bundle's run file is closed, its
-    done list is written beside it (``shardset.resume``). The side input
-    ``resume`` (input path -> ``DoneInput`` of interrupted runs) then gives
-    the record of an input whose path, listing, stamp and context match
-    without reading it.
+    done list is written beside it (``shardset.resume``). ``resume``, the
+    done lists of interrupted runs (read once per DoFn instance, when its
+    first input comes), then gives the record of an input whose path,
+    listing, stamp and context match, without reading it.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
-                 staging: tuple[str, str] | None = None, done_lists: bool = False) -> None:
+                 staging: tuple[str, str] | None = None, done_lists: bool = False,
+                 resume: Sequence[tuple[str, str, int | None]] = ()) -> None:
         self._settings = settings
+        self._resume_lists = tuple(resume)
         self._seed = seed
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
@@ -206,15 +208,19 @@ class _InspectImageFn(OrderedImageFn):
         super().setup()
         self._run = BundleRunFile(*self._staging) if self._staging else None
         self._done: list[tuple[str, Stamp, ImageMeta]] = []
-        self._resume: Mapping[str, list[DoneInput]] = {}
+        self._resume: dict[str, list[DoneInput]] | None = None
         self._context = ("", None)  # (context key, the labels it was computed for)
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
-                layout: RecordLayout | None = None, resume=None):
+                layout: RecordLayout | None = None):
         if self._done_lists and self._context[1] is not labels:
             self._context = (context_key(labels, layout), labels)
-        self._resume = resume or {}  # one side input for every element: threads only read it
+        if self._resume is None:  # before any thread reads it
+            self._resume = {}
+            for done in self._resume_lists:
+                for path, entry in read_done_inputs(done):
+                    self._resume.setdefault(path, []).append(entry)
         yield from super().process(source, window, timestamp, labels=labels, layout=layout)
 
     def _bundle_ends(self, finished: bool) -> None:
@@ -272,8 +278,8 @@ class _InspectImageFn(OrderedImageFn):
             stamp = input_stamp(source.path)  # before reading: a change while reading shows next time
             if stamp is not None:
                 key, context = source_key(source), self._context[0]
-                for entry in _done_inputs(self._resume, source.path):
-                    if entry.matches(source, stamp, context):
+                for entry in self._resume.get(source.path, ()):
+                    if entry.matches(source, stamp, context, key):
                         return Inspected(entry.for_source(source), None), (key, stamp, True)
                 done = (key, stamp, False)
         try:
@@ -284,14 +290,6 @@ class _InspectImageFn(OrderedImageFn):
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
         return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
                              bool(self._staging)), done
-
-
-def _done_inputs(resume, path: str) -> list[DoneInput]:
-    """The done lists' entries for ``path`` (``resume``: a dict or Beam's multimap side input)."""
-    try:
-        return list(resume[path])
-    except KeyError:
-        return []
 
 
 class InspectImages(beam.PTransform):
@@ -320,14 +318,16 @@ class InspectImages(beam.PTransform):
             reading the image again. None: the writer makes it again.
         done_lists: With ``staging``, write each run file's done list, so
             that a rerun after an interruption may reuse its records.
-        resume: Side input (``AsMultiMap``) input path -> ``DoneInput`` of
-            the interrupted runs this run resumes, or None.
+        resume: The done lists of the interrupted runs this run resumes
+            (``storage.resume.AdoptedWork.done_lists``); each worker reads
+            them once.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
-                 staging: tuple[str, str] | None = None, done_lists: bool = False, resume=None) -> None:
+                 staging: tuple[str, str] | None = None, done_lists: bool = False,
+                 resume: Sequence[tuple[str, str, int | None]] = ()) -> None:
         super().__init__()
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
@@ -341,15 +341,13 @@ class InspectImages(beam.PTransform):
         self._threads = threads
         self._staging = tuple(staging) if staging else None
         self._done_lists = done_lists
-        self._resume = resume
+        self._resume = tuple(resume)
 
     def expand(self, sources):
         extra = {} if self._layout is None else {"layout": self._layout}
-        if self._resume is not None:
-            extra["resume"] = self._resume
         return sources | "InspectImage" >> beam.ParDo(
             _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
-                            self._staging, self._done_lists),
+                            self._staging, self._done_lists, self._resume),
             labels=self._labels, **extra).with_outputs(
                 DEAD_LETTERS, main="main")
 

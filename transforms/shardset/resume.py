@@ -10,7 +10,7 @@ its staging folder (``OUTPUT/.staging/<run id>/``):
   ``done_list``): the run file's size and the context its records were made
   in (class list and record layout, ``context_key``), then one line per
   record it holds: the input's path, what its listing said of it
-  (``source_key``), its size, mtime and ctime when it was read (``Stamp``),
+  (``source_key``), its size, mtime and inode when it was read (``Stamp``),
   and the record's metadata and place;
 - beside each staged shard, its *done shard* (``<staged shard>.done``,
   ``ShardDone``): the key of the items it holds (``shard_content_key``), its
@@ -50,7 +50,8 @@ _FORMAT = 1
 # Flags that change whether a run publishes, never the bytes it writes.
 _NOT_IN_FINGERPRINT = ("max_bad_fraction",)
 
-# (size, mtime in ns, ctime in ns; 0 where the store does not tell) of an input when it was read.
+# (size, mtime in ns, inode number; 0 where the store has none) of an input when it was read. Not the
+# ctime: linking, chmod or a backup tool change it, and reuse would be lost for nothing.
 Stamp = tuple[int, int, int]
 
 
@@ -137,10 +138,13 @@ class DoneInput:
     context: str
     meta: ImageMeta
 
-    def matches(self, source: SourceImage, stamp: Stamp | None, context: str) -> bool:
-        """True if the record may stand for ``source`` now: same listing, stamp and context."""
+    def matches(self, source: SourceImage, stamp: Stamp | None, context: str, key: str | None = None) -> bool:
+        """True if the record may stand for ``source`` now: same listing, stamp and context.
+
+        ``key`` is ``source_key(source)`` when the caller has it.
+        """
         return (stamp is not None and tuple(stamp) == tuple(self.stamp) and context == self.context
-                and source.path == self.path and source_key(source) == self.source)
+                and source.path == self.path and (key or source_key(source)) == self.source)
 
     def for_source(self, source: SourceImage) -> ImageMeta:
         """The metadata, its source the rerun's (the split chosen by content kept)."""
@@ -189,7 +193,7 @@ def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
                      RunSlice(run_path, int(obj["offset"]), int(obj["length"])))
     stamp = tuple(int(v) for v in obj["stamp"])
     if len(stamp) != 3:
-        raise ValueError("stamp is not (size, mtime_ns, ctime_ns)")
+        raise ValueError("stamp is not (size, mtime_ns, inode)")
     return DoneInput(str(path), str(obj["source"]), stamp, context, meta)
 
 

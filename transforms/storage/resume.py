@@ -6,7 +6,7 @@ on local disk, gs:// and s3:// alike:
 - ``adopted_work``: what the staging folders of interrupted runs with this
   run's flags hold (``output_folder.prepare_output`` kept them): their run
   files' done lists and their finished staged shards;
-- ``input_stamp``: an input's size, mtime and ctime, taken before it is read;
+- ``input_stamp``: an input's size, mtime and inode, taken before it is read;
 - ``write_done_list`` and ``read_done_inputs``: a run file's done list;
 - ``record_done_shard`` and ``adopt_shard``: a staged shard's done record,
   and a finished shard of an earlier run moved into this run's staging once
@@ -90,11 +90,11 @@ def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
 
 
 def input_stamp(path: str) -> Stamp | None:
-    """``(size, mtime_ns, ctime_ns)`` of an input (object stores: ctime 0), or None if it cannot be read."""
+    """``(size, mtime_ns, inode)`` of an input (object stores: inode 0), or None if it cannot be read."""
     try:
         if is_local(path):
             found = os.stat(path)
-            return found.st_size, found.st_mtime_ns, found.st_ctime_ns
+            return found.st_size, found.st_mtime_ns, found.st_ino
         meta = exact_file(path)
     except STORAGE_ERRORS:
         return None
