@@ -61,7 +61,7 @@ from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
-from transforms.storage.resume import AdoptedWork, adopted_work
+from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_SPLIT = "train"
@@ -291,8 +291,8 @@ def make_config(options: PipelineOptions) -> BuildConfig:
                               lambda: _unsplit_splits(shared.input, layouts, rules))
     if not build.append:  # an append publishes through its own journal: it does not resume
         policy = _resumable(policy, own)
-    size = None if dataflow_dry_run(options) else local_bytes_at_least(
-        shared.input, beam_compat.AUTO_WORKERS_MIN_BYTES)
+    size = None if dataflow_dry_run(options) else _bytes_to_read(
+        shared.input, shared.output_dir, policy.resume.fingerprint if policy.resume else None)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
@@ -355,6 +355,18 @@ def _resumable(policy: PublishPolicy, options: dict) -> PublishPolicy:
     """The policy of a build, which may resume an interrupted build with the same flags (``shardset.resume``)."""
     marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)
     return dataclasses.replace(policy, resume=marker)
+
+
+def _bytes_to_read(inputs: Sequence[str], output_dir: str, fingerprint: str | None) -> int | None:
+    """The input bytes a run will read (at least, up to the local-workers threshold), or None.
+
+    The records an interrupted run with the same flags left (``resumable_bytes``)
+    are not read again: a resumed run that has little left to read stays in
+    one process, whose start-up costs least.
+    """
+    reused = resumable_bytes(output_dir, fingerprint) if fingerprint else 0
+    size = local_bytes_at_least(inputs, beam_compat.AUTO_WORKERS_MIN_BYTES + reused)
+    return None if size is None else max(0, size - reused)
 
 
 def _version() -> str:

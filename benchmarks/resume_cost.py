@@ -6,8 +6,9 @@ Each round, in fresh processes, with the photos in the page cache (one warm-up b
 
 - a full build (``beam_jobs.build_shards --input DIR --output_dir FULL``, default flags);
 - the same build into another folder, killed with SIGKILL (its whole process group, worker
-  processes included, as a crash or a preemption would) after ``--at`` times the full build's
-  wall time of that round;
+  processes included, as a crash or a preemption would) where the full build was at ``--at``
+  of its wall time: once as many staged shards are finished as the full build had finished
+  then (a watcher notes them every 10 ms), so that a busy machine does not move the moment;
 - the same command again into the killed run's folder: the resumed run, timed. Its folder must be
   byte-identical (sha256 of every file) to the full build's, or the benchmark stops.
 
@@ -18,6 +19,7 @@ line with every round and what each resumed run said it reused.
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Sequence
 
@@ -49,19 +52,44 @@ def _folder_digest(folder: str) -> dict[str, str]:
     return out
 
 
-def _killed_at(command: list[str], seconds: float, log: str, env: dict) -> float:
-    """Runs ``command`` and kills its process group after ``seconds``; returns when it was killed."""
+def _shards_done(folder: str) -> int:
+    """Staged shards the run writing into ``folder`` has finished (their done records)."""
+    return len(glob.glob(os.path.join(glob.escape(folder), ".staging", "*", "*.tmp.done")))
+
+
+class _Watcher(threading.Thread):
+    """Notes, every 10 ms, how many staged shards a run into ``folder`` has finished."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(daemon=True)
+        self._folder = folder
+        self._done = threading.Event()
+        self.timeline: list[tuple[float, int]] = []
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        while not self._done.wait(0.01):
+            self.timeline.append((time.perf_counter() - started, _shards_done(self._folder)))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def _killed_when(command: list[str], folder: str, shards: int, log: str, env: dict) -> float | None:
+    """Runs ``command`` and kills its process group once ``shards`` staged shards are finished;
+    returns when (None: it ended before)."""
     with open(log, "wb") as fh:
         started = time.perf_counter()
         proc = subprocess.Popen(command, cwd=_ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-        try:
-            proc.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return time.perf_counter() - started
-    raise SystemExit(f"the build ended ({proc.returncode}) before it was killed at {seconds:.1f} s")
+        while proc.poll() is None:
+            if _shards_done(folder) >= shards:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return time.perf_counter() - started
+            time.sleep(0.005)
+    return None
 
 
 def run(argv: Sequence[str] | None = None) -> dict:
@@ -91,8 +119,17 @@ def run(argv: Sequence[str] | None = None) -> dict:
         for _ in range(args.rounds):
             shutil.rmtree(full, ignore_errors=True)
             shutil.rmtree(resumed, ignore_errors=True)
+            watcher = _Watcher(full)
+            watcher.start()
             whole = run_measured(build + [full], _ROOT, log, env=env)
-            killed_after = _killed_at(build + [resumed], args.at * whole.seconds, log, env)
+            watcher.stop()
+            # Where the full build was at --at of its time: the killed build stops at the same point.
+            shards = max([n for t, n in watcher.timeline if t <= args.at * whole.seconds] or [0])
+            if shards == 0:
+                raise SystemExit(f"at {args.at:.0%} of its time the build had finished no shard: use a later --at")
+            killed_after = _killed_when(build + [resumed], resumed, shards, log, env)
+            if killed_after is None:
+                raise SystemExit("the build ended before it was killed")
             again = run_measured(build + [resumed], _ROOT, log, env=env)
             if whole.returncode != 0 or again.returncode != 0:
                 raise SystemExit(f"a build failed: {again.output[-2000:]}")
@@ -100,6 +137,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
                 raise SystemExit("the resumed build's folder differs from the full build's")
             said = re.search(r"resumed: .*", again.output)
             rounds.append({"full": [whole.seconds, whole.cpu_seconds], "killed_after": killed_after,
+                           "shards_finished_at_kill": shards,
                            "resumed": [again.seconds, again.cpu_seconds],
                            "said": said.group(0) if said else "(nothing resumed)"})
     files = sum(len(names) for _, _, names in os.walk(root))

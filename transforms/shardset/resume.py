@@ -27,7 +27,6 @@ another fingerprint removes the staging folder, as every run did before.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -148,7 +147,12 @@ class DoneInput:
 
     def for_source(self, source: SourceImage) -> ImageMeta:
         """The metadata, its source the rerun's (the split chosen by content kept)."""
-        return dataclasses.replace(self.meta, source=dataclasses.replace(source, split=self.meta.source.split))
+        meta = self.meta
+        if source.split != meta.source.split:
+            source = SourceImage(source.path, source.relpath, meta.source.split, source.label, source.origin,
+                                 source.labels, source.features, source.objects)
+        return ImageMeta(source, meta.label_index, meta.sha256, meta.info, meta.record_size, meta.order_key,
+                         meta.source_crc32c, meta.payload, meta.extra, meta.run)
 
 
 def _meta_fields(meta: ImageMeta) -> dict[str, Any]:
@@ -225,10 +229,20 @@ def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -
 
 
 def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterable[ImageMeta]) -> str:
-    """A digest of what decides a shard's bytes: its key, compression and items in order (not where each lies)."""
+    """A digest of what decides a shard's bytes: its key, compression and records in order.
+
+    A record's bytes follow from what ``records.image_example_parts`` takes
+    (the stored image, which the source's sha256 and the fingerprint's flags
+    decide, its info, label, name and extras), its size and order; where it
+    lies in a run file does not count.
+    """
     digest = hashlib.sha256(repr((tuple(key), compression)).encode("utf-8"))
     for meta in items:
-        digest.update(repr(dataclasses.replace(meta, run=None)).encode("utf-8"))
+        info, source = meta.info, meta.source
+        digest.update(repr((meta.sha256, source.relpath, source.label, source.split, meta.label_index,
+                            meta.record_size, meta.order_key, info.format, info.height, info.width,
+                            info.channels, info.source_format, info.tf_decodes, info.png_fix,
+                            meta.extra)).encode("utf-8"))
         digest.update(b"\n")
     return digest.hexdigest()
 

@@ -22,7 +22,8 @@ from typing import Iterator, Mapping
 
 from transforms.errors import ManifestError
 from transforms.shardset.naming import join_path
-from transforms.shardset.resume import DONE_SUFFIX, DoneInput, ShardDone, Stamp, parse_done_list
+from transforms.shardset.resume import DONE_SUFFIX, RESUME_NAME, DoneInput, RunMarker, ShardDone, Stamp, \
+    parse_done_list
 from transforms.shardset.staged import ShardResult
 from transforms.storage.files import STORAGE_ERRORS, error_reason, open_lines, read_if_present, sha256_of
 from transforms.storage.folders import delete_files, rename_files
@@ -33,10 +34,31 @@ from transforms.storage.writing import write_atomic
 from transforms.tfrecord.run_files import RUNS_DIR
 from transforms.tfrecord.shard_writer import ShardStats
 
-__all__ = ["AdoptedWork", "adopted_work", "input_stamp", "write_done_list",
+__all__ = ["resumable_bytes", "AdoptedWork", "adopted_work", "input_stamp", "write_done_list",
            "read_done_inputs", "record_done_shard", "adopt_shard"]
 
 _LOG = logging.getLogger(__name__)
+
+
+def resumable_bytes(output_dir: str, fingerprint: str) -> int:
+    """Bytes of the run files an interrupted run with ``fingerprint`` left in ``output_dir``.
+
+    A read-only look before the run takes the lock, for the choice of local
+    workers: what a resumed run will not read again. 0 when there is none.
+    """
+    root = staging_folder(output_dir)
+    try:
+        if is_local(output_dir) and not os.path.isdir(root):
+            return 0
+        total = 0
+        for run in resumable_runs(output_dir):
+            marker = RunMarker.loads(read_if_present(join_path(staging_folder(output_dir, run), RESUME_NAME)) or b"")
+            if marker.fingerprint == fingerprint:
+                total += sum(size for name, (_, size) in list_folder(
+                    join_path(staging_folder(output_dir, run), RUNS_DIR)).items() if name.endswith(".run"))
+        return total
+    except (ManifestError, *STORAGE_ERRORS):
+        return 0
 
 
 @dataclass(frozen=True)
