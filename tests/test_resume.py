@@ -92,7 +92,15 @@ def test_the_fingerprint_covers_the_flags_that_change_output_and_not_max_bad_fra
 
 def test_a_shard_content_key_ignores_where_records_lie_and_a_done_shard_round_trips() -> None:
     a, b = _meta("/in/a.jpg"), _meta("/in/b.jpg")
+    b = ImageMeta(**{**b.__dict__, "source": SourceImage("/in/b.jpg", "rose/b.jpg", "train", "rose"),
+                     "sha256": "cd" * 32})
     key = shard_content_key(("train", 0, 4), "none", [a, b])
+    # Where an input lies does not enter its record; its name, label or bytes do.
+    elsewhere = ImageMeta(**{**a.__dict__, "source": SourceImage("/copy/a.jpg", "rose/a.jpg", "train", "rose")})
+    assert shard_content_key(("train", 0, 4), "none", [elsewhere, b]) == key
+    for changed in ({"label_index": 2}, {"sha256": "ee" * 32}, {"extra": (("w", "float", (0.5,)),)},
+                    {"source": SourceImage("/in/a.jpg", "rose/a2.jpg", "train", "rose")}):
+        assert shard_content_key(("train", 0, 4), "none", [ImageMeta(**{**a.__dict__, **changed}), b]) != key
     moved = ImageMeta(**{**a.__dict__, "run": RunSlice("/other.run", 0, 1234)})
     assert shard_content_key(("train", 0, 4), "none", [moved, b]) == key
     assert shard_content_key(("train", 0, 4), "none", [b, a]) != key
