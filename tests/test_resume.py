@@ -29,7 +29,7 @@ from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms.images.codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.shardset.resume import (DoneInput, RunMarker, ShardDone, changed_flags, context_key, done_list,
+from transforms.shardset.resume import (RunMarker, ShardDone, changed_flags, context_key, done_list,
                                         fingerprint, parse_done_list, shard_content_key, source_key)
 from transforms.tfrecord.run_files import RunSlice
 
