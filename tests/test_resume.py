@@ -111,6 +111,17 @@ def test_a_shard_content_key_ignores_where_records_lie_and_a_done_shard_round_tr
     assert ShardDone.loads(done.dumps(), "/o/.staging/r") == done
 
 
+def test_an_input_stamp_is_local_size_mtime_and_inode_and_none_on_a_store(tmp_path) -> None:
+    from transforms.storage.resume import input_stamp
+
+    path = tmp_path / "a.jpg"
+    path.write_bytes(b"12345")
+    found = os.stat(path)
+    assert input_stamp(str(path)) == (5, found.st_mtime_ns, found.st_ino)
+    assert input_stamp(str(tmp_path / "gone.jpg")) is None
+    assert input_stamp("gs://bucket/a.jpg") is None and input_stamp("s3://bucket/a.jpg") is None  # no request
+
+
 # --- the real job, killed and run again --------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ _FORMAT = 1
 # Flags that change whether a run publishes, never the bytes it writes.
 _NOT_IN_FINGERPRINT = ("max_bad_fraction",)
 
-# (size, mtime in ns, inode number; 0 where the store has none) of an input when it was read. Not the
+# (size, mtime in ns, inode number) of a local input when it was read. Not the
 # ctime: linking, chmod or a backup tool change it, and reuse would be lost for nothing.
 Stamp = tuple[int, int, int]
 

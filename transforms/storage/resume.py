@@ -6,7 +6,7 @@ on local disk, gs:// and s3:// alike:
 - ``adopted_work``: what the staging folders of interrupted runs with this
   run's flags hold (``output_folder.prepare_output`` kept them): their run
   files' done lists and their finished staged shards;
-- ``input_stamp``: an input's size, mtime and inode, taken before it is read;
+- ``input_stamp``: a local input's size, mtime and inode, taken before it is read;
 - ``write_done_list`` and ``read_done_inputs``: a run file's done list;
 - ``record_done_shard`` and ``adopt_shard``: a staged shard's done record,
   and a finished shard of an earlier run moved into this run's staging once
@@ -27,7 +27,7 @@ from transforms.shardset.resume import DONE_SUFFIX, RESUME_NAME, DoneInput, RunM
 from transforms.shardset.staged import ShardResult
 from transforms.storage.files import STORAGE_ERRORS, error_reason, open_lines, read_if_present, sha256_of
 from transforms.storage.folders import delete_files, rename_files
-from transforms.storage.listing import exact_file, list_folder
+from transforms.storage.listing import list_folder
 from transforms.storage.output_folder import resumable_runs, staging_folder
 from transforms.storage.paths import is_local
 from transforms.storage.writing import write_atomic
@@ -112,17 +112,19 @@ def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
 
 
 def input_stamp(path: str) -> Stamp | None:
-    """``(size, mtime_ns, inode)`` of an input (object stores: inode 0), or None if it cannot be read."""
+    """``(size, mtime_ns, inode)`` of a local input, or None (it cannot be stated, or it is on a store).
+
+    An input on gs:// or s3:// gets none: stating it would cost one more
+    request per input in every build, so a resumed run reads it again (the
+    finished shards it went into are still reused).
+    """
+    if not is_local(path):
+        return None
     try:
-        if is_local(path):
-            found = os.stat(path)
-            return found.st_size, found.st_mtime_ns, found.st_ino
-        meta = exact_file(path)
-    except STORAGE_ERRORS:
+        found = os.stat(path)
+    except OSError:
         return None
-    if meta is None:
-        return None
-    return meta.size_in_bytes, int(round(meta.last_updated_in_seconds * 1e9)), 0
+    return found.st_size, found.st_mtime_ns, found.st_ino
 
 
 def write_done_list(run_path: str, lines: Iterator[bytes]) -> None:
