@@ -293,3 +293,23 @@ def test_an_input_changed_between_the_runs_is_read_again(tree, tmp_path, capsys)
     assert found and found[1] == "23", stdout  # every other input reused
     _rerun(capsys, mine, fresh, *FLAGS)
     assert folder_bytes(out) == folder_bytes(fresh)
+
+
+@pytest.mark.slow
+def test_a_run_file_damaged_since_fails_the_rerun_once_and_the_next_starts_afresh(tree, tmp_path, capsys) -> None:
+    inputs, reference = tree
+    out = str(tmp_path / "out")
+    _stopped_at(tmp_path, "create", STAGED_SHARD, 1, ["--input", inputs, "--output_dir", out, *FLAGS])
+    [run_file] = glob.glob(os.path.join(out, ".staging", "*", "runs", "*.run"))
+    with open(run_file, "r+b") as fh:  # a byte inside a record, as a disk that lost a write would leave
+        fh.seek(os.path.getsize(run_file) // 2)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, *FLAGS)
+    assert status == 1
+    assert "was damaged in its run file" in err.strip().splitlines()[-1], err
+    assert not os.path.exists(os.path.join(out, ".staging"))  # what it resumed from is gone with it
+    stdout = _rerun(capsys, inputs, out, *FLAGS)
+    assert "resumed" not in stdout
+    assert folder_bytes(out) == folder_bytes(reference)

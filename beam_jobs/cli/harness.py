@@ -504,7 +504,7 @@ def run_publishing_job(name: str, argv: Sequence[str] | None,
             resumed[0] = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
 
         def done(ok: bool, interrupted: bool) -> str | None:
-            output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted)
+            output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
             if interrupted and cfg.policy.resume is not None:
                 return RESUMABLE_LINE.format(staging=output_folder.staging_folder(cfg.output_dir))
             return None

@@ -367,17 +367,21 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
         raise UsageError(problem)
 
 
-def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False) -> None:
+def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False,
+                  resumed: Sequence[str] = ()) -> None:
     """After the run: clears its own staging if it failed, and releases its lock if it holds it.
 
-    Only the run's own staging folder is cleared: if the lock was taken from
-    it, the rest may be another run's. A run that may resume
-    (``policy.resume``) and was interrupted (Ctrl-C) keeps its staging for
-    the next run with the same flags.
+    Only the run's own staging folder is cleared, and those of the
+    interrupted runs it resumed (``resumed``), so that a run that failed on
+    what they left (a run file damaged since) is not resumed from it again:
+    if the lock was taken from it, the rest may be another run's. A run that
+    may resume (``policy.resume``) and was interrupted (Ctrl-C) keeps its
+    staging, and theirs, for the next run with the same flags.
     """
     try:
         if not ok and not (interrupted and policy.resume is not None):
-            clear_staging(output_dir, policy.run_id)
+            for run in (policy.run_id, *resumed):
+                clear_staging(output_dir, run)
         release_lock(output_dir, policy.run_id)
     except STORAGE_ERRORS as err:
         _LOG.warning("could not clean up %s after the run: %s", output_dir, error_reason(err))
