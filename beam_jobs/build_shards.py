@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import importlib.metadata
 import logging
 import math
 import os
@@ -67,6 +68,8 @@ from transforms.shardset.manifest import Manifest
 from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
+from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
+from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_SPLIT = "train"
@@ -374,12 +377,14 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(shared.output_dir, shared.input,
                               lambda: _unsplit_splits(shared.input, layouts, rules))
+    if not build.append:  # an append publishes through its own journal: it does not resume
+        policy = _resumable(policy, own)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # WebDataset patterns do not.
     archives = [path for path in shared.input if is_container_input(path)]
     counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path) for path in archives)
-    size = None if dataflow_dry_run(options) or not counted else local_bytes_at_least(
-        [path for path in shared.input if path not in archives], beam_compat.AUTO_WORKERS_MIN_BYTES, archives)
+    size = None if dataflow_dry_run(options) or not counted else _bytes_to_read(
+        shared.input, archives, shared.output_dir, policy.resume.fingerprint if policy.resume else None)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
     return BuildConfig(
         inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
@@ -442,6 +447,35 @@ def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -
         raise UsageError(f"--append: the set in {shared.output_dir} was built with --num_shards "
                          f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")
     return tuple(old.labels)
+
+
+def _resumable(policy: PublishPolicy, options: dict) -> PublishPolicy:
+    """The policy of a build, which may resume an interrupted build with the same flags (``shardset.resume``)."""
+    marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)
+    return dataclasses.replace(policy, resume=marker)
+
+
+def _bytes_to_read(inputs: Sequence[str], archives: Sequence[str], output_dir: str,
+                   fingerprint: str | None) -> int | None:
+    """The input bytes a run will read (at least, up to the local-workers threshold), or None.
+
+    Archives read by range (``archives``) count as folders do. The records an
+    interrupted run with the same flags left (``resumable_bytes``) are not
+    read again: a resumed run that has little left to read stays in one
+    process, whose start-up costs least.
+    """
+    reused = resumable_bytes(output_dir, fingerprint) if fingerprint else 0
+    size = local_bytes_at_least([path for path in inputs if path not in archives],
+                                beam_compat.AUTO_WORKERS_MIN_BYTES + reused, archives)
+    return None if size is None else max(0, size - reused)
+
+
+def _version() -> str:
+    """The installed tool's version ('' when it is run from a checkout that is not installed)."""
+    try:
+        return importlib.metadata.version("tfrecord-shards")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
@@ -529,6 +563,10 @@ _OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "la
               "label_offset", "coco_ids", "boxes_outside", "name", "image_column", "label_column")
 
 
+def _content_key(key: tuple, items, compression: str) -> str:
+    return shard_content_key(key, compression, items)
+
+
 def _split_of(meta) -> str:
     return meta.source.split
 
@@ -570,10 +608,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
+    # A run that resumes interrupted ones (same flags) reuses what their done lists name.
+    adopted = AdoptedWork() if dataflow_dry_run(p.options) else adopted_work(cfg.output_dir, cfg.policy.run_id)
     inspected = unique | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
-        staging=(cfg.output_dir, cfg.policy.run_id))  # records go to run files: each image read once
+        staging=(cfg.output_dir, cfg.policy.run_id),  # records go to run files: each image read once
+        done_lists=cfg.policy.resume is not None, resume=adopted.done_lists)
     # Images of splits already published in --output_dir that this run keeps stay there: their
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(
@@ -598,7 +639,9 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
         tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides
-        inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction)
+        inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
+        content_of=functools.partial(_content_key, compression=cfg.compression) if cfg.policy.resume else None,
+        done_shards=adopted.shards)
     fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
     own_spec = orientation_spec(cfg.settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})

@@ -337,10 +337,17 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[-1] == "build_shards: interrupted: nothing was published; staging removed"
     assert not any(line.startswith(("build_shards:", "tfrecord-shards:")) for line in lines[:-1])
     left = sorted(os.listdir(out)) if out.exists() else []
-    assert left == [] or left == [".staging"] and os.listdir(out / ".staging") == [], left
+    if op == "match":  # nothing staged yet
+        assert lines[-1] == "build_shards: interrupted: nothing was published; staging removed"
+        assert left == [] or left == [".staging"] and os.listdir(out / ".staging") == [], left
+    else:  # the finished work is kept for a rerun to resume (tests/test_resume.py); the lock is gone
+        assert lines[-1] == (f"build_shards: interrupted: nothing was published; the finished work is kept in "
+                             f"{out}/.staging: run the same command again to resume")
+        assert left == [".staging"], left
+        assert [os.path.exists(os.path.join(out, ".staging", run, "resume.json"))
+                for run in os.listdir(out / ".staging")] == [True]
 
 
 @pytest.mark.parametrize("job", ["reshard", "verify"])

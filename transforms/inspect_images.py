@@ -9,7 +9,7 @@ file or made again from the image.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import crc32c
@@ -29,15 +29,21 @@ from transforms.shardset.planning import MIB
 from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
 from transforms.storage.members import forget_cached, read_member
+from transforms.storage.resume import input_stamp, read_done_inputs, write_done_list
 from transforms.storage.runs import BundleRunFile, RecordCopier
+from transforms.shardset.resume import DoneInput, Stamp, context_key, done_list, source_key
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
 __all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
-           "read_input"]
+           "read_input", "REUSED_INPUTS", "REUSED_INPUT_BYTES"]
 
 # Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
 DEFAULT_MAX_IMAGE_BYTES = 256 * MIB
+# Counters (namespace ``build``) of the inputs whose records a resumed run took from an
+# interrupted run's run files, and of their bytes.
+REUSED_INPUTS = "images_reused"
+REUSED_INPUT_BYTES = "image_bytes_reused"
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
@@ -120,7 +126,7 @@ class OrderedImageFn(beam.DoFn):
             self._work.close()
         self._work = worker_threads.OrderedWork(self._pool, self._window)
         forget_cached(streams=False)  # Parquet row groups kept by an earlier bundle may be stale
-        self._bundle_ends()
+        self._bundle_ends(False)
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
@@ -132,7 +138,7 @@ class OrderedImageFn(beam.DoFn):
     def finish_bundle(self):
         for result, (at, when) in self._work.drain():
             yield from self._emit(result, at, when)
-        self._bundle_ends()
+        self._bundle_ends(True)
         progress.flush()
 
     def teardown(self):
@@ -141,8 +147,8 @@ class OrderedImageFn(beam.DoFn):
             pool.shutdown(wait=True, cancel_futures=True)
         forget_cached()
 
-    def _bundle_ends(self) -> None:
-        """Runs when a bundle ends or a failed one is dropped; nothing by default."""
+    def _bundle_ends(self, finished: bool) -> None:
+        """Runs when a bundle ends (``finished``) or a failed one is dropped; nothing by default."""
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None):
         raise NotImplementedError
@@ -183,41 +189,77 @@ class _InspectImageFn(OrderedImageFn):
     0: one per usable core), at most ``window_for(threads)`` at a time; the
     outputs, counters and progress follow in input order, each output in its
     own input's window, and ``finish_bundle`` emits what is still in flight.
+
+    With ``done_lists``, each input's stamp (size, mtime, inode) is taken
+    before it is read, and once a finished bundle's run file is closed, its
+    done list is written beside it (``shardset.resume``). ``resume``, the
+    done lists of interrupted runs (read once per DoFn instance, when its
+    first input comes), then gives the record of an input whose path,
+    listing, stamp and context match, without reading it.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
-                 staging: tuple[str, str] | None = None) -> None:
+                 staging: tuple[str, str] | None = None, done_lists: bool = False,
+                 resume: Sequence[tuple[str, str, int | None]] = ()) -> None:
         self._settings = settings
+        self._resume_lists = tuple(resume)
         self._seed = seed
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
         self._threads = threads
         self._staging = tuple(staging) if staging else None
+        self._done_lists = bool(done_lists and staging)
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
+        self._reused = Metrics.counter("build", REUSED_INPUTS)
+        self._reused_bytes = Metrics.counter("build", REUSED_INPUT_BYTES)
 
     THREAD_NAME = "inspect-image"
 
     def setup(self):
         super().setup()
         self._run = BundleRunFile(*self._staging) if self._staging else None
+        self._done: list[tuple[str, Stamp, ImageMeta]] = []
+        self._resume: dict[str, list[DoneInput]] | None = None
+        self._context = ("", None)  # (context key, the labels it was computed for)
 
-    def _bundle_ends(self) -> None:
+    def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
+                layout: RecordLayout | None = None):
+        if self._done_lists and self._context[1] is not labels:
+            self._context = (context_key(labels, layout), labels)
+        if self._resume is None:  # before any thread reads it
+            self._resume = {}
+            for done in self._resume_lists:
+                for path, entry in read_done_inputs(done):
+                    self._resume.setdefault(path, []).append(entry)
+        yield from super().process(source, window, timestamp, labels=labels, layout=layout)
+
+    def _bundle_ends(self, finished: bool) -> None:
         if getattr(self, "_run", None) is not None:
             # Before the bundle ends every output names a whole record; a failed bundle's run
-            # file is named by no surviving output.
-            self._run.close()
+            # file is named by no surviving output, and gets no done list.
+            closed = self._run.close()
+            done, self._done = self._done, []
+            if finished and closed is not None and done:
+                path, size = closed
+                write_done_list(path, done_list(path.rsplit("/", 1)[-1], size, self._context[0], done))
 
     def teardown(self):
         super().teardown()
-        self._bundle_ends()
+        self._bundle_ends(False)
 
-    def _emit(self, inspected: Inspected, window, timestamp) -> Iterator:
+    def _emit(self, worked: tuple[Inspected, tuple | None], window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
-        if inspected.bytes_read is None:
+        inspected, done = worked  # done: (source key, stamp, reused) when the input may be resumed
+        if done is not None and done[2]:
+            self._reused.inc()
+            self._reused_bytes.inc(done[1][0])
+            progress.note(progress.IMAGES_READ)
+        elif inspected.bytes_read is None:
             progress.note(progress.IMAGES_READ)
         else:
             self._read.inc()
@@ -226,6 +268,8 @@ class _InspectImageFn(OrderedImageFn):
         value = inspected.output
         if self._run is not None and inspected.parts is not None:  # the record goes to the run file
             value = dataclasses.replace(value, run=self._run.append(inspected.parts), payload=None)
+            if done is not None:
+                self._done.append((done[0], done[1], value))
         output = WindowedValue(value, timestamp, (window,))
         if isinstance(inspected.output, DeadLetter):
             self._rejected.inc()
@@ -235,19 +279,32 @@ class _InspectImageFn(OrderedImageFn):
             yield output
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
-                 layout: RecordLayout | None) -> Inspected:
-        """Reads and inspects one input; no Beam calls, so that it may run on any thread."""
+                 layout: RecordLayout | None) -> tuple[Inspected, tuple | None]:
+        """Reads and inspects one input, or takes its record from an interrupted run; no Beam calls.
+
+        Returns the inspection and, where the input may be resumed later,
+        ``(source key, stamp, reused)``.
+        """
         dead = unknown_label(source, index_of)
         if dead is not None:
-            return Inspected(dead, None)
+            return Inspected(dead, None), None
+        done = None
+        if self._done_lists:
+            stamp = input_stamp(source.path)  # before reading: a change while reading shows next time
+            if stamp is not None:
+                key, context = source_key(source), self._context[0]
+                for entry in self._resume.get(source.path, ()):
+                    if entry.matches(source, stamp, context, key):
+                        return Inspected(entry.for_source(source), None), (key, stamp, True)
+                done = (key, stamp, False)
         try:
             data = read_input(source, self._max_bytes)
         except STORAGE_ERRORS as err:
-            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
+            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None), None
         except ImageError as err:
-            return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
+            return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
         return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
-                             bool(self._staging))
+                             bool(self._staging)), done
 
 
 class InspectImages(beam.PTransform):
@@ -274,12 +331,18 @@ class InspectImages(beam.PTransform):
             written to a run file in the run's staging folder and its metadata
             says where (``ImageMeta.run``), so the writer copies it instead of
             reading the image again. None: the writer makes it again.
+        done_lists: With ``staging``, write each run file's done list, so
+            that a rerun after an interruption may reuse its records.
+        resume: The done lists of the interrupted runs this run resumes
+            (``storage.resume.AdoptedWork.done_lists``); each worker reads
+            them once.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
-                 staging: tuple[str, str] | None = None) -> None:
+                 staging: tuple[str, str] | None = None, done_lists: bool = False,
+                 resume: Sequence[tuple[str, str, int | None]] = ()) -> None:
         super().__init__()
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
@@ -292,12 +355,14 @@ class InspectImages(beam.PTransform):
         self._layout = layout
         self._threads = threads
         self._staging = tuple(staging) if staging else None
+        self._done_lists = done_lists
+        self._resume = tuple(resume)
 
     def expand(self, sources):
         extra = {} if self._layout is None else {"layout": self._layout}
         return sources | "InspectImage" >> beam.ParDo(
             _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
-                            self._staging),
+                            self._staging, self._done_lists, self._resume),
             labels=self._labels, **extra).with_outputs(
                 DEAD_LETTERS, main="main")
 

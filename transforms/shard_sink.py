@@ -30,19 +30,23 @@ from transforms import worker_threads
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
+from transforms.shardset.resume import ShardDone
 from transforms.shardset.staged import ShardResult, part_key, without_label_counts
 from transforms.storage.publish import publish_shards
 from transforms.storage.publish_append import publish_append
 from transforms.plan_shards import LeadRecords
+from transforms.storage.resume import adopt_shard, record_done_shard
 from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
-__all__ = ["WriteShards", "PublishShards"]
+__all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS"]
 
 _LOG = logging.getLogger(__name__)
 # Metrics of the sink, the same for every job that writes shards (build, reshard).
 _NAMESPACE = "shard_sink"
+# Counter of the finished shards of an interrupted run that a resumed run published as they were.
+REUSED_SHARDS = "shards_reused"
 
 
 def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
@@ -63,7 +67,12 @@ class _WriteShardFn(beam.DoFn):
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
                  order_of: Callable[[Any], tuple], run_id: str, threads: int = 1,
                  tally_of: Callable[[Any], Iterable[Any]] | None = None,
-                 max_bad_fraction: float | None = None) -> None:
+                 max_bad_fraction: float | None = None,
+                 content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
+                 done_shards: Mapping[str, ShardDone] | None = None) -> None:
+        self._content_of = content_of
+        self._done_shards = dict(done_shards or {})
+        self._reused = Metrics.counter(_NAMESPACE, REUSED_SHARDS)
         self._output_dir = output_dir
         self._compression = compression
         self._to_record = to_record
@@ -96,6 +105,29 @@ class _WriteShardFn(beam.DoFn):
         key, items = keyed
         leads = [item for item in items if isinstance(item, LeadRecords)]
         items = sorted((item for item in items if not isinstance(item, LeadRecords)), key=self._order_of)
+        # A shard that starts with a published shard's records (appending) is not resumed.
+        content = self._content_of(key, items) if self._content_of is not None and not leads else None
+        done = self._done_shards.get(content) if content is not None else None
+        result = adopt_shard(done, self._output_dir, self._run_id) if done is not None else None
+        reused = result is not None
+        if reused:  # an interrupted run's finished shard, its sha256 checked again
+            self._reused.inc()
+            progress.note(progress.RECORDS_WRITTEN, result.stats.records, result.stats.bytes)
+        else:
+            result = self._write_records(key, items, leads, totals)
+            if content is not None:
+                record_done_shard(content, result)
+        if self._tally_of is not None:
+            tallies = collections.Counter(key for item in items for key in self._tally_of(item))
+            result = dataclasses.replace(result, tallies=tuple(sorted(tallies.items())))
+        self._records.inc(result.stats.records)
+        self._bytes.inc(result.stats.bytes)
+        self._shards.inc()
+        _LOG.info("%s shard %s: %d records, %.1f MiB", "reused" if reused else "wrote", result.file,
+                  result.stats.records, result.stats.bytes / 2**20)
+        return result
+
+    def _write_records(self, key, items, leads, totals) -> ShardResult:
         planned = sum(t.total_bytes for t in totals)
         written = progress.Tally(progress.RECORDS_WRITTEN, every=16)
         made = worker_threads.ordered_map(self._to_record, items, self._pool, self._window)
@@ -112,15 +144,7 @@ class _WriteShardFn(beam.DoFn):
             close = getattr(self._to_record, "close", None)
             if close is not None:
                 close()  # files it keeps open (run files) are not held between shards
-        if self._tally_of is not None:
-            tallies = collections.Counter(key for item in items for key in self._tally_of(item))
-            result = dataclasses.replace(result, tallies=tuple(sorted(tallies.items())))
         written.flush()
-        self._records.inc(result.stats.records)
-        self._bytes.inc(result.stats.bytes)
-        self._shards.inc()
-        _LOG.info("wrote shard %s: %d records, %.1f MiB", result.file, result.stats.records,
-                  result.stats.bytes / 2**20)
         return result
 
 
@@ -153,16 +177,26 @@ class WriteShards(beam.PTransform):
         tally_of: item -> keys it counts towards; each ``ShardResult`` then
             carries its shard's ``(key, items)`` in ``tallies`` (the build's
             image format counts), so no separate count step is needed.
+        content_of: ``(shard key, items in order) -> content key``
+            (``shardset.resume.shard_content_key``): each written shard gets
+            a done record, so that a rerun after an interruption may reuse it.
+        done_shards: Content key -> ``ShardDone`` of the finished shards of
+            interrupted runs this run resumes: a shard whose items have that
+            key is moved into this run's staging once its sha256 checks,
+            instead of being written.
     """
 
     def __init__(self, output_dir: str, compression: str,
                  to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
                  order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1,
                  tally_of: Callable[[Any], Iterable[Any]] | None = None, inputs=None,
-                 max_bad_fraction: float | None = None) -> None:
+                 max_bad_fraction: float | None = None,
+                 content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
+                 done_shards: Mapping[str, ShardDone] | None = None) -> None:
         super().__init__()
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of, max_bad_fraction)
+        self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of, max_bad_fraction,
+                      content_of, done_shards)
         self._totals = totals
         self._inputs = inputs
 

@@ -22,6 +22,7 @@ import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
                                                   StandardOptions, TestOptions)
 
@@ -33,6 +34,8 @@ from transforms.errors import ManifestError, NothingToPublish, ShardsError, Usag
 from transforms.images.annotations import LABEL_MAP_NAME, object_ids_problem
 from transforms.images.orientation import UPRIGHT_HOW
 from transforms.images.png_chunks import PNG_CHUNK_FIXES
+from transforms.inspect_images import REUSED_INPUT_BYTES, REUSED_INPUTS
+from transforms.shard_sink import REUSED_SHARDS
 from transforms.progress.report import plural
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest
 from transforms.shardset.replacing import change_line, split_changes
@@ -45,7 +48,7 @@ from transforms.storage.clients import set_options
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dataflow_dry_run", "dry_run_summary", "summarize",
            "refuse_unknown_flags", "check_beam_flags",
-           "INTERRUPTED_LINE", "INTERRUPTED_STATUS"]
+           "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "resume_line"]
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
@@ -222,6 +225,9 @@ def check_beam_flags(options: PipelineOptions) -> None:
 # (128 + SIGINT, as a shell reports a process that SIGINT ended).
 INTERRUPTED_LINE = "interrupted: nothing was published; staging removed"
 INTERRUPTED_STATUS = 130
+# What a build prints instead, with its output folder: its staging is kept for a rerun to resume.
+RESUMABLE_LINE = ("interrupted: nothing was published; the finished work is kept in {staging}: run the same "
+                  "command again to resume")
 
 
 class _Interrupts:
@@ -404,9 +410,10 @@ def run_job(name: str, argv: Sequence[str] | None,
             build_pipeline: Callable[[beam.Pipeline, Any], Any],
             finish: Callable[[beam.Pipeline, PipelineOptions, Any, float], tuple[str, int]],
             positional_hint: str = "every value needs its flag, e.g. --input PATH",
-            prepare: Callable[[PipelineOptions, Any], Callable[[bool], None] | None] | None = None,
+            prepare: Callable[[PipelineOptions, Any], Callable[[bool, bool], str | None] | None] | None = None,
             *, spec: JobHelp | None = None, prog: str | None = None,
-            progress: Callable[[PipelineOptions, Any], Any] | None = None) -> int:
+            progress: Callable[[PipelineOptions, Any], Any] | None = None,
+            on_result: Callable[[Any], None] | None = None) -> int:
     """Runs a job: flags, pipeline, outcome; returns its exit status.
 
     Args:
@@ -421,11 +428,15 @@ def run_job(name: str, argv: Sequence[str] | None,
         positional_hint: What to say about an argument given without a flag.
         prepare: Called with the options and config before the pipeline is
             built (may raise ``UsageError``); returns None or a function called
-            with True or False once the job succeeded or failed.
+            once the job succeeded or failed, with ``ok`` and whether a Ctrl-C
+            stopped it; it returns what to say after the job's name when
+            interrupted (None: ``INTERRUPTED_LINE``).
         spec: What ``--help`` shows.
         prog: How the job was invoked, for ``--help`` (``tfrecord-shards build``).
         progress: Given the options and config, returns a context manager that
             reports progress while the pipeline runs (see ``progress.py``).
+        on_result: Given the ``PipelineResult`` once the pipeline finished
+            (its metrics), before ``finish`` is called.
 
     Returns:
         ``finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
@@ -458,7 +469,7 @@ def run_job(name: str, argv: Sequence[str] | None,
         except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
             print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
             return INTERRUPTED_STATUS
-        ok, ran = False, False
+        ok, ran, said = False, False, None
         quiet = _ProjectErrorsWithoutTraceback()
         for logger in _ELEMENT_ERROR_LOGGERS:
             logging.getLogger(logger).addFilter(quiet)
@@ -467,8 +478,11 @@ def run_job(name: str, argv: Sequence[str] | None,
             build_pipeline(p, cfg)
             reporter = progress(options, cfg) if progress is not None else contextlib.nullcontext()
             with logs.worker_stderr_captured(), reporter:
-                p.run().wait_until_finish()
+                result = p.run()
+                result.wait_until_finish()
             ran = True
+            if on_result is not None:
+                on_result(result)
             text, status = finish(p, options, cfg, time.monotonic() - started)
             ok = True
         except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
@@ -488,14 +502,14 @@ def run_job(name: str, argv: Sequence[str] | None,
                 logging.getLogger(logger).removeFilter(quiet)
             if done is not None:
                 with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
-                    done(ok)
+                    said = done(ok, interrupts.seen)
         if not ok:
             if done is None:  # a job that publishes nothing
                 print(f"{name}: interrupted", file=sys.stderr)
             elif ran:
                 print(f"{name}: interrupted after the job published its output", file=sys.stderr)
             else:
-                print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
+                print(f"{name}: {said or INTERRUPTED_LINE}", file=sys.stderr)
             return INTERRUPTED_STATUS
     print(text)
     return status
@@ -513,17 +527,60 @@ def run_publishing_job(name: str, argv: Sequence[str] | None,
     size). See ``run_job`` for the rest.
     """
     before: list[Manifest | None] = [None]
+    resumed: list[tuple[str, ...]] = [()]  # the interrupted runs whose staging this run found
+    metrics: list[Any] = [None]
 
-    def prepare(options: PipelineOptions, cfg: Any) -> Callable[[bool], None] | None:
+    def prepare(options: PipelineOptions, cfg: Any) -> Callable[[bool, bool], str | None] | None:
         if dataflow_dry_run(options):  # a dry run stays offline and writes nothing
             return None
         output_folder.prepare_output(cfg.output_dir, cfg.policy, name)
         before[0] = output_folder.published_manifest(cfg.output_dir)
-        return lambda ok: output_folder.finish_output(cfg.output_dir, cfg.policy, ok)
+        if cfg.policy.resume is not None:
+            resumed[0] = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
+
+        def done(ok: bool, interrupted: bool) -> str | None:
+            output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
+            if interrupted and cfg.policy.resume is not None:
+                return RESUMABLE_LINE.format(staging=output_folder.staging_folder(cfg.output_dir))
+            return None
+        return done
 
     def outcome(p: beam.Pipeline, options: PipelineOptions, cfg: Any, seconds: float) -> tuple[str, int]:
         if dataflow_dry_run(options):
             return dry_run_summary(p), 0
-        return summarize(cfg.output_dir, seconds, before[0]), 0
+        text = summarize(cfg.output_dir, seconds, before[0])
+        if resumed[0]:
+            first, rest = text.split("\n", 1) if "\n" in text else (text, "")
+            text = "\n".join(line for line in (first, "  " + resume_line(metrics[0], resumed[0], first), rest)
+                             if line)
+        return text, 0
 
-    return run_job(name, argv, make_config, build_pipeline, outcome, prepare=prepare, **kwargs)
+    return run_job(name, argv, make_config, build_pipeline, outcome, prepare=prepare,
+                   on_result=lambda result: metrics.__setitem__(0, result), **kwargs)
+
+
+def _counter(result: Any, namespace: str, name: str) -> int:
+    """A counter's committed value in a finished pipeline's metrics (0 where the runner gives none)."""
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(namespace).with_name(name))["counters"]
+    except (AttributeError, NotImplementedError, KeyError):
+        return 0
+    return sum(c.committed if c.committed is not None else c.attempted or 0 for c in found)
+
+
+def resume_line(result: Any, runs: Sequence[str], published: str) -> str:
+    """The summary's line saying what a resumed run reused, from its metrics.
+
+    Args:
+        result: The finished pipeline's ``PipelineResult``.
+        runs: The interrupted runs' ids.
+        published: The summary's first line (its input count is read from it).
+    """
+    inputs = _counter(result, "build", REUSED_INPUTS)
+    nbytes = _counter(result, "build", REUSED_INPUT_BYTES)
+    shards = _counter(result, "shard_sink", REUSED_SHARDS)
+    found = re.search(r"= ([\d,]+) inputs\)", published)
+    total = f" of {int(found.group(1).replace(',', '')):,}" if found else ""
+    which = f"run {runs[0]}" if len(runs) == 1 else f"runs {', '.join(runs)}"
+    return (f"resumed: reused {inputs:,}{total} inputs ({nbytes / MIB:,.0f} MiB) and {plural(shards, 'finished shard')} "
+            f"from the interrupted {which}")

@@ -25,6 +25,7 @@ from typing import Iterable, Mapping, Sequence
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import Manifest, SplitEntry
 from transforms.shardset.naming import SHARD_NAME_RE
+from transforms.shardset.resume import RunMarker
 from transforms.tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX, index_names
 
 __all__ = ["JOURNAL_NAME", "PublishPolicy", "Journal", "is_shard_named", "owned_files",
@@ -46,6 +47,8 @@ class PublishPolicy:
             built it (``shardset.replacing``); else the run is refused.
         append: Add this run's records to the published set, keeping its
             shards (``storage.publish_append``).
+        resume: The marker of a run that may resume an interrupted one
+            (``shardset.resume``: a build); None for a run that may not.
     """
 
     run_id: str
@@ -53,6 +56,7 @@ class PublishPolicy:
     drop_other_splits: bool = False
     replace: bool = False
     append: bool = False
+    resume: RunMarker | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ The I/O around ``transforms.shardset.ownership`` and ``transforms.shardset.repla
 - ``read_manifest``: a manifest and, for format 2, its shard list, read line
   by line and checked (``shardset.shard_list``);
 - ``clear_staging``: earlier attempts' staging, or the run's own;
+  ``clear_staging_keeping``: the same, but the staging of interrupted runs a
+  build may resume (``shardset.resume``), and ``resumable_runs``: those runs;
 - ``prepare_output`` / ``finish_output``: all of it before any input is read
   (with the run's lock, ``storage.lock``), and the clean-up after the run;
 - ``published_manifest`` / ``check_replaced_splits``: the published set's
@@ -30,18 +32,20 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, owned_files,
                                            unlisted_problem, unlisted_shard_files)
 from transforms.shardset.replacing import replace_problem
+from transforms.shardset.resume import RESUME_NAME, RunMarker, changed_flags
 from transforms.shardset.shard_list import with_shard_list
 from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_lines, read_if_present
-from transforms.storage.folders import delete_tree, link_problem
-from transforms.storage.listing import list_folder
+from transforms.storage.folders import delete_files, delete_tree, link_problem
+from transforms.storage.listing import list_below, list_folder
 from transforms.storage.journal import finish_interrupted
 from transforms.storage.lock import acquire_lock, release_lock
 from transforms.storage.paths import is_local
-from transforms.storage.writing import check_writable
+from transforms.storage.writing import check_writable, write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "folder_state",
-           "read_manifest", "check_unlisted", "clear_staging", "staging_folder", "prepare_output",
+           "read_manifest", "check_unlisted", "clear_staging", "clear_staging_keeping", "mark_run",
+           "resumable_runs", "staging_folder", "prepare_output",
            "finish_output", "published_shards", "published_shard_sizes", "published_manifest",
            "check_replaced_splits"]
 
@@ -210,13 +214,74 @@ def clear_staging(output_dir: str, run_id: str | None = None) -> None:
             pass
 
 
+def _run_of(path: str, root: str) -> str | None:
+    """The run id of a path below ``root`` (``.staging``), or None for a file directly in it."""
+    rest = path[len(root):].lstrip("/")
+    return rest.split("/", 1)[0] if "/" in rest else None
+
+
+def clear_staging_keeping(output_dir: str, mine: RunMarker) -> list[str]:
+    """Clears ``OUTPUT/.staging`` but the folders of earlier runs with this run's fingerprint; returns their ids.
+
+    Only the run holding the folder's lock calls this, so no other run is
+    using any of it. A folder of a run with other flags is removed, with one
+    log line naming the flags that differ.
+    """
+    root = staging_folder(output_dir)
+    problem = link_problem(root) if is_local(output_dir) else None
+    if problem:
+        raise PublishError(f"{problem}; refusing to delete through it")
+    if is_local(output_dir) and not os.path.isdir(root):
+        return []
+    files = list_below(root)
+    kept: list[str] = []
+    for path in files:
+        run = _run_of(path, root)
+        if run is None or run == mine.run_id or path != join_path(staging_folder(output_dir, run), RESUME_NAME):
+            continue
+        try:
+            marker = RunMarker.loads(read_if_present(path) or b"")
+        except ManifestError:
+            continue
+        if marker.fingerprint == mine.fingerprint and marker.run_id == run:
+            kept.append(run)
+        else:
+            changed = changed_flags(marker.options, mine.options)
+            _LOG.warning("not resuming the interrupted run %s: it was started with %s; its staging was removed",
+                         run, ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+                         if changed else "another version of the tool")
+    for run in {_run_of(p, root) for p in files} - set(kept) - {None}:
+        delete_tree(staging_folder(output_dir, run))
+    loose = [p for p in files if _run_of(p, root) is None]
+    if loose:
+        delete_files(loose)
+    return sorted(kept)
+
+
+def mark_run(output_dir: str, marker: RunMarker) -> None:
+    """Writes the run's ``resume.json`` in its staging folder (through a rename: never half written)."""
+    staging = staging_folder(output_dir, marker.run_id)
+    write_atomic(join_path(staging, RESUME_NAME), marker.dumps(), staging)
+
+
+def resumable_runs(output_dir: str) -> list[str]:
+    """The ids of the runs whose staging folder in ``output_dir`` holds a marker (``resume.json``)."""
+    root = staging_folder(output_dir)
+    if is_local(output_dir) and not os.path.isdir(root):
+        return []
+    return sorted({run for path in list_below(root) for run in [_run_of(path, root)]
+                   if run is not None and path == join_path(staging_folder(output_dir, run), RESUME_NAME)})
+
+
 def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     """Everything a publishing run does to its output folder before reading any input.
 
     Checks the folder can be written, takes the lock, finishes an append a
     crash interrupted after its journal was written, refuses shard-named files
     this tool did not publish, and clears staging left by earlier attempts
-    (no other run can be using it: the lock is this run's).
+    (no other run can be using it: the lock is this run's). A run that may
+    resume (``policy.resume``, a build) keeps the staging of interrupted runs
+    with its fingerprint and marks its own staging folder.
 
     Raises:
         UsageError: One line saying what to fix; the lock is not left behind.
@@ -226,7 +291,11 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     try:
         finish_interrupted(output_dir)  # an append a crash stopped half way is finished first
         check_unlisted(output_dir, policy)
-        clear_staging(output_dir)
+        if policy.resume is None:
+            clear_staging(output_dir)
+        else:
+            clear_staging_keeping(output_dir, policy.resume)
+            mark_run(output_dir, policy.resume)
     except BaseException:
         release_lock(output_dir, policy.run_id)
         raise
@@ -298,15 +367,21 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
         raise UsageError(problem)
 
 
-def finish_output(output_dir: str, policy: PublishPolicy, ok: bool) -> None:
+def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False,
+                  resumed: Sequence[str] = ()) -> None:
     """After the run: clears its own staging if it failed, and releases its lock if it holds it.
 
-    Only the run's own staging folder is cleared: if the lock was taken from
-    it, the rest may be another run's.
+    Only the run's own staging folder is cleared, and those of the
+    interrupted runs it resumed (``resumed``), so that a run that failed on
+    what they left (a run file damaged since) is not resumed from it again:
+    if the lock was taken from it, the rest may be another run's. A run that
+    may resume (``policy.resume``) and was interrupted (Ctrl-C) keeps its
+    staging, and theirs, for the next run with the same flags.
     """
     try:
-        if not ok:
-            clear_staging(output_dir, policy.run_id)
+        if not ok and not (interrupted and policy.resume is not None):
+            for run in (policy.run_id, *resumed):
+                clear_staging(output_dir, run)
         release_lock(output_dir, policy.run_id)
     except STORAGE_ERRORS as err:
         _LOG.warning("could not clean up %s after the run: %s", output_dir, error_reason(err))

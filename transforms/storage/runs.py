@@ -64,12 +64,14 @@ class BundleRunFile:
                 self._open = (fh, RunFileWriter(fh, path))
             return self._open[1].append(parts)
 
-    def close(self) -> None:
-        """Closes the file (call before the bundle ends); nothing if none was opened."""
+    def close(self) -> tuple[str, int] | None:
+        """Closes the file (call before the bundle ends); returns its path and size, None if none was opened."""
         opened, self._open = self._open, None
-        if opened is not None:
-            with naming_s3_errors(opened[1].path):
-                close_written_file(opened[0])
+        if opened is None:
+            return None
+        with naming_s3_errors(opened[1].path):
+            close_written_file(opened[0])
+        return opened[1].path, opened[1].size
 
 
 class RecordCopier:

@@ -69,6 +69,11 @@ class RunFileWriter:
     def path(self) -> str:
         return self._path
 
+    @property
+    def size(self) -> int:
+        """Bytes appended so far."""
+        return self._offset
+
     def append(self, parts: Sequence[bytes]) -> RunSlice:
         """Frames the record ``b"".join(parts)`` and appends it, without joining the parts."""
         header, footer = frame_parts(parts)

@@ -1,0 +1,306 @@
+"""Resuming an interrupted build: what a run leaves for a rerun with the same flags, and when it is reused.
+
+Pure code; the I/O is in ``transforms.storage.resume``. A build writes, in
+its staging folder (``OUTPUT/.staging/<run id>/``):
+
+- ``resume.json`` when it starts (``RunMarker``): the run's id, the
+  fingerprint of every flag that changes what it writes (``fingerprint``),
+  and those flags;
+- beside each closed run file, its *done list* (``<run file>.done``,
+  ``done_list``): the run file's size and the context its records were made
+  in (class list and record layout, ``context_key``), then one line per
+  record it holds: the input's path, what its listing said of it
+  (``source_key``), its size, mtime and inode when it was read (``Stamp``),
+  and the record's metadata and place;
+- beside each staged shard, its *done shard* (``<staged shard>.done``,
+  ``ShardDone``): the key of the items it holds (``shard_content_key``), its
+  size and sha256.
+
+A killed or interrupted run leaves these; the next run with the same
+fingerprint keeps its staging folder and reuses an input's record when the
+input's path, listing, stamp and context are the same as when it was read
+(``DoneInput.matches``), and a staged shard whose content key is the same,
+once its sha256 is checked again. Anything else is made again. A run with
+another fingerprint removes the staging folder, as every run did before.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from transforms.errors import ManifestError
+from transforms.images.codec import ImageInfo
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.tfrecord.run_files import RunSlice
+
+__all__ = ["RESUME_NAME", "DONE_SUFFIX", "Stamp", "RunMarker", "fingerprint", "changed_flags", "source_key",
+           "context_key", "DoneInput", "done_list", "parse_done_list", "ShardDone", "shard_content_key"]
+
+# The marker a run writes in its staging folder when it starts.
+RESUME_NAME = "resume.json"
+# The suffix of a run file's done list and of a staged shard's done record.
+DONE_SUFFIX = ".done"
+# Bumped when what a run leaves, or how a record is made, changes: older staging is not reused.
+_FORMAT = 1
+# Flags that change whether a run publishes, never the bytes it writes.
+_NOT_IN_FINGERPRINT = ("max_bad_fraction",)
+
+# (size, mtime in ns, inode number) of a local input when it was read. Not the
+# ctime: linking, chmod or a backup tool change it, and reuse would be lost for nothing.
+Stamp = tuple[int, int, int]
+
+
+def fingerprint(options: Mapping[str, Any], version: str) -> str:
+    """The hex sha256 of the flags that change what a build writes, and of the tool's version.
+
+    ``options`` is the manifest's ``options`` object (every flag that changes
+    the output, ``--input`` values in their order); ``--max_bad_fraction`` is
+    left out: it decides whether a run publishes, not what it writes.
+    """
+    kept = {key: value for key, value in options.items() if key not in _NOT_IN_FINGERPRINT}
+    text = json.dumps({"format": _FORMAT, "version": version, "options": kept}, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """What a build's staging folder says of the run that made it (``resume.json``)."""
+
+    run_id: str
+    fingerprint: str
+    options: Mapping[str, Any]
+
+    def dumps(self) -> bytes:
+        return (json.dumps({"format": _FORMAT, "run_id": self.run_id, "fingerprint": self.fingerprint,
+                            "options": dict(self.options)}, sort_keys=True, default=repr) + "\n").encode("utf-8")
+
+    @classmethod
+    def loads(cls, data: bytes) -> "RunMarker":
+        """Parses a marker.
+
+        Raises:
+            ManifestError: Not a marker this version of the tool wrote.
+        """
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:
+            raise ManifestError(f"resume marker is not JSON: {err}") from err
+        if not (isinstance(obj, dict) and obj.get("format") == _FORMAT and isinstance(obj.get("run_id"), str)
+                and isinstance(obj.get("fingerprint"), str) and isinstance(obj.get("options"), dict)):
+            raise ManifestError("resume marker lacks format, run_id, fingerprint or options")
+        return cls(obj["run_id"], obj["fingerprint"], obj["options"])
+
+
+def _flag(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "none"
+    return "none" if value is None else str(value)
+
+
+def changed_flags(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``--NAME OLD -> NEW`` for each flag (of the fingerprint) that differs, sorted by name."""
+    keys = sorted((set(old) | set(new)) - set(_NOT_IN_FINGERPRINT))
+    return [f"--{key} {_flag(old.get(key))} -> {_flag(new.get(key))}" for key in keys
+            if old.get(key) != new.get(key)]
+
+
+def source_key(source: SourceImage) -> str:
+    """A digest of everything the listing said of an input (path, name, split, labels, features, boxes)."""
+    return hashlib.sha256(repr(source).encode("utf-8")).hexdigest()[:32]
+
+
+def context_key(labels: Sequence[str], layout: Any) -> str:
+    """A digest of what every record of a run depends on besides its input: class list and record layout."""
+    return hashlib.sha256(repr((tuple(labels), layout)).encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class DoneInput:
+    """An input whose record a run wrote to a run file, as its done list says.
+
+    Attributes:
+        path: The input's path.
+        source: ``source_key`` of the input as listed.
+        stamp: Its ``Stamp`` when it was read (taken before reading).
+        context: ``context_key`` of the run that read it.
+        meta: Its metadata, ``meta.run`` naming the record in the run file;
+            ``meta.source`` is rebuilt from the rerun's listing (``for_source``).
+    """
+
+    path: str
+    source: str
+    stamp: Stamp
+    context: str
+    meta: ImageMeta
+
+    def matches(self, source: SourceImage, stamp: Stamp | None, context: str, key: str | None = None) -> bool:
+        """True if the record may stand for ``source`` now: same listing, stamp and context.
+
+        ``key`` is ``source_key(source)`` when the caller has it.
+        """
+        return (stamp is not None and tuple(stamp) == tuple(self.stamp) and context == self.context
+                and source.path == self.path and (key or source_key(source)) == self.source)
+
+    def for_source(self, source: SourceImage) -> ImageMeta:
+        """The metadata, its source the rerun's (the split chosen by content kept)."""
+        meta = self.meta
+        if source.split != meta.source.split:
+            source = SourceImage(source.path, source.relpath, meta.source.split, source.label, source.origin,
+                                 source.labels, source.features, source.objects)
+        return ImageMeta(source, meta.label_index, meta.sha256, meta.info, meta.record_size, meta.order_key,
+                         meta.source_crc32c, meta.payload, meta.extra, meta.run)
+
+
+def _meta_fields(meta: ImageMeta) -> dict[str, Any]:
+    info = meta.info
+    return {"split": meta.source.split, "label_index": meta.label_index, "sha256": meta.sha256,
+            "info": [info.format, info.height, info.width, info.channels, info.source_format,
+                     info.tf_decodes, info.png_fix],
+            "record_size": meta.record_size, "order_key": meta.order_key,
+            "extra": repr(meta.extra) if meta.extra else "",
+            "offset": meta.run.offset, "length": meta.run.length}
+
+
+def done_list(run_name: str, run_size: int, context: str,
+              entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
+    """A run file's done list: a header line, then one line per record it holds.
+
+    Args:
+        run_name: The run file's name (in the same folder).
+        run_size: Its size once closed.
+        context: ``context_key`` of the records.
+        entries: ``(source_key, stamp, meta)`` per record, ``meta.run`` set.
+    """
+    yield (json.dumps({"format": _FORMAT, "run_file": run_name, "size": run_size, "context": context})
+           + "\n").encode("utf-8")
+    for key, stamp, meta in entries:
+        if meta.run is None:
+            raise ValueError(f"{meta.source.path}: a done list names records in its run file only")
+        yield (json.dumps({"path": meta.source.path, "source": key, "stamp": list(stamp),
+                           **_meta_fields(meta)}) + "\n").encode("utf-8")
+
+
+def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
+    fmt, height, width, channels, source_format, tf_decodes, png_fix = obj["info"]
+    extra = ast.literal_eval(obj["extra"]) if obj["extra"] else ()
+    if not isinstance(extra, tuple):
+        raise ValueError("extra is not a tuple")
+    path = obj["path"]
+    meta = ImageMeta(SourceImage(path, "", obj["split"], ""), int(obj["label_index"]), str(obj["sha256"]),
+                     ImageInfo(str(fmt), int(height), int(width), int(channels), str(source_format),
+                               bool(tf_decodes), str(png_fix)),
+                     int(obj["record_size"]), int(obj["order_key"]), 0, None, extra,
+                     RunSlice(run_path, int(obj["offset"]), int(obj["length"])))
+    stamp = tuple(int(v) for v in obj["stamp"])
+    if len(stamp) != 3:
+        raise ValueError("stamp is not (size, mtime_ns, inode)")
+    return DoneInput(str(path), str(obj["source"]), stamp, context, meta)
+
+
+def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -> Iterator[DoneInput]:
+    """The inputs a done list names, their run file in ``folder``.
+
+    Nothing is given when the header is not this format's, or when the run
+    file's size (``run_size``; None: it is gone) is not the one the header
+    recorded. A line that cannot be read ends the list (the lines before it
+    stand).
+    """
+    lines = iter(lines)
+    try:
+        header = json.loads(next(lines, b"") or b"null")
+    except ValueError:
+        return
+    if not (isinstance(header, dict) and header.get("format") == _FORMAT and isinstance(header.get("run_file"), str)
+            and header.get("size") == run_size and "/" not in header["run_file"]):
+        return
+    run_path = f"{folder.rstrip('/')}/{header['run_file']}"
+    context = str(header.get("context"))
+    for line in lines:
+        if not line.endswith(b"\n"):
+            return
+        try:
+            yield _entry(json.loads(line), run_path, context)
+        except (ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return
+
+
+def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterable[ImageMeta]) -> str:
+    """A digest of what decides a shard's bytes: its key, compression and records in order.
+
+    A record's bytes follow from what ``records.image_example_parts`` takes
+    (the stored image, which the source's sha256 and the fingerprint's flags
+    decide, its info, label, name and extras), its size and order; where it
+    lies in a run file does not count.
+    """
+    digest = hashlib.sha256(repr((tuple(key), compression)).encode("utf-8"))
+    for meta in items:
+        info, source = meta.info, meta.source
+        digest.update(repr((meta.sha256, source.relpath, source.label, source.split, meta.label_index,
+                            meta.record_size, meta.order_key, info.format, info.height, info.width,
+                            info.channels, info.source_format, info.tf_decodes, info.png_fix,
+                            meta.extra)).encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ShardDone:
+    """A staged shard that a run finished writing, as its done record says.
+
+    Attributes:
+        content: ``shard_content_key`` of its items.
+        key: ``(split, index, count)``.
+        file: The shard's final name.
+        staged: Its staged path.
+        staged_index: Its staged ``.idx`` path, or None.
+        records, bytes, sha256: What was written.
+        index_sha256: The sha256 of the staged ``.idx`` ("" without one).
+        label_counts: Label index (as a string) -> records.
+    """
+
+    content: str
+    key: tuple[str, int, int]
+    file: str
+    staged: str
+    staged_index: str | None
+    records: int
+    bytes: int
+    sha256: str
+    index_sha256: str
+    label_counts: Mapping[str, int]
+
+    def dumps(self) -> bytes:
+        """The record, with the staged files' names only (they lie beside it)."""
+        return (json.dumps({"format": _FORMAT, "content": self.content, "key": list(self.key), "file": self.file,
+                            "staged": self.staged.rsplit("/", 1)[-1],
+                            "staged_index": self.staged_index.rsplit("/", 1)[-1] if self.staged_index else None,
+                            "records": self.records, "bytes": self.bytes, "sha256": self.sha256,
+                            "index_sha256": self.index_sha256, "label_counts": dict(self.label_counts)},
+                           sort_keys=True) + "\n").encode("utf-8")
+
+    @classmethod
+    def loads(cls, data: bytes, folder: str) -> "ShardDone":
+        """Parses a done record whose staged files lie in ``folder``.
+
+        Raises:
+            ManifestError: Not a record this version of the tool wrote.
+        """
+        try:
+            obj = json.loads(data)
+            if obj.get("format") != _FORMAT:
+                raise ValueError("another format")
+            split, index, count = obj["key"]
+            names = [obj["staged"]] + ([obj["staged_index"]] if obj["staged_index"] else [])
+            if any(not isinstance(n, str) or "/" in n for n in names):
+                raise ValueError("a staged name is not a plain name")
+            at = folder.rstrip("/")
+            return cls(str(obj["content"]), (str(split), int(index), int(count)), str(obj["file"]),
+                       f"{at}/{obj['staged']}", f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,
+                       int(obj["records"]), int(obj["bytes"]), str(obj["sha256"]), str(obj["index_sha256"]),
+                       {str(k): int(v) for k, v in obj["label_counts"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            raise ManifestError(f"done shard record is not readable: {err}") from err

@@ -1,0 +1,189 @@
+"""Resuming an interrupted build on storage: staging kept or cleared, done lists and done shards.
+
+The I/O around ``transforms.shardset.resume`` (formats and rules are there),
+on local disk, gs:// and s3:// alike:
+
+- ``adopted_work``: what the staging folders of interrupted runs with this
+  run's flags hold (``output_folder.prepare_output`` kept them): their run
+  files' done lists and their finished staged shards;
+- ``input_stamp``: a local input's size, mtime and inode, taken before it is read;
+- ``write_done_list`` and ``read_done_inputs``: a run file's done list;
+- ``record_done_shard`` and ``adopt_shard``: a staged shard's done record,
+  and a finished shard of an earlier run moved into this run's staging once
+  its sha256 is checked again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+from transforms.errors import ManifestError
+from transforms.shardset.naming import join_path
+from transforms.shardset.resume import DONE_SUFFIX, RESUME_NAME, DoneInput, RunMarker, ShardDone, Stamp, \
+    parse_done_list
+from transforms.shardset.staged import ShardResult
+from transforms.storage.files import STORAGE_ERRORS, error_reason, open_lines, read_if_present, sha256_of
+from transforms.storage.folders import delete_files, rename_files
+from transforms.storage.listing import list_folder
+from transforms.storage.output_folder import resumable_runs, staging_folder
+from transforms.storage.paths import is_local
+from transforms.storage.writing import write_atomic
+from transforms.tfrecord.run_files import RUNS_DIR
+from transforms.tfrecord.shard_writer import ShardStats
+
+__all__ = ["resumable_bytes", "AdoptedWork", "adopted_work", "input_stamp", "write_done_list",
+           "read_done_inputs", "record_done_shard", "adopt_shard"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def resumable_bytes(output_dir: str, fingerprint: str) -> int:
+    """Bytes of the run files an interrupted run with ``fingerprint`` left in ``output_dir``.
+
+    A read-only look before the run takes the lock, for the choice of local
+    workers: what a resumed run will not read again. 0 when there is none.
+    """
+    root = staging_folder(output_dir)
+    try:
+        if is_local(output_dir) and not os.path.isdir(root):
+            return 0
+        total = 0
+        for run in resumable_runs(output_dir):
+            marker = RunMarker.loads(read_if_present(join_path(staging_folder(output_dir, run), RESUME_NAME)) or b"")
+            if marker.fingerprint == fingerprint:
+                total += sum(size for name, (_, size) in list_folder(
+                    join_path(staging_folder(output_dir, run), RUNS_DIR)).items() if name.endswith(".run"))
+        return total
+    except (ManifestError, *STORAGE_ERRORS):
+        return 0
+
+
+@dataclass(frozen=True)
+class AdoptedWork:
+    """What the staging folders of interrupted runs hold for this run.
+
+    Attributes:
+        runs: Their run ids.
+        done_lists: ``(done list path, runs folder, size of its run file or None)``.
+        shards: Content key -> the finished staged shard with it.
+    """
+
+    runs: tuple[str, ...] = ()
+    done_lists: tuple[tuple[str, str, int | None], ...] = ()
+    shards: Mapping[str, ShardDone] = field(default_factory=dict)
+
+
+def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
+    """Lists the done lists and finished shards in the staging folders of runs other than ``run_id``.
+
+    Called once the run holds the lock and its start cleared every other
+    run's staging but those with its fingerprint (``prepare_output``).
+    """
+    runs = [run for run in resumable_runs(output_dir) if run != run_id]
+    done_lists, shards = [], {}
+    for run in runs:
+        folder = staging_folder(output_dir, run)
+        runs_folder = join_path(folder, RUNS_DIR)
+        try:
+            run_files = list_folder(runs_folder)
+            staged = list_folder(folder)
+        except STORAGE_ERRORS as err:
+            _LOG.warning("not resuming from %s: %s", folder, error_reason(err))
+            continue
+        for name, (path, _) in sorted(run_files.items()):
+            if name.endswith(DONE_SUFFIX):
+                run_file = run_files.get(name[:-len(DONE_SUFFIX)])
+                done_lists.append((path, runs_folder, run_file[1] if run_file else None))
+        for name, (path, _) in sorted(staged.items()):
+            if not name.endswith(DONE_SUFFIX):
+                continue
+            try:
+                done = ShardDone.loads(read_if_present(path) or b"", folder)
+            except ManifestError as err:
+                _LOG.warning("ignoring %s: %s", path, err)
+                continue
+            present = staged.get(done.staged.rsplit("/", 1)[-1])
+            if present is not None and present[1] == done.bytes:
+                shards[done.content] = done
+    return AdoptedWork(tuple(runs), tuple(done_lists), shards)
+
+
+def input_stamp(path: str) -> Stamp | None:
+    """``(size, mtime_ns, inode)`` of a local input, or None (it cannot be stated, or it is on a store).
+
+    An input on gs:// or s3:// gets none: stating it would cost one more
+    request per input in every build, so a resumed run reads it again (the
+    finished shards it went into are still reused).
+    """
+    if not is_local(path):
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_size, found.st_mtime_ns, found.st_ino
+
+
+def write_done_list(run_path: str, lines: Iterator[bytes]) -> None:
+    """Writes a closed run file's done list beside it, through a rename (never half written)."""
+    folder = run_path.rsplit("/", 1)[0]
+    write_atomic(run_path + DONE_SUFFIX, b"".join(lines), folder)
+
+
+def read_done_inputs(done: tuple[str, str, int | None]) -> Iterator[tuple[str, DoneInput]]:
+    """``(input path, DoneInput)`` for each record a done list names (``AdoptedWork.done_lists``)."""
+    path, folder, run_size = done
+    with open_lines(path) as lines:
+        if lines is None:
+            return
+        for entry in parse_done_list(lines, folder, run_size):
+            yield entry.path, entry
+
+
+def record_done_shard(content: str, result: ShardResult) -> None:
+    """Writes the done record of a shard this run staged, beside it, through a rename."""
+    _write_done_shard(ShardDone(content, (result.split, result.index, result.count), result.file, result.staged,
+                                result.staged_index, result.stats.records, result.stats.bytes, result.stats.sha256,
+                                sha256_of(result.staged_index) if result.staged_index else "",
+                                dict(result.stats.label_counts)))
+
+
+def _write_done_shard(done: ShardDone) -> None:
+    folder = done.staged.rsplit("/", 1)[0]
+    write_atomic(done.staged + DONE_SUFFIX, done.dumps(), folder)
+
+
+def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | None:
+    """Moves an earlier run's finished staged shard into this run's staging, once its sha256 checks.
+
+    Returns its ``ShardResult`` (without tallies), or None when it cannot be
+    used (gone, or its bytes are not those recorded): the caller writes it.
+    """
+    try:
+        if sha256_of(done.staged) != done.sha256 or (
+                done.staged_index and sha256_of(done.staged_index) != done.index_sha256):
+            _LOG.warning("not reusing %s: its sha256 is not the one recorded when it was written", done.staged)
+            return None
+        staging = staging_folder(output_dir, run_id)
+        moves = [(done.staged, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
+        if done.staged_index:
+            moves.append((done.staged_index, join_path(staging, done.staged_index.rsplit("/", 1)[-1])))
+        rename_files(moves)
+    except STORAGE_ERRORS as err:  # e.g. another attempt of the same shard moved it first
+        _LOG.info("not reusing %s: %s", done.staged, error_reason(err))
+        return None
+    split, index, count = done.key
+    result = ShardResult(split, index, count, done.file, moves[0][1], moves[1][1] if len(moves) > 1 else None,
+                         ShardStats(done.records, done.bytes, done.sha256, dict(done.label_counts)))
+    moved = ShardDone(done.content, done.key, done.file, result.staged, result.staged_index, done.records,
+                      done.bytes, done.sha256, done.index_sha256, done.label_counts)
+    try:
+        delete_files([done.staged + DONE_SUFFIX])
+        _write_done_shard(moved)  # a run killed after this reuses it again
+    except STORAGE_ERRORS as err:
+        _LOG.info("could not move the done record of %s: %s", done.staged, error_reason(err))
+    return result
+
