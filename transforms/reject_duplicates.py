@@ -219,10 +219,12 @@ class RejectDuplicateImages(beam.PTransform):
         side = {}
         if self._published is not None:
             keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
-            side = {"written": self._written}
+            if self._written is not None:
+                side = {"written": self._written}
         tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyCopiesFn())  # (sha256, CopyTally)
-        kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, **side)  # ImageMeta
-        choices = tallies | "ChooseAmongCopies" >> beam.FlatMap(_choice_for_copies, **side)  # (sha256, CopyChoice)
+        kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
+        choices = tallies | "ChooseAmongCopies" >> beam.FlatMap(
+            _choice_for_copies, appending=self._appending, **side)  # (sha256, CopyChoice)
         dead = (metas
                 | "CopyRefs" >> beam.Map(_copy_ref)  # (sha256, path, relpath, split): what a letter needs
                 | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices)))
