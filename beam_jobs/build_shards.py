@@ -24,6 +24,9 @@ import sys
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
+if __name__ == "__main__":  # python -m: plan_build imports this module by name; let that be this one,
+    sys.modules.setdefault("beam_jobs.build_shards", sys.modules[__name__])  # so its options are defined once
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -53,6 +56,7 @@ from transforms.reject_duplicates import (CollectSplitNames, ReadPublishedKeys, 
                                           RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
 from transforms.storage.listing import has_files_below, local_bytes_at_least, match_files
+from transforms.storage.paths import is_local
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
@@ -276,7 +280,13 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
-def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:
+def _fixed_labels(build: BuildOptions, offline: bool = False) -> tuple[str, ...] | None:
+    """The class list of --class_names or --labels_file, or None (classes from the listing).
+
+    ``offline`` (a Dataflow dry run): a labels file on gs:// or s3:// is not
+    read (that would need credentials); the graph then takes the classes from
+    the listing, as without the flag.
+    """
     if build.class_names and build.labels_file:
         raise UsageError("give --class_names or --labels_file, not both")
     if build.class_names is not None:
@@ -284,6 +294,8 @@ def _fixed_labels(build: BuildOptions) -> tuple[str, ...] | None:
         if not any(names):
             raise UsageError("--class_names is empty; give the class names in index order, "
                              "e.g. --class_names daisy,rose,tulip")
+    elif build.labels_file and offline and not is_local(build.labels_file):
+        return None
     elif build.labels_file:
         if not exists(build.labels_file):
             raise UsageError(f"--labels_file {build.labels_file} does not exist")
@@ -355,7 +367,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
                          "them from --label_offset 1")
-    labels = _fixed_labels(build)
+    labels = _fixed_labels(build, offline=dataflow_dry_run(options))
     parquets = [path for path in shared.input if archive_kind(path) == PARQUET]
     if parquets and not dataflow_dry_run(options):
         named = _parquet_class_names(parquets, build.image_column, build.label_column)
@@ -627,7 +639,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
             written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
                                               default_value=[])  # the splits this run writes to
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
-    plan = distinct.main | "Plan" >> PlanShards(
+    plan = distinct["main"] | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
         published=published_shard_sizes(cfg.output_dir) if appending else None)

@@ -173,7 +173,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
                                               default_value=[])  # the splits this run writes to
     distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
     seen = {"listed": listing.sources,  # SourceImage
-            "records": distinct.main,  # ImageMeta a build would write
+            "records": distinct["main"],  # ImageMeta a build would write
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter

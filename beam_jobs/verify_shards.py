@@ -58,7 +58,7 @@ from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
 from transforms.verify.decoders import DECODERS, missing_decoders, parse_decoders
 from transforms.verify.preview import PreviewSample
-from transforms.verify.ranges import RangeTally, ShardFile
+from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, RangeTally, ShardFile, key_bucket_count
 
 _NAME = "verify_shards"
 
@@ -285,6 +285,10 @@ def _labels(manifest: Manifest) -> list[str]:
     return list(manifest.labels)
 
 
+def _key_buckets(manifest: Manifest) -> int:
+    return key_bucket_count(manifest.records)
+
+
 def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     """Wires the verify job into ``p``; the last steps write the report (and preview).
 
@@ -305,9 +309,13 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
         schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(_feature_spec),
                                           default_value=None)
         labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(_labels), default_value=None)
+        buckets = beam.pvalue.AsSingleton(manifest | "KeyBuckets" >> beam.Map(_key_buckets),
+                                          default_value=KEY_BUCKETS)  # more as the records grow
     else:
         shards, problems = p | "ShardFiles" >> beam.Create(list(cfg.shards)), []
         schema = labels = None
+        # No manifest counts the records: their number is guessed from the files' size.
+        buckets = key_bucket_count(sum(s.size for s in cfg.shards) // RECORD_BYTES_GUESS)
     # Records are checked as they are read, one tally per byte range; the reader of a shard's
     # first range also hashes listed shards from the bytes it reads and checks the .idx.
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
@@ -316,7 +324,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
         labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes,
         split_ranges=cfg.split_ranges, index_required=with_manifest)  # RangeTally
     problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
-    problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest))
+    problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest,
+                                                                            buckets=buckets))
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
     _ = (tallies, sizes, *problems) | "WriteReport" >> WriteReport(cfg.report)
     if cfg.preview:

@@ -15,7 +15,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.archives.members import ContainerRules, is_container_input
 from transforms.discover_archives import ListArchives
-from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line, decode_manifest,
+from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
                                       unreadable_folder_entry)
@@ -25,10 +25,10 @@ from transforms.images.object_classes import ObjectClasses
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
 from transforms.progress import counters as progress
-from transforms.shardset.coco import coco_entries, is_coco_path
+from transforms.shardset.coco import coco_categories, coco_image_entries, coco_items, image_key_of, is_coco_path
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.storage.clients import naming_s3_errors
-from transforms.storage.files import file_size, open_for_read, read_bytes
+from transforms.storage.files import file_size, open_for_read
 from transforms.storage.listing import (LEVEL_SCHEMES, exact_file, list_below, list_store_below, list_store_level,
                                         scan_local_folder, scan_store, walk_local_tree)
 from transforms.storage.paths import path_problem
@@ -40,6 +40,10 @@ __all__ = ["DiscoverImages", "folder_tasks", "CollectListingFacts"]
 # with listed files ("file", root, relpath, layout) and unreadable folders ("unreadable", root,
 # relative folder, why, layout).
 _RANGES = "ranges"
+# The tags of a COCO file's entries inside DiscoverImages: ((file, image key), (list name, index,
+# entry)) of its images and annotations, grouped by image; (file, category names), one per file.
+_COCO = "coco"
+_COCO_NAMES = "coco_names"
 
 
 class _ManifestRange(NamedTuple):
@@ -78,11 +82,14 @@ def _why(err: OSError) -> str:
 
 
 class _StartInputFn(beam.DoFn):
-    """Manifest input -> its byte ranges (_RANGES), or its entries (main) when it is COCO.
+    """Manifest input -> its byte ranges (_RANGES), or its entries (_COCO, _COCO_NAMES) when it is COCO.
 
-    A COCO ``.json`` is read whole here. A ``.csv``/``.jsonl`` manifest is cut
-    into byte ranges; a CSV's header line is read once here and travels with
-    each range (a header that cannot work is one dead letter, line 1).
+    A COCO ``.json`` is read here as a stream, one entry at a time
+    (``coco.coco_items``): its images and annotations go out keyed by image
+    id, its categories' names as one element at the end (a file's categories
+    are few). A ``.csv``/``.jsonl`` manifest is cut into byte ranges; a CSV's
+    header line is read once here and travels with each range (a header that
+    cannot work is one dead letter, line 1, on the main output).
     """
 
     def __init__(self, rules: LabelRules, range_bytes: int) -> None:
@@ -91,8 +98,16 @@ class _StartInputFn(beam.DoFn):
 
     def process(self, root: str):
         if is_coco_path(root):
-            yield from coco_entries(decode_manifest(read_bytes(root)), root, self._rules.image_root,
-                                    self._rules, self._rules.coco_ids)
+            categories = []
+            with open_for_read(root) as fh, naming_s3_errors(root):
+                for kind, index, entry in coco_items(fh, root):
+                    if kind == "categories":
+                        categories.append(entry)
+                    else:
+                        yield beam.pvalue.TaggedOutput(_COCO, ((root, image_key_of(kind, entry)), (kind, index, entry)))
+            declared, names = coco_categories(categories, self._rules.coco_ids, root)
+            yield declared  # the file's object classes, listed with the inputs (not one)
+            yield beam.pvalue.TaggedOutput(_COCO_NAMES, (root, names))
             return
         with open_for_read(root) as fh, naming_s3_errors(root):
             size = file_size(fh)
@@ -123,6 +138,15 @@ def _number_ranges(keyed):
     counts = sorted(counts)
     for (index, _), first in zip(counts, first_line_numbers([count for _, count in counts])):
         yield (manifest, index), first
+
+
+def _coco_image_group(keyed, rules: LabelRules, names):
+    """((file, image key), [(list name, index, entry)]) -> the SourceImage or DeadLetter of each entry."""
+    (root, _), items = keyed
+    images, naming = [], []
+    for kind, index, entry in items:
+        (images if kind == "images" else naming).append((index, entry))
+    yield from coco_image_entries(images, naming, names[root], root, rules.image_root, rules)
 
 
 class _ListFolderFn(beam.DoFn):
@@ -276,7 +300,8 @@ class DiscoverImages(beam.PTransform):
     run before the job: its layout is known and each task lists one part of
     it), spread over workers. An input manifest (``.csv``, ``.jsonl``) is read
     in byte ranges of ``range_bytes``, one element each, one row per line
-    (``manifest_lines``). A COCO ``.json`` is read whole. Archives, WebDataset
+    (``manifest_lines``). A COCO ``.json`` is read as a stream, and
+    each image is grouped with its annotations by image id. Archives, WebDataset
     shards and Parquet files are listed member by member (``ListArchives``).
 
     Applied to the pipeline. Output: ``PCollection`` of ``SourceImage``,
@@ -326,13 +351,19 @@ class DiscoverImages(beam.PTransform):
             started = (pbegin
                        | "CreateManifestInputs" >> beam.Create(self._manifests)
                        | "StartManifests" >> beam.ParDo(_StartInputFn(self._rules, self._range_bytes)).with_outputs(
-                           _RANGES, main="entries"))  # COCO entries, a bad header's dead letter
+                           _RANGES, _COCO, _COCO_NAMES, main="entries"))  # a bad header's dead letter
             ranges = started[_RANGES] | "SpreadRanges" >> beam.Reshuffle()  # _ManifestRange
             first_lines = (ranges
                            | "CountLines" >> beam.Map(_count_range_lines)  # (manifest, (index, lines))
                            | "GroupRanges" >> beam.GroupByKey()
                            | "NumberRanges" >> beam.FlatMap(_number_ranges))  # ((manifest, index), first line)
             listed += [started.entries, ranges]
+            if any(is_coco_path(path) for path in self._manifests):
+                listed.append(started[_COCO]
+                              | "GroupCocoImages" >> beam.GroupByKey()  # ((file, image key), [(list, index, entry)])
+                              | "ResolveCocoImages" >> beam.FlatMap(
+                                  _coco_image_group, self._rules,
+                                  beam.pvalue.AsDict(started[_COCO_NAMES])))  # SourceImage or DeadLetter
             side["first_lines"] = beam.pvalue.AsDict(first_lines)
         if self._archives:
             listed.append(pbegin | "ListArchives" >> ListArchives(self._archives, self._rules, self._containers))

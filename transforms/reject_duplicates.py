@@ -3,7 +3,8 @@
 ``RejectDuplicatePaths`` rejects inputs that share a relative path in a
 split; ``RejectDuplicateImages`` keeps one copy of identical image bytes,
 also against the images already published in splits of the output folder
-that the run keeps (``ReadPublishedKeys``).
+that the run keeps (``ReadPublishedKeys``), with a combine: no step holds
+the copies of one image together.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Iterator, Sequence
 import apache_beam as beam
 
 from transforms.errors import ShardsError
-from transforms.images.duplicates import PublishedCopy, copy_choice, same_path_choice
+from transforms.images.duplicates import CopyRef, CopyTally, PublishedCopy, copy_letter, same_path_choice
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.shardset.published_keys import record_keys
@@ -77,15 +78,55 @@ class ReadPublishedKeys(beam.PTransform):
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
 
 
-def _keep_one_copy(keyed, written: Sequence[str] | None = None, appending: bool = False):
-    """sha256, [ImageMeta or PublishedCopy] -> the copy kept; the rest are dead letters (``copy_choice``)."""
-    kept, dead = copy_choice(keyed[1], written, appending)
-    if dead:
-        progress.note(progress.IMAGES_DUPLICATE, len(dead))  # flushed as the bundle ends
+class _TallyCopiesFn(beam.CombineFn):
+    """ImageMeta or PublishedCopy -> the ``CopyTally`` of one image's copies (the best copy and counts)."""
+
+    def create_accumulator(self) -> CopyTally:
+        return CopyTally()
+
+    def add_input(self, acc: CopyTally, value) -> CopyTally:
+        return acc.add(value)
+
+    def merge_accumulators(self, accs) -> CopyTally:
+        return CopyTally.merged(accs)
+
+    def extract_output(self, acc: CopyTally) -> CopyTally:
+        return acc
+
+
+def _kept_copy(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
+    """(sha256, CopyTally) -> the copy of this run kept, if one is."""
+    kept = keyed[1].kept(written, appending)
     if kept is not None:
         yield kept
-    for letter in dead:
-        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+
+
+def _choice_for_copies(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
+    """(sha256, CopyTally) -> (sha256, CopyChoice) when some copy of this run is rejected."""
+    sha256, tally = keyed
+    choice = tally.choice(written, appending)
+    if choice is not None and (tally.copies > 1 or choice.kept is None):
+        yield sha256, choice
+
+
+def _copy_ref(meta) -> tuple[str, str, str, str]:
+    """ImageMeta -> ``CopyRef`` as a plain tuple (encoded small, without pickling)."""
+    return tuple(CopyRef.of(meta))
+
+
+class _LetterCopiesFn(beam.DoFn):
+    """``CopyRef`` tuple -> its dead letter when another copy of its bytes stays (``copy_letter``)."""
+
+    def process(self, ref, choices):
+        ref = CopyRef(*ref)
+        for choice in choices[ref.sha256]:  # none: the image has one copy, kept
+            letter = copy_letter(ref, choice)
+            if letter is not None:
+                progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
+                yield letter
+
+    def finish_bundle(self):
+        progress.flush()  # a worker process may note nothing more after its last bundle here
 
 
 class _SplitNamesFn(beam.CombineFn):
@@ -149,8 +190,14 @@ class RejectDuplicateImages(beam.PTransform):
     writes no image to) keeps its place: every copy of this run is a
     ``cross_split_duplicate``. ``image/key/sha256`` is then unique in the
     whole shard set, so no image is in two splits.
-    Input: ``PCollection[ImageMeta]``. Output: outputs ``main`` (ImageMeta)
-    and ``DEAD_LETTERS`` (DeadLetter).
+
+    The copies are tallied per sha256 with a combine (``CopyTally``: the best
+    copy, counts), so no step holds the copies of one image, however many;
+    each copy's dead letter is then made where the copy is, from the choice
+    of its image (a side input read by key, holding images with copies to
+    reject only).
+    Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
+    ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter).
 
     Args:
         published: ``(sha256, PublishedCopy)`` of the output folder's published
@@ -174,20 +221,11 @@ class RejectDuplicateImages(beam.PTransform):
             keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
             if self._written is not None:
                 side = {"written": self._written}
-        return (keyed
-                | "GroupByContent" >> beam.GroupByKey()  # (sha256, [ImageMeta or PublishedCopy])
-                | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn(self._appending), **side).with_outputs(
-                    DEAD_LETTERS, main="main"))
-
-
-class _KeepOneCopyFn(beam.DoFn):
-    """``_keep_one_copy`` over every group; the copies it counts reach the progress report."""
-
-    def __init__(self, appending: bool = False) -> None:
-        self._appending = appending
-
-    def process(self, keyed, written=None):
-        yield from _keep_one_copy(keyed, written, self._appending)
-
-    def finish_bundle(self):
-        progress.flush()  # a worker process may note nothing more after its last bundle here
+        tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyCopiesFn())  # (sha256, CopyTally)
+        kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
+        choices = tallies | "ChooseAmongCopies" >> beam.FlatMap(
+            _choice_for_copies, appending=self._appending, **side)  # (sha256, CopyChoice)
+        dead = (metas
+                | "CopyRefs" >> beam.Map(_copy_ref)  # (sha256, path, relpath, split): what a letter needs
+                | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices)))
+        return {"main": kept, DEAD_LETTERS: dead}

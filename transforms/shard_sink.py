@@ -9,10 +9,14 @@ and makes the result visible in an order that never lets ``manifest.json``
 name a missing or partial file (``storage.publish.publish_shards``, where the
 steps are listed).
 
-Nothing the publish step holds grows with shards x labels: it iterates the
-written shards lazily (``AsIter``, without their label counts), keeps one
-small entry per shard and the splits' label totals, and copies the shard
-list from the staged parts line by line.
+Nothing the publish step holds grows with shards x labels or with dead
+letters: it iterates the written shards lazily (``AsIter``, without their
+label counts), keeps one small entry per shard and the splits' label totals,
+and copies the shard list from the staged parts line by line. The workers
+that reject inputs stage their dead letters in sorted parts
+(``StageDeadLetters``, fused into the rejecting step: no shuffle); the
+publish step gets the parts with their counts and merges them into
+``dead_letters.jsonl``.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import worker_threads
 from transforms.progress import counters as progress
-from transforms.shardset.dead_letters import too_many_rejected
+from transforms.shardset.dead_letters import PART_LETTERS, too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import ShardDone
 from transforms.shardset.staged import ShardResult, part_key, without_label_counts
+from transforms.storage.dead_letter_files import write_dead_letter_part
 from transforms.storage.publish import publish_shards
 from transforms.storage.publish_append import publish_append
 from transforms.plan_shards import LeadRecords
@@ -209,6 +215,30 @@ class WriteShards(beam.PTransform):
                                              beam.pvalue.AsList(self._totals), **side))
 
 
+class _StageDeadLettersFn(beam.DoFn):
+    """DeadLetter -> DeadLetterPart: each bundle's dead letters, staged in sorted parts of at most ``PART_LETTERS``."""
+
+    def __init__(self, output_dir: str, run_id: str) -> None:
+        self._output_dir = output_dir
+        self._run_id = run_id
+
+    def start_bundle(self):
+        self._letters = []
+
+    def process(self, letter):
+        self._letters.append(letter)
+        if len(self._letters) >= PART_LETTERS:
+            yield self._stage()
+
+    def finish_bundle(self):
+        if self._letters:
+            yield GlobalWindows.windowed_value(self._stage())
+
+    def _stage(self):
+        letters, self._letters = self._letters, []
+        return write_dead_letter_part(letters, self._output_dir, self._run_id)
+
+
 class _PublishFn(beam.DoFn):
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None,
@@ -220,15 +250,15 @@ class _PublishFn(beam.DoFn):
 
     def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=()):
         output_dir, compression, fields, max_bad, policy = self._args
-        dead_letters = [dead for found in dead_lists for dead in found]
+        dead_letters = [part for found in dead_lists for part in found]  # DeadLetterPart: a path and counts
         images = {} if self._image_counts is None else self._image_counts(
             tally for result in results for tally in result.tallies)  # AsIter: read again below
         fields = {**fields, "feature_spec": feature_spec, "images": images,
                   "object_labels": tuple(tuple(pair) for pair in object_labels)}
-        self._dead.inc(len(dead_letters))
         publish = publish_append if policy.append else publish_shards
         manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
                                   compression, fields, max_bad, policy, self._sidecar_files)
+        self._dead.inc(manifest.dead_letters)
         _LOG.info("published %d shards with %d records to %s", manifest.num_shards,
                   manifest.records, output_dir)
         yield manifest.to_dict()
@@ -240,8 +270,10 @@ class PublishShards(beam.PTransform):
     Applied to the pipeline (``p | PublishShards(...)``); every other input is
     a PCollection given to the constructor and read as a side input. The
     shard list's lines are staged in parts by the workers first
-    (``WriteShardListParts``); the publish step then sees the written shards
-    without their label counts, one at a time (``AsIter``).
+    (``WriteShardListParts``), and the dead letters in sorted parts
+    (``StageDeadLetters``); the publish step then sees the written shards
+    without their label counts, one at a time (``AsIter``), and the dead
+    letters' parts with their counts.
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
@@ -252,8 +284,8 @@ class PublishShards(beam.PTransform):
         policy: The run's id and how it treats what the folder already holds.
         results: ``PCollection[ShardResult]``.
         totals: ``PCollection[SplitTotals]``.
-        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (each
-            read as a side input of its own, so they need no flatten step).
+        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (none:
+            an empty tuple).
         labels: ``PCollection`` with one element, the class list (none: []).
         inputs: ``PCollection`` with one element, the number of inputs (none: 0).
         feature_spec: ``PCollection`` with one element, feature name -> kind
@@ -286,7 +318,9 @@ class PublishShards(beam.PTransform):
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
                  | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))
         light = results | "DropLabelCounts" >> beam.Map(without_label_counts)  # ShardResult
-        dead = dead if isinstance(dead, (tuple, list)) else (dead,)  # each its own side input: no flatten step
+        dead = dead if isinstance(dead, (tuple, list)) else (dead,)
+        dead_parts = [found | f"StageDeadLetters{i}" >> beam.ParDo(_StageDeadLettersFn(output_dir, run_id))
+                      for i, found in enumerate(dead)]  # DeadLetterPart, in the steps that reject
         side = {} if self._object_labels is None else {
             "object_labels": AsSingleton(self._object_labels, default_value=())}
         return (pbegin
@@ -295,4 +329,4 @@ class PublishShards(beam.PTransform):
                                           AsList(totals), AsSingleton(labels, default_value=[]),
                                           AsSingleton(inputs, default_value=0),
                                           AsSingleton(spec, default_value={}),
-                                          *[AsList(found) for found in dead], **side))
+                                          *[AsList(found) for found in dead_parts], **side))

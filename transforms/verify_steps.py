@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -35,7 +35,7 @@ from transforms.storage.writing import write_file
 from transforms.verify.checks import (Problem, Report, check_record, labels_problems, listing_problems,
                                       shard_label_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, preview_sample, render_preview
-from transforms.verify.ranges import RangeTally, ShardFile, group_parts, group_problems
+from transforms.verify.ranges import KEY_BUCKETS, RangeTally, ShardFile, group_parts, group_problems
 
 __all__ = ["ReadManifest", "CheckRecords", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST",
            "SHARDS", "PROBLEMS", "SAMPLES"]
@@ -195,9 +195,10 @@ class CheckAcrossRanges(beam.PTransform):
     Input ``RangeTally``; output ``Problem``. A shard's counts are added up
     over its ranges and compared with its manifest entry (which the tally of
     its range at byte 0 holds). Every ``image/key/sha256`` seen twice, within
-    a split or across splits, is a problem: the keys are dealt into
-    ``ranges.KEY_BUCKETS`` buckets by a hash of the key, one element per range
-    and bucket, and each bucket is searched for repeats on its own. Both
+    a split or across splits, is a problem: the keys are dealt into buckets
+    by a hash of the key (``ranges.key_bucket_count`` for the records: about
+    ``ranges.BUCKET_KEYS`` keys a bucket at most), one element per range and
+    bucket, and each bucket is searched for repeats on its own. Both
     checks share one ``GroupByKey``, keyed ``(SHARD_GROUP, path)`` and
     ``(KEY_GROUP, bucket)`` (``ranges.group_parts``), so no step holds the
     whole manifest or every key.
@@ -205,15 +206,19 @@ class CheckAcrossRanges(beam.PTransform):
     Args:
         compare_counts: Compare each shard's counts with its manifest entry
             (a shard set); without, only repeated keys are looked for.
+        buckets: Buckets for the keys: a number, or a singleton side input
+            of one (from the manifest's record count).
     """
 
-    def __init__(self, compare_counts: bool = True) -> None:
+    def __init__(self, compare_counts: bool = True, buckets: Any = KEY_BUCKETS) -> None:
         super().__init__()
         self._compare_counts = compare_counts
+        self._buckets = buckets
 
     def expand(self, tallies):
         return (tallies
-                | "Parts" >> beam.FlatMap(group_parts, self._compare_counts)  # ((kind, group), part)
+                | "Parts" >> beam.FlatMap(group_parts, self._compare_counts,
+                                          self._buckets)  # ((kind, group), part)
                 | "Group" >> beam.GroupByKey()  # ((kind, group), [part])
                 | "Check" >> beam.FlatMapTuple(group_problems))
 

@@ -8,36 +8,48 @@
   the others are ``duplicate_image`` (same split) or ``cross_split_duplicate``
   dead letters. A copy already published in a split the run keeps wins over
   every copy of the run (``copy_choice``).
+
+A build decides among the copies of an image without holding them: a
+``CopyTally`` (the best copy so far, the copies counted, the splits it is
+published in) is added to and merged copy by copy (a combine), its
+``CopyChoice`` says which copy stays, and each copy's dead letter is then
+made from the choice alone (``copy_letter``). ``copy_choice`` is the same
+rule over a list.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
-from transforms.shardset.dead_letters import DeadLetter
+from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter, in_appended_set
 from transforms.shardset.planning import split_rank
 
-__all__ = ["NAMED_DUPLICATES", "IN_APPENDED_SET", "PublishedCopy", "same_path_choice", "copy_choice",
-           "in_appended_set"]
+__all__ = ["NAMED_DUPLICATES", "IN_APPENDED_SET", "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice",
+           "same_path_choice", "copy_choice", "copy_letter", "in_appended_set"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
-
-
-# What the duplicate_image dead letter of an image already in the set a run appends to says.
-IN_APPENDED_SET = "of the set this run appends to"
-
-
-def in_appended_set(letter: DeadLetter) -> bool:
-    """True for the dead letter of an input already in the set a run appends to (not a bad input)."""
-    return letter.reason == "duplicate_image" and letter.error.endswith(IN_APPENDED_SET)
 
 
 class PublishedCopy(NamedTuple):
     """An image already published in a split of the output folder, keyed by its sha256."""
 
     split: str
+
+
+class CopyRef(NamedTuple):
+    """What a copy's dead letter needs of its ImageMeta (a plain tuple on the wire: small, no pickling)."""
+
+    sha256: str
+    path: str
+    relpath: str
+    split: str
+
+    @classmethod
+    def of(cls, meta: ImageMeta) -> "CopyRef":
+        return cls(meta.sha256, meta.source.path, meta.source.relpath, meta.source.split)
 
 
 def _split_named(split: str) -> str:
@@ -85,6 +97,105 @@ def _copy_rank(meta: ImageMeta) -> tuple:
     return (split_rank(meta.source.split), meta.source.relpath, meta.source.path)
 
 
+@dataclass(frozen=True)
+class CopyChoice:
+    """Which copy of an image's bytes stays: enough to write every other copy's dead letter.
+
+    Attributes:
+        kept: ``_copy_rank`` of the copy kept (split rank, relative path, path), or
+            None when a published copy stays.
+        split: The split of the copy kept, or the first kept split that has the
+            image published (``kept`` None).
+        relpath: The relative path of the copy kept ('' for a published one).
+        appended: The published copy that stays is in the set this run appends to.
+    """
+
+    kept: tuple | None
+    split: str
+    relpath: str
+    appended: bool = False
+
+
+@dataclass(frozen=True)
+class CopyTally:
+    """The copies of one image's bytes, seen so far: the best, how many, where published.
+
+    Attributes:
+        best: The copy of this run that ranks first (``_copy_rank``), or None.
+        copies: Copies of this run seen.
+        published: Splits of the output folder that already have the image.
+    """
+
+    best: ImageMeta | None = None
+    copies: int = 0
+    published: frozenset = frozenset()
+
+    def add(self, value: ImageMeta | PublishedCopy) -> "CopyTally":
+        """The tally with one more copy (of this run, or published)."""
+        if isinstance(value, PublishedCopy):
+            return CopyTally(self.best, self.copies, self.published | {value.split})
+        best = value if self.best is None or _copy_rank(value) < _copy_rank(self.best) else self.best
+        return CopyTally(best, self.copies + 1, self.published)
+
+    @classmethod
+    def merged(cls, tallies: Iterable["CopyTally"]) -> "CopyTally":
+        """One tally of the copies of several."""
+        best, copies, published = None, 0, frozenset()
+        for tally in tallies:
+            if tally.best is not None and (best is None or _copy_rank(tally.best) < _copy_rank(best)):
+                best = tally.best
+            copies += tally.copies
+            published |= tally.published
+        return cls(best, copies, published)
+
+    def choice(self, written: Sequence[str] | None = None, appending: bool = False) -> CopyChoice | None:
+        """Which copy stays (None: no copy of this run).
+
+        A copy published in a split this run does not write (``written``: the
+        splits this run has images in), which publishing keeps, wins over
+        every copy of this run. Appending (``appending``), a published copy in
+        any split wins.
+        """
+        if self.best is None:
+            return None
+        if appending and self.published:
+            return CopyChoice(None, sorted(self.published, key=split_rank)[0], "", appended=True)
+        kept_splits = sorted(self.published - set(written or ()))
+        if kept_splits:
+            return CopyChoice(None, kept_splits[0], "")
+        return CopyChoice(_copy_rank(self.best), self.best.source.split, self.best.source.relpath)
+
+    def kept(self, written: Sequence[str] | None = None, appending: bool = False) -> ImageMeta | None:
+        """The copy of this run that stays, or None."""
+        choice = self.choice(written, appending)
+        return self.best if choice is not None and choice.kept is not None else None
+
+
+def copy_letter(copy: ImageMeta | CopyRef, choice: CopyChoice) -> DeadLetter | None:
+    """The dead letter of one copy of an image, given which copy stays; None for the copy kept."""
+    meta = copy if isinstance(copy, CopyRef) else CopyRef.of(copy)
+    if choice.appended:
+        return DeadLetter(meta.path, "duplicate_image", f"same bytes (sha256 {meta.sha256[:16]}...) as an image "
+                          f"already in split {choice.split!r} " + IN_APPENDED_SET)
+    if choice.kept is None:
+        return DeadLetter(
+            meta.path, "cross_split_duplicate",
+            f"same bytes (sha256 {meta.sha256[:16]}...) as an image already published in split "
+            f"{choice.split!r} of the output folder, which this run keeps; this copy is in split "
+            f"{meta.split!r}, and an image belongs to one split only (rebuild both splits "
+            "together, or pass --drop_other_splits)")
+    if (split_rank(meta.split), meta.relpath, meta.path) == choice.kept:
+        return None
+    same = f"same bytes (sha256 {meta.sha256[:16]}...) as {choice.relpath!r}"
+    if meta.split == choice.split:
+        return DeadLetter(meta.path, "duplicate_image", f"{same} in split {meta.split!r}")
+    return DeadLetter(
+        meta.path, "cross_split_duplicate",
+        f"{same}: this copy is in split {meta.split!r}, that one in split "
+        f"{choice.split!r}; an image belongs to one split only, and "
+        f"{choice.split!r} keeps it (test, validation, val, other splits, train)")
+
+
 def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
                 written: Sequence[str] | None = None,
                 appending: bool = False) -> tuple[ImageMeta | None, list[DeadLetter]]:
@@ -96,39 +207,13 @@ def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
     Appending (``appending``), a published copy in any split wins: every copy
     of this run is a ``duplicate_image`` dead letter.
     """
-    metas, published = [], set()
+    values = list(values)
+    tally = CopyTally()
     for value in values:
-        if isinstance(value, PublishedCopy):
-            published.add(value.split)
-        else:
-            metas.append(value)
-    if not metas:
+        tally = tally.add(value)
+    choice = tally.choice(written, appending)
+    if choice is None:
         return None, []
-    if appending and published:
-        where = sorted(published, key=split_rank)[0]
-        return None, [DeadLetter(
-            meta.source.path, "duplicate_image",
-            f"same bytes (sha256 {meta.sha256[:16]}...) as an image already in split {where!r} "
-            + IN_APPENDED_SET) for meta in metas]
-    kept_splits = sorted(published - set(written or ()))
-    if kept_splits:
-        return None, [DeadLetter(
-            meta.source.path, "cross_split_duplicate",
-            f"same bytes (sha256 {meta.sha256[:16]}...) as an image already published in split "
-            f"{kept_splits[0]!r} of the output folder, which this run keeps; this copy is in split "
-            f"{meta.source.split!r}, and an image belongs to one split only (rebuild both splits "
-            "together, or pass --drop_other_splits)") for meta in metas]
-    metas.sort(key=_copy_rank)
-    kept = metas[0]
-    dead = []
-    for meta in metas[1:]:
-        same = f"same bytes (sha256 {meta.sha256[:16]}...) as {kept.source.relpath!r}"
-        if meta.source.split == kept.source.split:
-            dead.append(DeadLetter(meta.source.path, "duplicate_image", f"{same} in split {meta.source.split!r}"))
-        else:
-            dead.append(DeadLetter(
-                meta.source.path, "cross_split_duplicate",
-                f"{same}: this copy is in split {meta.source.split!r}, that one in split "
-                f"{kept.source.split!r}; an image belongs to one split only, and "
-                f"{kept.source.split!r} keeps it (test, validation, val, other splits, train)"))
-    return kept, dead
+    metas = sorted((v for v in values if not isinstance(v, PublishedCopy)), key=_copy_rank)
+    dead = [letter for letter in (copy_letter(meta, choice) for meta in metas) if letter is not None]
+    return tally.kept(written, appending), dead

@@ -8,14 +8,22 @@ reads it). Images carry no image-level label (``image/class/label`` is an
 empty list). The file's ``categories`` are listed first, as one
 ``ObjectClasses``: with ``coco_ids="keep"`` each keeps its COCO ``id`` (1 or
 more) as the class id records carry and ``label_map.pbtxt`` lists.
+
+A file is read as a stream (``coco_items``): the entries of its ``images``,
+``annotations`` and ``categories`` lists come one at a time, each decoded on
+its own, so what is held is one entry and a read buffer, whatever the file's
+size. A build then groups each image with its annotations by image id
+(``coco_key``) and resolves each group (``coco_image_entries``);
+``coco_entries`` does the same in memory, for one small file.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import posixpath
 import re
-from typing import Iterator
+from typing import IO, Any, Iterable, Iterator, Mapping
 
 from transforms.errors import ManifestError, PlanError
 from transforms.images.inputs import LabelRules, check_label
@@ -26,21 +34,22 @@ from transforms.images.objects import BoxError, SourceBox
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
-__all__ = ["is_coco_path", "coco_entries"]
+__all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
+           "image_key_of", "coco_entries"]
 
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+# The top-level lists of a COCO file that are read; other keys' values are read and dropped.
+COCO_LISTS = ("images", "annotations", "categories")
+# Characters read at a time, and the most one entry of the file may hold.
+_CHUNK = 1 << 20
+_MAX_ENTRY = 64 << 20
 
 
 def is_coco_path(path: str) -> bool:
     """True if an ``--input`` names a COCO annotation file (``.json``)."""
     return path.lower().endswith(".json")
-
-
-def _list(obj: dict, key: str, where: str) -> list:
-    value = obj.get(key, [] if key == "annotations" else None)
-    if not isinstance(value, list):
-        raise ManifestError(f"{where}: {key!r} is not a list; not a COCO annotation file")
-    return value
 
 
 def _box(ann: dict, category: str) -> SourceBox:
@@ -57,6 +66,124 @@ def _box(ann: dict, category: str) -> SourceBox:
         raise BoxError(f"annotation {ann.get('id')!r}: area {area!r} is not a number")
     return SourceBox(x, y, x + w, y + h, category, area=None if area is None else float(area),
                      is_crowd=int(crowd))
+
+
+class _JsonStream:
+    """Text of a JSON file read as it is needed, with the values at its position decoded one at a time."""
+
+    def __init__(self, fh: IO[bytes], where: str) -> None:
+        self._fh = fh
+        self._where = where
+        self._decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="surrogateescape")
+        self._buf = ""
+        self._pos = 0
+        self._base = 0  # characters dropped before the buffer
+        self._eof = False
+
+    def _more(self) -> bool:
+        """Reads on; False at the end of the file."""
+        if self._eof:
+            return False
+        data = self._fh.read(_CHUNK)
+        self._eof = not data
+        self._base += self._pos
+        self._buf = self._buf[self._pos:] + self._decoder.decode(data, final=self._eof)
+        self._pos = 0
+        return True
+
+    def error(self, what: str) -> ManifestError:
+        return ManifestError(f"{self._where}: not valid JSON: {what} (character {self._base + self._pos})")
+
+    def peek(self) -> str:
+        """The next character after white space ('' at the end), not consumed."""
+        while True:
+            self._pos = _SPACE.match(self._buf, self._pos).end()
+            if self._pos < len(self._buf) or not self._more():
+                return self._buf[self._pos:self._pos + 1]
+
+    def take(self, char: str) -> None:
+        """Consumes ``char``, the next character after white space."""
+        if self.peek() != char:
+            raise self.error(f"expected {char!r}")
+        self._pos += 1
+
+    def value(self) -> Any:
+        """Decodes the JSON value at the position (after white space)."""
+        self.peek()
+        while True:
+            try:
+                obj, end = _DECODER.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as err:
+                if self._eof:
+                    raise ManifestError(f"{self._where}: not valid JSON: {err.msg} "
+                                        f"(character {self._base + err.pos})") from err
+                if len(self._buf) - self._pos > _MAX_ENTRY:
+                    raise self.error(f"an entry longer than {_MAX_ENTRY} characters") from err
+                self._more()
+                continue
+            except RecursionError as err:
+                raise self.error("nested too deeply") from err
+            if end == len(self._buf) and self._more():  # a number may go on in the next chunk
+                continue
+            self._pos = end
+            return obj
+
+
+def coco_items(fh: IO[bytes], where: str) -> Iterator[tuple[str, int, Any]]:
+    """The entries of a COCO file's lists, read as a stream: ``(list name, index, entry)``.
+
+    ``list name`` is one of ``COCO_LISTS``; the values of other keys are read
+    and dropped. A missing ``annotations`` list is an empty one.
+
+    Raises:
+        ManifestError: The file is not JSON, not an object, or ``images`` or
+            ``categories`` is missing or not a list.
+    """
+    stream = _JsonStream(fh, where)
+    if stream.peek() != "{":
+        if stream.peek() == "":
+            raise ManifestError(f"{where}: not valid JSON: the file is empty")
+        stream.value()  # valid JSON, or the error saying where it is not
+        raise ManifestError(f"{where}: not a JSON object; not a COCO annotation file")
+    stream.take("{")
+    seen = set()
+    while stream.peek() != "}":
+        if seen or stream.peek() == ",":
+            stream.take(",")
+        if stream.peek() != '"':
+            raise stream.error("expected a key")
+        key = stream.value()
+        seen.add(key)
+        stream.take(":")
+        if key not in COCO_LISTS:
+            stream.value()
+            continue
+        if stream.peek() != "[":
+            stream.value()
+            raise ManifestError(f"{where}: {key!r} is not a list; not a COCO annotation file")
+        stream.take("[")
+        index = 0
+        while stream.peek() != "]":
+            if index:
+                stream.take(",")
+            yield key, index, stream.value()
+            index += 1
+        stream.take("]")
+    stream.take("}")
+    if stream.peek() != "":
+        raise stream.error("extra data after the object")
+    for key in ("images", "categories"):
+        if key not in seen:
+            raise ManifestError(f"{where}: {key!r} is not a list; not a COCO annotation file")
+
+
+def coco_key(value: Any) -> str:
+    """An image id as a key (``1``, ``1.0`` and ``true`` are one id, as Python compares them)."""
+    if isinstance(value, bool):
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value, sort_keys=True)
 
 
 def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
@@ -85,55 +212,52 @@ def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
     return ObjectClasses(where, tuple(classes))
 
 
-def coco_entries(text: str, annotations_path: str, image_root: str | None,
-                 rules: LabelRules, coco_ids: str = "keep") -> Iterator[SourceImage | DeadLetter | ObjectClasses]:
-    """Resolves every image of a COCO annotation file.
+def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tuple[ObjectClasses, dict[str, str]]:
+    """A file's categories: its ``ObjectClasses``, and ``coco_key(category id)`` -> name.
+
+    Raises:
+        ManifestError: A category has no name, a name or id is given twice, or
+            a kept id is below 1.
+    """
+    categories = list(categories)
+    declared = _categories(categories, coco_ids, where)
+    return declared, {coco_key(cat.get("id")): cat["name"] for cat in categories}
+
+
+def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[tuple[int, Any]],
+                       names: Mapping[str, str], annotations_path: str, image_root: str | None,
+                       rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
+    """The inputs of the images of one image id and the annotations naming that id.
 
     Args:
-        text: The file's content.
-        annotations_path: Its path or URI (for resolving and for errors).
+        images: ``(index in images, entry)`` of the images with this id.
+        annotations: ``(index in annotations, entry)`` of the annotations naming it.
+        names: ``coco_categories``' names of the file.
+        annotations_path: The file's path or URI (for resolving and for errors).
         image_root: Folder the ``file_name``s are relative to; None for the
             annotation file's own folder.
         rules: Labelling rules (the split of every image).
-        coco_ids: ``keep`` the categories' ids, or ``renumber`` the classes.
 
     Yields:
-        The file's ``ObjectClasses`` (not an input); a ``SourceImage`` per
-        image; a ``DeadLetter`` (``bad_box``) per image with an unusable
-        annotation, ``bad_manifest_row`` per unusable image entry or
-        annotation naming no known image.
-
-    Raises:
-        ManifestError: The file is not COCO JSON at all, or its categories
-            cannot name classes (no name, a name or id twice, a kept id below 1).
+        A ``SourceImage`` per image; a ``DeadLetter`` (``bad_box``) per image
+        with an unusable annotation, ``bad_manifest_row`` per unusable image
+        entry, and per annotation when no image has its id.
     """
     where = annotations_path
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as err:
-        raise ManifestError(f"{where}: not valid JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise ManifestError(f"{where}: not a JSON object; not a COCO annotation file")
-    images, annotations, categories = (_list(data, k, where) for k in ("images", "annotations", "categories"))
-    declared = _categories(categories, coco_ids, where)
-    names = {cat.get("id"): cat["name"] for cat in categories}
-    by_image: dict[object, list] = {}
-    image_ids = {img.get("id") for img in images if isinstance(img, dict)}
-    for number, ann in enumerate(annotations):
-        image_id = ann.get("image_id") if isinstance(ann, dict) else None
-        if image_id not in image_ids:
+    images, annotations = sorted(images, key=lambda i: i[0]), sorted(annotations, key=lambda a: a[0])
+    if not images:
+        for number, ann in annotations:
+            image_id = ann.get("image_id") if isinstance(ann, dict) else None
             yield DeadLetter(f"{where}:annotations[{number}]", "bad_manifest_row",
                              f"annotation names image_id {image_id!r}, which is not in images")
-            continue
-        by_image.setdefault(image_id, []).append(ann)
+        return
     folder = image_root.rstrip("/") if image_root else (
         annotations_path.rsplit("/", 1)[0] if "/" in annotations_path else ".")
     try:
         check_split_name(rules.split)
     except PlanError as err:
         raise ManifestError(str(err)) from err
-    yield declared
-    for number, img in enumerate(images):
+    for number, img in images:
         entry = f"{where}:images[{number}]"
         name = img.get("file_name") if isinstance(img, dict) else None
         if not isinstance(name, str) or not name.strip():
@@ -146,8 +270,8 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
             full = join_path(folder, relative)
         try:
             boxes = []
-            for ann in by_image.get(img.get("id"), []):
-                category = names.get(ann.get("category_id"))
+            for _, ann in annotations:
+                category = names.get(coco_key(ann.get("category_id")))
                 if category is None:
                     raise BoxError(f"annotation {ann.get('id')!r}: category_id "
                                    f"{ann.get('category_id')!r} is not in categories")
@@ -159,3 +283,45 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
         yield SourceImage(path=full, relpath=relative, split=rules.unsplit(), label="",
                           labels=(), objects=tuple(boxes),
                           features=((SOURCE_ID, "bytes", ("" if source_id is None else str(source_id),)),))
+
+
+def image_key_of(kind: str, entry: Any) -> str:
+    """The ``coco_key`` an entry of ``images`` or ``annotations`` is grouped by."""
+    if not isinstance(entry, dict):  # an image without file_name, or an annotation of no image
+        return coco_key([kind, "not an object"])
+    return coco_key(entry.get("id") if kind == "images" else entry.get("image_id"))
+
+
+def coco_entries(text: str, annotations_path: str, image_root: str | None,
+                 rules: LabelRules, coco_ids: str = "keep") -> Iterator[SourceImage | DeadLetter | ObjectClasses]:
+    """Resolves every image of a COCO annotation file held in memory (``coco_image_entries``, grouped here).
+
+    Args:
+        text: The file's content.
+        annotations_path: Its path or URI (for resolving and for errors).
+        image_root: Folder the ``file_name``s are relative to; None for the
+            annotation file's own folder.
+        rules: Labelling rules (the split of every image).
+        coco_ids: ``keep`` the categories' ids, or ``renumber`` the classes.
+
+    Yields:
+        The file's ``ObjectClasses`` (not an input), then as
+        ``coco_image_entries``, group by group.
+
+    Raises:
+        ManifestError: The file is not COCO JSON at all, or its categories
+            cannot name classes (no name, a name or id twice, a kept id below 1).
+    """
+    import io
+
+    groups: dict[str, tuple[list, list]] = {}
+    categories = []
+    for kind, index, entry in coco_items(io.BytesIO(text.encode("utf-8", "surrogateescape")), annotations_path):
+        if kind == "categories":
+            categories.append(entry)
+        else:
+            groups.setdefault(image_key_of(kind, entry), ([], []))[kind == "annotations"].append((index, entry))
+    declared, names = coco_categories(categories, coco_ids, annotations_path)
+    yield declared
+    for images, naming in groups.values():
+        yield from coco_image_entries(images, naming, names, annotations_path, image_root, rules)

@@ -1,17 +1,34 @@
-"""Dead letters: the inputs a job rejected, each with its reason, in ``dead_letters.jsonl``."""
+"""Dead letters: the inputs a job rejected, each with its reason, in ``dead_letters.jsonl``.
+
+A run's dead letters are never held in one place: each worker stages the
+ones it makes in sorted parts of at most ``PART_LETTERS``, each with a small
+``RejectionSummary`` (its count, count per reason, a few examples), and
+publishing merges the sorted parts into ``dead_letters.jsonl``, ordered by
+``(path, reason, error)`` however they were cut into parts
+(``merge_sorted_lines``), while the refusal checks use the merged summaries.
+"""
 
 from __future__ import annotations
 
 import collections
+import heapq
 import json
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-__all__ = ["DEAD_LETTERS", "DeadLetter", "too_many_rejected", "rejection_details", "rejection_problem"]
+__all__ = ["DEAD_LETTERS", "DeadLetter", "PART_LETTERS", "EXAMPLES", "IN_APPENDED_SET", "in_appended_set", "RejectionSummary", "DeadLetterPart",
+           "letter_order", "line_order", "merge_sorted_lines", "too_many_rejected",
+           "rejection_details", "rejection_problem"]
 
 # The tag of the output of rejected inputs (``DeadLetter``) of every step that rejects some;
 # their main outputs are "main".
 DEAD_LETTERS = "dead_letters"
+# Most dead letters in one staged part (a worker holds and sorts up to this many).
+PART_LETTERS = 50_000
+# Examples a refusal names (``rejection_details``).
+EXAMPLES = 3
+# What the duplicate_image dead letter of an image already in the set a run appends to says.
+IN_APPENDED_SET = "of the set this run appends to"
 
 
 @dataclass(frozen=True)
@@ -26,51 +43,151 @@ class DeadLetter:
         return json.dumps({"path": self.path, "reason": self.reason, "error": self.error},
                           ensure_ascii=False, sort_keys=True)
 
+    @classmethod
+    def from_json(cls, line: bytes | str) -> "DeadLetter":
+        """The dead letter of one line of ``dead_letters.jsonl`` (``to_json``)."""
+        obj = json.loads(line)
+        return cls(obj["path"], obj["reason"], obj["error"])
+
+
+def in_appended_set(letter: DeadLetter) -> bool:
+    """True for the dead letter of an input already in the set a run appends to (not a bad input)."""
+    return letter.reason == "duplicate_image" and letter.error.endswith(IN_APPENDED_SET)
+
+
+def letter_order(letter: DeadLetter) -> tuple[str, str, str]:
+    """The order of ``dead_letters.jsonl``: path, reason, error."""
+    return (letter.path, letter.reason, letter.error)
+
+
+def line_order(line: bytes) -> tuple[str, str, str]:
+    """``letter_order`` of a line of ``dead_letters.jsonl``."""
+    return letter_order(DeadLetter.from_json(line))
+
+
+@dataclass(frozen=True)
+class RejectionSummary:
+    """What the refusal checks need of a set of dead letters, whatever their number.
+
+    Attributes:
+        count: Dead letters.
+        by_reason: ``(reason, count)``, by reason.
+        firsts: The first dead letter (``letter_order``) of each reason, by reason.
+        earliest: The first ``2 * EXAMPLES`` dead letters (``letter_order``).
+    """
+
+    count: int = 0
+    by_reason: tuple[tuple[str, int], ...] = ()
+    firsts: tuple[DeadLetter, ...] = ()
+    earliest: tuple[DeadLetter, ...] = ()
+
+    @classmethod
+    def of(cls, letters: Iterable[DeadLetter]) -> "RejectionSummary":
+        """The summary of some dead letters, read once."""
+        counts: collections.Counter = collections.Counter()
+        firsts: dict[str, DeadLetter] = {}
+        earliest: list[DeadLetter] = []
+        keep = 2 * EXAMPLES
+        for letter in letters:
+            counts[letter.reason] += 1
+            first = firsts.get(letter.reason)
+            if first is None or letter_order(letter) < letter_order(first):
+                firsts[letter.reason] = letter
+            earliest.append(letter)
+            if len(earliest) > 16 * keep:  # trimmed now and then: a few letters are held
+                earliest = sorted(earliest, key=letter_order)[:keep]
+        return cls(sum(counts.values()), tuple(sorted(counts.items())),
+                   tuple(firsts[r] for r in sorted(firsts)),
+                   tuple(sorted(earliest, key=letter_order)[:keep]))
+
+    @classmethod
+    def merged(cls, summaries: Iterable["RejectionSummary"]) -> "RejectionSummary":
+        """One summary of the dead letters of several."""
+        summaries = list(summaries)
+        counts: collections.Counter = collections.Counter()
+        for summary in summaries:
+            counts.update(dict(summary.by_reason))
+        # Each summary's letters, once each: its earliest and those of its firsts not among them.
+        picked = cls.of(letter for s in summaries
+                        for letter in (*s.earliest, *(f for f in s.firsts if f not in s.earliest)))
+        return cls(sum(s.count for s in summaries), tuple(sorted(counts.items())), picked.firsts,
+                   picked.earliest)
+
+
+@dataclass(frozen=True)
+class DeadLetterPart:
+    """Up to ``PART_LETTERS`` dead letters, sorted (``letter_order``) and staged by a worker.
+
+    Attributes:
+        path: The staged file: one ``to_json`` line per dead letter, in order.
+        summary: Its count, count per reason and examples.
+        bad: The same of those that are bad inputs: all but the inputs already
+            in the set a run appends to (``in_appended_set``).
+    """
+
+    path: str
+    summary: RejectionSummary
+    bad: RejectionSummary | None = None
+
+
+def merge_sorted_lines(streams: Sequence[Iterator[bytes]],
+                       key: Callable[[bytes], tuple] = line_order) -> Iterator[bytes]:
+    """The lines of sorted streams, in one sorted stream (holding one line of each)."""
+    return heapq.merge(*streams, key=key)
+
 
 def too_many_rejected(rejected: int, inputs: int, max_bad_fraction: float | None) -> bool:
     """True if more than ``max_bad_fraction`` of the inputs were rejected (``--max_bad_fraction``; None: no limit)."""
     return max_bad_fraction is not None and rejected > max_bad_fraction * inputs
 
 
-def rejection_details(dead_letters: Sequence[DeadLetter], examples: int = 3) -> list[str]:
+def _summary(dead: RejectionSummary | Sequence[DeadLetter]) -> RejectionSummary:
+    return dead if isinstance(dead, RejectionSummary) else RejectionSummary.of(dead)
+
+
+def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter], examples: int = EXAMPLES) -> list[str]:
     """Lines saying why inputs were rejected: the count per reason, then a few examples.
 
     The examples are the first dead letter (by path) of each of the most
-    frequent reasons, then further ones, up to ``examples`` lines.
+    frequent reasons, then further ones, up to ``examples`` lines (at most
+    ``EXAMPLES`` from a summary).
     """
-    counts = collections.Counter(d.reason for d in dead_letters)
+    summary = _summary(dead_letters)
+    counts = dict(summary.by_reason)
     ranked = sorted(counts, key=lambda r: (-counts[r], r))
     lines = ["  rejected by reason: " + ", ".join(f"{r} {counts[r]}" for r in ranked)]
-    ordered = sorted(dead_letters, key=lambda d: d.path)
-    firsts = [next(d for d in ordered if d.reason == r) for r in ranked]
-    chosen = (firsts + [d for d in ordered if d not in firsts])[:examples]
+    first_of = {d.reason: d for d in summary.firsts}
+    firsts = [first_of[r] for r in ranked]
+    chosen = (firsts + [d for d in summary.earliest if d not in firsts])[:examples]
     lines += [f"  e.g. {d.path}: {d.reason}: {d.error}" for d in chosen]
     return lines
 
 
-def rejection_problem(inputs: int, written: int, dead: Sequence[DeadLetter], dead_path: str,
+def rejection_problem(inputs: int, written: int, dead: RejectionSummary | Sequence[DeadLetter], dead_path: str,
                       max_bad_fraction: float | None) -> str | None:
     """Why a run's shards may not be published, from its counts of inputs and rejections; or None.
 
     Args:
         inputs: Inputs the run listed.
         written: Records its shards hold.
-        dead: Its dead letters.
+        dead: Its dead letters, or their summary.
         dead_path: Where they are written (named in the refusal).
         max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
     """
+    summary = _summary(dead)
+    rejected = summary.count
     if inputs == 0:
         return "no input files or rows were found; check --input"
-    if len(dead) >= inputs:
+    if rejected >= inputs:
         return (f"no record could be written: all {inputs} inputs were rejected; nothing was "
                 f"published; every rejected input is in {dead_path}")
-    if too_many_rejected(len(dead), inputs, max_bad_fraction):  # shards may not have been written
+    if too_many_rejected(rejected, inputs, max_bad_fraction):  # shards may not have been written
         return "\n".join([
-            f"{len(dead)} of {inputs} inputs ({100.0 * len(dead) / inputs:.1f}%) were "
+            f"{rejected} of {inputs} inputs ({100.0 * rejected / inputs:.1f}%) were "
             f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "
             f"published; every rejected input is in {dead_path}",
-            *rejection_details(dead)])
-    if written + len(dead) != inputs:
-        return (f"{inputs} inputs but {written} records written and {len(dead)} "
+            *rejection_details(summary)])
+    if written + rejected != inputs:
+        return (f"{inputs} inputs but {written} records written and {rejected} "
                 "dead letters; refusing to publish an incomplete set")
     return None

@@ -7,7 +7,9 @@ never lets ``manifest.json`` name a missing or partial file:
 0. check that the folder's lock still holds this run, and that the splits of
    the previous manifest this run does not write (kept splits) are still as
    listed; refuse otherwise, having changed nothing;
-1. write ``dead_letters.jsonl``; refuse to publish if too many inputs were bad;
+1. write ``dead_letters.jsonl`` (merged from the sorted parts the workers
+   staged: ``dead_letter_files.write_dead_letters``); refuse to publish if
+   too many inputs were bad (from the parts' counts);
 2. write the journal (``.publishing.json``: every file the tool owns in the
    folder, old and new), then delete the old ``manifest.json`` (from here on,
    no manifest is present, and the journal says which files are the tool's);
@@ -22,10 +24,11 @@ never lets ``manifest.json`` name a missing or partial file:
    ``manifest.json`` (new splits and kept ones; it names ``shards.jsonl`` with
    its sha256), delete the journal and clear the staging folder.
 
-Nothing it holds grows with shards x labels: it iterates the written shards
-lazily (without their label counts), keeps one small entry per shard and the
-splits' label totals, and copies the shard list from the staged parts line
-by line.
+Nothing it holds grows with shards x labels or with dead letters: it iterates
+the written shards lazily (without their label counts), keeps one small entry
+per shard and the splits' label totals, copies the shard list from the staged
+parts line by line, and is given the dead letters as staged parts with their
+counts.
 
 Every file is written under a temporary name in the run's staging folder
 (``.staging/<run id>/``) and then renamed into place, so a crash leaves no
@@ -42,7 +45,7 @@ import logging
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from transforms.errors import PublishError, UsageError
-from transforms.shardset.dead_letters import DeadLetter, rejection_problem
+from transforms.shardset.dead_letters import DeadLetterPart, rejection_problem
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
                                           SplitCounts, SplitEntry)
 from transforms.shardset.naming import join_path
@@ -51,6 +54,7 @@ from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy,
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
 from transforms.shardset.staged import ShardListPart, ShardResult, StagedShard, parts_problem
+from transforms.storage.dead_letter_files import write_dead_letters
 from transforms.storage.files import sha256_of
 from transforms.storage.folders import delete_empty_folder, delete_if_exists, delete_tree, make_folder, move_all
 from transforms.storage.lock import check_lock
@@ -92,7 +96,7 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compress
 
 
 def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
-                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetter],
+                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
                    policy: PublishPolicy,
@@ -106,7 +110,9 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         parts: The staged parts of the shard list (``write_shard_list_part``)
             covering every written shard.
         totals: The plan of every split (for shard counts; empty shards are created).
-        dead_letters: Every rejected input.
+        dead_letters: The staged parts of the dead letters
+            (``dead_letter_files.write_dead_letter_part``), every rejected input
+            in one of them.
         labels: Class names in index order.
         inputs: Number of inputs (records written + dead letters must equal it).
         compression: Shard compression.
@@ -162,9 +168,8 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
     staged: dict[tuple[str, int], StagedShard] = {}
     for result in results:  # one pass; only shards x small is kept
         staged[(result.split, result.index)] = StagedShard.of(result)
-    dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
+    dead = write_dead_letters(output_dir, staging, dead_letters)  # their summary: counts, a few examples
     dead_path = join_path(output_dir, DEAD_LETTERS_NAME)
-    write_atomic(dead_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"), staging)
     written = sum(s.records for s in staged.values())
     refusal = (rejection_problem(inputs, written, dead, dead_path, max_bad_fraction)
                or parts_problem(parts, staged))
@@ -228,7 +233,7 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
-        dead_letters=len(dead), images=manifest_fields.get("images") or {}, shards_file=shards_file,
+        dead_letters=dead.count, images=manifest_fields.get("images") or {}, shards_file=shards_file,
         built_from={**kept_built_from(state.manifest, kept),
                     **({name: inputs_given for name in written_splits} if inputs_given else {})},
         written_splits=sorted(written_splits), object_labels=manifest_fields.get("object_labels") or ())

@@ -33,9 +33,8 @@ import logging
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from transforms.errors import NothingToPublish, PublishError
-from transforms.images.duplicates import in_appended_set
 from transforms.progress.report import plural
-from transforms.shardset.dead_letters import DeadLetter, rejection_problem
+from transforms.shardset.dead_letters import DeadLetterPart, RejectionSummary, rejection_problem
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
                                           SplitCounts, SplitEntry)
 from transforms.shardset.naming import join_path, shard_file_name
@@ -44,7 +43,7 @@ from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy,
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, split_inputs
 from transforms.shardset.staged import ShardListPart, ShardResult, StagedShard, parts_problem
-from transforms.storage.files import read_if_present
+from transforms.storage.dead_letter_files import write_dead_letters
 from transforms.storage.folders import delete_if_exists, delete_tree
 from transforms.storage.journal import finish_journal, relative_name
 from transforms.storage.lock import check_lock
@@ -72,13 +71,8 @@ def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _old_dead_letters(output_dir: str) -> bytes:
-    data = read_if_present(join_path(output_dir, DEAD_LETTERS_NAME))
-    return data or b""
-
-
 def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
-                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetter],
+                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
                    policy: PublishPolicy,
@@ -122,21 +116,20 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
     merged_records = {t.split: old.splits[t.split].shards[t.merged].records
                       for t in totals if t.merged is not None}
     written = sum(s.records for s in staged.values()) - sum(merged_records.values())
-    dead = sorted(dead_letters, key=lambda d: (d.path, d.reason, d.error))
+    everything = RejectionSummary.merged(part.summary for part in dead_letters)
+    bad = RejectionSummary.merged(part.summary if part.bad is None else part.bad for part in dead_letters)
     # Inputs the set already holds are not bad inputs: appending a folder that grew is the usual case.
-    present = sum(1 for d in dead if in_appended_set(d))
+    present = everything.count - bad.count
     if present == inputs and inputs:
         delete_tree(staging)
         raise NothingToPublish(f"Nothing to append: all {plural(inputs, 'input')} are already in {output_dir} "
                                "(same bytes); nothing was changed")
     refused_path = join_path(output_dir, REFUSED_NAME)
-    refusal = (rejection_problem(inputs - present, written, [d for d in dead if not in_appended_set(d)],
-                                 refused_path, max_bad_fraction)
+    refusal = (rejection_problem(inputs - present, written, bad, refused_path, max_bad_fraction)
                or parts_problem(parts, staged))
     if refusal is not None:
+        write_dead_letters(output_dir, staging, dead_letters, target=refused_path)
         delete_tree(staging)
-        write_atomic(refused_path, "".join(d.to_json() + "\n" for d in dead).encode("utf-8"),
-                     join_path(output_dir, STAGING_DIR))
         raise PublishError(refusal)
 
     moves: list[tuple[str, str]] = []  # (from, to), full paths
@@ -195,9 +188,8 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
     def staged_copy(name: str) -> str:
         return join_path(staging, f"{name}.next")
 
-    write_atomic(staged_copy(DEAD_LETTERS_NAME),
-                 [_old_dead_letters(output_dir), "".join(d.to_json() + "\n" for d in dead).encode("utf-8")],
-                 staging)
+    write_dead_letters(output_dir, staging, dead_letters, target=staged_copy(DEAD_LETTERS_NAME),
+                       before=join_path(output_dir, DEAD_LETTERS_NAME))  # the set's, then this run's
     write_atomic(staged_copy(LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"), staging)
     shards_file = write_shard_list(output_dir, staging, splits, kept, old, {(p.split, p.part): p for p in parts},
                                    empty, appended=by_split, compression=compression,
@@ -217,7 +209,7 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
-        dead_letters=old.dead_letters + len(dead),
+        dead_letters=old.dead_letters + everything.count,
         images=_add_counts(old.images, manifest_fields.get("images") or {}), shards_file=shards_file,
         built_from=built_from, written_splits=sorted(written_splits),
         appended={name: old.splits[name].records if name in old.splits else 0 for name in written_splits},

@@ -4,15 +4,18 @@ Pure code. The verify job reads each shard in byte ranges; the reader of a
 range hands every record to a ``RangeChecker`` as it reads it, and emits one
 ``RangeTally`` per range instead of one element per record. The tallies of a
 shard's ranges add up to its ``ShardTally`` (``merge_tallies``); the image
-keys they hold are dealt into ``KEY_BUCKETS`` buckets by a hash of the key
-(``key_buckets``), so the duplicate-key check holds one bucket's keys at a
-time (``bucket_duplicates``), never every key of the shard set. The problems
+keys they hold are dealt into buckets by a hash of the key (``key_buckets``;
+``key_bucket_count`` of them, more as the records grow, so a bucket holds
+about ``BUCKET_KEYS`` keys at most), so the duplicate-key check holds one
+bucket's keys at a time (``bucket_duplicates``), never every key of the
+shard set. The problems
 found are those ``check_record`` finds, record by record
 (``tests/test_verify_ranges.py``).
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,12 +27,24 @@ from transforms.verify.checks import (Problem, ShardTally, check_features, check
                                       duplicate_key_problems, record_labels, shard_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample
 
-__all__ = ["ShardFile", "KEY_BUCKETS", "SHARD_GROUP", "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies",
-           "key_buckets", "bucket_duplicates", "group_parts", "group_problems"]
+__all__ = ["ShardFile", "KEY_BUCKETS", "BUCKET_KEYS", "RECORD_BYTES_GUESS", "key_bucket_count", "SHARD_GROUP", "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies",
+           "key_bucket", "key_buckets", "bucket_duplicates", "group_parts", "group_problems"]
 
-# Buckets the image keys are dealt into for the duplicate check: a bucket holds
-# about 1/KEY_BUCKETS of the shard set's keys (ImageNet's 1.28M: 20,000 a bucket).
+# Buckets the image keys are dealt into for the duplicate check, at least: a bucket holds
+# about 1/KEY_BUCKETS of a small shard set's keys (ImageNet's 1.28M: 20,000 a bucket).
 KEY_BUCKETS = 64
+# Keys a bucket holds on average at most: larger sets get more buckets (``key_bucket_count``).
+# A hash deals keys unevenly; at 40,000 a bucket on average the largest of 2,500 buckets
+# (100M keys) holds about 40,800, under the 50,000 any one step may hold.
+BUCKET_KEYS = 40_000
+# Bytes a record is taken to hold at least when the record count is not known (TFRecord
+# files without a manifest): the count is guessed from their size.
+RECORD_BYTES_GUESS = 1024
+
+
+def key_bucket_count(records: int) -> int:
+    """Buckets for the keys of ``records`` records: ``KEY_BUCKETS``, or more, ``BUCKET_KEYS`` a bucket."""
+    return max(KEY_BUCKETS, math.ceil(records / BUCKET_KEYS))
 
 # The kinds of group of ``group_parts``: a shard's counts, keyed by its path; a bucket of image keys.
 SHARD_GROUP = "shard"
@@ -173,15 +188,17 @@ def merge_tallies(tallies: Iterable[ShardTally]) -> ShardTally:
     return ShardTally(records, counts, damaged)
 
 
-def _bucket(key: str) -> int:
-    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % KEY_BUCKETS
+def key_bucket(key: str, buckets: int = KEY_BUCKETS) -> int:
+    """The bucket of an image key, of ``buckets``."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % buckets
 
 
-def key_buckets(tally: RangeTally) -> list[tuple[int, tuple[str | None, str, list[tuple[str, int]]]]]:
-    """A range's keys dealt into buckets: ``(bucket, (split, file, [(key, offset)]))``."""
+def key_buckets(tally: RangeTally,
+                count: int = KEY_BUCKETS) -> list[tuple[int, tuple[str | None, str, list[tuple[str, int]]]]]:
+    """A range's keys dealt into ``count`` buckets: ``(bucket, (split, file, [(key, offset)]))``."""
     buckets: dict[int, list[tuple[str, int]]] = {}
     for key, offset in tally.keys:
-        buckets.setdefault(_bucket(key), []).append((key, offset))
+        buckets.setdefault(key_bucket(key, count), []).append((key, offset))
     return [(bucket, (tally.split, tally.file, keys)) for bucket, keys in sorted(buckets.items())]
 
 
@@ -198,13 +215,15 @@ def bucket_duplicates(parts: Iterable[tuple[str | None, str, Sequence[tuple[str,
     return problems
 
 
-def group_parts(tally: RangeTally, counts: bool = True) -> list[tuple[tuple[str, Any], tuple]]:
+def group_parts(tally: RangeTally, counts: bool = True,
+                buckets: int = KEY_BUCKETS) -> list[tuple[tuple[str, Any], tuple]]:
     """A range's parts for the checks across ranges, each keyed by ``(group kind, group)``.
 
     Args:
         tally: The range's tally.
         counts: Also give the range's counts, to compare the shard's with its
             manifest entry: ``((SHARD_GROUP, file), (ShardTally, entry or None))``.
+        buckets: Buckets the keys are dealt into (``key_bucket_count``).
 
     Returns:
         The counts part, if asked for, then ``((KEY_GROUP, bucket), (split,
@@ -213,7 +232,7 @@ def group_parts(tally: RangeTally, counts: bool = True) -> list[tuple[tuple[str,
     parts: list[tuple[tuple[str, Any], tuple]] = []
     if counts:
         parts.append(((SHARD_GROUP, tally.file), (tally.shard_tally(), tally.entry)))
-    parts += [((KEY_GROUP, bucket), part) for bucket, part in key_buckets(tally)]
+    parts += [((KEY_GROUP, bucket), part) for bucket, part in key_buckets(tally, buckets)]
     return parts
 
 

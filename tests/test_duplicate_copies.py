@@ -1,0 +1,86 @@
+"""Copies of one image resolved with a combine: the tally, the choice, each copy's dead letter, and the step."""
+
+from __future__ import annotations
+
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms.images.codec import ImageInfo
+from transforms.images.duplicates import CopyTally, PublishedCopy, copy_choice, copy_letter
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.reject_duplicates import RejectDuplicateImages
+from transforms.shardset.dead_letters import DEAD_LETTERS
+
+_INFO = ImageInfo("png", 2, 2, 3)
+_SPLITS = ("train", "test", "validation", "extra")
+
+
+def _meta(path: str, split: str, sha: str = "ab" * 32) -> ImageMeta:
+    return ImageMeta(SourceImage(path, path.rsplit("/", 1)[-1], split, "cat"), 0, sha, _INFO, 100, 1, 0)
+
+
+def _copies(seed: int, count: int, published: int) -> list:
+    rng = random.Random(seed)
+    values = [_meta(f"d{rng.randrange(9)}/{i:03d}.png", rng.choice(_SPLITS)) for i in range(count)]
+    values += [PublishedCopy(rng.choice(_SPLITS)) for _ in range(published)]
+    rng.shuffle(values)
+    return values
+
+
+def _tally(values) -> CopyTally:
+    tally = CopyTally()
+    for value in values:
+        tally = tally.add(value)
+    return tally
+
+
+@pytest.mark.parametrize("seed, count, published, written", [
+    (0, 1, 0, None), (1, 2, 0, None), (2, 30, 0, None), (3, 30, 2, ["train"]),
+    (4, 30, 3, list(_SPLITS)), (5, 0, 2, None), (6, 200, 1, ["train", "test"]),
+])
+def test_tallies_merged_in_any_pieces_choose_what_the_whole_list_chose(seed, count, published, written) -> None:
+    values = _copies(seed, count, published)
+    pieces = [values[i::5] for i in range(5)]
+    tally = CopyTally.merged(_tally(piece) for piece in pieces)
+    assert tally == _tally(values)
+    assert tally.copies == count
+    kept, dead = copy_choice(values, written)
+    assert tally.kept(written) == kept
+    choice = tally.choice(written)
+    letters = [] if choice is None else [copy_letter(v, choice) for v in values if isinstance(v, ImageMeta)]
+    assert sorted((d for d in letters if d is not None), key=lambda d: d.path) == sorted(dead, key=lambda d: d.path)
+    assert len(dead) + (kept is not None) == count  # every copy kept or dead-lettered
+
+
+def test_the_step_keeps_one_copy_and_letters_every_other(monkeypatch) -> None:
+    copies = [_meta(f"in/{i:04d}.png", "train", "cc" * 32) for i in range(300)]
+    others = [_meta(f"in/u{i}.png", "train", f"{i:064x}") for i in range(5)]
+    with TestPipeline() as p:
+        out = p | beam.Create(copies[::-1] + others) | RejectDuplicateImages()
+        assert_that(out["main"] | "Paths" >> beam.Map(lambda m: m.source.path),
+                    equal_to(["in/0000.png"] + [m.source.path for m in others]), label="Kept")
+        assert_that(out[DEAD_LETTERS] | "Letters" >> beam.Map(lambda d: (d.path, d.reason)),
+                    equal_to([(f"in/{i:04d}.png", "duplicate_image") for i in range(1, 300)]), label="Dead")
+
+
+def test_no_step_groups_the_copies_of_an_image() -> None:
+    """The copies are tallied with a combine: the only grouping is the combine's own."""
+    p = beam.Pipeline()
+    _ = p | beam.Create([_meta("a.png", "train")]) | "Reject" >> RejectDuplicateImages()
+    kinds = []
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def enter_composite_transform(self, node):
+            kinds.append((node.full_label, type(node.transform).__name__))
+
+        def visit_transform(self, node):
+            kinds.append((node.full_label, type(node.transform).__name__))
+
+    p.visit(Visitor())
+    grouping = [label for label, kind in kinds if kind == "GroupByKey"]
+    assert grouping and all(label.startswith("Reject/TallyCopies/") for label in grouping), grouping
+    assert ("Reject/TallyCopies", "CombinePerKey") in kinds
