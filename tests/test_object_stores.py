@@ -101,7 +101,7 @@ def local_out(tree, tmp_path_factory):
     """The same tree built on local disk: the bytes every store must hold."""
     from beam_jobs import build_shards
 
-    out = str(tmp_path_factory.mktemp("local_out"))
+    out = str(tmp_path_factory.mktemp("local_out") / "shards")  # named as the stores' prefix: tfds's name
     assert build_shards.run(["--input", tree, "--output_dir", out, *BUILD_FLAGS]) == 0
     return out
 
