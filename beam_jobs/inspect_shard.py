@@ -80,7 +80,7 @@ def inspect(path: str, size: int, limit: int, offset: int, compression: str, out
         try:
             for at, data in _records(fh, path, size, kind, offset, out, max_record_bytes):
                 if shown == limit:
-                    out.write(f"# stopped after {limit} records (--limit); more follow\n")
+                    out.write(f"# stopped after {plural(limit, 'record')} (--limit); more follow\n")
                     return 0
                 # Ordinals are known only when reading from the start of the file.
                 out.write(format_record(None if offset else shown, at, data) + "\n")

@@ -28,6 +28,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import worker_threads
 from transforms.progress import counters as progress
+from transforms.progress.report import plural
 from transforms.shardset.dead_letters import too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.staged import ShardResult, part_key, without_label_counts
@@ -195,8 +196,9 @@ class _PublishFn(beam.DoFn):
         publish = publish_append if policy.append else publish_shards
         manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
                                   compression, fields, max_bad, policy, self._sidecar_files)
-        _LOG.info("published %d shards with %d records to %s", manifest.num_shards,
-                  manifest.records, output_dir)
+        # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
+        _LOG.debug("published %s with %s to %s", plural(manifest.num_shards, "shard"),
+                   plural(manifest.records, "record"), output_dir)
         yield manifest.to_dict()
 
 
