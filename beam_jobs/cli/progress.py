@@ -10,6 +10,7 @@ their workers do not inherit the variable.
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import contextlib
 import os
 import shutil
