@@ -24,7 +24,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.append_shards"))

@@ -13,6 +13,7 @@ straight through. See README.md for every flag, the output layout and the schema
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import csv
 import dataclasses
 import functools
@@ -33,25 +34,21 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
-from transforms.images.orientation import EXIF_ORIENTATION_MODES
-from transforms.images.records import IMAGE_MODES, EncodeSettings, orientation_spec
+from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_counts import build_image_counts, record_count_keys
-from transforms.images.codec import RESIZE_MODES, VALIDATE_LEVELS
-from transforms.images.inputs import (COCO_IDS, LAYOUTS, FolderTask, LabelRules, check_label,
-                                      check_manifest_head, is_manifest_path)
+from transforms.images.inputs import FolderTask, LabelRules, check_label, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_shard_pattern)
-from transforms.archives.parquet_rows import (DEFAULT_IMAGE_COLUMN, DEFAULT_LABEL_COLUMN, class_names_of,
-                                              columns_problem, open_parquet)
+from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
 from transforms.archives.webdataset import expand_braces
-from beam_jobs.cli.flags import ShardingOptions
+from beam_jobs.cli import jobs
+from beam_jobs.cli.flags import BuildOptions, ShardingOptions, recorded_options
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
-from beam_jobs.cli.help import JobHelp, wants_help
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
-from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, ImageRecordMaker, InspectImages, image_order
+from transforms.inspect_images import ImageRecordMaker, InspectImages, image_order
 from transforms.reject_duplicates import (CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
@@ -61,7 +58,6 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
 from transforms.images.annotations import build_sidecars
-from transforms.images.objects import BBOX_FORMATS, BOX_POLICIES
 from transforms.shardset.tfds_metadata import dataset_name
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
@@ -77,84 +73,6 @@ from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_SPLIT = "train"
-
-
-class BuildOptions(PipelineOptions):
-    """Flags of the build job; shared ones are in ``ShardingOptions``, Beam's own in Beam."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        opt.one_line_errors(parser)
-        parser.add_argument("--layout", default="auto", choices=LAYOUTS,
-                            help="Folder layout: class folders, split folders, or auto-detect.")
-        parser.add_argument("--label_regex", default=None,
-                            help="Take the class from the first group of this regex in the file name.")
-        # Beam reserves --labels for Dataflow job labels, hence --class_names.
-        parser.add_argument("--class_names", default=None,
-                            help="Comma-separated class names in index order.")
-        parser.add_argument("--labels_file", default=None, help="File with one class name per line.")
-        parser.add_argument("--split_fractions", default=None,
-                            help="Split unsplit inputs by content (the image's sha256), so identical "
-                                 "bytes share a split, e.g. train=0.9,validation=0.1.")
-        parser.add_argument("--image_mode", default="tf", choices=IMAGE_MODES,
-                            help="tf: JPEG and PNG that TensorFlow decodes as they are, other "
-                                 "images as PNG; passthrough: every source byte unchanged.")
-        parser.add_argument("--exif_orientation", default="apply", choices=EXIF_ORIENTATION_MODES,
-                            help="apply: --image_mode tf stores images with an EXIF orientation "
-                                 "upright; keep: tf and passthrough keep the pixels as the file "
-                                 "holds them and write image/orientation (int64, 1-8).")
-        parser.add_argument("--validate", default="structure", choices=VALIDATE_LEVELS,
-                            help="How images are checked (README: Validation levels):\n"
-                                 "header: the header only (format, size, bombs)\n"
-                                 "structure: JPEG/PNG markers, CRCs, end; others: decode\n"
-                                 "decode: decodes the pixels (JPEG at 1/8 scale)\n"
-                                 "full: every pixel and frame at full resolution")
-        parser.add_argument("--image_format", default="jpeg", choices=("jpeg", "png"),
-                            help="Encoding for --image_mode reencode.")
-        parser.add_argument("--jpeg_quality", type=opt.positive_int, default=95,
-                            help="JPEG quality for --image_mode reencode.")
-        parser.add_argument("--grayscale", action="store_true", default=False,
-                            help="One channel instead of RGB (reencode, raw).")
-        parser.add_argument("--resize", type=opt.parse_size, default=None,
-                            help="Resize to WIDTHxHEIGHT (reencode, raw); see --resize_mode.")
-        parser.add_argument("--resize_mode", default="stretch", choices=RESIZE_MODES,
-                            help="stretch to WIDTHxHEIGHT, fit inside it keeping the aspect ratio, "
-                                 "or crop the centre to fill it.")
-        parser.add_argument("--max_image_mb", type=opt.positive_float,
-                            default=DEFAULT_MAX_IMAGE_BYTES / MIB,
-                            help="Largest input file read, in MiB; larger ones are too_large dead "
-                                 "letters, refused without being read whole.")
-        parser.add_argument("--image_threads", type=opt.non_negative_int, default=0,
-                            help="Images each worker reads, checks and encodes at once. 0: one per "
-                                 "CPU core the worker may use where that pays (--validate decode or "
-                                 "full, --image_mode reencode or raw, gs:// or s3:// inputs), else "
-                                 "1. Outputs do not depend on it.")
-        parser.add_argument("--feature", action="append", default=None,
-                            help="Extra manifest key or CSV column as name:type, type one of "
-                                 f"{', '.join(FEATURE_TYPES)}; repeatable.")
-        parser.add_argument("--multi_label", action="store_true", default=False,
-                            help="image/class/label is a list; a CSV label holds labels split by ';'.")
-        parser.add_argument("--bbox_format", default="xyxy_pixels", choices=BBOX_FORMATS,
-                            help="How JSON Lines objects give their boxes.")
-        parser.add_argument("--image_root", default=None,
-                            help="Folder a COCO .json input's file_names are relative to.")
-        parser.add_argument("--label_offset", type=int, default=None, choices=(0, 1),
-                            help="The id of the first numbered object class (default 1, as the "
-                                 "Object Detection API numbers them; 0 writes no label_map.pbtxt).")
-        parser.add_argument("--coco_ids", default="keep", choices=COCO_IDS,
-                            help="keep: a COCO file's category ids are the object class ids; "
-                                 "renumber: number its classes by sorted name.")
-        parser.add_argument("--boxes_outside", default="skip", choices=BOX_POLICIES,
-                            help="A box not inside its image: skip it (as the Object Detection "
-                                 "API's create_coco_tf_record does) or clip it; counted either way.")
-        parser.add_argument("--append", action="store_true", default=False,
-                            help="Add these inputs to the set published in --output_dir: its shards are "
-                                 "kept, images it holds are duplicate_image dead letters, new classes "
-                                 "get the next indexes (tfrecord-shards append).")
-        parser.add_argument("--image_column", default=DEFAULT_IMAGE_COLUMN,
-                            help="Parquet inputs: the column of image bytes (or of {bytes, path} structs).")
-        parser.add_argument("--label_column", default=DEFAULT_LABEL_COLUMN,
-                            help="Parquet inputs: the column of class indices or class names.")
 
 
 @dataclass(frozen=True)
@@ -319,10 +237,9 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         UsageError: A flag is missing or wrong; the message says what to fix.
     """
     shared, build = options.view_as(ShardingOptions), options.view_as(BuildOptions)
-    if not shared.input:
-        raise UsageError("--input is required (a folder of class folders or a .csv/.jsonl manifest)")
-    if not shared.output_dir:
-        raise UsageError("--output_dir is required")
+    missing = HELP.missing(shared)
+    if missing:
+        raise UsageError(missing)
     for path in shared.input:
         problem = None if is_manifest_path(path) or is_shard_pattern(path) else opt.wildcard_problem(path)
         if problem:
@@ -359,8 +276,7 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         raise UsageError("--resize and --grayscale need --image_mode reencode or raw")
     if build.resize_mode != "stretch" and not build.resize:
         raise UsageError("--resize_mode needs --resize WIDTHxHEIGHT")
-    own = {k: getattr(shared if k in _SHARED_FLAGS else build, k) for k in _OWN_FLAGS
-           if k != "output_dir"}
+    own = recorded_options(options, HELP)
     own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
     own["split"] = rules.split
     if build.label_offset == 0 and any(is_coco_path(path) for path in shared.input):
@@ -564,17 +480,6 @@ def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules
     return set()
 
 
-_SHARED_FLAGS = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-                 "max_bad_fraction", "name")
-# --overwrite_unlisted_shards, --drop_other_splits and --replace say how to publish, not what, and
-# --image_threads how fast: not in the manifest (outputs do not depend on them).
-_OWN_FLAGS = ("input", "output_dir", "layout", "label_regex", "class_names", "labels_file", "split",
-              "split_fractions", "image_mode", "exif_orientation", "validate", "image_format", "jpeg_quality",
-              "grayscale", "resize", "resize_mode", "shard_size_mb", "num_shards", "compression", "seed",
-              "max_bad_fraction", "max_image_mb", "feature", "multi_label", "bbox_format", "image_root",
-              "label_offset", "coco_ids", "boxes_outside", "name", "image_column", "label_column")
-
-
 def _content_key(key: tuple, items, compression: str) -> str:
     return shard_content_key(key, compression, items)
 
@@ -665,45 +570,23 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         object_labels=object_labels)
 
 
-HELP = JobHelp(
-    summary="Build balanced, shuffled TFRecord shards from images and labels (see README.md).",
-    options=(BuildOptions,),
-    shared=_SHARED_FLAGS + ("overwrite_unlisted_shards", "drop_other_splits", "replace"),
-    required=("input", "output_dir"),
-    groups={"layout": "inputs", "label_regex": "labels and splits", "class_names": "labels and splits",
-            "labels_file": "labels and splits", "split_fractions": "labels and splits",
-            "image_mode": "images", "exif_orientation": "images", "validate": "images", "image_format": "images",
-            "jpeg_quality": "images", "grayscale": "images", "resize": "images", "resize_mode": "images",
-            "max_bad_fraction": "failures", "max_image_mb": "checks", "image_threads": "images", "feature": "inputs",
-            "multi_label": "labels and splits", "bbox_format": "inputs", "image_root": "inputs",
-            "label_offset": "labels and splits", "coco_ids": "labels and splits", "boxes_outside": "inputs",
-            "append": "output", "image_column": "inputs", "label_column": "inputs"},
-    epilog="examples:\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
-           "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
-           "# plans only (tfrecord-shards plan)")
+HELP = jobs.BUILD  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags).
 
-    With ``--dry_run`` on a runner other than Dataflow (which Beam would run for
-    real), it plans the build instead (``plan_build``) and publishes nothing.
+    ``--dry_run`` on a runner other than Dataflow (which Beam would run for
+    real) is refused here, as by the other jobs; the ``tfrecord-shards build``
+    command plans the build instead (``beam_jobs.cli.main``, ``plan_build``).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not wants_help(argv) and any(arg.split("=")[0] == "--dry_run" for arg in argv):
-        from beam_jobs import plan_build  # here: it imports this module
-
-        if plan_build.plans_instead(argv):
-            return plan_build.run(argv, prog=prog, for_dry_run=True)
     return run_publishing_job("build_shards", argv, make_config, build_pipeline, spec=HELP, prog=prog,
                               progress=build_progress)
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.build_shards"))

@@ -15,13 +15,15 @@ Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
 
 from __future__ import annotations
 
-import argparse
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import os
 import sys
 from typing import Iterator, Sequence, TextIO
 
-from beam_jobs.cli import flags as opt
-from transforms.tfrecord.compression import READ_COMPRESSIONS, compression_of, open_decompressed
+from beam_jobs.cli import jobs
+from beam_jobs.cli import values as opt
+from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
+from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError, UsageError
 from transforms.storage.files import open_file
 from transforms.storage.listing import exact_file, is_folder
@@ -33,24 +35,9 @@ from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read
 _NAME = "inspect_shard"
 
 
-def _parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog or "python -m beam_jobs.inspect_shard",
-                                     description="Print the records of a TFRecord file as text.",
-                                     epilog="example:\n  tfrecord-shards inspect "
-                                            "out/flowers/train-00000-of-00004.tfrecord --limit 2",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    opt.one_line_errors(parser)
-    parser.add_argument("shard", help="TFRecord file: a local path, gs:// or s3://.")
-    parser.add_argument("--limit", type=opt.positive_int, default=10,
-                        help="Records to print. (default: 10)")
-    parser.add_argument("--offset", type=opt.non_negative_int, default=0,
-                        help="Start at the first record that starts at or after this byte. "
-                             "(default: 0)")
-    parser.add_argument("--compression", default="auto", choices=READ_COMPRESSIONS,
-                        help="auto (by suffix: .gz gzip, .zz/.deflate zlib), none, gzip or zlib. "
-                             "(default: auto)")
-    opt.add_max_record_mb(parser, show_default=True)
-    return parser
+def _parser(prog: str | None = None):
+    """The command's parser, from its declared flags (``jobs.INSPECT``); a bad flag raises ``UsageError``."""
+    return flag_parser(jobs.INSPECT, prog or "python -m beam_jobs.inspect_shard")
 
 
 def _records(fh, path: str, size: int, compression: str, offset: int, out: TextIO,
@@ -80,7 +67,7 @@ def inspect(path: str, size: int, limit: int, offset: int, compression: str, out
         try:
             for at, data in _records(fh, path, size, kind, offset, out, max_record_bytes):
                 if shown == limit:
-                    out.write(f"# stopped after {limit} records (--limit); more follow\n")
+                    out.write(f"# stopped after {plural(limit, 'record')} (--limit); more follow\n")
                     return 0
                 # Ordinals are known only when reading from the start of the file.
                 out.write(format_record(None if offset else shown, at, data) + "\n")
@@ -98,10 +85,11 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
     """Runs inspect; returns the exit status (0 ok, 1 damaged record, 2 bad flags)."""
     out = out or sys.stdout
     try:
-        try:
-            args = _parser(prog).parse_args(argv)
-        except SystemExit as done:  # --help
-            return done.code or 0
+        argv = sys.argv[1:] if argv is None else list(argv)
+        if wants_help(argv):
+            print(format_job_help(jobs.INSPECT, prog or "python -m beam_jobs.inspect_shard"))
+            return 0
+        args = _parser(prog).parse_args(argv)
         if is_folder(args.shard):
             raise UsageError(f"{args.shard} is a folder; give one TFRecord file in it, e.g. "
                              f"{args.shard.rstrip('/')}/train-00000-of-00001.tfrecord")
@@ -125,7 +113,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.inspect_shard"))

@@ -11,14 +11,14 @@ so that a demo run shows dead letters. Local folders only; no Beam needed.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from typing import Sequence
 
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import jobs
+from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
 from transforms.errors import UsageError
-from transforms.images.samples import CLASS_STYLES, sample_images
+from transforms.images.samples import sample_images
 
 _NAME = "make_sample_data"
 
@@ -48,12 +48,9 @@ def write_sample(output: str, size_mb: float, classes: Sequence[str], seed: int,
     return count
 
 
-def _size_mb(text: str) -> float:
-    """argparse type: a finite size in MiB > 0."""
-    value = opt.positive_float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of MiB")
-    return value
+def _parser(prog: str | None = None):
+    """The command's parser, from its declared flags (``jobs.SAMPLE``); a bad flag raises ``UsageError``."""
+    return flag_parser(jobs.SAMPLE, prog or "python -m beam_jobs.make_sample_data")
 
 
 def _checked(args: argparse.Namespace) -> list[str]:
@@ -66,28 +63,14 @@ def _checked(args: argparse.Namespace) -> list[str]:
     return classes
 
 
-def _parser(prog: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog or "python -m beam_jobs.make_sample_data",
-                                     description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    opt.one_line_errors(parser)
-    parser.add_argument("--output", required=True, help="Folder to create.")
-    parser.add_argument("--size_mb", type=_size_mb, default=24.0, help="Approximate total size in MiB.")
-    parser.add_argument("--classes", default="daisy,rose,tulip",
-                        help=f"Comma-separated class names (styled: {', '.join(CLASS_STYLES)}).")
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the generated images.")
-    parser.add_argument("--broken", type=opt.non_negative_int, default=0,
-                        help="Damaged files to add (a truncated JPEG, a text file named .jpg).")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Writes the sample dataset; returns the exit status."""
     try:
-        try:
-            args = _parser(prog).parse_args(argv)
-        except SystemExit as done:  # --help
-            return done.code or 0
+        argv = sys.argv[1:] if argv is None else list(argv)
+        if wants_help(argv):
+            print(format_job_help(jobs.SAMPLE, prog or "python -m beam_jobs.make_sample_data"))
+            return 0
+        args = _parser(prog).parse_args(argv)
         classes = _checked(args)
     except UsageError as err:
         print(f"{_NAME}: error: {err}", file=sys.stderr)
@@ -106,7 +89,7 @@ run = main
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.make_sample_data"))

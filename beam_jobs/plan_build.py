@@ -18,6 +18,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import dataclasses
 import sys
 import tempfile
@@ -30,9 +31,10 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from beam_jobs import build_shards
 from beam_jobs.cli import flags as opt
-from beam_jobs.cli.flags import ShardingOptions
+from beam_jobs.cli import jobs
+from beam_jobs.cli.flags import BuildOptions, PlanOptions, ShardingOptions
 from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
-from beam_jobs.cli.help import JobHelp, wants_help
+from beam_jobs.cli.help import wants_help
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
 from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
@@ -55,21 +57,6 @@ _NAME = "plan_build"
 # What a build run with --dry_run on a local runner prints first (it plans instead).
 DRY_RUN_LINE = ("build_shards: --dry_run on a local runner plans the build instead (as "
                 "'tfrecord-shards plan'); nothing is written or published")
-
-
-class PlanOptions(PipelineOptions):
-    """Flags of the plan job beyond the build's (``BuildOptions``, ``ShardingOptions``)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        opt.one_line_errors(parser)
-        parser.add_argument("--plan_json", default=None,
-                            help="Also write the plan as JSON to this path (not inside "
-                                 "--output_dir or an --input folder).")
-        parser.add_argument("--rate_mb_s", type=opt.positive_float, default=None,
-                            help="Build speed, in MiB of input per second, for the run-time "
-                                 "estimate (default: the build's measured rate on 2 cores, one "
-                                 "process, default image flags; BENCHMARKS.md, 'Plan before running').")
 
 
 @dataclass(frozen=True)
@@ -133,7 +120,7 @@ def make_config(options: PipelineOptions) -> PlanConfig:
     shared = options.view_as(ShardingOptions)
     replace = shared.replace
     # A split other inputs built: the plan says the build would refuse, and goes on (--append takes no --replace).
-    shared.replace = not options.view_as(build_shards.BuildOptions).append
+    shared.replace = not options.view_as(BuildOptions).append
     try:
         cfg = build_shards.make_config(options)
     finally:
@@ -272,18 +259,7 @@ def plans_instead(argv: Sequence[str]) -> bool:
     return bool(options.view_as(TestOptions).dry_run) and not dataflow_dry_run(options)
 
 
-HELP = JobHelp(
-    summary="Plan a build: what it would find, reject and write, and for how long; writes nothing "
-            "(see README.md, 'Plan before running').",
-    options=(build_shards.BuildOptions, PlanOptions), shared=build_shards.HELP.shared,
-    required=("input", "output_dir"),
-    groups={**build_shards.HELP.groups, "plan_json": "output", "rate_mb_s": "output"},
-    epilog="examples:\n"
-           "  tfrecord-shards plan --input data/flowers --output_dir out/flowers\n"
-           "  tfrecord-shards plan --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1 --plan_json plan.json\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
-           "# the same plan")
+HELP = jobs.PLAN  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run: bool = False) -> int:
@@ -304,7 +280,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.plan_build"))

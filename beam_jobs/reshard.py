@@ -19,6 +19,7 @@ file's name states no split.
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import functools
 import sys
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import PlanError, ShardsError, UsageError
-from beam_jobs.cli.flags import ShardingOptions
+from beam_jobs.cli import jobs
+from beam_jobs.cli.flags import ReshardOptions, ShardingOptions, recorded_options
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB
 from transforms.shardset.naming import check_split_name
@@ -39,33 +41,13 @@ from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ToRec
                                       RecordCopy)
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
-from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import reshard_progress
 from transforms.storage.output_folder import check_replaced_splits
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
-from transforms.tfrecord.compression import READ_COMPRESSIONS
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.tfds_metadata import dataset_name, tfds_files
 from transforms.storage.listing import FileMetadata
-
-_OWN_FLAGS = ("input", "split", "shard_size_mb", "num_shards", "compression",
-              "input_compression", "seed", "skip_corrupt", "max_bad_fraction", "name")
-
-
-class ReshardOptions(PipelineOptions):
-    """Flags of the reshard job; shared ones are in ``ShardingOptions``, Beam's own in Beam."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        opt.one_line_errors(parser)
-        parser.add_argument("--input_compression", default="auto",
-                            choices=READ_COMPRESSIONS,
-                            help="Compression of the inputs; auto goes by suffix (.gz, .zz).")
-        parser.add_argument("--skip_corrupt", action="store_true", default=False,
-                            help="Write damaged input stretches to dead_letters.jsonl and go on, "
-                                 "instead of failing.")
-
 
 @dataclass(frozen=True)
 class ReshardConfig:
@@ -96,10 +78,9 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         UsageError: A flag is missing or wrong; the message says what to fix.
     """
     shared, flags = options.view_as(ShardingOptions), options.view_as(ReshardOptions)
-    if not shared.input:
-        raise UsageError("--input is required (TFRecord files or a pattern such as 'old/train-*')")
-    if not shared.output_dir:
-        raise UsageError("--output_dir is required")
+    missing = HELP.missing(shared)
+    if missing:
+        raise UsageError(missing)
     try:
         if shared.split is not None:
             check_split_name(shared.split)
@@ -127,8 +108,7 @@ def make_config(options: PipelineOptions) -> ReshardConfig:
         compression=shared.compression, input_compression=flags.input_compression,
         seed=shared.seed, skip_corrupt=flags.skip_corrupt, max_bad_fraction=shared.max_bad_fraction,
         max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
-        options={k: getattr(flags if k in ("input_compression", "skip_corrupt") else shared, k)
-                 for k in _OWN_FLAGS},
+        options=recorded_options(options, HELP),
         tfds_name=shared.name or dataset_name(output or "/"),
         policy=opt.publish_policy(shared),
         workers_note=beam_compat.choose_local_workers(
@@ -172,14 +152,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
         feature_spec=spec, sidecar_files=functools.partial(tfds_files, name=cfg.tfds_name))
 
 
-HELP = JobHelp(
-    summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
-    options=(ReshardOptions, opt.RecordReadingOptions),
-    shared=("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-            "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name"),
-    required=("input", "output_dir"),
-    groups={"input_compression": "inputs", "skip_corrupt": "failures", "max_record_mb": "inputs"},
-    epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")
+HELP = jobs.RESHARD  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -189,7 +162,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.reshard"))

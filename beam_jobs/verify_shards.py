@@ -23,6 +23,8 @@ when nothing is wrong, 1 when something is, 2 on a bad flag or path.
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
+import argparse
 import posixpath
 import sys
 import tempfile
@@ -41,14 +43,14 @@ from transforms.storage.files import open_file
 from transforms.storage.folders import delete_files, file_above, local_write_problem
 from transforms.storage.listing import exact_file, is_folder, list_folder, match_files
 from transforms.storage.paths import same_file
-from beam_jobs.cli.flags import ShardingOptions
+from beam_jobs.cli import jobs
+from beam_jobs.cli.flags import ShardingOptions, VerifyOptions
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
                                           Manifest)
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
 from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
-from beam_jobs.cli.help import JobHelp
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
 from transforms.read_and_check import ReadAndCheckRecords
@@ -56,30 +58,11 @@ from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRang
                                      WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Problem, Report
-from transforms.verify.decoders import DECODERS, missing_decoders, parse_decoders
+from transforms.verify.decoders import missing_decoders, parse_decoders
 from transforms.verify.preview import PreviewSample
 from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, RangeTally, ShardFile, key_bucket_count
 
 _NAME = "verify_shards"
-
-
-class VerifyOptions(PipelineOptions):
-    """Flags of the verify job (``--output_dir`` is shared, in ``ShardingOptions``)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        opt.one_line_errors(parser)
-        parser.add_argument("--files", default=None,
-                            help="Check the TFRecord files matching this pattern, without a manifest.")
-        parser.add_argument("--decode_images", action="store_true", default=False,
-                            help="Decode every image and compare it with its record's size fields.")
-        parser.add_argument("--decode_with", default=None,
-                            help="Decode every image with these decoders, separated by commas, among "
-                                 f"{', '.join(DECODERS)}; report each that refuses an image or "
-                                 "decodes it to another size than image/height and image/width.")
-        parser.add_argument("--report", default=None, help="Write the problems as JSON to this path.")
-        parser.add_argument("--preview", default=None,
-                            help="Write a PNG contact sheet of sample images and shard sizes here.")
 
 
 @dataclass(frozen=True)
@@ -204,12 +187,9 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
     """
     verify = options.view_as(VerifyOptions)
     folder = options.view_as(ShardingOptions).output_dir
-    if not folder and not verify.files:
-        raise UsageError("say what to verify: --output_dir FOLDER (a shard set with manifest.json) "
-                         "or --files PATTERN (TFRecord files without a manifest)")
-    if folder and verify.files:
-        raise UsageError("give --output_dir (a shard set with manifest.json) or --files "
-                         "(a pattern of TFRecord files), not both")
+    missing = HELP.missing(argparse.Namespace(output_dir=folder, files=verify.files))
+    if missing:
+        raise UsageError(missing)
     report, keep = _report_target(options, verify.report)
     common = dict(decode_images=verify.decode_images, decode_with=_decoders(verify.decode_with),
                   report=report, keep_report=keep,
@@ -395,15 +375,7 @@ def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
     return text, 0 if report.ok else 1
 
 
-HELP = JobHelp(
-    summary="Check a shard set against its manifest (--output_dir), or any TFRecord files (--files).",
-    options=(VerifyOptions, opt.RecordReadingOptions), shared=("output_dir",),
-    groups={"files": "inputs", "output_dir": "inputs", "decode_images": "checks", "decode_with": "checks", "report": "output",
-            "max_record_mb": "inputs",
-            "preview": "output"},
-    epilog="examples:\n"
-           "  tfrecord-shards verify --output_dir out/flowers --decode_images\n"
-           "  tfrecord-shards verify --files 'somewhere/*.tfrecord.gz'")
+HELP = jobs.VERIFY  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -413,7 +385,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.main import set_up_command
+    from beam_jobs.cli.logs import set_up_command
 
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.verify_shards"))

@@ -31,7 +31,6 @@ _EXPORTS = {
     "RejectDuplicateImages": "transforms.reject_duplicates",
     "DEAD_LETTERS": "transforms.shardset.dead_letters",
     # The verify job's steps.
-    "CheckRecords": "transforms.verify_steps",
     "CheckAcrossRanges": "transforms.verify_steps",
     "WriteReport": "transforms.verify_steps",
     "WritePreview": "transforms.verify_steps",

@@ -18,6 +18,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import worker_threads
 from transforms.errors import ImageError, ShardsError
+from transforms.images.choices import DEFAULT_MAX_IMAGE_BYTES
 from transforms.images.annotations import RecordLayout
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
 from transforms.images.inspection import Inspected, inspect_image, unknown_label
@@ -39,7 +40,6 @@ __all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "imag
            "read_input", "REUSED_INPUTS", "REUSED_INPUT_BYTES"]
 
 # Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
-DEFAULT_MAX_IMAGE_BYTES = 256 * MIB
 # Counters (namespace ``build``) of the inputs whose records a resumed run took from an
 # interrupted run's run files, and of their bytes.
 REUSED_INPUTS = "images_reused"

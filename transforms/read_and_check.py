@@ -190,7 +190,9 @@ class ReadAndCheckRecords(beam.PTransform):
     the hash then reads the rest of the file again).
 
     Args:
-        schema, labels: As for ``CheckRecords`` (values or singleton side inputs).
+        schema, labels: The manifest's feature spec and class names, as
+            ``transforms.verify.checks.check_record`` takes them (values or
+            singleton side inputs).
         decode_images: Decode every image.
         preview: Keep a few preview samples per class in each tally.
         hash_files: Check each listed shard's sha256 against its entry.

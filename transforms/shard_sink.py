@@ -33,6 +33,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms import worker_threads
 from transforms.progress import counters as progress
+from transforms.progress.report import plural
 from transforms.shardset.dead_letters import PART_LETTERS, too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import ShardDone
@@ -259,8 +260,9 @@ class _PublishFn(beam.DoFn):
         manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
                                   compression, fields, max_bad, policy, self._sidecar_files)
         self._dead.inc(manifest.dead_letters)
-        _LOG.info("published %d shards with %d records to %s", manifest.num_shards,
-                  manifest.records, output_dir)
+        # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
+        _LOG.debug("published %s with %s to %s", plural(manifest.num_shards, "shard"),
+                   plural(manifest.records, "record"), output_dir)
         yield manifest.to_dict()
 
 

@@ -4,8 +4,6 @@ Element types:
 - a ``ShardFile`` per shard, read and checked in byte ranges by
   ``ReadAndCheckRecords`` (``transforms.read_and_check``), which outputs a
   ``RangeTally`` per range;
-- (``CheckRecords``, for records read elsewhere) a record read with offsets:
-  ``(path, offset, data)``, and a ``RecordCheck`` per record;
 - ``Problem`` objects for everything found; ``(label, PreviewSample)`` for
   the preview.
 
@@ -32,12 +30,11 @@ from transforms.shardset.shard_list import read_shard_list
 from transforms.storage.files import open_lines, read_file
 from transforms.storage.listing import list_folder
 from transforms.storage.writing import write_file
-from transforms.verify.checks import (Problem, Report, check_record, labels_problems, listing_problems,
-                                      shard_label_problems)
-from transforms.verify.preview import PREVIEW_PER_CLASS, preview_sample, render_preview
+from transforms.verify.checks import Problem, Report, labels_problems, listing_problems, shard_label_problems
+from transforms.verify.preview import PREVIEW_PER_CLASS, render_preview
 from transforms.verify.ranges import KEY_BUCKETS, RangeTally, ShardFile, group_parts, group_problems
 
-__all__ = ["ReadManifest", "CheckRecords", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST",
+__all__ = ["ReadManifest", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST",
            "SHARDS", "PROBLEMS", "SAMPLES"]
 
 MANIFEST = "manifest"
@@ -136,57 +133,6 @@ class ReadManifest(beam.PTransform):
                 | "Folder" >> beam.Create([self._folder])
                 | "ListShards" >> beam.FlatMap(_read_shard_set).with_outputs(MANIFEST, PROBLEMS,
                                                                               main=SHARDS))
-
-
-class _CheckRecordFn(beam.DoFn):
-    """(path, offset, data) -> RecordCheck; its problems and preview samples to side outputs."""
-
-    def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
-                 labels: Sequence[str] | None) -> None:
-        self._schema = schema
-        self._decode_images = decode_images
-        self._preview = preview
-        self._labels = list(labels) if labels else None
-        self._checked = Metrics.counter(_NAMESPACE, "records_checked")
-
-    def process(self, item: tuple[str, int, bytes], schema: Mapping[str, str] | None = None,
-                labels: Sequence[str] | None = None):
-        path, offset, data = item
-        schema = self._schema if schema is None else schema
-        labels = self._labels if labels is None else (list(labels) or None)
-        check, features = check_record(path, offset, data, schema, self._decode_images, labels)
-        self._checked.inc()
-        yield check
-        for problem in check.problems:
-            yield beam.pvalue.TaggedOutput(PROBLEMS, problem)
-        if self._preview:
-            sample = preview_sample(features)
-            if sample is not None:
-                yield beam.pvalue.TaggedOutput(SAMPLES, (sample.label, sample))
-
-
-class CheckRecords(beam.PTransform):
-    """Checks every record: Example parsing, optionally the schema, the labels and the image.
-
-    Input ``(path, offset, data)``; outputs ``checks`` (``RecordCheck``),
-    ``problems`` and, with ``preview``, ``samples``. With ``labels`` (the
-    manifest's class names), each record's label and class text must agree
-    with them. ``schema`` and ``labels`` may also be singleton side inputs
-    (the manifest's, read in the pipeline).
-    """
-
-    def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
-                 preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None) -> None:
-        super().__init__()
-        side = {name: value for name, value in (("schema", schema), ("labels", labels))
-                if isinstance(value, beam.pvalue.AsSingleton)}
-        self._fn = _CheckRecordFn(None if "schema" in side else schema, decode_images, preview,
-                                  None if "labels" in side else labels)
-        self._side = side
-
-    def expand(self, records):
-        return records | "Check" >> beam.ParDo(self._fn, **self._side).with_outputs(
-            PROBLEMS, SAMPLES, main="checks")
 
 
 class CheckAcrossRanges(beam.PTransform):

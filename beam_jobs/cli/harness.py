@@ -11,6 +11,7 @@ translated graph).
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import contextlib
 import logging
 import re
@@ -27,7 +28,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   StandardOptions, TestOptions)
 
 from beam_jobs.cli import logs
-from beam_jobs.cli.help import (JobHelp, format_beam_help, format_job_help, wants_beam_help,
+from beam_jobs.cli.help import (Job, format_beam_help, format_job_help, wants_beam_help,
                                 wants_help)
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
@@ -411,7 +412,7 @@ def run_job(name: str, argv: Sequence[str] | None,
             finish: Callable[[beam.Pipeline, PipelineOptions, Any, float], tuple[str, int]],
             positional_hint: str = "every value needs its flag, e.g. --input PATH",
             prepare: Callable[[PipelineOptions, Any], Callable[[bool, bool], str | None] | None] | None = None,
-            *, spec: JobHelp | None = None, prog: str | None = None,
+            *, spec: Job | None = None, prog: str | None = None,
             progress: Callable[[PipelineOptions, Any], Any] | None = None,
             on_result: Callable[[Any], None] | None = None) -> int:
     """Runs a job: flags, pipeline, outcome; returns its exit status.

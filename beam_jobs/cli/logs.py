@@ -16,6 +16,7 @@ configuration, e.g. during an import, silenced the per-shard lines.
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import argparse
 import collections
 import contextlib
@@ -30,10 +31,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from beam_jobs.cli.flags import LOG_LEVELS
+from beam_jobs.cli.values import LOG_LEVELS
 
 __all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS",
-           "LOG_FORMAT", "worker_stderr_captured", "set_bar_clearer"]
+           "LOG_FORMAT", "worker_stderr_captured", "set_bar_clearer", "set_up_command"]
 
 OWN_LOGGERS = ("transforms", "beam_jobs")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -270,3 +271,8 @@ def worker_stderr_captured() -> Iterator[None]:
             os.remove(path)
         except OSError:
             _worker_output = ""
+
+
+def set_up_command(argv: Sequence[str]) -> None:
+    """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks."""
+    configure_logging(log_settings(argv))

@@ -11,9 +11,12 @@ Usage::
     tfrecord-shards build --help
 
 ``python -m beam_jobs.build_shards`` and the other job modules run the same
-code: ``set_up_command``, then their own ``run`` (importing the module again
-under its package name would define its options class twice, which Beam's
-parser refuses).
+code: ``set_up_command``, then their own ``run``.
+
+A command's ``--help``, and a usage error its declared flags show
+(``beam_jobs/cli/jobs.py``: a bad value, a missing ``--input``), are answered
+here before the job's modules, Beam, Pillow and numpy are imported: in a
+fraction of the time a job takes to start (BENCHMARKS.md, "Instant help").
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from __future__ import annotations
 import importlib
 import sys
 from typing import Sequence
+
+from beam_jobs.cli.declared import format_job_help, usage_problem, wants_help
+from beam_jobs.cli.jobs import JOBS
 
 __all__ = ["COMMANDS", "main", "run_command", "set_up_command", "usage"]
 
@@ -52,14 +58,42 @@ def usage() -> str:
 
 def set_up_command(argv: Sequence[str]) -> None:
     """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks."""
-    from beam_jobs.cli.logs import configure_logging, log_settings  # here: Ctrl-C while importing is one line
+    from beam_jobs.cli import logs  # here: Ctrl-C while importing is one line, and --help needs no Beam
 
-    configure_logging(log_settings(argv))
+    logs.set_up_command(argv)
+
+
+def _plans_instead(command: str, argv: Sequence[str]) -> bool:
+    """True if a build asks for a ``--dry_run`` its runner would ignore: it plans instead."""
+    if command not in ("build", "append") or wants_help(argv):
+        return False
+    if not any(arg.split("=")[0] == "--dry_run" for arg in argv):
+        return False
+    from beam_jobs import plan_build  # here: only a dry run needs it
+
+    return plan_build.plans_instead(argv)
 
 
 def run_command(command: str, argv: Sequence[str], prog: str) -> int:
-    """Runs one job as a command: sets up logging, then runs it; returns its exit status."""
+    """Runs one job as a command; returns its exit status.
+
+    ``--help`` and a usage error of the job's declared flags are answered from
+    the declarations alone; otherwise logging is set up and the job runs.
+    """
+    job = JOBS[command]
+    if wants_help(argv):
+        print(format_job_help(job, prog))
+        return 0
+    problem = usage_problem(job, argv)
+    if problem is not None:
+        print(f"{job.name}: error: {problem}", file=sys.stderr)
+        return 2
     set_up_command(argv)
+    if _plans_instead(command, argv):
+        from beam_jobs import plan_build
+
+        argv = ["--append", *argv] if command == "append" else list(argv)
+        return plan_build.run(argv, prog=prog, for_dry_run=True)
     module = importlib.import_module(COMMANDS[command][0])
     return module.run(list(argv), prog=prog)
 

@@ -10,6 +10,7 @@ their workers do not inherit the variable.
 
 from __future__ import annotations
 
+import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import contextlib
 import os
 import shutil
@@ -25,7 +26,7 @@ from beam_jobs.cli import logs
 from beam_jobs.cli.flags import RunOptions
 from transforms.errors import ManifestError
 from transforms.progress import counters as c
-from transforms.progress.report import Stage, progress_bar, progress_line
+from transforms.progress.report import ETA_AFTER_SECONDS, Stage, progress_bar, progress_line
 from transforms.storage import output_folder
 from transforms.tfrecord.compression import compression_of
 
@@ -43,8 +44,9 @@ class _Reporter:
     """Prints the stage ``stage_of`` makes of the counts, every ``interval`` seconds."""
 
     def __init__(self, job: str, folder: str, stage_of: Callable[[Counts], Stage | None],
-                 interval: float, stream: TextIO) -> None:
+                 interval: float, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
         self._job = job
+        self._clock = clock
         self._folder = folder
         self._stage_of = stage_of
         self._stream = stream
@@ -54,7 +56,7 @@ class _Reporter:
         self._lock = threading.Lock()  # the bar's line is shared with log lines
         self._shown = 0
         self._printed = None  # (label, items, bytes) of the last plain line
-        self._last = None  # the last stage reported, and its seconds
+        self._last = None  # the last stage reported, its seconds, and whether its time left is known
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
 
     def start(self) -> None:
@@ -72,8 +74,9 @@ class _Reporter:
         # A plain log ends with where the run got to, also when it ended between two reports.
         stage = self._stage_of(c.read_counts(self._folder))
         if stage is not None and (stage.label, stage.items, stage.nbytes) != self._printed:
-            seconds = self._last[1] if self._last and self._last[0].label == stage.label else 0.0
-            self._stream.write(progress_line(self._job, stage, seconds) + "\n")
+            same = self._last is not None and self._last[0].label == stage.label
+            seconds, eta = self._last[1:] if same else (0.0, False)
+            self._stream.write(progress_line(self._job, stage, seconds, eta) + "\n")
             self._stream.flush()
 
     def clear(self) -> None:
@@ -85,30 +88,35 @@ class _Reporter:
                 self._shown = 0
 
     def _loop(self) -> None:
-        # A stage is taken to start at the last report before it was seen; its
-        # rate is measured up to the last report at which its counts moved.
-        label, since = None, time.monotonic()
-        polled, moved, last = since, since, None
+        # A stage is taken to start at the last report before it was seen (the
+        # first one too: the job's start-up before it is no part of its rate); its
+        # rate is measured up to the last report at which its counts moved. The
+        # time left is guessed only once the stage was watched for
+        # ETA_AFTER_SECONDS: on its first report its rate is one sighting's guess.
+        label = None
+        polled = seen = moved = self._clock()
+        since, last = polled, None
         while not self._stop.wait(self._interval):
             stage = self._stage_of(c.read_counts(self._folder))
-            now, before = time.monotonic(), polled
+            now, before = self._clock(), polled
             polled = now
             if stage is None:
                 continue
             if stage.label != label:
-                label, since = stage.label, since if label is None else before
+                label, since, seen = stage.label, before, now
             if (stage.items, stage.nbytes) != last:
                 last, moved = (stage.items, stage.nbytes), now
             seconds = moved - since
+            eta = now - seen >= ETA_AFTER_SECONDS
             with self._lock:
                 if self._tty:
-                    text = progress_bar(self._job, stage, seconds)
+                    text = progress_bar(self._job, stage, seconds, eta=eta)
                     self._stream.write("\r" + text.ljust(self._shown))
                     self._shown = max(self._shown, len(text))
                 elif (stage.label, stage.items, stage.nbytes) != self._printed:  # no repeated line
-                    self._stream.write(progress_line(self._job, stage, seconds) + "\n")
+                    self._stream.write(progress_line(self._job, stage, seconds, eta) + "\n")
                     self._printed = (stage.label, stage.items, stage.nbytes)
-                self._last = (stage, seconds)
+                self._last = (stage, seconds, eta)
                 self._stream.flush()
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from transforms.errors import ImageError
+from transforms.images.choices import RESIZE_MODES, VALIDATE_LEVELS
 from transforms.images.library_messages import captured_messages, collected
 from transforms.images.orientation import exif_orientation, turned_upright
 from transforms.images.structure import STRUCTURE_FORMATS, check_png, check_structure
@@ -45,11 +46,7 @@ HEAD_BYTES = 64 * 1024
 
 # How --resize WxH meets an image of another aspect ratio: stretch to exactly WxH;
 # fit inside WxH keeping the aspect ratio (one side may come out smaller); crop
-# the centre to the aspect ratio of WxH, then scale it to fill WxH exactly.
-RESIZE_MODES = ("stretch", "fit", "crop")
-
-# Levels of --validate, from cheapest to most costly (see inspect_image).
-VALIDATE_LEVELS = ("header", "structure", "decode", "full")
+# the centre to the aspect ratio of WxH, then scale it to fill WxH exactly (RESIZE_MODES).
 
 # Pillow format name -> image/format value. MPO is camera JPEG with extra frames.
 _FORMATS = {

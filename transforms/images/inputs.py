@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from transforms.errors import ManifestError, PlanError
+from transforms.images.choices import COCO_IDS, LAYOUTS
 from transforms.example.features import FeatureValueError, ManifestTyping
 from transforms.images.annotations import row_annotations
 from transforms.images.objects import BBOX_FORMATS, BoxError
@@ -36,9 +37,6 @@ __all__ = ["KNOWN_SPLITS", "LAYOUTS", "COCO_IDS", "LabelRules", "TreeLevels", "m
            "check_label", "is_hidden", "is_manifest_path", "shown_name"]
 
 KNOWN_SPLITS = ("train", "validation", "val", "test")
-LAYOUTS = ("auto", "classes", "splits")
-# --coco_ids: keep a COCO file's category ids, or renumber its classes by sorted name.
-COCO_IDS = ("keep", "renumber")
 # C0 and C1 control characters and the Unicode line and paragraph separators: each
 # breaks a line of labels.txt for some reader (str.splitlines() splits on all of them).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -27,30 +27,15 @@ from typing import Iterator
 from PIL import Image
 
 from transforms.errors import ImageError
+from transforms.images.libtiff import route_libtiff_messages
+from transforms.images.message_stack import note_message, open_captures
 
 __all__ = ["captured_messages", "collected", "note_message"]
 
-_local = threading.local()
 _install_lock = threading.Lock()
 _previous_showwarning = None
 _filtered_loggers: set[str] = set()
 _logger_count = -1  # loggers that existed when Pillow's were last filtered
-
-
-def _stack() -> list[list[str]]:
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
-
-
-def note_message(text: str) -> bool:
-    """Adds ``text`` to the calling thread's innermost capture; False if none is open."""
-    stack = _stack()
-    if not stack:
-        return False
-    stack[-1].append(text)
-    return True
 
 
 def _route_warning(message, category, filename, lineno, file=None, line=None):
@@ -99,11 +84,9 @@ def _install() -> None:
 def captured_messages() -> Iterator[list[str]]:
     """Collects the image library's messages raised in this thread while the block runs."""
     _install()
-    from transforms.images.libtiff import route_libtiff_messages
-
     route_libtiff_messages()
     messages: list[str] = []
-    stack = _stack()
+    stack = open_captures()
     stack.append(messages)
     try:
         yield messages

@@ -6,7 +6,7 @@ compression support is not configured.``), naming no input; Pillow offers no
 way to change that. ``route_libtiff_messages`` installs handlers, through
 ctypes, in the libtiff that Pillow itself loaded (``TIFFSetWarningHandler`` and
 ``TIFFSetErrorHandler``, libtiff 4): each message goes to the calling thread's
-capture (``library_messages.note_message``), or, when no capture is open, to
+capture (``message_stack.note_message``), or, when no capture is open, to
 the ``transforms.images`` logger at DEBUG.
 
 Checked with Pillow 12.3's wheels (libtiff 4.7, bundled in ``pillow.libs``)
@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 
-from transforms.images.library_messages import note_message
+from transforms.images.message_stack import note_message
 
 __all__ = ["route_libtiff_messages"]
 

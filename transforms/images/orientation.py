@@ -27,6 +27,7 @@ import io
 from PIL import Image, JpegImagePlugin
 
 from transforms.errors import ImageError
+from transforms.images.choices import EXIF_ORIENTATION_MODES
 
 __all__ = ["ORIENTATION_TAG", "ORIENTATION_FEATURE", "EXIF_ORIENTATION_MODES", "SWAPS_SIDES", "UPRIGHT_HOW",
            "exif_orientation", "turned_upright", "upright_jpeg"]
@@ -34,7 +35,6 @@ __all__ = ["ORIENTATION_TAG", "ORIENTATION_FEATURE", "EXIF_ORIENTATION_MODES", "
 ORIENTATION_TAG = 0x0112
 # The record key ``--exif_orientation keep`` writes (int64, 1-8; 1 when the source has none).
 ORIENTATION_FEATURE = "image/orientation"
-EXIF_ORIENTATION_MODES = ("apply", "keep")
 # Orientations whose upright image has the width and height swapped.
 SWAPS_SIDES = (5, 6, 7, 8)
 # ImageInfo.upright values -> how the summary names them.

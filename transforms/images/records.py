@@ -15,6 +15,7 @@ from typing import Iterable
 
 from transforms.images import codec as images
 from transforms.errors import ImageError
+from transforms.images.choices import IMAGE_MODES
 from transforms.example.codec import encode_example
 from transforms.example.features import FeatureValues, feature_entry
 from transforms.images.codec import ImageInfo
@@ -27,7 +28,6 @@ __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "im
            "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
            "with_png_chunks_fixed", "orientation_spec", "orientation_extra"]
 
-IMAGE_MODES = ("tf", "passthrough", "reencode", "raw")
 # Source formats the passthrough mode accepts (others: unsupported_format; tf mode takes
 # every format Pillow decodes).
 passthrough_formats = ("jpeg", "png", "gif", "bmp", "tiff", "webp")

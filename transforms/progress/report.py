@@ -69,7 +69,7 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def _parts(stage: Stage, seconds: float) -> list[str]:
+def _parts(stage: Stage, seconds: float, eta: bool = True) -> list[str]:
     if stage.items_total is not None:
         done = f"{stage.items:,} of {stage.items_total:,} {stage.unit}"
     else:
@@ -82,12 +82,12 @@ def _parts(stage: Stage, seconds: float) -> list[str]:
         parts.append(f"{format_bytes(stage.nbytes / seconds)}/s" if stage.nbytes
                      else f"{stage.items / seconds:,.1f} {stage.unit}/s")
     fraction = stage.fraction()
-    if fraction is not None and 0 < fraction < 1 and seconds >= ETA_AFTER_SECONDS:
+    if eta and fraction is not None and 0 < fraction < 1 and seconds >= ETA_AFTER_SECONDS:
         parts.append(f"about {format_seconds(seconds * (1 - fraction) / fraction)} left")
     return parts
 
 
-def progress_line(job: str, stage: Stage, seconds: float) -> str:
+def progress_line(job: str, stage: Stage, seconds: float, eta: bool = True) -> str:
     """One plain progress line, e.g. ``build: reading images: 120 of 400 images (30%), ...``.
 
     Args:
@@ -95,19 +95,24 @@ def progress_line(job: str, stage: Stage, seconds: float) -> str:
         stage: The stage and its counts.
         seconds: Time spent in the stage so far (for the rate; the time left is
             shown from ``ETA_AFTER_SECONDS`` on).
+        eta: Whether the rate is known well enough to guess the time left
+            (False on a stage's first report: its rate is one sighting's).
     """
     fraction = stage.fraction()
     percent = f" ({100 * fraction:.0f}%)" if fraction is not None else ""
-    parts = _parts(stage, seconds)
+    parts = _parts(stage, seconds, eta)
     return f"{job}: {stage.label}: {parts[0]}{percent}" + "".join(f", {p}" for p in parts[1:])
 
 
-def progress_bar(job: str, stage: Stage, seconds: float, width: int = 24) -> str:
-    """A progress bar line for a terminal, e.g. ``build [#####.....] 50% reading images ...``."""
+def progress_bar(job: str, stage: Stage, seconds: float, width: int = 24, eta: bool = True) -> str:
+    """A progress bar line for a terminal, e.g. ``build [#####.....] 50% reading images ...``.
+
+    ``seconds`` and ``eta`` are as for ``progress_line``.
+    """
     fraction = stage.fraction()
     if fraction is None:
         bar = "[" + "?" * width + "]"
     else:
         filled = int(round(fraction * width))
         bar = "[" + "#" * filled + "." * (width - filled) + f"] {100 * fraction:3.0f}%"
-    return f"{job} {bar} {stage.label}: " + ", ".join(_parts(stage, seconds))
+    return f"{job} {bar} {stage.label}: " + ", ".join(_parts(stage, seconds, eta))

@@ -11,10 +11,13 @@ import re
 from transforms.errors import PlanError
 from transforms.tfrecord.compression import SUFFIXES
 
-__all__ = ["MAX_SPLIT_NAME", "SHARD_NAME_RE", "check_split_name", "shard_file_name", "split_of_shard",
+__all__ = ["WILDCARDS", "MAX_SPLIT_NAME", "SHARD_NAME_RE", "check_split_name", "shard_file_name", "split_of_shard",
            "join_path"]
 
 _SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")  # \Z: "$" also matches before a final "\n"
+# Characters Beam's file systems read as wildcards anywhere in a pattern (a folder or a
+# name holding one cannot be listed or matched on its own).
+WILDCARDS = "*?["
 SHARD_NAME_RE = re.compile(
     r"^(?P<split>[A-Za-z0-9_-]+)-(?P<index>\d{5,})-of-(?P<count>\d{5,})\.tfrecord"
     r"(?:" + "|".join(re.escape(suffix) for suffix in SUFFIXES.values() if suffix) + r")?\Z")

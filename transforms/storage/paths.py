@@ -14,10 +14,9 @@ import posixpath
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["WILDCARDS", "is_local", "has_wildcards", "path_problem", "same_file"]
+from transforms.shardset.naming import WILDCARDS
 
-# Characters Beam's file systems read as wildcards anywhere in a pattern.
-WILDCARDS = "*?["
+__all__ = ["WILDCARDS", "is_local", "has_wildcards", "path_problem", "same_file"]
 
 _schemes: frozenset = frozenset()
 

@@ -1,0 +1,253 @@
+"""How a job's flags are declared: once, as plain data, without Beam, Pillow or numpy.
+
+A ``Flag`` says everything about one flag: its name, type, default, choices,
+help, help group, and whether the manifest records it. A ``FlagSet`` is a
+group of flags that one options class parses (``beam_jobs/cli/flags.py`` makes
+the ``PipelineOptions`` subclasses Beam parses from them), and a ``Job`` is
+what one command takes. From the same declarations come:
+
+- the job's ``--help`` (``format_job_help``),
+- a parser that tells a usage error (exit status 2) before any of the job's
+  modules is imported (``usage_problem``),
+- Beam's options classes (``FlagSet._add_argparse_args``),
+- the options a manifest records (``Job.recorded``).
+
+The declarations themselves are in ``beam_jobs/cli/jobs.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from beam_jobs.cli.values import one_line_errors
+from transforms.errors import UsageError
+
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "job_parser", "format_job_help", "usage_problem",
+           "wants_help", "wants_beam_help"]
+
+BEAM_HELP_FLAG = "--help_beam"
+GROUP_ORDER = ("inputs", "labels and splits", "images", "checks", "output", "sharding", "failures", "messages")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of a job.
+
+    Attributes:
+        name: The flag without ``--`` (and its attribute name), e.g. ``shard_size_mb``;
+            for a positional argument, its name (``shard``).
+        help: What it means, for ``--help``; the default is added there.
+        default: Its value when not given.
+        type: Parses its text (an argparse type from ``beam_jobs.cli.values``), or None for text.
+        choices: The values it takes, or None for any.
+        action: ``store_true`` for a switch, ``append`` for a repeatable flag, None for a value.
+        group: The title it is listed under in ``--help``.
+        recorded: The manifest records its value (it shapes the output, not how the run goes).
+        required: Shown as required in ``--help``; refused when missing by argparse itself
+            only for a job that runs no Beam pipeline (others check in their ``Job.missing``).
+        positional: A positional argument (``inspect SHARD``), not a flag.
+    """
+
+    name: str
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple | None = None
+    action: str | None = None
+    group: str = "other"
+    recorded: bool = False
+    required: bool = False
+    positional: bool = False
+
+    @property
+    def option(self) -> str:
+        """How it is spelt on the command line: ``--name``, or ``name`` when positional."""
+        return self.name if self.positional else f"--{self.name}"
+
+    def argparse_kwargs(self, enforce_required: bool = False) -> dict[str, Any]:
+        """The keyword arguments of ``parser.add_argument`` for this flag."""
+        kwargs: dict[str, Any] = {"help": self.help}
+        if self.action is not None:
+            kwargs["action"] = self.action
+        if not self.positional:
+            kwargs["default"] = self.default
+        if self.type is not None:
+            kwargs["type"] = self.type
+        if self.choices is not None:
+            kwargs["choices"] = self.choices
+        if enforce_required and self.required and not self.positional:
+            kwargs["required"] = True
+        return kwargs
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """Flags that one options class parses (``ShardingOptions``, ``BuildOptions``, ...).
+
+    Attributes:
+        name: The options class's name.
+        flags: Its flags, in the order ``--help`` lists them.
+    """
+
+    name: str
+    flags: tuple[Flag, ...]
+
+    def __getitem__(self, name: str) -> Flag:
+        for flag in self.flags:
+            if flag.name == name:
+                return flag
+        raise KeyError(name)
+
+    def _add_argparse_args(self, parser: Any) -> None:
+        """Adds every flag to ``parser``, as Beam calls an options class's method of this name."""
+        one_line_errors(parser)
+        for flag in self.flags:
+            parser.add_argument(flag.option, **flag.argparse_kwargs())
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one command takes and says about itself.
+
+    Attributes:
+        name: The job's name in its messages (``build_shards``).
+        summary: One line saying what the job does.
+        options: The job's own flag sets.
+        shared: Which flags of ``jobs.SHARED`` the job takes (names).
+        run_flags: The flag sets every Beam job takes besides (logging, progress).
+        regroup: flag name -> group title, where this job lists a flag elsewhere than its declaration.
+        group_order: Titles in the order they are shown; unlisted ones follow.
+        epilog: Lines shown after the flags (examples).
+        beam: Whether the job runs a Beam pipeline (and takes Beam's options).
+        usage: The usage line (``%(prog)s`` stands for the command).
+        missing: Given the parsed flags (any object with them as attributes), why the job cannot
+            start without more flags (one line), or None.
+    """
+
+    name: str
+    summary: str
+    options: tuple[FlagSet, ...] = ()
+    shared: tuple[str, ...] = ()
+    shared_set: FlagSet | None = None
+    run_flags: tuple[FlagSet, ...] = ()
+    regroup: Mapping[str, str] = field(default_factory=dict)
+    group_order: tuple[str, ...] = GROUP_ORDER
+    epilog: str = ""
+    beam: bool = True
+    usage: str = "%(prog)s [flags]"
+    missing: Callable[[Any], str | None] | None = None
+
+    def flags(self) -> list[Flag]:
+        """Every flag the job takes: the shared ones it uses, its own, then the run flags."""
+        shared = [f for f in self.shared_set.flags if f.name in self.shared] if self.shared_set else []
+        return shared + [f for s in (*self.options, *self.run_flags) for f in s.flags]
+
+    def recorded(self) -> tuple[str, ...]:
+        """The names of the flags whose values the manifest records, in ``flags()`` order."""
+        return tuple(flag.name for flag in self.flags() if flag.recorded)
+
+    def group_of(self, flag: Flag) -> str:
+        """The title ``flag`` is listed under in this job's ``--help``."""
+        return self.regroup.get(flag.name, flag.group)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """Names of the flags shown as required."""
+        return tuple(flag.name for flag in self.flags() if flag.required)
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """True if the arguments ask for the job's help."""
+    return any(a in ("-h", "--help") for a in argv)
+
+
+def wants_beam_help(argv: Sequence[str]) -> bool:
+    """True if the arguments ask for Beam's options."""
+    return BEAM_HELP_FLAG in argv
+
+
+def _describe(flag: Flag) -> str:
+    default = flag.default
+    if flag.required:
+        suffix = "(required)"
+    elif flag.action in ("store_true", "store_false") or default is None or flag.positional:
+        suffix = ""
+    elif isinstance(default, (list, tuple)):
+        suffix = f"(default: {'x'.join(str(d) for d in default)})"
+    else:
+        suffix = f"(default: {default})"
+    return " ".join(part for part in (flag.help, suffix) if part).replace("%", "%%")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Wraps each line of a flag's help on its own: a help with a line per choice keeps them."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        lines: list[str] = []
+        for line in text.splitlines():
+            lines.extend(super()._split_lines(line, width) or [""])
+        return lines
+
+
+def job_parser(job: Job, prog: str) -> argparse.ArgumentParser:
+    """Returns a parser holding every flag of the job in its group, for printing help."""
+    parser = argparse.ArgumentParser(
+        prog=prog, usage=job.usage, description=job.summary, add_help=False, epilog=job.epilog or None,
+        formatter_class=_HelpFormatter)
+    flags = job.flags()
+    titles = {flag.name: job.group_of(flag) for flag in flags}
+    order = [t for t in job.group_order if t in titles.values()]
+    order += sorted({t for t in titles.values() if t not in order})
+    groups = {title: parser.add_argument_group(title) for title in order}
+    for flag in flags:
+        shown = {k: v for k, v in flag.argparse_kwargs().items() if k not in ("help", "type", "default")}
+        groups[titles[flag.name]].add_argument(flag.option, help=_describe(flag), **shown)
+    general = parser.add_argument_group("help")
+    general.add_argument("-h", "--help", action="store_true", help="Show this help and exit.")
+    if job.beam:
+        general.add_argument(BEAM_HELP_FLAG, action="store_true",
+                             help="Show Beam's own options (--runner, --direct_num_workers, "
+                                  "cloud options), which every job takes as well.")
+    return parser
+
+
+def format_job_help(job: Job, prog: str) -> str:
+    """Returns the help text of a job."""
+    return job_parser(job, prog).format_help()
+
+
+def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
+    """A parser of the job's flags with their types, raising ``UsageError`` on a bad one.
+
+    For a Beam job it knows none of Beam's flags: parse with ``parse_known_args``.
+    """
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    one_line_errors(parser)
+    for flag in job.flags():
+        parser.add_argument(flag.option, **flag.argparse_kwargs(enforce_required=not job.beam))
+    return parser
+
+
+def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
+    """Why ``argv`` is a usage error for ``job``, told from its declared flags alone; None if it is not.
+
+    A bad value of a declared flag, or (with nothing else given) a missing
+    required one, is told here, with the line the job itself would print. When
+    ``argv`` holds anything the declarations do not know (Beam's own flags, or
+    a misspelt one), the job's full parser, which knows Beam's, decides instead:
+    None is returned. A job without Beam knows every flag it takes, so anything
+    else is an error here.
+    """
+    parser = flag_parser(job)
+    try:
+        if not job.beam:
+            parser.parse_args(list(argv))
+            return None
+        known, extra = parser.parse_known_args(list(argv))
+    except UsageError as err:
+        return str(err)
+    if extra or job.missing is None:
+        return None
+    return job.missing(known)

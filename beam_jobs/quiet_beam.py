@@ -1,0 +1,44 @@
+"""Imports Apache Beam without the warning it logs when its optional BigQuery client is absent.
+
+Beam logs "apitools not found, and bigquery client libraries are not
+available ..." at import time; the jobs use no BigQuery, so the line only
+confuses their output. Every module of ``beam_jobs`` that imports Beam imports
+this module first; the filter is on the root logger only while Beam is
+imported. (The package itself imports no Beam: a command's ``--help`` and
+usage errors are answered without it.)
+"""
+
+import contextlib
+import logging
+import sys
+from typing import Iterator
+
+__all__ = ["apache_beam", "PipelineOptions"]
+
+
+class _DropBigQueryClientWarning(logging.Filter):
+    """Drops Beam's import-time warning about its absent BigQuery client."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("apitools not found")
+
+
+@contextlib.contextmanager
+def _without_bigquery_client_warning() -> Iterator[None]:
+    """Drops Beam's BigQuery client warning from the root logger inside the block."""
+    drop = _DropBigQueryClientWarning()
+    root = logging.getLogger()
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+
+
+try:
+    with _without_bigquery_client_warning():
+        import apache_beam  # imported here so its import-time warning is dropped
+        from apache_beam.options.pipeline_options import PipelineOptions
+except KeyboardInterrupt:  # Ctrl-C in a command's first seconds, while Beam loads: one line, as later
+    sys.stderr.write("tfrecord-shards: interrupted: nothing was published\n")
+    raise SystemExit(130) from None
