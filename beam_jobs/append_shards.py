@@ -5,7 +5,7 @@ Usage::
     tfrecord-shards append --input data/new_photos --output_dir out/flowers
     python -m beam_jobs.append_shards --input data/new_photos --output_dir out/flowers
 
-The build job with ``--append`` (see ``beam_jobs.build_shards`` and README.md,
+The build job with ``--append`` (see ``beam_jobs.build_shards`` and docs/next-day.md,
 "Add images to a published set"): every flag is the build's.
 """
 

@@ -8,7 +8,7 @@ Usage::
         --setup_file ./setup.py
 
 Beam's own options (``--runner``, ``--direct_num_workers``, cloud options) pass
-straight through. See README.md for every flag, the output layout and the schema.
+straight through. See docs/building.md for every flag, docs/output.md for the output layout and the schema.
 """
 
 from __future__ import annotations

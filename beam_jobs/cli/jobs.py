@@ -108,7 +108,7 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
               "upright; keep: tf and passthrough keep the pixels as the file "
               "holds them and write image/orientation (int64, 1-8)."),
     Flag("validate", default="structure", choices=VALIDATE_LEVELS, group="images", recorded=True,
-         help="How images are checked (README: Validation levels):\n"
+         help="How images are checked (docs/images.md: Validation levels):\n"
               "header: the header only (format, size, bombs)\n"
               "structure: JPEG/PNG markers, CRCs, end; others: decode\n"
               "decode: decodes the pixels (JPEG at 1/8 scale)\n"
@@ -231,7 +231,7 @@ BUILD = Job(
 PLAN = Job(
     name="plan_build",
     summary="Plan a build: what it would find, reject and write, and for how long; writes nothing "
-            "(see README.md, 'Plan before running').",
+            "(see docs/next-day.md).",
     options=(BUILD_FLAGS, PLAN_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     missing=BUILD.missing,
     epilog="examples:\n"

@@ -4,7 +4,7 @@ Pure code: functions take and return bytes. Used by the build job to turn a
 source file into the ``image/*`` features, and by the verify job to check that
 stored images decode to the size their record states.
 
-Policies (also in README):
+Policies (also in docs/images.md):
 - Images are recognised by content, never by extension.
 - Pillow's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``) is an error,
   raised from the header alone, before any pixel is allocated.

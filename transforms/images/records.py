@@ -227,7 +227,7 @@ def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, di
 
 def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                   filename: str, sha256_hex: str, extra: tuple = ()) -> bytes:
-    """Returns the serialized ``tf.train.Example`` of one image (see README for the schema).
+    """Returns the serialized ``tf.train.Example`` of one image (docs/output.md, "Example schema").
 
     ``extra`` holds ``(name, kind, values)`` of further keys (or of the class
     keys as lists, for multi-label records).
