@@ -20,8 +20,9 @@ _LABELS = ["cat", "dog"]
 
 def _inspect(path, settings: EncodeSettings) -> ImageMeta:
     source = SourceImage(str(path), "dog/a.jpg", "train", "dog")
-    meta = _InspectImageFn(settings, seed=7)._work_on(source, {n: i for i, n in enumerate(_LABELS)},
-                                                       None).output
+    inspected, _ = _InspectImageFn(settings, seed=7)._work_on(source, {n: i for i, n in enumerate(_LABELS)},
+                                                               None)  # (inspection, what a resume would need)
+    meta = inspected.output
     assert isinstance(meta, ImageMeta)
     return meta
 
