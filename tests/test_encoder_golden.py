@@ -24,7 +24,6 @@ import os
 import shutil
 
 import PIL
-import pytest
 
 from tests.shard_fixtures import run_build, shard_files, write
 
