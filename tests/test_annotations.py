@@ -12,9 +12,10 @@ from PIL import Image
 
 from transforms.errors import ManifestError, UsageError
 from transforms.example.codec import decode_example, encode_example
-from transforms.example.features import (FeatureValueError, ManifestTyping, feature_entry, from_csv,
+from transforms.example.features import (FeatureValueError, ManifestTyping, from_csv,
                                          from_json, json_type, parse_feature_flags)
 from transforms.example.schema import IMAGE_FEATURES, record_problems
+from transforms.example.wire import feature_entry
 from transforms.images import codec
 from transforms.images.annotations import RecordLayout, merge_layouts
 from transforms.images.object_classes import ObjectClasses, label_map_pbtxt, object_label_map
@@ -96,7 +97,10 @@ def test_record_parts_equal_the_whole_record_with_prefix_keys():
     extra = (("a", "bytes", (b"x",)), ("ab", "int64", (1,)), ("image/class/label", "int64", (0, 2)),
              ("image/class/labels", "int64", ()))
     head, tail = image_example_parts(b"IMG", info, 0, "cat", "f.png", "a" * 64, extra)
-    assert head + b"IMG" + tail == image_example(b"IMG", info, 0, "cat", "f.png", "a" * 64, extra)
+    record = image_example(b"IMG", info, 0, "cat", "f.png", "a" * 64, extra)
+    decoded = decode_example(record)  # protobuf's own serialization writes the same bytes
+    assert encode_example({k: v for k, (_, v) in decoded.items()}, {k: kind for k, (kind, _) in decoded.items()}) == record
+    assert head + b"IMG" + tail == record
 
 
 # --- boxes ----------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from transforms.tfrecord.framing import frame_parts, frame_record, iter_records
-from transforms.example.codec import encode_example
-from transforms.images.records import _map_entries, _varint, image_example, image_example_parts
+from transforms.example.codec import decode_example, encode_example
+from transforms.example.wire import example_bytes, example_parts, example_size, map_entries, varint
+from transforms.images.records import image_example, image_example_parts
 from transforms.images.codec import ImageInfo
 from transforms.tfrecord.shard_writer import ShardWriter
 
@@ -30,7 +31,15 @@ def test_image_example_parts_join_to_image_example(length):
     for info in _INFOS:
         for label, text, filename in _LABELS:
             head, tail = image_example_parts(image, info, label, text, filename, "f" * 64)
-            assert head + image + tail == image_example(image, info, label, text, filename, "f" * 64)
+            record = image_example(image, info, label, text, filename, "f" * 64)
+            assert head + image + tail == record == _protobuf_reencoded(record)
+
+
+def _protobuf_reencoded(record: bytes) -> bytes:
+    """``record`` parsed and serialized again by protobuf's own messages (deterministic)."""
+    decoded = decode_example(record)
+    return encode_example({name: values for name, (_, values) in decoded.items()},
+                          {name: kind for name, (kind, _) in decoded.items()})
 
 
 @pytest.mark.parametrize("cut", [(), (0,), (5,), (0, 5, 5, 9), (1, 2, 3)])
@@ -76,6 +85,18 @@ def test_map_entries_match_protobuf_serialization(features):
     names = [name.encode("utf-8") for name in features]
     assume(not any(a != b and b.startswith(a) for a in names for b in names))
     example = encode_example(features)
-    entries = _map_entries(features)
+    entries = map_entries(features)
     # An Example is one field: tag 0x0A, the varint length of Features, then the entries.
-    assert example == (b"\x0a" + _varint(len(entries)) + entries if entries else b"")
+    assert example == (b"\x0a" + varint(len(entries)) + entries if entries else b"") == example_bytes(features)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=40), _VALUES, max_size=6), st.text(min_size=1, max_size=40),
+       st.integers(min_value=0, max_value=20_000))
+def test_example_parts_frame_a_value_left_out(others, name, length):
+    """Head, value and tail join to the whole Example, whose size ``example_size`` knows without the value."""
+    others.pop(name, None)
+    value = bytes(length)
+    head, tail = example_parts(others, name, length)
+    whole = example_bytes({**others, name: value})
+    assert head + value + tail == whole
+    assert example_size(others, name, length) == len(whole)

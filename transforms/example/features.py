@@ -1,4 +1,4 @@
-"""Typed extra features: their types, parsing from manifests, and their wire encoding (pure).
+"""Typed extra features: their types and parsing from manifests (pure; ``wire`` encodes them).
 
 A feature type is one of ``FEATURE_TYPES``: ``bytes``, ``int64`` and ``float``
 hold exactly one value; ``bytes_list``, ``int64_list`` and ``float_list`` hold
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import math
 import re
-import struct
-from typing import Mapping, NamedTuple, Sequence
+from typing import Mapping, Sequence
 
 from transforms.errors import ShardsError, UsageError
-from transforms.example.wire import varint as _varint
 
-__all__ = ["FEATURE_TYPES", "EMPTY_LIST", "LIST_SEPARATOR", "FeatureValues", "FeatureValueError", "ManifestTyping",
+__all__ = ["FEATURE_TYPES", "EMPTY_LIST", "LIST_SEPARATOR", "FeatureValueError", "ManifestTyping",
            "base_kind", "is_list_type", "parse_feature_flags", "json_type", "from_json", "from_csv",
-           "feature_entry", "feature_problems", "name_problem", "undeclared_columns"]
+           "feature_problems", "name_problem", "undeclared_columns"]
 
 FEATURE_TYPES = ("bytes", "int64", "float", "bytes_list", "int64_list", "float_list")
 # The type of an empty JSON list before any row has given its key a type: it fits
@@ -35,13 +33,6 @@ _NAME = re.compile(r"^[^\x00-\x1f\x7f]+$")
 # Keys that are not features in an input manifest, and the prefix of the build's own keys.
 _RESERVED_KEYS = ("path", "label", "split", "objects")
 _RESERVED_PREFIX = "image/"
-
-
-class FeatureValues(NamedTuple):
-    """A feature's values with the kind of list that holds them."""
-
-    kind: str
-    values: tuple
 
 
 class FeatureValueError(ShardsError):
@@ -236,33 +227,3 @@ def feature_problems(name: str, feature_type: str, kind: str, values: Sequence) 
     if len(values) != 1:
         return [f"feature {name} has {len(values)} values, expected 1"]
     return []
-
-
-# Wire encoding of one ``Features.feature`` map entry, as protobuf's deterministic
-# serialization writes it (checked against ``codec.encode_example`` in tests).
-
-def _field(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
-def feature_entry(name: str, kind: str, values: Sequence) -> bytes:
-    """The bytes of one map entry ``name -> Feature`` holding ``values`` in a ``kind`` list.
-
-    A ``Feature`` holds ``bytes_list`` (field 1), ``float_list`` (2) or
-    ``int64_list`` (3); an empty list is written as the set, empty message, so
-    TensorFlow sees a feature of the right kind with no values. Numbers are
-    packed: varints (negative numbers as 64-bit two's complement) or
-    little-endian float32.
-    """
-    if kind == "bytes":
-        inner = b"".join(_field(0x0A, v.encode("utf-8") if isinstance(v, str) else v) for v in values)
-        feature = _field(0x0A, inner)
-    elif kind == "int64":
-        packed = b"".join(_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values)
-        feature = _field(0x1A, _field(0x0A, packed) if values else b"")
-    elif kind == "float":
-        packed = struct.pack(f"<{len(values)}f", *values)
-        feature = _field(0x12, _field(0x0A, packed) if values else b"")
-    else:
-        raise ValueError(f"feature {name!r}: unknown kind {kind!r}")
-    return _field(0x0A, _field(0x0A, name.encode("utf-8")) + _field(0x12, feature))

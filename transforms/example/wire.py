@@ -1,13 +1,48 @@
-"""Protobuf wire-format pieces for writing ``tf.train.Example`` bytes directly.
+"""The one encoder of ``tf.train.Example`` bytes: protobuf wire format written directly.
 
-Pure code. The image records and typed features write their map entries by
-hand, as protobuf's deterministic serialization writes them (tests compare the
-bytes with ``codec.encode_example``); the pieces they share live here.
+Pure code. Every record the tools write is encoded here, as protobuf's
+deterministic serialization writes it (tests compare the bytes with
+``codec.encode_example``, which goes through protobuf's own messages):
+
+- ``feature_entry`` and ``map_entry``: one ``Features.feature`` map entry;
+- ``example_bytes``: a whole Example from its features;
+- ``example_parts`` and ``example_size``: an Example with one large bytes
+  value left out, as the bytes before and after it (so that a writer never
+  copies, say, an image into a joined record), and its size from the value's
+  length alone.
+
+Wire layout (tf.train.Example's protos): an ``Example`` is ``features``
+(field 1), a ``Features`` its map entries (field 1, repeated); a map entry is
+``key`` (field 1) and ``value`` (field 2, a ``Feature``); a ``Feature`` holds
+``bytes_list`` (field 1), ``float_list`` (2) or ``int64_list`` (3), whose
+``value`` (field 1) is a bytes field each, packed varints (negative numbers as
+64-bit two's complement) or packed little-endian float32.
 """
 
 from __future__ import annotations
 
-__all__ = ["varint"]
+import functools
+import struct
+from typing import Mapping, NamedTuple, Sequence, Union
+
+__all__ = ["FeatureValues", "EntryValue", "varint", "feature_entry", "map_entry", "map_entries", "key_order",
+           "example_bytes", "example_parts", "example_size"]
+
+_INT64_MASK = 0xFFFFFFFFFFFFFFFF
+_BYTES_LIST, _FLOAT_LIST, _INT64_LIST = 0x0A, 0x12, 0x1A  # Feature's fields, length-delimited
+_ONE = 0x0A  # field 1, length-delimited: Example.features, Features.feature, key, a list's value
+_VALUE = 0x12  # field 2, length-delimited: a map entry's value
+
+
+class FeatureValues(NamedTuple):
+    """A feature's values with the kind of list that holds them."""
+
+    kind: str
+    values: tuple
+
+
+# A map entry's value: a single bytes, str (stored as UTF-8) or int64 value, or FeatureValues.
+EntryValue = Union[bytes, str, int, FeatureValues]
 
 
 def varint(value: int) -> bytes:
@@ -18,3 +53,113 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field: its tag byte, the varint length, the payload."""
+    size = len(payload)
+    if size < 0x80:  # the common case, a one-byte length
+        return bytes((tag, size)) + payload
+    return bytes((tag,)) + varint(size) + payload
+
+
+@functools.lru_cache(maxsize=256)
+def _key_field(name: str) -> bytes:
+    """The ``key`` field of a map entry (the same few names in every record)."""
+    return _field(_ONE, name.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=1024)
+def key_order(name: str) -> tuple[int, ...]:
+    """Sort key of map entries as protobuf's upb runtime orders them deterministically.
+
+    Bytewise, except that of two keys where one is a prefix of the other the
+    longer comes first (``image/class/labels`` before ``image/class/label``):
+    the UTF-8 bytes followed by a sentinel above every byte value.
+    """
+    return (*name.encode("utf-8"), 256)
+
+
+def feature_entry(name: str, kind: str, values: Sequence) -> bytes:
+    """The bytes of one map entry ``name -> Feature`` holding ``values`` in a ``kind`` list.
+
+    ``kind`` is ``bytes`` (``bytes`` or ``str`` values, ``str`` stored as
+    UTF-8), ``int64`` or ``float``. An empty list is written as the set, empty
+    message, so TensorFlow sees a feature of the right kind with no values.
+
+    Raises:
+        ValueError: ``kind`` is none of these.
+    """
+    if kind == "bytes":
+        inner = b"".join(_field(_ONE, v.encode("utf-8") if isinstance(v, str) else v) for v in values)
+        feature = _field(_BYTES_LIST, inner)
+    elif kind == "int64":
+        packed = b"".join(varint(v & _INT64_MASK) for v in values)
+        feature = _field(_INT64_LIST, _field(_ONE, packed) if values else b"")
+    elif kind == "float":
+        packed = struct.pack(f"<{len(values)}f", *values)
+        feature = _field(_FLOAT_LIST, _field(_ONE, packed) if values else b"")
+    else:
+        raise ValueError(f"feature {name!r}: unknown kind {kind!r}")
+    return _field(_ONE, _key_field(name) + _field(_VALUE, feature))
+
+
+def map_entry(name: str, value: EntryValue) -> bytes:
+    """One map entry: ``FeatureValues``, or a single int64 (an ``int``) or bytes value."""
+    if isinstance(value, FeatureValues):
+        return feature_entry(name, value.kind, value.values)
+    if isinstance(value, int):
+        feature = _field(_INT64_LIST, _field(_ONE, varint(value & _INT64_MASK)))
+    else:
+        feature = _field(_BYTES_LIST, _field(_ONE, value.encode("utf-8") if isinstance(value, str) else value))
+    return _field(_ONE, _key_field(name) + _field(_VALUE, feature))
+
+
+def map_entries(features: Mapping[str, EntryValue]) -> bytes:
+    """The ``Features.feature`` map entries of ``features``, sorted as protobuf sorts them (``key_order``)."""
+    return b"".join(map_entry(name, features[name]) for name in sorted(features, key=key_order))
+
+
+def example_bytes(features: Mapping[str, EntryValue]) -> bytes:
+    """The serialized ``tf.train.Example`` of ``features`` (empty bytes for no features)."""
+    entries = map_entries(features)
+    return b"".join((bytes((_ONE,)), varint(len(entries)), entries)) if entries else b""
+
+
+def _bytes_entry_head(name: str, value_len: int) -> bytes:
+    """The bytes of the map entry ``name -> [one bytes value]`` before a value of ``value_len`` bytes."""
+    value = bytes((_ONE,)) + varint(value_len)  # BytesList.value[0]
+    bytes_list = len(value) + value_len
+    feature = bytes((_BYTES_LIST,)) + varint(bytes_list)  # Feature.bytes_list
+    feature_len = len(feature) + bytes_list
+    entry_head = _key_field(name) + bytes((_VALUE,)) + varint(feature_len)  # key, value: the Feature
+    entry = bytes((_ONE,)) + varint(len(entry_head) + feature_len)  # one map entry of Features.feature
+    return b"".join((entry, entry_head, feature, value))
+
+
+def _entries_around(others: Mapping[str, EntryValue], name: str) -> tuple[bytes, bytes]:
+    """The map entries of ``others`` that sort before ``name`` and those after it."""
+    order = key_order(name)
+    return (map_entries({k: v for k, v in others.items() if key_order(k) < order}),
+            map_entries({k: v for k, v in others.items() if key_order(k) > order}))
+
+
+def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -> tuple[bytes, bytes]:
+    """``(head, tail)`` with ``head + value + tail == example_bytes({**others, name: value})``.
+
+    ``value`` is a single bytes value of ``value_len`` bytes, left out of the
+    parts. Map entries are written sorted by key, so the entries before
+    ``name`` and those after it are encoded apart and ``name``'s own entry is
+    framed around the value's bytes.
+    """
+    before, after = _entries_around(others, name)
+    entry = _bytes_entry_head(name, value_len)
+    features_len = len(before) + len(entry) + value_len + len(after)
+    return b"".join((bytes((_ONE,)), varint(features_len), before, entry)), after
+
+
+def example_size(others: Mapping[str, EntryValue], name: str, value_len: int) -> int:
+    """``len(example_bytes({**others, name: value}))`` for a bytes ``value`` of ``value_len`` bytes."""
+    before, after = _entries_around(others, name)
+    features_len = len(before) + len(_bytes_entry_head(name, value_len)) + value_len + len(after)
+    return 1 + len(varint(features_len)) + features_len

@@ -9,20 +9,17 @@ writer never copies the image into a record.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 from typing import Iterable
 
 from transforms.images import codec as images
 from transforms.errors import ImageError
 from transforms.images.choices import IMAGE_MODES
-from transforms.example.codec import encode_example
-from transforms.example.features import FeatureValues, feature_entry
+from transforms.example.wire import EntryValue, FeatureValues, example_parts, example_size
 from transforms.images.codec import ImageInfo
 from transforms.images.orientation import EXIF_ORIENTATION_MODES, ORIENTATION_FEATURE, upright_jpeg
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.tf_rule import tf_shape
-from transforms.example.wire import varint as _varint
 
 __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "image_example_parts",
            "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
@@ -34,6 +31,8 @@ passthrough_formats = ("jpeg", "png", "gif", "bmp", "tiff", "webp")
 # Formats the tf mode stores as they are when TensorFlow decodes them (tf_rule);
 # every other image becomes a PNG of its first frame.
 TF_KEPT_FORMATS = ("jpeg", "png")
+# The key of the stored image, the one value a record is written around (image_example_parts).
+_ENCODED_KEY = "image/encoded"
 
 
 @dataclass(frozen=True)
@@ -232,15 +231,12 @@ def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: s
     ``extra`` holds ``(name, kind, values)`` of further keys (or of the class
     keys as lists, for multi-label records).
     """
-    features = {"image/encoded": image,
-                **_described(info, label_index, label_text, filename, sha256_hex, extra)}
-    kinds = {name: value.kind for name, value in features.items() if isinstance(value, FeatureValues)}
-    return encode_example({name: value.values if isinstance(value, FeatureValues) else value
-                           for name, value in features.items()}, kinds)
+    head, tail = image_example_parts(image, info, label_index, label_text, filename, sha256_hex, extra)
+    return b"".join((head, image, tail))
 
 
 def _described(info: ImageInfo, label_index: int, label_text: str, filename: str,
-               sha256_hex: str, extra: tuple = ()) -> dict:
+               sha256_hex: str, extra: tuple = ()) -> dict[str, EntryValue]:
     """Every feature of an image record but ``image/encoded``."""
     return {
         "image/format": info.format,
@@ -256,102 +252,15 @@ def _described(info: ImageInfo, label_index: int, label_text: str, filename: str
     }
 
 
-_ENCODED_KEY = b"image/encoded"
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_order(name: str) -> tuple[int, ...]:
-    """Sort key of map entries as protobuf's upb runtime orders them deterministically.
-
-    Bytewise, except that of two keys where one is a prefix of the other the
-    longer comes first (``image/class/labels`` before ``image/class/label``):
-    the UTF-8 bytes followed by a sentinel above every byte value.
-    """
-    return (*name.encode("utf-8"), 256)
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    """One length-delimited protobuf field: its tag byte, the varint length, the payload."""
-    size = len(payload)
-    if size < 0x80:  # the common case, a one-byte length
-        return bytes((tag, size)) + payload
-    return bytes((tag,)) + _varint(size) + payload
-
-
-def _map_entry(name: str, value: str | bytes | int) -> bytes:
-    """One ``Features.feature`` map entry holding a single bytes or int64 value.
-
-    Wire layout (tf.train.Example's protos): a map entry is ``key`` (field 1)
-    and ``value`` (field 2, a ``Feature``); a ``Feature`` holds ``bytes_list``
-    (field 1) or ``int64_list`` (field 3); their ``value`` (field 1) is a bytes
-    field, or packed varints with negative numbers as 64-bit two's complement.
-    """
-    if isinstance(value, FeatureValues):
-        return feature_entry(name, value.kind, value.values)
-    if isinstance(value, int):
-        feature = _field(0x1A, _field(0x0A, _varint(value & 0xFFFFFFFFFFFFFFFF)))
-    else:
-        data = value.encode("utf-8") if isinstance(value, str) else value
-        feature = _field(0x0A, _field(0x0A, data))
-    return _field(0x0A, _key_field(name) + _field(0x12, feature))
-
-
-@functools.lru_cache(maxsize=256)
-def _key_field(name: str) -> bytes:
-    """The ``key`` field of a map entry (the same few names for every image)."""
-    return _field(0x0A, name.encode("utf-8"))
-
-
-def _map_entries(features: dict) -> bytes:
-    """The ``Features.feature`` map entries of ``features``, as serialized in an Example.
-
-    Deterministic serialization writes map entries sorted by key, so these are
-    the same bytes as the entries inside ``encode_example(features)`` (checked
-    in tests/test_record_parts.py), written directly instead of through
-    protobuf messages: ``image_example_parts``, which runs twice for every
-    image of a build, went from about 55 us to 42 us. Keys are sorted by their
-    UTF-8 bytes as protobuf's upb runtime sorts them (``_key_order``), which
-    matters only where one key is a prefix of another (extra features may be).
-    """
-    return b"".join(_map_entry(name, features[name])
-                    for name in sorted(features, key=_key_order))
-
-
-def _encoded_entry_head(image_bytes: int) -> bytes:
-    """The bytes of the ``image/encoded`` map entry before an image of ``image_bytes`` bytes."""
-    value = b"\x0a" + _varint(image_bytes)  # BytesList.value[0]
-    bytes_list = len(value) + image_bytes
-    feature = b"\x0a" + _varint(bytes_list)  # Feature.bytes_list
-    feature_len = len(feature) + bytes_list
-    entry_head = (b"\x0a" + _varint(len(_ENCODED_KEY)) + _ENCODED_KEY  # key
-                  + b"\x12" + _varint(feature_len))  # value: the Feature
-    entry_len = len(entry_head) + feature_len
-    entry = b"\x0a" + _varint(entry_len)  # one map entry of Features.feature
-    return b"".join((entry, entry_head, feature, value))
-
-
-def _entries_around_image(info: ImageInfo, label_index: int, label_text: str, filename: str,
-                          sha256_hex: str, extra: tuple) -> tuple[bytes, bytes]:
-    """The map entries that sort before ``image/encoded`` and those after it."""
-    others = _described(info, label_index, label_text, filename, sha256_hex, extra)
-    encoded = _key_order(_ENCODED_KEY.decode())
-    before = _map_entries({k: v for k, v in others.items() if _key_order(k) < encoded})
-    after = _map_entries({k: v for k, v in others.items() if _key_order(k) > encoded})
-    return before, after
-
-
 def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                         filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
     """Returns ``(head, tail)`` with ``head + image + tail == image_example(...)``.
 
-    The deterministic serialization writes the map entries sorted by key, so the
-    entries before ``image/encoded`` and after it are encoded apart and the
-    image's own entry is framed by hand around the image's bytes.
+    The image's bytes are in neither part (``wire.example_parts``), so a
+    writer never copies them into a joined record.
     """
-    before, after = _entries_around_image(info, label_index, label_text, filename, sha256_hex, extra)
-    entry = _encoded_entry_head(len(image))
-    features_len = len(before) + len(entry) + len(image) + len(after)
-    return b"".join((b"\x0a", _varint(features_len), before, entry)), after
+    return example_parts(_described(info, label_index, label_text, filename, sha256_hex, extra),
+                         _ENCODED_KEY, len(image))
 
 
 def image_example_size(image_bytes: int, info: ImageInfo, label_index: int, label_text: str,
@@ -361,6 +270,5 @@ def image_example_size(image_bytes: int, info: ImageInfo, label_index: int, labe
     The record's size depends on the image's length only, so a plan knows a
     record's exact size without the stored bytes.
     """
-    before, after = _entries_around_image(info, label_index, label_text, filename, sha256_hex, extra)
-    features_len = len(before) + len(_encoded_entry_head(image_bytes)) + image_bytes + len(after)
-    return 1 + len(_varint(features_len)) + features_len
+    return example_size(_described(info, label_index, label_text, filename, sha256_hex, extra),
+                        _ENCODED_KEY, image_bytes)
