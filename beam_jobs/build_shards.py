@@ -49,8 +49,11 @@ from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
 from transforms.inspect_images import ImageRecordMaker, InspectImages, image_order
-from transforms.reject_duplicates import (CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages,
+from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED,
+                                          CollectSplitNames,
+                                          NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
+from transforms.images.choices import DEFAULT_NEAR_DUPLICATE_DISTANCE, MAX_NEAR_DUPLICATE_DISTANCE
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
 from transforms.storage.listing import has_files_below, local_bytes_at_least, match_files
 from transforms.storage.paths import is_local
@@ -66,7 +69,7 @@ from transforms.storage.output_folder import (check_replaced_splits, published_m
                                               published_shards)
 from transforms.shardset.manifest import Manifest
 from transforms.images.listing_facts import appended_classes
-from transforms.shard_sink import PublishShards, WriteShards
+from transforms.shard_sink import NearDuplicateReport, PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
@@ -102,6 +105,8 @@ class BuildConfig:
     folder_tasks: tuple[FolderTask, ...] = ()  # the listing of the folder inputs, cut into tasks
     append_to: tuple[str, ...] | None = None  # --append: the published set's class names
     containers: ContainerRules = ContainerRules()  # Parquet columns, names of integer class indices
+    near_duplicates: str = "off"  # --near_duplicates: off, report or reject
+    near_duplicate_distance: int = DEFAULT_NEAR_DUPLICATE_DISTANCE
 
 
 def _input_problem(path: str) -> str | None:
@@ -276,7 +281,12 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         raise UsageError("--resize and --grayscale need --image_mode reencode or raw")
     if build.resize_mode != "stretch" and not build.resize:
         raise UsageError("--resize_mode needs --resize WIDTHxHEIGHT")
+    if build.near_duplicate_distance > MAX_NEAR_DUPLICATE_DISTANCE:
+        raise UsageError(f"--near_duplicate_distance must be 0-{MAX_NEAR_DUPLICATE_DISTANCE} bits, got "
+                         f"{build.near_duplicate_distance}")
     own = recorded_options(options, HELP)
+    if build.near_duplicates != "off":  # recorded only when on: other builds' manifests are as before
+        own.update(near_duplicates=build.near_duplicates, near_duplicate_distance=build.near_duplicate_distance)
     own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
     own["split"] = rules.split
     if build.label_offset == 0 and any(is_coco_path(path) for path in shared.input):
@@ -326,7 +336,9 @@ def make_config(options: PipelineOptions) -> BuildConfig:
         tfds_name=shared.name or dataset_name(shared.output_dir),
         workers_note=note, folder_tasks=tasks,
         containers=ContainerRules(build.image_column, build.label_column, labels),
-        **_image_threads(options, build.image_threads, settings, shared.input))
+        near_duplicates=build.near_duplicates, near_duplicate_distance=build.near_duplicate_distance,
+        **_image_threads(options, build.image_threads, settings, shared.input,
+                         hashes=build.near_duplicates != "off"))
 
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
@@ -407,12 +419,13 @@ def _version() -> str:
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
-                   inputs: Sequence[str]) -> dict[str, int]:
+                   inputs: Sequence[str], hashes: bool = False) -> dict[str, int]:
     """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``).
 
     A requested count is used for both. With 0, threads are used where they
     pay: inspecting, when Pillow decodes or encodes every image (``--validate
-    decode``/``full``, ``--image_mode reencode``/``raw``), which it does without
+    decode``/``full``, ``--image_mode reencode``/``raw``, ``--near_duplicates``
+    ``report``/``reject``: ``hashes``), which it does without
     the GIL, or when inputs are in an object store (reads wait on the network);
     writing, which re-reads sources, for object-store inputs only. The
     ``structure`` and ``header`` checks hold the GIL: on two cores two threads
@@ -428,7 +441,7 @@ def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSet
     else:
         threads = max(1, worker_threads.usable_cores() // workers)
     remote = any("://" in path for path in inputs)
-    decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw")
+    decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw") or hashes
     return {"inspect_threads": threads if requested or remote or decodes else 1,
             "write_threads": threads if requested or remote else 1}
 
@@ -527,11 +540,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if dataflow_dry_run(p.options) else adopted_work(cfg.output_dir, cfg.policy.run_id)
+    near = cfg.near_duplicates != "off"
     inspected = unique | "Inspect" >> InspectImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
         staging=(cfg.output_dir, cfg.policy.run_id),  # records go to run files: each image read once
-        done_lists=cfg.policy.resume is not None, resume=adopted.done_lists)
+        done_lists=cfg.policy.resume is not None, resume=adopted.done_lists,
+        hashed=near)  # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
     # Images of splits already published in --output_dir that this run keeps stay there: their
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(
@@ -543,12 +558,17 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         if not appending:  # appending, every published image stays where it is
             written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
                                               default_value=[])  # the splits this run writes to
-    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
+    # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
+    rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
+    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)
+    near_report = NearDuplicateReport(cfg.near_duplicates, cfg.near_duplicate_distance, *(
+        (distinct[NEAR_DUPLICATES], distinct[OVER_CAP], distinct[UNHASHED]) if near else ()))
+    near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
         published=published_shard_sizes(cfg.output_dir) if appending else None)
-    dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS])
+    dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS], *near_dead)
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(
@@ -567,7 +587,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec,
         image_counts=build_image_counts, sidecar_files=functools.partial(build_sidecars, name=cfg.tfds_name),
-        object_labels=object_labels)
+        object_labels=object_labels, near_duplicates=near_report)
 
 
 HELP = jobs.BUILD  # its flags, help and manifest options: beam_jobs/cli/jobs.py

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from PIL import Image, ImageFilter
 
-__all__ = ["Dataset", "dataset", "quarter_of", "CACHE", "MEAN_BYTES", "NUM_CLASSES"]
+__all__ = ["Dataset", "Recipe", "dataset", "quarter_of", "recipe", "CACHE", "MEAN_BYTES", "NUM_CLASSES"]
 
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
 POOL = os.path.join(CACHE, "photos")
@@ -121,8 +121,17 @@ def _encode(img: Image.Image, quality: int) -> bytes:
     return out.getvalue()
 
 
-def make_photo(index: int, sources: list[tuple[str, int]]) -> tuple[bytes, int]:
-    """Returns image ``index`` as JPEG bytes, and its pixel count."""
+@dataclass(frozen=True)
+class Recipe:
+    """What photo ``index`` is made of: its source photograph, the crop box in it, a mirror flip."""
+
+    source: str  # the source file's name
+    box: tuple[int, int, int, int]
+    flip: bool
+
+
+def _recipe(index: int, sources: list[tuple[str, int]]) -> tuple[random.Random, str, float, tuple, dict]:
+    """Image ``index``'s generator (left where the quality is drawn), source, target size, aspect, render args."""
     rng = random.Random(f"photo-{_VERSION}-{index}")
     path = rng.choices([p for p, _ in sources], weights=[w for _, w in sources])[0]
     src = _source_image(path)
@@ -138,6 +147,19 @@ def make_photo(index: int, sources: list[tuple[str, int]]) -> tuple[bytes, int]:
                 gains=np.array([rng.uniform(0.9, 1.1) for _ in range(3)], dtype=np.float32),
                 offset=rng.uniform(-10, 10), grain=rng.uniform(3.0, 9.0),
                 sharpen=rng.randint(80, 150), noise_at=(rng.getrandbits(16), rng.getrandbits(16)))
+    return rng, path, target, (aw, ah), args
+
+
+def recipe(index: int) -> Recipe:
+    """Which photograph image ``index`` is cut from, where, and whether it is mirrored."""
+    _, path, _, _, args = _recipe(index, _sources())
+    return Recipe(os.path.basename(path), args["box"], args["flip"])
+
+
+def make_photo(index: int, sources: list[tuple[str, int]]) -> tuple[bytes, int]:
+    """Returns image ``index`` as JPEG bytes, and its pixel count."""
+    rng, path, target, (aw, ah), args = _recipe(index, sources)
+    src = _source_image(path)
     quality = rng.randint(85, 95)
 
     def size_for(pixels: float) -> tuple[int, int]:

@@ -77,3 +77,12 @@ def test_a_build_from_an_archive_runs_one_stage_more_than_from_a_folder(tmp_path
     # Beside the folder build's 11: the archive's parts spread over workers (1).
     assert len(names) <= 12, "\n".join(names)
     assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_build_looking_for_near_duplicates_runs_one_stage_more(tmp_path) -> None:
+    _images(tmp_path / "in", "splits")
+    names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in"),
+                    "--output_dir", str(tmp_path / "out"), "--num_shards", "3", "--near_duplicates", "report")
+    # Beside the folder build's 11: the pairs brought to their later copies (1).
+    assert len(names) <= 12, "\n".join(names)
+    assert (tmp_path / "out" / "near_duplicates.jsonl").exists()

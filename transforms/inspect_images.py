@@ -202,9 +202,10 @@ class _InspectImageFn(OrderedImageFn):
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
                  staging: tuple[str, str] | None = None, done_lists: bool = False,
-                 resume: Sequence[tuple[str, str, int | None]] = ()) -> None:
+                 resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
         self._settings = settings
         self._resume_lists = tuple(resume)
+        self._hashed = hashed
         self._seed = seed
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
@@ -304,7 +305,7 @@ class _InspectImageFn(OrderedImageFn):
         except ImageError as err:
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
         return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
-                             bool(self._staging)), done
+                             bool(self._staging), self._hashed), done
 
 
 class InspectImages(beam.PTransform):
@@ -336,14 +337,17 @@ class InspectImages(beam.PTransform):
         resume: The done lists of the interrupted runs this run resumes
             (``storage.resume.AdoptedWork.done_lists``); each worker reads
             them once.
+        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels
+            (``ImageMeta.phash``), for ``RejectDuplicateImages``.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
                  staging: tuple[str, str] | None = None, done_lists: bool = False,
-                 resume: Sequence[tuple[str, str, int | None]] = ()) -> None:
+                 resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
         super().__init__()
+        self._hashed = hashed
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
@@ -362,7 +366,7 @@ class InspectImages(beam.PTransform):
         extra = {} if self._layout is None else {"layout": self._layout}
         return sources | "InspectImage" >> beam.ParDo(
             _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
-                            self._staging, self._done_lists, self._resume),
+                            self._staging, self._done_lists, self._resume, self._hashed),
             labels=self._labels, **extra).with_outputs(
                 DEAD_LETTERS, main="main")
 

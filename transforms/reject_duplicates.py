@@ -4,18 +4,26 @@
 split; ``RejectDuplicateImages`` keeps one copy of identical image bytes,
 also against the images already published in splits of the output folder
 that the run keeps (``ReadPublishedKeys``), with a combine: no step holds
-the copies of one image together.
+the copies of one image together. With a ``NearDuplicateRule`` it also finds
+near-duplicates across splits by bands of perceptual hashes
+(``images.near_duplicates``): the buckets of the bands are combined in the
+same step as the copies.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Sequence
+import typing
+from typing import Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
 
 from transforms.errors import ShardsError
 from transforms.images.duplicates import CopyRef, CopyTally, PublishedCopy, copy_letter, same_path_choice
+from transforms.images.items import ImageMeta
+from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, HashedImage, NearPair,
+                                               bucket_pairs, hashed_image, near_choice)
+from transforms.images.perceptual import band_widths, hash_bands
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.shardset.published_keys import record_keys
@@ -23,7 +31,17 @@ from transforms.storage.clients import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
 from transforms.tfrecord.compression import open_decompressed
 
-__all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames"]
+__all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames",
+           "NearDuplicateRule", "NEAR_DEAD_LETTERS", "NEAR_DUPLICATES", "OVER_CAP", "UNHASHED"]
+
+# Outputs of RejectDuplicateImages with a NearDuplicateRule, beside "main" and DEAD_LETTERS: the
+# cross_split_near_duplicate dead letters; the pairs (NearPair) whose later copy is an image kept
+# by the exact check; (members, cap) of each bucket of hashes over its cap; the path of each image
+# kept whose pixels were not hashed.
+NEAR_DEAD_LETTERS = "near_dead_letters"
+NEAR_DUPLICATES = "near_duplicates"
+OVER_CAP = "over_cap"
+UNHASHED = "unhashed"
 
 _LOG = logging.getLogger(__name__)
 
@@ -104,6 +122,8 @@ def _kept_copy(keyed: tuple[str, CopyTally], written: Sequence[str] | None = Non
 def _choice_for_copies(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
     """(sha256, CopyTally) -> (sha256, CopyChoice) when some copy of this run is rejected."""
     sha256, tally = keyed
+    if not isinstance(tally, CopyTally):  # a bucket of hashes (--near_duplicates)
+        return
     choice = tally.choice(written, appending)
     if choice is not None and (tally.copies > 1 or choice.kept is None):
         yield sha256, choice
@@ -127,6 +147,121 @@ class _LetterCopiesFn(beam.DoFn):
 
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here
+
+
+class NearDuplicateRule(NamedTuple):
+    """How ``RejectDuplicateImages`` treats near-duplicates across splits (``--near_duplicates``)."""
+
+    reject: bool  # the later copy is a cross_split_near_duplicate dead letter; else only reported
+    distance: int  # the most bits two hashes differ in (--near_duplicate_distance)
+    cap: int = DEFAULT_BUCKET_CAP  # the most members of one bucket compared
+
+
+class _OverCap(NamedTuple):
+    """A bucket that held more members than its cap."""
+
+    count: int
+    cap: int
+
+
+def _content_and_bands(meta: ImageMeta, distance: int):
+    """ImageMeta -> (sha256, it), and ((band index, band value), HashedImage) per band of its hash."""
+    yield meta.sha256, meta
+    if meta.phash is not None:
+        member = hashed_image(meta)
+        for band in hash_bands(meta.phash, distance):
+            yield band, member
+
+
+class _TallyOrBucketFn(beam.CombineFn):
+    """Per sha256, the ``CopyTally`` of its copies; per band of the hashes, its ``CappedBucket``.
+
+    A key holds copies (ImageMeta or PublishedCopy) or hashes (HashedImage),
+    never both: the accumulator becomes the one or the other with its first
+    value.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, acc, value):
+        if isinstance(value, HashedImage):
+            return (acc if acc is not None else CappedBucket(self._cap)).add(value)
+        return (acc if acc is not None else CopyTally()).add(value)
+
+    def merge_accumulators(self, accs):
+        accs = [acc for acc in accs if acc is not None]
+        if not accs:
+            return None
+        if isinstance(accs[0], CappedBucket):
+            merged = accs[0]
+            for bucket in accs[1:]:
+                merged = merged.merge(bucket)
+            return merged
+        return CopyTally.merged(accs)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] | None = None,
+                        appending: bool = False):
+    """(sha256, CopyTally) -> (sha256, the copy of this run kept); (band, CappedBucket) -> its pairs.
+
+    A bucket gives (sha256 of the later copy, NearPair) per pair of its
+    members (``bucket_pairs``), and (its key, ``_OverCap``) when it held more
+    than its cap: all keyed for ``_JudgeNearCopiesFn``.
+    """
+    key, acc = keyed
+    if not isinstance(acc, CappedBucket):
+        for kept in _kept_copy(keyed, written, appending):
+            yield key, kept
+        return
+    members = acc.members()
+    if acc.count > len(members):
+        yield f"over cap {key}", _OverCap(acc.count, acc.cap)
+    if len(members) > 1:
+        for pair in bucket_pairs(members, rule.distance):
+            yield pair.later.sha256, pair
+
+
+class _JudgeNearCopiesFn(beam.DoFn):
+    """(sha256, [the copy kept, NearPair or _OverCap]) -> the copy, or its dead letter (``near_choice``).
+
+    Outputs: main (ImageMeta), NEAR_DEAD_LETTERS (``cross_split_near_duplicate``),
+    NEAR_DUPLICATES (NearPair), OVER_CAP ((members, cap)), UNHASHED (the
+    path of a copy kept without a hash).
+    """
+
+    def __init__(self, rule: NearDuplicateRule) -> None:
+        self._rule = rule
+
+    def process(self, keyed):
+        kept, pairs = None, []
+        for value in keyed[1]:
+            if isinstance(value, ImageMeta):
+                kept = value
+            elif isinstance(value, NearPair):
+                pairs.append(value)
+            else:
+                yield beam.pvalue.TaggedOutput(OVER_CAP, (value.count, value.cap))
+        if kept is not None and kept.phash is None:
+            yield beam.pvalue.TaggedOutput(UNHASHED, kept.source.path)
+        kept, dead, found = near_choice(kept, pairs, self._rule.reject, self._rule.distance)
+        for pair in found:
+            yield beam.pvalue.TaggedOutput(NEAR_DUPLICATES, pair)
+        if dead:
+            progress.note(progress.IMAGES_DUPLICATE, len(dead))
+        for letter in dead:
+            yield beam.pvalue.TaggedOutput(NEAR_DEAD_LETTERS, letter)
+        if kept is not None:
+            yield kept
+
+    def finish_bundle(self):
+        progress.flush()
 
 
 class _SplitNamesFn(beam.CombineFn):
@@ -197,7 +332,9 @@ class RejectDuplicateImages(beam.PTransform):
     of its image (a side input read by key, holding images with copies to
     reject only).
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
-    ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter).
+    ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter); with ``near``
+    also ``NEAR_DEAD_LETTERS``, ``NEAR_DUPLICATES``, ``OVER_CAP`` and
+    ``UNHASHED``.
 
     Args:
         published: ``(sha256, PublishedCopy)`` of the output folder's published
@@ -208,24 +345,48 @@ class RejectDuplicateImages(beam.PTransform):
             in any split wins over this run's copies (``duplicate_image``).
     """
 
-    def __init__(self, published=None, written=None, appending: bool = False) -> None:
+    def __init__(self, published=None, written=None, appending: bool = False,
+                 near: NearDuplicateRule | None = None) -> None:
         super().__init__()
+        if near is not None:
+            band_widths(near.distance)  # refuses a distance out of range here, not on a worker
+            CappedBucket(near.cap)
         self._published = published
         self._written = written
         self._appending = appending
+        self._near = near
 
     def expand(self, metas):
-        keyed = metas | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
+        near = self._near
+        if near is None:
+            keyed = metas | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
+        else:  # (sha256, ImageMeta), and ((band, value), HashedImage) per band of its hash
+            keyed = metas | "KeyByContentAndBands" >> beam.FlatMap(
+                _content_and_bands, near.distance).with_output_types(typing.Tuple[typing.Any, typing.Any])
         side = {}
         if self._published is not None:
             keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
             if self._written is not None:
                 side = {"written": self._written}
-        tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyCopiesFn())  # (sha256, CopyTally)
-        kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
+        if near is None:
+            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyCopiesFn())  # (sha256, CopyTally)
+            kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
+        else:  # and ((band, value), CappedBucket)
+            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyOrBucketFn(near.cap))
+            judged = (tallies
+                      | "KeepOneCopy" >> beam.FlatMap(_kept_copy_or_pairs, near, appending=self._appending,
+                                                      **side).with_output_types(
+                          typing.Tuple[typing.Any, typing.Any])  # (sha256, ImageMeta or NearPair)
+                      | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta or NearPair])
+                      | "JudgeNearCopies" >> beam.ParDo(_JudgeNearCopiesFn(near)).with_outputs(
+                          NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, main="main"))
+            kept = judged.main
         choices = tallies | "ChooseAmongCopies" >> beam.FlatMap(
             _choice_for_copies, appending=self._appending, **side)  # (sha256, CopyChoice)
         dead = (metas
                 | "CopyRefs" >> beam.Map(_copy_ref)  # (sha256, path, relpath, split): what a letter needs
                 | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices)))
-        return {"main": kept, DEAD_LETTERS: dead}
+        if near is None:
+            return {"main": kept, DEAD_LETTERS: dead}
+        return {"main": kept, DEAD_LETTERS: dead, **{tag: judged[tag] for tag in (
+            NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED)}}

@@ -9,6 +9,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.errors import RecordError, UsageError
 from transforms.images.annotations import LABEL_MAP_NAME
+from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME
 from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME
 from transforms.shardset.naming import join_path
 from transforms.shardset.tfds_metadata import is_tfds_file
@@ -26,7 +27,7 @@ __all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectRecordFact
 
 
 # A shard set's own companions, which a pattern such as ``old/*`` also matches.
-_SIDECARS = (MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME)
+_SIDECARS = (MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME, NEAR_DUPLICATES_NAME)
 
 
 def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
@@ -36,7 +37,7 @@ def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
     its name). A shard set's own companions that a pattern such as
     ``old/train-*`` or ``old/*`` also matches are left out: ``.idx`` sidecars
     of matched files, and ``manifest.json``, ``shards.jsonl``, ``labels.txt``,
-    ``dead_letters.jsonl``, ``label_map.pbtxt`` and tfds's files.
+    ``dead_letters.jsonl``, ``label_map.pbtxt``, ``near_duplicates.jsonl`` and tfds's files.
 
     Raises:
         UsageError: A pattern names a folder or matches nothing, or nothing

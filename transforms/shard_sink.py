@@ -25,13 +25,14 @@ import collections
 import dataclasses
 import itertools
 import logging
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import worker_threads
+from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME, near_duplicates_lines, near_duplicates_summary
 from transforms.progress import counters as progress
 from transforms.progress.report import plural
 from transforms.shardset.dead_letters import PART_LETTERS, too_many_rejected
@@ -47,7 +48,7 @@ from transforms.storage.shard_files import lead_records, write_shard, write_shar
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
-__all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS"]
+__all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS", "NearDuplicateReport"]
 
 _LOG = logging.getLogger(__name__)
 # Metrics of the sink, the same for every job that writes shards (build, reshard).
@@ -240,25 +241,60 @@ class _StageDeadLettersFn(beam.DoFn):
         return write_dead_letter_part(letters, self._output_dir, self._run_id)
 
 
+class NearDuplicateReport(NamedTuple):
+    """What a build that looks for near-duplicates across splits publishes of them.
+
+    ``mode`` is ``off`` (the set has no ``near_duplicates.jsonl``: one an
+    earlier run published is removed), ``report`` or ``reject``; the
+    PCollections are None with ``off``.
+    """
+
+    mode: str
+    distance: int = 0
+    pairs: Any = None  # PCollection[NearPair]: the pairs of the copies kept (RejectDuplicateImages)
+    over_cap: Any = None  # PCollection[(members, cap)] of the buckets over their cap
+    unhashed: Any = None  # PCollection[str]: the images whose pixels were not hashed
+
+
+def _with_near_duplicates(sidecar_files, mode: str, lines: bytes | None):
+    """``sidecar_files`` plus ``near_duplicates.jsonl`` (None with ``--near_duplicates off``: removed)."""
+    def files(manifest) -> dict[str, bytes | None]:
+        found = dict(sidecar_files(manifest)) if sidecar_files else {}
+        found[NEAR_DUPLICATES_NAME] = lines if mode != "off" else None
+        return found
+    return files
+
+
 class _PublishFn(beam.DoFn):
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None,
-                 image_counts=None) -> None:
+                 image_counts=None, near: tuple[str, int] | None = None) -> None:
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy)
         self._sidecar_files = sidecar_files
         self._image_counts = image_counts
+        self._near = near
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
 
-    def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=()):
+    def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=(),
+                near_pairs=(), over_cap=(), unhashed=()):
         output_dir, compression, fields, max_bad, policy = self._args
         dead_letters = [part for found in dead_lists for part in found]  # DeadLetterPart: a path and counts
         images = {} if self._image_counts is None else self._image_counts(
             tally for result in results for tally in result.tallies)  # AsIter: read again below
         fields = {**fields, "feature_spec": feature_spec, "images": images,
                   "object_labels": tuple(tuple(pair) for pair in object_labels)}
+        sidecar_files = self._sidecar_files
+        if self._near is not None:
+            mode, distance = self._near
+            lines = None
+            if mode != "off":
+                fields["near_duplicates"] = near_duplicates_summary(mode, distance, len(near_pairs), over_cap,
+                                                                    len(unhashed))
+                lines = near_duplicates_lines(near_pairs, mode == "reject")
+            sidecar_files = _with_near_duplicates(sidecar_files, mode, lines)
         publish = publish_append if policy.append else publish_shards
         manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
-                                  compression, fields, max_bad, policy, self._sidecar_files)
+                                  compression, fields, max_bad, policy, sidecar_files)
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
         _LOG.debug("published %s with %s to %s", plural(manifest.num_shards, "shard"),
@@ -299,17 +335,23 @@ class PublishShards(beam.PTransform):
             further files to publish beside the shards (``publish_shards``).
         object_labels: Optional ``PCollection`` with one element, the
             ``(id, name)`` of the object classes (the manifest's ``object_labels``).
+        near_duplicates: Optional ``NearDuplicateReport``: the manifest's
+            ``near_duplicates`` counts and ``near_duplicates.jsonl``, one line
+            per pair (``near_duplicates.near_duplicates_lines``).
     """
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, *, results, totals,
                  dead_letters, labels, inputs, feature_spec, image_counts=None,
-                 sidecar_files=None, object_labels=None) -> None:
+                 sidecar_files=None, object_labels=None,
+                 near_duplicates: NearDuplicateReport | None = None) -> None:
         super().__init__()
+        near = None if near_duplicates is None else (near_duplicates.mode, near_duplicates.distance)
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy, sidecar_files,
-                      image_counts)
+                      image_counts, near)
         self._inputs = (results, totals, dead_letters, labels, inputs, feature_spec)
         self._object_labels = object_labels
+        self._near = near_duplicates
 
     def expand(self, pbegin):
         results, totals, dead, labels, inputs, spec = self._inputs
@@ -325,6 +367,9 @@ class PublishShards(beam.PTransform):
                       for i, found in enumerate(dead)]  # DeadLetterPart, in the steps that reject
         side = {} if self._object_labels is None else {
             "object_labels": AsSingleton(self._object_labels, default_value=())}
+        if self._near is not None and self._near.mode != "off":
+            side.update(near_pairs=AsList(self._near.pairs), over_cap=AsList(self._near.over_cap),
+                        unhashed=AsList(self._near.unhashed))
         return (pbegin
                 | "Once" >> beam.Create([None])
                 | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsIter(light), AsList(parts),

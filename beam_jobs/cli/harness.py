@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
@@ -371,6 +371,26 @@ def _reader_lines(manifest: Manifest) -> list[str]:
     return lines
 
 
+def _near_duplicate_lines(output_dir: str, near: Mapping[str, Any]) -> list[str]:
+    """Summary lines of a build's near-duplicate check: the pairs found, what was done, what was not compared."""
+    if not near:
+        return []
+    done = ("the copy in the split that ranks later dead-lettered (cross_split_near_duplicate)"
+            if near.get("mode") == "reject" else "--near_duplicates reject dead-letters the later copy")
+    lines = [f"  near-duplicates across splits (perceptual hash within {near.get('distance')} bits): "
+             f"{plural(near['pairs'], 'pair')} in {join_path(output_dir, near['file'])}"
+             + (f"; {done}" if near["pairs"] else "")]
+    if near.get("buckets_over_cap"):
+        lines.append(f"  near-duplicates: {plural(near['buckets_over_cap'], 'bucket')} of hashes held more "
+                     f"images than are compared; {near.get('images_not_compared_in_a_bucket')} images were "
+                     "not compared there (pairs found only there are missed; a lower "
+                     "--near_duplicate_distance makes buckets smaller)")
+    if near.get("images_not_hashed"):
+        lines.append(f"  near-duplicates: {plural(near['images_not_hashed'], 'image')} whose pixels do not "
+                     "decode were not compared")
+    return lines
+
+
 def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -> str:
     """Returns the human summary of a published shard set, read from its manifest.
 
@@ -401,6 +421,7 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
     lines += _image_lines(manifest.images, manifest.options.get("image_mode"),
                           manifest.options.get("exif_orientation") == "keep")
     lines += _reader_lines(manifest)
+    lines += _near_duplicate_lines(output_dir, manifest.near_duplicates)
     lines.append(f"  labels: {plural(len(manifest.labels), 'class')}; manifest: "
                  f"{join_path(output_dir, MANIFEST_NAME)}")
     return "\n".join(lines)

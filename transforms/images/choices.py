@@ -8,7 +8,8 @@ its usage errors need no image library.
 from __future__ import annotations
 
 __all__ = ["LAYOUTS", "COCO_IDS", "IMAGE_MODES", "RESIZE_MODES", "VALIDATE_LEVELS", "EXIF_ORIENTATION_MODES",
-           "DEFAULT_MAX_IMAGE_BYTES"]
+           "DEFAULT_MAX_IMAGE_BYTES", "NEAR_DUPLICATE_MODES", "DEFAULT_NEAR_DUPLICATE_DISTANCE",
+           "MAX_NEAR_DUPLICATE_DISTANCE"]
 
 # --layout: class folders, split folders, or told apart by what the folder holds.
 LAYOUTS = ("auto", "classes", "splits")
@@ -24,3 +25,9 @@ VALIDATE_LEVELS = ("header", "structure", "decode", "full")
 EXIF_ORIENTATION_MODES = ("apply", "keep")
 # --max_image_mb default: the largest input file read.
 DEFAULT_MAX_IMAGE_BYTES = 256 * (1 << 20)
+# --near_duplicates: off, pairs across splits reported, or the later copy also rejected.
+NEAR_DUPLICATE_MODES = ("off", "report", "reject")
+# --near_duplicate_distance: bits of 64 (BENCHMARKS.md, "Near-duplicates across splits"), and its
+# largest value: beyond, bands of 2 bits or less put every hash in a handful of buckets.
+DEFAULT_NEAR_DUPLICATE_DISTANCE = 6
+MAX_NEAR_DUPLICATE_DISTANCE = 31

@@ -19,6 +19,7 @@ from transforms.example.features import FeatureValueError
 from transforms.images.annotations import RecordLayout, image_extras
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.objects import BoxError
+from transforms.images.perceptual import perceptual_hash
 from transforms.images.records import EncodeSettings, encode_image, image_example_parts, orientation_extra
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.planning import order_key, split_by_content
@@ -46,7 +47,7 @@ def unknown_label(source: SourceImage, index_of: Mapping[str, int]) -> DeadLette
 
 def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int], layout: RecordLayout | None,
                   settings: EncodeSettings, seed: int, fractions: Mapping[str, float],
-                  staged: bool) -> Inspected:
+                  staged: bool, hashed: bool = False) -> Inspected:
     """Inspects one input whose bytes are ``data``.
 
     An input whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
@@ -63,6 +64,9 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
         staged: The record goes to a run file: its pieces come with the
             result, and the metadata carries neither the stored image nor the
             source's CRC32C (only a re-read checks it).
+        hashed: The metadata carries the perceptual hash of the pixels
+            (``perceptual.perceptual_hash``; None for pixels that do not
+            decode), for the near-duplicate check.
     """
     index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
     try:
@@ -82,10 +86,16 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     if source.split == SPLIT_BY_CONTENT:
         source = dataclasses.replace(source, split=split_by_content(digest.hex(), fractions))
     head, tail = image_example_parts(stored, info, index, source.label, source.relpath, digest.hex(), extra)
+    phash = None
+    if hashed:
+        try:
+            phash = perceptual_hash(data)
+        except ImageError:
+            phash = None  # not compared; the build counts it (images_not_hashed)
     return Inspected(ImageMeta(
         source=source, label_index=index, sha256=digest.hex(), info=info,
         record_size=framed_size(len(head) + len(stored) + len(tail)),
         order_key=order_key(seed, digest),
         source_crc32c=0 if staged else crc32c.crc32c(data),  # only a re-read checks it
-        payload=None if stored is data or staged else stored, extra=extra), len(data),
+        payload=None if stored is data or staged else stored, extra=extra, phash=phash), len(data),
         (head, stored, tail) if staged else None)

@@ -83,6 +83,9 @@ class ImageMeta:
         run: Where the framed record was written when the image was read
             (``tfrecord.run_files``); the shard writer copies it from there.
             None when the writer makes the record again from the source.
+        phash: The 64-bit perceptual hash of its pixels (``perceptual``),
+            when the build looks for near-duplicates and the pixels decode;
+            None otherwise.
     """
 
     source: SourceImage
@@ -95,6 +98,7 @@ class ImageMeta:
     payload: bytes | None = None
     extra: tuple[tuple[str, str, tuple], ...] = ()
     run: RunSlice | None = None
+    phash: int | None = None
 
     def __reduce__(self):
         """Pickles as one call with a flat tuple of plain values.
@@ -114,8 +118,10 @@ class ImageMeta:
                              self.extra, info.png_fix, info.orientation, info.upright, *self._tail())
 
     def _tail(self) -> tuple:
-        """The pickle's optional last values: where the run file holds the record, the member."""
+        """The pickle's optional last values: where the run file holds the record, the member, the hash."""
         run = (self.run.path, self.run.offset, self.run.length) if self.run is not None else (None, 0, 0)
+        if self.phash is not None:
+            return (*run, self.source.member, self.phash)
         if self.source.member is not None:
             return (*run, self.source.member)
         return run if self.run is not None else ()
@@ -132,11 +138,11 @@ def _image_meta(path: str, relpath: str, split: str, label: str, origin: str, la
                 channels: int, source_format: str, tf_decodes: bool, record_size: int, key: int,
                 source_crc32c: int, payload: bytes | None, extra=(), png_fix: str = "",
                 orientation: int = 1, upright: str = "", run_path: str | None = None, run_offset: int = 0,
-                run_length: int = 0, member=None) -> ImageMeta:
+                run_length: int = 0, member=None, phash: int | None = None) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
     return ImageMeta(SourceImage(path, relpath, split, label, origin, labels, features, objects, member),
                      label_index, sha256,
                      ImageInfo(image_format, height, width, channels, source_format, tf_decodes, png_fix,
                                orientation, upright),
                      record_size, key, source_crc32c, payload, extra,
-                     None if run_path is None else RunSlice(run_path, run_offset, run_length))
+                     None if run_path is None else RunSlice(run_path, run_offset, run_length), phash)

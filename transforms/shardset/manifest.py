@@ -260,6 +260,13 @@ class Manifest:
         object_labels: ``(id, name)`` of the object classes, sorted by id,
             the ids ``image/object/class/label`` holds (``label_map.pbtxt``);
             empty for a set without boxes (not written).
+        near_duplicates: For a build with ``--near_duplicates report|reject``:
+            ``mode``, ``distance``, ``pairs`` (how many pairs of images in
+            different splits were found), ``file`` (``near_duplicates.jsonl``,
+            the pairs), ``buckets_over_cap``,
+            ``images_not_compared_in_a_bucket`` and ``images_not_hashed``
+            (``images.near_duplicates.near_duplicates_summary``); empty
+            otherwise (not written).
     """
 
     created_by: str
@@ -277,6 +284,7 @@ class Manifest:
     written_splits: Sequence[str] | None = None
     appended: Mapping[str, int] = field(default_factory=dict)
     object_labels: Sequence[tuple[int, str]] = ()
+    near_duplicates: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -325,6 +333,7 @@ class Manifest:
             "records": self.records,
             "dead_letters": self.dead_letters,
             **images,
+            **({"near_duplicates": dict(self.near_duplicates)} if self.near_duplicates else {}),
             **written,
             "splits": {name: self._split_dict(name, split) for name, split in sorted(self.splits.items())},
             "shards": self.shards_file.to_dict(),
@@ -416,7 +425,18 @@ class Manifest:
             written_splits=written,
             appended=appended,
             object_labels=_object_labels(obj.get("object_labels", [])),
+            near_duplicates=_near_duplicates(obj.get("near_duplicates", {})),
         )
+
+
+def _near_duplicates(value: Any) -> dict[str, Any]:
+    """Validates the optional ``near_duplicates`` object: its ``pairs`` count and the ``file`` naming them."""
+    if not value:
+        return {}
+    where = "manifest.near_duplicates"
+    _require(value, "pairs", int, where)
+    _require(value, "file", str, where)
+    return dict(value)
 
 
 def _object_labels(value: Any) -> list[tuple[int, str]]:

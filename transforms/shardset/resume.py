@@ -152,7 +152,7 @@ class DoneInput:
             source = SourceImage(source.path, source.relpath, meta.source.split, source.label, source.origin,
                                  source.labels, source.features, source.objects)
         return ImageMeta(source, meta.label_index, meta.sha256, meta.info, meta.record_size, meta.order_key,
-                         meta.source_crc32c, meta.payload, meta.extra, meta.run)
+                         meta.source_crc32c, meta.payload, meta.extra, meta.run, meta.phash)
 
 
 def _meta_fields(meta: ImageMeta) -> dict[str, Any]:
@@ -162,7 +162,8 @@ def _meta_fields(meta: ImageMeta) -> dict[str, Any]:
                      info.tf_decodes, info.png_fix],
             "record_size": meta.record_size, "order_key": meta.order_key,
             "extra": repr(meta.extra) if meta.extra else "",
-            "offset": meta.run.offset, "length": meta.run.length}
+            "offset": meta.run.offset, "length": meta.run.length,
+            **({"phash": meta.phash} if meta.phash is not None else {})}  # --near_duplicates
 
 
 def done_list(run_name: str, run_size: int, context: str,
@@ -194,7 +195,8 @@ def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
                      ImageInfo(str(fmt), int(height), int(width), int(channels), str(source_format),
                                bool(tf_decodes), str(png_fix)),
                      int(obj["record_size"]), int(obj["order_key"]), 0, None, extra,
-                     RunSlice(run_path, int(obj["offset"]), int(obj["length"])))
+                     RunSlice(run_path, int(obj["offset"]), int(obj["length"])),
+                     int(obj["phash"]) if obj.get("phash") is not None else None)
     stamp = tuple(int(v) for v in obj["stamp"])
     if len(stamp) != 3:
         raise ValueError("stamp is not (size, mtime_ns, inode)")

@@ -236,7 +236,8 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         dead_letters=dead.count, images=manifest_fields.get("images") or {}, shards_file=shards_file,
         built_from={**kept_built_from(state.manifest, kept),
                     **({name: inputs_given for name in written_splits} if inputs_given else {})},
-        written_splits=sorted(written_splits), object_labels=manifest_fields.get("object_labels") or ())
+        written_splits=sorted(written_splits), object_labels=manifest_fields.get("object_labels") or (),
+        near_duplicates=manifest_fields.get("near_duplicates") or {})
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     delete_if_exists([join_path(output_dir, name) for name, data in sorted(sidecars.items()) if data is None])
     for name, data in sorted(sidecars.items()):

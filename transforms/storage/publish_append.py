@@ -213,7 +213,8 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
         images=_add_counts(old.images, manifest_fields.get("images") or {}), shards_file=shards_file,
         built_from=built_from, written_splits=sorted(written_splits),
         appended={name: old.splits[name].records if name in old.splits else 0 for name in written_splits},
-        object_labels=tuple(sorted(objects.items())))
+        object_labels=tuple(sorted(objects.items())),
+        near_duplicates=manifest_fields.get("near_duplicates") or {})
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     metadata = [DEAD_LETTERS_NAME, LABELS_NAME, "shards.jsonl"]
     for name, data in sorted(sidecars.items()):
