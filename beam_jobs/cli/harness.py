@@ -488,6 +488,9 @@ def run_job(name: str, argv: Sequence[str] | None,
         except JobFinished as finished:
             print(finished.text)
             return finished.status
+        except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
+            report_failure(name, err, settings)
+            return 1
         except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
             print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
             return INTERRUPTED_STATUS
