@@ -6,9 +6,11 @@ and reports its peak RSS (``ru_maxrss``), next to a process that only imports th
 
 - ``v1``: format 1 as publish built it before: every ``ShardResult`` with its label counts in one
   list (``AsList``), the ``Manifest`` of them, and ``manifest.json`` serialized in one piece;
-- ``v2``: the real ``publish_shards`` into a local folder of staged (empty) shard files: the
-  written shards come one at a time without label counts (``AsIter`` of ``DropLabelCounts``),
-  the shard-list parts are staged beforehand (``WriteShardListParts``, worker side, not measured).
+- ``v2``: the real ``publish_shards`` into a local folder of staged (empty) shard files, given
+  only the shard-list parts the workers staged beforehand (``WriteShardListParts``, worker side,
+  not measured): it reads the shards' staged names from the parts' files. Also reported: the
+  pickled size of what the publish step is given as side inputs (the parts), next to that of the
+  written shards without label counts, which it was given before (``AsIter`` of ``DropLabelCounts``).
 
 Format 1 at 70,000 x 1,000 passed 20 GiB of RSS and was stopped (the machine is shared), so
 ``v1`` runs at ``--v1_shards`` (default 7,000) and grows linearly with shards x classes.
@@ -114,7 +116,7 @@ def stage(folder: str, shards: int, classes: int) -> None:
 
 
 def run_v2(folder: str, shards: int, classes: int) -> dict:
-    """The real publish_shards, given the results one at a time without their label counts."""
+    """The real publish_shards, given only the staged parts of the shard list."""
     _imports()
     import pickle
 
@@ -125,17 +127,26 @@ def run_v2(folder: str, shards: int, classes: int) -> dict:
     with open(os.path.join(folder, "parts.pickle"), "rb") as fh:
         parts = pickle.load(fh)
     os.remove(os.path.join(folder, "parts.pickle"))
+    side_input_bytes = len(pickle.dumps(parts))
     records = sum(sum(p.label_counts.values()) for p in parts)
     totals = [SplitTotals("train", 157_286_400 * shards, records, 1 << 20, shards)]
     fields = {"created_by": "build_shards", "options": {}, "seed": 0, "feature_spec": {}}
     start = time.perf_counter()
-    publish_shards(folder, _results(folder, shards, classes, False), parts, totals, [],
+    publish_shards(folder, parts, totals, [],
                    [f"class_{i:04d}" for i in range(classes)], records, "gzip", fields, None,
                    PublishPolicy(_RUN_ID))
     seconds = time.perf_counter() - start
     return {"manifest_bytes": os.path.getsize(os.path.join(folder, "manifest.json")),
             "shard_list_bytes": os.path.getsize(os.path.join(folder, "shards.jsonl")),
-            "seconds": seconds, "peak_mib": _peak_mib()}
+            "seconds": seconds, "peak_mib": _peak_mib(), "side_input_bytes": side_input_bytes,
+            "results_side_input_bytes": _results_pickled(folder, shards, classes)}
+
+
+def _results_pickled(folder: str, shards: int, classes: int) -> int:
+    """Pickled bytes of every written shard without label counts: the side input publish had before."""
+    import pickle
+
+    return sum(len(pickle.dumps(result)) for result in _results(folder, shards, classes, False))
 
 
 _MODES = {"baseline": run_baseline, "v1": run_v1, "stage": stage, "v2": run_v2}

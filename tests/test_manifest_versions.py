@@ -8,7 +8,6 @@ split must all work on it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
@@ -144,16 +143,7 @@ def test_a_split_build_refuses_a_folder_whose_shard_list_was_changed(tmp_path, c
         "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]  # nothing was touched
 
 
-class _Untouchable(dict):
-    """Label counts the publish step must not read (they reach it through the shard-list parts)."""
-
-    def _refuse(self, *_args, **_kwargs):
-        raise AssertionError("publish read a shard's label counts")
-
-    items = keys = values = __iter__ = __getitem__ = get = __len__ = _refuse
-
-
-def test_publish_reads_no_per_shard_label_counts(tmp_path, monkeypatch):
+def test_publish_is_given_only_the_shard_list_parts(tmp_path, monkeypatch):
     from transforms.shardset import staged
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
@@ -170,17 +160,41 @@ def test_publish_reads_no_per_shard_label_counts(tmp_path, monkeypatch):
                for i in range(4)]  # shard 4 is empty: publish writes it
     parts = [write_shard_list_part((("train", p), [r for r in written if r.index // 2 == p]), out,
                                    policy.run_id) for p in (0, 1)]
-    blind = [dataclasses.replace(r, stats=dataclasses.replace(r.stats, label_counts=_Untouchable()))
-             for r in written]
     totals = [SplitTotals("train", 100, 4, 20, 5)]
     manifest = publish_shards(
-        out, iter(blind), parts, totals, [], ["a", "b", "c"], 4, "none",
+        out, parts, totals, [], ["a", "b", "c"], 4, "none",
         {"created_by": "build_shards", "options": {}, "seed": 0, "feature_spec": {}}, None, policy)
     listed = load_manifest(out)
     assert listed["splits"]["train"]["label_counts"] == {"0": 2, "1": 1, "2": 1}
     assert [s["label_counts"] for s in listed["splits"]["train"]["shards"]] == [
         {"0": 1}, {"1": 1}, {"2": 1}, {"0": 1}, {}]
     assert manifest.splits["train"].label_counts() == {"0": 2, "1": 1, "2": 1}
+    assert [p.records for p in parts] == [2, 2]
+    assert sorted(n for n in os.listdir(out) if n.endswith(".tfrecord")) == [
+        f"train-0000{i}-of-00005.tfrecord" for i in range(5)]
+
+
+def test_the_publish_step_gets_no_side_input_element_per_shard(tmp_path, capsys, monkeypatch):
+    """A build of 12 shards: every side input of ``Publish`` has one element per part or fewer."""
+    from transforms import shard_sink
+
+    make_class_tree(str(tmp_path / "in"), per_class=4, broken=False)
+    seen: list[tuple[str, int]] = []
+    publish = shard_sink._PublishFn.process
+
+    def recording(self, element, *args, **kwargs):
+        args = [a if isinstance(a, (dict, str, int)) else list(a) for a in args]
+        seen.extend((type(a[0]).__name__, len(a)) for a in args
+                    if isinstance(a, list) and a and not isinstance(a[0], str))  # not the class names
+        return publish(self, element, *args, **kwargs)
+
+    monkeypatch.setattr(shard_sink._PublishFn, "process", recording)
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(tmp_path / "out"),
+                               "--num_shards", "12")
+    assert status == 0, err
+    assert len(load_manifest(str(tmp_path / "out"))["splits"]["train"]["shards"]) == 12
+    assert {kind for kind, _ in seen} == {"ShardListPart", "SplitTotals"}, seen
+    assert all(count == 1 for _, count in seen), seen
 
 
 def test_renames_run_in_parallel_chunks_and_all_before_the_manifest(tmp_path, capsys, trees, monkeypatch):

@@ -9,10 +9,12 @@ and makes the result visible in an order that never lets ``manifest.json``
 name a missing or partial file (``storage.publish.publish_shards``, where the
 steps are listed).
 
-Nothing the publish step holds grows with shards x labels or with dead
-letters: it iterates the written shards lazily (``AsIter``, without their
-label counts), keeps one small entry per shard and the splits' label totals,
-and copies the shard list from the staged parts line by line. The workers
+No side input of the publish step grows with shards: it is given the staged
+parts of the shard list (``WriteShardListParts``: a path, counts, label and
+tally totals per part of up to ``PART_SHARDS`` shards, with a staged file of
+the part's shards' staged names), reads the shards' rows from those files,
+keeps one small entry per shard and the splits' label totals, and copies the
+shard list from the staged parts line by line. The workers
 that reject inputs stage their dead letters in sorted parts
 (``StageDeadLetters``, fused into the rejecting step: no shuffle); the
 publish step gets the parts with their counts and merges them into
@@ -38,7 +40,7 @@ from transforms.progress.report import plural
 from transforms.shardset.dead_letters import PART_LETTERS, too_many_rejected
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import ShardDone
-from transforms.shardset.staged import ShardResult, part_key, without_label_counts
+from transforms.shardset.staged import ShardResult, part_key
 from transforms.storage.dead_letter_files import write_dead_letter_part
 from transforms.storage.publish import publish_shards
 from transforms.storage.publish_append import publish_append
@@ -275,12 +277,12 @@ class _PublishFn(beam.DoFn):
         self._near = near
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
 
-    def process(self, _, results, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=(),
+    def process(self, _, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=(),
                 near_pairs=(), over_cap=(), unhashed=()):
         output_dir, compression, fields, max_bad, policy = self._args
         dead_letters = [part for found in dead_lists for part in found]  # DeadLetterPart: a path and counts
         images = {} if self._image_counts is None else self._image_counts(
-            tally for result in results for tally in result.tallies)  # AsIter: read again below
+            tally for part in parts for tally in part.tallies)  # summed over each part's shards
         fields = {**fields, "feature_spec": feature_spec, "images": images,
                   "object_labels": tuple(tuple(pair) for pair in object_labels)}
         sidecar_files = self._sidecar_files
@@ -293,8 +295,8 @@ class _PublishFn(beam.DoFn):
                 lines = near_duplicates_lines(near_pairs, mode == "reject")
             sidecar_files = _with_near_duplicates(sidecar_files, mode, lines)
         publish = publish_append if policy.append else publish_shards
-        manifest = publish(output_dir, results, parts, totals, dead_letters, labels, inputs,
-                                  compression, fields, max_bad, policy, sidecar_files)
+        manifest = publish(output_dir, parts, totals, dead_letters, labels, inputs,
+                           compression, fields, max_bad, policy, sidecar_files)
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
         _LOG.debug("published %s with %s to %s", plural(manifest.num_shards, "shard"),
@@ -309,9 +311,9 @@ class PublishShards(beam.PTransform):
     a PCollection given to the constructor and read as a side input. The
     shard list's lines are staged in parts by the workers first
     (``WriteShardListParts``), and the dead letters in sorted parts
-    (``StageDeadLetters``); the publish step then sees the written shards
-    without their label counts, one at a time (``AsIter``), and the dead
-    letters' parts with their counts.
+    (``StageDeadLetters``); the publish step's side inputs are those parts
+    (paths and counts, one per ``PART_SHARDS`` shards) and counts, never
+    one element per shard.
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
@@ -330,7 +332,7 @@ class PublishShards(beam.PTransform):
             (none: {}).
         image_counts: Picklable ``iterable of (key, items) -> the manifest's
             images object`` (``records.image_counts``), given the ``tallies`` of
-            every ``ShardResult``; None for no image counts.
+            every ``ShardResult`` summed per shard-list part; None for no image counts.
         sidecar_files: Optional picklable ``Manifest -> {name: bytes}`` of
             further files to publish beside the shards (``publish_shards``).
         object_labels: Optional ``PCollection`` with one element, the
@@ -356,12 +358,11 @@ class PublishShards(beam.PTransform):
     def expand(self, pbegin):
         results, totals, dead, labels, inputs, spec = self._inputs
         output_dir, run_id = self._args[0], self._args[4].run_id
-        AsIter, AsList, AsSingleton = beam.pvalue.AsIter, beam.pvalue.AsList, beam.pvalue.AsSingleton
+        AsList, AsSingleton = beam.pvalue.AsList, beam.pvalue.AsSingleton
         parts = (results
                  | "KeyByListPart" >> beam.Map(part_key)  # ((split, part), ShardResult)
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
-                 | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))
-        light = results | "DropLabelCounts" >> beam.Map(without_label_counts)  # ShardResult
+                 | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))  # ShardListPart
         dead = dead if isinstance(dead, (tuple, list)) else (dead,)
         dead_parts = [found | f"StageDeadLetters{i}" >> beam.ParDo(_StageDeadLettersFn(output_dir, run_id))
                       for i, found in enumerate(dead)]  # DeadLetterPart, in the steps that reject
@@ -372,7 +373,7 @@ class PublishShards(beam.PTransform):
                         unhashed=AsList(self._near.unhashed))
         return (pbegin
                 | "Once" >> beam.Create([None])
-                | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsIter(light), AsList(parts),
+                | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsList(parts),
                                           AsList(totals), AsSingleton(labels, default_value=[]),
                                           AsSingleton(inputs, default_value=0),
                                           AsSingleton(spec, default_value={}),

@@ -10,8 +10,10 @@ Element types:
 The steps are laid out for few fused stages: the manifest, the folder's
 listing and the shard list are read by one step; the reader of a shard's
 first range also checks the whole file (sha256, ``.idx``); the checks across
-ranges share one ``GroupByKey``; the report reads what it totals as side
-inputs, so that it needs no flatten and no shuffle of its own.
+ranges share one ``GroupByKey``; the problems are staged in sorted parts by
+the steps that find them, and the report reads the parts and what it totals
+as side inputs, so that it needs no flatten and no shuffle of its own and no
+step holds every problem.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
@@ -29,8 +32,10 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.shard_list import read_shard_list
 from transforms.storage.files import open_lines, read_file
 from transforms.storage.listing import list_folder
+from transforms.storage.report_files import PART_PROBLEMS, parts_folder, write_problem_part, write_report
 from transforms.storage.writing import write_file
-from transforms.verify.checks import Problem, Report, labels_problems, listing_problems, shard_label_problems
+from transforms.verify.checks import (Problem, ProblemPart, labels_problems, listing_problems,
+                                      shard_label_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, render_preview
 from transforms.verify.ranges import KEY_BUCKETS, RangeTally, ShardFile, group_parts, group_problems
 
@@ -173,12 +178,36 @@ def _records_of(tally: RangeTally) -> int:
     return tally.records
 
 
-def _write_report(path: str, records: Iterable[int], sizes: Iterable[int],
-                  *problems: Iterable[Problem]) -> None:
-    sizes = list(sizes)
-    found = [problem for group in problems for problem in group]
-    Metrics.counter(_NAMESPACE, "problems").inc(len(found))
-    write_file(path, Report.build(len(sizes), sum(records), sum(sizes), found).dumps())
+def _write_report(path: str, records: Iterable[int], sizes: Iterable[int], folder: str,
+                  *parts: Iterable[ProblemPart]) -> None:
+    files = size = 0
+    for one in sizes:
+        files, size = files + 1, size + one
+    found = write_report(path, files, sum(records), size, [part for group in parts for part in group], folder)
+    Metrics.counter(_NAMESPACE, "problems").inc(found)
+
+
+class _StageProblemsFn(beam.DoFn):
+    """Problem -> ProblemPart: each bundle's problems, staged in sorted parts of at most ``PART_PROBLEMS``."""
+
+    def __init__(self, folder: str) -> None:
+        self._folder = folder
+
+    def start_bundle(self):
+        self._problems = []
+
+    def process(self, problem):
+        self._problems.append(problem)
+        if len(self._problems) >= PART_PROBLEMS:
+            yield self._stage()
+
+    def finish_bundle(self):
+        if self._problems:
+            yield GlobalWindows.windowed_value(self._stage())
+
+    def _stage(self) -> ProblemPart:
+        problems, self._problems = self._problems, []
+        return write_problem_part(problems, self._folder)
 
 
 class WriteReport(beam.PTransform):
@@ -186,10 +215,14 @@ class WriteReport(beam.PTransform):
 
     Input: a tuple ``(tallies, sizes, *problems)`` of PCollections: the
     ``RangeTally`` of every range read, the size in bytes of every shard
-    file checked, and any number of PCollections of ``Problem``. One step,
-    started once, reads them all as side inputs, totals them and writes the
-    report: side inputs need no flatten and no shuffle, so writing the report
-    adds one stage that runs once the others are done.
+    file checked, and any number of PCollections of ``Problem``. The steps
+    that find problems stage them in sorted parts (``StageProblems``, fused
+    into them: no shuffle) in a folder of the run's own beside the report.
+    One step, started once, reads the record counts and sizes one at a time
+    and the parts (a path and a count each) as side inputs, merges the parts
+    into the report and deletes the folder: side inputs need no flatten and
+    no shuffle, so writing the report adds one stage that runs once the
+    others are done, and no step holds every problem.
 
     Args:
         path: Where the report goes (a local path or a URL).
@@ -198,11 +231,15 @@ class WriteReport(beam.PTransform):
     def __init__(self, path: str) -> None:
         super().__init__()
         self._path = path
+        self._folder = parts_folder(path)
 
     def expand(self, inputs):
         tallies, sizes, *problems = inputs
         records = tallies | "RangeRecords" >> beam.Map(_records_of)
-        side = [beam.pvalue.AsIter(found) for found in (records, sizes, *problems)]
+        parts = [found | f"StageProblems{i}" >> beam.ParDo(_StageProblemsFn(self._folder))
+                 for i, found in enumerate(problems)]  # ProblemPart, in the steps that find them
+        side = [beam.pvalue.AsIter(records), beam.pvalue.AsIter(sizes), self._folder,
+                *[beam.pvalue.AsList(found) for found in parts]]
         return (tallies.pipeline
                 | "Once" >> beam.Create([self._path])
                 | "Write" >> beam.Map(_write_report, *side))

@@ -2,19 +2,23 @@
 
 Workers write each shard to a staging name (a ``ShardResult``), and the lines
 of the shard list for up to ``PART_SHARDS`` shards of a split to one staged
-part (a ``ShardListPart``) each; the publish step joins the parts in order.
+part (a ``ShardListPart``) each, beside a file of what publishing needs of
+those shards (their staged names, one ``StagedShard`` a line:
+``staged_line``). The publish step is given only the parts (their counts and
+paths), reads the shards' rows from those files and joins the parts in order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from transforms.tfrecord.shard_writer import ShardStats
 
 __all__ = ["PART_SHARDS", "ShardResult", "ShardListPart", "StagedShard", "part_key", "part_ranges",
-           "without_label_counts", "parts_problem"]
+           "parts_problem", "staged_line", "read_staged_line", "part_tallies"]
 
 # Shards per staged part of the shard list (a part holds their label counts in one worker).
 PART_SHARDS = 1000
@@ -44,6 +48,11 @@ class ShardListPart:
         path: The staged file: one line per written shard, in index order.
         indexes: The shard indexes it has lines for, ascending.
         label_counts: Label -> records over those shards.
+        staged_path: The staged file of those shards' ``StagedShard`` rows,
+            one a line in index order (``staged_line``).
+        records: Records over those shards.
+        tallies: ``(key, items)`` of ``WriteShards``' ``tally_of`` summed
+            over those shards, sorted.
     """
 
     split: str
@@ -51,6 +60,9 @@ class ShardListPart:
     path: str
     indexes: tuple[int, ...]
     label_counts: Mapping[str, int]
+    staged_path: str = ""
+    records: int = 0
+    tallies: tuple[tuple[Any, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,27 @@ class StagedShard:
                    result.stats.bytes, result.stats.sha256)
 
 
+def staged_line(index: int, shard: StagedShard) -> bytes:
+    """One row of a part's staged-shards file: the shard's index and what publishing needs of it."""
+    return (json.dumps([index, shard.file, shard.staged, shard.staged_index, shard.records, shard.bytes,
+                        shard.sha256], separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def read_staged_line(line: bytes) -> tuple[int, StagedShard]:
+    """``(index, StagedShard)`` of a row ``staged_line`` wrote."""
+    index, file, staged, staged_index, records, size, sha256 = json.loads(line)
+    return index, StagedShard(file, staged, staged_index, records, size, sha256)
+
+
+def part_tallies(results: Sequence[ShardResult]) -> tuple[tuple[Any, int], ...]:
+    """The ``tallies`` of the results summed key by key, sorted."""
+    out: dict[Any, int] = {}
+    for result in results:
+        for key, items in result.tallies:
+            out[key] = out.get(key, 0) + items
+    return tuple(sorted(out.items()))
+
+
 def part_key(result: ShardResult) -> tuple[tuple[str, int], ShardResult]:
     """ShardResult -> ((split, part), ShardResult): the part of the shard list its line goes to."""
     return (result.split, result.index // PART_SHARDS), result
@@ -79,11 +112,6 @@ def part_ranges(count: int) -> Iterator[tuple[int, range]]:
     """``(part, shard indexes)`` of every part of a split of ``count`` shards, in order."""
     for part in range(-(-count // PART_SHARDS)):
         yield part, range(part * PART_SHARDS, min(count, (part + 1) * PART_SHARDS))
-
-
-def without_label_counts(result: ShardResult) -> ShardResult:
-    """The result without its shard's label counts (the staged parts of the shard list keep them)."""
-    return dataclasses.replace(result, stats=dataclasses.replace(result.stats, label_counts={}))
 
 
 def parts_problem(parts: Sequence[ShardListPart], staged: Mapping[tuple[str, int], StagedShard]) -> str | None:

@@ -24,9 +24,11 @@ never lets ``manifest.json`` name a missing or partial file:
    ``manifest.json`` (new splits and kept ones; it names ``shards.jsonl`` with
    its sha256), delete the journal and clear the staging folder.
 
-Nothing it holds grows with shards x labels or with dead letters: it iterates
-the written shards lazily (without their label counts), keeps one small entry
-per shard and the splits' label totals, copies the shard list from the staged
+Nothing it is given grows with shards: its side inputs are counts and the
+staged parts of the shard list (a path, counts and label totals per part of
+up to ``PART_SHARDS`` shards). Nothing it holds grows with shards x labels or
+with dead letters: it reads the written shards' rows from the parts' staged
+files (without their label counts), keeps one small entry per shard and the splits' label totals, copies the shard list from the staged
 parts line by line, and is given the dead letters as staged parts with their
 counts.
 
@@ -42,7 +44,7 @@ job into the same folder converges on the same bytes.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from transforms.errors import PublishError, UsageError
 from transforms.shardset.dead_letters import DeadLetterPart, rejection_problem
@@ -53,13 +55,13 @@ from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy,
                                            kept_split_problem, kept_splits, merge_labels)
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
-from transforms.shardset.staged import ShardListPart, ShardResult, StagedShard, parts_problem
+from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
 from transforms.storage.files import sha256_of
 from transforms.storage.folders import delete_empty_folder, delete_if_exists, delete_tree, make_folder, move_all
 from transforms.storage.lock import check_lock
 from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
-from transforms.storage.shard_files import write_shard, write_shard_list
+from transforms.storage.shard_files import staged_of_parts, write_shard, write_shard_list
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 
@@ -95,7 +97,7 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compress
     return None
 
 
-def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
+def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
@@ -105,10 +107,10 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
 
     Args:
         output_dir: Output folder.
-        results: One ``ShardResult`` per written shard, iterated once (their
-            label counts are not used: ``parts`` carry them).
         parts: The staged parts of the shard list (``write_shard_list_part``)
-            covering every written shard.
+            covering every written shard: their label counts and record
+            counts, and the staged files of their shards' lines and rows
+            (staged names, sizes, sha256), read here one part at a time.
         totals: The plan of every split (for shard counts; empty shards are created).
         dead_letters: The staged parts of the dead letters
             (``dead_letter_files.write_dead_letter_part``), every rejected input
@@ -165,9 +167,8 @@ def publish_shards(output_dir: str, results: Iterable[ShardResult], parts: Seque
         delete_tree(staging)
         raise PublishError(refusal)
 
-    staged: dict[tuple[str, int], StagedShard] = {}
-    for result in results:  # one pass; only shards x small is kept
-        staged[(result.split, result.index)] = StagedShard.of(result)
+    # One small entry per shard, read from the parts' staged files (the side input is the parts only).
+    staged = staged_of_parts(output_dir, parts, state.manifest, staging, compression)
     dead = write_dead_letters(output_dir, staging, dead_letters)  # their summary: counts, a few examples
     dead_path = join_path(output_dir, DEAD_LETTERS_NAME)
     written = sum(s.records for s in staged.values())

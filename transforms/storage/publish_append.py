@@ -30,7 +30,7 @@ and readers see the old manifest, none, or the new one.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from transforms.errors import NothingToPublish, PublishError
 from transforms.progress.report import plural
@@ -42,13 +42,13 @@ from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy,
                                            kept_split_problem, kept_splits)
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, split_inputs
-from transforms.shardset.staged import ShardListPart, ShardResult, StagedShard, parts_problem
+from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
 from transforms.storage.folders import delete_if_exists, delete_tree
 from transforms.storage.journal import finish_journal, relative_name
 from transforms.storage.lock import check_lock
 from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
-from transforms.storage.shard_files import published_entries, write_shard, write_shard_list
+from transforms.storage.shard_files import published_entries, staged_of_parts, write_shard, write_shard_list
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import index_name, index_names
 
@@ -71,7 +71,7 @@ def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Sequence[ShardListPart],
+def publish_append(output_dir: str, parts: Sequence[ShardListPart],
                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
@@ -110,9 +110,7 @@ def publish_append(output_dir: str, results: Iterable[ShardResult], parts: Seque
             raise PublishError(f"split {t.split!r} has {listed.num_shards if listed else 0} shards in "
                                f"{output_dir}, not the {t.published} this run planned for: another run "
                                "changed the set; append again")
-    staged: dict[tuple[str, int], StagedShard] = {}
-    for result in results:
-        staged[(result.split, result.index)] = StagedShard.of(result)
+    staged = staged_of_parts(output_dir, parts, old, staging, compression)
     merged_records = {t.split: old.splits[t.split].shards[t.merged].records
                       for t in totals if t.merged is not None}
     written = sum(s.records for s in staged.values()) - sum(merged_records.values())

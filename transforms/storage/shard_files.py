@@ -4,7 +4,8 @@ Each shard is written with its ``.idx`` (uncompressed shards) to a unique
 name in the run's staging folder (``write_shard``: a retried or speculative
 bundle writes its own copy), and the shard-list lines of up to
 ``staged.PART_SHARDS`` written shards to one staged part
-(``write_shard_list_part``). Publishing writes ``shards.jsonl`` from the
+(``write_shard_list_part``), with a file of their staged names beside it
+(read back by ``staged_shards``). Publishing writes ``shards.jsonl`` from the
 parts, line by line, with the lines of the splits it keeps from the
 previous list (``write_shard_list``): nothing it holds grows with shards x
 labels.
@@ -21,7 +22,8 @@ from transforms.errors import ManifestError, PublishError
 from transforms.shardset.manifest import SHARDS_NAME, Manifest, ShardEntry, ShardsFile, SplitEntry
 from transforms.shardset.naming import join_path, shard_file_name
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
-from transforms.shardset.staged import ShardListPart, ShardResult, part_ranges
+from transforms.shardset.staged import (ShardListPart, ShardResult, StagedShard, part_ranges, part_tallies,
+                                        read_staged_line, staged_line)
 from transforms.storage.clients import close_written_file, naming_s3_errors
 from transforms.storage.files import exists, open_for_read, open_lines
 from transforms.storage.output_folder import staging_folder
@@ -33,7 +35,8 @@ from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord.shard_writer import ShardWriter
 
-__all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_records", "published_entries"]
+__all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_records", "published_entries",
+           "staged_shards", "staged_of_parts"]
 
 
 def write_shard(output_dir: str, key: tuple[str, int, int],
@@ -104,6 +107,10 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
                           run_id: str) -> ShardListPart:
     """Stages the shard-list lines of one part's written shards, in index order.
 
+    The rows publishing needs of those shards (staged names, sizes, sha256)
+    are staged beside them, so that the part, with its counts, is all the
+    publish step is given.
+
     Args:
         item: ``((split, part), [ShardResult])``.
         output_dir: Output folder (the part goes to the run's staging folder).
@@ -111,7 +118,9 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
     """
     (split, part), results = item
     results = sorted(results, key=lambda r: r.index)
-    path = join_path(staging_folder(output_dir, run_id), f"{SHARDS_NAME}.{split}.{part}.{uuid.uuid4().hex}.tmp")
+    attempt = uuid.uuid4().hex
+    path = join_path(staging_folder(output_dir, run_id), f"{SHARDS_NAME}.{split}.{part}.{attempt}.tmp")
+    staged_path = join_path(staging_folder(output_dir, run_id), f"staged.{split}.{part}.{attempt}.tmp")
     totals: dict[str, int] = {}
     for result in results:
         for label, count in result.stats.label_counts.items():
@@ -120,7 +129,60 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
                                                    r.stats.label_counts)) for r in results)
     with reporting_full_disk(output_dir, path):
         write_file(path, lines)
-    return ShardListPart(split, part, path, tuple(r.index for r in results), totals)
+    with reporting_full_disk(output_dir, staged_path):
+        write_file(staged_path, (staged_line(r.index, StagedShard.of(r)) for r in results))
+    return ShardListPart(split, part, path, tuple(r.index for r in results), totals, staged_path,
+                         sum(r.stats.records for r in results), part_tallies(results))
+
+
+def staged_shards(part: ShardListPart) -> Iterator[tuple[int, StagedShard]]:
+    """``(index, StagedShard)`` of every shard of a staged part, in index order.
+
+    Raises:
+        PublishError: The part's file is gone or ends early.
+    """
+    with open_lines(part.staged_path) as lines:
+        if lines is None:
+            raise PublishError(f"staged part {part.staged_path} is gone")
+        count = 0
+        for line in lines:
+            if not line.endswith(b"\n"):
+                raise PublishError(f"staged part {part.staged_path} ends inside a line")
+            count += 1
+            yield read_staged_line(line)
+    if count != len(part.indexes):
+        raise PublishError(f"staged part {part.staged_path} has {count} shards, not {len(part.indexes)}")
+
+
+def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: Manifest | None,
+                    staging: str, compression: str) -> dict[tuple[str, int], StagedShard]:
+    """``(split, index) -> StagedShard`` of every shard the parts cover, read from their staged files.
+
+    A part whose file is gone belongs to a retried publish whose first attempt
+    finished: its shards are taken from the published shard list, under staged
+    names that no longer exist (``folders.move_all`` then checks that the final
+    names hold them).
+
+    Raises:
+        PublishError: A part's file is gone and the published set does not list its split.
+    """
+    staged: dict[tuple[str, int], StagedShard] = {}
+    gone: dict[str, set[int]] = {}
+    for part in parts:
+        if exists(part.staged_path):
+            staged.update(((part.split, index), shard) for index, shard in staged_shards(part))
+        else:
+            gone.setdefault(part.split, set()).update(part.indexes)
+    for split, indexes in sorted(gone.items()):
+        if published is None or split not in published.splits:
+            raise PublishError(f"the staged parts of split {split!r} are gone and the published set does not "
+                               "list it")
+        for index, entry in published_entries(output_dir, published, split):
+            if index in indexes:
+                moved = join_path(staging, f"{entry.file}.published")
+                staged[(split, index)] = StagedShard(entry.file, moved, f"{moved}.idx" if compression == "none"
+                                                     else None, entry.records, entry.bytes, entry.sha256)
+    return staged
 
 
 def published_entries(output_dir: str, old: Manifest, split: str) -> Iterator[tuple[int, ShardEntry]]:

@@ -16,7 +16,7 @@ import hashlib
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import ExampleError, ImageError, RecordError
@@ -38,7 +38,7 @@ __all__ = [
     "check_record", "check_features", "image_problem", "label_problem", "listing_problems",
     "labels_problems", "shard_label_problems",
     "index_problems", "sha256_problem", "shard_problems", "duplicate_key_problems",
-    "verify_in_memory",
+    "verify_in_memory", "report_pieces", "problem_line", "read_problem_line", "ProblemPart",
 ]
 
 PROBLEM_KINDS = (
@@ -469,7 +469,7 @@ class Report:
                 "problems": [p.to_dict() for p in self.problems]}
 
     def dumps(self) -> bytes:
-        return (json.dumps(self.to_dict(), indent=2) + "\n").encode("utf-8")
+        return b"".join(report_pieces(self.files, self.records, self.bytes, len(self.problems), self.problems))
 
     @classmethod
     def loads(cls, data: bytes) -> "Report":
@@ -518,6 +518,51 @@ class Report:
         if len(self.problems) > max_listed:
             lines.append(f"  ... and {len(self.problems) - max_listed} more (see --report)")
         return "\n".join(lines)
+
+
+def report_pieces(files: int, records: int, size: int, count: int,
+                  problems: Iterable[Problem]) -> Iterator[bytes]:
+    """The bytes of the JSON report (``Report.dumps``), a problem at a time.
+
+    Args:
+        files: Shard files checked.
+        records: Records read.
+        size: Total size of the files checked.
+        count: How many problems ``problems`` yields (``ok`` is written first).
+        problems: Every problem, sorted (``Problem.sort_key``), read once as the pieces are.
+    """
+    head = json.dumps({"ok": not count, "files": files, "records": records, "bytes": size}, indent=2)
+    yield (head[:-2] + ',\n  "problems": [').encode("utf-8")
+    sep = "\n"
+    for problem in problems:
+        item = json.dumps(problem.to_dict(), indent=2).replace("\n", "\n    ")
+        yield f"{sep}    {item}".encode("utf-8")
+        sep = ",\n"
+    yield ("]\n}\n" if sep == "\n" else "\n  ]\n}\n").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class ProblemPart:
+    """Some problems a worker staged, sorted, one a line (``problem_line``).
+
+    Attributes:
+        path: The staged file.
+        count: Problems in it.
+    """
+
+    path: str
+    count: int
+
+
+def problem_line(problem: Problem) -> bytes:
+    """One line of a staged part of problems (``read_problem_line`` reads it back)."""
+    return (json.dumps(problem.to_dict(), separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def read_problem_line(line: bytes) -> Problem:
+    """The ``Problem`` of a line ``problem_line`` wrote."""
+    obj = json.loads(line)
+    return Problem(obj["file"], obj["offset"], obj["kind"], obj["detail"])
 
 
 # --- Single-process reference -------------------------------------------------------
