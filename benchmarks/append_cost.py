@@ -64,20 +64,13 @@ def _shard_bytes(folder: str) -> set[bytes]:
 
 def run(argv: Sequence[str] | None = None) -> dict:
     """Runs the benchmark; prints the table and a JSON line, and returns the figures."""
-    from benchmarks.measure import checkout_env, run_measured
+    from benchmarks.measure import add_photo_flags, checkout_env, photo_root, run_measured
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size_mb", type=float, default=440)
-    parser.add_argument("--input", default=None, help="A photo folder to use instead of the generated one.")
-    parser.add_argument("--rounds", type=int, default=3)
+    add_photo_flags(parser, 440)
     parser.add_argument("--new_every", type=int, default=10, help="Every Nth photo is new (10: 10%%).")
     args = parser.parse_args(argv)
-    if args.input:
-        root = args.input
-    else:
-        from benchmarks import photos
-
-        root = photos.dataset(args.size_mb).root
+    root = photo_root(args)
     env = checkout_env()
     with tempfile.TemporaryDirectory(prefix="append_cost_", dir=os.path.dirname(os.path.abspath(root))) as tmp:
         base, new, new_bytes = _split_photos(root, tmp, args.new_every)

@@ -23,7 +23,7 @@ from typing import Sequence
 import psutil
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-__all__ = ["Measurement", "checkout_env", "run_measured"]
+__all__ = ["Measurement", "checkout_env", "run_measured", "add_photo_flags", "photo_root"]
 
 _POLL_SECONDS = 0.02
 
@@ -93,3 +93,19 @@ def checkout_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([_CHECKOUT] + [p for p in [env.get("PYTHONPATH")] if p])
     return env
+
+
+def add_photo_flags(parser, size_mb: float) -> None:
+    """The flags every photo benchmark takes: ``--size_mb`` (of generated photos), ``--input``, ``--rounds``."""
+    parser.add_argument("--size_mb", type=float, default=size_mb)
+    parser.add_argument("--input", default=None, help="A photo folder to use instead of the generated one.")
+    parser.add_argument("--rounds", type=int, default=3)
+
+
+def photo_root(args) -> str:
+    """The photo folder a benchmark reads: ``--input``, else generated photos of ``--size_mb``."""
+    if args.input:
+        return args.input
+    from benchmarks import photos  # here: it needs the bench extra's packages
+
+    return photos.dataset(args.size_mb).root

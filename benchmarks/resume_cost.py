@@ -94,20 +94,13 @@ def _killed_when(command: list[str], folder: str, shards: int, log: str, env: di
 
 def run(argv: Sequence[str] | None = None) -> dict:
     """Runs the benchmark; prints the table and a JSON line, and returns the figures."""
-    from benchmarks.measure import checkout_env, run_measured
+    from benchmarks.measure import add_photo_flags, checkout_env, photo_root, run_measured
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size_mb", type=float, default=1320)
-    parser.add_argument("--input", default=None, help="A photo folder to use instead of the generated one.")
-    parser.add_argument("--rounds", type=int, default=3)
+    add_photo_flags(parser, 1320)
     parser.add_argument("--at", type=float, default=0.8, help="When to kill, as a fraction of a full build.")
     args = parser.parse_args(argv)
-    if args.input:
-        root = args.input
-    else:
-        from benchmarks import photos
-
-        root = photos.dataset(args.size_mb).root
+    root = photo_root(args)
     env = checkout_env()
     build = [sys.executable, "-m", "beam_jobs.build_shards", "--input", root, "--output_dir"]
     rounds = []

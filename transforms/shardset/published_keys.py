@@ -22,6 +22,21 @@ KEY_FEATURE = "image/key/sha256"
 LABEL_FEATURE = "image/class/label"
 
 
+def _features(data: bytes, where: str) -> dict:
+    """A record's features (the image's bytes not copied), by the fast scan or the full parse.
+
+    Raises:
+        ShardsError: The record is not a ``tf.train.Example`` (``where`` it is, in the message).
+    """
+    features = scan_example(data, views=("image/encoded",))
+    if features is not None:
+        return features
+    try:
+        return decode_example(data)
+    except ExampleError as err:
+        raise ShardsError(f"{where} is not an Example: {err}") from err
+
+
 def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
     """The ``image/key/sha256`` of every record of a shard that has one, in order.
 
@@ -34,13 +49,7 @@ def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
         ShardsError: A record is not a ``tf.train.Example``.
     """
     for offset, data in iter_records(fh, path):
-        features = scan_example(data, views=("image/encoded",))
-        if features is None:
-            try:
-                features = decode_example(data)
-            except ExampleError as err:
-                raise ShardsError(f"{path}: record at byte {offset} is not an Example: {err}") from err
-        kind, values = features.get(KEY_FEATURE, ("bytes", []))
+        kind, values = _features(data, f"{path}: record at byte {offset}").get(KEY_FEATURE, ("bytes", []))
         if kind == "bytes" and len(values) == 1:
             yield bytes(values[0]).decode("ascii", "replace")
 
@@ -51,13 +60,7 @@ def record_label(data: bytes, where: str = "") -> int | tuple[int, ...] | None:
     Raises:
         ShardsError: The record is not a ``tf.train.Example``.
     """
-    features = scan_example(data, views=("image/encoded",))
-    if features is None:
-        try:
-            features = decode_example(data)
-        except ExampleError as err:
-            raise ShardsError(f"{where}: record is not an Example: {err}") from err
-    kind, values = features.get(LABEL_FEATURE, ("int64", []))
+    kind, values = _features(data, f"{where}: record").get(LABEL_FEATURE, ("int64", []))
     if kind != "int64" or not values:
         return None
     return int(values[0]) if len(values) == 1 else tuple(int(v) for v in values)
