@@ -59,3 +59,11 @@ def test_the_first_report_of_a_stage_guesses_no_time_left(tmp_path) -> None:
     lines = stream.getvalue().splitlines()
     assert lines == ["build: reading images: 10 of 100 inputs (10%), 2.0 inputs/s",
                      "build: reading images: 20 of 100 inputs (20%), 2.0 inputs/s, about 40 s left"], lines
+
+
+def test_image_count_lines_say_one_record() -> None:
+    from beam_jobs.cli.harness import _image_lines
+
+    lines = _image_lines({"converted": {"tga": 1}, "png_chunks_fixed": {"iccp_srgb": 1}}, "tf")
+    assert lines[0] == "  converted to PNG for TensorFlow: 1 record (tga 1)"
+    assert lines[1].startswith("  PNG chunks fixed for TensorFlow: 1 record (")

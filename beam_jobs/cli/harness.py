@@ -329,25 +329,25 @@ def _image_lines(images, mode: str | None, orientation_feature: bool = False) ->
         return ", ".join(f"{fmt} {n}" for fmt, n in sorted(counts.items()))
     lines = []
     if mode == "tf" and images.get("converted"):
-        lines.append(f"  converted to PNG for TensorFlow: {sum(images['converted'].values())} "
-                     f"records ({listed(images['converted'])})")
+        lines.append(f"  converted to PNG for TensorFlow: {plural(sum(images['converted'].values()), 'record')} "
+                     f"({listed(images['converted'])})")
     if images.get("png_chunks_fixed"):
         fixed = images["png_chunks_fixed"]
-        lines.append(f"  PNG chunks fixed for TensorFlow: {sum(fixed.values())} records ("
+        lines.append(f"  PNG chunks fixed for TensorFlow: {plural(sum(fixed.values()), 'record')} ("
                      + "; ".join(f"{PNG_CHUNK_FIXES.get(fix, fix)}: {n}" for fix, n in sorted(fixed.items()))
                      + ")")
     if images.get("exif_oriented"):
         turned = images["exif_oriented"]
-        lines.append(f"  turned upright for their EXIF orientation: {sum(turned.values())} records ("
+        lines.append(f"  turned upright for their EXIF orientation: {plural(sum(turned.values()), 'record')} ("
                      + "; ".join(f"{UPRIGHT_HOW.get(how, how)}: {n}" for how, n in sorted(turned.items())) + ")")
     if images.get("exif_orientation_kept"):
         kept = images["exif_orientation_kept"]
         where = ("image/orientation holds it" if orientation_feature
                  else "--image_mode tf turns them upright")
-        lines.append(f"  stored as the file holds them, not upright: {sum(kept.values())} records with an "
+        lines.append(f"  stored as the file holds them, not upright: {plural(sum(kept.values()), 'record')} with an "
                      f"EXIF orientation (orientation {listed(kept)}); {where}")
     if images.get("tf_undecodable"):
-        lines.append(f"  TensorFlow cannot decode {sum(images['tf_undecodable'].values())} records "
+        lines.append(f"  TensorFlow cannot decode {plural(sum(images['tf_undecodable'].values()), 'record')} "
                      f"as recorded ({listed(images['tf_undecodable'])}); --image_mode tf converts them")
     return lines
 
