@@ -185,6 +185,39 @@ def test_images_already_in_the_set_are_duplicates_and_nothing_new_changes_nothin
     assert tree_state(published) == state
 
 
+def test_nothing_new_but_inputs_known_bad_is_nothing_to_append(trees, published, tmp_path, capsys) -> None:
+    grown = str(tmp_path / "grown")
+    shutil.copytree(trees["day1"], grown)  # the same folder with one new photo and one stray text file
+    shutil.copy(os.path.join(trees["day2"], "lily", "lily_000.jpg"), os.path.join(grown, "rose", "new1.jpg"))
+    write(os.path.join(grown, "rose", "notes [1].jpg"), b"just some text\n")
+    flags = [*FLAGS, "--max_bad_fraction", "0.5"]
+    status, out, err = _append(capsys, "--input", grown, "--output_dir", published, *flags)
+    assert status == 0, err
+    assert "Published 1 record" in out
+    state = tree_state(published)
+    status, out, err = _append(capsys, "--input", grown, "--output_dir", published, *flags)
+    assert status == 0, err  # the new photo is in the set now; the text file is as bad as it was
+    lines = out.strip().splitlines()
+    assert lines[-3] == (f"Nothing to append: 25 of 26 inputs are already in {published} (same bytes) "
+                         "and the other 1 was rejected; nothing was changed"), out
+    assert lines[-2] == "  rejected by reason: not_an_image 1"
+    assert lines[-1].startswith(f"  e.g. {os.path.join(grown, 'rose', 'notes [1].jpg')}: not_an_image")
+    assert tree_state(published) == state
+
+
+def test_a_successful_append_removes_a_refused_appends_dead_letters(trees, published, tmp_path, capsys) -> None:
+    bad = str(tmp_path / "bad")
+    write(os.path.join(bad, "rose", "notes.jpg"), b"just some text\n")
+    status, _, err = _append(capsys, "--input", bad, "--output_dir", published, *FLAGS)
+    assert status == 1 and "all 1 inputs were rejected" in err
+    refused = os.path.join(published, "dead_letters.refused_append.jsonl")
+    assert os.path.exists(refused)
+    status, _, err = _append(capsys, "--input", trees["one"], "--output_dir", published, *FLAGS)
+    assert status == 0, err
+    assert not os.path.exists(refused)  # it told of the refused run; the set is now past it
+    assert_only_shard_set(published)
+
+
 def test_split_fractions_put_an_image_where_a_rebuild_would(trees, tmp_path, capsys) -> None:
     flags = [*FLAGS, "--split_fractions", "train=0.6,validation=0.4"]
     appended, rebuilt = str(tmp_path / "appended"), str(tmp_path / "rebuilt")

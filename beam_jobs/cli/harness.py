@@ -518,7 +518,8 @@ def run_job(name: str, argv: Sequence[str] | None,
                     print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
                     return 2
                 if _raised(err, NothingToPublish):  # the folder already holds what the run would add
-                    print(error_lines(err)[0])
+                    message, details = error_lines(err)
+                    print("\n".join([message, *details]))
                     return 0
                 report_failure(name, err, settings)
                 return 1

@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 from transforms.errors import ManifestError
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
-           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME", "SHARDS_NAME"]
+           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME", "SHARDS_NAME",
+           "REFUSED_DEAD_LETTERS_NAME"]
 
 FORMAT_NAME = "tfrecord-shards"
 FORMAT_VERSION = 2
@@ -31,6 +32,8 @@ READ_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 LABELS_NAME = "labels.txt"
 DEAD_LETTERS_NAME = "dead_letters.jsonl"
+# A refused append leaves the set's dead letters as they are; its own go here, until a run publishes.
+REFUSED_DEAD_LETTERS_NAME = "dead_letters.refused_append.jsonl"
 SHARDS_NAME = "shards.jsonl"
 _HEX = frozenset("0123456789abcdef")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import ManifestError
-from transforms.shardset.manifest import Manifest, SplitEntry
+from transforms.shardset.manifest import REFUSED_DEAD_LETTERS_NAME, Manifest, SplitEntry
 from transforms.shardset.naming import SHARD_NAME_RE
 from transforms.shardset.resume import RunMarker
 from transforms.tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX, index_names
@@ -201,6 +201,7 @@ def merge_labels(kept: Sequence[str], new: Sequence[str]) -> list[str] | None:
 
 def files_to_remove(present: Iterable[str], owned: set[str], keep: set[str],
                     overwrite_unlisted: bool) -> list[str]:
-    """Shard-named files to delete: owned ones (or, if allowed, any) not in ``keep``."""
-    return sorted(n for n in present if is_shard_named(n) and n not in keep
-                  and (n in owned or overwrite_unlisted))
+    """Files to delete when a set is published: shard-named ones owned (or, if allowed, any) not
+    in ``keep``, and the dead letters of an append refused before (they told of that run)."""
+    return sorted(n for n in present if (is_shard_named(n) and n not in keep and (n in owned or overwrite_unlisted))
+                  or n == REFUSED_DEAD_LETTERS_NAME)

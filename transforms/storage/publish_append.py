@@ -34,9 +34,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from transforms.errors import NothingToPublish, PublishError
 from transforms.progress.report import plural
-from transforms.shardset.dead_letters import DeadLetterPart, RejectionSummary, rejection_problem
-from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
-                                          SplitCounts, SplitEntry)
+from transforms.shardset.dead_letters import (DeadLetterPart, RejectionSummary, rejection_details, rejection_problem,
+                                              too_many_rejected)
+from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, REFUSED_DEAD_LETTERS_NAME,
+                                          Manifest, ShardEntry, SplitCounts, SplitEntry)
 from transforms.shardset.naming import join_path, shard_file_name
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, files_to_remove,
                                            kept_split_problem, kept_splits)
@@ -52,10 +53,8 @@ from transforms.storage.shard_files import published_entries, staged_of_parts, w
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import index_name, index_names
 
-__all__ = ["publish_append", "REFUSED_NAME"]
+__all__ = ["publish_append"]
 
-# A refused append leaves the set's dead_letters.jsonl as it is; its own go here.
-REFUSED_NAME = "dead_letters.refused_append.jsonl"
 
 _LOG = logging.getLogger(__name__)
 
@@ -122,7 +121,15 @@ def publish_append(output_dir: str, parts: Sequence[ShardListPart],
         delete_tree(staging)
         raise NothingToPublish(f"Nothing to append: all {plural(inputs, 'input')} are already in {output_dir} "
                                "(same bytes); nothing was changed")
-    refused_path = join_path(output_dir, REFUSED_NAME)
+    if present and not written and bad.count == inputs - present \
+            and not too_many_rejected(bad.count, inputs, max_bad_fraction):
+        # Nothing new but inputs as bad as before: the inputs the set holds count as good ones.
+        delete_tree(staging)
+        raise NothingToPublish("\n".join([
+            f"Nothing to append: {present:,} of {plural(inputs, 'input')} are already in {output_dir} "
+            f"(same bytes) and the other {bad.count:,} {'was' if bad.count == 1 else 'were'} rejected; "
+            "nothing was changed", *rejection_details(bad)]))
+    refused_path = join_path(output_dir, REFUSED_DEAD_LETTERS_NAME)
     refusal = (rejection_problem(inputs - present, written, bad, refused_path, max_bad_fraction)
                or parts_problem(parts, staged))
     if refusal is not None:
