@@ -1,14 +1,16 @@
 """The layout's rules, read from the imports of every module with ``ast``.
 
-- Nothing under ``transforms/*/`` (the pure subpackages) imports ``apache_beam``, a
+- Nothing under ``transforms/*/`` (the subpackages) imports ``apache_beam``, a
   Beam-layer module of ``transforms/`` or anything in ``beam_jobs``: pure code can be
   used, and tested, without Beam.
-- ``transforms/storage/`` is the one home of storage: the only package that imports
-  Beam's file system modules, and nothing else of Beam (``STORAGE_BEAM``) but, in
-  ``storage/clients.py``, the S3 and GCS clients Beam's file systems are built on
-  (``CLIENTS_BEAM``). No other module of ``transforms/`` or ``beam_jobs/`` imports
-  ``apache_beam.io.filesystems`` or names ``FileSystems``, and no pure subpackage
-  imports the storage package (it imports Beam).
+- Storage has one home: ``transforms/filesystems.py`` is the only module that
+  imports Beam's file systems and their S3 and GCS clients (and nothing else of
+  Beam but the options they are built from and the exception Beam's S3 retries
+  stop at); ``transforms/storage/`` is the only package that uses them (it takes
+  them from ``transforms.filesystems``, the one Beam-layer module it may import).
+  No other module of ``transforms/`` or ``beam_jobs/`` imports
+  ``apache_beam.io.filesystems`` or names ``FileSystems``, and no other
+  subpackage imports the storage package (it stands on Beam).
 - ``transforms/tfrecord/`` and ``transforms/example/`` import no other subpackage:
   framing and the Example codec stand alone.
 - ``beam_jobs/`` is the top: nothing in ``transforms/`` imports it.
@@ -27,16 +29,17 @@ TRANSFORMS = ROOT / "transforms"
 PURE_TOP_LEVEL = {"transforms.errors"}
 STANDALONE = {"tfrecord", "example"}
 STORAGE = "storage"
-# What of Beam the storage package may import: its file systems (FileSystems, FileMetadata,
-# CompressionTypes, BeamIOError).
-STORAGE_BEAM = ("apache_beam.io.filesystem", "apache_beam.io.filesystems", "apache_beam.io.filesystemio")
-# And what storage/clients.py may import besides: the S3 and GCS clients Beam's file systems
-# use (shared S3 reads with bounded retries, listing by level, conditional creates, closing an
-# empty S3 upload), the options they are built from, and the exception Beam's S3 retries stop
-# at (``S3NoAnswerError``), as Beam's own S3 client imports them.
-CLIENTS = "transforms/storage/clients.py"
-CLIENTS_BEAM = ("apache_beam.io.aws", "apache_beam.io.gcp.gcsio", "apache_beam.options.pipeline_options",
-                "apache_beam.utils.retry")
+# The one module that takes Beam's file systems for the storage package, and what of Beam it
+# may import: the file systems (FileSystems, FileMetadata, CompressionTypes, BeamIOError), the
+# S3 and GCS clients they use (shared S3 reads with bounded retries, listing by level,
+# conditional creates, closing an empty S3 upload), the options they are built from, and the
+# exception Beam's S3 retries stop at (``S3NoAnswerError``), as Beam's own S3 client imports them.
+FILESYSTEMS = "transforms.filesystems"
+FILESYSTEMS_BEAM = ("apache_beam.io.filesystem", "apache_beam.io.filesystems", "apache_beam.io.filesystemio",
+                    "apache_beam.io.aws", "apache_beam.io.gcp.gcsio", "apache_beam.options.pipeline_options",
+                    "apache_beam.utils.retry")
+FILE_SYSTEM_MODULES = FILESYSTEMS_BEAM[:5]  # the file systems and their clients, not the options
+STORAGE_HOMES = ("transforms/storage/", "transforms/filesystems.py")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -66,15 +69,6 @@ def _within(module: str, allowed: tuple[str, ...]) -> bool:
     return any(module == name or module.startswith(name + ".") for name in allowed)
 
 
-def _beam_problem(rel: Path, module: str, package: str) -> str | None:
-    """Why subpackage module ``rel`` may not import Beam's ``module``, or None if it may."""
-    if package != STORAGE:
-        return "pure code never imports Beam"
-    if _within(module, STORAGE_BEAM) or (rel.as_posix() == CLIENTS and _within(module, CLIENTS_BEAM)):
-        return None
-    return "transforms/storage/ imports only Beam's file systems (and, in clients.py, their clients)"
-
-
 def layering_problems(root: Path) -> list[str]:
     """Returns one line per import that breaks the rules, for the tree under ``root``."""
     transforms = root / "transforms"
@@ -83,25 +77,31 @@ def layering_problems(root: Path) -> list[str]:
     for path in sorted([*transforms.rglob("*.py"), *(root / "beam_jobs").rglob("*.py")]):
         rel = path.relative_to(root)
         imports = imported_modules(path)
-        if rel.parts[:2] != ("transforms", STORAGE) and (
-                "apache_beam.io.filesystems" in imports or names_file_systems(path)):
+        home = rel.as_posix().startswith(STORAGE_HOMES)
+        if not home and ("apache_beam.io.filesystems" in imports or names_file_systems(path)):
             problems.append(f"{rel} uses FileSystems: only transforms/storage/ calls Beam's file systems")
         if rel.parts[0] != "transforms":
             continue
         for module in sorted(imports):
             if module.startswith("beam_jobs"):
                 problems.append(f"{rel} imports {module}: transforms/ never imports the jobs")
+            elif len(rel.parts) < 3 and _within(module, FILE_SYSTEM_MODULES) \
+                    and module != "apache_beam.io.filesystems" and rel.as_posix() != "transforms/filesystems.py":
+                problems.append(f"{rel} imports {module}: only transforms/filesystems.py imports Beam's file systems")
+        if rel.as_posix() == "transforms/filesystems.py":
+            problems += [f"{rel} imports {m}: it imports only Beam's file systems, their clients and options"
+                         for m in sorted(imports) if m.startswith("apache_beam") and not _within(m, FILESYSTEMS_BEAM)]
         if len(rel.parts) < 3:  # transforms/<module>.py: the Beam layer
             continue
         package = rel.parts[1]
         for module in sorted(imports):
             parts = module.split(".")
             if parts[0] == "apache_beam":
-                why = _beam_problem(rel, module, package)
-                if why:
-                    problems.append(f"{rel} imports {module}: {why}")
+                problems.append(f"{rel} imports {module}: pure code never imports Beam")
             elif parts[0] == "transforms" and len(parts) > 1:
                 top = ".".join(parts[:2])
+                if top == FILESYSTEMS and package == STORAGE:
+                    continue  # the storage package's one way to Beam's file systems
                 if parts[1] not in subpackages and top not in PURE_TOP_LEVEL and parts[1] != "__init__":
                     problems.append(f"{rel} imports {module}: a Beam-layer module")
                 elif parts[1] == STORAGE and package != STORAGE:
@@ -132,9 +132,12 @@ def test_pure_top_level_modules_import_no_beam() -> None:
     ("transforms/example/codec.py", "from transforms.images import codec", "imports no other subpackage"),
     ("transforms/storage/files.py", "from beam_jobs.cli import flags", "never imports the jobs"),
     ("transforms/images/inputs.py", "def f():\n    import apache_beam", "pure code never imports Beam"),
-    ("transforms/storage/files.py", "import apache_beam as beam", "imports only Beam's file systems"),
-    ("transforms/storage/listing.py", "from apache_beam.io.aws import s3io", "imports only Beam's file systems"),
-    ("transforms/storage/writing.py", "from apache_beam.metrics import Metrics", "imports only Beam's file systems"),
+    ("transforms/storage/files.py", "import apache_beam as beam", "pure code never imports Beam"),
+    ("transforms/storage/listing.py", "from apache_beam.io.aws import s3io", "pure code never imports Beam"),
+    ("transforms/shard_sink.py", "from apache_beam.io.aws import s3io", "only transforms/filesystems.py"),
+    ("transforms/storage/writing.py", "from apache_beam.metrics import Metrics", "pure code never imports Beam"),
+    ("transforms/filesystems.py", "from apache_beam.metrics import Metrics", "imports only Beam's file systems"),
+    ("transforms/images/inputs.py", "from transforms.filesystems import naming_s3_errors", "a Beam-layer module"),
     ("transforms/storage/runs.py", "from transforms import beam_compat", "a Beam-layer module"),
     ("transforms/images/inputs.py", "from transforms.storage.files import read_bytes", "never imports storage"),
     ("transforms/verify_steps.py", "from apache_beam.io.filesystems import FileSystems",

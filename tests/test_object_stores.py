@@ -24,7 +24,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms import beam_compat
-from transforms.storage import clients, folders
+from transforms import filesystems as clients
+from transforms.storage import folders
 from transforms.storage.files import read_bytes
 from transforms.images.inputs import LabelRules, is_hidden, tree_entries
 from transforms.images.items import SourceImage

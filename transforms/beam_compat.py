@@ -2,7 +2,7 @@
 
 The rest of the project uses Beam's public API only. Each function here works
 around a gap in that API and names what it touches; when Beam changes, this
-module and ``transforms/storage/clients.py`` (the reaches into Beam's file
+module and ``transforms/filesystems.py`` (the reaches into Beam's file
 systems and their S3 and GCS clients, which only the storage package may
 touch) are the ones to re-check. All were checked against apache-beam 2.77.0.
 """

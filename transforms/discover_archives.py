@@ -27,7 +27,7 @@ from transforms.errors import ImageError, PlanError
 from transforms.example.features import ManifestTyping
 from transforms.images.inputs import LabelRules, layout_of_levels, merge_levels, levels_of_paths, shown_name
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.storage.clients import naming_s3_errors
+from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
 from transforms.storage.listing import match_files
 

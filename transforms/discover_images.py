@@ -27,7 +27,7 @@ from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr
 from transforms.progress import counters as progress
 from transforms.shardset.coco import coco_categories, coco_image_entries, coco_items, image_key_of, is_coco_path
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.storage.clients import naming_s3_errors
+from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import file_size, open_for_read
 from transforms.storage.listing import (LEVEL_SCHEMES, exact_file, list_below, list_store_below, list_store_level,
                                         scan_local_folder, scan_store, walk_local_tree)

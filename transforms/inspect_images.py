@@ -27,7 +27,7 @@ from transforms.images.records import EncodeSettings, encode_image, image_exampl
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.shardset.planning import MIB
-from transforms.storage.clients import naming_s3_errors
+from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
 from transforms.storage.members import forget_cached, read_member
 from transforms.storage.resume import input_stamp, read_done_inputs, write_done_list

@@ -27,7 +27,7 @@ from transforms.images.perceptual import band_widths, hash_bands
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.shardset.published_keys import record_keys
-from transforms.storage.clients import naming_s3_errors
+from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
 from transforms.tfrecord.compression import open_decompressed
 

@@ -44,7 +44,7 @@ from transforms.shardset.planning import MIB
 from transforms.shardset.naming import join_path
 from transforms.shardset.tfds_metadata import tfds_problem
 from transforms.storage import output_folder
-from transforms.storage.clients import set_options
+from transforms.filesystems import set_options
 
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dataflow_dry_run", "dry_run_summary", "summarize",

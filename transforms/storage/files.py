@@ -25,10 +25,10 @@ import stat
 import threading
 from typing import BinaryIO, Iterator
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+from transforms.filesystems import BeamIOError, CompressionTypes
+from transforms.filesystems import FileSystems
 
-from transforms.storage.clients import naming_s3_errors, shared_s3io, unbuffered
+from transforms.filesystems import naming_s3_errors, shared_s3io, unbuffered
 from transforms.storage.paths import is_local, path_problem
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",

@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from apache_beam.io.filesystems import FileSystems
+from transforms.filesystems import FileSystems
 
 from transforms.errors import PublishError
 from transforms.storage.files import exists, sha256_of

@@ -19,11 +19,11 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.filesystems import FileSystems
+from transforms.filesystems import FileMetadata
+from transforms.filesystems import FileSystems
 
 from transforms.shardset.naming import join_path
-from transforms.storage.clients import gcs_storage_client, naming_s3_errors, s3_boto3_client
+from transforms.filesystems import gcs_storage_client, naming_s3_errors, s3_boto3_client
 from transforms.storage.files import exists
 from transforms.storage.paths import has_wildcards, is_local
 

@@ -22,7 +22,7 @@ from transforms.archives.members import PARQUET, TAR, TGZ, WEBDATASET, ZIP, Memb
 from transforms.archives.parquet_rows import image_bytes, image_column, open_parquet
 from transforms.archives.zip_index import local_span, member_bytes
 from transforms.errors import ImageError
-from transforms.storage.clients import naming_s3_errors
+from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import RangeReader, open_for_read
 
 __all__ = ["PARQUET_CACHE_BYTES", "read_member", "forget_cached"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import posixpath
 
-from apache_beam.io.filesystem import FileSystem
-from apache_beam.io.filesystems import FileSystems
+from transforms.filesystems import FileSystem
+from transforms.filesystems import FileSystems
 
 from transforms.shardset.naming import WILDCARDS
 

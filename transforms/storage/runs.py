@@ -20,7 +20,7 @@ from typing import Sequence
 
 from transforms.errors import RecordError, ShardsError
 from transforms.shardset.naming import join_path
-from transforms.storage.clients import close_written_file, naming_s3_errors
+from transforms.filesystems import close_written_file, naming_s3_errors
 from transforms.storage.files import RangeReader
 from transforms.storage.output_folder import staging_folder
 from transforms.storage.writing import create, reporting_full_disk

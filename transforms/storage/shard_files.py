@@ -24,7 +24,7 @@ from transforms.shardset.naming import join_path, shard_file_name
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
 from transforms.shardset.staged import (ShardListPart, ShardResult, StagedShard, part_ranges, part_tallies,
                                         read_staged_line, staged_line)
-from transforms.storage.clients import close_written_file, naming_s3_errors
+from transforms.filesystems import close_written_file, naming_s3_errors
 from transforms.storage.files import exists, open_for_read, open_lines
 from transforms.storage.output_folder import staging_folder
 from transforms.storage.writing import create, reporting_full_disk, shards_need, write_atomic, write_file

@@ -15,13 +15,13 @@ import os
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+from transforms.filesystems import CompressionTypes
+from transforms.filesystems import FileSystems
 
 from transforms.errors import PublishError
 from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB
-from transforms.storage.clients import (close_written_file, gcs_storage_client, naming_s3_errors,
+from transforms.filesystems import (close_written_file, gcs_storage_client, naming_s3_errors,
                                         s3_boto3_client)
 from transforms.storage.files import exists
 from transforms.storage.folders import delete_files, rename_files

@@ -1,9 +1,12 @@
-"""Beam's S3 and GCS clients and the files its file systems write: every reach into their internals.
+"""Everything the storage package takes from Beam: its file systems, their S3 and GCS clients.
 
-The storage package uses Beam's public file system API (``FileSystems``)
-everywhere else; each function here works around a gap in it and names what
-it touches, so that when Beam changes this is the one module of the package
-to re-check. All were checked against apache-beam 2.77.0
+``transforms/storage/`` holds the storage rules (listing, opening, staging,
+publishing) and imports nothing of Beam itself: it takes Beam's public file
+system API (``FileSystems``, ``FileSystem``, ``FileMetadata``,
+``CompressionTypes``, ``BeamIOError``) from here. The functions here work
+around gaps in that API, reaching into Beam's S3 and GCS clients and the
+files its file systems write; each names what it touches, so that when Beam
+changes this is the one module of storage to re-check. All were checked against apache-beam 2.77.0
 (``transforms.beam_compat.CHECKED_BEAM_VERSION``); the reaches into Beam's
 runners and options live in ``transforms/beam_compat.py``.
 
@@ -23,6 +26,7 @@ import errno
 import threading
 from typing import BinaryIO, Iterator
 
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 from apache_beam.utils.retry import PermanentException
@@ -38,7 +42,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _S3Uploader = _boto3_client = None
     _S3_ERRORS = ()
 
-__all__ = ["set_options", "filesystem_options", "shared_s3io", "s3_boto3_client", "s3_read_client",
+__all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options", "filesystem_options", "shared_s3io", "s3_boto3_client", "s3_read_client",
            "S3NoAnswerError", "gcs_storage_client", "close_written_file", "unbuffered", "naming_s3_errors",
            "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
 
