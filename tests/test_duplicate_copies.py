@@ -10,7 +10,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.images.codec import ImageInfo
-from transforms.images.duplicates import CopyTally, PublishedCopy, copy_choice, copy_letter
+from transforms.images.duplicates import CopyRef, CopyTally, PublishedCopy, copy_choice, copy_letter
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
@@ -84,3 +84,30 @@ def test_no_step_groups_the_copies_of_an_image() -> None:
     grouping = [label for label, kind in kinds if kind == "GroupByKey"]
     assert grouping and all(label.startswith("Reject/TallyCopies/") for label in grouping), grouping
     assert ("Reject/TallyCopies", "CombinePerKey") in kinds
+
+
+class _CountedLookups(dict):
+    """The choices side input, counting the keys looked up (each is a request to the runner)."""
+
+    looked_up: list
+
+    def __getitem__(self, key):
+        self.looked_up.append(key)
+        return self.get(key, [])
+
+
+def test_a_copy_is_looked_up_only_when_its_image_has_copies_to_reject() -> None:
+    from transforms.images.duplicates import copy_choice_key
+    from transforms.reject_duplicates import _LetterCopiesFn
+
+    kept, other = _meta("in/a.png", "train", "cc" * 32), _meta("in/b.png", "train", "cc" * 32)
+    tally = _tally([kept, other])
+    choices = _CountedLookups({"cc" * 32: [tally.choice()]})
+    choices.looked_up = []
+    fn = _LetterCopiesFn()
+    fn.start_bundle()
+    refs = [tuple(CopyRef.of(m)) for m in [_meta(f"in/u{i}.png", "train", f"{i:064x}") for i in range(50)]]
+    letters = [letter for ref in refs + [tuple(CopyRef.of(other)), tuple(CopyRef.of(kept))]
+               for letter in fn.process(ref, choices, [copy_choice_key("cc" * 32)])]
+    assert [(d.path, d.reason) for d in letters] == [("in/b.png", "duplicate_image")]
+    assert choices.looked_up == ["cc" * 32, "cc" * 32]  # the 50 unique images cost no request

@@ -19,7 +19,8 @@ from typing import Iterator, NamedTuple, Sequence
 import apache_beam as beam
 
 from transforms.errors import ShardsError
-from transforms.images.duplicates import CopyRef, CopyTally, PublishedCopy, copy_letter, same_path_choice
+from transforms.images.duplicates import (ChosenImages, CopyRef, CopyTally, PublishedCopy, copy_choice_key, copy_letter,
+                                         same_path_choice)
 from transforms.images.items import ImageMeta
 from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, HashedImage, NearPair,
                                                bucket_pairs, hashed_image, near_choice)
@@ -135,9 +136,21 @@ def _copy_ref(meta) -> tuple[str, str, str, str]:
 
 
 class _LetterCopiesFn(beam.DoFn):
-    """``CopyRef`` tuple -> its dead letter when another copy of its bytes stays (``copy_letter``)."""
+    """``CopyRef`` tuple -> its dead letter when another copy of its bytes stays (``copy_letter``).
 
-    def process(self, ref, choices):
+    Side inputs: ``choices``, (sha256, CopyChoice) read by key, and ``chosen``,
+    the ``copy_choice_key`` of each of those images, read once a bundle: a copy
+    whose image is not among them (most) asks the runner for nothing.
+    """
+
+    def start_bundle(self):
+        self._chosen = None
+
+    def process(self, ref, choices, chosen):
+        if self._chosen is None:
+            self._chosen = ChosenImages(chosen)
+        if ref[0] not in self._chosen:  # ref[0]: the sha256
+            return
         ref = CopyRef(*ref)
         for choice in choices[ref.sha256]:  # none: the image has one copy, kept
             letter = copy_letter(ref, choice)
@@ -383,9 +396,11 @@ class RejectDuplicateImages(beam.PTransform):
             kept = judged.main
         choices = tallies | "ChooseAmongCopies" >> beam.FlatMap(
             _choice_for_copies, appending=self._appending, **side)  # (sha256, CopyChoice)
+        chosen = choices | "ChosenImages" >> beam.Map(lambda kv: copy_choice_key(kv[0]))  # int
         dead = (metas
                 | "CopyRefs" >> beam.Map(_copy_ref)  # (sha256, path, relpath, split): what a letter needs
-                | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices)))
+                | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices),
+                                                    beam.pvalue.AsIter(chosen)))
         if near is None:
             return {"main": kept, DEAD_LETTERS: dead}
         return {"main": kept, DEAD_LETTERS: dead, **{tag: judged[tag] for tag in (

@@ -14,7 +14,9 @@ A build decides among the copies of an image without holding them: a
 published in) is added to and merged copy by copy (a combine), its
 ``CopyChoice`` says which copy stays, and each copy's dead letter is then
 made from the choice alone (``copy_letter``). ``copy_choice`` is the same
-rule over a list.
+rule over a list. The images that have copies to reject are few; a copy
+looks its image's choice up only when its key (``copy_choice_key``) is among
+theirs (``ChosenImages``), so an image with one copy costs no lookup.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
+import numpy as np
+
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter, in_appended_set
 from transforms.shardset.planning import split_rank
 
 __all__ = ["NAMED_DUPLICATES", "IN_APPENDED_SET", "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice",
-           "same_path_choice", "copy_choice", "copy_letter", "in_appended_set"]
+           "same_path_choice", "copy_choice", "copy_letter", "in_appended_set", "copy_choice_key", "ChosenImages"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
@@ -217,3 +221,31 @@ def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
     metas = sorted((v for v in values if not isinstance(v, PublishedCopy)), key=_copy_rank)
     dead = [letter for letter in (copy_letter(meta, choice) for meta in metas) if letter is not None]
     return tally.kept(written, appending), dead
+
+
+def copy_choice_key(sha256: str) -> int:
+    """An image's sha256 (hex) -> its first 60 bits: what ``ChosenImages`` holds of it (an int
+    Beam's integer coder carries, which stops at 63 bits)."""
+    return int(sha256[:15], 16)
+
+
+class ChosenImages:
+    """The images that have copies to reject, as the sorted first 60 bits of their sha256s.
+
+    8 bytes an image (80 MB for 10M images with copies): ``in`` says whether an
+    image may have a choice to look up; a key shared by two images (a 60-bit
+    prefix in common) only costs a lookup that finds nothing.
+    """
+
+    def __init__(self, keys: Iterable[int]) -> None:
+        self._keys = np.sort(np.fromiter(keys, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, sha256: str) -> bool:
+        if not len(self._keys):
+            return False
+        key = np.int64(copy_choice_key(sha256))
+        at = int(np.searchsorted(self._keys, key))
+        return at < len(self._keys) and self._keys[at] == key
