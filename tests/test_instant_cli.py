@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from beam_jobs.cli import jobs
-from beam_jobs.cli.declared import usage_problem
+from beam_jobs.cli.config import usage_problem
 from transforms.archives import parquet_rows
 from transforms.images import samples
 
