@@ -23,7 +23,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from beam_jobs.cli import jobs
 from beam_jobs.cli.declared import Flag, Job, flag_parser
@@ -164,7 +164,7 @@ class PublishingConfig(JobConfig):
         if not self.output_dir:
             raise UsageError("--output_dir is required")
         if self.split is not None:
-            _plan_checked(check_split_name, self.split)
+            _plan_checked("--split", check_split_name, self.split)
 
     @property
     def target_bytes(self) -> int:
@@ -184,12 +184,12 @@ class PublishingConfig(JobConfig):
                              drop_other_splits=self.drop_other_splits, replace=self.replace)
 
 
-def _plan_checked(check, *args: Any) -> Any:
-    """``check(*args)``, its ``PlanError`` a ``UsageError``."""
+def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)``, its ``PlanError`` a ``UsageError`` naming ``flag``."""
     try:
         return check(*args)
     except PlanError as err:
-        raise UsageError(str(err)) from err
+        raise UsageError(f"{flag}: {err}") from err
 
 
 # Flags that --append cannot take: it keeps the set's shards and classes.
@@ -251,7 +251,7 @@ class BuildConfig(PublishingConfig):
             try:
                 re.compile(self.label_regex)
             except re.error as err:
-                raise UsageError(f"label regex {self.label_regex!r} does not compile: {err}") from err
+                raise UsageError(f"--label_regex {self.label_regex!r} does not compile: {err}") from err
         if self.exif_orientation == "keep" and self.image_mode not in ("tf", "passthrough"):
             raise UsageError(f"--exif_orientation keep is for --image_mode tf or passthrough; "
                              f"{self.image_mode} always applies the orientation")
@@ -283,7 +283,7 @@ class BuildConfig(PublishingConfig):
     @property
     def split_fraction_map(self) -> dict[str, float]:
         """``--split_fractions`` by split name; empty without it."""
-        return _plan_checked(parse_split_fractions, self.split_fractions) if self.split_fractions else {}
+        return _plan_checked("--split_fractions", parse_split_fractions, self.split_fractions) if self.split_fractions else {}
 
     @property
     def features(self) -> dict[str, str]:
