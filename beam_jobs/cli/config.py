@@ -107,6 +107,7 @@ class JobConfig:
         return cls(**declared, **beam)
 
     def __post_init__(self) -> None:
+        # Beam accepts --direct_num_workers -1 and fails with an IndexError once the job started.
         if self.direct_num_workers is not None and self.direct_num_workers < 0:
             raise UsageError(f"--direct_num_workers must be >= 0 (0: one per CPU core), got {self.direct_num_workers}")
         if self.dry_run and not self.dataflow_dry_run:
