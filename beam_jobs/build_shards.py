@@ -19,10 +19,8 @@ import dataclasses
 import functools
 import importlib.metadata
 import logging
-import math
 import os
 import sys
-from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 if __name__ == "__main__":  # python -m: plan_build imports this module by name; let that be this one,
@@ -36,32 +34,28 @@ from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_counts import build_image_counts, record_count_keys
-from transforms.images.inputs import FolderTask, LabelRules, check_label, check_manifest_head, is_manifest_path
+from transforms.images.inputs import LabelRules, check_label, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
 from transforms.archives.webdataset import expand_braces
-from beam_jobs.cli import jobs
-from beam_jobs.cli.flags import BuildOptions, ShardingOptions, recorded_options
-from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
+from beam_jobs.cli.config import BuildConfig
+from beam_jobs.cli.harness import run_publishing_job
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
-from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
 from transforms.inspect_images import ImageRecordMaker, InspectImages, image_order
 from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED,
                                           CollectSplitNames,
                                           NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
-from transforms.images.choices import DEFAULT_NEAR_DUPLICATE_DISTANCE, MAX_NEAR_DUPLICATE_DISTANCE
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
 from transforms.storage.listing import has_files_below, local_bytes_at_least, match_files
 from transforms.storage.paths import is_local
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
-from transforms.example.features import FEATURE_TYPES, parse_feature_flags, undeclared_columns
+from transforms.example.features import FEATURE_TYPES, undeclared_columns
 from transforms.images.annotations import build_sidecars
-from transforms.shardset.tfds_metadata import dataset_name
 from transforms.shardset.coco import is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
@@ -75,38 +69,6 @@ from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
 
 _LOG = logging.getLogger(__name__)
-DEFAULT_SPLIT = "train"
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    """Checked settings of one build run."""
-
-    inputs: tuple[str, ...]
-    output_dir: str
-    rules: LabelRules
-    labels: tuple[str, ...] | None
-    settings: EncodeSettings
-    target_bytes: int
-    num_shards: int | None
-    compression: str
-    seed: int
-    max_bad_fraction: float
-    max_image_bytes: int
-    options: dict
-    policy: PublishPolicy
-    multi_label: bool = False
-    label_offset: int | None = None
-    boxes_outside: str = "skip"
-    tfds_name: str = ""  # --name, or the output folder's name (not in the manifest: it moves with the folder)
-    inspect_threads: int = 1
-    write_threads: int = 1
-    workers_note: str | None = None  # what choose_local_workers chose, to print
-    folder_tasks: tuple[FolderTask, ...] = ()  # the listing of the folder inputs, cut into tasks
-    append_to: tuple[str, ...] | None = None  # --append: the published set's class names
-    containers: ContainerRules = ContainerRules()  # Parquet columns, names of integer class indices
-    near_duplicates: str = "off"  # --near_duplicates: off, report or reject
-    near_duplicate_distance: int = DEFAULT_NEAR_DUPLICATE_DISTANCE
 
 
 def _input_problem(path: str) -> str | None:
@@ -203,26 +165,21 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
-def _fixed_labels(build: BuildOptions, offline: bool = False) -> tuple[str, ...] | None:
+def _fixed_labels(cfg: BuildConfig) -> tuple[str, ...] | None:
     """The class list of --class_names or --labels_file, or None (classes from the listing).
 
-    ``offline`` (a Dataflow dry run): a labels file on gs:// or s3:// is not
+    A Dataflow dry run stays offline: a labels file on gs:// or s3:// is not
     read (that would need credentials); the graph then takes the classes from
     the listing, as without the flag.
     """
-    if build.class_names and build.labels_file:
-        raise UsageError("give --class_names or --labels_file, not both")
-    if build.class_names is not None:
-        names = [n.strip() for n in build.class_names.split(",")]
-        if not any(names):
-            raise UsageError("--class_names is empty; give the class names in index order, "
-                             "e.g. --class_names daisy,rose,tulip")
-    elif build.labels_file and offline and not is_local(build.labels_file):
+    if cfg.class_names is not None:
+        names = cfg.class_name_list
+    elif cfg.labels_file and cfg.dataflow_dry_run and not is_local(cfg.labels_file):
         return None
-    elif build.labels_file:
-        if not exists(build.labels_file):
-            raise UsageError(f"--labels_file {build.labels_file} does not exist")
-        with open_file(build.labels_file, decompress=True) as fh:
+    elif cfg.labels_file:
+        if not exists(cfg.labels_file):
+            raise UsageError(f"--labels_file {cfg.labels_file} does not exist")
+        with open_file(cfg.labels_file, decompress=True) as fh:
             names = [line.strip() for line in fh.read().decode("utf-8-sig").splitlines() if line.strip()]
     else:
         return None
@@ -235,110 +192,67 @@ def _fixed_labels(build: BuildOptions, offline: bool = False) -> tuple[str, ...]
     return tuple(names)
 
 
-def make_config(options: PipelineOptions) -> BuildConfig:
-    """Checks the flags and returns the run's settings.
+def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
+    """Checks the inputs and files the flags name; returns ``cfg`` with what the build found before its pipeline.
+
+    Args:
+        cfg: The build's flags (``beam_jobs/cli/config.py``).
+        options: Beam's options: a large local run is given one worker process per core.
 
     Raises:
-        UsageError: A flag is missing or wrong; the message says what to fix.
+        UsageError: A flag or an input is wrong; the message says what to fix.
     """
-    shared, build = options.view_as(ShardingOptions), options.view_as(BuildOptions)
-    missing = HELP.missing(shared)
-    if missing:
-        raise UsageError(missing)
-    for path in shared.input:
+    offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
+    for path in cfg.input:
         problem = None if is_manifest_path(path) or is_shard_pattern(path) else opt.wildcard_problem(path)
         if problem:
             raise UsageError(f"--input {problem}, or list its files in a .csv/.jsonl manifest")
-    if not dataflow_dry_run(options):  # a dry run stays offline: gs:// would need credentials
-        for path in shared.input:
+    if not offline:
+        for path in cfg.input:
             problem = _input_problem(path)
             if problem:
                 raise UsageError(problem)
             if is_manifest_path(path) and not is_coco_path(path):  # COCO files are read by the job
                 _check_manifest(path)
-    try:
-        fractions = parse_split_fractions(build.split_fractions) if build.split_fractions else {}
-        declared = parse_feature_flags(build.feature or [])
-        rules = LabelRules(layout=build.layout, split=DEFAULT_SPLIT if shared.split is None else shared.split,
-                           split_fractions=fractions,
-                           label_regex=build.label_regex, features=declared,
-                           multi_label=build.multi_label, bbox_format=build.bbox_format,
-                           image_root=build.image_root.rstrip("/") if build.image_root else None,
-                           coco_ids=build.coco_ids)
-        settings = EncodeSettings(mode=build.image_mode, validate=build.validate,
-                                  image_format=build.image_format, jpeg_quality=build.jpeg_quality,
-                                  grayscale=build.grayscale, resize=build.resize,
-                                  resize_mode=build.resize_mode, exif_orientation=build.exif_orientation)
-    except (PlanError, ValueError) as err:
-        raise UsageError(str(err)) from err
-    if not math.isfinite(build.max_image_mb):
-        raise UsageError(f"--max_image_mb must be a finite number of MiB, got {build.max_image_mb}")
-    if not dataflow_dry_run(options):
-        for path in shared.input:
             if path.lower().endswith(".csv"):
-                _check_csv_columns(path, declared)
-    if build.image_mode in ("tf", "passthrough") and (build.resize or build.grayscale):
-        raise UsageError("--resize and --grayscale need --image_mode reencode or raw")
-    if build.resize_mode != "stretch" and not build.resize:
-        raise UsageError("--resize_mode needs --resize WIDTHxHEIGHT")
-    if build.near_duplicate_distance > MAX_NEAR_DUPLICATE_DISTANCE:
-        raise UsageError(f"--near_duplicate_distance must be 0-{MAX_NEAR_DUPLICATE_DISTANCE} bits, got "
-                         f"{build.near_duplicate_distance}")
-    own = recorded_options(options, HELP)
-    if build.near_duplicates != "off":  # recorded only when on: other builds' manifests are as before
-        own.update(near_duplicates=build.near_duplicates, near_duplicate_distance=build.near_duplicate_distance)
-    own["resize"] = f"{build.resize[0]}x{build.resize[1]}" if build.resize else None
-    own["split"] = rules.split
-    if build.label_offset == 0 and any(is_coco_path(path) for path in shared.input):
+                _check_csv_columns(path, cfg.features)
+    if cfg.label_offset == 0 and any(is_coco_path(path) for path in cfg.input):
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
                          "them from --label_offset 1")
-    labels = _fixed_labels(build, offline=dataflow_dry_run(options))
-    parquets = [path for path in shared.input if archive_kind(path) == PARQUET]
-    if parquets and not dataflow_dry_run(options):
-        named = _parquet_class_names(parquets, build.image_column, build.label_column)
-        if labels is None and named is not None and len(parquets) == len(shared.input) and not build.append:
+    labels = _fixed_labels(cfg)
+    parquets = [path for path in cfg.input if archive_kind(path) == PARQUET]
+    if parquets and not offline:
+        named = _parquet_class_names(parquets, cfg.image_column, cfg.label_column)
+        if labels is None and named is not None and len(parquets) == len(cfg.input) and not cfg.append:
             labels = named  # the file's ClassLabel indices stay the build's (an append keeps the set's)
-    for path in shared.input:
+    for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_container_input(path)
-                   else opt.overlap_problem(path, shared.output_dir))
+                   else opt.overlap_problem(path, cfg.output_dir))
         if problem:
             raise UsageError(problem)
-    tasks = tuple(task for path in shared.input if not is_manifest_path(path) and not is_container_input(path)
-                  for task in folder_tasks(path, build.layout, offline=dataflow_dry_run(options)))
-    policy = opt.publish_policy(shared)
+    tasks = tuple(task for path in cfg.input if not is_manifest_path(path) and not is_container_input(path)
+                  for task in folder_tasks(path, cfg.layout, offline=offline))
+    policy = cfg.new_policy()
     append_to = None
-    if build.append:
-        append_to = _append_checks(shared, build, own, labels, options)
+    if cfg.append:
+        append_to = _append_checks(cfg)
         policy = dataclasses.replace(policy, append=True)
-    elif not dataflow_dry_run(options) and not shared.replace:
+    elif not offline and not cfg.replace:
         layouts = {task.root: task.layout for task in tasks}
-        check_replaced_splits(shared.output_dir, shared.input,
-                              lambda: _unsplit_splits(shared.input, layouts, rules))
-    if not build.append:  # an append publishes through its own journal: it does not resume
-        policy = _resumable(policy, own)
+        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(cfg.input, layouts, cfg.rules))
+    if not cfg.append:  # an append publishes through its own journal: it does not resume
+        policy = _resumable(policy, cfg.recorded)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # WebDataset patterns do not.
-    archives = [path for path in shared.input if is_container_input(path)]
+    archives = [path for path in cfg.input if is_container_input(path)]
     counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path) for path in archives)
-    size = None if dataflow_dry_run(options) or not counted else _bytes_to_read(
-        shared.input, archives, shared.output_dir, policy.resume.fingerprint if policy.resume else None)
+    size = None if offline or not counted else _bytes_to_read(
+        cfg.input, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None)
     note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
-    return BuildConfig(
-        inputs=tuple(shared.input), output_dir=shared.output_dir.rstrip("/") or "/",
-        rules=rules, labels=labels, settings=settings,
-        target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
-        compression=shared.compression, seed=shared.seed,
-        max_bad_fraction=shared.max_bad_fraction,
-        max_image_bytes=max(1, int(build.max_image_mb * MIB)), options=own,
-        policy=policy, append_to=append_to,
-        multi_label=build.multi_label, label_offset=build.label_offset, boxes_outside=build.boxes_outside,
-        tfds_name=shared.name or dataset_name(shared.output_dir),
-        workers_note=note, folder_tasks=tasks,
-        containers=ContainerRules(build.image_column, build.label_column, labels),
-        near_duplicates=build.near_duplicates, near_duplicate_distance=build.near_duplicate_distance,
-        **_image_threads(options, build.image_threads, settings, shared.input,
-                         hashes=build.near_duplicates != "off"))
+    return dataclasses.replace(
+        cfg, labels=labels, folder_tasks=tasks, append_to=append_to, policy=policy, workers_note=note,
+        **_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=cfg.near_duplicates != "off"))
 
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
@@ -347,44 +261,37 @@ _APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grays
                 "multi_label", "label_offset", "bbox_format", "coco_ids", "boxes_outside")
 
 
-def _append_checks(shared, build, own: dict, labels, options: PipelineOptions) -> tuple[str, ...]:
+def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
     """Checks an ``--append`` run against the published set; returns the set's class names.
 
     Raises:
         UsageError: Nothing is published, the set was not built by this job,
             or a flag differs from the set's (one line naming the flag and the value to pass).
     """
-    for flag, given in (("replace", shared.replace), ("drop_other_splits", shared.drop_other_splits),
-                        ("num_shards", shared.num_shards), ("class_names", build.class_names),
-                        ("labels_file", build.labels_file)):
-        if given:
-            raise UsageError(f"--append keeps the set's shards and classes; it cannot be combined with --{flag}")
-    if dataflow_dry_run(options):
-        raise UsageError("--append reads the published set; it has no Dataflow dry run "
-                         "(tfrecord-shards plan shows what a build would do)")
-    old = published_manifest(shared.output_dir)
+    old = published_manifest(cfg.output_dir)
     if old is None:
-        pending = pending_manifest(shared.output_dir)
+        pending = pending_manifest(cfg.output_dir)
         old = Manifest.loads(pending) if pending else None
     if old is None:
-        raise UsageError(f"--append: {shared.output_dir} holds no published set (manifest.json) to append "
+        raise UsageError(f"--append: {cfg.output_dir} holds no published set (manifest.json) to append "
                          "to; build it first, without --append")
     if old.created_by != "build_shards":
-        raise UsageError(f"--append: the set in {shared.output_dir} was made by {old.created_by}, not "
+        raise UsageError(f"--append: the set in {cfg.output_dir} was made by {old.created_by}, not "
                          "build_shards; only built sets take new images")
     boxes = "image/object/class/label" in old.feature_spec
+    own = cfg.recorded
     for flag in _APPEND_SAME:
         if flag == "label_offset" and not boxes:
             continue  # it numbers object classes only: a set without boxes has none
         if flag in old.options and old.options[flag] != own.get(flag):
             recorded = old.options[flag]
-            raise UsageError(f"--append: the set in {shared.output_dir} was built with --{flag} {recorded}, "
+            raise UsageError(f"--append: the set in {cfg.output_dir} was built with --{flag} {recorded}, "
                              f"this run has {own.get(flag)}; an append uses the set's settings: pass --{flag} "
                              f"{recorded}" if recorded not in (None, False) else
-                             f"--append: the set in {shared.output_dir} was built without --{flag}; "
+                             f"--append: the set in {cfg.output_dir} was built without --{flag}; "
                              "leave it out")
     if old.options.get("num_shards"):
-        raise UsageError(f"--append: the set in {shared.output_dir} was built with --num_shards "
+        raise UsageError(f"--append: the set in {cfg.output_dir} was built with --num_shards "
                          f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")
     return tuple(old.labels)
 
@@ -519,8 +426,9 @@ class Listing(NamedTuple):
 def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``."""
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
-        cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.inputs if is_manifest_path(i)],
-        archives=[i for i in cfg.inputs if is_container_input(i)], containers=cfg.containers)
+        cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.input if is_manifest_path(i)],
+        archives=[i for i in cfg.input if is_container_input(i)],
+        containers=ContainerRules(cfg.image_column, cfg.label_column, cfg.labels))
     fixed = list(cfg.labels) if cfg.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
         cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside)
@@ -539,17 +447,18 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.
-    adopted = AdoptedWork() if dataflow_dry_run(p.options) else adopted_work(cfg.output_dir, cfg.policy.run_id)
+    adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
     near = cfg.near_duplicates != "off"
+    settings = cfg.settings
     inspected = unique | "Inspect" >> InspectImages(
-        cfg.settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.rules.split_fractions,
+        settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.split_fraction_map,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
         staging=(cfg.output_dir, cfg.policy.run_id),  # records go to run files: each image read once
         done_lists=cfg.policy.resume is not None, resume=adopted.done_lists,
         hashed=near)  # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
     # Images of splits already published in --output_dir that this run keeps stay there: their
     # keys join the duplicate check (a dry run stays offline and reads none).
-    shards, compression = ([], "none") if dataflow_dry_run(p.options) else published_shards(
+    shards, compression = ([], "none") if cfg.dataflow_dry_run else published_shards(
         cfg.output_dir, cfg.policy)
     published = written = None
     appending = cfg.policy.append
@@ -572,15 +481,15 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(
-        cfg.output_dir, cfg.compression, ImageRecordMaker(cfg.settings, cfg.max_image_bytes), image_order,
+        cfg.output_dir, cfg.compression, ImageRecordMaker(settings, cfg.max_image_bytes), image_order,
         cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
         tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
         content_of=functools.partial(_content_key, compression=cfg.compression) if cfg.policy.resume else None,
         done_shards=adopted.shards)
-    fields = {"created_by": "build_shards", "options": cfg.options, "seed": cfg.seed}
-    own_spec = orientation_spec(cfg.settings)  # image/orientation with --exif_orientation keep
+    fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed}
+    own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
     object_labels = layout | "ObjectClasses" >> beam.Map(lambda lay: lay.object_labels)  # ((id, name), ...)
     return p | "Publish" >> PublishShards(
@@ -590,7 +499,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         object_labels=object_labels, near_duplicates=near_report)
 
 
-HELP = jobs.BUILD  # its flags, help and manifest options: beam_jobs/cli/jobs.py
+HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -601,7 +510,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     command plans the build instead (``beam_jobs.cli.main``, ``plan_build``).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_publishing_job("build_shards", argv, make_config, build_pipeline, spec=HELP, prog=prog,
+    return run_publishing_job("build_shards", argv, BuildConfig, make_config, build_pipeline, prog=prog,
                               progress=build_progress)
 
 

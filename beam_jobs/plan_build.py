@@ -23,17 +23,15 @@ import dataclasses
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
 from typing import Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs import build_shards
 from beam_jobs.cli import flags as opt
-from beam_jobs.cli import jobs
-from beam_jobs.cli.flags import BuildOptions, PlanOptions, ShardingOptions
-from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
+from beam_jobs.cli.config import PlanConfig, is_dataflow_dry_run
+from beam_jobs.cli.harness import dry_run_summary, run_job
 from beam_jobs.cli.help import wants_help
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
@@ -50,38 +48,12 @@ from transforms.progress import counters as c
 from transforms.progress.report import Stage, plural
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import kept_splits
-from transforms.shardset.plan_report import (DEFAULT_RATE, BuildRate, Plan, PlanTally, folder_change,
-                                             folder_problems, make_plan)
+from transforms.shardset.plan_report import Plan, PlanTally, folder_change, folder_problems, make_plan
 
 _NAME = "plan_build"
 # What a build run with --dry_run on a local runner prints first (it plans instead).
 DRY_RUN_LINE = ("build_shards: --dry_run on a local runner plans the build instead (as "
                 "'tfrecord-shards plan'); nothing is written or published")
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """Checked settings of one plan run.
-
-    Attributes:
-        build: The build's settings, from the same flags.
-        tally: Where the pipeline writes its tally (a temporary file, never the output folder).
-        plan_json: Where the plan goes as JSON, or None.
-        rate: How the build's time is estimated.
-        state: What the output folder holds, read before the run; None when it does not exist.
-        published_shards: ``((split, shard path), ...)`` and their compression: the shards of
-            the splits published in the output folder, whose keys the duplicate check reads
-            as the build's does; None when there are none or none can be kept.
-        workers_note: What ``choose_local_workers`` chose, to print.
-    """
-
-    build: build_shards.BuildConfig
-    tally: str
-    plan_json: str | None
-    rate: BuildRate
-    state: output_folder.FolderState | None
-    published_shards: tuple[list[tuple[str, str]], str] | None = None
-    workers_note: str | None = None
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -106,31 +78,22 @@ def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
         raise UsageError(f"--plan_json {path} is a folder; give a file path")
 
 
-def _tally_path(options: PipelineOptions) -> str:
-    temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
-    return join_path(temp, f"{_NAME}-{uuid.uuid4().hex}.json")
+def make_config(cfg: PlanConfig, options: PipelineOptions) -> PlanConfig:
+    """Checks the flags and inputs as the build does, and the plan's own; reads the output folder's state.
 
-
-def make_config(options: PipelineOptions) -> PlanConfig:
-    """Checks the flags as the build does, and the plan's own; reads the output folder's state.
+    Args:
+        cfg: The plan's flags (``beam_jobs/cli/config.py``).
+        options: Beam's options, as the build takes them.
 
     Raises:
-        UsageError: A flag is missing or wrong; the message says what to fix.
+        UsageError: A flag or an input is wrong; the message says what to fix.
     """
-    shared = options.view_as(ShardingOptions)
-    replace = shared.replace
     # A split other inputs built: the plan says the build would refuse, and goes on (--append takes no --replace).
-    shared.replace = not options.view_as(BuildOptions).append
-    try:
-        cfg = build_shards.make_config(options)
-    finally:
-        shared.replace = replace
-    cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, replace=replace))
-    flags = options.view_as(PlanOptions)
-    if flags.plan_json:
-        _check_plan_json(flags.plan_json, cfg.output_dir, cfg.inputs)
-    rate = BuildRate.of_mib_per_second(flags.rate_mb_s) if flags.rate_mb_s else DEFAULT_RATE
-    offline = dataflow_dry_run(options)
+    built = build_shards.make_config(dataclasses.replace(cfg, replace=not cfg.append), options)
+    cfg = dataclasses.replace(built, replace=cfg.replace, policy=dataclasses.replace(built.policy, replace=cfg.replace))
+    if cfg.plan_json:
+        _check_plan_json(cfg.plan_json, cfg.output_dir, cfg.input)
+    offline = cfg.dataflow_dry_run
     state = None if offline or not is_folder(cfg.output_dir) else output_folder.folder_state(cfg.output_dir)
     shards = None
     if state is not None and state.manifest is not None:
@@ -138,21 +101,20 @@ def make_config(options: PipelineOptions) -> PlanConfig:
             shards = output_folder.published_shards(cfg.output_dir, cfg.policy)
         except ManifestError:  # the plan says why the build would stop
             shards = None
-    return PlanConfig(cfg, _tally_path(options), flags.plan_json, rate, state,
-                      shards if shards and shards[0] else None, cfg.workers_note)
+    tally = join_path(cfg.temp_location or tempfile.gettempdir(), f"{_NAME}-{uuid.uuid4().hex}.json")
+    return dataclasses.replace(cfg, tally=tally, state=state, published_shards=shards if shards and shards[0] else None)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     """Wires the plan into ``p``: the build's listing, a survey of each input, one tally."""
-    build = cfg.build
-    listing = build_shards.list_inputs(p, build)
+    listing = build_shards.list_inputs(p, cfg)
     surveyed = listing.unique | "Survey" >> SurveyImages(
-        build.settings, build.seed, beam.pvalue.AsSingleton(listing.labels), build.rules.split_fractions,
-        max_bytes=build.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
-        threads=build.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
+        cfg.settings, cfg.seed, beam.pvalue.AsSingleton(listing.labels), cfg.split_fraction_map,
+        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
+        threads=cfg.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published = written = None
-    appending = build.policy.append
+    appending = cfg.policy.append
     if cfg.published_shards:
         published = p | "ReadPublished" >> ReadPublishedKeys(*cfg.published_shards)
         if not appending:  # appending, every published image stays where it is
@@ -164,7 +126,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
-    _ = seen | "Tally" >> TallyPlan(cfg.tally, build.labels, build.settings)  # writes one PlanTally to cfg.tally
+    _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.labels, cfg.settings)  # writes one PlanTally to cfg.tally
 
 
 def _split_of(meta) -> str:
@@ -181,36 +143,35 @@ def _read_tally(path: str) -> PlanTally:
 
 
 def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
-    build, state = cfg.build, cfg.state
+    state = cfg.state
     written = sorted({split for split, _ in tally.records})
     change = None
     if state is not None:
-        problems = folder_problems(build.output_dir, state.present, state.manifest, state.manifest_problem,
-                                   state.owned(), build.policy, written, build.compression,
-                                   tally.feature_spec, tally.classes, build.inputs)
+        problems = folder_problems(cfg.output_dir, state.present, state.manifest, state.manifest_problem,
+                                   state.owned(), cfg.policy, written, cfg.compression,
+                                   tally.feature_spec, tally.classes, cfg.input)
         published = ({name: split.records for name, split in state.manifest.splits.items()}
                      if state.manifest is not None else {})
-        kept = kept_splits(state.manifest, written, build.policy)
+        kept = kept_splits(state.manifest, written, cfg.policy)
         if published or problems:
-            change = folder_change(published, written, kept, problems, build.policy.append)
+            change = folder_change(published, written, kept, problems, cfg.policy.append)
     notes = []
     if cfg.published_shards and change is not None and change.kept:
         notes.append("duplicates include copies of images published in the splits the build would keep "
                      f"({plural(len(cfg.published_shards[0]), 'published shard')} read)")
-    return make_plan(tally, inputs=build.inputs, output_dir=build.output_dir, target_bytes=build.target_bytes,
-                     num_shards=build.num_shards, change=change, output_exists=state is not None,
-                     rate=cfg.rate, max_bad_fraction=build.max_bad_fraction, plan_seconds=seconds,
-                     notes=notes, validate=build.settings.validate)
+    return make_plan(tally, inputs=cfg.input, output_dir=cfg.output_dir, target_bytes=cfg.target_bytes,
+                     num_shards=cfg.num_shards, change=change, output_exists=state is not None,
+                     rate=cfg.rate, max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
+                     notes=notes, validate=cfg.settings.validate)
 
 
 def _write_plan(path: str, data: bytes) -> None:
     write_file(path, data)
 
 
-def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: PlanConfig,
-             seconds: float) -> tuple[str, int]:
+def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, int]:
     """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
-    if dataflow_dry_run(options):
+    if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
     plan = _plan(cfg, _read_tally(cfg.tally), seconds)
     text = plan.text()
@@ -230,8 +191,8 @@ def _plan_stage(counts) -> Stage | None:
     return None
 
 
-def _progress(options: PipelineOptions, cfg: PlanConfig):
-    return report_progress("plan", options, _plan_stage)
+def _progress(cfg: PlanConfig):
+    return report_progress("plan", cfg, _plan_stage)
 
 
 def _without_dry_run(argv: Sequence[str]) -> list[str]:
@@ -255,11 +216,11 @@ def plans_instead(argv: Sequence[str]) -> bool:
     """
     if not any(arg == "--dry_run" or arg.startswith("--dry_run=") for arg in argv):
         return False
-    options = PipelineOptions(list(argv))
-    return bool(options.view_as(TestOptions).dry_run) and not dataflow_dry_run(options)
+    flags = opt.flag_values(PipelineOptions(list(argv)))
+    return bool(flags.get("dry_run")) and not is_dataflow_dry_run(flags.get("runner"), flags.get("dry_run"))
 
 
-HELP = jobs.PLAN  # its flags and help: beam_jobs/cli/jobs.py
+HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run: bool = False) -> int:
@@ -275,7 +236,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run:
         argv = _without_dry_run(argv)
     if for_dry_run:
         print(DRY_RUN_LINE, file=sys.stderr)
-    return run_job(_NAME, argv, make_config, build_pipeline, _outcome, spec=HELP, prog=prog,
+    return run_job(_NAME, argv, PlanConfig, make_config, build_pipeline, _outcome, prog=prog,
                    progress=_progress)
 
 

@@ -20,9 +20,9 @@ file's name states no split.
 from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
+import dataclasses
 import functools
 import sys
-from dataclasses import dataclass
 from typing import Sequence
 
 import apache_beam as beam
@@ -30,89 +30,48 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
-from transforms.errors import PlanError, ShardsError, UsageError
-from beam_jobs.cli import jobs
-from beam_jobs.cli.flags import ReshardOptions, ShardingOptions, recorded_options
+from transforms.errors import ShardsError, UsageError
+from beam_jobs.cli.config import ReshardConfig
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
-from transforms.shardset.planning import MIB
-from transforms.shardset.naming import check_split_name
 from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ToRecordItems,
                                       damaged_span, input_files, item_order, item_size, item_split,
                                       RecordCopy)
 from transforms.shardset.record_items import RecordItem, input_split
-from beam_jobs.cli.harness import dataflow_dry_run, run_publishing_job
+from beam_jobs.cli.harness import run_publishing_job
 from beam_jobs.cli.progress import reshard_progress
 from transforms.storage.output_folder import check_replaced_splits
 from transforms.shard_sink import PublishShards, WriteShards
-from transforms.shardset.ownership import PublishPolicy
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
-from transforms.shardset.tfds_metadata import dataset_name, tfds_files
-from transforms.storage.listing import FileMetadata
-
-@dataclass(frozen=True)
-class ReshardConfig:
-    """Checked settings of one reshard run."""
-
-    inputs: tuple[str, ...]
-    files: tuple[FileMetadata, ...]
-    output_dir: str
-    split: str | None
-    target_bytes: int
-    num_shards: int | None
-    compression: str
-    input_compression: str
-    seed: int
-    skip_corrupt: bool
-    max_bad_fraction: float
-    max_record_bytes: int
-    options: dict
-    policy: PublishPolicy
-    workers_note: str | None = None  # what choose_local_workers chose, to print
-    tfds_name: str = ""  # --name, or the output folder's name (not in the manifest: it moves with the folder)
+from transforms.shardset.tfds_metadata import tfds_files
 
 
-def make_config(options: PipelineOptions) -> ReshardConfig:
-    """Checks the flags and returns the run's settings.
+def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
+    """Matches and checks the input files; returns ``cfg`` with them (``files``) and its publishing policy.
+
+    Args:
+        cfg: The reshard's flags (``beam_jobs/cli/config.py``).
+        options: Beam's options: a large local run is given one worker process per core.
 
     Raises:
-        UsageError: A flag is missing or wrong; the message says what to fix.
+        UsageError: An input is wrong; the message says what to fix.
     """
-    shared, flags = options.view_as(ShardingOptions), options.view_as(ReshardOptions)
-    missing = HELP.missing(shared)
-    if missing:
-        raise UsageError(missing)
-    try:
-        if shared.split is not None:
-            check_split_name(shared.split)
-    except PlanError as err:
-        raise UsageError(str(err)) from err
     # A Dataflow dry run stays offline: gs:// patterns would need credentials.
-    dry_run = dataflow_dry_run(options)
-    files = () if dry_run else input_files(shared.input)
-    output = shared.output_dir.rstrip("/")
-    target = opt.resolved_path(output or "/")
-    for path in (list(shared.input) if dry_run else [f.path for f in files]):
+    dry_run = cfg.dataflow_dry_run
+    files = () if dry_run else input_files(cfg.input)
+    target = opt.resolved_path(cfg.output_dir)
+    for path in (list(cfg.input) if dry_run else [f.path for f in files]):
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
         if not dry_run:
             try:
-                input_split(path, shared.split)
+                input_split(path, cfg.split)
             except ShardsError as err:
                 raise UsageError(f"--input {err}") from err
-    if not dry_run and not shared.replace:  # each file's split is known: checked before any is read
-        check_replaced_splits(shared.output_dir, shared.input,
-                              lambda: {input_split(f.path, shared.split) for f in files})
-    return ReshardConfig(
-        inputs=tuple(shared.input), files=files, output_dir=output or "/", split=shared.split,
-        target_bytes=int(shared.shard_size_mb * MIB), num_shards=shared.num_shards,
-        compression=shared.compression, input_compression=flags.input_compression,
-        seed=shared.seed, skip_corrupt=flags.skip_corrupt, max_bad_fraction=shared.max_bad_fraction,
-        max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb),
-        options=recorded_options(options, HELP),
-        tfds_name=shared.name or dataset_name(output or "/"),
-        policy=opt.publish_policy(shared),
-        workers_note=beam_compat.choose_local_workers(
-            options, None if dry_run else sum(f.size_in_bytes for f in files), worker_threads.usable_cores()))
+    if not dry_run and not cfg.replace:  # each file's split is known: checked before any is read
+        check_replaced_splits(cfg.output_dir, cfg.input, lambda: {input_split(f.path, cfg.split) for f in files})
+    note = beam_compat.choose_local_workers(options, None if dry_run else sum(f.size_in_bytes for f in files),
+                                            worker_threads.usable_cores())
+    return dataclasses.replace(cfg, files=files, policy=cfg.new_policy(), workers_note=note)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
@@ -121,7 +80,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     # patterns, whatever their number (make_config matched them to check them; a dry run
     # stays offline).
     read = (p
-            | "MatchInputs" >> MatchInputFiles(cfg.inputs)  # FileMetadata
+            | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
             | "Read" >> ReadAllFromTFRecords(
                 with_offsets=True, compression=cfg.input_compression,
                 errors="output" if cfg.skip_corrupt else "raise",
@@ -145,19 +104,19 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
                                                         RecordCopy(), item_order, cfg.policy.run_id,
                                                         plan[TOTALS])
-    fields = {"created_by": "reshard", "options": cfg.options, "seed": cfg.seed}
+    fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed}
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,
         feature_spec=spec, sidecar_files=functools.partial(tfds_files, name=cfg.tfds_name))
 
 
-HELP = jobs.RESHARD  # its flags, help and manifest options: beam_jobs/cli/jobs.py
+HELP = ReshardConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the reshard job; returns the exit status (0 ok, 1 failed, 2 bad flags)."""
-    return run_publishing_job("reshard", argv, make_config, build_pipeline, spec=HELP, prog=prog,
+    return run_publishing_job("reshard", argv, ReshardConfig, make_config, build_pipeline, prog=prog,
                               progress=reshard_progress)
 
 

@@ -24,18 +24,16 @@ when nothing is wrong, 1 when something is, 2 on a bad flag or path.
 from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
-import argparse
+import dataclasses
 import posixpath
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, WorkerOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ManifestError, UsageError
 from transforms.storage import output_folder
@@ -43,14 +41,13 @@ from transforms.storage.files import open_file
 from transforms.storage.folders import delete_files, file_above, local_write_problem
 from transforms.storage.listing import exact_file, is_folder, list_folder, match_files
 from transforms.storage.paths import same_file
-from beam_jobs.cli import jobs
-from beam_jobs.cli.flags import ShardingOptions, VerifyOptions
+from beam_jobs.cli.config import VerifyConfig
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
                                           Manifest)
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
-from beam_jobs.cli.harness import dataflow_dry_run, dry_run_summary, run_job
+from beam_jobs.cli.harness import dry_run_summary, run_job
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
 from transforms.read_and_check import ReadAndCheckRecords
@@ -65,48 +62,13 @@ from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, RangeTally
 _NAME = "verify_shards"
 
 
-@dataclass(frozen=True)
-class VerifyConfig:
-    """Checked settings of one verify run.
-
-    Attributes:
-        target: What is verified, for messages: the folder or the pattern.
-        folder: The shard set's folder (its manifest is read in the pipeline),
-            or None with ``--files``.
-        shards: Files to read with ``--files``; a shard set's come from its
-            manifest, in the pipeline.
-        decode_images: Decode every image.
-        decode_with: Decoders every image must decode with, to its size
-            (``--decode_with``, those installed).
-        report: Where the pipeline writes the JSON report.
-        keep_report: False when ``report`` is a temporary file of this run.
-        preview: Where the preview PNG goes, or None.
-        max_record_bytes: The largest record read (``--max_record_mb``).
-        split_ranges: Split shards into byte ranges for the readers (fewer
-            shards than workers), or read each shard whole, once
-            (``read_whole_below``).
-    """
-
-    target: str
-    folder: str | None
-    shards: tuple[ShardFile, ...]
-    decode_images: bool
-    decode_with: tuple[str, ...]
-    report: str
-    keep_report: bool
-    preview: str | None
-    max_record_bytes: int
-    split_ranges: bool = True
-    workers_note: str | None = None  # what choose_local_workers chose, to print
-
-
-def _reading_plan(sizes: Sequence[int], options: PipelineOptions) -> dict:
+def _reading_plan(sizes: Sequence[int], cfg: VerifyConfig, options: PipelineOptions) -> dict:
     """``split_ranges`` and ``workers_note`` for shards of these sizes (workers chosen first)."""
     note = beam_compat.choose_local_workers(options, sum(sizes), worker_threads.usable_cores())
-    return {"split_ranges": split_ranges_for(len(sizes), options), "workers_note": note}
+    return {"split_ranges": split_ranges_for(len(sizes), cfg, options), "workers_note": note}
 
 
-def split_ranges_for(shards: int, options: PipelineOptions) -> bool:
+def split_ranges_for(shards: int, cfg: VerifyConfig, options: PipelineOptions) -> bool:
     """Whether verify splits shards into byte ranges: only when there are fewer shards than workers.
 
     A shard read whole is read once, checked and hashed by one reader; split,
@@ -114,7 +76,7 @@ def split_ranges_for(shards: int, options: PipelineOptions) -> bool:
     workers are the DirectRunner's (``--direct_num_workers``), else
     ``--max_num_workers``, else ``SPLIT_BELOW_SHARDS``.
     """
-    workers = beam_compat.local_workers(options) or options.view_as(WorkerOptions).max_num_workers
+    workers = beam_compat.local_workers(options) or cfg.max_num_workers
     return shards < (workers or SPLIT_BELOW_SHARDS)
 
 
@@ -147,7 +109,7 @@ def _set_files(folder: str, present: Mapping[str, tuple[str, int]],
     return paths + [index for path in paths for index in index_names(path)]
 
 
-def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> None:
+def _refuse_overwriting(flags: VerifyConfig, read: Sequence[str], why: str) -> None:
     """Refuses a --report or --preview path that names a file of the set (or the other output).
 
     Raises:
@@ -172,49 +134,40 @@ def _refuse_overwriting(flags: VerifyOptions, read: Sequence[str], why: str) -> 
         raise UsageError(f"--report and --preview both name {flags.report}; give two paths")
 
 
-def _report_target(options: PipelineOptions, report: str | None) -> tuple[str, bool]:
-    if report:
-        return report, True
-    temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
-    return join_path(temp, f"{_NAME}-{uuid.uuid4().hex}.json"), False
+def _report_path(cfg: VerifyConfig) -> str:
+    """Where the pipeline writes the report: ``--report``, or a temporary file of this run."""
+    if cfg.report:
+        return cfg.report
+    return join_path(cfg.temp_location or tempfile.gettempdir(), f"{_NAME}-{uuid.uuid4().hex}.json")
 
 
-def make_config(options: PipelineOptions) -> VerifyConfig:
-    """Checks the flags and paths and returns the run's settings.
+def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
+    """Checks the paths the flags name; returns ``cfg`` with what verify found before its pipeline.
+
+    Args:
+        cfg: The verify job's flags (``beam_jobs/cli/config.py``).
+        options: Beam's options: how many workers read, and a large local run's worker processes.
 
     Raises:
-        UsageError: A flag is missing or wrong, or a path does not exist.
+        UsageError: A flag is wrong, or a path does not exist.
     """
-    verify = options.view_as(VerifyOptions)
-    folder = options.view_as(ShardingOptions).output_dir
-    missing = HELP.missing(argparse.Namespace(output_dir=folder, files=verify.files))
-    if missing:
-        raise UsageError(missing)
-    report, keep = _report_target(options, verify.report)
-    common = dict(decode_images=verify.decode_images, decode_with=_decoders(verify.decode_with),
-                  report=report, keep_report=keep,
-                  preview=verify.preview,
-                  max_record_bytes=opt.max_record_bytes(options.view_as(opt.RecordReadingOptions).max_record_mb))
-    dry_run = dataflow_dry_run(options)  # stays offline: gs:// would need credentials
-    if verify.files:
-        if dry_run:  # the files are not matched: the graph has no file to read
-            return VerifyConfig(verify.files, None, (), **common)
-        shards = _pattern_shards(verify.files)
+    cfg = dataclasses.replace(cfg, decoders=_decoders(cfg.decode_with), report_path=_report_path(cfg))
+    if cfg.dataflow_dry_run:  # stays offline: gs:// would need credentials; the files are not matched
+        return cfg
+    if cfg.files:
+        shards = _pattern_shards(cfg.files)
         if not shards:
-            raise UsageError(f"--files {verify.files} matches no files")
-        _refuse_overwriting(verify, [p for s in shards for p in (s.path, *index_names(s.path))],
+            raise UsageError(f"--files {cfg.files} matches no files")
+        _refuse_overwriting(cfg, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
-        return VerifyConfig(verify.files, None, shards, **common,
-                            **_reading_plan([s.size for s in shards], options))
-    folder = folder.rstrip("/") or "/"
-    if dry_run:
-        return VerifyConfig(folder, folder, (), **common)
+        return dataclasses.replace(cfg, shards=shards, **_reading_plan([s.size for s in shards], cfg, options))
+    folder = cfg.output_dir
     if exact_file(folder) is not None:
         raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
                          f"TFRecord files without a manifest, use --files {folder}")
     present = list_folder(folder)
     # The manifest itself is read in the pipeline; the files of the set are known by name.
-    _refuse_overwriting(verify, _set_files(folder, present), "part of the shard set being verified")
+    _refuse_overwriting(cfg, _set_files(folder, present), "part of the shard set being verified")
     if MANIFEST_NAME not in present:
         if not present and not is_folder(folder):
             raise UsageError(f"--output_dir {folder} does not exist")
@@ -222,7 +175,7 @@ def make_config(options: PipelineOptions) -> VerifyConfig:
                          "last, so a run may have failed or still be running); to check TFRecord "
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
     sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
-    return VerifyConfig(folder, folder, (), **common, **_reading_plan(sizes, options))
+    return dataclasses.replace(cfg, **_reading_plan(sizes, cfg, options))
 
 
 def _decoders(text: str | None) -> tuple[str, ...]:
@@ -299,7 +252,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     # Records are checked as they are read, one tally per byte range; the reader of a shard's
     # first range also hashes listed shards from the bytes it reads and checks the .idx.
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
-        schema=schema, decode_images=cfg.decode_images, decode_with=cfg.decode_with,
+        schema=schema, decode_images=cfg.decode_images, decode_with=cfg.decoders,
         preview=cfg.preview is not None,
         labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes,
         split_ranges=cfg.split_ranges, index_required=with_manifest)  # RangeTally
@@ -307,7 +260,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest,
                                                                             buckets=buckets))
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
-    _ = (tallies, sizes, *problems) | "WriteReport" >> WriteReport(cfg.report)
+    _ = (tallies, sizes, *problems) | "WriteReport" >> WriteReport(cfg.report_path)
     if cfg.preview:
         rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(_size_row))
         if with_manifest:
@@ -350,23 +303,22 @@ def _listed_records(cfg: VerifyConfig) -> int | None:
 
 
 def _read_report(cfg: VerifyConfig) -> Report:
-    with open_file(cfg.report, decompress=True) as fh:
+    with open_file(cfg.report_path, decompress=True) as fh:
         report = Report.loads(fh.read())
     if not cfg.keep_report:
-        delete_files([cfg.report])
+        delete_files([cfg.report_path])
     return report
 
 
 _POSITIONAL_HINT = "give a shard set as --output_dir or a pattern as --files"
 
 
-def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
-             seconds: float) -> tuple[str, int]:
+def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
     """The summary of the report the pipeline wrote, and 0 when nothing is wrong, else 1.
 
     A Dataflow dry run wrote nothing: its summary is the translated graph's.
     """
-    if dataflow_dry_run(options):
+    if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
     report = _read_report(cfg)
     text = report.summary(cfg.target, listed_records=_listed_records(cfg))
@@ -375,13 +327,13 @@ def _outcome(p: beam.Pipeline, options: PipelineOptions, cfg: VerifyConfig,
     return text, 0 if report.ok else 1
 
 
-HELP = jobs.VERIFY  # its flags and help: beam_jobs/cli/jobs.py
+HELP = VerifyConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
-    return run_job(_NAME, argv, make_config, build_pipeline, _outcome, _POSITIONAL_HINT,
-                   spec=HELP, prog=prog, progress=verify_progress)
+    return run_job(_NAME, argv, VerifyConfig, make_config, build_pipeline, _outcome, _POSITIONAL_HINT,
+                   prog=prog, progress=verify_progress)
 
 
 if __name__ == "__main__":

@@ -115,12 +115,10 @@ def _has_tensorflow() -> tuple[bool, str]:
 
 def validate_levels() -> tuple[str, list[str]]:
     """The build job's default ``--validate`` level and every other level, from its flags."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from beam_jobs.build_shards import BuildOptions
+    from beam_jobs.cli.jobs import BUILD_FLAGS
     from transforms.images.codec import VALIDATE_LEVELS
 
-    default = PipelineOptions([]).view_as(BuildOptions).validate
+    default = BUILD_FLAGS["validate"].default
     return default, [level for level in VALIDATE_LEVELS if level != default]
 
 

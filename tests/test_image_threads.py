@@ -322,10 +322,11 @@ def test_default_image_threads_go_where_they_pay_and_share_the_cores(tmp_path, f
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_jobs import build_shards
+    from beam_jobs.cli.config import BuildConfig
+    from beam_jobs.cli.flags import flag_values
 
     root = str(tmp_path / "in") if inputs == "local" else "s3://bucket/in"
     options = PipelineOptions(["--input", root, "--output_dir", str(tmp_path / "out")] + flags)
-    build = options.view_as(build_shards.BuildOptions)
-    settings = EncodeSettings(mode=build.image_mode, validate=build.validate)
-    got = build_shards._image_threads(options, build.image_threads, settings, [root])
+    cfg = BuildConfig.from_flags(flag_values(options))
+    got = build_shards._image_threads(options, cfg.image_threads, cfg.settings, [root])
     assert (got["inspect_threads"], got["write_threads"]) == expected(worker_threads.usable_cores())

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from beam_jobs.cli import jobs
-from beam_jobs.cli.declared import usage_problem
+from beam_jobs.cli.config import usage_problem
 from transforms.archives import parquet_rows
 from transforms.images import samples
 
@@ -36,6 +36,8 @@ def _cpu_of(*argv: str) -> tuple[subprocess.CompletedProcess, float]:
     (("build", "--input", "x", "--output_dir", "y", "--seed", "x"), 2,
      "build_shards: error: argument --seed: 'x' is not an integer"),
     (("reshard", "--output_dir", "y"), 2, "reshard: error: --input is required (TFRecord files"),
+    (("build", "--input", "x", "--output_dir", "y", "--append", "--replace"), 2,
+     "build_shards: error: --append keeps the set's shards and classes; it cannot be combined with --replace"),
 ])
 def test_help_and_usage_errors_take_little_cpu(argv, status, text) -> None:
     done, cpu = _cpu_of(*argv)

@@ -265,13 +265,15 @@ def _graph_bytes(folder, files: int) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_jobs import reshard
+    from beam_jobs.cli.config import ReshardConfig
+    from beam_jobs.cli.flags import flag_values
 
     folder.mkdir()
     for i in range(files):
         (folder / f"train-{i:05d}.tfrecord").touch()
     options = PipelineOptions(["--input", str(folder / "train-*"), "--output_dir",
                                str(folder.parent / f"out-{files}"), "--split", "train"])
-    cfg = reshard.make_config(options)
+    cfg = reshard.make_config(ReshardConfig.from_flags(flag_values(options)), options)
     assert len(cfg.files) == files  # matched to check them
     p = beam.Pipeline(options=options)
     reshard.build_pipeline(p, cfg)

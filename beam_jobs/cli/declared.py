@@ -7,10 +7,12 @@ the ``PipelineOptions`` subclasses Beam parses from them), and a ``Job`` is
 what one command takes. From the same declarations come:
 
 - the job's ``--help`` (``format_job_help``),
-- a parser that tells a usage error (exit status 2) before any of the job's
-  modules is imported (``usage_problem``),
+- a parser of the job's flags alone (``flag_parser``), which tells a usage
+  error (exit status 2) before any of the job's modules is imported
+  (``beam_jobs/cli/config.py``: ``usage_problem``),
 - Beam's options classes (``FlagSet._add_argparse_args``),
-- the options a manifest records (``Job.recorded``).
+- the options a manifest records (``Job.recorded``),
+- each job's config, a field per flag (``beam_jobs/cli/config.py``).
 
 The declarations themselves are in ``beam_jobs/cli/jobs.py``.
 """
@@ -22,9 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
-from transforms.errors import UsageError
 
-__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "job_parser", "format_job_help", "usage_problem",
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "job_parser", "format_job_help", "flag_parser",
            "wants_help", "wants_beam_help"]
 
 BEAM_HELP_FLAG = "--help_beam"
@@ -46,7 +47,7 @@ class Flag:
         group: The title it is listed under in ``--help``.
         recorded: The manifest records its value (it shapes the output, not how the run goes).
         required: Shown as required in ``--help``; refused when missing by argparse itself
-            only for a job that runs no Beam pipeline (others check in their ``Job.missing``).
+            only for a job that runs no Beam pipeline (others' configs check it).
         positional: A positional argument (``inspect SHARD``), not a flag.
     """
 
@@ -122,8 +123,6 @@ class Job:
         epilog: Lines shown after the flags (examples).
         beam: Whether the job runs a Beam pipeline (and takes Beam's options).
         usage: The usage line (``%(prog)s`` stands for the command).
-        missing: Given the parsed flags (any object with them as attributes), why the job cannot
-            start without more flags (one line), or None.
     """
 
     name: str
@@ -137,7 +136,6 @@ class Job:
     epilog: str = ""
     beam: bool = True
     usage: str = "%(prog)s [flags]"
-    missing: Callable[[Any], str | None] | None = None
 
     def flags(self) -> list[Flag]:
         """Every flag the job takes: the shared ones it uses, its own, then the run flags."""
@@ -229,25 +227,3 @@ def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
         parser.add_argument(flag.option, **flag.argparse_kwargs(enforce_required=not job.beam))
     return parser
 
-
-def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
-    """Why ``argv`` is a usage error for ``job``, told from its declared flags alone; None if it is not.
-
-    A bad value of a declared flag, or (with nothing else given) a missing
-    required one, is told here, with the line the job itself would print. When
-    ``argv`` holds anything the declarations do not know (Beam's own flags, or
-    a misspelt one), the job's full parser, which knows Beam's, decides instead:
-    None is returned. A job without Beam knows every flag it takes, so anything
-    else is an error here.
-    """
-    parser = flag_parser(job)
-    try:
-        if not job.beam:
-            parser.parse_args(list(argv))
-            return None
-        known, extra = parser.parse_known_args(list(argv))
-    except UsageError as err:
-        return str(err)
-    if extra or job.missing is None:
-        return None
-    return job.missing(known)

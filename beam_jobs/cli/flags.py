@@ -4,31 +4,32 @@ Beam parses every direct subclass of ``PipelineOptions`` with one argparse
 parser, so two jobs cannot each define ``--input``: the flags they share are
 one class (``ShardingOptions``), and each job's own options class adds only its
 own flags. The values' parsers are in ``beam_jobs/cli/values.py`` (imported
-here too, as before).
+here too, as before). A job reads its flags from its config
+(``beam_jobs/cli/config.py``), built from ``flag_values``.
 """
 
 from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
-import uuid
+import logging
+from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import jobs
-from beam_jobs.cli.declared import FlagSet, Job
+from beam_jobs.cli.declared import FlagSet
 from beam_jobs.cli.values import (DEFAULT_MAX_BAD_FRACTION, LOG_LEVELS, MAX_SHARD_MB, MAX_SIDE,  # noqa: F401
                                   MIN_SHARD_MB, WILDCARDS, add_max_record_mb, fraction, folder_path,
                                   input_path, max_record_bytes, non_negative_int, one_line_errors, overlap_problem,
                                   parse_size, positive_float, positive_int, record_size_mb, resolved_path, seed,
                                   shard_size_mb, tfds_name, wildcard_problem)
-from transforms.shardset.ownership import PublishPolicy
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int",
            "fraction", "input_path", "folder_path", "wildcard_problem", "WILDCARDS", "ShardingOptions",
-           "shard_size_mb", "seed", "publish_policy", "resolved_path", "overlap_problem", "MIN_SHARD_MB",
+           "shard_size_mb", "seed", "flag_values", "resolved_path", "overlap_problem", "MIN_SHARD_MB",
            "MAX_SHARD_MB", "MAX_SIDE", "RunOptions", "LOG_LEVELS", "record_size_mb", "add_max_record_mb",
            "max_record_bytes", "RecordReadingOptions", "BuildOptions", "PlanOptions", "ReshardOptions",
-           "VerifyOptions", "recorded_options", "DEFAULT_MAX_BAD_FRACTION", "tfds_name"]
+           "VerifyOptions", "DEFAULT_MAX_BAD_FRACTION", "tfds_name"]
 
 
 def _declared(flags: FlagSet) -> classmethod:
@@ -81,22 +82,15 @@ class VerifyOptions(PipelineOptions):
     _add_argparse_args = _declared(jobs.VERIFY_FLAGS)
 
 
-_CLASSES = {cls.__name__: cls for cls in (ShardingOptions, RecordReadingOptions, RunOptions, BuildOptions,
-                                          PlanOptions, ReshardOptions, VerifyOptions)}
+def flag_values(options: PipelineOptions) -> dict[str, Any]:
+    """Every flag's value, by name: the jobs' declared flags and Beam's own (a job's config takes its own).
 
-
-def recorded_options(options: PipelineOptions, job: Job) -> dict:
-    """The values of the flags of ``job`` that its manifest records (``Flag.recorded``), by name."""
-    found = {}
-    for flags in (job.shared_set, *job.options):
-        view = options.view_as(_CLASSES[flags.name])
-        for flag in flags.flags:
-            if flag.recorded and (flags is not job.shared_set or flag.name in job.shared):
-                found[flag.name] = getattr(view, flag.name)
-    return {name: found[name] for name in job.recorded()}
-
-
-def publish_policy(shared: ShardingOptions) -> PublishPolicy:
-    """The publishing policy of one run, with a fresh run id."""
-    return PublishPolicy(run_id=uuid.uuid4().hex, overwrite_unlisted=shared.overwrite_unlisted_shards,
-                         drop_other_splits=shared.drop_other_splits, replace=shared.replace)
+    Beam's warning about arguments no options class defines is silenced: a job refuses them first.
+    """
+    log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return options.get_all_options()
+    finally:
+        log.setLevel(level)

@@ -24,12 +24,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
-                                                  StandardOptions, TestOptions)
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import logs
-from beam_jobs.cli.help import (Job, format_beam_help, format_job_help, wants_beam_help,
-                                wants_help)
+from beam_jobs.cli.config import JobConfig, PublishingConfig
+from beam_jobs.cli.flags import flag_values
+from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_help, wants_help
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.images.annotations import LABEL_MAP_NAME, object_ids_problem
@@ -47,8 +47,8 @@ from transforms.storage import output_folder
 from transforms.filesystems import set_options
 
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
-           "run_job", "run_publishing_job", "JobFinished", "dataflow_dry_run", "dry_run_summary", "summarize",
-           "refuse_unknown_flags", "check_beam_flags",
+           "run_job", "run_publishing_job", "JobFinished", "dry_run_summary", "summarize",
+           "refuse_unknown_flags",
            "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "resume_line"]
 
 _PROJECT_ERROR = re.compile(
@@ -59,7 +59,7 @@ _PROJECT_ERROR = re.compile(
 _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
 
 
-def prepare_options(options: PipelineOptions) -> PipelineOptions:
+def prepare_options(options: PipelineOptions, no_auth: bool) -> PipelineOptions:
     """Returns the options a job runs with (Beam's own flags are left as given).
 
     Makes Beam's file systems use these options at once, as ``beam.Pipeline`` does
@@ -72,7 +72,7 @@ def prepare_options(options: PipelineOptions) -> PipelineOptions:
     (``STORAGE_EMULATOR_HOST``) needs no credentials.
     """
     set_options(options)
-    if options.view_as(GoogleCloudOptions).no_auth:
+    if no_auth:
         beam_compat.use_anonymous_gcp_credentials()
     return options
 
@@ -205,23 +205,6 @@ def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str],
     raise UsageError(f"unexpected argument {extra[0]!r}; {positional_hint}")
 
 
-def check_beam_flags(options: PipelineOptions) -> None:
-    """Raises ``UsageError`` for a value of Beam's own flags that would fail only once running.
-
-    Beam accepts ``--direct_num_workers -1`` and fails with an ``IndexError``
-    after the job started; and it ignores ``--dry_run`` on every runner but
-    Dataflow, where the job would then run and publish for real.
-    """
-    workers = options.view_as(DirectOptions).direct_num_workers
-    if workers is not None and workers < 0:
-        raise UsageError(f"--direct_num_workers must be >= 0 (0: one per CPU core), got {workers}")
-    if options.view_as(TestOptions).dry_run and not dataflow_dry_run(options):
-        # Beam reads --dry_run only with DataflowRunner; any other runner would run the job for real.
-        raise UsageError("--dry_run only translates a job for --runner DataflowRunner; with this "
-                         "runner the job would run and publish for real, so it is refused (nothing "
-                         "was read or written)")
-
-
 # What a job prints, after its name, when Ctrl-C stopped it before it published; and its status
 # (128 + SIGINT, as a shell reports a process that SIGINT ended).
 INTERRUPTED_LINE = "interrupted: nothing was published; staging removed"
@@ -300,12 +283,6 @@ class JobFinished(Exception):
         super().__init__(text)
         self.text = text
         self.status = status
-
-
-def dataflow_dry_run(options: PipelineOptions) -> bool:
-    """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it)."""
-    runner = (options.view_as(StandardOptions).runner or "").lower()
-    return runner in ("dataflow", "dataflowrunner") and bool(options.view_as(TestOptions).dry_run)
 
 
 def dry_run_summary(p: beam.Pipeline) -> str:
@@ -427,35 +404,38 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
     return "\n".join(lines)
 
 
-def run_job(name: str, argv: Sequence[str] | None,
-            make_config: Callable[[PipelineOptions], Any],
+def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
+            make_config: Callable[[Any, PipelineOptions], Any],
             build_pipeline: Callable[[beam.Pipeline, Any], Any],
-            finish: Callable[[beam.Pipeline, PipelineOptions, Any, float], tuple[str, int]],
+            finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]],
             positional_hint: str = "every value needs its flag, e.g. --input PATH",
-            prepare: Callable[[PipelineOptions, Any], Callable[[bool, bool], str | None] | None] | None = None,
-            *, spec: Job | None = None, prog: str | None = None,
-            progress: Callable[[PipelineOptions, Any], Any] | None = None,
+            prepare: Callable[[Any], Callable[[bool, bool], str | None] | None] | None = None,
+            *, prog: str | None = None,
+            progress: Callable[[Any], Any] | None = None,
             on_result: Callable[[Any], None] | None = None) -> int:
     """Runs a job: flags, pipeline, outcome; returns its exit status.
 
     Args:
         name: Job name for messages (``build_shards``).
         argv: Command-line arguments (None for ``sys.argv[1:]``).
-        make_config: Checks the options and returns the job's config; raises
+        config: The job's config class (``beam_jobs/cli/config.py``), built
+            once from the flags; its job's declaration is what ``--help`` shows.
+        make_config: Given the config and Beam's options (for the local
+            runner's workers), checks the inputs the flags name and returns the
+            config with what the job found before its pipeline; raises
             ``UsageError`` on a bad flag or path, or ``JobFinished`` when the
             outcome is known without running a pipeline.
         build_pipeline: Wires the job into a pipeline.
-        finish: After the pipeline ran, given the pipeline, options, config and
+        finish: After the pipeline ran, given the pipeline, config and
             seconds since the start, returns the text to print and the status.
         positional_hint: What to say about an argument given without a flag.
-        prepare: Called with the options and config before the pipeline is
+        prepare: Called with the config before the pipeline is
             built (may raise ``UsageError``); returns None or a function called
             once the job succeeded or failed, with ``ok`` and whether a Ctrl-C
             stopped it; it returns what to say after the job's name when
             interrupted (None: ``INTERRUPTED_LINE``).
-        spec: What ``--help`` shows.
         prog: How the job was invoked, for ``--help`` (``tfrecord-shards build``).
-        progress: Given the options and config, returns a context manager that
+        progress: Given the config, returns a context manager that
             reports progress while the pipeline runs (see ``progress.py``).
         on_result: Given the ``PipelineResult`` once the pipeline finished
             (its metrics), before ``finish`` is called.
@@ -466,22 +446,22 @@ def run_job(name: str, argv: Sequence[str] | None,
     started = time.monotonic()
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = prog or f"python -m beam_jobs.{name}"
-    if spec is not None and wants_help(argv):
-        print(format_job_help(spec, prog))
+    if wants_help(argv):
+        print(format_job_help(config.JOB, prog))
         return 0
-    if spec is not None and wants_beam_help(argv):
+    if wants_beam_help(argv):
         print(format_beam_help(prog))
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
         try:
-            options = prepare_options(PipelineOptions(argv))
+            options = PipelineOptions(argv)
             refuse_unknown_flags(options, argv, positional_hint)
-            check_beam_flags(options)
-            cfg = make_config(options)
-            if getattr(cfg, "workers_note", None):  # the workers a large local run was given
+            flags = config.from_flags(flag_values(options))
+            cfg = make_config(flags, prepare_options(options, flags.no_auth))
+            if cfg.workers_note:  # the workers a large local run was given
                 print(f"{name}: {cfg.workers_note}", file=sys.stderr)
-            done = prepare(options, cfg) if prepare is not None else None
+            done = prepare(cfg) if prepare is not None else None
         except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
             print(f"{name}: error: {err}", file=sys.stderr)
             return 2
@@ -501,14 +481,14 @@ def run_job(name: str, argv: Sequence[str] | None,
         try:
             p = beam.Pipeline(runner=beam_compat.local_runner(options), options=options)
             build_pipeline(p, cfg)
-            reporter = progress(options, cfg) if progress is not None else contextlib.nullcontext()
+            reporter = progress(cfg) if progress is not None else contextlib.nullcontext()
             with logs.worker_stderr_captured(), reporter:
                 result = p.run()
                 result.wait_until_finish()
             ran = True
             if on_result is not None:
                 on_result(result)
-            text, status = finish(p, options, cfg, time.monotonic() - started)
+            text, status = finish(p, cfg, time.monotonic() - started)
             ok = True
         except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
             if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
@@ -541,8 +521,8 @@ def run_job(name: str, argv: Sequence[str] | None,
     return status
 
 
-def run_publishing_job(name: str, argv: Sequence[str] | None,
-                       make_config: Callable[[PipelineOptions], Any],
+def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[PublishingConfig],
+                       make_config: Callable[[Any, PipelineOptions], Any],
                        build_pipeline: Callable[[beam.Pipeline, Any], Any],
                        **kwargs: Any) -> int:
     """Runs a job that publishes a shard set (build, reshard); returns its exit status.
@@ -556,8 +536,8 @@ def run_publishing_job(name: str, argv: Sequence[str] | None,
     resumed: list[tuple[str, ...]] = [()]  # the interrupted runs whose staging this run found
     metrics: list[Any] = [None]
 
-    def prepare(options: PipelineOptions, cfg: Any) -> Callable[[bool, bool], str | None] | None:
-        if dataflow_dry_run(options):  # a dry run stays offline and writes nothing
+    def prepare(cfg: PublishingConfig) -> Callable[[bool, bool], str | None] | None:
+        if cfg.dataflow_dry_run:  # a dry run stays offline and writes nothing
             return None
         output_folder.prepare_output(cfg.output_dir, cfg.policy, name)
         before[0] = output_folder.published_manifest(cfg.output_dir)
@@ -571,8 +551,8 @@ def run_publishing_job(name: str, argv: Sequence[str] | None,
             return None
         return done
 
-    def outcome(p: beam.Pipeline, options: PipelineOptions, cfg: Any, seconds: float) -> tuple[str, int]:
-        if dataflow_dry_run(options):
+    def outcome(p: beam.Pipeline, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
+        if cfg.dataflow_dry_run:
             return dry_run_summary(p), 0
         text = summarize(cfg.output_dir, seconds, before[0])
         if resumed[0]:
@@ -581,7 +561,7 @@ def run_publishing_job(name: str, argv: Sequence[str] | None,
                              if line)
         return text, 0
 
-    return run_job(name, argv, make_config, build_pipeline, outcome, prepare=prepare,
+    return run_job(name, argv, config, make_config, build_pipeline, outcome, prepare=prepare,
                    on_result=lambda result: metrics.__setitem__(0, result), **kwargs)
 
 

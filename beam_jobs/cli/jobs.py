@@ -2,14 +2,13 @@
 
 To add a flag to a job, add one ``Flag(...)`` to its ``FlagSet`` below: its
 name, help, default, type (``beam_jobs/cli/values.py``), choices, help group
-and ``recorded=True`` if the manifest records it. The job's options class,
-``--help``, usage errors and manifest options follow; the job reads it as
-``options.view_as(BuildOptions).NAME`` (``beam_jobs/cli/flags.py``).
+and ``recorded=True`` if the manifest records it; then its field, of the same
+name, to the job's config (``beam_jobs/cli/config.py``). The job's options
+class, ``--help``, usage errors and manifest options follow; the job reads it
+as ``cfg.NAME``.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from beam_jobs.cli import values as v
 from beam_jobs.cli.declared import Flag, FlagSet, Job
@@ -204,27 +203,6 @@ VERIFY_FLAGS = FlagSet("VerifyOptions", (
 ))
 
 
-def _inputs_and_output(about_input: str):
-    def missing(flags: Any) -> str | None:
-        if not flags.input:
-            return f"--input is required ({about_input})"
-        if not flags.output_dir:
-            return "--output_dir is required"
-        return None
-
-    return missing
-
-
-def _verify_missing(flags: Any) -> str | None:
-    if not flags.output_dir and not flags.files:
-        return ("say what to verify: --output_dir FOLDER (a shard set with manifest.json) "
-                "or --files PATTERN (TFRecord files without a manifest)")
-    if flags.output_dir and flags.files:
-        return ("give --output_dir (a shard set with manifest.json) or --files "
-                "(a pattern of TFRecord files), not both")
-    return None
-
-
 _PUBLISHING = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
                "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name")
 
@@ -232,7 +210,6 @@ BUILD = Job(
     name="build_shards",
     summary="Build balanced, shuffled TFRecord shards from images and labels (see README.md).",
     options=(BUILD_FLAGS,), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
-    missing=_inputs_and_output("a folder of class folders or a .csv/.jsonl manifest"),
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "
@@ -245,7 +222,6 @@ PLAN = Job(
     summary="Plan a build: what it would find, reject and write, and for how long; writes nothing "
             "(see docs/next-day.md).",
     options=(BUILD_FLAGS, PLAN_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
-    missing=BUILD.missing,
     epilog="examples:\n"
            "  tfrecord-shards plan --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards plan --input labels.csv --output_dir out/x --split_fractions "
@@ -257,14 +233,13 @@ RESHARD = Job(
     name="reshard",
     summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
     options=(RESHARD_FLAGS, RECORD_READING), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
-    missing=_inputs_and_output("TFRecord files or a pattern such as 'old/train-*'"),
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")
 
 VERIFY = Job(
     name="verify_shards",
     summary="Check a shard set against its manifest (--output_dir), or any TFRecord files (--files).",
     options=(VERIFY_FLAGS, RECORD_READING), shared=("output_dir",), shared_set=SHARED, run_flags=(RUN,),
-    regroup={"output_dir": "inputs"}, missing=_verify_missing,
+    regroup={"output_dir": "inputs"},
     epilog="examples:\n"
            "  tfrecord-shards verify --output_dir out/flowers --decode_images\n"
            "  tfrecord-shards verify --files 'somewhere/*.tfrecord.gz'")

@@ -13,8 +13,9 @@ Usage::
 ``python -m beam_jobs.build_shards`` and the other job modules run the same
 code: ``set_up_command``, then their own ``run``.
 
-A command's ``--help``, and a usage error its declared flags show
-(``beam_jobs/cli/jobs.py``: a bad value, a missing ``--input``), are answered
+A command's ``--help``, and a usage error its declared flags and config show
+(``beam_jobs/cli/jobs.py``, ``config.py``: a bad value, a missing ``--input``,
+flags that do not go together), are answered
 here before the job's modules, Beam, Pillow and numpy are imported: in a
 fraction of the time a job takes to start (BENCHMARKS.md, "Instant help").
 """
@@ -25,7 +26,8 @@ import importlib
 import sys
 from typing import Sequence
 
-from beam_jobs.cli.declared import format_job_help, usage_problem, wants_help
+from beam_jobs.cli.config import usage_problem
+from beam_jobs.cli.declared import format_job_help, wants_help
 from beam_jobs.cli.jobs import JOBS
 
 __all__ = ["COMMANDS", "main", "run_command", "set_up_command", "usage"]

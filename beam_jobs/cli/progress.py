@@ -18,12 +18,10 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, TextIO
-
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from typing import Callable, Iterator, Mapping, TextIO
 
 from beam_jobs.cli import logs
-from beam_jobs.cli.flags import RunOptions
+from beam_jobs.cli.config import LOCAL_RUNNERS, JobConfig, ReshardConfig, VerifyConfig
 from transforms.errors import ManifestError
 from transforms.progress import counters as c
 from transforms.progress.report import ETA_AFTER_SECONDS, Stage, progress_bar, progress_line
@@ -33,8 +31,6 @@ from transforms.tfrecord.compression import compression_of
 __all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
            "LOCAL_RUNNERS"]
 
-LOCAL_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner", "FnApiRunner",
-                 "BundleBasedDirectRunner")
 _BAR_SECONDS = 0.5
 
 Counts = Mapping[str, tuple[int, int]]
@@ -121,13 +117,14 @@ class _Reporter:
 
 
 @contextlib.contextmanager
-def report_progress(job: str, options: PipelineOptions, stage_of: Callable[[Counts], Stage | None],
+def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage | None],
                     stream: TextIO | None = None) -> Iterator[None]:
-    """Reports progress while the block runs, on the local runners; does nothing on others."""
-    if not _is_local(options):
+    """Reports progress every ``cfg.progress_interval`` seconds while the block runs, on the local
+    runners; does nothing on others."""
+    if not cfg.local:
         yield
         return
-    interval = options.view_as(RunOptions).progress_interval
+    interval = cfg.progress_interval
     folder = tempfile.mkdtemp(prefix="tfrecord-shards-progress-")
     previous = os.environ.get(c.PROGRESS_ENV)
     os.environ[c.PROGRESS_ENV] = folder
@@ -142,10 +139,6 @@ def report_progress(job: str, options: PipelineOptions, stage_of: Callable[[Coun
         else:
             os.environ[c.PROGRESS_ENV] = previous
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _is_local(options: PipelineOptions) -> bool:
-    return options.view_as(StandardOptions).runner in LOCAL_RUNNERS
 
 
 def _count(counts: Counts, kind: str) -> tuple[int, int]:
@@ -167,9 +160,9 @@ def _build_stage(counts: Counts) -> Stage | None:
     return None
 
 
-def build_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractContextManager:
+def build_progress(cfg: JobConfig) -> contextlib.AbstractContextManager:
     """Progress of the build job: inputs read of inputs listed, then records written."""
-    return report_progress("build", options, _build_stage)
+    return report_progress("build", cfg, _build_stage)
 
 
 def _uncompressed_bytes(paths_and_sizes: Mapping[str, int]) -> int | None:
@@ -179,7 +172,7 @@ def _uncompressed_bytes(paths_and_sizes: Mapping[str, int]) -> int | None:
     return sum(paths_and_sizes.values())
 
 
-def verify_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractContextManager:
+def verify_progress(cfg: VerifyConfig) -> contextlib.AbstractContextManager:
     """Progress of the verify job: records read, of the records and bytes to read where known.
 
     With ``--files``, the matched files' sizes are known; for a shard set, its
@@ -189,14 +182,14 @@ def verify_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractCo
     records = total_bytes = None
     if cfg.shards:
         total_bytes = _uncompressed_bytes({s.path: s.size for s in cfg.shards})
-    elif cfg.folder is not None and _is_local(options):
+    elif cfg.folder is not None and cfg.local:
         records, total_bytes = _manifest_totals(cfg.folder)
 
     def stage(counts: Counts) -> Stage | None:
         done, nbytes = _count(counts, c.RECORDS_READ)
         return Stage("checking records", "records", done, records, nbytes, total_bytes) if done else None
 
-    return report_progress("verify", options, stage)
+    return report_progress("verify", cfg, stage)
 
 
 def _manifest_totals(folder: str) -> tuple[int | None, int | None]:
@@ -225,13 +218,13 @@ def reshard_stage(counts: Counts, total_bytes: int | None) -> Stage | None:
     return None
 
 
-def reshard_progress(options: PipelineOptions, cfg: Any) -> contextlib.AbstractContextManager:
+def reshard_progress(cfg: ReshardConfig) -> contextlib.AbstractContextManager:
     """Progress of the reshard job: bytes of the input files read, then records written."""
-    if not _is_local(options):
+    if not cfg.local:
         return contextlib.nullcontext()
     # The inputs as the job matched them to check them (a dry run, which matches none, never
     # runs locally).
     sizes = {m.path: m.size_in_bytes for m in cfg.files}
     total_bytes = _uncompressed_bytes(sizes) if sizes else None
 
-    return report_progress("reshard", options, lambda counts: reshard_stage(counts, total_bytes))
+    return report_progress("reshard", cfg, lambda counts: reshard_stage(counts, total_bytes))

@@ -1,0 +1,466 @@
+"""Each job's config: a typed, frozen dataclass built once from its flags; no Beam, Pillow or numpy.
+
+A config has a field per flag its job declares (``beam_jobs/cli/jobs.py``) and
+one per flag of Beam's that the jobs read (the runner, ``--dry_run``, workers,
+``--temp_location``). ``JobConfig.from_flags`` is the one builder: given the
+parsed flags by name (Beam's options, ``flags.flag_values``, or argparse's
+namespace) it takes each declared flag, so a flag declared without its field,
+or a field without its flag, fails at once. ``__post_init__`` refuses what no
+flag's type can: a missing flag, a combination (``--resize`` without
+``--image_mode reencode``), a value another flag bounds; one ``UsageError``
+naming the flag. What follows from the flags alone is a property
+(``target_bytes``, ``recorded``: the options the manifest records). What a job
+finds before its pipeline (its inputs, a labels file's classes, the publishing
+policy) fills the fields after the flags', in the job's ``make_config``.
+
+``usage_problem`` tells a usage error from the declarations and the configs
+alone, before a job's modules, Beam, Pillow or numpy are imported.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+
+from beam_jobs.cli import jobs
+from beam_jobs.cli.declared import Flag, Job, flag_parser
+from beam_jobs.cli import values
+from transforms.errors import PlanError, UsageError
+from transforms.example.features import parse_feature_flags
+from transforms.images.choices import MAX_NEAR_DUPLICATE_DISTANCE
+from transforms.shardset.naming import check_split_name
+from transforms.shardset.planning import MIB, parse_split_fractions
+from transforms.shardset.tfds_metadata import dataset_name
+
+if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
+    from transforms.images.inputs import FolderTask, LabelRules
+    from transforms.images.records import EncodeSettings
+    from transforms.shardset.ownership import PublishPolicy
+    from transforms.shardset.plan_report import BuildRate
+    from transforms.storage.listing import FileMetadata
+    from transforms.storage.output_folder import FolderState
+    from transforms.verify.ranges import ShardFile
+
+__all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
+           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run"]
+
+# Beam's flags the jobs read (Beam's own options classes define them).
+BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
+# The runners that run a job in this process (progress is reported there).
+LOCAL_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner", "FnApiRunner",
+                 "BundleBasedDirectRunner")
+# The split of a build's unsplit inputs without --split.
+DEFAULT_SPLIT = "train"
+
+
+def is_dataflow_dry_run(runner: str | None, dry_run: Any) -> bool:
+    """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it)."""
+    return (runner or "").lower() in ("dataflow", "dataflowrunner") and bool(dry_run)
+
+
+def _field_value(flag: Flag, value: Any) -> Any:
+    """A parsed flag's value as its config holds it: a repeatable flag's values as a tuple, a folder without
+    its trailing ``/``."""
+    if flag.action == "append" and value is not None:
+        return tuple(value)
+    if flag.name == "output_dir" and value:
+        return value.rstrip("/") or "/"
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    """What every Beam job's flags say: the run flags (``jobs.RUN``) and Beam's flags the jobs read.
+
+    Attributes:
+        verbose, log_level, progress_interval: ``jobs.RUN``'s flags.
+        runner, dry_run, direct_num_workers, max_num_workers, temp_location, no_auth: Beam's flags.
+        workers_note: Found by the job: what ``beam_compat.choose_local_workers`` chose, to print.
+    """
+
+    JOB: ClassVar[Job]
+
+    verbose: bool
+    log_level: str
+    progress_interval: float
+    runner: str | None = None
+    dry_run: bool = False
+    direct_num_workers: int | None = None
+    max_num_workers: int | None = None
+    temp_location: str | None = None
+    no_auth: bool = False
+    workers_note: str | None = None
+
+    @classmethod
+    def from_flags(cls, parsed: Mapping[str, Any]) -> JobConfig:
+        """The config of parsed flags (flag name -> value; Beam's flags may be absent).
+
+        Raises:
+            UsageError: A flag is missing, or flags do not go together (one line naming the flag).
+        """
+        declared = {flag.name: _field_value(flag, parsed[flag.name]) for flag in cls.JOB.flags()}
+        beam = {name: parsed[name] for name in BEAM_FLAGS if parsed.get(name) is not None}
+        beam["dry_run"] = bool(beam.get("dry_run"))
+        return cls(**declared, **beam)
+
+    def __post_init__(self) -> None:
+        # Beam accepts --direct_num_workers -1 and fails with an IndexError once the job started.
+        if self.direct_num_workers is not None and self.direct_num_workers < 0:
+            raise UsageError(f"--direct_num_workers must be >= 0 (0: one per CPU core), got {self.direct_num_workers}")
+        if self.dry_run and not self.dataflow_dry_run:
+            # Beam reads --dry_run only with DataflowRunner; any other runner would run the job for real.
+            raise UsageError("--dry_run only translates a job for --runner DataflowRunner; with this "
+                             "runner the job would run and publish for real, so it is refused (nothing "
+                             "was read or written)")
+
+    @property
+    def dataflow_dry_run(self) -> bool:
+        """True if DataflowRunner only translates the job: it stays offline and writes nothing."""
+        return is_dataflow_dry_run(self.runner, self.dry_run)
+
+    @property
+    def local(self) -> bool:
+        """True if the job runs on a local runner (progress is reported)."""
+        return self.runner in LOCAL_RUNNERS
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """The values of the flags the manifest records (``Flag.recorded``), by name, a repeatable one's as a list."""
+        values = {name: getattr(self, name) for name in self.JOB.recorded()}
+        return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishingConfig(JobConfig):
+    """The flags of a job that publishes a shard set (``jobs.SHARED``): build, plan, reshard.
+
+    Attributes:
+        input, output_dir, ...: ``jobs.SHARED``'s flags; ``output_dir`` without a trailing ``/``.
+        policy: Found by the job: how the run treats what its output folder holds.
+    """
+
+    ABOUT_INPUT: ClassVar[str]
+
+    input: tuple[str, ...] | None
+    output_dir: str | None
+    split: str | None
+    shard_size_mb: float
+    num_shards: int | None
+    compression: str
+    seed: int
+    overwrite_unlisted_shards: bool
+    drop_other_splits: bool
+    replace: bool
+    max_bad_fraction: float
+    name: str | None
+    policy: PublishPolicy | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.input:
+            raise UsageError(f"--input is required ({self.ABOUT_INPUT})")
+        if not self.output_dir:
+            raise UsageError("--output_dir is required")
+        if self.split is not None:
+            _plan_checked("--split", check_split_name, self.split)
+
+    @property
+    def target_bytes(self) -> int:
+        """``--shard_size_mb`` in bytes."""
+        return int(self.shard_size_mb * MIB)
+
+    @property
+    def tfds_name(self) -> str:
+        """``--name``, or the output folder's name (not in the manifest: it moves with the folder)."""
+        return self.name or dataset_name(self.output_dir)
+
+    def new_policy(self) -> PublishPolicy:
+        """The publishing policy of one run, with a fresh run id."""
+        from transforms.shardset.ownership import PublishPolicy  # here: it needs Pillow
+
+        return PublishPolicy(run_id=uuid.uuid4().hex, overwrite_unlisted=self.overwrite_unlisted_shards,
+                             drop_other_splits=self.drop_other_splits, replace=self.replace)
+
+
+def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)``, its ``PlanError`` a ``UsageError`` naming ``flag``."""
+    try:
+        return check(*args)
+    except PlanError as err:
+        raise UsageError(f"{flag}: {err}") from err
+
+
+# Flags that --append cannot take: it keeps the set's shards and classes.
+_NOT_WITH_APPEND = ("replace", "drop_other_splits", "num_shards", "class_names", "labels_file")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildConfig(PublishingConfig):
+    """The build's flags (``jobs.BUILD``: ``jobs.SHARED``'s and ``jobs.BUILD_FLAGS``), and what it found.
+
+    Attributes:
+        layout, label_regex, ...: ``jobs.BUILD_FLAGS``'s flags.
+        labels: Found: the class names of ``--class_names``, ``--labels_file`` or Parquet's metadata, or None.
+        folder_tasks: Found: the listing of the folder inputs, cut into tasks.
+        append_to: Found: with ``--append``, the published set's class names.
+        inspect_threads, write_threads: Found: threads of the inspect and write steps.
+    """
+
+    JOB: ClassVar[Job] = jobs.BUILD
+    ABOUT_INPUT: ClassVar[str] = "a folder of class folders or a .csv/.jsonl manifest"
+
+    layout: str
+    label_regex: str | None
+    class_names: str | None
+    labels_file: str | None
+    split_fractions: str | None
+    image_mode: str
+    exif_orientation: str
+    validate: str
+    image_format: str
+    jpeg_quality: int
+    grayscale: bool
+    resize: tuple[int, int] | None
+    resize_mode: str
+    max_image_mb: float
+    image_threads: int
+    feature: tuple[str, ...] | None
+    multi_label: bool
+    bbox_format: str
+    image_root: str | None
+    label_offset: int | None
+    coco_ids: str
+    boxes_outside: str
+    append: bool
+    image_column: str
+    label_column: str
+    near_duplicates: str
+    near_duplicate_distance: int
+    labels: tuple[str, ...] | None = None
+    folder_tasks: tuple[FolderTask, ...] = ()
+    append_to: tuple[str, ...] | None = None
+    inspect_threads: int = 1
+    write_threads: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _ = self.split_fraction_map, self.features  # each raises UsageError on a bad value
+        if self.label_regex is not None:
+            try:
+                re.compile(self.label_regex)
+            except re.error as err:
+                raise UsageError(f"--label_regex {self.label_regex!r} does not compile: {err}") from err
+        if self.exif_orientation == "keep" and self.image_mode not in ("tf", "passthrough"):
+            raise UsageError(f"--exif_orientation keep is for --image_mode tf or passthrough; "
+                             f"{self.image_mode} always applies the orientation")
+        if self.jpeg_quality > 100:
+            raise UsageError(f"--jpeg_quality must be 1-100, got {self.jpeg_quality}")
+        if not math.isfinite(self.max_image_mb):
+            raise UsageError(f"--max_image_mb must be a finite number of MiB, got {self.max_image_mb}")
+        if self.image_mode in ("tf", "passthrough") and (self.resize or self.grayscale):
+            raise UsageError("--resize and --grayscale need --image_mode reencode or raw")
+        if self.resize_mode != "stretch" and not self.resize:
+            raise UsageError("--resize_mode needs --resize WIDTHxHEIGHT")
+        if self.near_duplicate_distance > MAX_NEAR_DUPLICATE_DISTANCE:
+            raise UsageError(f"--near_duplicate_distance must be 0-{MAX_NEAR_DUPLICATE_DISTANCE} bits, got "
+                             f"{self.near_duplicate_distance}")
+        if self.class_names and self.labels_file:
+            raise UsageError("give --class_names or --labels_file, not both")
+        if self.class_names is not None and not any(self.class_name_list):
+            raise UsageError("--class_names is empty; give the class names in index order, "
+                             "e.g. --class_names daisy,rose,tulip")
+        if self.append:
+            for flag in _NOT_WITH_APPEND:
+                if getattr(self, flag):
+                    raise UsageError(f"--append keeps the set's shards and classes; it cannot be combined "
+                                     f"with --{flag}")
+            if self.dataflow_dry_run:
+                raise UsageError("--append reads the published set; it has no Dataflow dry run "
+                                 "(tfrecord-shards plan shows what a build would do)")
+
+    @property
+    def split_fraction_map(self) -> dict[str, float]:
+        """``--split_fractions`` by split name; empty without it."""
+        return _plan_checked("--split_fractions", parse_split_fractions, self.split_fractions) if self.split_fractions else {}
+
+    @property
+    def features(self) -> dict[str, str]:
+        """``--feature`` name -> type."""
+        return parse_feature_flags(self.feature or [])
+
+    @property
+    def class_name_list(self) -> list[str] | None:
+        """``--class_names`` split at commas, or None."""
+        return None if self.class_names is None else [n.strip() for n in self.class_names.split(",")]
+
+    @property
+    def rules(self) -> LabelRules:
+        """How inputs get their split and class."""
+        from transforms.images.inputs import LabelRules  # here: it needs Pillow
+
+        return LabelRules(layout=self.layout, split=DEFAULT_SPLIT if self.split is None else self.split,
+                          split_fractions=self.split_fraction_map, label_regex=self.label_regex,
+                          features=self.features, multi_label=self.multi_label, bbox_format=self.bbox_format,
+                          image_root=self.image_root.rstrip("/") if self.image_root else None,
+                          coco_ids=self.coco_ids)
+
+    @property
+    def settings(self) -> EncodeSettings:
+        """How source images become stored images."""
+        from transforms.images.records import EncodeSettings  # here: it needs Pillow
+
+        return EncodeSettings(mode=self.image_mode, validate=self.validate, image_format=self.image_format,
+                              jpeg_quality=self.jpeg_quality, grayscale=self.grayscale, resize=self.resize,
+                              resize_mode=self.resize_mode, exif_orientation=self.exif_orientation)
+
+    @property
+    def max_image_bytes(self) -> int:
+        """``--max_image_mb`` in bytes."""
+        return max(1, int(self.max_image_mb * MIB))
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """The manifest's options: ``--resize`` as ``WxH``, the split the build used, and
+        ``--near_duplicates`` only when on (other builds' manifests stay as they were)."""
+        own = super().recorded
+        if self.near_duplicates != "off":
+            own.update(near_duplicates=self.near_duplicates, near_duplicate_distance=self.near_duplicate_distance)
+        own["resize"] = f"{self.resize[0]}x{self.resize[1]}" if self.resize else None
+        own["split"] = DEFAULT_SPLIT if self.split is None else self.split
+        return own
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanConfig(BuildConfig):
+    """The plan's flags (the build's and ``jobs.PLAN_FLAGS``), and what it found.
+
+    Attributes:
+        plan_json, rate_mb_s: ``jobs.PLAN_FLAGS``'s flags.
+        tally: Found: where the pipeline writes its tally (a temporary file, never the output folder).
+        state: Found: what the output folder holds, read before the run; None when it does not exist.
+        published_shards: Found: ``((split, shard path), ...)`` and their compression: the shards of
+            the splits published in the output folder, whose keys the duplicate check reads as the
+            build's does; None when there are none or none can be kept.
+    """
+
+    JOB: ClassVar[Job] = jobs.PLAN
+
+    plan_json: str | None
+    rate_mb_s: float | None
+    tally: str = ""
+    state: FolderState | None = None
+    published_shards: tuple[list[tuple[str, str]], str] | None = None
+
+    @property
+    def rate(self) -> BuildRate:
+        """How the build's time is estimated."""
+        from transforms.shardset.plan_report import DEFAULT_RATE, BuildRate  # here: it needs Pillow
+
+        return BuildRate.of_mib_per_second(self.rate_mb_s) if self.rate_mb_s else DEFAULT_RATE
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReshardConfig(PublishingConfig):
+    """The reshard's flags (``jobs.RESHARD``), and the input files it matched (``files``)."""
+
+    JOB: ClassVar[Job] = jobs.RESHARD
+    ABOUT_INPUT: ClassVar[str] = "TFRecord files or a pattern such as 'old/train-*'"
+
+    input_compression: str
+    skip_corrupt: bool
+    max_record_mb: float
+    files: tuple[FileMetadata, ...] = ()
+
+    @property
+    def max_record_bytes(self) -> int:
+        """``--max_record_mb`` in bytes."""
+        return values.max_record_bytes(self.max_record_mb)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyConfig(JobConfig):
+    """The verify job's flags (``jobs.VERIFY``), and what it found.
+
+    Attributes:
+        output_dir, files, ...: ``jobs.VERIFY``'s flags; ``output_dir`` without a trailing ``/``.
+        shards: Found: the files to read with ``--files`` (a shard set's come from its manifest,
+            in the pipeline).
+        decoders: Found: the ``--decode_with`` decoders that are installed.
+        report_path: Found: where the pipeline writes the JSON report (``--report``, or a temporary file).
+        split_ranges: Found: split shards into byte ranges for the readers (fewer shards than
+            workers), or read each shard whole, once.
+    """
+
+    JOB: ClassVar[Job] = jobs.VERIFY
+
+    output_dir: str | None
+    files: str | None
+    decode_images: bool
+    decode_with: str | None
+    report: str | None
+    preview: str | None
+    max_record_mb: float
+    shards: tuple[ShardFile, ...] = ()
+    decoders: tuple[str, ...] = ()
+    report_path: str = ""
+    split_ranges: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.output_dir and not self.files:
+            raise UsageError("say what to verify: --output_dir FOLDER (a shard set with manifest.json) "
+                             "or --files PATTERN (TFRecord files without a manifest)")
+        if self.output_dir and self.files:
+            raise UsageError("give --output_dir (a shard set with manifest.json) or --files "
+                             "(a pattern of TFRecord files), not both")
+
+    @property
+    def target(self) -> str:
+        """What is verified, for messages: the pattern or the folder."""
+        return self.files or self.output_dir
+
+    @property
+    def folder(self) -> str | None:
+        """The shard set's folder (its manifest is read in the pipeline), or None with ``--files``."""
+        return None if self.files else self.output_dir
+
+    @property
+    def keep_report(self) -> bool:
+        """False when the report is a temporary file of this run."""
+        return bool(self.report)
+
+    @property
+    def max_record_bytes(self) -> int:
+        """``--max_record_mb`` in bytes."""
+        return values.max_record_bytes(self.max_record_mb)
+
+
+# job name -> its config (append is the build with --append)
+CONFIGS: dict[str, type[JobConfig]] = {config.JOB.name: config
+                                       for config in (BuildConfig, PlanConfig, ReshardConfig, VerifyConfig)}
+
+
+def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
+    """Why ``argv`` is a usage error for ``job``, told from its declared flags and config; None if it is not.
+
+    A bad value of a declared flag, a missing required one or flags that do
+    not go together are told here, with the line the job itself would print.
+    When ``argv`` holds anything the declarations do not know (Beam's own
+    flags, or a misspelt one), the job's full parser, which knows Beam's,
+    decides instead: None is returned. A job without Beam knows every flag it
+    takes, so anything else is an error here.
+    """
+    parser = flag_parser(job)
+    try:
+        if not job.beam:
+            parser.parse_args(list(argv))
+            return None
+        known, extra = parser.parse_known_args(list(argv))
+        if not extra:
+            CONFIGS[job.name].from_flags(vars(known))
+    except UsageError as err:
+        return str(err)
+    return None
