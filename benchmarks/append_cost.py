@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from typing import Sequence
@@ -64,7 +63,8 @@ def _shard_bytes(folder: str) -> set[bytes]:
 
 def run(argv: Sequence[str] | None = None) -> dict:
     """Runs the benchmark; prints the table and a JSON line, and returns the figures."""
-    from benchmarks.measure import add_photo_flags, checkout_env, photo_root, run_measured
+    from benchmarks.measure import (add_photo_flags, checkout_env, interleaved_rounds, medians, photo_root,
+                                    ratio_table, run_measured)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_photo_flags(parser, 440)
@@ -86,35 +86,28 @@ def run(argv: Sequence[str] | None = None) -> dict:
             "append": lambda out: [sys.executable, "-m", "beam_jobs.append_shards", "--input", new,
                                    "--output_dir", out],
         }
-        found: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
         rewritten = []
-        for _ in range(args.rounds):
-            for name, command in cases.items():
-                out = os.path.join(tmp, "out")
-                shutil.rmtree(out, ignore_errors=True)
-                if name == "append":
-                    shutil.copytree(published, out)
-                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=env)
-                if measured.returncode != 0:
-                    raise SystemExit(f"{name} failed: {measured.output[-2000:]}")
-                if name == "append":
-                    rewritten.append(len(kept - _shard_bytes(out)))
-                    if rewritten[-1] > 1:
-                        raise SystemExit(f"the append rewrote {rewritten[-1]} published shards")
-                found[name].append((measured.seconds, measured.cpu_seconds))
+
+        def copy_published(name: str, out: str) -> None:
+            if name == "append":
+                shutil.copytree(published, out)
+
+        def published_kept(name: str, out: str) -> None:
+            if name == "append":
+                rewritten.append(len(kept - _shard_bytes(out)))
+                if rewritten[-1] > 1:
+                    raise SystemExit(f"the append rewrote {rewritten[-1]} published shards")
+
+        found = interleaved_rounds(cases, args.rounds, tmp, env, before=copy_published, after=published_kept)
         base_bytes = sum(os.path.getsize(os.path.join(f, n)) for f, _, names in os.walk(base) for n in names)
-    medians = {name: (statistics.median(s for s, _ in runs), statistics.median(c for _, c in runs))
-               for name, runs in found.items()}
-    wall0, cpu0 = medians["rebuild"]
-    print(f"| {base_bytes / 2**20:.0f} MiB published + {new_bytes / 2**20:.0f} MiB new, {args.rounds} rounds "
-          "| wall s | CPU s | wall / rebuild's | CPU / rebuild's |")
-    print("|---|---:|---:|---:|---:|")
-    for name, (wall, cpu) in medians.items():
-        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {wall / wall0:.2f} | {cpu / cpu0:.2f} |")
+    median = medians(found)
+    wall0, cpu0 = median["rebuild"]
+    print(ratio_table(f"{base_bytes / 2**20:.0f} MiB published + {new_bytes / 2**20:.0f} MiB new, "
+                      f"{args.rounds} rounds", median, "rebuild", "rebuild"))
     figures = {"input": root, "base_bytes": base_bytes, "new_bytes": new_bytes, "rounds": found,
                "published_shards_rewritten": rewritten,
-               "append_wall_ratio": round(medians["append"][0] / wall0, 3),
-               "append_cpu_ratio": round(medians["append"][1] / cpu0, 3),
+               "append_wall_ratio": round(median["append"][0] / wall0, 3),
+               "append_cpu_ratio": round(median["append"][1] / cpu0, 3),
                "load_after": round(os.getloadavg()[0], 2)}
     print(json.dumps(figures))
     return figures

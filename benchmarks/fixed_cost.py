@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from typing import Sequence
@@ -33,7 +32,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from benchmarks import photos  # noqa: E402
-from benchmarks.measure import checkout_env, run_measured  # noqa: E402
+from benchmarks.measure import checkout_env, interleaved_rounds, medians  # noqa: E402
 
 __all__ = ["run"]
 
@@ -74,26 +73,17 @@ def run(argv: Sequence[str] | None = None) -> dict:
             "--output_dir", out, "--num_shards", "1"],
         "import apache_beam": lambda out: [sys.executable, "-c", "import apache_beam"],
     }
-    found: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory(prefix="fixed_cost_") as tmp:
-        for _ in range(args.rounds):
-            for name, command in cases.items():
-                out = os.path.join(tmp, "out")
-                shutil.rmtree(out, ignore_errors=True)
-                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=checkout_env())
-                if measured.returncode != 0:
-                    raise SystemExit(f"{name} failed: {measured.output[-2000:]}")
-                found[name].append((measured.seconds, measured.cpu_seconds))
-    medians = {name: (statistics.median(s for s, _ in runs), statistics.median(c for _, c in runs))
-               for name, runs in found.items()}
-    beam_wall, beam_cpu = medians["Beam Create | Map | WriteToTFRecord"]
+        found = interleaved_rounds(cases, args.rounds, tmp, checkout_env())
+    median = medians(found)
+    beam_wall, beam_cpu = median["Beam Create | Map | WriteToTFRecord"]
     print(f"| {args.images} photos, {args.rounds} rounds | wall s | CPU s | CPU / Beam pipeline's |")
     print("|---|---:|---:|---:|")
-    for name, (wall, cpu) in medians.items():
+    for name, (wall, cpu) in median.items():
         print(f"| {name.replace('|', chr(92) + '|')} | {wall:.2f} | {cpu:.2f} | {cpu / beam_cpu:.2f} |")
     figures = {"images": args.images, "rounds": found,
-               "build_cpu_ratio": round(medians["build job"][1] / beam_cpu, 3),
-               "build_wall_ratio": round(medians["build job"][0] / beam_wall, 3)}
+               "build_cpu_ratio": round(median["build job"][1] / beam_cpu, 3),
+               "build_wall_ratio": round(median["build job"][0] / beam_wall, 3)}
     print(json.dumps(figures))
     return figures
 

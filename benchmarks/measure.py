@@ -14,16 +14,20 @@ as child processes:
 from __future__ import annotations
 
 import os
+import platform
+import shutil
+import statistics
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import psutil
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-__all__ = ["Measurement", "checkout_env", "run_measured", "add_photo_flags", "photo_root"]
+__all__ = ["Measurement", "checkout_env", "run_measured", "add_photo_flags", "photo_root", "machine",
+           "interleaved_rounds", "medians", "ratio_table"]
 
 _POLL_SECONDS = 0.02
 
@@ -109,3 +113,73 @@ def photo_root(args) -> str:
     from benchmarks import photos  # here: it needs the bench extra's packages
 
     return photos.dataset(args.size_mb).root
+
+
+def machine() -> dict:
+    """The machine a benchmark ran on: cores, memory, CPU model, Python, and the load when it started."""
+    cpu = platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as fh:
+            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cores": os.cpu_count(), "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "cpu": cpu, "python": platform.python_version(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def interleaved_rounds(cases: Mapping[str, Callable[[str], list[str]]], rounds: int, tmp: str, env: dict,
+                       before: Callable[[str, str], None] | None = None,
+                       after: Callable[[str, str], None] | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Runs every case once a round, the cases interleaved, each a fresh process into an empty ``tmp/out``.
+
+    Args:
+        cases: Each case's command, given its output folder.
+        rounds: Rounds.
+        tmp: A scratch folder (the output folder and the log go there).
+        env: The commands' environment.
+        before: Called with the case's name and output folder before it runs (untimed).
+        after: Called with the same after it ran (untimed; raise ``SystemExit`` to stop).
+
+    Returns:
+        Each case's (wall, CPU) seconds, a pair a round.
+
+    Raises:
+        SystemExit: A case failed (its output's end is said).
+    """
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, command in cases.items():
+            out = os.path.join(tmp, "out")
+            shutil.rmtree(out, ignore_errors=True)
+            if before is not None:
+                before(name, out)
+            measured = run_measured(command(out), _CHECKOUT, os.path.join(tmp, "log"), env=env)
+            if measured.returncode != 0:
+                raise SystemExit(f"{name} failed: {measured.output[-2000:]}")
+            if after is not None:
+                after(name, out)
+            found[name].append((measured.seconds, measured.cpu_seconds))
+    return found
+
+
+def medians(found: Mapping[str, Sequence[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    """Each case's median wall and median CPU seconds (of ``interleaved_rounds``'s pairs)."""
+    return {name: (statistics.median(s for s, _ in runs), statistics.median(c for _, c in runs))
+            for name, runs in found.items()}
+
+
+def ratio_table(title: str, median: Mapping[str, tuple[float, float]], baseline: str, label: str) -> str:
+    """A Markdown table of each case's median wall and CPU seconds and their ratios to ``baseline``'s.
+
+    Args:
+        title: The first header cell.
+        median: Each case's (wall, CPU) seconds (``medians``).
+        baseline: The case the ratios are to.
+        label: What the ratio columns call the baseline ("wall / LABEL's").
+    """
+    wall0, cpu0 = median[baseline]
+    lines = [f"| {title} | wall s | CPU s | wall / {label}'s | CPU / {label}'s |", "|---|---:|---:|---:|---:|"]
+    for name, (wall, cpu) in median.items():
+        lines.append(f"| {name.replace('|', chr(92) + '|')} | {wall:.2f} | {cpu:.2f} | {wall / wall0:.2f} | "
+                     f"{cpu / cpu0:.2f} |")
+    return "\n".join(lines)

@@ -23,8 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -72,7 +70,8 @@ def loop(root: str, kind: str) -> None:
 
 def run(argv: Sequence[str] | None = None) -> dict:
     """Runs the benchmark; prints the table and a JSON line, and returns the figures."""
-    from benchmarks.measure import add_photo_flags, checkout_env, photo_root, run_measured
+    from benchmarks.measure import (add_photo_flags, checkout_env, interleaved_rounds, medians, photo_root,
+                                    ratio_table)
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_photo_flags(parser, 440)
@@ -87,30 +86,20 @@ def run(argv: Sequence[str] | None = None) -> dict:
         **{f"loop: {kind}": (lambda kind: lambda out: [sys.executable, "-m", "benchmarks.plan_cost", "_loop",
                                                        root, kind])(kind) for kind in _LOOPS},
     }
-    found: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+
+    def untouched(name: str, out: str) -> None:
+        if name == "plan job" and os.path.exists(out):
+            raise SystemExit(f"the plan created {out}")
+
     with tempfile.TemporaryDirectory(prefix="plan_cost_") as tmp:
-        for _ in range(args.rounds):
-            for name, command in cases.items():
-                out = os.path.join(tmp, "out")
-                shutil.rmtree(out, ignore_errors=True)
-                measured = run_measured(command(out), _ROOT, os.path.join(tmp, "log"), env=checkout_env())
-                if measured.returncode != 0:
-                    raise SystemExit(f"{name} failed: {measured.output[-2000:]}")
-                if name == "plan job" and os.path.exists(out):
-                    raise SystemExit(f"the plan created {out}")
-                found[name].append((measured.seconds, measured.cpu_seconds))
-    medians = {name: (statistics.median(s for s, _ in runs), statistics.median(c for _, c in runs))
-               for name, runs in found.items()}
-    build_wall, build_cpu = medians["build job"]
+        found = interleaved_rounds(cases, args.rounds, tmp, checkout_env(), after=untouched)
+    median = medians(found)
+    build_wall, build_cpu = median["build job"]
     files = len(_files(root))
-    print(f"| {files} photos, {size / 2**20:.0f} MiB, {args.rounds} rounds | wall s | CPU s | "
-          "wall / build's | CPU / build's |")
-    print("|---|---:|---:|---:|---:|")
-    for name, (wall, cpu) in medians.items():
-        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {wall / build_wall:.2f} | {cpu / build_cpu:.2f} |")
+    print(ratio_table(f"{files} photos, {size / 2**20:.0f} MiB, {args.rounds} rounds", median, "build job", "build"))
     figures = {"input": root, "files": files, "bytes": size, "rounds": found,
-               "plan_wall_ratio": round(medians["plan job"][0] / build_wall, 3),
-               "plan_cpu_ratio": round(medians["plan job"][1] / build_cpu, 3),
+               "plan_wall_ratio": round(median["plan job"][0] / build_wall, 3),
+               "plan_cpu_ratio": round(median["plan job"][1] / build_cpu, 3),
                "load_after": round(os.getloadavg()[0], 2)}
     print(json.dumps(figures))
     return figures

@@ -45,7 +45,6 @@ import glob
 import hashlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -57,7 +56,7 @@ _ROOT = os.path.dirname(_HERE)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from benchmarks.measure import Measurement, run_measured  # noqa: E402
+from benchmarks.measure import Measurement, machine, run_measured  # noqa: E402
 from benchmarks.photos import CACHE, Dataset, dataset  # noqa: E402
 
 __all__ = ["main", "marginal_rows"]
@@ -424,19 +423,6 @@ def _table(rows: list[dict], marginal: list[dict], targets: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _machine() -> dict:
-    import psutil
-
-    cpu = platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return {"cores": os.cpu_count(), "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "cpu": cpu, "python": platform.python_version(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size_mb", type=float, default=None,
@@ -514,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nbuild job outputs byte-identical across modes and validation levels: {identical}")
     results = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": command, "machine": _machine(),
+        "command": command, "machine": machine(),
         "datasets": {size: {"root": os.path.relpath(ds.root, _ROOT), "images": ds.images,
                             "bytes": ds.bytes, "mean_bytes": round(ds.bytes / ds.images),
                             "mean_pixels": round(ds.pixels / ds.images)}

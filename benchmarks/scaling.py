@@ -84,7 +84,7 @@ _ROOT = os.path.dirname(_HERE)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from benchmarks.measure import Measurement, checkout_env, run_measured  # noqa: E402
+from benchmarks.measure import Measurement, checkout_env, machine, run_measured  # noqa: E402
 from benchmarks.photos import CACHE, MEAN_BYTES, Dataset, dataset  # noqa: E402
 
 __all__ = ["main", "marginal", "read_bytes_by_file", "beam_flags"]
@@ -436,18 +436,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _machine() -> dict:
-    import platform
-
-    cpu = platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-
-
 def _counts(text: str, flag: str, parser: argparse.ArgumentParser) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -499,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         probe_workers = sorted({min(workers), max(workers)})
     probe_images = args.probe_images or (images[0] if args.quick else 1_000)
     command = "python -m benchmarks.scaling " + " ".join(sys.argv[1:] if argv is None else argv)
-    machine = _machine()
+    host = machine()  # before the runs: the load at the start
 
     datasets = dict(zip(_SIZES, (_dataset_of(n) for n in images)))
     for size, ds in datasets.items():
@@ -566,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     results = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": command, "machine": machine, "rounds": args.repeat, "num_shards": args.num_shards,
+        "command": command, "machine": host, "rounds": args.repeat, "num_shards": args.num_shards,
         "workers": workers,
         "datasets": {size: {"root": os.path.relpath(ds.root, _ROOT), "images": ds.images, "bytes": ds.bytes}
                      for size, ds in datasets.items()},

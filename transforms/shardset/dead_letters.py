@@ -4,20 +4,19 @@ A run's dead letters are never held in one place: each worker stages the
 ones it makes in sorted parts of at most ``PART_LETTERS``, each with a small
 ``RejectionSummary`` (its count, count per reason, a few examples), and
 publishing merges the sorted parts into ``dead_letters.jsonl``, ordered by
-``(path, reason, error)`` however they were cut into parts
-(``merge_sorted_lines``), while the refusal checks use the merged summaries.
+``(path, reason, error)`` (``line_order``) however they were cut into
+parts, while the refusal checks use the merged summaries.
 """
 
 from __future__ import annotations
 
 import collections
-import heapq
 import json
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 __all__ = ["DEAD_LETTERS", "DeadLetter", "PART_LETTERS", "EXAMPLES", "IN_APPENDED_SET", "in_appended_set", "RejectionSummary", "DeadLetterPart",
-           "letter_order", "line_order", "merge_sorted_lines", "too_many_rejected",
+           "letter_order", "line_order", "too_many_rejected",
            "rejection_details", "rejection_problem"]
 
 # The tag of the output of rejected inputs (``DeadLetter``) of every step that rejects some;
@@ -128,12 +127,6 @@ class DeadLetterPart:
     path: str
     summary: RejectionSummary
     bad: RejectionSummary | None = None
-
-
-def merge_sorted_lines(streams: Sequence[Iterator[bytes]],
-                       key: Callable[[bytes], tuple] = line_order) -> Iterator[bytes]:
-    """The lines of sorted streams, in one sorted stream (holding one line of each)."""
-    return heapq.merge(*streams, key=key)
 
 
 def too_many_rejected(rejected: int, inputs: int, max_bad_fraction: float | None) -> bool:

@@ -4,10 +4,10 @@ A worker sorts up to ``dead_letters.PART_LETTERS`` dead letters and writes
 them to a unique name in the run's staging folder with their summary
 (``write_dead_letter_part``: a retried bundle writes its own copy).
 Publishing writes ``dead_letters.jsonl`` by merging the sorted parts
-(``write_dead_letters``), at most ``MERGE_FAN_IN`` files open at once: with
-more parts, groups of them are first merged into staged files of their own,
-so nothing it holds grows with the dead letters or their parts beyond one
-line and a small read buffer per open part.
+(``write_dead_letters``, with ``sorted_parts.merged_parts``: at most
+``MERGE_FAN_IN`` files open at once), so nothing it holds grows with the
+dead letters or their parts beyond one line and a small read buffer per
+open part.
 """
 
 from __future__ import annotations
@@ -15,23 +15,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import uuid
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from transforms.errors import PublishError
 from transforms.shardset.dead_letters import (DeadLetter, DeadLetterPart, RejectionSummary, in_appended_set,
-                                              letter_order, merge_sorted_lines)
+                                              letter_order, line_order)
 from transforms.shardset.manifest import DEAD_LETTERS_NAME
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists, open_lines
-from transforms.storage.folders import delete_if_exists
 from transforms.storage.output_folder import staging_folder
+from transforms.storage.sorted_parts import MERGE_BUFFER, MERGE_FAN_IN, merged_parts
 from transforms.storage.writing import reporting_full_disk, write_atomic, write_file
 
 __all__ = ["MERGE_FAN_IN", "write_dead_letter_part", "write_dead_letters"]
-
-# Staged parts read at once when merging (each holds a read buffer of MERGE_BUFFER bytes).
-MERGE_FAN_IN = 32
-MERGE_BUFFER = 256 << 10
 
 
 def write_dead_letter_part(letters: Iterable[DeadLetter], output_dir: str, run_id: str) -> DeadLetterPart:
@@ -50,17 +46,8 @@ def write_dead_letter_part(letters: Iterable[DeadLetter], output_dir: str, run_i
                           RejectionSummary.of(letter for letter in letters if not in_appended_set(letter)))
 
 
-@contextlib.contextmanager
-def _merged(paths: Sequence[str]) -> Iterator[Iterator[bytes]]:
-    """The lines of sorted staged files, merged in order."""
-    with contextlib.ExitStack() as stack:
-        streams = []
-        for path in paths:
-            lines = stack.enter_context(open_lines(path, MERGE_BUFFER))
-            if lines is None:
-                raise PublishError(f"staged dead-letter part {path} is gone")
-            streams.append(lines)
-        yield merge_sorted_lines(streams)
+def _gone(path: str) -> PublishError:
+    return PublishError(f"staged dead-letter part {path} is gone")
 
 
 def _published_before(output_dir: str, paths: Sequence[str], count: int) -> bool:
@@ -72,12 +59,6 @@ def _published_before(output_dir: str, paths: Sequence[str], count: int) -> bool
             raise PublishError(f"the staged dead-letter parts are gone and {DEAD_LETTERS_NAME} does not "
                                f"hold the {count} dead letters counted")
     return True
-
-
-def _counted(lines: Iterator[bytes], seen: list[int]) -> Iterator[bytes]:
-    for line in lines:
-        seen[0] += 1
-        yield line
 
 
 def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetterPart], target: str | None = None,
@@ -108,26 +89,20 @@ def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetter
     summary = RejectionSummary.merged(p.summary for p in parts)
     if target is None and paths and not exists(paths[0]) and _published_before(output_dir, paths, summary.count):
         return summary
-    rounds = 0
-    while len(paths) > MERGE_FAN_IN:
-        rounds += 1
-        merged = []
-        for start in range(0, len(paths), MERGE_FAN_IN):
-            group = paths[start:start + MERGE_FAN_IN]
-            path = join_path(staging, f"{DEAD_LETTERS_NAME}.merge{rounds}.{start}.{uuid.uuid4().hex}.tmp")
-            with _merged(group) as lines, reporting_full_disk(output_dir, path):
-                write_file(path, lines)
-            if rounds > 1:
-                delete_if_exists(group)  # merged files of the round before (the workers' parts stay)
-            merged.append(path)
-        paths = merged
-    seen = [0]
-    with _merged(paths) as lines, (open_lines(before, MERGE_BUFFER) if before else contextlib.nullcontext()) as first:
-        whole = _counted(lines, seen) if first is None else itertools.chain(first, _counted(lines, seen))
+
+    def staged_name(round_: int, start: int) -> str:
+        return join_path(staging, f"{DEAD_LETTERS_NAME}.merge{round_}.{start}.{uuid.uuid4().hex}.tmp")
+
+    def write_staged(path: str, lines: Iterable[bytes]) -> None:
+        with reporting_full_disk(output_dir, path):
+            write_file(path, lines)
+
+    head = open_lines(before, MERGE_BUFFER) if before else contextlib.nullcontext()
+    with merged_parts(paths, key=line_order, gone=_gone, staged_name=staged_name, fan_in=MERGE_FAN_IN,
+                      write=write_staged) as lines, head as first:
+        whole = lines if first is None else itertools.chain(first, lines)
         write_atomic(target or join_path(output_dir, DEAD_LETTERS_NAME), whole, staging)
-    if rounds:
-        delete_if_exists(paths)
-    if seen[0] != summary.count:
-        raise PublishError(f"the staged dead-letter parts hold {seen[0]} lines but {summary.count} "
+    if lines.count != summary.count:
+        raise PublishError(f"the staged dead-letter parts hold {lines.count} lines but {summary.count} "
                            "dead letters were counted; refusing to publish an inconsistent set")
     return summary
