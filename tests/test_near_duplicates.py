@@ -328,17 +328,17 @@ def test_the_step_counts_buckets_over_their_cap_and_images_without_a_hash() -> N
                                               NearDuplicateRule, RejectDuplicateImages)
 
     base = 0xCAEB555141AA75A5
-    metas = [dataclasses.replace(_meta(split, f"{i}.jpg", f"sha{i}"), phash=base ^ (1 << (63 - i)))
+    metas = [dataclasses.replace(_meta(split, f"{i}.jpg", f"{i:064x}"), phash=base ^ (1 << (63 - i)))
              for i, split in enumerate(("train", "train", "validation", "test"))]  # 1 bit each: one band differs
-    metas.append(_meta("train", "plain.jpg", "plain"))  # no hash: not compared, counted
-    metas.append(dataclasses.replace(_meta("test", "copy.jpg", "sha0"), phash=metas[0].phash))  # bytes of 0
+    metas.append(_meta("train", "plain.jpg", "e" * 64))  # no hash: not compared, counted
+    metas.append(dataclasses.replace(_meta("test", "copy.jpg", f"{0:064x}"), phash=metas[0].phash))  # bytes of 0
     with TestPipeline() as p:
         out = p | beam.Create(metas) | RejectDuplicateImages(near=NearDuplicateRule(True, 2, cap=3))
         assert_that(out["main"] | "Kept" >> beam.Map(lambda m: m.source.relpath),
                     equal_to(["validation/2.jpg", "test/3.jpg", "train/plain.jpg", "test/copy.jpg"]),
                     label="kept")
         assert_that(out[DEAD_LETTERS_TAG] | beam.Map(lambda d: (d.path, d.reason)), equal_to([
-            ("/in/train/0.jpg", "cross_split_duplicate")]), label="dead")  # test/copy.jpg keeps sha0's bytes
+            ("/in/train/0.jpg", "cross_split_duplicate")]), label="dead")  # test/copy.jpg keeps 0.jpg's bytes
         assert_that(out[NEAR_DEAD_LETTERS] | "Near" >> beam.Map(lambda d: (d.path, d.reason)), equal_to([
             ("/in/train/1.jpg", "cross_split_near_duplicate")]), label="near dead")
         # Bands 1 and 2 each hold all five hashed copies, over a cap of 3: the three with the smallest
