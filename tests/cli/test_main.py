@@ -160,6 +160,7 @@ def broken_tree(tmp_path_factory):
 MULTI_PROCESSING = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], MULTI_PROCESSING], ids=["in_process", "multi_processing"])
 def test_refusal_ends_with_one_line_and_lists_reasons(broken_tree, tmp_path, extra):
     """Worker processes print a failing bundle's traceback to their stderr: it must not show."""
@@ -179,6 +180,7 @@ def test_refusal_ends_with_one_line_and_lists_reasons(broken_tree, tmp_path, ext
         assert any(line == f"  e.g. {d['path']}: {d['reason']}: {d['error']}" for d in dead)
 
 
+@pytest.mark.slow
 def test_failure_shows_traceback_only_when_asked(tmp_path):
     """A failure inside the pipeline: one line by default, Beam's traceback with --verbose."""
     bad = tmp_path / "rows.csv"
@@ -193,6 +195,7 @@ def test_failure_shows_traceback_only_when_asked(tmp_path):
     assert loud.stderr.strip().splitlines()[-1].startswith("build_shards: failed: ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], MULTI_PROCESSING], ids=["in_process", "multi_processing"])
 def test_build_reports_progress_before_it_finishes(tmp_path, extra):
     data, out = tmp_path / "data", tmp_path / "out"
@@ -210,6 +213,7 @@ def test_build_reports_progress_before_it_finishes(tmp_path, extra):
     assert "Worker: " not in done.stderr and "WARNING" not in done.stderr
 
 
+@pytest.mark.slow
 def test_verify_and_reshard_report_progress(tmp_path):
     data, out, again = tmp_path / "data", tmp_path / "out", tmp_path / "again"
     assert command("sample", "--output", str(data), "--size_mb", "3").returncode == 0
@@ -229,6 +233,7 @@ def test_verify_and_reshard_report_progress(tmp_path):
     assert any(PROGRESS.match(line) and line.startswith("reshard: ") for line in reshard.stderr.splitlines())
 
 
+@pytest.mark.slow
 def test_job_modules_run_as_before(tmp_path):
     """``python -m beam_jobs.X`` keeps working (a job module must not be imported twice)."""
     data, out = tmp_path / "data", tmp_path / "out"
@@ -273,6 +278,7 @@ def _bad_flags(root) -> list[tuple[list[str], str]]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", range(8))
 def test_bad_flag_is_one_line_and_exit_2_before_reading(small_tree, case):
     """A13: each bad flag is refused before the job reads anything, in one line naming it."""
@@ -284,6 +290,7 @@ def test_bad_flag_is_one_line_and_exit_2_before_reading(small_tree, case):
     assert not (small_tree / "out").exists() and not (small_tree / "s").exists()
 
 
+@pytest.mark.slow
 def test_lock_path_that_is_a_folder_is_one_line(small_tree, tmp_path):
     """A12: a folder where the run's lock goes is refused in one line, not a traceback."""
     out = tmp_path / "out"
@@ -296,6 +303,7 @@ def test_lock_path_that_is_a_folder_is_one_line(small_tree, tmp_path):
     assert (out / ".tfrecord-shards.lock").is_dir()  # not the tool's: left alone
 
 
+@pytest.mark.slow
 def test_sample_with_more_broken_files_than_images(tmp_path):
     """A12: broken files go into class folders no image went to."""
     done = command("sample", "--output", str(tmp_path / "s"), "--size_mb", "0.001", "--broken", "4")
@@ -327,6 +335,7 @@ def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str]) -> subproc
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op, pattern", [("match", "data"), ("create", "train-")],
                          ids=["starting", "writing_shards"])
 def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern):
@@ -350,6 +359,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
                 for run in os.listdir(out / ".staging")] == [True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", ["reshard", "verify"])
 def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
     """Beam ignores --dry_run on the DirectRunner: the job ran and republished (issue 26).
@@ -387,6 +397,7 @@ with _Interrupts() as interrupts:
 """
 
 
+@pytest.mark.slow
 def test_after_a_ctrl_c_the_runners_failing_threads_print_nothing():
     """A terminal's Ctrl-C also stops multi_processing workers; the runner's threads watching them
     then raise (`Worker subprocess exited with return code -2`). Only the job's line may show."""

@@ -60,6 +60,7 @@ def _verify(out: str, capsys) -> None:
     assert status == 0, capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_jsonl_extras_multi_label_and_boxes_parse_exactly(tmp_path, capsys):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     _images(src, SIZES)
@@ -102,6 +103,7 @@ def test_jsonl_extras_multi_label_and_boxes_parse_exactly(tmp_path, capsys):
     _verify(out, capsys)
 
 
+@pytest.mark.slow
 def test_bad_feature_is_a_dead_letter_and_boxes_outside_are_skipped_and_counted(tmp_path, capsys):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     names = ["a.png", "b.png", "c.png", "d.png", "e.png"]
@@ -127,6 +129,7 @@ def test_bad_feature_is_a_dead_letter_and_boxes_outside_are_skipped_and_counted(
     assert parsed["c.png"]["image/object/class/label"] == [] and parsed["d.png"]["image/object/bbox/xmin"] == []
 
 
+@pytest.mark.slow
 def test_csv_declared_features_and_multi_label(tmp_path, capsys):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     _images(src, ["a.png", "b.png"])
@@ -154,6 +157,7 @@ def test_undeclared_csv_column_fails_at_once(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "out" / "manifest.json")
 
 
+@pytest.mark.slow
 def test_shard_globs_match_only_shards(tmp_path, capsys):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     _images(src, ["a.png", "b.png"])
@@ -170,6 +174,7 @@ def test_shard_globs_match_only_shards(tmp_path, capsys):
         assert sum(1 for _ in tf.data.TFRecordDataset(files)) == (2 if split == "train" else 1)
 
 
+@pytest.mark.slow
 def test_reshard_carries_extras_labels_and_boxes(tmp_path, capsys):
     from beam_jobs import reshard
 
@@ -194,6 +199,7 @@ def test_reshard_carries_extras_labels_and_boxes(tmp_path, capsys):
     assert builder.info.features["image/class/label"].feature.names == ["bird", "cat", "dog"]
 
 
+@pytest.mark.slow
 def test_sets_with_indexes_beside_the_shards_still_read_and_a_rebuild_moves_them(tmp_path, capsys):
     import shutil
 

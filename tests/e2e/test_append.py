@@ -112,6 +112,7 @@ def _in_band(out: str) -> None:
                        for size in sizes), (sizes, largest)
 
 
+@pytest.mark.slow
 def test_new_records_get_new_shards_and_published_shards_keep_their_bytes(trees, published, capsys) -> None:
     before = _shard_contents(published)
     old = load_manifest(published)
@@ -165,6 +166,7 @@ def test_few_new_records_join_one_published_shard(trees, published, capsys) -> N
     assert len(keys) == 25
 
 
+@pytest.mark.slow
 def test_images_already_in_the_set_are_duplicates_and_nothing_new_changes_nothing(trees, published,
                                                                                  tmp_path, capsys) -> None:
     grown = str(tmp_path / "grown")
@@ -185,6 +187,7 @@ def test_images_already_in_the_set_are_duplicates_and_nothing_new_changes_nothin
     assert tree_state(published) == state
 
 
+@pytest.mark.slow
 def test_nothing_new_but_inputs_known_bad_is_nothing_to_append(trees, published, tmp_path, capsys) -> None:
     grown = str(tmp_path / "grown")
     shutil.copytree(trees["day1"], grown)  # the same folder with one new photo and one stray text file
@@ -205,6 +208,7 @@ def test_nothing_new_but_inputs_known_bad_is_nothing_to_append(trees, published,
     assert tree_state(published) == state
 
 
+@pytest.mark.slow
 def test_a_successful_append_removes_a_refused_appends_dead_letters(trees, published, tmp_path, capsys) -> None:
     bad = str(tmp_path / "bad")
     write(os.path.join(bad, "rose", "notes.jpg"), b"just some text\n")
@@ -218,6 +222,7 @@ def test_a_successful_append_removes_a_refused_appends_dead_letters(trees, publi
     assert_only_shard_set(published)
 
 
+@pytest.mark.slow
 def test_split_fractions_put_an_image_where_a_rebuild_would(trees, tmp_path, capsys) -> None:
     flags = [*FLAGS, "--split_fractions", "train=0.6,validation=0.4"]
     appended, rebuilt = str(tmp_path / "appended"), str(tmp_path / "rebuilt")
@@ -232,6 +237,7 @@ def test_split_fractions_put_an_image_where_a_rebuild_would(trees, tmp_path, cap
     _verify(capsys, appended)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, named", [
     (["--image_mode", "passthrough"], "--image_mode tf"),
     (["--shard_size_mb", "1"], f"--shard_size_mb {SHARD_MB}"),
@@ -304,6 +310,7 @@ def test_a_crash_while_publishing_is_finished_by_the_next_run(trees, tmp_path, c
     _verify(capsys, out)
 
 
+@pytest.mark.slow
 def test_plan_of_an_append(trees, published, capsys) -> None:
     from beam_jobs import plan_build
 

@@ -91,6 +91,7 @@ def _container(kind: str, root: str, where: str) -> tuple[str, list[str]]:
 KINDS = ("tar", "tar.gz", "zip", "tar_of_tars", "webdataset", "webdataset_glob", "parquet", "parquet_strings")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_container_gives_the_folders_records(kind, tree, folder_build, tmp_path, capsys):
     source, flags = _container(kind, tree, str(tmp_path))
@@ -123,6 +124,7 @@ def test_each_container_gives_the_folders_records(kind, tree, folder_build, tmp_
         assert "train.tar!tulip.tar!tulip_004.jpg" in names
 
 
+@pytest.mark.slow
 def test_an_archive_of_split_folders_gives_each_member_its_split(tmp_path, capsys):
     root = tmp_path / "tree"
     make_class_tree(str(root / "train"), classes=("cat", "dog"), per_class=3, broken=False)

@@ -44,6 +44,7 @@ INPUTS = (("train.tar", []), ("photos.zip", []), ("rows.parquet", []),
           ("shards/shard-{000000..000001}.tar", ["--class_names", "daisy,rose,tulip"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, flags", INPUTS)
 def test_containers_on_s3_give_the_folders_records(s3_server, containers, name, flags, tmp_path, capsys):
     expected, files = containers
@@ -65,6 +66,7 @@ def test_containers_on_s3_give_the_folders_records(s3_server, containers, name, 
     assert len(dead_letters(out)) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, flags", INPUTS[:2])
 def test_containers_on_gcs_give_the_folders_records(gcs_server, containers, name, flags, tmp_path, capsys):
     from google.auth.credentials import AnonymousCredentials

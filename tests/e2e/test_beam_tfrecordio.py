@@ -23,6 +23,7 @@ def tree(tmp_path_factory):
 
 
 # Beam's "deflate" is a zlib stream (zlib.decompressobj()), what the job writes as .zz.
+@pytest.mark.slow
 @pytest.mark.parametrize("compression, beam_compression", [
     ("none", CompressionTypes.AUTO), ("gzip", CompressionTypes.AUTO),
     ("zlib", CompressionTypes.DEFLATE)])

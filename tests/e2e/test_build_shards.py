@@ -111,6 +111,7 @@ def test_label_counts_match_records(built):
         assert counts == shard["label_counts"]
 
 
+@pytest.mark.slow
 def test_multi_processing_run_is_byte_identical(built, tmp_path, capsys):
     root, _, out = built
     status, _, err = run_build(capsys, "--input", root, "--output_dir", str(tmp_path),
@@ -133,6 +134,7 @@ def test_seed_changes_order_but_not_content(built, tmp_path, capsys):
     assert sorted(all_records(str(tmp_path))) == sorted(all_records(out))
 
 
+@pytest.mark.slow
 def test_rerun_with_another_shard_size_replaces_the_old_shards(built, tmp_path, capsys):
     root, _, _ = built
     out = str(tmp_path)
@@ -147,6 +149,7 @@ def test_rerun_with_another_shard_size_replaces_the_old_shards(built, tmp_path, 
     assert listed == shard_files(out)
 
 
+@pytest.mark.slow
 def test_split_folders_become_splits(tmp_path, capsys):
     root = tmp_path / "in"
     make_class_tree(str(root / "train"), per_class=4, broken=False)
@@ -219,6 +222,7 @@ def test_unknown_class_with_fixed_list_is_a_dead_letter(tmp_path, capsys):
     assert sorted(d["reason"] for d in dead_letters(out)) == ["unknown_label", "unknown_label"]
 
 
+@pytest.mark.slow
 def test_split_fractions_are_deterministic(tmp_path, capsys):
     make_class_tree(str(tmp_path / "in"), per_class=20, broken=False)
     outs = []
@@ -233,6 +237,7 @@ def test_split_fractions_are_deterministic(tmp_path, capsys):
         assert open(os.path.join(outs[0], name), "rb").read() == open(os.path.join(outs[1], name), "rb").read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, fmt, channels", [
     (["--image_mode", "reencode", "--image_format", "png", "--resize", "20x10", "--grayscale"], b"png", 1),
     (["--image_mode", "reencode", "--resize", "16x16"], b"jpeg", 3),
@@ -255,6 +260,7 @@ def test_reencode_and_raw_modes(tmp_path, capsys, extra, fmt, channels):
             assert img.size == (width, height) and len(img.getbands()) == channels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression, suffix", [("gzip", ".gz"), ("zlib", ".zz")])
 def test_compressed_shards(tmp_path, capsys, compression, suffix):
     make_class_tree(str(tmp_path / "in"), per_class=4, broken=False)
@@ -330,6 +336,7 @@ def test_duplicate_paths_and_duplicate_images(tmp_path, capsys):
     assert names == [b"daisy/ok.jpg", b"rose/one.jpg"]
 
 
+@pytest.mark.slow
 def test_progress_leaves_out_duplicates_counted_in_worker_processes(tmp_path, capsys):
     """Copies dropped in both worker processes, one shard written by one of them: the report
     still leaves every copy out and ends at 100%."""
@@ -410,6 +417,7 @@ def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
         assert not os.path.exists(os.path.join(out, ".staging"))  # run files go with the staging folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["stretch", "fit", "crop"])
 def test_resize_mode_sizes_follow_in_the_records(tmp_path, mode):
     root = tmp_path / "images"

@@ -64,6 +64,7 @@ def test_usage_errors_still_fail_a_dry_run(capsys):
     assert status == 2 and "need --image_mode" in err
 
 
+@pytest.mark.slow
 def test_sdist_and_wheel_hold_what_a_worker_needs(project, tmp_path):
     dist = str(tmp_path / "dist")
     subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--no-isolation",

@@ -24,6 +24,7 @@ import os
 import shutil
 
 import PIL
+import pytest
 
 from tests.shard_fixtures import run_build, shard_files, write
 
@@ -116,6 +117,7 @@ def _build_all(tmp_path, capsys) -> dict[str, dict[str, str]]:
     return got
 
 
+@pytest.mark.slow
 def test_every_shard_is_byte_identical_to_the_golden_digests(tmp_path, capsys):
     got = _build_all(tmp_path, capsys)
     if os.environ.get("GOLDEN_RECORD"):

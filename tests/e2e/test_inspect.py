@@ -144,6 +144,7 @@ print(status, peak - before)
 """
 
 
+@pytest.mark.slow
 def test_inspect_of_a_small_gzip_whose_header_claims_3_gib_stays_small(tmp_path) -> None:
     """A5: 3 GiB claimed, 600 MiB of zeros inflated: reported as damage, without the memory."""
     import os

@@ -50,6 +50,7 @@ def _build(capsys, tree: str, out: str, *extra: str) -> None:
     assert status == 0, text
 
 
+@pytest.mark.slow
 def test_a_build_writes_a_small_manifest_and_its_shard_list(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     _build(capsys, trees[0], out)
@@ -69,6 +70,7 @@ def test_a_build_writes_a_small_manifest_and_its_shard_list(tmp_path, capsys, tr
     assert totals == raw["splits"]["train"]["label_counts"]
 
 
+@pytest.mark.slow
 def test_verify_reports_a_tampered_or_missing_shard_list(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     _build(capsys, trees[0], out)
@@ -88,6 +90,7 @@ def test_verify_reports_a_tampered_or_missing_shard_list(tmp_path, capsys, trees
     assert _report(report) == [("shards.jsonl", "missing_file")]
 
 
+@pytest.mark.slow
 def test_a_version_1_folder_verifies_and_reshards(tmp_path, capsys, trees):
     out = str(tmp_path / "v1")
     _build(capsys, trees[0], out)
@@ -111,6 +114,7 @@ def test_a_version_1_folder_verifies_and_reshards(tmp_path, capsys, trees):
     assert load_manifest(third)["records"] == before["records"]
 
 
+@pytest.mark.slow
 def test_a_split_build_into_a_version_1_folder_keeps_its_other_split(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     _build(capsys, trees[0], out, "--split", "train")
@@ -197,6 +201,7 @@ def test_the_publish_step_gets_no_side_input_element_per_shard(tmp_path, capsys,
     assert all(count == 1 for _, count in seen), seen
 
 
+@pytest.mark.slow
 def test_renames_run_in_parallel_chunks_and_all_before_the_manifest(tmp_path, capsys, trees, monkeypatch):
     import threading
 

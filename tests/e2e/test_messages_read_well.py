@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from beam_jobs import inspect_shard
 from beam_jobs.cli import progress
 from tests.shard_fixtures import make_class_tree
@@ -24,6 +26,7 @@ def test_inspect_counts_one_record_in_the_singular(tmp_path) -> None:
     assert out.getvalue().endswith("# stopped after 1 record (--limit); more follow\n")
 
 
+@pytest.mark.slow
 def test_a_build_logs_no_line_that_repeats_its_summary(tmp_path) -> None:
     make_class_tree(str(tmp_path / "in"), per_class=1, broken=False)
     done = subprocess.run([sys.executable, "-m", "beam_jobs.cli.main", "build", "--input", str(tmp_path / "in"),

@@ -157,6 +157,7 @@ def _verify(capsys, *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
+@pytest.mark.slow
 def test_s3_filesystem_does_what_the_sink_needs(s3_server, s3_bucket):
     FileSystems.set_options(PipelineOptions(_s3_flags(s3_server.url)))
     base = f"s3://{BUCKET}/fs"
@@ -192,6 +193,7 @@ def test_s3_reads_share_one_client_per_thread(s3_server, s3_bucket):
     assert clients.shared_s3io() is not first  # new options, new client
 
 
+@pytest.mark.slow
 def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys):
     status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw",
                                  "--output_dir", f"s3://{BUCKET}/shards", *BUILD_FLAGS,
@@ -212,6 +214,7 @@ def _forget_gcp_credentials() -> None:
     auth._Credentials._credentials = None
 
 
+@pytest.mark.slow
 def test_build_on_gcs_matches_a_local_build(gcs_server, gcs_bucket, local_out, capsys, caplog):
     _forget_gcp_credentials()
     with caplog.at_level(logging.WARNING):
@@ -228,6 +231,7 @@ def test_build_on_gcs_matches_a_local_build(gcs_server, gcs_bucket, local_out, c
     assert status == 0 and "12 records" in out, out + err
 
 
+@pytest.mark.slow
 def test_refused_publish_on_gcs_clears_staging(gcs_server, gcs_bucket, capsys):
     for i in range(5):  # 5 bad of 17 inputs: more than --max_bad_fraction
         gcs_bucket.put(f"bad_raw/rose/bad_{i}.jpg", b"not an image %d" % i)
@@ -276,6 +280,7 @@ def _expected_listing(root: str) -> tuple[list, list]:
             [e for e in entries if isinstance(e, DeadLetter)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["s3", "gs"])
 def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -> None:
     if store == "s3":
@@ -297,6 +302,7 @@ def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -
     assert counters["folders_listed"] == 1 + 4
 
 
+@pytest.mark.slow
 def test_an_unreachable_s3_row_is_an_unreadable_dead_letter(tmp_path) -> None:
     """A manifest row on an S3 endpoint nothing listens on: one ``unreadable`` dead letter, and the run ends.
 

@@ -71,6 +71,7 @@ def results(tmp_path_factory) -> list[dict]:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(RUNS)), ids=[f"{m.split('.')[1]}:{' '.join(a)}" for m, a in RUNS])
 def test_a_dry_run_touches_no_storage_and_needs_no_credentials(results, index) -> None:
     run = results[index]
@@ -79,6 +80,7 @@ def test_a_dry_run_touches_no_storage_and_needs_no_credentials(results, index) -
     assert run["status"] == 0 and run["dry_run_line"], run["stderr"]
 
 
+@pytest.mark.slow
 def test_the_build_module_runs_a_dry_run_as_python_dash_m(tmp_path) -> None:
     """``python -m beam_jobs.build_shards ... --dry_run True`` (plan_build imports the module by name)."""
     from tests.dry_run_child import DRY_RUN

@@ -115,6 +115,7 @@ def _bytes_of_splits(manifest: dict) -> dict[str, tuple[int, int, int]]:
     return {name: (split["records"], split["bytes"], len(split["shards"])) for name, split in manifest["splits"].items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--shard_size_mb", "0.01"], ["--num_shards", "3"],
                                    ["--split_fractions", "train=0.6,test=0.4", "--shard_size_mb", "0.006"]],
                          ids=["shard_size", "num_shards", "split_fractions"])
@@ -146,6 +147,7 @@ def test_a_broken_image_the_header_passes_is_counted_by_the_build_only(tmp_path,
     assert "the build's --validate structure checks more and may reject more" in text
 
 
+@pytest.mark.slow
 def test_output_folder_is_untouched_and_its_set_compared(split_tree, tmp_path, capsys):
     root, _ = split_tree
     train_only = str(tmp_path / "train_in")
@@ -230,6 +232,7 @@ def test_plan_reads_each_input_once_and_only_its_head_when_it_cannot_be_an_image
     assert plan["input_bytes"] == sum(os.path.getsize(f) for f in images)  # the video was not read whole
 
 
+@pytest.mark.slow
 def test_build_dry_run_on_the_local_runner_plans_and_publishes_nothing(tmp_path):
     root = str(tmp_path / "in")
     make_class_tree(root, per_class=3, broken=False)
@@ -244,6 +247,7 @@ def test_build_dry_run_on_the_local_runner_plans_and_publishes_nothing(tmp_path)
     assert not os.path.exists(out)
 
 
+@pytest.mark.slow
 def test_plan_subcommand_runs_and_help_lists_its_flags(tmp_path):
     root = str(tmp_path / "in")
     make_class_tree(root, per_class=2, broken=False)
@@ -266,6 +270,7 @@ def _stages(tmp_path, *argv: str) -> list[str]:
     return pipeline["stage_names"]
 
 
+@pytest.mark.slow
 def test_a_plan_runs_few_stages(tmp_path, capsys):
     """8 fused stages (the build: 11); 13 when it also reads a published set's keys.
 

@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 
+import pytest
 from PIL import Image
 
 from tests import imagegen
@@ -46,6 +47,7 @@ def _build(tmp_path, capsys, *flags: str) -> tuple[str, str, dict[str, dict]]:
     return out, stdout, records
 
 
+@pytest.mark.slow
 def test_default_build_stores_pngs_tensorflow_decodes_without_warnings(tmp_path, capsys):
     out, stdout, records = _build(tmp_path, capsys)
     sources = [_INPUTS[name] for name in _WARNED]
@@ -69,6 +71,7 @@ def test_default_build_stores_pngs_tensorflow_decodes_without_warnings(tmp_path,
             "iCCP known incorrect sRGB profile -> sRGB: 3)\n") in stdout
 
 
+@pytest.mark.slow
 def test_passthrough_keeps_every_source_byte(tmp_path, capsys):
     out, stdout, records = _build(tmp_path, capsys, "--image_mode", "passthrough")
     for name, ex in records.items():
@@ -77,6 +80,7 @@ def test_passthrough_keeps_every_source_byte(tmp_path, capsys):
     assert "PNG chunks fixed" not in stdout
 
 
+@pytest.mark.slow
 def test_reencode_to_png_is_counted_too(tmp_path, capsys):
     out, stdout, records = _build(tmp_path, capsys, "--image_mode", "reencode", "--image_format", "png",
                                   "--grayscale")
@@ -88,6 +92,7 @@ def test_reencode_to_png_is_counted_too(tmp_path, capsys):
             in stdout)
 
 
+@pytest.mark.slow
 def test_verify_decodes_the_fixed_records(tmp_path, capsys):
     from beam_jobs import verify_shards
 

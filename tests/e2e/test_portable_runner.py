@@ -22,6 +22,7 @@ def tree(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_portable_runner_output_is_byte_identical_to_direct(job_server, tree, tmp_path, capsys):
     args = ["--input", tree, "--shard_size_mb", "0.02", "--max_bad_fraction", "0.2", "--seed", "3"]
     direct, portable = str(tmp_path / "direct"), str(tmp_path / "portable")

@@ -75,6 +75,7 @@ def test_tfds_as_supervised_decodes_each_image_as_tensorflow_does(tmp_path, caps
     assert sorted(len(image.shape) == 3 and image.dtype == np.uint8 for image, _ in pairs) == [True] * 5
 
 
+@pytest.mark.slow
 def test_tfds_declares_the_channels_every_image_has_and_takes_the_name_given(tmp_path, capsys):
     src, out = tmp_path / "src", str(tmp_path / "out")
     for i, cls in enumerate(["cat", "dog", "dog"]):
@@ -105,6 +106,7 @@ def test_compressed_sets_say_tfds_cannot_read_them(tmp_path, capsys):
     assert not os.path.exists(os.path.join(out, "features.json"))
 
 
+@pytest.mark.slow
 def test_tfds_loads_multi_label_extras_and_boxes(tmp_path, capsys):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     names = [f"{i:02d}.png" for i in range(10)]
@@ -219,6 +221,7 @@ def _od_api_label_map(path: str) -> dict[int, str]:
     return {entry.id: entry.name for entry in label_map.item}
 
 
+@pytest.mark.slow
 def test_coco_build_keeps_category_ids_and_reads_in_model_garden(tmp_path, capsys):
     out, summary = _coco_build(tmp_path, capsys)
     got = _model_garden(out)
@@ -249,6 +252,7 @@ def test_coco_build_keeps_category_ids_and_reads_in_model_garden(tmp_path, capsy
     assert verify_shards.run(["--output_dir", out]) == 0, capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_coco_build_renumbered_and_clipped(tmp_path, capsys):
     out, summary = _coco_build(tmp_path, capsys, "--coco_ids", "renumber", "--boxes_outside", "clip")
     a = _model_garden(out)["101"]
@@ -261,6 +265,7 @@ def test_coco_build_renumbered_and_clipped(tmp_path, capsys):
     assert "boxes not inside their image: 1 box, 1 clipped (--boxes_outside clip)" in summary
 
 
+@pytest.mark.slow
 def test_label_offset_0_is_refused_for_coco_and_writes_no_label_map_elsewhere(tmp_path, capsys):
     write(str(tmp_path / "ann.json"), json.dumps(COCO).encode())
     status, _, err = run_build(capsys, "--input", str(tmp_path / "ann.json"), "--output_dir",
@@ -281,6 +286,7 @@ def test_label_offset_0_is_refused_for_coco_and_writes_no_label_map_elsewhere(tm
     assert builder.info.features["image/object/class/label"].feature.names == ["cat"]
 
 
+@pytest.mark.slow
 def test_readme_tfds_snippet_runs_as_written(tmp_path, capsys, monkeypatch):
     """The README's tensorflow-datasets block, run on a build of out/flowers with a caption."""
     readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md"),

@@ -54,6 +54,7 @@ def assert_balanced(folder: str, split: str = "train") -> None:
     assert max(sizes) - min(sizes) <= largest, sizes
 
 
+@pytest.mark.slow
 def test_beam_written_uneven_files_become_balanced_shards(tmp_path, capsys):
     datas = labelled_records(300)
     src = tmp_path / "beam"
@@ -88,6 +89,7 @@ def test_one_big_file_is_read_in_parallel_ranges_and_resharded(tmp_path, capsys)
     assert_balanced(out)
 
 
+@pytest.mark.slow
 def test_output_does_not_depend_on_input_file_boundaries(tmp_path, capsys):
     datas = labelled_records(120, seed=2)
     two, five = tmp_path / "two", tmp_path / "five"
@@ -187,6 +189,7 @@ def test_skip_corrupt_refuses_more_damage_than_max_bad_fraction_by_default(tmp_p
     assert not shard_files(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fraction", [[], ["--max_bad_fraction", "1"]], ids=["default", "1"])
 def test_skip_corrupt_with_every_input_damaged_publishes_nothing(tmp_path, capsys, fraction):
     """A8: every input damaged at its first record: no empty set is published, exit non-zero."""
@@ -232,6 +235,7 @@ def run_verify(capsys, *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
+@pytest.mark.slow
 def test_reshard_output_passes_verify(tmp_path, capsys):
     make_class_tree(str(tmp_path / "in"), per_class=6, broken=False)
     built = str(tmp_path / "built")
@@ -242,6 +246,7 @@ def test_reshard_output_passes_verify(tmp_path, capsys):
     assert status == 0, stdout + err
 
 
+@pytest.mark.slow
 def test_reshard_of_other_examples_passes_verify_against_its_feature_spec(tmp_path, capsys):
     datas = labelled_records(40, seed=6)
     src = write_tfrecord(str(tmp_path / "src.tfrecord"), datas)
@@ -280,6 +285,7 @@ def _graph_bytes(folder, files: int) -> int:
     return len(p.to_runner_api().SerializeToString())
 
 
+@pytest.mark.slow
 def test_the_job_graph_does_not_grow_with_the_input_files(tmp_path):
     # Before, the matched files went into the graph (about 60 bytes each: 300 KB more for
     # 5,000 files); now the pipeline matches the patterns itself.

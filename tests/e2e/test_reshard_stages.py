@@ -32,6 +32,7 @@ def _stages(tmp_path, *args: str) -> list[str]:
 # Match (2: the patterns, then the files spread), read with the items and every precombine,
 # the facts (count, class names, feature spec: one combine), planning (2), write, shard list
 # parts, publish; --skip_corrupt adds the facts' default (every input may be damaged).
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, most", [([], 9), (["--skip_corrupt", "--max_bad_fraction", "0.5"], 10)],
                          ids=["plain", "skip_corrupt"])
 def test_a_reshard_runs_at_most_nine_stages(tmp_path, flags, most) -> None:

@@ -20,6 +20,7 @@ from beam_jobs.cli.harness import error_summary
 from transforms.beam_compat import local_runner
 
 
+@pytest.mark.slow
 def test_default_runner_skips_prism(tmp_path, capsys, caplog):
     make_class_tree(str(tmp_path / "in"), per_class=2, broken=False)
     with caplog.at_level(logging.INFO):
@@ -45,6 +46,7 @@ def test_error_summary_finds_the_project_error():
     assert error_summary(ValueError("a\nb\n")) == "ValueError: b"
 
 
+@pytest.mark.slow
 def test_beams_bigquery_client_warning_is_dropped_from_job_output():
     # Without Beam's optional BigQuery client, importing Beam logs a warning on the root
     # logger; importing a job drops it, and leaves no filter on the root logger behind.
@@ -118,6 +120,7 @@ def test_workers_are_left_as_they_are(argv, size, cores):
     assert _direct(options) == before
 
 
+@pytest.mark.slow
 def test_a_build_given_workers_says_so_and_writes_the_same_shards(tmp_path, capsys, monkeypatch):
     """The chosen multi-process run prints one line and publishes what one process publishes."""
     from tests.shard_fixtures import shard_files

@@ -38,6 +38,7 @@ def _images(root, layout: str) -> None:
                 (folder / f"{i}.{'jpg' if i % 2 else 'png'}").write_bytes(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["classes", "splits"])
 def test_a_folder_build_runs_at_most_eleven_stages(tmp_path, layout) -> None:
     _images(tmp_path / "in", layout)
@@ -49,6 +50,7 @@ def test_a_folder_build_runs_at_most_eleven_stages(tmp_path, layout) -> None:
     assert (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_a_build_from_a_manifest_and_with_published_splits_stays_small(tmp_path) -> None:
     _images(tmp_path / "in", "classes")
     for i in range(3):
@@ -66,6 +68,7 @@ def test_a_build_from_a_manifest_and_with_published_splits_stays_small(tmp_path)
     assert len(names) <= 17, "\n".join(names)
 
 
+@pytest.mark.slow
 def test_a_build_from_an_archive_runs_one_stage_more_than_from_a_folder(tmp_path) -> None:
     import tarfile
 
@@ -79,6 +82,7 @@ def test_a_build_from_an_archive_runs_one_stage_more_than_from_a_folder(tmp_path
     assert (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_a_build_looking_for_near_duplicates_runs_one_stage_more(tmp_path) -> None:
     _images(tmp_path / "in", "splits")
     names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in"),

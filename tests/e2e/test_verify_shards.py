@@ -178,6 +178,7 @@ def _beam_written(prefix: str, compression_type, suffix: str) -> list[bytes]:
     return records
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression_type, suffix", [
     (CompressionTypes.UNCOMPRESSED, ""), (CompressionTypes.GZIP, ".gz")])
 def test_files_mode_on_beam_written_tfrecords(tmp_path, capsys, compression_type, suffix) -> None:
@@ -278,6 +279,7 @@ def test_files_mode_reports_a_header_over_max_record_mb_as_bad_length(tmp_path, 
 _SPLIT = ["--direct_num_workers", "4", "--direct_running_mode", "multi_threading"]  # 3 shards < 4 workers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("manifest, split, preview, most", [
     (True, False, False, 5),  # read whole: at least as many shards as workers
     (True, True, False, 5),  # split into byte ranges: fewer shards than workers

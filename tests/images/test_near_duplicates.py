@@ -272,6 +272,7 @@ def test_a_build_reports_a_resaved_copy_of_a_train_photo_in_validation(tmp_path,
     assert dead_letters(str(out)) == []
 
 
+@pytest.mark.slow
 def test_a_build_with_reject_dead_letters_the_train_copy(tmp_path, capsys) -> None:
     _split_tree(tmp_path / "in", copy_split="test")
     out = tmp_path / "out"
@@ -291,6 +292,7 @@ def test_a_build_with_reject_dead_letters_the_train_copy(tmp_path, capsys) -> No
     assert "cross_split_near_duplicate" in stdout
 
 
+@pytest.mark.slow
 def test_a_build_without_the_check_has_no_report_and_removes_an_earlier_one(tmp_path, capsys) -> None:
     _split_tree(tmp_path / "in")
     out = tmp_path / "out"
@@ -349,6 +351,7 @@ def test_the_step_counts_buckets_over_their_cap_and_images_without_a_hash() -> N
                     equal_to([("test/copy.jpg", "train/1.jpg")]), label="pairs")
 
 
+@pytest.mark.slow
 def test_a_reshard_of_every_file_of_a_set_leaves_its_near_duplicates_out(tmp_path, capsys) -> None:
     from beam_jobs import reshard
 

@@ -209,6 +209,7 @@ def _build(tmp_path, capsys, *flags: str, inputs=_INPUTS) -> tuple[str, str, dic
     return out, stdout, records
 
 
+@pytest.mark.slow
 def test_default_build_decodes_upright_in_tensorflow(tmp_path, capsys):
     out, stdout, records = _build(tmp_path, capsys)
     for name, ex in records.items():
@@ -233,6 +234,7 @@ def test_default_build_decodes_upright_in_tensorflow(tmp_path, capsys):
     assert verify_shards.run(["--output_dir", out, "--decode_images"]) == 0
 
 
+@pytest.mark.slow
 def test_keep_build_writes_image_orientation(tmp_path, capsys):
     out, stdout, records = _build(tmp_path, capsys, "--exif_orientation", "keep")
     for name, ex in records.items():  # what the stored pixels need: the TIFF is decoded upright
@@ -274,6 +276,7 @@ def test_passthrough_keeps_every_byte_and_counts_what_is_not_upright(tmp_path, c
     assert "; --image_mode tf turns them upright\n" in stdout
 
 
+@pytest.mark.slow
 def test_boxes_turn_with_the_pixels(tmp_path, capsys):
     root = tmp_path / "in"
     write(str(root / "o6.jpg"), _INPUTS["jpeg/o6.jpg"])
@@ -306,6 +309,7 @@ def test_inspect_reads_the_orientation_from_the_header_only():
     assert info.orientation == 6 and (info.height, info.width) == (20, 30)
 
 
+@pytest.mark.slow
 def test_plan_with_keep_gives_the_records_the_build_writes(tmp_path, capsys):
     from beam_jobs import plan_build
 

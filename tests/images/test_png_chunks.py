@@ -104,6 +104,7 @@ def decoded(tmp_path_factory):
     return {name: (results[i], results[len(names) + i]) for i, name in enumerate(names)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_tensorflow_warns_as_the_case_says_before_the_fix(name, decoded):
     before, _ = decoded[name]

@@ -84,6 +84,7 @@ def test_tf_mode_stores_a_png_tensorflow_decodes_to_pillows_pixels(name):
     assert err.value.reason == "unsupported_format"
 
 
+@pytest.mark.slow
 def test_build_converts_them_and_counts_each_format(tmp_path, capsys):
     root, out = tmp_path / "in", str(tmp_path / "out")
     for name, (data, _) in _MADE.items():

@@ -539,6 +539,7 @@ def _damaged_scans(data: bytes, rng: np.random.Generator, count: int) -> list[by
     return out
 
 
+@pytest.mark.slow
 def test_marker_search_gives_the_plain_loops_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The regex and the numpy search (both forced, whatever the size) against the loop, on
     intact and randomly damaged JPEGs: the same verdict, reason and message, every time."""

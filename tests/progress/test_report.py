@@ -22,6 +22,7 @@ def _count_in_child(folder: str, n: int) -> None:
     counters.flush()
 
 
+@pytest.mark.slow
 def test_counts_of_several_processes_add_up(tmp_path, monkeypatch):
     folder = str(tmp_path)
     context = multiprocessing.get_context("spawn")

@@ -121,6 +121,7 @@ def test_pure_top_level_modules_import_no_beam() -> None:
         assert not [m for m in imported_modules(path) if m.startswith("apache_beam")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where, line, rule", [
     ("transforms/images/codec.py", "import apache_beam as beam", "pure code never imports Beam"),
     ("transforms/verify/checks.py", "from apache_beam.io.filesystem import FileMetadata",

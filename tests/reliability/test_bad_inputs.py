@@ -170,6 +170,7 @@ def _records(out: str) -> dict[str, dict]:
     return {ex["image/filename"].decode(): ex for n in shard_files(out) for ex in examples(os.path.join(out, n))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_every_case_has_its_stated_outcome(build, mode: str) -> None:
     root, out, expected, _, _ = build(mode)

@@ -192,6 +192,7 @@ def test_huge_length_fields_are_rejected_at_once_without_allocating(tmp_path) ->
     assert result["job_growth_mib"] < 50, result["job_growth_mib"]
 
 
+@pytest.mark.slow
 def test_gzip_shards_missing_their_last_1_to_8_bytes(tmp_path, capsys) -> None:
     folder = str(tmp_path / "set")
     shards = write_shard_set(folder, splits={"train": 8}, per_shard=2, compression="gzip", sides=(4, 10))

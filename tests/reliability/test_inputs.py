@@ -188,6 +188,7 @@ def test_file_and_folder_names_that_are_not_utf8_are_one_dead_letter_each(tmp_pa
     assert got == [(f"{root}/cr\\xe8me/a.jpg", "bad_file_name"), (f"{root}/rose/caf\\xe9.png", "bad_file_name")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, bad_row, bad_line", [
     ("list.csv", b"imgs/bad\xff.jpg,rose\n", 4),
     ("list.csv", b"imgs/3.jpg,ros\xe9\n", 4),
@@ -216,6 +217,7 @@ def test_one_bad_byte_in_one_manifest_row_is_one_dead_letter(tmp_path, capsys, n
     assert _filenames(str(out)) == {f"imgs/{i}.jpg" for i in range(6)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, bad_row", [
     ("list.csv", "file://{root}/imgs/0.jpg,rose"),  # no file system of Beam's reads file://
     ("list.jsonl", '{{"path": "file://{root}/imgs/0.jpg", "label": "rose"}}'),
@@ -265,6 +267,7 @@ def test_path_problem_and_open_for_read(path: str, problem: str | None) -> None:
 
 # --- files that are not regular, or too large ----------------------------------------------------
 
+@pytest.mark.slow
 def test_fifo_device_and_folder_in_a_manifest_are_unreadable_dead_letters(tmp_path) -> None:
     for i in range(4):
         write(str(tmp_path / "imgs" / f"{i}.jpg"), imagegen.jpeg("RGB", size=(8 + i, 8)))
@@ -405,6 +408,7 @@ def test_could_be_image_from_the_head(head: bytes, magic: bool | None, image: bo
 
 # --- too many rejected inputs ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_too_many_rejected_inputs_refuse_before_any_shard_is_written(tmp_path) -> None:
     # Issue 25, G2: a wrong --class_names rejects a third of the inputs. Before, every shard was
     # read, encoded and written to staging (a "wrote shard ..." line each), and only then refused.

@@ -56,6 +56,7 @@ def test_a_linked_staging_folder_is_refused_and_its_target_kept(tree, tmp_path, 
     assert tree_state(str(tmp_path)) == before
 
 
+@pytest.mark.slow
 def test_a_linked_index_folder_is_refused_and_its_idx_files_kept(tree, tmp_path, capsys):
     """Before: the old set's ``.idx`` files were deleted in the link's target on a rebuild."""
     out = tmp_path / "o"

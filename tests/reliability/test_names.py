@@ -33,6 +33,7 @@ REJECTED_LABELS = ["x\x00y", "x\ny", "x\r", "tab\tx", "del\x7f", "nel\x85x", "li
                    "para\u2029sep", ""]
 
 
+@pytest.mark.slow
 def test_hostile_labels_are_stored_as_text_or_rejected(tmp_path, capsys) -> None:
     work = tmp_path / "work"
     rows = []

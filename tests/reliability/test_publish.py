@@ -69,6 +69,7 @@ def tree(tmp_path_factory):
 # ---------------------------------------------------------------------------------------------
 # 1. Publishing deletes only files the tool wrote.
 
+@pytest.mark.slow
 def test_a_users_shard_named_file_stops_the_run_and_stays(tree, tmp_path, capsys):
     out = str(tmp_path / "out")
     mine = write(os.path.join(out, "validation-00000-of-00001.tfrecord"), b"the user's own records")
@@ -111,6 +112,7 @@ def test_an_unreadable_manifest_does_not_make_its_shards_the_tools(tree, tmp_pat
 # ---------------------------------------------------------------------------------------------
 # 2. One split at a time into one folder.
 
+@pytest.mark.slow
 def test_reshard_one_split_at_a_time_keeps_the_other(tree, tmp_path, capsys):
     old, new = str(tmp_path / "old"), str(tmp_path / "new")
     status, _, err = run_build(capsys, "--input", tree, "--output_dir", old, "--num_shards", "2",
@@ -129,6 +131,7 @@ def test_reshard_one_split_at_a_time_keeps_the_other(tree, tmp_path, capsys):
     assert status == 0, report
 
 
+@pytest.mark.slow
 def test_build_one_split_at_a_time_keeps_the_other(tmp_path, capsys):
     train, val, out = str(tmp_path / "train"), str(tmp_path / "val"), str(tmp_path / "out")
     make_class_tree(train, per_class=3, broken=False, seed=1)
@@ -158,6 +161,7 @@ def test_build_one_split_at_a_time_keeps_the_other(tmp_path, capsys):
     assert_only_shard_set(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["append", "flip"])
 def test_a_kept_split_that_changed_stops_the_run(tmp_path, capsys, damage):
     train, val, out = str(tmp_path / "train"), str(tmp_path / "val"), str(tmp_path / "out")
@@ -179,6 +183,7 @@ def test_a_kept_split_that_changed_stops_the_run(tmp_path, capsys, damage):
     assert tree_state(out) == before  # refused before anything changed
 
 
+@pytest.mark.slow
 def test_a_kept_split_with_other_classes_stops_the_run(tmp_path, capsys):
     train, val, out = str(tmp_path / "train"), str(tmp_path / "val"), str(tmp_path / "out")
     make_class_tree(train, per_class=2, broken=False, seed=1)  # daisy, rose, tulip
@@ -253,6 +258,7 @@ def small_disk():
         os.rmdir(folder)
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_with_the_space_needed_and_does_not_poison_the_next_run(tmp_path, small_disk,
                                                                                    capsys):
     big, small = str(tmp_path / "big"), str(tmp_path / "small")
@@ -285,6 +291,7 @@ def _paused_build(tmp_path, op: str, pattern: str, argv: list[str]):
     return proc, marker, log
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_busy_folder_stops_and_the_first_publishes(tree, tmp_path, capsys):
     out = str(tmp_path / "out")
     proc, marker, log = _paused_build(tmp_path, "create", r"/\.staging/",
@@ -305,6 +312,7 @@ def test_a_second_run_into_a_busy_folder_stops_and_the_first_publishes(tree, tmp
     assert _verify(capsys, out)[0] == 0
 
 
+@pytest.mark.slow
 def test_a_run_that_lost_its_lock_does_not_write_a_manifest(tree, tmp_path):
     out = str(tmp_path / "out")
     proc, marker, log = _paused_build(tmp_path, "create", r"/labels\.txt\.[0-9a-f]+\.tmp$",
@@ -364,6 +372,7 @@ def test_flags_out_of_range_fail_at_once(tree, tmp_path, capsys, flags, message)
     assert not os.path.exists(out)
 
 
+@pytest.mark.slow
 def test_extreme_seeds_in_range_work(tree, tmp_path, capsys):
     for seed in (str(2**63 - 1), str(-2**63)):
         status, _, err = run_build(capsys, "--input", tree, "--output_dir", str(tmp_path / seed),
@@ -385,6 +394,7 @@ def test_output_folders_that_cannot_work_fail_at_once(tree, tmp_path, capsys):
     assert open(a_file, "rb").read() == b"x" and not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_an_output_folder_the_user_cannot_write_fails_at_once(tmp_path):
     # Run the job as nobody on a root-owned folder. CAP_DAC_READ_SEARCH lets nobody read the
     # interpreter (under /root, mode 0700) and the inputs; it grants no right to write.
@@ -471,6 +481,7 @@ def _lock_round_trip(out: str) -> None:
     assert release_lock(out, second.run_id) is True
 
 
+@pytest.mark.slow
 def test_the_lock_is_exclusive_on_s3(s3_store):
     from transforms.storage.writing import create_exclusive_s3
 
@@ -487,6 +498,7 @@ def test_the_lock_is_exclusive_on_gcs(gcs_store):
     _lock_round_trip(f"gs://{LOCK_BUCKET}/shards")
 
 
+@pytest.mark.slow
 def test_a_build_into_a_busy_s3_folder_stops_at_once(s3_server, s3_store, tree, capsys):
     key = f"busy/{LOCK_NAME}"
     s3_store.put_object(Bucket=LOCK_BUCKET, Key=key,

@@ -79,6 +79,7 @@ def _last_line(err: str) -> str:
     return err.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_build_from_other_inputs_into_a_published_split_is_refused_before_reading(
         tmp_path, capsys, monkeypatch, trees):
     from beam_jobs import build_shards
@@ -99,6 +100,7 @@ def test_a_build_from_other_inputs_into_a_published_split_is_refused_before_read
     assert tree_state(str(tmp_path)) == before  # every file hashed: nothing written, no lock left
 
 
+@pytest.mark.slow
 def test_split_fractions_name_the_splits_a_build_writes(tmp_path, capsys, monkeypatch, trees):
     from beam_jobs import build_shards
 
@@ -112,6 +114,7 @@ def test_split_fractions_name_the_splits_a_build_writes(tmp_path, capsys, monkey
     assert tree_state(out) == before
 
 
+@pytest.mark.slow
 def test_rebuilding_from_the_same_inputs_needs_no_flag(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     status, _, err = _build(capsys, "--input", trees["photos"], "--input", trees["more"], "--output_dir", out)
@@ -125,6 +128,7 @@ def test_rebuilding_from_the_same_inputs_needs_no_flag(tmp_path, capsys, trees):
     assert load_manifest(out)["splits"]["train"]["num_shards"] == 2
 
 
+@pytest.mark.slow
 def test_replace_rebuilds_the_split_and_the_summary_names_it(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     _published(capsys, out, trees)
@@ -144,6 +148,7 @@ def test_replace_rebuilds_the_split_and_the_summary_names_it(tmp_path, capsys, t
     assert "replace" not in manifest["options"]  # it says how to publish, not what
 
 
+@pytest.mark.slow
 def test_a_split_folder_collision_is_refused_at_publish_with_nothing_changed(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     status, _, err = _build(capsys, "--input", trees["a"], "--output_dir", out)
@@ -165,6 +170,7 @@ def test_a_split_folder_collision_is_refused_at_publish_with_nothing_changed(tmp
     assert "  validation (kept): 6 records" in stdout
 
 
+@pytest.mark.slow
 def test_the_summary_counts_the_inputs_this_run_read(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     status, _, err = _build(capsys, "--input", trees["photos"], "--output_dir", out, "--split", "train")
@@ -180,6 +186,7 @@ def test_the_summary_counts_the_inputs_this_run_read(tmp_path, capsys, trees):
     assert "  train (kept): 12 records" in stdout and "replaced split" not in stdout
 
 
+@pytest.mark.slow
 def test_drop_other_splits_is_named_in_the_summary(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     _published(capsys, out, trees)
@@ -190,6 +197,7 @@ def test_drop_other_splits_is_named_in_the_summary(tmp_path, capsys, trees):
     assert "  removed split validation: 6 records (--drop_other_splits)\n" in stdout
 
 
+@pytest.mark.slow
 def test_reshard_into_a_split_other_inputs_built_is_refused(tmp_path, capsys, monkeypatch, trees):
     from beam_jobs import reshard
 
@@ -222,6 +230,7 @@ def test_reshard_into_a_split_other_inputs_built_is_refused(tmp_path, capsys, mo
     assert load_manifest(out)["splits"]["train"]["built_from"] == [pattern]
 
 
+@pytest.mark.slow
 def test_a_manifest_without_built_from_falls_back_to_its_options(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     status, _, err = _build(capsys, "--input", trees["photos"], "--output_dir", out, "--split", "train")

@@ -57,6 +57,7 @@ def test_bundle_repeat_reaches_the_runner_the_jobs_use(tmp_path) -> None:
         assert sorted(fh.read().split()) == ["a"] * 3 + ["b"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [
     ["--shard_size_mb", "0.02"],
     ["--image_mode", "reencode", "--num_shards", "3", "--compression", "gzip"],

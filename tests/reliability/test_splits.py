@@ -120,6 +120,7 @@ def _tree_with_copies(root: str, groups: int = 10, copies: int = 3) -> dict[str,
     return names
 
 
+@pytest.mark.slow
 def test_split_fractions_put_identical_bytes_in_one_split(tmp_path, capsys):
     names = _tree_with_copies(str(tmp_path / "in"))
     out = str(tmp_path / "out")
@@ -145,6 +146,7 @@ def test_split_fractions_put_identical_bytes_in_one_split(tmp_path, capsys):
     assert status == 0, text + err
 
 
+@pytest.mark.slow
 def test_identical_bytes_in_user_given_splits_keep_the_evaluation_copy(tmp_path, capsys):
     rng = random.Random(3)
     shared_test, shared_val, alone = (image_bytes("rose", "PNG", rng) for _ in range(3))
@@ -182,6 +184,7 @@ def test_identical_bytes_in_user_given_splits_keep_the_evaluation_copy(tmp_path,
     assert status == 0, text + err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_a_later_split_build_rejects_a_copy_of_a_published_image(tmp_path, capsys, compression):
     # Issue 25, A9: before, both builds published, exit 0, and verify then found a duplicate_key.
@@ -216,6 +219,7 @@ def test_a_later_split_build_rejects_a_copy_of_a_published_image(tmp_path, capsy
 # --- 2. verify reports a key in two splits ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_verify_reports_an_image_in_two_splits_with_manifest_and_files(tmp_path, capsys):
     shards = write_shard_set(str(tmp_path / "set"), {"train": 2, "validation": 1})
     leaked = shards.records["train-00001-of-00002.tfrecord"][2]
@@ -260,6 +264,7 @@ def _records_by_split(folder: str) -> dict[str, list[bytes]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+@pytest.mark.slow
 def test_reshard_of_a_shard_set_keeps_each_split(tmp_path, capsys):
     built = _two_split_build(tmp_path, capsys)
     out = str(tmp_path / "out")
@@ -278,6 +283,7 @@ def test_reshard_of_a_shard_set_keeps_each_split(tmp_path, capsys):
     assert status == 0, text + err
 
 
+@pytest.mark.slow
 def test_reshard_split_flag_merges_explicitly(tmp_path, capsys):
     built = _two_split_build(tmp_path, capsys)
     out = str(tmp_path / "out")
@@ -289,6 +295,7 @@ def test_reshard_split_flag_merges_explicitly(tmp_path, capsys):
     assert "  all: " in stdout and "train" not in stdout
 
 
+@pytest.mark.slow
 def test_reshard_refuses_files_whose_name_states_no_split(tmp_path, capsys):
     built = _two_split_build(tmp_path, capsys)
     other = str(tmp_path / "loose.tfrecord")
@@ -369,6 +376,7 @@ def _splice(source: str, source_name: str, target: str, target_name: str) -> Non
     replace_shard(target, target_name, datas, {k: v for k, v in entry["label_counts"].items()})
 
 
+@pytest.mark.slow
 def test_spliced_shard_from_another_build_is_caught_when_it_can_be(tmp_path, capsys):
     # A: daisy, rose, tulip. B: the same photos a month later, with a new class "lily" that
     # shifts rose and tulip by one; its shard spliced into A with the manifest fixed up.

@@ -96,6 +96,7 @@ def _split_tree(root) -> None:
         _touch(root, rel)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, rules", [
     (_class_tree, LabelRules()),
     (_split_tree, LabelRules()),
@@ -207,6 +208,7 @@ _JSONL = (b"\xef\xbb\xbf" + json.dumps({"path": "imgs/a.jpg", "label": "rose"}).
           + json.dumps({"path": "imgs/last.jpg", "label": 3}).encode())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, data", [("list.csv", _CSV), ("list.jsonl", _JSONL)])
 @pytest.mark.parametrize("range_bytes", [1, 7, 100, 1 << 20])
 def test_a_manifest_read_in_many_ranges_gives_what_reading_it_whole_gave(tmp_path, name, data,

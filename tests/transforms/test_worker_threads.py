@@ -287,6 +287,7 @@ def test_thread_count_zero_is_one_per_usable_core():
         worker_threads.thread_count(-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["tf", "reencode"])
 def test_build_is_byte_identical_across_image_thread_counts(corpus, tmp_path, capsys, mode):
     root, _, _ = corpus
