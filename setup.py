@@ -30,13 +30,13 @@ setuptools.setup(
             "build",  # sdist/wheel packaging test; Beam's --setup_file staging
             "scikit-image>=0.22",  # its data images are half of the messy corpus (tests/messy_corpus.py)
             # Readers of the shard folder as it is: tfds.builder_from_directory
-            # (tests/test_annotated_builds.py) and the PyTorch tfrecord package with our
-            # .idx files (tests/test_index_readers.py; it needs no torch to read).
+            # (tests/e2e/test_annotated_builds.py) and the PyTorch tfrecord package with our
+            # .idx files (tests/e2e/test_index_readers.py; it needs no torch to read).
             "tensorflow-datasets>=4.9.10", "tfrecord>=1.14.6",
         ],
         "aws": ["apache-beam[aws]"],
         "gcp": ["apache-beam[gcp]"],
-        # TensorFlow reads the shards (tests/test_tensorflow_interop.py). tensorflow-cpu
+        # TensorFlow reads the shards (tests/e2e/test_tensorflow_interop.py). tensorflow-cpu
         # wheels exist for x86-64 only; TF 2.21 takes protobuf>=6.31.1,<8, Beam <7.
         "compat": [
             "tensorflow-cpu>=2.21,<3; platform_machine == 'x86_64' or platform_machine == 'AMD64'",

@@ -1,6 +1,6 @@
 """Runs Dataflow dry runs of the jobs in this process with every network call refused, and says what happened.
 
-Used by ``tests/test_offline_dry_runs.py`` (in a network namespace without
+Used by ``tests/e2e/test_offline_dry_runs.py`` (in a network namespace without
 network when the machine allows one). Any ``connect`` or name lookup is
 recorded and refused, so a dry run that reached for storage or credentials
 shows here at once instead of after minutes of retries.

@@ -151,7 +151,7 @@ def png_streams() -> dict[str, tuple[bytes, bool]]:
     deflate data, a zlib stream cut short or without its end, a bad filter
     type, fewer rows than IHDR declares. The decoded ones hold what libpng
     accepts: more data than the rows need, bytes after the stream's end.
-    (``tests/test_tf_decoding.py`` holds each to TensorFlow.)
+    (``tests/images/test_tf_rule.py`` holds each to TensorFlow.)
     """
     width, height = 13, 9
     rows = [b"\x00" + pattern(1, width, 1, salt=y).tobytes() for y in range(height)]

@@ -10,7 +10,7 @@ field) it returns None and the caller parses them with ``decode_example``,
 which either accepts them (protobuf's merge rules apply) or raises
 ``ExampleError``. So every Example the full parse rejects is still rejected,
 with the same message, and every Example the scan accepts decodes the same
-way under both (``tests/test_example_scan.py``).
+way under both (``tests/example/test_scan.py``).
 """
 
 from __future__ import annotations

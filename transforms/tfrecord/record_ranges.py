@@ -25,7 +25,7 @@ while it does not. A damaged record between the two is therefore read, and
 reported, by exactly one range, and a file that cannot be split safely without
 an index fails loudly instead of yielding a record twice. Reading a file in
 any number of ranges reads each byte a small constant number of times, damaged
-stretches included (``tests/test_reliability_resync.py``).
+stretches included (``tests/reliability/test_resync.py``).
 
 Pure code: works on seekable binary file-like objects and a claim protocol
 that Beam's ``OffsetRangeTracker`` satisfies; never opens paths.

@@ -10,7 +10,7 @@ about ``BUCKET_KEYS`` keys at most), so the duplicate-key check holds one
 bucket's keys at a time (``bucket_duplicates``), never every key of the
 shard set. The problems
 found are those ``check_record`` finds, record by record
-(``tests/test_verify_ranges.py``).
+(``tests/verify/test_ranges.py``).
 """
 
 from __future__ import annotations
