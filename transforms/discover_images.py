@@ -15,7 +15,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.archives.members import ContainerRules, is_container_input
 from transforms.discover_archives import ListArchives
-from transforms.images.folder_parts import NAMES_PER_PART, in_part, spread_large_folders
+from transforms.images.folder_parts import NAMES_PER_PART, names_in_part, spread_large_folders
 from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
@@ -205,8 +205,7 @@ class _ListFolderFn(beam.DoFn):
         elif "://" in key:
             listing = ((path, False) for path in list_store_below(task.folder))
         else:
-            keep = None if task.parts == 1 else (
-                lambda path: in_part(path[len(prefix):], task.part, task.parts))
+            keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
             listing = ((path, False if found is None else found)
                        for path, found in walk_local_tree(task.folder, keep))
         for path, found in listing:

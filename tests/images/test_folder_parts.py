@@ -6,7 +6,8 @@ import zlib
 
 import pytest
 
-from transforms.images.folder_parts import MAX_PARTS, NAMES_PER_PART, in_part, parts_for, spread_large_folders
+from transforms.images.folder_parts import (MAX_PARTS, NAMES_PER_PART, in_part, names_in_part, parts_for,
+                                            spread_large_folders)
 from transforms.images.inputs import FolderTask
 
 
@@ -30,6 +31,13 @@ def test_each_path_is_in_exactly_one_part(parts) -> None:
     assert held == [1] * len(paths)
     sizes = [sum(in_part(path, part, parts) for path in paths) for part in range(parts)]
     assert min(sizes) > 0.7 * len(paths) / parts  # CRC-32 spreads numbered names about evenly
+
+
+@pytest.mark.parametrize("folder, name", [(b"", b"a.jpg"), (b"sub", b"b.jpg"), (b"s/t", b"\xff.jpg"), (b"", b"")])
+def test_names_in_part_tests_a_name_as_in_part_tests_its_path(folder, name) -> None:
+    path = (folder + b"/" + name if folder else name).decode("utf-8", "surrogateescape")
+    for part in range(5):
+        assert names_in_part(part, 5)(folder)(name) == in_part(path, part, 5)
 
 
 def test_the_part_of_a_path_is_its_crc32_modulo_parts() -> None:

@@ -42,9 +42,22 @@ def test_walk_local_tree_gives_only_what_keep_keeps_and_stats_nothing_else(tmp_p
         return real_exists(path)
 
     monkeypatch.setattr(os.path, "exists", exists)
-    kept = sorted(path for path, _ in walk_local_tree(str(tmp_path), lambda path: "sub" in path))
-    assert kept == [p for p in everything if "sub" in p] and len(kept) == 2  # c, d (the link is not walked)
-    assert sorted(stated) == kept
+    asked = []
+
+    def keep(folder: bytes):
+        asked.append(folder)
+        return lambda name: folder.startswith(b"sub") or name == b"a.jpg"
+
+    kept = sorted(path for path, _ in walk_local_tree(str(tmp_path), keep))
+    assert kept == [p for p in everything if "/sub/" in p or p.endswith("/a.jpg")] and len(kept) == 3
+    assert sorted(os.fsdecode(path) for path in stated) == kept  # what keep refused was not stat-ed
+    assert sorted(asked) == [b"", b"empty", b"sub", b"sub/deeper"]  # each folder, relative to the root
+
+
+def test_walk_local_tree_with_keep_gives_undecodable_names_as_listed(tmp_path) -> None:
+    (tmp_path / os.fsdecode(b"bad\xff.jpg")).write_bytes(b"x")
+    assert [path for path, _ in walk_local_tree(str(tmp_path), lambda folder: lambda name: True)] == [
+        path for path, _ in walk_local_tree(str(tmp_path))] == [str(tmp_path / "bad\udcff.jpg")]
 
 
 def test_walk_local_tree_keeps_unreadable_folders_by_keep_too(tmp_path, monkeypatch) -> None:
@@ -60,4 +73,12 @@ def test_walk_local_tree_keeps_unreadable_folders_by_keep_too(tmp_path, monkeypa
     monkeypatch.setattr(os, "scandir", scandir)
     errors = [path for path, err in walk_local_tree(str(tmp_path)) if err is not None]
     assert errors == [locked]
-    assert [p for p, err in walk_local_tree(str(tmp_path), lambda path: path != locked) if err] == []
+    seen = []
+
+    def keep(folder: bytes):
+        return lambda name: seen.append((folder, name)) or name != b"sub"
+
+    assert [p for p, err in walk_local_tree(str(tmp_path), keep) if err] == []
+    assert (b"", b"sub") in seen  # an unreadable folder is tested as a name in its parent
+    assert [(p, type(err)) for p, err in walk_local_tree(str(tmp_path), lambda folder: lambda name: True)
+            if err] == [(locked, PermissionError)]

@@ -6,9 +6,10 @@ the files below each folder it will list (``storage.listing.count_local_files``,
 stopping at ``NAMES_PER_PART * MAX_PARTS``); a folder with more than
 ``NAMES_PER_PART`` files becomes ``parts_for(count)`` tasks of the same
 folder, and the task of part ``i`` keeps the paths whose CRC-32 modulo the
-number of parts is ``i`` (``in_part``). Every task walks the whole folder (a
-name costs a ``scandir`` entry and a CRC there), but only its own names are
-stat-ed, labelled and passed on, so the work after the walk is spread over
+number of parts is ``i`` (``in_part``; a path relative to the folder
+listed). Every task walks the whole folder (a name costs a ``scandir`` entry
+and a CRC there, ``names_in_part``), but only its own names are stat-ed,
+labelled and passed on, so the work after the walk is spread over
 workers with no extra step in the pipeline. Folders of up to
 ``NAMES_PER_PART`` files stay one task, as they always were.
 
@@ -24,10 +25,10 @@ from typing import Callable, Iterable
 
 from transforms.images.inputs import FolderTask
 
-__all__ = ["NAMES_PER_PART", "MAX_PARTS", "parts_for", "in_part", "spread_large_folders"]
+__all__ = ["NAMES_PER_PART", "MAX_PARTS", "parts_for", "in_part", "names_in_part", "spread_large_folders"]
 
 # Files below one folder that one task lists and labels; a folder with more is listed in parts.
-NAMES_PER_PART = 100_000
+NAMES_PER_PART = 250_000
 # The most parts one folder is listed in: each part walks the whole folder, so more parts cost
 # more walking than they save (``BENCHMARKS.md``, "One huge folder, listed in parts").
 MAX_PARTS = 16
@@ -45,12 +46,26 @@ def parts_for(count: int, names_per_part: int = NAMES_PER_PART, max_parts: int =
 
 
 def in_part(path: str, part: int, parts: int) -> bool:
-    """True if ``path`` is listed by part ``part`` of ``parts`` (CRC-32 of its UTF-8 bytes, modulo ``parts``).
+    """True if ``path`` (relative to the folder listed) is listed by part ``part`` of ``parts``.
 
-    A name that is not UTF-8 (lone surrogates from ``os.listdir``) hashes
-    its bytes as listed.
+    The part of a path is the CRC-32 of its UTF-8 bytes modulo ``parts``; a
+    name that is not UTF-8 (lone surrogates from ``os.listdir``) hashes its
+    bytes as listed.
     """
     return parts == 1 or zlib.crc32(path.encode("utf-8", "surrogateescape")) % parts == part
+
+
+def names_in_part(part: int, parts: int) -> Callable[[bytes], Callable[[bytes], bool]]:
+    """``in_part`` for a walk (``storage.listing.walk_local_tree``'s ``keep``): folder -> test of a name.
+
+    ``folder`` is relative to the folder listed (``b""`` for itself), so the
+    test of ``name`` is ``in_part`` of ``folder/name``; the folder's CRC is
+    taken once and continued with each name.
+    """
+    def in_folder(folder: bytes) -> Callable[[bytes], bool]:
+        crc = zlib.crc32(folder + b"/") if folder else 0
+        return lambda name: zlib.crc32(name, crc) % parts == part
+    return in_folder
 
 
 def spread_large_folders(tasks: Iterable[FolderTask], count: Callable[[str, int], int],

@@ -145,7 +145,8 @@ def list_local_tree(root: str) -> LocalListing:
     return LocalListing(tuple(files), tuple(unreadable))
 
 
-def walk_local_tree(root: str, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, OSError | None]]:
+def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] | None = None
+                    ) -> Iterator[tuple[str, OSError | None]]:
     """Every file below a local folder as ``(path, None)``, every folder it cannot list as ``(folder, error)``.
 
     Walks as Beam's local file system lists: ``os.walk``, links to folders not
@@ -155,23 +156,57 @@ def walk_local_tree(root: str, keep: Callable[[str], bool] | None = None) -> Ite
 
     Args:
         root: The local folder.
-        keep: ``path -> bool``; only the files and unreadable folders it keeps
-            are given (checked before a file is stat-ed, so the others cost
-            no system call). None: every one.
+        keep: Only some entries: ``keep(folder)`` for each folder walked (its
+            path relative to ``root`` as bytes, ``b""`` for ``root`` itself)
+            gives a test of the bytes of an entry's name; only the files and
+            unreadable folders it passes are given, and only they are stat-ed
+            (``folder_parts``). The root itself, if it cannot be listed, is
+            tested as the name ``b""`` in ``b""``. None: every entry.
     """
+    if keep is not None:
+        yield from _walk_local_part(root, keep)
+        return
     errors: list[OSError] = []
     for folder, _, names in os.walk(root, onerror=errors.append):
         while errors:
             err = errors.pop(0)
-            if keep is None or keep(err.filename or root):
-                yield err.filename or root, err
+            yield err.filename or root, err
         for name in names:
             path = os.path.join(folder, name)
-            if (keep is None or keep(path)) and os.path.exists(path):  # Beam drops what getsize cannot stat
+            if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
                 yield path, None
     for err in errors:
-        if keep is None or keep(err.filename or root):
-            yield err.filename or root, err
+        yield err.filename or root, err
+
+
+def _walk_local_part(root: str, keep: Callable[[bytes], Callable[[bytes], bool]]
+                     ) -> Iterator[tuple[str, OSError | None]]:
+    """``walk_local_tree`` with ``keep``: the same walk over bytes, so a name is tested without decoding it."""
+    top = os.fsencode(root)
+    start = len(top) + 1
+
+    def kept_error(err: OSError) -> bool:
+        path = os.fsencode(err.filename) if err.filename else top
+        if path == top:
+            return keep(b"")(b"")
+        folder, _, name = path[start:].rpartition(b"/")
+        return keep(folder)(name)
+
+    errors: list[OSError] = []
+    for folder, _, names in os.walk(top, onerror=errors.append):
+        while errors:
+            err = errors.pop(0)
+            if kept_error(err):
+                yield os.fsdecode(err.filename) if err.filename else root, err
+        test = keep(folder[start:])
+        for name in names:
+            if test(name):
+                path = os.path.join(folder, name)
+                if os.path.exists(path):
+                    yield os.fsdecode(path), None
+    for err in errors:
+        if kept_error(err):
+            yield os.fsdecode(err.filename) if err.filename else root, err
 
 
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
