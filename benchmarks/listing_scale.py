@@ -30,7 +30,7 @@ and prints each run's figures.
 
 runs the build job (``beam_jobs.build_shards``, under ``benchmarks/child_usage.py
 --count_stages``, measured by ``benchmarks/measure.py``) on a tree of that many
-small JPEGs in that many class folders, with each checkout in turn, and prints
+small PNGs in that many class folders, with each checkout in turn, and prints
 its fused stages, wall seconds and peak RSS (``rss_tree``: the summed RSS of
 the process and its workers; ``rss_process``: the largest single process).
 
@@ -74,7 +74,7 @@ def write_manifest(path: str, rows: int) -> None:
 
 
 def write_images(root: str, images: int, folders: int) -> None:
-    """Writes ``images`` small JPEGs (32x24, each its own colour) over ``folders`` class folders below ``root``."""
+    """Writes ``images`` small PNGs (16x12, each with its number in its first pixels) over ``folders`` class folders."""
     from PIL import Image
 
     marker = os.path.join(root, f".made-{images}-{folders}")
@@ -83,8 +83,9 @@ def write_images(root: str, images: int, folders: int) -> None:
     for i in range(images):
         folder = os.path.join(root, f"class_{i % folders:04d}")
         os.makedirs(folder, exist_ok=True)
-        Image.new("RGB", (32, 24), (i % 251, i // 251 % 251, i // 63001 % 251)).save(
-            os.path.join(folder, f"{i:08d}.jpg"), quality=90)
+        image = Image.new("RGB", (16, 12), (200, 120, 40))
+        image.putpixel((0, 0), (i & 0xFF, i >> 8 & 0xFF, i >> 16 & 0xFF))
+        image.save(os.path.join(folder, f"{i:08d}.png"))
     open(marker, "wb").close()
 
 
@@ -204,7 +205,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | list[dict[str, An
     parser.add_argument("--files", type=int, default=0, help="empty files of a folder tree")
     parser.add_argument("--folders", type=int, default=1000, help="class folders of the tree")
     parser.add_argument("--build_images", type=int, default=0,
-                        help="run the build job on a tree of this many small JPEGs (with --baseline)")
+                        help="run the build job on a tree of this many small PNGs (with --baseline)")
     parser.add_argument("--workdir", default=None, help="where the input is written (reused)")
     parser.add_argument("--baseline", default=None, help="another checkout, measured in turn with this one")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of baseline and this checkout")

@@ -192,14 +192,16 @@ def test_s3_reads_share_one_client_per_thread(s3_server, s3_bucket):
     assert clients.shared_s3io() is not first  # new options, new client
 
 
-def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys):
+@pytest.mark.parametrize("listing", [[], ["--list_key_ranges", "4"]], ids=["by_folder", "key_ranges"])
+def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys, listing):
+    prefix = "shards_by_ranges" if listing else "shards"  # the listing's key ranges change no byte
     status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw",
-                                 "--output_dir", f"s3://{BUCKET}/shards", *BUILD_FLAGS,
-                                 *_s3_flags(s3_server.url))
+                                 "--output_dir", f"s3://{BUCKET}/{prefix}", *BUILD_FLAGS,
+                                 *_s3_flags(s3_server.url), *listing)
     assert status == 0, err
-    assert f"Published 12 records to s3://{BUCKET}/shards" in out
-    _assert_same_as_local(s3_bucket, "shards", local_out)
-    status, out, err = _verify(capsys, "--output_dir", f"s3://{BUCKET}/shards", "--decode_images",
+    assert f"Published 12 records to s3://{BUCKET}/{prefix}" in out
+    _assert_same_as_local(s3_bucket, prefix, local_out)
+    status, out, err = _verify(capsys, "--output_dir", f"s3://{BUCKET}/{prefix}", "--decode_images",
                                *_s3_flags(s3_server.url))
     assert status == 0 and "12 records" in out, out + err  # read back in place, in ranges
 
