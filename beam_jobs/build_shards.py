@@ -428,7 +428,8 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
         cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.input if is_manifest_path(i)],
         archives=[i for i in cfg.input if is_container_input(i)],
-        containers=ContainerRules(cfg.image_column, cfg.label_column, cfg.labels))
+        containers=ContainerRules(cfg.image_column, cfg.label_column, cfg.labels),
+        key_ranges=cfg.list_key_ranges)
     fixed = list(cfg.labels) if cfg.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
         cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside)

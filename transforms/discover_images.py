@@ -15,11 +15,13 @@ from apache_beam.metrics import Metrics
 
 from transforms.archives.members import ContainerRules, is_container_input
 from transforms.discover_archives import ListArchives
+from transforms.images.folder_parts import NAMES_PER_PART, names_in_part, spread_large_folders
 from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line,
                                       is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
                                       unreadable_folder_entry)
 from transforms.images.items import SourceImage
+from transforms.images.key_ranges import KeyRange, split_keys_after
 from transforms.images.listing_facts import ListingTally
 from transforms.images.object_classes import ObjectClasses
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
@@ -29,7 +31,8 @@ from transforms.shardset.coco import coco_categories, coco_image_entries, coco_i
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import file_size, open_for_read
-from transforms.storage.listing import (LEVEL_SCHEMES, exact_file, list_below, list_store_below, list_store_level,
+from transforms.storage.listing import (LEVEL_SCHEMES, count_local_files, exact_file, first_store_key_after,
+                                        list_below, list_store_below, list_store_level, list_store_range,
                                         scan_local_folder, scan_store, walk_local_tree)
 from transforms.storage.paths import path_problem
 
@@ -44,6 +47,19 @@ _RANGES = "ranges"
 # entry)) of its images and annotations, grouped by image; (file, category names), one per file.
 _COCO = "coco"
 _COCO_NAMES = "coco_names"
+# The tag of a store prefix's key ranges inside DiscoverImages (_KeyRangeTask), listed after a shuffle.
+_KEY_RANGES = "key_ranges"
+# Keys of a store prefix one task lists before it cuts the rest into key ranges (with --list_key_ranges).
+FIRST_KEYS = 1000
+
+
+class _KeyRangeTask(NamedTuple):
+    """The keys of one store prefix (a FolderTask's ``folder``) in one ``KeyRange``, listed by one worker."""
+
+    root: str
+    folder: str
+    keys: KeyRange
+    layout: str
 
 
 class _ManifestRange(NamedTuple):
@@ -151,32 +167,47 @@ def _coco_image_group(keyed, rules: LabelRules, names):
 
 class _ListFolderFn(beam.DoFn):
     """FolderTask -> ("file", root, relpath, layout) per file, ("unreadable", root, relative folder,
-    why, layout) per folder it cannot list.
+    why, layout) per folder it cannot list; with ``key_ranges``, also ``_KeyRangeTask``s (_KEY_RANGES).
 
     Folders met by a task that lists one level are tasks of their own
-    (``inputs.plan_folder_listing``). Hidden files are counted and dropped
-    here. A task without a layout lists its whole input and decides the
-    layout from every path: the one task of a store other than gs:// and s3://,
-    or of a run that must not touch storage before it starts.
+    (``inputs.plan_folder_listing``). A huge local folder is listed by
+    several tasks, each keeping the paths of its part
+    (``folder_parts.in_part``). With ``key_ranges``, a task listing
+    everything below a gs:// or s3:// prefix lists its first ``FIRST_KEYS``
+    keys and, if there are more, cuts the rest into ``key_ranges`` ranges
+    (``images.key_ranges``) that other workers list (``_ListKeyRangeFn``).
+    Hidden files are counted and dropped here. A task without a layout lists
+    its whole input and decides the layout from every path: the one task of a
+    store other than gs:// and s3://, or of a run that must not touch storage
+    before it starts.
     """
 
-    def __init__(self, layout: str) -> None:
+    def __init__(self, layout: str, key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> None:
         self._layout = layout
+        self._ranges = key_ranges
+        self._first = first_keys
         self._hidden = Metrics.counter("build", "hidden_files_skipped")
         self._folders = Metrics.counter("build", "folders_listed")
+        self._cut = Metrics.counter("build", "key_ranges_cut")
 
     def process(self, task: FolderTask):
         key, prefix = _tree_prefix(task.root)
-        self._folders.inc()
+        if task.part == 0:
+            self._folders.inc()
         if task.layout is None or ("://" in key and not key.startswith(LEVEL_SCHEMES)):
             yield from self._list_whole(key, prefix, task.layout)
             return
         if not task.below:
             listing = self._level(task.folder, "://" not in key)
+        elif "://" in key and self._ranges:
+            yield from self._list_store_below(task)
+            return
         elif "://" in key:
             listing = ((path, False) for path in list_store_below(task.folder))
         else:
-            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder))
+            keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
+            listing = ((path, False if found is None else found)
+                       for path, found in walk_local_tree(task.folder, keep))
         for path, found in listing:
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
@@ -188,6 +219,37 @@ class _ListFolderFn(beam.DoFn):
                 self._hidden.inc()
             else:
                 yield ("file", key, _wire(rel), task.layout)
+
+    def _list_store_below(self, task: FolderTask):
+        """The first keys below the task's prefix as files; if there are more, the rest cut into ``_KeyRangeTask``s."""
+        last = None
+        first = []
+        with naming_s3_errors(task.folder):
+            for path in list_store_range(task.folder):
+                if len(first) == self._first:
+                    break
+                first.append(path)
+                last = path
+            else:
+                last = None  # listed to the end
+            yield from self._files(task.root, first, task.layout)
+            if last is None:
+                return
+            ranges = split_keys_after(last[len(task.folder):],
+                                      lambda name: first_store_key_after(task.folder, name), self._ranges)
+        self._cut.inc(len(ranges))
+        for keys in ranges:
+            yield beam.pvalue.TaggedOutput(_KEY_RANGES, _KeyRangeTask(task.root, task.folder, keys, task.layout))
+
+    def _files(self, root: str, paths, layout: str):
+        """("file", root, relpath, layout) of each path that is not hidden."""
+        key, prefix = _tree_prefix(root)
+        for path in paths:
+            rel = path[len(prefix):]
+            if is_hidden(rel):
+                self._hidden.inc()
+            else:
+                yield ("file", key, _wire(rel), layout)
 
     @staticmethod
     def _level(where: str, local: bool):
@@ -213,6 +275,15 @@ class _ListFolderFn(beam.DoFn):
             layout = self._layout if self._layout != "auto" else layout_of_levels(levels_of_paths(rels))
         for rel in rels:
             yield ("file", key, _wire(rel), layout)
+
+
+class _ListKeyRangeFn(_ListFolderFn):
+    """``_KeyRangeTask`` -> ("file", root, relpath, layout) per key in its range."""
+
+    def process(self, task: _KeyRangeTask):
+        with naming_s3_errors(task.folder):
+            yield from self._files(task.root, list_store_range(task.folder, task.keys.after, task.keys.until),
+                                   task.layout)
 
 
 class _ResolveInputFn(beam.DoFn):
@@ -276,21 +347,27 @@ class _ResolveInputFn(beam.DoFn):
         self._tally.flush()
 
 
-def folder_tasks(path: str, layout: str, offline: bool = False) -> tuple[FolderTask, ...]:
+def folder_tasks(path: str, layout: str, offline: bool = False,
+                 names_per_part: int = NAMES_PER_PART) -> tuple[FolderTask, ...]:
     """The listing tasks of a folder input (``inputs.plan_folder_listing``), found before the job runs.
 
     Offline (a Dataflow dry run) or on a store listed only whole, the one task
-    lists the whole input on a worker.
+    lists the whole input on a worker. A local folder with more than
+    ``names_per_part`` files below it is listed in parts (``folder_parts``).
 
     Args:
         path: The folder input.
         layout: ``--layout``.
         offline: Touch no storage.
+        names_per_part: Files below one local folder that one task lists.
     """
     root = path.rstrip("/")
     if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
         return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
-    return plan_folder_listing(root, layout, scan_store if "://" in root else scan_local_folder)
+    if "://" in root:
+        return plan_folder_listing(root, layout, scan_store)
+    return spread_large_folders(plan_folder_listing(root, layout, scan_local_folder), count_local_files,
+                                names_per_part)
 
 
 class DiscoverImages(beam.PTransform):
@@ -298,7 +375,10 @@ class DiscoverImages(beam.PTransform):
 
     A folder input comes as ``FolderTask``s (``inputs.plan_folder_listing``,
     run before the job: its layout is known and each task lists one part of
-    it), spread over workers. An input manifest (``.csv``, ``.jsonl``) is read
+    it; a huge local folder is several tasks, ``folder_parts``), spread over
+    workers. With ``key_ranges``, a gs:// or s3:// class folder of more than
+    ``FIRST_KEYS`` objects is listed in that many key ranges by several
+    workers, through a shuffle of the ranges (one fused stage more). An input manifest (``.csv``, ``.jsonl``) is read
     in byte ranges of ``range_bytes``, one element each, one row per line
     (``manifest_lines``). A COCO ``.json`` is read as a stream, and
     each image is grouped with its annotations by image id. Archives, WebDataset
@@ -316,14 +396,22 @@ class DiscoverImages(beam.PTransform):
         range_bytes: Bytes of an input manifest read as one element.
         archives: The container inputs (``archives.members.is_container_input``).
         containers: How container inputs give images and labels.
+        key_ranges: Key ranges a large gs:// or s3:// class folder is cut into
+            (``--list_key_ranges``); 0: each is listed by one worker.
+        first_keys: Keys of such a folder listed before the rest is cut.
     """
 
     def __init__(self, rules: LabelRules, folder_tasks: Sequence[FolderTask] = (),
                  manifests: Sequence[str] = (), range_bytes: int = MANIFEST_RANGE_BYTES,
-                 archives: Sequence[str] = (), containers: ContainerRules = ContainerRules()) -> None:
+                 archives: Sequence[str] = (), containers: ContainerRules = ContainerRules(),
+                 key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> None:
         super().__init__()
         if range_bytes < 1:
             raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
+        if key_ranges < 0 or first_keys < 1:
+            raise ValueError(f"key_ranges must be >= 0 and first_keys >= 1, got {key_ranges}, {first_keys}")
+        self._key_ranges = key_ranges
+        self._first_keys = first_keys
         self._rules = rules
         self._tasks = list(folder_tasks)
         self._manifests = list(manifests)
@@ -334,19 +422,27 @@ class DiscoverImages(beam.PTransform):
     @classmethod
     def of_inputs(cls, inputs: Sequence[str], rules: LabelRules, offline: bool = False,
                   range_bytes: int = MANIFEST_RANGE_BYTES,
-                  containers: ContainerRules = ContainerRules()) -> "DiscoverImages":
+                  containers: ContainerRules = ContainerRules(), names_per_part: int = NAMES_PER_PART,
+                  key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> "DiscoverImages":
         """The step for these ``--input`` values; their folders' tasks are found now (``folder_tasks``)."""
         tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
-                      for task in folder_tasks(path, rules.layout, offline))
+                      for task in folder_tasks(path, rules.layout, offline, names_per_part))
         return cls(rules, tasks, [path for path in inputs if is_manifest_path(path)], range_bytes,
-                   [path for path in inputs if is_container_input(path)], containers)
+                   [path for path in inputs if is_container_input(path)], containers, key_ranges, first_keys)
 
     def expand(self, pbegin):
         listed, side = [], {}
         if self._tasks:  # more than one task: Create spreads them over workers
-            listed.append(pbegin
-                          | "CreateFolderTasks" >> beam.Create(self._tasks)
-                          | "ListFolders" >> beam.ParDo(_ListFolderFn(self._rules.layout)))
+            tasks = pbegin | "CreateFolderTasks" >> beam.Create(self._tasks)
+            lister = _ListFolderFn(self._rules.layout, self._key_ranges, self._first_keys)
+            if self._key_ranges and any(task.below and task.folder.startswith(LEVEL_SCHEMES) for task in self._tasks):
+                found = tasks | "ListFolders" >> beam.ParDo(lister).with_outputs(_KEY_RANGES, main="files")
+                listed += [found.files,  # files, unreadable folders
+                           found[_KEY_RANGES]
+                           | "SpreadKeyRanges" >> beam.Reshuffle()  # _KeyRangeTask
+                           | "ListKeyRanges" >> beam.ParDo(_ListKeyRangeFn(self._rules.layout))]  # files
+            else:
+                listed.append(tasks | "ListFolders" >> beam.ParDo(lister))  # files, unreadable folders
         if self._manifests:
             started = (pbegin
                        | "CreateManifestInputs" >> beam.Create(self._manifests)

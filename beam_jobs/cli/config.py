@@ -213,6 +213,7 @@ class BuildConfig(PublishingConfig):
     ABOUT_INPUT: ClassVar[str] = "a folder of class folders or a .csv/.jsonl manifest"
 
     layout: str
+    list_key_ranges: int
     label_regex: str | None
     class_names: str | None
     labels_file: str | None

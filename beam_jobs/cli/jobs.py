@@ -91,6 +91,11 @@ RECORD_READING = FlagSet("RecordReadingOptions", (_MAX_RECORD_MB,))
 BUILD_FLAGS = FlagSet("BuildOptions", (
     Flag("layout", default="auto", choices=LAYOUTS, group="inputs", recorded=True,
          help="Folder layout: class folders, split folders, or auto-detect."),
+    # How fast, not what: not recorded.
+    Flag("list_key_ranges", type=v.non_negative_int, default=0, group="inputs",
+         help="Cut each gs:// or s3:// class folder of more than 1,000 objects "
+              "into this many key ranges, listed by several workers (one fused "
+              "stage more). 0: one worker lists each class folder."),
     Flag("label_regex", group="labels and splits", recorded=True,
          help="Take the class from the first group of this regex in the file name."),
     # Beam reserves --labels for Dataflow job labels, hence --class_names.

@@ -194,14 +194,16 @@ def test_s3_reads_share_one_client_per_thread(s3_server, s3_bucket):
 
 
 @pytest.mark.slow
-def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys):
+@pytest.mark.parametrize("listing", [[], ["--list_key_ranges", "4"]], ids=["by_folder", "key_ranges"])
+def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, capsys, listing):
+    prefix = "ranges/shards" if listing else "shards"  # the key ranges change no byte (same set name)
     status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw",
-                                 "--output_dir", f"s3://{BUCKET}/shards", *BUILD_FLAGS,
-                                 *_s3_flags(s3_server.url))
+                                 "--output_dir", f"s3://{BUCKET}/{prefix}", *BUILD_FLAGS,
+                                 *_s3_flags(s3_server.url), *listing)
     assert status == 0, err
-    assert f"Published 12 records to s3://{BUCKET}/shards" in out
-    _assert_same_as_local(s3_bucket, "shards", local_out)
-    status, out, err = _verify(capsys, "--output_dir", f"s3://{BUCKET}/shards", "--decode_images",
+    assert f"Published 12 records to s3://{BUCKET}/{prefix}" in out
+    _assert_same_as_local(s3_bucket, prefix, local_out)
+    status, out, err = _verify(capsys, "--output_dir", f"s3://{BUCKET}/{prefix}", "--decode_images",
                                *_s3_flags(s3_server.url))
     assert status == 0 and "12 records" in out, out + err  # read back in place, in ranges
 
@@ -255,11 +257,11 @@ def _keep_listed(items: list, path: str) -> None:
         pickle.dump(items, fh)
 
 
-def _discover_on_store(root: str, flags: list[str], tmp_path) -> tuple[list, list, dict]:
+def _discover_on_store(root: str, flags: list[str], tmp_path, **listing) -> tuple[list, list, dict]:
     from transforms.discover_images import DiscoverImages
 
     p = beam.Pipeline(runner=beam_compat.local_runner(PipelineOptions(flags)), options=PipelineOptions(flags))
-    listed = p | DiscoverImages.of_inputs([root], LabelRules())
+    listed = p | DiscoverImages.of_inputs([root], LabelRules(), **listing)
     for name, kind in (("main", SourceImage), ("dead", DeadLetter)):
         (listed
          | f"Only{name}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))
@@ -281,8 +283,10 @@ def _expected_listing(root: str) -> tuple[list, list]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("listing", [{}, {"key_ranges": 3, "first_keys": 1}], ids=["whole", "key_ranges"])
 @pytest.mark.parametrize("store", ["s3", "gs"])
-def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -> None:
+def test_a_nested_tree_on_a_store_is_listed_by_level(store, listing, request, tmp_path) -> None:
+    """Listed by level; with key ranges (past each class folder's first key), the same entries."""
     if store == "s3":
         server = request.getfixturevalue("s3_server")
         bucket, flags = request.getfixturevalue("s3_bucket"), _s3_flags(server.url)
@@ -293,13 +297,61 @@ def test_a_nested_tree_on_a_store_is_listed_by_level(store, request, tmp_path) -
     for rel in _NESTED:
         bucket.put(f"nested/{rel}", b"x")
     root = f"{store}://{BUCKET}/nested"
-    entries, dead, counters = _discover_on_store(root, flags, tmp_path)
+    entries, dead, counters = _discover_on_store(root, flags, tmp_path, **listing)
     want_entries, want_dead = _expected_listing(root)
     assert sorted(entries, key=repr) == sorted(want_entries, key=repr)
     assert sorted(dead, key=repr) == sorted(want_dead, key=repr) and dead  # stray.jpg: no_label
     assert counters["hidden_files_skipped"] == 2
     # The input's own objects, then each of its 4 top prefixes (class folders) with everything below.
     assert counters["folders_listed"] == 1 + 4
+    # rose and we[ird]* hold 3 keys each: 1 listed first, the other 2 in at most 3 ranges each.
+    assert (counters.get("key_ranges_cut", 0) >= 2) == bool(listing)
+
+
+@pytest.mark.parametrize("store", ["s3", "gs"])
+def test_a_large_prefix_is_listed_in_key_ranges_by_several_elements(store, request, tmp_path) -> None:
+    """Past its first first_keys keys, a class folder is cut into key ranges listed apart."""
+    from transforms.storage.listing import list_store_range
+
+    if store == "s3":
+        server = request.getfixturevalue("s3_server")
+        bucket, flags = request.getfixturevalue("s3_bucket"), _s3_flags(server.url)
+        clients.set_options(PipelineOptions(flags))
+    else:
+        request.getfixturevalue("gcs_server")
+        bucket, flags = request.getfixturevalue("gcs_bucket"), []
+        beam_compat.use_anonymous_gcp_credentials()
+    names = [f"{i:03d}.jpg" for i in range(60)] + ["[x]*.jpg", "é.jpg", ".hidden.jpg"]
+    for name in names:
+        bucket.put(f"flat/cat/{name}", b"x")
+    bucket.put("flat/dog/a.jpg", b"x")
+    bucket.put("flat/cat0.jpg", b"x")  # beside the prefix, never in its ranges
+    root = f"{store}://{BUCKET}/flat"
+    prefix = f"{root}/cat/"
+    assert [p[len(prefix):] for p in list_store_range(prefix, "010.jpg", "013.jpg")] == [
+        "011.jpg", "012.jpg", "013.jpg"]
+    entries, dead, counters = _discover_on_store(root, flags, tmp_path, key_ranges=4, first_keys=5)
+    want = [name for name in names if name != ".hidden.jpg"]
+    assert sorted(e.relpath for e in entries if e.label == "cat") == sorted(f"cat/{n}" for n in want)
+    assert [e.relpath for e in entries if e.label == "dog"] == ["dog/a.jpg"]
+    assert len(entries) == len(want) + 1 and [d.reason for d in dead] == ["no_label"]  # cat0.jpg
+    assert counters["key_ranges_cut"] == 4 and counters["hidden_files_skipped"] == 1
+
+
+def test_key_ranges_add_a_step_only_for_a_store_folder() -> None:
+    """The ranges' shuffle is wired only when asked for and a task lists below a gs:// or s3:// prefix."""
+    from transforms.discover_images import DiscoverImages
+    from transforms.images.inputs import FolderTask
+
+    def labels(task: FolderTask, key_ranges: int) -> set[str]:
+        p = beam.Pipeline()
+        _ = p | "Discover" >> DiscoverImages(LabelRules(), [task], key_ranges=key_ranges)
+        return {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+
+    store = FolderTask(f"s3://{BUCKET}/in", f"s3://{BUCKET}/in/cat/", True, "classes")
+    local = FolderTask("/data/in", "/data/in/cat", True, "classes")
+    assert "Discover/SpreadKeyRanges" in labels(store, 16)
+    assert labels(store, 0) == labels(local, 16) and "Discover/SpreadKeyRanges" not in labels(local, 16)
 
 
 @pytest.mark.slow

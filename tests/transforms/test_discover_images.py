@@ -31,11 +31,11 @@ def _keep(items: list, path: str) -> None:
         pickle.dump(items, fh)
 
 
-def _discover(inputs: list[str], rules: LabelRules, range_bytes: int = 64 << 20):
-    """(entries, dead letters, classes, metrics) of DiscoverImages on ``inputs``."""
+def _discover(inputs: list[str], rules: LabelRules, range_bytes: int = 64 << 20, **listing):
+    """(entries, dead letters, classes, metrics) of DiscoverImages on ``inputs`` (``listing``: of_inputs')."""
     out = tempfile.mkdtemp(prefix="discover_")
     p = TestPipeline()
-    listed = p | DiscoverImages.of_inputs(inputs, rules, range_bytes=range_bytes)
+    listed = p | DiscoverImages.of_inputs(inputs, rules, range_bytes=range_bytes, **listing)
     for name, kind in (("main", SourceImage), ("dead", DeadLetter), ("classes", str)):
         (listed
          | f"Only{name}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))
@@ -136,6 +136,65 @@ def test_an_unreadable_folder_is_one_dead_letter_and_keeps_its_class(tmp_path, m
         (str(root / "tulip"), "unreadable"), (str(root / "daisy" / "sub2"), "unreadable")}
 
 
+def test_a_huge_folder_is_listed_in_parts_each_file_once(tmp_path, monkeypatch) -> None:
+    """A class folder of more than names_per_part files: several tasks, each lists its share; together
+    they give what one listing gives (each file, hidden file and unreadable folder once)."""
+    root = tmp_path / "in"
+    for i in range(20):
+        _touch(root, f"cat/{i:02d}.jpg")
+    for i in range(5):
+        _touch(root, f"cat/sub/{i}.png")
+    _touch(root, "cat/.hidden.jpg")
+    _touch(root, "cat/locked/x.jpg")
+    _touch(root, "dog/a.jpg")
+    _touch(root, "dog/b.jpg")
+    locked = str(root / "cat" / "locked")
+    real_scandir = os.scandir
+
+    def scandir(path="."):  # refuse it as a mode-000 folder is refused
+        if isinstance(path, (str, bytes)) and os.fsdecode(path) == locked:
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    tasks = DiscoverImages.of_inputs([str(root)], LabelRules(), names_per_part=4)._tasks
+    cat = [t for t in tasks if t.folder == str(root / "cat")]
+    assert [(t.part, t.parts) for t in cat] == [(i, 7) for i in range(7)]  # 26 files, 4 a part
+    assert [(t.part, t.parts) for t in tasks if t.folder == str(root / "dog")] == [(0, 1)]
+    want_entries, want_dead, want_classes, want_hidden = _whole_tree(str(root), LabelRules())
+    entries, dead, classes, counters = _discover([str(root)], LabelRules(), names_per_part=4)
+    assert sorted(entries, key=repr) == sorted(want_entries, key=repr) and len(entries) == 27
+    assert sorted(dead, key=repr) == sorted(want_dead, key=repr)
+    assert [(d.path, d.reason) for d in dead] == [(locked, "unreadable")]
+    assert sorted(classes) == sorted(want_classes)
+    assert counters["hidden_files_skipped"] == want_hidden == 1
+    assert counters["folders_listed"] == 1 + 2  # the input folder, each class folder once
+
+
+def test_folders_of_up_to_names_per_part_files_are_one_task_each(tmp_path) -> None:
+    root = tmp_path / "in"
+    for i in range(4):
+        _touch(root, f"cat/{i}.jpg")
+    tasks = DiscoverImages.of_inputs([str(root)], LabelRules(), names_per_part=4)._tasks
+    assert [(t.folder, t.part, t.parts) for t in tasks] == [(str(root), 0, 1), (str(root / "cat"), 0, 1)]
+
+
+def test_a_folder_listed_in_parts_adds_no_step(tmp_path) -> None:
+    """The parts are more elements of the same tasks' step: the pipeline has the same steps."""
+    root = tmp_path / "in"
+    for i in range(8):
+        _touch(root, f"cat/{i}.jpg")
+
+    def labels(**listing) -> list[str]:
+        p = beam.Pipeline()
+        _ = p | "Discover" >> DiscoverImages.of_inputs([str(root)], LabelRules(), **listing)
+        return sorted(p.to_runner_api().components.transforms[t].unique_name
+                      for t in p.to_runner_api().components.transforms)
+
+    assert labels(names_per_part=2) == labels()
+    assert len(DiscoverImages.of_inputs([str(root)], LabelRules(), names_per_part=2)._tasks) == 1 + 4
+
+
 def test_each_class_folder_is_an_element_of_its_own(tmp_path) -> None:
     counts = {}
     for tops in (2, 6):
@@ -180,8 +239,10 @@ def test_the_layout_is_found_without_listing_a_class_folder_whole(tmp_path, monk
     assert sorted((t.folder, t.below, t.layout) for t in tasks) == [
         (str(root), False, "classes"), (str(root / "rose"), True, "classes"),
         (str(root / "tulip"), True, "classes")]
-    # The root, then one class folder up to its first file: that shows the layout.
-    assert seen[0] == str(root) and len(seen) == 2 and seen[1] in (str(root / "rose"), str(root / "tulip"))
+    # The root, then one class folder up to its first file: that shows the layout. Then each folder
+    # below a class folder once, to count its files (folder_parts: a huge one is listed in parts).
+    assert seen[0] == str(root) and seen[1] in (str(root / "rose"), str(root / "tulip"))
+    assert sorted(seen[2:]) == [str(root / "rose"), str(root / "rose" / "sub"), str(root / "tulip")]
 
 
 # --- manifests ------------------------------------------------------------------------------------

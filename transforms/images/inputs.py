@@ -200,12 +200,22 @@ class FolderTask:
         below: Every file below ``folder`` (else only the files directly in it).
         layout: ``classes`` or ``splits``; None: the worker lists the whole
             input and decides its layout from every path (``levels_of_paths``).
+        part: Which of ``parts`` this task lists: the files whose paths hash to it
+            (``folder_parts.in_part``).
+        parts: How many tasks list ``folder`` (``folder_parts``); 1 for all but
+            huge local folders.
     """
 
     root: str
     folder: str
     below: bool
     layout: str | None
+    part: int = 0
+    parts: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.part < self.parts:
+            raise ValueError(f"part must be in [0, {self.parts}), got {self.part}")
 
 
 def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:

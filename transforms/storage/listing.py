@@ -1,4 +1,4 @@
-"""Finding files: paths matched once, a folder's files, local trees and store prefixes listed level by level.
+"""Finding files: paths matched once, a folder's files, local trees, store prefixes by level or key range.
 
 Paths the user gives are turned into files once (``match_files``): a path that
 names an existing file is that file, even when it holds ``*``, ``?`` or ``[``;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from transforms.filesystems import FileMetadata
 from transforms.filesystems import FileSystems
@@ -29,7 +29,8 @@ from transforms.storage.paths import has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "list_below",
            "has_files_below", "LocalListing", "list_local_tree", "walk_local_tree", "scan_local_folder",
-           "local_bytes_at_least", "LEVEL_SCHEMES", "list_store_level", "list_store_below", "scan_store"]
+           "local_bytes_at_least", "count_local_files", "LEVEL_SCHEMES", "list_store_level", "list_store_below",
+           "scan_store", "list_store_range", "first_store_key_after"]
 
 
 def _matched(pattern: str, limit: int | None = None) -> list[FileMetadata]:
@@ -144,14 +145,27 @@ def list_local_tree(root: str) -> LocalListing:
     return LocalListing(tuple(files), tuple(unreadable))
 
 
-def walk_local_tree(root: str) -> Iterator[tuple[str, OSError | None]]:
+def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] | None = None
+                    ) -> Iterator[tuple[str, OSError | None]]:
     """Every file below a local folder as ``(path, None)``, every folder it cannot list as ``(folder, error)``.
 
     Walks as Beam's local file system lists: ``os.walk``, links to folders not
     followed (so no folder is listed twice and a link loop cannot trap it),
     entries that cannot be stat-ed (dangling links) left out, as Beam leaves
     them out. One folder's names are held at a time.
+
+    Args:
+        root: The local folder.
+        keep: Only some entries: ``keep(folder)`` for each folder walked (its
+            path relative to ``root`` as bytes, ``b""`` for ``root`` itself)
+            gives a test of the bytes of an entry's name; only the files and
+            unreadable folders it passes are given, and only they are stat-ed
+            (``folder_parts``). The root itself, if it cannot be listed, is
+            tested as the name ``b""`` in ``b""``. None: every entry.
     """
+    if keep is not None:
+        yield from _walk_local_part(root, keep)
+        return
     errors: list[OSError] = []
     for folder, _, names in os.walk(root, onerror=errors.append):
         while errors:
@@ -163,6 +177,36 @@ def walk_local_tree(root: str) -> Iterator[tuple[str, OSError | None]]:
                 yield path, None
     for err in errors:
         yield err.filename or root, err
+
+
+def _walk_local_part(root: str, keep: Callable[[bytes], Callable[[bytes], bool]]
+                     ) -> Iterator[tuple[str, OSError | None]]:
+    """``walk_local_tree`` with ``keep``: the same walk over bytes, so a name is tested without decoding it."""
+    top = os.fsencode(root)
+    start = len(top) + 1
+
+    def kept_error(err: OSError) -> bool:
+        path = os.fsencode(err.filename) if err.filename else top
+        if path == top:
+            return keep(b"")(b"")
+        folder, _, name = path[start:].rpartition(b"/")
+        return keep(folder)(name)
+
+    errors: list[OSError] = []
+    for folder, _, names in os.walk(top, onerror=errors.append):
+        while errors:
+            err = errors.pop(0)
+            if kept_error(err):
+                yield os.fsdecode(err.filename) if err.filename else root, err
+        test = keep(folder[start:])
+        for name in names:
+            if test(name):
+                path = os.path.join(folder, name)
+                if os.path.exists(path):
+                    yield os.fsdecode(path), None
+    for err in errors:
+        if kept_error(err):
+            yield os.fsdecode(err.filename) if err.filename else root, err
 
 
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
@@ -220,6 +264,31 @@ def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str
         except OSError:
             continue  # an unreadable folder is the job's to report
     return total
+
+
+def count_local_files(folder: str, limit: int) -> int:
+    """Entries other than folders below a local folder, counted until ``limit`` is reached.
+
+    A cheap look at how many files a listing of ``folder`` will give (no
+    ``stat``: the file system's entry types; links to folders not followed,
+    unreadable folders count nothing), so that a huge folder can be listed in
+    parts (``images.folder_parts``).
+    """
+    count = 0
+    stack = [folder]
+    while stack and count < limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    count += 1
+                    if count >= limit:
+                        break
+        except OSError:
+            continue  # an unreadable folder is its listing's to report
+    return count
 
 
 # Object stores whose keys this module can list one level at a time (with a delimiter).
@@ -280,3 +349,56 @@ def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
     """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix."""
     with naming_s3_errors(prefix):
         yield from list_store_level(prefix)
+
+
+def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:
+    """Keys (relative to ``prefix``) of every object below a gs:// or s3:// prefix after ``after``, in order.
+
+    S3 starts the listing after ``after`` (``StartAfter``), GCS at it
+    (``start_offset``); keys not after it are dropped here as well, so a store
+    that ignores the start gives the same keys.
+    """
+    scheme, _, rest = prefix.partition("://")
+    bucket, _, key_prefix = rest.partition("/")
+    start = None if after is None else key_prefix + after
+    if scheme == "s3":
+        extra: dict = {} if start is None else {"StartAfter": start}
+        if page_size is not None:
+            extra["PaginationConfig"] = {"PageSize": page_size}
+        pages = s3_boto3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
+                                                                             **extra)
+        names = (item["Key"] for page in pages for item in page.get("Contents", []))
+    elif scheme == "gs":
+        names = (blob.name for page in gcs_storage_client().list_blobs(
+            bucket, prefix=key_prefix, start_offset=start, page_size=page_size).pages for blob in page)
+    else:
+        raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
+    for name in names:
+        if start is None or name > start:
+            yield name[len(key_prefix):]
+
+
+def list_store_range(prefix: str, after: str | None = None, until: str | None = None) -> Iterator[str]:
+    """The path of every object below a gs:// or s3:// prefix whose key lies in ``(after, until]``.
+
+    ``after`` and ``until`` are relative to ``prefix`` (which ends with ``/``);
+    None: no bound. The listing starts after ``after`` and stops at the first
+    key past ``until``, so several workers list one prefix in ranges
+    (``images.key_ranges``). Keys are taken as they are, never matched.
+
+    Raises:
+        ValueError: ``prefix`` is not on gs:// or s3://.
+    """
+    for name in _store_keys_from(prefix, after):
+        if until is not None and name > until:
+            return
+        yield prefix + name
+
+
+def first_store_key_after(prefix: str, after: str) -> str | None:
+    """The first key (relative to ``prefix``) below a gs:// or s3:// prefix after ``after``, or None.
+
+    One small listing request: a probe that ``images.key_ranges`` cuts ranges with.
+    """
+    with naming_s3_errors(prefix):
+        return next(_store_keys_from(prefix, after, page_size=1), None)

@@ -1,0 +1,90 @@
+"""A huge local folder listed in parts: each part's worker keeps the names that hash to it.
+
+A class folder of a million files used to be one listing task, so one worker
+listed it and labelled every file. Before the job runs, the launcher counts
+the files below each folder it will list (``storage.listing.count_local_files``,
+stopping at ``NAMES_PER_PART * MAX_PARTS``); a folder with more than
+``NAMES_PER_PART`` files becomes ``parts_for(count)`` tasks of the same
+folder, and the task of part ``i`` keeps the paths whose CRC-32 modulo the
+number of parts is ``i`` (``in_part``; a path relative to the folder
+listed). Every task walks the whole folder (a name costs a ``scandir`` entry
+and a CRC there, ``names_in_part``), but only its own names are stat-ed,
+labelled and passed on, so the work after the walk is spread over
+workers with no extra step in the pipeline. Folders of up to
+``NAMES_PER_PART`` files stay one task, as they always were.
+
+CRC-32 of the path's bytes is the same in every process (Python's ``hash`` of
+a string is not), so each path belongs to exactly one part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Callable, Iterable
+
+from transforms.images.inputs import FolderTask
+
+__all__ = ["NAMES_PER_PART", "MAX_PARTS", "parts_for", "in_part", "names_in_part", "spread_large_folders"]
+
+# Files below one folder that one task lists and labels; a folder with more is listed in parts.
+NAMES_PER_PART = 250_000
+# The most parts one folder is listed in: each part walks the whole folder, so more parts cost
+# more walking than they save (``BENCHMARKS.md``, "One huge folder, listed in parts").
+MAX_PARTS = 16
+
+
+def parts_for(count: int, names_per_part: int = NAMES_PER_PART, max_parts: int = MAX_PARTS) -> int:
+    """How many parts a folder of ``count`` files is listed in: 1 up to ``names_per_part``, at most ``max_parts``.
+
+    Raises:
+        ValueError: ``names_per_part`` or ``max_parts`` is under 1.
+    """
+    if names_per_part < 1 or max_parts < 1:
+        raise ValueError(f"names_per_part and max_parts must be >= 1, got {names_per_part}, {max_parts}")
+    return max(1, min(max_parts, -(-count // names_per_part)))
+
+
+def in_part(path: str, part: int, parts: int) -> bool:
+    """True if ``path`` (relative to the folder listed) is listed by part ``part`` of ``parts``.
+
+    The part of a path is the CRC-32 of its UTF-8 bytes modulo ``parts``; a
+    name that is not UTF-8 (lone surrogates from ``os.listdir``) hashes its
+    bytes as listed.
+    """
+    return parts == 1 or zlib.crc32(path.encode("utf-8", "surrogateescape")) % parts == part
+
+
+def names_in_part(part: int, parts: int) -> Callable[[bytes], Callable[[bytes], bool]]:
+    """``in_part`` for a walk (``storage.listing.walk_local_tree``'s ``keep``): folder -> test of a name.
+
+    ``folder`` is relative to the folder listed (``b""`` for itself), so the
+    test of ``name`` is ``in_part`` of ``folder/name``; the folder's CRC is
+    taken once and continued with each name.
+    """
+    def in_folder(folder: bytes) -> Callable[[bytes], bool]:
+        crc = zlib.crc32(folder + b"/") if folder else 0
+        return lambda name: zlib.crc32(name, crc) % parts == part
+    return in_folder
+
+
+def spread_large_folders(tasks: Iterable[FolderTask], count: Callable[[str, int], int],
+                         names_per_part: int = NAMES_PER_PART, max_parts: int = MAX_PARTS) -> tuple[FolderTask, ...]:
+    """The tasks, each one that lists everything below a large folder cut into parts.
+
+    Args:
+        tasks: Listing tasks (``inputs.plan_folder_listing``) of a local folder input.
+        count: ``(folder, limit) -> files below it``, counted up to ``limit``
+            (``storage.listing.count_local_files``).
+        names_per_part: Files one task lists; a folder with more is cut.
+        max_parts: The most parts of one folder.
+
+    Returns:
+        The tasks in order; a cut task is followed by its other parts.
+    """
+    limit = names_per_part * max_parts
+    out: list[FolderTask] = []
+    for task in tasks:
+        parts = parts_for(count(task.folder, limit), names_per_part, max_parts) if task.below else 1
+        out.extend(dataclasses.replace(task, part=part, parts=parts) for part in range(parts))
+    return tuple(out)
