@@ -36,14 +36,15 @@ class PackedValues:
     packs the runner gave), never every decoded value of the group.
     """
 
-    def __init__(self, packs: typing.Iterable[bytes], coder: coders.Coder) -> None:
+    def __init__(self, packs: typing.Iterable[bytes], coder: coders.Coder, compressed: bool = False) -> None:
         self._packs = packs
         self._coder = coder
+        self._compressed = compressed
 
     def __iter__(self) -> Iterator[Any]:
-        decode = self._coder.get_impl().decode
+        decode, compressed = self._coder.get_impl().decode, self._compressed
         for packed in self._packs:
-            for value in unpack(packed):
+            for value in unpack(packed, compressed):
                 yield decode(value)
 
 
@@ -54,23 +55,26 @@ class PackFn(beam.DoFn):
     returns; ``finish_bundle`` hands out the rest.
     """
 
-    def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES) -> None:
+    def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES,
+                 compress: bool = False) -> None:
         Packer(pack_bytes, held_bytes)  # refuses a bad size here, not on a worker
         self._coder = coder
         self._pack_bytes = pack_bytes
         self._held_bytes = held_bytes
+        self._compress = compress
 
     def start_bundle(self):
-        self._packer = Packer(self._pack_bytes, self._held_bytes)
+        self._packer = Packer(self._pack_bytes, self._held_bytes, self._compress)
         self._encode = self._coder.get_impl().encode
 
-    def add(self, key, value) -> list[tuple[Any, bytes]]:
-        """Packs ``value`` under ``key``; returns the ``(key, pack)`` pairs to emit now (often none)."""
+    def add(self, key, value) -> list[tuple[Any, bytes]] | None:
+        """Packs ``value`` under ``key``; returns the ``(key, pack)`` pairs to emit now, or None."""
         packer = self._packer
         done = packer.add(key, self._encode(value))
+        if done is None and not packer.full():
+            return None
         out = [] if done is None else [(key, done)]
-        if packer.full():
-            out.extend(packer.drain())
+        out.extend(packer.drain())
         return out
 
     def finish_bundle(self):
@@ -97,23 +101,25 @@ class GroupPacked(beam.PTransform):
     Args:
         pack_bytes: Bytes at which a key's pack is handed out.
         held_bytes: Bytes of packs a bundle holds before it hands them all out.
+        compress: Packs are zlib-compressed (values that repeat themselves, like paths).
     """
 
-    def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES) -> None:
+    def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
         super().__init__()
         Packer(pack_bytes, held_bytes)  # refuses a bad size here, not on a worker
         self._pack_bytes = pack_bytes
         self._held_bytes = held_bytes
+        self._compress = compress
 
     def expand(self, keyed):
         coder = coders.registry.get_coder(_value_type(keyed.element_type))
         return (keyed
-                | "Pack" >> beam.ParDo(_PackByKeyFn(coder, self._pack_bytes, self._held_bytes)).with_output_types(
-                    typing.Tuple[typing.Any, bytes])  # (key, pack)
+                | "Pack" >> beam.ParDo(_PackByKeyFn(coder, self._pack_bytes, self._held_bytes, self._compress)
+                                       ).with_output_types(typing.Tuple[typing.Any, bytes])  # (key, pack)
                 | "Group" >> beam.GroupByKey()  # (key, [pack])
-                | "Unpack" >> unpack_groups(coder))  # (key, PackedValues)
+                | "Unpack" >> unpack_groups(coder, self._compress))  # (key, PackedValues)
 
 
-def unpack_groups(coder: coders.Coder) -> beam.PTransform:
+def unpack_groups(coder: coders.Coder, compressed: bool = False) -> beam.PTransform:
     """``(key, [pack])`` -> ``(key, PackedValues)``, for a GroupByKey of packs made by a ``PackFn``."""
-    return beam.MapTuple(lambda key, packs: (key, PackedValues(packs, coder)))
+    return beam.MapTuple(lambda key, packs: (key, PackedValues(packs, coder, compressed)))

@@ -14,6 +14,7 @@ to a few bytes per value.
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Hashable, Iterator
 
 __all__ = ["PACK_BYTES", "HELD_BYTES", "Packer", "pack", "unpack"]
@@ -32,12 +33,18 @@ def pack(values: list[bytes]) -> bytes:
     return b"".join(_LENGTH.pack(len(value)) + value for value in values)
 
 
-def unpack(packed: bytes) -> Iterator[bytes]:
+def unpack(packed: bytes, compressed: bool = False) -> Iterator[bytes]:
     """Yields the values of a pack, in the order they were packed.
+
+    Args:
+        packed: The pack.
+        compressed: The pack is zlib-compressed (``Packer(compress=True)``).
 
     Raises:
         ValueError: The pack ends inside a frame.
     """
+    if compressed:
+        packed = zlib.decompress(packed)
     at, end = 0, len(packed)
     unpack_length = _LENGTH.unpack_from
     while at < end:
@@ -57,12 +64,15 @@ class Packer:
     ``add`` returns the key's pack when it is full; once the packer is
     ``full`` (it holds ``held_bytes``), and at the end, ``drain`` hands out
     every pack. What a packer holds stays below about ``held_bytes`` plus one
-    value (one ``bytearray`` per key).
+    value (one ``bytearray`` per key). With ``compress`` each pack is handed
+    out zlib-compressed (level 1): for values that repeat themselves, such
+    as paths under one folder.
     """
 
-    def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES) -> None:
+    def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
         if pack_bytes < 1 or held_bytes < 1:
             raise ValueError(f"pack_bytes and held_bytes must be positive, got {pack_bytes}, {held_bytes}")
+        self._compress = compress
         self._pack_bytes = pack_bytes
         self._held_bytes = held_bytes
         self._packs: dict[Hashable, bytearray] = {}
@@ -97,4 +107,4 @@ class Packer:
     def _take(self, key: Hashable) -> bytes:
         packed = self._packs.pop(key)
         self._held -= len(packed)
-        return bytes(packed)
+        return zlib.compress(packed, 1) if self._compress else bytes(packed)
