@@ -36,7 +36,7 @@ def test_groups_equal_a_group_by_key_and_read_twice(compress):
 
 
 def test_a_bundle_sends_a_few_packs_per_key_not_one_element_per_value():
-    pairs = _pairs(10_000)
+    pairs = _pairs(2_000)
     coder = coders.registry.get_coder(object)
     with TestPipeline() as p:
         packs = p | beam.Create(pairs, reshuffle=False) | beam.ParDo(_PackByKeyFn(coder))
