@@ -54,6 +54,8 @@ TOTALS = "totals"
 METRICS_NAMESPACE = "plan_shards"
 
 
+# Packs of items are zlib-compressed: items of one split share most of their bytes.
+_COMPRESS = True
 # The second output of _PackByBucketFn: (split, (bucket, records, bytes, largest)) of a bundle.
 _BUCKET_TOTALS = "bucket_totals"
 
@@ -68,7 +70,7 @@ class _PackByBucketFn(PackFn):
     """
 
     def __init__(self, split_of, order_of, size_of, bits: int, coder: coders.Coder) -> None:
-        super().__init__(coder)
+        super().__init__(coder, compress=_COMPRESS)
         self._split_of = split_of
         self._order_of = order_of
         self._size_of = size_of
@@ -228,7 +230,7 @@ class PlanShards(beam.PTransform):
         assigned = (
             packed.packs
             | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [pack])
-            | "Unpack" >> unpack_groups(coder)  # ((split, bucket), [item])
+            | "Unpack" >> unpack_groups(coder, _COMPRESS)  # ((split, bucket), [item])
             | "PlaceInShards" >> beam.ParDo(_PlaceInShardsFn(order_of, size_of), beam.pvalue.AsDict(layouts)))
         totals = layouts | "Totals" >> beam.MapTuple(lambda _, layout: layout.totals)
         if published:
