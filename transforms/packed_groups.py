@@ -26,7 +26,15 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms.shardset.packing import HELD_BYTES, PACK_BYTES, Packer, unpack
 
-__all__ = ["GroupPacked", "PackedValues", "PackFn", "unpack_groups"]
+__all__ = ["GroupPacked", "PackedValues", "PackFn", "unpack_groups", "in_global_window"]
+
+# What a finish_bundle emits is in the global window; with_value shares one timestamp and window.
+_IN_GLOBAL_WINDOW = GlobalWindows.windowed_value(None)
+
+
+def in_global_window(value):
+    """``value`` as a windowed value in the global window, for ``finish_bundle``."""
+    return _IN_GLOBAL_WINDOW.with_value(value)
 
 
 class PackedValues:
@@ -78,8 +86,9 @@ class PackFn(beam.DoFn):
         return out
 
     def finish_bundle(self):
+        global_value = _IN_GLOBAL_WINDOW.with_value
         for keyed in self._packer.drain():
-            yield GlobalWindows.windowed_value(keyed)
+            yield global_value(keyed)
 
 
 class _PackByKeyFn(PackFn):

@@ -24,10 +24,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import apache_beam as beam
 from apache_beam import coders
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms.errors import PlanError
-from transforms.packed_groups import PackFn, unpack_groups
+from transforms.packed_groups import PackFn, in_global_window, unpack_groups
 from transforms.shardset.planning import BUCKET_BITS, SplitLayout, bucket_of, lay_out_split, place_bucket
 
 __all__ = ["PlanShards", "ShardKey", "LeadRecords", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
@@ -64,9 +63,9 @@ class _PackByBucketFn(PackFn):
     """item -> ((split, bucket), pack of items); and each bundle's totals per bucket.
 
     Main output: the items packed by (split, bucket) (``PackFn``). Output
-    ``_BUCKET_TOTALS``: ``(split, (bucket, records, bytes, largest))`` once per
-    bucket a bundle holds items of, as the bundle ends: at most ``2 **
-    bucket_bits`` per split, whatever the bundle's size.
+    ``_BUCKET_TOTALS``: ``(split, [(bucket, records, bytes, largest)])`` once per
+    split a bundle holds items of, as the bundle ends: at most ``2 **
+    bucket_bits`` entries, whatever the bundle's size.
     """
 
     def __init__(self, split_of, order_of, size_of, bits: int, coder: coders.Coder) -> None:
@@ -95,14 +94,16 @@ class _PackByBucketFn(PackFn):
 
     def finish_bundle(self):
         yield from super().finish_bundle()
+        by_split: dict[str, list[tuple[int, int, int, int]]] = {}
         for (split, bucket), (count, size, biggest) in self._totals.items():
-            yield beam.pvalue.TaggedOutput(_BUCKET_TOTALS, GlobalWindows.windowed_value(
-                (split, (bucket, count, size, biggest))))
+            by_split.setdefault(split, []).append((bucket, count, size, biggest))
+        for split, totals in by_split.items():
+            yield beam.pvalue.TaggedOutput(_BUCKET_TOTALS, in_global_window((split, totals)))
         self._totals = {}
 
 
 class _BucketTotalsFn(beam.CombineFn):
-    """``(bucket, records, bytes, largest)`` of bundles -> ``[(bucket, records, bytes, largest)]`` of one split.
+    """Bundles' ``[(bucket, records, bytes, largest)]`` -> the same, summed per bucket, of one split.
 
     The accumulator holds one entry per occupied bucket: at most ``2 ** bucket_bits``.
     """
@@ -110,16 +111,16 @@ class _BucketTotalsFn(beam.CombineFn):
     def create_accumulator(self) -> dict[int, list[int]]:
         return {}
 
-    def add_input(self, acc: dict[int, list[int]], element: tuple[int, int, int, int]) -> dict[int, list[int]]:
-        bucket, count, size, biggest = element
-        totals = acc.get(bucket)
-        if totals is None:
-            acc[bucket] = [count, size, biggest]
-        else:
-            totals[0] += count
-            totals[1] += size
-            if biggest > totals[2]:
-                totals[2] = biggest
+    def add_input(self, acc: dict[int, list[int]], element: list[tuple[int, int, int, int]]) -> dict[int, list[int]]:
+        for bucket, count, size, biggest in element:
+            totals = acc.get(bucket)
+            if totals is None:
+                acc[bucket] = [count, size, biggest]
+            else:
+                totals[0] += count
+                totals[1] += size
+                if biggest > totals[2]:
+                    totals[2] = biggest
         return acc
 
     def merge_accumulators(self, accs) -> dict[int, list[int]]:

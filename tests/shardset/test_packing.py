@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from transforms.shardset.packing import Packer, pack, unpack
+from transforms.shardset.packing import COMPRESS_MIN_BYTES, Packer, pack, unpack
 
 
 @pytest.mark.parametrize("values", [[], [b""], [b"a"], [b"abc", b"", b"\x00" * 300], [bytes(range(256))] * 40])
@@ -51,8 +51,17 @@ def test_compressed_packs_are_smaller_for_values_that_repeat_and_read_back():
         packer.add("k", v)
     ((key, packed),) = list(packer.drain())
     assert key == "k" and len(packed) < len(pack(values)) / 4
-    assert zlib.decompress(packed) == pack(values)
+    assert packed[:1] == b"\x01" and zlib.decompress(packed[1:]) == pack(values)
     assert list(unpack(packed, compressed=True)) == values
+
+
+def test_a_small_pack_is_not_compressed_and_says_so():
+    packer = Packer(compress=True)
+    packer.add("k", b"abc")
+    assert len(pack([b"abc"])) < COMPRESS_MIN_BYTES
+    ((_, packed),) = list(packer.drain())
+    assert packed == b"\x00" + pack([b"abc"])
+    assert list(unpack(packed, compressed=True)) == [b"abc"]
 
 
 @pytest.mark.parametrize("sizes", [(0, 10), (10, 0), (-1, 5)])

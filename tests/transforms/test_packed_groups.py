@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pytest
+from apache_beam import coders
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.images.items import SourceImage
 from transforms.packed_groups import GroupPacked, _PackByKeyFn
-from apache_beam import coders
 
 
 def _pairs(n: int) -> list[tuple[str, SourceImage]]:

@@ -17,7 +17,7 @@ import struct
 import zlib
 from typing import Hashable, Iterator
 
-__all__ = ["PACK_BYTES", "HELD_BYTES", "Packer", "pack", "unpack"]
+__all__ = ["PACK_BYTES", "HELD_BYTES", "COMPRESS_MIN_BYTES", "Packer", "pack", "unpack"]
 
 # A pack is handed out once it holds this many bytes: large enough that a frame's cost is
 # small, small enough that a group of packs is read a pack at a time.
@@ -26,6 +26,10 @@ PACK_BYTES = 1 << 20
 HELD_BYTES = 16 << 20
 
 _LENGTH = struct.Struct("<I")
+# A packer that compresses compresses packs of at least this many bytes (smaller ones gain little
+# and cost a compressor's set-up each); the pack's first byte says which it did.
+COMPRESS_MIN_BYTES = 512
+_ZLIB, _RAW = b"\x01", b"\x00"
 
 
 def pack(values: list[bytes]) -> bytes:
@@ -43,8 +47,8 @@ def unpack(packed: bytes, compressed: bool = False) -> Iterator[bytes]:
     Raises:
         ValueError: The pack ends inside a frame.
     """
-    if compressed:
-        packed = zlib.decompress(packed)
+    if compressed:  # a marker byte, then the pack, zlib-compressed or as it is
+        packed = zlib.decompress(memoryview(packed)[1:]) if packed[:1] == _ZLIB else packed[1:]
     at, end = 0, len(packed)
     unpack_length = _LENGTH.unpack_from
     while at < end:
@@ -64,9 +68,10 @@ class Packer:
     ``add`` returns the key's pack when it is full; once the packer is
     ``full`` (it holds ``held_bytes``), and at the end, ``drain`` hands out
     every pack. What a packer holds stays below about ``held_bytes`` plus one
-    value (one ``bytearray`` per key). With ``compress`` each pack is handed
-    out zlib-compressed (level 1): for values that repeat themselves, such
-    as paths under one folder.
+    value (one ``bytearray`` per key). With ``compress`` each pack of at
+    least ``COMPRESS_MIN_BYTES`` is handed out zlib-compressed (level 1), for
+    values that repeat themselves, such as paths under one folder; a first
+    byte says whether it is.
     """
 
     def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
@@ -107,4 +112,8 @@ class Packer:
     def _take(self, key: Hashable) -> bytes:
         packed = self._packs.pop(key)
         self._held -= len(packed)
-        return zlib.compress(packed, 1) if self._compress else bytes(packed)
+        if not self._compress:
+            return bytes(packed)
+        if len(packed) < COMPRESS_MIN_BYTES:
+            return _RAW + packed
+        return _ZLIB + zlib.compress(packed, 1)
