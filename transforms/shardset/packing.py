@@ -28,7 +28,7 @@ HELD_BYTES = 16 << 20
 _LENGTH = struct.Struct("<I")
 # A packer that compresses compresses packs of at least this many bytes (smaller ones gain little
 # and cost a compressor's set-up each); the pack's first byte says which it did.
-COMPRESS_MIN_BYTES = 512
+COMPRESS_MIN_BYTES = 256
 _ZLIB, _RAW = b"\x01", b"\x00"
 
 
