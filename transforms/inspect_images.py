@@ -32,7 +32,8 @@ from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, p
 from transforms.storage.members import forget_cached, read_member
 from transforms.storage.resume import input_stamp, read_done_inputs, write_done_list
 from transforms.storage.runs import BundleRunFile, RecordCopier
-from transforms.shardset.resume import DoneInput, Stamp, context_key, done_list, source_key
+from transforms.shardset.resume import (DoneInput, DoneLines, context_key, done_list_header, done_list_line,
+                                        source_key)
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
@@ -223,7 +224,7 @@ class _InspectImageFn(OrderedImageFn):
     def setup(self):
         super().setup()
         self._run = BundleRunFile(*self._staging) if self._staging else None
-        self._done: list[tuple[str, Stamp, ImageMeta]] = []
+        self._done = DoneLines()  # the bundle's done-list lines, compressed: never its ImageMetas
         self._resume: dict[str, list[DoneInput]] | None = None
         self._context = ("", None)  # (context key, the labels it was computed for)
 
@@ -244,10 +245,11 @@ class _InspectImageFn(OrderedImageFn):
             # Before the bundle ends every output names a whole record; a failed bundle's run
             # file is named by no surviving output, and gets no done list.
             closed = self._run.close()
-            done, self._done = self._done, []
-            if finished and closed is not None and done:
+            done, self._done = self._done, DoneLines()
+            if finished and closed is not None and done.count:
                 path, size = closed
-                write_done_list(path, done_list(path.rsplit("/", 1)[-1], size, self._context[0], done))
+                header = done_list_header(path.rsplit("/", 1)[-1], size, self._context[0])
+                write_done_list(path, [header, done.joined()])
 
     def teardown(self):
         super().teardown()
@@ -270,7 +272,7 @@ class _InspectImageFn(OrderedImageFn):
         if self._run is not None and inspected.parts is not None:  # the record goes to the run file
             value = dataclasses.replace(value, run=self._run.append(inspected.parts), payload=None)
             if done is not None:
-                self._done.append((done[0], done[1], value))
+                self._done.append(done_list_line(done[0], done[1], value))
         output = WindowedValue(value, timestamp, (window,))
         if isinstance(inspected.output, DeadLetter):
             self._rejected.inc()

@@ -5,7 +5,8 @@ untouched; only their order keys and sizes travel to the planner, and no step
 holds a number of records that grows with the split:
 
 1. every item is keyed by its (split, bucket), the top bits of its order key:
-   items are grouped by bucket at once, while
+   items are grouped by bucket at once, each bundle's items of a bucket
+   packed into one element (``packed_groups``), while
 2. per split, one combine sums records and bytes per occupied bucket (at most
    ``2 ** bucket_bits``) and lays them end to end (``lay_out_split``): the
    shard count and the byte offset of each bucket; the layouts (a few numbers
@@ -17,12 +18,15 @@ Two fused stages on Beam's runners: the combine's, and the placing one.
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
+from apache_beam import coders
 from apache_beam.metrics import Metrics
 
 from transforms.errors import PlanError
+from transforms.packed_groups import PackFn, in_global_window, unpack_groups
 from transforms.shardset.planning import BUCKET_BITS, SplitLayout, bucket_of, lay_out_split, place_bucket
 
 __all__ = ["PlanShards", "ShardKey", "LeadRecords", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
@@ -49,26 +53,74 @@ TOTALS = "totals"
 METRICS_NAMESPACE = "plan_shards"
 
 
-class _BucketTotalsFn(beam.CombineFn):
-    """``(bucket, framed size)`` -> ``[(bucket, records, bytes, largest)]`` of one split.
+# Packs of items are zlib-compressed: items of one split share most of their bytes.
+_COMPRESS = True
+# The second output of _PackByBucketFn: (split, (bucket, records, bytes, largest)) of a bundle.
+_BUCKET_TOTALS = "bucket_totals"
 
-    The accumulator holds one entry per occupied bucket: at most the bundle's
-    records, and at most ``2 ** bucket_bits``.
+
+class _PackByBucketFn(PackFn):
+    """item -> ((split, bucket), pack of items); and each bundle's totals per bucket.
+
+    Main output: the items packed by (split, bucket) (``PackFn``). Output
+    ``_BUCKET_TOTALS``: ``(split, [(bucket, records, bytes, largest)])`` once per
+    split a bundle holds items of, as the bundle ends: at most ``2 **
+    bucket_bits`` entries, whatever the bundle's size.
     """
 
-    def create_accumulator(self) -> dict[int, list[int]]:
-        return {}
+    def __init__(self, split_of, order_of, size_of, bits: int, coder: coders.Coder) -> None:
+        super().__init__(coder, compress=_COMPRESS)
+        self._split_of = split_of
+        self._order_of = order_of
+        self._size_of = size_of
+        self._bits = bits
 
-    def add_input(self, acc: dict[int, list[int]], element: tuple[int, int]) -> dict[int, list[int]]:
-        bucket, size = element
-        totals = acc.get(bucket)
+    def start_bundle(self):
+        super().start_bundle()
+        self._totals: dict[tuple[str, int], list[int]] = {}
+
+    def process(self, item):
+        key = (self._split_of(item), bucket_of(self._order_of(item)[0], self._bits))
+        size = self._size_of(item)
+        totals = self._totals.get(key)
         if totals is None:
-            acc[bucket] = [1, size, size]
+            self._totals[key] = [1, size, size]
         else:
             totals[0] += 1
             totals[1] += size
             if size > totals[2]:
                 totals[2] = size
+        return self.add(key, item)
+
+    def finish_bundle(self):
+        yield from super().finish_bundle()
+        by_split: dict[str, list[tuple[int, int, int, int]]] = {}
+        for (split, bucket), (count, size, biggest) in self._totals.items():
+            by_split.setdefault(split, []).append((bucket, count, size, biggest))
+        for split, totals in by_split.items():
+            yield beam.pvalue.TaggedOutput(_BUCKET_TOTALS, in_global_window((split, totals)))
+        self._totals = {}
+
+
+class _BucketTotalsFn(beam.CombineFn):
+    """Bundles' ``[(bucket, records, bytes, largest)]`` -> the same, summed per bucket, of one split.
+
+    The accumulator holds one entry per occupied bucket: at most ``2 ** bucket_bits``.
+    """
+
+    def create_accumulator(self) -> dict[int, list[int]]:
+        return {}
+
+    def add_input(self, acc: dict[int, list[int]], element: list[tuple[int, int, int, int]]) -> dict[int, list[int]]:
+        for bucket, count, size, biggest in element:
+            totals = acc.get(bucket)
+            if totals is None:
+                acc[bucket] = [count, size, biggest]
+            else:
+                totals[0] += count
+                totals[1] += size
+                if biggest > totals[2]:
+                    totals[2] = biggest
         return acc
 
     def merge_accumulators(self, accs) -> dict[int, list[int]]:
@@ -101,7 +153,8 @@ class _PlaceInShardsFn(beam.DoFn):
     """((split, bucket), [item]) -> ((split, shard, count), item) per item.
 
     Reads the group twice and holds only sort keys and sizes, never the items
-    (which may carry re-encoded images): a runner pages a large group in.
+    (which may carry re-encoded images): the items arrive packed
+    (``GroupPacked``) and are decoded one at a time on each pass.
     """
 
     def __init__(self, order_of: Callable[[Any], tuple], size_of: Callable[[Any], int]) -> None:
@@ -166,17 +219,19 @@ class PlanShards(beam.PTransform):
     def expand(self, items):
         split_of, order_of, size_of = self._split_of, self._order_of, self._size_of
         target, num_shards, bits, published = self._target, self._num_shards, self._bits, self._published
-        keyed = items | "KeyByBucket" >> beam.Map(
-            lambda it: ((split_of(it), bucket_of(order_of(it)[0], bits)), it))  # ((split, bucket), item)
+        coder = coders.registry.get_coder(items.element_type or typing.Any)
+        packed = items | "PackByBucket" >> beam.ParDo(_PackByBucketFn(
+            split_of, order_of, size_of, bits, coder)).with_outputs(
+                _BUCKET_TOTALS, main="packs")  # ((split, bucket), pack of items); (split, bucket totals)
         layouts = (
-            keyed
-            | "SizeOfEach" >> beam.MapTuple(lambda key, it: (key[0], (key[1], size_of(it))))
+            packed[_BUCKET_TOTALS]
             | "SumBuckets" >> beam.CombinePerKey(_BucketTotalsFn())  # (split, [(bucket, records, bytes, largest)])
             | "LayOutSplit" >> beam.MapTuple(
                 lambda split, totals: (split, lay_out_split(split, totals, target, num_shards, bits, published.get(split)))))
         assigned = (
-            keyed
-            | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [item])
+            packed.packs
+            | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [pack])
+            | "Unpack" >> unpack_groups(coder, _COMPRESS)  # ((split, bucket), [item])
             | "PlaceInShards" >> beam.ParDo(_PlaceInShardsFn(order_of, size_of), beam.pvalue.AsDict(layouts)))
         totals = layouts | "Totals" >> beam.MapTuple(lambda _, layout: layout.totals)
         if published:

@@ -20,11 +20,12 @@ import apache_beam as beam
 
 from transforms.errors import ShardsError
 from transforms.images.duplicates import (ChosenImages, CopyRef, CopyTally, PublishedCopy, copy_choice_key, copy_letter,
-                                         same_path_choice)
+                                         path_bucket, same_path_choices)
 from transforms.images.items import ImageMeta
 from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, HashedImage, NearPair,
                                                bucket_pairs, hashed_image, near_choice)
 from transforms.images.perceptual import band_widths, hash_bands
+from transforms.packed_groups import GroupPacked
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.shardset.published_keys import record_keys
@@ -48,12 +49,16 @@ _LOG = logging.getLogger(__name__)
 
 
 def _reject_same_path(keyed):
-    """(split, relpath), [SourceImage] -> the image, or dead letters for all of them (``same_path_choice``)."""
-    kept, dead = same_path_choice(keyed[1])
-    if kept is not None:
-        yield kept
-    for letter in dead:
-        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+    """(split, path bucket), [SourceImage] -> per relative path the image, or dead letters for all of them.
+
+    See ``same_path_choices``: the group is read twice and only its relative
+    paths are held.
+    """
+    for kept, dead in same_path_choices(keyed[1]):
+        if kept is not None:
+            yield kept
+        for letter in dead:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
 def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
@@ -316,12 +321,16 @@ class RejectDuplicatePaths(beam.PTransform):
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (SourceImage)
     and ``DEAD_LETTERS`` (DeadLetter).
+
+    Inputs are grouped by (split, bucket of their relative path's hash:
+    ``duplicates.path_bucket``), packed and compressed across the shuffle
+    (``GroupPacked``): a few elements per bucket, not one per input.
     """
 
     def expand(self, sources):
         return (sources
-                | "KeyByPath" >> beam.Map(lambda s: ((s.split, s.relpath), s))
-                | "GroupByPath" >> beam.GroupByKey()  # ((split, relpath), [SourceImage])
+                | "KeyByPath" >> beam.Map(lambda s: ((s.split, path_bucket(s.relpath)), s))
+                | "GroupByPath" >> GroupPacked(compress=True)  # ((split, path bucket), [SourceImage])
                 | "RejectSamePath" >> beam.FlatMap(_reject_same_path).with_outputs(
                     DEAD_LETTERS, main="main"))
 

@@ -44,6 +44,7 @@ from transforms.shardset.staged import ShardResult, part_key
 from transforms.storage.dead_letter_files import write_dead_letter_part
 from transforms.storage.publish import publish_shards
 from transforms.storage.publish_append import publish_append
+from transforms.packed_groups import GroupPacked
 from transforms.plan_shards import LeadRecords
 from transforms.storage.resume import adopt_shard, record_done_shard
 from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
@@ -214,7 +215,7 @@ class WriteShards(beam.PTransform):
         side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs,
                                                                                     default_value=0)}
         return (assigned
-                | "GroupByShard" >> beam.GroupByKey()  # (ShardKey, [item])
+                | "GroupByShard" >> GroupPacked()  # (ShardKey, [item]), the items packed across the shuffle
                 | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args),
                                              beam.pvalue.AsList(self._totals), **side))
 

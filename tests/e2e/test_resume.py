@@ -29,7 +29,8 @@ from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms.images.codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.shardset.resume import (RunMarker, ShardDone, changed_flags, context_key, done_list,
+from transforms.shardset.resume import (DoneLines, RunMarker, ShardDone, changed_flags, context_key, done_list,
+                                        done_list_header, done_list_line,
                                         fingerprint, parse_done_list, shard_content_key, source_key)
 from transforms.tfrecord.run_files import RunSlice
 
@@ -50,6 +51,17 @@ def _meta(path: str = "/in/rose/a.jpg", split: str = "train", extra=()) -> Image
     return ImageMeta(SourceImage(path, "rose/a.jpg", split, "rose"), 1, "ab" * 32,
                      ImageInfo("jpeg", 10, 20, 3, "", True, ""), 1234, -(1 << 62) + 7, 0, None, extra,
                      RunSlice("/out/.staging/r/runs/f.run", 100, 1234))
+
+
+def test_a_bundle_holds_its_done_list_compressed_and_writes_the_same_bytes() -> None:
+    entries = [(f"key{i}", (1000 + i, 5, 6), _meta(path=f"/in/rose/{i:05d}.jpg")) for i in range(2_000)]
+    held = DoneLines()
+    for key, stamp, meta in entries:
+        held.append(done_list_line(key, stamp, meta))
+    expected = list(done_list("f.run", 5000, "ctx", entries))
+    assert held.count == 2_000 and expected[0] == done_list_header("f.run", 5000, "ctx")
+    assert sum(len(c) for c in held._chunks) * 5 < sum(len(line) for line in expected)  # small while held
+    assert held.joined() == b"".join(expected[1:])
 
 
 def test_a_done_list_round_trips_and_matches_only_the_same_input_stamp_and_context() -> None:

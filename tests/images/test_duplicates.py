@@ -7,7 +7,8 @@ import pytest
 
 from transforms.images.annotations import RecordLayout
 from transforms.images.codec import ImageInfo
-from transforms.images.duplicates import NAMED_DUPLICATES, PublishedCopy, copy_choice, same_path_choice
+from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, copy_choice, path_bucket, same_path_choice,
+                                         same_path_choices)
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.listing_facts import ListingFacts, ListingTally
 from transforms.images.object_classes import ObjectClasses
@@ -37,6 +38,26 @@ def test_inputs_sharing_a_path_are_all_rejected_naming_a_few_others() -> None:
     assert first.startswith("relative path 'cat/a.png' in split chosen by content (row list.csv:2) also "
                             "comes from 5 other inputs: list.csv:3, list.csv:4, list.csv:5 and 2 more")
     assert all(d.error.count("list.csv:") == 1 + NAMED_DUPLICATES for d in dead)
+
+
+def test_a_group_of_many_paths_keeps_the_lone_ones_and_rejects_each_shared_one() -> None:
+    lone = [SourceImage(f"in/cat/{i}.png", f"cat/{i}.png", "train", "cat") for i in range(4)]
+    shared = [SourceImage(f"in{i}/cat/x.png", "cat/x.png", "train", "cat", f"l.csv:{i}") for i in range(3)]
+    twice = [SourceImage(f"in{i}/dog/y.png", "dog/y.png", "train", "dog") for i in range(2)]
+    choices = list(same_path_choices([shared[2], lone[0], twice[1], lone[1], shared[0], lone[2], twice[0],
+                                      shared[1], lone[3]]))
+    assert [kept for kept, dead in choices if kept is not None] == [lone[0], lone[1], lone[2], lone[3]]
+    judged = [(kept, dead) for kept, dead in choices if kept is None]
+    assert judged == [same_path_choice(shared), same_path_choice(twice)]  # by relative path
+    assert [len(dead) for _, dead in judged] == [3, 2]
+
+
+def test_a_path_bucket_is_stable_and_spread() -> None:
+    assert path_bucket("cat/0.png") == path_bucket("cat/0.png") == int.from_bytes(
+        __import__("hashlib").blake2b(b"cat/0.png", digest_size=8).digest(), "big") >> 52
+    buckets = [path_bucket(f"cat/{i}.png", bits=4) for i in range(1_600)]
+    assert set(buckets) == set(range(16)) and max(buckets.count(b) for b in range(16)) < 2 * 100
+    assert 0 <= path_bucket("caf\udce9.png") < 4096  # a name that is not valid UTF-8
 
 
 @pytest.mark.parametrize("copies, written, kept, reasons", [

@@ -21,8 +21,10 @@ theirs (``ChosenImages``), so an image with one copy costs no lookup.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -30,8 +32,9 @@ from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter, in_appended_set
 from transforms.shardset.planning import split_rank
 
-__all__ = ["NAMED_DUPLICATES", "IN_APPENDED_SET", "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice",
-           "same_path_choice", "copy_choice", "copy_letter", "in_appended_set", "copy_choice_key", "ChosenImages"]
+__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "IN_APPENDED_SET",
+           "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice", "same_path_choice", "copy_choice", "copy_letter",
+           "in_appended_set", "copy_choice_key", "ChosenImages"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
@@ -69,6 +72,36 @@ def _input_order(source: SourceImage) -> tuple[str, str, int]:
     """Sort key of inputs: path, then manifest and row number (``list.csv:9`` before ``:10``)."""
     manifest, _, line = source.origin.rpartition(":")
     return (source.path, manifest, int(line) if line.isdigit() else 0)
+
+
+# The inputs of a split are grouped by this many bits of a hash of their relative paths: a group
+# holds about n / 4,096 of a split's n inputs (~24,000 at 100M), and the step that reads it holds
+# only their relative paths (``same_path_choices``).
+PATH_BUCKET_BITS = 12
+
+
+def path_bucket(relpath: str, bits: int = PATH_BUCKET_BITS) -> int:
+    """Returns the bucket (0..2**bits - 1) of a relative path: the top bits of its blake2b hash."""
+    digest = hashlib.blake2b(relpath.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - bits)
+
+
+def same_path_choices(sources: Iterable[SourceImage]) -> Iterator[tuple[SourceImage | None, list[DeadLetter]]]:
+    """The inputs of one split with any relative paths -> ``same_path_choice`` per relative path.
+
+    ``sources`` is read twice: first its relative paths are counted (the only
+    thing held for every input), then each input alone under its path is
+    given back at once, and those sharing a path are gathered and judged.
+    """
+    counts = collections.Counter(source.relpath for source in sources)
+    shared: dict[str, list[SourceImage]] = {}
+    for source in sources:
+        if counts[source.relpath] == 1:
+            yield source, []
+        else:
+            shared.setdefault(source.relpath, []).append(source)
+    for relpath in sorted(shared):
+        yield same_path_choice(shared[relpath])
 
 
 def same_path_choice(sources: Iterable[SourceImage]) -> tuple[SourceImage | None, list[DeadLetter]]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -38,7 +39,8 @@ from transforms.images.items import ImageMeta, SourceImage
 from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["RESUME_NAME", "DONE_SUFFIX", "Stamp", "RunMarker", "fingerprint", "changed_flags", "source_key",
-           "context_key", "DoneInput", "done_list", "parse_done_list", "ShardDone", "shard_content_key"]
+           "context_key", "DoneInput", "DoneLines", "done_list", "done_list_header", "done_list_line",
+           "parse_done_list", "ShardDone", "shard_content_key"]
 
 # The marker a run writes in its staging folder when it starts.
 RESUME_NAME = "resume.json"
@@ -176,13 +178,45 @@ def done_list(run_name: str, run_size: int, context: str,
         context: ``context_key`` of the records.
         entries: ``(source_key, stamp, meta)`` per record, ``meta.run`` set.
     """
-    yield (json.dumps({"format": _FORMAT, "run_file": run_name, "size": run_size, "context": context})
-           + "\n").encode("utf-8")
+    yield done_list_header(run_name, run_size, context)
     for key, stamp, meta in entries:
-        if meta.run is None:
-            raise ValueError(f"{meta.source.path}: a done list names records in its run file only")
-        yield (json.dumps({"path": meta.source.path, "source": key, "stamp": list(stamp),
-                           **_meta_fields(meta)}) + "\n").encode("utf-8")
+        yield done_list_line(key, stamp, meta)
+
+
+def done_list_header(run_name: str, run_size: int, context: str) -> bytes:
+    """The first line of a run file's done list (``done_list``)."""
+    return (json.dumps({"format": _FORMAT, "run_file": run_name, "size": run_size, "context": context})
+            + "\n").encode("utf-8")
+
+
+class DoneLines:
+    """A bundle's done-list lines, held zlib-compressed (level 1) until its run file is closed."""
+
+    def __init__(self) -> None:
+        self._zip = zlib.compressobj(1)
+        self._chunks: list[bytes] = []
+        self.count = 0
+
+    def append(self, line: bytes) -> None:
+        """Adds one line (``done_list_line``)."""
+        chunk = self._zip.compress(line)
+        if chunk:
+            self._chunks.append(chunk)
+        self.count += 1
+
+    def joined(self) -> bytes:
+        """Every line added, in order, as one bytes object; the lines can be added no more."""
+        self._chunks.append(self._zip.flush())
+        return zlib.decompress(b"".join(self._chunks))
+
+
+def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:
+    """The line of a done list for one record (``done_list``): a few hundred bytes, where the
+    ``ImageMeta`` it is made from takes a few kilobytes as objects."""
+    if meta.run is None:
+        raise ValueError(f"{meta.source.path}: a done list names records in its run file only")
+    return (json.dumps({"path": meta.source.path, "source": key, "stamp": list(stamp),
+                        **_meta_fields(meta)}) + "\n").encode("utf-8")
 
 
 def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:

@@ -1,0 +1,134 @@
+"""A GroupByKey whose values travel packed: many values of a key in one element.
+
+``GroupPacked`` groups ``(key, value)`` like ``beam.GroupByKey`` and gives
+``(key, PackedValues)``, an iterable that decodes the key's values each time
+it is iterated. Before the shuffle each bundle packs its values by key
+(``shardset.packing.Packer``: a pack per key of at most about 1 MiB, everything
+handed out at 16 MiB), so the runner moves one element per pack instead of
+one per value. On Beam's local runner, which keeps every grouped value as a
+decoded object until the group is read, that is the difference between a
+pack's bytes and a few hundred bytes per value (BENCHMARKS.md, "Nothing big at
+a billion items"); on a distributed runner it saves per-element overhead.
+
+What is grouped, and each group's values, are the same as with a
+``GroupByKey``; only the order of a group's values may differ (it never was
+defined). Elements must be in the global window (batch jobs).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Iterator
+
+import apache_beam as beam
+from apache_beam import coders
+from apache_beam.transforms.window import GlobalWindows
+
+from transforms.shardset.packing import HELD_BYTES, PACK_BYTES, Packer, unpack
+
+__all__ = ["GroupPacked", "PackedValues", "PackFn", "unpack_groups", "in_global_window"]
+
+# What a finish_bundle emits is in the global window; with_value shares one timestamp and window.
+_IN_GLOBAL_WINDOW = GlobalWindows.windowed_value(None)
+
+
+def in_global_window(value):
+    """``value`` as a windowed value in the global window, for ``finish_bundle``."""
+    return _IN_GLOBAL_WINDOW.with_value(value)
+
+
+class PackedValues:
+    """The values of one group, decoded from their packs on each iteration.
+
+    Iterating twice decodes twice and holds one value at a time (and the
+    packs the runner gave), never every decoded value of the group.
+    """
+
+    def __init__(self, packs: typing.Iterable[bytes], coder: coders.Coder, compressed: bool = False) -> None:
+        self._packs = packs
+        self._coder = coder
+        self._compressed = compressed
+
+    def __iter__(self) -> Iterator[Any]:
+        decode, compressed = self._coder.get_impl().decode, self._compressed
+        for packed in self._packs:
+            for value in unpack(packed, compressed):
+                yield decode(value)
+
+
+class PackFn(beam.DoFn):
+    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey.
+
+    A subclass's ``process`` calls ``self.add(key, value)`` and yields what it
+    returns; ``finish_bundle`` hands out the rest.
+    """
+
+    def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES,
+                 compress: bool = False) -> None:
+        Packer(pack_bytes, held_bytes)  # refuses a bad size here, not on a worker
+        self._coder = coder
+        self._pack_bytes = pack_bytes
+        self._held_bytes = held_bytes
+        self._compress = compress
+
+    def start_bundle(self):
+        self._packer = Packer(self._pack_bytes, self._held_bytes, self._compress)
+        self._encode = self._coder.get_impl().encode
+
+    def add(self, key, value) -> list[tuple[Any, bytes]] | None:
+        """Packs ``value`` under ``key``; returns the ``(key, pack)`` pairs to emit now, or None."""
+        packer = self._packer
+        done = packer.add(key, self._encode(value))
+        if done is None and not packer.full():
+            return None
+        out = [] if done is None else [(key, done)]
+        out.extend(packer.drain())
+        return out
+
+    def finish_bundle(self):
+        global_value = _IN_GLOBAL_WINDOW.with_value
+        for keyed in self._packer.drain():
+            yield global_value(keyed)
+
+
+class _PackByKeyFn(PackFn):
+    """(key, value) -> (key, pack): a bundle's values, encoded and packed per key."""
+
+    def process(self, keyed):
+        return self.add(*keyed)
+
+
+def _value_type(keyed_type) -> Any:
+    """The value type of a ``Tuple[K, V]`` element type, else ``Any``."""
+    args = getattr(keyed_type, "tuple_types", None)
+    return args[1] if args and len(args) == 2 else typing.Any
+
+
+class GroupPacked(beam.PTransform):
+    """``(key, value)`` -> ``(key, PackedValues)``: a GroupByKey whose values cross the shuffle packed.
+
+    Args:
+        pack_bytes: Bytes at which a key's pack is handed out.
+        held_bytes: Bytes of packs a bundle holds before it hands them all out.
+        compress: Packs are zlib-compressed (values that repeat themselves, like paths).
+    """
+
+    def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
+        super().__init__()
+        Packer(pack_bytes, held_bytes)  # refuses a bad size here, not on a worker
+        self._pack_bytes = pack_bytes
+        self._held_bytes = held_bytes
+        self._compress = compress
+
+    def expand(self, keyed):
+        coder = coders.registry.get_coder(_value_type(keyed.element_type))
+        return (keyed
+                | "Pack" >> beam.ParDo(_PackByKeyFn(coder, self._pack_bytes, self._held_bytes, self._compress)
+                                       ).with_output_types(typing.Tuple[typing.Any, bytes])  # (key, pack)
+                | "Group" >> beam.GroupByKey()  # (key, [pack])
+                | "Unpack" >> unpack_groups(coder, self._compress))  # (key, PackedValues)
+
+
+def unpack_groups(coder: coders.Coder, compressed: bool = False) -> beam.PTransform:
+    """``(key, [pack])`` -> ``(key, PackedValues)``, for a GroupByKey of packs made by a ``PackFn``."""
+    return beam.MapTuple(lambda key, packs: (key, PackedValues(packs, coder, compressed)))
