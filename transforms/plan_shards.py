@@ -102,6 +102,18 @@ class _PackByBucketFn(PackFn):
         self._totals = {}
 
 
+def _add_bucket_totals(acc: dict[int, list[int]], bucket: int, count: int, size: int, biggest: int) -> None:
+    """Adds a bucket's records and bytes to ``acc`` and keeps its largest record."""
+    totals = acc.get(bucket)
+    if totals is None:
+        acc[bucket] = [count, size, biggest]
+    else:
+        totals[0] += count
+        totals[1] += size
+        if biggest > totals[2]:
+            totals[2] = biggest
+
+
 class _BucketTotalsFn(beam.CombineFn):
     """Bundles' ``[(bucket, records, bytes, largest)]`` -> the same, summed per bucket, of one split.
 
@@ -113,14 +125,7 @@ class _BucketTotalsFn(beam.CombineFn):
 
     def add_input(self, acc: dict[int, list[int]], element: list[tuple[int, int, int, int]]) -> dict[int, list[int]]:
         for bucket, count, size, biggest in element:
-            totals = acc.get(bucket)
-            if totals is None:
-                acc[bucket] = [count, size, biggest]
-            else:
-                totals[0] += count
-                totals[1] += size
-                if biggest > totals[2]:
-                    totals[2] = biggest
+            _add_bucket_totals(acc, bucket, count, size, biggest)
         return acc
 
     def merge_accumulators(self, accs) -> dict[int, list[int]]:
@@ -128,13 +133,7 @@ class _BucketTotalsFn(beam.CombineFn):
         merged = next(accs, None) or {}
         for acc in accs:
             for bucket, (count, size, biggest) in acc.items():
-                totals = merged.get(bucket)
-                if totals is None:
-                    merged[bucket] = [count, size, biggest]
-                else:
-                    totals[0] += count
-                    totals[1] += size
-                    totals[2] = max(totals[2], biggest)
+                _add_bucket_totals(merged, bucket, count, size, biggest)
         return merged
 
     def extract_output(self, acc: dict[int, list[int]]) -> list[tuple[int, int, int, int]]:
