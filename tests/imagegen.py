@@ -188,3 +188,14 @@ def png_streams() -> dict[str, tuple[bytes, bool]]:
         "one_bit": (png_stream(width, height, one_bit, depth=1), True),
         "big_one_idat": (png_stream(2000, 900, bytes(big)), True),
     }
+
+
+def gif_with_small_first_frame() -> bytes:
+    """A 20x10 logical screen whose first frame covers only 8x10 of it (TensorFlow: 10x8; Pillow: 10x20)."""
+    first = Image.new("P", (8, 10), 1)
+    first.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    out = io.BytesIO()
+    first.save(out, format="GIF")
+    data = bytearray(out.getvalue())
+    data[6:8] = (20).to_bytes(2, "little")  # logical screen width
+    return bytes(data)

@@ -174,3 +174,19 @@ def write_set_manifest(folder: str, manifest) -> None:
         fh.write(lines)
     with open(os.path.join(folder, "manifest.json"), "wb") as fh:
         fh.write(data)
+
+
+def build_records(tmp_path, capsys, inputs: dict[str, bytes], *flags: str) -> tuple[str, str, dict[str, dict]]:
+    """Writes ``inputs`` (relative path -> bytes) under ``tmp_path/in`` and builds them into one
+    shard; returns the output folder, stdout, and relative path -> record."""
+    root = tmp_path / "in"
+    for name, data in inputs.items():
+        write(str(root / name), data)
+    out = str(tmp_path / "out")
+    status, stdout, stderr = run_build(capsys, "--input", str(root), "--output_dir", out,
+                                       "--num_shards", "1", *flags)
+    assert status == 0, stderr
+    records = {ex["image/filename"].decode(): ex for name in shard_files(out)
+               for ex in examples(os.path.join(out, name))}
+    assert sorted(records) == sorted(inputs)
+    return out, stdout, records

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 
 import pytest
 from PIL import Image
 
 from tests import imagegen
 from tests.icc_fixtures import HP_SRGB, chunk, iccp, png_with, png_warnings, tensorflow_decodes
-from tests.shard_fixtures import examples, load_manifest, run_build, shard_files, write
+from tests.shard_fixtures import build_records, load_manifest
 
 _INPUTS = {
     "a/hp.png": png_with("RGB", iccp(HP_SRGB)),
@@ -33,18 +32,7 @@ _WARNED = ("a/hp.png", "a/hp_gamma.png", "a/rgb_profile_on_gray.png")
 
 
 def _build(tmp_path, capsys, *flags: str) -> tuple[str, str, dict[str, dict]]:
-    """Builds ``_INPUTS``; returns the output folder, stdout, and relative path -> record."""
-    root = tmp_path / "in"
-    for name, data in _INPUTS.items():
-        write(str(root / name), data)
-    out = str(tmp_path / "out")
-    status, stdout, stderr = run_build(capsys, "--input", str(root), "--output_dir", out,
-                                       "--num_shards", "1", *flags)
-    assert status == 0, stderr
-    records = {ex["image/filename"].decode(): ex for name in shard_files(out)
-               for ex in examples(os.path.join(out, name))}
-    assert sorted(records) == sorted(_INPUTS)
-    return out, stdout, records
+    return build_records(tmp_path, capsys, _INPUTS, *flags)
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from tests.shard_fixtures import examples, load_manifest, run_build, shard_files, write
+from tests.shard_fixtures import build_records, examples, load_manifest, run_build, shard_files, write
 from transforms.images.codec import ImageInfo, inspect_image
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.orientation import ORIENTATION_TAG, exif_orientation, turned_upright
@@ -196,17 +196,7 @@ def test_image_meta_keeps_orientation_through_pickling():
 
 
 def _build(tmp_path, capsys, *flags: str, inputs=_INPUTS) -> tuple[str, str, dict[str, dict]]:
-    root = tmp_path / "in"
-    for name, data in inputs.items():
-        write(str(root / name), data)
-    out = str(tmp_path / "out")
-    status, stdout, stderr = run_build(capsys, "--input", str(root), "--output_dir", out,
-                                       "--num_shards", "1", *flags)
-    assert status == 0, stderr
-    records = {ex["image/filename"].decode(): ex for name in shard_files(out)
-               for ex in examples(os.path.join(out, name))}
-    assert sorted(records) == sorted(inputs)
-    return out, stdout, records
+    return build_records(tmp_path, capsys, inputs, *flags)
 
 
 @pytest.mark.slow

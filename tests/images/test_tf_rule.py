@@ -58,14 +58,7 @@ def _gradient(mode: str, size=(13, 7)) -> Image.Image:
 
 
 def _gif_with_small_first_frame() -> bytes:
-    """A 20x10 logical screen whose first frame covers only 8x10 of it."""
-    first = Image.new("P", (8, 10), 1)
-    first.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
-    out = io.BytesIO()
-    first.save(out, format="GIF")
-    data = bytearray(out.getvalue())
-    data[6:8] = (20).to_bytes(2, "little")  # logical screen width
-    return bytes(data)
+    return imagegen.gif_with_small_first_frame()
 
 
 # Arithmetic-coded JPEGs (SOF9 sequential, SOF10 progressive), which Pillow cannot write:

@@ -9,14 +9,12 @@ the message it gives).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
 
 import pytest
-from PIL import Image
 
 from tests import imagegen
 from tests.shard_fixtures import run_build, write
@@ -27,14 +25,7 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
 
 
 def _gif_with_small_first_frame() -> bytes:
-    """A 20x10 logical screen whose first frame covers only 8x10 of it (TensorFlow: 10x8; Pillow: 10x20)."""
-    first = Image.new("P", (8, 10), 1)
-    first.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
-    out = io.BytesIO()
-    first.save(out, format="GIF")
-    data = bytearray(out.getvalue())
-    data[6:8] = (20).to_bytes(2, "little")  # logical screen width
-    return bytes(data)
+    return imagegen.gif_with_small_first_frame()
 
 
 _INPUTS = {
