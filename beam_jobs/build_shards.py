@@ -247,9 +247,11 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     # WebDataset patterns do not.
     archives = [path for path in cfg.input if is_container_input(path)]
     counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path) for path in archives)
+    cores = worker_threads.usable_cores()
     size = None if offline or not counted else _bytes_to_read(
-        cfg.input, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None)
-    note = beam_compat.choose_local_workers(options, size, worker_threads.usable_cores())
+        cfg.input, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None,
+        beam_compat.bytes_worth_counting(cores))
+    note = beam_compat.choose_local_workers(options, size, cores)
     return dataclasses.replace(
         cfg, labels=labels, folder_tasks=tasks, append_to=append_to, policy=policy, workers_note=note,
         **_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=cfg.near_duplicates != "off"))
@@ -303,8 +305,8 @@ def _resumable(policy: PublishPolicy, options: dict) -> PublishPolicy:
 
 
 def _bytes_to_read(inputs: Sequence[str], archives: Sequence[str], output_dir: str,
-                   fingerprint: str | None) -> int | None:
-    """The input bytes a run will read (at least, up to the local-workers threshold), or None.
+                   fingerprint: str | None, limit: int) -> int | None:
+    """The input bytes a run will read (at least: counted up to ``limit``), or None.
 
     Archives read by range (``archives``) count as folders do. The records an
     interrupted run with the same flags left (``resumable_bytes``) are not
@@ -313,7 +315,7 @@ def _bytes_to_read(inputs: Sequence[str], archives: Sequence[str], output_dir: s
     """
     reused = resumable_bytes(output_dir, fingerprint) if fingerprint else 0
     size = local_bytes_at_least([path for path in inputs if path not in archives],
-                                beam_compat.AUTO_WORKERS_MIN_BYTES + reused, archives)
+                                limit + reused, archives)
     return None if size is None else max(0, size - reused)
 
 

@@ -15,7 +15,8 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.runner import PipelineRunner
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
-           "AUTO_WORKERS_MIN_BYTES", "workers_given", "choose_local_workers"]
+           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "local_workers_for", "bytes_worth_counting",
+           "workers_given", "choose_local_workers"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 
@@ -67,11 +68,26 @@ def local_workers(options: PipelineOptions) -> int | None:
     return direct.direct_num_workers or os.cpu_count() or 1
 
 
-# A local run of a job whose input is at least this large uses one worker process per usable
-# core unless its flags say otherwise (``choose_local_workers``). Measured on 2 cores
-# (BENCHMARKS.md, "Scaling benchmark"): a second worker process costs about 2 s of start-up and
-# pays for itself from about 1 GB of input.
+# A local run of a job whose input is at least this large runs in worker processes unless its
+# flags say otherwise (``choose_local_workers``). Measured on 2 cores (BENCHMARKS.md, "Scaling
+# benchmark"): a second worker process costs about 2 s of start-up and pays for itself from
+# about 1 GB of input.
 AUTO_WORKERS_MIN_BYTES = 1 << 30
+# Such a run gets one worker process per this many input bytes, up to one per usable core. Each
+# process costs ~3.7 CPU s of start-up; measured on 16 cores (BENCHMARKS.md, "On 16 cores"), the
+# 1.32 GB photo set built in 10.4 s wall and 31 CPU s with 4 workers, 12.5 s and 78 CPU s with 16,
+# and 13.1 s with one; verified in 6.8 s with 4 workers and 10.4 s with 16.
+WORKER_BYTES = 256 << 20
+
+
+def local_workers_for(input_bytes: int, cores: int) -> int:
+    """Worker processes for a local run of ``input_bytes`` (at least 2, at most ``cores``)."""
+    return max(2, min(cores, input_bytes // WORKER_BYTES))
+
+
+def bytes_worth_counting(cores: int) -> int:
+    """How many input bytes a job need count to choose its workers: past this, one per core."""
+    return max(AUTO_WORKERS_MIN_BYTES, cores * WORKER_BYTES)
 
 
 def workers_given(options: PipelineOptions) -> bool:
@@ -86,17 +102,19 @@ def workers_given(options: PipelineOptions) -> bool:
 
 
 def choose_local_workers(options: PipelineOptions, input_bytes: int | None, cores: int) -> str | None:
-    """Gives a large local run one worker process per core, unless the flags chose; says so.
+    """Gives a large local run worker processes for its size, unless the flags chose; says so.
 
     On the DirectRunner, a run whose input is at least ``AUTO_WORKERS_MIN_BYTES``
-    runs in ``multi_processing`` mode with ``cores`` workers; a smaller one stays
-    in this process (Beam's default), where start-up costs least. Any
-    ``--direct_num_workers`` or ``--direct_running_mode`` flag is kept as given,
-    and other runners are left alone.
+    runs in ``multi_processing`` mode with one worker per ``WORKER_BYTES`` of
+    input, at least 2 and at most ``cores`` (``local_workers_for``); a smaller
+    one stays in this process (Beam's default), where start-up costs least.
+    Any ``--direct_num_workers`` or ``--direct_running_mode`` flag is kept as
+    given, and other runners are left alone.
 
     Args:
         options: The run's options; changed in place when workers are chosen.
-        input_bytes: The input's size (at least), or None when it is not known.
+        input_bytes: The input's size (at least: counting may stop at
+            ``bytes_worth_counting(cores)``), or None when it is not known.
         cores: The cores this process may use.
 
     Returns:
@@ -105,11 +123,13 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
     if (local_workers(options) is None or workers_given(options) or input_bytes is None
             or input_bytes < AUTO_WORKERS_MIN_BYTES or cores < 2):
         return None
+    workers = local_workers_for(input_bytes, cores)
     direct = options.view_as(DirectOptions)
     direct.direct_running_mode = "multi_processing"
-    direct.direct_num_workers = cores
-    return (f"{input_bytes / (1 << 30):.1f} GiB or more of input: running {cores} worker processes, one per core "
-            "(--direct_num_workers 1 keeps one process)")
+    direct.direct_num_workers = workers
+    size = f"{input_bytes / (1 << 30):.1f} GiB{' or more' if workers == cores else ''}"
+    return (f"{size} of input: running {workers} worker processes, one per {WORKER_BYTES >> 20} MiB "
+            "up to one per core (--direct_num_workers 1 keeps one process)")
 
 
 def _without_timed_flushes() -> None:

@@ -89,7 +89,8 @@ def test_thread_workers_send_output_between_elements_only():
 
 from apache_beam.options.pipeline_options import DirectOptions  # noqa: E402
 
-from transforms.beam_compat import AUTO_WORKERS_MIN_BYTES, choose_local_workers  # noqa: E402
+from transforms.beam_compat import (AUTO_WORKERS_MIN_BYTES, WORKER_BYTES, bytes_worth_counting,  # noqa: E402
+                                    choose_local_workers)
 
 
 def _direct(options: PipelineOptions) -> tuple[str, int]:
@@ -97,11 +98,28 @@ def _direct(options: PipelineOptions) -> tuple[str, int]:
     return direct.direct_running_mode, direct.direct_num_workers
 
 
-def test_a_large_local_input_gets_a_worker_process_per_core():
+def test_a_large_local_input_gets_worker_processes():
     options = PipelineOptions([])
     note = choose_local_workers(options, AUTO_WORKERS_MIN_BYTES, cores=4)
     assert _direct(options) == ("multi_processing", 4)
     assert "4 worker processes" in note and "--direct_num_workers 1" in note
+
+
+@pytest.mark.parametrize("size, cores, workers", [
+    (1_320_000_000, 16, 4),  # the 16-core benchmark's set: 4 workers built it fastest, 16 slowest
+    (AUTO_WORKERS_MIN_BYTES, 2, 2),
+    (AUTO_WORKERS_MIN_BYTES + 1, 16, 4),
+    (16 * WORKER_BYTES, 16, 16),
+    (100 * WORKER_BYTES, 16, 16),
+    (100 * WORKER_BYTES, 3, 3),
+])
+def test_workers_grow_with_the_input_up_to_the_cores(size, cores, workers):
+    options = PipelineOptions([])
+    note = choose_local_workers(options, size, cores)
+    assert _direct(options) == ("multi_processing", workers)
+    assert f"running {workers} worker processes" in note
+    assert ("or more" in note) == (workers == cores)  # counting may stop once every core is worth it
+    assert bytes_worth_counting(cores) >= min(size, cores * WORKER_BYTES)
 
 
 @pytest.mark.parametrize("argv, size, cores", [
@@ -138,3 +156,20 @@ def test_a_build_given_workers_says_so_and_writes_the_same_shards(tmp_path, caps
     assert "running 2 worker processes" in err
     for name in shard_files(one):
         assert open(f"{one}/{name}", "rb").read() == open(f"{many}/{name}", "rb").read()
+
+
+def test_a_build_counts_its_input_as_far_as_the_workers_need(tmp_path, monkeypatch):
+    """The size that chooses the workers is counted past 1 GiB, up to one ``WORKER_BYTES`` per core."""
+    from beam_jobs import build_shards
+    from transforms import beam_compat
+
+    make_class_tree(str(tmp_path / "in"), per_class=6, broken=False)
+    total = sum(f.stat().st_size for f in (tmp_path / "in").rglob("*") if f.is_file())
+    assert build_shards._bytes_to_read([str(tmp_path / "in")], [], str(tmp_path / "out"), None, 10 * total) == total
+    monkeypatch.setattr(beam_compat, "AUTO_WORKERS_MIN_BYTES", 1)
+    monkeypatch.setattr(beam_compat, "WORKER_BYTES", total // 3)
+    assert beam_compat.bytes_worth_counting(8) == 8 * (total // 3)  # past the whole input
+    options = PipelineOptions([])
+    choose_local_workers(options, total, cores=8)
+    assert _direct(options) == ("multi_processing", 3)
+
