@@ -371,9 +371,10 @@ class RejectDuplicateImages(beam.PTransform):
 
     The copies are tallied per sha256 with a combine (``CopyTally``: the best
     copy, counts), so no step holds the copies of one image, however many;
-    each copy's dead letter is then made where the copy is, from the choice
-    of its image (a side input read by key, holding images with copies to
-    reject only).
+    each copy's dead letter is then made from the choice of its image (a
+    side input read by key, holding images with copies to reject only), in
+    a step that gets what the letters need of the copies in compressed packs
+    (``_PackCopyRefsFn``): no element per copy crosses a stage.
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
     ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter); with ``near``
     also ``NEAR_DEAD_LETTERS``, ``NEAR_DUPLICATES``, ``OVER_CAP`` and
