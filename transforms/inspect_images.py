@@ -9,6 +9,7 @@ file or made again from the image.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Iterator, Mapping, Sequence
 
 import apache_beam as beam
@@ -249,7 +250,7 @@ class _InspectImageFn(OrderedImageFn):
             if finished and closed is not None and done.count:
                 path, size = closed
                 header = done_list_header(path.rsplit("/", 1)[-1], size, self._context[0])
-                write_done_list(path, [header, done.joined()])
+                write_done_list(path, itertools.chain([header], done.pieces()))  # never joined
 
     def teardown(self):
         super().teardown()

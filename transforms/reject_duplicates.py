@@ -17,6 +17,7 @@ import typing
 from typing import Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
+from apache_beam import coders
 
 from transforms.errors import ShardsError
 from transforms.images.duplicates import (ChosenImages, CopyRef, CopyTally, PublishedCopy, copy_choice_key, copy_letter,
@@ -25,9 +26,10 @@ from transforms.images.items import ImageMeta
 from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, HashedImage, NearPair,
                                                bucket_pairs, hashed_image, near_choice)
 from transforms.images.perceptual import band_widths, hash_bands
-from transforms.packed_groups import GroupPacked
+from transforms.packed_groups import GroupPacked, PackFn
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
+from transforms.shardset.packing import unpack
 from transforms.shardset.published_keys import record_keys
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
@@ -135,13 +137,29 @@ def _choice_for_copies(keyed: tuple[str, CopyTally], written: Sequence[str] | No
         yield sha256, choice
 
 
-def _copy_ref(meta) -> tuple[str, str, str, str]:
-    """ImageMeta -> ``CopyRef`` as a plain tuple (encoded small, without pickling)."""
-    return tuple(CopyRef.of(meta))
+# The coder of a ``CopyRef`` as a plain tuple: four strings, encoded small and without pickling.
+_COPY_REF_CODER = coders.TupleCoder([coders.StrUtf8Coder()] * 4)
+
+
+class _PackCopyRefsFn(PackFn):
+    """ImageMeta -> ``(None, pack)``: a bundle's ``CopyRef`` tuples, packed and compressed (``Packer``).
+
+    What a copy's dead letter needs crosses to ``RejectOtherCopies`` in packs
+    of about ``PACK_BYTES`` (zlib level 1: paths under one folder and the
+    sha256s of copies repeat), so a runner moves and holds one compressed
+    element per few thousand images, not one element per image.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(_COPY_REF_CODER, compress=True)
+
+    def process(self, meta):
+        return self.add(None, tuple(CopyRef.of(meta)))
 
 
 class _LetterCopiesFn(beam.DoFn):
-    """``CopyRef`` tuple -> its dead letter when another copy of its bytes stays (``copy_letter``).
+    """``(None, pack)`` of ``CopyRef`` tuples -> the dead letter of each copy when another copy of its
+    bytes stays (``copy_letter``).
 
     Side inputs: ``choices``, (sha256, CopyChoice) read by key, and ``chosen``,
     the ``copy_choice_key`` of each of those images, read once a bundle: a copy
@@ -150,18 +168,21 @@ class _LetterCopiesFn(beam.DoFn):
 
     def start_bundle(self):
         self._chosen = None
+        self._decode = _COPY_REF_CODER.get_impl().decode
 
-    def process(self, ref, choices, chosen):
+    def process(self, keyed, choices, chosen):
         if self._chosen is None:
             self._chosen = ChosenImages(chosen)
-        if ref[0] not in self._chosen:  # ref[0]: the sha256
-            return
-        ref = CopyRef(*ref)
-        for choice in choices[ref.sha256]:  # none: the image has one copy, kept
-            letter = copy_letter(ref, choice)
-            if letter is not None:
-                progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
-                yield letter
+        for value in unpack(keyed[1], compressed=True):
+            ref = self._decode(value)
+            if ref[0] not in self._chosen:  # ref[0]: the sha256
+                continue
+            ref = CopyRef(*ref)
+            for choice in choices[ref.sha256]:  # none: the image has one copy, kept
+                letter = copy_letter(ref, choice)
+                if letter is not None:
+                    progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
+                    yield letter
 
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here
@@ -350,9 +371,10 @@ class RejectDuplicateImages(beam.PTransform):
 
     The copies are tallied per sha256 with a combine (``CopyTally``: the best
     copy, counts), so no step holds the copies of one image, however many;
-    each copy's dead letter is then made where the copy is, from the choice
-    of its image (a side input read by key, holding images with copies to
-    reject only).
+    each copy's dead letter is then made from the choice of its image (a
+    side input read by key, holding images with copies to reject only), in
+    a step that gets what the letters need of the copies in compressed packs
+    (``_PackCopyRefsFn``): no element per copy crosses a stage.
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
     ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter); with ``near``
     also ``NEAR_DEAD_LETTERS``, ``NEAR_DUPLICATES``, ``OVER_CAP`` and
@@ -407,7 +429,8 @@ class RejectDuplicateImages(beam.PTransform):
             _choice_for_copies, appending=self._appending, **side)  # (sha256, CopyChoice)
         chosen = choices | "ChosenImages" >> beam.Map(lambda kv: copy_choice_key(kv[0]))  # int
         dead = (metas
-                | "CopyRefs" >> beam.Map(_copy_ref)  # (sha256, path, relpath, split): what a letter needs
+                | "CopyRefs" >> beam.ParDo(_PackCopyRefsFn()).with_output_types(
+                    typing.Tuple[typing.Any, bytes])  # (None, pack of (sha256, path, relpath, split))
                 | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices),
                                                     beam.pvalue.AsIter(chosen)))
         if near is None:

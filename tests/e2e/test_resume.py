@@ -14,6 +14,7 @@ done shard records) come first.
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 
 import pytest
 
@@ -29,9 +31,10 @@ from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms.images.codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.shardset.resume import (DoneLines, RunMarker, ShardDone, changed_flags, context_key, done_list,
+from transforms.shardset.resume import (DONE_PIECE_BYTES, DoneLines, RunMarker, ShardDone, changed_flags, context_key, done_list,
                                         done_list_header, done_list_line,
                                         fingerprint, parse_done_list, shard_content_key, source_key)
+from transforms.storage.resume import write_done_list
 from transforms.tfrecord.run_files import RunSlice
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -62,6 +65,36 @@ def test_a_bundle_holds_its_done_list_compressed_and_writes_the_same_bytes() -> 
     assert held.count == 2_000 and expected[0] == done_list_header("f.run", 5000, "ctx")
     assert sum(len(c) for c in held._chunks) * 5 < sum(len(line) for line in expected)  # small while held
     assert held.joined() == b"".join(expected[1:])
+
+
+def test_a_done_list_is_written_in_pieces_never_joined(tmp_path) -> None:
+    # 20,000 lines (~8 MiB): the bundle holds them compressed and writes them a piece at a time, so
+    # writing holds about one piece, not the whole list twice (joined, then joined with its header).
+    entries = [(f"key{i}", (1000 + i, 5, 6), _meta(path=f"/in/rose/{i:05d}.jpg")) for i in range(20_000)]
+    held = DoneLines()
+    for key, stamp, meta in entries:
+        held.append(done_list_line(key, stamp, meta))
+    expected = b"".join(done_list("f.run", 5000, "ctx", entries))
+    run = str(tmp_path / "f.run")
+    tracemalloc.start()
+    try:
+        write_done_list(run, itertools.chain([done_list_header("f.run", 5000, "ctx")], held.pieces()))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with open(run + ".done", "rb") as fh:
+        assert fh.read() == expected
+    assert len(expected) > 6 * 2**20 and peak < 3 * DONE_PIECE_BYTES
+
+
+def test_done_lines_come_back_in_bounded_pieces_holding_every_line() -> None:
+    held = DoneLines()
+    lines = [done_list_line(f"key{i}", (i, 5, 6), _meta(path=f"/in/rose/{i:05d}.jpg")) for i in range(8_000)]
+    for line in lines:
+        held.append(line)
+    pieces = list(held.pieces(piece_bytes=64 * 1024))
+    assert len(pieces) > 10 and max(len(p) for p in pieces) <= 64 * 1024
+    assert b"".join(pieces) == b"".join(lines)
 
 
 def test_a_done_list_round_trips_and_matches_only_the_same_input_stamp_and_context() -> None:

@@ -10,7 +10,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.images.codec import ImageInfo
-from transforms.images.duplicates import CopyRef, CopyTally, PublishedCopy, copy_choice, copy_letter
+from transforms.images.duplicates import (CopyTally, PublishedCopy, copy_choice, copy_choice_key,
+                                         copy_letter)
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
@@ -97,7 +98,6 @@ class _CountedLookups(dict):
 
 
 def test_a_copy_is_looked_up_only_when_its_image_has_copies_to_reject() -> None:
-    from transforms.images.duplicates import copy_choice_key
     from transforms.reject_duplicates import _LetterCopiesFn
 
     kept, other = _meta("in/a.png", "train", "cc" * 32), _meta("in/b.png", "train", "cc" * 32)
@@ -106,8 +106,38 @@ def test_a_copy_is_looked_up_only_when_its_image_has_copies_to_reject() -> None:
     choices.looked_up = []
     fn = _LetterCopiesFn()
     fn.start_bundle()
-    refs = [tuple(CopyRef.of(m)) for m in [_meta(f"in/u{i}.png", "train", f"{i:064x}") for i in range(50)]]
-    letters = [letter for ref in refs + [tuple(CopyRef.of(other)), tuple(CopyRef.of(kept))]
-               for letter in fn.process(ref, choices, [copy_choice_key("cc" * 32)])]
+    metas = [_meta(f"in/u{i}.png", "train", f"{i:064x}") for i in range(50)] + [other, kept]
+    letters = [letter for keyed in _packed_refs(metas)
+               for letter in fn.process(keyed, choices, [copy_choice_key("cc" * 32)])]
     assert [(d.path, d.reason) for d in letters] == [("in/b.png", "duplicate_image")]
     assert choices.looked_up == ["cc" * 32, "cc" * 32]  # the 50 unique images cost no request
+
+
+def _packed_refs(metas) -> list:
+    """The ``(None, pack)`` elements ``_PackCopyRefsFn`` makes of ``metas`` in one bundle."""
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from transforms.reject_duplicates import _PackCopyRefsFn
+
+    fn = _PackCopyRefsFn()
+    fn.start_bundle()
+    out = [keyed for meta in metas for keyed in fn.process(meta) or ()]
+    out += [w.value if isinstance(w, WindowedValue) else w for w in fn.finish_bundle()]
+    return out
+
+
+def test_the_copies_cross_to_their_letters_packed_and_compressed() -> None:
+    # What each copy's dead letter needs leaves the reading step in compressed packs of ~1 MiB of
+    # refs: a runner holds a few elements and a fraction of the refs' bytes, not one element a copy.
+    from transforms.reject_duplicates import _LetterCopiesFn
+
+    metas = [_meta(f"/data/images/cat/copy-{i:07d}.png", "train", "cc" * 32) for i in range(20_000)]
+    packed = _packed_refs(metas)
+    refs_bytes = sum(len(f"{m.sha256}{m.source.path}{m.source.relpath}{m.source.split}") for m in metas)
+    assert 2 <= len(packed) <= 4 and all(key is None for key, _ in packed)
+    assert sum(len(pack) for _, pack in packed) * 4 < refs_bytes
+    fn = _LetterCopiesFn()
+    fn.start_bundle()
+    choice = _tally(metas).choice()
+    letters = [d for keyed in packed for d in fn.process(keyed, {"cc" * 32: [choice]}, [copy_choice_key("cc" * 32)])]
+    assert sorted(d.path for d in letters) == [m.source.path for m in metas[1:]]  # each copy once, but the kept

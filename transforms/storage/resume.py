@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from transforms.errors import ManifestError
 from transforms.shardset.naming import join_path
@@ -127,10 +127,14 @@ def input_stamp(path: str) -> Stamp | None:
     return found.st_size, found.st_mtime_ns, found.st_ino
 
 
-def write_done_list(run_path: str, lines: Iterator[bytes]) -> None:
-    """Writes a closed run file's done list beside it, through a rename (never half written)."""
+def write_done_list(run_path: str, lines: Iterable[bytes]) -> None:
+    """Writes a closed run file's done list beside it, through a rename (never half written).
+
+    ``lines`` (its header, then its lines in pieces of any size) are written
+    one after the other, never joined.
+    """
     folder = run_path.rsplit("/", 1)[0]
-    write_atomic(run_path + DONE_SUFFIX, b"".join(lines), folder)
+    write_atomic(run_path + DONE_SUFFIX, lines, folder)
 
 
 def read_done_inputs(done: tuple[str, str, int | None]) -> Iterator[tuple[str, DoneInput]]:
