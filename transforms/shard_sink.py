@@ -4,10 +4,12 @@
 to a unique staging name (``storage.shard_files.write_shard``; a retried or
 speculative bundle writes its own copy; only the attempt Beam commits reaches
 the publish step). ``PublishShards`` has the workers stage the shard list in
-parts (``WriteShardListParts``), then runs once, after every shard is written,
-and makes the result visible in an order that never lets ``manifest.json``
-name a missing or partial file (``storage.publish.publish_shards``, where the
-steps are listed).
+parts (``WriteShardListParts``), then, once every shard is written, makes the
+result visible in an order that never lets ``manifest.json`` name a missing or
+partial file (``storage.publish``, where the steps are listed): one step
+prepares (checks, journal, old manifest deleted) and hands out the renames in
+chunks, the workers rename them (``MoveStaged``), and one step commits
+(``manifest.json`` last).
 
 No side input of the publish step grows with shards: it is given the staged
 parts of the shard list (``WriteShardListParts``: a path, counts, label and
@@ -43,7 +45,7 @@ from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import ShardDone
 from transforms.shardset.staged import ShardResult, part_key
 from transforms.storage.dead_letter_files import write_dead_letter_part
-from transforms.storage.folders import PARALLEL_MOVES, RENAME_CHUNK, move_chunk, move_chunks
+from transforms.storage.folders import PARALLEL_MOVES, RENAME_CHUNK, RENAME_THREADS, move_chunk, move_chunks
 from transforms.storage.publish import commit_publish, prepare_publish
 from transforms.storage.publish_append import AppendCommit, commit_append, prepare_append
 from transforms.packed_groups import GroupPacked
@@ -335,16 +337,29 @@ def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
 
 
 class _MoveStagedFn(beam.DoFn):
-    """Renames chunks of staged files to their final names (``folders.move_chunk``); a ``MovesDone`` a bundle."""
+    """Renames chunks of staged files to their final names (``folders.move_chunk``), ``RENAME_THREADS``
+    chunks at a time; a ``MovesDone`` a bundle."""
+
+    def setup(self):
+        self._pool = worker_threads.new_pool(RENAME_THREADS, "MoveStaged")
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def start_bundle(self):
         self._moved = 0
+        self._work = worker_threads.OrderedWork(self._pool, worker_threads.window_for(RENAME_THREADS))
 
     def process(self, moves):
-        self._moved += move_chunk(moves)
+        self._moved += sum(self._work.submit(move_chunk, moves))
         return ()
 
     def finish_bundle(self):
+        try:
+            self._moved += sum(self._work.drain())
+        finally:
+            self._work.close()
         if self._moved:
             yield GlobalWindows.windowed_value(MovesDone(os.getpid(), self._moved))
 
