@@ -5,7 +5,9 @@ workers, in chunks, between the step that writes the journal and the step that
 writes the manifest. Here the threshold is lowered to 0 (every build hands its
 renames out, in chunks of one or two) and the result must be byte for byte
 what a build that renames in its one publish step gives; with two worker
-processes both rename; the commit step is given counts, not the renames.
+processes both rename; the commit step is given counts, not the renames;
+and with every bundle run three times (``--direct_runner_bundle_repeat 2``, as a
+runner retries a bundle whose results it lost) the set is the same.
 """
 
 from __future__ import annotations
@@ -102,7 +104,33 @@ def test_the_commit_step_is_given_counts_not_the_renames(tree, tmp_path, capsys,
     assert folder_bytes(out) == folder_bytes(reference)
 
 
-def test_an_append_hands_out_its_shard_renames_and_publishes_the_same_bytes(tmp_path, capsys, monkeypatch) -> None:
+@pytest.mark.slow
+def test_repeated_bundles_keep_the_other_split_and_publish_the_same_bytes(tree, tmp_path, capsys, monkeypatch) -> None:
+    """The prepare step run again finds the manifest it deleted (its journal, its staging); the commit
+    step run again finds the set published."""
+    inputs, _ = tree
+    make_class_tree(str(tmp_path / "other"), per_class=3, broken=False, seed=7)
+    outs = [str(tmp_path / name) for name in ("once", "repeated")]
+    for out in outs:  # a published validation split, which the train build keeps
+        status, _, err = run_build(capsys, "--input", str(tmp_path / "other"), "--output_dir", out,
+                                   "--split", "validation",
+                                   "--num_shards", "2", "--seed", "5", "--max_bad_fraction", "0.5")
+        assert status == 0, err
+    status, _, err = run_build(capsys, "--input", inputs, "--output_dir", outs[0], "--split", "train", *FLAGS)
+    assert status == 0, err
+    _hand_out_every_rename(monkeypatch, chunk=3)
+    status, _, err = run_build(capsys, "--input", inputs, "--output_dir", outs[1], "--split", "train", *FLAGS,
+                               "--direct_runner_bundle_repeat", "2")
+    assert status == 0, err
+    assert_only_shard_set(outs[1])
+    assert sorted(n for n in os.listdir(outs[1]) if n.startswith("validation-")) == [
+        "validation-00000-of-00002.tfrecord", "validation-00001-of-00002.tfrecord"]
+    assert folder_bytes(outs[1]) == folder_bytes(outs[0])
+
+
+@pytest.mark.parametrize("repeat", [[], ["--direct_runner_bundle_repeat", "2"]], ids=["once", "repeated"])
+def test_an_append_hands_out_its_shard_renames_and_publishes_the_same_bytes(tmp_path, capsys, monkeypatch,
+                                                                            repeat) -> None:
     make_class_tree(str(tmp_path / "day1"), per_class=6, broken=False, seed=1)
     make_class_tree(str(tmp_path / "day2"), classes=("lily",), per_class=6, broken=False, seed=2)
     flags = ["--shard_size_mb", "0.02", "--seed", "3"]
@@ -115,7 +143,7 @@ def test_an_append_hands_out_its_shard_renames_and_publishes_the_same_bytes(tmp_
     before = sorted(os.listdir(outs[0]))
     assert append_shards.run(["--input", str(tmp_path / "day2"), "--output_dir", outs[0], *flags]) == 0
     results = _hand_out_every_rename(monkeypatch, chunk=1)
-    assert append_shards.run(["--input", str(tmp_path / "day2"), "--output_dir", outs[1], *flags]) == 0
+    assert append_shards.run(["--input", str(tmp_path / "day2"), "--output_dir", outs[1], *flags, *repeat]) == 0
     assert _move_processes(results[-1]) == 1
     renamed = [n for n in before if n.endswith(".tfrecord") and n not in os.listdir(outs[1])]
     assert renamed, "the append keeps every published shard's name: no published shard was renamed"

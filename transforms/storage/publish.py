@@ -12,7 +12,9 @@ never lets ``manifest.json`` name a missing or partial file:
    too many inputs were bad (from the parts' counts);
 2. write the journal (``.publishing.json``: every file the tool owns in the
    folder, old and new), then delete the old ``manifest.json`` (from here on,
-   no manifest is present, and the journal says which files are the tool's);
+   no manifest is present, and the journal says which files are the tool's;
+   a copy stays in the run's staging folder, ``PREVIOUS_MANIFEST``, so that
+   the prepare step run again by a retried bundle knows the set it replaces);
 3. rename staged shards and ``.idx`` files to their final names: a few
    (fewer than ``folders.PARALLEL_MOVES``) at once in threads
    (``folders.move_all``); more by the caller on many workers, in chunks
@@ -61,11 +63,12 @@ from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.files import sha256_of
+from transforms.storage.files import read_if_present, sha256_of
 from transforms.storage.folders import (PARALLEL_MOVES, Move, delete_empty_folder, delete_if_exists, delete_tree,
                                        make_folder, move_all, moves_problem)
 from transforms.storage.lock import check_lock
-from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
+from transforms.storage.output_folder import (STAGING_DIR, FolderState, check_own_folders, folder_state,
+                                             read_manifest, staging_folder)
 from transforms.storage.shard_files import staged_of_parts, write_shard, write_shard_list
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
@@ -73,6 +76,9 @@ from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 __all__ = ["publish_shards", "prepare_publish", "commit_publish", "PublishCommit", "KEPT_SHA256_BUDGET"]
 
 _LOG = logging.getLogger(__name__)
+# The manifest a publish deleted, kept in its staging folder until it commits: a retried
+# prepare step of the same run (the journal is its own) reads the set it replaces from it.
+PREVIOUS_MANIFEST = "manifest.previous.json"
 # Kept splits are hashed again (sha256 against the manifest) when their shards add up to at
 # most this many bytes; larger ones are checked by size only (verify_shards reads them all).
 KEPT_SHA256_BUDGET = 1 << 30
@@ -146,6 +152,14 @@ class PublishCommit:
     moves: int
 
 
+def _with_previous_manifest(output_dir: str, state: FolderState, run_id: str, staging: str) -> FolderState:
+    """``state``, with the manifest this run deleted when the prepare step runs again (a retried bundle)."""
+    if state.manifest is not None or state.journal is None or state.journal.run_id != run_id:
+        return state
+    data = read_if_present(join_path(staging, PREVIOUS_MANIFEST))
+    return state if data is None else dataclasses.replace(state, manifest=read_manifest(output_dir, data))
+
+
 def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
@@ -213,7 +227,7 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     linked = check_own_folders(output_dir)  # checked at the start too; a link made since is refused
     if linked:
         raise PublishError(linked)
-    state = folder_state(output_dir)
+    state = _with_previous_manifest(output_dir, folder_state(output_dir), policy.run_id, staging)
     written_splits = {t.split for t in totals}
     kept = kept_splits(state.manifest, written_splits, policy)
     inputs_given = input_values(manifest_fields["options"])
@@ -284,6 +298,9 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     journal = Journal(policy.run_id, tuple(sorted(owned | keep | set(stale))))
     write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
 
+    previous = read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if previous is not None:
+        write_atomic(join_path(staging, PREVIOUS_MANIFEST), previous, staging)
     delete_if_exists([join_path(output_dir, MANIFEST_NAME)])
     index_dir = join_path(output_dir, INDEX_DIR)
     keep_index = any(final.startswith(index_dir + "/") for _, final, _ in moves) or any(
@@ -306,6 +323,10 @@ def commit_publish(commit: PublishCommit, moved: int,
                    sidecar_files: Callable[[Manifest], Mapping[str, bytes | None]] | None = None) -> Manifest:
     """Steps 4-5 of a publish, once every rename ``prepare_publish`` handed out is done; ``manifest.json`` last.
 
+    Repeated after it finished (a retried bundle: ``manifest.json`` is in
+    place), it finishes what is left of its last steps and returns the
+    published manifest.
+
     Args:
         commit: What ``prepare_publish`` decided.
         moved: How many of its handed-out renames were done (each must be).
@@ -321,6 +342,12 @@ def commit_publish(commit: PublishCommit, moved: int,
     manifest_fields, written_splits, inputs_given = commit.manifest_fields, set(commit.written_splits), \
         commit.inputs_given
     staging = staging_folder(output_dir, commit.run_id)
+    check_lock(output_dir, commit.run_id)
+    published = read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if published is not None:  # only this step writes it after the prepare step: a retried bundle
+        delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
+        delete_tree(join_path(output_dir, STAGING_DIR))
+        return read_manifest(output_dir, published)
     problem = moves_problem(output_dir, commit.moves, moved)
     if problem:
         raise PublishError(problem)

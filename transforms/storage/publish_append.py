@@ -51,7 +51,7 @@ from transforms.shardset.replacing import input_values, kept_built_from, split_i
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, moves_problem
-from transforms.storage.journal import finish_journal, relative_name, retire_manifest, shard_moves
+from transforms.storage.journal import finish_journal, pending_manifest, relative_name, retire_manifest, shard_moves
 from transforms.storage.lock import check_lock
 from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
 from transforms.storage.shard_files import published_entries, staged_of_parts, write_shard, write_shard_list
@@ -111,6 +111,23 @@ def publish_append(output_dir: str, parts: Sequence[ShardListPart],
     return commit_append(commit, 0)
 
 
+def _handed_out(output_dir: str, journal: Journal) -> list[Move]:
+    """The journal's shard renames as full paths, for the workers."""
+    return [(join_path(output_dir, a), join_path(output_dir, b), None) for a, b in shard_moves(journal)]
+
+
+def _prepared_before(output_dir: str, journal: Journal | None,
+                     run_id: str) -> tuple[AppendCommit, list[Move]] | None:
+    """The prepare step run again (a retried bundle) after it retired the manifest: what its journal says."""
+    if journal is None or journal.run_id != run_id or not journal.moves:
+        return None
+    data = pending_manifest(output_dir)
+    if data is None:
+        return None
+    handed = _handed_out(output_dir, journal)
+    return AppendCommit(output_dir, journal, Manifest.loads(data), len(handed)), handed
+
+
 def prepare_append(output_dir: str, parts: Sequence[ShardListPart],
                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
@@ -137,6 +154,9 @@ def prepare_append(output_dir: str, parts: Sequence[ShardListPart],
         raise PublishError(linked)
     state = folder_state(output_dir)
     old = state.manifest
+    again = _prepared_before(output_dir, state.journal, policy.run_id) if old is None else None
+    if again is not None:
+        return again
     if old is None:
         delete_tree(staging)
         raise PublishError(f"--append: {join_path(output_dir, MANIFEST_NAME)} is gone; nothing to append to")
@@ -291,7 +311,7 @@ def prepare_append(output_dir: str, parts: Sequence[ShardListPart],
         retire_manifest(output_dir, journal)  # before any published shard is renamed
         if any(target.startswith(INDEX_DIR + "/") for _, target in shard_renames):
             make_folder(join_path(output_dir, INDEX_DIR))
-        handed = [(join_path(output_dir, a), join_path(output_dir, b), None) for a, b in shard_renames]
+        handed = _handed_out(output_dir, journal)
     return AppendCommit(output_dir, journal, manifest, len(handed)), handed
 
 
