@@ -109,9 +109,15 @@ if _ms:
 def run(shards: int, rounds: int, rename_ms: float = 0.0) -> list[dict]:
     from benchmarks.measure import checkout_env
 
-    env = checkout_env()
+    env, site = checkout_env(), tempfile.mkdtemp(prefix="publish-parallel-site-")
+    try:
+        return _runs(shards, rounds, rename_ms, env, site)
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def _runs(shards: int, rounds: int, rename_ms: float, env: dict[str, str], site: str) -> list[dict]:
     if rename_ms:
-        site = tempfile.mkdtemp(prefix="publish-parallel-site-")
         with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as fh:
             fh.write(_SLOW_RENAMES)
         env = {**env, "PYTHONPATH": os.pathsep.join([site, env.get("PYTHONPATH", "")]),
