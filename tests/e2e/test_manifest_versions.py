@@ -15,8 +15,6 @@ import pytest
 
 from tests.reliability_support import assert_only_shard_set
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build, write_v1_manifest
-from transforms.shardset.manifest import ShardEntry
-from transforms.tfrecord.shard_writer import ShardStats
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 
