@@ -18,6 +18,11 @@ and sends SIGKILL. Nothing else about the job changes: it is
 threads of this process. With a ``COMMAND`` (``build``, ``verify``, ...) first,
 the job runs as ``tfrecord-shards COMMAND`` does (``beam_jobs.cli.main.main``),
 its logging and failure lines included.
+
+With ``PAUSE_AT_MOVE_CHUNK=N`` in the environment, the publish hands every
+rename to its parallel step (``MoveStaged``) in chunks of N, however few there
+are (``shard_sink.PARALLEL_MOVES`` 0). The marker lists the functions on the
+stack where the job stopped (``stack``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import re
 import sys
 import threading
+import traceback
 from typing import Callable
 
 from apache_beam.io.filesystems import FileSystems
@@ -38,7 +44,8 @@ _os_rename = os.rename
 def _stop_here(marker: str, op: str, path: str) -> None:
     temp = marker + ".tmp"
     with open(temp, "w", encoding="utf-8") as fh:
-        json.dump({"op": op, "path": path, "pid": os.getpid()}, fh)
+        json.dump({"op": op, "path": path, "pid": os.getpid(),
+                   "stack": [frame.name for frame in traceback.extract_stack()]}, fh)
     _os_rename(temp, marker)
     resume, waiting = marker + ".go", threading.Event()
     while not os.path.exists(resume):  # until SIGKILL, or until told to go on
@@ -83,6 +90,10 @@ def main(argv: list[str]) -> int:
         return 2
     op, pattern, nth, marker = argv[:4]
     _watch(op, pattern, int(nth), marker)
+    if os.environ.get("PAUSE_AT_MOVE_CHUNK"):
+        from transforms import shard_sink
+
+        shard_sink.PARALLEL_MOVES, shard_sink.RENAME_CHUNK = 0, int(os.environ["PAUSE_AT_MOVE_CHUNK"])
     if argv[5:] and not argv[5].startswith("-"):
         from beam_jobs.cli import main as cli
 

@@ -4,10 +4,12 @@
 to a unique staging name (``storage.shard_files.write_shard``; a retried or
 speculative bundle writes its own copy; only the attempt Beam commits reaches
 the publish step). ``PublishShards`` has the workers stage the shard list in
-parts (``WriteShardListParts``), then runs once, after every shard is written,
-and makes the result visible in an order that never lets ``manifest.json``
-name a missing or partial file (``storage.publish.publish_shards``, where the
-steps are listed).
+parts (``WriteShardListParts``), then, once every shard is written, makes the
+result visible in an order that never lets ``manifest.json`` name a missing or
+partial file (``storage.publish``, where the steps are listed): one step
+prepares (checks, journal, old manifest deleted) and hands out the renames in
+chunks, the workers rename them (``MoveStaged``), and one step commits
+(``manifest.json`` last).
 
 No side input of the publish step grows with shards: it is given the staged
 parts of the shard list (``WriteShardListParts``: a path, counts, label and
@@ -27,6 +29,7 @@ import collections
 import dataclasses
 import itertools
 import logging
+import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -42,8 +45,9 @@ from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import ShardDone
 from transforms.shardset.staged import ShardResult, part_key
 from transforms.storage.dead_letter_files import write_dead_letter_part
-from transforms.storage.publish import publish_shards
-from transforms.storage.publish_append import publish_append
+from transforms.storage.folders import PARALLEL_MOVES, RENAME_CHUNK, RENAME_THREADS, move_chunk, move_chunks
+from transforms.storage.publish import commit_publish, prepare_publish
+from transforms.storage.publish_append import AppendCommit, commit_append, prepare_append
 from transforms.packed_groups import GroupPacked
 from transforms.plan_shards import LeadRecords
 from transforms.storage.resume import adopt_shard, record_done_shard
@@ -51,13 +55,18 @@ from transforms.storage.shard_files import lead_records, write_shard, write_shar
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 
-__all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS", "NearDuplicateReport"]
+__all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone",
+           "NearDuplicateReport"]
 
 _LOG = logging.getLogger(__name__)
 # Metrics of the sink, the same for every job that writes shards (build, reshard).
 _NAMESPACE = "shard_sink"
 # Counter of the finished shards of an interrupted run that a resumed run published as they were.
 REUSED_SHARDS = "shards_reused"
+# Counter of the worker processes that renamed a publish's staged files (0: the publish step did).
+MOVE_PROCESSES = "move_processes"
+# The tag of the publish's renames, handed out in chunks by the step that prepares it.
+MOVES = "moves"
 
 
 def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
@@ -268,15 +277,25 @@ def _with_near_duplicates(sidecar_files, mode: str, lines: bytes | None):
     return files
 
 
-class _PublishFn(beam.DoFn):
+class MovesDone(NamedTuple):
+    """What one bundle of ``MoveStaged`` renamed: the worker process and how many files."""
+
+    pid: int
+    moves: int
+
+
+class _PreparePublishFn(beam.DoFn):
+    """Publish up to its renames (``prepare_publish``/``prepare_append``): the commit record, the renames in chunks."""
+
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None,
-                 image_counts=None, near: tuple[str, int] | None = None) -> None:
+                 image_counts=None, near: tuple[str, int] | None = None, parallel_from: int = PARALLEL_MOVES,
+                 chunk: int = RENAME_CHUNK) -> None:
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy)
         self._sidecar_files = sidecar_files
         self._image_counts = image_counts
         self._near = near
-        self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
+        self._parallel = (parallel_from, chunk)
 
     def process(self, _, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=(),
                 near_pairs=(), over_cap=(), unhashed=()):
@@ -286,7 +305,7 @@ class _PublishFn(beam.DoFn):
             tally for part in parts for tally in part.tallies)  # summed over each part's shards
         fields = {**fields, "feature_spec": feature_spec, "images": images,
                   "object_labels": tuple(tuple(pair) for pair in object_labels)}
-        sidecar_files = self._sidecar_files
+        near = None  # (mode, near_duplicates.jsonl's bytes or None): its sidecar
         if self._near is not None:
             mode, distance = self._near
             lines = None
@@ -294,14 +313,77 @@ class _PublishFn(beam.DoFn):
                 fields["near_duplicates"] = near_duplicates_summary(mode, distance, len(near_pairs), over_cap,
                                                                     len(unhashed))
                 lines = near_duplicates_lines(near_pairs, mode == "reject")
-            sidecar_files = _with_near_duplicates(sidecar_files, mode, lines)
-        publish = publish_append if policy.append else publish_shards
-        manifest = publish(output_dir, parts, totals, dead_letters, labels, inputs,
-                           compression, fields, max_bad, policy, sidecar_files)
+            near = (mode, lines)
+        parallel_from, chunk = self._parallel
+        args = (output_dir, parts, totals, dead_letters, labels, inputs, compression, fields, max_bad, policy)
+        if policy.append:  # its sidecars are staged before its journal
+            commit, moves = prepare_append(*args, _sidecars(self._sidecar_files, near),
+                                           parallel_from=parallel_from)
+        else:
+            commit, moves = prepare_publish(*args, parallel_from=parallel_from)
+        for moving in move_chunks(moves, chunk):
+            yield beam.pvalue.TaggedOutput(MOVES, moving)
+        yield _Commit(commit, near)
+
+
+class _Commit(NamedTuple):
+    record: Any  # PublishCommit or AppendCommit
+    near: tuple[str, bytes | None] | None
+
+
+def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
+    """``sidecar_files`` with ``near_duplicates.jsonl`` when the build looks for near-duplicates."""
+    return sidecar_files if near is None else _with_near_duplicates(sidecar_files, *near)
+
+
+class _MoveStagedFn(beam.DoFn):
+    """Renames chunks of staged files to their final names (``folders.move_chunk``), ``RENAME_THREADS``
+    chunks at a time; a ``MovesDone`` a bundle."""
+
+    def setup(self):
+        self._pool = worker_threads.new_pool(RENAME_THREADS, "MoveStaged")
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def start_bundle(self):
+        self._moved = 0
+        self._work = worker_threads.OrderedWork(self._pool, worker_threads.window_for(RENAME_THREADS))
+
+    def process(self, moves):
+        self._moved += sum(self._work.submit(move_chunk, moves))
+        return ()
+
+    def finish_bundle(self):
+        try:
+            self._moved += sum(self._work.drain())
+        finally:
+            self._work.close()
+        if self._moved:
+            yield GlobalWindows.windowed_value(MovesDone(os.getpid(), self._moved))
+
+
+class _CommitPublishFn(beam.DoFn):
+    """The rest of publish once every handed-out rename is done: ``manifest.json`` last."""
+
+    def __init__(self, sidecar_files=None) -> None:
+        self._sidecar_files = sidecar_files
+        self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
+        self._processes = Metrics.counter(_NAMESPACE, MOVE_PROCESSES)
+
+    def process(self, commit: _Commit, done):
+        moved = sum(d.moves for d in done)
+        if isinstance(commit.record, AppendCommit):
+            manifest = commit_append(commit.record, moved)
+        else:
+            manifest = commit_publish(commit.record, moved, _sidecars(self._sidecar_files, commit.near))
+        self._processes.inc(len({d.pid for d in done}))
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
-        _LOG.debug("published %s with %s to %s", plural(manifest.num_shards, "shard"),
-                   plural(manifest.records, "record"), output_dir)
+        _LOG.debug("published %s with %s to %s (%s renamed by %s)", plural(manifest.num_shards, "shard"),
+                   plural(manifest.records, "record"), commit.record.output_dir, plural(moved, "file"),
+                   plural(len({d.pid for d in done}), "worker process"))
         yield manifest.to_dict()
 
 
@@ -315,6 +397,15 @@ class PublishShards(beam.PTransform):
     (``StageDeadLetters``); the publish step's side inputs are those parts
     (paths and counts, one per ``PART_SHARDS`` shards) and counts, never
     one element per shard.
+
+    Three steps: ``PreparePublish`` runs once (checks, dead letters, journal,
+    old manifest deleted) and hands out the renames of staged shards in
+    chunks of ``RENAME_CHUNK``; ``MoveStaged`` renames them on every worker
+    (after ``SpreadMoves``); ``CommitPublish`` runs once, given the commit
+    record and how many files each bundle renamed, checks that all were,
+    and writes the rest, ``manifest.json`` last. A set with fewer than
+    ``parallel_from`` renames has them done in ``PreparePublish`` (the
+    graph is the same).
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
@@ -341,14 +432,18 @@ class PublishShards(beam.PTransform):
         near_duplicates: Optional ``NearDuplicateReport``: the manifest's
             ``near_duplicates`` counts and ``near_duplicates.jsonl``, one line
             per pair (``near_duplicates.near_duplicates_lines``).
+        parallel_from: Renames from which the workers do them (default
+            ``folders.PARALLEL_MOVES``); fewer are done by the prepare step.
     """
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, *, results, totals,
                  dead_letters, labels, inputs, feature_spec, image_counts=None,
                  sidecar_files=None, object_labels=None,
-                 near_duplicates: NearDuplicateReport | None = None) -> None:
+                 near_duplicates: NearDuplicateReport | None = None,
+                 parallel_from: int | None = None) -> None:
         super().__init__()
+        self._parallel = (PARALLEL_MOVES if parallel_from is None else parallel_from, RENAME_CHUNK)
         near = None if near_duplicates is None else (near_duplicates.mode, near_duplicates.distance)
         self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy, sidecar_files,
                       image_counts, near)
@@ -372,10 +467,15 @@ class PublishShards(beam.PTransform):
         if self._near is not None and self._near.mode != "off":
             side.update(near_pairs=AsList(self._near.pairs), over_cap=AsList(self._near.over_cap),
                         unhashed=AsList(self._near.unhashed))
-        return (pbegin
-                | "Once" >> beam.Create([None])
-                | "Publish" >> beam.ParDo(_PublishFn(*self._args), AsList(parts),
-                                          AsList(totals), AsSingleton(labels, default_value=[]),
-                                          AsSingleton(inputs, default_value=0),
-                                          AsSingleton(spec, default_value={}),
-                                          *[AsList(found) for found in dead_parts], **side))
+        prepared = (pbegin
+                    | "Once" >> beam.Create([None])
+                    | "PreparePublish" >> beam.ParDo(
+                        _PreparePublishFn(*self._args, *self._parallel),
+                        AsList(parts), AsList(totals), AsSingleton(labels, default_value=[]),
+                        AsSingleton(inputs, default_value=0), AsSingleton(spec, default_value={}),
+                        *[AsList(found) for found in dead_parts], **side).with_outputs(MOVES, main="commit"))
+        done = (prepared[MOVES]  # chunks of RENAME_CHUNK (staged, final, sha256): none for a small set
+                | "SpreadMoves" >> beam.Reshuffle()
+                | "MoveStaged" >> beam.ParDo(_MoveStagedFn()))  # MovesDone, one a bundle
+        return prepared.commit | "CommitPublish" >> beam.ParDo(_CommitPublishFn(self._args[5]),
+                                                                AsList(done))  # manifest.json's object

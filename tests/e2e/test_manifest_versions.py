@@ -15,8 +15,6 @@ import pytest
 
 from tests.reliability_support import assert_only_shard_set
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build, write_v1_manifest
-from transforms.shardset.manifest import ShardEntry
-from transforms.tfrecord.shard_writer import ShardStats
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 
@@ -179,12 +177,12 @@ def test_publish_is_given_only_the_shard_list_parts(tmp_path, monkeypatch):
 
 
 def test_the_publish_step_gets_no_side_input_element_per_shard(tmp_path, capsys, monkeypatch):
-    """A build of 12 shards: every side input of ``Publish`` has one element per part or fewer."""
+    """A build of 12 shards: every side input of ``PreparePublish`` has one element per part or fewer."""
     from transforms import shard_sink
 
     make_class_tree(str(tmp_path / "in"), per_class=4, broken=False)
     seen: list[tuple[str, int]] = []
-    publish = shard_sink._PublishFn.process
+    publish = shard_sink._PreparePublishFn.process
 
     def recording(self, element, *args, **kwargs):
         args = [a if isinstance(a, (dict, str, int)) else list(a) for a in args]
@@ -192,7 +190,7 @@ def test_the_publish_step_gets_no_side_input_element_per_shard(tmp_path, capsys,
                     if isinstance(a, list) and a and not isinstance(a[0], str))  # not the class names
         return publish(self, element, *args, **kwargs)
 
-    monkeypatch.setattr(shard_sink._PublishFn, "process", recording)
+    monkeypatch.setattr(shard_sink._PreparePublishFn, "process", recording)
     status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(tmp_path / "out"),
                                "--num_shards", "12")
     assert status == 0, err

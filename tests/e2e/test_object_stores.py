@@ -208,6 +208,26 @@ def test_build_on_s3_matches_a_local_build(s3_server, s3_bucket, local_out, caps
     assert status == 0 and "12 records" in out, out + err  # read back in place, in ranges
 
 
+@pytest.mark.slow
+def test_renames_handed_out_on_s3_give_the_same_objects_and_may_be_done_again(s3_server, s3_bucket, local_out,
+                                                                              capsys, monkeypatch):
+    from transforms import shard_sink
+
+    monkeypatch.setattr(shard_sink, "PARALLEL_MOVES", 0)  # every rename to MoveStaged, two a chunk
+    monkeypatch.setattr(shard_sink, "RENAME_CHUNK", 2)
+    status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw", "--output_dir",
+                                 f"s3://{BUCKET}/handed/shards", *BUILD_FLAGS, *_s3_flags(s3_server.url))
+    assert status == 0, err
+    _assert_same_as_local(s3_bucket, "handed/shards", local_out)
+    base = f"s3://{BUCKET}/handed/moves"
+    for name in ("a.tmp", "b.tmp"):
+        s3_bucket.put(f"handed/moves/{name}", name.encode())
+    moves = [(f"{base}/{n}.tmp", f"{base}/{n}", hashlib.sha256(f"{n}.tmp".encode()).hexdigest()) for n in "ab"]
+    assert folders.move_chunk(moves) == 2
+    assert folders.move_chunk(moves) == 2  # a retried chunk: the sources are gone, the objects in place
+    assert s3_bucket.keys("handed/moves/") == ["handed/moves/a", "handed/moves/b"]
+
+
 def _forget_gcp_credentials() -> None:
     """Makes the next GCS client of this process look its credentials up again."""
     from apache_beam.internal.gcp import auth

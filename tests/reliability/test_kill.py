@@ -7,7 +7,9 @@ killed with SIGKILL from outside:
 
 - at known moments, by ``tests.pause_at``: the job stops before a chosen file
   operation (while writing shards to staging, and before each step of
-  publishing), the test checks the folder while nothing moves, and kills it;
+  publishing, the renames done by the publish step itself or handed out to
+  the parallel step ``MoveStaged``), the test checks the folder while
+  nothing moves, and kills it;
 - at fractions of a measured uninterrupted run, wherever the job then is.
 
 Throughout, a watcher thread reads every ``manifest.json`` it sees and checks
@@ -45,12 +47,17 @@ WAIT_S = 180.0  # bound on waiting for a subprocess to reach a moment
 POLL_S = 0.01
 
 # (id, FileSystems op, path pattern, nth match, the manifest present when stopped there
-#  (the old set's, none, or the new one), new train shards in place, old validation shards left)
+#  (the old set's, none, or the new one), new train shards in place, old validation shards left);
+# the publish's renames are done by its own step (move_all: 8 renames, fewer than
+# PARALLEL_MOVES) except in the "handed_out" cases (move_chunk: in MoveStaged, a chunk a rename).
 PAUSES = [
     ("staging_half_written", "create", r"/\.staging/", 5, "old", 0, 4),  # shard + .idx: 2 of 4 staged
     ("publish_dead_letters", "rename", r"/dead_letters\.jsonl$", 1, "old", 0, 4),
     ("publish_remove_old_manifest", "delete", r"/manifest\.json$", 1, "old", 0, 4),
     ("publish_second_shard", "os.rename", r"/train-\d+-of-00004\.tfrecord$", 2, "none", 1, 4),
+    ("handed_out_first_shard", "os.rename", r"/train-\d+-of-00004\.tfrecord$", 1, "none", 0, 4),
+    ("handed_out_third_shard", "os.rename", r"/train-\d+-of-00004\.tfrecord$", 3, "none", 2, 4),
+    ("handed_out_delete_stale", "delete", r"/validation-", 1, "none", 4, 4),
     ("publish_delete_stale", "delete", r"/validation-", 1, "none", 4, 4),
     ("publish_manifest", "rename", r"/manifest\.json$", 1, "none", 4, 0),
     ("publish_clear_staging", "delete", r"/\.staging(/|$)", 1, "new", 4, 0),
@@ -123,10 +130,10 @@ def inputs(tmp_path_factory):
     return tree, reference, old
 
 
-def _start(argv: list[str], log: str) -> subprocess.Popen:
+def _start(argv: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     with open(log, "wb") as fh:
         return subprocess.Popen([sys.executable, *argv], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
 
 
 def _log_tail(log: str) -> str:
@@ -196,11 +203,17 @@ def test_killed_at_a_known_moment_then_rerun(inputs, tmp_path, capsys, name, op,
     watcher = ManifestWatcher(out)
     watcher.start()
     marker, log = str(tmp_path / "stopped.json"), str(tmp_path / "job.log")
+    handed_out = name.startswith("handed_out_")
     proc = _start(["-m", "tests.pause_at", op, pattern, str(nth), marker, "--",
-                   "--input", tree, "--output_dir", out, *FLAGS], log)
+                   "--input", tree, "--output_dir", out, *FLAGS], log,
+                  env={"PAUSE_AT_MOVE_CHUNK": "1"} if handed_out else None)
     try:
         stopped = _wait_for(marker, proc, log)
         assert stopped["op"] == op and stopped["pid"] == proc.pid
+        if op == "os.rename":  # stopped in the step that was meant to rename
+            assert ("move_chunk" if handed_out else "move_all") in stopped["stack"], stopped["stack"]
+        if name == "handed_out_delete_stale":
+            assert "commit_publish" in stopped["stack"], stopped["stack"]
         watcher.check_once()
         assert _manifest_state(out, old, reference) == manifest, name
         assert _shards_in_place(out, reference) == (new, old_left)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Iterator, Optional, Sequence, Tuple
 
-from transforms.filesystems import FileSystems
+from transforms.filesystems import BeamIOError, FileSystems
 
 from transforms.errors import PublishError
 from transforms.storage.files import exists, sha256_of
@@ -22,13 +22,20 @@ from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
 __all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "rename_files",
-           "move_all", "RENAME_THREADS", "RENAME_CHUNK", "make_folder", "delete_empty_folder", "file_above",
+           "move_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
+           "PARALLEL_MOVES", "make_folder", "delete_empty_folder", "file_above",
            "local_write_problem"]
 
 # Threads renaming files at once, and files per rename call (gs:// and s3:// copy and delete
 # each object; a call renames its files one batch request at a time).
 RENAME_THREADS = 16
 RENAME_CHUNK = 100
+# A publish with at least this many renames hands them to many workers, RENAME_CHUNK at a time
+# (``shard_sink.PublishShards``); fewer are done by the publishing worker itself.
+PARALLEL_MOVES = 1000
+
+# (staged path, final path, sha256 or None): one rename of a publish.
+Move = Tuple[str, str, Optional[str]]
 
 
 def _is_junction(path: str) -> bool:
@@ -127,7 +134,7 @@ def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
     FileSystems.rename([source for source, _ in pairs], [target for _, target in pairs])
 
 
-def move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> None:
+def move_all(staging: str, moves: Sequence[Move]) -> None:
     """Renames staged files to their final names, ``RENAME_THREADS`` chunks at a time.
 
     Returns once every rename is done (or raises the first failure after
@@ -151,10 +158,50 @@ def move_all(staging: str, moves: Sequence[tuple[str, str, str | None]]) -> None
             for done in [pool.submit(rename_files, chunk) for chunk in chunks]:
                 done.result()
     for staged, final, sha256 in moves:
-        if staged.rsplit("/", 1)[-1] in present:
-            continue
-        if not exists(final) or (sha256 is not None and sha256_of(final) != sha256):
-            raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
+        if staged.rsplit("/", 1)[-1] not in present:
+            _check_moved(staged, final, sha256)
+
+
+def _check_moved(staged: str, final: str, sha256: str | None) -> None:
+    """Raises unless a staged file that is gone is at its final name (same sha256 where known)."""
+    if not exists(final) or (sha256 is not None and sha256_of(final) != sha256):
+        raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
+
+
+def move_chunk(moves: Sequence[Move]) -> int:
+    """Renames staged files to their final names in one call; safe to repeat. Returns how many moves.
+
+    As ``move_all`` but without listing the staging folder (many workers each
+    move a chunk of one publish): when the call fails, each staged file still
+    there is a failure, and each one gone must be at its final name (a
+    retried chunk, whose first attempt moved it).
+
+    Raises:
+        PublishError: A rename failed, or a staged file is gone and its final name does not hold it.
+    """
+    try:
+        rename_files([(staged, final) for staged, final, _ in moves])
+    except BeamIOError as err:
+        for staged, final, sha256 in moves:
+            if exists(staged):
+                why = err.exception_details.get((staged, final), err)
+                raise PublishError(f"cannot rename {staged} to {final}: {why}") from err
+            _check_moved(staged, final, sha256)
+    return len(moves)
+
+
+def move_chunks(moves: Sequence[Move], size: int = RENAME_CHUNK) -> Iterator[tuple[Move, ...]]:
+    """``moves`` in chunks of at most ``size``, in order."""
+    for start in range(0, len(moves), size):
+        yield tuple(moves[start:start + size])
+
+
+def moves_problem(output_dir: str, expected: int, moved: int) -> str | None:
+    """Why a publish cannot be committed: fewer (or more) renames done than handed out; None if all were."""
+    if moved == expected:
+        return None
+    return (f"{moved:,} of the {expected:,} staged files handed out to be renamed into {output_dir} "
+            "were renamed; the set is not published (run again to publish it)")
 
 
 def make_folder(folder: str) -> None:

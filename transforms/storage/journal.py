@@ -21,7 +21,7 @@ from transforms.storage.files import exists, read_if_present
 from transforms.storage.folders import delete_if_exists, make_folder, rename_files
 from transforms.tfrecord.record_index import INDEX_DIR
 
-__all__ = ["relative_name", "finish_journal", "finish_interrupted", "pending_manifest"]
+__all__ = ["relative_name", "shard_moves", "retire_manifest", "finish_journal", "finish_interrupted", "pending_manifest"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -34,19 +34,34 @@ def relative_name(output_dir: str, path: str) -> str:
     return path[len(prefix):]
 
 
-def finish_journal(output_dir: str, journal: Journal) -> None:
+def shard_moves(journal: Journal) -> list[tuple[str, str]]:
+    """The renames of a journal that bring shards and ``.idx`` files to their names (``(from, to)``).
+
+    They may be done in any order, and by many workers at once, before
+    ``finish_journal``; the other renames are done in order by it.
+    """
+    return [(source, target) for source, target in journal.moves if is_shard_named(target)]
+
+
+def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False) -> None:
     """Carries out a journal's renames and deletions; safe to repeat after a crash.
 
     A rename whose source is gone was done (its target must be there); the
     rest are done in the journal's order, ``manifest.json`` last.
 
+    Args:
+        output_dir: The folder.
+        journal: Its journal.
+        shards_moved: Every rename of ``shard_moves`` is known done (by the
+            workers that did them): they are not looked at again.
+
     Raises:
         PublishError: A file to rename is gone and its target is not there.
     """
     pending = []
-    if any(target == MANIFEST_NAME and exists(join_path(output_dir, source)) for source, target in journal.moves):
-        delete_if_exists([join_path(output_dir, MANIFEST_NAME)])  # readers see no manifest until the new one
-    for source, target in journal.moves:
+    retire_manifest(output_dir, journal)
+    moves = [(a, b) for a, b in journal.moves if not (shards_moved and is_shard_named(b))]
+    for source, target in moves:
         src, dst = join_path(output_dir, source), join_path(output_dir, target)
         if exists(src):
             pending.append((src, dst))
@@ -62,6 +77,12 @@ def finish_journal(output_dir: str, journal: Journal) -> None:
     for pair in metadata:  # in order: manifest.json last
         rename_files([pair])
     delete_if_exists([join_path(output_dir, name) for name in journal.remove])
+
+
+def retire_manifest(output_dir: str, journal: Journal) -> None:
+    """Deletes the old ``manifest.json`` while the journal's new one is still staged (readers see none)."""
+    if any(target == MANIFEST_NAME and exists(join_path(output_dir, source)) for source, target in journal.moves):
+        delete_if_exists([join_path(output_dir, MANIFEST_NAME)])
 
 
 def finish_interrupted(output_dir: str) -> bool:

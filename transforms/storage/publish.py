@@ -12,9 +12,14 @@ never lets ``manifest.json`` name a missing or partial file:
    too many inputs were bad (from the parts' counts);
 2. write the journal (``.publishing.json``: every file the tool owns in the
    folder, old and new), then delete the old ``manifest.json`` (from here on,
-   no manifest is present, and the journal says which files are the tool's);
-3. rename staged shards and ``.idx`` files to their final names (in
-   parallel: ``folders.move_all``);
+   no manifest is present, and the journal says which files are the tool's;
+   a copy stays in the run's staging folder, ``PREVIOUS_MANIFEST``, so that
+   the prepare step run again by a retried bundle knows the set it replaces);
+3. rename staged shards and ``.idx`` files to their final names: a few
+   (fewer than ``folders.PARALLEL_MOVES``) at once in threads
+   (``folders.move_all``); more by the caller on many workers, in chunks
+   (``folders.move_chunk``), between ``prepare_publish`` (steps 0-2) and
+   ``commit_publish`` (steps 4-5), which checks that every rename was done;
 4. delete the files of earlier runs that the new set does not have: only
    files the previous manifest (or journal) lists, and, with
    ``--overwrite_unlisted_shards``, other shard-named files;
@@ -43,6 +48,7 @@ job into the same folder converges on the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
@@ -57,17 +63,22 @@ from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.files import sha256_of
-from transforms.storage.folders import delete_empty_folder, delete_if_exists, delete_tree, make_folder, move_all
+from transforms.storage.files import read_if_present, sha256_of
+from transforms.storage.folders import (PARALLEL_MOVES, Move, delete_empty_folder, delete_if_exists, delete_tree,
+                                       make_folder, move_all, moves_problem)
 from transforms.storage.lock import check_lock
-from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
+from transforms.storage.output_folder import (STAGING_DIR, FolderState, check_own_folders, folder_state,
+                                             read_manifest, staging_folder)
 from transforms.storage.shard_files import staged_of_parts, write_shard, write_shard_list
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 
-__all__ = ["publish_shards", "KEPT_SHA256_BUDGET"]
+__all__ = ["publish_shards", "prepare_publish", "commit_publish", "PublishCommit", "KEPT_SHA256_BUDGET"]
 
 _LOG = logging.getLogger(__name__)
+# The manifest a publish deleted, kept in its staging folder until it commits: a retried
+# prepare step of the same run (the journal is its own) reads the set it replaces from it.
+PREVIOUS_MANIFEST = "manifest.previous.json"
 # Kept splits are hashed again (sha256 against the manifest) when their shards add up to at
 # most this many bytes; larger ones are checked by size only (verify_shards reads them all).
 KEPT_SHA256_BUDGET = 1 << 30
@@ -97,13 +108,87 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compress
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishCommit:
+    """What the rest of a publish needs once its journal is written and its renames are handed out.
+
+    ``prepare_publish`` makes it; ``commit_publish`` finishes the publish from
+    it. It names no staged file: the renames travel apart, in chunks.
+
+    Attributes:
+        output_dir: Output folder.
+        run_id: The publishing run's id.
+        compression: Shard compression.
+        manifest_fields: As ``publish_shards``'s.
+        labels: Class names in index order (merged with the kept splits').
+        splits: Every split of the new set, with one small entry per shard.
+        kept: The splits of the earlier set listed again.
+        old: The manifest the folder held, or None.
+        parts: The staged parts of the shard list, by ``(split, part)``.
+        empty: The entries of the empty shards written at publish, by ``(split, index)``.
+        stale: Names of earlier files to delete once the renames are done.
+        keep_index: Whether the set keeps its ``index/`` folder.
+        dead_letters: The number of dead letters written.
+        written_splits: The splits this run writes.
+        inputs_given: The inputs recorded for the written splits.
+        moves: Renames handed to the caller (0: ``prepare_publish`` did them all).
+    """
+
+    output_dir: str
+    run_id: str
+    compression: str
+    manifest_fields: Mapping[str, Any]
+    labels: tuple[str, ...]
+    splits: Mapping[str, SplitEntry]
+    kept: Mapping[str, SplitEntry]
+    old: Manifest | None
+    parts: Mapping[tuple[str, int], ShardListPart]
+    empty: Mapping[tuple[str, int], ShardEntry]
+    stale: tuple[str, ...]
+    keep_index: bool
+    dead_letters: int
+    written_splits: tuple[str, ...]
+    inputs_given: Any
+    moves: int
+
+
+def _with_previous_manifest(output_dir: str, state: FolderState, run_id: str, staging: str) -> FolderState:
+    """``state``, with the manifest this run deleted when the prepare step runs again (a retried bundle)."""
+    if state.manifest is not None or state.journal is None or state.journal.run_id != run_id:
+        return state
+    data = read_if_present(join_path(staging, PREVIOUS_MANIFEST))
+    return state if data is None else dataclasses.replace(state, manifest=read_manifest(output_dir, data))
+
+
 def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
                    policy: PublishPolicy,
                    sidecar_files: Callable[[Manifest], Mapping[str, bytes]] | None = None) -> Manifest:
-    """Publishes staged shards; see the module docstring for the order of steps.
+    """Publishes staged shards in one process; see the module docstring for the order of steps.
+
+    ``prepare_publish`` with every rename done in it, then ``commit_publish``.
+    Arguments are those of ``prepare_publish``, and ``sidecar_files``: gives
+    further files to write beside the shards (name -> bytes) from the manifest
+    about to be written; they are written just before it. A name mapped to
+    None is a file of an earlier run this run does not have: it is removed if present.
+
+    Returns:
+        The published manifest (its shard entries without label counts).
+    """
+    commit, _ = prepare_publish(output_dir, parts, totals, dead_letters, labels, inputs, compression,
+                                manifest_fields, max_bad_fraction, policy, parallel_from=None)
+    return commit_publish(commit, 0, sidecar_files)
+
+
+def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
+                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
+                    labels: Sequence[str], inputs: int, compression: str,
+                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
+                    policy: PublishPolicy, parallel_from: int | None = PARALLEL_MOVES,
+                    ) -> tuple[PublishCommit, list[Move]]:
+    """Steps 0-2 of a publish (checks, dead letters, journal, old manifest deleted); decides every rename.
 
     Args:
         output_dir: Output folder.
@@ -123,13 +208,12 @@ def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
         max_bad_fraction: Refuse to publish when more inputs than this fraction
             were rejected; None for no limit.
         policy: The run's id and how it treats what the folder already holds.
-        sidecar_files: Gives further files to write beside the shards (name ->
-            bytes) from the manifest about to be written; they are written
-            just before it. A name mapped to None is a file of an earlier run
-            this run does not have: it is removed if present.
+        parallel_from: With at least this many renames they are returned
+            for the caller to do (``folders.move_chunk``, on many workers)
+            before ``commit_publish``; fewer are done here. None: always here.
 
     Returns:
-        The published manifest (its shard entries without label counts).
+        The commit record, and the renames left to the caller (none when done here).
 
     Raises:
         PublishError: The lock is not this run's, a link stands where its own folders go, a kept split changed or does
@@ -143,7 +227,7 @@ def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
     linked = check_own_folders(output_dir)  # checked at the start too; a link made since is refused
     if linked:
         raise PublishError(linked)
-    state = folder_state(output_dir)
+    state = _with_previous_manifest(output_dir, folder_state(output_dir), policy.run_id, staging)
     written_splits = {t.split for t in totals}
     kept = kept_splits(state.manifest, written_splits, policy)
     inputs_given = input_values(manifest_fields["options"])
@@ -184,7 +268,7 @@ def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
     for split in kept.values():
         for shard in split.shards:
             keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
-    moves: list[tuple[str, str, str | None]] = []
+    moves: list[Move] = []
     empty: dict[tuple[str, int], ShardEntry] = {}
     for plan in sorted(totals, key=lambda t: t.split):
         entries = []
@@ -214,28 +298,74 @@ def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
     journal = Journal(policy.run_id, tuple(sorted(owned | keep | set(stale))))
     write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
 
+    previous = read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if previous is not None:
+        write_atomic(join_path(staging, PREVIOUS_MANIFEST), previous, staging)
     delete_if_exists([join_path(output_dir, MANIFEST_NAME)])
     index_dir = join_path(output_dir, INDEX_DIR)
     keep_index = any(final.startswith(index_dir + "/") for _, final, _ in moves) or any(
         name.startswith(INDEX_DIR + "/") for name in keep if name in state.present)
     if keep_index:
         make_folder(index_dir)  # a no-op on object stores, which have no folders
-    move_all(staging, moves)
-    if stale:
-        delete_if_exists([join_path(output_dir, name) for name in stale])
-    if not keep_index:
-        delete_empty_folder(index_dir)  # the empty index folder of an earlier uncompressed run
+    if parallel_from is None or len(moves) < parallel_from:
+        move_all(staging, moves)
+        moves = []
+    commit = PublishCommit(
+        output_dir=output_dir, run_id=policy.run_id, compression=compression, manifest_fields=manifest_fields,
+        labels=tuple(labels), splits=splits, kept=kept, old=state.manifest,
+        parts={(p.split, p.part): p for p in parts}, empty=empty, stale=tuple(stale), keep_index=keep_index,
+        dead_letters=dead.count, written_splits=tuple(sorted(written_splits)), inputs_given=inputs_given,
+        moves=len(moves))
+    return commit, moves
+
+
+def commit_publish(commit: PublishCommit, moved: int,
+                   sidecar_files: Callable[[Manifest], Mapping[str, bytes | None]] | None = None) -> Manifest:
+    """Steps 4-5 of a publish, once every rename ``prepare_publish`` handed out is done; ``manifest.json`` last.
+
+    Repeated after it finished (a retried bundle: ``manifest.json`` is in
+    place), it finishes what is left of its last steps and returns the
+    published manifest.
+
+    Args:
+        commit: What ``prepare_publish`` decided.
+        moved: How many of its handed-out renames were done (each must be).
+        sidecar_files: As ``publish_shards``'s.
+
+    Returns:
+        The published manifest (its shard entries without label counts).
+
+    Raises:
+        PublishError: Renames are missing, or the lock is no longer this run's.
+    """
+    output_dir, compression, kept, labels = commit.output_dir, commit.compression, commit.kept, list(commit.labels)
+    manifest_fields, written_splits, inputs_given = commit.manifest_fields, set(commit.written_splits), \
+        commit.inputs_given
+    staging = staging_folder(output_dir, commit.run_id)
+    check_lock(output_dir, commit.run_id)
+    published = read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if published is not None:  # only this step writes it after the prepare step: a retried bundle
+        delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
+        delete_tree(join_path(output_dir, STAGING_DIR))
+        return read_manifest(output_dir, published)
+    problem = moves_problem(output_dir, commit.moves, moved)
+    if problem:
+        raise PublishError(problem)
+    if commit.stale:
+        delete_if_exists([join_path(output_dir, name) for name in commit.stale])
+    if not commit.keep_index:
+        delete_empty_folder(join_path(output_dir, INDEX_DIR))  # the empty index folder of an earlier uncompressed run
 
     write_atomic(join_path(output_dir, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"),
                  staging)
-    shards_file = write_shard_list(output_dir, staging, splits, kept, state.manifest,
-                                   {(p.split, p.part): p for p in parts}, empty)
+    splits, old = commit.splits, commit.old
+    shards_file = write_shard_list(output_dir, staging, splits, kept, old, commit.parts, commit.empty)
     manifest = Manifest(
         created_by=manifest_fields["created_by"], options=manifest_fields["options"],
         seed=manifest_fields["seed"], compression=compression,
         feature_spec=manifest_fields["feature_spec"], labels=list(labels), splits=splits,
-        dead_letters=dead.count, images=manifest_fields.get("images") or {}, shards_file=shards_file,
-        built_from={**kept_built_from(state.manifest, kept),
+        dead_letters=commit.dead_letters, images=manifest_fields.get("images") or {}, shards_file=shards_file,
+        built_from={**kept_built_from(old, kept),
                     **({name: inputs_given for name in written_splits} if inputs_given else {})},
         written_splits=sorted(written_splits), object_labels=manifest_fields.get("object_labels") or (),
         near_duplicates=manifest_fields.get("near_duplicates") or {})
@@ -244,7 +374,7 @@ def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
     for name, data in sorted(sidecars.items()):
         if data is not None:
             write_atomic(join_path(output_dir, name), data, staging)
-    check_lock(output_dir, policy.run_id)
+    check_lock(output_dir, commit.run_id)
     write_atomic(join_path(output_dir, MANIFEST_NAME), manifest.dumps(), staging)
     delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
     delete_tree(join_path(output_dir, STAGING_DIR))  # the lock is this run's: all of it

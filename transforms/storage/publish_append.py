@@ -19,7 +19,11 @@
    and ``.idx`` files, then those files, ``manifest.json`` last) and the files
    to delete after;
 4. the old ``manifest.json`` is deleted and the journal carried out
-   (``finish_journal``), then deleted.
+   (``finish_journal``), then deleted. With ``folders.PARALLEL_MOVES`` or
+   more shard renames, ``prepare_append`` (steps 0-3 and the old manifest
+   deleted) hands them to the caller, which has many workers do them
+   (``folders.move_chunk``) before ``commit_append`` carries out the rest
+   of the journal.
 
 A crash before 3 leaves the set as it was. A crash after 3 leaves the
 journal: the next run into the folder carries it out before anything else
@@ -29,6 +33,7 @@ and readers see the old manifest, none, or the new one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
@@ -45,15 +50,15 @@ from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, split_inputs
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.folders import delete_if_exists, delete_tree
-from transforms.storage.journal import finish_journal, relative_name
+from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, moves_problem
+from transforms.storage.journal import finish_journal, pending_manifest, relative_name, retire_manifest, shard_moves
 from transforms.storage.lock import check_lock
 from transforms.storage.output_folder import STAGING_DIR, check_own_folders, folder_state, staging_folder
 from transforms.storage.shard_files import published_entries, staged_of_parts, write_shard, write_shard_list
 from transforms.storage.writing import write_atomic
-from transforms.tfrecord.record_index import index_name, index_names
+from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 
-__all__ = ["publish_append"]
+__all__ = ["publish_append", "prepare_append", "commit_append", "AppendCommit"]
 
 
 _LOG = logging.getLogger(__name__)
@@ -70,19 +75,77 @@ def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class AppendCommit:
+    """What the rest of an append needs once its journal is written: the journal names every rename.
+
+    Attributes:
+        output_dir: Output folder.
+        journal: The journal written (renames in order, ``manifest.json`` last).
+        manifest: The manifest it publishes.
+        moves: Shard renames handed to the caller (0: none; ``finish_journal`` does them all).
+    """
+
+    output_dir: str
+    journal: Journal
+    manifest: Manifest
+    moves: int
+
+
 def publish_append(output_dir: str, parts: Sequence[ShardListPart],
                    totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
                    labels: Sequence[str], inputs: int, compression: str,
                    manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
                    policy: PublishPolicy,
                    sidecar_files: Callable[[Manifest], Mapping[str, bytes]] | None = None) -> Manifest:
-    """Publishes an append; see the module docstring for the order of steps.
+    """Publishes an append in one process; see the module docstring for the order of steps.
 
     Arguments are those of ``publish.publish_shards``; ``totals`` carry each
     appended split's published shards (``SplitTotals.published``, ``merged``).
 
     Raises:
         PublishError: As ``publish_shards``, and when the folder holds no set to append to.
+    """
+    commit, _ = prepare_append(output_dir, parts, totals, dead_letters, labels, inputs, compression,
+                               manifest_fields, max_bad_fraction, policy, sidecar_files, parallel_from=None)
+    return commit_append(commit, 0)
+
+
+def _handed_out(output_dir: str, journal: Journal) -> list[Move]:
+    """The journal's shard renames as full paths, for the workers."""
+    return [(join_path(output_dir, a), join_path(output_dir, b), None) for a, b in shard_moves(journal)]
+
+
+def _prepared_before(output_dir: str, journal: Journal | None,
+                     run_id: str) -> tuple[AppendCommit, list[Move]] | None:
+    """The prepare step run again (a retried bundle) after it retired the manifest: what its journal says."""
+    if journal is None or journal.run_id != run_id or not journal.moves:
+        return None
+    data = pending_manifest(output_dir)
+    if data is None:
+        return None
+    handed = _handed_out(output_dir, journal)
+    return AppendCommit(output_dir, journal, Manifest.loads(data), len(handed)), handed
+
+
+def prepare_append(output_dir: str, parts: Sequence[ShardListPart],
+                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
+                   labels: Sequence[str], inputs: int, compression: str,
+                   manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
+                   policy: PublishPolicy,
+                   sidecar_files: Callable[[Manifest], Mapping[str, bytes]] | None = None,
+                   parallel_from: int | None = PARALLEL_MOVES) -> tuple[AppendCommit, list[Move]]:
+    """Steps 0-3 of an append and the old manifest deleted; hands out the shard renames if many.
+
+    Arguments are those of ``publish_append``, and ``parallel_from``: with at
+    least this many shard renames they are returned (full paths, no sha256)
+    for the caller to do before ``commit_append``; None: never.
+
+    Returns:
+        The commit record, and the renames left to the caller.
+
+    Raises:
+        PublishError: As ``publish_append``.
     """
     staging = staging_folder(output_dir, policy.run_id)
     check_lock(output_dir, policy.run_id)
@@ -91,6 +154,9 @@ def publish_append(output_dir: str, parts: Sequence[ShardListPart],
         raise PublishError(linked)
     state = folder_state(output_dir)
     old = state.manifest
+    again = _prepared_before(output_dir, state.journal, policy.run_id) if old is None else None
+    if again is not None:
+        return again
     if old is None:
         delete_tree(staging)
         raise PublishError(f"--append: {join_path(output_dir, MANIFEST_NAME)} is gone; nothing to append to")
@@ -239,7 +305,31 @@ def publish_append(output_dir: str, parts: Sequence[ShardListPart],
                       remove=tuple(stale))
     check_lock(output_dir, policy.run_id)
     write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
-    finish_journal(output_dir, journal)
+    handed: list[Move] = []
+    shard_renames = shard_moves(journal)
+    if parallel_from is not None and len(shard_renames) >= parallel_from:
+        retire_manifest(output_dir, journal)  # before any published shard is renamed
+        if any(target.startswith(INDEX_DIR + "/") for _, target in shard_renames):
+            make_folder(join_path(output_dir, INDEX_DIR))
+        handed = _handed_out(output_dir, journal)
+    return AppendCommit(output_dir, journal, manifest, len(handed)), handed
+
+
+def commit_append(commit: AppendCommit, moved: int) -> Manifest:
+    """Carries out the rest of an append's journal (``manifest.json`` last), deletes it and staging.
+
+    Args:
+        commit: What ``prepare_append`` decided.
+        moved: How many of its handed-out shard renames were done (each must be).
+
+    Raises:
+        PublishError: Renames are missing, or a file to rename is gone.
+    """
+    output_dir = commit.output_dir
+    problem = moves_problem(output_dir, commit.moves, moved)
+    if problem:
+        raise PublishError(problem)
+    finish_journal(output_dir, commit.journal, shards_moved=commit.moves > 0)
     delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
     delete_tree(join_path(output_dir, STAGING_DIR))
-    return manifest
+    return commit.manifest
