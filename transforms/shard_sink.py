@@ -46,7 +46,8 @@ from transforms.shardset.resume import ShardDone
 from transforms.shardset.staged import ShardResult, part_key
 from transforms.storage.dead_letter_files import write_dead_letter_part
 from transforms.storage.folders import PARALLEL_MOVES, RENAME_CHUNK, RENAME_THREADS, move_chunk, move_chunks
-from transforms.storage.publish import commit_publish, prepare_publish
+from transforms.storage.publish import (commit_publish, prepare_publish, published_already, stage_commit_record,
+                                        staged_commit_record)
 from transforms.storage.publish_append import AppendCommit, commit_append, prepare_append
 from transforms.packed_groups import GroupPacked
 from transforms.plan_shards import LeadRecords
@@ -321,14 +322,19 @@ class _PreparePublishFn(beam.DoFn):
                                            parallel_from=parallel_from)
         else:
             commit, moves = prepare_publish(*args, parallel_from=parallel_from)
+        staged = stage_commit_record(output_dir, policy.run_id, (commit, near))  # before any rename is handed out
         for moving in move_chunks(moves, chunk):
             yield beam.pvalue.TaggedOutput(MOVES, moving)
-        yield _Commit(commit, near)
+        yield _CommitRef(output_dir, policy.run_id, staged)
 
 
-class _Commit(NamedTuple):
-    record: Any  # PublishCommit or AppendCommit
-    near: tuple[str, bytes | None] | None
+class _CommitRef(NamedTuple):
+    """Where the commit step finds what the prepare step decided (``stage_commit_record``): a few
+    hundred bytes, however many shards the set has."""
+
+    output_dir: str
+    run_id: str
+    record_path: str  # pickled (PublishCommit or AppendCommit, near-duplicates sidecar or None)
 
 
 def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
@@ -372,17 +378,20 @@ class _CommitPublishFn(beam.DoFn):
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
         self._processes = Metrics.counter(_NAMESPACE, MOVE_PROCESSES)
 
-    def process(self, commit: _Commit, done):
+    def process(self, ref: _CommitRef, done):
         moved = sum(d.moves for d in done)
-        if isinstance(commit.record, AppendCommit):
-            manifest = commit_append(commit.record, moved)
+        staged = staged_commit_record(ref.record_path)
+        if staged is None:  # run again after the run published: its staging, with the record, is gone
+            manifest = published_already(ref.output_dir, ref.run_id)
+        elif isinstance(staged[0], AppendCommit):
+            manifest = commit_append(staged[0], moved)
         else:
-            manifest = commit_publish(commit.record, moved, _sidecars(self._sidecar_files, commit.near))
+            manifest = commit_publish(staged[0], moved, _sidecars(self._sidecar_files, staged[1]))
         self._processes.inc(len({d.pid for d in done}))
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
         _LOG.debug("published %s with %s to %s (%s renamed by %s)", plural(manifest.num_shards, "shard"),
-                   plural(manifest.records, "record"), commit.record.output_dir, plural(moved, "file"),
+                   plural(manifest.records, "record"), ref.output_dir, plural(moved, "file"),
                    plural(len({d.pid for d in done}), "worker process"))
         yield manifest.to_dict()
 

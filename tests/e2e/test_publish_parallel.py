@@ -99,6 +99,7 @@ def test_the_commit_step_is_given_counts_not_the_renames(tree, tmp_path, capsys,
     assert len(staged) == 16  # 8 shards and their .idx, renamed by MoveStaged
     ((element, done),) = given
     assert not [name for name in staged if os.path.basename(name).encode() in element]
+    assert len(element) < 600  # where the commit record is staged, not the record (an entry per shard)
     assert all(isinstance(d, shard_sink.MovesDone) for d in done) and sum(d.moves for d in done) == 16
     assert _move_processes(results[-1]) == 1
     assert folder_bytes(out) == folder_bytes(reference)

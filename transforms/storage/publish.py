@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
 from typing import Any, Callable, Mapping, Sequence
 
 from transforms.errors import PublishError, UsageError
@@ -63,7 +64,7 @@ from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.files import read_if_present, sha256_of
+from transforms.storage.files import exists, read_if_present, sha256_of
 from transforms.storage.folders import (PARALLEL_MOVES, Move, delete_empty_folder, delete_if_exists, delete_tree,
                                        make_folder, move_all, moves_problem)
 from transforms.storage.lock import check_lock
@@ -73,7 +74,8 @@ from transforms.storage.shard_files import staged_of_parts, write_shard, write_s
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR, index_name, index_names
 
-__all__ = ["publish_shards", "prepare_publish", "commit_publish", "PublishCommit", "KEPT_SHA256_BUDGET"]
+__all__ = ["publish_shards", "prepare_publish", "commit_publish", "PublishCommit", "KEPT_SHA256_BUDGET",
+           "COMMIT_RECORD_NAME", "stage_commit_record", "staged_commit_record", "published_already"]
 
 _LOG = logging.getLogger(__name__)
 # The manifest a publish deleted, kept in its staging folder until it commits: a retried
@@ -343,11 +345,8 @@ def commit_publish(commit: PublishCommit, moved: int,
         commit.inputs_given
     staging = staging_folder(output_dir, commit.run_id)
     check_lock(output_dir, commit.run_id)
-    published = read_if_present(join_path(output_dir, MANIFEST_NAME))
-    if published is not None:  # only this step writes it after the prepare step: a retried bundle
-        delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
-        delete_tree(join_path(output_dir, STAGING_DIR))
-        return read_manifest(output_dir, published)
+    if exists(join_path(output_dir, MANIFEST_NAME)):  # only this step writes it after the prepare step
+        return published_already(output_dir, commit.run_id)  # a retried bundle
     problem = moves_problem(output_dir, commit.moves, moved)
     if problem:
         raise PublishError(problem)
@@ -381,3 +380,44 @@ def commit_publish(commit: PublishCommit, moved: int,
     if kept:
         _LOG.info("kept splits %s of the earlier set", ", ".join(sorted(kept)))
     return manifest
+
+
+# What a publish's prepare step leaves its commit step, in the run's staging folder (pickled).
+COMMIT_RECORD_NAME = "publish.commit"
+
+
+def stage_commit_record(output_dir: str, run_id: str, record: Any) -> str:
+    """Writes what the commit step needs in the run's staging folder; returns the file's path.
+
+    The commit record holds an entry per shard (~134 bytes pickled), so the
+    step that prepares a publish hands the step that commits it this file's
+    path, not the record: no element between them grows with the set. Both
+    steps run the same code, which pickled it; the file goes with staging.
+    """
+    staging = staging_folder(output_dir, run_id)
+    path = join_path(staging, COMMIT_RECORD_NAME)
+    write_atomic(path, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL), staging)
+    return path
+
+
+def staged_commit_record(path: str) -> Any | None:
+    """The record ``stage_commit_record`` wrote, or None once the publish finished (staging is gone)."""
+    data = read_if_present(path)
+    return None if data is None else pickle.loads(data)
+
+
+def published_already(output_dir: str, run_id: str) -> Manifest:
+    """A commit step run again after its run published: finishes clearing and returns the manifest.
+
+    Raises:
+        PublishError: The lock is not this run's, or no ``manifest.json`` is there (the staged
+            record is gone, yet the run did not publish).
+    """
+    check_lock(output_dir, run_id)
+    published = read_if_present(join_path(output_dir, MANIFEST_NAME))
+    if published is None:
+        raise PublishError(f"the staged publish record of run {run_id} is gone from {output_dir} and no "
+                           "manifest.json was written: run the job again")
+    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
+    delete_tree(join_path(output_dir, STAGING_DIR))
+    return read_manifest(output_dir, published)
