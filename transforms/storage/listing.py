@@ -248,22 +248,35 @@ def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str
         if not is_local(path) or not os.path.isfile(path):
             return None
         total += os.path.getsize(path)
-    stack = []
     for folder in folders:
         if not is_local(folder) or not os.path.isdir(folder):
             return None
-        stack.append(folder)
-    while stack and total < limit:
+    for entry in _entries_below(folders):
+        if total >= limit:
+            break
+        try:
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue  # gone since it was listed
+    return total
+
+
+def _entries_below(folders: Sequence[str]) -> Iterator[os.DirEntry]:
+    """Every entry other than a folder below local ``folders`` (``os.scandir``: no ``stat`` unless
+    asked); links to folders are not followed, and a folder that cannot be read gives nothing (it
+    is its listing's to report)."""
+    stack = list(folders)
+    while stack:
         try:
             with os.scandir(stack.pop()) as entries:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        total += entry.stat(follow_symlinks=False).st_size
+                    else:
+                        yield entry
         except OSError:
-            continue  # an unreadable folder is the job's to report
-    return total
+            continue
 
 
 def count_local_files(folder: str, limit: int) -> int:
@@ -275,19 +288,10 @@ def count_local_files(folder: str, limit: int) -> int:
     parts (``images.folder_parts``).
     """
     count = 0
-    stack = [folder]
-    while stack and count < limit:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                        continue
-                    count += 1
-                    if count >= limit:
-                        break
-        except OSError:
-            continue  # an unreadable folder is its listing's to report
+    for _ in _entries_below([folder]):
+        count += 1
+        if count >= limit:
+            break
     return count
 
 
