@@ -278,7 +278,7 @@ class _ListPartFn(beam.DoFn):
 
         damage: list[ImageError] = []  # the sample being grouped when the damage is met is still given
         for sample in samples_of(_up_to_damage(tar_members(fh), damage)):
-            problem = unsafe_member(sample.key)
+            problem = next(filter(None, (unsafe_member(m.name) for m in sample.members.values())), None)
             if problem:
                 yield unsafe_entry(part.container, sample.key, problem)
                 continue

@@ -273,6 +273,18 @@ def test_member_names_and_label_paths():
     assert label_path("daisy/x.jpg") == "daisy/x.jpg"
 
 
+@pytest.mark.parametrize("name, unsafe", [
+    ("rose/a.jpg", False), ("rose/..a.jpg", False), ("a/", False), ("../escape/", False),
+    ("../escape/evil.jpg", True), ("dog/../../up.jpg", True), ("cat/./x/../y.jpg", True), ("a/./b.jpg", True),
+    ("/etc/x.jpg", True), ("..", True),
+])
+def test_member_paths_that_are_absolute_or_have_dot_parts_are_unsafe(name, unsafe):
+    from transforms.archives.members import listed_member, unsafe_member
+
+    assert (unsafe_member(name) is not None) == unsafe
+    assert not (unsafe and listed_member(name))
+
+
 def test_tar_offsets_point_at_the_members_bytes_also_inside_an_inner_tar(tree, tmp_path):
     path = make_tar_of_tars(tree, str(tmp_path / "t.tar"))
     data = open(path, "rb").read()

@@ -88,7 +88,8 @@ def hostile(tmp_path_factory):
            + h.member("002.jpg", image()) + h.member("002.cls", b"1") + h.end())
     _write(folder, "shards/s-1.tar", h.tar_of({
         "100.jpg": image(), "100.cls": b"1", "101.jpg": image(), "101.cls": b"7" * 5000,
-        "../102.jpg": image(), "../102.cls": b"0", "/abs/103.jpg": image(), "/abs/103.cls": b"0"}))
+        "../102.jpg": image(), "../102.cls": b"0", "/abs/103.jpg": image(), "/abs/103.cls": b"0",
+        "../.104.jpg": image(), "../.104.cls": b"0"}))
     out = os.path.join(str(folder), "out")
     argv = [sys.executable, "-m", "beam_jobs.cli.main", "build", "--output_dir", out, "--class_names", "rose,tulip",
             "--max_bad_fraction", "0.9"]
@@ -151,7 +152,7 @@ def test_members_with_dot_dot_parts_or_absolute_paths_are_unsafe_path_dead_lette
     dead = _dead(out)
     shard = os.path.join(os.path.dirname(inputs["shards"]), "s-1.tar")
     expected = ([f"{inputs['unsafe']}!{name}" for name in _UNSAFE] + [f"{inputs['unsafe_zip']}!../../evil/x.jpg"]
-                + [f"{shard}!../102", f"{shard}!/abs/103"])
+                + [f"{shard}!../102", f"{shard}!/abs/103", f"{shard}!../"])
     for name in expected:
         assert dead.get(name, ("missing",))[0] == "unsafe_path", (name, sorted(dead))
     names = {e["image/filename"] for path in shard_files(out) for e in examples(os.path.join(out, path))}
