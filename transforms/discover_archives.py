@@ -17,9 +17,9 @@ from apache_beam.metrics import Metrics
 
 from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
                                          archive_kind, is_shard_pattern, label_path, listed_member,
-                                         member_entry)
+                                         member_entry, member_name, unsafe_entry, unsafe_member)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
-from transforms.archives.tar_index import Window, is_inner_tar, tar_members
+from transforms.archives.tar_index import MemberDamage, Window, is_inner_tar, tar_members
 from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
                                             sample_entry, samples_of)
 from transforms.archives.zip_index import zip_members
@@ -62,6 +62,8 @@ class ArchivePart(NamedTuple):
 
 
 def _dead(where: str, err: Exception) -> DeadLetter:
+    if isinstance(err, MemberDamage):  # one member's header: the dead letter names it
+        return DeadLetter(shown_name(member_name(where, err.member)), err.reason, err.detail)
     if isinstance(err, ImageError):
         return DeadLetter(shown_name(where), err.reason, err.detail)
     return DeadLetter(shown_name(where), "unreadable", f"{type(err).__name__}: {err}")
@@ -140,13 +142,19 @@ class _StartArchiveFn(beam.DoFn):
         layout; a damaged stream gives the members before the damage and its
         dead letter.
         """
-        members, damage = [], None
+        members, unsafe, damage = [], [], None
         with open_for_read(path) as fh, naming_s3_errors(path):
             try:
-                members.extend(m for m in tar_members(fh, stream=True) if listed_member(m.name))
+                for member in tar_members(fh, stream=True):
+                    problem = unsafe_member(member.name)
+                    if problem:
+                        unsafe.append(unsafe_entry(path, member.name, problem))
+                    elif listed_member(member.name):
+                        members.append(member)
             except ImageError as err:
                 damage = _dead(path, err)
         layout = self._layout(m.name for m in members)
+        yield from unsafe
         for member in members:
             ref = MemberRef(path, TGZ, member.offset, member.size, member.size) if member.is_file else None
             yield member_entry(path, member.name, ref, layout, self._rules)
@@ -175,13 +183,17 @@ class _StartArchiveFn(beam.DoFn):
                 start, first, rows = group + 1, first + rows, 0
 
 
-def _up_to_damage(members):
-    """The members of a tar up to where it is damaged: its listing part meets the damage again and
-    reports it as that part's dead letter, after the members before it."""
+def _up_to_damage(members, damage: list | None = None):
+    """The members of a tar up to where it is damaged, the damage appended to ``damage`` if given.
+
+    Without ``damage`` the listing part meets the damage again and reports it
+    as that part's dead letter, after the members before it.
+    """
     try:
         yield from members
-    except ImageError:
-        return
+    except ImageError as err:
+        if damage is not None:
+            damage.append(err)
 
 
 def _shards_of(pattern: str) -> list[str]:
@@ -231,6 +243,10 @@ class _ListPartFn(beam.DoFn):
         inner = bool(part.prefix)
         source = Window(fh, part.start, part.size) if inner else fh
         for member in tar_members(source, base=part.start if inner else 0):
+            problem = unsafe_member(member.name)
+            if problem:
+                yield unsafe_entry(part.container, part.prefix + member.name, problem)
+                continue
             if not listed_member(member.name):
                 self._hidden.inc(not member.name.endswith("/") and bool(member.name))
                 continue
@@ -242,6 +258,10 @@ class _ListPartFn(beam.DoFn):
 
     def _zip(self, part: ArchivePart, fh):
         for member in zip_members(fh):
+            problem = unsafe_member(member.name)
+            if problem:
+                yield unsafe_entry(part.container, member.name, problem)
+                continue
             if not listed_member(member.name):
                 self._hidden.inc(not member.name.endswith("/") and bool(member.name))
                 continue
@@ -256,8 +276,15 @@ class _ListPartFn(beam.DoFn):
             fh.seek(member.offset)
             return fh.read(member.size)
 
-        for sample in samples_of(tar_members(fh)):
+        damage: list[ImageError] = []  # the sample being grouped when the damage is met is still given
+        for sample in samples_of(_up_to_damage(tar_members(fh), damage)):
+            problem = next(filter(None, (unsafe_member(m.name) for m in sample.members.values())), None)
+            if problem:
+                yield unsafe_entry(part.container, sample.key, problem)
+                continue
             yield sample_entry(part.container, sample, read, self._rules, typing, self._containers.class_names)
+        if damage:
+            yield _dead(part.container, damage[0])
 
     def _rows(self, part: ArchivePart, fh):
         parquet = open_parquet(fh)

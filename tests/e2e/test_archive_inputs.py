@@ -8,6 +8,7 @@ input, named ``ARCHIVE!MEMBER`` when it is a dead letter.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests import hostile_tars
 from tests.archive_fixtures import (CLASSES, add_bytes, files_of, make_parquet, make_shards, make_tar,
                                     make_tar_of_tars, make_zip)
 from tests.shard_fixtures import dead_letters, examples, load_manifest, make_class_tree, run_build, shard_files
@@ -265,10 +267,22 @@ def test_container_kinds(path, kind, pattern):
 
 
 def test_member_names_and_label_paths():
-    assert member_path("./a/b.jpg") == "a/b.jpg" and member_path("/abs/x.jpg") == "abs/x.jpg"
+    assert member_path("./a/b.jpg") == "a/b.jpg" and member_path("/abs/x.jpg") == "/abs/x.jpg"
     assert label_path("n01440764.tar!x.JPEG") == "n01440764/x.JPEG"
     assert label_path("train/n01.tar!x.JPEG") == "train/n01/x.JPEG"
     assert label_path("daisy/x.jpg") == "daisy/x.jpg"
+
+
+@pytest.mark.parametrize("name, unsafe", [
+    ("rose/a.jpg", False), ("rose/..a.jpg", False), ("a/", False), ("../escape/", False),
+    ("../escape/evil.jpg", True), ("dog/../../up.jpg", True), ("cat/./x/../y.jpg", True), ("a/./b.jpg", True),
+    ("/etc/x.jpg", True), ("..", True),
+])
+def test_member_paths_that_are_absolute_or_have_dot_parts_are_unsafe(name, unsafe):
+    from transforms.archives.members import listed_member, unsafe_member
+
+    assert (unsafe_member(name) is not None) == unsafe
+    assert not (unsafe and listed_member(name))
 
 
 def test_tar_offsets_point_at_the_members_bytes_also_inside_an_inner_tar(tree, tmp_path):
@@ -394,6 +408,7 @@ def test_tar_headers_are_read_as_tarfile_reads_them(fmt, tmp_path):
         expected = [(m.name + ("/" if m.isdir() else ""), m.offset_data, m.size, m.isfile()) for m in archive]
     with open(path, "rb") as fh:
         assert [tuple(m) for m in tar_members(fh)] == expected
+    assert [tuple(m) for m in tar_members(io.BytesIO(gzip.compress(path.read_bytes())), stream=True)] == expected
     assert len(expected) == 6 and expected[2][0] == deep
 
 
@@ -408,6 +423,74 @@ def test_a_tar_header_with_a_wrong_checksum_is_damage_naming_the_member_before(t
         list(tar_members(io.BytesIO(bytes(data))))
     with pytest.raises(ImageError, match="not a tar"):
         list(tar_members(io.BytesIO(b"PK\3\4 not a tar")))
+
+
+class _Bounded(io.BytesIO):
+    """A file that fails the test past ``reads`` reads: a walk that goes back or stands still is caught."""
+
+    def __init__(self, data: bytes, reads: int = 100) -> None:
+        super().__init__(data)
+        self.reads = reads
+        self.offsets: list[int] = []
+
+    def read(self, size=-1):
+        self.reads -= 1
+        assert self.reads >= 0, f"the walk did not end; offsets read: {self.offsets[-6:]}"
+        self.offsets.append(self.tell())
+        return super().read(size)
+
+
+def _walk_bounded(data: bytes, how: str) -> list[str]:
+    """The names ``tar_members`` gives for a tar's bytes read as a tar, a ``.tar.gz`` or an inner tar."""
+    names = []
+    if how == "gz":
+        members = tar_members(_Bounded(gzip.compress(data)), stream=True)
+    elif how == "inner":
+        outer = _Bounded(b"\0" * 1024 + data + b"\0" * 1024)
+        members = tar_members(Window(outer, 1024, len(data)), base=1024)
+    else:
+        members = tar_members(_Bounded(data))
+    for member in members:
+        names.append(member.name)
+        assert len(names) < 10, names
+    return names
+
+
+@pytest.mark.parametrize("how", ["tar", "gz", "inner"])
+@pytest.mark.parametrize("pax_size", [False, True], ids=["base256", "pax"])
+def test_a_negative_member_size_is_that_members_damage_and_the_walk_ends(pax_size, how):
+    data = hostile_tars.negative_size_tar(pax_size)
+    names = []
+    with pytest.raises(ImageError, match="negative size, -512 bytes") as raised:
+        names.extend(_walk_bounded(data, how))
+    assert raised.value.reason == "unreadable" and raised.value.member == "rose/bad.jpg"
+
+
+@pytest.mark.parametrize("how", ["tar", "gz", "inner"])
+@pytest.mark.parametrize("size", ["9" * 20, "9" * 5000, "1" + "0" * 30])
+def test_a_pax_size_past_the_archives_end_is_that_members_damage(size, how):
+    data = (hostile_tars.member("rose/a.jpg", b"x" * 700) + hostile_tars.pax({"size": size})
+            + hostile_tars.header("rose/huge.jpg", 0) + hostile_tars.padded(b"y" * 10) + hostile_tars.end())
+    with pytest.raises(ImageError) as raised:
+        _walk_bounded(data, how)
+    assert raised.value.reason == "unreadable", raised.value
+    if len(size) < 100:  # 5,000 digits are no number Python reads: damage after the member before
+        assert raised.value.member == "rose/huge.jpg" and "past the archive's end" in raised.value.detail
+
+
+def test_a_size_field_past_the_archives_end_names_the_member():
+    data = hostile_tars.member("a.jpg", b"x" * 10) + hostile_tars.header("b.jpg", 1 << 32) + b"y" * 100
+    with pytest.raises(ImageError, match="claims 4294967296 bytes, past the archive's end \\(100 bytes") as raised:
+        _walk_bounded(data, "tar")
+    assert raised.value.member == "b.jpg"
+
+
+def test_a_pax_header_over_its_bound_is_damage_not_read():
+    body = b"x" * (2 << 20)
+    data = (hostile_tars.member("a.jpg", b"x" * 10) + hostile_tars.header("././@PaxHeader", len(body), b"x")
+            + body + hostile_tars.member("b.jpg", b"y") + hostile_tars.end())
+    with pytest.raises(ImageError, match="after member 'a.jpg': a pax or long-name header of 2097152 bytes"):
+        _walk_bounded(data, "tar")
 
 
 def test_tar_gz_members_read_in_any_order(tmp_path):

@@ -22,7 +22,8 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
 __all__ = ["ContainerRules", "container_problem", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET", "input_kind", "MemberRef", "archive_kind", "is_container_input",
-           "is_shard_pattern", "member_name", "label_path", "member_entry", "listed_member"]
+           "is_shard_pattern", "member_name", "label_path", "member_entry", "listed_member", "unsafe_member",
+           "unsafe_entry"]
 
 SEPARATOR = "!"
 TAR, TGZ, ZIP, PARQUET, WEBDATASET = "tar", "tgz", "zip", "parquet", "webdataset"
@@ -98,8 +99,30 @@ def input_kind(source: SourceImage) -> str:
 
 
 def listed_member(name: str) -> bool:
-    """True if a member name is an input: not hidden (``.DS_Store``, ``__MACOSX/._x``) and not a folder."""
-    return bool(name) and not name.endswith("/") and not is_hidden(name)
+    """True if a member name is an input: not hidden (``.DS_Store``, ``__MACOSX/._x``), not a folder, not unsafe."""
+    return bool(name) and not name.endswith("/") and not is_hidden(name) and unsafe_member(name) is None
+
+
+def unsafe_member(name: str) -> str | None:
+    """Why a member's path cannot name an input (absolute, or a ``..`` or ``.`` part), or None.
+
+    Such a member (not a folder) is an ``unsafe_path`` dead letter
+    (``unsafe_entry``), counted as an input; its path is never resolved
+    against anything.
+    """
+    if name.endswith("/"):
+        return None
+    if name.startswith("/"):
+        return "member path is absolute; archive members are read only by paths inside the archive"
+    parts = name.split("/")
+    if ".." in parts or "." in parts:
+        return "member path has a '..' or '.' part; archive members are read only by plain paths inside the archive"
+    return None
+
+
+def unsafe_entry(container: str, member: str, problem: str) -> DeadLetter:
+    """The ``unsafe_path`` dead letter of a member (``inner.tar!path`` inside an inner tar)."""
+    return DeadLetter(shown_name(member_name(container, member)), "unsafe_path", problem)
 
 
 def member_entry(container: str, member: str, ref: MemberRef | None, layout: str,
@@ -144,17 +167,23 @@ class ContainerRules:
 def container_problem(fh, kind: str) -> str | None:
     """Why an archive cannot be read at all, from its start (a tar's first header) or end (a zip's), or None.
 
+    A tar that holds no member (empty, or only zero blocks) cannot give an
+    input: it is refused as an empty folder is.
+
     Args:
         fh: The archive, opened (seekable, except a ``.tar.gz``).
         kind: ``tar``, ``tgz`` or ``zip`` (``archive_kind``).
     """
-    from transforms.archives.tar_index import tar_members  # here: tar_index is below this module
+    from transforms.archives.tar_index import MemberDamage, tar_members  # here: tar_index is below this module
     from transforms.errors import ImageError
 
     if kind == ZIP:
         return None if zipfile.is_zipfile(fh) else "is not a zip archive (no central directory at its end)"
     try:
-        next(tar_members(fh, stream=kind == TGZ), None)
+        if next(tar_members(fh, stream=kind == TGZ), None) is None:
+            return "archive holds no members (an empty or all-zero tar)"
+    except MemberDamage:  # the first member's own damage: its dead letter, listed with the others
+        return None
     except ImageError as err:
         return err.detail
     return None

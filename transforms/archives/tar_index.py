@@ -5,21 +5,33 @@ names, pax ``path`` and ``size`` records, base-256 sizes; checked against the
 ``tarfile`` module's reading in the tests), one read per header, seeking
 over each member's bytes and keeping nothing, so memory does not grow with
 the archive (``tarfile`` parses a header several times slower and keeps every
-one). A ``.tar.gz`` is walked as one stream with ``tarfile`` (it cannot be
-seeked); its members' offsets are then offsets in the decompressed stream. ``Window`` makes a
+one). A ``.tar.gz`` is walked the same way through its decompressed stream
+(seeks only forward, which read and drop the bytes between); its members'
+offsets are then offsets in the decompressed stream. ``Window`` makes a
 byte range of a file look like a file, so that an inner tar (ImageNet's tar
 of class tars) is walked in place, its members' offsets made absolute.
+
+A hostile tar is bounded: each step reads one header and moves strictly
+forward (checked at every step), so a walk makes at most one step per 512
+bytes of the (decompressed) tar, and holds one header and at most
+``MAX_EXTENDED_BYTES`` of a pax or long-name header. A size that is negative
+or runs past the archive's end is that member's damage (``MemberDamage``).
 """
 
 from __future__ import annotations
 
+import gzip
 import io
-import tarfile
+import zlib
 from typing import BinaryIO, Iterator, NamedTuple
 
 from transforms.errors import ImageError
 
-__all__ = ["TarMember", "Window", "tar_members", "member_path", "is_inner_tar"]
+__all__ = ["TarMember", "MemberDamage", "MAX_EXTENDED_BYTES", "Window", "tar_members", "member_path",
+           "is_inner_tar"]
+
+# The most bytes of one pax extended header or GNU long name that are read (held) at once.
+MAX_EXTENDED_BYTES = 1 << 20
 
 
 class TarMember(NamedTuple):
@@ -29,6 +41,22 @@ class TarMember(NamedTuple):
     offset: int
     size: int
     is_file: bool
+
+
+class MemberDamage(ImageError):
+    """``unreadable``: one member's header claims what the archive does not hold (a negative size, bytes
+    past its end); the walk cannot go on past it.
+
+    Attributes:
+        member: The member's path in the archive.
+    """
+
+    def __init__(self, member: str, detail: str) -> None:
+        super().__init__("unreadable", detail)
+        self.member = member
+
+    def __reduce__(self):
+        return (type(self), (self.member, self.detail))
 
 
 class Window(io.RawIOBase):
@@ -67,9 +95,9 @@ class Window(io.RawIOBase):
 
 
 def member_path(name: str) -> str:
-    """A member's name without the ``./`` or ``/`` a tar made of ``.`` or of an absolute path starts with."""
-    while name.startswith(("./", "/")):
-        name = name[2:] if name.startswith("./") else name[1:]
+    """A member's name without the ``./`` a tar made of ``.`` starts with (an absolute name stays absolute)."""
+    while name.startswith("./"):
+        name = name[2:]
     return "" if name == "." else name
 
 
@@ -93,29 +121,15 @@ def tar_members(fh: BinaryIO, stream: bool = False, base: int = 0) -> Iterator[T
             (the message names the last member read).
     """
     if not stream:
-        yield from _walk(fh, base)
+        yield from _walk(fh, base, fh.seek(0, io.SEEK_END))
         return
-    last = None
-    try:
-        archive = tarfile.open(fileobj=fh, mode="r|gz")
-        while True:
-            info = archive.next()
-            if info is None:
-                return
-            archive.members = []  # tarfile keeps every header; each is given out once
-            last = info.name
-            name = member_path(info.name)
-            if info.isdir():  # named as a folder, which no listing takes for an input
-                name = name.rstrip("/") + "/"
-            yield TarMember(name, base + info.offset_data, info.size, info.isfile())
-    except (tarfile.TarError, EOFError, OSError, ValueError) as err:
-        where = f" after member {last!r}" if last is not None else ""
-        raise ImageError("unreadable", f"archive cannot be read{where}: {type(err).__name__}: {err}") from err
+    yield from _walk(gzip.GzipFile(fileobj=fh, mode="rb"), base, None)
 
 
 _BLOCK = 512
 _REGULAR = (b"0", b"\0", b"7")  # a file; "7": contiguous, read as a file
 _GNU_MAGIC = b"ustar  \0"
+_LARGEST = 1 << 62  # past any stream's end (a file offset is under 2**63)
 
 
 def _number(field: bytes) -> int:
@@ -152,13 +166,19 @@ def _pax(data: bytes) -> dict[str, str]:
     return records
 
 
-def _walk(fh: BinaryIO, base: int) -> Iterator[TarMember]:
-    """``tar_members`` of a seekable tar: one read per header, the members' bytes seeked over."""
+def _walk(fh: BinaryIO, base: int, end: int | None) -> Iterator[TarMember]:
+    """``tar_members`` of a tar whose size is ``end`` (None: a stream, read to its end): one read per header,
+    the members' bytes seeked over, every step strictly forward."""
     at, last = 0, None
     name = size = None  # from a GNU long-name or pax header, for the next member
+    need = 0  # where the last member's bytes end: the archive must reach it
     while True:
-        fh.seek(at)
-        header = fh.read(_BLOCK)
+        try:
+            reached = fh.seek(at)
+            header = fh.read(_BLOCK)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as err:  # a damaged or cut .tar.gz
+            where = f" after member {last!r}" if last is not None else ""
+            raise ImageError("unreadable", f"archive cannot be read{where}: {type(err).__name__}: {err}") from err
         if len(header) < _BLOCK or header == bytes(_BLOCK):
             if 0 < len(header) < _BLOCK:
                 raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends inside "
@@ -166,11 +186,9 @@ def _walk(fh: BinaryIO, base: int) -> Iterator[TarMember]:
             if name is not None or size is not None:
                 raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends after a "
                                                "long-name or pax header")
-            if not header and at:
-                fh.seek(at - 1)
-                if not fh.read(1):
-                    raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends "
-                                                   "inside that member")
+            if not header and reached < need:
+                raise ImageError("unreadable", f"archive cannot be read after member {last!r}: it ends "
+                                               "inside that member")
             return
         try:
             stored = sum(header[:148]) + 8 * 32 + sum(header[156:])
@@ -180,6 +198,9 @@ def _walk(fh: BinaryIO, base: int) -> Iterator[TarMember]:
             length = _number(header[124:136])
             data_at = at + _BLOCK
             if kind in (b"L", b"x", b"g"):
+                if not 0 <= length <= MAX_EXTENDED_BYTES:
+                    raise ValueError(f"a pax or long-name header of {length} bytes (at most "
+                                     f"{MAX_EXTENDED_BYTES} are read)")
                 fh.seek(data_at)
                 data = fh.read(length)
                 if kind == b"L":
@@ -196,12 +217,23 @@ def _walk(fh: BinaryIO, base: int) -> Iterator[TarMember]:
                 full = member_path(name if name is not None else own)
                 if kind == b"5":
                     full = full.rstrip("/") + "/"
-                last = full
+                if length < 0:
+                    raise MemberDamage(full, f"member's header gives a negative size, {length} bytes; the "
+                                             "archive cannot be read past it")
+                if data_at + length > (_LARGEST if end is None else end):
+                    raise MemberDamage(full, f"member's header claims {length} bytes, past the archive's end "
+                                             + ("(no archive is that large)" if end is None else
+                                                f"({max(end - data_at, 0)} bytes follow the header)"))
+                last, need = full, data_at + length
                 yield TarMember(full, base + data_at, length, kind in _REGULAR)
                 name = size = None
-        except ValueError as err:
+        except ValueError as err:  # a field that is no number, a pax record that cannot be read
             if last is None and at == 0:
                 raise ImageError("unreadable", f"archive is not a tar: its first 512 bytes are no tar header "
                                                f"({err})") from err
             raise ImageError("unreadable", f"archive cannot be read after member {last!r}: {err}") from err
-        at = data_at + (length + _BLOCK - 1) // _BLOCK * _BLOCK
+        step = data_at + (length + _BLOCK - 1) // _BLOCK * _BLOCK
+        if step <= at:  # never: sizes are checked above; the walk only moves forward
+            raise ImageError("unreadable", f"archive cannot be read after member {last!r}: the next header "
+                                           f"would be at {step}, not after {at}")
+        at = step

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
-from transforms.archives.members import WEBDATASET, MemberRef, member_name
+from transforms.archives.members import WEBDATASET, MemberRef, member_name, unsafe_member
 from transforms.archives.tar_index import TarMember
 from transforms.example.features import FeatureValueError, ManifestTyping
 from transforms.images.annotations import row_annotations
@@ -88,11 +88,13 @@ class Sample:
 def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
     """Groups a shard's members into samples, in order: adjacent members sharing a key.
 
-    Folders, hidden members and members that are not files are left out.
+    Folders, hidden members and members that are not files are left out; a
+    member whose path is unsafe (``members.unsafe_member``) is kept, for its
+    sample's dead letter.
     """
     current: Sample | None = None
     for member in members:
-        if not member.is_file or is_hidden(member.name):
+        if not member.is_file or (is_hidden(member.name) and unsafe_member(member.name) is None):
             continue
         key, ext = key_and_extension(member.name)
         if current is None or current.key != key:
@@ -147,7 +149,10 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
                                                 f"a label is at most {MAX_LABEL_BYTES}")
     if "cls" in sample.members:
         text = read(sample.members["cls"]).decode("utf-8", "replace").strip()
-        label, numbered, why = _label_value(int(text) if _INTEGER.match(text) else text, class_names)
+        try:
+            label, numbered, why = _label_value(int(text) if _INTEGER.match(text) else text, class_names)
+        except ValueError as err:  # an integer of more digits than Python reads
+            return DeadLetter(name, "bad_label", f"sample's cls member cannot be read as a class index: {err}")
     elif "json" in sample.members:
         try:
             row = json.loads(read(sample.members["json"]))

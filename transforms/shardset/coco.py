@@ -12,7 +12,10 @@ more) as the class id records carry and ``label_map.pbtxt`` lists.
 A file is read as a stream (``coco_items``): the entries of its ``images``,
 ``annotations`` and ``categories`` lists come one at a time, each decoded on
 its own, so what is held is one entry and a read buffer, whatever the file's
-size. A build then groups each image with its annotations by image id
+size. An entry is at most ``MAX_ENTRY_CHARS``; one that does not fit the
+buffer is decoded again once the buffer has doubled, so its decoding costs a
+few passes over it, not one per chunk. A file that is not JSON (or holds a
+number Python does not read, over 4,300 digits) is one error naming it. A build then groups each image with its annotations by image id
 (``coco_key``) and resolves each group (``coco_image_entries``);
 ``coco_entries`` does the same in memory, for one small file.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import posixpath
 import re
 from typing import IO, Any, Iterable, Iterator, Mapping
@@ -42,9 +46,9 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 # The top-level lists of a COCO file that are read; other keys' values are read and dropped.
 COCO_LISTS = ("images", "annotations", "categories")
-# Characters read at a time, and the most one entry of the file may hold.
+# Characters read at a time (at least), and the most one entry of the file may hold: as a manifest line.
 _CHUNK = 1 << 20
-_MAX_ENTRY = 64 << 20
+MAX_ENTRY_CHARS = 16 << 20
 
 
 def is_coco_path(path: str) -> bool:
@@ -58,12 +62,15 @@ def _box(ann: dict, category: str) -> SourceBox:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
         raise BoxError(f"annotation {ann.get('id')!r}: bbox {bbox!r} is not [x, y, width, height]")
     x, y, w, h = (float(v) for v in bbox)
+    if not all(math.isfinite(v) for v in (x, y, w, h)):
+        raise BoxError(f"annotation {ann.get('id')!r}: bbox {bbox!r} holds a number that is not finite")
     area = ann.get("area")
     crowd = ann.get("iscrowd", 0)
     if crowd not in (0, 1) or isinstance(crowd, bool):
         raise BoxError(f"annotation {ann.get('id')!r}: iscrowd {crowd!r} is not 0 or 1")
-    if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))):
-        raise BoxError(f"annotation {ann.get('id')!r}: area {area!r} is not a number")
+    if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))
+                             or not math.isfinite(area)):
+        raise BoxError(f"annotation {ann.get('id')!r}: area {area!r} is not a finite number")
     return SourceBox(x, y, x + w, y + h, category, area=None if area is None else float(area),
                      is_crowd=int(crowd))
 
@@ -84,7 +91,7 @@ class _JsonStream:
         """Reads on; False at the end of the file."""
         if self._eof:
             return False
-        data = self._fh.read(_CHUNK)
+        data = self._fh.read(max(_CHUNK, len(self._buf) - self._pos))  # doubles what an entry's decoding has
         self._eof = not data
         self._base += self._pos
         self._buf = self._buf[self._pos:] + self._decoder.decode(data, final=self._eof)
@@ -117,12 +124,14 @@ class _JsonStream:
                 if self._eof:
                     raise ManifestError(f"{self._where}: not valid JSON: {err.msg} "
                                         f"(character {self._base + err.pos})") from err
-                if len(self._buf) - self._pos > _MAX_ENTRY:
-                    raise self.error(f"an entry longer than {_MAX_ENTRY} characters") from err
+                if len(self._buf) - self._pos > MAX_ENTRY_CHARS:
+                    raise self.error(f"an entry longer than {MAX_ENTRY_CHARS} characters") from err
                 self._more()
                 continue
             except RecursionError as err:
                 raise self.error("nested too deeply") from err
+            except ValueError as err:  # JSON that Python does not read: an integer of over 4,300 digits
+                raise self.error(str(err)) from err
             if end == len(self._buf) and self._more():  # a number may go on in the next chunk
                 continue
             self._pos = end
