@@ -282,3 +282,41 @@ def test_a_plan_runs_few_stages(tmp_path, capsys):
     assert len(_stages(tmp_path, "--input", root, "--output_dir", out)) <= 8
     assert _build(capsys, "--input", root, "--output_dir", out) == 0
     assert len(_stages(tmp_path, "--input", root, "--output_dir", out, "--split", "test")) <= 13
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("new_per_class, fraction, publishes", [(4, "0.1", True), (1, "0.1", False), (0, "0.5", None)],
+                         ids=["within", "over", "nothing_new"])
+def test_plan_append_and_append_judge_rejections_alike(tmp_path, capsys, new_per_class, fraction, publishes):
+    # Copies of published images are not bad inputs of an append: the plan counts them as the
+    # append does. 12 published, an input of those 12 copies, 3 * new_per_class new images and
+    # one broken file: the append judges 1 bad input of 1 + 3 * new_per_class.
+    published, grown, out = str(tmp_path / "photos"), str(tmp_path / "grown"), str(tmp_path / "out")
+    make_class_tree(published, per_class=4, broken=False, seed=1)
+    assert _build(capsys, "--input", published, "--output_dir", out) == 0
+    shutil.copytree(published, grown)
+    if new_per_class:
+        make_class_tree(os.path.join(str(tmp_path), "new"), per_class=new_per_class, broken=False, seed=2)
+        for label in os.listdir(tmp_path / "new"):
+            for name in os.listdir(tmp_path / "new" / label):
+                shutil.copy(tmp_path / "new" / label / name, os.path.join(grown, label, "new_" + name))
+    write(os.path.join(grown, "rose", "notes.jpg"), b"not an image at all\n")
+    flags = ["--input", grown, "--output_dir", out, "--max_bad_fraction", fraction]
+    plan_json = str(tmp_path / "plan.json")
+    status, text, err = _plan(capsys, *flags, "--append", "--plan_json", plan_json)
+    assert status == 0, err
+    refusals = json.loads(open(plan_json, encoding="utf-8").read())["refusals"]
+    from beam_jobs import append_shards
+
+    capsys.readouterr()
+    status = append_shards.run(flags)
+    stdout, err = capsys.readouterr()
+    if publishes is None:  # nothing but copies and a reject within the fraction: nothing to append
+        assert status == 0 and stdout.startswith("Nothing to append: 12 of 13 inputs"), (stdout, err)
+        assert refusals == [], text
+    elif publishes:
+        assert status == 0 and "appended to split train: 12 -> 24 records (+12)" in stdout, (stdout, err)
+        assert refusals == [], text
+    else:
+        assert status == 1 and "more than --max_bad_fraction 0.1" in err, (stdout, err)
+        assert any("more than --max_bad_fraction 0.1" in line for line in refusals), text

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.progress.report import plural
-from transforms.shardset.dead_letters import too_many_rejected
+from transforms.shardset.dead_letters import DeadLetter, in_appended_set, rejection_verdict
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, merge_labels,
                                            unlisted_problem, unlisted_shard_files)
@@ -95,6 +95,7 @@ class PlanTally:
         self.found: dict[tuple[str, str], int] = {}
         self.kinds: dict[str, int] = {}  # kind of input -> inputs of that kind listed
         self.rejected: dict[str, list] = {}  # reason -> [count, [(path, detail)]]
+        self.in_set = 0  # rejected as already in the set an append adds to (in_appended_set)
         self.files_read = 0
         self.bytes_read = 0
         self.estimated_sizes = 0
@@ -119,6 +120,7 @@ class PlanTally:
             entry = self.rejected.setdefault(fact[1], [0, []])
             entry[0] += 1
             entry[1] = sorted(entry[1] + [(fact[2], fact[3])])[:_EXAMPLES]
+            self.in_set += in_appended_set(DeadLetter(fact[2], fact[1], fact[3]))
         elif kind == "read":
             self.files_read += 1
             self.bytes_read += fact[1]
@@ -145,6 +147,7 @@ class PlanTally:
                 self.found[key] = self.found.get(key, 0) + count
             for kind, count in other.kinds.items():
                 self.kinds[kind] = self.kinds.get(kind, 0) + count
+            self.in_set += other.in_set
             for reason, (count, examples) in other.rejected.items():
                 entry = self.rejected.setdefault(reason, [0, []])
                 entry[0] += count
@@ -172,6 +175,7 @@ class PlanTally:
         return {"found": [[s, label, n] for (s, label), n in sorted(self.found.items())],
                 "kinds": dict(sorted(self.kinds.items())),
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
+                "in_set": self.in_set,
                 "files_read": self.files_read, "bytes_read": self.bytes_read,
                 "estimated_sizes": self.estimated_sizes,
                 "records": [[s, label, n] for (s, label), n in sorted(self.records.items())],
@@ -188,6 +192,7 @@ class PlanTally:
         tally.found = {(s, label): n for s, label, n in obj["found"]}
         tally.kinds = dict(obj.get("kinds", {}))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
+        tally.in_set = obj.get("in_set", 0)
         tally.files_read, tally.bytes_read = obj["files_read"], obj["bytes_read"]
         tally.estimated_sizes = obj["estimated_sizes"]
         tally.records = {(s, label): n for s, label, n in obj["records"]}
@@ -381,13 +386,18 @@ class Plan:
         """Why the build would stop, one line each (empty: none is foreseen)."""
         lines = list(self.change.problems) if self.change is not None else []
         rejected = sum(n for n, _ in self.tally.rejected.values())
-        inputs = self.inputs_found
-        if inputs == 0:
+        appending = self.change is not None and self.change.appending
+        # The rule publishing follows: copies of the set's images are no inputs of an append.
+        verdict = rejection_verdict(self.inputs_found, rejected, self.tally.in_set if appending else 0,
+                                    self.max_bad_fraction)
+        inputs, bad = verdict.inputs, verdict.bad
+        new = " new" if appending and self.tally.in_set else ""
+        if verdict.kind == "no_inputs":
             lines.append("no input files or rows were found; check --input")
-        elif rejected >= inputs:
-            lines.append(f"all {inputs} inputs would be rejected: nothing would be published")
-        elif too_many_rejected(rejected, inputs, self.max_bad_fraction):
-            lines.append(f"{rejected} of {inputs} inputs ({100.0 * rejected / inputs:.1f}%) would be "
+        elif verdict.kind == "all_rejected":
+            lines.append(f"all {inputs}{new} inputs would be rejected: nothing would be published")
+        elif verdict.kind == "too_many":
+            lines.append(f"{bad} of {inputs}{new} inputs ({100.0 * bad / inputs:.1f}%) would be "
                          f"rejected, more than --max_bad_fraction {self.max_bad_fraction:g}: the build "
                          "would publish nothing")
         return lines
