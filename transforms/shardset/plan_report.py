@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.progress.report import plural
 from transforms.shardset.dead_letters import DeadLetter, in_appended_set, rejection_verdict
+from transforms.shardset.disk_needs import DiskNeed, build_disk_need, shortfall, size_text
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, merge_labels,
                                            unlisted_problem, unlisted_shard_files)
@@ -342,6 +343,9 @@ class Plan:
         plan_seconds: How long the plan ran.
         notes: Lines the plan adds at its end.
         validate: The build's ``--validate`` level (the plan checks headers only).
+        free_bytes: Free bytes in the file system of ``output_dir`` (None: not
+            known, e.g. on gs:// or s3://).
+        staging: The folder the build stages its records and shards in.
     """
 
     inputs: tuple[str, ...]
@@ -356,6 +360,8 @@ class Plan:
     plan_seconds: float = 0.0
     notes: tuple[str, ...] = ()
     validate: str = "structure"
+    free_bytes: int | None = None
+    staging: str = ""
 
     @property
     def records(self) -> int:
@@ -377,6 +383,11 @@ class Plan:
         """Reason -> inputs rejected, for the duplicate reasons or for the others."""
         return {reason: count for reason, (count, _) in sorted(self.tally.rejected.items())
                 if (reason in DUPLICATE_REASONS) == duplicates}
+
+    @property
+    def disk(self) -> DiskNeed:
+        """The free space the build needs where its output lies, at its peak."""
+        return build_disk_need(sum(s.record_bytes for s in self.splits.values()))
 
     @property
     def build_seconds(self) -> float:
@@ -434,6 +445,9 @@ class Plan:
                 "kept": list(self.change.kept) if self.change else [],
                 "dropped": list(self.change.dropped) if self.change else [],
             },
+            "disk": {"peak_bytes": self.disk.peak, "staged_bytes": self.disk.staged,
+                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
+                     "more_bytes": shortfall(self.disk.peak, self.free_bytes)},
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
             "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
@@ -483,6 +497,7 @@ class Plan:
         if not self.splits:
             lines.append("    none: no record would be written")
         lines += self._folder_lines()
+        lines.append(self._disk_line())
         lines.append(f"  build time: ~{_duration(self.build_seconds)} ({_size(tally.bytes_read)} at "
                      f"{self.rate.seconds_per_gib:.3g} s/GiB"
                      + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
@@ -492,6 +507,18 @@ class Plan:
             lines.append(f"  the build would refuse: {line}")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def _disk_line(self) -> str:
+        need, free = self.disk, self.free_bytes
+        line = (f"  disk: about {size_text(need.peak)} free needed in the file system of {self.output_dir} at "
+                f"the build's peak ({size_text(need.staged)} of records staged in {self.staging or 'its staging'}, then "
+                f"{size_text(need.shards)} of shards)")
+        if free is None:
+            return line
+        more = shortfall(need.peak, free)
+        if more:
+            return f"{line}; only {size_text(free)} free there: free about {size_text(more)} more first"
+        return f"{line}; {size_text(free)} free there"
 
     def _folder_lines(self) -> list[str]:
         change = self.change
@@ -520,7 +547,8 @@ class Plan:
 def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, target_bytes: int,
               num_shards: int | None, change: FolderChange | None, output_exists: bool, rate: BuildRate,
               max_bad_fraction: float | None, plan_seconds: float = 0.0,
-              notes: Sequence[str] = (), validate: str = "structure") -> Plan:
+              notes: Sequence[str] = (), validate: str = "structure", free_bytes: int | None = None,
+              staging: str = "") -> Plan:
     """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
 
     Args:
@@ -536,6 +564,8 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
         plan_seconds: How long the plan ran.
         notes: Lines the plan adds at its end.
         validate: The build's ``--validate`` level.
+        free_bytes: Free bytes where ``output_dir`` lies, or None.
+        staging: The folder the build stages in.
     """
     classes: dict[str, dict[str, int]] = {}
     for (split, label), count in sorted(tally.records.items()):
@@ -549,7 +579,7 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
     rule = (f"--num_shards {num_shards}" if num_shards
             else f"--shard_size_mb {target_bytes / MIB:.4g}: shards of 2/3 to 4/3 of it")
     return Plan(tuple(inputs), output_dir, tally, splits, rule, change, output_exists, rate,
-                max_bad_fraction, plan_seconds, tuple(notes), validate)
+                max_bad_fraction, plan_seconds, tuple(notes), validate, free_bytes, staging)
 
 
 def _counts(counts: Mapping[str, int]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
@@ -66,7 +67,7 @@ def free_bytes(folder: str) -> int | None:
     while not os.path.exists(path):
         path = os.path.dirname(path)
     try:
-        return os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+        return shutil.disk_usage(path).free
     except OSError:
         return None
 
