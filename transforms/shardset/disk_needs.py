@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from transforms.shardset.planning import MIB
 
-__all__ = ["DiskNeed", "build_disk_need", "size_text", "shortfall"]
+__all__ = ["DiskNeed", "build_disk_need", "size_text", "shortfall", "shortfall_clause"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,19 @@ def size_text(nbytes: int) -> str:
 def shortfall(need: int, free: int | None) -> int | None:
     """Bytes to free before the run fits (0 when it fits), or None when the free space is not known."""
     return None if free is None else max(0, need - free)
+
+
+def shortfall_clause(input_bytes: int, free: int | None) -> str:
+    """What a build that ran out of space says of its need: the estimate, the free space, the difference.
+
+    Args:
+        input_bytes: Bytes of its inputs (its records are about as large).
+        free: Free bytes where its output lies now that its staging is removed, or None.
+    """
+    need = build_disk_need(input_bytes).peak
+    text = f"this build needs about {size_text(need)} free there at its peak (twice its inputs' {size_text(input_bytes)})"
+    if free is None:
+        return text
+    more = shortfall(need, free)
+    return text + (f" and {size_text(free)} are free now: free about {size_text(more)} more" if more
+                   else f" and {size_text(free)} are free now")
