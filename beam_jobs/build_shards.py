@@ -62,6 +62,9 @@ from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
                                               published_shards)
 from transforms.shardset.manifest import Manifest
+from transforms.shardset.replacing import listed_splits, replace_problem
+from transforms.shardset.disk_needs import shortfall_clause
+from transforms.storage.writing import free_bytes
 from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import NearDuplicateReport, PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
@@ -425,8 +428,20 @@ class Listing(NamedTuple):
     dead: tuple  # PCollections of DeadLetter: the listing's, duplicate paths
 
 
-def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
-    """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``."""
+def _class_names(facts, fixed: list[str] | None, published: list[str] | None, check=None) -> list[str]:
+    """The class names in index order, once ``check(facts)`` (if any) raised nothing."""
+    if check is not None:
+        check(facts)
+    if fixed is not None:
+        return fixed
+    return list(facts.classes) if published is None else appended_classes(published, facts.classes)
+
+
+def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
+    """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``.
+
+    ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
+    """
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
         cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.input if is_manifest_path(i)],
         archives=[i for i in cfg.input if is_container_input(i)],
@@ -436,8 +451,7 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
         cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside)
     published = list(cfg.append_to) if cfg.append_to is not None else None
-    labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else (
-        list(f.classes) if published is None else appended_classes(published, f.classes)))
+    labels = facts | "ClassNames" >> beam.Map(_class_names, fixed, published, check)
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
@@ -445,9 +459,23 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     return Listing(facts, labels, layout, sources, unique.main, (listing_dead, unique[DEAD_LETTERS]))
 
 
+def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, ...],
+                      fractions: tuple[str, ...]) -> None:
+    """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built."""
+    problem = replace_problem(output_dir, old, listed_splits(facts.splits, fractions), inputs)
+    if problem:
+        raise UsageError(problem)
+
+
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
-    facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg)  # listing_dead: 2 PCollections
+    old = None if cfg.append or cfg.replace or cfg.dataflow_dry_run else published_manifest(cfg.output_dir)
+    # Splits that only the listing names (split folders, a manifest's column): a split other inputs
+    # built is refused with the class names, before any image is read (reading waits for them).
+    check = None if old is None else functools.partial(
+        _refuse_replacing, output_dir=cfg.output_dir, old=old, inputs=tuple(cfg.input),
+        fractions=tuple(cfg.split_fraction_map or ()))
+    facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg, check)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
@@ -502,6 +530,15 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         object_labels=object_labels, near_duplicates=near_report)
 
 
+def _disk_need(cfg: BuildConfig) -> str:
+    """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
+    '' when its inputs' size is not known without reading them (manifests, stores)."""
+    archives = [path for path in cfg.input if is_container_input(path)]
+    size = local_bytes_at_least([path for path in cfg.input if path not in archives and not is_manifest_path(path)],
+                                1 << 62, archives)
+    return "" if not size else shortfall_clause(size, free_bytes(cfg.output_dir))
+
+
 HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
@@ -514,7 +551,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_publishing_job("build_shards", argv, BuildConfig, make_config, build_pipeline, prog=prog,
-                              progress=build_progress)
+                              progress=build_progress, disk_need=_disk_need)
 
 
 if __name__ == "__main__":

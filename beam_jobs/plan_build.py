@@ -41,7 +41,7 @@ from transforms.errors import ManifestError, UsageError
 from transforms.storage.files import read_if_present
 from transforms.storage.folders import delete_files
 from transforms.storage.listing import is_folder
-from transforms.storage.writing import write_file
+from transforms.storage.writing import free_bytes, write_file
 from transforms.images.inputs import is_manifest_path
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
 from transforms.progress import counters as c
@@ -162,7 +162,8 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
     return make_plan(tally, inputs=cfg.input, output_dir=cfg.output_dir, target_bytes=cfg.target_bytes,
                      num_shards=cfg.num_shards, change=change, output_exists=state is not None,
                      rate=cfg.rate, max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
-                     notes=notes, validate=cfg.settings.validate)
+                     notes=notes, validate=cfg.settings.validate, free_bytes=free_bytes(cfg.output_dir),
+                     staging=output_folder.staging_folder(cfg.output_dir))
 
 
 def _write_plan(path: str, data: bytes) -> None:

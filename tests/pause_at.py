@@ -6,8 +6,9 @@ Usage::
     python -m tests.pause_at OP PATTERN NTH MARKER -- COMMAND ARGS...
 
 Before the NTH call of ``FileSystems.OP`` (``create``, ``rename`` or
-``delete``, or ``match``: during a job's checks before its pipeline) on a path matching the regular expression ``PATTERN`` (for
-``rename``, the destination), the process writes ``MARKER`` (JSON with the
+``delete``, or ``match``: during a job's checks before its pipeline; or ``read``: the build's
+opening of an input image, ``inspect_images.open_for_read``) on a path matching the regular
+expression ``PATTERN`` (for ``rename``, the destination), the process writes ``MARKER`` (JSON with the
 operation and path) and waits until it is killed, or until a file
 ``MARKER.go`` appears: then it goes on with the operation. ``OP`` ``os.rename`` stops
 before one file of a batch that ``FileSystems.rename`` hands to the local
@@ -21,7 +22,9 @@ its logging and failure lines included.
 
 With ``PAUSE_AT_MOVE_CHUNK=N`` in the environment, the publish hands every
 rename to its parallel step (``MoveStaged``) in chunks of N, however few there
-are (``shard_sink.PARALLEL_MOVES`` 0). The marker lists the functions on the
+are (``shard_sink.PARALLEL_MOVES`` 0). With ``PAUSE_AT_DONE_EVERY=N``, a bundle that reads
+inputs closes its run file and writes its done list every N records
+(``inspect_images.DONE_LIST_RECORDS``). The marker lists the functions on the
 stack where the job stopped (``stack``).
 """
 
@@ -37,7 +40,7 @@ from typing import Callable
 
 from apache_beam.io.filesystems import FileSystems
 
-_OPS = ("create", "rename", "delete", "os.rename", "match")
+_OPS = ("create", "rename", "delete", "os.rename", "match", "read")
 _os_rename = os.rename
 
 
@@ -55,12 +58,17 @@ def _stop_here(marker: str, op: str, path: str) -> None:
 def _watch(op: str, pattern: str, nth: int, marker: str) -> None:
     """Wraps ``FileSystems.<op>`` (or ``os.rename``) to stop before its ``nth`` call on a matching path."""
     wanted = re.compile(pattern)
-    original: Callable = _os_rename if op == "os.rename" else getattr(FileSystems, op)
+    if op == "read":
+        from transforms import inspect_images
+
+        original: Callable = inspect_images.open_for_read
+    else:
+        original = _os_rename if op == "os.rename" else getattr(FileSystems, op)
     seen = 0
     lock = threading.Lock()
 
     def targets(args: tuple) -> list[str]:
-        if op == "create":
+        if op in ("create", "read"):
             return [args[0]]
         if op == "rename":
             return list(args[1])
@@ -80,6 +88,8 @@ def _watch(op: str, pattern: str, nth: int, marker: str) -> None:
 
     if op == "os.rename":
         os.rename = wrapper
+    elif op == "read":
+        inspect_images.open_for_read = wrapper
     else:
         setattr(FileSystems, op, staticmethod(wrapper))
 
@@ -94,6 +104,10 @@ def main(argv: list[str]) -> int:
         from transforms import shard_sink
 
         shard_sink.PARALLEL_MOVES, shard_sink.RENAME_CHUNK = 0, int(os.environ["PAUSE_AT_MOVE_CHUNK"])
+    if os.environ.get("PAUSE_AT_DONE_EVERY"):
+        from transforms import inspect_images
+
+        inspect_images.DONE_LIST_RECORDS = int(os.environ["PAUSE_AT_DONE_EVERY"])
     if argv[5:] and not argv[5].startswith("-"):
         from beam_jobs.cli import main as cli
 

@@ -46,6 +46,11 @@ __all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "imag
 # interrupted run's run files, and of their bytes.
 REUSED_INPUTS = "images_reused"
 REUSED_INPUT_BYTES = "image_bytes_reused"
+# A bundle that keeps done lists closes its run file and writes the file's done list once it
+# holds this many records or bytes, so that a run stopped mid-bundle (Ctrl-C, a kill) leaves
+# the inputs it finished to a rerun; a few hundred files per 10,000 inputs at most.
+DONE_LIST_RECORDS = 256
+DONE_LIST_BYTES = 64 * MIB
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
@@ -193,8 +198,11 @@ class _InspectImageFn(OrderedImageFn):
     own input's window, and ``finish_bundle`` emits what is still in flight.
 
     With ``done_lists``, each input's stamp (size, mtime, inode) is taken
-    before it is read, and once a finished bundle's run file is closed, its
-    done list is written beside it (``shardset.resume``). ``resume``, the
+    before it is read, and once a run file is closed, its done list is
+    written beside it (``shardset.resume``): when the bundle finishes, and
+    every ``DONE_LIST_RECORDS`` records or ``DONE_LIST_BYTES`` bytes before
+    (the bundle's next records go to a new run file), so that a run stopped
+    mid-bundle keeps what it finished. ``resume``, the
     done lists of interrupted runs (read once per DoFn instance, when its
     first input comes), then gives the record of an input whose path,
     listing, stamp and context match, without reading it.
@@ -245,12 +253,16 @@ class _InspectImageFn(OrderedImageFn):
         if getattr(self, "_run", None) is not None:
             # Before the bundle ends every output names a whole record; a failed bundle's run
             # file is named by no surviving output, and gets no done list.
-            closed = self._run.close()
-            done, self._done = self._done, DoneLines()
-            if finished and closed is not None and done.count:
-                path, size = closed
-                header = done_list_header(path.rsplit("/", 1)[-1], size, self._context[0])
-                write_done_list(path, itertools.chain([header], done.pieces()))  # never joined
+            self._close_run_file(finished)
+
+    def _close_run_file(self, done_list: bool) -> None:
+        """Closes the run file; with ``done_list``, writes its done list (every record in it is whole)."""
+        closed = self._run.close()
+        done, self._done = self._done, DoneLines()
+        if done_list and closed is not None and done.count:
+            path, size = closed
+            header = done_list_header(path.rsplit("/", 1)[-1], size, self._context[0])
+            write_done_list(path, itertools.chain([header], done.pieces()))  # never joined
 
     def teardown(self):
         super().teardown()
@@ -274,6 +286,8 @@ class _InspectImageFn(OrderedImageFn):
             value = dataclasses.replace(value, run=self._run.append(inspected.parts), payload=None)
             if done is not None:
                 self._done.append(done_list_line(done[0], done[1], value))
+                if self._done.count >= DONE_LIST_RECORDS or self._run.size >= DONE_LIST_BYTES:
+                    self._close_run_file(True)  # the outputs before name a closed file
         output = WindowedValue(value, timestamp, (window,))
         if isinstance(inspected.output, DeadLetter):
             self._rejected.inc()

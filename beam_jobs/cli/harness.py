@@ -44,6 +44,7 @@ from transforms.shardset.planning import MIB
 from transforms.shardset.naming import join_path
 from transforms.shardset.tfds_metadata import tfds_problem
 from transforms.storage import output_folder
+from transforms.storage.writing import is_no_space
 from transforms.filesystems import set_options
 
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
@@ -155,14 +156,16 @@ def _is_usage_error(err: BaseException) -> bool:
     return _raised(err, UsageError)
 
 
-def report_failure(name: str, err: BaseException, settings: logs.LogSettings) -> None:
+def report_failure(name: str, err: BaseException, settings: logs.LogSettings, more: str = "") -> None:
     """Prints why a job failed: detail lines, then exactly one line, last, on stderr.
 
     The traceback is printed only with ``--verbose`` or ``--log_level DEBUG``;
     otherwise it goes, with the run's log records, to a log file that the
     line names when the cause is not one of the project's own errors.
+    ``more`` is added to the line (after ``; ``).
     """
     message, details = error_lines(err)
+    message = f"{message}; {more}" if more else message
     if settings.tracebacks:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
         where = ""
@@ -412,7 +415,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
             prepare: Callable[[Any], Callable[[bool, bool], str | None] | None] | None = None,
             *, prog: str | None = None,
             progress: Callable[[Any], Any] | None = None,
-            on_result: Callable[[Any], None] | None = None) -> int:
+            on_result: Callable[[Any], None] | None = None,
+            disk_need: Callable[[Any], str] | None = None) -> int:
     """Runs a job: flags, pipeline, outcome; returns its exit status.
 
     Args:
@@ -439,6 +443,9 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
             reports progress while the pipeline runs (see ``progress.py``).
         on_result: Given the ``PipelineResult`` once the pipeline finished
             (its metrics), before ``finish`` is called.
+        disk_need: Given the config once the job failed on a full disk (and
+            cleaned up), says what it needs against what is free: added to the
+            failure's line.
 
     Returns:
         ``finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
@@ -474,7 +481,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
         except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
             print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
             return INTERRUPTED_STATUS
-        ok, ran, said = False, False, None
+        ok, ran, said, full = False, False, None, None
         quiet = _ProjectErrorsWithoutTraceback()
         for logger in _ELEMENT_ERROR_LOGGERS:
             logging.getLogger(logger).addFilter(quiet)
@@ -501,14 +508,20 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
                     message, details = error_lines(err)
                     print("\n".join([message, *details]))
                     return 0
-                report_failure(name, err, settings)
-                return 1
+                if disk_need is not None and is_no_space(error_lines(err)[0]):
+                    full = err  # said once the staging is removed: what the run needs against what is free
+                else:
+                    report_failure(name, err, settings)
+                    return 1
         finally:
             for logger in _ELEMENT_ERROR_LOGGERS:
                 logging.getLogger(logger).removeFilter(quiet)
             if done is not None:
                 with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
                     said = done(ok, interrupts.seen)
+        if full is not None:
+            report_failure(name, full, settings, disk_need(cfg))
+            return 1
         if not ok:
             if done is None:  # a job that publishes nothing
                 print(f"{name}: interrupted", file=sys.stderr)

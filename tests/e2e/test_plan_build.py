@@ -282,3 +282,91 @@ def test_a_plan_runs_few_stages(tmp_path, capsys):
     assert len(_stages(tmp_path, "--input", root, "--output_dir", out)) <= 8
     assert _build(capsys, "--input", root, "--output_dir", out) == 0
     assert len(_stages(tmp_path, "--input", root, "--output_dir", out, "--split", "test")) <= 13
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("new_per_class, fraction, publishes", [(4, "0.1", True), (1, "0.1", False), (0, "0.5", None)],
+                         ids=["within", "over", "nothing_new"])
+def test_plan_append_and_append_judge_rejections_alike(tmp_path, capsys, new_per_class, fraction, publishes):
+    # Copies of published images are not bad inputs of an append: the plan counts them as the
+    # append does. 12 published, an input of those 12 copies, 3 * new_per_class new images and
+    # one broken file: the append judges 1 bad input of 1 + 3 * new_per_class.
+    published, grown, out = str(tmp_path / "photos"), str(tmp_path / "grown"), str(tmp_path / "out")
+    make_class_tree(published, per_class=4, broken=False, seed=1)
+    assert _build(capsys, "--input", published, "--output_dir", out) == 0
+    shutil.copytree(published, grown)
+    if new_per_class:
+        make_class_tree(os.path.join(str(tmp_path), "new"), per_class=new_per_class, broken=False, seed=2)
+        for label in os.listdir(tmp_path / "new"):
+            for name in os.listdir(tmp_path / "new" / label):
+                shutil.copy(tmp_path / "new" / label / name, os.path.join(grown, label, "new_" + name))
+    write(os.path.join(grown, "rose", "notes.jpg"), b"not an image at all\n")
+    flags = ["--input", grown, "--output_dir", out, "--max_bad_fraction", fraction]
+    plan_json = str(tmp_path / "plan.json")
+    status, text, err = _plan(capsys, *flags, "--append", "--plan_json", plan_json)
+    assert status == 0, err
+    refusals = json.loads(open(plan_json, encoding="utf-8").read())["refusals"]
+    from beam_jobs import append_shards
+
+    capsys.readouterr()
+    status = append_shards.run(flags)
+    stdout, err = capsys.readouterr()
+    if publishes is None:  # nothing but copies and a reject within the fraction: nothing to append
+        assert status == 0 and stdout.startswith("Nothing to append: 12 of 13 inputs"), (stdout, err)
+        assert refusals == [], text
+    elif publishes:
+        assert status == 0 and "appended to split train: 12 -> 24 records (+12)" in stdout, (stdout, err)
+        assert refusals == [], text
+    else:
+        assert status == 1 and "more than --max_bad_fraction 0.1" in err, (stdout, err)
+        assert any("more than --max_bad_fraction 0.1" in line for line in refusals), text
+
+
+@pytest.fixture
+def tiny_disk():
+    """A 1 MiB tmpfs, mounted for the test and unmounted after."""
+    import subprocess as sp
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="tiny_disk_")
+    done = sp.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", folder], capture_output=True, text=True)
+    if done.returncode != 0:
+        os.rmdir(folder)
+        pytest.fail(f"cannot mount a tmpfs (this test needs root): {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        sp.run(["umount", folder], check=True)
+        os.rmdir(folder)
+
+
+@pytest.mark.slow
+def test_plan_states_the_disk_the_build_needs_and_what_to_free(tmp_path, capsys, tiny_disk):
+    import io
+    import random
+
+    from PIL import Image
+
+    root, rng = str(tmp_path / "in"), random.Random(5)
+    for i in range(6):  # noise: about 120 KB each, 0.7 MiB of records, about 1.4 MiB needed at the peak
+        buf = io.BytesIO()
+        Image.frombytes("RGB", (200, 200), rng.randbytes(200 * 200 * 3)).save(buf, format="PNG")
+        write(os.path.join(root, f"class{i % 2}", f"{i}.png"), buf.getvalue())
+    for out in (str(tmp_path / "out"), os.path.join(tiny_disk, "out")):
+        plan_json = str(tmp_path / "plan.json")
+        status, text, err = _plan(capsys, "--input", root, "--output_dir", out, "--plan_json", plan_json)
+        assert status == 0, err
+        plan = json.loads(open(plan_json, encoding="utf-8").read())
+        records = sum(split["record_bytes"] for split in plan["splits"].values())
+        disk = plan["disk"]
+        assert disk["staged_bytes"] == disk["shard_bytes"] == records and disk["peak_bytes"] == 2 * records
+        free = shutil.disk_usage(os.path.dirname(out)).free
+        assert abs(disk["free_bytes"] - free) < 64 * 2**20
+        line = next(line for line in text.splitlines() if line.startswith("  disk: "))
+        assert f"in the file system of {out}" in line and f"records staged in {out}/.staging" in line, line
+        if out.startswith(tiny_disk):  # 1 MiB free, about twice the records needed
+            assert disk["peak_bytes"] > free and disk["more_bytes"] == disk["peak_bytes"] - disk["free_bytes"]
+            assert "free about" in line and "more first" in line, line
+        else:
+            assert disk["more_bytes"] == 0 and "more first" not in line, line
+        assert not os.path.exists(out)

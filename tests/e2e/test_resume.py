@@ -193,14 +193,16 @@ def _done_lists(out: str) -> list[str]:
 
 
 def _stopped_at(tmp_path, op: str, pattern: str, nth: int, argv: list[str], sig: int = signal.SIGKILL,
-                until=None) -> dict:
+                until=None, env: dict[str, str] | None = None) -> dict:
     """Runs the build as a subprocess until it stops before the ``nth`` ``op`` on ``pattern``,
     then, once ``until()`` holds (other threads may still finish what they do), sends ``sig``
-    (SIGINT: lets it go on, as a Ctrl-C there would); returns the marker."""
+    (SIGINT: lets it go on, as a Ctrl-C there would); returns the marker. ``env``: more
+    environment (``tests.pause_at``'s knobs)."""
     marker, log = str(tmp_path / "stopped.json"), str(tmp_path / "job.log")
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, str(nth), marker, "--",
-                                 *argv], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                 *argv], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})})
     try:
         deadline = time.monotonic() + WAIT_S
         while not os.path.exists(marker):
@@ -298,6 +300,22 @@ def test_a_build_stopped_by_ctrl_c_keeps_its_work_and_resumes(tree, tmp_path, ca
     assert folder_bytes(out) == folder_bytes(reference)
     found = RESUMED.search(stdout)
     assert found and (found[1], found[3]) == ("24", "2"), stdout
+
+
+@pytest.mark.slow
+def test_a_build_stopped_by_ctrl_c_while_reading_keeps_the_inputs_it_finished(tree, tmp_path, capsys) -> None:
+    # Ctrl-C while the inputs are read, one bundle reading them all: the records it finished are
+    # in run files closed every few records, each with its done list, and the rerun reuses them.
+    inputs, reference = tree
+    out = str(tmp_path / "out")
+    _stopped_at(tmp_path, "read", "^" + re.escape(inputs) + "/", 20, ["--input", inputs, "--output_dir", out, *FLAGS],
+                sig=signal.SIGINT, until=lambda: len(_done_lists(out)) >= 2, env={"PAUSE_AT_DONE_EVERY": "4"})
+    left_inputs, _ = _left_by_the_killed_run(out)
+    stdout = _rerun(capsys, inputs, out, *FLAGS)
+    assert folder_bytes(out) == folder_bytes(reference)
+    found = RESUMED.search(stdout)
+    assert found, stdout
+    assert 0 < int(found[1]) == left_inputs < 24 and found[2] == "27", stdout
 
 
 @pytest.mark.slow

@@ -86,14 +86,15 @@ def test_a_copy_published_in_a_kept_split_wins_over_every_copy_of_the_run() -> N
     assert copy_choice([PublishedCopy("test")], written=[]) == (None, [])
 
 
-def test_the_listing_tally_counts_inputs_classes_and_layout() -> None:
+def test_the_listing_tally_counts_inputs_classes_layout_and_splits() -> None:
     listed = [SourceImage("a", "a", "train", "cat"), DeadLetter("x", "unreadable", "gone"), "dog",
-              SourceImage("b", "b", "train", "", labels=("bird", "cat"))]
+              SourceImage("b", "b", "", "", labels=("bird", "cat"))]
     halves = [ListingTally(), ListingTally()]
     for i, item in enumerate(listed):
         halves[i % 2].add(item)
     facts = ListingTally.merged(halves).facts()
-    assert facts == ListingFacts(3, ("bird", "cat", "dog"), RecordLayout(multi_label=True, label_offset=1))
+    assert facts == ListingFacts(3, ("bird", "cat", "dog"), RecordLayout(multi_label=True, label_offset=1),
+                                 ("", "train"))  # "": a split its bytes choose
     assert ListingTally().facts(multi_label=True, label_offset=0) == ListingFacts(
         0, (), RecordLayout(multi_label=True, label_offset=0))
 

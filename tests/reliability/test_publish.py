@@ -24,6 +24,7 @@ from tests.reliability_support import assert_only_shard_set, manifest_problems, 
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build, write
 from tests.reliability.test_kill import REPO, _log_tail, _start, _wait_for
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo
+from transforms.shardset.disk_needs import size_text
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 WAIT_S = 180.0
@@ -271,6 +272,12 @@ def test_a_full_disk_fails_with_the_space_needed_and_does_not_poison_the_next_ru
     # The records are staged first (run files), so the disk fills there, before any shard.
     assert f"no space left in {out}" in line and "MiB were free" in line and "twice its shards" in line, line
     assert sorted(os.listdir(out)) == []  # its own staging removed, lock released
+    # The line ends with what the build needs there against what is free once its staging is gone.
+    inputs = sum(os.path.getsize(os.path.join(where, name)) for where, _, names in os.walk(big) for name in names)
+    free = shutil.disk_usage(small_disk).free
+    assert line.endswith(f"; this build needs about {size_text(2 * inputs)} free there at its peak (twice its "
+                         f"inputs' {size_text(inputs)}) and {size_text(free)} are free now: free about "
+                         f"{size_text(2 * inputs - free)} more"), line
 
     # A killed run's staging (about 1.4 MB) is cleared by the next run when it starts.
     write(os.path.join(out, ".staging", "0" * 32, "train-00000-of-00001.tfrecord.x.tmp"), b"\0" * 1_400_000)

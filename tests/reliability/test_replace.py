@@ -7,8 +7,8 @@ modules on real image files:
 
 - a run that would replace a split built from other inputs is refused (exit 2, one line naming
   the split, its records, the inputs that built it and ``--replace``), before any input is read
-  where the splits are known at start (``--split``, reshard's shard names), else at publish time
-  (split folders), the published set byte for byte as before;
+  where the splits are known at start (``--split``, reshard's shard names), else once the inputs
+  are listed (split folders, manifests' split column), the published set byte for byte as before;
 - rebuilding from the same inputs needs no flag; ``--replace`` rebuilds from other ones;
 - the summary names every split the run replaced (old -> new records) and counts as inputs
   only what the run read.
@@ -148,14 +148,31 @@ def test_replace_rebuilds_the_split_and_the_summary_names_it(tmp_path, capsys, t
     assert "replace" not in manifest["options"]  # it says how to publish, not what
 
 
+def _reads(monkeypatch) -> list[str]:
+    """The inputs the build reads from now on (its DoFns run in this process)."""
+    from transforms import inspect_images
+
+    read, original = [], inspect_images.read_input
+
+    def counted(source, *args, **kwargs):
+        read.append(source.path)
+        return original(source, *args, **kwargs)
+
+    monkeypatch.setattr(inspect_images, "read_input", counted)
+    return read
+
+
 @pytest.mark.slow
-def test_a_split_folder_collision_is_refused_at_publish_with_nothing_changed(tmp_path, capsys, trees):
+def test_a_split_folder_collision_is_refused_once_listed_before_any_image_is_read(
+        tmp_path, capsys, monkeypatch, trees):
     out = str(tmp_path / "out")
     status, _, err = _build(capsys, "--input", trees["a"], "--output_dir", out)
     assert status == 0, err
     before = tree_state(str(tmp_path))
-    # b/ holds split folders: its splits are known once it is listed, so publishing refuses.
+    # b/ holds split folders: its splits are known once it is listed, and the run stops there.
+    read = _reads(monkeypatch)
     status, stdout, err = _build(capsys, "--input", trees["b"], "--output_dir", out)
+    assert read == []
     assert status == 2, err
     assert stdout == ""
     assert _last_line(err) == (

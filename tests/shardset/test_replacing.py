@@ -164,3 +164,12 @@ def test_the_survey_counts_folders_as_the_build_lists_them(tmp_path):
 def test_the_layout_is_left_to_the_listing_where_the_survey_cannot_tell(tmp_path):
     assert [t.layout for t in folder_tasks("mem://bucket/in", "auto")] == [None]
     assert [t.layout for t in folder_tasks(str(tmp_path / "in"), "auto", offline=True)] == [None]
+
+
+def test_the_listed_splits_are_those_named_and_the_fractions_for_inputs_their_bytes_place() -> None:
+    from transforms.shardset.replacing import listed_splits
+
+    assert listed_splits(["train", "validation"]) == {"train", "validation"}
+    assert listed_splits(["", "test"], ["train", "validation"]) == {"test", "train", "validation"}
+    assert listed_splits(["train"], ["a", "b"]) == {"train"}
+    assert listed_splits([]) == set()

@@ -30,11 +30,14 @@ class ListingFacts:
             numeric order, so that each index stays its own.
         layout: The ``RecordLayout`` every record follows (with the object
             classes' ids, ``object_classes.object_label_map``).
+        splits: The splits the listed inputs name, sorted (``SPLIT_BY_CONTENT``
+            for those whose bytes choose one, ``--split_fractions``).
     """
 
     inputs: int
     classes: tuple[str, ...]
     layout: RecordLayout
+    splits: tuple[str, ...] = ()
 
 
 @dataclass
@@ -53,6 +56,7 @@ class ListingTally:
         numbered: The largest integer class index of a container input, or -1.
         object_names: Object class names seen.
         declared: ``(id, name)`` of the object classes COCO files declare.
+        splits: Splits the inputs name.
     """
 
     inputs: int = 0
@@ -61,6 +65,7 @@ class ListingTally:
     numbered: int = -1
     object_names: set[str] = field(default_factory=set)
     declared: set[tuple[int | None, str]] = field(default_factory=set)
+    splits: set[str] = field(default_factory=set)
 
     def add(self, item) -> "ListingTally":
         """Counts one listed item."""
@@ -72,6 +77,7 @@ class ListingTally:
             return self
         self.inputs += 1
         if isinstance(item, SourceImage):
+            self.splits.add(item.split)
             member = item.member
             if member is not None and member.numbered:
                 self.numbered = max(self.numbered, int(item.label))
@@ -89,7 +95,8 @@ class ListingTally:
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
                    merge_layouts(t.layout for t in tallies), max((t.numbered for t in tallies), default=-1),
-                   set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)))
+                   set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)),
+                   set().union(*(t.splits for t in tallies)))
 
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
               fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
@@ -106,7 +113,8 @@ class ListingTally:
             self.layout.objects or self.declared) else ()
         numbers = [str(i) for i in range(self.numbered + 1)]
         classes = tuple(sorted(self.classes | set(numbers))) if self.classes else tuple(numbers)
-        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, offset, objects, boxes_outside))
+        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, offset, objects, boxes_outside),
+                            tuple(sorted(self.splits)))
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 __all__ = ["DEAD_LETTERS", "DeadLetter", "PART_LETTERS", "EXAMPLES", "IN_APPENDED_SET", "in_appended_set", "RejectionSummary", "DeadLetterPart",
-           "letter_order", "line_order", "too_many_rejected",
+           "letter_order", "line_order", "too_many_rejected", "Verdict", "rejection_verdict",
            "rejection_details", "rejection_problem"]
 
 # The tag of the output of rejected inputs (``DeadLetter``) of every step that rejects some;
@@ -134,6 +134,48 @@ def too_many_rejected(rejected: int, inputs: int, max_bad_fraction: float | None
     return max_bad_fraction is not None and rejected > max_bad_fraction * inputs
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What ``--max_bad_fraction`` makes of a run's rejections (``rejection_verdict``).
+
+    Attributes:
+        kind: ``publish``; ``nothing_new`` (an append whose inputs are all in the
+            set already, or rejected within the fraction of all its inputs: it
+            changes nothing and succeeds); ``no_inputs``; ``all_rejected`` (no
+            record to write); ``too_many`` (more bad inputs than the fraction).
+        inputs: The inputs judged: all but those already in the set appended to.
+        bad: The bad inputs among them.
+    """
+
+    kind: str
+    inputs: int
+    bad: int
+
+
+def rejection_verdict(inputs: int, rejected: int, present: int = 0,
+                      max_bad_fraction: float | None = None) -> Verdict:
+    """The one rule of ``--max_bad_fraction``, for a build, an append and their plans.
+
+    Args:
+        inputs: Inputs listed.
+        rejected: Inputs rejected, those already in the set included.
+        present: Inputs rejected as already in the set the run appends to
+            (``in_appended_set``; 0 for a build): neither inputs nor bad inputs
+            for the fraction, since appending a folder that grew is the usual case.
+        max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
+    """
+    judged, bad = inputs - present, rejected - present
+    if inputs == 0:
+        return Verdict("no_inputs", 0, 0)
+    if present and (judged == 0 or (bad == judged and not too_many_rejected(bad, inputs, max_bad_fraction))):
+        return Verdict("nothing_new", judged, bad)  # nothing new but inputs as bad as before
+    if bad >= judged:
+        return Verdict("all_rejected", judged, bad)
+    if too_many_rejected(bad, judged, max_bad_fraction):
+        return Verdict("too_many", judged, bad)
+    return Verdict("publish", judged, bad)
+
+
 def _summary(dead: RejectionSummary | Sequence[DeadLetter]) -> RejectionSummary:
     return dead if isinstance(dead, RejectionSummary) else RejectionSummary.of(dead)
 
@@ -169,12 +211,13 @@ def rejection_problem(inputs: int, written: int, dead: RejectionSummary | Sequen
     """
     summary = _summary(dead)
     rejected = summary.count
-    if inputs == 0:
+    verdict = rejection_verdict(inputs, rejected, 0, max_bad_fraction).kind
+    if verdict == "no_inputs":
         return "no input files or rows were found; check --input"
-    if rejected >= inputs:
+    if verdict == "all_rejected":
         return (f"no record could be written: all {inputs} inputs were rejected; nothing was "
                 f"published; every rejected input is in {dead_path}")
-    if too_many_rejected(rejected, inputs, max_bad_fraction):  # shards may not have been written
+    if verdict == "too_many":  # shards may not have been written
         return "\n".join([
             f"{rejected} of {inputs} inputs ({100.0 * rejected / inputs:.1f}%) were "
             f"rejected, more than --max_bad_fraction {max_bad_fraction:g}; nothing was "

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.progress.report import plural
-from transforms.shardset.dead_letters import too_many_rejected
+from transforms.shardset.dead_letters import DeadLetter, in_appended_set, rejection_verdict
+from transforms.shardset.disk_needs import DiskNeed, build_disk_need, shortfall, size_text
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, merge_labels,
                                            unlisted_problem, unlisted_shard_files)
@@ -95,6 +96,7 @@ class PlanTally:
         self.found: dict[tuple[str, str], int] = {}
         self.kinds: dict[str, int] = {}  # kind of input -> inputs of that kind listed
         self.rejected: dict[str, list] = {}  # reason -> [count, [(path, detail)]]
+        self.in_set = 0  # rejected as already in the set an append adds to (in_appended_set)
         self.files_read = 0
         self.bytes_read = 0
         self.estimated_sizes = 0
@@ -119,6 +121,7 @@ class PlanTally:
             entry = self.rejected.setdefault(fact[1], [0, []])
             entry[0] += 1
             entry[1] = sorted(entry[1] + [(fact[2], fact[3])])[:_EXAMPLES]
+            self.in_set += in_appended_set(DeadLetter(fact[2], fact[1], fact[3]))
         elif kind == "read":
             self.files_read += 1
             self.bytes_read += fact[1]
@@ -145,6 +148,7 @@ class PlanTally:
                 self.found[key] = self.found.get(key, 0) + count
             for kind, count in other.kinds.items():
                 self.kinds[kind] = self.kinds.get(kind, 0) + count
+            self.in_set += other.in_set
             for reason, (count, examples) in other.rejected.items():
                 entry = self.rejected.setdefault(reason, [0, []])
                 entry[0] += count
@@ -172,6 +176,7 @@ class PlanTally:
         return {"found": [[s, label, n] for (s, label), n in sorted(self.found.items())],
                 "kinds": dict(sorted(self.kinds.items())),
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
+                "in_set": self.in_set,
                 "files_read": self.files_read, "bytes_read": self.bytes_read,
                 "estimated_sizes": self.estimated_sizes,
                 "records": [[s, label, n] for (s, label), n in sorted(self.records.items())],
@@ -188,6 +193,7 @@ class PlanTally:
         tally.found = {(s, label): n for s, label, n in obj["found"]}
         tally.kinds = dict(obj.get("kinds", {}))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
+        tally.in_set = obj.get("in_set", 0)
         tally.files_read, tally.bytes_read = obj["files_read"], obj["bytes_read"]
         tally.estimated_sizes = obj["estimated_sizes"]
         tally.records = {(s, label): n for s, label, n in obj["records"]}
@@ -337,6 +343,9 @@ class Plan:
         plan_seconds: How long the plan ran.
         notes: Lines the plan adds at its end.
         validate: The build's ``--validate`` level (the plan checks headers only).
+        free_bytes: Free bytes in the file system of ``output_dir`` (None: not
+            known, e.g. on gs:// or s3://).
+        staging: The folder the build stages its records and shards in.
     """
 
     inputs: tuple[str, ...]
@@ -351,6 +360,8 @@ class Plan:
     plan_seconds: float = 0.0
     notes: tuple[str, ...] = ()
     validate: str = "structure"
+    free_bytes: int | None = None
+    staging: str = ""
 
     @property
     def records(self) -> int:
@@ -374,6 +385,11 @@ class Plan:
                 if (reason in DUPLICATE_REASONS) == duplicates}
 
     @property
+    def disk(self) -> DiskNeed:
+        """The free space the build needs where its output lies, at its peak."""
+        return build_disk_need(sum(s.record_bytes for s in self.splits.values()))
+
+    @property
     def build_seconds(self) -> float:
         return self.rate.seconds(self.tally.bytes_read)
 
@@ -381,13 +397,18 @@ class Plan:
         """Why the build would stop, one line each (empty: none is foreseen)."""
         lines = list(self.change.problems) if self.change is not None else []
         rejected = sum(n for n, _ in self.tally.rejected.values())
-        inputs = self.inputs_found
-        if inputs == 0:
+        appending = self.change is not None and self.change.appending
+        # The rule publishing follows: copies of the set's images are no inputs of an append.
+        verdict = rejection_verdict(self.inputs_found, rejected, self.tally.in_set if appending else 0,
+                                    self.max_bad_fraction)
+        inputs, bad = verdict.inputs, verdict.bad
+        new = " new" if appending and self.tally.in_set else ""
+        if verdict.kind == "no_inputs":
             lines.append("no input files or rows were found; check --input")
-        elif rejected >= inputs:
-            lines.append(f"all {inputs} inputs would be rejected: nothing would be published")
-        elif too_many_rejected(rejected, inputs, self.max_bad_fraction):
-            lines.append(f"{rejected} of {inputs} inputs ({100.0 * rejected / inputs:.1f}%) would be "
+        elif verdict.kind == "all_rejected":
+            lines.append(f"all {inputs}{new} inputs would be rejected: nothing would be published")
+        elif verdict.kind == "too_many":
+            lines.append(f"{bad} of {inputs}{new} inputs ({100.0 * bad / inputs:.1f}%) would be "
                          f"rejected, more than --max_bad_fraction {self.max_bad_fraction:g}: the build "
                          "would publish nothing")
         return lines
@@ -424,6 +445,9 @@ class Plan:
                 "kept": list(self.change.kept) if self.change else [],
                 "dropped": list(self.change.dropped) if self.change else [],
             },
+            "disk": {"peak_bytes": self.disk.peak, "staged_bytes": self.disk.staged,
+                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
+                     "more_bytes": shortfall(self.disk.peak, self.free_bytes)},
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
             "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
@@ -473,6 +497,7 @@ class Plan:
         if not self.splits:
             lines.append("    none: no record would be written")
         lines += self._folder_lines()
+        lines.append(self._disk_line())
         lines.append(f"  build time: ~{_duration(self.build_seconds)} ({_size(tally.bytes_read)} at "
                      f"{self.rate.seconds_per_gib:.3g} s/GiB"
                      + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
@@ -482,6 +507,18 @@ class Plan:
             lines.append(f"  the build would refuse: {line}")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def _disk_line(self) -> str:
+        need, free = self.disk, self.free_bytes
+        line = (f"  disk: about {size_text(need.peak)} free needed in the file system of {self.output_dir} at "
+                f"the build's peak ({size_text(need.staged)} of records staged in {self.staging or 'its staging'}, then "
+                f"{size_text(need.shards)} of shards)")
+        if free is None:
+            return line
+        more = shortfall(need.peak, free)
+        if more:
+            return f"{line}; only {size_text(free)} free there: free about {size_text(more)} more first"
+        return f"{line}; {size_text(free)} free there"
 
     def _folder_lines(self) -> list[str]:
         change = self.change
@@ -510,7 +547,8 @@ class Plan:
 def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, target_bytes: int,
               num_shards: int | None, change: FolderChange | None, output_exists: bool, rate: BuildRate,
               max_bad_fraction: float | None, plan_seconds: float = 0.0,
-              notes: Sequence[str] = (), validate: str = "structure") -> Plan:
+              notes: Sequence[str] = (), validate: str = "structure", free_bytes: int | None = None,
+              staging: str = "") -> Plan:
     """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
 
     Args:
@@ -526,6 +564,8 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
         plan_seconds: How long the plan ran.
         notes: Lines the plan adds at its end.
         validate: The build's ``--validate`` level.
+        free_bytes: Free bytes where ``output_dir`` lies, or None.
+        staging: The folder the build stages in.
     """
     classes: dict[str, dict[str, int]] = {}
     for (split, label), count in sorted(tally.records.items()):
@@ -539,7 +579,7 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
     rule = (f"--num_shards {num_shards}" if num_shards
             else f"--shard_size_mb {target_bytes / MIB:.4g}: shards of 2/3 to 4/3 of it")
     return Plan(tuple(inputs), output_dir, tally, splits, rule, change, output_exists, rate,
-                max_bad_fraction, plan_seconds, tuple(notes), validate)
+                max_bad_fraction, plan_seconds, tuple(notes), validate, free_bytes, staging)
 
 
 def _counts(counts: Mapping[str, int]) -> str:

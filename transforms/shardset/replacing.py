@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from transforms.progress.report import plural
 from transforms.shardset.manifest import Manifest
 
-__all__ = ["input_values", "same_inputs", "split_inputs", "kept_built_from", "replace_problem",
+__all__ = ["input_values", "same_inputs", "split_inputs", "kept_built_from", "replace_problem", "listed_splits",
            "SplitChange", "split_changes", "change_line"]
 
 
@@ -91,6 +91,16 @@ def replace_problem(output_dir: str, old: Manifest | None, splits: Iterable[str]
                 f"{_flags(inputs)}: pass --replace to rebuild split {name!r} from these inputs, or "
                 "choose another --split or --output_dir (nothing was changed)")
     return None
+
+
+def listed_splits(named: Iterable[str], split_fractions: Iterable[str] = ()) -> set[str]:
+    """The splits a build writes, from those its listed inputs name (``ListingFacts.splits``).
+
+    An input that names none (``""``: its bytes choose, ``--split_fractions``)
+    may go to any of ``split_fractions``.
+    """
+    named = set(named)
+    return (named - {""}) | (set(split_fractions) if "" in named else set())
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 from transforms.errors import NothingToPublish, PublishError
 from transforms.progress.report import plural
 from transforms.shardset.dead_letters import (DeadLetterPart, RejectionSummary, rejection_details, rejection_problem,
-                                              too_many_rejected)
+                                              rejection_verdict)
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, REFUSED_DEAD_LETTERS_NAME,
                                           Manifest, ShardEntry, SplitCounts, SplitEntry)
 from transforms.shardset.naming import join_path, shard_file_name
@@ -187,8 +187,7 @@ def prepare_append(output_dir: str, parts: Sequence[ShardListPart],
         delete_tree(staging)
         raise NothingToPublish(f"Nothing to append: all {plural(inputs, 'input')} are already in {output_dir} "
                                "(same bytes); nothing was changed")
-    if present and not written and bad.count == inputs - present \
-            and not too_many_rejected(bad.count, inputs, max_bad_fraction):
+    if rejection_verdict(inputs, everything.count, present, max_bad_fraction).kind == "nothing_new":
         # Nothing new but inputs as bad as before: the inputs the set holds count as good ones.
         delete_tree(staging)
         raise NothingToPublish("\n".join([

@@ -39,7 +39,8 @@ def runs_folder(output_dir: str, run_id: str) -> str:
 
 
 class BundleRunFile:
-    """The run file of one bundle: opened at the first record, closed when the bundle ends.
+    """The run file of one bundle: opened at the first record, closed when the bundle ends
+    (or before, when the bundle writes its done list: its next record opens a new one).
 
     Args:
         output_dir: The output folder (for a disk-full message).
@@ -63,6 +64,11 @@ class BundleRunFile:
                 fh = create(path)
                 self._open = (fh, RunFileWriter(fh, path))
             return self._open[1].append(parts)
+
+    @property
+    def size(self) -> int:
+        """Bytes written to the open file; 0 when none is open."""
+        return self._open[1].size if self._open else 0
 
     def close(self) -> tuple[str, int] | None:
         """Closes the file (call before the bundle ends); returns its path and size, None if none was opened."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
@@ -28,11 +29,13 @@ from transforms.storage.folders import delete_files, rename_files
 from transforms.storage.paths import is_local
 
 __all__ = ["create", "written", "write_file", "write_atomic", "FREE_SOME_SPACE", "shards_need",
-           "no_space_message", "free_bytes", "reporting_full_disk", "create_exclusive", "create_exclusive_s3",
+           "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive", "create_exclusive_s3",
            "check_writable"]
 
 # What a disk-full message asks for when the space a write needs is not known.
 FREE_SOME_SPACE = "free some space"
+# How a disk-full message starts (``no_space_message``).
+_NO_SPACE = "no space left in "
 
 
 def create(path: str) -> BinaryIO:
@@ -66,7 +69,7 @@ def free_bytes(folder: str) -> int | None:
     while not os.path.exists(path):
         path = os.path.dirname(path)
     try:
-        return os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+        return shutil.disk_usage(path).free
     except OSError:
         return None
 
@@ -80,7 +83,12 @@ def no_space_message(folder: str, path: str, need: str = FREE_SOME_SPACE) -> str
     """One line for a write that ran out of space: the folder, what the run needs, what is free."""
     free = free_bytes(folder)
     have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
-    return f"no space left in {folder} writing {path}: {need}{have}; the run's staged files were removed"
+    return f"{_NO_SPACE}{folder} writing {path}: {need}{have}; the run's staged files were removed"
+
+
+def is_no_space(message: str) -> bool:
+    """True for a failure's line that ``no_space_message`` wrote."""
+    return message.startswith(_NO_SPACE)
 
 
 @contextlib.contextmanager

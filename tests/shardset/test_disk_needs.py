@@ -1,0 +1,25 @@
+"""Unit tests of ``shardset.disk_needs``: a build's peak disk need and the shortfall."""
+
+from __future__ import annotations
+
+import pytest
+
+from transforms.shardset.disk_needs import DiskNeed, build_disk_need, shortfall, size_text
+
+MIB = 1 << 20
+
+
+def test_a_build_needs_its_records_twice_at_its_peak() -> None:
+    need = build_disk_need(635 * MIB)
+    assert need == DiskNeed(635 * MIB, 635 * MIB) and need.peak == 1270 * MIB
+
+
+@pytest.mark.parametrize("need, free, expected", [
+    (1270 * MIB, 700 * MIB, 570 * MIB), (100, 100, 0), (100, 5000, 0), (100, None, None)])
+def test_the_shortfall_is_what_to_free_first(need, free, expected) -> None:
+    assert shortfall(need, free) == expected
+
+
+@pytest.mark.parametrize("nbytes, text", [(3 * 1024, "3 KiB"), (635 * MIB, "635 MiB"), (1270 * MIB, "1.24 GiB")])
+def test_sizes_read_as_the_disk_lines_say_them(nbytes, text) -> None:
+    assert size_text(nbytes) == text

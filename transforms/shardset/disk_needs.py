@@ -1,0 +1,69 @@
+"""The disk space a build needs where its output lies, and what to say when there is too little (pure).
+
+A build reads each input once and stages its record in a run file
+(``OUTPUT/.staging/<run id>/runs/``); it then copies the records into shards,
+also staged there, and publishes them by renames. Both copies are on disk
+until the run publishes: at its peak a build needs free space for about
+twice its records, in the file system that holds ``--output_dir``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transforms.shardset.planning import MIB
+
+__all__ = ["DiskNeed", "build_disk_need", "size_text", "shortfall", "shortfall_clause"]
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """The free space a build needs at its peak.
+
+    Attributes:
+        staged: Bytes of its records staged in run files.
+        shards: Bytes of the shards it writes (staged, then published by renames).
+    """
+
+    staged: int
+    shards: int
+
+    @property
+    def peak(self) -> int:
+        """Free bytes needed at the peak: the staged records and the shards at once."""
+        return self.staged + self.shards
+
+
+def build_disk_need(record_bytes: int) -> DiskNeed:
+    """What a build writing ``record_bytes`` of records needs (each record staged once, then copied)."""
+    return DiskNeed(record_bytes, record_bytes)
+
+
+def size_text(nbytes: int) -> str:
+    """``635 MiB``, ``1.24 GiB``: a size as the disk lines say it."""
+    if nbytes >= 1024 * MIB:
+        return f"{nbytes / (1024 * MIB):.2f} GiB"
+    if nbytes >= MIB:
+        return f"{nbytes / MIB:.0f} MiB"
+    return f"{nbytes / 1024:.0f} KiB"
+
+
+def shortfall(need: int, free: int | None) -> int | None:
+    """Bytes to free before the run fits (0 when it fits), or None when the free space is not known."""
+    return None if free is None else max(0, need - free)
+
+
+def shortfall_clause(input_bytes: int, free: int | None) -> str:
+    """What a build that ran out of space says of its need: the estimate, the free space, the difference.
+
+    Args:
+        input_bytes: Bytes of its inputs (its records are about as large).
+        free: Free bytes where its output lies now that its staging is removed, or None.
+    """
+    need = build_disk_need(input_bytes).peak
+    text = f"this build needs about {size_text(need)} free there at its peak (twice its inputs' {size_text(input_bytes)})"
+    if free is None:
+        return text
+    more = shortfall(need, free)
+    return text + (f" and {size_text(free)} are free now: free about {size_text(more)} more" if more
+                   else f" and {size_text(free)} are free now")
