@@ -78,3 +78,47 @@ def test_integer_labels_read_back_by_tensorflow_as_they_went_in(kind, tmp_path, 
         got[names[ex["image/filename"].numpy().decode()]] = (int(ex["image/class/label"].numpy()),
                                                              ex["image/class/text"].numpy().decode())
     assert got == {n: (label, str(label)) for n, label in LABELS.items()}
+
+
+def _read_labels(out: str) -> dict[str, int]:
+    """image/filename -> image/class/label of every record, as tf.data reads them."""
+    spec = {"image/class/label": tf.io.FixedLenFeature([], tf.int64),
+            "image/filename": tf.io.FixedLenFeature([], tf.string)}
+    files = [os.path.join(out, name) for name in shard_files(out)]
+    return {ex["image/filename"].numpy().decode(): int(ex["image/class/label"].numpy())
+            for ex in (tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(
+                files, compression_type="GZIP" if files[0].endswith(".gz") else ""))}
+
+
+@pytest.mark.slow
+def test_an_append_and_a_plan_read_integer_labels_as_the_build_does(tmp_path, capsys) -> None:
+    from beam_jobs import plan_build
+
+    _images(str(tmp_path / "in"))
+    first = write(str(tmp_path / "in" / "a.csv"), b"path,label\nimg0.png,0\nimg1.png,2\n")
+    later = write(str(tmp_path / "in" / "b.csv"), b"path,label\nimg2.png,9\nimg3.png,11\n")
+    out = str(tmp_path / "out")
+    assert run_build(capsys, "--input", first, "--output_dir", out)[0] == 0
+    plan = str(tmp_path / "plan.json")
+    capsys.readouterr()
+    status = plan_build.run(["--input", later, "--output_dir", out, "--append", "--plan_json", plan])
+    assert status == 0, capsys.readouterr()
+    with open(plan) as fh:
+        assert json.load(fh)["splits"]["train"]["classes"] == {"9": 1, "11": 1}
+    status, _, err = run_build(capsys, "--input", later, "--output_dir", out, "--append")
+    assert status == 0, err
+    with open(os.path.join(out, "labels.txt")) as fh:
+        assert fh.read().split() == [str(i) for i in range(12)]
+    assert _read_labels(out) == {"img0.png": 0, "img1.png": 2, "img2.png": 9, "img3.png": 11}
+    mixed = write(str(tmp_path / "in" / "c.csv"), b"path,label\nimg4.png,9\nimg5.png,cat\n")
+    capsys.readouterr()
+    assert plan_build.run(["--input", mixed, "--output_dir", str(tmp_path / "other")]) == 2
+    assert "labels mix class indices and class names (e.g. 9 and 'cat')" in capsys.readouterr().err
+
+
+def test_class_names_that_are_integers_out_of_index_order_are_refused(tmp_path, capsys) -> None:
+    manifest = write(str(tmp_path / "m.csv"), b"path,label\na.png,1\n")
+    status, _, err = run_build(capsys, "--input", manifest, "--output_dir", str(tmp_path / "out"),
+                               "--class_names", "1,2,3")
+    assert status == 2
+    assert "--class_names/--labels_file: class '1' is at index 0: an integer label is a class index" in err
