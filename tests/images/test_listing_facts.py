@@ -21,7 +21,7 @@ def _tally(entries) -> ListingTally:
 
 
 def _member(label: str, kind: str = WEBDATASET) -> SourceImage:
-    ref = MemberRef("s.tar", kind, 0, 1, 1, numbered=True)
+    ref = MemberRef("s.tar", kind, 0, 1, 1)
     return SourceImage(path=f"s.tar!{label}", relpath=label, split="train", label=label, member=ref)
 
 

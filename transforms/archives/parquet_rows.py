@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from transforms.archives.members import PARQUET, MemberRef, member_name
 from transforms.errors import ImageError, ManifestError
-from transforms.images.class_labels import class_label, is_index
+from transforms.images.class_labels import class_label
 from transforms.images.inputs import LabelRules, check_label
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
@@ -124,7 +124,6 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
             label, why = None, f"row's {label_column!r} is None, not a class"
         else:
             label, why = class_label(value, class_names)
-        numbered = class_names is None and label is not None and is_index(label)
         if label is None:
             yield DeadLetter(name, "no_label" if value is None else "bad_label", why)
             continue
@@ -133,7 +132,7 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
             yield DeadLetter(name, "bad_label", problem)
             continue
         yield SourceImage(path=name, relpath=f"{base}!{number}", split=rules.unsplit(), label=label,
-                          member=MemberRef(path, PARQUET, group, row, -1, column=image_column, numbered=numbered))
+                          member=MemberRef(path, PARQUET, group, row, -1, column=image_column))
 
 
 def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[list, int]:

@@ -22,7 +22,7 @@ from transforms.archives.members import WEBDATASET, MemberRef, member_name
 from transforms.archives.tar_index import TarMember
 from transforms.example.features import FeatureValueError, ManifestTyping
 from transforms.images.annotations import row_annotations
-from transforms.images.class_labels import class_label, class_labels_of, is_index
+from transforms.images.class_labels import class_label, class_labels_of
 from transforms.images.inputs import LabelRules, check_label, is_hidden, shown_name
 from transforms.images.items import SourceImage
 from transforms.images.objects import BoxError
@@ -138,7 +138,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             return DeadLetter(name, "bad_label", f"sample's cls member is not UTF-8 text (byte {err.start}: "
                                                  f"{data[err.start:err.start + 1]!r}); a label is a class index "
                                                  "or a class name")
-        label, numbered, why = _label_value(text, class_names)
+        label, why = _label_value(text, class_names)
     elif "json" in sample.members:
         try:
             row = json.loads(read(sample.members["json"]))
@@ -156,9 +156,9 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
         split = row.get("split") or ""
         if labels is not None:
             labels, why = class_labels_of(labels, class_names)
-            label, numbered = (None if why else labels[0] if labels else ""), False
+            label = None if why else labels[0] if labels else ""
         else:
-            label, numbered, why = _label_value(row.get("label"), class_names)
+            label, why = _label_value(row.get("label"), class_names)
     else:
         return DeadLetter(name, "no_label", "sample has no cls or json member to give its label")
     if label is None:
@@ -173,12 +173,11 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             return DeadLetter(name, "bad_split", str(err))
     rel = f"{posixpath.basename(shard)}!{image.name}"
     return SourceImage(path=name, relpath=rel, split=split or rules.unsplit(), label=label,
-                       labels=labels, features=features, objects=objects, member=ref._replace(numbered=numbered))
+                       labels=labels, features=features, objects=objects, member=ref)
 
 
-def _label_value(value, class_names: Sequence[str] | None) -> tuple[str | None, bool, str]:
-    """``(class name or None, came from an index, why not)`` of a ``cls`` or JSON ``label`` value."""
+def _label_value(value, class_names: Sequence[str] | None) -> tuple[str | None, str]:
+    """``(class name or None, why not)`` of a ``cls`` or JSON ``label`` value (``class_labels.class_label``)."""
     if value is None:
-        return None, False, "label None is neither a class index nor a class name"
-    name, why = class_label(value, class_names)
-    return name, class_names is None and name is not None and is_index(name), why
+        return None, "label None is neither a class index nor a class name"
+    return class_label(value, class_names)
