@@ -453,7 +453,8 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
     """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``."""
     names = _index_names(cfg.labels, cfg.append_to)
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
-        dataclasses.replace(cfg.rules, class_names=names), folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.input if is_manifest_path(i)],
+        dataclasses.replace(cfg.rules, class_names=names), folder_tasks=cfg.folder_tasks,
+        manifests=[i for i in cfg.input if is_manifest_path(i)],
         archives=[i for i in cfg.input if is_container_input(i)],
         containers=ContainerRules(cfg.image_column, cfg.label_column, names),
         key_ranges=cfg.list_key_ranges)

@@ -6,8 +6,9 @@ to the first ``.`` of its file name) form one sample: ``000017.jpg`` beside
 in the tar (WebDataset's rule), so samples are grouped as the headers pass.
 Each sample is one input: its image is its ``jpg``, ``jpeg``, ``png`` or
 ``webp`` member, its label its ``cls`` member (UTF-8 text: an integer is a
-class index, other text a class name, ``class_labels``) or the ``label`` of its ``json`` member, whose other
-keys become typed features as an input manifest's do (``--feature``).
+class index, other text a class name, ``class_labels``) or the ``label`` of
+its ``json`` member, whose other keys become typed features as an input
+manifest's do (``--feature``).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import AbstractSet, Sequence
 
 from transforms.errors import UsageError
 
-__all__ = ["MIN_INDEX_BOUND", "INDICES_PER_INPUT", "class_label", "class_labels_of", "is_index", "index_bound", "index_order_problem",
-           "class_list"]
+__all__ = ["MIN_INDEX_BOUND", "INDICES_PER_INPUT", "class_label", "class_labels_of", "is_index", "index_bound",
+           "index_order_problem", "class_list"]
 
 # An index at or above max(MIN_INDEX_BOUND, INDICES_PER_INPUT x inputs) is refused without --class_names.
 MIN_INDEX_BOUND = 1000

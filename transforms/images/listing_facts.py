@@ -84,7 +84,8 @@ class ListingTally:
         """One tally of what all of ``tallies`` gathered."""
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
-                   merge_layouts(t.layout for t in tallies), set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)))
+                   merge_layouts(t.layout for t in tallies), set().union(*(t.object_names for t in tallies)),
+                   set().union(*(t.declared for t in tallies)))
 
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
               fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
