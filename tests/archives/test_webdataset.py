@@ -43,4 +43,10 @@ def test_a_cls_that_is_not_utf8_is_a_dead_letter_not_a_mojibake_class(data) -> N
 
 def test_a_negative_index_is_a_bad_label() -> None:
     entry = _entry("cls", b"-2")
-    assert isinstance(entry, DeadLetter) and "class index -2 is negative" in entry.error
+    assert isinstance(entry, DeadLetter) and entry.error == "sample's cls member: class index -2 is negative"
+
+
+def test_a_cls_of_5000_digits_is_a_bad_label_outside_the_names_given() -> None:
+    entry = _entry("cls", b"7" * 5000, ("rose", "tulip"))
+    assert isinstance(entry, DeadLetter) and entry.reason == "bad_label"
+    assert "cls member: class index 77777777777777777777...77777777 (5000 characters) is outside" in entry.error

@@ -140,6 +140,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
                                                  f"{data[err.start:err.start + 1]!r}); a label is a class index "
                                                  "or a class name")
         label, why = _label_value(text, class_names)
+        why = why and f"sample's cls member: {why}"
     elif "json" in sample.members:
         try:
             row = json.loads(read(sample.members["json"]))
