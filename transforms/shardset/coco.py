@@ -45,8 +45,6 @@ COCO_LISTS = ("images", "annotations", "categories")
 # Characters read at a time, and the most one entry of the file may hold.
 _CHUNK = 1 << 20
 _MAX_ENTRY = 64 << 20
-# The largest class id image/object/class/label (int64) holds.
-_INT64_MAX = (1 << 63) - 1
 
 
 def is_coco_path(path: str) -> bool:
@@ -186,6 +184,10 @@ def coco_key(value: Any) -> str:
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     return json.dumps(value, sort_keys=True)
+
+
+# The largest class id image/object/class/label (int64) holds.
+_INT64_MAX = (1 << 63) - 1
 
 
 def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
