@@ -65,6 +65,7 @@ from transforms.shardset.manifest import Manifest
 from transforms.shardset.replacing import listed_splits, replace_problem
 from transforms.shardset.disk_needs import shortfall_clause
 from transforms.storage.writing import free_bytes
+from transforms.images.class_labels import index_order_problem
 from transforms.images.listing_facts import appended_classes
 from transforms.shard_sink import NearDuplicateReport, PublishShards, WriteShards
 from transforms.shardset.ownership import PublishPolicy
@@ -137,7 +138,10 @@ def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: 
         problem = columns_problem(schema, image_column, label_column)
         if problem:
             raise UsageError(f"--input {path} {problem}")
-        names.add(class_names_of(schema, label_column))
+        try:
+            names.add(class_names_of(schema, label_column))
+        except ManifestError as err:
+            raise UsageError(f"--input {path}: {err}") from err
     if len(names) > 1 and any(names):
         raise UsageError("Parquet inputs name their classes differently (ClassLabel names in their metadata); "
                          "give --class_names")
@@ -192,6 +196,9 @@ def _fixed_labels(cfg: BuildConfig) -> tuple[str, ...] | None:
             raise UsageError(f"bad class name in --class_names/--labels_file: {problem}")
     if len(set(names)) != len(names):
         raise UsageError("--class_names/--labels_file names a class twice")
+    problem = index_order_problem(names)
+    if problem:
+        raise UsageError(f"--class_names/--labels_file: {problem}")
     return tuple(names)
 
 
@@ -298,6 +305,10 @@ def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
     if old.options.get("num_shards"):
         raise UsageError(f"--append: the set in {cfg.output_dir} was built with --num_shards "
                          f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")
+    problem = index_order_problem(old.labels)
+    if problem:
+        raise UsageError(f"--append: the set in {cfg.output_dir} cannot take integer labels: {problem}; "
+                         "it was built when integer labels were names sorted as text: rebuild it")
     return tuple(old.labels)
 
 
@@ -417,6 +428,19 @@ def _size_of(meta) -> int:
     return meta.record_size
 
 
+def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The names integer labels index: ``--class_names``/``--labels_file``, or an appended set's class names.
+
+    A set whose classes are the indices ``0`` to ``k`` names none: its integer
+    labels stay numbers, and new indices extend it (``appended_classes``).
+    """
+    if fixed is not None:
+        return tuple(fixed)
+    if published and any(name != str(i) for i, name in enumerate(published)):
+        return tuple(published)
+    return None
+
+
 class Listing(NamedTuple):
     """The build's listing steps' outputs (``list_inputs``), shared with the plan (``plan_build``)."""
 
@@ -442,10 +466,12 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
 
     ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
     """
+    names = _index_names(cfg.labels, cfg.append_to)
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
-        cfg.rules, folder_tasks=cfg.folder_tasks, manifests=[i for i in cfg.input if is_manifest_path(i)],
+        dataclasses.replace(cfg.rules, class_names=names), folder_tasks=cfg.folder_tasks,
+        manifests=[i for i in cfg.input if is_manifest_path(i)],
         archives=[i for i in cfg.input if is_container_input(i)],
-        containers=ContainerRules(cfg.image_column, cfg.label_column, cfg.labels),
+        containers=ContainerRules(cfg.image_column, cfg.label_column, names),
         key_ranges=cfg.list_key_ranges)
     fixed = list(cfg.labels) if cfg.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts

@@ -23,7 +23,7 @@ from transforms.archives.tar_index import MemberDamage, Window, is_inner_tar, ta
 from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
                                             sample_entry, samples_of)
 from transforms.archives.zip_index import zip_members
-from transforms.errors import ImageError, PlanError
+from transforms.errors import ImageError, ManifestError, PlanError
 from transforms.example.features import ManifestTyping
 from transforms.images.inputs import LabelRules, layout_of_levels, merge_levels, levels_of_paths, shown_name
 from transforms.shardset.dead_letters import DeadLetter
@@ -288,7 +288,11 @@ class _ListPartFn(beam.DoFn):
 
     def _rows(self, part: ArchivePart, fh):
         parquet = open_parquet(fh)
-        names = self._containers.class_names or class_names_of(parquet.schema_arrow, self._containers.label_column)
+        try:
+            names = self._containers.class_names or class_names_of(parquet.schema_arrow,
+                                                                   self._containers.label_column)
+        except ManifestError as err:
+            raise ManifestError(f"{part.container}: {err}") from err
         first = part.first_row
         for group in range(part.start, part.size):
             yield from row_group_entries(part.container, parquet, group, first, self._containers.image_column,

@@ -100,7 +100,9 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="Take the class from the first group of this regex in the file name."),
     # Beam reserves --labels for Dataflow job labels, hence --class_names.
     Flag("class_names", group="labels and splits", recorded=True,
-         help="Comma-separated class names in index order."),
+         help="Comma-separated class names in index order. An integer label (in any input) "
+              "is a class index and names the class at that place; without this flag the "
+              "classes are 0 to the largest index, and a mix of integer and text labels is refused."),
     Flag("labels_file", group="labels and splits", recorded=True, help="File with one class name per line."),
     Flag("split_fractions", group="labels and splits", recorded=True,
          help="Split unsplit inputs by content (the image's sha256), so identical "

@@ -555,9 +555,9 @@ def test_worker_processes_read_members_as_one_process_does(tree, folder_build, t
 
 
 def test_class_indices_outside_the_names_given_are_bad_labels():
-    from transforms.archives.webdataset import class_of_index
+    from transforms.images.class_labels import class_label
 
-    assert class_of_index(2, ("a", "b", "c")) == ("c", "")
-    assert class_of_index(3, ("a", "b", "c"))[0] is None
-    assert class_of_index(-1, None)[0] is None
-    assert class_of_index(7, None) == ("7", "")
+    assert class_label(2, ("a", "b", "c")) == ("c", "")
+    assert class_label(3, ("a", "b", "c"))[0] is None
+    assert class_label(-1, None)[0] is None
+    assert class_label(7, None) == ("7", "")

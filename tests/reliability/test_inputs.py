@@ -425,3 +425,80 @@ def test_too_many_rejected_inputs_refuse_before_any_shard_is_written(tmp_path) -
         "nothing was published"), proc.stderr
     assert sorted(os.listdir(out)) == ["dead_letters.jsonl"]  # no staging, lock or manifest left
     assert len(dead_letters(str(out))) == 4
+
+
+# --- labels: integers are class indices in every input kind ------------------------------------
+
+
+def _error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("build_shards: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_mix_of_integer_and_text_labels_is_refused_before_any_image_is_read(tmp_path, capsys) -> None:
+    rows = [f"{name}.jpg,{name}" for name in ("n01440764", "n01443537")] + [f"i{i}.jpg,{i}" for i in range(5)]
+    manifest = write(str(tmp_path / "m.csv"), ("path,label\n" + "\n".join(rows) + "\n").encode())
+    out = str(tmp_path / "out")
+    status, _, err = run_build(capsys, "--input", manifest, "--output_dir", out)  # no image exists: none is read
+    assert status == 2, err
+    line = _error_line(err)
+    assert "labels mix class indices and class names (e.g. 0 and 'n01440764')" in line and "--class_names" in line
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
+def _one_sample_shard(path: str, label_member: str, label: bytes) -> str:
+    import tarfile
+
+    from tests.archive_fixtures import add_bytes
+
+    with tarfile.open(path, "w") as archive:
+        add_bytes(archive, "a.png", imagegen.encode(imagegen.image("RGB", 8, 8, salt=1), "PNG"))
+        add_bytes(archive, f"a.{label_member}", label)
+        add_bytes(archive, "b.png", imagegen.encode(imagegen.image("RGB", 8, 8, salt=2), "PNG"))
+        add_bytes(archive, "b.cls", b"1")
+    return path
+
+
+@pytest.mark.parametrize("kind, index", [("cls", 50_000_000), ("json", 40_000_000), ("parquet", 60_000_000)])
+def test_a_huge_class_index_is_refused_in_one_line(kind, index, tmp_path, capsys) -> None:
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = str(tmp_path / "rows.parquet")
+        pq.write_table(pa.table({"image": pa.array([imagegen.encode(imagegen.image("RGB", 8, 8), "PNG")] * 2),
+                                 "label": pa.array([1, index], pa.int64())}), path)
+    else:
+        label = str(index).encode() if kind == "cls" else json.dumps({"label": index}).encode()
+        path = _one_sample_shard(str(tmp_path / "shard.tar"), kind, label)
+    status, _, err = run_build(capsys, "--input", path, "--output_dir", str(tmp_path / "out"))
+    assert status == 2, err
+    assert f"class index {index} is far above the 2 inputs listed" in _error_line(err)
+
+
+def test_mixed_cls_labels_are_refused_and_a_cls_that_is_not_utf8_is_a_dead_letter(tmp_path, capsys) -> None:
+    mixed = _one_sample_shard(str(tmp_path / "mixed.tar"), "cls", b"cat")
+    status, _, err = run_build(capsys, "--input", mixed, "--output_dir", str(tmp_path / "out1"))
+    assert status == 2 and "labels mix class indices and class names (e.g. 1 and 'cat')" in _error_line(err)
+    bad = _one_sample_shard(str(tmp_path / "bad.tar"), "cls", b"caf\xe9")
+    out = str(tmp_path / "out2")
+    status, _, err = run_build(capsys, "--input", bad, "--output_dir", out, "--max_bad_fraction", "0.5")
+    assert status == 0, err
+    _accounted(out, 2)
+    assert [(d["path"], d["reason"]) for d in dead_letters(out)] == [(f"{bad}!a.png", "bad_label")]
+    assert open(os.path.join(out, "labels.txt")).read().split() == ["0", "1"]
+
+
+def test_hugging_face_class_label_names_given_twice_are_refused(tmp_path, capsys) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": ["cat", "cat", "dog"]}}
+    table = pa.table({"image": pa.array([imagegen.encode(imagegen.image("RGB", 8, 8), "PNG")]),
+                      "label": pa.array([2], pa.int64())})
+    path = str(tmp_path / "rows.parquet")
+    pq.write_table(table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})}), path)
+    status, _, err = run_build(capsys, "--input", path, "--output_dir", str(tmp_path / "out"))
+    assert status == 2
+    assert "'cat' twice (at 0 and 1)" in _error_line(err)

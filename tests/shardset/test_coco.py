@@ -10,6 +10,7 @@ import pytest
 
 from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules
+from transforms.images.items import SourceImage
 from transforms.images.object_classes import ObjectClasses
 from transforms.shardset import coco
 from transforms.shardset.coco import coco_entries, coco_items, coco_key
@@ -110,3 +111,27 @@ def test_memory_does_not_grow_with_the_file(monkeypatch, tmp_path) -> None:
         tracemalloc.stop()
     assert counted == 60_001
     assert peak < 1_000_000, peak
+
+
+def test_images_sharing_an_id_are_each_a_dead_letter_and_take_no_annotations() -> None:
+    doc = {"images": [{"id": 7, "file_name": "a.jpg"}, {"id": 8, "file_name": "b.jpg"},
+                      {"id": 7, "file_name": "c.jpg"}],
+           "annotations": [{"id": 1, "image_id": 7, "category_id": 1, "bbox": [0, 0, 2, 2]},
+                           {"id": 2, "image_id": 8, "category_id": 1, "bbox": [0, 0, 2, 2]}],
+           "categories": [{"id": 1, "name": "cat"}]}
+    _, *entries = coco_entries(json.dumps(doc), "ann/i.json", None, LabelRules())
+    images = [e for e in entries if isinstance(e, SourceImage)]
+    dead = sorted((d.path, d.reason) for d in entries if isinstance(d, DeadLetter))
+    assert [e.path for e in images] == ["ann/b.jpg"] and len(images[0].objects) == 1
+    assert dead == [("ann/i.json:images[0]", "bad_manifest_row"), ("ann/i.json:images[2]", "bad_manifest_row")]
+    assert all("image id 7 is given to 2 images (images[0], images[2])" in d.error
+               for d in entries if isinstance(d, DeadLetter))
+
+
+@pytest.mark.parametrize("class_id", [10 ** 20, 1 << 63])
+def test_a_kept_category_id_outside_int64_refuses_the_file(class_id) -> None:
+    doc = {"images": [], "categories": [{"id": class_id, "name": "cat"}]}
+    with pytest.raises(ManifestError, match=f"category 'cat' has id {class_id}, above 9223372036854775807"):
+        list(coco_entries(json.dumps(doc), "i.json", None, LabelRules()))
+    largest = {"images": [], "categories": [{"id": (1 << 63) - 1, "name": "cat"}]}
+    assert next(coco_entries(json.dumps(largest), "i.json", None, LabelRules())).classes == (((1 << 63) - 1, "cat"),)

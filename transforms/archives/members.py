@@ -49,7 +49,6 @@ class MemberRef(NamedTuple):
         method: ``zip``: the compression method; else 0.
         crc: ``zip``: the CRC-32 of its bytes; else 0.
         column: ``parquet``: the image column; else "".
-        numbered: The label is an integer class index (``webdataset``, ``parquet_rows``).
     """
 
     container: str
@@ -60,7 +59,6 @@ class MemberRef(NamedTuple):
     method: int = 0
     crc: int = 0
     column: str = ""
-    numbered: bool = False
 
 
 def archive_kind(path: str) -> str | None:

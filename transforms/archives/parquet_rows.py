@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.archives.members import PARQUET, MemberRef, member_name
-from transforms.archives.webdataset import class_of_index
-from transforms.errors import ImageError
+from transforms.errors import ImageError, ManifestError
+from transforms.images.class_labels import class_label
 from transforms.images.inputs import LabelRules, check_label
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
@@ -69,7 +69,11 @@ def columns_problem(schema: pa.Schema, image_column: str, label_column: str) -> 
 
 
 def class_names_of(schema: pa.Schema, label_column: str) -> tuple[str, ...] | None:
-    """The ``ClassLabel`` names Hugging Face wrote for the label column in the schema's metadata, or None."""
+    """The ``ClassLabel`` names Hugging Face wrote for the label column in the schema's metadata, or None.
+
+    Raises:
+        ManifestError: They name a class twice.
+    """
     meta = (schema.metadata or {}).get(b"huggingface")
     if not meta:
         return None
@@ -80,6 +84,11 @@ def class_names_of(schema: pa.Schema, label_column: str) -> tuple[str, ...] | No
     label = features.get(label_column) if isinstance(features, dict) else None
     names = label.get("names") if isinstance(label, dict) and label.get("_type") == "ClassLabel" else None
     if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:
+            raise ManifestError(f"the ClassLabel names of column {label_column!r} give {twice!r} twice (at "
+                                f"{names.index(twice)} and {names.index(twice, names.index(twice) + 1)}): every "
+                                "later index would shift; give --class_names")
         return tuple(names)
     return None
 
@@ -111,14 +120,10 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
     for row, value in enumerate(labels):
         number = first_row + row
         name = member_name(path, str(number))
-        numbered = False
-        if isinstance(value, int) and not isinstance(value, bool):
-            label, why = class_of_index(value, class_names)
-            numbered = class_names is None and label is not None
-        elif isinstance(value, str):
-            label, why = value, ""
+        if value is None:
+            label, why = None, f"row's {label_column!r} is None, not a class"
         else:
-            label, why = None, f"row's {label_column!r} is {value!r}, not a class"
+            label, why = class_label(value, class_names)
         if label is None:
             yield DeadLetter(name, "no_label" if value is None else "bad_label", why)
             continue
@@ -127,7 +132,7 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
             yield DeadLetter(name, "bad_label", problem)
             continue
         yield SourceImage(path=name, relpath=f"{base}!{number}", split=rules.unsplit(), label=label,
-                          member=MemberRef(path, PARQUET, group, row, -1, column=image_column, numbered=numbered))
+                          member=MemberRef(path, PARQUET, group, row, -1, column=image_column))
 
 
 def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[list, int]:

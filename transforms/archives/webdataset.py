@@ -5,9 +5,10 @@ to the first ``.`` of its file name) form one sample: ``000017.jpg`` beside
 ``000017.cls`` or ``000017.json``. A sample's members are next to each other
 in the tar (WebDataset's rule), so samples are grouped as the headers pass.
 Each sample is one input: its image is its ``jpg``, ``jpeg``, ``png`` or
-``webp`` member, its label its ``cls`` member (an integer is a class index,
-other text a class name) or the ``label`` of its ``json`` member, whose other
-keys become typed features as an input manifest's do (``--feature``).
+``webp`` member, its label its ``cls`` member (UTF-8 text: an integer is a
+class index, other text a class name, ``class_labels``) or the ``label`` of
+its ``json`` member, whose other keys become typed features as an input
+manifest's do (``--feature``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from transforms.archives.members import WEBDATASET, MemberRef, member_name, unsa
 from transforms.archives.tar_index import TarMember
 from transforms.example.features import FeatureValueError, ManifestTyping
 from transforms.images.annotations import row_annotations
+from transforms.images.class_labels import class_label, class_labels_of
 from transforms.images.inputs import LabelRules, check_label, is_hidden, shown_name
 from transforms.images.items import SourceImage
 from transforms.images.objects import BoxError
@@ -29,14 +31,13 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name
 from transforms.errors import PlanError
 
-__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of", "sample_entry", "class_of_index"]
+__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of", "sample_entry"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
 # Label members are read during listing; larger ones are not labels.
 MAX_LABEL_BYTES = 1 << 20
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
-_INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -106,21 +107,6 @@ def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
         yield current
 
 
-def class_of_index(index: int, class_names: Sequence[str] | None) -> tuple[str | None, str]:
-    """The class name of an integer label: ``class_names[index]``, or the index as text without them.
-
-    Returns:
-        ``(name, "")``, or ``(None, why)`` for an index outside ``class_names``.
-    """
-    if index < 0:
-        return None, f"class index {index} is negative"
-    if class_names is None:
-        return str(index), ""
-    if index >= len(class_names):
-        return None, f"class index {index} is outside the {len(class_names)} class names given"
-    return class_names[index], ""
-
-
 def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes], rules: LabelRules,
                  typing: ManifestTyping, class_names: Sequence[str] | None) -> SourceImage | DeadLetter:
     """The input of one sample: its image member, label and features, or the dead letter saying why not.
@@ -148,11 +134,15 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             return DeadLetter(name, "no_label", f"sample's {label_ext} member has {member.size} bytes; "
                                                 f"a label is at most {MAX_LABEL_BYTES}")
     if "cls" in sample.members:
-        text = read(sample.members["cls"]).decode("utf-8", "replace").strip()
+        data = read(sample.members["cls"])
         try:
-            label, numbered, why = _label_value(int(text) if _INTEGER.match(text) else text, class_names)
-        except ValueError as err:  # an integer of more digits than Python reads
-            return DeadLetter(name, "bad_label", f"sample's cls member cannot be read as a class index: {err}")
+            text = data.decode("utf-8").strip()
+        except UnicodeDecodeError as err:
+            return DeadLetter(name, "bad_label", f"sample's cls member is not UTF-8 text (byte {err.start}: "
+                                                 f"{data[err.start:err.start + 1]!r}); a label is a class index "
+                                                 "or a class name")
+        label, why = _label_value(text, class_names)
+        why = why and f"sample's cls member: {why}"
     elif "json" in sample.members:
         try:
             row = json.loads(read(sample.members["json"]))
@@ -169,9 +159,10 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             return DeadLetter(name, "bad_box", str(err))
         split = row.get("split") or ""
         if labels is not None:
-            label, numbered, why = (labels[0] if labels else ""), False, ""
+            labels, why = class_labels_of(labels, class_names)
+            label = None if why else labels[0] if labels else ""
         else:
-            label, numbered, why = _label_value(row.get("label"), class_names)
+            label, why = _label_value(row.get("label"), class_names)
     else:
         return DeadLetter(name, "no_label", "sample has no cls or json member to give its label")
     if label is None:
@@ -186,16 +177,11 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             return DeadLetter(name, "bad_split", str(err))
     rel = f"{posixpath.basename(shard)}!{image.name}"
     return SourceImage(path=name, relpath=rel, split=split or rules.unsplit(), label=label,
-                       labels=labels, features=features, objects=objects, member=ref._replace(numbered=numbered))
+                       labels=labels, features=features, objects=objects, member=ref)
 
 
-def _label_value(value, class_names: Sequence[str] | None) -> tuple[str | None, bool, str]:
-    """``(class name or None, came from an index, why not)`` of a ``cls`` or JSON ``label`` value."""
-    if isinstance(value, bool) or value is None:
-        return None, False, f"label {value!r} is neither a class index nor a class name"
-    if isinstance(value, int):
-        name, why = class_of_index(value, class_names)
-        return name, class_names is None and name is not None, why
-    if isinstance(value, str):
-        return value, False, ""
-    return None, False, f"label {value!r} is neither a class index nor a class name"
+def _label_value(value, class_names: Sequence[str] | None) -> tuple[str | None, str]:
+    """``(class name or None, why not)`` of a ``cls`` or JSON ``label`` value (``class_labels.class_label``)."""
+    if value is None:
+        return None, "label None is neither a class index nor a class name"
+    return class_label(value, class_names)

@@ -25,6 +25,7 @@ from transforms.errors import ManifestError, PlanError
 from transforms.images.choices import COCO_IDS, LAYOUTS
 from transforms.example.features import FeatureValueError, ManifestTyping
 from transforms.images.annotations import row_annotations
+from transforms.images.class_labels import class_label, class_labels_of
 from transforms.images.objects import BBOX_FORMATS, BoxError
 from transforms.images.items import SPLIT_BY_CONTENT, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
@@ -66,6 +67,9 @@ class LabelRules:
             ``renumber`` its classes by sorted name (``--coco_ids``).
         image_root: Folder a COCO file's ``file_name``s are relative to
             (None: the annotation file's folder).
+        class_names: The names of integer labels, in index order
+            (``--class_names``/``--labels_file``); None: an integer label is
+            named by its number (``class_labels.class_label``).
     """
 
     layout: str = "auto"
@@ -77,6 +81,7 @@ class LabelRules:
     bbox_format: str = "xyxy_pixels"
     image_root: str | None = None
     coco_ids: str = "keep"
+    class_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.coco_ids not in COCO_IDS:
@@ -352,7 +357,8 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
         return DeadLetter(path, "no_label", "file is not inside a class folder")
     else:
         label = inner[0]
-    problem = check_label(label)
+    label, why = class_label(label, rules.class_names)
+    problem = why or check_label(label)
     if problem:
         return DeadLetter(path, "bad_label", problem)
     return SourceImage(path=path, relpath=rel, split=split or rules.unsplit(), label=label)
@@ -400,6 +406,8 @@ def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
     if layout == "splits":
         parts = parts[1:]
     label = parts[0] if parts and rules.label_regex is None else None
+    if label is not None:
+        label = class_label(label, rules.class_names)[0]
     if label is not None and (check_label(label) or _UNDECODED.search(label)):
         label = None
     return dead, label
@@ -623,14 +631,14 @@ def _row_entry(number: int, row: Mapping | None, error: str, manifest: str, rule
     except BoxError as err:
         return DeadLetter(where, "bad_box", str(err))
     if labels is not None:
-        problem = next(filter(None, map(check_label, labels)), None)
+        labels, problem = class_labels_of(labels, rules.class_names)
+        problem = problem or next(filter(None, map(check_label, labels)), None)
         label = labels[0] if labels else ""
     else:
-        if isinstance(label, int) and not isinstance(label, bool):
-            label = str(label)
-        if not isinstance(label, str):
+        if isinstance(label, bool) or not isinstance(label, (int, str)):
             return DeadLetter(where, "bad_manifest_row", f"row has no usable label: {label!r}")
-        problem = check_label(label)
+        label, problem = class_label(label, rules.class_names)
+        problem = problem or check_label(label)
     if problem:
         return DeadLetter(where, "bad_label", problem)
     if _URI.match(path) or path.startswith("/"):

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from transforms.errors import UsageError
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
+from transforms.images.class_labels import class_list, is_index
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
 
@@ -23,11 +25,11 @@ class ListingFacts:
     Attributes:
         inputs: Inputs listed: files and manifest rows, and the listing's dead
             letters (an unreadable folder is one input).
-        classes: Image class names in index order (sorted): those of the
-            listed inputs and of unreadable class folders. When every class is
-            an integer class index of a container input (a WebDataset ``cls``,
-            a Parquet label), the names are ``0`` to the largest index, in
-            numeric order, so that each index stays its own.
+        classes: Image class names in index order: ``fixed`` when given, else
+            those of the listed inputs and of unreadable class folders, sorted;
+            when every label is an integer class index (in any input kind,
+            ``class_labels``), ``0`` to the largest index, so that each index
+            stays its own.
         layout: The ``RecordLayout`` every record follows (with the object
             classes' ids, ``object_classes.object_label_map``).
         splits: The splits the listed inputs name, sorted (``SPLIT_BY_CONTENT``
@@ -53,7 +55,6 @@ class ListingTally:
         inputs: Inputs added.
         classes: Image class names seen.
         layout: The union of the inputs' layouts.
-        numbered: The largest integer class index of a container input, or -1.
         object_names: Object class names seen.
         declared: ``(id, name)`` of the object classes COCO files declare.
         splits: Splits the inputs name.
@@ -62,7 +63,6 @@ class ListingTally:
     inputs: int = 0
     classes: set[str] = field(default_factory=set)
     layout: RecordLayout = field(default_factory=RecordLayout)
-    numbered: int = -1
     object_names: set[str] = field(default_factory=set)
     declared: set[tuple[int | None, str]] = field(default_factory=set)
     splits: set[str] = field(default_factory=set)
@@ -78,11 +78,7 @@ class ListingTally:
         self.inputs += 1
         if isinstance(item, SourceImage):
             self.splits.add(item.split)
-            member = item.member
-            if member is not None and member.numbered:
-                self.numbered = max(self.numbered, int(item.label))
-            else:
-                self.classes.update(item.class_names())
+            self.classes.update(item.class_names())
             self.object_names.update(item.object_names())
             layout = layout_of(item)
             if layout != self.layout:
@@ -94,9 +90,8 @@ class ListingTally:
         """One tally of what all of ``tallies`` gathered."""
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
-                   merge_layouts(t.layout for t in tallies), max((t.numbered for t in tallies), default=-1),
-                   set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)),
-                   set().union(*(t.splits for t in tallies)))
+                   merge_layouts(t.layout for t in tallies), set().union(*(t.object_names for t in tallies)),
+                   set().union(*(t.declared for t in tallies)), set().union(*(t.splits for t in tallies)))
 
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
               fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
@@ -107,12 +102,15 @@ class ListingTally:
             label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
             fixed: ``--class_names``/``--labels_file``, or None.
             boxes_outside: ``--boxes_outside``.
+
+        Raises:
+            UsageError: Without ``fixed``, labels mix class indices and names, or
+                an index is far above the number of inputs (``class_labels.class_list``).
         """
         offset = DEFAULT_OBJECT_OFFSET if label_offset is None else label_offset
         objects = object_label_map(self.object_names, self.declared, offset, fixed) if (
             self.layout.objects or self.declared) else ()
-        numbers = [str(i) for i in range(self.numbered + 1)]
-        classes = tuple(sorted(self.classes | set(numbers))) if self.classes else tuple(numbers)
+        classes = tuple(fixed) if fixed is not None else class_list(self.classes, self.inputs)
         return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, offset, objects, boxes_outside),
                             tuple(sorted(self.splits)))
 
@@ -121,7 +119,20 @@ def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[st
     """The class list of a set that new inputs are appended to.
 
     The published classes keep their indexes (records already written hold
-    them); classes only the new inputs have follow, sorted.
+    them); classes only the new inputs have follow, sorted. A set whose
+    classes are the indices ``0`` to ``k`` (integer labels) grows to the
+    largest new index.
+
+    Raises:
+        UsageError: New inputs name classes by text while the set's are indices.
     """
     known = set(published)
-    return list(published) + sorted({name for name in listed if name not in known})
+    new = {name for name in listed if name not in known}
+    if published and all(name == str(i) for i, name in enumerate(published)) and new:
+        words = sorted(name for name in new if not is_index(name))
+        if words:
+            raise UsageError(f"--append: the set's classes are indices 0 to {len(published) - 1} (integer labels); "
+                             f"the new inputs name a class {words[0]!r}: label them by index")
+        top = max(len(published) - 1, *(int(name) for name in new))
+        return [str(i) for i in range(top + 1)]
+    return list(published) + sorted(new)

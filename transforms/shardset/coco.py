@@ -195,6 +195,10 @@ def coco_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+# The largest class id image/object/class/label (int64) holds.
+_INT64_MAX = (1 << 63) - 1
+
+
 def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
     """The file's categories as ``ObjectClasses``; refuses ones that cannot name a class."""
     classes: list[tuple[int | None, str]] = []
@@ -215,6 +219,9 @@ def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
         if coco_ids == "keep" and (isinstance(class_id, bool) or not isinstance(class_id, int) or class_id < 1):
             raise ManifestError(f"{where}: category {name!r} has id {class_id!r}; kept COCO ids must be "
                                 "integers from 1 (--coco_ids renumber numbers classes by name)")
+        if coco_ids == "keep" and class_id > _INT64_MAX:
+            raise ManifestError(f"{where}: category {name!r} has id {class_id}, above {_INT64_MAX}, the largest "
+                                "an int64 record holds (--coco_ids renumber numbers classes by name)")
         seen_ids[class_id] = name
         seen_names.add(name)
         classes.append((class_id if coco_ids == "keep" else None, name))
@@ -226,7 +233,7 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
 
     Raises:
         ManifestError: A category has no name, a name or id is given twice, or
-            a kept id is below 1.
+            a kept id is below 1 or above int64.
     """
     categories = list(categories)
     declared = _categories(categories, coco_ids, where)
@@ -250,7 +257,8 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
     Yields:
         A ``SourceImage`` per image; a ``DeadLetter`` (``bad_box``) per image
         with an unusable annotation, ``bad_manifest_row`` per unusable image
-        entry, and per annotation when no image has its id.
+        entry, per image when several share the id, and per annotation when
+        no image has its id.
     """
     where = annotations_path
     images, annotations = sorted(images, key=lambda i: i[0]), sorted(annotations, key=lambda a: a[0])
@@ -266,6 +274,14 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         check_split_name(rules.split)
     except PlanError as err:
         raise ManifestError(str(err)) from err
+    if len(images) > 1 and isinstance(images[0][1], dict):  # one id, several images: whose annotations?
+        shown = ", ".join(f"images[{number}]" for number, _ in images[:3]) + (", ..." if len(images) > 3 else "")
+        image_id = images[0][1].get("id")
+        for number, _ in images:
+            yield DeadLetter(f"{where}:images[{number}]", "bad_manifest_row",
+                             f"image id {image_id!r} is given to {len(images)} images ({shown}); its "
+                             f"{len(annotations)} annotations cannot be placed: give each image its own id")
+        return
     for number, img in images:
         entry = f"{where}:images[{number}]"
         name = img.get("file_name") if isinstance(img, dict) else None
