@@ -244,12 +244,17 @@ def test_usage_errors_name_the_input(tmp_path, capsys):
     ("s-{00..02}.tar", ["s-00.tar", "s-01.tar", "s-02.tar"]),
     ("s-{8..10}.tar", ["s-8.tar", "s-9.tar", "s-10.tar"]),
     ("{a,b}-{0..1}.tar", ["a-0.tar", "a-1.tar", "b-0.tar", "b-1.tar"]),
+    # As webdataset (braceexpand) reads them: steps, letters, nested groups, ranges that count down.
+    ("s-{0..10..5}.tar", ["s-0.tar", "s-5.tar", "s-10.tar"]),
+    ("{a..c}.tar", ["a.tar", "b.tar", "c.tar"]),
+    ("s-{x,{1..2}}.tar", ["s-x.tar", "s-1.tar", "s-2.tar"]),
+    ("s-{3..1}.tar", ["s-3.tar", "s-2.tar", "s-1.tar"]),
 ])
 def test_brace_ranges_expand(pattern, expected):
     assert expand_braces(pattern) == expected
 
 
-@pytest.mark.parametrize("pattern", ["s-{3..1}.tar", "s-{0..1.tar", "s-}.tar"])
+@pytest.mark.parametrize("pattern", ["s-{0..1.tar", "s-}.tar", "s-{{0..1}.tar"])
 def test_bad_brace_ranges_are_refused(pattern):
     with pytest.raises(PlanError):
         expand_braces(pattern)

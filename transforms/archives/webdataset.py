@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
+from braceexpand import UnbalancedBracesError, braceexpand
+
 from transforms.archives.members import WEBDATASET, MemberRef, member_name
 from transforms.archives.tar_index import TarMember
 from transforms.example.features import FeatureValueError, ManifestTyping
@@ -35,39 +37,25 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
 # Label members are read during listing; larger ones are not labels.
 MAX_LABEL_BYTES = 1 << 20
-_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
 def expand_braces(pattern: str) -> list[str]:
     """``shard-{000..002}.tar`` -> ``shard-000.tar``, ``shard-001.tar``, ``shard-002.tar``.
 
-    A range keeps the width of its first number (zero padding); ``{a,b}``
-    lists alternatives; several groups expand in turn. A pattern without
-    braces is itself.
+    Braces are read as webdataset reads them (the ``braceexpand`` package,
+    bash's rules): a range keeps the zero padding of its ends and may step
+    (``{0..10..5}``), count down or run over letters (``{a..c}``); ``{a,b}``
+    lists alternatives; groups nest and several expand in turn. A group that
+    is neither (``{b}``) stays as written, as in bash.
 
     Raises:
-        PlanError: A range that runs backwards or an unclosed brace.
+        PlanError: Braces that do not pair up (``{`` not closed, ``}`` without ``{``).
     """
-    start = pattern.find("{")
-    if start < 0:
-        if "}" in pattern:
-            raise PlanError(f"{pattern!r}: '}}' without '{{'")
-        return [pattern]
-    end = pattern.find("}", start)
-    if end < 0:
-        raise PlanError(f"{pattern!r}: '{{' is not closed")
-    head, body, tail = pattern[:start], pattern[start + 1:end], pattern[end + 1:]
-    match = _RANGE.fullmatch("{" + body + "}")
-    if match:
-        first, last = int(match.group(1)), int(match.group(2))
-        if last < first:
-            raise PlanError(f"{pattern!r}: range {{{body}}} runs backwards")
-        width = len(match.group(1))
-        choices = [str(i).zfill(width) for i in range(first, last + 1)]
-    else:
-        choices = body.split(",")
-    return [head + choice + rest for choice in choices for rest in expand_braces(tail)]
+    try:
+        return list(braceexpand(pattern))
+    except UnbalancedBracesError:
+        raise PlanError(f"{pattern!r}: braces do not pair up (a '{{' not closed or a '}}' without '{{')") from None
 
 
 def key_and_extension(name: str) -> tuple[str, str]:
