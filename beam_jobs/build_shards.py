@@ -56,7 +56,7 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, undeclared_columns
 from transforms.images.annotations import build_sidecars
-from transforms.shardset.coco import is_coco_path
+from transforms.shardset.coco import coco_items, first_image_paths, image_folder, is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
@@ -165,6 +165,34 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
+# A COCO file's first images, looked for before the job when --image_root is not given, and the
+# most entries read to find them (a file may list its annotations first).
+_COCO_PROBE_IMAGES = 8
+_COCO_PROBE_ENTRIES = 100_000
+
+
+def _check_coco_images(path: str) -> None:
+    """Refuses a COCO file none of whose first images is in its folder (the default image root).
+
+    COCO's own layout keeps the images beside the ``annotations`` folder, not
+    in it; without this every image became an ``unreadable`` dead letter and
+    the run failed naming no flag.
+
+    Raises:
+        UsageError: None of the first images' files exists; the message names ``--image_root``.
+    """
+    folder = image_folder(path, None)
+    try:
+        with open_for_read(path) as fh:
+            paths = first_image_paths(coco_items(fh, path), folder, _COCO_PROBE_IMAGES, _COCO_PROBE_ENTRIES)
+    except (OSError, ManifestError):
+        return  # the listing reports a file it cannot read as its dead letter
+    if paths and not any(exists(image) for image in paths):
+        raise UsageError(f"--input {path}: its images' file_names are looked up in its folder {folder}/ "
+                         f"(no --image_root), and none of the first {len(paths)} is there (e.g. {paths[0]}); "
+                         "give --image_root DIR, the folder holding them (COCO's val2017/ beside annotations/)")
+
+
 def _fixed_labels(cfg: BuildConfig) -> tuple[str, ...] | None:
     """The class list of --class_names or --labels_file, or None (classes from the listing).
 
@@ -216,6 +244,8 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
                 _check_manifest(path)
             if path.lower().endswith(".csv"):
                 _check_csv_columns(path, cfg.features)
+            if is_coco_path(path) and not cfg.image_root:
+                _check_coco_images(path)
     if cfg.label_offset == 0 and any(is_coco_path(path) for path in cfg.input):
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "

@@ -147,7 +147,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
     Flag("bbox_format", default="xyxy_pixels", choices=BBOX_FORMATS, group="inputs", recorded=True,
          help="How JSON Lines objects give their boxes."),
     Flag("image_root", group="inputs", recorded=True,
-         help="Folder a COCO .json input's file_names are relative to."),
+         help="Folder a COCO .json input's file_names are relative to (default: the .json's own "
+              "folder; a build none of whose first images is there stops naming this flag)."),
     Flag("label_offset", type=int, choices=(0, 1), group="labels and splits", recorded=True,
          help="The id of the first numbered object class (default 1, as the "
               "Object Detection API numbers them; 0 writes no label_map.pbtxt)."),
