@@ -174,6 +174,39 @@ def test_webdataset_json_labels_and_features_and_incomplete_samples(tmp_path, ca
         (f"{shard}!c.jpg", "no_label"), (f"{shard}!d", "no_image")]
 
 
+def test_a_webdataset_sample_with_a_member_twice_is_an_ambiguous_dead_letter(tmp_path, capsys):
+    from tests.shard_fixtures import image_bytes
+    import random
+
+    rng = random.Random(5)
+    shard = tmp_path / "data.tar"
+    with tarfile.open(shard, "w") as archive:
+        add_bytes(archive, "s1.jpg", image_bytes("a", "JPEG", rng))
+        add_bytes(archive, "s1.cls", b"0")
+        add_bytes(archive, "s2.jpg", image_bytes("b", "JPEG", rng))
+        add_bytes(archive, "s2.jpg", image_bytes("c", "JPEG", rng))  # appended again: which is s2?
+        add_bytes(archive, "s2.cls", b"1")
+        add_bytes(archive, "s3.png", image_bytes("d", "PNG", rng))
+        add_bytes(archive, "s3.cls", b"0")
+        add_bytes(archive, "s3.cls", b"1")  # two labels
+        add_bytes(archive, "s4.jpg", image_bytes("e", "JPEG", rng))
+        add_bytes(archive, "s4.png", image_bytes("f", "PNG", rng))  # two images
+        add_bytes(archive, "s4.cls", b"1")
+        add_bytes(archive, "s5.jpg", image_bytes("g", "JPEG", rng))
+        add_bytes(archive, "s5.cls", b"1")
+    out = str(tmp_path / "out")
+    status, stdout, err = run_build(capsys, "--input", str(shard), "--output_dir", out, "--max_bad_fraction", "0.9")
+    assert status == 0, err
+    assert sorted(_filenames(out)) == ["data.tar!s1.jpg", "data.tar!s5.jpg"]
+    dead = {d["path"]: d for d in dead_letters(out)}
+    assert sorted(dead) == [f"{shard}!s2", f"{shard}!s3", f"{shard}!s4"]
+    assert {d["reason"] for d in dead.values()} == {"ambiguous_sample"}
+    assert "s2.jpg twice" in dead[f"{shard}!s2"]["error"], dead
+    assert "s3.cls twice" in dead[f"{shard}!s3"]["error"], dead
+    assert "s4.jpg" in dead[f"{shard}!s4"]["error"] and "s4.png" in dead[f"{shard}!s4"]["error"], dead
+    assert "written + dead-lettered = 5 inputs" in stdout
+
+
 def test_a_damaged_tar_keeps_the_members_before_and_is_one_dead_letter(tree, tmp_path, capsys):
     whole = make_tar(tree, str(tmp_path / "whole.tar"))
     data = open(whole, "rb").read()

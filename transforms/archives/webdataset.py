@@ -31,7 +31,8 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name
 from transforms.errors import PlanError
 
-__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of", "sample_entry", "class_of_index"]
+__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of",
+           "ambiguity", "sample_entry", "class_of_index"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
@@ -67,10 +68,12 @@ def key_and_extension(name: str) -> tuple[str, str]:
 
 @dataclass
 class Sample:
-    """The members of one key: extension -> ``TarMember``."""
+    """The members of one key: extension -> ``TarMember`` (the first of an extension), and the names of
+    members whose extension came again (``twice``)."""
 
     key: str
     members: dict[str, TarMember] = field(default_factory=dict)
+    twice: list[str] = field(default_factory=list)
 
 
 def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
@@ -87,9 +90,24 @@ def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
             if current is not None:
                 yield current
             current = Sample(key)
-        current.members.setdefault(ext, member)
+        if ext in current.members:
+            current.twice.append(member.name)
+        else:
+            current.members[ext] = member
     if current is not None:
         yield current
+
+
+def ambiguity(sample: Sample) -> str | None:
+    """Why a sample has no one image or label: a member named twice (``000017.jpg`` appended again,
+    two ``.cls``) or images of two extensions (``.jpg`` and ``.png``); None when it has not."""
+    problems = [f"{name} twice" for name in dict.fromkeys(sample.twice)]
+    images = [sample.members[ext].name for ext in IMAGE_EXTENSIONS if ext in sample.members]
+    if len(images) > 1:
+        problems.append(f"{len(images)} images ({', '.join(images)})")
+    if not problems:
+        return None
+    return f"sample is ambiguous: {'; '.join(problems)}; which member is meant is not known"
 
 
 def class_of_index(index: int, class_names: Sequence[str] | None) -> tuple[str | None, str]:
@@ -119,6 +137,9 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
         typing: The build's feature types, shared by the samples of a shard.
         class_names: ``--class_names``/``--labels_file``, naming integer class indices.
     """
+    ambiguous = ambiguity(sample)
+    if ambiguous:
+        return DeadLetter(shown_name(member_name(shard, sample.key)), "ambiguous_sample", ambiguous)
     ext = next((e for e in IMAGE_EXTENSIONS if e in sample.members), None)
     if ext is None:
         shown = ", ".join(sorted(sample.members)) or "none"
