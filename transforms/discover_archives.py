@@ -16,7 +16,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
-                                         archive_kind, is_shard_pattern, label_path, listed_member,
+                                         archive_kind, is_parquet_pattern, is_shard_pattern, label_path,
+                                         listed_member,
                                          member_entry)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
 from transforms.archives.tar_index import Window, is_inner_tar, tar_members
@@ -83,8 +84,11 @@ class _StartArchiveFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
                 return
             kind = archive_kind(path)
-            parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
-                     else self._stream(path) if kind == TGZ else self._tar(path))
+            if is_parquet_pattern(path):  # the Parquet files it matches, each one input as if named
+                parts = (part for found in _shards_of(path) for part in self._parquet(found))
+            else:
+                parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
+                         else self._stream(path) if kind == TGZ else self._tar(path))
             for part in parts:  # or an entry of a .tar.gz
                 yield beam.pvalue.TaggedOutput(_PARTS, part) if isinstance(part, ArchivePart) else part
         except (*STORAGE_ERRORS, ImageError, PlanError) as err:
@@ -185,7 +189,8 @@ def _up_to_damage(members):
 
 
 def _shards_of(pattern: str) -> list[str]:
-    """The shards a pattern names: its brace ranges expanded, its wildcards matched (once)."""
+    """The files (WebDataset shards, Parquet files) a pattern names: its brace ranges expanded, its
+    wildcards matched (once)."""
     names = expand_braces(pattern)
     globs = [name for name in names if any(c in name for c in "*?[")]
     matched = iter(match_files(globs)) if globs else iter(())
@@ -276,8 +281,9 @@ class ListArchives(beam.PTransform):
     with its ``MemberRef``) and ``DeadLetter``.
 
     Args:
-        inputs: Archives (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), Parquet files
-            and patterns of WebDataset shards (``shard-{000..099}.tar``, ``*.tar``).
+        inputs: Archives (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), Parquet files,
+            patterns of WebDataset shards (``shard-{000..099}.tar``, ``*.tar``) and
+            of Parquet files (``hf/*.parquet``).
         rules: How labels and splits are read.
         containers: Parquet columns and the names of integer class indices.
     """

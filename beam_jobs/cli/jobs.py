@@ -36,7 +36,8 @@ SHARED = FlagSet("ShardingOptions", (
     Flag("input", action="append", type=v.input_path, group="inputs", recorded=True, required=True,
          help="build: folder of class (or split) folders, a .csv/.jsonl input "
               "manifest, a .tar/.tar.gz/.tgz/.zip archive, WebDataset shards "
-              "('shard-{000..099}.tar') or a .parquet file; reshard: TFRecord files "
+              "('shard-{000..099}.tar'), .parquet files ('hf/*.parquet', or a folder "
+              "of them); reshard: TFRecord files "
               "or a pattern. Local, gs:// or s3://. Repeatable."),
     Flag("output_dir", type=v.folder_path, group="output", required=True,
          help="Folder of the shard set (no *, ? or [ in its path)."),

@@ -22,7 +22,7 @@ import pytest
 from tests.archive_fixtures import (CLASSES, add_bytes, files_of, make_parquet, make_shards, make_tar,
                                     make_tar_of_tars, make_zip)
 from tests.shard_fixtures import dead_letters, examples, load_manifest, make_class_tree, run_build, shard_files
-from transforms.archives.members import MemberRef, archive_kind, is_shard_pattern, label_path
+from transforms.archives.members import MemberRef, archive_kind, is_parquet_pattern, is_shard_pattern, label_path
 from transforms.archives.parquet_rows import class_names_of, columns_problem
 from transforms.archives.tar_index import Window, member_path, tar_members
 from transforms.archives.webdataset import expand_braces, samples_of
@@ -122,6 +122,37 @@ def test_each_container_gives_the_folders_records(kind, tree, folder_build, tmp_
     if kind == "tar_of_tars":
         assert f"{source}!daisy.tar!cut.jpg" in [d["path"] for d in dead]
         assert "train.tar!tulip.tar!tulip_004.jpg" in names
+
+
+def _hugging_face_export(tree: str, folder) -> list[str]:
+    """``tree`` as a Hugging Face export: two Parquet files, a dataset card and a hidden file."""
+    folder.mkdir()
+    rels = files_of(tree)
+    make_parquet(tree, str(folder / "train-00000-of-00002.parquet"), rels=rels[::2])
+    make_parquet(tree, str(folder / "train-00001-of-00002.parquet"), rels=rels[1::2])
+    (folder / "README.md").write_text("# a dataset card\n")
+    (folder / ".gitattributes").write_text("*.parquet filter=lfs\n")
+    return rels
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["*.parquet", "train-{00000,00001}-of-00002.parquet", ""])
+def test_parquet_files_by_pattern_or_folder_give_the_folders_records(given, tree, folder_build, tmp_path, capsys):
+    rels = _hugging_face_export(tree, tmp_path / "hf")
+    source = str(tmp_path / "hf" / given) if given else str(tmp_path / "hf")
+    out = str(tmp_path / "out")
+    status, stdout, err = run_build(capsys, "--input", source, "--output_dir", out, "--max_bad_fraction", "0.5")
+    assert status == 0, err
+    assert _records(out) == _records(folder_build)
+    assert open(os.path.join(out, "labels.txt")).read() == "daisy\nrose\ntulip\n"
+    assert "written + dead-lettered = 18 inputs" in stdout
+    broken = ("cut.jpg", "notes.jpg", "empty.png")
+    assert sorted(d["path"] for d in dead_letters(out)) == sorted(
+        f"{tmp_path / 'hf'}/train-0000{i % 2}-of-00002.parquet!{i // 2}"
+        for i, rel in enumerate(rels) if rel.rsplit("/", 1)[1] in broken)
+    # Hugging Face's path (the file's base name) is kept in image/filename, after the row that keeps it unique.
+    expected = {f"train-0000{i % 2}-of-00002.parquet!{i // 2}!{rel.rsplit('/', 1)[1]}" for i, rel in enumerate(rels)}
+    assert set(_filenames(out)) <= expected and len(_filenames(out)) == 15
 
 
 @pytest.mark.slow
@@ -268,6 +299,9 @@ def test_usage_errors_name_the_input(tmp_path, capsys):
     assert status == 2 and "no shard" in err and "shard-000.tar" in err, err
     status, _, err = run_build(capsys, "--input", str(tmp_path / "none.zip"), "--output_dir", str(tmp_path / "out"))
     assert status == 2 and "none.zip does not exist" in err, err
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "hf" / "*.parquet"), "--output_dir",
+                               str(tmp_path / "out"))
+    assert status == 2 and "*.parquet matches no Parquet file" in err, err
 
 
 # Pure parts.
@@ -296,10 +330,11 @@ def test_bad_brace_ranges_are_refused(pattern):
 @pytest.mark.parametrize("path, kind, pattern", [
     ("a.tar", "tar", False), ("A.TGZ", "tgz", False), ("x.tar.gz", "tgz", False), ("x.zip", "zip", False),
     ("t-00000.parquet", "parquet", False), ("s-{0..9}.tar", "tar", True), ("s-*.tar", "tar", True),
-    ("folder", None, False), ("list.csv", None, False)])
+    ("folder", None, False), ("list.csv", None, False), ("hf/*.parquet", "parquet", False)])
 def test_container_kinds(path, kind, pattern):
     assert archive_kind(path) == kind
     assert is_shard_pattern(path) == pattern
+    assert is_parquet_pattern(path) == (kind == "parquet" and "*" in path)
 
 
 def test_member_names_and_label_paths():
