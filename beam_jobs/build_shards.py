@@ -291,12 +291,14 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
                 _check_manifest(path)
             if path.lower().endswith(".csv"):
                 _check_csv_columns(path, cfg.features)
-            if is_coco_path(path) and not cfg.image_root:
-                _check_coco_images(path)
     if cfg.label_offset == 0 and any(is_coco_path(path) for path in cfg.input):
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
                          "them from --label_offset 1")
+    if not offline and not cfg.image_root:
+        for path in cfg.input:
+            if is_coco_path(path):
+                _check_coco_images(path)
     labels = _fixed_labels(cfg)
     parquet_folders = () if offline else _parquet_folders(cfg.input)
     inputs = _with_parquet_files(cfg.input, parquet_folders)  # each folder of Parquet files as its files
