@@ -142,7 +142,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
               "1. Outputs do not depend on it."),
     Flag("feature", action="append", group="inputs", recorded=True,
          help="Extra manifest key or CSV column as name:type, type one of "
-              f"{', '.join(FEATURE_TYPES)}; repeatable."),
+              f"{', '.join(FEATURE_TYPES)}; name:type? for a key that may be missing "
+              "(stored as a list of 0 or 1 values, e.g. caption:bytes?); repeatable."),
     Flag("multi_label", action="store_true", default=False, group="labels and splits", recorded=True,
          help="image/class/label is a list; a CSV label holds labels split by ';'."),
     Flag("bbox_format", default="xyxy_pixels", choices=BBOX_FORMATS, group="inputs", recorded=True,

@@ -6,10 +6,11 @@ accumulator): the number of inputs, the class names and the record layout.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
+from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, with_optional_features
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
 
@@ -53,6 +54,9 @@ class ListingTally:
         numbered: The largest integer class index of a container input, or -1.
         object_names: Object class names seen.
         declared: ``(id, name)`` of the object classes COCO files declare.
+        images: ``SourceImage``s added (inputs that are not dead letters).
+        present: Extra feature name -> ``SourceImage``s that give it (a key
+            some lack is optional: ``annotations.with_optional_features``).
     """
 
     inputs: int = 0
@@ -61,6 +65,8 @@ class ListingTally:
     numbered: int = -1
     object_names: set[str] = field(default_factory=set)
     declared: set[tuple[int | None, str]] = field(default_factory=set)
+    images: int = 0
+    present: collections.Counter = field(default_factory=collections.Counter)
 
     def add(self, item) -> "ListingTally":
         """Counts one listed item."""
@@ -78,6 +84,8 @@ class ListingTally:
             else:
                 self.classes.update(item.class_names())
             self.object_names.update(item.object_names())
+            self.images += 1
+            self.present.update(name for name, _, _ in item.features)
             layout = layout_of(item)
             if layout != self.layout:
                 self.layout = merge_layouts((self.layout, layout))
@@ -89,7 +97,8 @@ class ListingTally:
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
                    merge_layouts(t.layout for t in tallies), max((t.numbered for t in tallies), default=-1),
-                   set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)))
+                   set().union(*(t.object_names for t in tallies)), set().union(*(t.declared for t in tallies)),
+                   sum(t.images for t in tallies), sum((t.present for t in tallies), collections.Counter()))
 
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
               fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
@@ -106,7 +115,8 @@ class ListingTally:
             self.layout.objects or self.declared) else ()
         numbers = [str(i) for i in range(self.numbered + 1)]
         classes = tuple(sorted(self.classes | set(numbers))) if self.classes else tuple(numbers)
-        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, offset, objects, boxes_outside))
+        layout = with_optional_features(self.layout, self.present, self.images)
+        return ListingFacts(self.inputs, classes, layout.with_flags(multi_label, offset, objects, boxes_outside))
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:
