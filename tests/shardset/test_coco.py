@@ -110,3 +110,16 @@ def test_memory_does_not_grow_with_the_file(monkeypatch, tmp_path) -> None:
         tracemalloc.stop()
     assert counted == 60_001
     assert peak < 1_000_000, peak
+
+
+def test_the_first_image_paths_resolve_against_the_root_and_stop_after_max_items():
+    from transforms.shardset.coco import first_image_paths, image_folder
+
+    items = [("annotations", 0, {"image_id": 1}), ("images", 0, {"file_name": "a.jpg"}),
+             ("images", 1, {"id": 2}), ("images", 2, {"file_name": "/abs/b.jpg"}),
+             ("images", 3, {"file_name": "c.jpg"})]
+    folder = image_folder("gs://b/coco/annotations/instances.json", None)
+    assert folder == "gs://b/coco/annotations"
+    assert image_folder("instances.json", None) == "." and image_folder("x/i.json", "gs://b/val/") == "gs://b/val"
+    assert first_image_paths(items, folder, 2, 100) == ["gs://b/coco/annotations/a.jpg", "/abs/b.jpg"]
+    assert first_image_paths(items, folder, 8, 2) == ["gs://b/coco/annotations/a.jpg"]  # 2 entries read
