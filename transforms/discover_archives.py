@@ -78,17 +78,23 @@ class _StartArchiveFn(beam.DoFn):
 
     def process(self, path: str):
         try:
-            shards = _shards_of(path) if is_shard_pattern(path) else [path]
-            if shards != [path]:  # a pattern, not a tar whose name holds [ or *
-                for shard in shards:
-                    yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
-                return
+            files = _shards_of(path) if is_shard_pattern(path) or is_parquet_pattern(path) else [path]
+        except (*STORAGE_ERRORS, PlanError) as err:
+            yield _dead(path, err)
+            return
+        if files != [path] and archive_kind(path) == TAR:  # a pattern, not a tar whose name holds [ or *
+            for shard in files:
+                yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
+            return
+        for found in files:  # a Parquet pattern's files: each as if named, never matched again
+            yield from self._parts_of(found)
+
+    def _parts_of(self, path: str):
+        """One container's parts (_PARTS), the entries of a ``.tar.gz``, or its dead letter (main)."""
+        try:
             kind = archive_kind(path)
-            if is_parquet_pattern(path):  # the Parquet files it matches, each one input as if named
-                parts = (part for found in _shards_of(path) for part in self._parquet(found))
-            else:
-                parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
-                         else self._stream(path) if kind == TGZ else self._tar(path))
+            parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
+                     else self._stream(path) if kind == TGZ else self._tar(path))
             for part in parts:  # or an entry of a .tar.gz
                 yield beam.pvalue.TaggedOutput(_PARTS, part) if isinstance(part, ArchivePart) else part
         except (*STORAGE_ERRORS, ImageError, PlanError) as err:
