@@ -520,7 +520,7 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig) -> Listing:
         key_ranges=cfg.list_key_ranges)
     fixed = list(cfg.labels) if cfg.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
-        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside)
+        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside, cfg.features)
     published = list(cfg.append_to) if cfg.append_to is not None else None
     labels = facts | "ClassNames" >> beam.Map(lambda f: fixed if fixed is not None else (
         list(f.classes) if published is None else appended_classes(published, f.classes)))

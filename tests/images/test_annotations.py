@@ -404,3 +404,8 @@ def test_a_key_some_inputs_lack_is_optional_in_the_layout():
     everywhere = ListingTally()
     everywhere.add(source("a", n=("int64", (1,))))
     assert dict(everywhere.facts().layout.features) == {"n": "int64"}
+    # A declared type is kept (a single value declared stays required); one declared optional is in
+    # every record even when no input gives it.
+    declared = ListingTally.merged(halves).facts(declared={"caption": "bytes", "note": "bytes?"})
+    assert dict(declared.layout.features) == {"caption": "bytes", "n": "int64", "tags": "int64_list",
+                                              "image_source": "bytes_list", "note": "bytes_list"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, FeatureValueError, ManifestTyping,
-                                         base_kind, is_list_type, optional_type)
+from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, OPTIONAL, FeatureValueError,
+                                         ManifestTyping, base_kind, is_list_type, optional_type)
 from transforms.images.object_classes import label_map_pbtxt
 from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_objects, place_boxes, source_geometry
 from transforms.shardset.tfds_metadata import tfds_files
@@ -145,22 +145,32 @@ def merge_layouts(layouts: Iterable[RecordLayout]) -> RecordLayout:
     return RecordLayout(multi, objects, tuple(chosen))
 
 
-def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inputs: int) -> RecordLayout:
-    """The layout with each single-valued feature that some inputs lack made a list (``optional_type``).
+def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inputs: int,
+                           declared: Mapping[str, str] | None = None) -> RecordLayout:
+    """The layout with each undeclared single-valued feature that some inputs lack made a list
+    (``optional_type``), and every feature declared optional (``name:type?``) in it.
 
     A key missing from some inputs (a WebDataset ``.json`` key a few samples
     have, a JSON Lines key beside a folder's images) would otherwise have no
     value to write there: its records hold it as a list of 0 or 1 values,
-    which TensorFlow and tfds read as a variable-length list. ``SOURCE_ID``
-    stays single (an image without one gets "").
+    which TensorFlow and tfds read as a variable-length list. A key declared
+    with ``--feature`` keeps its declared type (one declared single-valued
+    stays required); ``SOURCE_ID`` stays single (an image without one gets "").
 
     Args:
         layout: The merged layout of the inputs.
         present: Feature name -> inputs that give it.
         inputs: Inputs listed (``SourceImage``s).
+        declared: ``--feature`` name -> type (``features.parse_feature_flags``).
     """
-    features = tuple((name, optional_type(t) if present.get(name, 0) < inputs and name != SOURCE_ID else t)
-                     for name, t in layout.features)
+    declared = declared or {}
+    types = {name: optional_type(t) if (present.get(name, 0) < inputs and name != SOURCE_ID
+                                        and name not in declared) else t
+             for name, t in layout.features}
+    for name, feature_type in declared.items():
+        if feature_type.endswith(OPTIONAL):  # in every record, whether or not an input gives it
+            types[name] = optional_type(feature_type.removesuffix(OPTIONAL))
+    features = tuple(sorted(types.items()))
     return layout if features == layout.features else replace(layout, features=features)
 
 

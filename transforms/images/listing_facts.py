@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, with_optional_features
 from transforms.images.items import SourceImage
@@ -101,7 +101,8 @@ class ListingTally:
                    sum(t.images for t in tallies), sum((t.present for t in tallies), collections.Counter()))
 
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
-              fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
+              fixed: Sequence[str] | None = None, boxes_outside: str = "skip",
+              declared: Mapping[str, str] | None = None) -> ListingFacts:
         """The facts gathered, with the build's flags.
 
         Args:
@@ -109,13 +110,14 @@ class ListingTally:
             label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
             fixed: ``--class_names``/``--labels_file``, or None.
             boxes_outside: ``--boxes_outside``.
+            declared: ``--feature`` name -> type, or None.
         """
         offset = DEFAULT_OBJECT_OFFSET if label_offset is None else label_offset
         objects = object_label_map(self.object_names, self.declared, offset, fixed) if (
             self.layout.objects or self.declared) else ()
         numbers = [str(i) for i in range(self.numbered + 1)]
         classes = tuple(sorted(self.classes | set(numbers))) if self.classes else tuple(numbers)
-        layout = with_optional_features(self.layout, self.present, self.images)
+        layout = with_optional_features(self.layout, self.present, self.images, declared)
         return ListingFacts(self.inputs, classes, layout.with_flags(multi_label, offset, objects, boxes_outside))
 
 
