@@ -224,6 +224,7 @@ COCO_FILE = {"images": [{"id": 1, "file_name": "a.png"}, {"id": 2, "file_name": 
              "categories": [{"id": 1, "name": "cat"}]}
 
 
+@pytest.mark.slow
 def test_coco_images_beside_the_file_need_no_image_root_and_elsewhere_the_error_names_it(tmp_path, capsys):
     folder = tmp_path / "coco"
     write(str(folder / "annotations" / "instances.json"), json.dumps(COCO_FILE).encode())

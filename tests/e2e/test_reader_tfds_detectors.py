@@ -181,6 +181,7 @@ def _webdataset_with_varying_keys(path: str) -> dict[str, dict]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [(), ("--feature", "caption:bytes?", "--feature", "score:float?"),
                                    ("--feature", "caption:bytes_list", "--feature", "score:float_list")],
                          ids=["inferred", "declared", "declared_lists"])
@@ -212,6 +213,10 @@ def test_keys_missing_from_some_samples_are_optional_lists_tf_and_tfds_read(flag
         assert got["score"] == pytest.approx([row["score"]] if "score" in row else [])
         assert got["tags"] == row.get("tags", []) and got["count"] == row["count"]
 
+    from beam_jobs import verify_shards
+
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", out]) == 0, capsys.readouterr()  # every record fits the spec
     builder = tfds.builder_from_directory(out)
     assert builder.info.splits["train"].num_examples == 10
     read = {ex["image/filename"].decode().split("!")[1]: ex for ex in tfds.as_numpy(builder.as_dataset(split="train"))}
