@@ -128,10 +128,11 @@ def _not_parquet_data(name: str) -> bool:
 
 
 def _parquet_folders(inputs: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``(folder, its Parquet files)`` of each folder input whose files are Parquet files (a Hugging Face export).
+    """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face export).
 
-    Only the folder's own files count (hidden ones and ``.md`` aside); the
-    listing stops at the first other file, so a folder of images costs one entry.
+    Hidden entries and ``.md`` files aside, a sub-folder or another file makes
+    it a folder of images; the listing stops at the first, so a folder of
+    images costs one entry.
     """
     found = []
     for path in inputs:

@@ -92,10 +92,12 @@ def test_a_folder_whose_files_all_have_a_suffix_gives_them_and_stops_at_another(
 
     for name in ("b.parquet", "a.PARQUET", "README.md", ".gitattributes"):
         (tmp_path / name).write_bytes(b"x")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "c.jpg").write_bytes(b"x")  # below it: not its own file
+    (tmp_path / ".cache").mkdir()  # hidden: passed over
     assert files_all_of_suffix(str(tmp_path), ".parquet", ignored) == [
         str(tmp_path / "a.PARQUET"), str(tmp_path / "b.parquet")]
-    (tmp_path / "d.jpg").write_bytes(b"x")
+    (tmp_path / "cat").mkdir()  # a class folder beside a metadata.parquet: not a folder of Parquet files
+    (tmp_path / "cat" / "c.jpg").write_bytes(b"x")
     assert files_all_of_suffix(str(tmp_path), ".parquet", ignored) is None
-    assert files_all_of_suffix(str(tmp_path / "sub"), ".parquet", ignored) is None  # none at all
+    assert files_all_of_suffix(str(tmp_path / "cat"), ".parquet", ignored) is None  # a jpg
+    (tmp_path / "empty").mkdir()
+    assert files_all_of_suffix(str(tmp_path / "empty"), ".parquet", ignored) is None  # none at all

@@ -106,18 +106,19 @@ def list_folder(folder: str) -> dict[str, tuple[str, int]]:
 
 
 def files_all_of_suffix(folder: str, suffix: str, ignored: Callable[[str], bool]) -> list[str] | None:
-    """The files directly in ``folder``, sorted, when each (those ``ignored`` passes over aside) ends with ``suffix``.
+    """The files directly in ``folder``, sorted, when it holds nothing else: each entry (those
+    ``ignored`` passes over aside) is a file ending with ``suffix``.
 
-    Listing stops at the first file that does not (one entry, or one page on
-    gs:// or s3://), so a folder of other files costs next to nothing.
+    Listing stops at the first entry that is not (one entry, or one page on
+    gs:// or s3://), so a folder of other files or of folders costs next to nothing.
 
     Args:
         folder: A local folder or a gs:// or s3:// prefix (without wildcard characters).
         suffix: The files' suffix, compared in lower case (``.parquet``).
-        ignored: Passes over a file by its name (hidden files, a ``README.md``).
+        ignored: Passes over an entry by its name (hidden ones, a ``README.md``).
 
     Returns:
-        The paths, or None when a file does not end with ``suffix`` or none does.
+        The paths, or None when an entry is a folder or a file not ending with ``suffix``, or none is.
     """
     if is_local(folder):
         entries = scan_local_folder(folder)
@@ -126,9 +127,9 @@ def files_all_of_suffix(folder: str, suffix: str, ignored: Callable[[str], bool]
     found = []
     for path, is_prefix in entries:
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        if is_prefix or ignored(name):
+        if ignored(name):
             continue
-        if not name.lower().endswith(suffix):
+        if is_prefix or not name.lower().endswith(suffix):
             return None
         found.append(path)
     return sorted(found) or None
