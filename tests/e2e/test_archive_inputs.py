@@ -225,17 +225,21 @@ def test_a_webdataset_sample_with_a_member_twice_is_an_ambiguous_dead_letter(tmp
         add_bytes(archive, "s4.cls", b"1")
         add_bytes(archive, "s5.jpg", image_bytes("g", "JPEG", rng))
         add_bytes(archive, "s5.cls", b"1")
+        add_bytes(archive, "s6.jpg", image_bytes("h", "JPEG", rng))
+        add_bytes(archive, "s6.JPG", image_bytes("i", "JPEG", rng))  # one extension in two cases
+        add_bytes(archive, "s6.cls", b"1")
     out = str(tmp_path / "out")
     status, stdout, err = run_build(capsys, "--input", str(shard), "--output_dir", out, "--max_bad_fraction", "0.9")
     assert status == 0, err
     assert sorted(_filenames(out)) == ["data.tar!s1.jpg", "data.tar!s5.jpg"]
     dead = {d["path"]: d for d in dead_letters(out)}
-    assert sorted(dead) == [f"{shard}!s2", f"{shard}!s3", f"{shard}!s4"]
+    assert sorted(dead) == [f"{shard}!s2", f"{shard}!s3", f"{shard}!s4", f"{shard}!s6"]
     assert {d["reason"] for d in dead.values()} == {"ambiguous_sample"}
     assert "s2.jpg twice" in dead[f"{shard}!s2"]["error"], dead
     assert "s3.cls twice" in dead[f"{shard}!s3"]["error"], dead
     assert "s4.jpg" in dead[f"{shard}!s4"]["error"] and "s4.png" in dead[f"{shard}!s4"]["error"], dead
-    assert "written + dead-lettered = 5 inputs" in stdout
+    assert "s6.jpg and s6.JPG" in dead[f"{shard}!s6"]["error"], dead
+    assert "written + dead-lettered = 6 inputs" in stdout
 
 
 def test_a_damaged_tar_keeps_the_members_before_and_is_one_dead_letter(tree, tmp_path, capsys):

@@ -101,7 +101,10 @@ def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
 def ambiguity(sample: Sample) -> str | None:
     """Why a sample has no one image or label: a member named twice (``000017.jpg`` appended again,
     two ``.cls``) or images of two extensions (``.jpg`` and ``.png``); None when it has not."""
-    problems = [f"{name} twice" for name in dict.fromkeys(sample.twice)]
+    problems = []
+    for name in dict.fromkeys(sample.twice):
+        first = sample.members[key_and_extension(name)[1]].name  # the same name, or its case differs
+        problems.append(f"{name} twice" if first == name else f"{first} and {name}")
     images = [sample.members[ext].name for ext in IMAGE_EXTENSIONS if ext in sample.members]
     if len(images) > 1:
         problems.append(f"{len(images)} images ({', '.join(images)})")
