@@ -19,6 +19,8 @@ setuptools.setup(
         # Parquet inputs; apache-beam depends on it too (2.77: pyarrow>=14.0.1,<26), named here
         # because transforms/archives/parquet_rows.py imports it.
         "pyarrow>=14.0.1",
+        # WebDataset brace patterns, read as webdataset reads them.
+        "braceexpand>=0.1.7",
     ],
     extras_require={
         # grpcio-tools from 1.82 needs protobuf>=7; apache-beam needs protobuf<7.

@@ -36,7 +36,7 @@ from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_counts import build_image_counts, record_count_keys
 from transforms.images.inputs import LabelRules, check_label, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
-                                         is_container_input, is_shard_pattern)
+                                         is_container_input, is_parquet_pattern, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
 from transforms.archives.webdataset import expand_braces
 from beam_jobs.cli.config import BuildConfig
@@ -50,13 +50,13 @@ from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OV
                                           NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
-from transforms.storage.listing import has_files_below, local_bytes_at_least, match_files
+from transforms.storage.listing import files_all_of_suffix, has_files_below, local_bytes_at_least, match_files
 from transforms.storage.paths import is_local
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, undeclared_columns
 from transforms.images.annotations import build_sidecars
-from transforms.shardset.coco import is_coco_path
+from transforms.shardset.coco import coco_items, first_image_paths, image_folder, is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
@@ -90,6 +90,12 @@ def _input_problem(path: str) -> str | None:
         if not found:
             return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
         return _archive_problem(found[0].path, TAR)
+    if is_parquet_pattern(path):
+        try:
+            found = _pattern_files(path)
+        except PlanError as err:
+            return f"--input {err}"
+        return None if found else f"--input {path} matches no Parquet file"
     if is_container_input(path):
         if not exists(path):
             return f"--input {path} does not exist"
@@ -107,7 +113,48 @@ def _input_problem(path: str) -> str | None:
         return f"--input {path} does not exist" + (" or is empty" if "://" in path else "")
     return (f"--input {path} is a file; --input must be a folder of class (or split) folders, "
             "a .csv/.jsonl/COCO .json manifest listing the images, a .tar/.tar.gz/.tgz/.zip archive, "
-            "WebDataset shards or a .parquet file")
+            "WebDataset shards, .parquet files or a folder of them")
+
+
+def _pattern_files(pattern: str) -> list[str]:
+    """The files a pattern of Parquet files names: its braces expanded, its wildcards matched once.
+
+    Raises:
+        PlanError: Its braces do not pair up.
+    """
+    return [meta.path for found in match_files(expand_braces(pattern))
+            for meta in sorted(found, key=lambda meta: meta.path)]
+
+
+def _not_parquet_data(name: str) -> bool:
+    """True for a file a folder of Parquet files may hold besides them: a hidden one, a dataset card (``.md``)."""
+    return name.startswith(".") or name.lower().endswith(".md")
+
+
+def _parquet_folders(inputs: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face export).
+
+    Hidden entries and ``.md`` files aside, a sub-folder or another file makes
+    it a folder of images; the listing stops at the first, so a folder of
+    images costs one entry.
+    """
+    found = []
+    for path in inputs:
+        if is_manifest_path(path) or is_container_input(path):
+            continue
+        try:
+            files = files_all_of_suffix(path, ".parquet", _not_parquet_data)
+        except OSError:
+            continue  # not a folder that can be listed: the folder's own checks say so
+        if files:
+            found.append((path, tuple(files)))
+    return tuple(found)
+
+
+def _with_parquet_files(inputs: Sequence[str], folders: Sequence[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """The inputs, each folder of Parquet files replaced by its files."""
+    files = dict(folders)
+    return [each for path in inputs for each in files.get(path, (path,))]
 
 
 def _archive_problem(path: str, kind: str) -> str | None:
@@ -172,6 +219,34 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
+# A COCO file's first images, looked for before the job when --image_root is not given, and the
+# most entries read to find them (a file may list its annotations first).
+_COCO_PROBE_IMAGES = 8
+_COCO_PROBE_ENTRIES = 100_000
+
+
+def _check_coco_images(path: str) -> None:
+    """Refuses a COCO file none of whose first images is in its folder (the default image root).
+
+    COCO's own layout keeps the images beside the ``annotations`` folder, not
+    in it; without this every image became an ``unreadable`` dead letter and
+    the run failed naming no flag.
+
+    Raises:
+        UsageError: None of the first images' files exists; the message names ``--image_root``.
+    """
+    folder = image_folder(path, None)
+    try:
+        with open_for_read(path) as fh:
+            paths = first_image_paths(coco_items(fh, path), folder, _COCO_PROBE_IMAGES, _COCO_PROBE_ENTRIES)
+    except (OSError, ManifestError):
+        return  # the listing reports a file it cannot read as its dead letter
+    if paths and not any(exists(image) for image in paths):
+        raise UsageError(f"--input {path}: its images' file_names are looked up in its folder {folder}/ "
+                         f"(no --image_root), and none of the first {len(paths)} is there (e.g. {paths[0]}); "
+                         "give --image_root DIR, the folder holding them (COCO's val2017/ beside annotations/)")
+
+
 def _fixed_labels(cfg: BuildConfig) -> tuple[str, ...] | None:
     """The class list of --class_names or --labels_file, or None (classes from the listing).
 
@@ -214,7 +289,8 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     """
     offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
     for path in cfg.input:
-        problem = None if is_manifest_path(path) or is_shard_pattern(path) else opt.wildcard_problem(path)
+        problem = (None if is_manifest_path(path) or is_shard_pattern(path) or is_parquet_pattern(path)
+                   else opt.wildcard_problem(path))
         if problem:
             raise UsageError(f"--input {problem}, or list its files in a .csv/.jsonl manifest")
     if not offline:
@@ -230,18 +306,26 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
                          "them from --label_offset 1")
+    if not offline and not cfg.image_root:
+        for path in cfg.input:
+            if is_coco_path(path):
+                _check_coco_images(path)
     labels = _fixed_labels(cfg)
-    parquets = [path for path in cfg.input if archive_kind(path) == PARQUET]
+    parquet_folders = () if offline else _parquet_folders(cfg.input)
+    inputs = _with_parquet_files(cfg.input, parquet_folders)  # each folder of Parquet files as its files
+    parquets = [path for path in inputs if archive_kind(path) == PARQUET]
     if parquets and not offline:
-        named = _parquet_class_names(parquets, cfg.image_column, cfg.label_column)
-        if labels is None and named is not None and len(parquets) == len(cfg.input) and not cfg.append:
+        files = [each for path in parquets
+                 for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
+        named = _parquet_class_names(files, cfg.image_column, cfg.label_column)
+        if labels is None and named is not None and len(parquets) == len(inputs) and not cfg.append:
             labels = named  # the file's ClassLabel indices stay the build's (an append keeps the set's)
     for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_container_input(path)
                    else opt.overlap_problem(path, cfg.output_dir))
         if problem:
             raise UsageError(problem)
-    tasks = tuple(task for path in cfg.input if not is_manifest_path(path) and not is_container_input(path)
+    tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
                   for task in folder_tasks(path, cfg.layout, offline=offline))
     policy = cfg.new_policy()
     append_to = None
@@ -250,20 +334,22 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         policy = dataclasses.replace(policy, append=True)
     elif not offline and not cfg.replace:
         layouts = {task.root: task.layout for task in tasks}
-        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(cfg.input, layouts, cfg.rules))
+        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
     if not cfg.append:  # an append publishes through its own journal: it does not resume
         policy = _resumable(policy, cfg.recorded)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
-    # WebDataset patterns do not.
-    archives = [path for path in cfg.input if is_container_input(path)]
-    counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path) for path in archives)
+    # patterns of WebDataset shards or Parquet files do not.
+    archives = [path for path in inputs if is_container_input(path)]
+    counted = all(archive_kind(path) in (TAR, ZIP, PARQUET) and not is_shard_pattern(path)
+                  and not is_parquet_pattern(path) for path in archives)
     cores = worker_threads.usable_cores()
     size = None if offline or not counted else _bytes_to_read(
-        cfg.input, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None,
+        inputs, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None,
         beam_compat.bytes_worth_counting(cores))
     note = beam_compat.choose_local_workers(options, size, cores)
     return dataclasses.replace(
-        cfg, labels=labels, folder_tasks=tasks, append_to=append_to, policy=policy, workers_note=note,
+        cfg, labels=labels, folder_tasks=tasks, parquet_folders=parquet_folders, append_to=append_to,
+        policy=policy, workers_note=note,
         **_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=cfg.near_duplicates != "off"))
 
 
@@ -467,15 +553,16 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
     ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
     """
     names = _index_names(cfg.labels, cfg.append_to)
+    inputs = _with_parquet_files(cfg.input, cfg.parquet_folders)  # each folder of Parquet files as its files
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
         dataclasses.replace(cfg.rules, class_names=names), folder_tasks=cfg.folder_tasks,
-        manifests=[i for i in cfg.input if is_manifest_path(i)],
-        archives=[i for i in cfg.input if is_container_input(i)],
+        manifests=[i for i in inputs if is_manifest_path(i)],
+        archives=[i for i in inputs if is_container_input(i)],
         containers=ContainerRules(cfg.image_column, cfg.label_column, names),
         key_ranges=cfg.list_key_ranges)
     fixed = list(cfg.labels) if cfg.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
-        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside)
+        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside, cfg.features)
     published = list(cfg.append_to) if cfg.append_to is not None else None
     labels = facts | "ClassNames" >> beam.Map(_class_names, fixed, published, check)
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)

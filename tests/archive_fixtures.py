@@ -78,14 +78,16 @@ def make_shards(root: str, folder: str, shards: int = 2, classes=CLASSES) -> str
     return os.path.join(folder, f"shard-{{000000..{shards - 1:06d}}}.tar")
 
 
-def make_parquet(root: str, path: str, hugging_face: bool = True, classes=CLASSES, row_group_size: int = 5) -> str:
-    """The files as Parquet rows.
+def make_parquet(root: str, path: str, hugging_face: bool = True, classes=CLASSES, row_group_size: int = 5,
+                 rels=None) -> str:
+    """The files as Parquet rows (``rels``: those of these relative paths only).
 
     ``hugging_face``: as ``datasets`` writes them: an ``image`` struct of
-    ``bytes`` and ``path`` and an integer ``label`` whose ``ClassLabel`` names
-    are in the schema's metadata; else a binary ``image`` and string ``label``.
+    ``bytes`` and ``path`` (the file's base name) and an integer ``label`` whose
+    ``ClassLabel`` names are in the schema's metadata; else a binary ``image``
+    and string ``label``.
     """
-    rels = files_of(root)
+    rels = files_of(root) if rels is None else rels
     data = []
     for rel in rels:
         with open(os.path.join(root, rel), "rb") as fh:

@@ -16,8 +16,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
-                                         archive_kind, is_shard_pattern, label_path, listed_member,
-                                         member_entry, member_name, unsafe_entry, unsafe_member)
+                                         archive_kind, is_parquet_pattern, is_shard_pattern, label_path,
+                                         listed_member, member_entry, member_name, unsafe_entry, unsafe_member)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
 from transforms.archives.tar_index import MemberDamage, Window, is_inner_tar, tar_members
 from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
@@ -79,11 +79,20 @@ class _StartArchiveFn(beam.DoFn):
 
     def process(self, path: str):
         try:
-            shards = _shards_of(path) if is_shard_pattern(path) else [path]
-            if shards != [path]:  # a pattern, not a tar whose name holds [ or *
-                for shard in shards:
-                    yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
-                return
+            files = _shards_of(path) if is_shard_pattern(path) or is_parquet_pattern(path) else [path]
+        except (*STORAGE_ERRORS, PlanError) as err:
+            yield _dead(path, err)
+            return
+        if files != [path] and archive_kind(path) == TAR:  # a pattern, not a tar whose name holds [ or *
+            for shard in files:
+                yield beam.pvalue.TaggedOutput(_PARTS, ArchivePart(shard, WEBDATASET))
+            return
+        for found in files:  # a Parquet pattern's files: each as if named, never matched again
+            yield from self._parts_of(found)
+
+    def _parts_of(self, path: str):
+        """One container's parts (_PARTS), the entries of a ``.tar.gz``, or its dead letter (main)."""
+        try:
             kind = archive_kind(path)
             parts = (self._parquet(path) if kind == PARQUET else self._zip(path) if kind == ZIP
                      else self._stream(path) if kind == TGZ else self._tar(path))
@@ -197,7 +206,8 @@ def _up_to_damage(members, damage: list | None = None):
 
 
 def _shards_of(pattern: str) -> list[str]:
-    """The shards a pattern names: its brace ranges expanded, its wildcards matched (once)."""
+    """The files (WebDataset shards, Parquet files) a pattern names: its brace ranges expanded, its
+    wildcards matched (once)."""
     names = expand_braces(pattern)
     globs = [name for name in names if any(c in name for c in "*?[")]
     matched = iter(match_files(globs)) if globs else iter(())
@@ -307,8 +317,9 @@ class ListArchives(beam.PTransform):
     with its ``MemberRef``) and ``DeadLetter``.
 
     Args:
-        inputs: Archives (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), Parquet files
-            and patterns of WebDataset shards (``shard-{000..099}.tar``, ``*.tar``).
+        inputs: Archives (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), Parquet files,
+            patterns of WebDataset shards (``shard-{000..099}.tar``, ``*.tar``) and
+            of Parquet files (``hf/*.parquet``).
         rules: How labels and splits are read.
         containers: Parquet columns and the names of integer class indices.
     """

@@ -8,7 +8,7 @@ read.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -473,11 +473,12 @@ class _ListingFactsFn(beam.CombineFn):
     """SourceImage, DeadLetter, class name or ObjectClasses -> ``ListingFacts`` (a ``ListingTally``)."""
 
     def __init__(self, multi_label: bool, label_offset: int | None, fixed: Sequence[str] | None,
-                 boxes_outside: str) -> None:
+                 boxes_outside: str, declared: Mapping[str, str] | None = None) -> None:
         self._multi_label = multi_label
         self._label_offset = label_offset
         self._fixed = None if fixed is None else tuple(fixed)
         self._boxes_outside = boxes_outside
+        self._declared = dict(declared or {})
 
     def create_accumulator(self):
         return ListingTally()
@@ -489,7 +490,7 @@ class _ListingFactsFn(beam.CombineFn):
         return ListingTally.merged(accs)
 
     def extract_output(self, acc):
-        return acc.facts(self._multi_label, self._label_offset, self._fixed, self._boxes_outside)
+        return acc.facts(self._multi_label, self._label_offset, self._fixed, self._boxes_outside, self._declared)
 
 
 class CollectListingFacts(beam.PTransform):
@@ -506,12 +507,15 @@ class CollectListingFacts(beam.PTransform):
             None: ``object_classes.DEFAULT_OBJECT_OFFSET``).
         fixed: ``--class_names``/``--labels_file``, or None.
         boxes_outside: What a box outside its image becomes (``--boxes_outside``).
+        declared: ``--feature`` name -> type: declared keys keep their type, optional
+            ones (``name:type?``) are in every record.
     """
 
     def __init__(self, multi_label: bool = False, label_offset: int | None = None,
-                 fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> None:
+                 fixed: Sequence[str] | None = None, boxes_outside: str = "skip",
+                 declared: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        self._fn = _ListingFactsFn(multi_label, label_offset, fixed, boxes_outside)
+        self._fn = _ListingFactsFn(multi_label, label_offset, fixed, boxes_outside, declared)
 
     def expand(self, listed):
         # Without a default for an empty listing (a step of its own): nothing listed, no element;

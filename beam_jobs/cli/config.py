@@ -205,6 +205,7 @@ class BuildConfig(PublishingConfig):
         layout, label_regex, ...: ``jobs.BUILD_FLAGS``'s flags.
         labels: Found: the class names of ``--class_names``, ``--labels_file`` or Parquet's metadata, or None.
         folder_tasks: Found: the listing of the folder inputs, cut into tasks.
+        parquet_folders: Found: ``(folder, its Parquet files)`` of each folder input of Parquet files.
         append_to: Found: with ``--append``, the published set's class names.
         inspect_threads, write_threads: Found: threads of the inspect and write steps.
     """
@@ -242,6 +243,7 @@ class BuildConfig(PublishingConfig):
     near_duplicate_distance: int
     labels: tuple[str, ...] | None = None
     folder_tasks: tuple[FolderTask, ...] = ()
+    parquet_folders: tuple[tuple[str, tuple[str, ...]], ...] = ()
     append_to: tuple[str, ...] | None = None
     inspect_threads: int = 1
     write_threads: int = 1

@@ -36,7 +36,8 @@ SHARED = FlagSet("ShardingOptions", (
     Flag("input", action="append", type=v.input_path, group="inputs", recorded=True, required=True,
          help="build: folder of class (or split) folders, a .csv/.jsonl input "
               "manifest, a .tar/.tar.gz/.tgz/.zip archive, WebDataset shards "
-              "('shard-{000..099}.tar') or a .parquet file; reshard: TFRecord files "
+              "('shard-{000..099}.tar'), .parquet files ('hf/*.parquet', or a folder "
+              "of them); reshard: TFRecord files "
               "or a pattern. Local, gs:// or s3://. Repeatable."),
     Flag("output_dir", type=v.folder_path, group="output", required=True,
          help="Folder of the shard set (no *, ? or [ in its path)."),
@@ -143,13 +144,15 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
               "1. Outputs do not depend on it."),
     Flag("feature", action="append", group="inputs", recorded=True,
          help="Extra manifest key or CSV column as name:type, type one of "
-              f"{', '.join(FEATURE_TYPES)}; repeatable."),
+              f"{', '.join(FEATURE_TYPES)}; name:type? for a key that may be missing "
+              "(stored as a list of 0 or 1 values, e.g. caption:bytes?); repeatable."),
     Flag("multi_label", action="store_true", default=False, group="labels and splits", recorded=True,
          help="image/class/label is a list; a CSV label holds labels split by ';'."),
     Flag("bbox_format", default="xyxy_pixels", choices=BBOX_FORMATS, group="inputs", recorded=True,
          help="How JSON Lines objects give their boxes."),
     Flag("image_root", group="inputs", recorded=True,
-         help="Folder a COCO .json input's file_names are relative to."),
+         help="Folder a COCO .json input's file_names are relative to (default: the .json's own "
+              "folder; a build none of whose first images is there stops naming this flag)."),
     Flag("label_offset", type=int, choices=(0, 1), group="labels and splits", recorded=True,
          help="The id of the first numbered object class (default 1, as the "
               "Object Detection API numbers them; 0 writes no label_map.pbtxt)."),

@@ -217,3 +217,28 @@ def test_sets_with_indexes_beside_the_shards_still_read_and_a_rebuild_moves_them
     assert run_build(capsys, *args)[0] == 0
     assert not [n for n in os.listdir(out) if n.endswith(".idx")]
     assert {n: open(os.path.join(out, "index", n), "rb").read() for n in before} == before
+
+
+COCO_FILE = {"images": [{"id": 1, "file_name": "a.png"}, {"id": 2, "file_name": "b.png"}],
+             "annotations": [{"id": 5, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4]}],
+             "categories": [{"id": 1, "name": "cat"}]}
+
+
+@pytest.mark.slow
+def test_coco_images_beside_the_file_need_no_image_root_and_elsewhere_the_error_names_it(tmp_path, capsys):
+    folder = tmp_path / "coco"
+    write(str(folder / "annotations" / "instances.json"), json.dumps(COCO_FILE).encode())
+    _images(str(folder / "annotations"), ["a.png", "b.png"])
+    status, _, err = run_build(capsys, "--input", str(folder / "annotations" / "instances.json"),
+                               "--output_dir", str(tmp_path / "beside"))
+    assert status == 0, err
+    assert load_manifest(str(tmp_path / "beside"))["records"] == 2
+    # COCO's own layout: annotations/ and val2017/ side by side. Without --image_root nothing is found:
+    # the build stops before it starts, naming where it looked and the flag.
+    for name in ("a.png", "b.png"):
+        os.replace(folder / "annotations" / name, tmp_path / name)
+    status, _, err = run_build(capsys, "--input", str(folder / "annotations" / "instances.json"),
+                               "--output_dir", str(tmp_path / "elsewhere"))
+    assert status == 2, err
+    assert "--image_root" in err and f"{folder / 'annotations' / 'a.png'}" in err, err
+    assert not os.path.exists(tmp_path / "elsewhere" / "manifest.json")

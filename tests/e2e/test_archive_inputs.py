@@ -24,7 +24,7 @@ from tests import hostile_tars
 from tests.archive_fixtures import (CLASSES, add_bytes, files_of, make_parquet, make_shards, make_tar,
                                     make_tar_of_tars, make_zip)
 from tests.shard_fixtures import dead_letters, examples, load_manifest, make_class_tree, run_build, shard_files
-from transforms.archives.members import MemberRef, archive_kind, is_shard_pattern, label_path
+from transforms.archives.members import MemberRef, archive_kind, is_parquet_pattern, is_shard_pattern, label_path
 from transforms.archives.parquet_rows import class_names_of, columns_problem
 from transforms.archives.tar_index import Window, member_path, tar_members
 from transforms.archives.webdataset import expand_braces, samples_of
@@ -126,6 +126,37 @@ def test_each_container_gives_the_folders_records(kind, tree, folder_build, tmp_
         assert "train.tar!tulip.tar!tulip_004.jpg" in names
 
 
+def _hugging_face_export(tree: str, folder) -> list[str]:
+    """``tree`` as a Hugging Face export: two Parquet files, a dataset card and a hidden file."""
+    folder.mkdir()
+    rels = files_of(tree)
+    make_parquet(tree, str(folder / "train-00000-of-00002.parquet"), rels=rels[::2])
+    make_parquet(tree, str(folder / "train-00001-of-00002.parquet"), rels=rels[1::2])
+    (folder / "README.md").write_text("# a dataset card\n")
+    (folder / ".gitattributes").write_text("*.parquet filter=lfs\n")
+    return rels
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["*.parquet", "train-{00000,00001}-of-00002.parquet", ""])
+def test_parquet_files_by_pattern_or_folder_give_the_folders_records(given, tree, folder_build, tmp_path, capsys):
+    rels = _hugging_face_export(tree, tmp_path / "hf")
+    source = str(tmp_path / "hf" / given) if given else str(tmp_path / "hf")
+    out = str(tmp_path / "out")
+    status, stdout, err = run_build(capsys, "--input", source, "--output_dir", out, "--max_bad_fraction", "0.5")
+    assert status == 0, err
+    assert _records(out) == _records(folder_build)
+    assert open(os.path.join(out, "labels.txt")).read() == "daisy\nrose\ntulip\n"
+    assert "written + dead-lettered = 18 inputs" in stdout
+    broken = ("cut.jpg", "notes.jpg", "empty.png")
+    assert sorted(d["path"] for d in dead_letters(out)) == sorted(
+        f"{tmp_path / 'hf'}/train-0000{i % 2}-of-00002.parquet!{i // 2}"
+        for i, rel in enumerate(rels) if rel.rsplit("/", 1)[1] in broken)
+    # Hugging Face's path (the file's base name) is kept in image/filename, after the row that keeps it unique.
+    expected = {f"train-0000{i % 2}-of-00002.parquet!{i // 2}!{rel.rsplit('/', 1)[1]}" for i, rel in enumerate(rels)}
+    assert set(_filenames(out)) <= expected and len(_filenames(out)) == 15
+
+
 @pytest.mark.slow
 def test_an_archive_of_split_folders_gives_each_member_its_split(tmp_path, capsys):
     root = tmp_path / "tree"
@@ -174,6 +205,43 @@ def test_webdataset_json_labels_and_features_and_incomplete_samples(tmp_path, ca
     assert got[b"data.tar!b.png"]["image/class/text"] == b"dog"
     assert sorted((d["path"], d["reason"]) for d in dead_letters(out)) == [
         (f"{shard}!c.jpg", "no_label"), (f"{shard}!d", "no_image")]
+
+
+def test_a_webdataset_sample_with_a_member_twice_is_an_ambiguous_dead_letter(tmp_path, capsys):
+    from tests.shard_fixtures import image_bytes
+    import random
+
+    rng = random.Random(5)
+    shard = tmp_path / "data.tar"
+    with tarfile.open(shard, "w") as archive:
+        add_bytes(archive, "s1.jpg", image_bytes("a", "JPEG", rng))
+        add_bytes(archive, "s1.cls", b"0")
+        add_bytes(archive, "s2.jpg", image_bytes("b", "JPEG", rng))
+        add_bytes(archive, "s2.jpg", image_bytes("c", "JPEG", rng))  # appended again: which is s2?
+        add_bytes(archive, "s2.cls", b"1")
+        add_bytes(archive, "s3.png", image_bytes("d", "PNG", rng))
+        add_bytes(archive, "s3.cls", b"0")
+        add_bytes(archive, "s3.cls", b"1")  # two labels
+        add_bytes(archive, "s4.jpg", image_bytes("e", "JPEG", rng))
+        add_bytes(archive, "s4.png", image_bytes("f", "PNG", rng))  # two images
+        add_bytes(archive, "s4.cls", b"1")
+        add_bytes(archive, "s5.jpg", image_bytes("g", "JPEG", rng))
+        add_bytes(archive, "s5.cls", b"1")
+        add_bytes(archive, "s6.jpg", image_bytes("h", "JPEG", rng))
+        add_bytes(archive, "s6.JPG", image_bytes("i", "JPEG", rng))  # one extension in two cases
+        add_bytes(archive, "s6.cls", b"1")
+    out = str(tmp_path / "out")
+    status, stdout, err = run_build(capsys, "--input", str(shard), "--output_dir", out, "--max_bad_fraction", "0.9")
+    assert status == 0, err
+    assert sorted(_filenames(out)) == ["data.tar!s1.jpg", "data.tar!s5.jpg"]
+    dead = {d["path"]: d for d in dead_letters(out)}
+    assert sorted(dead) == [f"{shard}!s2", f"{shard}!s3", f"{shard}!s4", f"{shard}!s6"]
+    assert {d["reason"] for d in dead.values()} == {"ambiguous_sample"}
+    assert "s2.jpg twice" in dead[f"{shard}!s2"]["error"], dead
+    assert "s3.cls twice" in dead[f"{shard}!s3"]["error"], dead
+    assert "s4.jpg" in dead[f"{shard}!s4"]["error"] and "s4.png" in dead[f"{shard}!s4"]["error"], dead
+    assert "s6.jpg and s6.JPG" in dead[f"{shard}!s6"]["error"], dead
+    assert "written + dead-lettered = 6 inputs" in stdout
 
 
 def test_a_damaged_tar_keeps_the_members_before_and_is_one_dead_letter(tree, tmp_path, capsys):
@@ -237,6 +305,9 @@ def test_usage_errors_name_the_input(tmp_path, capsys):
     assert status == 2 and "no shard" in err and "shard-000.tar" in err, err
     status, _, err = run_build(capsys, "--input", str(tmp_path / "none.zip"), "--output_dir", str(tmp_path / "out"))
     assert status == 2 and "none.zip does not exist" in err, err
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "hf" / "*.parquet"), "--output_dir",
+                               str(tmp_path / "out"))
+    assert status == 2 and "*.parquet matches no Parquet file" in err, err
 
 
 # Pure parts.
@@ -246,12 +317,17 @@ def test_usage_errors_name_the_input(tmp_path, capsys):
     ("s-{00..02}.tar", ["s-00.tar", "s-01.tar", "s-02.tar"]),
     ("s-{8..10}.tar", ["s-8.tar", "s-9.tar", "s-10.tar"]),
     ("{a,b}-{0..1}.tar", ["a-0.tar", "a-1.tar", "b-0.tar", "b-1.tar"]),
+    # As webdataset (braceexpand) reads them: steps, letters, nested groups, ranges that count down.
+    ("s-{0..10..5}.tar", ["s-0.tar", "s-5.tar", "s-10.tar"]),
+    ("{a..c}.tar", ["a.tar", "b.tar", "c.tar"]),
+    ("s-{x,{1..2}}.tar", ["s-x.tar", "s-1.tar", "s-2.tar"]),
+    ("s-{3..1}.tar", ["s-3.tar", "s-2.tar", "s-1.tar"]),
 ])
 def test_brace_ranges_expand(pattern, expected):
     assert expand_braces(pattern) == expected
 
 
-@pytest.mark.parametrize("pattern", ["s-{3..1}.tar", "s-{0..1.tar", "s-}.tar"])
+@pytest.mark.parametrize("pattern", ["s-{0..1.tar", "s-}.tar", "s-{{0..1}.tar"])
 def test_bad_brace_ranges_are_refused(pattern):
     with pytest.raises(PlanError):
         expand_braces(pattern)
@@ -260,10 +336,11 @@ def test_bad_brace_ranges_are_refused(pattern):
 @pytest.mark.parametrize("path, kind, pattern", [
     ("a.tar", "tar", False), ("A.TGZ", "tgz", False), ("x.tar.gz", "tgz", False), ("x.zip", "zip", False),
     ("t-00000.parquet", "parquet", False), ("s-{0..9}.tar", "tar", True), ("s-*.tar", "tar", True),
-    ("folder", None, False), ("list.csv", None, False)])
+    ("folder", None, False), ("list.csv", None, False), ("hf/*.parquet", "parquet", False)])
 def test_container_kinds(path, kind, pattern):
     assert archive_kind(path) == kind
     assert is_shard_pattern(path) == pattern
+    assert is_parquet_pattern(path) == (kind == "parquet" and "*" in path)
 
 
 def test_member_names_and_label_paths():

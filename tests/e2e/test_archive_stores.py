@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.archive_fixtures import make_parquet, make_shards, make_tar_of_tars, make_zip
+from tests.archive_fixtures import files_of, make_parquet, make_shards, make_tar_of_tars, make_zip
 from tests.shard_fixtures import dead_letters, examples, make_class_tree, run_build, shard_files
 
 boto3 = pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
@@ -37,11 +37,19 @@ def containers(tmp_path_factory):
     make_shards(root, str(where / "shards"))
     for name in sorted(os.listdir(where / "shards")):
         files[f"shards/{name}"] = str(where / "shards" / name)
+    # A Hugging Face export: the rows in two Parquet files, and a dataset card beside them.
+    rels = files_of(root)
+    for part in range(2):
+        name = f"train-0000{part}-of-00002.parquet"
+        files[f"hf/{name}"] = make_parquet(root, str(where / name), row_group_size=4, rels=rels[part::2])
+    (where / "README.md").write_text("# a dataset card\n")
+    files["hf/README.md"] = str(where / "README.md")
     return _records(out), files
 
 
 INPUTS = (("train.tar", []), ("photos.zip", []), ("rows.parquet", []),
-          ("shards/shard-{000000..000001}.tar", ["--class_names", "daisy,rose,tulip"]))
+          ("shards/shard-{000000..000001}.tar", ["--class_names", "daisy,rose,tulip"]),
+          ("hf/*.parquet", []), ("hf", []))
 
 
 @pytest.mark.slow
@@ -67,7 +75,7 @@ def test_containers_on_s3_give_the_folders_records(s3_server, containers, name, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, flags", INPUTS[:2])
+@pytest.mark.parametrize("name, flags", INPUTS[:2] + INPUTS[-2:])
 def test_containers_on_gcs_give_the_folders_records(gcs_server, containers, name, flags, tmp_path, capsys):
     from google.auth.credentials import AnonymousCredentials
 

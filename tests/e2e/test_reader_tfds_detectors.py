@@ -143,6 +143,89 @@ def test_tfds_loads_multi_label_extras_and_boxes(tmp_path, capsys):
     assert sorted(halves[0] + halves[1]) == names and len(halves[0]) == 5
 
 
+# The README's schema, and each extra key as tf.data reads a list.
+README_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/format": tf.io.FixedLenFeature([], tf.string),
+    "image/height": tf.io.FixedLenFeature([], tf.int64),
+    "image/width": tf.io.FixedLenFeature([], tf.int64),
+    "image/channels": tf.io.FixedLenFeature([], tf.int64),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    "image/class/text": tf.io.FixedLenFeature([], tf.string),
+    "image/filename": tf.io.FixedLenFeature([], tf.string),
+    "image/key/sha256": tf.io.FixedLenFeature([], tf.string),
+}
+
+
+def _webdataset_with_varying_keys(path: str) -> dict[str, dict]:
+    """A shard of 10 samples whose .json keys vary: a caption in 2, a score in 5, tags in 3, a count in all."""
+    import io
+    import tarfile
+
+    rows = {}
+    with tarfile.open(path, "w") as archive:
+        for i in range(10):
+            row = {"label": "cat" if i % 2 else "dog", "count": i}
+            if i in (3, 7):
+                row["caption"] = f"image {i}"
+            if i % 2:
+                row["score"] = i / 4
+            if i % 3 == 0:
+                row["tags"] = [i, i + 1]
+            rows[f"s{i}.png"] = row
+            for name, data in ((f"s{i}.png", imagegen.encode(imagegen.image("RGB", 16, 16, salt=i), "PNG")),
+                               (f"s{i}.json", json.dumps(row).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [(), ("--feature", "caption:bytes?", "--feature", "score:float?"),
+                                   ("--feature", "caption:bytes_list", "--feature", "score:float_list")],
+                         ids=["inferred", "declared", "declared_lists"])
+def test_keys_missing_from_some_samples_are_optional_lists_tf_and_tfds_read(flags, tmp_path, capsys):
+    shard, out = str(tmp_path / "data.tar"), str(tmp_path / "out")
+    rows = _webdataset_with_varying_keys(shard)
+    status, summary, err = run_build(capsys, "--input", shard, "--output_dir", out, *flags)
+    assert status == 0, err
+    assert "written + dead-lettered = 10 inputs" in summary  # none rejected for a key it lacks
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    spec = manifest["feature_spec"]
+    # A key some samples lack holds 0 or 1 values: a list; a key every sample has stays single.
+    assert (spec["caption"], spec["score"], spec["tags"], spec["count"]) == (
+        "bytes_list", "float_list", "int64_list", "int64")
+
+    features = {**README_FEATURES, "caption": tf.io.VarLenFeature(tf.string),
+                "score": tf.io.VarLenFeature(tf.float32), "tags": tf.io.VarLenFeature(tf.int64),
+                "count": tf.io.FixedLenFeature([], tf.int64)}
+    parsed = {}
+    for record in tf.data.TFRecordDataset(sorted(glob.glob(os.path.join(out, "train-*.tfrecord")))):
+        ex = tf.io.parse_single_example(record, features)
+        parsed[ex["image/filename"].numpy().decode().split("!")[1]] = {
+            key: tf.sparse.to_dense(value).numpy().tolist() if isinstance(value, tf.SparseTensor)
+            else value.numpy() for key, value in ex.items()}
+    assert sorted(parsed) == sorted(rows)
+    for name, row in rows.items():
+        got = parsed[name]
+        assert got["caption"] == ([row["caption"].encode()] if "caption" in row else [])
+        assert got["score"] == pytest.approx([row["score"]] if "score" in row else [])
+        assert got["tags"] == row.get("tags", []) and got["count"] == row["count"]
+
+    from beam_jobs import verify_shards
+
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", out]) == 0, capsys.readouterr()  # every record fits the spec
+    builder = tfds.builder_from_directory(out)
+    assert builder.info.splits["train"].num_examples == 10
+    read = {ex["image/filename"].decode().split("!")[1]: ex for ex in tfds.as_numpy(builder.as_dataset(split="train"))}
+    for name, row in rows.items():
+        assert read[name]["caption"].tolist() == ([row["caption"].encode()] if "caption" in row else [])
+        assert read[name]["score"].tolist() == pytest.approx([row["score"]] if "score" in row else [])
+        assert read[name]["count"] == row["count"]
+
+
 # --- detection: COCO -----------------------------------------------------------------------------
 
 # Model Garden's TfExampleDecoder (official/vision/dataloaders/tf_example_decoder.py, with

@@ -359,3 +359,53 @@ def test_label_problem_checks_every_label_of_a_multi_label_record():
     assert label_problem(decoded((), ()), ["a", "b"]) is None
     assert "label 1 is 'b'" in label_problem(decoded((0, 1), (b"a", b"c")), ["a", "b"])
     assert "outside 0..1" in label_problem(decoded((0, 2), (b"a", b"c")), ["a", "b"])
+
+
+# --- features that may be missing -----------------------------------------------------------
+
+def test_a_declared_optional_feature_is_a_list_of_at_most_one_value():
+    assert parse_feature_flags(["caption:bytes?", "tags:int64_list?"]) == {"caption": "bytes?", "tags": "int64_list?"}
+    typing = ManifestTyping(parse_feature_flags(["caption:bytes?", "w:float?"]))
+    assert typing.json_row({"caption": "a cat", "w": 1}) == (("caption", "bytes_list", (b"a cat",)),
+                                                             ("w", "float_list", (1.0,)))
+    assert typing.json_row({"label": "x"}) == ()
+    with pytest.raises(FeatureValueError, match="a list where the feature is a single bytes"):
+        typing.json_row({"caption": ["a", "b"]})
+    # CSV: an empty cell of an optional column is missing; of another, a value.
+    csv = ManifestTyping(parse_feature_flags(["n:int64?", "t:bytes"]))
+    assert csv.csv_row({"n": " ", "t": ""}) == (("t", "bytes", (b"",)),)
+    assert csv.csv_row({"n": "4", "t": "x"}) == (("n", "int64_list", (4,)), ("t", "bytes", (b"x",)))
+
+
+def test_a_declared_list_takes_a_single_json_value_as_a_list_of_one():
+    typing = ManifestTyping({"caption": "bytes_list"})
+    assert typing.json_row({"caption": "a cat"}) == (("caption", "bytes_list", (b"a cat",)),)
+    assert typing.json_row({"caption": ["a", "b"]}) == (("caption", "bytes_list", (b"a", b"b")),)
+    undeclared = ManifestTyping({})
+    undeclared.json_row({"tags": [1]})
+    with pytest.raises(FeatureValueError, match="not a list"):  # an inferred list stays strict
+        undeclared.json_row({"tags": 1})
+
+
+def test_a_key_some_inputs_lack_is_optional_in_the_layout():
+    from transforms.images.listing_facts import ListingTally
+
+    def source(name: str, **features) -> SourceImage:
+        return SourceImage(name, name, "train", "cat", features=tuple(
+            (key, t, v) for key, (t, v) in sorted(features.items())))
+
+    halves = [ListingTally(), ListingTally()]
+    halves[0].add(source("a", caption=("bytes", (b"x",)), n=("int64", (1,)), tags=("int64_list", (1,))))
+    halves[0].add(DeadLetter("bad", "unreadable", "x"))  # not an input whose keys count
+    halves[1].add(source("b", n=("int64", (2,)), image_source=("bytes", (b"s",))))
+    facts = ListingTally.merged(halves).facts()
+    assert dict(facts.layout.features) == {"caption": "bytes_list", "n": "int64", "tags": "int64_list",
+                                           "image_source": "bytes_list"}
+    everywhere = ListingTally()
+    everywhere.add(source("a", n=("int64", (1,))))
+    assert dict(everywhere.facts().layout.features) == {"n": "int64"}
+    # A declared type is kept (a single value declared stays required); one declared optional is in
+    # every record even when no input gives it.
+    declared = ListingTally.merged(halves).facts(declared={"caption": "bytes", "note": "bytes?"})
+    assert dict(declared.layout.features) == {"caption": "bytes", "n": "int64", "tags": "int64_list",
+                                              "image_source": "bytes_list", "note": "bytes_list"}

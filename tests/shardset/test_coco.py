@@ -135,3 +135,16 @@ def test_a_kept_category_id_outside_int64_refuses_the_file(class_id) -> None:
         list(coco_entries(json.dumps(doc), "i.json", None, LabelRules()))
     largest = {"images": [], "categories": [{"id": (1 << 63) - 1, "name": "cat"}]}
     assert next(coco_entries(json.dumps(largest), "i.json", None, LabelRules())).classes == (((1 << 63) - 1, "cat"),)
+
+
+def test_the_first_image_paths_resolve_against_the_root_and_stop_after_max_items():
+    from transforms.shardset.coco import first_image_paths, image_folder
+
+    items = [("annotations", 0, {"image_id": 1}), ("images", 0, {"file_name": "a.jpg"}),
+             ("images", 1, {"id": 2}), ("images", 2, {"file_name": "/abs/b.jpg"}),
+             ("images", 3, {"file_name": "c.jpg"})]
+    folder = image_folder("gs://b/coco/annotations/instances.json", None)
+    assert folder == "gs://b/coco/annotations"
+    assert image_folder("instances.json", None) == "." and image_folder("x/i.json", "gs://b/val/") == "gs://b/val"
+    assert first_image_paths(items, folder, 2, 100) == ["gs://b/coco/annotations/a.jpg", "/abs/b.jpg"]
+    assert first_image_paths(items, folder, 8, 2) == ["gs://b/coco/annotations/a.jpg"]  # 2 entries read

@@ -82,3 +82,22 @@ def test_walk_local_tree_keeps_unreadable_folders_by_keep_too(tmp_path, monkeypa
     assert (b"", b"sub") in seen  # an unreadable folder is tested as a name in its parent
     assert [(p, type(err)) for p, err in walk_local_tree(str(tmp_path), lambda folder: lambda name: True)
             if err] == [(locked, PermissionError)]
+
+
+def test_a_folder_whose_files_all_have_a_suffix_gives_them_and_stops_at_another(tmp_path):
+    from transforms.storage.listing import files_all_of_suffix
+
+    def ignored(name: str) -> bool:
+        return name.startswith(".") or name.endswith(".md")
+
+    for name in ("b.parquet", "a.PARQUET", "README.md", ".gitattributes"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / ".cache").mkdir()  # hidden: passed over
+    assert files_all_of_suffix(str(tmp_path), ".parquet", ignored) == [
+        str(tmp_path / "a.PARQUET"), str(tmp_path / "b.parquet")]
+    (tmp_path / "cat").mkdir()  # a class folder beside a metadata.parquet: not a folder of Parquet files
+    (tmp_path / "cat" / "c.jpg").write_bytes(b"x")
+    assert files_all_of_suffix(str(tmp_path), ".parquet", ignored) is None
+    assert files_all_of_suffix(str(tmp_path / "cat"), ".parquet", ignored) is None  # a jpg
+    (tmp_path / "empty").mkdir()
+    assert files_all_of_suffix(str(tmp_path / "empty"), ".parquet", ignored) is None  # none at all

@@ -318,3 +318,17 @@ def test_a_manifest_and_a_folder_together(tmp_path) -> None:
     whole = list(manifest_entries(decode_manifest(_JSONL), str(manifest), LabelRules()))
     assert len(entries) + len(dead) == len(tree_entries_) + len(tree_dead) + len(whole)
     assert counters["inputs_listed"] == len(entries) + len(dead)
+
+
+def test_a_parquet_pattern_lists_each_file_and_a_broken_one_is_its_own_dead_letter(tmp_path) -> None:
+    from tests.archive_fixtures import make_parquet
+    from tests.shard_fixtures import make_class_tree
+
+    make_class_tree(str(tmp_path / "tree"), classes=("cat", "dog"), per_class=2, broken=False)
+    (tmp_path / "hf").mkdir()
+    make_parquet(str(tmp_path / "tree"), str(tmp_path / "hf" / "a.parquet"), classes=("cat", "dog"))
+    (tmp_path / "hf" / "b.parquet").write_bytes(b"PAR1 this is not Parquet")
+    make_parquet(str(tmp_path / "tree"), str(tmp_path / "hf" / "c.parquet"), classes=("cat", "dog"))
+    entries, dead, _, _ = _discover([str(tmp_path / "hf" / "*.parquet")], LabelRules())
+    assert sorted(e.path.rsplit("/", 1)[1] for e in entries) == [f"{f}.parquet!{i}" for f in "ac" for i in range(4)]
+    assert [(d.path, d.reason) for d in dead] == [(str(tmp_path / "hf" / "b.parquet"), "unreadable")]

@@ -22,8 +22,8 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
 __all__ = ["ContainerRules", "container_problem", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET", "input_kind", "MemberRef", "archive_kind", "is_container_input",
-           "is_shard_pattern", "member_name", "label_path", "member_entry", "listed_member", "unsafe_member",
-           "unsafe_entry"]
+           "is_shard_pattern", "is_parquet_pattern", "member_name", "label_path", "member_entry", "listed_member",
+           "unsafe_member", "unsafe_entry"]
 
 SEPARATOR = "!"
 TAR, TGZ, ZIP, PARQUET, WEBDATASET = "tar", "tgz", "zip", "parquet", "webdataset"
@@ -70,6 +70,11 @@ def archive_kind(path: str) -> str | None:
 def is_shard_pattern(path: str) -> bool:
     """True for a pattern of WebDataset shards: ``.tar`` names with a brace range or wildcards."""
     return archive_kind(path) == TAR and any(c in path for c in _PATTERN_CHARS)
+
+
+def is_parquet_pattern(path: str) -> bool:
+    """True for a pattern of Parquet files: ``.parquet`` names with wildcards or braces (``hf/*.parquet``)."""
+    return archive_kind(path) == PARQUET and any(c in path for c in _PATTERN_CHARS)
 
 
 def is_container_input(path: str) -> bool:

@@ -99,7 +99,9 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
     """The input of each row of one row group, read from its label column only.
 
     A row is named ``FILE!ROW`` (its row number in the file); its
-    ``image/filename`` is ``BASENAME!ROW``.
+    ``image/filename`` is ``BASENAME!ROW``, and ``BASENAME!ROW!PATH`` where the
+    image struct keeps the image file's ``path`` as Hugging Face writes it (a
+    base name, which may repeat: the row number keeps the name unique).
 
     Args:
         path: The Parquet file (path or URI).
@@ -112,13 +114,19 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
         class_names: Names of integer labels, in index order (``--class_names`` or
             the file's ``ClassLabel`` names); None: an index is named by its number.
     """
+    image = _field_type(parquet.schema_arrow, image_column)
+    has_path = image is not None and pa.types.is_struct(image) and image.get_field_index("path") >= 0
     try:
-        labels = parquet.read_row_group(group, columns=[label_column]).column(0).to_pylist()
+        table = parquet.read_row_group(group, columns=[label_column] + ([f"{image_column}.path"] if has_path else []))
+        labels = table.column(0).to_pylist()
+        paths = [value and value.get("path") for value in table.column(1).to_pylist()] if has_path else []
     except (pa.ArrowException, OSError, ValueError) as err:
         raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
     base = posixpath.basename(path)
     for row, value in enumerate(labels):
         number = first_row + row
+        image_path = paths[row] if row < len(paths) else None
+        filename = f"{base}!{number}" + (f"!{image_path}" if isinstance(image_path, str) and image_path else "")
         name = member_name(path, str(number))
         if value is None:
             label, why = None, f"row's {label_column!r} is None, not a class"
@@ -131,7 +139,7 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
         if problem:
             yield DeadLetter(name, "bad_label", problem)
             continue
-        yield SourceImage(path=name, relpath=f"{base}!{number}", split=rules.unsplit(), label=label,
+        yield SourceImage(path=name, relpath=filename, split=rules.unsplit(), label=label,
                           member=MemberRef(path, PARQUET, group, row, -1, column=image_column))
 
 

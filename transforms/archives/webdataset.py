@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
+from braceexpand import UnbalancedBracesError, braceexpand
+
 from transforms.archives.members import WEBDATASET, MemberRef, member_name, unsafe_member
 from transforms.archives.tar_index import TarMember
 from transforms.example.features import FeatureValueError, ManifestTyping
@@ -31,44 +33,31 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name
 from transforms.errors import PlanError
 
-__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of", "sample_entry"]
+__all__ = ["IMAGE_EXTENSIONS", "LABEL_EXTENSIONS", "expand_braces", "key_and_extension", "Sample", "samples_of",
+           "ambiguity", "sample_entry"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSIONS = ("cls", "json")
 # Label members are read during listing; larger ones are not labels.
 MAX_LABEL_BYTES = 1 << 20
-_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
 def expand_braces(pattern: str) -> list[str]:
     """``shard-{000..002}.tar`` -> ``shard-000.tar``, ``shard-001.tar``, ``shard-002.tar``.
 
-    A range keeps the width of its first number (zero padding); ``{a,b}``
-    lists alternatives; several groups expand in turn. A pattern without
-    braces is itself.
+    Braces are read as webdataset reads them (the ``braceexpand`` package,
+    bash's rules): a range keeps the zero padding of its ends and may step
+    (``{0..10..5}``), count down or run over letters (``{a..c}``); ``{a,b}``
+    lists alternatives; groups nest and several expand in turn. A group that
+    is neither (``{b}``) stays as written, as in bash.
 
     Raises:
-        PlanError: A range that runs backwards or an unclosed brace.
+        PlanError: Braces that do not pair up (``{`` not closed, ``}`` without ``{``).
     """
-    start = pattern.find("{")
-    if start < 0:
-        if "}" in pattern:
-            raise PlanError(f"{pattern!r}: '}}' without '{{'")
-        return [pattern]
-    end = pattern.find("}", start)
-    if end < 0:
-        raise PlanError(f"{pattern!r}: '{{' is not closed")
-    head, body, tail = pattern[:start], pattern[start + 1:end], pattern[end + 1:]
-    match = _RANGE.fullmatch("{" + body + "}")
-    if match:
-        first, last = int(match.group(1)), int(match.group(2))
-        if last < first:
-            raise PlanError(f"{pattern!r}: range {{{body}}} runs backwards")
-        width = len(match.group(1))
-        choices = [str(i).zfill(width) for i in range(first, last + 1)]
-    else:
-        choices = body.split(",")
-    return [head + choice + rest for choice in choices for rest in expand_braces(tail)]
+    try:
+        return list(braceexpand(pattern))
+    except UnbalancedBracesError:
+        raise PlanError(f"{pattern!r}: braces do not pair up (a '{{' not closed or a '}}' without '{{')") from None
 
 
 def key_and_extension(name: str) -> tuple[str, str]:
@@ -80,10 +69,12 @@ def key_and_extension(name: str) -> tuple[str, str]:
 
 @dataclass
 class Sample:
-    """The members of one key: extension -> ``TarMember``."""
+    """The members of one key: extension -> ``TarMember`` (the first of an extension), and the names of
+    members whose extension came again (``twice``)."""
 
     key: str
     members: dict[str, TarMember] = field(default_factory=dict)
+    twice: list[str] = field(default_factory=list)
 
 
 def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
@@ -102,9 +93,27 @@ def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
             if current is not None:
                 yield current
             current = Sample(key)
-        current.members.setdefault(ext, member)
+        if ext in current.members:
+            current.twice.append(member.name)
+        else:
+            current.members[ext] = member
     if current is not None:
         yield current
+
+
+def ambiguity(sample: Sample) -> str | None:
+    """Why a sample has no one image or label: a member named twice (``000017.jpg`` appended again,
+    two ``.cls``) or images of two extensions (``.jpg`` and ``.png``); None when it has not."""
+    problems = []
+    for name in dict.fromkeys(sample.twice):
+        first = sample.members[key_and_extension(name)[1]].name  # the same name, or its case differs
+        problems.append(f"{name} twice" if first == name else f"{first} and {name}")
+    images = [sample.members[ext].name for ext in IMAGE_EXTENSIONS if ext in sample.members]
+    if len(images) > 1:
+        problems.append(f"{len(images)} images ({', '.join(images)})")
+    if not problems:
+        return None
+    return f"sample is ambiguous: {'; '.join(problems)}; which member is meant is not known"
 
 
 def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes], rules: LabelRules,
@@ -119,6 +128,9 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
         typing: The build's feature types, shared by the samples of a shard.
         class_names: ``--class_names``/``--labels_file``, naming integer class indices.
     """
+    ambiguous = ambiguity(sample)
+    if ambiguous:
+        return DeadLetter(shown_name(member_name(shard, sample.key)), "ambiguous_sample", ambiguous)
     ext = next((e for e in IMAGE_EXTENSIONS if e in sample.members), None)
     if ext is None:
         shown = ", ".join(sorted(sample.members)) or "none"

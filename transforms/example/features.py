@@ -8,6 +8,12 @@ the ``tf.train.Feature`` list that holds the values.
 JSON Lines values are typed by their JSON value (int, float, string, or a list
 of one of these); CSV cells are text and their column's type must be declared
 (``--feature name:type``); list items in a CSV cell are separated by ``;``.
+
+A feature may be missing from some inputs: declared ``name:type?`` (an empty
+CSV cell is then missing too), or found so when the listing sees inputs without
+the key (``listing_facts``). Its records hold it as a list of 0 or 1 values
+(``optional_type``: ``bytes?`` is stored as ``bytes_list``), so TensorFlow and
+tfds read it as a variable-length list and a missing value is an empty one.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from typing import Mapping, Sequence
 
 from transforms.errors import ShardsError, UsageError
 
-__all__ = ["FEATURE_TYPES", "EMPTY_LIST", "LIST_SEPARATOR", "FeatureValueError", "ManifestTyping",
-           "base_kind", "is_list_type", "parse_feature_flags", "json_type", "from_json", "from_csv",
+__all__ = ["FEATURE_TYPES", "EMPTY_LIST", "LIST_SEPARATOR", "OPTIONAL", "FeatureValueError", "ManifestTyping",
+           "base_kind", "is_list_type", "optional_type", "parse_feature_flags", "json_type", "from_json", "from_csv",
            "feature_problems", "name_problem", "undeclared_columns"]
 
 FEATURE_TYPES = ("bytes", "int64", "float", "bytes_list", "int64_list", "float_list")
@@ -27,6 +33,8 @@ FEATURE_TYPES = ("bytes", "int64", "float", "bytes_list", "int64_list", "float_l
 # every list type, and a key that is empty in every row is stored as bytes_list.
 EMPTY_LIST = "empty_list"
 LIST_SEPARATOR = ";"
+# Ends a declared type whose key may be missing (``--feature caption:bytes?``).
+OPTIONAL = "?"
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _FLOAT32_MAX = 3.4028234663852886e38
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]+$")
@@ -48,6 +56,14 @@ def is_list_type(feature_type: str) -> bool:
     return feature_type.endswith("_list")
 
 
+def optional_type(feature_type: str) -> str:
+    """The type records hold a feature of ``feature_type`` in when some inputs lack it: a list
+    (``bytes`` -> ``bytes_list``; a list type is itself, ``EMPTY_LIST`` too)."""
+    if feature_type == EMPTY_LIST or is_list_type(feature_type):
+        return feature_type
+    return feature_type + "_list"
+
+
 def name_problem(name: str) -> str | None:
     """Why a key cannot be an extra feature's name, or None."""
     if not name or not _NAME.match(name):
@@ -58,7 +74,10 @@ def name_problem(name: str) -> str | None:
 
 
 def parse_feature_flags(flags: Sequence[str]) -> dict[str, str]:
-    """Parses ``--feature name:type`` values.
+    """Parses ``--feature name:type`` values; ``name:type?`` declares a key that may be missing.
+
+    Returns:
+        Name -> type, ``OPTIONAL`` kept at the end of an optional one's.
 
     Raises:
         UsageError: A value is not ``name:type``, names a reserved key or an
@@ -72,8 +91,9 @@ def parse_feature_flags(flags: Sequence[str]) -> dict[str, str]:
         problem = name_problem(name)
         if problem:
             raise UsageError(f"--feature {flag!r}: {problem}")
-        if feature_type not in FEATURE_TYPES:
-            raise UsageError(f"--feature {flag!r}: type must be one of {', '.join(FEATURE_TYPES)}")
+        if feature_type.removesuffix(OPTIONAL) not in FEATURE_TYPES:
+            raise UsageError(f"--feature {flag!r}: type must be one of {', '.join(FEATURE_TYPES)}, "
+                             f"followed by {OPTIONAL} for a key that may be missing")
         if name in declared:
             raise UsageError(f"--feature names {name!r} twice")
         declared[name] = feature_type
@@ -160,10 +180,20 @@ class ManifestTyping:
     Declared types (``--feature``) are fixed; an undeclared JSON key takes the
     type of its first value, and a later row whose value has another type
     does not fit. Rows are read in file order, so the typing is deterministic.
+    A declared list type takes a single JSON value as a list of one. A
+    declared optional single value (``bytes?``) is given as its list type
+    (``optional_type``), so that every record holds it alike, with or without
+    a value.
     """
 
     def __init__(self, declared: Mapping[str, str]) -> None:
-        self.types: dict[str, str] = dict(declared)
+        self.types: dict[str, str] = {name: t.removesuffix(OPTIONAL) for name, t in declared.items()}
+        self._declared = frozenset(declared)
+        self._optional = frozenset(name for name, t in declared.items() if t.endswith(OPTIONAL))
+
+    def _given_as(self, name: str, feature_type: str) -> str:
+        """The type a value of ``name`` is handed on as: a declared optional one's list type."""
+        return optional_type(feature_type) if name in self._optional else feature_type
 
     def json_row(self, row: Mapping[str, object]) -> tuple[tuple[str, str, tuple], ...]:
         """``(name, type, values)`` of every extra key of a JSON object, sorted by name.
@@ -180,6 +210,8 @@ class ManifestTyping:
             if problem:
                 raise FeatureValueError(problem)
             feature_type = self.types.get(name) or json_type(value)
+            if name in self._declared and is_list_type(feature_type) and not isinstance(value, list):
+                value = [value]  # a single value of a declared list: a list of one
             if feature_type is None and value == []:
                 out.append((name, EMPTY_LIST, ()))
                 continue
@@ -192,7 +224,7 @@ class ManifestTyping:
             except FeatureValueError as err:
                 raise FeatureValueError(f"key {name!r} ({feature_type}): {err}") from None
             self.types.setdefault(name, feature_type)
-            out.append((name, feature_type, values))
+            out.append((name, self._given_as(name, feature_type), values))
         return tuple(out)
 
     def csv_row(self, row: Mapping[str, str]) -> tuple[tuple[str, str, tuple], ...]:
@@ -202,11 +234,13 @@ class ManifestTyping:
             feature_type = self.types.get(name)
             if feature_type is None:
                 raise FeatureValueError(f"column {name!r} is not declared with --feature")
+            if name in self._optional and not row[name].strip():
+                continue  # an empty cell of a key that may be missing: missing
             try:
                 values = from_csv(row[name], feature_type)
             except FeatureValueError as err:
                 raise FeatureValueError(f"column {name!r} ({feature_type}): {err}") from None
-            out.append((name, feature_type, values))
+            out.append((name, self._given_as(name, feature_type), values))
         return tuple(out)
 
 

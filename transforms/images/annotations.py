@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, FeatureValueError, ManifestTyping,
-                                         base_kind, is_list_type)
+from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, OPTIONAL, FeatureValueError,
+                                         ManifestTyping, base_kind, is_list_type, optional_type)
 from transforms.images.object_classes import label_map_pbtxt
 from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_objects, place_boxes, source_geometry
 from transforms.shardset.tfds_metadata import tfds_files
 
 __all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "SOURCE_ID", "RecordLayout", "row_annotations", "layout_of",
-           "merge_layouts", "record_extras", "image_extras", "PlacedExtras", "LABEL_MAP_NAME", "build_sidecars",
+           "merge_layouts", "with_optional_features", "record_extras", "image_extras", "PlacedExtras", "LABEL_MAP_NAME", "build_sidecars",
            "object_ids_problem"]
 
 LABEL_MAP_NAME = "label_map.pbtxt"
@@ -143,6 +143,35 @@ def merge_layouts(layouts: Iterable[RecordLayout]) -> RecordLayout:
         typed = given - {EMPTY_LIST}
         chosen.append((name, min(typed) if typed else EMPTY_LIST))
     return RecordLayout(multi, objects, tuple(chosen))
+
+
+def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inputs: int,
+                           declared: Mapping[str, str] | None = None) -> RecordLayout:
+    """The layout with each undeclared single-valued feature that some inputs lack made a list
+    (``optional_type``), and every feature declared optional (``name:type?``) in it.
+
+    A key missing from some inputs (a WebDataset ``.json`` key a few samples
+    have, a JSON Lines key beside a folder's images) would otherwise have no
+    value to write there: its records hold it as a list of 0 or 1 values,
+    which TensorFlow and tfds read as a variable-length list. A key declared
+    with ``--feature`` keeps its declared type (one declared single-valued
+    stays required); ``SOURCE_ID`` stays single (an image without one gets "").
+
+    Args:
+        layout: The merged layout of the inputs.
+        present: Feature name -> inputs that give it.
+        inputs: Inputs listed (``SourceImage``s).
+        declared: ``--feature`` name -> type (``features.parse_feature_flags``).
+    """
+    declared = declared or {}
+    types = {name: optional_type(t) if (present.get(name, 0) < inputs and name != SOURCE_ID
+                                        and name not in declared) else t
+             for name, t in layout.features}
+    for name, feature_type in declared.items():
+        if feature_type.endswith(OPTIONAL):  # in every record, whether or not an input gives it
+            types[name] = optional_type(feature_type.removesuffix(OPTIONAL))
+    features = tuple(sorted(types.items()))
+    return layout if features == layout.features else replace(layout, features=features)
 
 
 def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],

@@ -6,11 +6,12 @@ accumulator): the number of inputs, the class names and the record layout.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import UsageError
-from transforms.images.annotations import RecordLayout, layout_of, merge_layouts
+from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, with_optional_features
 from transforms.images.class_labels import class_list, is_index
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
@@ -58,6 +59,9 @@ class ListingTally:
         object_names: Object class names seen.
         declared: ``(id, name)`` of the object classes COCO files declare.
         splits: Splits the inputs name.
+        images: ``SourceImage``s added (inputs that are not dead letters).
+        present: Extra feature name -> ``SourceImage``s that give it (a key
+            some lack is optional: ``annotations.with_optional_features``).
     """
 
     inputs: int = 0
@@ -66,6 +70,8 @@ class ListingTally:
     object_names: set[str] = field(default_factory=set)
     declared: set[tuple[int | None, str]] = field(default_factory=set)
     splits: set[str] = field(default_factory=set)
+    images: int = 0
+    present: collections.Counter = field(default_factory=collections.Counter)
 
     def add(self, item) -> "ListingTally":
         """Counts one listed item."""
@@ -80,6 +86,8 @@ class ListingTally:
             self.splits.add(item.split)
             self.classes.update(item.class_names())
             self.object_names.update(item.object_names())
+            self.images += 1
+            self.present.update(name for name, _, _ in item.features)
             layout = layout_of(item)
             if layout != self.layout:
                 self.layout = merge_layouts((self.layout, layout))
@@ -91,10 +99,12 @@ class ListingTally:
         tallies = list(tallies)
         return cls(sum(t.inputs for t in tallies), set().union(*(t.classes for t in tallies)),
                    merge_layouts(t.layout for t in tallies), set().union(*(t.object_names for t in tallies)),
-                   set().union(*(t.declared for t in tallies)), set().union(*(t.splits for t in tallies)))
+                   set().union(*(t.declared for t in tallies)), set().union(*(t.splits for t in tallies)),
+                   sum(t.images for t in tallies), sum((t.present for t in tallies), collections.Counter()))
 
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
-              fixed: Sequence[str] | None = None, boxes_outside: str = "skip") -> ListingFacts:
+              fixed: Sequence[str] | None = None, boxes_outside: str = "skip",
+              declared: Mapping[str, str] | None = None) -> ListingFacts:
         """The facts gathered, with the build's flags.
 
         Args:
@@ -102,6 +112,7 @@ class ListingTally:
             label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
             fixed: ``--class_names``/``--labels_file``, or None.
             boxes_outside: ``--boxes_outside``.
+            declared: ``--feature`` name -> type, or None.
 
         Raises:
             UsageError: Without ``fixed``, labels mix class indices and names, or
@@ -111,7 +122,8 @@ class ListingTally:
         objects = object_label_map(self.object_names, self.declared, offset, fixed) if (
             self.layout.objects or self.declared) else ()
         classes = tuple(fixed) if fixed is not None else class_list(self.classes, self.inputs)
-        return ListingFacts(self.inputs, classes, self.layout.with_flags(multi_label, offset, objects, boxes_outside),
+        layout = with_optional_features(self.layout, self.present, self.images, declared)
+        return ListingFacts(self.inputs, classes, layout.with_flags(multi_label, offset, objects, boxes_outside),
                             tuple(sorted(self.splits)))
 
 

@@ -39,7 +39,7 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
-           "image_key_of", "coco_entries"]
+           "image_key_of", "coco_entries", "image_folder", "image_path", "first_image_paths"]
 
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -268,8 +268,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
             yield DeadLetter(f"{where}:annotations[{number}]", "bad_manifest_row",
                              f"annotation names image_id {image_id!r}, which is not in images")
         return
-    folder = image_root.rstrip("/") if image_root else (
-        annotations_path.rsplit("/", 1)[0] if "/" in annotations_path else ".")
+    folder = image_folder(annotations_path, image_root)
     try:
         check_split_name(rules.split)
     except PlanError as err:
@@ -288,11 +287,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         if not isinstance(name, str) or not name.strip():
             yield DeadLetter(entry, "bad_manifest_row", "image has no file_name")
             continue
-        if _URI.match(name) or name.startswith("/"):
-            full, relative = name, name
-        else:
-            relative = posixpath.normpath(name)
-            full = join_path(folder, relative)
+        full, relative = image_path(folder, name)
         try:
             boxes = []
             for _, ann in annotations:
@@ -308,6 +303,39 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         yield SourceImage(path=full, relpath=relative, split=rules.unsplit(), label="",
                           labels=(), objects=tuple(boxes),
                           features=((SOURCE_ID, "bytes", ("" if source_id is None else str(source_id),)),))
+
+
+def image_folder(annotations_path: str, image_root: str | None) -> str:
+    """The folder a COCO file's ``file_name``s are relative to: ``--image_root``, else the file's own folder."""
+    if image_root:
+        return image_root.rstrip("/")
+    return annotations_path.rsplit("/", 1)[0] if "/" in annotations_path else "."
+
+
+def image_path(folder: str, file_name: str) -> tuple[str, str]:
+    """``(full path, relative path)`` of an image's ``file_name`` (an absolute path or URI is kept)."""
+    if _URI.match(file_name) or file_name.startswith("/"):
+        return file_name, file_name
+    relative = posixpath.normpath(file_name)
+    return join_path(folder, relative), relative
+
+
+def first_image_paths(items: Iterable[tuple[str, int, Any]], folder: str, count: int,
+                      max_items: int) -> list[str]:
+    """The full paths of the first ``count`` images of a COCO file's entries (``coco_items``).
+
+    At most ``max_items`` entries are read (a file whose ``images`` come after
+    many annotations gives fewer, or none); entries without a ``file_name``
+    are passed over.
+    """
+    paths = []
+    for read, (kind, _, entry) in enumerate(items):
+        if len(paths) >= count or read >= max_items:
+            break
+        name = entry.get("file_name") if kind == "images" and isinstance(entry, dict) else None
+        if isinstance(name, str) and name.strip():
+            paths.append(image_path(folder, name)[0])
+    return paths
 
 
 def image_key_of(kind: str, entry: Any) -> str:

@@ -27,7 +27,7 @@ from transforms.filesystems import gcs_storage_client, naming_s3_errors, s3_boto
 from transforms.storage.files import exists
 from transforms.storage.paths import has_wildcards, is_local
 
-__all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "list_below",
+__all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
            "has_files_below", "LocalListing", "list_local_tree", "walk_local_tree", "scan_local_folder",
            "local_bytes_at_least", "count_local_files", "LEVEL_SCHEMES", "list_store_level", "list_store_below",
            "scan_store", "list_store_range", "first_store_key_after"]
@@ -103,6 +103,36 @@ def list_folder(folder: str) -> dict[str, tuple[str, int]]:
     """Name -> (path, size) of the files directly in ``folder`` (a folder without wildcard characters)."""
     return {meta.path.rstrip("/").rsplit("/", 1)[-1]: (meta.path, meta.size_in_bytes)
             for meta in _matched(join_path(folder, "*"))}
+
+
+def files_all_of_suffix(folder: str, suffix: str, ignored: Callable[[str], bool]) -> list[str] | None:
+    """The files directly in ``folder``, sorted, when it holds nothing else: each entry (those
+    ``ignored`` passes over aside) is a file ending with ``suffix``.
+
+    Listing stops at the first entry that is not (one entry, or one page on
+    gs:// or s3://), so a folder of other files or of folders costs next to nothing.
+
+    Args:
+        folder: A local folder or a gs:// or s3:// prefix (without wildcard characters).
+        suffix: The files' suffix, compared in lower case (``.parquet``).
+        ignored: Passes over an entry by its name (hidden ones, a ``README.md``).
+
+    Returns:
+        The paths, or None when an entry is a folder or a file not ending with ``suffix``, or none is.
+    """
+    if is_local(folder):
+        entries = scan_local_folder(folder)
+    else:
+        entries = scan_store(folder.rstrip("/") + "/")
+    found = []
+    for path, is_prefix in entries:
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if ignored(name):
+            continue
+        if is_prefix or not name.lower().endswith(suffix):
+            return None
+        found.append(path)
+    return sorted(found) or None
 
 
 def list_below(folder: str) -> list[str]:
