@@ -17,7 +17,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
                                          archive_kind, is_shard_pattern, label_path, listed_member,
-                                         member_entry)
+                                         member_entry, member_name)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
 from transforms.archives.tar_index import Window, is_inner_tar, tar_members
 from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
@@ -244,6 +244,9 @@ class _ListPartFn(beam.DoFn):
         for member in zip_members(fh):
             if not listed_member(member.name):
                 self._hidden.inc(not member.name.endswith("/") and bool(member.name))
+                continue
+            if member.damage:
+                yield DeadLetter(shown_name(member_name(part.container, member.name)), "unreadable", member.damage)
                 continue
             ref = MemberRef(part.container, ZIP, member.header_offset, member.compressed, member.size,
                             member.method, member.crc) if member.is_file else None

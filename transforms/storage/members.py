@@ -20,7 +20,7 @@ import threading
 
 from transforms.archives.members import PARQUET, TAR, TGZ, WEBDATASET, ZIP, MemberRef
 from transforms.archives.parquet_rows import image_bytes, image_column, open_parquet
-from transforms.archives.zip_index import local_span, member_bytes
+from transforms.archives.zip_index import compressed_bound, local_span, member_bytes
 from transforms.errors import ImageError
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import RangeReader, open_for_read
@@ -48,6 +48,7 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
     if ref.kind in (TAR, WEBDATASET):
         data = _RANGES.read(ref.container, ref.offset, ref.size)
     elif ref.kind == ZIP:
+        _check_compressed_size(ref, max_bytes)
         raw = _RANGES.read(ref.container, ref.offset, local_span(ref.size))
         data = member_bytes(raw, ref.size, ref.length, ref.method, ref.crc)
         if isinstance(data, int):  # a local header longer than the first read
@@ -67,6 +68,19 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
         raise ImageError("too_large", f"row's image has {len(data)} bytes, over --max_image_mb "
                                       f"({max_bytes / _MIB:g} MiB)")
     return data
+
+
+def _check_compressed_size(ref: MemberRef, max_bytes: int) -> None:
+    """Refuses a zip member, unread, whose compressed size (a claim of its central directory) is more than
+    deflate needs for ``max_bytes`` (``too_large``) or for its own size (``unreadable``)."""
+    if ref.size > compressed_bound(max_bytes, ref.method):
+        raise ImageError("too_large", f"zip member's compressed size is {ref.size} bytes (its central "
+                                      f"directory says), over --max_image_mb ({max_bytes / _MIB:g} MiB); "
+                                      "not read")
+    if ref.size > compressed_bound(ref.length, ref.method):
+        raise ImageError("unreadable", f"zip member's compressed size is {ref.size} bytes, more than its "
+                                       f"{ref.length} bytes ever need (its central directory says both); "
+                                       "the archive is damaged; not read")
 
 
 def forget_cached(streams: bool = True) -> None:
