@@ -213,3 +213,62 @@ def test_a_local_header_that_disagrees_with_the_central_directory_is_damage(tmp_
     (dead,) = dead_letters(out)
     assert (dead["path"], dead["reason"]) == (f"{path}!rose/a.jpg", "unreadable"), dead
     assert "local header" in dead["error"] and "central directory" in dead["error"], dead
+
+
+# Parquet: a row group's image column is bounded by its footer, kept as the file stores it, measured per row.
+
+
+def _zeros_parquet(path, rows: int, dictionary: bool = True, jpegs: int = 0) -> str:
+    """``rows`` rows of 1 MiB of zeros (zstd: a few KB in all), then ``jpegs`` rows of real images in a row
+    group of their own."""
+    schema = pa.schema([("image", pa.binary()), ("label", pa.string())])
+    with pq.ParquetWriter(str(path), schema, compression="zstd", use_dictionary=dictionary) as writer:
+        writer.write_table(pa.table({"image": [b"\0" * _MIB] * rows, "label": ["rose"] * rows}, schema))
+        if jpegs:
+            writer.write_table(pa.table({"image": [imagegen.jpeg(size=(16 + i, 16)) for i in range(jpegs)],
+                                         "label": ["tulip"] * jpegs}, schema))
+    return str(path)
+
+
+def test_the_peak_memory_of_reading_a_parquet_bomb_stays_small(tmp_path):
+    path = _zeros_parquet(tmp_path / "bomb.parquet", 300)  # 300 MiB in rows
+    assert os.path.getsize(path) < 10_000
+    peak = _peak_growth_mib(f"""
+        read = 0
+        for row in range(300):
+            read += len(read_member(MemberRef({path!r}, "parquet", 0, row, -1, column="image"), 256 << 20))
+        assert read == 300 << 20, read
+    """)
+    assert peak < 48, f"{peak:.0f} MiB"  # the row group decoded whole, then as Python bytes: 600 MiB
+
+
+def test_a_parquet_bomb_through_the_build_is_one_dead_letter_a_row(tmp_path, capsys):
+    path = _zeros_parquet(tmp_path / "bomb.parquet", 20, jpegs=3)
+    out = str(tmp_path / "out")
+    status, stdout, err = run_build(capsys, "--input", path, "--output_dir", out, "--max_bad_fraction", "0.9")
+    assert status == 0, err
+    dead = dead_letters(out)
+    assert sorted(d["path"] for d in dead) == sorted(f"{path}!{row}" for row in range(20))
+    assert {d["reason"] for d in dead} == {"not_an_image"}
+    assert load_manifest(out)["records"] == 3
+    assert "written + dead-lettered = 23 inputs" in stdout
+
+
+def test_a_row_group_over_the_bound_is_refused_unread_each_row_a_dead_letter(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(storage_members, "PARQUET_GROUP_BYTES", 4 * _MIB)
+    path = _zeros_parquet(tmp_path / "plain.parquet", 10, dictionary=False, jpegs=3)  # 10 MiB uncompressed
+    read = []
+    real = storage_members.image_column
+    monkeypatch.setattr(storage_members, "image_column", lambda pf, group, column: read.append(group) or
+                        real(pf, group, column))
+    out = str(tmp_path / "out")
+    status, stdout, err = run_build(capsys, "--input", path, "--output_dir", out, "--max_bad_fraction", "0.9",
+                                    "--max_image_mb", "1")
+    assert status == 0, err
+    dead = dead_letters(out)
+    assert sorted(d["path"] for d in dead) == sorted(f"{path}!{row}" for row in range(10))
+    assert {d["reason"] for d in dead} == {"too_large"}
+    assert all("row group 0's column 'image' holds" in d["error"] for d in dead), dead[0]
+    assert read == [1], read  # only the small row group was read
+    assert load_manifest(out)["records"] == 3
+    assert "written + dead-lettered = 13 inputs" in stdout
