@@ -113,6 +113,9 @@ def error_lines(err: BaseException) -> tuple[str, list[str]]:
     wrapper holds it inside a stack trace, or with the failing step appended.
     """
     text = str(err)
+    cause = _one_storage_error(err)
+    if cause is not None:
+        return cause, []
     if isinstance(err, ShardsError):
         lines = text.strip().splitlines() or [type(err).__name__]
         message, rest = lines[0], lines[1:]
@@ -132,6 +135,18 @@ def error_lines(err: BaseException) -> tuple[str, list[str]]:
     while _PROJECT_ERROR.match(message):  # runners may repeat the type name
         message = _PROJECT_ERROR.match(message).group(2)
     return _STEP_SUFFIX.sub("", message).strip(), details
+
+
+def _one_storage_error(err: BaseException) -> str | None:
+    """``PATH: why`` for Beam's ``BeamIOError`` of one path that failed with an ``OSError``
+    (``exists() operation failed with exceptions {...}``), else None."""
+    details = getattr(err, "exception_details", None)
+    if not isinstance(details, dict) or len(details) != 1:
+        return None
+    ((path, cause),) = details.items()
+    if not isinstance(cause, OSError):
+        return None
+    return f"{path}: {cause.strerror or cause}"
 
 
 def _is_project_error(err: BaseException) -> bool:
