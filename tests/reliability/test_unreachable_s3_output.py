@@ -8,6 +8,7 @@ and no retry by Beam of a call that got no answer).
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -54,3 +55,18 @@ def test_an_unreachable_s3_output_is_one_line_naming_the_endpoint(tmp_path):
     assert "Traceback" not in proc.stderr
     assert f"{HOST}:{dead_port}" in lines[0] and "S3 gave no answer" in lines[0], lines[0]
     assert lines[0].startswith("build_shards: failed: s3://bucket/out: "), lines[0]
+
+
+def test_an_upload_that_gets_no_answer_names_the_endpoint_and_beams_traceback_stays_off_the_terminal(caplog):
+    from beam_jobs.cli import logs
+
+    port = free_port()
+    client = s3io.S3IO(options=PipelineOptions(_s3_flags(f"http://{HOST}:{port}"))).client
+    with caplog.at_level(logging.ERROR), pytest.raises(clients.S3NoAnswerError) as caught:
+        s3io.S3Uploader(client, "s3://bucket/out/shard")  # Beam's writer starts its upload here
+    assert f"{HOST}:{port}" in str(caught.value) and caught.value.filename == "s3://bucket/out/shard"
+    (record,) = [r for r in caplog.records if "_start_upload" in r.getMessage()]
+    assert "Traceback" in record.getMessage()  # Beam logs it through the root logger, with its traceback
+    assert not logs._Quiet().filter(record)
+    assert logs._Quiet().filter(logging.makeLogRecord({"name": "root", "levelno": logging.ERROR,
+                                                       "pathname": __file__, "msg": "our own"}))
