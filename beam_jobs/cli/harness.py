@@ -139,14 +139,14 @@ def error_lines(err: BaseException) -> tuple[str, list[str]]:
 
 def _one_storage_error(err: BaseException) -> str | None:
     """``PATH: why`` for Beam's ``BeamIOError`` of one path that failed with an ``OSError``
-    (``exists() operation failed with exceptions {...}``), else None."""
+    (``exists() operation failed with exceptions {...}``), also inside another such error; else None."""
     details = getattr(err, "exception_details", None)
     if not isinstance(details, dict) or len(details) != 1:
         return None
     ((path, cause),) = details.items()
-    if not isinstance(cause, OSError):
-        return None
-    return f"{path}: {cause.strerror or cause}"
+    if getattr(cause, "exception_details", None) is not None:  # a BeamIOError (an OSError too) in one
+        return _one_storage_error(cause)
+    return f"{path}: {cause.strerror or cause}" if isinstance(cause, OSError) else None
 
 
 def _is_project_error(err: BaseException) -> bool:
