@@ -141,9 +141,14 @@ def _row_image(ref: MemberRef, max_bytes: int) -> bytes:
     if cached is None:
         lock, slot = _open_parquet(ref.container, ref.column)
         with lock, naming_s3_errors(ref.container):
-            if slot[1] is None:  # closed by another thread since
-                slot[0] = open_for_read(ref.container)
-                slot[1] = open_images(slot[0], ref.column)
+            if slot[1] is None:  # not opened yet, or closed by another thread since
+                fh = open_for_read(ref.container)
+                try:
+                    slot[1] = open_images(fh, ref.column)
+                except BaseException:
+                    fh.close()
+                    raise
+                slot[0] = fh
             problem = group_problem(slot[1], ref.offset, ref.column, max(PARQUET_GROUP_BYTES, 2 * max_bytes))
             if problem:
                 raise ImageError("too_large", problem)
