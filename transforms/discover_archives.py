@@ -275,6 +275,9 @@ class _ListPartFn(beam.DoFn):
             if not listed_member(member.name):
                 self._hidden.inc(not member.name.endswith("/") and bool(member.name))
                 continue
+            if member.damage:
+                yield DeadLetter(shown_name(member_name(part.container, member.name)), "unreadable", member.damage)
+                continue
             ref = MemberRef(part.container, ZIP, member.header_offset, member.compressed, member.size,
                             member.method, member.crc) if member.is_file else None
             yield member_entry(part.container, member.name, ref, part.layout, self._rules)

@@ -114,6 +114,9 @@ def error_lines(err: BaseException) -> tuple[str, list[str]]:
     wrapper holds it inside a stack trace, or with the failing step appended.
     """
     text = str(err)
+    cause = _one_storage_error(err)
+    if cause is not None:
+        return cause, []
     if isinstance(err, ShardsError):
         lines = text.strip().splitlines() or [type(err).__name__]
         message, rest = lines[0], lines[1:]
@@ -133,6 +136,18 @@ def error_lines(err: BaseException) -> tuple[str, list[str]]:
     while _PROJECT_ERROR.match(message):  # runners may repeat the type name
         message = _PROJECT_ERROR.match(message).group(2)
     return _STEP_SUFFIX.sub("", message).strip(), details
+
+
+def _one_storage_error(err: BaseException) -> str | None:
+    """``PATH: why`` for Beam's ``BeamIOError`` of one path that failed with an ``OSError``
+    (``exists() operation failed with exceptions {...}``), also inside another such error; else None."""
+    details = getattr(err, "exception_details", None)
+    if not isinstance(details, dict) or len(details) != 1:
+        return None
+    ((path, cause),) = details.items()
+    if getattr(cause, "exception_details", None) is not None:  # a BeamIOError (an OSError too) in one
+        return _one_storage_error(cause)
+    return f"{path}: {cause.strerror or cause}" if isinstance(cause, OSError) else None
 
 
 def _is_project_error(err: BaseException) -> bool:

@@ -107,10 +107,13 @@ def set_bar_clearer(clear) -> None:
 
 
 class _Quiet(logging.Filter):
-    """Keeps Beam's error records (a failing step, with its traceback) off the terminal."""
+    """Keeps Beam's error records (a failing step, with its traceback) off the terminal, also those
+    Beam logs through the root logger (``S3Uploader._start_upload``'s traceback, Beam 2.77.0)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name.startswith("apache_beam") and record.levelno >= logging.ERROR)
+        from_beam = record.name.startswith("apache_beam") or (
+            record.name == "root" and f"{os.sep}apache_beam{os.sep}" in (record.pathname or ""))
+        return not (from_beam and record.levelno >= logging.ERROR)
 
 
 class _NoTraceback(logging.Formatter):

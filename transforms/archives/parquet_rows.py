@@ -5,6 +5,12 @@ A row is one input: its image is a column of image bytes, or a struct with
 label a column of integers (class indices, named by the ``ClassLabel`` names
 Hugging Face keeps in the schema's metadata when it wrote them) or of class
 names. Files are read with pyarrow, one row group at a time.
+
+A row group's image column is read only if the footer says it holds no more
+than a bound of bytes uncompressed (``group_problem``); it is read keeping
+its dictionary (a file of one image repeated in every row holds that image
+once in memory, not once a row, however it was compressed), and each row's
+image is measured before it becomes Python bytes (``image_at``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
 __all__ = ["DEFAULT_IMAGE_COLUMN", "DEFAULT_LABEL_COLUMN", "open_parquet", "columns_problem", "class_names_of",
-           "row_group_entries", "image_column", "image_bytes"]
+           "row_group_entries", "open_images", "group_problem", "image_column", "image_at"]
 
 DEFAULT_IMAGE_COLUMN = "image"
 DEFAULT_LABEL_COLUMN = "label"
@@ -143,8 +149,39 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
                           member=MemberRef(path, PARQUET, group, row, -1, column=image_column))
 
 
-def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[list, int]:
-    """One row group's image values (``image_bytes`` of each gives an image) and the bytes they hold.
+def open_images(fh: BinaryIO, column: str) -> pq.ParquetFile:
+    """The Parquet file read from the seekable ``fh`` to read its image ``column``: its image bytes
+    are read as a dictionary array (each distinct image once), as the file stores them.
+
+    Raises:
+        ImageError: ``unreadable``, as ``open_parquet``.
+    """
+    parquet = open_parquet(fh)
+    image = _field_type(parquet.schema_arrow, column)
+    if image is None:
+        return parquet
+    leaf = f"{column}.bytes" if pa.types.is_struct(image) else column
+    try:
+        return pq.ParquetFile(fh, metadata=parquet.metadata, read_dictionary=[leaf])
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
+
+
+def group_problem(parquet: pq.ParquetFile, group: int, column: str, limit: int) -> str | None:
+    """Why a row group's image ``column`` is not read, from the footer alone: it holds more than
+    ``limit`` bytes uncompressed; or None."""
+    meta = parquet.metadata.row_group(group)
+    size = sum(meta.column(i).total_uncompressed_size for i in range(meta.num_columns)
+               if meta.column(i).path_in_schema == column or meta.column(i).path_in_schema.startswith(column + "."))
+    if size <= limit:
+        return None
+    return (f"row group {group}'s column {column!r} holds {size} bytes uncompressed (the file's footer says), "
+            f"over the {limit} read at once; none of its {meta.num_rows} rows is read (a file written with "
+            "smaller row groups is)")
+
+
+def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[pa.ChunkedArray, int]:
+    """One row group's image values (``image_at`` gives each row's image) and the bytes they hold.
 
     Raises:
         ImageError: ``unreadable``, the row group cannot be read.
@@ -153,21 +190,35 @@ def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[list
         table = parquet.read_row_group(group, columns=[column])
     except (pa.ArrowException, OSError, ValueError) as err:
         raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
-    return table.column(0).to_pylist(), table.nbytes
+    return table.column(0), table.nbytes
 
 
-def image_bytes(value) -> bytes:
-    """The image bytes of one row's image value (bytes, or a ``{bytes, path}`` struct).
+def image_at(values: pa.ChunkedArray, row: int, max_bytes: int) -> bytes:
+    """The image bytes of one row of ``image_column``'s values (bytes, or a ``{bytes, path}`` struct),
+    measured before they are copied out.
 
     Raises:
-        ImageError: ``unreadable``, the row holds no image bytes.
+        ImageError: ``unreadable``, the row holds no image bytes; ``too_large``,
+            its image is over ``max_bytes``.
     """
-    if isinstance(value, dict):
-        data = value.get("bytes")
-        if data is None:
-            shown = f" (only a path: {value.get('path')!r})" if value.get("path") else ""
+    if row >= len(values):
+        raise ImageError("unreadable", f"row group has {len(values)} rows, not {row + 1}")
+    value = values[row]
+    if isinstance(value, pa.StructScalar):
+        data = value["bytes"] if value.is_valid else None
+        if data is None or not data.is_valid:
+            path = value["path"].as_py() if value.is_valid and "path" in value.keys() else None
+            shown = f" (only a path: {path!r})" if path else ""
             raise ImageError("unreadable", f"row holds no image bytes{shown}")
         value = data
-    if not isinstance(value, (bytes, bytearray)):
-        raise ImageError("unreadable", f"row's image is {type(value).__name__}, not bytes")
-    return bytes(value)
+    if isinstance(value, pa.DictionaryScalar):
+        value = value.value if value.is_valid else None
+    if value is None or not value.is_valid:
+        raise ImageError("unreadable", "row holds no image bytes")
+    if not isinstance(value, (pa.BinaryScalar, pa.LargeBinaryScalar)):
+        raise ImageError("unreadable", f"row's image is {value.type}, not bytes")
+    buffer = value.as_buffer()
+    if buffer.size > max_bytes:
+        raise ImageError("too_large", f"row's image has {buffer.size} bytes, over --max_image_mb "
+                                      f"({max_bytes / (1 << 20):g} MiB); not read")
+    return buffer.to_pybytes()

@@ -9,7 +9,11 @@ process keeps one decompressing stream per archive, which reads on to the
 member (members read in listing order cost one pass; an earlier member
 restarts the stream). A Parquet row's image is read with its row group's
 image column, which each process keeps for the next rows (a few row groups,
-at most ``PARQUET_CACHE_BYTES``).
+at most ``PARQUET_CACHE_BYTES``); a row group whose image column holds more
+than ``PARQUET_GROUP_BYTES`` (or twice ``--max_image_mb``) uncompressed, by
+the file's footer, is not read: each of its rows is a ``too_large`` dead
+letter. Each process keeps a few Parquet files open (``PARQUET_OPEN_FILES``,
+their footers read once) until its next bundle starts.
 """
 
 from __future__ import annotations
@@ -19,20 +23,23 @@ import gzip
 import threading
 
 from transforms.archives.members import PARQUET, TAR, TGZ, WEBDATASET, ZIP, MemberRef
-from transforms.archives.parquet_rows import image_bytes, image_column, open_parquet
-from transforms.archives.zip_index import local_span, member_bytes
+from transforms.archives.parquet_rows import group_problem, image_at, image_column, open_images
+from transforms.archives.zip_index import compressed_bound, local_span, member_bytes
 from transforms.errors import ImageError
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import RangeReader, open_for_read
 
-__all__ = ["PARQUET_CACHE_BYTES", "read_member", "forget_cached"]
+__all__ = ["PARQUET_CACHE_BYTES", "PARQUET_GROUP_BYTES", "PARQUET_OPEN_FILES", "read_member", "forget_cached"]
 
 _MIB = 1 << 20
-PARQUET_CACHE_BYTES = 256 * _MIB
+PARQUET_CACHE_BYTES = 256 * _MIB  # row groups' image columns kept by a process (one at least)
+PARQUET_GROUP_BYTES = 1024 * _MIB  # the most a row group's image column may hold uncompressed to be read
+PARQUET_OPEN_FILES = 8  # Parquet files a process keeps open
 _RANGES = RangeReader()
 _LOCK = threading.Lock()
 _STREAMS: dict[str, tuple[threading.Lock, list]] = {}  # .tar.gz -> (its lock, [open gzip stream or None])
 _GROUPS: collections.OrderedDict = collections.OrderedDict()  # (file, group, column) -> (values, bytes)
+_PARQUETS: collections.OrderedDict = collections.OrderedDict()  # (file, column) -> (its lock, [fh, ParquetFile])
 
 
 def read_member(ref: MemberRef, max_bytes: int) -> bytes:
@@ -48,6 +55,7 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
     if ref.kind in (TAR, WEBDATASET):
         data = _RANGES.read(ref.container, ref.offset, ref.size)
     elif ref.kind == ZIP:
+        _check_compressed_size(ref, max_bytes)
         raw = _RANGES.read(ref.container, ref.offset, local_span(ref.size))
         data = member_bytes(raw, ref.size, ref.length, ref.method, ref.crc)
         if isinstance(data, int):  # a local header longer than the first read
@@ -58,7 +66,7 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
     elif ref.kind == TGZ:
         data = _stream_read(ref)
     elif ref.kind == PARQUET:
-        data = _row_image(ref)
+        data = _row_image(ref, max_bytes)
     else:
         raise ValueError(f"unknown member kind {ref.kind!r}")
     if ref.kind != PARQUET and len(data) != ref.length:
@@ -69,18 +77,35 @@ def read_member(ref: MemberRef, max_bytes: int) -> bytes:
     return data
 
 
-def forget_cached(streams: bool = True) -> None:
-    """Drops the Parquet row groups kept, and with ``streams`` closes the ``.tar.gz`` streams kept open.
+def _check_compressed_size(ref: MemberRef, max_bytes: int) -> None:
+    """Refuses a zip member, unread, whose compressed size (a claim of its central directory) is more than
+    deflate needs for ``max_bytes`` (``too_large``) or for its own size (``unreadable``)."""
+    if ref.size > compressed_bound(max_bytes, ref.method):
+        raise ImageError("too_large", f"zip member's compressed size is {ref.size} bytes (its central "
+                                      f"directory says), over --max_image_mb ({max_bytes / _MIB:g} MiB); "
+                                      "not read")
+    if ref.size > compressed_bound(ref.length, ref.method):
+        raise ImageError("unreadable", f"zip member's compressed size is {ref.size} bytes, more than its "
+                                       f"{ref.length} bytes ever need (its central directory says both); "
+                                       "the archive is damaged; not read")
 
-    Called as a reader's bundle starts (row groups: a later job may read a
-    file of the same name) and as it is torn down (everything).
+
+def forget_cached(streams: bool = True) -> None:
+    """Drops the Parquet row groups kept and closes the Parquet files kept open, and with ``streams``
+    closes the ``.tar.gz`` streams kept open.
+
+    Called as a reader's bundle starts (Parquet: a later job may read a file
+    of the same name) and as it is torn down (everything).
     """
     with _LOCK:
         _GROUPS.clear()
-        if not streams:
-            return
-        kept = list(_STREAMS.values())
-        _STREAMS.clear()
+        files = list(_PARQUETS.values())
+        _PARQUETS.clear()
+        kept = list(_STREAMS.values()) if streams else []
+        if streams:
+            _STREAMS.clear()
+    for lock, slot in files:
+        _close_parquet(lock, slot)
     for lock, slot in kept:
         with lock:
             if slot[0] is not None:
@@ -106,7 +131,7 @@ def _stream_read(ref: MemberRef) -> bytes:
             raise ImageError("unreadable", f"archive cannot be read to the member: {err}") from err
 
 
-def _row_image(ref: MemberRef) -> bytes:
+def _row_image(ref: MemberRef, max_bytes: int) -> bytes:
     """A Parquet row's image, from its row group's image column (kept for the group's next rows)."""
     key = (ref.container, ref.offset, ref.column)
     with _LOCK:
@@ -114,13 +139,46 @@ def _row_image(ref: MemberRef) -> bytes:
         if cached is not None:
             _GROUPS.move_to_end(key)
     if cached is None:
-        with open_for_read(ref.container) as fh, naming_s3_errors(ref.container):
-            cached = image_column(open_parquet(fh), ref.offset, ref.column)
+        lock, slot = _open_parquet(ref.container, ref.column)
+        with lock, naming_s3_errors(ref.container):
+            if slot[1] is None:  # not opened yet, or closed by another thread since
+                fh = open_for_read(ref.container)
+                try:
+                    slot[1] = open_images(fh, ref.column)
+                except BaseException:
+                    fh.close()
+                    raise
+                slot[0] = fh
+            problem = group_problem(slot[1], ref.offset, ref.column, max(PARQUET_GROUP_BYTES, 2 * max_bytes))
+            if problem:
+                raise ImageError("too_large", problem)
+            cached = image_column(slot[1], ref.offset, ref.column)
         with _LOCK:
             _GROUPS[key] = cached
             while len(_GROUPS) > 1 and sum(size for _, size in _GROUPS.values()) > PARQUET_CACHE_BYTES:
                 _GROUPS.popitem(last=False)
-    values = cached[0]
-    if ref.size >= len(values):
-        raise ImageError("unreadable", f"row group {ref.offset} has {len(values)} rows, not {ref.size + 1}")
-    return image_bytes(values[ref.size])
+    return image_at(cached[0], ref.size, max_bytes)
+
+
+def _open_parquet(path: str, column: str) -> tuple[threading.Lock, list]:
+    """The lock and ``[fh, ParquetFile]`` of a Parquet file this process keeps open to read ``column``
+    (the ParquetFile None until opened, under the lock); the least recently used one closed past
+    ``PARQUET_OPEN_FILES``."""
+    key = (path, column)
+    with _LOCK:
+        entry = _PARQUETS.get(key)
+        if entry is not None:
+            _PARQUETS.move_to_end(key)
+            return entry
+        entry = _PARQUETS[key] = (threading.Lock(), [None, None])
+        closed = [_PARQUETS.popitem(last=False)[1] for _ in range(len(_PARQUETS) - PARQUET_OPEN_FILES)]
+    for lock, slot in closed:
+        _close_parquet(lock, slot)
+    return entry
+
+
+def _close_parquet(lock: threading.Lock, slot: list) -> None:
+    with lock:
+        if slot[0] is not None:
+            slot[0].close()
+        slot[0] = slot[1] = None

@@ -164,12 +164,15 @@ def create_exclusive(path: str, data: bytes) -> bool:
 
 def create_exclusive_s3(path: str, data: bytes) -> bool:
     """Puts an s3:// object with ``If-None-Match: *``; True if this call created it."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, key = _bucket_key(path)
     client = s3_boto3_client()
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+    except BotoCoreError as err:  # no HTTP answer, after the client's tries
+        raise OSError(errno.EIO, f"S3 gave no answer creating the lock ({type(err).__name__}: {err})",
+                      path) from err
     except ClientError as err:
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if status in (409, 412):  # 409: a concurrent conditional write won
