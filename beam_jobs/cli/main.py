@@ -26,8 +26,8 @@ import importlib
 import sys
 from typing import Sequence
 
-from beam_jobs.cli.config import usage_problem
-from beam_jobs.cli.declared import format_job_help, wants_help
+from beam_jobs.cli.config import known_flag_names, usage_problem
+from beam_jobs.cli.declared import format_job_help, respelt, wants_help
 from beam_jobs.cli.jobs import JOBS
 
 __all__ = ["COMMANDS", "main", "run_command", "set_up_command", "usage"]
@@ -80,9 +80,12 @@ def run_command(command: str, argv: Sequence[str], prog: str) -> int:
     """Runs one job as a command; returns its exit status.
 
     ``--help`` and a usage error of the job's declared flags are answered from
-    the declarations alone; otherwise logging is set up and the job runs.
+    the declarations alone; otherwise logging is set up and the job runs. A
+    flag spelt with dashes (``--shard-size-mb``) is the flag of that name
+    spelt with underscores.
     """
     job = JOBS[command]
+    argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):
         print(format_job_help(job, prog))
         return 0
