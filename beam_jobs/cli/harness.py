@@ -30,6 +30,7 @@ from beam_jobs.cli import logs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
 from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
 from beam_jobs.cli.declared import respelt, unknown_flag_problem
+from beam_jobs.cli.started import run_started
 from beam_jobs.cli.flags import flag_values
 from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_help, wants_help
 from transforms import beam_compat
@@ -430,7 +431,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
             outcome is known without running a pipeline.
         build_pipeline: Wires the job into a pipeline.
         finish: After the pipeline ran, given the pipeline, config and
-            seconds since the start, returns the text to print and the status.
+            seconds since the command started (``started.run_started``),
+            returns the text to print and the status.
         positional_hint: What to say about an argument given without a flag.
         prepare: Called with the config before the pipeline is
             built (may raise ``UsageError``); returns None or a function called
@@ -446,7 +448,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
     Returns:
         ``finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
     """
-    started = time.monotonic()
+    started = run_started()  # the command's start: importing Beam and the job's modules counts
     argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(config.JOB))
     prog = prog or f"python -m beam_jobs.{name}"
     if wants_help(argv):

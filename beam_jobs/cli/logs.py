@@ -31,6 +31,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+from beam_jobs.cli.started import mark_command_start
 from beam_jobs.cli.values import LOG_LEVELS
 
 __all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS",
@@ -274,5 +275,7 @@ def worker_stderr_captured() -> Iterator[None]:
 
 
 def set_up_command(argv: Sequence[str]) -> None:
-    """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks."""
+    """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks, and the
+    start its summary counts from (the process's, unless ``tfrecord-shards`` noted one)."""
+    mark_command_start()
     configure_logging(log_settings(argv))

@@ -314,6 +314,32 @@ def test_bad_flags_fail_at_once_with_one_line(capsys, argv, message):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
+def test_the_summary_counts_the_seconds_from_the_process_start(built, tmp_path):
+    # Importing Beam and the job's modules and starting the pipeline take seconds a person waits too.
+    import re
+    import subprocess
+    import sys
+
+    root, _, _ = built
+    argv = ["tfrecord-shards", "build", "--input", root, "--output_dir", str(tmp_path / "out"),
+            "--max_bad_fraction", "0.2"]
+    code = ("import sys, time\n"
+            f"sys.argv = {argv!r}\n"
+            "from beam_jobs.cli.main import main\n"
+            "status = main()\n"
+            "from beam_jobs.cli.started import process_started\n"
+            "print('status', status, 'seconds', time.monotonic() - process_started())\n")
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": here})
+    reported = float(re.search(r"^Published .* in ([\d.]+) s \(", done.stdout, re.M).group(1))
+    status, lived = done.stdout.split()[-3], float(done.stdout.split()[-1])
+    assert status == "0", done.stderr
+    assert lived - 0.5 <= reported <= lived, done.stdout  # all of it up to the summary, start-up included
+
+
+@pytest.mark.slow
 def test_flags_spelt_with_dashes_are_the_declared_flags(built, tmp_path, capsys):
     # The job's own flags and Beam's (--direct_num_workers, --temp_location), as gsutil and tfds spell flags.
     root, expected, _ = built
