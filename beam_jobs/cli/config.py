@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from beam_jobs.cli import jobs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
-from beam_jobs.cli.declared import Flag, Job, flag_name, flag_parser, unknown_flag_problem
+from beam_jobs.cli.declared import BEAM_HELP_FLAG, Flag, Job, flag_name, flag_parser, unknown_flag_problem
 from beam_jobs.cli import values
 from transforms.errors import PlanError, UsageError
 from transforms.example.features import parse_feature_flags
@@ -446,9 +446,14 @@ CONFIGS: dict[str, type[JobConfig]] = {config.JOB.name: config
                                        for config in (BuildConfig, PlanConfig, ReshardConfig, VerifyConfig)}
 
 
+def _beam_flag_names(job: Job) -> frozenset[str]:
+    """The names of Beam's options and ``--help_beam``, for a job that runs a Beam pipeline; none otherwise."""
+    return BEAM_FLAG_NAMES | {BEAM_HELP_FLAG[2:]} if job.beam else frozenset()
+
+
 def known_flag_names(job: Job) -> frozenset[str]:
     """The names of every flag ``job`` takes: its declared ones and, for a Beam job, Beam's options."""
-    return frozenset(job.flag_names()) | (BEAM_FLAG_NAMES if job.beam else frozenset())
+    return frozenset(job.flag_names()) | _beam_flag_names(job)
 
 
 def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
@@ -464,7 +469,7 @@ def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
     so anything else is an error here.
     """
     parser = flag_parser(job)
-    beam = BEAM_FLAG_NAMES if job.beam else frozenset()
+    beam = _beam_flag_names(job)
     try:
         known, extra = parser.parse_known_args(list(argv))
         for arg in extra:

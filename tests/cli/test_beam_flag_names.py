@@ -28,6 +28,7 @@ BUILD_NAMES = known_flag_names(jobs.BUILD)
      ["--job-server-timeout", "5", "--job_server_timeout", "5"]),
     (["--no-such-flag", "1"], ["--no-such-flag", "1"]),
     (["--", "--shard-size-mb"], ["--", "--shard-size-mb"]),
+    (["--help-beam"], ["--help_beam"]),
 ])
 def test_dashed_flags_are_spelt_as_declared(argv, spelt) -> None:
     assert respelt(argv, BUILD_NAMES) == spelt
@@ -51,6 +52,8 @@ def test_a_misspelt_flag_is_answered_with_the_closest(typed, problem) -> None:
     (jobs.BUILD, ["--input", "a", "--output_dir", "b", "--runner", "DirectRunner", "--split_fraction", "x"],
      "unknown flag --split_fraction; did you mean --split_fractions? (see --help)"),
     (jobs.BUILD, ["--input", "a", "--output_dir", "b", "--temp_location", "/tmp"], None),  # Beam's: the job decides
+    (jobs.BUILD, ["--help_beam"], None),  # the job prints Beam's options
+    (jobs.INSPECT, ["f", "--help_beam"], "unknown flag --help_beam (see --help)"),
     (jobs.VERIFY, ["--output_dir", "a", "--decode_image"],
      "unknown flag --decode_image; did you mean --decode_images? (see --help)"),
     (jobs.INSPECT, ["f", "--limt", "2"], "unknown flag --limt; did you mean --limit? (see --help)"),
@@ -83,6 +86,15 @@ def test_a_usage_error_is_told_before_beam_is_imported(argv, line) -> None:
     done = _main_in_subprocess(*argv)
     assert done.stdout.splitlines()[-1] == "2 False", (done.stdout, done.stderr)
     assert done.stderr.strip().splitlines()[-1].startswith(line), done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--help_beam", "--help-beam"])
+def test_the_command_prints_beams_options(flag) -> None:
+    done = subprocess.run([sys.executable, "-m", "beam_jobs.cli.main", "build", flag], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    assert "--direct_num_workers" in done.stdout and "--temp_location" in done.stdout
 
 
 @pytest.mark.slow
