@@ -31,6 +31,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterator, Sequence
 
+from beam_jobs.cli.declared import respelt
 from beam_jobs.cli.started import mark_command_start
 from beam_jobs.cli.values import LOG_LEVELS
 
@@ -61,12 +62,12 @@ class LogSettings:
 
 
 def log_settings(argv: Sequence[str]) -> LogSettings:
-    """Reads ``--verbose`` and ``--log_level`` from the arguments (others are left alone)."""
+    """Reads ``--verbose`` and ``--log_level`` (or ``--log-level``) from the arguments (others are left alone)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--verbose", action="store_true", default=False)
     parser.add_argument("--log_level", default="INFO", type=str.upper)
     try:
-        known, _ = parser.parse_known_args(list(argv))
+        known, _ = parser.parse_known_args(respelt(argv, ("verbose", "log_level")))
     except SystemExit:  # a malformed --log_level is reported by the job's own parser
         return LogSettings()
     level = known.log_level if known.log_level in LOG_LEVELS else "INFO"
