@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from beam_jobs.cli import jobs
-from beam_jobs.cli.declared import Flag, Job, flag_parser
+from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
+from beam_jobs.cli.declared import BEAM_HELP_FLAG, Flag, Job, flag_name, flag_parser, unknown_flag_problem
 from beam_jobs.cli import values
 from transforms.errors import PlanError, UsageError
 from transforms.example.features import parse_feature_flags
@@ -45,7 +46,8 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.verify.ranges import ShardFile
 
 __all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
-           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run"]
+           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run",
+           "known_flag_names"]
 
 # Beam's flags the jobs read (Beam's own options classes define them).
 BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
@@ -446,22 +448,39 @@ CONFIGS: dict[str, type[JobConfig]] = {config.JOB.name: config
                                        for config in (BuildConfig, PlanConfig, ReshardConfig, VerifyConfig)}
 
 
+def _beam_flag_names(job: Job) -> frozenset[str]:
+    """The names of Beam's options and ``--help_beam``, for a job that runs a Beam pipeline; none otherwise."""
+    return BEAM_FLAG_NAMES | {BEAM_HELP_FLAG[2:]} if job.beam else frozenset()
+
+
+def known_flag_names(job: Job) -> frozenset[str]:
+    """The names of every flag ``job`` takes: its declared ones and, for a Beam job, Beam's options."""
+    return frozenset(job.flag_names()) | _beam_flag_names(job)
+
+
 def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
     """Why ``argv`` is a usage error for ``job``, told from its declared flags and config; None if it is not.
 
-    A bad value of a declared flag, a missing required one or flags that do
-    not go together are told here, with the line the job itself would print.
-    When ``argv`` holds anything the declarations do not know (Beam's own
-    flags, or a misspelt one), the job's full parser, which knows Beam's,
-    decides instead: None is returned. A job without Beam knows every flag it
-    takes, so anything else is an error here.
+    ``argv`` is spelt as ``respelt`` spells it. A flag that neither the job nor
+    Beam defines (``--shard_sise_mb``: the closest flag is named), a bad value
+    of a declared flag, a missing required one or flags that do not go
+    together are told here, with the line the job itself would print. When
+    ``argv`` holds Beam's own flags or a value without its flag, the job's full
+    parser, which knows Beam's flags and their values, decides the rest
+    instead: None is returned. A job without Beam knows every flag it takes,
+    so anything else is an error here.
     """
     parser = flag_parser(job)
+    beam = _beam_flag_names(job)
     try:
+        known, extra = parser.parse_known_args(list(argv))
+        for arg in extra:
+            name = flag_name(arg)
+            if name is not None and name not in beam:
+                return unknown_flag_problem(arg, job.flag_names(), beam)
         if not job.beam:
             parser.parse_args(list(argv))
             return None
-        known, extra = parser.parse_known_args(list(argv))
         if not extra:
             CONFIGS[job.name].from_flags(vars(known))
     except UsageError as err:

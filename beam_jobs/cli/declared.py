@@ -12,7 +12,11 @@ what one command takes. From the same declarations come:
   (``beam_jobs/cli/config.py``: ``usage_problem``),
 - Beam's options classes (``FlagSet._add_argparse_args``),
 - the options a manifest records (``Job.recorded``),
-- each job's config, a field per flag (``beam_jobs/cli/config.py``).
+- each job's config, a field per flag (``beam_jobs/cli/config.py``),
+- the flags' other spelling (``respelt``: ``--shard-size-mb`` is
+  ``--shard_size_mb``) and the closest flag to a misspelt one
+  (``unknown_flag_problem``), for every declared flag and Beam's own
+  (``beam_jobs/cli/beam_flag_names.py``).
 
 The declarations themselves are in ``beam_jobs/cli/jobs.py``.
 """
@@ -20,13 +24,14 @@ The declarations themselves are in ``beam_jobs/cli/jobs.py``.
 from __future__ import annotations
 
 import argparse
+import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
 
 __all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "job_parser", "format_job_help", "flag_parser",
-           "wants_help", "wants_beam_help"]
+           "wants_help", "wants_beam_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
 GROUP_ORDER = ("inputs", "labels and splits", "images", "checks", "output", "sharding", "failures", "messages")
@@ -154,6 +159,57 @@ class Job:
     def required(self) -> tuple[str, ...]:
         """Names of the flags shown as required."""
         return tuple(flag.name for flag in self.flags() if flag.required)
+
+    def flag_names(self) -> tuple[str, ...]:
+        """The names of the job's flags (without ``--``; positional arguments left out)."""
+        return tuple(flag.name for flag in self.flags() if not flag.positional)
+
+
+def flag_name(arg: str) -> str | None:
+    """The name an argument gives as a flag (``--shard_size_mb=6`` -> ``shard_size_mb``), or None."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    return arg[2:].split("=", 1)[0]
+
+
+def respelt(argv: Sequence[str], names: Collection[str]) -> list[str]:
+    """``argv`` with each flag spelt with dashes (``--shard-size-mb``, ``--shard-size-mb=6``) spelt as
+    declared, with underscores, where that is one of ``names``; everything else is left as given.
+
+    Many command lines (gsutil, tfds) spell flags with dashes; the jobs' and
+    Beam's flags are declared with underscores. A name given as declared (Beam's
+    ``--job-server-timeout``) is kept, and nothing after a bare ``--`` is read.
+    """
+    out: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            out.append(arg)
+            out.extend(args)
+            break
+        name = flag_name(arg)
+        if name is not None and "-" in name and name not in names and name.replace("-", "_") in names:
+            arg = "--" + name.replace("-", "_") + arg[2 + len(name):]
+        out.append(arg)
+    return out
+
+
+def unknown_flag_problem(arg: str, own: Iterable[str], beam: Iterable[str] = ()) -> str:
+    """What to say about ``arg``, a flag no parser defines: the closest flag the job takes, if one is close.
+
+    Args:
+        arg: The argument as given (``--shard_sise_mb`` or ``--shard_sise_mb=6``).
+        own: The names of the job's declared flags, looked at first.
+        beam: The names of Beam's options, for a job that takes them.
+    """
+    name = flag_name(arg) or arg.lstrip("-")
+    typed = name.replace("-", "_")
+    beam = list(beam)
+    for names, cutoff in ((list(own), 0.6), (beam, 0.75)):
+        close = difflib.get_close_matches(typed, names, n=1, cutoff=cutoff)
+        if close:
+            return f"unknown flag --{name}; did you mean --{close[0]}? (see --help)"
+    return f"unknown flag --{name} (see --help{'; --help_beam lists Beam' + chr(39) + 's options' if beam else ''})"
 
 
 def wants_help(argv: Sequence[str]) -> bool:

@@ -27,7 +27,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import logs
-from beam_jobs.cli.config import JobConfig, PublishingConfig
+from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
+from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
+from beam_jobs.cli.declared import respelt, unknown_flag_problem
+from beam_jobs.cli.started import run_started
 from beam_jobs.cli.flags import flag_values
 from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_help, wants_help
 from transforms import beam_compat
@@ -212,14 +215,15 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
 
 
 def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str],
-                         positional_hint: str = "every value needs its flag, e.g. --input PATH") -> None:
-    """Raises ``UsageError`` for a flag no options class defines (Beam would drop it)."""
+                         positional_hint: str = "every value needs its flag, e.g. --input PATH",
+                         own: Sequence[str] = ()) -> None:
+    """Raises ``UsageError`` for a flag no options class defines (Beam would drop it), naming the
+    closest of the job's flags (``own``) or Beam's."""
     extra = unknown_flags(options, argv)
     if not extra:
         return
     if extra[0].startswith("-"):
-        raise UsageError(f"unknown flag {extra[0]} (flags are spelt with underscores, "
-                         "e.g. --shard_size_mb; see --help)")
+        raise UsageError(unknown_flag_problem(extra[0], own, BEAM_FLAG_NAMES))
     raise UsageError(f"unexpected argument {extra[0]!r}; {positional_hint}")
 
 
@@ -446,7 +450,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
             outcome is known without running a pipeline.
         build_pipeline: Wires the job into a pipeline.
         finish: After the pipeline ran, given the pipeline, config and
-            seconds since the start, returns the text to print and the status.
+            seconds since the command started (``started.run_started``),
+            returns the text to print and the status.
         positional_hint: What to say about an argument given without a flag.
         prepare: Called with the config before the pipeline is
             built (may raise ``UsageError``); returns None or a function called
@@ -465,8 +470,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
     Returns:
         ``finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
     """
-    started = time.monotonic()
-    argv = sys.argv[1:] if argv is None else list(argv)
+    started = run_started()  # the command's start: importing Beam and the job's modules counts
+    argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(config.JOB))
     prog = prog or f"python -m beam_jobs.{name}"
     if wants_help(argv):
         print(format_job_help(config.JOB, prog))
@@ -478,7 +483,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
     with _Interrupts() as interrupts:
         try:
             options = PipelineOptions(argv)
-            refuse_unknown_flags(options, argv, positional_hint)
+            refuse_unknown_flags(options, argv, positional_hint, config.JOB.flag_names())
             flags = config.from_flags(flag_values(options))
             cfg = make_config(flags, prepare_options(options, flags.no_auth))
             if cfg.workers_note:  # the workers a large local run was given

@@ -187,9 +187,11 @@ PLAN_FLAGS = FlagSet("PlanOptions", (
     Flag("plan_json", group="output",
          help="Also write the plan as JSON to this path (not inside --output_dir or an --input folder)."),
     Flag("rate_mb_s", type=v.positive_float, group="output",
-         help="Build speed, in MiB of input per second, for the run-time "
-              "estimate (default: the build's measured rate on 2 cores, one "
-              "process, default image flags; BENCHMARKS.md, 'Plan before running')."),
+         help="Build speed, in MiB of input per second after the start-up "
+              "every build pays (about 4 s), for the run-time estimate "
+              "(default: the build's measured rate and cost per input on 2 "
+              "cores, one process, default image flags; BENCHMARKS.md, 'Plan "
+              "before running')."),
 ))
 
 RESHARD_FLAGS = FlagSet("ReshardOptions", (

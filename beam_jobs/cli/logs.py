@@ -29,12 +29,14 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
+from beam_jobs.cli.declared import respelt
+from beam_jobs.cli.started import mark_command_start
 from beam_jobs.cli.values import LOG_LEVELS
 
 __all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS",
-           "LOG_FORMAT", "worker_stderr_captured", "set_bar_clearer", "set_up_command"]
+           "LOG_FORMAT", "worker_stderr_captured", "set_progress_display", "set_up_command"]
 
 OWN_LOGGERS = ("transforms", "beam_jobs")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -60,12 +62,12 @@ class LogSettings:
 
 
 def log_settings(argv: Sequence[str]) -> LogSettings:
-    """Reads ``--verbose`` and ``--log_level`` from the arguments (others are left alone)."""
+    """Reads ``--verbose`` and ``--log_level`` (or ``--log-level``) from the arguments (others are left alone)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--verbose", action="store_true", default=False)
     parser.add_argument("--log_level", default="INFO", type=str.upper)
     try:
-        known, _ = parser.parse_known_args(list(argv))
+        known, _ = parser.parse_known_args(respelt(argv, ("verbose", "log_level")))
     except SystemExit:  # a malformed --log_level is reported by the job's own parser
         return LogSettings()
     level = known.log_level if known.log_level in LOG_LEVELS else "INFO"
@@ -73,7 +75,7 @@ def log_settings(argv: Sequence[str]) -> LogSettings:
 
 
 class _TerminalHandler(logging.StreamHandler):
-    """Writes to ``sys.stderr`` as it is at each record, first clearing a progress bar, if any.
+    """Writes to ``sys.stderr`` as it is at each record, on a line above the progress display, if any.
 
     Looking ``sys.stderr`` up at each record (as ``logging.lastResort`` does)
     follows ``worker_stderr_captured`` and anything else that replaces it.
@@ -91,19 +93,26 @@ class _TerminalHandler(logging.StreamHandler):
         pass
 
     def emit(self, record: logging.LogRecord) -> None:
-        clear = _clear_bar
-        if clear is not None:
-            clear()
-        super().emit(record)
+        display = _progress_display
+        if display is None:
+            super().emit(record)
+            return
+        with display():
+            super().emit(record)
 
 
-_clear_bar = None
+_progress_display: Callable[[], ContextManager[None]] | None = None
 
 
-def set_bar_clearer(clear) -> None:
-    """Registers what clears the progress bar before a log line is written (None: no bar)."""
-    global _clear_bar
-    _clear_bar = clear
+def set_progress_display(line_above: Callable[[], ContextManager[None]] | None) -> None:
+    """Registers the progress display while it is shown (None: none is).
+
+    ``line_above()`` is a context manager within which a log line is written
+    whole: no progress is written meanwhile, and a progress bar's line is
+    blanked for it and drawn again below it.
+    """
+    global _progress_display
+    _progress_display = line_above
 
 
 class _Quiet(logging.Filter):
@@ -277,5 +286,7 @@ def worker_stderr_captured() -> Iterator[None]:
 
 
 def set_up_command(argv: Sequence[str]) -> None:
-    """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks."""
+    """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks, and the
+    start its summary counts from (the process's, unless ``tfrecord-shards`` noted one)."""
+    mark_command_start()
     configure_logging(log_settings(argv))

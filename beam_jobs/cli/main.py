@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from typing import Sequence
 
-from beam_jobs.cli.config import usage_problem
-from beam_jobs.cli.declared import format_job_help, wants_help
+from beam_jobs.cli.config import known_flag_names, usage_problem
+from beam_jobs.cli.declared import format_job_help, respelt, wants_help
 from beam_jobs.cli.jobs import JOBS
+from beam_jobs.cli.started import command_running
 
 __all__ = ["COMMANDS", "main", "run_command", "set_up_command", "usage"]
 
@@ -80,9 +82,12 @@ def run_command(command: str, argv: Sequence[str], prog: str) -> int:
     """Runs one job as a command; returns its exit status.
 
     ``--help`` and a usage error of the job's declared flags are answered from
-    the declarations alone; otherwise logging is set up and the job runs.
+    the declarations alone; otherwise logging is set up and the job runs. A
+    flag spelt with dashes (``--shard-size-mb``) is the flag of that name
+    spelt with underscores.
     """
     job = JOBS[command]
+    argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):
         print(format_job_help(job, prog))
         return 0
@@ -101,8 +106,16 @@ def run_command(command: str, argv: Sequence[str], prog: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``tfrecord-shards``; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Entry point of ``tfrecord-shards``; returns the exit status.
+
+    A job's summary counts its seconds from the process's start, or, given
+    ``argv`` (called as a function), from this call.
+    """
+    with command_running(None if argv is None else time.monotonic()):
+        return _main(sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2

@@ -49,22 +49,26 @@ class _Reporter:
         self._tty = stream.isatty()
         self._interval = min(interval, _BAR_SECONDS) if self._tty else interval
         self._stop = threading.Event()
-        self._lock = threading.Lock()  # the bar's line is shared with log lines
+        self._lock = threading.RLock()  # the terminal is shared with log lines (line_above)
         self._shown = 0
         self._printed = None  # (label, items, bytes) of the last plain line
         self._last = None  # the last stage reported, its seconds, and whether its time left is known
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+        # Where the stage reported got to: see _report.
+        self._label = None
+        self._polled = self._seen = self._moved = self._since = clock()
+        self._counted = None
+        self._bar = ""  # the bar last drawn
 
     def start(self) -> None:
-        if self._tty:
-            logs.set_bar_clearer(self.clear)
+        logs.set_progress_display(self.line_above)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        logs.set_progress_display(None)
         if self._tty:
-            logs.set_bar_clearer(None)
             self.clear()
             return
         # A plain log ends with where the run got to, also when it ended between two reports.
@@ -83,37 +87,60 @@ class _Reporter:
                 self._stream.flush()
                 self._shown = 0
 
+    @contextlib.contextmanager
+    def line_above(self) -> Iterator[None]:
+        """Within the block, lines written to the terminal (a log line) go above the progress display.
+
+        Nothing is reported meanwhile (the block holds the display's lock); a
+        bar's line is blanked first and the bar drawn again, as it was, below
+        what the block wrote.
+        """
+        with self._lock:
+            bar = self._bar if self._shown else None
+            self.clear()
+            try:
+                yield
+            finally:
+                if bar is not None:
+                    self._stream.write(bar)
+                    self._shown = len(bar)
+                    self._stream.flush()
+
     def _loop(self) -> None:
-        # A stage is taken to start at the last report before it was seen (the
-        # first one too: the job's start-up before it is no part of its rate); its
-        # rate is measured up to the last report at which its counts moved. The
-        # time left is guessed only once the stage was watched for
-        # ETA_AFTER_SECONDS: on its first report its rate is one sighting's guess.
-        label = None
-        polled = seen = moved = self._clock()
-        since, last = polled, None
         while not self._stop.wait(self._interval):
-            stage = self._stage_of(c.read_counts(self._folder))
-            now, before = self._clock(), polled
-            polled = now
-            if stage is None:
-                continue
-            if stage.label != label:
-                label, since, seen = stage.label, before, now
-            if (stage.items, stage.nbytes) != last:
-                last, moved = (stage.items, stage.nbytes), now
-            seconds = moved - since
-            eta = now - seen >= ETA_AFTER_SECONDS
-            with self._lock:
-                if self._tty:
-                    text = progress_bar(self._job, stage, seconds, eta=eta)
-                    self._stream.write("\r" + text.ljust(self._shown))
-                    self._shown = max(self._shown, len(text))
-                elif (stage.label, stage.items, stage.nbytes) != self._printed:  # no repeated line
-                    self._stream.write(progress_line(self._job, stage, seconds, eta) + "\n")
-                    self._printed = (stage.label, stage.items, stage.nbytes)
-                self._last = (stage, seconds, eta)
-                self._stream.flush()
+            self._report()
+
+    def _report(self) -> None:
+        """Reads the counts and reports where the job is.
+
+        A stage is taken to start at the last report before it was seen (the
+        first one too: the job's start-up before it is no part of its rate); its
+        rate is measured up to the last report at which its counts moved. The
+        time left is guessed only once the stage was watched for
+        ETA_AFTER_SECONDS: on its first report its rate is one sighting's guess.
+        """
+        stage = self._stage_of(c.read_counts(self._folder))
+        now, before = self._clock(), self._polled
+        self._polled = now
+        if stage is None:
+            return
+        if stage.label != self._label:
+            self._label, self._since, self._seen = stage.label, before, now
+        if (stage.items, stage.nbytes) != self._counted:
+            self._counted, self._moved = (stage.items, stage.nbytes), now
+        seconds = self._moved - self._since
+        eta = now - self._seen >= ETA_AFTER_SECONDS
+        with self._lock:
+            if self._tty:
+                text = progress_bar(self._job, stage, seconds, eta=eta)
+                self._stream.write("\r" + text.ljust(self._shown))
+                self._shown = max(self._shown, len(text))
+                self._bar = text
+            elif (stage.label, stage.items, stage.nbytes) != self._printed:  # no repeated line
+                self._stream.write(progress_line(self._job, stage, seconds, eta) + "\n")
+                self._printed = (stage.label, stage.items, stage.nbytes)
+            self._last = (stage, seconds, eta)
+            self._stream.flush()
 
 
 @contextlib.contextmanager

@@ -301,7 +301,9 @@ def test_too_many_bad_inputs_fails_and_publishes_nothing(tree, tmp_path, capsys)
     (["--input", ".", "--output_dir", "x", "--resize", "4x4"], "need --image_mode"),
     (["--input", ".", "--output_dir", "x", "--max_bad_fraction", "2"], "between 0 and 1"),
     (["--input", ".", "--output_dir", "x", "--label_regex", "("], "does not compile"),
-    (["--input", ".", "--output_dir", "x", "--shard-size-mb", "3"], "unknown flag --shard-size-mb"),
+    (["--input", ".", "--output_dir", "x", "--shard-size-mb", "0"], "must be between"),  # --shard_size_mb
+    (["--input", ".", "--output_dir", "x", "--shard_sise_mb", "3"],
+     "unknown flag --shard_sise_mb; did you mean --shard_size_mb?"),
     (["--input", ".", "--output_dir", "x", "data/extra"], "unexpected argument 'data/extra'"),
 ])
 def test_bad_flags_fail_at_once_with_one_line(capsys, argv, message):
@@ -310,6 +312,45 @@ def test_bad_flags_fail_at_once_with_one_line(capsys, argv, message):
     lines = [l for l in err.splitlines() if l.startswith("build_shards:")]
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_the_summary_counts_the_seconds_from_the_process_start(built, tmp_path):
+    # Importing Beam and the job's modules and starting the pipeline take seconds a person waits too.
+    import re
+    import subprocess
+    import sys
+
+    root, _, _ = built
+    argv = ["tfrecord-shards", "build", "--input", root, "--output_dir", str(tmp_path / "out"),
+            "--max_bad_fraction", "0.2"]
+    code = ("import sys, time\n"
+            f"sys.argv = {argv!r}\n"
+            "from beam_jobs.cli.main import main\n"
+            "status = main()\n"
+            "from beam_jobs.cli.started import process_started\n"
+            "print('status', status, 'seconds', time.monotonic() - process_started())\n")
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": here})
+    reported = float(re.search(r"^Published .* in ([\d.]+) s \(", done.stdout, re.M).group(1))
+    status, lived = done.stdout.split()[-3], float(done.stdout.split()[-1])
+    assert status == "0", done.stderr
+    # All of it up to the summary, start-up included (the summary rounds to 0.1 s).
+    assert lived - 0.5 <= reported <= lived + 0.05, done.stdout
+
+
+@pytest.mark.slow
+def test_flags_spelt_with_dashes_are_the_declared_flags(built, tmp_path, capsys):
+    # The job's own flags and Beam's (--direct_num_workers, --temp_location), as gsutil and tfds spell flags.
+    root, expected, _ = built
+    out = str(tmp_path / "out")
+    status, _, err = run_build(capsys, "--input", root, "--output-dir", out, "--num-shards=2", "--max-bad-fraction",
+                               "0.2", "--direct-num-workers", "1", "--temp-location", str(tmp_path))
+    assert status == 0, err
+    manifest = load_manifest(out)
+    assert manifest["options"]["num_shards"] == 2
+    assert len(manifest["splits"]["train"]["shards"]) == 2
 
 
 def test_duplicate_paths_and_duplicate_images(tmp_path, capsys):

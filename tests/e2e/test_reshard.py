@@ -217,7 +217,8 @@ def test_skip_corrupt_with_every_input_damaged_publishes_nothing(tmp_path, capsy
     (["--input", "/no/such/*.tfrecord", "--output_dir", "x"], "matches no file"),
     (["--input", "/etc/hostname", "--output_dir", "x", "--split", "a/b"], "must match"),
     (["--input", "/etc/hostname", "--output_dir", "/etc"], "lies in --output_dir"),
-    (["--input", "/etc/hostname", "--output_dir", "x", "--skip-corrupt"], "unknown flag --skip-corrupt"),
+    (["--input", "/etc/hostname", "--output_dir", "x", "--skip-corupt"],
+     "unknown flag --skip-corupt; did you mean --skip_corrupt?"),
 ])
 def test_bad_flags_fail_with_one_line(capsys, argv, message):
     status, _, err = run_reshard(capsys, *argv)

@@ -216,7 +216,7 @@ def test_files_mode_finds_damage_in_examples(tmp_path, capsys) -> None:
     (["--output_dir", "{tmp}/empty"], "is not a shard set: it has no manifest.json"),
     (["--files", "{tmp}/none-*.tfrecord"], "matches no files"),
     (["--output_dir", "{tmp}/set", "--decode_images=yes"], "--decode_images"),
-    (["--output_dir", "{tmp}/set", "--decode-images"], "unknown flag --decode-images"),
+    (["--output_dir", "{tmp}/set", "--decode-image"], "unknown flag --decode-image; did you mean --decode_images?"),
     (["{tmp}/set"], "give a shard set as --output_dir"),
     (["--output_dir", "{tmp}/set", "--direct_num_workers=two"], "--direct_num_workers"),
 ])

@@ -14,7 +14,7 @@ from transforms.images.records import EncodeSettings, encode_image, image_exampl
 from transforms.images.survey import PNG_BYTES_PER_RAW_BYTE, stored_size, survey_image
 from transforms.shardset.manifest import Manifest, SplitCounts, SplitEntry
 from transforms.shardset.ownership import PublishPolicy
-from transforms.shardset.plan_report import (DEFAULT_RATE, BuildRate, PlanTally, folder_change,
+from transforms.shardset.plan_report import (DEFAULT_RATE, START_UP_SECONDS, BuildRate, PlanTally, folder_change,
                                              folder_problems, make_plan)
 from transforms.shardset.planning import MIB, choose_num_shards
 
@@ -241,11 +241,38 @@ def test_text_and_json_say_the_same_and_call_it_an_estimate():
                                       "largest_record": 140, "num_shards": 1, "shard_bytes": 140}
     assert obj["output_folder"]["new"] == ["validation"] and obj["output_folder"]["kept"] == ["test"]
     assert obj["found"]["splits"] == {"(by content)": {"tulip": 1}, "train": {"rose": 2}}
-    assert obj["build_seconds"] == round(350 / (10 * MIB), 1)
+    assert obj["build_seconds"] == round(START_UP_SECONDS + 350 / (10 * MIB), 1)  # --rate_mb_s: the bytes' part
 
 
 def test_rate_estimate():
-    assert BuildRate.of_mib_per_second(100).seconds(1000 * MIB) == pytest.approx(10.0)
+    assert BuildRate.of_mib_per_second(100).seconds(1000 * MIB) == pytest.approx(START_UP_SECONDS + 10.0)
     assert DEFAULT_RATE.seconds(1024 * MIB) == pytest.approx(DEFAULT_RATE.fixed_seconds + DEFAULT_RATE.seconds_per_gib)
+    assert DEFAULT_RATE.seconds(0, inputs=1000) == pytest.approx(DEFAULT_RATE.fixed_seconds
+                                                                  + 1000 * DEFAULT_RATE.seconds_per_input)
     with pytest.raises(ValueError):
         BuildRate(0, 1, "x")
+
+
+# A build of 4 small images, its whole process on the 2-core machine: 3.7-4.2 CPU s, about its wall time on an
+# idle machine (BENCHMARKS.md, "A small build's start-up"). The plan once said ~2 s for builds like it.
+SMALL_BUILD_SECONDS = 3.7
+
+
+@pytest.mark.parametrize("rate", [DEFAULT_RATE, BuildRate.of_mib_per_second(1000)])
+def test_a_small_builds_estimate_is_at_least_its_start_up(rate):
+    tally = _tally({"train": (4, 50_000)})
+    tally.bytes_read, tally.inputs = 200_000, 4
+    plan = make_plan(tally, inputs=["in"], output_dir="out", target_bytes=MIB, num_shards=None, change=None,
+                     output_exists=False, rate=rate, max_bad_fraction=0.01)
+    assert plan.build_seconds >= SMALL_BUILD_SECONDS
+    assert f"{START_UP_SECONDS:g} s start-up" in plan.text()
+
+
+def test_the_estimate_counts_each_input():
+    few, many = _tally({"train": (10, 1000)}), _tally({"train": (10_000, 1)})
+    few.bytes_read = many.bytes_read = 10_000
+    few.inputs, many.inputs = 10, 10_000
+    plans = [make_plan(t, inputs=["in"], output_dir="out", target_bytes=MIB, num_shards=None, change=None,
+                       output_exists=False, rate=DEFAULT_RATE, max_bad_fraction=0.01) for t in (few, many)]
+    assert plans[1].build_seconds - plans[0].build_seconds == pytest.approx(9990 * DEFAULT_RATE.seconds_per_input)
+    assert DEFAULT_RATE.seconds_per_input > 0

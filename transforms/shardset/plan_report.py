@@ -29,7 +29,7 @@ from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, ke
 from transforms.shardset.planning import MIB, lay_out_split
 from transforms.shardset.replacing import replace_problem
 
-__all__ = ["PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_plan", "folder_change",
+__all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_plan", "folder_change",
            "folder_problems",
            "DEFAULT_RATE", "DUPLICATE_REASONS", "BY_CONTENT", "PLAN_VERSION"]
 
@@ -42,38 +42,55 @@ DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate
 BY_CONTENT = "(by content)"
 
 
+# A build's cost whatever its input, from its process's start to its summary: starting Python,
+# importing Beam and the job's modules (2.9 CPU s), checking the flags and inputs, starting the
+# pipeline, publishing. A build of 4 small images took 3.7-4.2 CPU s on the 2-core machine, its wall
+# time on an idle machine (BENCHMARKS.md, "A small build's start-up").
+START_UP_SECONDS = 4.0
+# A build's cost per input, beyond its bytes (listing, opening, hashing, a dead letter or a record):
+# 267 inputs of the sample (24 MiB) cost about 0.35 CPU s more than 4, 0.11 s of it the bytes' at
+# 4.8 s/GiB (BENCHMARKS.md, "A small build's start-up"); rounded to 1 ms.
+SECONDS_PER_INPUT = 0.001
+
+
 @dataclass(frozen=True)
 class BuildRate:
-    """How fast a build runs: a fixed start-up cost plus seconds per GiB of input.
+    """How fast a build runs: a fixed start-up cost, plus seconds per input and per GiB of input.
 
     Attributes:
         seconds_per_gib: Marginal seconds per GiB of input images.
         fixed_seconds: Start-up and publish, whatever the input.
         source: Where the figures come from, as the plan says it.
+        seconds_per_input: Marginal seconds per input (file or manifest row), beyond its bytes.
     """
 
     seconds_per_gib: float
     fixed_seconds: float
     source: str
+    seconds_per_input: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.seconds_per_gib > 0 and self.fixed_seconds >= 0):
-            raise ValueError(f"a build rate needs seconds_per_gib > 0 and fixed_seconds >= 0, "
-                             f"got {self.seconds_per_gib} and {self.fixed_seconds}")
+        if not (self.seconds_per_gib > 0 and self.fixed_seconds >= 0 and self.seconds_per_input >= 0):
+            raise ValueError(f"a build rate needs seconds_per_gib > 0, fixed_seconds >= 0 and seconds_per_input "
+                             f">= 0, got {self.seconds_per_gib}, {self.fixed_seconds} and {self.seconds_per_input}")
 
     @classmethod
     def of_mib_per_second(cls, rate_mib_s: float) -> "BuildRate":
-        """A rate a person gives (``--rate_mb_s``): MiB of input per second, start-up included."""
-        return cls(1024.0 / rate_mib_s, 0.0, f"--rate_mb_s {rate_mib_s:g}")
+        """A rate a person gives (``--rate_mb_s``): MiB of input per second, after the start-up every
+        build pays (``START_UP_SECONDS``)."""
+        return cls(1024.0 / rate_mib_s, START_UP_SECONDS, f"--rate_mb_s {rate_mib_s:g}")
 
-    def seconds(self, input_bytes: int) -> float:
-        return self.fixed_seconds + self.seconds_per_gib * input_bytes / (1024 * MIB)
+    def seconds(self, input_bytes: int, inputs: int = 0) -> float:
+        """The estimated seconds of a build reading ``input_bytes`` bytes of ``inputs`` inputs."""
+        return (self.fixed_seconds + self.seconds_per_input * inputs
+                + self.seconds_per_gib * input_bytes / (1024 * MIB))
 
 
 # The build on the 2-core benchmark machine, one process, default flags (--image_mode tf,
 # --validate structure), photos of about 100 KB: BENCHMARKS.md, "Plan before running", where
-# these figures are measured (3.7-4.1 s for 420 MiB, 7.5-8.2 s for 1.23 GiB).
-DEFAULT_RATE = BuildRate(seconds_per_gib=4.8, fixed_seconds=1.8,
+# the marginal rate is measured (3.7-4.1 s for 420 MiB, 7.5-8.2 s for 1.23 GiB), and "A small
+# build's start-up", where the start-up and the cost per input are.
+DEFAULT_RATE = BuildRate(seconds_per_gib=4.8, fixed_seconds=START_UP_SECONDS, seconds_per_input=SECONDS_PER_INPUT,
                          source='BENCHMARKS.md "Plan before running": one process, 2 cores, '
                                 "--image_mode tf --validate structure")
 
@@ -391,7 +408,7 @@ class Plan:
 
     @property
     def build_seconds(self) -> float:
-        return self.rate.seconds(self.tally.bytes_read)
+        return self.rate.seconds(self.tally.bytes_read, self.inputs_found)
 
     def refusals(self) -> list[str]:
         """Why the build would stop, one line each (empty: none is foreseen)."""
@@ -451,7 +468,7 @@ class Plan:
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
             "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
-                     "source": self.rate.source},
+                     "seconds_per_input": self.rate.seconds_per_input, "source": self.rate.source},
             "plan_seconds": round(self.plan_seconds, 2),
             "notes": list(self.notes),
         }
@@ -498,8 +515,10 @@ class Plan:
             lines.append("    none: no record would be written")
         lines += self._folder_lines()
         lines.append(self._disk_line())
+        per_input = self.rate.seconds_per_input
         lines.append(f"  build time: ~{_duration(self.build_seconds)} ({_size(tally.bytes_read)} at "
                      f"{self.rate.seconds_per_gib:.3g} s/GiB"
+                     + (f" + {plural(self.inputs_found, 'input')} at {per_input * 1000:g} ms" if per_input else "")
                      + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
                      + f"; {self.rate.source})")
         refusals = self.refusals()

@@ -1,0 +1,116 @@
+"""Log lines and the progress display share the terminal: a log line never lands inside the bar's line."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+
+import pytest
+
+from beam_jobs.cli import logs
+from beam_jobs.cli.progress import _Reporter
+from transforms.progress.report import Stage
+
+SHARD_LINE = "wrote shard train-00003-of-00012.tfrecord: 21 records, 2.2 MiB"
+
+
+class _Terminal(io.StringIO):
+    """What a terminal is sent; ``while_writing`` is called at each write of text holding ``watch``."""
+
+    def __init__(self, tty: bool, watch: str = "", while_writing=None) -> None:
+        super().__init__()
+        self._tty, self._watch, self._while_writing = tty, watch, while_writing
+
+    def isatty(self) -> bool:
+        return self._tty
+
+    def write(self, text: str) -> int:
+        if self._watch and self._watch in text and self._while_writing is not None:
+            self._while_writing()
+        return super().write(text)
+
+
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows for ``text``: a carriage return goes back to the line's start."""
+    lines = []
+    for raw in text.split("\n"):
+        line: list[str] = []
+        at = 0
+        for char in raw:
+            if char == "\r":
+                at = 0
+                continue
+            if at < len(line):
+                line[at] = char
+            else:
+                line.append(char)
+            at += 1
+        lines.append("".join(line).rstrip())
+    return lines
+
+
+@pytest.fixture
+def shard_log():
+    """The job's shard logger, its lines written by the command's terminal handler to ``sys.stderr``."""
+    logger = logging.getLogger("transforms.shard_sink")
+    handler = logs._TerminalHandler()
+    handler.setFormatter(logging.Formatter(logs.LOG_FORMAT))
+    logger.addHandler(handler)
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    yield logger
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = propagate
+
+
+def _reporter(stream, tmp_path) -> _Reporter:
+    stage = Stage("writing shards", "records", 85, 265, 8 << 20)
+    return _Reporter("build", str(tmp_path), lambda counts: stage, 3600.0, stream)
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_no_progress_is_drawn_while_a_log_line_is_written(tty, tmp_path, shard_log, monkeypatch):
+    drawn_meanwhile = []
+    reporter = None
+
+    def draw() -> None:
+        got = reporter._lock.acquire(blocking=False)
+        drawn_meanwhile.append(got)
+        if got:
+            reporter._lock.release()
+
+    def try_to_draw() -> None:  # the progress thread, at that instant
+        drawer = threading.Thread(target=draw)
+        drawer.start()
+        drawer.join()
+
+    terminal = _Terminal(tty, watch=SHARD_LINE, while_writing=try_to_draw)
+    monkeypatch.setattr("sys.stderr", terminal)
+    reporter = _reporter(terminal, tmp_path)
+    reporter.start()
+    try:
+        reporter._report()
+        shard_log.info(SHARD_LINE)
+    finally:
+        reporter.stop()
+    assert drawn_meanwhile == [False]
+
+
+def test_a_log_line_takes_a_line_of_its_own_and_the_bar_comes_back_below_it(tmp_path, shard_log, monkeypatch):
+    terminal = _Terminal(tty=True)
+    monkeypatch.setattr("sys.stderr", terminal)
+    reporter = _reporter(terminal, tmp_path)
+    reporter.start()
+    try:
+        reporter._report()
+        shard_log.info(SHARD_LINE)
+        shard_log.info(SHARD_LINE)
+        shown = screen(terminal.getvalue())
+    finally:
+        reporter.stop()
+    assert shown[:2] == [f"INFO transforms.shard_sink: {SHARD_LINE}"] * 2
+    assert shown[2].startswith("build [") and "writing shards: 85 of 265 records" in shown[2]
+    assert len(shown) == 3

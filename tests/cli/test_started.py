@@ -1,0 +1,42 @@
+"""A command's summary counts from its start: the process's, or the call's for a job called as a function."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from beam_jobs.cli import started
+
+IMPORTED_AT = time.monotonic()
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_process_started_before_this_module_was_imported() -> None:
+    at = started.process_started()
+    assert IMPORTED_AT - 24 * 3600 < at <= IMPORTED_AT
+
+
+def test_a_fresh_process_is_seconds_old() -> None:
+    code = "import time; from beam_jobs.cli import started; print(time.monotonic() - started.process_started())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    age = float(done.stdout.split()[-1])
+    assert 0 <= age < 30, done.stdout  # Python's start and one import; not the age of the machine
+
+
+def test_a_run_takes_the_commands_start_once() -> None:
+    with started.command_running(123.0):
+        started.mark_command_start()  # logging set up for the command: the start noted stays
+        assert started.run_started() == 123.0
+        assert started.run_started() > 123.0  # a second run counts from its own call
+    before = time.monotonic()
+    assert started.run_started() >= before
+
+
+def test_a_command_start_is_forgotten_after_the_command() -> None:
+    with started.command_running(5.0):
+        pass
+    before = time.monotonic()
+    assert started.run_started() >= before
