@@ -455,6 +455,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
         try:
+            if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
+                beam_compat.register_dask_options()
             options = PipelineOptions(argv)
             refuse_unknown_flags(options, argv, positional_hint)
             flags = config.from_flags(flag_values(options))
