@@ -232,14 +232,14 @@ def _run_on_dask(pipeline: Any, options: PipelineOptions) -> Any:
     from apache_beam import pvalue
     from apache_beam.pipeline import PipelineVisitor
     from apache_beam.runners.dask import overrides
-    from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunnerResult
+    from apache_beam.runners.dask.dask_runner import DaskOptions
 
     import apache_beam as beam
 
     dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
     bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
     pipeline.replace_all([o for o in overrides.dask_overrides()
-                          if type(o).__name__ != "GroupByKeyOverride"] + [_GroupByKeyOverride()])
+                          if type(o).__name__ != "GroupByKeyOverride"] + [_group_by_key_override()])
     bags: dict[Any, Any] = {}  # PCollection -> dask.bag.Bag
     consumed: set[int] = set()
 
@@ -264,7 +264,8 @@ def _run_on_dask(pipeline: Any, options: PipelineOptions) -> Any:
                 splits = list(transform.source.split(_DASK_SPLIT_BYTES))
                 made = {None: new_bag(splits).map_partitions(_read_splits)}
             elif isinstance(transform, overrides._GroupByKeyOnly):
-                made = {None: bags[inputs[0]].groupby(_first).map(_grouped)}
+                # "tasks": without a client at hand Dask would choose its on-disk shuffle, for one process.
+                made = {None: bags[inputs[0]].groupby(_first, shuffle="tasks").map(_grouped)}
             elif isinstance(transform, overrides._Flatten):
                 made = {None: db.concat([bags[i] for i in inputs])}
             elif isinstance(transform, overrides._Reshuffle):
@@ -290,7 +291,7 @@ def _run_on_dask(pipeline: Any, options: PipelineOptions) -> Any:
     client = ddist.Client(**dask_options)
     # Unoptimized, so that each PCollection is one set of keys, computed once for all its readers.
     futures = client.compute(ends, optimize_graph=False)
-    return _DaskResult(client, futures)
+    return _dask_result(client, futures)
 
 
 # A Create's elements are spread over this many bundles (Dask partitions) unless --dask_npartitions
@@ -299,40 +300,34 @@ _DASK_PARTITIONS = 32
 _DASK_SPLIT_BYTES = 64 << 20
 
 
-def _dask_result_class() -> type:
+def _dask_result(client: Any, futures: Any) -> Any:
+    """Beam's ``DaskRunnerResult``, closing the client once the pipeline finished (Beam's never does)."""
     from apache_beam.runners.dask.dask_runner import DaskRunnerResult
 
     class DaskResult(DaskRunnerResult):
-        """Beam's result, closing the client once the pipeline finished (Beam's never does)."""
-
         def wait_until_finish(self, duration: int | None = None) -> str:
             try:
                 return super().wait_until_finish(duration)
             finally:
                 if self.state != "RUNNING":
                     self.client.close()
-    return DaskResult
+    return DaskResult(client, futures)
 
 
-def _DaskResult(client: Any, futures: Any) -> Any:
-    return _dask_result_class()(client, futures)
-
-
-class _GroupByKeyOverride:
+def _group_by_key_override() -> Any:
     """Replaces ``GroupByKey`` with Beam's Dask ``_GroupByKeyOnly`` leaf (global window, batch)."""
+    from apache_beam.pipeline import PTransformOverride
+    from apache_beam.runners.dask import overrides
 
-    def __new__(cls) -> Any:
-        from apache_beam.pipeline import PTransformOverride
-        from apache_beam.runners.dask import overrides
-        import apache_beam as beam
+    import apache_beam as beam
 
-        class GroupByKeyOverride(PTransformOverride):
-            def matches(self, applied: Any) -> bool:
-                return applied.transform.__class__ == beam.GroupByKey
+    class GroupByKeyOverride(PTransformOverride):
+        def matches(self, applied: Any) -> bool:
+            return applied.transform.__class__ == beam.GroupByKey
 
-            def get_replacement_transform_for_applied_ptransform(self, applied: Any) -> Any:
-                return overrides._GroupByKeyOnly()
-        return GroupByKeyOverride()
+        def get_replacement_transform_for_applied_ptransform(self, applied: Any) -> Any:
+            return overrides._GroupByKeyOnly()
+    return GroupByKeyOverride()
 
 
 def _first(item: Any) -> Any:

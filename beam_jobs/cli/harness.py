@@ -450,6 +450,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
         print(format_job_help(config.JOB, prog))
         return 0
     if wants_beam_help(argv):
+        beam_compat.register_dask_options()  # Beam's --dask_* flags too
         print(format_beam_help(prog))
         return 0
     settings = logs.log_settings(argv)
