@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import apache_beam as beam
 import distributed
@@ -105,6 +106,26 @@ def test_plan_on_dask_matches_the_direct_runner(cluster, tree, tmp_path, capsys)
             plans[name] = {k: v for k, v in json.load(fh).items() if k != "plan_seconds"}
     assert plans["direct"]["splits"]["train"]["records"] > 0
     assert plans["dask"] == plans["direct"]
+
+
+@pytest.mark.slow
+def test_append_on_dask_matches_the_direct_runner(cluster, tree, tmp_path, capsys):
+    from beam_jobs import append_shards
+
+    built = str(tmp_path / "built")
+    status, _, err = run_build(capsys, "--input", tree, *BUILD_FLAGS, "--output_dir", built)
+    assert status == 0, err
+    more = str(tmp_path / "more")
+    make_class_tree(more, classes=("lily",), per_class=5, broken=False, seed=2)
+    appended = {}
+    for name, runner in (("direct", []), ("dask", _on_dask(cluster))):
+        appended[name] = str(tmp_path / f"appended-{name}")
+        shutil.copytree(built, appended[name])
+        status, _, err = _run(capsys, append_shards, "--input", more, "--output_dir", appended[name],
+                              *BUILD_FLAGS, *runner)
+        assert status == 0, err
+    assert load_manifest(appended["dask"])["splits"]["train"]["records"] == 18 + 5
+    assert folder_bytes(appended["dask"]) == folder_bytes(appended["direct"])
 
 
 class _EmitAtFinishFn(beam.DoFn):
