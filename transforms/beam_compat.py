@@ -10,14 +10,14 @@ touch) are the ones to re-check. All were checked against apache-beam 2.77.0.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
-__all__ = ["CHECKED_BEAM_VERSION", "local_runner", "dask_runner", "wants_dask", "register_dask_options", "local_workers", "use_anonymous_gcp_credentials",
+__all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
            "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "local_workers_for", "bytes_worth_counting",
-           "workers_given", "choose_local_workers"]
+           "workers_given", "choose_local_workers", "dask_runner", "wants_dask", "register_dask_options"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 
@@ -175,7 +175,7 @@ def use_anonymous_gcp_credentials() -> None:
 _DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
 
 
-def wants_dask(argv: list[str] | tuple[str, ...]) -> bool:
+def wants_dask(argv: Sequence[str]) -> bool:
     """True if the command line names the DaskRunner or one of Beam's ``--dask_*`` flags."""
     return any(str(arg).startswith("--dask_") or str(arg).split("=")[-1] in _DASK_NAMES for arg in argv)
 
