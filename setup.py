@@ -26,7 +26,7 @@ setuptools.setup(
         # grpcio-tools from 1.82 needs protobuf>=7; apache-beam needs protobuf<7.
         "test": [
             "pytest>=7", "hypothesis>=6", "grpcio-tools<1.82",
-            "apache-beam[aws,gcp]",  # s3:// and gs:// filesystems, the Dataflow runner
+            "apache-beam[aws,gcp,dask]",  # s3:// and gs:// filesystems, the Dataflow and Dask runners
             "moto[server]>=5",  # S3 API server on loopback
             "gcp-storage-emulator",  # GCS API server on loopback
             "build",  # sdist/wheel packaging test; Beam's --setup_file staging
@@ -38,6 +38,7 @@ setuptools.setup(
         ],
         "aws": ["apache-beam[aws]"],
         "gcp": ["apache-beam[gcp]"],
+        "dask": ["apache-beam[dask]"],  # --runner DaskRunner (dask and distributed)
         # TensorFlow reads the shards (tests/e2e/test_tensorflow_interop.py). tensorflow-cpu
         # wheels exist for x86-64 only; TF 2.21 takes protobuf>=6.31.1,<8, Beam <7.
         "compat": [

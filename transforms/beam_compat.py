@@ -10,13 +10,14 @@ touch) are the ones to re-check. All were checked against apache-beam 2.77.0.
 from __future__ import annotations
 
 import os
+from typing import Any, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
            "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "local_workers_for", "bytes_worth_counting",
-           "workers_given", "choose_local_workers"]
+           "workers_given", "choose_local_workers", "dask_runner", "wants_dask", "register_dask_options"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 
@@ -34,9 +35,12 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     PrismRunner``, or ``--prism_location``, still selects Prism.
 
     The data plane between the runner and its thread or process workers does
-    not flush on a timer (see ``_without_timed_flushes``).
+    not flush on a timer (see ``_without_timed_flushes``). ``--runner
+    DaskRunner`` gets ``dask_runner()``, which fixes what Beam's loses.
     """
     standard = options.view_as(StandardOptions)
+    if standard.runner in _DASK_NAMES and not standard.streaming:
+        return dask_runner()
     if standard.runner not in _DIRECT_NAMES or standard.streaming:
         return None
     if options.get_all_options().get("prism_location"):
@@ -164,3 +168,244 @@ def use_anonymous_gcp_credentials() -> None:
     with auth._Credentials._credentials_lock:
         auth._Credentials._credentials = None
         auth._Credentials._credentials_init = True
+
+
+# --- Beam's DaskRunner ------------------------------------------------------------------------------
+
+_DASK_NAMES = ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner")
+
+
+def wants_dask(argv: Sequence[str]) -> bool:
+    """True if the command line names the DaskRunner or one of Beam's ``--dask_*`` flags."""
+    return any(str(arg).startswith("--dask_") or str(arg).split("=")[-1] in _DASK_NAMES for arg in argv)
+
+
+def register_dask_options() -> None:
+    """Makes Beam's ``DaskOptions`` (``--dask_client_address`` ...) known to ``PipelineOptions``.
+
+    Beam defines them in ``apache_beam.runners.dask.dask_runner`` (2.77.0), which
+    imports ``dask.distributed`` (about 0.9 s); importing it registers the
+    options class, so the jobs import it only when the flags ask for Dask.
+    """
+    import apache_beam.runners.dask.dask_runner  # noqa: F401  (registers DaskOptions)
+
+
+def dask_runner() -> PipelineRunner:
+    """Returns a runner that runs the jobs on a Dask ``distributed`` cluster.
+
+    Beam 2.77.0's ``DaskRunner`` (``apache_beam/runners/dask/``) translates each
+    leaf transform to a ``dask.bag`` operation, but for these jobs it loses
+    output:
+
+    - ``apply_dofn_to_bundle`` collects a bundle's output before calling
+      ``finish_bundle``, so what a DoFn emits there is dropped;
+    - a ``ParDo``'s outputs share one bag with their tags removed, so each
+      consumer of ``with_outputs`` reads every output;
+    - only the bag of the last transform visited is computed: every other
+      branch (the dead letters, the shards when the manifest comes last) never
+      runs;
+    - ``beam.io.Read`` becomes a no-op with no input, and ``ParDo`` subclasses
+      (``WindowInto``, the ``GroupByKey`` overrides' ``_GroupAlsoByWindow``)
+      pass their input through unchanged.
+
+    This runner keeps Beam's options, client and result and translates the
+    graph itself: one task per bundle that runs the DoFn through Beam's
+    ``DoFnInvoker`` (finish_bundle's output included), one bag per output tag,
+    side inputs computed once and handed to each bundle, bounded sources split
+    and read, and every branch that ends the graph computed. It supports batch
+    pipelines in the global window, which is what the jobs are.
+    """
+    from apache_beam.runners.dask.dask_runner import DaskRunner
+
+    class _ProjectDaskRunner(DaskRunner):
+        def run_pipeline(self, pipeline: Any, options: PipelineOptions) -> Any:
+            return _run_on_dask(pipeline, options)
+
+    return _ProjectDaskRunner()
+
+
+def _run_on_dask(pipeline: Any, options: PipelineOptions) -> Any:
+    """Translates ``pipeline`` into ``dask.bag`` operations and submits them (see ``dask_runner``)."""
+    import dask
+    import dask.bag as db
+    import dask.distributed as ddist
+    from apache_beam import pvalue
+    from apache_beam.pipeline import PipelineVisitor
+    from apache_beam.runners.dask import overrides
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    import apache_beam as beam
+
+    dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
+    bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
+    pipeline.replace_all([o for o in overrides.dask_overrides()
+                          if type(o).__name__ != "GroupByKeyOverride"] + [_group_by_key_override()])
+    bags: dict[Any, Any] = {}  # PCollection -> dask.bag.Bag
+    consumed: set[int] = set()
+
+    def new_bag(values: list[Any]) -> Any:
+        if bag_kwargs.get("partition_size"):
+            return db.from_sequence(values, partition_size=bag_kwargs["partition_size"])
+        count = bag_kwargs.get("npartitions") or min(len(values), _DASK_PARTITIONS)
+        return db.from_sequence(values, npartitions=max(1, count))
+
+    class Translate(PipelineVisitor):
+        def visit_transform(self, node: Any) -> None:
+            transform = node.transform
+            inputs = [i for i in node.inputs if not isinstance(i, pvalue.PBegin)]
+            consumed.update(id(i) for i in inputs)
+            consumed.update(id(si.pvalue) for si in node.side_inputs)
+            outputs = dict(node.outputs)
+            if isinstance(transform, overrides._Create):
+                made = {None: new_bag(list(transform.values))}
+            elif isinstance(transform, beam.Impulse):
+                made = {None: new_bag([b""])}
+            elif isinstance(transform, overrides._Read):
+                splits = list(transform.source.split(_DASK_SPLIT_BYTES))
+                made = {None: new_bag(splits).map_partitions(_read_splits)}
+            elif isinstance(transform, overrides._GroupByKeyOnly):
+                # "tasks": without a client at hand Dask would choose its on-disk shuffle, for one process.
+                made = {None: bags[inputs[0]].groupby(_first, shuffle="tasks").map(_grouped)}
+            elif isinstance(transform, overrides._Flatten):
+                made = {None: db.concat([bags[i] for i in inputs])}
+            elif isinstance(transform, overrides._Reshuffle):
+                made = {None: bags[inputs[0]]}
+            elif isinstance(transform, beam.ParDo):
+                args, kwargs = transform.raw_side_inputs
+                views = [(type(si), si._view_options()) for si in node.side_inputs]
+                sides = [dask.delayed(_concat)(bags[si.pvalue].to_delayed(optimize_graph=False))
+                         for si in node.side_inputs]
+                window_fn = inputs[0].windowing.windowfn
+                tagged = bags[inputs[0]].map_partitions(
+                    _run_bundle, transform.fn, node.full_label, list(args), dict(kwargs), window_fn, views, *sides)
+                made = {tag: tagged.map_partitions(_with_tag, None if tag in (None, "None") else tag)
+                        for tag in outputs}
+            else:
+                raise NotImplementedError(f"{node.full_label}: {type(transform).__name__} has no translation "
+                                          "for Dask in this project (beam_compat.dask_runner)")
+            for tag, pcoll in outputs.items():
+                bags[pcoll] = made[tag] if tag in made else made[None]
+
+    pipeline.visit(Translate())
+    ends = [bag.map_partitions(_nothing) for pcoll, bag in bags.items() if id(pcoll) not in consumed]
+    client = ddist.Client(**dask_options)
+    # Unoptimized, so that each PCollection is one set of keys, computed once for all its readers.
+    futures = client.compute(ends, optimize_graph=False)
+    return _dask_result(client, futures)
+
+
+# A Create's elements are spread over this many bundles (Dask partitions) unless --dask_npartitions
+# or --dask_partition_size says otherwise; a bounded source is split into reads of this many bytes.
+_DASK_PARTITIONS = 32
+_DASK_SPLIT_BYTES = 64 << 20
+
+
+def _dask_result(client: Any, futures: Any) -> Any:
+    """Beam's ``DaskRunnerResult``, closing the client once the pipeline finished (Beam's never does)."""
+    from apache_beam.runners.dask.dask_runner import DaskRunnerResult
+
+    class DaskResult(DaskRunnerResult):
+        def wait_until_finish(self, duration: int | None = None) -> str:
+            try:
+                return super().wait_until_finish(duration)
+            finally:
+                if self.state != "RUNNING":
+                    self.client.close()
+    return DaskResult(client, futures)
+
+
+def _group_by_key_override() -> Any:
+    """Replaces ``GroupByKey`` with Beam's Dask ``_GroupByKeyOnly`` leaf (global window, batch)."""
+    from apache_beam.pipeline import PTransformOverride
+    from apache_beam.runners.dask import overrides
+
+    import apache_beam as beam
+
+    class GroupByKeyOverride(PTransformOverride):
+        def matches(self, applied: Any) -> bool:
+            return applied.transform.__class__ == beam.GroupByKey
+
+        def get_replacement_transform_for_applied_ptransform(self, applied: Any) -> Any:
+            return overrides._GroupByKeyOnly()
+    return GroupByKeyOverride()
+
+
+def _first(item: Any) -> Any:
+    """A (key, value)'s key, made hashable: lists as tuples, dicts as sorted pairs (Dask groups by hash)."""
+    return _hashable(item[0])
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, (list, tuple)):
+        return (type(key).__name__, *map(_hashable, key))
+    if isinstance(key, dict):
+        return ("dict", *sorted((_hashable(k), _hashable(v)) for k, v in key.items()))
+    return key
+
+
+def _grouped(group: Any) -> Any:
+    _, items = group
+    return items[0][0], [value for _, value in items]
+
+
+def _nothing(values: Any) -> list[Any]:
+    for _ in values:
+        pass
+    return []
+
+
+def _concat(parts: list[list[Any]]) -> list[Any]:
+    return [value for part in parts for value in part]
+
+
+def _with_tag(pairs: Any, tag: str | None) -> list[Any]:
+    return [value for found, value in pairs if found == tag]
+
+
+def _read_splits(splits: Any) -> list[Any]:
+    out = []
+    for split in splits:
+        tracker = split.source.get_range_tracker(split.start_position, split.stop_position)
+        out.extend(split.source.read(tracker))
+    return out
+
+
+def _run_bundle(items: Any, fn: Any, label: str, args: list[Any], kwargs: dict[str, Any], window_fn: Any,
+                views: list[Any], *sides: list[Any]) -> list[tuple[str | None, Any]]:
+    """Runs one bundle of a DoFn; returns every output, ``finish_bundle``'s too, with its tag."""
+    from apache_beam import DoFn
+    from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
+    from apache_beam.transforms.sideinputs import SideInputMap
+    from apache_beam.transforms.window import GlobalWindows
+
+    out: list[tuple[str | None, Any]] = []
+
+    class Collect(Receiver):
+        def __init__(self, tag: str | None) -> None:
+            self.tag = tag
+
+        def receive(self, windowed_value: Any) -> None:
+            out.append((self.tag, windowed_value.value))
+
+    class Receivers(dict):
+        def __missing__(self, tag: str) -> Collect:
+            self[tag] = Collect(tag)
+            return self[tag]
+
+    receivers = Receivers()
+    handler = _OutputHandler(window_fn=window_fn, main_receivers=Collect(None), tagged_receivers=receivers,
+                             per_element_output_counter=None, output_batch_converter=None,
+                             process_yields_batches=False, process_batch_yields_elements=False)
+    side_inputs = [SideInputMap(kind, view, [GlobalWindows.windowed_value(v) for v in values])
+                   for (kind, view), values in zip(views, sides)]
+    invoker = DoFnInvoker.create_invoker(
+        DoFnSignature(fn), handler, context=DoFnContext(label, state=None), side_inputs=side_inputs,
+        input_args=args, input_kwargs=kwargs, user_state_context=None,
+        bundle_finalizer_param=DoFn.BundleFinalizerParam())
+    invoker.invoke_setup()
+    invoker.invoke_start_bundle()
+    for item in items:
+        invoker.invoke_process(GlobalWindows.windowed_value(item))
+    invoker.invoke_finish_bundle()
+    invoker.invoke_teardown()
+    return out

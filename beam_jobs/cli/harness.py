@@ -477,11 +477,14 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
         print(format_job_help(config.JOB, prog))
         return 0
     if wants_beam_help(argv):
+        beam_compat.register_dask_options()  # Beam's --dask_* flags too
         print(format_beam_help(prog))
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
         try:
+            if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
+                beam_compat.register_dask_options()
             options = PipelineOptions(argv)
             refuse_unknown_flags(options, argv, positional_hint, config.JOB.flag_names())
             flags = config.from_flags(flag_values(options))
