@@ -3,7 +3,7 @@
 A misspelt flag is refused, naming the closest flag, before a job imports Beam
 (about 2 CPU s): for that, the names Beam's options take are listed here. They
 are those of every ``PipelineOptions`` class defined once the jobs' modules
-are imported, in Beam 2.77.0; ``tests/cli/test_beam_flag_names.py``
+are imported, in Beam 2.77.0, and of Beam's ``DaskOptions``; ``tests/cli/test_beam_flag_names.py``
 keeps the list equal to what the installed Beam defines (a flag missing here
 would be refused as misspelt). A flag listed here is checked again, with its
 value, by Beam's own parser once the job imports Beam.
@@ -21,7 +21,11 @@ BEAM_FLAG_NAMES = frozenset((
     "artifact_port", "artifacts_dir", "auto_unique_labels", "autoscaling_algorithm",
     "azure_connection_string", "azure_managed_identity_client_id", "beam_plugin", "beam_plugins",
     "beam_services", "blob_service_endpoint", "bootstrap_servers", "cloud_build_machine_type",
-    "create_from_snapshot", "dataflow_endpoint", "dataflow_job_file", "dataflow_kms_key",
+    "create_from_snapshot",
+    # Beam's DaskOptions, registered when a command line asks for Dask (beam_compat.register_dask_options).
+    "dask_client_address", "dask_client_name", "dask_connection_limit", "dask_connection_timeout",
+    "dask_npartitions", "dask_partition_size", "dask_scheduler_file",
+    "dataflow_endpoint", "dataflow_job_file", "dataflow_kms_key",
     "dataflow_service_option", "dataflow_service_options", "default_sdk_harness_log_level",
     "direct_embed_docker_python", "direct_num_workers", "direct_runner_bundle_repeat",
     "direct_running_mode", "direct_test_splits", "disable_beartype", "disk_provisioned_iops",

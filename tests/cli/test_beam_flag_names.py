@@ -53,6 +53,8 @@ def test_a_misspelt_flag_is_answered_with_the_closest(typed, problem) -> None:
      "unknown flag --split_fraction; did you mean --split_fractions? (see --help)"),
     (jobs.BUILD, ["--input", "a", "--output_dir", "b", "--temp_location", "/tmp"], None),  # Beam's: the job decides
     (jobs.BUILD, ["--help_beam"], None),  # the job prints Beam's options
+    (jobs.BUILD, ["--input", "a", "--output_dir", "b", "--runner", "DaskRunner",
+                  "--dask_client_address", "tcp://127.0.0.1:8786"], None),  # Beam's DaskOptions
     (jobs.INSPECT, ["f", "--help_beam"], "unknown flag --help_beam (see --help)"),
     (jobs.VERIFY, ["--output_dir", "a", "--decode_image"],
      "unknown flag --decode_image; did you mean --decode_images? (see --help)"),
@@ -104,6 +106,10 @@ def test_the_listed_beam_flags_are_those_beam_defines() -> None:
     for module, _ in main.COMMANDS.values():
         importlib.import_module(module)
     from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms import beam_compat
+
+    beam_compat.register_dask_options()  # the jobs register them when a command line asks for Dask
 
     parsers: list = []
     PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
