@@ -18,7 +18,8 @@ from apache_beam.metrics import Metrics
 from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASET, ZIP, ContainerRules, MemberRef,
                                          archive_kind, is_parquet_pattern, is_shard_pattern, label_path,
                                          listed_member, member_entry, member_name, unsafe_entry, unsafe_member)
-from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet, row_group_entries
+from transforms.archives.parquet_rows import (class_names_of, columns_problem, open_parquet, open_rows,
+                                              row_group_entries)
 from transforms.archives.tar_index import MemberDamage, Window, is_inner_tar, tar_members
 from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
                                             sample_entry, samples_of)
@@ -300,7 +301,7 @@ class _ListPartFn(beam.DoFn):
             yield _dead(part.container, damage[0])
 
     def _rows(self, part: ArchivePart, fh):
-        parquet = open_parquet(fh)
+        parquet = open_rows(fh, self._containers.image_column, self._containers.label_column)
         try:
             names = self._containers.class_names or class_names_of(parquet.schema_arrow,
                                                                    self._containers.label_column)

@@ -272,3 +272,26 @@ def test_a_row_group_over_the_bound_is_refused_unread_each_row_a_dead_letter(tmp
     assert read == [1], read  # only the small row group was read
     assert load_manifest(out)["records"] == 3
     assert "written + dead-lettered = 13 inputs" in stdout
+
+
+def _label_bomb(path, rows: int, label_mib: int = 1) -> str:
+    """``rows`` rows whose label is one class name of ``label_mib`` MiB repeated (zstd and a dictionary:
+    a few KB in all), each with a tiny image."""
+    schema = pa.schema([("image", pa.binary()), ("label", pa.string())])
+    with pq.ParquetWriter(str(path), schema, compression="zstd", use_dictionary=True) as writer:
+        writer.write_table(pa.table({"image": [b"x"] * rows, "label": ["a" * (label_mib * _MIB)] * rows}, schema))
+    return str(path)
+
+
+def test_listing_a_label_column_bomb_keeps_one_copy_of_each_distinct_label(tmp_path):
+    path = _label_bomb(tmp_path / "labels.parquet", 300)  # 300 MiB of labels once decoded row by row
+    assert os.path.getsize(path) < 10_000
+    peak = _peak_growth_mib(f"""
+        from transforms.archives.parquet_rows import open_rows, row_group_entries
+        from transforms.images.inputs import LabelRules
+        with open({path!r}, "rb") as fh:
+            entries = list(row_group_entries({path!r}, open_rows(fh, "image", "label"), 0, 0, "image", "label",
+                                             LabelRules(), None))
+        assert len(entries) == 300 and {{e.reason for e in entries}} == {{"bad_label"}}, entries[:1]
+    """)
+    assert peak < 48, f"{peak:.0f} MiB"  # the label column decoded row by row, then as Python str: 600 MiB

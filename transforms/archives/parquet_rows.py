@@ -20,6 +20,7 @@ import posixpath
 from typing import BinaryIO, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms.archives.members import PARQUET, MemberRef, member_name
@@ -29,11 +30,17 @@ from transforms.images.inputs import LabelRules, check_label
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
-__all__ = ["DEFAULT_IMAGE_COLUMN", "DEFAULT_LABEL_COLUMN", "open_parquet", "columns_problem", "class_names_of",
-           "row_group_entries", "open_images", "group_problem", "image_column", "image_at"]
+__all__ = ["DEFAULT_IMAGE_COLUMN", "DEFAULT_LABEL_COLUMN", "MAX_LABEL_CHARS", "LISTED_GROUP_BYTES", "open_parquet",
+           "columns_problem", "class_names_of", "open_rows", "row_group_entries", "open_images", "group_problem",
+           "image_column", "image_at"]
 
 DEFAULT_IMAGE_COLUMN = "image"
 DEFAULT_LABEL_COLUMN = "label"
+# A row's label (class name or index) and image path are at most this many characters; longer is bad_label.
+MAX_LABEL_CHARS = 4096
+# A row group's label and image-path columns are listed only if the footer says they hold at most this
+# many bytes uncompressed (a dictionary page counts once, however many rows share its values).
+LISTED_GROUP_BYTES = 256 << 20
 
 
 def open_parquet(fh: BinaryIO) -> pq.ParquetFile:
@@ -99,10 +106,61 @@ def class_names_of(schema: pa.Schema, label_column: str) -> tuple[str, ...] | No
     return None
 
 
+def open_rows(fh: BinaryIO, image_column: str, label_column: str) -> pq.ParquetFile:
+    """The Parquet file read from the seekable ``fh`` to list its rows (``row_group_entries``): its
+    label column and its images' paths are read as dictionary arrays (each distinct value once).
+
+    Raises:
+        ImageError: ``unreadable``, as ``open_parquet``.
+    """
+    parquet = open_parquet(fh)
+    image = _field_type(parquet.schema_arrow, image_column)
+    label = _field_type(parquet.schema_arrow, label_column)
+    leaves = [label_column] if label is not None and not pa.types.is_integer(label) else []
+    if image is not None and pa.types.is_struct(image) and image.get_field_index("path") >= 0:
+        leaves.append(f"{image_column}.path")
+    if not leaves:
+        return parquet
+    try:
+        return pq.ParquetFile(fh, metadata=parquet.metadata, read_dictionary=leaves)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
+
+
+def _values(column: pa.ChunkedArray) -> Iterator[object]:
+    """Each row's value of a column, a dictionary's values decoded once and shared by the rows that
+    use them; a text value over ``MAX_LABEL_CHARS`` is given as its length (an ``int`` wrapped in a
+    ``_TooLong``), never decoded."""
+    for chunk in column.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            values, indices = _bounded(chunk.dictionary), chunk.indices.to_pylist()
+            yield from (None if index is None else values[index] for index in indices)
+        else:
+            yield from _bounded(chunk)
+
+
+class _TooLong(int):
+    """The length of a text value too long to read (``_values``)."""
+
+
+def _bounded(array: pa.Array) -> list:
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        return array.to_pylist()
+    lengths = pc.binary_length(array).to_pylist()
+    return [None if n is None else _TooLong(n) if n > MAX_LABEL_CHARS else array[i].as_py()
+            for i, n in enumerate(lengths)]
+
+
 def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row: int, image_column: str,
                       label_column: str, rules: LabelRules,
                       class_names: Sequence[str] | None) -> Iterator[SourceImage | DeadLetter]:
     """The input of each row of one row group, read from its label column only.
+
+    Memory is bounded whatever the file claims: the footer bounds the label
+    and path columns' bytes (``LISTED_GROUP_BYTES``; over it, each row is a
+    ``too_large`` dead letter, unread); opened with ``open_rows``, a value
+    many rows share is decoded once; a label or path over ``MAX_LABEL_CHARS``
+    is never decoded (``bad_label``).
 
     A row is named ``FILE!ROW`` (its row number in the file); its
     ``image/filename`` is ``BASENAME!ROW``, and ``BASENAME!ROW!PATH`` where the
@@ -122,19 +180,29 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
     """
     image = _field_type(parquet.schema_arrow, image_column)
     has_path = image is not None and pa.types.is_struct(image) and image.get_field_index("path") >= 0
+    listed = [label_column] + ([f"{image_column}.path"] if has_path else [])
+    problem = next(filter(None, (group_problem(parquet, group, column, LISTED_GROUP_BYTES) for column in listed)), None)
+    if problem:
+        for row in range(parquet.metadata.row_group(group).num_rows):
+            yield DeadLetter(member_name(path, str(first_row + row)), "too_large", problem)
+        return
     try:
-        table = parquet.read_row_group(group, columns=[label_column] + ([f"{image_column}.path"] if has_path else []))
-        labels = table.column(0).to_pylist()
-        paths = [value and value.get("path") for value in table.column(1).to_pylist()] if has_path else []
+        table = parquet.read_row_group(group, columns=listed)
+        labels = _values(table.column(0))
+        paths = _values(table.column(1).combine_chunks().field("path")) if has_path else iter(())
     except (pa.ArrowException, OSError, ValueError) as err:
         raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
     base = posixpath.basename(path)
     for row, value in enumerate(labels):
         number = first_row + row
-        image_path = paths[row] if row < len(paths) else None
+        image_path = next(paths, None)
+        if isinstance(image_path, _TooLong):
+            image_path = None
         filename = f"{base}!{number}" + (f"!{image_path}" if isinstance(image_path, str) and image_path else "")
         name = member_name(path, str(number))
-        if value is None:
+        if isinstance(value, _TooLong):
+            label, why = None, f"row's {label_column!r} has {int(value)} characters, over {MAX_LABEL_CHARS}"
+        elif value is None:
             label, why = None, f"row's {label_column!r} is None, not a class"
         else:
             label, why = class_label(value, class_names)
