@@ -55,6 +55,7 @@ from transforms.storage.resume import adopt_shard, record_done_shard
 from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone",
            "NearDuplicateReport"]
@@ -81,7 +82,7 @@ def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
         yield record, label
 
 
-class _WriteShardFn(beam.DoFn):
+class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
     """(ShardKey, [item]) -> ShardResult, writing the shard's records in order."""
 
     def __init__(self, output_dir: str, compression: str,
@@ -230,7 +231,7 @@ class WriteShards(beam.PTransform):
                                              beam.pvalue.AsList(self._totals), **side))
 
 
-class _StageDeadLettersFn(beam.DoFn):
+class _StageDeadLettersFn(CarriesStorageOptions, beam.DoFn):
     """DeadLetter -> DeadLetterPart: each bundle's dead letters, staged in sorted parts of at most ``PART_LETTERS``."""
 
     def __init__(self, output_dir: str, run_id: str) -> None:
@@ -285,7 +286,7 @@ class MovesDone(NamedTuple):
     moves: int
 
 
-class _PreparePublishFn(beam.DoFn):
+class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
     """Publish up to its renames (``prepare_publish``/``prepare_append``): the commit record, the renames in chunks."""
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
@@ -342,7 +343,7 @@ def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
     return sidecar_files if near is None else _with_near_duplicates(sidecar_files, *near)
 
 
-class _MoveStagedFn(beam.DoFn):
+class _MoveStagedFn(CarriesStorageOptions, beam.DoFn):
     """Renames chunks of staged files to their final names (``folders.move_chunk``), ``RENAME_THREADS``
     chunks at a time; a ``MovesDone`` a bundle."""
 
@@ -370,7 +371,7 @@ class _MoveStagedFn(beam.DoFn):
             yield GlobalWindows.windowed_value(MovesDone(os.getpid(), self._moved))
 
 
-class _CommitPublishFn(beam.DoFn):
+class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
     """The rest of publish once every handed-out rename is done: ``manifest.json`` last."""
 
     def __init__(self, sidecar_files=None) -> None:
