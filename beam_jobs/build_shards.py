@@ -242,7 +242,7 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(cfg.input, layouts, cfg.rules))
     if not cfg.append:  # an append publishes through its own journal: it does not resume
-        policy = _resumable(policy, cfg.recorded)
+        policy = dataclasses.replace(_resumable(policy, cfg.recorded), fresh=cfg.fresh)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # WebDataset patterns do not.
     archives = [path for path in cfg.input if is_container_input(path)]

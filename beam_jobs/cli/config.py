@@ -237,6 +237,7 @@ class BuildConfig(PublishingConfig):
     coco_ids: str
     boxes_outside: str
     append: bool
+    fresh: bool
     image_column: str
     label_column: str
     near_duplicates: str

@@ -80,7 +80,7 @@ def no_space_message(folder: str, path: str, need: str = FREE_SOME_SPACE) -> str
     """One line for a write that ran out of space: the folder, what the run needs, what is free."""
     free = free_bytes(folder)
     have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
-    return f"no space left in {folder} writing {path}: {need}{have}; the run's staged files were removed"
+    return f"no space left in {folder} writing {path}: {need}{have}"
 
 
 @contextlib.contextmanager
