@@ -29,7 +29,6 @@ import collections
 import dataclasses
 import itertools
 import logging
-import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -65,7 +64,8 @@ _LOG = logging.getLogger(__name__)
 _NAMESPACE = "shard_sink"
 # Counter of the finished shards of an interrupted run that a resumed run published as they were.
 REUSED_SHARDS = "shards_reused"
-# Counter of the worker processes that renamed a publish's staged files (0: the publish step did).
+# Counter of the worker processes that renamed a publish's staged files (0: the publish step did),
+# told apart by their random ``counters.worker_id`` (pids repeat across machines).
 MOVE_PROCESSES = "move_processes"
 # The tag of the publish's renames, handed out in chunks by the step that prepares it.
 MOVES = "moves"
@@ -280,9 +280,9 @@ def _with_near_duplicates(sidecar_files, mode: str, lines: bytes | None):
 
 
 class MovesDone(NamedTuple):
-    """What one bundle of ``MoveStaged`` renamed: the worker process and how many files."""
+    """What one bundle of ``MoveStaged`` renamed: the worker process (its random id) and how many files."""
 
-    pid: int
+    worker: str
     moves: int
 
 
@@ -368,7 +368,7 @@ class _MoveStagedFn(CarriesStorageOptions, beam.DoFn):
         finally:
             self._work.close()
         if self._moved:
-            yield GlobalWindows.windowed_value(MovesDone(os.getpid(), self._moved))
+            yield GlobalWindows.windowed_value(MovesDone(progress.worker_id(), self._moved))
 
 
 class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
@@ -388,12 +388,12 @@ class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
             manifest = commit_append(staged[0], moved)
         else:
             manifest = commit_publish(staged[0], moved, _sidecars(self._sidecar_files, staged[1]))
-        self._processes.inc(len({d.pid for d in done}))
+        self._processes.inc(len({d.worker for d in done}))
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
         _LOG.debug("published %s with %s to %s (%s renamed by %s)", plural(manifest.num_shards, "shard"),
                    plural(manifest.records, "record"), ref.output_dir, plural(moved, "file"),
-                   plural(len({d.pid for d in done}), "worker process"))
+                   plural(len({d.worker for d in done}), "worker process"))
         yield manifest.to_dict()
 
 

@@ -24,6 +24,7 @@ from tests.reliability_support import assert_only_shard_set, manifest_problems, 
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build, write
 from tests.reliability.test_kill import REPO, _log_tail, _start, _wait_for
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo
+from transforms.storage.lock import pid_space
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 WAIT_S = 180.0
@@ -345,12 +346,13 @@ def test_a_run_that_lost_its_lock_does_not_write_a_manifest(tree, tmp_path):
     assert open(lock, "rb").read() == other  # not ours: left alone
 
 
-def test_a_stale_lock_of_this_host_is_broken_and_another_hosts_is_not(tree, tmp_path, capsys):
+def test_a_stale_lock_of_this_pid_namespace_is_broken_and_another_hosts_is_not(tree, tmp_path, capsys):
     out = str(tmp_path / "out")
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                            text=True, check=True)
     lock = write(os.path.join(out, LOCK_NAME),
-                 LockInfo("a" * 32, "build_shards", socket.gethostname(), int(ended.stdout)).dumps())
+                 LockInfo("a" * 32, "build_shards", socket.gethostname(), int(ended.stdout),
+                          pid_space=pid_space()).dumps())
     status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *FLAGS)
     assert status == 0, err
     assert_only_shard_set(out)
@@ -359,6 +361,20 @@ def test_a_stale_lock_of_this_host_is_broken_and_another_hosts_is_not(tree, tmp_
     status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *FLAGS)
     line = _one_line(err)
     assert status == 2 and "some-other-host" in line and f"delete {lock}" in line
+
+
+def test_a_lock_of_another_machine_with_this_host_name_is_not_broken(tree, tmp_path, capsys):
+    """Containers and cloned machines share host names: a pid there means nothing here."""
+    out = str(tmp_path / "out")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                           text=True, check=True)
+    lock = write(os.path.join(out, LOCK_NAME),
+                 LockInfo("c" * 32, "build_shards", socket.gethostname(), int(ended.stdout),
+                          pid_space="another-boot/4026531836").dumps())
+    status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *FLAGS)
+    line = _one_line(err)
+    assert status == 2 and "c" * 32 in line and f"delete {lock}" in line
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
 
 
 # ---------------------------------------------------------------------------------------------
