@@ -60,7 +60,7 @@ from transforms.shardset.coco import coco_items, first_image_paths, image_folder
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
-                                              published_shards)
+                                              published_shards, staging_folder)
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.replacing import listed_splits, replace_problem
 from transforms.shardset.disk_needs import shortfall_clause
@@ -336,7 +336,7 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
     if not cfg.append:  # an append publishes through its own journal: it does not resume
-        policy = _resumable(policy, cfg.recorded)
+        policy = dataclasses.replace(_resumable(policy, cfg.recorded), fresh=cfg.fresh)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # patterns of WebDataset shards or Parquet files do not.
     archives = [path for path in inputs if is_container_input(path)]
@@ -649,7 +649,8 @@ def _disk_need(cfg: BuildConfig) -> str:
     archives = [path for path in cfg.input if is_container_input(path)]
     size = local_bytes_at_least([path for path in cfg.input if path not in archives and not is_manifest_path(path)],
                                 1 << 62, archives)
-    return "" if not size else shortfall_clause(size, free_bytes(cfg.output_dir))
+    kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
+    return "" if not size else shortfall_clause(size, free_bytes(cfg.output_dir), kept)
 
 
 HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py

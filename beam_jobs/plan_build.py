@@ -12,7 +12,8 @@ inputs per split and class, image formats, bytes, the inputs a build would
 reject (an estimate: header checks only) and the duplicates, the shards each
 split would get, what a shard set already in ``--output_dir`` would gain, keep
 and lose, and an estimate of the build's run time. ``--output_dir`` is only
-read: no lock, no staging, no file. ``--plan_json`` writes the plan as JSON
+read: no lock, no file; the tally the workers hand back goes through a folder
+of the run's own in its ``.staging`` (or ``--temp_location``), removed once read. ``--plan_json`` writes the plan as JSON
 elsewhere.
 """
 
@@ -21,8 +22,6 @@ from __future__ import annotations
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import dataclasses
 import sys
-import tempfile
-import uuid
 from typing import Sequence
 
 import apache_beam as beam
@@ -38,15 +37,13 @@ from transforms.storage import output_folder
 from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ManifestError, UsageError
-from transforms.storage.files import read_if_present
-from transforms.storage.folders import delete_files
+from transforms.storage.handback import check_handback, handback_folder, read_handed_back, remove_handback
 from transforms.storage.listing import is_folder
 from transforms.storage.writing import free_bytes, write_file
 from transforms.images.inputs import is_manifest_path
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
 from transforms.progress import counters as c
 from transforms.progress.report import Stage, plural
-from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import kept_splits
 from transforms.shardset.plan_report import Plan, PlanTally, folder_change, folder_problems, make_plan
 
@@ -101,8 +98,12 @@ def make_config(cfg: PlanConfig, options: PipelineOptions) -> PlanConfig:
             shards = output_folder.published_shards(cfg.output_dir, cfg.policy)
         except ManifestError:  # the plan says why the build would stop
             shards = None
-    tally = join_path(cfg.temp_location or tempfile.gettempdir(), f"{_NAME}-{uuid.uuid4().hex}.json")
-    return dataclasses.replace(cfg, tally=tally, state=state, published_shards=shards if shards and shards[0] else None)
+    # Workers may share no disk with this process: the tally comes back through storage.
+    handback = handback_folder(cfg.output_dir, cfg.temp_location, _NAME)
+    if not offline:
+        check_handback(handback, _NAME)
+    return dataclasses.replace(cfg, handback=handback, tally=handback.path("tally.json"), state=state,
+                               published_shards=shards if shards and shards[0] else None)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
@@ -133,13 +134,16 @@ def _split_of(meta) -> str:
     return meta.source.split
 
 
-def _read_tally(path: str) -> PlanTally:
-    """The tally the pipeline wrote (deleted once read); an empty one if nothing was listed."""
-    data = read_if_present(path)
-    if data is None:
-        return PlanTally()
-    delete_files([path])
-    return PlanTally.loads(data)
+def _read_tally(cfg: PlanConfig) -> PlanTally:
+    """The tally the pipeline wrote, its folder removed once read.
+
+    Raises:
+        ShardsError: It is missing (never read as an empty tally).
+    """
+    try:
+        return PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
+    finally:
+        remove_handback(cfg.handback)
 
 
 def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
@@ -174,7 +178,7 @@ def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, in
     """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
     if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
-    plan = _plan(cfg, _read_tally(cfg.tally), seconds)
+    plan = _plan(cfg, _read_tally(cfg), seconds)
     text = plan.text()
     if cfg.plan_json:
         _write_plan(cfg.plan_json, plan.to_json())

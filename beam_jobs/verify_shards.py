@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import dataclasses
+import os
 import posixpath
 import sys
-import tempfile
-import uuid
 from typing import Mapping, Sequence
 
 import apache_beam as beam
@@ -37,10 +36,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from transforms import beam_compat, worker_threads
 from transforms.errors import ManifestError, UsageError
 from transforms.storage import output_folder
-from transforms.storage.files import open_file
-from transforms.storage.folders import delete_files, file_above, local_write_problem
+from transforms.storage.folders import file_above, local_write_problem
+from transforms.storage.handback import check_handback, handback_folder, read_handed_back, remove_handback
 from transforms.storage.listing import exact_file, is_folder, list_folder, match_files
 from transforms.storage.paths import same_file
+from transforms.storage.writing import write_file
 from beam_jobs.cli.config import VerifyConfig
 from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
                                           Manifest)
@@ -134,11 +134,11 @@ def _refuse_overwriting(flags: VerifyConfig, read: Sequence[str], why: str) -> N
         raise UsageError(f"--report and --preview both name {flags.report}; give two paths")
 
 
-def _report_path(cfg: VerifyConfig) -> str:
-    """Where the pipeline writes the report: ``--report``, or a temporary file of this run."""
-    if cfg.report:
-        return cfg.report
-    return join_path(cfg.temp_location or tempfile.gettempdir(), f"{_NAME}-{uuid.uuid4().hex}.json")
+def _pattern_folder(pattern: str) -> str:
+    """The folder a ``--files`` pattern's files lie in (or below): its part before any wildcard."""
+    fixed = pattern[:min((i for i, ch in enumerate(pattern) if ch in "*?["), default=len(pattern))]
+    folder = posixpath.dirname(fixed) if "://" in fixed else os.path.dirname(fixed)
+    return folder or "."
 
 
 def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
@@ -151,9 +151,14 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
     Raises:
         UsageError: A flag is wrong, or a path does not exist.
     """
-    cfg = dataclasses.replace(cfg, decoders=_decoders(cfg.decode_with), report_path=_report_path(cfg))
+    # Workers may share no disk with this process: the report comes back through storage, in a
+    # folder of the run's own under --temp_location, else in the set's .staging (a --files run needs one).
+    handback = handback_folder(cfg.folder or _pattern_folder(cfg.files), cfg.temp_location, _NAME)
+    cfg = dataclasses.replace(cfg, decoders=_decoders(cfg.decode_with), handback=handback,
+                              report_path=handback.path("report.json"))
     if cfg.dataflow_dry_run:  # stays offline: gs:// would need credentials; the files are not matched
         return cfg
+    check_handback(handback, _NAME)
     if cfg.files:
         shards = _pattern_shards(cfg.files)
         if not shards:
@@ -303,11 +308,18 @@ def _listed_records(cfg: VerifyConfig) -> int | None:
 
 
 def _read_report(cfg: VerifyConfig) -> Report:
-    with open_file(cfg.report_path, decompress=True) as fh:
-        report = Report.loads(fh.read())
-    if not cfg.keep_report:
-        delete_files([cfg.report_path])
-    return report
+    """The report the pipeline wrote (its folder removed once read), written to ``--report`` if asked.
+
+    Raises:
+        ShardsError: It is missing (a worker that could not write it).
+    """
+    try:
+        data = read_handed_back(cfg.report_path, "verify report")
+    finally:
+        remove_handback(cfg.handback)
+    if cfg.keep_report:
+        write_file(cfg.report, data)
+    return Report.loads(data)
 
 
 _POSITIONAL_HINT = "give a shard set as --output_dir or a pattern as --files"

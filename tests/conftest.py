@@ -7,4 +7,4 @@ import os
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 os.environ.setdefault("NO_GCE_CHECK", "true")
 
-from tests.servers import gcs_server, job_server, s3_server  # noqa: E402,F401  session-wide servers
+from tests.servers import gcs_server, job_server, s3_server, worker_pool  # noqa: E402,F401  session-wide servers

@@ -6,7 +6,12 @@ Registered as a pytest plugin by ``conftest.py``:
 - ``gcs_server``: ``gcp-storage-emulator``, with ``STORAGE_EMULATOR_HOST`` set
   for the session so every GCS client in the process talks to it;
 - ``job_server``: Beam's local job service, the portable job API a Flink job
-  server also speaks.
+  server also speaks;
+- ``worker_pool``: Beam's SDK worker pool for ``--environment_type EXTERNAL``,
+  started in a mount namespace of its own with a private ``/tmp`` (as a
+  Dataflow or Flink container has): its workers share no temporary folder with
+  the process that launches the job, and are bare SDK harnesses (no container
+  boot hands them the pipeline's options).
 
 Each is a subprocess on a free loopback port; a fixture waits until the port
 accepts connections (bounded), and stops the process at the end.
@@ -60,7 +65,7 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def start_server(argv: Sequence[str], port: int, log_path: str) -> Server:
+def start_server(argv: Sequence[str], port: int, log_path: str, env: dict[str, str] | None = None) -> Server:
     """Starts ``argv`` and returns once ``port`` accepts connections.
 
     Waits at most ``_START_TIMEOUT_S``; between tries it waits on the process,
@@ -68,7 +73,7 @@ def start_server(argv: Sequence[str], port: int, log_path: str) -> Server:
     """
     log = open(log_path, "wb")
     process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
+                               stdin=subprocess.DEVNULL, env=env)
     log.close()
     for _ in range(int(_START_TIMEOUT_S / _POLL_S)):
         if _accepts(port):
@@ -133,5 +138,42 @@ def job_server(tmp_path_factory) -> Iterator[Server]:
     log = str(tmp_path_factory.mktemp("jobservice") / "server.log")
     server = start_server([sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
                            "--port", str(port)], port, log)
+    yield server
+    stop_server(server.process)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A private /tmp: the mount namespace of a container, on this machine (needs root, or user namespaces).
+_PRIVATE_TMP = "mount -t tmpfs tmpfs /tmp"
+
+
+def _unshare_refused() -> str | None:
+    """Why this machine refuses a mount namespace with a private /tmp, or None."""
+    if shutil.which("unshare") is None:
+        return "no unshare command on this machine"
+    done = subprocess.run(["unshare", "-m", "sh", "-c", _PRIVATE_TMP], capture_output=True, text=True,
+                          timeout=30, check=False)
+    return None if done.returncode == 0 else f"this machine refuses 'unshare -m' with a tmpfs on /tmp: {done.stderr.strip()}"
+
+
+@pytest.fixture(scope="session")
+def worker_pool(tmp_path_factory) -> Iterator[Server]:
+    """Beam's worker pool (``worker_pool_main``) whose workers see a /tmp of their own.
+
+    Workers are started by the pool as ``python -c 'SdkHarness(...).run()'``:
+    this Python comes first on their ``PATH``, and ``PYTHONPATH`` names this
+    repository so they import the project. They reach S3 only through what
+    the job's options say (``AWS_EC2_METADATA_DISABLED``: no metadata server).
+    """
+    refused = _unshare_refused()
+    if refused:
+        pytest.skip(refused)
+    port = free_port()
+    log = str(tmp_path_factory.mktemp("workerpool") / "server.log")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               PYTHONPATH=REPO, AWS_EC2_METADATA_DISABLED="true")
+    command = (f"{_PRIVATE_TMP} && exec {sys.executable} -m apache_beam.runners.worker.worker_pool_main "
+               f"--service_port={port}")
+    server = start_server(["unshare", "-m", "sh", "-c", command], port, log, env=env)
     yield server
     stop_server(server.process)

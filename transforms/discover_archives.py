@@ -31,6 +31,7 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
 from transforms.storage.listing import match_files
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["ListArchives", "ArchivePart"]
 
@@ -70,7 +71,7 @@ def _dead(where: str, err: Exception) -> DeadLetter:
     return DeadLetter(shown_name(where), "unreadable", f"{type(err).__name__}: {err}")
 
 
-class _StartArchiveFn(beam.DoFn):
+class _StartArchiveFn(CarriesStorageOptions, beam.DoFn):
     """Container input -> its parts (_PARTS); the dead letter (main) of one that cannot be read, and the
     entries (main) of a ``.tar.gz``, listed here."""
 
@@ -221,7 +222,7 @@ def _shards_of(pattern: str) -> list[str]:
     return shards
 
 
-class _ListPartFn(beam.DoFn):
+class _ListPartFn(CarriesStorageOptions, beam.DoFn):
     """ArchivePart -> SourceImage (with its ``MemberRef``) or DeadLetter per member or Parquet row.
 
     A part that cannot be read to its end gives the members read before, and

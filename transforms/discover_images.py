@@ -35,6 +35,7 @@ from transforms.storage.listing import (LEVEL_SCHEMES, count_local_files, exact_
                                         list_below, list_store_below, list_store_level, list_store_range,
                                         scan_local_folder, scan_store, walk_local_tree)
 from transforms.storage.paths import path_problem
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["DiscoverImages", "folder_tasks", "CollectListingFacts"]
 
@@ -97,7 +98,7 @@ def _why(err: OSError) -> str:
     return f"{type(err).__name__}: {err.strerror or err}"
 
 
-class _StartInputFn(beam.DoFn):
+class _StartInputFn(CarriesStorageOptions, beam.DoFn):
     """Manifest input -> its byte ranges (_RANGES), or its entries (_COCO, _COCO_NAMES) when it is COCO.
 
     A COCO ``.json`` is read here as a stream, one entry at a time
@@ -165,7 +166,7 @@ def _coco_image_group(keyed, rules: LabelRules, names):
     yield from coco_image_entries(images, naming, names[root], root, rules.image_root, rules)
 
 
-class _ListFolderFn(beam.DoFn):
+class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     """FolderTask -> ("file", root, relpath, layout) per file, ("unreadable", root, relative folder,
     why, layout) per folder it cannot list; with ``key_ranges``, also ``_KeyRangeTask``s (_KEY_RANGES).
 
@@ -286,7 +287,7 @@ class _ListKeyRangeFn(_ListFolderFn):
                                    task.layout)
 
 
-class _ResolveInputFn(beam.DoFn):
+class _ResolveInputFn(CarriesStorageOptions, beam.DoFn):
     """Listed file, unreadable folder or manifest range -> SourceImage, DeadLetter or class name.
 
     Everything goes to the one output: a class name (a ``str``) is that of an
@@ -469,7 +470,7 @@ class DiscoverImages(beam.PTransform):
         return elements | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side)
 
 
-class _ListingFactsFn(beam.CombineFn):
+class _ListingFactsFn(CarriesStorageOptions, beam.CombineFn):
     """SourceImage, DeadLetter, class name or ObjectClasses -> ``ListingFacts`` (a ``ListingTally``)."""
 
     def __init__(self, multi_label: bool, label_offset: int | None, fixed: Sequence[str] | None,

@@ -52,7 +52,8 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _S3Uploader = _boto3_client = None
     _S3_ERRORS = ()
 
-__all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options", "filesystem_options", "shared_s3io", "s3_boto3_client", "s3_read_client",
+__all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options", "filesystem_options",
+           "options_set", "shared_s3io", "s3_boto3_client", "s3_read_client",
            "S3NoAnswerError", "gcs_storage_client", "close_written_file", "unbuffered", "naming_s3_errors",
            "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
 
@@ -76,6 +77,17 @@ def set_options(options: PipelineOptions) -> None:
     with ``--s3_endpoint_url`` and the S3 keys given.
     """
     FileSystems.set_options(options)
+
+
+def options_set() -> PipelineOptions | None:
+    """The options Beam's file systems were given in this process, or None.
+
+    None in a bare SDK harness (Beam's worker pool started without a
+    container's boot, which ``sdk_worker_main`` alone configures), where Beam
+    makes its S3 and GCS file systems without any options
+    (``FileSystems._pipeline_options``, Beam 2.77.0).
+    """
+    return getattr(FileSystems, "_pipeline_options", None)
 
 
 def filesystem_options() -> PipelineOptions:

@@ -37,6 +37,7 @@ from transforms.shardset.resume import (DoneInput, DoneLines, context_key, done_
                                         source_key)
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
            "read_input", "REUSED_INPUTS", "REUSED_INPUT_BYTES"]
@@ -104,7 +105,7 @@ def read_input(source: SourceImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) ->
     return read_member(source.member, max_bytes)
 
 
-class OrderedImageFn(beam.DoFn):
+class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     """Base of the DoFns that read each input image on a pool of threads, outputs in input order.
 
     ``SourceImage`` -> what ``_emit`` yields for ``_work_on``'s result. Inputs

@@ -25,6 +25,7 @@ from apache_beam import coders
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms.shardset.packing import HELD_BYTES, PACK_BYTES, Packer, unpack
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["GroupPacked", "PackedValues", "PackFn", "unpack_groups", "in_global_window"]
 
@@ -56,7 +57,7 @@ class PackedValues:
                 yield decode(value)
 
 
-class PackFn(beam.DoFn):
+class PackFn(CarriesStorageOptions, beam.DoFn):
     """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey.
 
     A subclass's ``process`` calls ``self.add(key, value)`` and yields what it

@@ -28,6 +28,7 @@ from apache_beam.metrics import Metrics
 from transforms.errors import PlanError
 from transforms.packed_groups import PackFn, in_global_window, unpack_groups
 from transforms.shardset.planning import BUCKET_BITS, SplitLayout, bucket_of, lay_out_split, place_bucket
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["PlanShards", "ShardKey", "LeadRecords", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
 
@@ -114,7 +115,7 @@ def _add_bucket_totals(acc: dict[int, list[int]], bucket: int, count: int, size:
             totals[2] = biggest
 
 
-class _BucketTotalsFn(beam.CombineFn):
+class _BucketTotalsFn(CarriesStorageOptions, beam.CombineFn):
     """Bundles' ``[(bucket, records, bytes, largest)]`` -> the same, summed per bucket, of one split.
 
     The accumulator holds one entry per occupied bucket: at most ``2 ** bucket_bits``.
@@ -148,7 +149,7 @@ def _layout_of(layouts: dict[str, SplitLayout], split: str) -> SplitLayout:
                         "while the job ran?") from None
 
 
-class _PlaceInShardsFn(beam.DoFn):
+class _PlaceInShardsFn(CarriesStorageOptions, beam.DoFn):
     """((split, bucket), [item]) -> ((split, shard, count), item) per item.
 
     Reads the group twice and holds only sort keys and sizes, never the items

@@ -40,6 +40,7 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.plan_report import PlanTally
 from transforms.shardset.planning import order_key, split_by_content
 from transforms.tfrecord.framing import framed_size
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["SurveyImages", "TallyPlan", "READS"]
 
@@ -188,7 +189,7 @@ def _listing(facts: ListingFacts, fixed_labels: tuple[str, ...] | None, settings
             {**IMAGE_FEATURES, **facts.layout.feature_spec(), **settings_spec})
 
 
-class _PlanTallyFn(beam.CombineFn):
+class _PlanTallyFn(CarriesStorageOptions, beam.CombineFn):
     """Plan facts -> one ``PlanTally`` (as a dict, ``PlanTally.to_dict``)."""
 
     def create_accumulator(self) -> PlanTally:
@@ -216,10 +217,10 @@ class TallyPlan(beam.PTransform):
     (``ImageMeta`` a build would write), ``reads`` (``SurveyImages``'
     ``READS``), ``facts`` (``ListingFacts``) and ``dead`` (a tuple of
     PCollections of ``DeadLetter``). One combine; with nothing listed at all
-    it writes nothing (read that as an empty tally).
+    it writes an empty tally (a missing tally is an error: a worker that could not write it).
 
     Args:
-        path: Where the tally goes (a local, gs:// or s3:// path; never the output folder).
+        path: Where the tally goes (a local, gs:// or s3:// path every worker reaches).
         fixed_labels: ``--class_names``/``--labels_file``, or None for the listed classes.
         settings: The build's image options (``image/orientation`` is in the spec
             with ``--exif_orientation keep``).
@@ -240,6 +241,6 @@ class TallyPlan(beam.PTransform):
         facts += [dead | f"Rejected{i}" >> beam.Map(_rejected) for i, dead in enumerate(inputs["dead"])]
         return (facts
                 | "AllFacts" >> beam.Flatten()
-                # Without a default (a stage of its own): with nothing at all, nothing is written.
-                | "Combine" >> beam.CombineGlobally(_PlanTallyFn()).without_defaults()  # one PlanTally, as a dict
+                # With its default: with nothing at all, an empty tally is written.
+                | "Combine" >> beam.CombineGlobally(_PlanTallyFn())  # one PlanTally, as a dict
                 | "Write" >> beam.Map(_write_tally, self._path))

@@ -27,6 +27,7 @@ from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.tfrecord_source import index_starts, read_index
 from transforms.verify.checks import index_problems, sha256_problem
 from transforms.verify.ranges import RangeChecker, ShardFile
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["ReadAndCheckRecords"]
 
@@ -48,7 +49,7 @@ class _WholeFileTracker(OffsetRestrictionTracker):
         return None
 
 
-class _ShardRanges(RestrictionProvider):
+class _ShardRanges(CarriesStorageOptions, RestrictionProvider):
     """Byte ranges of a shard: split like the TFRecord source splits a file."""
 
     def initial_restriction(self, shard: ShardFile) -> OffsetRange:
@@ -93,7 +94,7 @@ class _Claims:
             self._tracker.try_claim(stop)
 
 
-class _ReadAndCheckFn(beam.DoFn):
+class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the whole file.
 
     The reader of the range that starts at byte 0 hashes the bytes it reads

@@ -34,6 +34,7 @@ from transforms.shardset.published_keys import record_keys
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
 from transforms.tfrecord.compression import open_decompressed
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames",
            "NearDuplicateRule", "NEAR_DEAD_LETTERS", "NEAR_DUPLICATES", "OVER_CAP", "UNHASHED"]
@@ -104,7 +105,7 @@ class ReadPublishedKeys(beam.PTransform):
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
 
 
-class _TallyCopiesFn(beam.CombineFn):
+class _TallyCopiesFn(CarriesStorageOptions, beam.CombineFn):
     """ImageMeta or PublishedCopy -> the ``CopyTally`` of one image's copies (the best copy and counts)."""
 
     def create_accumulator(self) -> CopyTally:
@@ -157,7 +158,7 @@ class _PackCopyRefsFn(PackFn):
         return self.add(None, tuple(CopyRef.of(meta)))
 
 
-class _LetterCopiesFn(beam.DoFn):
+class _LetterCopiesFn(CarriesStorageOptions, beam.DoFn):
     """``(None, pack)`` of ``CopyRef`` tuples -> the dead letter of each copy when another copy of its
     bytes stays (``copy_letter``).
 
@@ -212,7 +213,7 @@ def _content_and_bands(meta: ImageMeta, distance: int):
             yield band, member
 
 
-class _TallyOrBucketFn(beam.CombineFn):
+class _TallyOrBucketFn(CarriesStorageOptions, beam.CombineFn):
     """Per sha256, the ``CopyTally`` of its copies; per band of the hashes, its ``CappedBucket``.
 
     A key holds copies (ImageMeta or PublishedCopy) or hashes (HashedImage),
@@ -267,7 +268,7 @@ def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] |
             yield pair.later.sha256, pair
 
 
-class _JudgeNearCopiesFn(beam.DoFn):
+class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
     """(sha256, [the copy kept, NearPair or _OverCap]) -> the copy, or its dead letter (``near_choice``).
 
     Outputs: main (ImageMeta), NEAR_DEAD_LETTERS (``cross_split_near_duplicate``),
@@ -303,7 +304,7 @@ class _JudgeNearCopiesFn(beam.DoFn):
         progress.flush()
 
 
-class _SplitNamesFn(beam.CombineFn):
+class _SplitNamesFn(CarriesStorageOptions, beam.CombineFn):
     """Split names -> the sorted list of the distinct ones."""
 
     def create_accumulator(self) -> set:

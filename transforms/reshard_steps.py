@@ -20,6 +20,7 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split,
                                               record_item)
 from transforms.tfrecord.run_files import FramedRecord
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
            "CollectFeatureSpec", "damaged_span", "record_of", "RecordCopy", "item_order", "item_size",
@@ -119,7 +120,7 @@ def damaged_span(error: RecordError) -> DeadLetter:
                       f"at byte {error.offset}: {error.detail}; reading of this stretch stopped there")
 
 
-class _ToItemFn(beam.DoFn):
+class _ToItemFn(CarriesStorageOptions, beam.DoFn):
     """(path, offset, record) -> RecordItem of the path's split.
 
     With ``staging``, each record is appended to the bundle's run file and the
@@ -179,7 +180,7 @@ class ToRecordItems(beam.PTransform):
         return records | "ToItem" >> beam.ParDo(_ToItemFn(self._seed, self._split, self._staging))
 
 
-class _RecordFactsFn(beam.CombineFn):
+class _RecordFactsFn(CarriesStorageOptions, beam.CombineFn):
     """RecordItem -> ``RecordFacts``; the accumulator is a ``RecordTally``."""
 
     def create_accumulator(self):

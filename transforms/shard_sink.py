@@ -29,7 +29,6 @@ import collections
 import dataclasses
 import itertools
 import logging
-import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -55,6 +54,7 @@ from transforms.storage.resume import adopt_shard, record_done_shard
 from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone",
            "NearDuplicateReport"]
@@ -64,7 +64,8 @@ _LOG = logging.getLogger(__name__)
 _NAMESPACE = "shard_sink"
 # Counter of the finished shards of an interrupted run that a resumed run published as they were.
 REUSED_SHARDS = "shards_reused"
-# Counter of the worker processes that renamed a publish's staged files (0: the publish step did).
+# Counter of the worker processes that renamed a publish's staged files (0: the publish step did),
+# told apart by their random ``counters.worker_id`` (pids repeat across machines).
 MOVE_PROCESSES = "move_processes"
 # The tag of the publish's renames, handed out in chunks by the step that prepares it.
 MOVES = "moves"
@@ -81,7 +82,7 @@ def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
         yield record, label
 
 
-class _WriteShardFn(beam.DoFn):
+class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
     """(ShardKey, [item]) -> ShardResult, writing the shard's records in order."""
 
     def __init__(self, output_dir: str, compression: str,
@@ -230,7 +231,7 @@ class WriteShards(beam.PTransform):
                                              beam.pvalue.AsList(self._totals), **side))
 
 
-class _StageDeadLettersFn(beam.DoFn):
+class _StageDeadLettersFn(CarriesStorageOptions, beam.DoFn):
     """DeadLetter -> DeadLetterPart: each bundle's dead letters, staged in sorted parts of at most ``PART_LETTERS``."""
 
     def __init__(self, output_dir: str, run_id: str) -> None:
@@ -279,13 +280,13 @@ def _with_near_duplicates(sidecar_files, mode: str, lines: bytes | None):
 
 
 class MovesDone(NamedTuple):
-    """What one bundle of ``MoveStaged`` renamed: the worker process and how many files."""
+    """What one bundle of ``MoveStaged`` renamed: the worker process (its random id) and how many files."""
 
-    pid: int
+    worker: str
     moves: int
 
 
-class _PreparePublishFn(beam.DoFn):
+class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
     """Publish up to its renames (``prepare_publish``/``prepare_append``): the commit record, the renames in chunks."""
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
@@ -342,7 +343,7 @@ def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
     return sidecar_files if near is None else _with_near_duplicates(sidecar_files, *near)
 
 
-class _MoveStagedFn(beam.DoFn):
+class _MoveStagedFn(CarriesStorageOptions, beam.DoFn):
     """Renames chunks of staged files to their final names (``folders.move_chunk``), ``RENAME_THREADS``
     chunks at a time; a ``MovesDone`` a bundle."""
 
@@ -367,10 +368,10 @@ class _MoveStagedFn(beam.DoFn):
         finally:
             self._work.close()
         if self._moved:
-            yield GlobalWindows.windowed_value(MovesDone(os.getpid(), self._moved))
+            yield GlobalWindows.windowed_value(MovesDone(progress.worker_id(), self._moved))
 
 
-class _CommitPublishFn(beam.DoFn):
+class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
     """The rest of publish once every handed-out rename is done: ``manifest.json`` last."""
 
     def __init__(self, sidecar_files=None) -> None:
@@ -387,12 +388,12 @@ class _CommitPublishFn(beam.DoFn):
             manifest = commit_append(staged[0], moved)
         else:
             manifest = commit_publish(staged[0], moved, _sidecars(self._sidecar_files, staged[1]))
-        self._processes.inc(len({d.pid for d in done}))
+        self._processes.inc(len({d.worker for d in done}))
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
         _LOG.debug("published %s with %s to %s (%s renamed by %s)", plural(manifest.num_shards, "shard"),
                    plural(manifest.records, "record"), ref.output_dir, plural(moved, "file"),
-                   plural(len({d.pid for d in done}), "worker process"))
+                   plural(len({d.worker for d in done}), "worker process"))
         yield manifest.to_dict()
 
 

@@ -43,6 +43,7 @@ from transforms.storage.listing import FileMetadata, match_files
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.record_index import check_index, index_names
 from transforms.tfrecord.record_ranges import read_range, read_stream
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS"]
 
@@ -116,7 +117,7 @@ def load_index(path: str, size: int) -> tuple[int, ...] | None:
     return index_starts(path, size, read_index(path))
 
 
-class _TFRecordFileSource(iobase.BoundedSource):
+class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
     """The records of one file that start in ``[start, stop)``."""
 
     def __init__(self, path: str, size: int, start: int, stop: int | float,
@@ -202,7 +203,7 @@ def _matched(files: Sequence[Files]) -> list[FileMetadata]:
     return out
 
 
-class _TFRecordSource(iobase.BoundedSource):
+class _TFRecordSource(CarriesStorageOptions, iobase.BoundedSource):
     """Every file named by a list of patterns or matched files, each split by byte range."""
 
     def __init__(self, files: tuple[Files, ...], settings: _ReadSettings) -> None:
@@ -244,7 +245,7 @@ def _check_errors_mode(errors: str) -> bool:
     return errors == "output"
 
 
-class _SeparateErrorsFn(beam.DoFn):
+class _SeparateErrorsFn(CarriesStorageOptions, beam.DoFn):
     """Sends ``RecordError`` items to the ``errors`` output, records to the main one."""
 
     def __init__(self, with_offsets: bool) -> None:

@@ -38,6 +38,7 @@ from transforms.verify.checks import (Problem, ProblemPart, labels_problems, lis
                                       shard_label_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, render_preview
 from transforms.verify.ranges import KEY_BUCKETS, RangeTally, ShardFile, group_parts, group_problems
+from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["ReadManifest", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST",
            "SHARDS", "PROBLEMS", "SAMPLES"]
@@ -187,7 +188,7 @@ def _write_report(path: str, records: Iterable[int], sizes: Iterable[int], folde
     Metrics.counter(_NAMESPACE, "problems").inc(found)
 
 
-class _StageProblemsFn(beam.DoFn):
+class _StageProblemsFn(CarriesStorageOptions, beam.DoFn):
     """Problem -> ProblemPart: each bundle's problems, staged in sorted parts of at most ``PART_PROBLEMS``."""
 
     def __init__(self, folder: str) -> None:

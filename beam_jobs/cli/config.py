@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.plan_report import BuildRate
     from transforms.storage.listing import FileMetadata
+    from transforms.storage.handback import HandBack
     from transforms.storage.output_folder import FolderState
     from transforms.verify.ranges import ShardFile
 
@@ -239,6 +240,7 @@ class BuildConfig(PublishingConfig):
     coco_ids: str
     boxes_outside: str
     append: bool
+    fresh: bool
     image_column: str
     label_column: str
     near_duplicates: str
@@ -344,7 +346,9 @@ class PlanConfig(BuildConfig):
 
     Attributes:
         plan_json, rate_mb_s: ``jobs.PLAN_FLAGS``'s flags.
-        tally: Found: where the pipeline writes its tally (a temporary file, never the output folder).
+        handback: Found: the run's folder on storage for what its workers hand back
+            (``storage.handback``: under ``--temp_location``, else in the output folder's ``.staging``).
+        tally: Found: where the pipeline writes its tally (a file of ``handback``).
         state: Found: what the output folder holds, read before the run; None when it does not exist.
         published_shards: Found: ``((split, shard path), ...)`` and their compression: the shards of
             the splits published in the output folder, whose keys the duplicate check reads as the
@@ -355,6 +359,7 @@ class PlanConfig(BuildConfig):
 
     plan_json: str | None
     rate_mb_s: float | None
+    handback: HandBack | None = None
     tally: str = ""
     state: FolderState | None = None
     published_shards: tuple[list[tuple[str, str]], str] | None = None
@@ -394,7 +399,10 @@ class VerifyConfig(JobConfig):
         shards: Found: the files to read with ``--files`` (a shard set's come from its manifest,
             in the pipeline).
         decoders: Found: the ``--decode_with`` decoders that are installed.
-        report_path: Found: where the pipeline writes the JSON report (``--report``, or a temporary file).
+        handback: Found: the run's folder on storage for what its workers hand back
+            (``storage.handback``: under ``--temp_location``, else in the set's ``.staging``).
+        report_path: Found: where the pipeline writes the JSON report (a file of ``handback``;
+            the launcher copies it to ``--report``).
         split_ranges: Found: split shards into byte ranges for the readers (fewer shards than
             workers), or read each shard whole, once.
     """
@@ -410,6 +418,7 @@ class VerifyConfig(JobConfig):
     max_record_mb: float
     shards: tuple[ShardFile, ...] = ()
     decoders: tuple[str, ...] = ()
+    handback: HandBack | None = None
     report_path: str = ""
     split_ranges: bool = True
 

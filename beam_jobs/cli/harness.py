@@ -53,7 +53,7 @@ from transforms.filesystems import set_options
 __all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dry_run_summary", "summarize",
            "refuse_unknown_flags",
-           "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "resume_line"]
+           "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE", "resume_line"]
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
@@ -234,6 +234,10 @@ INTERRUPTED_STATUS = 130
 # What a build prints instead, with its output folder: its staging is kept for a rerun to resume.
 RESUMABLE_LINE = ("interrupted: nothing was published; the finished work is kept in {staging}: run the same "
                   "command again to resume")
+# What a publishing job prints last when it failed and kept its staging for the next run.
+KEPT_LINE = "staged work kept in {staging}; run again to resume, or --fresh to start over"
+# The same where the next run finishes a publish forward from it (--fresh does not remove it).
+KEPT_FOR_JOURNAL_LINE = "staged work kept in {staging}: the next run into the folder finishes its publish"
 
 
 class _Interrupts:
@@ -457,7 +461,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
             built (may raise ``UsageError``); returns None or a function called
             once the job succeeded or failed, with ``ok`` and whether a Ctrl-C
             stopped it; it returns what to say after the job's name when
-            interrupted (None: ``INTERRUPTED_LINE``).
+            interrupted (None: ``INTERRUPTED_LINE``) or, last, when it failed
+            (None: nothing more).
         prog: How the job was invoked, for ``--help`` (``tfrecord-shards build``).
         progress: Given the config, returns a context manager that
             reports progress while the pipeline runs (see ``progress.py``).
@@ -504,7 +509,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
         except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
             print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
             return INTERRUPTED_STATUS
-        ok, ran, said, full = False, False, None, None
+        ok, ran, said, failed, full = False, False, None, None, None
         quiet = _ProjectErrorsWithoutTraceback()
         for logger in _ELEMENT_ERROR_LOGGERS:
             logging.getLogger(logger).addFilter(quiet)
@@ -526,25 +531,28 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
                     raise
                 if _is_usage_error(err):  # refused once the inputs were listed: as a bad flag
                     print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
-                    return 2
-                if _raised(err, NothingToPublish):  # the folder already holds what the run would add
+                    failed = 2
+                elif _raised(err, NothingToPublish):  # the folder already holds what the run would add
                     message, details = error_lines(err)
                     print("\n".join([message, *details]))
                     return 0
-                if disk_need is not None and is_no_space(error_lines(err)[0]):
-                    full = err  # said once the staging is removed: what the run needs against what is free
+                elif disk_need is not None and is_no_space(error_lines(err)[0]):
+                    full, failed = err, 1  # told once the run is done: what it needs against what is free
                 else:
                     report_failure(name, err, settings)
-                    return 1
+                    failed = 1
         finally:
             for logger in _ELEMENT_ERROR_LOGGERS:
                 logging.getLogger(logger).removeFilter(quiet)
             if done is not None:
                 with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
                     said = done(ok, interrupts.seen)
-        if full is not None:
-            report_failure(name, full, settings, disk_need(cfg))
-            return 1
+        if failed is not None:
+            if full is not None:
+                report_failure(name, full, settings, disk_need(cfg))
+            if said:  # what the failed run left for the next: the last line
+                print(f"{name}: {said}", file=sys.stderr)
+            return failed
         if not ok:
             if done is None:  # a job that publishes nothing
                 print(f"{name}: interrupted", file=sys.stderr)
@@ -581,9 +589,12 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
             resumed[0] = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
 
         def done(ok: bool, interrupted: bool) -> str | None:
-            output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
+            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
+            staging = output_folder.staging_folder(cfg.output_dir)
             if interrupted and cfg.policy.resume is not None:
-                return RESUMABLE_LINE.format(staging=output_folder.staging_folder(cfg.output_dir))
+                return RESUMABLE_LINE.format(staging=staging)
+            if kept:
+                return (KEPT_LINE if cfg.policy.resume is not None else KEPT_FOR_JOURNAL_LINE).format(staging=staging)
             return None
         return done
 

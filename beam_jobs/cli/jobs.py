@@ -166,6 +166,9 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="Add these inputs to the set published in --output_dir: its shards are "
               "kept, images it holds are duplicate_image dead letters, new classes "
               "get the next indexes (tfrecord-shards append)."),
+    Flag("fresh", action="store_true", default=False, group="output",
+         help="Start over: remove the work an interrupted or failed build left in "
+              "--output_dir/.staging (else a build with the same flags resumes it)."),
     Flag("image_column", default=PARQUET_COLUMNS[0], group="inputs", recorded=True,
          help="Parquet inputs: the column of image bytes (or of {bytes, path} structs)."),
     Flag("label_column", default=PARQUET_COLUMNS[1], group="inputs", recorded=True,

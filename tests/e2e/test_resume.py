@@ -27,6 +27,7 @@ import tracemalloc
 
 import pytest
 
+from beam_jobs.cli.harness import KEPT_LINE
 from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms.images.codec import ImageInfo
@@ -43,6 +44,7 @@ TWO_WORKERS = ["--direct_num_workers", "2", "--direct_running_mode", "multi_thre
 WAIT_S = 180.0
 STAGED_SHARD = r"/train-\d+-of-00004\.tfrecord\.[0-9a-f]{32}\.tmp$"
 DONE_LIST = r"\.run\.done$"
+KEPT = "build_shards: " + KEPT_LINE
 RESUMED = re.compile(r"^  resumed: reused ([\d,]+) of ([\d,]+) inputs \(\d+ MiB\) and (\d+) finished shards? "
                      r"from the interrupted run ([0-9a-f]{32})$", re.M)
 
@@ -359,7 +361,7 @@ def test_an_input_changed_between_the_runs_is_read_again(tree, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_a_run_file_damaged_since_fails_the_rerun_once_and_the_next_starts_afresh(tree, tmp_path, capsys) -> None:
+def test_a_run_file_damaged_since_fails_every_rerun_until_fresh_starts_over(tree, tmp_path, capsys) -> None:
     inputs, reference = tree
     out = str(tmp_path / "out")
     _stopped_at(tmp_path, "create", STAGED_SHARD, 1, ["--input", inputs, "--output_dir", out, *FLAGS])
@@ -371,8 +373,50 @@ def test_a_run_file_damaged_since_fails_the_rerun_once_and_the_next_starts_afres
         fh.write(bytes([byte[0] ^ 0xFF]))
     status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, *FLAGS)
     assert status == 1
-    assert "was damaged in its run file" in err.strip().splitlines()[-1], err
-    assert not os.path.exists(os.path.join(out, ".staging"))  # what it resumed from is gone with it
-    stdout = _rerun(capsys, inputs, out, *FLAGS)
+    *_, failed, kept = err.strip().splitlines()
+    assert "was damaged in its run file" in failed, err
+    assert kept == KEPT.format(staging=os.path.join(out, ".staging")), err  # a failure removes nothing
+    assert os.path.exists(run_file)
+    stdout = _rerun(capsys, inputs, out, *FLAGS, "--fresh")  # --fresh: what the runs left is removed
     assert "resumed" not in stdout
     assert folder_bytes(out) == folder_bytes(reference)
+
+
+def _failing_from(monkeypatch, pattern: str, nth: int) -> list[str]:
+    """Makes every ``FileSystems.create`` on a path matching ``pattern``, from the ``nth`` on, raise
+    ``OSError`` inside the pipeline's steps (the runner's side); returns the paths created before."""
+    from apache_beam.io.filesystems import FileSystems
+
+    create, created = FileSystems.create, []
+
+    def failing(path, *args, **kwargs):
+        if re.search(pattern, path):
+            if len(created) + 1 >= nth:
+                raise OSError(5, "injected write failure", path)
+            created.append(path)
+        return create(path, *args, **kwargs)
+
+    monkeypatch.setattr(FileSystems, "create", staticmethod(failing))
+    return created
+
+
+@pytest.mark.slow
+def test_a_build_that_fails_in_its_workers_keeps_its_staging_and_the_rerun_resumes_it(
+        tree, tmp_path, capsys, monkeypatch) -> None:
+    inputs, reference = tree
+    out = str(tmp_path / "out")
+    with monkeypatch.context() as patch:
+        created = _failing_from(patch, STAGED_SHARD, 3)
+        status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, *FLAGS)
+    assert status == 1 and len(created) == 2, err
+    *_, failed, kept = err.strip().splitlines()
+    assert "injected write failure" in failed, err
+    assert kept == KEPT.format(staging=os.path.join(out, ".staging")), err
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
+    assert not os.path.exists(os.path.join(out, ".tfrecord-shards.lock"))  # released; the staging is kept
+    left_inputs, left_shards = _left_by_the_killed_run(out)
+    assert (left_inputs, left_shards) == (24, 2)
+    stdout = _rerun(capsys, inputs, out, *FLAGS)
+    assert folder_bytes(out) == folder_bytes(reference)  # the bytes of a clean build
+    found = RESUMED.search(stdout)
+    assert found and (found[1], found[3]) == ("24", "2"), stdout

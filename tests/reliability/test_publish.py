@@ -25,6 +25,7 @@ from tests.shard_fixtures import load_manifest, make_class_tree, run_build, writ
 from tests.reliability.test_kill import REPO, _log_tail, _start, _wait_for
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo
 from transforms.shardset.disk_needs import size_text
+from transforms.storage.lock import pid_space
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 WAIT_S = 180.0
@@ -32,9 +33,16 @@ WAIT_S = 180.0
 
 def _one_line(err: str, job: str = "build_shards") -> str:
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith(f"{job}:")]
+    lines = [line for line in err.splitlines() if line.startswith(f"{job}:")
+             and not line.startswith(f"{job}: staged work kept in ")]  # what a failed build left, last
     assert len(lines) == 1, err
     return lines[0]
+
+
+def _published(state: str | dict) -> dict:
+    """``tree_state`` of a folder (or a state) without its ``.staging``, which a failed build keeps."""
+    state = tree_state(state) if isinstance(state, str) else state
+    return {path: what for path, what in state.items() if path.split(os.sep)[0] != ".staging"}
 
 
 def _verify(capsys, folder: str) -> tuple[int, str]:
@@ -181,7 +189,7 @@ def test_a_kept_split_that_changed_stops_the_run(tmp_path, capsys, damage):
     line = _one_line(err)
     assert status == 1
     assert "train-00001-of-00002.tfrecord" in line and "--drop_other_splits" in line
-    assert tree_state(out) == before  # refused before anything changed
+    assert _published(out) == _published(before)  # refused before the set changed; its staging is kept
 
 
 @pytest.mark.slow
@@ -194,7 +202,7 @@ def test_a_kept_split_with_other_classes_stops_the_run(tmp_path, capsys):
     status, _, err = run_build(capsys, "--input", val, "--output_dir", out, "--split", "validation", *FLAGS)
     line = _one_line(err)
     assert status == 1 and "index two meanings" in line
-    assert tree_state(out) == before
+    assert _published(out) == _published(before)
     # The same class list for both: accepted.
     status, _, err = run_build(capsys, "--input", val, "--output_dir", out, "--split", "validation",
                                "--class_names", "daisy,rose,tulip", *FLAGS)
@@ -271,16 +279,20 @@ def test_a_full_disk_fails_with_the_space_needed_and_does_not_poison_the_next_ru
     assert status == 1
     # The records are staged first (run files), so the disk fills there, before any shard.
     assert f"no space left in {out}" in line and "MiB were free" in line and "twice its shards" in line, line
-    assert sorted(os.listdir(out)) == []  # its own staging removed, lock released
-    # The line ends with what the build needs there against what is free once its staging is gone.
+    assert sorted(os.listdir(out)) == [".staging"]  # lock released; its staging kept for a rerun
+    assert err.strip().splitlines()[-1] == (f"build_shards: staged work kept in {out}/.staging; run again to "
+                                            "resume, or --fresh to start over")
+    # The line ends with what the build needs there against what is free besides what it staged.
     inputs = sum(os.path.getsize(os.path.join(where, name)) for where, _, names in os.walk(big) for name in names)
+    kept = sum(os.path.getsize(os.path.join(where, name))
+               for where, _, names in os.walk(os.path.join(out, ".staging")) for name in names)
     free = shutil.disk_usage(small_disk).free
     assert line.endswith(f"; this build needs about {size_text(2 * inputs)} free there at its peak (twice its "
-                         f"inputs' {size_text(inputs)}) and {size_text(free)} are free now: free about "
-                         f"{size_text(2 * inputs - free)} more"), line
+                         f"inputs' {size_text(inputs)}) and {size_text(free)} are free now besides the "
+                         f"{size_text(kept)} it staged: free about {size_text(2 * inputs - kept - free)} more"), line
 
-    # A killed run's staging (about 1.4 MB) is cleared by the next run when it starts.
-    write(os.path.join(out, ".staging", "0" * 32, "train-00000-of-00001.tfrecord.x.tmp"), b"\0" * 1_400_000)
+    # The failed run's staging fills the disk; the next run, with other inputs, resumes none of it:
+    # it clears it when it starts.
     status, _, err = run_build(capsys, "--input", small, "--output_dir", out, "--num_shards", "1")
     assert status == 0, err
     assert_only_shard_set(out)
@@ -343,12 +355,13 @@ def test_a_run_that_lost_its_lock_does_not_write_a_manifest(tree, tmp_path):
     assert open(lock, "rb").read() == other  # not ours: left alone
 
 
-def test_a_stale_lock_of_this_host_is_broken_and_another_hosts_is_not(tree, tmp_path, capsys):
+def test_a_stale_lock_of_this_pid_namespace_is_broken_and_another_hosts_is_not(tree, tmp_path, capsys):
     out = str(tmp_path / "out")
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                            text=True, check=True)
     lock = write(os.path.join(out, LOCK_NAME),
-                 LockInfo("a" * 32, "build_shards", socket.gethostname(), int(ended.stdout)).dumps())
+                 LockInfo("a" * 32, "build_shards", socket.gethostname(), int(ended.stdout),
+                          pid_space=pid_space()).dumps())
     status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *FLAGS)
     assert status == 0, err
     assert_only_shard_set(out)
@@ -357,6 +370,20 @@ def test_a_stale_lock_of_this_host_is_broken_and_another_hosts_is_not(tree, tmp_
     status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *FLAGS)
     line = _one_line(err)
     assert status == 2 and "some-other-host" in line and f"delete {lock}" in line
+
+
+def test_a_lock_of_another_machine_with_this_host_name_is_not_broken(tree, tmp_path, capsys):
+    """Containers and cloned machines share host names: a pid there means nothing here."""
+    out = str(tmp_path / "out")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                           text=True, check=True)
+    lock = write(os.path.join(out, LOCK_NAME),
+                 LockInfo("c" * 32, "build_shards", socket.gethostname(), int(ended.stdout),
+                          pid_space="another-boot/4026531836").dumps())
+    status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *FLAGS)
+    line = _one_line(err)
+    assert status == 2 and "c" * 32 in line and f"delete {lock}" in line
+    assert not os.path.exists(os.path.join(out, "manifest.json"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Beam's metrics cannot be read while the local runner runs: the FnApiRunner's
 ``run`` returns only when the pipeline is done, and counters reach its
 ``PipelineResult`` after each stage's bundles finish. So the steps also count
 here: each worker process adds to its own counts, in memory, and writes them
-now and then to one file per process in the folder the job's process names in
+now and then to one file per process (named by its random ``worker_id``) in the folder the job's process names in
 ``PROGRESS_ENV`` (its workers, threads or subprocesses, inherit the
 variable). The job's process sums the files.
 
@@ -18,9 +18,10 @@ import json
 import os
 import threading
 import time
+import uuid
 from typing import Mapping
 
-__all__ = ["PROGRESS_ENV", "note", "read_counts", "flush", "Tally", "INPUTS_LISTED", "IMAGES_READ",
+__all__ = ["PROGRESS_ENV", "note", "read_counts", "flush", "worker_id", "Tally", "INPUTS_LISTED", "IMAGES_READ",
            "IMAGES_ACCEPTED", "IMAGES_DUPLICATE", "RECORDS_READ", "RECORDS_WRITTEN"]
 
 PROGRESS_ENV = "TFRECORD_SHARDS_PROGRESS_DIR"
@@ -37,6 +38,25 @@ _FLUSH_SECONDS = 0.1
 _lock = threading.Lock()
 _counts: dict[str, dict[str, list[int]]] = {}  # folder -> kind -> [items, bytes]
 _flushed: dict[str, float] = {}  # folder -> when its counts were last written
+
+
+_worker = [uuid.uuid4().hex]
+
+
+def _new_worker_id() -> None:
+    _worker[0] = uuid.uuid4().hex
+
+
+os.register_at_fork(after_in_child=_new_worker_id)
+
+
+def worker_id() -> str:
+    """This worker process's random id (a forked child gets its own).
+
+    Pids repeat across machines (and containers start at 1): what workers on
+    several machines count or name by process uses this instead.
+    """
+    return _worker[0]
 
 
 def note(kind: str, items: int = 1, nbytes: int = 0) -> None:
@@ -68,7 +88,7 @@ def flush() -> None:
 
 
 def _write(folder: str, counts: Mapping[str, list[int]]) -> None:
-    path = os.path.join(folder, f"{os.getpid()}.json")
+    path = os.path.join(folder, f"{worker_id()}.json")
     temp = f"{path}.{threading.get_ident()}.tmp"
     try:
         with open(temp, "w", encoding="utf-8") as fh:

@@ -53,17 +53,19 @@ def shortfall(need: int, free: int | None) -> int | None:
     return None if free is None else max(0, need - free)
 
 
-def shortfall_clause(input_bytes: int, free: int | None) -> str:
+def shortfall_clause(input_bytes: int, free: int | None, kept: int = 0) -> str:
     """What a build that ran out of space says of its need: the estimate, the free space, the difference.
 
     Args:
         input_bytes: Bytes of its inputs (its records are about as large).
-        free: Free bytes where its output lies now that its staging is removed, or None.
+        free: Free bytes where its output lies now, or None.
+        kept: Bytes of the staging it kept for the rerun to resume (they count toward the peak).
     """
     need = build_disk_need(input_bytes).peak
     text = f"this build needs about {size_text(need)} free there at its peak (twice its inputs' {size_text(input_bytes)})"
     if free is None:
         return text
-    more = shortfall(need, free)
-    return text + (f" and {size_text(free)} are free now: free about {size_text(more)} more" if more
-                   else f" and {size_text(free)} are free now")
+    more = shortfall(need - kept, free)
+    besides = f" besides the {size_text(kept)} it staged" if kept else ""
+    return text + (f" and {size_text(free)} are free now{besides}: free about {size_text(more)} more" if more
+                   else f" and {size_text(free)} are free now{besides}")

@@ -49,6 +49,7 @@ class PublishPolicy:
             shards (``storage.publish_append``).
         resume: The marker of a run that may resume an interrupted one
             (``shardset.resume``: a build); None for a run that may not.
+        fresh: Start over: remove the staging earlier runs left instead of resuming it.
     """
 
     run_id: str
@@ -57,6 +58,7 @@ class PublishPolicy:
     replace: bool = False
     append: bool = False
     resume: RunMarker | None = None
+    fresh: bool = False
 
 
 @dataclass(frozen=True)

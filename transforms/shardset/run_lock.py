@@ -7,9 +7,13 @@ it ends. A second run into the same folder finds the lock and stops with one
 line. The I/O (exclusive creation on local disk, gs:// and s3://) is in
 ``transforms.storage.lock``.
 
-A lock left by a run that was killed is stale. Only a lock taken on this host
-can be seen to be stale: its process is gone, or another process now has its
-pid (the process start time differs). Any other lock is cleared by hand.
+A lock left by a run that was killed is stale. Only a lock taken in this
+process namespace (``pid_space``: the machine's boot id and the pid
+namespace, never the host name, which containers and machines share) can be
+seen to be stale: its process is gone, or another process now has its pid
+(the process start time differs). Any other lock is cleared by hand. Whether
+a run still holds the lock (``storage.lock.check_lock``, asked by the workers
+before the manifest is written) is decided by its run id alone, a random id.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class LockInfo:
         pid: Its process id.
         process_start: Its start time as the OS tells it ('' if unknown), so a
             reused pid is not taken for the holder.
+        pid_space: Where ``pid`` means that process: the machine's boot id and
+            the pid namespace ('' if the OS does not tell: never seen stale).
     """
 
     run_id: str
@@ -43,10 +49,11 @@ class LockInfo:
     host: str
     pid: int
     process_start: str = ""
+    pid_space: str = ""
 
     def dumps(self) -> bytes:
         return (json.dumps({"run_id": self.run_id, "job": self.job, "host": self.host,
-                            "pid": self.pid, "process_start": self.process_start},
+                            "pid": self.pid, "process_start": self.process_start, "pid_space": self.pid_space},
                            sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
@@ -63,23 +70,25 @@ class LockInfo:
         if not isinstance(obj, dict):
             raise ManifestError("lock is not a JSON object")
         run_id, job, host = obj.get("run_id"), obj.get("job"), obj.get("host")
-        pid, start = obj.get("pid"), obj.get("process_start", "")
+        pid, start, space = obj.get("pid"), obj.get("process_start", ""), obj.get("pid_space", "")
         if not (isinstance(run_id, str) and isinstance(job, str) and isinstance(host, str)
-                and isinstance(pid, int) and not isinstance(pid, bool) and isinstance(start, str)):
+                and isinstance(pid, int) and not isinstance(pid, bool) and isinstance(start, str)
+                and isinstance(space, str)):
             raise ManifestError("lock lacks run_id, job, host or pid")
-        return cls(run_id, job, host, pid, start)
+        return cls(run_id, job, host, pid, start, space)
 
 
-def is_stale(info: LockInfo, host: str, process_start_of: Callable[[int], str | None]) -> bool:
+def is_stale(info: LockInfo, pid_space: str, process_start_of: Callable[[int], str | None]) -> bool:
     """True if the lock's run is known to be gone.
 
     Args:
         info: The lock found.
-        host: This host's name.
+        pid_space: This process's pid namespace (``LockInfo.pid_space``); a lock
+            of another, or of none known, is never stale (its pid means nothing here).
         process_start_of: pid -> that process's start time ('' if the OS does
             not tell), or None if no such process runs.
     """
-    if info.host != host:
+    if not info.pid_space or info.pid_space != pid_space:
         return False
     now = process_start_of(info.pid)
     if now is None:

@@ -24,7 +24,7 @@ from transforms.storage.files import STORAGE_ERRORS, error_reason, read_if_prese
 from transforms.storage.folders import delete_claimed, delete_files
 from transforms.storage.writing import create_exclusive
 
-__all__ = ["acquire_lock", "check_lock", "release_lock"]
+__all__ = ["acquire_lock", "check_lock", "release_lock", "pid_space"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -48,9 +48,24 @@ def _process_start(pid: int) -> str | None:
     return ""
 
 
+def pid_space() -> str:
+    """Where this process's pid means this process: the boot id and pid namespace ('' if unknown).
+
+    Host names repeat (containers, cloned machines); a boot id is the
+    machine's (Linux: ``/proc/sys/kernel/random/boot_id``) and the pid
+    namespace's inode tells containers on it apart.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}" if boot else ""
+    except OSError:
+        return ""
+
+
 def _my_lock(policy: PublishPolicy, job: str) -> LockInfo:
     return LockInfo(policy.run_id, job, socket.gethostname(), os.getpid(),
-                    _process_start(os.getpid()) or "")
+                    _process_start(os.getpid()) or "", pid_space())
 
 
 def _lock_path(output_dir: str) -> str:
@@ -96,7 +111,7 @@ def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
             return
         if not exists:
             continue  # removed in the meantime: try again
-        if created or found is None or not is_stale(found, mine.host, _process_start):
+        if created or found is None or not is_stale(found, mine.pid_space, _process_start):
             raise UsageError(held_message(path, found))
         _remove_stale(path, found, policy.run_id)
     raise UsageError(held_message(path, None))

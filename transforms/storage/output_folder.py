@@ -280,8 +280,9 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     crash interrupted after its journal was written, refuses shard-named files
     this tool did not publish, and clears staging left by earlier attempts
     (no other run can be using it: the lock is this run's). A run that may
-    resume (``policy.resume``, a build) keeps the staging of interrupted runs
-    with its fingerprint and marks its own staging folder.
+    resume (``policy.resume``, a build) keeps the staging of interrupted or
+    failed runs with its fingerprint, unless ``policy.fresh``, and marks its
+    own staging folder.
 
     Raises:
         UsageError: One line saying what to fix; the lock is not left behind.
@@ -291,10 +292,11 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     try:
         finish_interrupted(output_dir)  # an append a crash stopped half way is finished first
         check_unlisted(output_dir, policy)
-        if policy.resume is None:
+        if policy.resume is None or policy.fresh:
             clear_staging(output_dir)
         else:
             clear_staging_keeping(output_dir, policy.resume)
+        if policy.resume is not None:
             mark_run(output_dir, policy.resume)
     except BaseException:
         release_lock(output_dir, policy.run_id)
@@ -368,20 +370,39 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
 
 
 def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False,
-                  resumed: Sequence[str] = ()) -> None:
-    """After the run: clears its own staging if it failed, and releases its lock if it holds it.
+                  resumed: Sequence[str] = ()) -> bool:
+    """After the run: releases its lock if it holds it; returns True if a failed run's staging was kept.
 
-    Only the run's own staging folder is cleared, and those of the
-    interrupted runs it resumed (``resumed``), so that a run that failed on
-    what they left (a run file damaged since) is not resumed from it again:
-    if the lock was taken from it, the rest may be another run's. A run that
-    may resume (``policy.resume``) and was interrupted (Ctrl-C) keeps its
-    staging, and theirs, for the next run with the same flags.
+    A run that did not publish (it failed on any runner, or was interrupted)
+    keeps its staging for the next run when that run can use it: a build's
+    (``policy.resume``: the next build with its flags resumes it, or
+    ``--fresh`` removes it), and any run's once a publish journal with
+    renames still to do is in the folder (the next run finishes it forward
+    from the staged files, ``journal.finish_interrupted``). Otherwise the
+    run's own staging folder is cleared, and those of the runs it resumed;
+    only a successful publish clears a build's.
+
+    Args:
+        interrupted: A Ctrl-C stopped the run (kept, like any failure).
     """
+    kept = not ok and (policy.resume is not None or _publish_pending(output_dir))
     try:
-        if not ok and not (interrupted and policy.resume is not None):
+        if not ok and not kept:
             for run in (policy.run_id, *resumed):
                 clear_staging(output_dir, run)
         release_lock(output_dir, policy.run_id)
     except STORAGE_ERRORS as err:
         _LOG.warning("could not clean up %s after the run: %s", output_dir, error_reason(err))
+    return kept
+
+
+def _publish_pending(output_dir: str) -> bool:
+    """True if the folder holds a publish journal with renames to do (from staging), or one that cannot be read."""
+    try:
+        data = read_if_present(join_path(output_dir, JOURNAL_NAME))
+        return data is not None and bool(Journal.loads(data).moves)
+    except ManifestError:
+        return True
+    except STORAGE_ERRORS as err:
+        _LOG.warning("could not read the publish journal in %s: %s", output_dir, error_reason(err))
+        return True

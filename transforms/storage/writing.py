@@ -83,7 +83,7 @@ def no_space_message(folder: str, path: str, need: str = FREE_SOME_SPACE) -> str
     """One line for a write that ran out of space: the folder, what the run needs, what is free."""
     free = free_bytes(folder)
     have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
-    return f"{_NO_SPACE}{folder} writing {path}: {need}{have}; the run's staged files were removed"
+    return f"{_NO_SPACE}{folder} writing {path}: {need}{have}"
 
 
 def is_no_space(message: str) -> bool:
