@@ -23,3 +23,13 @@ def test_the_shortfall_is_what_to_free_first(need, free, expected) -> None:
 @pytest.mark.parametrize("nbytes, text", [(3 * 1024, "3 KiB"), (635 * MIB, "635 MiB"), (1270 * MIB, "1.24 GiB")])
 def test_sizes_read_as_the_disk_lines_say_them(nbytes, text) -> None:
     assert size_text(nbytes) == text
+
+
+def test_what_a_failed_build_staged_counts_toward_the_peak_its_rerun_needs() -> None:
+    from transforms.shardset.disk_needs import shortfall_clause
+
+    mib = 1 << 20
+    assert shortfall_clause(3 * mib, 0, kept=2 * mib).endswith(
+        "and 0 KiB are free now besides the 2 MiB it staged: free about 4 MiB more")
+    assert shortfall_clause(3 * mib, 2 * mib).endswith("and 2 MiB are free now: free about 4 MiB more")
+    assert shortfall_clause(3 * mib, 5 * mib, kept=mib).endswith("and 5 MiB are free now besides the 1 MiB it staged")
