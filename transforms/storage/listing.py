@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from transforms.filesystems import FileMetadata
+from transforms.filesystems import FileMetadata, filesystem_of
 from transforms.filesystems import FileSystems
 
 from transforms.shardset.naming import join_path
@@ -56,7 +56,7 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime)
     if path.endswith("/") or not exists(path):
         return None
-    return FileSystems.get_filesystem(path).metadata(path)
+    return filesystem_of(path).metadata(path)
 
 
 def is_folder(path: str) -> bool:
