@@ -12,6 +12,10 @@ client stops reading is still counted, as a store would send it). For each size 
 - ``append``: N/10 more images appended to that set;
 - ``reshard``: the set -> 10 shards at ``s3://bucket/resharded``;
 - ``verify``: ``verify_shards`` of the appended set, with ``--decode_images``;
+- ``reread`` (asked for by name): the build without run files, each record
+  made again from its input re-read by the shard writer (what remote
+  staging would cost the other way: the input read twice, no run file
+  written and read back);
 - ``beam``: a plain Beam pipeline, ``Create(paths) | Map(read the object) |
   WriteToTFRecord`` (5 shards), the floor for reading N objects and writing
   their bytes once.
@@ -24,7 +28,10 @@ in other threads and processes: their CPU is not counted). Targets: bytes
 down and up per input byte <= 2.1 at every size, and requests per added
 image <= 2.5 plus 20 per published shard. Written bytes are the bodies of
 PUTs (objects and parts); on the wire each request and answer also carries
-a head of about 300-600 bytes, which is 5-10% of a 5 KB image.
+a head of about 300-600 bytes, which is 5-10% of a 5 KB image. A record is
+its image and about 250 bytes more (name, label, sha256, sizes, framing):
+"written / out" is the bytes written per byte of the shards published
+(run files and shards: 2 at least).
 
 The counting functions are used by ``tests/e2e/test_object_store_cost.py``.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -89,6 +97,7 @@ class Cost:
     written: int
     cpu_s: float
     shards: int
+    output_bytes: int = 0
 
     @property
     def total(self) -> int:
@@ -111,6 +120,11 @@ class Cost:
     def written_per_byte(self) -> float:
         """Bytes of objects written (bodies of PUTs) per input byte."""
         return self.written / self.input_bytes
+
+    @property
+    def written_per_output(self) -> float:
+        """Bytes of objects written per byte of the shards published (0: none published)."""
+        return self.written / self.output_bytes if self.output_bytes else 0.0
 
     @property
     def per_input(self) -> float:
@@ -202,6 +216,24 @@ def plain_beam(flags: Sequence[str], paths: Sequence[str], output: str) -> None:
              | "Write" >> beam.io.WriteToTFRecord(output, num_shards=BUILD_SHARDS))
 
 
+@contextlib.contextmanager
+def without_run_files() -> Iterator[None]:
+    """The build's inspect step given no staging: the shard writer re-reads each input (``reread``)."""
+    from beam_jobs import build_shards
+
+    original = build_shards.InspectImages
+
+    def inspect(*args, **kwargs):
+        kwargs["staging"] = None
+        return original(*args, **kwargs)
+
+    build_shards.InspectImages = inspect
+    try:
+        yield
+    finally:
+        build_shards.InspectImages = original
+
+
 def measure_s3(port: int, images: int, steps: Sequence[str] = ("build", "append", "reshard", "verify", "beam"),
                seed: int = 0) -> list[Cost]:
     """Runs the steps against the moto server on ``port`` through a counting proxy; one ``Cost`` each."""
@@ -227,18 +259,28 @@ def measure_s3(port: int, images: int, steps: Sequence[str] = ("build", "append"
             with counted(proxy, "build", images, raw_bytes, BUILD_SHARDS, costs):
                 _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/set", "--num_shards",
                                            str(BUILD_SHARDS), "--seed", "5", *flags]), "build")
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(client, f"{run}/set")[0])
         if "append" in steps:
             with counted(proxy, "append", len(added), added_bytes, BUILD_SHARDS, costs):
-                _checked(append_shards.run(["--input", f"{base}/more", "--output_dir", f"{base}/set", *flags]),
+                _checked(append_shards.run(["--input", f"{base}/more", "--output_dir", f"{base}/set", "--seed", "5",
+                                            *flags]),
                          "append")
         set_bytes, set_records = published_bytes(client, f"{run}/set")
+        if "append" in steps:
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=set_bytes - costs[0].output_bytes)
         if "reshard" in steps:
             with counted(proxy, "reshard", set_records, set_bytes, RESHARD_SHARDS, costs):
                 _checked(reshard.run(["--input", f"{base}/set/*.tfrecord", "--output_dir", f"{base}/resharded",
                                       "--num_shards", str(RESHARD_SHARDS), *flags]), "reshard")
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(client, f"{run}/resharded")[0])
         if "verify" in steps:
             with counted(proxy, "verify", set_records, set_bytes, 0, costs):
                 _checked(verify_shards.run(["--output_dir", f"{base}/set", "--decode_images", *flags]), "verify")
+        if "reread" in steps:
+            with counted(proxy, "reread", images, raw_bytes, BUILD_SHARDS, costs), without_run_files():
+                _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/reread",
+                                           "--num_shards", str(BUILD_SHARDS), "--seed", "5", *flags]), "reread")
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(client, f"{run}/reread")[0])
         if "beam" in steps:
             with counted(proxy, "beam", images, raw_bytes, BUILD_SHARDS, costs):
                 plain_beam(flags, [f"{base}/raw/{rel}" for rel, _ in made], f"{base}/beam/part")
@@ -248,15 +290,15 @@ def measure_s3(port: int, images: int, steps: Sequence[str] = ("build", "append"
 def table(rows: Sequence[tuple[int, Cost]]) -> str:
     """The Markdown table of the measured costs."""
     lines = ["| step | images | inputs | MB in | GET | HEAD | LIST | PUT | COPY | DELETE | requests | per input "
-             "| per input less 20/shard | down / in (wire) | down / in (bodies) | written / in | up / in (wire) "
-             "| CPU s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| per input less 20/shard | down / in (wire) | down / in (bodies) | written / in | written / out "
+             "| up / in (wire) | CPU s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for images, c in rows:
         r = c.requests
         lines.append(f"| {c.step} | {images} | {c.inputs} | {c.input_bytes / 1e6:.2f} | {r['GET']} | {r['HEAD']} "
                      f"| {r['LIST']} | {r['PUT']} | {r['COPY']} | {r['DELETE']} | {c.total} | {c.per_input:.2f} "
                      f"| {c.per_input_less_shards:.2f} | {c.down_per_byte:.3f} | {c.body_down_per_byte:.3f} "
-                     f"| {c.written_per_byte:.3f} | {c.up_per_byte:.3f} "
+                     f"| {c.written_per_byte:.3f} | {c.written_per_output:.3f} | {c.up_per_byte:.3f} "
                      f"| {c.cpu_s:.1f} |")
     return "\n".join(lines)
 
