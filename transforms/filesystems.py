@@ -166,18 +166,20 @@ def _new_gcs_client(options: PipelineOptions):
     return create_storage_client(options)
 
 
-def filesystem_of(path: str) -> FileSystem:
-    """Beam's file system for ``path``; on s3:// and gs:// one per process, on this process's client.
+def filesystem_of(path: str):
+    """What to call for ``path``'s ``create``, ``open``, ``exists``, ``delete`` and ``rename``.
 
-    Its calls are Beam's (the same requests, results and errors), made
-    through ``store_client``'s client instead of a new one per call.
+    On s3:// and gs://, Beam's file system made once per process on this
+    process's client (its calls are Beam's: the same requests, results and
+    errors, without a new client per call); elsewhere ``FileSystems``, whose
+    calls take the same arguments.
     """
     scheme = path.split("://", 1)[0] if "://" in path else None
     if scheme == "s3" and _S3FileSystem is not None:
         return _per_process("filesystem", "s3", None, _SharedS3FileSystem)
     if scheme == "gs" and _GCSFileSystem is not None:
         return _per_process("filesystem", "gs", None, _SharedGCSFileSystem)
-    return FileSystems.get_filesystem(path)
+    return FileSystems
 
 
 def shared_s3io():

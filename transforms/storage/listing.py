@@ -56,7 +56,9 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime)
     if path.endswith("/") or not exists(path):
         return None
-    return filesystem_of(path).metadata(path)
+    if path.startswith(("s3://", "gs://")):
+        return filesystem_of(path).metadata(path)
+    return FileSystems.get_filesystem(path).metadata(path)
 
 
 def is_folder(path: str) -> bool:
