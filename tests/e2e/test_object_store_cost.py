@@ -96,3 +96,22 @@ def test_neighbouring_records_of_a_run_file_are_copied_in_one_request(proxied_s3
     # 0-14 in batches of at most 12,000 bytes (two), 16-19 in one: three requests, not nineteen
     assert [e.method for e in gets] == ["GET"] * 3
     copier.close()
+
+
+@pytest.mark.slow
+def test_an_s3_file_is_read_in_bounded_ranges_and_one_closed_early_costs_one_chunk(proxied_s3):
+    from transforms.storage.files import S3_READ_CHUNK, file_size, open_for_read
+
+    client, proxy, base = proxied_s3
+    data = bytes(range(256)) * (9 << 12)  # 9 MiB: three chunks
+    client.put_object(Bucket="cost", Key="ranges/nine.bin", Body=data)
+    with open_for_read(f"{base}/ranges/nine.bin") as fh:
+        assert file_size(fh) == len(data)
+        assert fh.read() == data
+    with open_for_read(f"{base}/ranges/nine.bin") as fh:
+        assert fh.read(100) == data[:100]
+    proxy.settle()
+    assert [e.method for e in proxy.traffic] == ["GET"] * 4  # no HEAD; 3 for the whole, 1 for the start
+    assert proxy.traffic[-1].down_body == S3_READ_CHUNK  # the early close cost one chunk, not the object
+    with pytest.raises(FileNotFoundError):
+        open_for_read(f"{base}/ranges/missing.bin")

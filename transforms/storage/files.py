@@ -338,10 +338,19 @@ S3_READ_CHUNK = 4 << 20
 class _S3File(io.RawIOBase):
     """An s3:// object read in bounded ranges (``read_range``), seekable; its size told by the first answer."""
 
-    def __init__(self, path: str, first: bytes, size: int) -> None:
+    def __init__(self, path: str, first: bytes, size: int, chunk: int) -> None:
         super().__init__()
-        self._path, self._size, self._pos = path, size, 0
+        self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
         self._first = first
+
+    def readall(self) -> bytes:
+        """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
+        parts = []
+        while True:
+            part = self.read(min(self._chunk, max(self._size - self._pos, 0)) or 1)
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
 
     def readable(self) -> bool:
         return True
@@ -392,7 +401,7 @@ def open_s3(path: str, chunk: int = S3_READ_CHUNK) -> BinaryIO:
     if size is None:
         with naming_s3_errors(path):
             size = shared_s3io().size(path)
-    return io.BufferedReader(_S3File(path, first, size), chunk)
+    return io.BufferedReader(_S3File(path, first, size, chunk), chunk)
 
 
 class RangeReader:
