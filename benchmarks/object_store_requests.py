@@ -184,16 +184,17 @@ def upload(client, prefix: str, images: Sequence[tuple[str, bytes]]) -> int:
     return sum(len(data) for _, data in images)
 
 
-def published_bytes(client, prefix: str) -> tuple[int, int]:
-    """Bytes and records of a published set's shards."""
+def published_bytes(client, prefix: str) -> tuple[int, int, int]:
+    """Bytes, records and shards of a published set."""
     manifest = json.loads(client.get_object(Bucket=BUCKET, Key=f"{prefix}/manifest.json")["Body"].read())
-    size = records = 0
+    size = records = shards = 0
     for line in client.get_object(Bucket=BUCKET, Key=f"{prefix}/shards.jsonl")["Body"].read().splitlines():
         entry = json.loads(line)
         size += entry["bytes"]
         records += entry["records"]
+        shards += 1
     assert manifest["format_version"] >= 2
-    return size, records
+    return size, records, shards
 
 
 def _checked(status: int, step: str) -> None:
@@ -253,26 +254,30 @@ def measure_s3(port: int, images: int, steps: Sequence[str] = ("build", "append"
     added_bytes = upload(client, f"{run}/more", added)
     costs: list[Cost] = []
     base = f"s3://{BUCKET}/{run}"
+    # about BUILD_SHARDS shards by size (a set built with --num_shards refuses appends); the append's the same
+    settings = ["--shard_size_mb", f"{raw_bytes * 1.1 / BUILD_SHARDS / 2 ** 20:.4f}", "--seed", "5"]
     with FaultProxy(port) as proxy:
         flags = s3_flags(proxy.url)
         if "build" in steps or "append" in steps or "reshard" in steps or "verify" in steps:
             with counted(proxy, "build", images, raw_bytes, BUILD_SHARDS, costs):
-                _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/set", "--num_shards",
-                                           str(BUILD_SHARDS), "--seed", "5", *flags]), "build")
-            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(client, f"{run}/set")[0])
+                _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/set", *settings,
+                                           *flags]), "build")
+            size, _, shards = published_bytes(client, f"{run}/set")
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=size, shards=shards)
         if "append" in steps:
             with counted(proxy, "append", len(added), added_bytes, BUILD_SHARDS, costs):
-                _checked(append_shards.run(["--input", f"{base}/more", "--output_dir", f"{base}/set", "--seed", "5",
+                _checked(append_shards.run(["--input", f"{base}/more", "--output_dir", f"{base}/set", *settings,
                                             *flags]),
                          "append")
-        set_bytes, set_records = published_bytes(client, f"{run}/set")
+        set_bytes, set_records, _ = published_bytes(client, f"{run}/set")
         if "append" in steps:
             costs[-1] = dataclasses.replace(costs[-1], output_bytes=set_bytes - costs[0].output_bytes)
         if "reshard" in steps:
             with counted(proxy, "reshard", set_records, set_bytes, RESHARD_SHARDS, costs):
                 _checked(reshard.run(["--input", f"{base}/set/*.tfrecord", "--output_dir", f"{base}/resharded",
                                       "--num_shards", str(RESHARD_SHARDS), *flags]), "reshard")
-            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(client, f"{run}/resharded")[0])
+            size, _, shards = published_bytes(client, f"{run}/resharded")
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=size, shards=shards)
         if "verify" in steps:
             with counted(proxy, "verify", set_records, set_bytes, 0, costs):
                 _checked(verify_shards.run(["--output_dir", f"{base}/set", "--decode_images", *flags]), "verify")
