@@ -365,6 +365,8 @@ class _S3File(io.RawIOBase):
         want = min(len(buffer), left)
         if self._first is not None and self._pos < len(self._first):
             data = self._first[self._pos:self._pos + want]
+            if self._pos + len(data) >= len(self._first):
+                self._first = None  # read past: not held (a seek back reads again)
         else:
             data = _remote_range(self._path, self._pos, want)[0]
         buffer[:len(data)] = data
