@@ -5,11 +5,12 @@ Two ways in:
 - ``open_for_read`` (``read_bytes``) for inputs and published shards read as
   they are: a local path is opened directly (17 us less per file than through
   Beam's local file system, whose result is the same file object) and only
-  if it is a regular file; s3:// reads reuse one bounded client per thread
-  (``clients.shared_s3io``); any other URL goes through Beam's file system;
+  if it is a regular file; an s3:// object is read in bounded ranges
+  (``open_s3``); any other URL goes through Beam's file system;
 - ``open_file`` (``read_file``, ``read_if_present``, ``open_lines``,
   ``sha256_of``) for the files of a shard set and the tool's own: through
-  Beam's file system for the path, as Beam opens it.
+  Beam's file system for the path, as Beam opens it (gs:// reads bounded
+  chunks), except s3:// read as they are (``open_s3``).
 
 Byte ranges (``read_range``, ``read_prefix``, ``RangeReader``) are read the
 same way everywhere: a local file with ``pread``; an s3:// or gs:// object with
@@ -38,7 +39,7 @@ from transforms.storage.paths import is_local, path_problem
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
            "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of",
-           "read_range", "read_prefix", "RangeReader"]
+           "read_range", "read_prefix", "open_s3", "S3_READ_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.
