@@ -7,6 +7,10 @@ method and a regular expression on the request target (path and query);
 the first ``times`` matching requests are answered with an HTTP error
 status, or dropped (the connection is closed without an answer), instead
 of being forwarded. Everything else reaches the server unchanged.
+
+Every forwarded request is also counted in ``traffic`` (``Exchange``: its
+method, target, whether it copies another object, and the bytes sent up to the
+server and down from it), so a test or a benchmark can say what a job cost.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
-__all__ = ["Fault", "FaultProxy"]
+__all__ = ["Fault", "FaultProxy", "Exchange"]
 
 _HOST = "127.0.0.1"
 _MAX_HEAD = 1 << 16
@@ -49,6 +53,23 @@ class Fault:
                 and (self.header is None or self.header in headers) and self.failed < self.times)
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One forwarded request: method, target, copy source header present, bytes up and down.
+
+    ``up`` and ``down`` are the bytes on the wire, HTTP heads included;
+    ``up_body`` and ``down_body`` those of the bodies alone.
+    """
+
+    method: str
+    target: str
+    copies: bool
+    up: int
+    down: int
+    up_body: int
+    down_body: int
+
+
 class FaultProxy:
     """The proxy; use as a context manager. ``log`` holds ``(method, target, outcome)`` per request."""
 
@@ -56,10 +77,13 @@ class FaultProxy:
         self._upstream = (_HOST, upstream_port)
         self.faults = list(faults)
         self.log: list[tuple[str, str, str]] = []
+        self.traffic: list[Exchange] = []
         self._lock = threading.Lock()
         self._server = socket.create_server((_HOST, 0))
         self.port = self._server.getsockname()[1]
         self._closed = threading.Event()
+        self._open = 0
+        self._settled = threading.Condition(self._lock)
 
     @property
     def url(self) -> str:
@@ -84,13 +108,25 @@ class FaultProxy:
                 client, _ = self._server.accept()
             except OSError:  # closed
                 return
+            with self._lock:
+                self._open += 1
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def settle(self, timeout: float = 30.0) -> None:
+        """Waits until every connection accepted so far is done (its exchange counted in ``traffic``)."""
+        with self._settled:
+            if not self._settled.wait_for(lambda: self._open == 0, timeout):
+                raise TimeoutError(f"{self._open} proxied requests still open after {timeout} s")
 
     def _handle(self, client: socket.socket) -> None:
         try:
             self._serve(client)
         except (ConnectionResetError, BrokenPipeError):
             pass  # a client gave up on a connection (its retry opens another): that connection ends here
+        finally:
+            with self._settled:
+                self._open -= 1
+                self._settled.notify_all()
 
     def _serve(self, client: socket.socket) -> None:
         with client:
@@ -113,7 +149,10 @@ class FaultProxy:
             if fault is None:
                 kept = [line for line in lines[1:] if line.partition(":")[0].strip().lower() not in _DROP_HEADERS]
                 forwarded = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
-                self._forward(client, forwarded + rest)
+                up, down, down_head = self._forward(client, forwarded + rest)
+                with self._lock:
+                    self.traffic.append(Exchange(method, target, "x-amz-copy-source" in headers, up, down,
+                                                 up - len(forwarded), down - down_head))
                 return
             self._read_body(client, headers, rest)
             if fault.status is not None:
@@ -151,21 +190,47 @@ class FaultProxy:
                     return
                 rest += chunk
 
-    def _forward(self, client: socket.socket, first: bytes) -> None:
+    def _forward(self, client: socket.socket, first: bytes) -> tuple[int, int, int]:
+        """Relays one request and its answer; returns the bytes sent up, the bytes the server sent down,
+        and the length of the answer's head.
+
+        A client that stops reading (closes its connection early) does not stop
+        the count: what the server goes on sending is read and counted.
+        """
+        up, down = len(first), 0
+        head = b""
+        head_end = None
+        gone = False
         with socket.create_connection(self._upstream) as upstream:
             upstream.sendall(first)
             sockets = [client, upstream]
             while True:
                 readable, _, _ = select.select(sockets, [], [], 60)
                 if not readable:
-                    return
+                    return up, down, head_end or down
                 for sock in readable:
-                    chunk = sock.recv(65536)
-                    other = upstream if sock is client else client
+                    try:
+                        chunk = sock.recv(65536)
+                    except (ConnectionResetError, BrokenPipeError):
+                        chunk = b""
                     if not chunk:
                         if sock is upstream:
-                            return  # the answer is complete (Connection: close)
+                            return up, down, head_end or down  # the answer is complete (Connection: close)
                         upstream.shutdown(socket.SHUT_WR)
                         sockets = [upstream]
                         continue
-                    other.sendall(chunk)
+                    if sock is client:
+                        up += len(chunk)
+                        upstream.sendall(chunk)
+                        continue
+                    if head_end is None:
+                        head += chunk
+                        if b"\r\n\r\n" in head:
+                            head_end = head.index(b"\r\n\r\n") + 4
+                    down += len(chunk)
+                    if not gone:
+                        try:
+                            client.sendall(chunk)
+                        except (ConnectionResetError, BrokenPipeError):
+                            gone = True
+                            sockets = [upstream]

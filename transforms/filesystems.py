@@ -10,13 +10,17 @@ changes this is the one module of storage to re-check. All were checked against 
 (``transforms.beam_compat.CHECKED_BEAM_VERSION``); the reaches into Beam's
 runners and options live in ``transforms/beam_compat.py``.
 
-s3:// reads reuse one Beam ``S3IO`` per thread (``shared_s3io``): Beam
-2.77's S3 file system builds a new boto3 session and client for every call,
-about 0.28 s of CPU per file, which would dominate reading many small
-images. The shared ``S3IO`` is Beam's own, made from the same pipeline
-options (measured against an S3 API server on loopback: 0.28 s -> 0.009 s of
-CPU per 100 KB object); its client bounds each call in time and tries
-(``s3_read_client``), errors are otherwise unchanged.
+Every storage call the project makes itself uses one client per worker
+process (``store_client``): Beam 2.77's S3 file system builds a new boto3
+session and client for every call, about 0.28 s of CPU each, and its GCS
+file system a new ``GcsIO`` and storage client. ``filesystem_of`` gives the
+file system of a path as Beam's, except that on s3:// and gs:// it is made
+once per process and its calls go through that client: Beam's ``S3IO`` per
+thread (``shared_s3io``: Beam's client keeps a download's state, boto3's own
+client is shared), one ``GcsIO`` per process. The boto3 client bounds each
+call in time and tries (``s3_read_client``); errors are otherwise unchanged.
+The clients are keyed by process id and options, and dropped in a forked
+child (``os.register_at_fork``), so a forked worker makes its own.
 
 Every other S3 client Beam's file system makes (listing, uploads, renames,
 deletions of the output folder) is the same bounded client: importing this
@@ -33,12 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import threading
 from typing import BinaryIO, Iterator
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, S3Options
 from apache_beam.utils.retry import PermanentException
 
 try:  # present with apache-beam[aws]
@@ -46,14 +51,20 @@ try:  # present with apache-beam[aws]
     import botocore.exceptions
     from apache_beam.io.aws.clients.s3 import boto3_client as _boto3_client
     from apache_beam.io.aws.clients.s3.messages import S3ClientError as _S3ClientError
+    from apache_beam.io.aws.s3filesystem import S3FileSystem as _S3FileSystem
     from apache_beam.io.aws.s3io import S3Uploader as _S3Uploader
     _S3_ERRORS: tuple[type[Exception], ...] = (_S3ClientError,)
 except ImportError:  # pragma: no cover - depends on the installed extras
-    _S3Uploader = _boto3_client = None
+    _S3Uploader = _boto3_client = _S3FileSystem = None
     _S3_ERRORS = ()
+try:  # present with apache-beam[gcp]
+    from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem as _GCSFileSystem
+except ImportError:  # pragma: no cover - depends on the installed extras
+    _GCSFileSystem = None
 
-__all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options", "filesystem_options",
-           "options_set", "shared_s3io", "s3_boto3_client", "s3_read_client",
+__all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options",
+           "filesystem_options", "options_set", "store_client", "filesystem_of", "shared_s3io", "s3_boto3_client",
+           "s3_read_client",
            "S3NoAnswerError", "gcs_storage_client", "close_written_file", "unbuffered", "naming_s3_errors",
            "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
 
@@ -68,6 +79,20 @@ S3_READ_ATTEMPTS = 3
 
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT}
 _local = threading.local()
+# This process's clients and file systems: (kind, pid, options key) -> client.
+_process: dict[tuple, object] = {}
+_process_lock = threading.RLock()
+
+
+def _forget_in_child() -> None:
+    """A forked child makes its own clients (a client's connections are the parent's)."""
+    global _process_lock, _local
+    _process.clear()
+    _process_lock = threading.RLock()
+    _local = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def set_options(options: PipelineOptions) -> None:
@@ -101,12 +126,92 @@ def filesystem_options() -> PipelineOptions:
     return getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
 
 
+def _options_key(scheme: str, options: PipelineOptions) -> tuple:
+    """What a store's client is made from: the options it reads, by value."""
+    if scheme == "s3":
+        s3 = options.view_as(S3Options)
+        return (s3.s3_endpoint_url, s3.s3_region_name, s3.s3_api_version, s3.s3_disable_ssl, s3.s3_verify,
+                s3.s3_access_key_id, s3.s3_secret_access_key, s3.s3_session_token)
+    gcp = options.view_as(GoogleCloudOptions)
+    return (gcp.project, gcp.impersonate_service_account, gcp.job_name, os.environ.get("STORAGE_EMULATOR_HOST"))
+
+
+def _per_process(kind: str, scheme: str, options: PipelineOptions | None, make):
+    """The ``kind`` object of this process for ``options``' store settings, made by ``make(options)`` once."""
+    options = options if options is not None else filesystem_options()
+    key = (kind, os.getpid(), _options_key(scheme, options))
+    with _process_lock:
+        found = _process.get(key)
+        if found is None:
+            found = _process[key] = make(options)
+        return found
+
+
+def store_client(scheme: str, options: PipelineOptions | None = None):
+    """The client of this worker process for a store, made once per process and store settings.
+
+    Args:
+        scheme: ``"s3"``: a boto3 S3 client, its calls bounded in time and
+            tries (``S3_CONNECT_TIMEOUT_S``, ``S3_READ_TIMEOUT_S``,
+            ``S3_READ_ATTEMPTS``), made as Beam's from ``S3Options``; ``"gs"``:
+            the ``google.cloud.storage`` client Beam's GCS file system makes.
+            Both may be used from any thread.
+        options: The pipeline options; default: those Beam's file systems use
+            (``filesystem_options``).
+
+    Raises:
+        RuntimeError: ``s3``, and apache-beam[aws] is not installed.
+    """
+    if scheme == "s3":
+        return _per_process("client", "s3", options, _new_s3_client)
+    if scheme == "gs":
+        return _per_process("client", "gs", options, _new_gcs_client)
+    raise ValueError(f"no client for {scheme}://")
+
+
+def _new_s3_client(options: PipelineOptions):
+    if _boto3_client is None or _boto3_client.boto3 is None:
+        raise RuntimeError("reading s3:// needs apache-beam[aws] (boto3)")
+    s3 = options.view_as(S3Options)
+    config = botocore.config.Config(
+        connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
+        retries={"total_max_attempts": S3_READ_ATTEMPTS, "mode": "standard"})
+    return _boto3_client.boto3.session.Session().client(
+        service_name="s3", region_name=s3.s3_region_name, api_version=s3.s3_api_version,
+        use_ssl=not s3.s3_disable_ssl, verify=s3.s3_verify, endpoint_url=s3.s3_endpoint_url,
+        aws_access_key_id=s3.s3_access_key_id, aws_secret_access_key=s3.s3_secret_access_key,
+        aws_session_token=s3.s3_session_token, config=config)
+
+
+def _new_gcs_client(options: PipelineOptions):
+    from apache_beam.io.gcp.gcsio import create_storage_client
+
+    return create_storage_client(options)
+
+
+def filesystem_of(path: str):
+    """What to call for ``path``'s ``create``, ``open``, ``exists``, ``delete`` and ``rename``.
+
+    On s3:// and gs://, Beam's file system made once per process on this
+    process's client (its calls are Beam's: the same requests, results and
+    errors, without a new client per call); elsewhere ``FileSystems``, whose
+    calls take the same arguments.
+    """
+    scheme = path.split("://", 1)[0] if "://" in path else None
+    if scheme == "s3" and _S3FileSystem is not None:
+        return _per_process("filesystem", "s3", None, _SharedS3FileSystem)
+    if scheme == "gs" and _GCSFileSystem is not None:
+        return _per_process("filesystem", "gs", None, _SharedGCSFileSystem)
+    return FileSystems
+
+
 def shared_s3io():
-    """Beam's S3IO for this thread, rebuilt when the pipeline options change.
+    """Beam's S3IO for this thread, on this process's boto3 client; rebuilt when the options change.
 
     Its client bounds each call in time and tries (``s3_read_client``), so an
     unreachable endpoint makes an input unreadable instead of holding it for
-    Beam's ten minutes of retries.
+    Beam's ten minutes of retries. One per thread: Beam's client wrapper keeps
+    the state of a download.
     """
     from apache_beam.io.aws import s3io
 
@@ -121,16 +226,12 @@ def shared_s3io():
 
 
 def s3_boto3_client():
-    """Returns the boto3 S3 client Beam's S3 file system uses with the current options.
+    """Returns this process's boto3 S3 client for the current options (``store_client``).
 
     Beam's S3 file system has no conditional put (the output lock needs
-    ``If-None-Match: *``) and no listing by level. Touches ``S3IO.client``
-    (Beam's client wrapper) and its ``client`` attribute, the boto3 client
-    made from ``--s3_endpoint_url``, the keys and the region (Beam 2.77.0).
+    ``If-None-Match: *``), no listing by level and no bounded range read.
     """
-    from apache_beam.io.aws import s3io
-
-    return s3io.S3IO(options=filesystem_options()).client.client
+    return store_client("s3")
 
 
 class S3NoAnswerError(OSError, PermanentException):
@@ -160,24 +261,15 @@ def s3_read_client(options: PipelineOptions):
     Raises:
         RuntimeError: apache-beam[aws] is not installed.
     """
-    if _boto3_client is None or _boto3_client.boto3 is None:
-        raise RuntimeError("reading s3:// needs apache-beam[aws] (boto3)")
-    return _BoundedS3Client(options.view_as(S3Options))
+    return _BoundedS3Client(store_client("s3", options))
 
 
 if _boto3_client is not None:
     class _BoundedS3Client(_boto3_client.Client):
-        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``)."""
+        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``), on a shared boto3 client."""
 
-        def __init__(self, s3: S3Options) -> None:  # pylint: disable=super-init-not-called
-            config = botocore.config.Config(
-                connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S,
-                retries={"total_max_attempts": S3_READ_ATTEMPTS, "mode": "standard"})
-            self.client = _boto3_client.boto3.session.Session().client(
-                service_name="s3", region_name=s3.s3_region_name, api_version=s3.s3_api_version,
-                use_ssl=not s3.s3_disable_ssl, verify=s3.s3_verify, endpoint_url=s3.s3_endpoint_url,
-                aws_access_key_id=s3.s3_access_key_id, aws_secret_access_key=s3.s3_secret_access_key,
-                aws_session_token=s3.s3_session_token, config=config)
+        def __init__(self, client) -> None:  # pylint: disable=super-init-not-called
+            self.client = client
             self._download_request = None
             self._download_stream = None
             self._download_pos = 0
@@ -220,7 +312,7 @@ if _boto3_client is not None:
         def __init__(self, options) -> None:
             if not isinstance(options, PipelineOptions):
                 options = PipelineOptions.from_dictionary(dict(options or {}))
-            super().__init__(options.view_as(S3Options))
+            super().__init__(store_client("s3", options))
 
     @contextlib.contextmanager
     def _no_answer_is_permanent(request) -> Iterator[None]:
@@ -246,16 +338,86 @@ if _boto3_client is not None:
     _bound_beam_s3_clients()
 
 
+if _S3FileSystem is not None:
+    class _SharedS3FileSystem(_S3FileSystem):
+        """Beam's S3 file system whose calls the project makes use this thread's ``shared_s3io``.
+
+        Beam 2.77's methods make ``s3io.S3IO(options=...)`` (a boto3 session
+        and client) per call; these are the same bodies on the shared one.
+        Its ``scheme`` is its own, so that ``FileSystems`` (which picks the
+        subclass of ``FileSystem`` whose scheme is the path's) still finds
+        Beam's for s3:// and not two.
+        """
+
+        @classmethod
+        def scheme(cls):
+            return "tfrecord-shards-s3"
+
+        def _path_open(self, path, mode, mime_type="application/octet-stream",
+                       compression_type=CompressionTypes.AUTO):
+            from apache_beam.io.filesystem import CompressedFile
+
+            compression_type = FileSystem._get_compression_type(path, compression_type)
+            mime_type = CompressionTypes.mime_type(compression_type, mime_type)
+            raw_file = shared_s3io().open(path, mode, mime_type=mime_type)
+            if compression_type == CompressionTypes.UNCOMPRESSED:
+                return raw_file
+            return CompressedFile(raw_file, compression_type=compression_type)
+
+        def exists(self, path):
+            try:
+                return shared_s3io().exists(path)
+            except Exception as e:  # noqa: BLE001 - Beam wraps every error in BeamIOError here
+                raise BeamIOError("exists() operation failed", {path: e}) from e
+
+        def metadata(self, path):
+            try:
+                status = shared_s3io()._status(path)
+            except Exception as e:  # noqa: BLE001 - as Beam's S3FileSystem.metadata
+                raise BeamIOError("Metadata operation failed", {path: e}) from e
+            return FileMetadata(path, status["size"], status["last_updated"])
+
+        def rename(self, source_file_names, destination_file_names):
+            if len(source_file_names) != len(destination_file_names):
+                raise BeamIOError("Unable to rename unequal number of sources and destinations")
+            results = shared_s3io().rename_files(list(zip(source_file_names, destination_file_names)))
+            failed = {(src, dest): error for src, dest, error in results if error is not None}
+            if failed:
+                raise BeamIOError("Rename operation failed", failed)
+
+        def delete(self, paths):
+            results = shared_s3io().delete_paths(paths)
+            failed = {path: error for path, error in results.items() if error is not None}
+            if failed:
+                raise BeamIOError("Delete operation failed", failed)
+
+
+if _GCSFileSystem is not None:
+    class _SharedGCSFileSystem(_GCSFileSystem):
+        """Beam's GCS file system on one ``GcsIO`` of this process (Beam 2.77 makes one, and a client, per call).
+
+        Its ``scheme`` is its own, as ``_SharedS3FileSystem``'s.
+        """
+
+        @classmethod
+        def scheme(cls):
+            return "tfrecord-shards-gs"
+
+        def _gcsIO(self):
+            from apache_beam.io.gcp.gcsio import GcsIO
+
+            return _per_process("gcsio", "gs", self._pipeline_options,
+                                lambda options: GcsIO(storage_client=store_client("gs", options),
+                                                      pipeline_options=options))
+
+
 def gcs_storage_client():
-    """Returns the ``google.cloud.storage`` client Beam's GCS file system uses.
+    """Returns this process's ``google.cloud.storage`` client for the current options (``store_client``).
 
     Beam's GCS file system has no create-if-absent (the output lock needs
-    ``if_generation_match=0``) and no listing by level. Touches
-    ``GcsIO.client`` (Beam 2.77.0).
+    ``if_generation_match=0``), no listing by level and no bounded range read.
     """
-    from apache_beam.io.gcp.gcsio import GcsIO
-
-    return GcsIO(pipeline_options=filesystem_options()).client
+    return store_client("gs")
 
 
 def close_written_file(fh: BinaryIO) -> None:

@@ -29,7 +29,9 @@ from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.shardset.planning import MIB
 from transforms.filesystems import naming_s3_errors
-from transforms.storage.files import STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most
+from transforms.storage.files import (STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most,
+                                      read_prefix, read_range)
+from transforms.storage.paths import is_local
 from transforms.storage.members import forget_cached, read_member
 from transforms.storage.resume import input_stamp, read_done_inputs, write_done_list
 from transforms.storage.runs import BundleRunFile, RecordCopier
@@ -52,6 +54,8 @@ REUSED_INPUT_BYTES = "image_bytes_reused"
 # the inputs it finished to a rerun; a few hundred files per 10,000 inputs at most.
 DONE_LIST_RECORDS = 256
 DONE_LIST_BYTES = 64 * MIB
+# The first bytes of an input on a store asked for in one request: a smaller file is read whole with it.
+FIRST_READ_BYTES = 1 << 20
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
@@ -64,10 +68,15 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     costs one small read. One open per file; a local image with a magic number
     (JPEG, PNG, ...) costs one 16-byte ``pread`` more than reading it whole.
 
+    On gs:// and s3:// a file is read in bounded ranges with no metadata
+    request (``_read_stored_source``).
+
     Raises:
         OSError: As ``open_for_read``, or while reading.
         ImageError: ``too_large`` or ``not_an_image``.
     """
+    if not is_local(path):
+        return _read_stored_source(path, max_bytes)
     with open_for_read(path) as fh, naming_s3_errors(path):
         size = file_size(fh)
         if size is not None and size > max_bytes:
@@ -91,6 +100,34 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
             raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
                                           f"({max_bytes / MIB:g} MiB); read no further")
         return data
+
+
+def _read_stored_source(path: str, max_bytes: int) -> bytes:
+    """An input on a store: its first ``FIRST_READ_BYTES`` in one bounded request, the rest in one more.
+
+    A file no longer than that is read whole with the first request; a longer
+    one is read on only if its first ``HEAD_BYTES`` could start an image and
+    its size (S3 says it with the first answer) is within ``max_bytes``.
+    """
+    first, size = read_prefix(path, min(FIRST_READ_BYTES, max_bytes + 1))
+    if size is not None and size > max_bytes:
+        raise ImageError("too_large", f"file has {size} bytes, over --max_image_mb "
+                                      f"({max_bytes / MIB:g} MiB); read no further")
+    if len(first) > max_bytes:
+        raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
+                                      f"({max_bytes / MIB:g} MiB); read no further")
+    if len(first) < FIRST_READ_BYTES or (size is not None and size == len(first)):
+        return first
+    if not could_be_image(first[:HEAD_BYTES]):
+        shown = f"{size} bytes" if size is not None else f"over {len(first)} bytes"
+        raise ImageError("not_an_image", f"not a recognised image format ({shown}; "
+                                         f"judged from the first {HEAD_BYTES} bytes)")
+    rest = read_range(path, len(first), (size if size is not None else max_bytes + 1) - len(first))
+    data = first + rest
+    if len(data) > max_bytes:
+        raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
+                                      f"({max_bytes / MIB:g} MiB); read no further")
+    return data
 
 
 def read_input(source: SourceImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
@@ -415,6 +452,10 @@ class ImageRecordMaker:
     def close(self) -> None:
         """Closes the run files kept open."""
         self._runs.close()
+
+    def plan(self, metas: Sequence[ImageMeta]) -> None:
+        """The shard's records about to be made: those in run files are copied in batches (``RecordCopier.plan``)."""
+        self._runs.plan(meta.run for meta in metas if meta.run is not None)
 
     def __call__(self, meta: ImageMeta) -> tuple[tuple[bytes, bytes, bytes] | FramedRecord, int]:
         labels = next((values for name, _, values in meta.extra if name == "image/class/label"), None)

@@ -96,6 +96,10 @@ class RecordCopy:
         """Closes the run files kept open."""
         self._copier.close()
 
+    def plan(self, items: Sequence[RecordItem]) -> None:
+        """The shard's items about to be copied: those in run files are read in batches (``RecordCopier.plan``)."""
+        self._copier.plan(item.run for item in items if item.run is not None)
+
     def __call__(self, item: RecordItem) -> tuple[bytes | FramedRecord, int | None]:
         if item.run is None:
             return item.data, item.label

@@ -152,6 +152,9 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
     def _write_records(self, key, items, leads, totals) -> ShardResult:
         planned = sum(t.total_bytes for t in totals)
         written = progress.Tally(progress.RECORDS_WRITTEN, every=16)
+        plan = getattr(self._to_record, "plan", None)
+        if plan is not None:
+            plan(items)  # the records it will copy: neighbours in a run file are read together
         made = worker_threads.ordered_map(self._to_record, items, self._pool, self._window)
         records = _counted(made, written)  # the progress report counts the run's own records
         if leads:  # appending: the merged published shard's records come first
@@ -182,7 +185,9 @@ class WriteShards(beam.PTransform):
         to_record: item -> (serialized record, or a sequence of pieces whose
             concatenation is the record, or a ``FramedRecord``; label index or
             None). If it has a ``close()``, that is called after each shard,
-            once no record of it is being made (files it keeps open are closed).
+            once no record of it is being made (files it keeps open are closed);
+            if it has a ``plan(items)``, that is called with each shard's items,
+            in order, before the first is made.
         order_of: item -> sort key; the write order within a shard.
         run_id: The run's id (its staging folder).
         totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,

@@ -185,8 +185,10 @@ def test_s3_reads_share_one_client_per_thread(s3_server, s3_bucket):
     s3_bucket.put("reads/a.bin", b"x" * 70_000)
     assert read_bytes(f"s3://{BUCKET}/reads/a.bin") == b"x" * 70_000
     first = clients.shared_s3io()
+    client = clients.store_client("s3")
     assert read_bytes(f"s3://{BUCKET}/raw/daisy/daisy_000.jpg") == s3_bucket.get("raw/daisy/daisy_000.jpg")
     assert clients.shared_s3io() is first  # one client, not one per file
+    assert clients.store_client("s3") is client and first.client.client is client  # one boto3 client
     with pytest.raises(FileNotFoundError):
         read_bytes(f"s3://{BUCKET}/reads/missing.bin")
     FileSystems.set_options(PipelineOptions(_s3_flags(s3_server.url)))

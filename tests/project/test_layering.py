@@ -37,8 +37,9 @@ STORAGE = "storage"
 FILESYSTEMS = "transforms.filesystems"
 FILESYSTEMS_BEAM = ("apache_beam.io.filesystem", "apache_beam.io.filesystems", "apache_beam.io.filesystemio",
                     "apache_beam.io.aws", "apache_beam.io.gcp.gcsio", "apache_beam.options.pipeline_options",
-                    "apache_beam.utils.retry")
-FILE_SYSTEM_MODULES = FILESYSTEMS_BEAM[:5]  # the file systems and their clients, not the options
+                    "apache_beam.utils.retry", "apache_beam.io.gcp.gcsfilesystem")
+# the file systems and their clients, not the options
+FILE_SYSTEM_MODULES = FILESYSTEMS_BEAM[:5] + ("apache_beam.io.gcp.gcsfilesystem",)
 STORAGE_HOMES = ("transforms/storage/", "transforms/filesystems.py")
 
 

@@ -110,7 +110,7 @@ def test_transient_faults_are_retried_and_the_output_is_unchanged(s3_server, sto
     prefix = "transient"
     faults = [
         Fault("GET", r"list-type=2", 1, 500),  # a listing
-        Fault("HEAD", r"/raw/tulip/tulip_000\.jpg$", 1, 503),  # an input's metadata
+        Fault("GET", r"/raw/tulip/tulip_000\.jpg$", 1, 503),  # an input's bytes (no metadata request first)
         Fault("GET", r"/raw/rose/rose_001\.jpg$", 2, 500),  # an input's bytes, twice
         Fault("PUT", rf"/{prefix}/\.staging/.*partNumber=", 1, None),  # a shard upload, dropped
         Fault("PUT", rf"/{prefix}/train-\d+-of-\d+\.tfrecord$", 1, 503, header="x-amz-copy-source"),  # a rename

@@ -5,13 +5,19 @@ Two ways in:
 - ``open_for_read`` (``read_bytes``) for inputs and published shards read as
   they are: a local path is opened directly (17 us less per file than through
   Beam's local file system, whose result is the same file object) and only
-  if it is a regular file; s3:// reads reuse one bounded client per thread
-  (``clients.shared_s3io``); any other URL goes through Beam's file system;
+  if it is a regular file; an s3:// object is read in bounded ranges
+  (``open_s3``); any other URL goes through Beam's file system;
 - ``open_file`` (``read_file``, ``read_if_present``, ``open_lines``,
   ``sha256_of``) for the files of a shard set and the tool's own: through
-  Beam's file system for the path, as Beam opens it.
+  Beam's file system for the path, as Beam opens it (gs:// reads bounded
+  chunks), except s3:// read as they are (``open_s3``).
 
-``RangeReader`` reads byte ranges (run files' records) from any thread.
+Byte ranges (``read_range``, ``read_prefix``, ``RangeReader``) are read the
+same way everywhere: a local file with ``pread``; an s3:// or gs:// object with
+one bounded request (``Range: bytes=a-b``) on the process's client
+(``clients.store_client``), no metadata request first. An open-ended range
+(Beam's readers ask for ``bytes=a-``) has the store send the rest of the
+object, which a reader that closes early still pays for.
 """
 
 from __future__ import annotations
@@ -26,14 +32,14 @@ import threading
 from typing import BinaryIO, Iterator
 
 from transforms.filesystems import BeamIOError, CompressionTypes
-from transforms.filesystems import FileSystems
+from transforms.filesystems import filesystem_of
 
-from transforms.filesystems import naming_s3_errors, shared_s3io, unbuffered
+from transforms.filesystems import naming_s3_errors, shared_s3io, store_client, unbuffered
 from transforms.storage.paths import is_local, path_problem
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
            "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of",
-           "RangeReader"]
+           "read_range", "read_prefix", "open_s3", "S3_READ_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.
@@ -90,8 +96,7 @@ def open_for_read(path: str) -> BinaryIO:
     if problem:
         raise OSError(errno.EINVAL, problem, path)
     if path.startswith("s3://"):
-        with naming_s3_errors(path):
-            return shared_s3io().open(path, "rb")
+        return open_s3(path)
     if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
         return _open_local(path)
     return open_file(path)
@@ -157,8 +162,11 @@ def open_file(path: str, decompress: bool = False) -> BinaryIO:
         decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed, as
             Beam does by default; else the bytes as they are.
     """
-    return FileSystems.open(path, compression_type=CompressionTypes.AUTO if decompress
-                            else CompressionTypes.UNCOMPRESSED)
+    if path.startswith("s3://") and (not decompress or CompressionTypes.detect_compression_type(path)
+                                     == CompressionTypes.UNCOMPRESSED):
+        return open_s3(path)
+    return filesystem_of(path).open(path, compression_type=CompressionTypes.AUTO if decompress
+                                    else CompressionTypes.UNCOMPRESSED)
 
 
 def read_file(path: str) -> bytes:
@@ -169,7 +177,7 @@ def read_file(path: str) -> bytes:
 
 def exists(path: str) -> bool:
     """True if a file (or, locally, a folder) of that exact name exists; nothing is matched."""
-    return FileSystems.exists(path)
+    return filesystem_of(path).exists(path)
 
 
 def read_if_present(path: str) -> bytes | None:
@@ -214,15 +222,198 @@ def sha256_of(path: str) -> str:
     return sha.hexdigest()
 
 
+def _bucket_key(path: str) -> tuple[str, str]:
+    bucket, _, key = path.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
+def _s3_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
+    """One ``GET`` of ``bytes=offset-(offset+length-1)``; the bytes and the object's size (None: not told)."""
+    import botocore.exceptions
+
+    bucket, key = _bucket_key(path)
+    client = store_client("s3")
+    for attempt in range(2):  # a body cut off while read is asked for once more, as Beam does
+        try:
+            answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
+        except botocore.exceptions.ClientError as err:
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 416:  # the range starts at or past the end
+                return b"", None
+            code = {403: errno.EACCES, 404: errno.ENOENT}.get(status, errno.EIO)
+            raise (FileNotFoundError if code == errno.ENOENT else PermissionError if code == errno.EACCES
+                   else OSError)(code, f"S3 answered {status}: {err}", path) from err
+        except botocore.exceptions.BotoCoreError as err:
+            raise OSError(errno.EIO, f"S3 gave no answer ({type(err).__name__}: {err})", path) from err
+        try:
+            with contextlib.closing(answer["Body"]) as body:
+                data = body.read()
+        except (botocore.exceptions.BotoCoreError, OSError) as err:
+            if attempt:
+                raise OSError(errno.EIO, f"reading bytes {offset}-{offset + length - 1} failed: {err}",
+                              path) from err
+            continue
+        total = answer.get("ContentRange", "").rpartition("/")[2]
+        return data, int(total) if total.isdigit() else None
+    raise AssertionError("unreachable")
+
+
+def _gcs_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
+    """One media ``GET`` of ``bytes=offset-(offset+length-1)``; the bytes (the size is not told)."""
+    from google.api_core import exceptions
+
+    bucket, key = _bucket_key(path)
+    blob = store_client("gs").bucket(bucket).blob(key)
+    try:
+        return blob.download_as_bytes(start=offset, end=offset + length - 1, raw_download=True,
+                                      checksum=None), None
+    except exceptions.RequestRangeNotSatisfiable:
+        return b"", None
+    except exceptions.NotFound as err:
+        raise FileNotFoundError(errno.ENOENT, f"GCS answered 404: {err}", path) from err
+    except exceptions.Forbidden as err:
+        raise PermissionError(errno.EACCES, f"GCS answered 403: {err}", path) from err
+    except exceptions.GoogleAPICallError as err:
+        raise OSError(errno.EIO, f"GCS answered {err.code}: {err}", path) from err
+
+
+def _remote_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
+    if length <= 0:
+        return b"", None
+    if path.startswith("s3://"):
+        return _s3_range(path, offset, length)
+    if path.startswith("gs://"):
+        return _gcs_range(path, offset, length)
+    with open_file(path) as fh:  # any other store: Beam's reader, below its read buffer
+        raw = unbuffered(fh)
+        raw.seek(offset)
+        return read_at_most(raw, length), None
+
+
+def read_range(path: str, offset: int, length: int) -> bytes:
+    """The ``length`` bytes at ``offset`` (fewer only if the file ends first); one request on a store.
+
+    Raises:
+        OSError: The file is missing (``FileNotFoundError``), may not be read
+            (``PermissionError``) or the store failed (``EIO``); the error names ``path``.
+    """
+    if is_local(path):
+        with open(path, "rb") as fh:
+            return _pread_all(fh.fileno(), offset, length)
+    return _remote_range(path, offset, length)[0]
+
+
+def read_prefix(path: str, length: int) -> tuple[bytes, int | None]:
+    """The first ``length`` bytes of a file (all of a shorter one) and its size, if the read told it.
+
+    One bounded request on a store; S3 tells the size (``Content-Range``),
+    gs:// does not (None); a local file tells it from ``fstat``.
+
+    Raises:
+        OSError: As ``read_range``; a local path as ``open_for_read``.
+    """
+    if is_local(path):
+        with open_for_read(path) as fh:
+            return read_at_most(fh, length), os.fstat(fh.fileno()).st_size
+    problem = path_problem(path)
+    if problem:
+        raise OSError(errno.EINVAL, problem, path)
+    return _remote_range(path, 0, length)
+
+
+def _pread_all(fd: int, offset: int, length: int) -> bytes:
+    parts, done = [], 0
+    while done < length:
+        chunk = os.pread(fd, length - done, offset + done)
+        if not chunk:
+            break
+        parts.append(chunk)
+        done += len(chunk)
+    return b"".join(parts) if len(parts) != 1 else parts[0]
+
+
+# What an s3:// file opened for reading asks for at a time (``open_s3``): one bounded request each.
+S3_READ_CHUNK = 4 << 20
+
+
+class _S3File(io.RawIOBase):
+    """An s3:// object read in bounded ranges (``read_range``), seekable; its size told by the first answer."""
+
+    def __init__(self, path: str, first: bytes, size: int, chunk: int) -> None:
+        super().__init__()
+        self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
+        self._first = first
+
+    def readall(self) -> bytes:
+        """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
+        parts = []
+        while True:
+            part = self.read(min(self._chunk, max(self._size - self._pos, 0)) or 1)
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self._size - self._pos
+        if left <= 0:
+            return 0
+        want = min(len(buffer), left)
+        if self._first is not None and self._pos < len(self._first):
+            data = self._first[self._pos:self._pos + want]
+            if self._pos + len(data) >= len(self._first):
+                self._first = None  # read past: not held (a seek back reads again)
+        else:
+            data = _remote_range(self._path, self._pos, want)[0]
+        buffer[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._first = None
+        super().close()
+
+
+def open_s3(path: str, chunk: int = S3_READ_CHUNK) -> BinaryIO:
+    """Opens an s3:// object for reading in bounded ranges of ``chunk`` bytes, one request each.
+
+    Opening reads the first chunk (the whole of a small object) in one
+    ``GET``, which also tells the size; no ``HEAD``. Beam's S3 reader asks for
+    ``bytes=a-`` (the rest of the object), which a store sends in full even
+    when the reader stops early.
+
+    Raises:
+        OSError: As ``read_range`` (``FileNotFoundError`` when missing).
+    """
+    first, size = _remote_range(path, 0, chunk)
+    if size is None:  # an empty object (416), or a store that did not say: what the first read got
+        size = len(first) if len(first) < chunk else None
+    if size is None:
+        with naming_s3_errors(path):
+            size = shared_s3io().size(path)
+    return io.BufferedReader(_S3File(path, first, size, chunk), chunk)
+
+
 class RangeReader:
     """Reads byte ranges of files, from any thread, reading no byte outside the range.
 
     Local files stay open, up to ``max_open`` of them per thread (the oldest
     closed first), and are read with ``os.pread``; each thread has its own
     descriptors, so none is closed while another thread reads it. A remote
-    range is one ranged request: Beam's gs:// and s3:// readers buffer 16 MiB
-    ahead, so the range is read from the unbuffered stream below them
-    (``clients.unbuffered``).
+    range is one bounded request (``read_range``), with no metadata request.
 
     Args:
         max_open: Local files kept open at once by each thread.
@@ -243,19 +434,8 @@ class RangeReader:
     def read(self, path: str, offset: int, length: int) -> bytes:
         """The ``length`` bytes at ``offset`` (fewer only if the file ends first)."""
         if not is_local(path):
-            with naming_s3_errors(path), open_file(path) as fh:
-                raw = unbuffered(fh)
-                raw.seek(offset)
-                return read_at_most(raw, length)
-        fd = self._fd(path)
-        parts, done = [], 0
-        while done < length:
-            chunk = os.pread(fd, length - done, offset + done)
-            if not chunk:
-                break
-            parts.append(chunk)
-            done += len(chunk)
-        return b"".join(parts) if len(parts) != 1 else parts[0]
+            return _remote_range(path, offset, length)[0]
+        return _pread_all(self._fd(path), offset, length)
 
     def _fd(self, path: str) -> int:
         fds = getattr(self._local, "fds", None)

@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Sequence, Tuple
 
-from transforms.filesystems import BeamIOError, FileSystems
+from transforms.filesystems import BeamIOError, FileSystems, filesystem_of
 
 from transforms.errors import PublishError
 from transforms.storage.files import exists, sha256_of
@@ -58,7 +58,8 @@ def link_problem(path: str) -> str | None:
 
 def delete_files(paths: Sequence[str]) -> None:
     """Deletes files by name (never matched: names may hold wildcard characters)."""
-    FileSystems.delete(list(paths))
+    if paths:
+        filesystem_of(paths[0]).delete(list(paths))
 
 
 def delete_if_exists(paths: Sequence[str]) -> None:
@@ -131,7 +132,8 @@ def delete_claimed(path: str, aside: str) -> bool:
 
 def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
     """Renames ``(from, to)`` pairs in one call (on a store: copied, then deleted)."""
-    FileSystems.rename([source for source, _ in pairs], [target for _, target in pairs])
+    if pairs:
+        filesystem_of(pairs[0][0]).rename([source for source, _ in pairs], [target for _, target in pairs])
 
 
 def move_all(staging: str, moves: Sequence[Move]) -> None:

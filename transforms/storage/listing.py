@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from transforms.filesystems import FileMetadata
+from transforms.filesystems import FileMetadata, filesystem_of
 from transforms.filesystems import FileSystems
 
 from transforms.shardset.naming import join_path
@@ -56,6 +56,8 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime)
     if path.endswith("/") or not exists(path):
         return None
+    if path.startswith(("s3://", "gs://")):
+        return filesystem_of(path).metadata(path)
     return FileSystems.get_filesystem(path).metadata(path)
 
 

@@ -6,6 +6,14 @@ record once, framed, to the run file of its bundle in the run's staging
 folder (``OUTPUT/.staging/<run id>/runs/``) and passes on only where the
 record lies; the shard writer copies it from there (``RecordCopier``).
 
+Copying on gs:// and s3://: every read of a run file is one bounded request
+(``files.read_range``). Before a shard is written, ``RecordCopier.plan`` is
+given the records it will copy; records that lie next to each other in a run
+file are read together, in one request of at most ``BATCH_BYTES``, and a
+fetched batch is held until its last record is copied, at most
+``HELD_BYTES`` of them at once (a record whose batch would go over is read
+alone).
+
 Retries: a bundle's run file has a fresh random name and is closed before the
 bundle ends, so every output that names it was written in full; a retried
 bundle writes a new file, and the failed attempt's file, named by no
@@ -15,18 +23,25 @@ or fails.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from transforms.errors import RecordError, ShardsError
 from transforms.shardset.naming import join_path
 from transforms.filesystems import close_written_file, naming_s3_errors
 from transforms.storage.files import RangeReader
+from transforms.storage.paths import is_local
 from transforms.storage.output_folder import staging_folder
 from transforms.storage.writing import create, reporting_full_disk
 from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter, RunSlice, checked_record
 
-__all__ = ["BundleRunFile", "RecordCopier", "runs_folder"]
+__all__ = ["BundleRunFile", "RecordCopier", "runs_folder", "BATCH_BYTES", "HELD_BYTES"]
+
+# Largest read of neighbouring records of a run file on a store, in bytes (one request).
+BATCH_BYTES = 8 << 20
+# Bytes of fetched batches a copier holds at once.
+HELD_BYTES = 64 << 20
 
 # What a disk-full message says a run needs while it writes run files.
 _RUN_NEEDS = ("a run needs free space for about twice its shards while it runs (each record is staged "
@@ -80,11 +95,68 @@ class BundleRunFile:
         return opened[1].path, opened[1].size
 
 
-class RecordCopier:
-    """Reads framed records back out of run files, their CRCs checked; safe from any thread."""
+class _Batch:
+    """Neighbouring records of one run file, read in one request when the first of them is copied."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str, start: int, end: int, offsets: list[int]) -> None:
+        self.path, self.start, self.end, self.offsets = path, start, end, offsets
+        self.left = len(offsets)
+        self.data: bytes | None = None
+        self.lock = threading.Lock()
+
+
+def batches(slices: Iterable[RunSlice], limit: int = BATCH_BYTES) -> list[_Batch]:
+    """The runs of two or more records that lie end to end in a run file, each spanning at most ``limit`` bytes."""
+    by_path: dict[str, list[RunSlice]] = {}
+    for where in slices:
+        by_path.setdefault(where.path, []).append(where)
+    found = []
+    for path, wheres in by_path.items():
+        wheres.sort(key=lambda w: w.offset)
+        start = end = 0
+        offsets: list[int] = []
+        for where in wheres + [None]:
+            if where is not None and offsets and where.offset == end and where.offset + where.length - start <= limit:
+                end = where.offset + where.length
+                offsets.append(where.offset)
+                continue
+            if len(offsets) > 1:
+                found.append(_Batch(path, start, end, offsets))
+            if where is not None:
+                start, end, offsets = where.offset, where.offset + where.length, [where.offset]
+    return found
+
+
+class RecordCopier:
+    """Reads framed records back out of run files, their CRCs checked; safe from any thread.
+
+    Args:
+        batch_bytes: Largest read of neighbouring records on a store (``plan``).
+        held_bytes: Bytes of fetched batches held at once.
+    """
+
+    def __init__(self, batch_bytes: int = BATCH_BYTES, held_bytes: int = HELD_BYTES) -> None:
         self._reader = RangeReader()
+        self._batch_bytes = batch_bytes
+        self._held_bytes = held_bytes
+        self._lock = threading.Lock()
+        self._batch_of: dict[tuple[str, int], _Batch] = {}
+        self._held = 0
+
+    def __getstate__(self) -> dict:
+        return {"_batch_bytes": self._batch_bytes, "_held_bytes": self._held_bytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["_batch_bytes"], state["_held_bytes"])
+
+    def plan(self, slices: Iterable[RunSlice]) -> None:
+        """Says which records will be copied next (a shard's): neighbours on a store are then read together."""
+        remote = [where for where in slices if not is_local(where.path)]
+        with self._lock:
+            self._batch_of.clear()
+            self._held = 0
+            for batch in batches(remote, self._batch_bytes):
+                self._batch_of.update(((batch.path, offset), batch) for offset in batch.offsets)
 
     def copy(self, where: RunSlice, what: str) -> FramedRecord:
         """The record at ``where``; ``what`` names its input in an error.
@@ -92,11 +164,41 @@ class RecordCopier:
         Raises:
             ShardsError: The record in the run file is short or damaged.
         """
+        with self._lock:
+            batch = self._batch_of.pop((where.path, where.offset), None)
+        framed = self._from_batch(batch, where) if batch is not None else None
+        if framed is None:
+            framed = self._reader.read(where.path, where.offset, where.length)
         try:
-            return FramedRecord(checked_record(self._reader.read(where.path, where.offset, where.length),
-                                               where))
+            return FramedRecord(checked_record(framed, where))
         except RecordError as err:
             raise ShardsError(f"the record of {what} was damaged in its run file: {err}") from err
 
+    def _from_batch(self, batch: _Batch, where: RunSlice) -> bytes | None:
+        """The record's bytes out of its batch (read now if it is the first), or None to read it alone."""
+        size = batch.end - batch.start
+        with batch.lock:
+            if batch.data is None and batch.left > 0:
+                with self._lock:
+                    room = self._held + size <= self._held_bytes
+                    if room:
+                        self._held += size
+                if not room:
+                    batch.left -= 1
+                    return None
+                batch.data = self._reader.read(batch.path, batch.start, size)
+            data = batch.data
+            batch.left -= 1
+            if batch.left <= 0 and batch.data is not None:
+                batch.data = None
+                with self._lock:
+                    self._held -= size
+        if data is None:
+            return None
+        return data[where.offset - batch.start:where.offset - batch.start + where.length]
+
     def close(self) -> None:
+        with self._lock:
+            self._batch_of.clear()
+            self._held = 0
         self._reader.close()

@@ -17,19 +17,20 @@ import uuid
 from typing import BinaryIO, Iterable, Iterator
 
 from transforms.filesystems import CompressionTypes
-from transforms.filesystems import FileSystems
+from transforms.filesystems import filesystem_of
 
 from transforms.errors import PublishError
 from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB
 from transforms.filesystems import (close_written_file, gcs_storage_client, naming_s3_errors,
-                                        s3_boto3_client)
+                                        s3_boto3_client, store_client)
 from transforms.storage.files import exists
 from transforms.storage.folders import delete_files, rename_files
 from transforms.storage.paths import is_local
 
-__all__ = ["create", "written", "write_file", "write_atomic", "FREE_SOME_SPACE", "shards_need",
-           "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive", "create_exclusive_s3",
+__all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
+           "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
+           "create_exclusive_s3",
            "check_writable"]
 
 # What a disk-full message asks for when the space a write needs is not known.
@@ -40,7 +41,7 @@ _NO_SPACE = "no space left in "
 
 def create(path: str) -> BinaryIO:
     """Creates (or replaces) ``path`` for writing bytes as they are; close it with ``close_written_file``."""
-    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return filesystem_of(path).create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 @contextlib.contextmanager
@@ -55,7 +56,15 @@ def written(path: str) -> Iterator[BinaryIO]:
 
 
 def write_file(path: str, data: bytes | Iterable[bytes]) -> None:
-    """Writes ``path`` whole: the bytes, or pieces written one after the other (never joined)."""
+    """Writes ``path`` whole: the bytes, or pieces written one after the other (never joined).
+
+    Bytes go to gs:// and s3:// in one request (``put_object``); pieces are
+    streamed through Beam's writer (on S3 a multipart upload: three requests
+    or more).
+    """
+    if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
+        put_object(path, data)
+        return
     with written(path) as fh:
         for piece in [data] if isinstance(data, bytes) else data:
             fh.write(piece)
@@ -102,16 +111,52 @@ def reporting_full_disk(folder: str, path: str, need: str = FREE_SOME_SPACE) -> 
         raise
 
 
+def put_object(path: str, data: bytes) -> None:
+    """Writes an s3:// or gs:// object whole in one request, on the process's client.
+
+    A store makes the object visible whole or not at all.
+
+    Raises:
+        OSError: The store refused it (the message names the object and the answer).
+    """
+    bucket, key = _bucket_key(path)
+    if path.startswith("s3://"):
+        import botocore.exceptions
+
+        try:
+            store_client("s3").put_object(Bucket=bucket, Key=key, Body=data)
+        except botocore.exceptions.ClientError as err:
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            raise OSError(errno.EACCES if status == 403 else errno.EIO,
+                          f"S3 answered {status} to PutObject: {err}", path) from err
+        except botocore.exceptions.BotoCoreError as err:
+            raise OSError(errno.EIO, f"S3 gave no answer to PutObject ({type(err).__name__}: {err})",
+                          path) from err
+        return
+    from google.api_core import exceptions
+
+    try:
+        store_client("gs").bucket(bucket).blob(key).upload_from_string(data)
+    except exceptions.GoogleAPICallError as err:
+        raise OSError(errno.EACCES if err.code == 403 else errno.EIO, f"GCS answered {err.code}: {err}",
+                      path) from err
+
+
 def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
     """Writes ``path`` through a temporary file in ``staging`` and a rename.
 
     ``data`` is the bytes, or pieces written one after the other (never
     joined). A crash before the rename leaves the temporary file in the
     staging folder, which the next publish clears, not beside the shards.
+    Bytes on gs:// and s3:// are put in one request instead: a store's put
+    is all or nothing, and its rename is a copy and a delete.
 
     Raises:
         PublishError: The disk is full.
     """
+    if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
+        put_object(path, data)
+        return
     temp = join_path(staging, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")
     need = shards_need(len(data) if isinstance(data, bytes) else None)
     with reporting_full_disk(path.rsplit("/", 1)[0], temp, need):

@@ -1,0 +1,117 @@
+"""What a build costs on an object store grows linearly with its images (S3: moto's server on loopback).
+
+The build runs twice, with ``SMALL`` and ``LARGE`` images, every request
+through a counting proxy (``benchmarks.object_store_requests``, where the
+full table is made). Reading a record back from a run file must be one bounded
+request: a range open to the end of the run file has the store send the rest
+of it for every record, so the bytes downloaded per input byte grow with the
+build's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from benchmarks.object_store_requests import PER_SHARD, measure_s3
+from tests.fault_proxy import FaultProxy
+from transforms.tfrecord.framing import frame_record
+
+pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
+
+SMALL, LARGE = 30, 300
+# Requests per added image: one GET to read it, one to copy its record from its run file; and some slack.
+MAX_REQUESTS_PER_IMAGE = 2.5
+
+
+@pytest.mark.slow
+def test_a_build_on_s3_downloads_and_requests_linearly_in_its_images(s3_server, monkeypatch):
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    small = measure_s3(s3_server.port, SMALL, steps=("build",), seed=1)[0]
+    large = measure_s3(s3_server.port, LARGE, steps=("build",), seed=2)[0]
+    assert large.down_per_byte <= 1.2 * small.down_per_byte, (small, large)
+    added = (large.total - small.total) / (LARGE - SMALL)
+    assert added <= MAX_REQUESTS_PER_IMAGE, (small, large)
+    assert large.total <= MAX_REQUESTS_PER_IMAGE * LARGE + PER_SHARD * large.shards, large
+    assert large.written_per_output <= 2.1, large  # run files and shards, once each
+
+
+@pytest.fixture()
+def proxied_s3(s3_server, monkeypatch):
+    """The counting proxy in front of moto, with Beam's file systems pointed at it; a bucket made."""
+    import boto3
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from benchmarks.object_store_requests import BUCKET, s3_flags
+    from transforms.filesystems import set_options
+
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = boto3.client("s3", endpoint_url=s3_server.url, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=BUCKET)
+    with FaultProxy(s3_server.port) as proxy:
+        set_options(PipelineOptions(s3_flags(proxy.url)))
+        yield client, proxy, f"s3://{BUCKET}"
+    set_options(PipelineOptions([]))
+
+
+@pytest.mark.slow
+def test_a_range_of_an_object_is_one_bounded_request(proxied_s3):
+    from transforms.storage.files import RangeReader
+
+    client, proxy, base = proxied_s3
+    data = bytes(range(256)) * (8 << 12)  # 8 MiB
+    client.put_object(Bucket="cost", Key="ranges/big.bin", Body=data)
+    reader = RangeReader()
+    for i in range(10):
+        assert reader.read(f"{base}/ranges/big.bin", i * 700_001, 65536) == data[i * 700_001:i * 700_001 + 65536]
+    assert reader.read(f"{base}/ranges/big.bin", len(data) - 10, 100) == data[-10:]  # the end comes first
+    assert reader.read(f"{base}/ranges/big.bin", len(data), 100) == b""
+    proxy.settle()
+    assert [e.method for e in proxy.traffic] == ["GET"] * 12  # no HEAD first
+    assert sum(e.down_body for e in proxy.traffic) <= 10 * 65536 + 10 + 1000  # the 416's body
+    assert sum(e.down for e in proxy.traffic) < 1 << 20
+
+
+@pytest.mark.slow
+def test_neighbouring_records_of_a_run_file_are_copied_in_one_request(proxied_s3):
+    from transforms.storage.runs import BundleRunFile, RecordCopier
+
+    _, proxy, base = proxied_s3
+    run = BundleRunFile(f"{base}/copies", "c" * 32)
+    records = [bytes([i]) * (1000 + i) for i in range(20)]
+    where = [run.append([record]) for record in records]
+    run.close()
+    copier = RecordCopier(batch_bytes=12_000)
+    wanted = where[:15] + where[16:]  # 15 lies elsewhere (another shard's)
+    copier.plan(wanted)
+    proxy.settle()
+    before = len(proxy.traffic)
+    copied = [copier.copy(w, "a test record") for w in reversed(wanted)]  # in any order
+    proxy.settle()
+    gets = [e for e in proxy.traffic[before:]]
+    assert [c.data for c in copied] == [frame_record(r) for r in reversed(records[:15] + records[16:])]
+    # 0-14 in batches of at most 12,000 bytes (two), 16-19 in one: three requests, not nineteen
+    assert [e.method for e in gets] == ["GET"] * 3
+    copier.close()
+
+
+@pytest.mark.slow
+def test_an_s3_file_is_read_in_bounded_ranges_and_one_closed_early_costs_one_chunk(proxied_s3):
+    from transforms.storage.files import S3_READ_CHUNK, file_size, open_for_read
+
+    client, proxy, base = proxied_s3
+    data = bytes(range(256)) * (9 << 12)  # 9 MiB: three chunks
+    client.put_object(Bucket="cost", Key="ranges/nine.bin", Body=data)
+    with open_for_read(f"{base}/ranges/nine.bin") as fh:
+        assert file_size(fh) == len(data)
+        assert fh.read() == data
+    with open_for_read(f"{base}/ranges/nine.bin") as fh:
+        assert fh.read(100) == data[:100]
+    proxy.settle()
+    assert [e.method for e in proxy.traffic] == ["GET"] * 4  # no HEAD; 3 for the whole, 1 for the start
+    assert proxy.traffic[-1].down_body == S3_READ_CHUNK  # the early close cost one chunk, not the object
+    with pytest.raises(FileNotFoundError):
+        open_for_read(f"{base}/ranges/missing.bin")
