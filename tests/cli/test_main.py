@@ -168,7 +168,8 @@ def test_refusal_ends_with_one_line_and_lists_reasons(broken_tree, tmp_path, ext
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("build_shards: failed: ") and "--max_bad_fraction" in lines[-1]
+    assert lines[-1].startswith("build_shards: staged work kept in ")  # what the failed run left, last
+    assert lines[-2].startswith("build_shards: failed: ") and "--max_bad_fraction" in lines[-2]
     dead = [json.loads(line) for line in (tmp_path / "out" / "dead_letters.jsonl").read_text().splitlines()]
     reasons = sorted({d["reason"] for d in dead})
     by_reason = next(line for line in lines if line.startswith("  rejected by reason: "))
@@ -189,10 +190,12 @@ def test_failure_shows_traceback_only_when_asked(tmp_path):
     quiet = command(*args)
     assert quiet.returncode == 1
     assert "Traceback" not in quiet.stderr and "ERROR apache_beam" not in quiet.stderr
-    assert quiet.stderr.strip().splitlines()[-1].startswith("build_shards: failed: ")
+    *_, cause, kept = quiet.stderr.strip().splitlines()
+    assert cause.startswith("build_shards: failed: ") and kept.startswith("build_shards: staged work kept in ")
     loud = command(*args, "--verbose")
     assert loud.returncode == 1 and "Traceback" in loud.stderr
-    assert loud.stderr.strip().splitlines()[-1].startswith("build_shards: failed: ")
+    *_, cause, kept = loud.stderr.strip().splitlines()
+    assert cause.startswith("build_shards: failed: ") and kept.startswith("build_shards: staged work kept in ")
 
 
 @pytest.mark.slow

@@ -127,11 +127,11 @@ def open_rows(fh: BinaryIO, image_column: str, label_column: str) -> pq.ParquetF
         raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
 
 
-def _values(column: pa.ChunkedArray) -> Iterator[object]:
+def _values(column: pa.ChunkedArray | pa.Array) -> Iterator[object]:
     """Each row's value of a column, a dictionary's values decoded once and shared by the rows that
     use them; a text value over ``MAX_LABEL_CHARS`` is given as its length (an ``int`` wrapped in a
     ``_TooLong``), never decoded."""
-    for chunk in column.chunks:
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else (column,):
         if pa.types.is_dictionary(chunk.type):
             values, indices = _bounded(chunk.dictionary), chunk.indices.to_pylist()
             yield from (None if index is None else values[index] for index in indices)
