@@ -49,6 +49,9 @@ class PublishPolicy:
             shards (``storage.publish_append``).
         resume: The marker of a run that may resume an interrupted one
             (``shardset.resume``: a build); None for a run that may not.
+        staging_dir: ``--staging_dir``: the folder that holds the run's run
+            files (``storage.output_folder.run_files_folder``); None: its
+            staging folder in the output folder.
     """
 
     run_id: str
@@ -57,6 +60,7 @@ class PublishPolicy:
     replace: bool = False
     append: bool = False
     resume: RunMarker | None = None
+    staging_dir: str | None = None
 
 
 @dataclass(frozen=True)
