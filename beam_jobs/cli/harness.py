@@ -583,7 +583,9 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
         def done(ok: bool, interrupted: bool) -> str | None:
             output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
             if interrupted and cfg.policy.resume is not None:
-                return RESUMABLE_LINE.format(staging=output_folder.staging_folder(cfg.output_dir))
+                staging = output_folder.staging_folder(cfg.output_dir)
+                return RESUMABLE_LINE.format(staging=f"{staging} and {cfg.policy.staging_dir}"
+                                             if cfg.policy.staging_dir else staging)
             return None
         return done
 

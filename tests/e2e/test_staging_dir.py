@@ -93,6 +93,8 @@ def test_a_build_with_staging_dir_stopped_by_ctrl_c_while_reading_resumes_from_i
     _stopped_at(tmp_path, "read", "^" + re.escape(inputs) + "/", 20, argv, sig=signal.SIGINT,
                 until=lambda: len(_stage_done_lists(stage)) >= 2, env={"PAUSE_AT_DONE_EVERY": "4"})
     assert len(_run_folders(stage)) == 1  # kept, as its staging in the output folder is
+    with open(tmp_path / "job.log", encoding="utf-8", errors="replace") as fh:
+        assert f"the finished work is kept in {out}/.staging and {stage}: run the same command" in fh.read()
     left = sum(len(open(p, "rb").read().splitlines()) - 1 for p in _stage_done_lists(stage))
     status, stdout, err = run_build(capsys, *argv)
     assert status == 0, err

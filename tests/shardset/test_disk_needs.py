@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transforms.shardset.disk_needs import DiskNeed, build_disk_need, shortfall, size_text
+from transforms.shardset.disk_needs import DiskNeed, apart_shortfall_clause, build_disk_need, shortfall, size_text
 
 MIB = 1 << 20
 
@@ -23,3 +23,13 @@ def test_the_shortfall_is_what_to_free_first(need, free, expected) -> None:
 @pytest.mark.parametrize("nbytes, text", [(3 * 1024, "3 KiB"), (635 * MIB, "635 MiB"), (1270 * MIB, "1.24 GiB")])
 def test_sizes_read_as_the_disk_lines_say_them(nbytes, text) -> None:
     assert size_text(nbytes) == text
+
+
+@pytest.mark.parametrize("stage_free, out_free, expected", [
+    (100 * MIB, 700 * MIB, "this build needs about 635 MiB free in /ssd/tmp for its run files (100 MiB free now: "
+                           "free about 535 MiB more) and about 635 MiB in /nas/out for its shards (700 MiB free now)"),
+    (None, None, "this build needs about 635 MiB free in /ssd/tmp for its run files and about 635 MiB in /nas/out "
+                 "for its shards"),
+])
+def test_with_a_staging_dir_each_place_needs_the_records_once(stage_free, out_free, expected) -> None:
+    assert apart_shortfall_clause(635 * MIB, "/ssd/tmp", stage_free, "/nas/out", out_free) == expected
