@@ -133,3 +133,14 @@ def test_a_failed_build_keeps_its_run_files_exactly_when_it_keeps_its_staging(tr
     assert [RUN_FOLDER.match(name)[1] for name in _run_folders(stage)] == kept
     for run in kept:
         assert run_files_of(out, run) == run_files_folder(out, run, stage)
+
+
+@pytest.mark.slow  # the module's reference build
+def test_a_staging_dir_inside_an_input_folder_is_refused_before_anything_is_written(tree, tmp_path, capsys) -> None:
+    inputs, _ = tree
+    out = str(tmp_path / "out")
+    status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, "--staging_dir",
+                               os.path.join(inputs, "tmp"), *FLAGS)
+    assert status == 2
+    assert f"--staging_dir {inputs}/tmp lies in --input {inputs}: a later run would read the run files" in err, err
+    assert not os.path.exists(out) and not os.path.exists(os.path.join(inputs, "tmp"))
