@@ -332,7 +332,9 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
                                  "read the run files as images; choose a folder outside the inputs")
     tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
                   for task in folder_tasks(path, cfg.layout, offline=offline))
-    policy = dataclasses.replace(cfg.new_policy(), staging_dir=cfg.staging_dir)
+    # A local --staging_dir made absolute: a rerun from another folder finds, and removes, the same run files.
+    staging_dir = os.path.abspath(cfg.staging_dir) if cfg.staging_dir and is_local(cfg.staging_dir) else cfg.staging_dir
+    policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
     append_to = None
     if cfg.append:
         append_to = _append_checks(cfg)
@@ -342,7 +344,7 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
     if not cfg.append:  # an append publishes through its own journal: it does not resume
         # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
-        policy = _resumable(policy, {**cfg.recorded, **({"staging_dir": cfg.staging_dir} if cfg.staging_dir else {})})
+        policy = _resumable(policy, {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})})
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # patterns of WebDataset shards or Parquet files do not.
     archives = [path for path in inputs if is_container_input(path)]

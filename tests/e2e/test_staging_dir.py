@@ -144,3 +144,21 @@ def test_a_staging_dir_inside_an_input_folder_is_refused_before_anything_is_writ
     assert status == 2
     assert f"--staging_dir {inputs}/tmp lies in --input {inputs}: a later run would read the run files" in err, err
     assert not os.path.exists(out) and not os.path.exists(os.path.join(inputs, "tmp"))
+
+
+@pytest.mark.slow
+def test_a_relative_staging_dir_resumes_from_another_working_folder(tree, tmp_path, stage, capsys,
+                                                                    monkeypatch) -> None:
+    from tests.e2e.test_resume import REPO
+
+    inputs, reference = tree
+    out = str(tmp_path / "out")
+    _stopped_at(tmp_path, "create", STAGED_SHARD, 1,  # run from the repository's folder
+                ["--input", inputs, "--output_dir", out, "--staging_dir", os.path.relpath(stage, REPO), *FLAGS])
+    monkeypatch.chdir(tmp_path)
+    status, stdout, err = run_build(capsys, "--input", inputs, "--output_dir", out, "--staging_dir", "stage", *FLAGS)
+    assert status == 0, err
+    found = RESUMED.search(stdout)
+    assert found and found[1] == "24", stdout
+    assert folder_bytes(out) == folder_bytes(reference)
+    _assert_left_as_it_was(stage)
