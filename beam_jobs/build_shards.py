@@ -63,7 +63,7 @@ from transforms.storage.output_folder import (check_replaced_splits, published_m
                                               published_shards, staging_folder)
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.replacing import listed_splits, replace_problem
-from transforms.shardset.disk_needs import shortfall_clause
+from transforms.shardset.disk_needs import apart_shortfall_clause, shortfall_clause
 from transforms.storage.writing import free_bytes
 from transforms.images.class_labels import index_order_problem
 from transforms.images.listing_facts import appended_classes
@@ -325,9 +325,16 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
                    else opt.overlap_problem(path, cfg.output_dir))
         if problem:
             raise UsageError(problem)
+        if cfg.staging_dir and not is_manifest_path(path) and not is_container_input(path):
+            source, staging = opt.resolved_path(path), opt.resolved_path(cfg.staging_dir)
+            if staging == source or staging.startswith(source.rstrip("/") + "/"):
+                raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
+                                 "read the run files as images; choose a folder outside the inputs")
     tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
                   for task in folder_tasks(path, cfg.layout, offline=offline))
-    policy = cfg.new_policy()
+    # A local --staging_dir made absolute: a rerun from another folder finds, and removes, the same run files.
+    staging_dir = os.path.abspath(cfg.staging_dir) if cfg.staging_dir and is_local(cfg.staging_dir) else cfg.staging_dir
+    policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
     append_to = None
     if cfg.append:
         append_to = _append_checks(cfg)
@@ -336,7 +343,10 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
     if not cfg.append:  # an append publishes through its own journal: it does not resume
-        policy = dataclasses.replace(_resumable(policy, cfg.recorded), fresh=cfg.fresh)
+        # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
+        policy = dataclasses.replace(
+            _resumable(policy, {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})}),
+            fresh=cfg.fresh)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # patterns of WebDataset shards or Parquet files do not.
     archives = [path for path in inputs if is_container_input(path)]
@@ -597,7 +607,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     inspected = unique | "Inspect" >> InspectImages(
         settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.split_fraction_map,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
-        staging=(cfg.output_dir, cfg.policy.run_id),  # records go to run files: each image read once
+        staging=(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir),  # records go to run files: each image read once
         done_lists=cfg.policy.resume is not None, resume=adopted.done_lists,
         hashed=near)  # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
     # Images of splits already published in --output_dir that this run keeps stay there: their
@@ -649,8 +659,13 @@ def _disk_need(cfg: BuildConfig) -> str:
     archives = [path for path in cfg.input if is_container_input(path)]
     size = local_bytes_at_least([path for path in cfg.input if path not in archives and not is_manifest_path(path)],
                                 1 << 62, archives)
+    if not size:
+        return ""
+    if cfg.staging_dir:
+        return apart_shortfall_clause(size, cfg.staging_dir, free_bytes(cfg.staging_dir), cfg.output_dir,
+                                      free_bytes(cfg.output_dir))
     kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
-    return "" if not size else shortfall_clause(size, free_bytes(cfg.output_dir), kept)
+    return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
 
 
 HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py

@@ -167,7 +167,8 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
                      num_shards=cfg.num_shards, change=change, output_exists=state is not None,
                      rate=cfg.rate, max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
                      notes=notes, validate=cfg.settings.validate, free_bytes=free_bytes(cfg.output_dir),
-                     staging=output_folder.staging_folder(cfg.output_dir))
+                     staging=output_folder.staging_folder(cfg.output_dir), staging_dir=cfg.staging_dir or "",
+                     staging_free=free_bytes(cfg.staging_dir) if cfg.staging_dir else None)
 
 
 def _write_plan(path: str, data: bytes) -> None:

@@ -221,7 +221,7 @@ class _InspectImageFn(OrderedImageFn):
     An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
     sha256 and the split fractions.
 
-    With ``staging`` (the output folder and the run's id), each accepted
+    With ``staging`` (the output folder, the run's id and ``--staging_dir``), each accepted
     image's framed record is appended to the bundle's run file in the run's
     staging folder (``tfrecord.run_files``), on the bundle's thread in
     input order, and its ``ImageMeta`` says where (``run``): the image is read
@@ -249,7 +249,7 @@ class _InspectImageFn(OrderedImageFn):
     def __init__(self, settings: EncodeSettings, seed: int,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
-                 staging: tuple[str, str] | None = None, done_lists: bool = False,
+                 staging: tuple[str, str, str | None] | None = None, done_lists: bool = False,
                  resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
         self._settings = settings
         self._resume_lists = tuple(resume)
@@ -383,8 +383,9 @@ class InspectImages(beam.PTransform):
             the worker may use. Threads pay when Pillow decodes or encodes each
             image (it releases the GIL) or reads wait on a network; the
             ``structure`` and ``header`` checks hold the GIL.
-        staging: ``(output folder, run id)``: each accepted image's record is
-            written to a run file in the run's staging folder and its metadata
+        staging: ``(output folder, run id, --staging_dir or None)``: each accepted image's record is
+            written to a run file in the run's staging folder (or its folder in
+            ``--staging_dir``) and its metadata
             says where (``ImageMeta.run``), so the writer copies it instead of
             reading the image again. None: the writer makes it again.
         done_lists: With ``staging``, write each run file's done list, so
@@ -399,7 +400,7 @@ class InspectImages(beam.PTransform):
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
                  max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
-                 staging: tuple[str, str] | None = None, done_lists: bool = False,
+                 staging: tuple[str, str, str | None] | None = None, done_lists: bool = False,
                  resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
         super().__init__()
         self._hashed = hashed

@@ -69,7 +69,7 @@ def _field_value(flag: Flag, value: Any) -> Any:
     its trailing ``/``."""
     if flag.action == "append" and value is not None:
         return tuple(value)
-    if flag.name == "output_dir" and value:
+    if flag.name in ("output_dir", "staging_dir") and value:
         return value.rstrip("/") or "/"
     return value
 
@@ -241,6 +241,7 @@ class BuildConfig(PublishingConfig):
     boxes_outside: str
     append: bool
     fresh: bool
+    staging_dir: str | None
     image_column: str
     label_column: str
     near_duplicates: str
@@ -274,6 +275,11 @@ class BuildConfig(PublishingConfig):
         if self.near_duplicate_distance > MAX_NEAR_DUPLICATE_DISTANCE:
             raise UsageError(f"--near_duplicate_distance must be 0-{MAX_NEAR_DUPLICATE_DISTANCE} bits, got "
                              f"{self.near_duplicate_distance}")
+        if self.staging_dir and self.output_dir and (values.resolved_path(self.staging_dir) + "/").startswith(
+                values.resolved_path(self.output_dir).rstrip("/") + "/"):
+            raise UsageError(f"--staging_dir {self.staging_dir} lies in --output_dir {self.output_dir}; "
+                             "give a folder elsewhere (or leave the flag out: the run stages in "
+                             f"{self.output_dir}/.staging)")
         if self.class_names and self.labels_file:
             raise UsageError("give --class_names or --labels_file, not both")
         if self.class_names is not None and not any(self.class_name_list):

@@ -591,6 +591,8 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
         def done(ok: bool, interrupted: bool) -> str | None:
             kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
             staging = output_folder.staging_folder(cfg.output_dir)
+            if cfg.policy.staging_dir:  # its run files lie there
+                staging = f"{staging} and {cfg.policy.staging_dir}"
             if interrupted and cfg.policy.resume is not None:
                 return RESUMABLE_LINE.format(staging=staging)
             if kept:

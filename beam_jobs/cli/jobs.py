@@ -169,6 +169,15 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
     Flag("fresh", action="store_true", default=False, group="output",
          help="Start over: remove the work an interrupted or failed build left in "
               "--output_dir/.staging (else a build with the same flags resumes it)."),
+    # Where, not what: not recorded (outputs do not depend on it).
+    Flag("staging_dir", type=v.folder_path, group="output",
+         help="Write the run files (each record staged once, about the size of the "
+              "records, with their done lists for a resumed build) under this "
+              "folder (local, gs:// or s3://) instead of --output_dir/.staging, "
+              "e.g. a local SSD while the output is a NAS or a bucket; the shards "
+              "are still staged in --output_dir and published by renames. Each "
+              "run writes only its own folder there and removes it once it "
+              "published; a rerun with the same flags resumes from it."),
     Flag("image_column", default=PARQUET_COLUMNS[0], group="inputs", recorded=True,
          help="Parquet inputs: the column of image bytes (or of {bytes, path} structs)."),
     Flag("label_column", default=PARQUET_COLUMNS[1], group="inputs", recorded=True,

@@ -182,3 +182,16 @@ def test_usage_problems_of_combinations_need_no_beam_pillow_or_numpy():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines()[-2:] == [
         "--append keeps the set's shards and classes; it cannot be combined with --replace", "[]"], done.stderr
+
+
+@pytest.mark.parametrize("staging", ["out", "out/", "out/tmp", "./out/../out/tmp"])
+def test_a_staging_dir_in_the_output_folder_is_refused(tmp_path, monkeypatch, staging) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"^--staging_dir .* lies in --output_dir out; give a folder elsewhere"):
+        BuildConfig.from_flags(parsed(jobs.BUILD, ["--input", "in", "--output_dir", "out", "--staging_dir", staging]))
+
+
+@pytest.mark.parametrize("staging, kept", [("/ssd/tmp/", "/ssd/tmp"), ("out2", "out2"), ("gs://b/tmp/", "gs://b/tmp")])
+def test_a_staging_dir_elsewhere_is_kept_without_its_trailing_slash(staging, kept) -> None:
+    cfg = BuildConfig.from_flags(parsed(jobs.BUILD, ["--input", "in", "--output_dir", "out", "--staging_dir", staging]))
+    assert cfg.staging_dir == kept and "staging_dir" not in cfg.recorded  # where, not what: not in the manifest

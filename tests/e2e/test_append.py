@@ -321,3 +321,21 @@ def test_plan_of_an_append(trees, published, capsys) -> None:
     assert status == 0, err
     assert "appends to (its shards kept): train (24 -> ~36 records)" in out
     assert tree_state(published) == state  # a plan writes nothing
+
+
+def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as_it_was(trees, published, tmp_path,
+                                                                                       capsys) -> None:
+    from tests.reliability_support import folder_bytes
+
+    plain = str(tmp_path / "plain")
+    shutil.copytree(published, plain)
+    stage = str(tmp_path / "stage")
+    write(os.path.join(stage, "other.txt"), b"not the append's")
+    status, _, err = _append(capsys, "--input", trees["day2"], "--output_dir", published, "--staging_dir", stage,
+                             *FLAGS)
+    assert status == 0, err
+    status, _, err = _append(capsys, "--input", trees["day2"], "--output_dir", plain, *FLAGS)
+    assert status == 0, err
+    assert folder_bytes(published) == folder_bytes(plain)
+    assert os.listdir(stage) == ["other.txt"]
+    assert not os.path.exists(os.path.join(published, ".staging"))

@@ -407,3 +407,21 @@ def test_an_unreachable_s3_row_is_an_unreadable_dead_letter(tmp_path) -> None:
     (dead,) = dead_letters(str(out))
     assert (dead["path"], dead["reason"]) == (remote, "unreadable"), dead
     assert str(dead_port) in dead["error"]  # names the endpoint it could not reach
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_build_to_s3_with_staging_dir_matches_a_local_build(s3_server, s3_bucket, local_out, capsys, tmp_path,
+                                                             where):
+    # The run files lie in --staging_dir (a local SSD, or another prefix of a bucket); the shards are
+    # staged and published in the output folder as ever; the run's own folder goes once it published.
+    stage = str(tmp_path / "stage") if where == "local" else f"s3://{BUCKET}/tmp_{where}"
+    s3_bucket.put(f"tmp_{where}/other.txt", b"not the build's")
+    prefix = f"staged_{where}/shards"
+    status, out, err = run_build(capsys, "--input", f"s3://{BUCKET}/raw", "--output_dir", f"s3://{BUCKET}/{prefix}",
+                                 "--staging_dir", stage, *BUILD_FLAGS, *_s3_flags(s3_server.url))
+    assert status == 0, err
+    _assert_same_as_local(s3_bucket, prefix, local_out)
+    assert s3_bucket.keys(f"tmp_{where}/") == [f"tmp_{where}/other.txt"]
+    if where == "local":
+        assert os.listdir(stage) == []

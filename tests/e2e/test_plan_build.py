@@ -14,6 +14,7 @@ import pytest
 from tests import imagegen
 from tests.shard_fixtures import load_manifest, make_class_tree, write
 from transforms.images.codec import HEAD_BYTES
+from transforms.shardset.disk_needs import size_text
 from transforms.shardset.plan_report import START_UP_SECONDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -373,3 +374,34 @@ def test_plan_states_the_disk_the_build_needs_and_what_to_free(tmp_path, capsys,
         else:
             assert disk["more_bytes"] == 0 and "more first" not in line, line
         assert not os.path.exists(out)
+
+
+@pytest.mark.slow
+def test_plan_with_staging_dir_states_the_disk_needed_in_each_place(tmp_path, capsys, tiny_disk):
+    import io
+    import random
+
+    from PIL import Image
+
+    root, rng = str(tmp_path / "in"), random.Random(5)
+    for i in range(6):  # 0.7 MiB of records: the shards fit in the 1 MiB disk, shards and run files do not
+        buf = io.BytesIO()
+        Image.frombytes("RGB", (200, 200), rng.randbytes(200 * 200 * 3)).save(buf, format="PNG")
+        write(os.path.join(root, f"class{i % 2}", f"{i}.png"), buf.getvalue())
+    out, stage, plan_json = os.path.join(tiny_disk, "out"), str(tmp_path / "stage"), str(tmp_path / "plan.json")
+    status, text, err = _plan(capsys, "--input", root, "--output_dir", out, "--staging_dir", stage,
+                              "--plan_json", plan_json)
+    assert status == 0, err
+    plan = json.loads(open(plan_json, encoding="utf-8").read())
+    records = sum(split["record_bytes"] for split in plan["splits"].values())
+    disk = plan["disk"]
+    assert disk["staging_dir"] == stage and disk["staged_bytes"] == disk["shard_bytes"] == records
+    assert disk["more_bytes"] == 0 and disk["staging_more_bytes"] == 0 and "peak_bytes" not in disk
+    assert abs(disk["staging_free_bytes"] - shutil.disk_usage(str(tmp_path)).free) < 64 * 2**20
+    assert abs(disk["free_bytes"] - shutil.disk_usage(tiny_disk).free) < 64 * 2**20
+    line = next(line for line in text.splitlines() if line.startswith("  disk: "))
+    assert line.startswith(f"  disk: about {size_text(records)} free needed in the file system of {stage} "
+                           f"(--staging_dir: records staged in run files); ") and "more first" not in line, line
+    assert (f", and about {size_text(records)} in that of {out} (shards staged in {out}/.staging, then published); "
+            in line), line
+    assert not os.path.exists(out) and not os.path.exists(stage)  # a plan writes nothing there

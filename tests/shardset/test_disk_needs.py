@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transforms.shardset.disk_needs import DiskNeed, build_disk_need, shortfall, size_text
+from transforms.shardset.disk_needs import DiskNeed, apart_shortfall_clause, build_disk_need, shortfall, size_text
 
 MIB = 1 << 20
 
@@ -33,3 +33,13 @@ def test_what_a_failed_build_staged_counts_toward_the_peak_its_rerun_needs() -> 
         "and 0 KiB are free now besides the 2 MiB it staged: free about 4 MiB more")
     assert shortfall_clause(3 * mib, 2 * mib).endswith("and 2 MiB are free now: free about 4 MiB more")
     assert shortfall_clause(3 * mib, 5 * mib, kept=mib).endswith("and 5 MiB are free now besides the 1 MiB it staged")
+
+
+@pytest.mark.parametrize("stage_free, out_free, expected", [
+    (100 * MIB, 700 * MIB, "this build needs about 635 MiB free in /ssd/tmp for its run files (100 MiB free now: "
+                           "free about 535 MiB more) and about 635 MiB in /nas/out for its shards (700 MiB free now)"),
+    (None, None, "this build needs about 635 MiB free in /ssd/tmp for its run files and about 635 MiB in /nas/out "
+                 "for its shards"),
+])
+def test_with_a_staging_dir_each_place_needs_the_records_once(stage_free, out_free, expected) -> None:
+    assert apart_shortfall_clause(635 * MIB, "/ssd/tmp", stage_free, "/nas/out", out_free) == expected

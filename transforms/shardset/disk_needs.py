@@ -4,7 +4,9 @@ A build reads each input once and stages its record in a run file
 (``OUTPUT/.staging/<run id>/runs/``); it then copies the records into shards,
 also staged there, and publishes them by renames. Both copies are on disk
 until the run publishes: at its peak a build needs free space for about
-twice its records, in the file system that holds ``--output_dir``.
+twice its records, in the file system that holds ``--output_dir``. With
+``--staging_dir`` the run files lie there instead: each place needs about
+its records once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 from transforms.shardset.planning import MIB
 
-__all__ = ["DiskNeed", "build_disk_need", "size_text", "shortfall", "shortfall_clause"]
+__all__ = ["DiskNeed", "build_disk_need", "size_text", "shortfall", "shortfall_clause", "apart_shortfall_clause"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +71,27 @@ def shortfall_clause(input_bytes: int, free: int | None, kept: int = 0) -> str:
     besides = f" besides the {size_text(kept)} it staged" if kept else ""
     return text + (f" and {size_text(free)} are free now{besides}: free about {size_text(more)} more" if more
                    else f" and {size_text(free)} are free now{besides}")
+
+
+def _free_text(need: int, free: int | None) -> str:
+    if free is None:
+        return ""
+    more = shortfall(need, free)
+    return f" ({size_text(free)} free now: free about {size_text(more)} more)" if more else f" ({size_text(free)} free now)"
+
+
+def apart_shortfall_clause(input_bytes: int, staging_dir: str, staging_free: int | None, output_dir: str,
+                           output_free: int | None) -> str:
+    """``shortfall_clause`` for a build with ``--staging_dir``: what each place needs against what is free.
+
+    Args:
+        input_bytes: Bytes of its inputs (its records are about as large).
+        staging_dir: ``--staging_dir``, where its run files lie.
+        staging_free: Free bytes there now, or None.
+        output_dir: ``--output_dir``, where its shards are staged and published.
+        output_free: Free bytes there now, or None.
+    """
+    need = build_disk_need(input_bytes)
+    return (f"this build needs about {size_text(need.staged)} free in {staging_dir} for its run files"
+            f"{_free_text(need.staged, staging_free)} and about {size_text(need.shards)} in {output_dir} "
+            f"for its shards{_free_text(need.shards, output_free)}")

@@ -50,6 +50,9 @@ class PublishPolicy:
         resume: The marker of a run that may resume an interrupted one
             (``shardset.resume``: a build); None for a run that may not.
         fresh: Start over: remove the staging earlier runs left instead of resuming it.
+        staging_dir: ``--staging_dir``: the folder that holds the run's run
+            files (``storage.output_folder.run_files_folder``); None: its
+            staging folder in the output folder.
     """
 
     run_id: str
@@ -59,6 +62,7 @@ class PublishPolicy:
     append: bool = False
     resume: RunMarker | None = None
     fresh: bool = False
+    staging_dir: str | None = None
 
 
 @dataclass(frozen=True)

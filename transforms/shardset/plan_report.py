@@ -363,6 +363,9 @@ class Plan:
         free_bytes: Free bytes in the file system of ``output_dir`` (None: not
             known, e.g. on gs:// or s3://).
         staging: The folder the build stages its records and shards in.
+        staging_dir: ``--staging_dir``, where the build's run files lie
+            instead ('': in ``staging``).
+        staging_free: Free bytes where ``staging_dir`` lies (None: not known).
     """
 
     inputs: tuple[str, ...]
@@ -379,6 +382,8 @@ class Plan:
     validate: str = "structure"
     free_bytes: int | None = None
     staging: str = ""
+    staging_dir: str = ""
+    staging_free: int | None = None
 
     @property
     def records(self) -> int:
@@ -464,7 +469,12 @@ class Plan:
             },
             "disk": {"peak_bytes": self.disk.peak, "staged_bytes": self.disk.staged,
                      "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
-                     "more_bytes": shortfall(self.disk.peak, self.free_bytes)},
+                     "more_bytes": shortfall(self.disk.peak, self.free_bytes)} if not self.staging_dir else
+                    {"staging_dir": self.staging_dir, "staged_bytes": self.disk.staged,
+                     "staging_free_bytes": self.staging_free,
+                     "staging_more_bytes": shortfall(self.disk.staged, self.staging_free),
+                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
+                     "more_bytes": shortfall(self.disk.shards, self.free_bytes)},
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
             "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
@@ -529,6 +539,11 @@ class Plan:
 
     def _disk_line(self) -> str:
         need, free = self.disk, self.free_bytes
+        if self.staging_dir:
+            return (f"  disk: about {size_text(need.staged)} free needed in the file system of {self.staging_dir} "
+                    f"(--staging_dir: records staged in run files){_free_clause(need.staged, self.staging_free)}, "
+                    f"and about {size_text(need.shards)} in that of {self.output_dir} (shards staged in "
+                    f"{self.staging or 'its staging'}, then published){_free_clause(need.shards, free)}")
         line = (f"  disk: about {size_text(need.peak)} free needed in the file system of {self.output_dir} at "
                 f"the build's peak ({size_text(need.staged)} of records staged in {self.staging or 'its staging'}, then "
                 f"{size_text(need.shards)} of shards)")
@@ -563,11 +578,20 @@ class Plan:
         return lines
 
 
+def _free_clause(need: int, free: int | None) -> str:
+    """``; 1 GiB free there`` or ``; only 10 MiB free there: free about 20 MiB more first``; '' when not known."""
+    if free is None:
+        return ""
+    more = shortfall(need, free)
+    return (f"; only {size_text(free)} free there: free about {size_text(more)} more first" if more
+            else f"; {size_text(free)} free there")
+
+
 def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, target_bytes: int,
               num_shards: int | None, change: FolderChange | None, output_exists: bool, rate: BuildRate,
               max_bad_fraction: float | None, plan_seconds: float = 0.0,
               notes: Sequence[str] = (), validate: str = "structure", free_bytes: int | None = None,
-              staging: str = "") -> Plan:
+              staging: str = "", staging_dir: str = "", staging_free: int | None = None) -> Plan:
     """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
 
     Args:
@@ -585,6 +609,8 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
         validate: The build's ``--validate`` level.
         free_bytes: Free bytes where ``output_dir`` lies, or None.
         staging: The folder the build stages in.
+        staging_dir: ``--staging_dir`` ('': none): where the build's run files lie.
+        staging_free: Free bytes where ``staging_dir`` lies, or None.
     """
     classes: dict[str, dict[str, int]] = {}
     for (split, label), count in sorted(tally.records.items()):
@@ -598,7 +624,8 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
     rule = (f"--num_shards {num_shards}" if num_shards
             else f"--shard_size_mb {target_bytes / MIB:.4g}: shards of 2/3 to 4/3 of it")
     return Plan(tuple(inputs), output_dir, tally, splits, rule, change, output_exists, rate,
-                max_bad_fraction, plan_seconds, tuple(notes), validate, free_bytes, staging)
+                max_bad_fraction, plan_seconds, tuple(notes), validate, free_bytes, staging, staging_dir,
+                staging_free)
 
 
 def _counts(counts: Mapping[str, int]) -> str:

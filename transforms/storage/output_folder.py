@@ -12,6 +12,10 @@ The I/O around ``transforms.shardset.ownership`` and ``transforms.shardset.repla
 - ``clear_staging``: earlier attempts' staging, or the run's own;
   ``clear_staging_keeping``: the same, but the staging of interrupted runs a
   build may resume (``shardset.resume``), and ``resumable_runs``: those runs;
+- ``run_files_folder`` / ``run_files_of``: where a run's run files lie, in
+  its staging folder or, with ``--staging_dir``, in a folder of its own
+  there (named for the output folder and the run), which the run's staging
+  folder names (``RUN_FILES_NAME``) so that it is kept or removed with it;
 - ``prepare_output`` / ``finish_output``: all of it before any input is read
   (with the run's lock, ``storage.lock``), and the clean-up after the run;
 - ``published_manifest`` / ``check_replaced_splits``: the published set's
@@ -21,6 +25,7 @@ The I/O around ``transforms.shardset.ownership`` and ``transforms.shardset.repla
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -42,14 +47,19 @@ from transforms.storage.lock import acquire_lock, release_lock
 from transforms.storage.paths import is_local
 from transforms.storage.writing import check_writable, write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR
+from transforms.tfrecord.run_files import RUNS_DIR
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "folder_state",
            "read_manifest", "check_unlisted", "clear_staging", "clear_staging_keeping", "mark_run",
-           "resumable_runs", "staging_folder", "prepare_output",
+           "resumable_runs", "staging_folder", "run_files_folder", "run_files_of", "prepare_output",
            "finish_output", "published_shards", "published_shard_sizes", "published_manifest",
            "check_replaced_splits"]
 
 STAGING_DIR = ".staging"
+# In a run's staging folder: where its run files lie when that is not beside it (--staging_dir).
+RUN_FILES_NAME = "run_files.url"
+# How a run's own folder in --staging_dir is named: this prefix, the output folder's key, the run id.
+_RUN_FILES_PREFIX = "tfrecord-shards-"
 _LOG = logging.getLogger(__name__)
 
 
@@ -57,6 +67,81 @@ def staging_folder(output_dir: str, run_id: str | None = None) -> str:
     """``OUTPUT/.staging``, or the run's own ``OUTPUT/.staging/<run_id>``."""
     root = join_path(output_dir, STAGING_DIR)
     return join_path(root, run_id) if run_id else root
+
+
+def _output_key(output_dir: str) -> str:
+    """12 hex digits of the sha256 of the output folder's URL (a local one made absolute)."""
+    url = os.path.abspath(output_dir) if is_local(output_dir) else output_dir.rstrip("/")
+    return hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
+
+
+def run_files_folder(output_dir: str, run_id: str, staging_dir: str | None = None) -> str:
+    """Where the run ``run_id`` writes its run files and their done lists.
+
+    ``OUTPUT/.staging/<run id>/runs``; with ``staging_dir`` (``--staging_dir``),
+    ``STAGING_DIR/tfrecord-shards-<output key>-<run id>``: a folder of its own,
+    named for the output folder and the run, so that builds sharing a staging
+    folder never mix.
+    """
+    if not staging_dir:
+        return join_path(staging_folder(output_dir, run_id), RUNS_DIR)
+    return join_path(staging_dir, f"{_RUN_FILES_PREFIX}{_output_key(output_dir)}-{run_id}")
+
+
+def _run_files_elsewhere(output_dir: str, run_id: str) -> str | None:
+    """The run's folder in a ``--staging_dir`` as its staging folder names it, or None.
+
+    A named folder is used only if its name is the one this output folder and
+    run give (``run_files_folder``): the file cannot send a deletion elsewhere.
+    """
+    data = read_if_present(join_path(staging_folder(output_dir, run_id), RUN_FILES_NAME))
+    if data is None:
+        return None
+    folder = data.decode("utf-8", "replace").strip()
+    parent, _, name = folder.rpartition("/")
+    if not parent or folder != run_files_folder(output_dir, run_id, parent):
+        _LOG.warning("ignoring %s: it names %r, not a folder of this run",
+                     join_path(staging_folder(output_dir, run_id), RUN_FILES_NAME), folder)
+        return None
+    return folder
+
+
+def run_files_of(output_dir: str, run_id: str) -> str:
+    """Where the run ``run_id`` of ``output_dir`` wrote its run files (an interrupted one's, to resume it)."""
+    return _run_files_elsewhere(output_dir, run_id) or run_files_folder(output_dir, run_id)
+
+
+def _mark_run_files(output_dir: str, run_id: str, staging_dir: str) -> None:
+    """Checks the run's folder in ``staging_dir`` can be written, and names it in the run's staging folder.
+
+    Raises:
+        UsageError: ``staging_dir`` cannot be written.
+    """
+    folder = run_files_folder(output_dir, run_id, staging_dir)
+    probe = join_path(folder, ".probe")
+    try:
+        check_writable(probe)
+    except STORAGE_ERRORS as err:
+        raise UsageError(f"--staging_dir {staging_dir} cannot be written: {error_reason(err)} "
+                         f"(creating {probe})") from err
+    staging = staging_folder(output_dir, run_id)
+    write_atomic(join_path(staging, RUN_FILES_NAME), folder.encode("utf-8") + b"\n", staging)
+
+
+def _has_staging(output_dir: str, run_id: str) -> bool:
+    """Whether the run's staging folder in ``output_dir`` holds anything."""
+    folder = staging_folder(output_dir, run_id)
+    if is_local(output_dir):
+        return os.path.isdir(folder)
+    return bool(list_below(folder))
+
+
+def _delete_run_files_elsewhere(output_dir: str, runs: Iterable[str]) -> None:
+    """Deletes the folders in a ``--staging_dir`` that these runs' staging folders name (before those)."""
+    for run in runs:
+        folder = _run_files_elsewhere(output_dir, run)
+        if folder is not None:
+            delete_tree(folder)
 
 
 def check_own_folders(output_dir: str) -> str | None:
@@ -206,6 +291,7 @@ def clear_staging(output_dir: str, run_id: str | None = None) -> None:
     problem = link_problem(staging_folder(output_dir)) if is_local(output_dir) else None
     if problem:
         raise PublishError(f"{problem}; refusing to delete through it")
+    _delete_run_files_elsewhere(output_dir, [run_id] if run_id else resumable_runs(output_dir, marked=False))
     delete_tree(staging_folder(output_dir, run_id))
     if run_id and is_local(output_dir):
         try:
@@ -250,7 +336,8 @@ def clear_staging_keeping(output_dir: str, mine: RunMarker) -> list[str]:
             _LOG.warning("not resuming the interrupted run %s: it was started with %s; its staging was removed",
                          run, ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
                          if changed else "another version of the tool")
-    for run in {_run_of(p, root) for p in files} - set(kept) - {None}:
+    for run in sorted({_run_of(p, root) for p in files} - set(kept) - {None}):
+        _delete_run_files_elsewhere(output_dir, [run])
         delete_tree(staging_folder(output_dir, run))
     loose = [p for p in files if _run_of(p, root) is None]
     if loose:
@@ -264,13 +351,15 @@ def mark_run(output_dir: str, marker: RunMarker) -> None:
     write_atomic(join_path(staging, RESUME_NAME), marker.dumps(), staging)
 
 
-def resumable_runs(output_dir: str) -> list[str]:
-    """The ids of the runs whose staging folder in ``output_dir`` holds a marker (``resume.json``)."""
+def resumable_runs(output_dir: str, marked: bool = True) -> list[str]:
+    """The ids of the runs whose staging folder in ``output_dir`` holds a marker (``resume.json``);
+    with ``marked`` False, of every run with a staging folder there."""
     root = staging_folder(output_dir)
     if is_local(output_dir) and not os.path.isdir(root):
         return []
     return sorted({run for path in list_below(root) for run in [_run_of(path, root)]
-                   if run is not None and path == join_path(staging_folder(output_dir, run), RESUME_NAME)})
+                   if run is not None and (not marked or path == join_path(staging_folder(output_dir, run),
+                                                                            RESUME_NAME))})
 
 
 def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
@@ -298,6 +387,8 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
             clear_staging_keeping(output_dir, policy.resume)
         if policy.resume is not None:
             mark_run(output_dir, policy.resume)
+        if policy.staging_dir:
+            _mark_run_files(output_dir, policy.run_id, policy.staging_dir)
     except BaseException:
         release_lock(output_dir, policy.run_id)
         raise
@@ -380,7 +471,9 @@ def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted:
     renames still to do is in the folder (the next run finishes it forward
     from the staged files, ``journal.finish_interrupted``). Otherwise the
     run's own staging folder is cleared, and those of the runs it resumed;
-    only a successful publish clears a build's.
+    only a successful publish clears a build's. Their run files in a
+    ``--staging_dir`` are kept exactly when their staging folders are: those
+    whose staging folder is gone (published, or cleared) go too.
 
     Args:
         interrupted: A Ctrl-C stopped the run (kept, like any failure).
@@ -390,6 +483,10 @@ def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted:
         if not ok and not kept:
             for run in (policy.run_id, *resumed):
                 clear_staging(output_dir, run)
+        if policy.staging_dir:
+            for run in (policy.run_id, *resumed):
+                if not _has_staging(output_dir, run):
+                    delete_tree(run_files_folder(output_dir, run, policy.staging_dir))
         release_lock(output_dir, policy.run_id)
     except STORAGE_ERRORS as err:
         _LOG.warning("could not clean up %s after the run: %s", output_dir, error_reason(err))

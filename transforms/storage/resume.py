@@ -28,10 +28,9 @@ from transforms.shardset.staged import ShardResult
 from transforms.storage.files import STORAGE_ERRORS, error_reason, open_lines, read_if_present, sha256_of
 from transforms.storage.folders import delete_files, rename_files
 from transforms.storage.listing import list_folder
-from transforms.storage.output_folder import resumable_runs, staging_folder
+from transforms.storage.output_folder import resumable_runs, run_files_of, staging_folder
 from transforms.storage.paths import is_local
 from transforms.storage.writing import write_atomic
-from transforms.tfrecord.run_files import RUNS_DIR
 from transforms.tfrecord.shard_writer import ShardStats
 
 __all__ = ["resumable_bytes", "AdoptedWork", "adopted_work", "input_stamp", "write_done_list",
@@ -55,7 +54,7 @@ def resumable_bytes(output_dir: str, fingerprint: str) -> int:
             marker = RunMarker.loads(read_if_present(join_path(staging_folder(output_dir, run), RESUME_NAME)) or b"")
             if marker.fingerprint == fingerprint:
                 total += sum(size for name, (_, size) in list_folder(
-                    join_path(staging_folder(output_dir, run), RUNS_DIR)).items() if name.endswith(".run"))
+                    run_files_of(output_dir, run)).items() if name.endswith(".run"))
         return total
     except (ManifestError, *STORAGE_ERRORS):
         return 0
@@ -86,8 +85,8 @@ def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
     done_lists, shards = [], {}
     for run in runs:
         folder = staging_folder(output_dir, run)
-        runs_folder = join_path(folder, RUNS_DIR)
         try:
+            runs_folder = run_files_of(output_dir, run)  # in its staging folder, or in --staging_dir
             run_files = list_folder(runs_folder)
             staged = list_folder(folder)
         except STORAGE_ERRORS as err:

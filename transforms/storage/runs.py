@@ -3,8 +3,9 @@
 The I/O around ``transforms.tfrecord.run_files`` (the format is there), on
 local disk, gs:// and s3:// alike. A step that reads inputs writes each
 record once, framed, to the run file of its bundle in the run's staging
-folder (``OUTPUT/.staging/<run id>/runs/``) and passes on only where the
-record lies; the shard writer copies it from there (``RecordCopier``).
+folder (``OUTPUT/.staging/<run id>/runs/``, or its folder in ``--staging_dir``:
+``output_folder.run_files_folder``) and passes on only where the record lies;
+the shard writer copies it from there (``RecordCopier``).
 
 Copying on gs:// and s3://: every read of a run file is one bounded request
 (``files.read_range``). Before a shard is written, ``RecordCopier.plan`` is
@@ -32,9 +33,9 @@ from transforms.shardset.naming import join_path
 from transforms.filesystems import close_written_file, naming_s3_errors
 from transforms.storage.files import RangeReader
 from transforms.storage.paths import is_local
-from transforms.storage.output_folder import staging_folder
+from transforms.storage.output_folder import run_files_folder
 from transforms.storage.writing import create, reporting_full_disk
-from transforms.tfrecord.run_files import RUNS_DIR, FramedRecord, RunFileWriter, RunSlice, checked_record
+from transforms.tfrecord.run_files import FramedRecord, RunFileWriter, RunSlice, checked_record
 
 __all__ = ["BundleRunFile", "RecordCopier", "runs_folder", "BATCH_BYTES", "HELD_BYTES"]
 
@@ -46,11 +47,14 @@ HELD_BYTES = 64 << 20
 # What a disk-full message says a run needs while it writes run files.
 _RUN_NEEDS = ("a run needs free space for about twice its shards while it runs (each record is staged "
               "once, then copied into its shard)")
+# The same, when the run files lie in --staging_dir (the shards still need their own space at the output).
+_RUN_NEEDS_APART = ("the run's run files need free space in --staging_dir for about its shards' size while "
+                    "it runs (each record is staged there once, then copied into its shard in --output_dir)")
 
 
-def runs_folder(output_dir: str, run_id: str) -> str:
-    """``OUTPUT/.staging/<run id>/runs``: where a run's run files lie."""
-    return join_path(staging_folder(output_dir, run_id), RUNS_DIR)
+def runs_folder(output_dir: str, run_id: str, staging_dir: str | None = None) -> str:
+    """Where a run's run files lie (``output_folder.run_files_folder``)."""
+    return run_files_folder(output_dir, run_id, staging_dir)
 
 
 class BundleRunFile:
@@ -60,11 +64,12 @@ class BundleRunFile:
     Args:
         output_dir: The output folder (for a disk-full message).
         run_id: The run's id (its staging folder).
+        staging_dir: ``--staging_dir``, or None: where the run files lie.
     """
 
-    def __init__(self, output_dir: str, run_id: str) -> None:
-        self._output_dir = output_dir
-        self._folder = runs_folder(output_dir, run_id)
+    def __init__(self, output_dir: str, run_id: str, staging_dir: str | None = None) -> None:
+        self._folder = runs_folder(output_dir, run_id, staging_dir)
+        self._full = (staging_dir, _RUN_NEEDS_APART) if staging_dir else (output_dir, _RUN_NEEDS)
         self._open: tuple | None = None  # (file object, RunFileWriter)
 
     def append(self, parts: Sequence[bytes]) -> RunSlice:
@@ -74,7 +79,7 @@ class BundleRunFile:
             PublishError: The disk is full (one line naming the folder).
         """
         path = self._open[1].path if self._open else join_path(self._folder, f"{uuid.uuid4().hex}.run")
-        with reporting_full_disk(self._output_dir, path, _RUN_NEEDS), naming_s3_errors(path):
+        with reporting_full_disk(self._full[0], path, self._full[1]), naming_s3_errors(path):
             if self._open is None:
                 fh = create(path)
                 self._open = (fh, RunFileWriter(fh, path))
