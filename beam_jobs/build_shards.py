@@ -60,7 +60,7 @@ from transforms.shardset.coco import coco_items, first_image_paths, image_folder
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
-                                              published_shards, staging_folder)
+                                              published_shards, run_files_folder, staging_folder)
 from transforms.shardset.manifest import Manifest
 from transforms.shardset.replacing import listed_splits, replace_problem
 from transforms.shardset.disk_needs import apart_shortfall_clause, shortfall_clause
@@ -662,8 +662,10 @@ def _disk_need(cfg: BuildConfig) -> str:
     if not size:
         return ""
     if cfg.staging_dir:
+        kept = local_bytes_at_least([run_files_folder(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir)],
+                                    1 << 62) or 0  # kept for the rerun
         return apart_shortfall_clause(size, cfg.staging_dir, free_bytes(cfg.staging_dir), cfg.output_dir,
-                                      free_bytes(cfg.output_dir))
+                                      free_bytes(cfg.output_dir), kept)
     kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
     return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
 

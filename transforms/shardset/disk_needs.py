@@ -73,15 +73,17 @@ def shortfall_clause(input_bytes: int, free: int | None, kept: int = 0) -> str:
                    else f" and {size_text(free)} are free now{besides}")
 
 
-def _free_text(need: int, free: int | None) -> str:
+def _free_text(need: int, free: int | None, kept: int = 0) -> str:
     if free is None:
         return ""
-    more = shortfall(need, free)
-    return f" ({size_text(free)} free now: free about {size_text(more)} more)" if more else f" ({size_text(free)} free now)"
+    more = shortfall(need - kept, free)
+    besides = f" besides the {size_text(kept)} it staged" if kept else ""
+    return (f" ({size_text(free)} free now{besides}: free about {size_text(more)} more)" if more
+            else f" ({size_text(free)} free now{besides})")
 
 
 def apart_shortfall_clause(input_bytes: int, staging_dir: str, staging_free: int | None, output_dir: str,
-                           output_free: int | None) -> str:
+                           output_free: int | None, kept: int = 0) -> str:
     """``shortfall_clause`` for a build with ``--staging_dir``: what each place needs against what is free.
 
     Args:
@@ -90,8 +92,9 @@ def apart_shortfall_clause(input_bytes: int, staging_dir: str, staging_free: int
         staging_free: Free bytes there now, or None.
         output_dir: ``--output_dir``, where its shards are staged and published.
         output_free: Free bytes there now, or None.
+        kept: Bytes of run files it kept in ``staging_dir`` for the rerun (they count toward its need).
     """
     need = build_disk_need(input_bytes)
     return (f"this build needs about {size_text(need.staged)} free in {staging_dir} for its run files"
-            f"{_free_text(need.staged, staging_free)} and about {size_text(need.shards)} in {output_dir} "
+            f"{_free_text(need.staged, staging_free, kept)} and about {size_text(need.shards)} in {output_dir} "
             f"for its shards{_free_text(need.shards, output_free)}")
