@@ -435,7 +435,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
             build_pipeline: Callable[[beam.Pipeline, Any], Any],
             finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]],
             positional_hint: str = "every value needs its flag, e.g. --input PATH",
-            prepare: Callable[[Any], Callable[[bool, bool], str | None] | None] | None = None,
+            prepare: Callable[[Any], Callable[[bool, bool, bool], str | None] | None] | None = None,
             *, prog: str | None = None,
             progress: Callable[[Any], Any] | None = None,
             on_result: Callable[[Any], None] | None = None,
@@ -459,8 +459,8 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
         positional_hint: What to say about an argument given without a flag.
         prepare: Called with the config before the pipeline is
             built (may raise ``UsageError``); returns None or a function called
-            once the job succeeded or failed, with ``ok`` and whether a Ctrl-C
-            stopped it; it returns what to say after the job's name when
+            once the job succeeded or failed, with ``ok``, whether a Ctrl-C
+            stopped it and whether it was refused as a usage error once running; it returns what to say after the job's name when
             interrupted (None: ``INTERRUPTED_LINE``) or, last, when it failed
             (None: nothing more).
         prog: How the job was invoked, for ``--help`` (``tfrecord-shards build``).
@@ -546,7 +546,7 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
                 logging.getLogger(logger).removeFilter(quiet)
             if done is not None:
                 with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
-                    said = done(ok, interrupts.seen)
+                    said = done(ok, interrupts.seen, failed == 2)
         if failed is not None:
             if full is not None:
                 report_failure(name, full, settings, disk_need(cfg))
@@ -580,7 +580,7 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
     resumed: list[tuple[str, ...]] = [()]  # the interrupted runs whose staging this run found
     metrics: list[Any] = [None]
 
-    def prepare(cfg: PublishingConfig) -> Callable[[bool, bool], str | None] | None:
+    def prepare(cfg: PublishingConfig) -> Callable[[bool, bool, bool], str | None] | None:
         if cfg.dataflow_dry_run:  # a dry run stays offline and writes nothing
             return None
         output_folder.prepare_output(cfg.output_dir, cfg.policy, name)
@@ -588,8 +588,8 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
         if cfg.policy.resume is not None:
             resumed[0] = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
 
-        def done(ok: bool, interrupted: bool) -> str | None:
-            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0])
+        def done(ok: bool, interrupted: bool, refused: bool = False) -> str | None:
+            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0], refused)
             staging = output_folder.staging_folder(cfg.output_dir)
             if cfg.policy.staging_dir:  # its run files lie there
                 staging = f"{staging} and {cfg.policy.staging_dir}"

@@ -445,6 +445,8 @@ def test_a_mix_of_integer_and_text_labels_is_refused_before_any_image_is_read(tm
     line = _error_line(err)
     assert "labels mix class indices and class names (e.g. 0 and 'n01440764')" in line and "--class_names" in line
     assert not os.path.exists(os.path.join(out, "manifest.json"))
+    # Refused before any image was read: no staged work to keep, and the error is the last line.
+    assert err.strip().splitlines()[-1] == line and not os.path.exists(os.path.join(out, ".staging"))
 
 
 def _one_sample_shard(path: str, label_member: str, label: bytes) -> str:

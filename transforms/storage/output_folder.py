@@ -461,7 +461,7 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
 
 
 def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False,
-                  resumed: Sequence[str] = ()) -> bool:
+                  resumed: Sequence[str] = (), refused: bool = False) -> bool:
     """After the run: releases its lock if it holds it; returns True if a failed run's staging was kept.
 
     A run that did not publish (it failed on any runner, or was interrupted)
@@ -477,11 +477,15 @@ def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted:
 
     Args:
         interrupted: A Ctrl-C stopped the run (kept, like any failure).
+        refused: The run was refused as a usage error once its inputs were
+            listed, before any image was read: it staged nothing worth keeping,
+            and only its own staging is cleared (a pending journal still keeps it).
     """
-    kept = not ok and (policy.resume is not None or _publish_pending(output_dir))
+    pending = not ok and _publish_pending(output_dir)
+    kept = not ok and (pending or (policy.resume is not None and not refused))
     try:
         if not ok and not kept:
-            for run in (policy.run_id, *resumed):
+            for run in (policy.run_id, *(() if refused else resumed)):
                 clear_staging(output_dir, run)
         if policy.staging_dir:
             for run in (policy.run_id, *resumed):
