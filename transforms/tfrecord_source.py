@@ -171,7 +171,9 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
         record_bytes = Metrics.counter(_NAMESPACE, "record_bytes_read")
         with_offsets = self._settings.with_offsets or self._settings.keep_errors
         tally = progress.Tally(progress.RECORDS_READ)
-        with open_file(self._path) as fh:
+        stop = range_tracker.stop_position() if self.splittable else None
+        until = stop if stop is not None and stop < self._size else None  # s3://: fetch the range, not the shard
+        with open_file(self._path, size=self._size if self.splittable else None, until=until) as fh:
             try:
                 for offset, data in self._records(fh, range_tracker):
                     records.inc()

@@ -115,3 +115,29 @@ def test_an_s3_file_is_read_in_bounded_ranges_and_one_closed_early_costs_one_chu
     assert proxy.traffic[-1].down_body == S3_READ_CHUNK  # the early close cost one chunk, not the object
     with pytest.raises(FileNotFoundError):
         open_for_read(f"{base}/ranges/missing.bin")
+
+
+@pytest.mark.slow
+def test_the_splits_of_an_indexed_shard_on_s3_download_the_shard_once(proxied_s3):
+    from transforms.tfrecord.record_index import format_index
+    from transforms.tfrecord_source import _ReadSettings, _TFRecordSource
+
+    client, proxy, base = proxied_s3
+    records = [bytes([i % 251]) * 100_000 for i in range(90)]  # about 9 MB
+    framed = [frame_record(r) for r in records]
+    data = b"".join(framed)
+    client.put_object(Bucket="cost", Key="splits/shard.tfrecord", Body=data)
+    client.put_object(Bucket="cost", Key="splits/index/shard.tfrecord.idx", Body=format_index([len(f) for f in framed]))
+    (bundle,) = _TFRecordSource((f"{base}/splits/shard.tfrecord",), _ReadSettings()).split(1 << 40)
+    splits = list(bundle.source.split(len(data) // 6))  # six readers of one shard, as a reshard's workers
+    assert len(splits) == 6
+    proxy.settle()
+    before = len(proxy.traffic)
+    read = [r for split in splits for r in split.source.read(split.source.get_range_tracker(split.start_position,
+                                                                                           split.stop_position))]
+    assert read == records
+    proxy.settle()
+    shard = [e.down_body for e in proxy.traffic[before:] if e.method == "GET" and e.down_body > 10_000]
+    # Each split reads its own records, ending at its range's end or its last record's: not the shard's
+    # first 4 MiB too (4.2x the shard in all before), nor a chunk of the next split's records.
+    assert sum(shard) <= len(data) + 6 * 2 * 100_016, sum(shard) / len(data)

@@ -39,7 +39,7 @@ from transforms.storage.paths import is_local, path_problem
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
            "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of",
-           "read_range", "read_prefix", "open_s3", "S3_READ_CHUNK", "RangeReader"]
+           "read_range", "read_prefix", "open_s3", "S3_READ_CHUNK", "S3_PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.
@@ -154,17 +154,20 @@ def read_at_most(fh: BinaryIO, limit: int) -> bytes:
     return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
-def open_file(path: str, decompress: bool = False) -> BinaryIO:
+def open_file(path: str, decompress: bool = False, size: int | None = None, until: int | None = None) -> BinaryIO:
     """Opens ``path`` through Beam's file system for it, for reading.
 
     Args:
         path: A local path or a URL.
         decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed, as
             Beam does by default; else the bytes as they are.
+        size: The file's size, when known (s3://: no read on opening, ``open_s3``).
+        until: Where the reader's byte range ends (s3://: no request past it
+            until the reader reads past it, ``open_s3``).
     """
     if path.startswith("s3://") and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
-        return open_s3(path)
+        return open_s3(path, size=size, until=until)
     return filesystem_of(path).open(path, compression_type=CompressionTypes.AUTO if decompress
                                     else CompressionTypes.UNCOMPRESSED)
 
@@ -336,13 +339,27 @@ def _pread_all(fd: int, offset: int, length: int) -> bytes:
 S3_READ_CHUNK = 4 << 20
 
 
-class _S3File(io.RawIOBase):
-    """An s3:// object read in bounded ranges (``read_range``), seekable; its size told by the first answer."""
+# What an s3:// file opened to read a byte range (``open_s3`` with ``until``) asks for first past it;
+# each next request in a row asks for twice as much, up to the file's chunk (a seek starts again).
+S3_PAST_RANGE_CHUNK = 64 << 10
 
-    def __init__(self, path: str, first: bytes, size: int, chunk: int) -> None:
+
+class _S3File(io.RawIOBase):
+    """An s3:// object read in bounded ranges (``read_range``), seekable; its size told by the first answer.
+
+    A request that starts before ``until`` ends there at the latest; past it,
+    requests ask for ``S3_PAST_RANGE_CHUNK``, twice as much each time in a row
+    up to ``chunk`` (the end of a range's last record is read, not a chunk of
+    the next range's records).
+    """
+
+    def __init__(self, path: str, first: bytes | None, size: int, chunk: int, until: int | None = None) -> None:
         super().__init__()
         self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
         self._first = first
+        self._until = until
+        self._past = S3_PAST_RANGE_CHUNK
+        self._block: tuple[int, bytes] | None = None  # the last request past ``until``: read again from memory
 
     def readall(self) -> bytes:
         """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
@@ -368,8 +385,20 @@ class _S3File(io.RawIOBase):
             data = self._first[self._pos:self._pos + want]
             if self._pos + len(data) >= len(self._first):
                 self._first = None  # read past: not held (a seek back reads again)
+        elif self._block is not None and self._block[0] <= self._pos < self._block[0] + len(self._block[1]):
+            start, block = self._block
+            data = block[self._pos - start:self._pos - start + want]
         else:
+            past = self._until is not None and self._pos >= self._until
+            if self._until is not None and not past:
+                want = min(want, self._until - self._pos)
+            elif past:
+                want = max(min(want, self._past), min(self._past, left))  # never less than a step
+                self._past = min(2 * self._past, self._chunk)
             data = _remote_range(self._path, self._pos, want)[0]
+            if past:
+                self._block = (self._pos, data)
+                data = data[:min(len(buffer), len(data))]
         buffer[:len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -377,17 +406,18 @@ class _S3File(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
         self._pos = max(0, base + offset)
+        self._past = S3_PAST_RANGE_CHUNK
         return self._pos
 
     def tell(self) -> int:
         return self._pos
 
     def close(self) -> None:
-        self._first = None
+        self._first = self._block = None
         super().close()
 
 
-def open_s3(path: str, chunk: int = S3_READ_CHUNK) -> BinaryIO:
+def open_s3(path: str, chunk: int = S3_READ_CHUNK, size: int | None = None, until: int | None = None) -> BinaryIO:
     """Opens an s3:// object for reading in bounded ranges of ``chunk`` bytes, one request each.
 
     Opening reads the first chunk (the whole of a small object) in one
@@ -395,9 +425,19 @@ def open_s3(path: str, chunk: int = S3_READ_CHUNK) -> BinaryIO:
     ``bytes=a-`` (the rest of the object), which a store sends in full even
     when the reader stops early.
 
+    Args:
+        path: The s3:// object.
+        chunk: Bytes asked for at a time.
+        size: Its size, when known (a matched file): nothing is read on opening.
+        until: Where the reader's byte range ends (a split of a shard): no
+            request reaches past it unless the reader reads past it, and then
+            in requests from ``S3_PAST_RANGE_CHUNK`` up.
+
     Raises:
         OSError: As ``read_range`` (``FileNotFoundError`` when missing).
     """
+    if size is not None:
+        return io.BufferedReader(_S3File(path, None, size, chunk, until), chunk)
     first, size = _remote_range(path, 0, chunk)
     if size is None:  # an empty object (416), or a store that did not say: what the first read got
         size = len(first) if len(first) < chunk else None
