@@ -91,7 +91,8 @@ def test_unreadable_class_folder_is_a_dead_letter_and_keeps_its_class(locked_fol
     # Under the default threshold the lost folder fails the run: 1 of 9 inputs is over 1 %.
     proc = _run_unprivileged("--input", str(root), "--output_dir", str(tmp_path / "strict"))
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("build_shards: failed:")
+    *_, cause, kept = proc.stderr.strip().splitlines()
+    assert cause.startswith("build_shards: failed:") and kept.startswith("build_shards: staged work kept in ")
     assert not os.path.exists(tmp_path / "strict" / "manifest.json")
 
 
@@ -420,10 +421,12 @@ def test_too_many_rejected_inputs_refuse_before_any_shard_is_written(tmp_path) -
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert "wrote shard" not in proc.stderr, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(
+    *_, cause, kept = proc.stderr.strip().splitlines()
+    assert cause.startswith(
         "build_shards: failed: 4 of 12 inputs (33.3%) were rejected, more than --max_bad_fraction 0.01; "
         "nothing was published"), proc.stderr
-    assert sorted(os.listdir(out)) == ["dead_letters.jsonl"]  # no staging, lock or manifest left
+    assert kept.startswith("build_shards: staged work kept in "), proc.stderr
+    assert sorted(os.listdir(out)) == [".staging", "dead_letters.jsonl"]  # staging kept for a rerun; no lock
     assert len(dead_letters(str(out))) == 4
 
 
