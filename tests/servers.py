@@ -20,6 +20,7 @@ accepts connections (bounded), and stops the process at the end.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -147,6 +148,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PRIVATE_TMP = "mount -t tmpfs tmpfs /tmp"
 
 
+def _private_tmp_keeping(paths: Sequence[str]) -> str:
+    """Shell commands giving a mount namespace a tmpfs on /tmp in which ``paths`` under /tmp (this
+    repository, its virtualenv, when a clone lies there) are still seen, bound from the old /tmp
+    (held at /mnt, in the namespace only); nothing else of the old /tmp is."""
+    kept = sorted({os.path.realpath(path) for path in paths
+                   if os.path.realpath(path).startswith("/tmp/")})
+    if not kept:
+        return _PRIVATE_TMP
+    steps = ["mount --bind /tmp /mnt", _PRIVATE_TMP]
+    for path in kept:
+        old = "/mnt/" + path[len("/tmp/"):]
+        steps += [f"mkdir -p {shlex.quote(path)}", f"mount --bind {shlex.quote(old)} {shlex.quote(path)}"]
+    return " && ".join(steps)
+
+
 def _unshare_refused() -> str | None:
     """Why this machine refuses a mount namespace with a private /tmp, or None."""
     if shutil.which("unshare") is None:
@@ -172,7 +188,8 @@ def worker_pool(tmp_path_factory) -> Iterator[Server]:
     log = str(tmp_path_factory.mktemp("workerpool") / "server.log")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=REPO, AWS_EC2_METADATA_DISABLED="true")
-    command = (f"{_PRIVATE_TMP} && exec {sys.executable} -m apache_beam.runners.worker.worker_pool_main "
+    private = _private_tmp_keeping([REPO, sys.prefix, sys.base_prefix])
+    command = (f"{private} && exec {sys.executable} -m apache_beam.runners.worker.worker_pool_main "
                f"--service_port={port}")
     server = start_server(["unshare", "-m", "sh", "-c", command], port, log, env=env)
     yield server
