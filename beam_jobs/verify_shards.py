@@ -158,13 +158,13 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
                               report_path=handback.path("report.json"))
     if cfg.dataflow_dry_run:  # stays offline: gs:// would need credentials; the files are not matched
         return cfg
-    check_handback(handback, _NAME)
     if cfg.files:
         shards = _pattern_shards(cfg.files)
         if not shards:
             raise UsageError(f"--files {cfg.files} matches no files")
         _refuse_overwriting(cfg, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
+        check_handback(handback, _NAME)  # once the paths named are known to be right
         return dataclasses.replace(cfg, shards=shards, **_reading_plan([s.size for s in shards], cfg, options))
     folder = cfg.output_dir
     if exact_file(folder) is not None:
@@ -180,6 +180,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
                          "last, so a run may have failed or still be running); to check TFRecord "
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
     sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
+    check_handback(handback, _NAME)  # once the folder is known to be a shard set
     return dataclasses.replace(cfg, **_reading_plan(sizes, cfg, options))
 
 
