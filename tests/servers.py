@@ -163,7 +163,7 @@ def _private_tmp_keeping(paths: Sequence[str]) -> str:
     return " && ".join(steps)
 
 
-def _unshare_refused() -> str | None:
+def unshare_refused() -> str | None:
     """Why this machine refuses a mount namespace with a private /tmp, or None."""
     if shutil.which("unshare") is None:
         return "no unshare command on this machine"
@@ -172,25 +172,40 @@ def _unshare_refused() -> str | None:
     return None if done.returncode == 0 else f"this machine refuses 'unshare -m' with a tmpfs on /tmp: {done.stderr.strip()}"
 
 
+BOOT = os.path.join(REPO, "tests", "worker_boot.py")
+
+
+def start_worker_pool(log_path: str, env: dict[str, str] | None = None, boot: bool = False) -> Server:
+    """Starts Beam's worker pool (``worker_pool_main``) in a mount namespace with a private /tmp.
+
+    Its workers get this Python first on their ``PATH`` and this repository on
+    ``PYTHONPATH``, and reach S3 only through what the job's options say
+    (``AWS_EC2_METADATA_DISABLED``: no metadata server). ``env``: more
+    environment for the pool and its workers. ``boot``: workers start through
+    ``tests/worker_boot.py`` (the pool's ``--container_executable``, as a
+    container's boot is started) instead of the pool's ``python -c``; both give
+    a bare SDK harness, and the boot script's pause hook (``TFRS_WORKER_PAUSE_AT``)
+    can stop a worker at a chosen file operation.
+    """
+    port = free_port()
+    full = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+                PYTHONPATH=REPO, AWS_EC2_METADATA_DISABLED="true", **(env or {}))
+    private = _private_tmp_keeping([REPO, sys.prefix, sys.base_prefix])
+    command = (f"{private} && exec {sys.executable} -m apache_beam.runners.worker.worker_pool_main "
+               f"--service_port={port}" + (f" --container_executable={shlex.quote(BOOT)}" if boot else ""))
+    return start_server(["unshare", "-m", "sh", "-c", command], port, log_path, env=full)
+
+
 @pytest.fixture(scope="session")
 def worker_pool(tmp_path_factory) -> Iterator[Server]:
     """Beam's worker pool (``worker_pool_main``) whose workers see a /tmp of their own.
 
-    Workers are started by the pool as ``python -c 'SdkHarness(...).run()'``:
-    this Python comes first on their ``PATH``, and ``PYTHONPATH`` names this
-    repository so they import the project. They reach S3 only through what
-    the job's options say (``AWS_EC2_METADATA_DISABLED``: no metadata server).
+    Workers are started by the pool as ``python -c 'SdkHarness(...).run()'``
+    (``start_worker_pool``).
     """
-    refused = _unshare_refused()
+    refused = unshare_refused()
     if refused:
         pytest.skip(refused)
-    port = free_port()
-    log = str(tmp_path_factory.mktemp("workerpool") / "server.log")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-               PYTHONPATH=REPO, AWS_EC2_METADATA_DISABLED="true")
-    private = _private_tmp_keeping([REPO, sys.prefix, sys.base_prefix])
-    command = (f"{private} && exec {sys.executable} -m apache_beam.runners.worker.worker_pool_main "
-               f"--service_port={port}")
-    server = start_server(["unshare", "-m", "sh", "-c", command], port, log, env=env)
+    server = start_worker_pool(str(tmp_path_factory.mktemp("workerpool") / "server.log"))
     yield server
     stop_server(server.process)
