@@ -62,6 +62,14 @@ def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
     return tuple(files)
 
 
+class _MatchFn(CarriesStorageOptions, beam.DoFn):
+    """The files of the patterns (``input_files``), matched with the launcher's file system options
+    (a bare worker has none: its S3 file system would find no credentials)."""
+
+    def process(self, patterns: Sequence[str]):
+        yield from input_files(patterns)
+
+
 class MatchInputFiles(beam.PTransform):
     """The TFRecord files of the --input patterns (``input_files``), matched inside the pipeline.
 
@@ -76,7 +84,7 @@ class MatchInputFiles(beam.PTransform):
     def expand(self, pbegin):
         return (pbegin
                 | "Patterns" >> beam.Create([self._patterns])
-                | "Match" >> beam.FlatMap(input_files)  # FileMetadata
+                | "Match" >> beam.ParDo(_MatchFn())  # FileMetadata
                 | "Spread" >> beam.Reshuffle())
 
 
