@@ -36,8 +36,12 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
 
     The data plane between the runner and its thread or process workers does
     not flush on a timer (see ``_without_timed_flushes``). ``--runner
-    DaskRunner`` gets ``dask_runner()``, which fixes what Beam's loses.
+    DaskRunner`` gets ``dask_runner()``, which fixes what Beam's loses. On
+    every runner that runs in this process (the DirectRunner's FnApiRunner, the
+    portable runner's ``--job_endpoint embed``), a bundle whose worker dies
+    fails the job instead of waiting for it forever (``_fail_bundles_of_lost_workers``).
     """
+    _fail_bundles_of_lost_workers()
     standard = options.view_as(StandardOptions)
     if standard.runner in _DASK_NAMES and not standard.streaming:
         return dask_runner()
@@ -153,6 +157,51 @@ def _without_timed_flushes() -> None:
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
     worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
+
+
+def _fail_bundles_of_lost_workers() -> None:
+    """Makes the FnApiRunner fail the instructions of an SDK worker whose control stream ended.
+
+    In Beam 2.77 the runner's reader of a worker's control stream
+    (``worker_handlers.ControlConnection._read``) ends when the stream breaks
+    (the worker process died, or was killed) without failing the instructions
+    that wait for the worker's answer. A bundle whose stage hands data back to
+    the runner is failed by the broken data stream; one whose stage hands
+    nothing back (the publish's last stage) waits on its ``ControlFuture``
+    forever, and the job with it. Here, once the stream ends, every waiting
+    instruction, and any sent to that worker afterwards, fails with a
+    ``RuntimeError``, and the job fails as on any worker error.
+    """
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    connection = worker_handlers.ControlConnection
+    if getattr(connection, "_fails_when_lost", False):
+        return
+    read, push = connection._read, connection.push
+
+    def lost() -> RuntimeError:
+        return RuntimeError("an SDK worker was lost (its process ended or was killed): its control stream "
+                            "closed before it answered")
+
+    def read_then_fail_waiting(self) -> None:
+        try:
+            read(self)
+        finally:
+            self._lost = True
+            for instruction_id in list(self._futures_by_id):
+                future = self._futures_by_id.pop(instruction_id, None)
+                if future is not None:
+                    future.abort(lost())
+
+    def push_unless_lost(self, req):
+        future = push(self, req)
+        if getattr(self, "_lost", False) and future is not None and not future.is_done():
+            self._futures_by_id.pop(future.instruction_id, None)
+            future.abort(lost())
+        return future
+
+    connection._read, connection.push = read_then_fail_waiting, push_unless_lost
+    connection._fails_when_lost = True
 
 
 def use_anonymous_gcp_credentials() -> None:

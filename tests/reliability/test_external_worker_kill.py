@@ -34,8 +34,13 @@ from tests.worker_boot import PAUSE_ENV
 
 pytest.importorskip("boto3", reason="needs apache-beam[aws] (pip install -e '.[test]')")
 
-FLAGS = ["--num_shards", "4", "--max_bad_fraction", "0.2", "--seed", "9"]
-WAIT_S = 240.0
+# --drop_other_splits: an older set's validation split goes when the run publishes over it.
+FLAGS = ["--num_shards", "4", "--max_bad_fraction", "0.2", "--seed", "9", "--drop_other_splits"]
+# The older set: train shards under the same names with other bytes, and validation shards to delete.
+OLD_FLAGS = ["--num_shards", "4", "--split_fractions", "train=0.5,validation=0.5", "--max_bad_fraction", "0.2",
+             "--seed", "1"]
+WAIT_S = 240.0  # bound on reaching the moment
+ENDED_S = 90.0  # bound on the launcher's end once its worker is killed (it ends in a few seconds)
 RESUMED = re.compile(r"^  resumed: reused ([\d,]+) of ([\d,]+) inputs \(\d+ MiB\) and (\d+) finished shards? "
                      r"from the interrupted run ([0-9a-f]{32})$", re.M)
 STAGED_SHARD = r"/\.staging/.*/train-\d+-of-00004\.tfrecord\.[0-9a-f]{32}\.tmp$"
@@ -43,8 +48,8 @@ STAGED_SHARD = r"/\.staging/.*/train-\d+-of-00004\.tfrecord\.[0-9a-f]{32}\.tmp$"
 
 @pytest.fixture(scope="module")
 def store(s3_server, tmp_path_factory, monkeypatch_module):
-    """The bucket (its own), with 3 classes of 8 images and 3 broken files under raw/, and a
-    DirectRunner build of them under reference/."""
+    """The bucket (its own), with 3 classes of 8 images and 3 broken files under raw/, a
+    DirectRunner build of them under reference/ and an older set of them under old/."""
     monkeypatch_module.setenv("AWS_EC2_METADATA_DISABLED", "true")
     bucket = Bucket(s3_server.url, "engine-kill")
     bucket.client.create_bucket(Bucket=bucket.name)
@@ -54,6 +59,8 @@ def store(s3_server, tmp_path_factory, monkeypatch_module):
     from beam_jobs import build_shards
 
     assert build_shards.run(["--input", bucket.url("raw"), "--output_dir", bucket.url("reference"), *FLAGS,
+                             *s3_flags(s3_server.url)]) == 0
+    assert build_shards.run(["--input", bucket.url("raw"), "--output_dir", bucket.url("old"), *OLD_FLAGS,
                              *s3_flags(s3_server.url)]) == 0
     return bucket
 
@@ -109,7 +116,10 @@ def _killed_run(argv: list[str], marker: str, log: str, pool_log: str) -> tuple[
             stopped = json.load(fh)
         assert stopped["pid"] != proc.pid  # a worker of the pool, not the launcher
         os.kill(stopped["pid"], signal.SIGKILL)
-        status = proc.wait(timeout=WAIT_S)
+        try:
+            status = proc.wait(timeout=ENDED_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the launcher still runs {ENDED_S:.0f} s after its worker was killed:\n{_tail(log)}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -154,3 +164,44 @@ def test_a_worker_killed_while_writing_shards_fails_the_job_and_the_rerun_resume
     assert int(found[1]) == 0  # inputs on a store have no stamp: each is read again
     published = store.objects("killed-writing")
     assert published == store.objects("reference")  # every shard, index/, manifest, labels, dead letters
+
+
+# (id, op, pattern): moments of the publish, which runs on a worker (``PublishShards``). On s3:// a
+# batch of renames is one file system call (Beam copies every object, then deletes the sources).
+# The second moment is in the publish's last stage, which hands no data back to the launcher:
+# there Beam 2.77's FnApiRunner alone waits for the dead worker's answer forever
+# (``beam_compat._fail_bundles_of_lost_workers`` fails the bundle instead).
+PUBLISH_MOMENTS = [
+    pytest.param("old_manifest_gone", "rename", r"/killed-publish/[^/]+/train-\d+-of-00004\.tfrecord$",
+                 id="old_manifest_gone"),
+    pytest.param("renamed_before_stale_deleted", "delete", r"/killed-publish/[^/]+/validation-",
+                 id="renamed_before_stale_deleted"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, op, pattern", PUBLISH_MOMENTS)
+def test_a_worker_killed_while_publishing_over_a_set_leaves_a_whole_set_after_the_rerun(
+        store, s3_server, tmp_path, shared, capsys, name, op, pattern) -> None:
+    store.copy("old", "killed-publish/" + name)
+    old = store.objects("old")
+    pool, marker = _paused_pool(tmp_path, shared, op, pattern, 1)
+    try:
+        prefix = f"killed-publish/{name}"
+        out = store.url(prefix)
+        argv = ["build", "--input", store.url("raw"), "--output_dir", out, *FLAGS, *s3_flags(s3_server.url),
+                "--temp_location", store.url("temp"), *external_flags(pool)]
+        stopped, status, printed = _killed_run(argv, marker, str(tmp_path / "job.log"), str(tmp_path / "pool.log"))
+        assert re.search(pattern, stopped["path"]), stopped
+        assert status == 1, printed
+        assert printed.rstrip().splitlines()[-1].startswith(f"build_shards: staged work kept in {out}/.staging"), printed
+        keys = store.keys(prefix)
+        assert f"{prefix}/manifest.json" not in keys  # the old manifest is gone; the new one is not there yet
+
+        status, stdout, err = _run(capsys, *argv)
+        assert status == 0, err
+    finally:
+        stop_server(pool.process)
+    published = store.objects(prefix)
+    assert published != old
+    assert published == store.objects("reference")  # the new set whole: no old shard, no staging
