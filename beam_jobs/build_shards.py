@@ -365,7 +365,7 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
 _APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grayscale", "resize",
-                "resize_mode", "shard_size_mb", "compression", "seed", "split_fractions", "feature",
+                "resize_mode", "shard_size_mb", "compression", "format", "seed", "split_fractions", "feature",
                 "multi_label", "label_offset", "bbox_format", "coco_ids", "boxes_outside")
 
 
@@ -512,8 +512,10 @@ def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules
     return set()
 
 
-def _content_key(key: tuple, items, compression: str) -> str:
-    return shard_content_key(key, compression, items)
+def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
+    # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
+    return shard_content_key(key, compression if file_format == "tfrecord" else f"{file_format}:{compression}",
+                             items)
 
 
 def _split_of(meta) -> str:
@@ -640,9 +642,10 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
-        content_of=functools.partial(_content_key, compression=cfg.compression) if cfg.policy.resume else None,
-        done_shards=adopted.shards)
-    fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed}
+        content_of=functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format)
+        if cfg.policy.resume else None,
+        done_shards=adopted.shards, file_format=cfg.format)
+    fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
     object_labels = layout | "ObjectClasses" >> beam.Map(lambda lay: lay.object_labels)  # ((id, name), ...)

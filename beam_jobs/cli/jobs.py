@@ -17,6 +17,7 @@ from transforms.images.choices import (COCO_IDS, DEFAULT_MAX_IMAGE_BYTES, DEFAUL
                                        EXIF_ORIENTATION_MODES, IMAGE_MODES, LAYOUTS, MAX_NEAR_DUPLICATE_DISTANCE,
                                        NEAR_DUPLICATE_MODES, RESIZE_MODES, VALIDATE_LEVELS)
 from transforms.images.objects import BBOX_FORMATS, BOX_POLICIES
+from transforms.shardset.naming import FILE_FORMATS
 from transforms.tfrecord.compression import COMPRESSIONS, READ_COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.verify.decoders import DECODERS
@@ -90,6 +91,11 @@ _MAX_RECORD_MB = Flag(
 RECORD_READING = FlagSet("RecordReadingOptions", (_MAX_RECORD_MB,))
 
 BUILD_FLAGS = FlagSet("BuildOptions", (
+    Flag("format", default="tfrecord", choices=FILE_FORMATS, group="output", recorded=True,
+         help="File format of the shards: tfrecord, or array_record (the same records in "
+              "ArrayRecord files, group_size:1 and uncompressed, for random access with Grain "
+              "or tfds's as_data_source; needs the array_record package; not with --append or "
+              "--compression)."),
     Flag("layout", default="auto", choices=LAYOUTS, group="inputs", recorded=True,
          help="Folder layout: class folders, split folders, or auto-detect."),
     # How fast, not what: not recorded.

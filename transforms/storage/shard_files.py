@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import shutil
+import tempfile
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -33,7 +36,8 @@ from transforms.shardset.published_keys import record_label
 from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
 from transforms.tfrecord.run_files import FramedRecord
-from transforms.tfrecord.shard_writer import ShardWriter
+from transforms.tfrecord.shard_writer import ShardStats, ShardWriter
+from transforms.arrayrecord.shard_file import ArrayRecordShardWriter
 
 __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_records", "published_entries",
            "staged_shards", "staged_of_parts"]
@@ -41,40 +45,62 @@ __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_rec
 
 def write_shard(output_dir: str, key: tuple[str, int, int],
                 records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
-                compression: str, run_id: str, planned_bytes: int | None = None) -> ShardResult:
+                compression: str, run_id: str, planned_bytes: int | None = None,
+                file_format: str = "tfrecord") -> ShardResult:
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
     A record is its bytes, a sequence of pieces whose concatenation is its bytes,
-    or a ``FramedRecord`` (its bytes already framed, copied as they are).
+    or a ``FramedRecord`` (its bytes already framed, copied as they are). An
+    ``array_record`` shard holds the same records (unframed) in an ArrayRecord
+    file, written to a local temporary file (its writer takes local paths
+    only) and then copied to its staged name, local or on a store.
 
     Raises:
         PublishError: The disk is full (the message names the folder and the
             space the run's shards need, ``planned_bytes``).
     """
     split, index, count = key
-    name = shard_file_name(split, index, count, compression)
+    name = shard_file_name(split, index, count, compression, file_format)
     attempt = uuid.uuid4().hex
     staging = staging_folder(output_dir, run_id)
     staged = join_path(staging, f"{name}.{attempt}.tmp")
-    staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
-    with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
-        fh = create(staged)
-        index_fh = create(staged_index) if staged_index else None
-        try:
-            writer = ShardWriter(fh, compression, index_fh)
-            for record, label in records:
-                if isinstance(record, FramedRecord):  # copied from a run file as it is
-                    writer.write_framed(record.data, label)
-                elif isinstance(record, bytes):
-                    writer.write(record, label)
-                else:  # the pieces a record is made of, written without joining them
-                    writer.write_parts(record, label)
-            stats = writer.close()
-        finally:
-            close_written_file(fh)
-            if index_fh is not None:
-                close_written_file(index_fh)
+    staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if (
+        compression == "none" and file_format == "tfrecord") else None
+    with contextlib.ExitStack() as local:
+        if file_format == "array_record":
+            local_path = os.path.join(local.enter_context(tempfile.TemporaryDirectory(prefix="array-record-")), name)
+        with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
+            if file_format == "array_record":
+                stats = _write_records(ArrayRecordShardWriter(local_path), records)
+                fh = create(staged)
+                try:
+                    with open(local_path, "rb") as source:
+                        shutil.copyfileobj(source, fh, 1 << 22)
+                finally:
+                    close_written_file(fh)
+                return ShardResult(split, index, count, name, staged, None, stats)
+            fh = create(staged)
+            index_fh = create(staged_index) if staged_index else None
+            try:
+                stats = _write_records(ShardWriter(fh, compression, index_fh), records)
+            finally:
+                close_written_file(fh)
+                if index_fh is not None:
+                    close_written_file(index_fh)
     return ShardResult(split, index, count, name, staged, staged_index, stats)
+
+
+def _write_records(writer: ShardWriter | ArrayRecordShardWriter,
+                   records: Iterable[tuple[bytes | Sequence[bytes], int | None]]) -> ShardStats:
+    """Writes ``records`` with ``writer``; returns its stats once closed."""
+    for record, label in records:
+        if isinstance(record, FramedRecord):  # copied from a run file as it is
+            writer.write_framed(record.data, label)
+        elif isinstance(record, bytes):
+            writer.write(record, label)
+        else:  # the pieces a record is made of, written without joining them
+            writer.write_parts(record, label)
+    return writer.close()
 
 
 def lead_records(output_dir: str, totals: SplitTotals, index: int,

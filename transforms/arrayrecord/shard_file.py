@@ -1,0 +1,112 @@
+"""One ArrayRecord shard file: written from the records a TFRecord shard would hold, and read back.
+
+Pure code on local paths only: ArrayRecord's writer and reader (``array_record``'s C++
+module) open files by path, so the storage layer writes a shard to a local temporary file
+and copies it to its place (``transforms.storage.shard_files``), and reads a remote one
+from a local copy. The records are the serialized ``tf.train.Example`` bytes a TFRecord
+shard frames, in the same order.
+
+Options: ``group_size:1`` puts every record in a chunk of its own, so a reader reads one
+record without decoding its neighbours (random access: Grain, tfds ``as_data_source``);
+``uncompressed``, since the records are mostly JPEG/PNG bytes that do not compress, and
+a reader then spends no time decompressing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from typing import Iterator, Sequence
+
+from transforms.errors import RecordError
+from transforms.tfrecord.framing import OVERHEAD, iter_records
+from transforms.tfrecord.shard_writer import ShardStats
+
+__all__ = ["WRITER_OPTIONS", "ArrayRecordShardWriter", "read_records", "record_count", "missing_module"]
+
+WRITER_OPTIONS = "group_size:1,uncompressed"
+_READ_BATCH = 256
+
+
+def missing_module() -> str | None:
+    """Why ArrayRecord files cannot be written or read here, or None."""
+    try:
+        from array_record.python import array_record_module  # noqa: F401
+    except ImportError as err:
+        return f"ArrayRecord needs the array_record package (pip install array_record): {err}"
+    return None
+
+
+def _module():
+    from array_record.python import array_record_module
+
+    return array_record_module
+
+
+class ArrayRecordShardWriter:
+    """Writes records to a local ArrayRecord file, counting them and their labels (``ShardWriter``'s interface).
+
+    Args:
+        path: Local path of the file to write (created or replaced).
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._writer = _module().ArrayRecordWriter(path, WRITER_OPTIONS)
+        self.stats = ShardStats()
+
+    def write(self, record: bytes, label: int | Sequence[int] | None = None) -> None:
+        """Appends one record (a serialized Example)."""
+        self._writer.write(record)
+        self.stats.records += 1
+        for each in (label if isinstance(label, (tuple, list)) else () if label is None else (label,)):
+            key = str(each)
+            self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
+
+    def write_parts(self, parts: Sequence[bytes], label: int | Sequence[int] | None = None) -> None:
+        """Appends one record whose bytes are ``b"".join(parts)``."""
+        self.write(b"".join(parts), label)
+
+    def write_framed(self, framed: bytes, label: int | Sequence[int] | None = None) -> None:
+        """Appends the record of one TFRecord-framed record (its CRCs checked)."""
+        records = list(iter_records(io.BytesIO(framed), self._path))
+        if len(records) != 1 or len(framed) != len(records[0][1]) + OVERHEAD:
+            raise RecordError(self._path, 0, "bad_length",
+                              f"a framed record of {len(framed)} bytes holds {len(records)} records")
+        self.write(records[0][1], label)
+
+    def close(self) -> ShardStats:
+        """Closes the file; the stats then hold its size and sha256."""
+        self._writer.close()
+        digest = hashlib.sha256()
+        with open(self._path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+                self.stats.bytes += len(block)
+        self.stats.sha256 = digest.hexdigest()
+        return self.stats
+
+
+def record_count(path: str) -> int:
+    """The number of records of a local ArrayRecord file."""
+    reader = _module().ArrayRecordReader(path)
+    try:
+        return reader.num_records()
+    finally:
+        reader.close()
+
+
+def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order."""
+    try:
+        reader = _module().ArrayRecordReader(path)
+    except (RuntimeError, ValueError, OSError) as err:
+        raise RecordError(path, 0, "not_array_record", f"not a readable ArrayRecord file: {err}") from err
+    try:
+        stop = reader.num_records() if stop is None else min(stop, reader.num_records())
+        for first in range(start, stop, _READ_BATCH):
+            indexes = list(range(first, min(first + _READ_BATCH, stop)))
+            for index, record in zip(indexes, reader.read(indexes)):
+                yield index, record
+    finally:
+        reader.close()
