@@ -88,25 +88,39 @@ class ArrayRecordShardWriter:
 
 
 def record_count(path: str) -> int:
-    """The number of records of a local ArrayRecord file."""
-    reader = _module().ArrayRecordReader(path)
+    """The number of records of a local ArrayRecord file.
+
+    Raises:
+        RecordError: The file is not an ArrayRecord file.
+    """
     try:
-        return reader.num_records()
-    finally:
-        reader.close()
+        reader = _module().ArrayRecordReader(path)
+        try:
+            return reader.num_records()
+        finally:
+            reader.close()
+    except (RuntimeError, ValueError, OSError) as err:
+        raise RecordError(path, 0, "bad_array_record", f"not a readable ArrayRecord file: {err}") from err
 
 
 def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order."""
+    """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order.
+
+    Raises:
+        RecordError: The file is not an ArrayRecord file, or a record cannot be read (ArrayRecord
+            checks each chunk's hash).
+    """
+    index = start
     try:
         reader = _module().ArrayRecordReader(path)
+        try:
+            stop = reader.num_records() if stop is None else min(stop, reader.num_records())
+            for first in range(start, stop, _READ_BATCH):
+                indexes = list(range(first, min(first + _READ_BATCH, stop)))
+                for index, record in zip(indexes, reader.read(indexes)):
+                    yield index, record
+        finally:
+            reader.close()
     except (RuntimeError, ValueError, OSError) as err:
-        raise RecordError(path, 0, "not_array_record", f"not a readable ArrayRecord file: {err}") from err
-    try:
-        stop = reader.num_records() if stop is None else min(stop, reader.num_records())
-        for first in range(start, stop, _READ_BATCH):
-            indexes = list(range(first, min(first + _READ_BATCH, stop)))
-            for index, record in zip(indexes, reader.read(indexes)):
-                yield index, record
-    finally:
-        reader.close()
+        raise RecordError(path, 0, "bad_array_record",
+                          f"not a readable ArrayRecord file (record {index}): {err}") from err

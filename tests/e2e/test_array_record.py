@@ -1,0 +1,127 @@
+"""``build --format array_record``: the records of a TFRecord build, in ArrayRecord files.
+
+One folder is built in both formats; the ArrayRecord set is read by the readers it is for
+(ArrayRecord's own reader, tfds's ``as_data_source``, Grain) and by the docs' recipes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
+
+import pytest
+
+from tests.recipes import recipe
+from tests.shard_fixtures import load_manifest, make_class_tree, records, run_build
+
+pytest.importorskip("array_record", reason="the array_record package is not installed")
+
+CLASSES = ["daisy", "rose", "tulip"]
+
+
+def _array_records(path: str) -> list[bytes]:
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    reader = ArrayRecordReader(path)
+    try:
+        return reader.read_all()
+    finally:
+        reader.close()
+
+
+def _filename(record: bytes) -> str:
+    from transforms.example.codec import decode_example
+
+    return decode_example(record)["image/filename"][1][0].decode()
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory) -> tuple[str, str, dict[str, str]]:
+    """(TFRecord set, ArrayRecord set, input path -> class) built from one folder."""
+    from beam_jobs import build_shards
+
+    root = tmp_path_factory.mktemp("formats")
+    src = str(root / "src")
+    expected = make_class_tree(src, per_class=8, broken=True)
+    sets = []
+    for file_format in ("tfrecord", "array_record"):
+        out = str(root / file_format / "flowers")
+        assert build_shards.run(["--input", src, "--output_dir", out, "--num_shards", "3",
+                                 "--format", file_format, "--max_bad_fraction", "0.2"]) == 0
+        sets.append(out)
+    return sets[0], sets[1], expected
+
+
+@pytest.mark.slow
+def test_both_formats_hold_the_same_records_in_the_same_shards_and_order(both) -> None:
+    tfrecords, arrayrecords, expected = both
+    old, new = load_manifest(tfrecords), load_manifest(arrayrecords)
+    assert new["options"]["format"] == "array_record" and old["options"]["format"] == "tfrecord"
+    assert new["dead_letters"] == old["dead_letters"] == 3
+    assert new["records"] + new["dead_letters"] == len(expected)
+    old_shards, new_shards = old["splits"]["train"]["shards"], new["splits"]["train"]["shards"]
+    assert [s["file"] for s in new_shards] == [f"train-{i:05d}-of-00003.array_record" for i in range(3)]
+    assert not os.path.exists(os.path.join(arrayrecords, "index"))
+    for before, after in zip(old_shards, new_shards, strict=True):
+        theirs = [data for _, data in records(os.path.join(tfrecords, before["file"]))]
+        ours = _array_records(os.path.join(arrayrecords, after["file"]))
+        assert [_filename(r) for r in ours] == [_filename(r) for r in theirs]
+        assert ours == theirs  # the same serialized Examples, byte for byte, in order
+        assert (after["records"], after["label_counts"]) == (before["records"], before["label_counts"])
+        assert after["bytes"] == os.path.getsize(os.path.join(arrayrecords, after["file"]))
+    with open(os.path.join(arrayrecords, "dead_letters.jsonl")) as a, \
+            open(os.path.join(tfrecords, "dead_letters.jsonl")) as b:
+        assert a.read() == b.read()
+
+
+@pytest.mark.slow
+def test_tfds_data_source_gives_random_access_with_class_names(both) -> None:
+    import tensorflow_datasets as tfds
+
+    _, arrayrecords, expected = both
+    info = json.load(open(os.path.join(arrayrecords, "dataset_info.json")))
+    assert info["fileFormat"] == "array_record"
+    assert {s["filepathTemplate"] for s in info["splits"]} == {"{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}
+    builder = tfds.builder_from_directory(arrayrecords)
+    assert builder.info.features["image/class/label"].names == CLASSES
+    source = builder.as_data_source(split="train")
+    good = {path: label for path, label in expected.items() if not label.startswith("dead:")}
+    assert len(source) == len(good)
+    for index in (len(source) - 1, 0, 7):  # any order
+        example = source[index]
+        path = example["image/filename"].decode()
+        assert CLASSES[int(example["image/class/label"])] == good[path]
+        assert example["image/encoded"].ndim == 3
+
+
+@pytest.mark.slow
+def test_grain_recipe_reads_every_record_once_with_its_label(both) -> None:
+    _, arrayrecords, expected = both
+    scope: dict = {}
+    exec(compile(recipe("grain", arrayrecords), "docs/reading.md", "exec"), scope)  # noqa: S102
+    rows = [(ex["image/filename"].decode(), scope["names"][int(ex["image/class/label"])]) for ex in scope["ds"]]
+    good = {path: label for path, label in expected.items() if not label.startswith("dead:")}
+    assert sorted(rows) == sorted(good.items())
+    assert [path for path, _ in rows] != sorted(good)  # shuffled
+
+
+@pytest.mark.slow
+def test_tfds_data_source_recipe_reads_a_record(both) -> None:
+    _, arrayrecords, expected = both
+    scope: dict = {}
+    exec(compile(recipe("tfds-data-source", arrayrecords), "docs/reading.md", "exec"), scope)  # noqa: S102
+    assert len(scope["source"]) == sum(1 for label in expected.values() if not label.startswith("dead:"))
+    assert scope["example"]["image/encoded"].ndim == 3
+
+
+@pytest.mark.parametrize("flags, said", [
+    (("--compression", "gzip"), "leave out --compression gzip"),
+    (("--append",), "--append adds to TFRecord sets only"),
+])
+def test_array_record_refuses_what_it_does_not_go_with(tmp_path, capsys, flags, said) -> None:
+    status, _, err = run_build(capsys, "--input", str(tmp_path), "--output_dir", str(tmp_path / "out"),
+                               "--format", "array_record", *flags)
+    assert status == 2
+    assert said in err
