@@ -19,7 +19,9 @@ from apache_beam.transforms.core import RestrictionProvider
 
 from transforms.errors import RecordError
 from transforms.progress import counters as progress
-from transforms.storage.files import open_file
+from transforms.arrayrecord.shard_file import read_records
+from transforms.shardset.naming import FILE_SUFFIXES
+from transforms.storage.files import local_copy, open_file, sha256_of
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
@@ -38,8 +40,12 @@ class _WholeFile(OffsetRange):
     """The restriction of a file read whole, front to back (compressed, or empty)."""
 
 
+def _is_array_record(shard: ShardFile) -> bool:
+    return shard.path.endswith(FILE_SUFFIXES["array_record"])
+
+
 def _whole_file(shard: ShardFile) -> bool:
-    return shard.size == 0 or compression_of(shard.path) != "none"
+    return shard.size == 0 or _is_array_record(shard) or compression_of(shard.path) != "none"
 
 
 class _WholeFileTracker(OffsetRestrictionTracker):
@@ -140,6 +146,9 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
                                self._preview, self._decode_with)
         tally = progress.Tally(progress.RECORDS_READ)
+        if _is_array_record(shard):
+            yield self._check_array_record(shard, claims, checker, tally)
+            return
         uncompressed = compression_of(shard.path) == "none"
         index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
         digest = None
@@ -170,6 +179,36 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                 result.problems.extend(index_problems(shard.path, index[1] if index else None,
                                                       shard.size, self._index_required))
         yield result
+
+
+    def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
+        """The tally of an ArrayRecord shard, read whole from a local copy: its records in order
+        (a problem's offset is then the record's number), its sha256 from the copy's bytes."""
+        digest = None
+        if claims.try_claim(0):
+            with local_copy(shard.path) as local:
+                read = 0
+                try:
+                    for number, data in read_records(local):
+                        checker.add(number, data)
+                        tally.add(1, len(data))
+                        read += len(data)
+                except RecordError as err:
+                    Metrics.counter(_NAMESPACE, "damaged_records").inc()
+                    checker.damage(err)
+                finally:
+                    tally.add(0, max(0, shard.size - read))  # the file's own bytes: progress ends at its size
+                    tally.flush()
+                if self._hash_files and shard.entry is not None:
+                    digest = sha256_of(local)
+        claims.finish()
+        result = checker.result()
+        Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
+        result.entry = shard.entry
+        problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
+        if problem:
+            result.problems.append(problem)
+        return result
 
 
 class ReadAndCheckRecords(beam.PTransform):

@@ -276,12 +276,13 @@ VERIFY = Job(
 
 INSPECT = Job(
     name="inspect_shard", beam=False, usage="%(prog)s SHARD [flags]",
-    summary="Print the records of a TFRecord file as text.",
+    summary="Print the records of a TFRecord (or ArrayRecord) file as text.",
     options=(FlagSet("InspectFlags", (
         Flag("shard", positional=True, group="inputs", help="TFRecord file: a local path, gs:// or s3://."),
         Flag("limit", type=v.positive_int, default=10, group="output", help="Records to print."),
         Flag("offset", type=v.non_negative_int, default=0, group="inputs",
-             help="Start at the first record that starts at or after this byte."),
+             help="Start at the first record that starts at or after this byte (an ArrayRecord "
+                  "file: at this record number)."),
         Flag("compression", default="auto", choices=READ_COMPRESSIONS, group="inputs",
              help="auto (by suffix: .gz gzip, .zz/.deflate zlib), none, gzip or zlib."),
         _MAX_RECORD_MB,

@@ -125,3 +125,40 @@ def test_array_record_refuses_what_it_does_not_go_with(tmp_path, capsys, flags, 
                                "--format", "array_record", *flags)
     assert status == 2
     assert said in err
+
+
+@pytest.mark.slow
+def test_verify_checks_an_array_record_set_and_names_a_damaged_shard(both, tmp_path, capsys) -> None:
+    import shutil
+
+    from beam_jobs import verify_shards
+
+    _, arrayrecords, _ = both
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", arrayrecords, "--decode_images"]) == 0
+    assert "no problems" in capsys.readouterr().out
+    damaged = str(tmp_path / "damaged")
+    shutil.copytree(arrayrecords, damaged)
+    shard = os.path.join(damaged, "train-00001-of-00003.array_record")
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 8] ^= 0xFF  # inside a record's chunk
+    open(shard, "wb").write(bytes(data))
+    assert verify_shards.run(["--output_dir", damaged]) == 1
+    out = capsys.readouterr().out
+    assert "sha256_mismatch: " + shard in out
+    assert "crc_mismatch: " + shard in out
+
+
+@pytest.mark.slow
+def test_inspect_prints_an_array_record_files_records_from_a_number(both) -> None:
+    import io
+
+    from beam_jobs import inspect_shard
+
+    _, arrayrecords, _ = both
+    shard = os.path.join(arrayrecords, "train-00000-of-00003.array_record")
+    out = io.StringIO()
+    assert inspect_shard.run([shard, "--limit", "2", "--offset", "1"], out=out) == 0
+    text = out.getvalue()
+    assert text.startswith("record 1: ") and "\nrecord 2: " in text and "record 3" not in text
+    assert "image/class/label" in text and text.rstrip().endswith("more follow")

@@ -100,15 +100,15 @@ def record_count(path: str) -> int:
         finally:
             reader.close()
     except (RuntimeError, ValueError, OSError) as err:
-        raise RecordError(path, 0, "bad_array_record", f"not a readable ArrayRecord file: {err}") from err
+        raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
 
 
 def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
     """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order.
 
     Raises:
-        RecordError: The file is not an ArrayRecord file, or a record cannot be read (ArrayRecord
-            checks each chunk's hash).
+        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file, or a record cannot
+            be read (ArrayRecord checks each chunk's hash, its CRC); the detail is ArrayRecord's.
     """
     index = start
     try:
@@ -116,11 +116,12 @@ def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator
         try:
             stop = reader.num_records() if stop is None else min(stop, reader.num_records())
             for first in range(start, stop, _READ_BATCH):
+                index = first
                 indexes = list(range(first, min(first + _READ_BATCH, stop)))
                 for index, record in zip(indexes, reader.read(indexes)):
                     yield index, record
         finally:
             reader.close()
     except (RuntimeError, ValueError, OSError) as err:
-        raise RecordError(path, 0, "bad_array_record",
-                          f"not a readable ArrayRecord file (record {index}): {err}") from err
+        raise RecordError(path, 0, "crc_mismatch",
+                          f"not a readable ArrayRecord file (records from {index} on): {err}") from err
