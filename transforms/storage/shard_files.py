@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
-import shutil
 import tempfile
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -73,11 +73,16 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
             if file_format == "array_record":
                 stats = _write_records(ArrayRecordShardWriter(local_path), records)
                 fh = create(staged)
+                digest = hashlib.sha256()
                 try:
                     with open(local_path, "rb") as source:
-                        shutil.copyfileobj(source, fh, 1 << 22)
+                        for block in iter(lambda: source.read(1 << 22), b""):
+                            digest.update(block)
+                            stats.bytes += len(block)
+                            fh.write(block)
                 finally:
                     close_written_file(fh)
+                stats.sha256 = digest.hexdigest()
                 return ShardResult(split, index, count, name, staged, None, stats)
             fh = create(staged)
             index_fh = create(staged_index) if staged_index else None
