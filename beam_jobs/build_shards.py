@@ -585,11 +585,18 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
 
 
 def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, ...],
-                      fractions: tuple[str, ...]) -> None:
-    """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built."""
-    problem = replace_problem(output_dir, old, listed_splits(facts.splits, fractions), inputs)
+                      fractions: tuple[str, ...], file_format: str = "tfrecord", drop_other_splits: bool = False) -> None:
+    """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built,
+    or the run would keep splits of the other shard file format (a set has one)."""
+    written = listed_splits(facts.splits, fractions)
+    problem = replace_problem(output_dir, old, written, inputs)
     if problem:
         raise UsageError(problem)
+    kept = sorted(set(old.splits) - written) if not drop_other_splits else []
+    if kept and old.file_format != file_format:
+        raise UsageError(f"{output_dir} holds split {', '.join(map(repr, kept))} as {old.file_format} shards, which "
+                         f"this --format {file_format} run would keep: a set has one format; rebuild every "
+                         "split with it, or pass --drop_other_splits")
 
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
@@ -599,7 +606,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # built is refused with the class names, before any image is read (reading waits for them).
     check = None if old is None else functools.partial(
         _refuse_replacing, output_dir=cfg.output_dir, old=old, inputs=tuple(cfg.input),
-        fractions=tuple(cfg.split_fraction_map or ()))
+        fractions=tuple(cfg.split_fraction_map or ()), file_format=cfg.format, drop_other_splits=cfg.drop_other_splits)
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg, check)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.

@@ -162,3 +162,35 @@ def test_inspect_prints_an_array_record_files_records_from_a_number(both) -> Non
     text = out.getvalue()
     assert text.startswith("record 1: ") and "\nrecord 2: " in text and "record 3" not in text
     assert "image/class/label" in text and text.rstrip().endswith("more follow")
+
+
+@pytest.mark.parametrize("content", [b"", b"not an ArrayRecord file\n" * 4000])
+def test_inspect_of_a_file_that_is_not_array_record_fails_in_one_line(tmp_path, capsys, content) -> None:
+    import io
+
+    from beam_jobs import inspect_shard
+
+    path = tmp_path / "train-00000-of-00001.array_record"
+    path.write_bytes(content)
+    capsys.readouterr()
+    assert inspect_shard.run([str(path)], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} is not a readable ArrayRecord file" in err
+
+
+@pytest.mark.slow
+def test_a_split_added_beside_an_array_record_split_knows_its_images_and_keeps_one_format(tmp_path, capsys) -> None:
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    make_class_tree(src, per_class=3, broken=False)
+    status, _, err = run_build(capsys, "--input", src, "--output_dir", out, "--format", "array_record")
+    assert status == 0, err
+    # The published ArrayRecord shards' keys are read: the same images for another split are duplicates.
+    status, _, err = run_build(capsys, "--input", src, "--output_dir", out, "--format", "array_record",
+                               "--split", "validation", "--max_bad_fraction", "1")
+    assert status == 1 and "nothing was published" in err or status == 0, err
+    reasons = {json.loads(line)["reason"] for line in open(os.path.join(out, "dead_letters.jsonl"))
+               if line.strip()} if status == 0 else set()
+    assert status == 1 or reasons, "the images already in train were not found"
+    status, _, err = run_build(capsys, "--input", src, "--output_dir", out, "--split", "test")
+    assert status == 2
+    assert "holds split 'train' as array_record shards" in err
