@@ -41,6 +41,8 @@ setuptools.setup(
             # ArrayRecord shards read by Grain and tfds's as_data_source (docs/reading.md).
             "grain>=0.2.18", "array_record>=0.8.6",
         ],
+        # build --format array_record (ArrayRecord's writer), and Grain to read such sets (docs/reading.md).
+        "arrayrecord": ["array_record>=0.8.6", "grain>=0.2.18"],
         "aws": ["apache-beam[aws]"],
         "gcp": ["apache-beam[gcp]"],
         "dask": ["apache-beam[dask]"],  # --runner DaskRunner (dask and distributed)
