@@ -194,3 +194,32 @@ def test_a_split_added_beside_an_array_record_split_knows_its_images_and_keeps_o
     status, _, err = run_build(capsys, "--input", src, "--output_dir", out, "--split", "test")
     assert status == 2
     assert "holds split 'train' as array_record shards" in err
+
+
+@pytest.mark.slow
+def test_verify_reads_a_local_array_record_shard_in_ranges_of_record_numbers(both, tmp_path, capsys,
+                                                                            monkeypatch) -> None:
+    import shutil
+
+    from apache_beam.io.iobase import Read
+
+    from beam_jobs import verify_shards
+
+    monkeypatch.setattr(Read, "get_desired_chunk_size", staticmethod(lambda size: 1))  # one record a range
+    monkeypatch.setattr(verify_shards, "split_ranges_for", lambda *args: True)  # split at the start
+    _, arrayrecords, _ = both
+    damaged = str(tmp_path / "damaged")
+    shutil.copytree(arrayrecords, damaged)
+    shard = os.path.join(damaged, "train-00001-of-00003.array_record")
+    records = load_manifest(damaged)["splits"]["train"]["shards"][1]["records"]
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 8] ^= 0xFF  # inside one record's chunk
+    open(shard, "wb").write(bytes(data))
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", damaged]) == 1
+    out = capsys.readouterr().out
+    assert "crc_mismatch: " + shard in out and "sha256_mismatch: " + shard in out
+    # Each record its own range: only the damaged one is not read, the shard's others are.
+    total = load_manifest(damaged)["records"]
+    assert f"not read: 1 of the {total} records" in out, out
+    assert records > 1

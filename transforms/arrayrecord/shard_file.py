@@ -24,6 +24,7 @@ __all__ = ["WRITER_OPTIONS", "ArrayRecordShardWriter", "read_records", "record_c
 
 WRITER_OPTIONS = "group_size:1,uncompressed"
 _READ_BATCH = 256
+_ERRORS = (RuntimeError, ValueError, OSError)  # what ArrayRecord's C++ reader raises
 
 
 def missing_module() -> str | None:
@@ -82,41 +83,72 @@ class ArrayRecordShardWriter:
         return self.stats
 
 
+def _open(path: str):
+    """ArrayRecord's reader of a local file, checked to be usable.
+
+    Raises:
+        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file (ArrayRecord's reason).
+    """
+    try:
+        reader = _module().ArrayRecordReader(path)
+    except _ERRORS as err:
+        raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
+    if not reader.ok():  # a file too short or not ArrayRecord's: its reason comes with closing it
+        try:
+            reader.close()
+        except _ERRORS as err:
+            raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
+        raise RecordError(path, 0, "crc_mismatch", "not a readable ArrayRecord file")
+    return reader
+
+
+def _close(reader, path: str) -> None:
+    try:
+        reader.close()
+    except _ERRORS as err:
+        raise RecordError(path, 0, "crc_mismatch", f"ArrayRecord file cannot be closed: {err}") from err
+
+
 def record_count(path: str) -> int:
     """The number of records of a local ArrayRecord file.
 
     Raises:
-        RecordError: The file is not an ArrayRecord file.
+        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file.
     """
+    reader = _open(path)
     try:
-        reader = _module().ArrayRecordReader(path)
-        try:
-            return reader.num_records()
-        finally:
-            reader.close()
-    except (RuntimeError, ValueError, OSError) as err:
-        raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
+        return reader.num_records()
+    finally:
+        _close(reader, path)
 
 
 def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
     """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order.
 
+    Records are read a batch at a time; a batch ArrayRecord refuses is read again record by
+    record, so that the error names the first record that cannot be read.
+
     Raises:
         RecordError: ``crc_mismatch``: the file is not an ArrayRecord file, or a record cannot
             be read (ArrayRecord checks each chunk's hash, its CRC); the detail is ArrayRecord's.
     """
-    index = start
+    reader = _open(path)
     try:
-        reader = _module().ArrayRecordReader(path)
-        try:
-            stop = reader.num_records() if stop is None else min(stop, reader.num_records())
-            for first in range(start, stop, _READ_BATCH):
-                index = first
-                indexes = list(range(first, min(first + _READ_BATCH, stop)))
-                for index, record in zip(indexes, reader.read(indexes)):
-                    yield index, record
-        finally:
-            reader.close()
-    except (RuntimeError, ValueError, OSError) as err:
-        raise RecordError(path, 0, "crc_mismatch",
-                          f"not a readable ArrayRecord file (records from {index} on): {err}") from err
+        stop = reader.num_records() if stop is None else min(stop, reader.num_records())
+        for first in range(start, stop, _READ_BATCH):
+            indexes = list(range(first, min(first + _READ_BATCH, stop)))
+            try:
+                batch = reader.read(indexes)
+            except _ERRORS:
+                batch = None
+            if batch is not None:
+                yield from zip(indexes, batch)
+                continue
+            for index in indexes:  # the batch again, one record at a time, to the first bad one
+                try:
+                    record = reader.read([index])[0]
+                except _ERRORS as err:
+                    raise RecordError(path, index, "crc_mismatch", f"record {index} cannot be read: {err}") from err
+                yield index, record
+    finally:
+        _close(reader, path)
