@@ -205,7 +205,6 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                                                       shard.size, self._index_required))
         yield result
 
-
     def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
         """The tally of an ArrayRecord shard's records, by number (a problem's offset is a record's number).
 

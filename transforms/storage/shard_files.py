@@ -36,7 +36,7 @@ from transforms.shardset.published_keys import record_label
 from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
 from transforms.tfrecord.run_files import FramedRecord
-from transforms.tfrecord.shard_writer import ShardStats, ShardWriter
+from transforms.tfrecord.shard_writer import ShardWriter
 from transforms.arrayrecord.shard_file import ArrayRecordShardWriter
 
 __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_records", "published_entries",
@@ -64,48 +64,59 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     attempt = uuid.uuid4().hex
     staging = staging_folder(output_dir, run_id)
     staged = join_path(staging, f"{name}.{attempt}.tmp")
-    staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if (
-        compression == "none" and file_format == "tfrecord") else None
-    with contextlib.ExitStack() as local:
-        if file_format == "array_record":
-            local_path = os.path.join(local.enter_context(tempfile.TemporaryDirectory(prefix="array-record-")), name)
-        with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
-            if file_format == "array_record":
-                stats = _write_records(ArrayRecordShardWriter(local_path), records)
-                fh = create(staged)
-                digest = hashlib.sha256()
-                try:
-                    with open(local_path, "rb") as source:
-                        for block in iter(lambda: source.read(1 << 22), b""):
-                            digest.update(block)
-                            stats.bytes += len(block)
-                            fh.write(block)
-                finally:
-                    close_written_file(fh)
-                stats.sha256 = digest.hexdigest()
-                return ShardResult(split, index, count, name, staged, None, stats)
-            fh = create(staged)
-            index_fh = create(staged_index) if staged_index else None
-            try:
-                stats = _write_records(ShardWriter(fh, compression, index_fh), records)
-            finally:
-                close_written_file(fh)
-                if index_fh is not None:
-                    close_written_file(index_fh)
+    if file_format == "array_record":
+        return _write_array_record_shard(output_dir, key, name, staged, records, planned_bytes)
+    staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
+    with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
+        fh = create(staged)
+        index_fh = create(staged_index) if staged_index else None
+        try:
+            writer = ShardWriter(fh, compression, index_fh)
+            for record, label in records:
+                if isinstance(record, FramedRecord):  # copied from a run file as it is
+                    writer.write_framed(record.data, label)
+                elif isinstance(record, bytes):
+                    writer.write(record, label)
+                else:  # the pieces a record is made of, written without joining them
+                    writer.write_parts(record, label)
+            stats = writer.close()
+        finally:
+            close_written_file(fh)
+            if index_fh is not None:
+                close_written_file(index_fh)
     return ShardResult(split, index, count, name, staged, staged_index, stats)
 
 
-def _write_records(writer: ShardWriter | ArrayRecordShardWriter,
-                   records: Iterable[tuple[bytes | Sequence[bytes], int | None]]) -> ShardStats:
-    """Writes ``records`` with ``writer``; returns its stats once closed."""
-    for record, label in records:
-        if isinstance(record, FramedRecord):  # copied from a run file as it is
-            writer.write_framed(record.data, label)
-        elif isinstance(record, bytes):
-            writer.write(record, label)
-        else:  # the pieces a record is made of, written without joining them
-            writer.write_parts(record, label)
-    return writer.close()
+def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: str, staged: str,
+                              records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
+                              planned_bytes: int | None) -> ShardResult:
+    """``write_shard`` of an ArrayRecord shard: written to a local temporary file, then copied to
+    ``staged`` (local or on a store), its size and sha256 taken from the bytes copied."""
+    split, index, count = key
+    with tempfile.TemporaryDirectory(prefix="array-record-") as folder, \
+            reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
+        local = os.path.join(folder, name)
+        writer = ArrayRecordShardWriter(local)
+        for record, label in records:
+            if isinstance(record, FramedRecord):  # a run file's framed record
+                writer.write_framed(record.data, label)
+            elif isinstance(record, bytes):
+                writer.write(record, label)
+            else:
+                writer.write_parts(record, label)
+        stats = writer.close()
+        digest = hashlib.sha256()
+        fh = create(staged)
+        try:
+            with open(local, "rb") as source:
+                for block in iter(lambda: source.read(1 << 22), b""):
+                    digest.update(block)
+                    stats.bytes += len(block)
+                    fh.write(block)
+        finally:
+            close_written_file(fh)
+    stats.sha256 = digest.hexdigest()
+    return ShardResult(split, index, count, name, staged, None, stats)
 
 
 def lead_records(output_dir: str, totals: SplitTotals, index: int,
