@@ -21,6 +21,9 @@ setuptools.setup(
         "pyarrow>=14.0.1",
         # WebDataset brace patterns, read as webdataset reads them.
         "braceexpand>=0.1.7",
+        # Beam's ReadFromTFRecord (docs/reading.md) needs a CRC32C module that apache-beam does
+        # not require; google-crc32c is the fast one it looks for (apache-beam[tfrecord] brings crcmod).
+        "google-crc32c>=1.5",
     ],
     extras_require={
         # grpcio-tools from 1.82 needs protobuf>=7; apache-beam needs protobuf<7.
@@ -35,7 +38,11 @@ setuptools.setup(
             # (tests/e2e/test_annotated_builds.py) and the PyTorch tfrecord package with our
             # .idx files (tests/e2e/test_index_readers.py; it needs no torch to read).
             "tensorflow-datasets>=4.9.10", "tfrecord>=1.14.6",
+            # ArrayRecord shards read by Grain and tfds's as_data_source (docs/reading.md).
+            "grain>=0.2.18", "array_record>=0.8.6",
         ],
+        # build --format array_record (ArrayRecord's writer), and Grain to read such sets (docs/reading.md).
+        "arrayrecord": ["array_record>=0.8.6", "grain>=0.2.18"],
         "aws": ["apache-beam[aws]"],
         "gcp": ["apache-beam[gcp]"],
         "dask": ["apache-beam[dask]"],  # --runner DaskRunner (dask and distributed)

@@ -365,7 +365,7 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
 _APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grayscale", "resize",
-                "resize_mode", "shard_size_mb", "compression", "seed", "split_fractions", "feature",
+                "resize_mode", "shard_size_mb", "compression", "format", "seed", "split_fractions", "feature",
                 "multi_label", "label_offset", "bbox_format", "coco_ids", "boxes_outside")
 
 
@@ -512,8 +512,10 @@ def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules
     return set()
 
 
-def _content_key(key: tuple, items, compression: str) -> str:
-    return shard_content_key(key, compression, items)
+def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
+    # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
+    return shard_content_key(key, compression if file_format == "tfrecord" else f"{file_format}:{compression}",
+                             items)
 
 
 def _split_of(meta) -> str:
@@ -583,11 +585,18 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
 
 
 def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, ...],
-                      fractions: tuple[str, ...]) -> None:
-    """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built."""
-    problem = replace_problem(output_dir, old, listed_splits(facts.splits, fractions), inputs)
+                      fractions: tuple[str, ...], file_format: str = "tfrecord", drop_other_splits: bool = False) -> None:
+    """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built,
+    or the run would keep splits of the other shard file format (a set has one)."""
+    written = listed_splits(facts.splits, fractions)
+    problem = replace_problem(output_dir, old, written, inputs)
     if problem:
         raise UsageError(problem)
+    kept = sorted(set(old.splits) - written) if not drop_other_splits else []
+    if kept and old.file_format != file_format:
+        raise UsageError(f"{output_dir} holds split {', '.join(map(repr, kept))} as {old.file_format} shards, which "
+                         f"this --format {file_format} run would keep: a set has one format; rebuild every "
+                         "split with it, or pass --drop_other_splits")
 
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
@@ -597,7 +606,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # built is refused with the class names, before any image is read (reading waits for them).
     check = None if old is None else functools.partial(
         _refuse_replacing, output_dir=cfg.output_dir, old=old, inputs=tuple(cfg.input),
-        fractions=tuple(cfg.split_fraction_map or ()))
+        fractions=tuple(cfg.split_fraction_map or ()), file_format=cfg.format, drop_other_splits=cfg.drop_other_splits)
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg, check)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.
@@ -640,9 +649,10 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
-        content_of=functools.partial(_content_key, compression=cfg.compression) if cfg.policy.resume else None,
-        done_shards=adopted.shards)
-    fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed}
+        content_of=functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format)
+        if cfg.policy.resume else None,
+        done_shards=adopted.shards, file_format=cfg.format)
+    fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
     object_labels = layout | "ObjectClasses" >> beam.Map(lambda lay: lay.object_labels)  # ((id, name), ...)

@@ -1,4 +1,4 @@
-"""Inspect: print the records of one TFRecord file as readable text.
+"""Inspect: print the records of one TFRecord (or ArrayRecord) file as readable text.
 
 Usage::
 
@@ -10,7 +10,9 @@ Each record is shown as its features (name, type, values); long or binary byte
 values as their length and sha256. Works on any TFRecord file, local or in a
 bucket, plain, gzip or zlib. ``--offset`` is a byte offset into the file (into
 the decompressed stream for gzip/zlib), such as one from a verify report.
-Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
+An ArrayRecord file (``.array_record``, from ``build --format array_record``) is
+read the same way, its records numbered; ``--offset`` is then the number of the
+first record shown. Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from beam_jobs.cli import values as opt
 from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError, UsageError
-from transforms.storage.files import open_file
+from transforms.arrayrecord.shard_file import missing_module, read_records, record_count
+from transforms.shardset.naming import FILE_SUFFIXES
+from transforms.storage.files import local_copy, open_file
 from transforms.storage.listing import exact_file, is_folder
 from transforms.example.text import format_record
 from transforms.progress.report import plural
@@ -61,6 +65,8 @@ def inspect(path: str, size: int, limit: int, offset: int, compression: str, out
 
     A record declaring more than ``max_record_bytes`` is reported as damaged.
     """
+    if path.endswith(FILE_SUFFIXES["array_record"]):
+        return _inspect_array_record(path, limit, offset, out)
     kind = compression_of(path, compression)
     shown = 0
     with open_file(path) as fh:
@@ -78,6 +84,31 @@ def inspect(path: str, size: int, limit: int, offset: int, compression: str, out
             out.write(f"# damaged record: {err}\n")
             return 1
     out.write(f"# end of file: {plural(shown, 'record')} shown\n")
+    return 0
+
+
+def _inspect_array_record(path: str, limit: int, first: int, out: TextIO) -> int:
+    """Prints up to ``limit`` records of an ArrayRecord file from record number ``first``; returns the exit status."""
+    problem = missing_module()
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    shown = 0
+    with local_copy(path) as local:
+        try:
+            total = record_count(local)
+        except RecordError as err:
+            raise UsageError(f"{path} is {err.detail}") from err
+        try:
+            for number, data in read_records(local, first, first + limit):
+                out.write(format_record(number, None, data) + "\n")
+                shown += 1
+        except RecordError as err:
+            out.write(f"# damaged record: {err}\n")
+            return 1
+    if first + shown < total:
+        out.write(f"# stopped after {plural(limit, 'record')} (--limit); more follow\n")
+    else:
+        out.write(f"# end of file: {plural(shown, 'record')} shown\n")
     return 0
 
 

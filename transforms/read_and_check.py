@@ -19,7 +19,10 @@ from apache_beam.transforms.core import RestrictionProvider
 
 from transforms.errors import RecordError
 from transforms.progress import counters as progress
-from transforms.storage.files import open_file
+from transforms.arrayrecord.shard_file import read_records
+from transforms.shardset.naming import FILE_SUFFIXES
+from transforms.storage.files import local_copy, open_file, sha256_of
+from transforms.storage.paths import is_local
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
@@ -38,8 +41,24 @@ class _WholeFile(OffsetRange):
     """The restriction of a file read whole, front to back (compressed, or empty)."""
 
 
+class _RecordRange(OffsetRange):
+    """The restriction of an ArrayRecord shard: record numbers ``start..stop-1`` (its records read by number)."""
+
+
+def _is_array_record(shard: ShardFile) -> bool:
+    return shard.path.endswith(FILE_SUFFIXES["array_record"])
+
+
+def _by_record(shard: ShardFile) -> bool:
+    """True for a local ArrayRecord shard whose record count its entry gives: read in ranges of record
+    numbers (a shard on a store is read whole, from one local copy)."""
+    return (_is_array_record(shard) and shard.entry is not None and shard.entry.records > 0
+            and is_local(shard.path))
+
+
 def _whole_file(shard: ShardFile) -> bool:
-    return shard.size == 0 or compression_of(shard.path) != "none"
+    return shard.size == 0 or (_is_array_record(shard) and not _by_record(shard)) or \
+        compression_of(shard.path) != "none"
 
 
 class _WholeFileTracker(OffsetRestrictionTracker):
@@ -53,6 +72,8 @@ class _ShardRanges(CarriesStorageOptions, RestrictionProvider):
     """Byte ranges of a shard: split like the TFRecord source splits a file."""
 
     def initial_restriction(self, shard: ShardFile) -> OffsetRange:
+        if _by_record(shard):
+            return _RecordRange(0, shard.entry.records)
         return _WholeFile(0, 1) if _whole_file(shard) else OffsetRange(0, shard.size)
 
     def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
@@ -64,9 +85,16 @@ class _ShardRanges(CarriesStorageOptions, RestrictionProvider):
         if isinstance(restriction, _WholeFile) or shard.read_whole:
             yield restriction
             return
+        if isinstance(restriction, _RecordRange):  # as many records a range as the file's bytes would give
+            per_range = max(1, shard.entry.records * Read.get_desired_chunk_size(shard.size) // max(1, shard.size))
+            for start in range(restriction.start, restriction.stop, per_range):
+                yield _RecordRange(start, min(start + per_range, restriction.stop))
+            return
         yield from restriction.split(Read.get_desired_chunk_size(shard.size))
 
     def restriction_size(self, shard: ShardFile, restriction: OffsetRange) -> int:
+        if isinstance(restriction, _RecordRange):  # the range's share of the file's bytes
+            return shard.size * restriction.size() // max(1, shard.entry.records)
         return shard.size if isinstance(restriction, _WholeFile) else restriction.size()
 
 
@@ -79,6 +107,9 @@ class _Claims:
 
     def start_position(self) -> int:
         return self._tracker.current_restriction().start
+
+    def current(self) -> OffsetRange:
+        return self._tracker.current_restriction()
 
     def stop_position(self) -> int:
         return self._tracker.current_restriction().stop
@@ -140,6 +171,9 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
                                self._preview, self._decode_with)
         tally = progress.Tally(progress.RECORDS_READ)
+        if _is_array_record(shard):
+            yield self._check_array_record(shard, claims, checker, tally)
+            return
         uncompressed = compression_of(shard.path) == "none"
         index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
         digest = None
@@ -170,6 +204,45 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                 result.problems.extend(index_problems(shard.path, index[1] if index else None,
                                                       shard.size, self._index_required))
         yield result
+
+    def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
+        """The tally of an ArrayRecord shard's records, by number (a problem's offset is a record's number).
+
+        A shard read whole (on a store: from a local copy) claims position 0; a local shard is
+        read in ranges of record numbers, each claimed as it is read. The range that starts at
+        record 0 also hashes the file (a second read of the bytes, as for a split TFRecord file).
+        """
+        digest = None
+        first = claims.start_position() == 0
+        by_record = not isinstance(claims.current(), _WholeFile)
+        if by_record or claims.try_claim(0):
+            with local_copy(shard.path) as local:
+                read, stop = 0, claims.stop_position() if by_record else None
+                try:
+                    for number, data in read_records(local, claims.start_position() if by_record else 0, stop):
+                        if by_record and not claims.try_claim(number):
+                            break
+                        checker.add(number, data)
+                        tally.add(1, len(data))
+                        read += len(data)
+                except RecordError as err:
+                    Metrics.counter(_NAMESPACE, "damaged_records").inc()
+                    checker.damage(err)
+                finally:  # the file's bytes, or the range's share of them: progress ends at the file's size
+                    share = _ShardRanges().restriction_size(shard, claims.current()) if by_record else shard.size
+                    tally.add(0, max(0, share - read))
+                    tally.flush()
+                if first and self._hash_files and shard.entry is not None:
+                    digest = sha256_of(local)
+        claims.finish()
+        result = checker.result()
+        Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
+        if first:
+            result.entry = shard.entry
+            problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
+            if problem:
+                result.problems.append(problem)
+        return result
 
 
 class ReadAndCheckRecords(beam.PTransform):

@@ -30,9 +30,11 @@ from transforms.packed_groups import GroupPacked, PackFn
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.shardset.packing import unpack
-from transforms.shardset.published_keys import record_keys
+from transforms.arrayrecord.shard_file import read_records
+from transforms.shardset.naming import FILE_SUFFIXES
+from transforms.shardset.published_keys import record_key, record_keys
 from transforms.filesystems import naming_s3_errors
-from transforms.storage.files import STORAGE_ERRORS, open_for_read
+from transforms.storage.files import STORAGE_ERRORS, local_copy, open_for_read
 from transforms.tfrecord.compression import open_decompressed
 from transforms.worker_options import CarriesStorageOptions
 
@@ -74,6 +76,13 @@ def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, 
     """
     split, path = item
     try:
+        if path.endswith(FILE_SUFFIXES["array_record"]):  # read from a local copy: its reader opens local paths
+            with local_copy(path) as local:
+                for number, data in read_records(local):
+                    key = record_key(data, f"{path}: record {number}")
+                    if key is not None:
+                        yield key, PublishedCopy(split)
+            return
         with open_for_read(path) as raw, naming_s3_errors(path):
             for key in record_keys(open_decompressed(raw, compression), path):
                 yield key, PublishedCopy(split)

@@ -91,7 +91,8 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
                  tally_of: Callable[[Any], Iterable[Any]] | None = None,
                  max_bad_fraction: float | None = None,
                  content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
-                 done_shards: Mapping[str, ShardDone] | None = None) -> None:
+                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord") -> None:
+        self._file_format = file_format
         self._content_of = content_of
         self._done_shards = dict(done_shards or {})
         self._reused = Metrics.counter(_NAMESPACE, REUSED_SHARDS)
@@ -163,7 +164,7 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
                                       records)
         try:
             result = write_shard(self._output_dir, key, records,
-                                 self._compression, self._run_id, planned)
+                                 self._compression, self._run_id, planned, self._file_format)
         finally:
             made.close()  # an error while writing: the records still being made are dropped
             close = getattr(self._to_record, "close", None)
@@ -211,6 +212,8 @@ class WriteShards(beam.PTransform):
             interrupted runs this run resumes: a shard whose items have that
             key is moved into this run's staging once its sha256 checks,
             instead of being written.
+        file_format: ``tfrecord`` or ``array_record`` (the same records in an
+            ArrayRecord file, uncompressed, no ``.idx``).
     """
 
     def __init__(self, output_dir: str, compression: str,
@@ -219,11 +222,11 @@ class WriteShards(beam.PTransform):
                  tally_of: Callable[[Any], Iterable[Any]] | None = None, inputs=None,
                  max_bad_fraction: float | None = None,
                  content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
-                 done_shards: Mapping[str, ShardDone] | None = None) -> None:
+                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord") -> None:
         super().__init__()
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
         self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of, max_bad_fraction,
-                      content_of, done_shards)
+                      content_of, done_shards, file_format)
         self._totals = totals
         self._inputs = inputs
 

@@ -196,6 +196,24 @@ def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
         raise UsageError(f"{flag}: {err}") from err
 
 
+def _array_record_checks(cfg: BuildConfig) -> None:
+    """Refuses what ``--format array_record`` does not go with (one line each).
+
+    Raises:
+        UsageError: ``--compression``, ``--append``, or no ``array_record`` package.
+    """
+    from transforms.arrayrecord.shard_file import missing_module
+
+    if cfg.compression != "none":
+        raise UsageError(f"--format array_record writes uncompressed ArrayRecord files (their records are "
+                         f"read one by one); leave out --compression {cfg.compression}")
+    if cfg.append:
+        raise UsageError("--append adds to TFRecord sets only; rebuild an ArrayRecord set with its new inputs")
+    problem = missing_module()
+    if problem:
+        raise UsageError(f"--format array_record: {problem}")
+
+
 # Flags that --append cannot take: it keeps the set's shards and classes.
 _NOT_WITH_APPEND = ("replace", "drop_other_splits", "num_shards", "class_names", "labels_file")
 
@@ -216,6 +234,7 @@ class BuildConfig(PublishingConfig):
     JOB: ClassVar[Job] = jobs.BUILD
     ABOUT_INPUT: ClassVar[str] = "a folder of class folders or a .csv/.jsonl manifest"
 
+    format: str
     layout: str
     list_key_ranges: int
     label_regex: str | None
@@ -280,6 +299,8 @@ class BuildConfig(PublishingConfig):
             raise UsageError(f"--staging_dir {self.staging_dir} lies in --output_dir {self.output_dir}; "
                              "give a folder elsewhere (or leave the flag out: the run stages in "
                              f"{self.output_dir}/.staging)")
+        if self.format == "array_record":
+            _array_record_checks(self)
         if self.class_names and self.labels_file:
             raise UsageError("give --class_names or --labels_file, not both")
         if self.class_names is not None and not any(self.class_name_list):

@@ -17,6 +17,7 @@ from transforms.images.choices import (COCO_IDS, DEFAULT_MAX_IMAGE_BYTES, DEFAUL
                                        EXIF_ORIENTATION_MODES, IMAGE_MODES, LAYOUTS, MAX_NEAR_DUPLICATE_DISTANCE,
                                        NEAR_DUPLICATE_MODES, RESIZE_MODES, VALIDATE_LEVELS)
 from transforms.images.objects import BBOX_FORMATS, BOX_POLICIES
+from transforms.shardset.naming import FILE_FORMATS
 from transforms.tfrecord.compression import COMPRESSIONS, READ_COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.verify.decoders import DECODERS
@@ -90,6 +91,11 @@ _MAX_RECORD_MB = Flag(
 RECORD_READING = FlagSet("RecordReadingOptions", (_MAX_RECORD_MB,))
 
 BUILD_FLAGS = FlagSet("BuildOptions", (
+    Flag("format", default="tfrecord", choices=FILE_FORMATS, group="output", recorded=True,
+         help="File format of the shards: tfrecord, or array_record (the same records in "
+              "ArrayRecord files, group_size:1 and uncompressed, for random access with Grain "
+              "or tfds's as_data_source; needs the array_record package; not with --append or "
+              "--compression)."),
     Flag("layout", default="auto", choices=LAYOUTS, group="inputs", recorded=True,
          help="Folder layout: class folders, split folders, or auto-detect."),
     # How fast, not what: not recorded.
@@ -270,12 +276,13 @@ VERIFY = Job(
 
 INSPECT = Job(
     name="inspect_shard", beam=False, usage="%(prog)s SHARD [flags]",
-    summary="Print the records of a TFRecord file as text.",
+    summary="Print the records of a TFRecord (or ArrayRecord) file as text.",
     options=(FlagSet("InspectFlags", (
         Flag("shard", positional=True, group="inputs", help="TFRecord file: a local path, gs:// or s3://."),
         Flag("limit", type=v.positive_int, default=10, group="output", help="Records to print."),
         Flag("offset", type=v.non_negative_int, default=0, group="inputs",
-             help="Start at the first record that starts at or after this byte."),
+             help="Start at the first record that starts at or after this byte (an ArrayRecord "
+                  "file: at this record number)."),
         Flag("compression", default="auto", choices=READ_COMPRESSIONS, group="inputs",
              help="auto (by suffix: .gz gzip, .zz/.deflate zlib), none, gzip or zlib."),
         _MAX_RECORD_MB,

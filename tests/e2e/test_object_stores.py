@@ -425,3 +425,32 @@ def test_a_build_to_s3_with_staging_dir_matches_a_local_build(s3_server, s3_buck
     assert s3_bucket.keys(f"tmp_{where}/") == [f"tmp_{where}/other.txt"]
     if where == "local":
         assert os.listdir(stage) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["s3", "gcs"])
+def test_array_record_build_on_a_store_holds_the_local_builds_files(store, request, tree, tmp_path, capsys):
+    # ArrayRecord's writer takes local paths: each shard is written to a local file, then copied up.
+    from beam_jobs import build_shards
+
+    local = str(tmp_path / "shards")
+    assert build_shards.run(["--input", tree, "--output_dir", local, *BUILD_FLAGS, "--format", "array_record"]) == 0
+    if store == "s3":
+        server = request.getfixturevalue("s3_server")
+        bucket, flags, scheme = request.getfixturevalue("s3_bucket"), _s3_flags(server.url), "s3"
+    else:
+        request.getfixturevalue("gcs_server")
+        _forget_gcp_credentials()
+        bucket, flags, scheme = request.getfixturevalue("gcs_bucket"), ["--no_auth"], "gs"
+    out = f"{scheme}://{BUCKET}/array_record/shards"
+    status, _, err = run_build(capsys, "--input", tree, "--output_dir", out, *BUILD_FLAGS, *flags,
+                               "--format", "array_record")
+    assert status == 0, err
+    shards = [json.loads(line) for line in bucket.get("array_record/shards/shards.jsonl").splitlines()]
+    assert [s["file"] for s in shards] == [f"train-0000{i}-of-00003.array_record" for i in range(3)]
+    assert bucket.get("array_record/shards/shards.jsonl") == open(os.path.join(local, "shards.jsonl"), "rb").read()
+    for shard in shards:
+        assert bucket.get(f"array_record/shards/{shard['file']}") == open(os.path.join(local, shard["file"]), "rb").read()
+    assert not [key for key in bucket.keys("array_record/shards/") if "/.staging/" in key or "/index/" in key]
+    status, out_text, err = _verify(capsys, "--output_dir", out, "--decode_images", *flags)
+    assert status == 0 and "12 records" in out_text, out_text + err

@@ -297,6 +297,20 @@ def test_tfds_files_only_for_uncompressed_sets():
     assert set(tfds_files(gzipped).values()) == {None}
 
 
+def test_tfds_files_of_an_array_record_set_name_its_format_and_shard_names():
+    from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
+    from transforms.shardset.tfds_metadata import tfds_files
+
+    splits = {"train": SplitEntry("train", [ShardEntry("train-00000-of-00002.array_record", 3, 100, "0" * 64, {}),
+                                            ShardEntry("train-00001-of-00002.array_record", 2, 90, "0" * 64, {})])}
+    manifest = Manifest("build_shards", {"format": "array_record"}, 0, "none", dict(IMAGE_FEATURES), ["a", "b"],
+                        splits, 0, written_splits=["train"])
+    info = json.loads(tfds_files(manifest, "flowers")["dataset_info.json"])
+    assert info["fileFormat"] == "array_record"
+    assert info["splits"] == [{"name": "train", "numBytes": "190", "shardLengths": ["3", "2"],
+                               "filepathTemplate": "{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}]
+
+
 @pytest.mark.parametrize("images, image", [
     # One channel count that fits every format: declared; mixed counts: each image's own.
     ({"stored_formats": {"png": 2}, "channels": {"1": 2}}, {"dimensions": ["-1", "-1", "1"]}),

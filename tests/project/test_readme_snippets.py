@@ -12,6 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 import pytest
 
+from tests.recipes import recipe
 from tests.shard_fixtures import load_manifest, make_class_tree
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[compat]')")
@@ -20,10 +21,8 @@ README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
 
 
 def readme_snippet() -> str:
-    """The python block under the README's heading on reading the shards with tf.data."""
-    text = open(README, encoding="utf-8").read()
-    section = text.split("### Reading the shards with `tf.data`", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    """The README's recipe for reading the shards with tf.data (marked ``<!-- recipe: tf-data -->``)."""
+    return recipe("tf-data")
 
 
 @pytest.fixture(scope="module")

@@ -447,6 +447,18 @@ def test_shard_file_name_default_is_uncompressed() -> None:
     assert shard_file_name("train", 1, 2) == "train-00001-of-00002.tfrecord"
 
 
+def test_array_record_shards_are_named_like_tfrecord_ones_and_uncompressed() -> None:
+    name = shard_file_name("validation", 3, 12, file_format="array_record")
+    assert name == "validation-00003-of-00012.array_record"
+    match = SHARD_NAME_RE.match(name)
+    assert (match["split"], int(match["index"]), int(match["count"])) == ("validation", 3, 12)
+    assert SHARD_NAME_RE.match("train-00000-of-00001.array_record.gz") is None
+    with pytest.raises(PlanError, match="uncompressed"):
+        shard_file_name("train", 0, 1, "gzip", "array_record")
+    with pytest.raises(PlanError, match="file format"):
+        shard_file_name("train", 0, 1, "none", "arrayrecord")
+
+
 @pytest.mark.parametrize("compression", ["gz", "GZIP", "bz2", ""])
 def test_shard_file_name_rejects_unknown_compression(compression: str) -> None:
     with pytest.raises(PlanError, match="compression"):

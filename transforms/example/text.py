@@ -38,16 +38,17 @@ def format_value(kind: str, value) -> str:
     return str(value)
 
 
-def format_record(number: int | None, offset: int, data: bytes) -> str:
+def format_record(number: int | None, offset: int | None, data: bytes) -> str:
     """Returns a record as text: a header line, then one line per feature.
 
     Args:
         number: Position of the record in its file (0-based), or None if unknown.
-        offset: Byte offset of the record in the file.
+        offset: Byte offset of the record in the file, or None (an ArrayRecord file's records
+            are known by their number).
         data: The record's data.
     """
     ordinal = "record" if number is None else f"record {number}"
-    lines = [f"{ordinal} at byte {offset}: {len(data)} bytes"]
+    lines = [f"{ordinal}{'' if offset is None else f' at byte {offset}'}: {len(data)} bytes"]
     try:
         features = decode_example(data)
     except ExampleError as err:

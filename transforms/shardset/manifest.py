@@ -294,6 +294,11 @@ class Manifest:
         return sum(s.records for s in self.splits.values())
 
     @property
+    def file_format(self) -> str:
+        """The shards' file format: ``tfrecord``, or ``array_record`` for a build with ``--format array_record``."""
+        return str(self.options.get("format") or "tfrecord")
+
+    @property
     def num_shards(self) -> int:
         return sum(s.num_shards for s in self.splits.values())
 

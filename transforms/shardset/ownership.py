@@ -189,7 +189,8 @@ def kept_split_problem(split: SplitEntry, present: Mapping[str, int], old: Manif
         if present[shard.file] != shard.bytes:
             return (f"split {split.name!r}: {shard.file} has {present[shard.file]} bytes, "
                     f"manifest.json lists {shard.bytes}: {fix}")
-        if compression == "none" and not any(n in present for n in index_names(shard.file)):
+        if compression == "none" and old.file_format == "tfrecord" and not any(
+                n in present for n in index_names(shard.file)):  # ArrayRecord files index themselves
             return f"split {split.name!r}: {index_names(shard.file)[0]} is missing: {fix}"
     return None
 

@@ -16,7 +16,7 @@ from transforms.example.codec import decode_example
 from transforms.example.scan import scan_example
 from transforms.tfrecord.framing import iter_records
 
-__all__ = ["KEY_FEATURE", "LABEL_FEATURE", "record_keys", "record_label"]
+__all__ = ["KEY_FEATURE", "LABEL_FEATURE", "record_keys", "record_key", "record_label"]
 
 KEY_FEATURE = "image/key/sha256"
 LABEL_FEATURE = "image/class/label"
@@ -49,9 +49,19 @@ def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
         ShardsError: A record is not a ``tf.train.Example``.
     """
     for offset, data in iter_records(fh, path):
-        kind, values = _features(data, f"{path}: record at byte {offset}").get(KEY_FEATURE, ("bytes", []))
-        if kind == "bytes" and len(values) == 1:
-            yield bytes(values[0]).decode("ascii", "replace")
+        key = record_key(data, f"{path}: record at byte {offset}")
+        if key is not None:
+            yield key
+
+
+def record_key(data: bytes, where: str = "") -> str | None:
+    """A record's ``image/key/sha256``, or None where it has none.
+
+    Raises:
+        ShardsError: The record is not a ``tf.train.Example`` (``where`` it is, in the message).
+    """
+    kind, values = _features(data, where).get(KEY_FEATURE, ("bytes", []))
+    return bytes(values[0]).decode("ascii", "replace") if kind == "bytes" and len(values) == 1 else None
 
 
 def record_label(data: bytes, where: str = "") -> int | tuple[int, ...] | None:

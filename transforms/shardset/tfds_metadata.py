@@ -20,6 +20,10 @@ kept splits of an earlier one, whose images it did not count, it stays bytes. Cl
 ``ClassLabel`` features: the image classes always, the object classes where
 their ids are ``0..n-1`` (else plain int64).
 
+An ArrayRecord set (``--format array_record``) is tfds's ``array_record`` file format, its
+template ``{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record`` (our shard names again), so
+``builder.as_data_source(split=...)`` reads any record by its index.
+
 tfds reads uncompressed TFRecord shards only: its TFRecord file adapter opens
 every shard with ``tf.data.TFRecordDataset(path)``, no compression type. For
 gzip/zlib shard sets no tfds files are written (the run's summary says so).
@@ -34,12 +38,14 @@ from typing import Any, Mapping
 from transforms.example.features import base_kind, is_list_type
 
 __all__ = ["DATASET_INFO_NAME", "FEATURES_NAME", "DATASET_NAME", "TEMPLATE", "tfds_files",
-           "labels_file_name", "is_tfds_file", "dataset_name", "dataset_name_problem", "tfds_problem"]
+           "TEMPLATES", "labels_file_name", "is_tfds_file", "dataset_name", "dataset_name_problem", "tfds_problem"]
 
 DATASET_INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
 DATASET_NAME = "tfrecord_shards"  # the name of a set whose folder name gives none
 TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"
+# Each shard file format's template, our shard names in tfds's terms (naming.shard_file_name).
+TEMPLATES = {"tfrecord": TEMPLATE, "array_record": "{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}
 _VERSION = "1.0.0"
 _PACKAGE = "tensorflow_datasets.core.features."
 _DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
@@ -189,11 +195,12 @@ def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
     splits = [{"name": name,
                "numBytes": str(split.bytes),
                "shardLengths": [str(shard.records) for shard in split.shards],
-               "filepathTemplate": TEMPLATE}
+               "filepathTemplate": TEMPLATES[manifest.file_format]}
               for name, split in sorted(manifest.splits.items())]
     name = name or DATASET_NAME
-    info = {"name": name, "version": _VERSION, "fileFormat": "tfrecord",
-            "description": f"TFRecord shards written by {manifest.created_by}.",
+    kind = {"tfrecord": "TFRecord", "array_record": "ArrayRecord"}[manifest.file_format]
+    info = {"name": name, "version": _VERSION, "fileFormat": manifest.file_format,
+            "description": f"{kind} shards written by {manifest.created_by}.",
             "moduleName": "tfrecord_shards", "splits": splits}
     if _IMAGE_KEY in spec and _LABEL_KEY in names and _LABEL_KEY in spec:
         info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": _IMAGE_KEY}, {"featureKey": _LABEL_KEY}]}}

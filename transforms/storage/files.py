@@ -38,7 +38,7 @@ from transforms.filesystems import naming_s3_errors, shared_s3io, store_client, 
 from transforms.storage.paths import is_local, path_problem
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
-           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of",
+           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of", "local_copy",
            "read_range", "read_prefix", "open_s3", "S3_READ_CHUNK", "S3_PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
@@ -223,6 +223,26 @@ def sha256_of(path: str) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             sha.update(block)
     return sha.hexdigest()
+
+
+@contextlib.contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """A local path holding the file's bytes, for readers that open local paths only (ArrayRecord's).
+
+    A local file is its own path; a gs:// or s3:// one is copied (``open_file``) to a
+    temporary file, removed on leaving.
+    """
+    if is_local(path):
+        yield path
+        return
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="local-copy-") as folder:
+        local = os.path.join(folder, path.rsplit("/", 1)[-1])
+        with open_file(path) as fh, open(local, "wb") as out, naming_s3_errors(path):
+            shutil.copyfileobj(fh, out, 1 << 22)
+        yield local
 
 
 def _bucket_key(path: str) -> tuple[str, str]:

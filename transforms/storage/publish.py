@@ -278,7 +278,8 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
             result = staged.get((plan.split, index))
             if result is None:  # a shard the plan left empty: write it so the set is complete
                 result = StagedShard.of(write_shard(output_dir, (plan.split, index, plan.num_shards), [],
-                                                    compression, policy.run_id))
+                                                    compression, policy.run_id,
+                                                    file_format=manifest_fields.get("file_format", "tfrecord")))
                 empty[(plan.split, index)] = ShardEntry(result.file, result.records, result.bytes,
                                                         result.sha256, {})
             final = join_path(output_dir, result.file)

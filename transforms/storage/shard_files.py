@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import os
+import tempfile
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -34,6 +37,7 @@ from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord.shard_writer import ShardWriter
+from transforms.arrayrecord.shard_file import ArrayRecordShardWriter
 
 __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_records", "published_entries",
            "staged_shards", "staged_of_parts"]
@@ -41,21 +45,27 @@ __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_rec
 
 def write_shard(output_dir: str, key: tuple[str, int, int],
                 records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
-                compression: str, run_id: str, planned_bytes: int | None = None) -> ShardResult:
+                compression: str, run_id: str, planned_bytes: int | None = None,
+                file_format: str = "tfrecord") -> ShardResult:
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
     A record is its bytes, a sequence of pieces whose concatenation is its bytes,
-    or a ``FramedRecord`` (its bytes already framed, copied as they are).
+    or a ``FramedRecord`` (its bytes already framed, copied as they are). An
+    ``array_record`` shard holds the same records (unframed) in an ArrayRecord
+    file, written to a local temporary file (its writer takes local paths
+    only) and then copied to its staged name, local or on a store.
 
     Raises:
         PublishError: The disk is full (the message names the folder and the
             space the run's shards need, ``planned_bytes``).
     """
     split, index, count = key
-    name = shard_file_name(split, index, count, compression)
+    name = shard_file_name(split, index, count, compression, file_format)
     attempt = uuid.uuid4().hex
     staging = staging_folder(output_dir, run_id)
     staged = join_path(staging, f"{name}.{attempt}.tmp")
+    if file_format == "array_record":
+        return _write_array_record_shard(output_dir, key, name, staged, records, planned_bytes)
     staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
     with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
         fh = create(staged)
@@ -75,6 +85,38 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
             if index_fh is not None:
                 close_written_file(index_fh)
     return ShardResult(split, index, count, name, staged, staged_index, stats)
+
+
+def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: str, staged: str,
+                              records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
+                              planned_bytes: int | None) -> ShardResult:
+    """``write_shard`` of an ArrayRecord shard: written to a local temporary file, then copied to
+    ``staged`` (local or on a store), its size and sha256 taken from the bytes copied."""
+    split, index, count = key
+    with tempfile.TemporaryDirectory(prefix="array-record-") as folder, \
+            reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
+        local = os.path.join(folder, name)
+        writer = ArrayRecordShardWriter(local)
+        for record, label in records:
+            if isinstance(record, FramedRecord):  # a run file's framed record
+                writer.write_framed(record.data, label)
+            elif isinstance(record, bytes):
+                writer.write(record, label)
+            else:
+                writer.write_parts(record, label)
+        stats = writer.close()
+        digest = hashlib.sha256()
+        fh = create(staged)
+        try:
+            with open(local, "rb") as source:
+                for block in iter(lambda: source.read(1 << 22), b""):
+                    digest.update(block)
+                    stats.bytes += len(block)
+                    fh.write(block)
+        finally:
+            close_written_file(fh)
+    stats.sha256 = digest.hexdigest()
+    return ShardResult(split, index, count, name, staged, None, stats)
 
 
 def lead_records(output_dir: str, totals: SplitTotals, index: int,

@@ -1,0 +1,1 @@
+"""ArrayRecord shard files: writing one shard, reading its records (pure; no Beam)."""

@@ -1,0 +1,154 @@
+"""One ArrayRecord shard file: written from the records a TFRecord shard would hold, and read back.
+
+Pure code on local paths only: ArrayRecord's writer and reader (``array_record``'s C++
+module) open files by path, so the storage layer writes a shard to a local temporary file
+and copies it to its place (``transforms.storage.shard_files``), and reads a remote one
+from a local copy. The records are the serialized ``tf.train.Example`` bytes a TFRecord
+shard frames, in the same order.
+
+Options: ``group_size:1`` puts every record in a chunk of its own, so a reader reads one
+record without decoding its neighbours (random access: Grain, tfds ``as_data_source``);
+``uncompressed``, since the records are mostly JPEG/PNG bytes that do not compress, and
+a reader then spends no time decompressing.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from transforms.errors import RecordError
+from transforms.tfrecord.framing import FOOTER_SIZE, HEADER_SIZE, OVERHEAD
+from transforms.tfrecord.shard_writer import ShardStats
+
+__all__ = ["WRITER_OPTIONS", "ArrayRecordShardWriter", "read_records", "record_count", "missing_module"]
+
+WRITER_OPTIONS = "group_size:1,uncompressed"
+_READ_BATCH = 256
+_ERRORS = (RuntimeError, ValueError, OSError)  # what ArrayRecord's C++ reader raises
+
+
+def missing_module() -> str | None:
+    """Why ArrayRecord files cannot be written or read here, or None."""
+    try:
+        from array_record.python import array_record_module  # noqa: F401
+    except ImportError as err:
+        return f"ArrayRecord needs the array_record package (pip install array_record): {err}"
+    return None
+
+
+def _module():
+    from array_record.python import array_record_module
+
+    return array_record_module
+
+
+class ArrayRecordShardWriter:
+    """Writes records to a local ArrayRecord file, counting them and their labels (``ShardWriter``'s interface).
+
+    Args:
+        path: Local path of the file to write (created or replaced).
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._writer = _module().ArrayRecordWriter(path, WRITER_OPTIONS)
+        self.stats = ShardStats()
+
+    def write(self, record: bytes, label: int | Sequence[int] | None = None) -> None:
+        """Appends one record (a serialized Example)."""
+        self._writer.write(record)
+        self.stats.records += 1
+        for each in (label if isinstance(label, (tuple, list)) else () if label is None else (label,)):
+            key = str(each)
+            self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
+
+    def write_parts(self, parts: Sequence[bytes], label: int | Sequence[int] | None = None) -> None:
+        """Appends one record whose bytes are ``b"".join(parts)``."""
+        self.write(b"".join(parts), label)
+
+    def write_framed(self, framed: bytes, label: int | Sequence[int] | None = None) -> None:
+        """Appends the record of one TFRecord-framed record (a run file's, written by this run).
+
+        Its CRCs are not checked again, as a TFRecord shard copies such a record as it is;
+        its length field must match its size.
+        """
+        if len(framed) < OVERHEAD or int.from_bytes(framed[:8], "little") != len(framed) - OVERHEAD:
+            raise RecordError(self._path, 0, "bad_length",
+                              f"a framed record of {len(framed)} bytes declares another length")
+        self.write(framed[HEADER_SIZE:len(framed) - FOOTER_SIZE], label)
+
+    def close(self) -> ShardStats:
+        """Closes the file; the caller fills in the stats' ``bytes`` and ``sha256`` as it copies it."""
+        self._writer.close()
+        return self.stats
+
+
+def _open(path: str):
+    """ArrayRecord's reader of a local file, checked to be usable.
+
+    Raises:
+        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file (ArrayRecord's reason).
+    """
+    try:
+        reader = _module().ArrayRecordReader(path)
+    except _ERRORS as err:
+        raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
+    if not reader.ok():  # a file too short or not ArrayRecord's: its reason comes with closing it
+        try:
+            reader.close()
+        except _ERRORS as err:
+            raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
+        raise RecordError(path, 0, "crc_mismatch", "not a readable ArrayRecord file")
+    return reader
+
+
+def _close(reader, path: str) -> None:
+    try:
+        reader.close()
+    except _ERRORS as err:
+        raise RecordError(path, 0, "crc_mismatch", f"ArrayRecord file cannot be closed: {err}") from err
+
+
+def record_count(path: str) -> int:
+    """The number of records of a local ArrayRecord file.
+
+    Raises:
+        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file.
+    """
+    reader = _open(path)
+    try:
+        return reader.num_records()
+    finally:
+        _close(reader, path)
+
+
+def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order.
+
+    Records are read a batch at a time; a batch ArrayRecord refuses is read again record by
+    record, so that the error names the first record that cannot be read.
+
+    Raises:
+        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file, or a record cannot
+            be read (ArrayRecord checks each chunk's hash, its CRC); the detail is ArrayRecord's.
+    """
+    reader = _open(path)
+    try:
+        stop = reader.num_records() if stop is None else min(stop, reader.num_records())
+        for first in range(start, stop, _READ_BATCH):
+            indexes = list(range(first, min(first + _READ_BATCH, stop)))
+            try:
+                batch = reader.read(indexes)
+            except _ERRORS:
+                batch = None
+            if batch is not None:
+                yield from zip(indexes, batch)
+                continue
+            for index in indexes:  # the batch again, one record at a time, to the first bad one
+                try:
+                    record = reader.read([index])[0]
+                except _ERRORS as err:
+                    raise RecordError(path, index, "crc_mismatch", f"record {index} cannot be read: {err}") from err
+                yield index, record
+    finally:
+        _close(reader, path)
