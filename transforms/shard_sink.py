@@ -316,7 +316,9 @@ class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
         if self._near is not None:
             mode, distance = self._near
             lines = None
-            if mode != "off":
+            # With report (the default), a check that found nothing and missed nothing leaves the set
+            # as a build without it would (no summary, no file), but for the options it records.
+            if mode == "reject" or (mode == "report" and (near_pairs or over_cap or unhashed)):
                 fields["near_duplicates"] = near_duplicates_summary(mode, distance, len(near_pairs), over_cap,
                                                                     len(unhashed))
                 lines = near_duplicates_lines(near_pairs, mode == "reject")
