@@ -635,7 +635,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
     rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)
-    near_report = NearDuplicateReport(cfg.near_duplicates, cfg.near_duplicate_distance, *(
+    # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
+    near_report = NearDuplicateReport(cfg.near_duplicates if near else "off", cfg.near_duplicate_distance, *(
         (distinct[NEAR_DUPLICATES], distinct[OVER_CAP], distinct[UNHASHED]) if near else ()))
     near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(

@@ -338,6 +338,19 @@ def test_the_build_hashes_images_only_when_they_may_fall_in_two_splits(tmp_path,
     assert build_shards.make_config(cfg, PipelineOptions([])).near_hashes is hashes
 
 
+def test_a_build_into_one_split_hashes_nothing_and_publishes_no_report(tmp_path, capsys) -> None:
+    for i, name in enumerate(SCENES[:3]):
+        (tmp_path / "in" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / "a" / f"{i}.jpg").write_bytes(_jpeg(_photo(name, 64)))
+    (tmp_path / "in" / "a" / "resaved.jpg").write_bytes(_resaved((tmp_path / "in" / "a" / "0.jpg").read_bytes()))
+    out = tmp_path / "out"
+    status, _, stderr = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out))
+    assert status == 0, stderr
+    manifest = load_manifest(str(out))
+    assert manifest["records"] == 4 and manifest["options"]["near_duplicates"] == "report"
+    assert "near_duplicates" not in manifest and not (out / "near_duplicates.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_a_build_with_reject_dead_letters_the_train_copy(tmp_path, capsys) -> None:
     _split_tree(tmp_path / "in", copy_split="test")
