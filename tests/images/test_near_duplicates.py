@@ -260,7 +260,8 @@ def test_a_build_reports_a_resaved_copy_of_a_train_photo_in_validation(tmp_path,
     manifest = load_manifest(str(out))
     assert manifest["near_duplicates"] == {
         "mode": "report", "distance": DEFAULT_NEAR_DUPLICATE_DISTANCE, "pairs": 1, "file": "near_duplicates.jsonl",
-        "buckets_over_cap": 0, "images_not_compared_in_a_bucket": 0, "images_not_hashed": 0}
+        "buckets_over_cap": 0, "images_not_compared_in_a_bucket": 0, "images_not_hashed": 0,
+        "split_pairs": [{"kept": "validation", "later": "train", "pairs": 1}]}
     assert manifest["options"]["near_duplicates"] == "report"
     assert {s: manifest["splits"][s]["records"] for s in manifest["splits"]} == {"train": 5, "validation": 4}
     (pair,) = _pairs(out)
@@ -280,11 +281,14 @@ def test_a_build_reports_a_resaved_copy_by_default_and_keeps_both(tmp_path, caps
     manifest = load_manifest(str(out))
     assert manifest["options"]["near_duplicates"] == "report"
     assert manifest["near_duplicates"]["pairs"] == 1
+    # Which splits the pairs join: the split that keeps the image, the one with the later copy.
+    assert manifest["near_duplicates"]["split_pairs"] == [{"kept": "validation", "later": "train", "pairs": 1}]
     assert {s: manifest["splits"][s]["records"] for s in manifest["splits"]} == {"train": 5, "validation": 4}
     (pair,) = _pairs(out)
     assert pair["later"]["split"] == "train" and pair["kept"]["split"] == "validation"
     assert pair["rejected"] is False and dead_letters(str(out)) == []
     assert "near-duplicates across splits (perceptual hash within 6 bits): 1 pair in" in stdout
+    assert "near_duplicates.jsonl (validation keeps, train has the later copy: 1)" in stdout
 
 
 @pytest.mark.slow
