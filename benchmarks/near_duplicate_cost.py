@@ -17,7 +17,10 @@ interleaved round by round:
 
 The marginal cost per GB is (CPU at ``large`` - CPU at ``small``) / (GB
 between them), median of the rounds: the fixed cost of a process (imports,
-pipeline) cancels out.
+pipeline) cancels out. Beside it, ``perceptual_hash`` alone over the small
+set's photos with each decode, one thread, best of the rounds (CPU seconds
+per GB and microseconds per photo): the figure least moved by a loaded
+machine.
 
     python benchmarks/near_duplicate_cost.py [--small_mb 150] [--large_mb 450] [--rounds 3]
 
@@ -64,6 +67,56 @@ def _command(folder: str, patch: str):
                         "--direct_running_mode", "in_memory"]
 
 
+def _patched(patch: str):
+    """The patch as a context for this process: draft off (``full``) or DC only (``eighth``)."""
+    import contextlib
+
+    from PIL import JpegImagePlugin
+
+    from transforms.images import perceptual
+
+    @contextlib.contextmanager
+    def applied():
+        draft, side = JpegImagePlugin.JpegImageFile.draft, perceptual.DRAFT_SIDE
+        if patch == "full":
+            JpegImagePlugin.JpegImageFile.draft = lambda self, mode, size: None
+        elif patch == "eighth":
+            perceptual.DRAFT_SIDE = 1
+        try:
+            yield
+        finally:
+            JpegImagePlugin.JpegImageFile.draft, perceptual.DRAFT_SIDE = draft, side
+    return applied()
+
+
+def hash_cost(folder: str, rounds: int) -> dict:
+    """CPU seconds per GB of ``perceptual_hash`` alone over the photos of ``folder``, each decode, one
+    thread, best of ``rounds`` (the cases alternating): the check's per-image work without a build."""
+    import time
+
+    from transforms.images.perceptual import perceptual_hash
+
+    datas = []
+    for d, _, names in os.walk(folder):
+        for n in sorted(names):
+            with open(os.path.join(d, n), "rb") as fh:
+                datas.append(fh.read())
+    gb = sum(map(len, datas)) / 1e9
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, patch in CASES.items():
+            if patch == "off":
+                continue
+            with _patched(patch):
+                start = time.process_time()
+                for data in datas:
+                    perceptual_hash(data)
+                spent = time.process_time() - start
+            best[name] = min(best.get(name, spent), spent)
+    return {name: {"cpu_s_per_gb": spent / gb, "us_per_image": spent / len(datas) * 1e6}
+            for name, spent in best.items()}
+
+
 def _size_gb(folder: str) -> float:
     return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(folder) for n in names) / 1e9
 
@@ -82,6 +135,7 @@ def main() -> None:
     gb = {size: _size_gb(folder) for size, folder in folders.items()}
     cases = {f"{name} @ {size}": _command(folder, patch)
              for size, folder in folders.items() for name, patch in CASES.items()}
+    hashing = hash_cost(folders["small"], args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         found = interleaved_rounds(cases, args.rounds, tmp, checkout_env())
     median = medians(found)
@@ -98,8 +152,11 @@ def main() -> None:
     for name, row in rows.items():
         print(f"| {name} | {row['cpu_small']:.1f} | {row['cpu_large']:.1f} | {row['cpu_s_per_added_gb']:.2f} | "
               f"{row['cpu_s_per_added_gb'] - base:+.2f} |")
+    for name, row in hashing.items():
+        print(f"perceptual_hash alone, {name}: {row['us_per_image']:.0f} us per photo, "
+              f"{row['cpu_s_per_gb']:.2f} CPU s/GB")
     print(json.dumps({"machine": machine(), "gb": gb, "rounds": args.rounds, "cases": rows,
-                      "runs": found}))
+                      "hash_alone": hashing, "runs": found}))
 
 
 if __name__ == "__main__":
