@@ -99,6 +99,8 @@ def hash_cost(folder: str, rounds: int) -> dict:
     datas = []
     for d, _, names in os.walk(folder):
         for n in sorted(names):
+            if not n.endswith(".jpg"):
+                continue
             with open(os.path.join(d, n), "rb") as fh:
                 datas.append(fh.read())
     gb = sum(map(len, datas)) / 1e9
