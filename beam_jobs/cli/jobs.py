@@ -191,8 +191,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
               "reject the copy in the split that ranks later as a "
               "cross_split_near_duplicate dead letter. A build whose images all go to "
               "one split hashes nothing; otherwise it decodes every image (JPEG at "
-              "1/2-1/8 scale): about 9 CPU s per GB of JPEGs, on top of a build's 6-8 "
-              "(BENCHMARKS.md). off skips it."),
+              "1/2-1/8 scale): about 10 CPU s per GB of JPEGs, on top of a build's "
+              "6 (BENCHMARKS.md). off skips it."),
     Flag("near_duplicate_distance", type=v.non_negative_int, default=DEFAULT_NEAR_DUPLICATE_DISTANCE,
          group="checks",
          help="The most bits (of 64) two images' perceptual hashes may differ in to "
