@@ -336,11 +336,13 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     staging_dir = os.path.abspath(cfg.staging_dir) if cfg.staging_dir and is_local(cfg.staging_dir) else cfg.staging_dir
     policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
     append_to = None
+    layouts = {task.root: task.layout for task in tasks}
+    # The check across splits hashes each image's pixels, unless the images all go to one split.
+    near_hashes = cfg.near_duplicates != "off" and not (offline or _one_split(inputs, layouts, cfg.rules))
     if cfg.append:
         append_to = _append_checks(cfg)
         policy = dataclasses.replace(policy, append=True)
     elif not offline and not cfg.replace:
-        layouts = {task.root: task.layout for task in tasks}
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
     if not cfg.append:  # an append publishes through its own journal: it does not resume
         # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
@@ -359,8 +361,8 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     note = beam_compat.choose_local_workers(options, size, cores)
     return dataclasses.replace(
         cfg, labels=labels, folder_tasks=tasks, parquet_folders=parquet_folders, append_to=append_to,
-        policy=policy, workers_note=note,
-        **_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=cfg.near_duplicates != "off"))
+        policy=policy, workers_note=note, near_hashes=near_hashes,
+        **_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near_hashes))
 
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
@@ -499,17 +501,26 @@ def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules
     publish step checks those).
     """
     for path in inputs:
-        if is_coco_path(path) or archive_kind(path) == PARQUET:
-            unsplit = True
-        elif is_container_input(path):
-            unsplit = False  # an archive's split folders or a sample's json may name splits
-        elif is_manifest_path(path):
-            unsplit = path.lower().endswith(".csv") and "split" not in (_csv_columns(path) or ["split"])
-        else:
-            unsplit = layouts.get(path.rstrip("/")) == "classes"
-        if unsplit:
+        if _unsplit(path, layouts):
             return set(rules.split_fractions) or {rules.split}
     return set()
+
+
+def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
+    """True if every image of input ``path`` goes to ``--split`` (or the ``--split_fractions`` splits)."""
+    if is_coco_path(path) or archive_kind(path) == PARQUET:
+        return True
+    if is_container_input(path):
+        return False  # an archive's split folders or a sample's json may name splits
+    if is_manifest_path(path):
+        return path.lower().endswith(".csv") and "split" not in (_csv_columns(path) or ["split"])
+    return layouts.get(path.rstrip("/")) == "classes"
+
+
+def _one_split(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> bool:
+    """True if the build's images all go to one split, known before they are listed: no image has
+    a near-duplicate in another split, so none is hashed."""
+    return len(rules.split_fractions) <= 1 and all(_unsplit(path, layouts) for path in inputs)
 
 
 def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
@@ -611,7 +622,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
-    near = cfg.near_duplicates != "off"
+    near = cfg.near_hashes  # --near_duplicates, and the images may fall in two splits
     settings = cfg.settings
     inspected = unique | "Inspect" >> InspectImages(
         settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.split_fraction_map,
@@ -633,7 +644,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
     rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)
-    near_report = NearDuplicateReport(cfg.near_duplicates, cfg.near_duplicate_distance, *(
+    # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
+    near_report = NearDuplicateReport(cfg.near_duplicates if near else "off", cfg.near_duplicate_distance, *(
         (distinct[NEAR_DUPLICATES], distinct[OVER_CAP], distinct[UNHASHED]) if near else ()))
     near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(

@@ -268,7 +268,8 @@ class NearDuplicateReport(NamedTuple):
 
     ``mode`` is ``off`` (the set has no ``near_duplicates.jsonl``: one an
     earlier run published is removed), ``report`` or ``reject``; the
-    PCollections are None with ``off``.
+    PCollections are None with ``off``. With ``report``, a check that found
+    no pair and compared every image publishes as ``off`` does.
     """
 
     mode: str
@@ -319,8 +320,10 @@ class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
         if self._near is not None:
             mode, distance = self._near
             lines = None
-            if mode != "off":
-                fields["near_duplicates"] = near_duplicates_summary(mode, distance, len(near_pairs), over_cap,
+            # With report (the default), a check that found nothing and missed nothing leaves the set
+            # as a build without it would (no summary, no file), but for the options it records.
+            if mode == "reject" or (mode == "report" and (near_pairs or over_cap or unhashed)):
+                fields["near_duplicates"] = near_duplicates_summary(mode, distance, near_pairs, over_cap,
                                                                     len(unhashed))
                 lines = near_duplicates_lines(near_pairs, mode == "reject")
             near = (mode, lines)

@@ -271,6 +271,7 @@ class BuildConfig(PublishingConfig):
     append_to: tuple[str, ...] | None = None
     inspect_threads: int = 1
     write_threads: int = 1
+    near_hashes: bool = False  # --near_duplicates on and the images may fall in two splits (the build's configure)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -380,9 +380,11 @@ def _near_duplicate_lines(output_dir: str, near: Mapping[str, Any]) -> list[str]
         return []
     done = ("the copy in the split that ranks later dead-lettered (cross_split_near_duplicate)"
             if near.get("mode") == "reject" else "--near_duplicates reject dead-letters the later copy")
+    between = ", ".join(f"{each['kept']} keeps, {each['later']} has the later copy: {each['pairs']}"
+                        for each in near.get("split_pairs") or ())
     lines = [f"  near-duplicates across splits (perceptual hash within {near.get('distance')} bits): "
              f"{plural(near['pairs'], 'pair')} in {join_path(output_dir, near['file'])}"
-             + (f"; {done}" if near["pairs"] else "")]
+             + (f" ({between})" if between else "") + (f"; {done}" if near["pairs"] else "")]
     if near.get("buckets_over_cap"):
         lines.append(f"  near-duplicates: {plural(near['buckets_over_cap'], 'bucket')} of hashes held more "
                      f"images than are compared; {near.get('images_not_compared_in_a_bucket')} images were "

@@ -28,7 +28,7 @@ def parsed(job: Job, argv: list[str], **beam: Any) -> dict[str, Any]:
 
 # What a job finds before its pipeline (its make_config), besides the flags' fields.
 _FOUND = {"workers_note", "handback", "policy", "labels", "folder_tasks", "parquet_folders", "append_to",
-          "inspect_threads", "write_threads",
+          "inspect_threads", "write_threads", "near_hashes",
           "tally", "state", "published_shards", "files", "shards", "decoders", "report_path", "split_ranges"}
 
 
@@ -156,10 +156,13 @@ def test_a_flag_declared_without_its_field_fails_at_once():
 
 
 @pytest.mark.parametrize("argv, recorded", [
-    (_PUBLISH, {"input": ["in"], "split": "train", "resize": None, "feature": None, "near_duplicates": None}),
+    (_PUBLISH, {"input": ["in"], "split": "train", "resize": None, "feature": None, "near_duplicates": "report",
+                "near_duplicate_distance": 6}),  # on by default
+    (_PUBLISH + ["--near_duplicates", "off"], {"near_duplicates": None, "near_duplicate_distance": None}),
     (_PUBLISH + ["--split", "val", "--image_mode", "raw", "--resize", "4x3", "--feature", "a:int64"],
      {"split": "val", "resize": "4x3", "feature": ["a:int64"]}),
-    (_PUBLISH + ["--near_duplicates", "report"], {"near_duplicates": "report", "near_duplicate_distance": 6}),
+    (_PUBLISH + ["--near_duplicates", "reject", "--near_duplicate_distance", "4"],
+     {"near_duplicates": "reject", "near_duplicate_distance": 4}),
 ])
 def test_the_build_records_its_declared_options(argv, recorded):
     options = BuildConfig.from_flags(parsed(jobs.BUILD, argv)).recorded

@@ -260,7 +260,8 @@ def test_a_build_reports_a_resaved_copy_of_a_train_photo_in_validation(tmp_path,
     manifest = load_manifest(str(out))
     assert manifest["near_duplicates"] == {
         "mode": "report", "distance": DEFAULT_NEAR_DUPLICATE_DISTANCE, "pairs": 1, "file": "near_duplicates.jsonl",
-        "buckets_over_cap": 0, "images_not_compared_in_a_bucket": 0, "images_not_hashed": 0}
+        "buckets_over_cap": 0, "images_not_compared_in_a_bucket": 0, "images_not_hashed": 0,
+        "split_pairs": [{"kept": "validation", "later": "train", "pairs": 1}]}
     assert manifest["options"]["near_duplicates"] == "report"
     assert {s: manifest["splits"][s]["records"] for s in manifest["splits"]} == {"train": 5, "validation": 4}
     (pair,) = _pairs(out)
@@ -270,6 +271,88 @@ def test_a_build_reports_a_resaved_copy_of_a_train_photo_in_validation(tmp_path,
     assert pair["distance"] <= DEFAULT_NEAR_DUPLICATE_DISTANCE and pair["rejected"] is False
     assert "near-duplicates across splits (perceptual hash within 6 bits): 1 pair in" in stdout
     assert dead_letters(str(out)) == []
+
+
+def test_a_build_reports_a_resaved_copy_by_default_and_keeps_both(tmp_path, capsys) -> None:
+    _split_tree(tmp_path / "in")
+    out = tmp_path / "out"
+    status, stdout, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out))
+    assert status == 0
+    manifest = load_manifest(str(out))
+    assert manifest["options"]["near_duplicates"] == "report"
+    assert manifest["near_duplicates"]["pairs"] == 1
+    # Which splits the pairs join: the split that keeps the image, the one with the later copy.
+    assert manifest["near_duplicates"]["split_pairs"] == [{"kept": "validation", "later": "train", "pairs": 1}]
+    assert {s: manifest["splits"][s]["records"] for s in manifest["splits"]} == {"train": 5, "validation": 4}
+    (pair,) = _pairs(out)
+    assert pair["later"]["split"] == "train" and pair["kept"]["split"] == "validation"
+    assert pair["rejected"] is False and dead_letters(str(out)) == []
+    assert "near-duplicates across splits (perceptual hash within 6 bits): 1 pair in" in stdout
+    assert "near_duplicates.jsonl (validation keeps, train has the later copy: 1)" in stdout
+
+
+@pytest.mark.slow
+def test_a_build_that_finds_no_pair_publishes_what_a_build_without_the_check_does(tmp_path, capsys) -> None:
+    _split_tree(tmp_path / "in")
+    (tmp_path / "in" / "validation" / "b" / "resaved.jpg").unlink()  # no near-duplicate left
+    built = {}
+    for mode in ("report", "off"):
+        out = tmp_path / mode
+        assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out),
+                         "--near_duplicates", mode)[0] == 0
+        manifest = load_manifest(str(out))
+        options = manifest.pop("options")
+        files = {os.path.relpath(os.path.join(folder, name), out): open(os.path.join(folder, name), "rb").read()
+                 for folder, _, names in os.walk(out) for name in names
+                 if name not in ("manifest.json", "shards.jsonl")}
+        built[mode] = (manifest, files, options)
+    assert built["report"][2]["near_duplicates"] == "report" and "near_duplicates" not in built["off"][2]
+    assert "near_duplicates" not in built["report"][0]  # no summary, no near_duplicates.jsonl
+    for name in ("shards", "sha256", "created_at"):
+        for mode in built:
+            for split in built[mode][0]["splits"].values():
+                split.pop(name, None)
+    assert built["report"][0]["splits"] == built["off"][0]["splits"]
+    assert sorted(built["report"][1]) == sorted(built["off"][1])
+    for name in built["off"][1]:
+        if name != "dataset_info.json":  # it names its folder
+            assert built["report"][1][name] == built["off"][1][name], name  # shards byte-identical
+
+
+@pytest.mark.parametrize("layout, extra, hashes", [
+    ("classes", [], False),  # every image goes to --split: no pair across splits can exist
+    ("classes", ["--split_fractions", "train=0.8,validation=0.2"], True),
+    ("splits", [], True),
+    ("splits", ["--near_duplicates", "off"], False),
+])
+def test_the_build_hashes_images_only_when_they_may_fall_in_two_splits(tmp_path, layout, extra, hashes) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_jobs import build_shards
+    from beam_jobs.cli import jobs
+    from beam_jobs.cli.config import BuildConfig
+    from beam_jobs.cli.declared import flag_parser
+
+    root = tmp_path / "in"
+    for split in (("train", "validation") if layout == "splits" else ("",)):
+        (root / split / "a").mkdir(parents=True)
+        (root / split / "a" / "x.png").write_bytes(png(size=(20, 10)))
+    argv = ["--input", str(root), "--output_dir", str(tmp_path / "out"), *extra]
+    cfg = BuildConfig.from_flags(vars(flag_parser(jobs.BUILD).parse_args(argv)))
+    assert build_shards.make_config(cfg, PipelineOptions([])).near_hashes is hashes
+
+
+def test_a_build_into_one_split_hashes_nothing_and_publishes_no_report(tmp_path, capsys) -> None:
+    for i, name in enumerate(SCENES[:3]):
+        (tmp_path / "in" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / "a" / f"{i}.jpg").write_bytes(_jpeg(_photo(name, 64)))
+    (tmp_path / "in" / "a" / "resaved.jpg").write_bytes(_resaved((tmp_path / "in" / "a" / "0.jpg").read_bytes()))
+    out = tmp_path / "out"
+    status, _, stderr = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out))
+    assert status == 0, stderr
+    manifest = load_manifest(str(out))
+    assert manifest["records"] == 4 and manifest["options"]["near_duplicates"] == "report"
+    assert "near_duplicates" not in manifest and not (out / "near_duplicates.jsonl").exists()
 
 
 @pytest.mark.slow
@@ -299,7 +382,8 @@ def test_a_build_without_the_check_has_no_report_and_removes_an_earlier_one(tmp_
     assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out),
                      "--near_duplicates", "report")[0] == 0
     assert (out / "near_duplicates.jsonl").exists()
-    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out))[0] == 0
+    assert run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out),
+                     "--near_duplicates", "off")[0] == 0
     manifest = load_manifest(str(out))
     assert "near_duplicates" not in manifest and "near_duplicates" not in manifest["options"]
     assert not (out / "near_duplicates.jsonl").exists()

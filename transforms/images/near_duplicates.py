@@ -34,7 +34,7 @@ from transforms.shardset.planning import split_rank
 
 __all__ = ["DEFAULT_BUCKET_CAP", "NEAR_DUPLICATES_NAME",
            "HashedImage", "NearPair", "CappedBucket", "bucket_pairs", "near_choice", "hashed_image",
-           "near_duplicates_lines", "near_duplicates_summary"]
+           "near_duplicates_lines", "near_duplicates_summary", "split_pairs"]
 
 # Members of one bucket compared; a bucket has about images / 2**9 of them at distance 6.
 DEFAULT_BUCKET_CAP = 4096
@@ -190,18 +190,29 @@ def near_duplicates_lines(pairs: Iterable[NearPair], rejected: bool) -> bytes:
     return "".join(p.to_json(rejected) + "\n" for p in ordered).encode("utf-8")
 
 
-def near_duplicates_summary(mode: str, distance: int, pairs: int, over_cap: Sequence[tuple[int, int]],
-                            unhashed: int) -> dict:
+def split_pairs(pairs: Iterable[NearPair]) -> list[dict]:
+    """How many pairs join each two splits: ``{"kept", "later", "pairs"}`` (the split that keeps the
+    image, the split of the later copy), most pairs first, then by name."""
+    counts: dict[tuple[str, str], int] = {}
+    for pair in pairs:
+        key = (pair.kept.split, pair.later.split)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"kept": kept, "later": later, "pairs": n}
+            for (kept, later), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def near_duplicates_summary(mode: str, distance: int, pairs: Sequence[NearPair],
+                            over_cap: Sequence[tuple[int, int]], unhashed: int) -> dict:
     """The manifest's ``near_duplicates`` object.
 
     Args:
         mode: ``report`` or ``reject``.
         distance: ``--near_duplicate_distance``.
-        pairs: Pairs found.
+        pairs: The pairs found (counted, and by splits: ``split_pairs``).
         over_cap: ``(members, cap)`` of each bucket that held more than its cap.
         unhashed: Images whose pixels could not be hashed (not compared).
     """
-    return {"mode": mode, "distance": distance, "pairs": pairs, "file": NEAR_DUPLICATES_NAME,
+    return {"mode": mode, "distance": distance, "pairs": len(pairs), "file": NEAR_DUPLICATES_NAME,
             "buckets_over_cap": len(over_cap),
             "images_not_compared_in_a_bucket": sum(count - cap for count, cap in over_cap),
-            "images_not_hashed": unhashed}
+            "images_not_hashed": unhashed, "split_pairs": split_pairs(pairs)}

@@ -78,8 +78,9 @@ def perceptual_hash(data: bytes) -> int:
     """
     try:
         pixels, orientation = _small_grey(data)
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as err:
-        raise ImageError("undecodable", f"pixels cannot be decoded for the perceptual hash: {err}") from err
+    except Exception as err:  # Pillow's decoders raise many types on malformed data (NotImplementedError, ...)
+        raise ImageError("undecodable", f"pixels cannot be decoded for the perceptual hash: "
+                                        f"{type(err).__name__}: {err}") from err
     pixels = _upright(pixels, orientation)
     coefficients = (_DCT @ pixels @ _DCT.T).ravel()
     bits = coefficients > np.median(coefficients)

@@ -263,12 +263,15 @@ class Manifest:
         object_labels: ``(id, name)`` of the object classes, sorted by id,
             the ids ``image/object/class/label`` holds (``label_map.pbtxt``);
             empty for a set without boxes (not written).
-        near_duplicates: For a build with ``--near_duplicates report|reject``:
-            ``mode``, ``distance``, ``pairs`` (how many pairs of images in
-            different splits were found), ``file`` (``near_duplicates.jsonl``,
-            the pairs), ``buckets_over_cap``,
-            ``images_not_compared_in_a_bucket`` and ``images_not_hashed``
-            (``images.near_duplicates.near_duplicates_summary``); empty
+        near_duplicates: For a build with ``--near_duplicates reject``, or
+            ``report`` (the default) that found a pair or could not compare
+            an image: ``mode``, ``distance``, ``pairs`` (how many pairs of
+            images in different splits were found), ``file``
+            (``near_duplicates.jsonl``, the pairs), ``buckets_over_cap``,
+            ``images_not_compared_in_a_bucket``, ``images_not_hashed`` and
+            ``split_pairs`` (pairs by the split that keeps the image and the
+            split of the later copy;
+            ``images.near_duplicates.near_duplicates_summary``); empty
             otherwise (not written).
     """
 
