@@ -36,6 +36,7 @@ from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_hel
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.images.annotations import LABEL_MAP_NAME, object_ids_problem
+from transforms.images.choices import NEAR_DUPLICATE_CPU_S_PER_GB
 from transforms.images.orientation import UPRIGHT_HOW
 from transforms.images.png_chunks import PNG_CHUNK_FIXES
 from transforms.inspect_images import REUSED_INPUT_BYTES, REUSED_INPUTS
@@ -396,7 +397,8 @@ def _near_duplicate_lines(output_dir: str, near: Mapping[str, Any]) -> list[str]
     return lines
 
 
-def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -> str:
+def summarize(output_dir: str, seconds: float, before: Manifest | None = None,
+              near_unchecked: bool = False) -> str:
     """Returns the human summary of a published shard set, read from its manifest.
 
     Args:
@@ -405,6 +407,9 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
         before: The folder's manifest before the run, if it had one: the
             summary then names each split the run replaced (old and new
             record counts), kept or removed.
+        near_unchecked: The run could have looked for near-duplicates
+            across splits and did not (``--near_duplicates off``): a set of
+            two splits or more then says so, and how to look.
     """
     manifest = output_folder.read_manifest(output_dir)  # shard entries without label counts: shards x small
     changes = {change.split: change for change in split_changes(before, manifest)}
@@ -427,6 +432,9 @@ def summarize(output_dir: str, seconds: float, before: Manifest | None = None) -
                           manifest.options.get("exif_orientation") == "keep")
     lines += _reader_lines(manifest)
     lines += _near_duplicate_lines(output_dir, manifest.near_duplicates)
+    if near_unchecked and len(manifest.splits) > 1 and not manifest.near_duplicates:
+        lines.append(f"  near-duplicates across splits: not looked for (--near_duplicates report looks: "
+                     f"about {NEAR_DUPLICATE_CPU_S_PER_GB} CPU s more per GB of JPEGs)")
     lines.append(f"  labels: {plural(len(manifest.labels), 'class')}; manifest: "
                  f"{join_path(output_dir, MANIFEST_NAME)}")
     return "\n".join(lines)
@@ -605,7 +613,7 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
     def outcome(p: beam.Pipeline, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
         if cfg.dataflow_dry_run:
             return dry_run_summary(p), 0
-        text = summarize(cfg.output_dir, seconds, before[0])
+        text = summarize(cfg.output_dir, seconds, before[0], getattr(cfg, "near_duplicates", None) == "off")
         if resumed[0]:
             first, rest = text.split("\n", 1) if "\n" in text else (text, "")
             text = "\n".join(line for line in (first, "  " + resume_line(metrics[0], resumed[0], first), rest)

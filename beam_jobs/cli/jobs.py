@@ -189,16 +189,17 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="Parquet inputs: the column of image bytes (or of {bytes, path} structs)."),
     Flag("label_column", default=PARQUET_COLUMNS[1], group="inputs", recorded=True,
          help="Parquet inputs: the column of class indices or class names."),
-    # Recorded by the build only when on (the default; off leaves the manifest as before the check).
+    # Recorded by the build only when on (off, the default, leaves the manifest as before the check).
     Flag("near_duplicates", default=DEFAULT_NEAR_DUPLICATES, choices=NEAR_DUPLICATE_MODES, group="checks",
          help="Look for the same photo in two splits (resized, re-saved) by a "
               "perceptual hash of each image's pixels: report the pairs in "
-              "near_duplicates.jsonl and the summary (report, the default), or also "
+              "near_duplicates.jsonl and the summary (report), or also "
               "reject the copy in the split that ranks later as a "
               "cross_split_near_duplicate dead letter. A build whose images all go to "
               "one split hashes nothing; otherwise it decodes every image (JPEG at "
               "1/2-1/8 scale): about 10 CPU s per GB of JPEGs, on top of a build's "
-              "6 (BENCHMARKS.md). off skips it."),
+              "6 (BENCHMARKS.md): off (the default) skips it, and a build of two "
+              "splits or more says so in its summary."),
     Flag("near_duplicate_distance", type=v.non_negative_int, default=DEFAULT_NEAR_DUPLICATE_DISTANCE,
          group="checks",
          help="The most bits (of 64) two images' perceptual hashes may differ in to "

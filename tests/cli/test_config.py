@@ -156,9 +156,9 @@ def test_a_flag_declared_without_its_field_fails_at_once():
 
 
 @pytest.mark.parametrize("argv, recorded", [
-    (_PUBLISH, {"input": ["in"], "split": "train", "resize": None, "feature": None, "near_duplicates": "report",
-                "near_duplicate_distance": 6}),  # on by default
-    (_PUBLISH + ["--near_duplicates", "off"], {"near_duplicates": None, "near_duplicate_distance": None}),
+    (_PUBLISH, {"input": ["in"], "split": "train", "resize": None, "feature": None, "near_duplicates": None,
+                "near_duplicate_distance": None}),  # off by default: not recorded
+    (_PUBLISH + ["--near_duplicates", "report"], {"near_duplicates": "report", "near_duplicate_distance": 6}),
     (_PUBLISH + ["--split", "val", "--image_mode", "raw", "--resize", "4x3", "--feature", "a:int64"],
      {"split": "val", "resize": "4x3", "feature": ["a:int64"]}),
     (_PUBLISH + ["--near_duplicates", "reject", "--near_duplicate_distance", "4"],

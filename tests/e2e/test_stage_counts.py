@@ -48,11 +48,10 @@ def test_a_folder_build_runs_at_most_thirteen_stages(tmp_path, layout) -> None:
     # tallied (RejectOtherCopies), so no step holds the copies of one image. The twelfth and
     # thirteenth: publishing's renames run on every worker (MoveStaged, after the step that
     # writes the journal hands them out) before one step writes the manifest (CommitPublish,
-    # which must wait for every rename), where one publish worker did them all. Split folders
-    # run one more: the near-duplicate check across splits (on by default) brings each pair to
-    # its later copy; class folders all go to one split and hash nothing.
-    assert len(names) <= (14 if layout == "splits" else 13), "\n".join(names)
-    assert any("GroupNearPairs" in name for name in names) is (layout == "splits")
+    # which must wait for every rename), where one publish worker did them all. The
+    # near-duplicate check (off by default) would add one (below).
+    assert len(names) <= 13, "\n".join(names)
+    assert not any("GroupNearPairs" in name for name in names)
     assert sum("MoveStaged" in name for name in names) == 1 and "CommitPublish" in names[-1]
     assert (tmp_path / "out" / "manifest.json").exists()
 
@@ -84,9 +83,8 @@ def test_a_build_from_an_archive_runs_one_stage_more_than_from_a_folder(tmp_path
         archive.add(tmp_path / "in", arcname=".")
     names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in.tar"),
                     "--output_dir", str(tmp_path / "out"), "--num_shards", "3")
-    # Beside the folder build's 13: the archive's parts spread over workers (1), and the
-    # near-duplicate check (1; on by default): an archive's folders may name splits.
-    assert len(names) <= 15, "\n".join(names)
+    # Beside the folder build's 13: the archive's parts spread over workers (1).
+    assert len(names) <= 14, "\n".join(names)
     assert (tmp_path / "out" / "manifest.json").exists()
 
 

@@ -273,10 +273,14 @@ def test_a_build_reports_a_resaved_copy_of_a_train_photo_in_validation(tmp_path,
     assert dead_letters(str(out)) == []
 
 
-def test_a_build_reports_a_resaved_copy_by_default_and_keeps_both(tmp_path, capsys) -> None:
+def test_a_build_without_the_check_says_so_and_report_finds_a_resaved_copy_keeping_both(tmp_path, capsys) -> None:
     _split_tree(tmp_path / "in")
+    status, stdout, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(tmp_path / "off"))
+    assert status == 0 and "near_duplicates" not in load_manifest(str(tmp_path / "off"))
+    assert "near-duplicates across splits: not looked for (--near_duplicates report looks" in stdout
     out = tmp_path / "out"
-    status, stdout, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out))
+    status, stdout, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out),
+                                  "--near_duplicates", "report")
     assert status == 0
     manifest = load_manifest(str(out))
     assert manifest["options"]["near_duplicates"] == "report"
@@ -320,10 +324,10 @@ def test_a_build_that_finds_no_pair_publishes_what_a_build_without_the_check_doe
 
 
 @pytest.mark.parametrize("layout, extra, hashes", [
-    ("classes", [], False),  # every image goes to --split: no pair across splits can exist
-    ("classes", ["--split_fractions", "train=0.8,validation=0.2"], True),
-    ("splits", [], True),
-    ("splits", ["--near_duplicates", "off"], False),
+    ("classes", ["--near_duplicates", "report"], False),  # every image goes to --split: no pair across splits
+    ("classes", ["--near_duplicates", "report", "--split_fractions", "train=0.8,validation=0.2"], True),
+    ("splits", ["--near_duplicates", "report"], True),
+    ("splits", [], False),  # off by default
 ])
 def test_the_build_hashes_images_only_when_they_may_fall_in_two_splits(tmp_path, layout, extra, hashes) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -348,7 +352,8 @@ def test_a_build_into_one_split_hashes_nothing_and_publishes_no_report(tmp_path,
         (tmp_path / "in" / "a" / f"{i}.jpg").write_bytes(_jpeg(_photo(name, 64)))
     (tmp_path / "in" / "a" / "resaved.jpg").write_bytes(_resaved((tmp_path / "in" / "a" / "0.jpg").read_bytes()))
     out = tmp_path / "out"
-    status, _, stderr = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out))
+    status, _, stderr = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out),
+                                  "--near_duplicates", "report")
     assert status == 0, stderr
     manifest = load_manifest(str(out))
     assert manifest["records"] == 4 and manifest["options"]["near_duplicates"] == "report"

@@ -25,9 +25,12 @@ VALIDATE_LEVELS = ("header", "structure", "decode", "full")
 EXIF_ORIENTATION_MODES = ("apply", "keep")
 # --max_image_mb default: the largest input file read.
 DEFAULT_MAX_IMAGE_BYTES = 256 * (1 << 20)
-# --near_duplicates: off, pairs across splits reported (the default), or the later copy also rejected.
+# --near_duplicates: off (the default), pairs across splits reported, or the later copy also rejected.
+# Off by default: hashing decodes every image, about 10 CPU s per GB of JPEGs where a build costs 6
+# (BENCHMARKS.md "Near-duplicates: what the default costs"); a build of two splits or more says so.
 NEAR_DUPLICATE_MODES = ("off", "report", "reject")
-DEFAULT_NEAR_DUPLICATES = "report"
+DEFAULT_NEAR_DUPLICATES = "off"
+NEAR_DUPLICATE_CPU_S_PER_GB = 10
 # --near_duplicate_distance: bits of 64 (BENCHMARKS.md, "Near-duplicates across splits"), and its
 # largest value: beyond, bands of 2 bits or less put every hash in a handful of buckets.
 DEFAULT_NEAR_DUPLICATE_DISTANCE = 6
