@@ -141,3 +141,29 @@ def test_the_splits_of_an_indexed_shard_on_s3_download_the_shard_once(proxied_s3
     # Each split reads its own records, ending at its range's end or its last record's: not the shard's
     # first 4 MiB too (4.2x the shard in all before), nor a chunk of the next split's records.
     assert sum(shard) <= len(data) + 6 * 2 * 100_016, sum(shard) / len(data)
+
+
+@pytest.mark.slow
+def test_the_splits_of_an_unindexed_shard_on_s3_fetch_little_past_their_ranges(proxied_s3):
+    from transforms.tfrecord_source import _ReadSettings, _TFRecordSource
+
+    client, proxy, base = proxied_s3
+    records = [bytes([i % 251]) * 100_000 for i in range(90)]  # about 9 MB, no .idx: record starts are scanned for
+    framed = [frame_record(r) for r in records]
+    data = b"".join(framed)
+    client.put_object(Bucket="cost", Key="unindexed/shard.tfrecord", Body=data)
+    (bundle,) = _TFRecordSource((f"{base}/unindexed/shard.tfrecord",), _ReadSettings()).split(1 << 40)
+    splits = list(bundle.source.split(len(data) // 6))
+    assert len(splits) == 6
+    read, per_split = [], []
+    for split in splits:
+        proxy.settle()
+        before = len(proxy.traffic)
+        read += split.source.read(split.source.get_range_tracker(split.start_position, split.stop_position))
+        proxy.settle()
+        per_split.append(sum(e.down_body for e in proxy.traffic[before:] if e.method == "GET"))
+    assert read == records
+    # A split reads its range, the end of its last record, and the headers that confirm a record start
+    # (CONFIRM_RECORDS of them past its start and past its end): a few KiB each, not 64 KiB each.
+    for split, got in zip(splits, per_split):
+        assert got <= split.stop_position - split.start_position + 100_016 + 2 * 16 * 4096 + 1000, per_split

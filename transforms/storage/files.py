@@ -339,18 +339,25 @@ def _pread_all(fd: int, offset: int, length: int) -> bytes:
 S3_READ_CHUNK = 4 << 20
 
 
-# What an s3:// file opened to read a byte range (``open_s3`` with ``until``) asks for first past it;
-# each next request in a row asks for twice as much, up to the file's chunk (a seek starts again).
-S3_PAST_RANGE_CHUNK = 64 << 10
+# What an s3:// file opened to read a byte range (``open_s3`` with ``until``) asks for first past it,
+# after a jump (a record header that confirms a record start); each next request that goes on from
+# the last one asks for twice as much, up to the file's chunk.
+S3_PAST_RANGE_CHUNK = 4 << 10
+# Bytes of fetched blocks a file opened to read a byte range keeps, to be read again from memory
+# (a scan confirms a record start past the range, then seeks back to read it).
+_HELD_BYTES = 8 << 20
+_HELD_BLOCKS = 32
 
 
 class _S3File(io.RawIOBase):
     """An s3:// object read in bounded ranges (``read_range``), seekable; its size told by the first answer.
 
     A request that starts before ``until`` ends there at the latest; past it,
-    requests ask for ``S3_PAST_RANGE_CHUNK``, twice as much each time in a row
+    a request that jumps ahead asks for ``S3_PAST_RANGE_CHUNK`` (a record
+    header), and one that goes on from the last asks for twice as much as it,
     up to ``chunk`` (the end of a range's last record is read, not a chunk of
-    the next range's records).
+    the next range's records). With ``until``, the blocks fetched are kept (at
+    most ``_HELD_BYTES``), so a seek back into them reads no byte again.
     """
 
     def __init__(self, path: str, first: bytes | None, size: int, chunk: int, until: int | None = None) -> None:
@@ -358,8 +365,7 @@ class _S3File(io.RawIOBase):
         self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
         self._first = first
         self._until = until
-        self._past = S3_PAST_RANGE_CHUNK
-        self._block: tuple[int, bytes] | None = None  # the last request past ``until``: read again from memory
+        self._held: list[tuple[int, bytes]] = []  # blocks fetched (with ``until``), the newest last
 
     def readall(self) -> bytes:
         """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
@@ -376,28 +382,47 @@ class _S3File(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
+    def _from_held(self, want: int) -> bytes | None:
+        for start, block in reversed(self._held):
+            if start <= self._pos < start + len(block):
+                return block[self._pos - start:self._pos - start + want]
+        return None
+
+    def _hold(self, start: int, block: bytes) -> None:
+        self._held.append((start, block))
+        while len(self._held) > _HELD_BLOCKS or sum(len(b) for _, b in self._held) > _HELD_BYTES:
+            self._held.pop(0)
+
+    def _past_step(self) -> int:
+        """What to ask for past ``until``: twice a block fetched there that this read goes on from
+        (it starts at most that block's length past its end), else ``S3_PAST_RANGE_CHUNK``."""
+        for start, block in reversed(self._held):
+            end = start + len(block)
+            if start >= self._until and end <= self._pos <= end + len(block):
+                return min(2 * len(block), self._chunk)
+        return S3_PAST_RANGE_CHUNK
+
     def readinto(self, buffer) -> int:
         left = self._size - self._pos
         if left <= 0:
             return 0
         want = min(len(buffer), left)
+        held = self._from_held(want) if self._until is not None else None
         if self._first is not None and self._pos < len(self._first):
             data = self._first[self._pos:self._pos + want]
             if self._pos + len(data) >= len(self._first):
                 self._first = None  # read past: not held (a seek back reads again)
-        elif self._block is not None and self._block[0] <= self._pos < self._block[0] + len(self._block[1]):
-            start, block = self._block
-            data = block[self._pos - start:self._pos - start + want]
+        elif held is not None:
+            data = held
         else:
             past = self._until is not None and self._pos >= self._until
             if self._until is not None and not past:
                 want = min(want, self._until - self._pos)
             elif past:
-                want = max(min(want, self._past), min(self._past, left))  # never less than a step
-                self._past = min(2 * self._past, self._chunk)
+                want = min(self._past_step(), left)
             data = _remote_range(self._path, self._pos, want)[0]
-            if past:
-                self._block = (self._pos, data)
+            if self._until is not None:
+                self._hold(self._pos, data)
                 data = data[:min(len(buffer), len(data))]
         buffer[:len(data)] = data
         self._pos += len(data)
@@ -406,14 +431,14 @@ class _S3File(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
         self._pos = max(0, base + offset)
-        self._past = S3_PAST_RANGE_CHUNK
         return self._pos
 
     def tell(self) -> int:
         return self._pos
 
     def close(self) -> None:
-        self._first = self._block = None
+        self._first = None
+        self._held = []
         super().close()
 
 
