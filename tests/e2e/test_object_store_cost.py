@@ -14,7 +14,7 @@ import contextlib
 
 import pytest
 
-from benchmarks.object_store_requests import PER_SHARD, measure_s3
+from benchmarks.object_store_requests import PER_SHARD, gs_kind, measure_gs, measure_s3
 from tests.fault_proxy import FaultProxy
 from transforms.tfrecord.framing import frame_record
 
@@ -100,7 +100,7 @@ def test_neighbouring_records_of_a_run_file_are_copied_in_one_request(proxied_s3
 
 @pytest.mark.slow
 def test_an_s3_file_is_read_in_bounded_ranges_and_one_closed_early_costs_one_chunk(proxied_s3):
-    from transforms.storage.files import S3_READ_CHUNK, file_size, open_for_read
+    from transforms.storage.files import STORE_READ_CHUNK, file_size, open_for_read
 
     client, proxy, base = proxied_s3
     data = bytes(range(256)) * (9 << 12)  # 9 MiB: three chunks
@@ -112,7 +112,7 @@ def test_an_s3_file_is_read_in_bounded_ranges_and_one_closed_early_costs_one_chu
         assert fh.read(100) == data[:100]
     proxy.settle()
     assert [e.method for e in proxy.traffic] == ["GET"] * 4  # no HEAD; 3 for the whole, 1 for the start
-    assert proxy.traffic[-1].down_body == S3_READ_CHUNK  # the early close cost one chunk, not the object
+    assert proxy.traffic[-1].down_body == STORE_READ_CHUNK  # the early close cost one chunk, not the object
     with pytest.raises(FileNotFoundError):
         open_for_read(f"{base}/ranges/missing.bin")
 
@@ -167,3 +167,61 @@ def test_the_splits_of_an_unindexed_shard_on_s3_fetch_little_past_their_ranges(p
     # (CONFIRM_RECORDS of them past its start and past its end): a few KiB each, not 64 KiB each.
     for split, got in zip(splits, per_split):
         assert got <= split.stop_position - split.start_position + 100_016 + 2 * 16 * 4096 + 1000, per_split
+
+
+@pytest.fixture()
+def proxied_gs(gcs_server, monkeypatch):
+    """The counting proxy in front of gcp-storage-emulator, the jobs' GCS client pointed at it; a bucket made."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_jobs.cli.harness import prepare_options
+    from benchmarks.object_store_requests import _GcsBucket
+    from transforms.filesystems import set_options
+
+    with FaultProxy(gcs_server.port) as proxy:
+        # written through the proxy: the emulator names an object's media link by the host it was written to
+        bucket = _GcsBucket(proxy.port)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        prepare_options(PipelineOptions([]), no_auth=True)
+        yield bucket, proxy, "gs://cost"
+    set_options(PipelineOptions([]))
+
+
+@pytest.mark.slow
+def test_the_splits_of_an_indexed_shard_on_gs_download_the_shard_once(proxied_gs):
+    from transforms.tfrecord.record_index import format_index
+    from transforms.tfrecord_source import _ReadSettings, _TFRecordSource
+
+    bucket, proxy, base = proxied_gs
+    records = [bytes([i % 251]) * 100_000 for i in range(90)]  # about 9 MB
+    framed = [frame_record(r) for r in records]
+    data = b"".join(framed)
+    bucket.put("splits/shard.tfrecord", data)
+    bucket.put("splits/index/shard.tfrecord.idx", format_index([len(f) for f in framed]))
+    (bundle,) = _TFRecordSource((f"{base}/splits/shard.tfrecord",), _ReadSettings()).split(1 << 40)
+    splits = list(bundle.source.split(len(data) // 6))
+    assert len(splits) == 6
+    proxy.settle()
+    before = len(proxy.traffic)
+    read = [r for split in splits for r in split.source.read(split.source.get_range_tracker(split.start_position,
+                                                                                           split.stop_position))]
+    assert read == records
+    proxy.settle()
+    traffic = proxy.traffic[before:]
+    shard = sum(e.down_body for e in traffic if gs_kind(e) == "GET" and e.down_body > 10_000)
+    # Beam's reader reads 16 MiB ahead from each split's start: the rest of the shard, 3.5x the shard in all.
+    assert shard <= len(data) + 6 * 2 * 100_016, shard / len(data)
+    # No metadata request per split to open the shard: its size came with the match (one per split for
+    # its .idx's existence at most).
+    assert sum(gs_kind(e) == "HEAD" for e in traffic) <= 6, [e.target for e in traffic]
+
+
+@pytest.mark.slow
+def test_a_build_on_gs_downloads_and_requests_linearly_in_its_images(proxied_gs, gcs_server):
+    small = measure_gs(gcs_server.port, SMALL, steps=("build",), seed=1)[0]
+    large = measure_gs(gcs_server.port, LARGE, steps=("build",), seed=2)[0]
+    assert large.down_per_byte <= 1.2 * small.down_per_byte, (small, large)
+    added = (large.total - small.total) / (LARGE - SMALL)
+    assert added <= MAX_REQUESTS_PER_IMAGE, (small, large)
+    assert large.total <= MAX_REQUESTS_PER_IMAGE * LARGE + PER_SHARD * large.shards, large
+    assert large.written_per_output <= 2.1, large
