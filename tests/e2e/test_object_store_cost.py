@@ -225,3 +225,21 @@ def test_a_build_on_gs_downloads_and_requests_linearly_in_its_images(proxied_gs,
     assert added <= MAX_REQUESTS_PER_IMAGE, (small, large)
     assert large.total <= MAX_REQUESTS_PER_IMAGE * LARGE + PER_SHARD * large.shards, large
     assert large.written_per_output <= 2.1, large
+
+
+@pytest.mark.slow
+def test_telling_a_prefix_on_s3_is_a_folder_lists_one_key_not_all_below_it(proxied_s3):
+    from transforms.storage.listing import is_folder
+
+    client, proxy, base = proxied_s3
+    for i in range(200):
+        client.put_object(Bucket="cost", Key=f"folder/{i:04d}.jpg", Body=b"x")
+    proxy.settle()
+    before = len(proxy.traffic)
+    assert is_folder(f"{base}/folder")
+    assert not is_folder(f"{base}/folder/0001.jpg")  # a file
+    assert not is_folder(f"{base}/fold")  # a prefix of names, not a folder
+    proxy.settle()
+    traffic = proxy.traffic[before:]
+    # A listing of every key below the folder grows with the data (about 300 bytes a key); one key is enough.
+    assert sum(e.down_body for e in traffic) < 8_000, [(e.method, e.target, e.down_body) for e in traffic]

@@ -15,6 +15,7 @@ clients Beam's file systems use.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -75,6 +76,8 @@ def is_folder(path: str) -> bool:
         return True
     if has_wildcards(path) or exists(path):
         return False
+    if path.startswith(LEVEL_SCHEMES):  # the objects right below it, as the match of ``path/*`` finds them
+        return _has_objects_at_level(path + "/")
     return bool(_matched(path + "/*", limit=1))
 
 
@@ -331,13 +334,21 @@ def count_local_files(folder: str, limit: int) -> int:
 LEVEL_SCHEMES = ("gs://", "s3://")
 
 
-def _list_store(prefix: str, by_level: bool) -> Iterator[tuple[str, bool]]:
-    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it."""
+# Keys (and sub-prefixes) a page of a probing listing asks for (``is_folder``): a folder of many
+# files costs one small page, not a listing of all of them.
+_PROBE_PAGE = 20
+
+
+def _list_store(prefix: str, by_level: bool, page_size: int | None = None) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it;
+    ``page_size`` keys a request (None: the store's most)."""
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
     delimiter = {"Delimiter": "/"} if by_level else {}
     if scheme == "s3":
         client = s3_boto3_client()
+        if page_size is not None:
+            delimiter["PaginationConfig"] = {"PageSize": page_size}
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
                                                                   **delimiter)
         for page in pages:
@@ -347,7 +358,8 @@ def _list_store(prefix: str, by_level: bool) -> Iterator[tuple[str, bool]]:
                 yield f"s3://{bucket}/{item['Prefix']}", True
         return
     if scheme == "gs":
-        blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None)
+        blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
+                                                page_size=page_size)
         for page in blobs.pages:
             for blob in page:
                 yield f"gs://{bucket}/{blob.name}", False
@@ -355,6 +367,27 @@ def _list_store(prefix: str, by_level: bool) -> Iterator[tuple[str, bool]]:
                 yield f"gs://{bucket}/{sub}", True
         return
     raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
+
+
+def _has_objects_at_level(prefix: str) -> bool:
+    """True if an object lies right below a gs:// or s3:// prefix; pages of ``_PROBE_PAGE`` keys, until one.
+
+    Raises:
+        OSError: The store refused the listing (naming the prefix).
+    """
+    with naming_s3_errors(prefix):
+        try:
+            return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
+        except _gcs_errors() as err:
+            raise OSError(errno.EIO, f"GCS refused the listing: {err}", prefix) from err
+
+
+def _gcs_errors() -> tuple[type[Exception], ...]:
+    try:
+        from google.api_core import exceptions
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        return ()
+    return (exceptions.GoogleAPICallError,)
 
 
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
