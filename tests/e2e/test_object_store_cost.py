@@ -10,6 +10,7 @@ build's size.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 
 import pytest
@@ -243,3 +244,32 @@ def test_telling_a_prefix_on_s3_is_a_folder_lists_one_key_not_all_below_it(proxi
     traffic = proxy.traffic[before:]
     # A listing of every key below the folder grows with the data (about 300 bytes a key); one key is enough.
     assert sum(e.down_body for e in traffic) < 8_000, [(e.method, e.target, e.down_body) for e in traffic]
+
+
+@pytest.mark.slow
+def test_an_append_on_s3_reads_the_shard_it_merges_into_once_beside_the_keys(proxied_s3):
+    import json
+
+    from beam_jobs import append_shards, build_shards
+    from benchmarks.object_store_requests import _S3Bucket, s3_flags, small_images, upload
+
+    client, proxy, base = proxied_s3
+    bucket = _S3Bucket(int(proxy.url.rpartition(":")[2]))
+    raw = upload(bucket, "merge/raw", list(small_images(100, 3)))
+    upload(bucket, "merge/more", list(small_images(10, 4)))
+    settings = ["--shard_size_mb", f"{raw * 1.1 / 5 / 2 ** 20:.4f}", "--seed", "5", *s3_flags(proxy.url)]
+    assert build_shards.run(["--input", f"{base}/merge/raw", "--output_dir", f"{base}/merge/set", *settings]) == 0
+    shards = [json.loads(line) for line in bucket.get("merge/set/shards.jsonl").splitlines()]
+    proxy.settle()
+    before = len(proxy.traffic)
+    assert append_shards.run(["--input", f"{base}/merge/more", "--output_dir", f"{base}/merge/set", *settings]) == 0
+    proxy.settle()
+    read = collections.Counter()
+    for e in proxy.traffic[before:]:
+        if e.method == "GET" and e.target.startswith("/cost/merge/set/train-"):
+            read[e.target.rpartition("/")[2]] += e.down_body
+    published = {s["file"]: s["bytes"] for s in shards}
+    # Every published shard once for its images' keys; the one merged with the new records (its records
+    # begin two new shards here) once more, each new shard reading only the records that begin it (found
+    # from its .idx), not the shard from its start each time (3x the merged shard before).
+    assert sum(read.values()) <= sum(published.values()) + max(published.values()) + (16 << 10), (read, published)
