@@ -1,8 +1,9 @@
-"""Requests and bytes on an object store: build, append, reshard and verify to s3://, beside plain Beam.
+"""Requests and bytes on an object store: build, append, reshard and verify to s3:// or gs://, beside plain Beam.
 
-    python -m benchmarks.object_store_requests [--images 300 3000] [--store s3] [--json out.json]
+    python -m benchmarks.object_store_requests [--images 300 3000] [--store s3|gs] [--json out.json]
 
-moto's S3 server runs on loopback, and every request of a job goes through a
+moto's S3 server (``--store gs``: gcp-storage-emulator, anonymous) runs on
+loopback, and every request of a job goes through a
 counting proxy (``tests.fault_proxy.FaultProxy``, no faults: each request on a
 connection of its own), which counts requests by kind and the bytes sent up
 and down, on the wire (HTTP heads included) and of bodies alone (a body the
@@ -21,7 +22,9 @@ client stops reading is still counted, as a store would send it). For each size 
   their bytes once.
 
 Per row: requests by kind (S3: GET, HEAD, LIST, PUT (objects and parts,
-multipart starts and ends), COPY, DELETE), requests per input (images; the
+multipart starts and ends), COPY, DELETE; GCS in the same columns
+(``gs_kind``): media GET, metadata GET, LIST, uploads, rewrite/copy/compose,
+DELETE and batches), requests per input (images; the
 reshard's and verify's inputs are the set's records), bytes down and up per
 input byte, and the process CPU seconds of the job (the proxy and moto run
 in other threads and processes: their CPU is not counted). Targets: bytes
@@ -170,6 +173,7 @@ def tally(traffic: Sequence[Exchange], kind: Callable[[Exchange], str] = s3_kind
 def counted(proxy: FaultProxy, step: str, inputs: int, input_bytes: int, shards: int,
             into: list, kind: Callable[[Exchange], str] = s3_kind) -> Iterator[None]:
     """Counts the proxy's traffic and this process's CPU over the block; appends a ``Cost`` to ``into``."""
+    proxy.settle()  # what came before is not counted
     start = len(proxy.traffic)
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     yield
@@ -206,6 +210,9 @@ class _S3Bucket:
     def get(self, key: str) -> bytes:
         return self.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
+    def through(self, proxy: FaultProxy) -> "_S3Bucket":
+        return self
+
     @contextlib.contextmanager
     def job_flags(self, proxy: FaultProxy) -> Iterator[list[str]]:
         yield s3_flags(proxy.url)
@@ -229,6 +236,11 @@ class _GcsBucket:
             self.bucket = self.client.create_bucket(BUCKET)
         except exceptions.Conflict:
             self.bucket = self.client.bucket(BUCKET)
+
+    def through(self, proxy: FaultProxy) -> "_GcsBucket":
+        """The bucket written through the proxy: the emulator names an object's media link (which
+        Beam's reader downloads from) by the host the object was written to."""
+        return _GcsBucket(proxy.port)
 
     def put(self, key: str, data: bytes) -> None:
         self.bucket.blob(key).upload_from_string(data)
@@ -341,16 +353,17 @@ def measure(bucket, port: int, images: int, steps: Sequence[str], seed: int) -> 
     from beam_jobs import append_shards, build_shards, reshard, verify_shards
 
     run = f"n{images}-{seed}-{random.Random().getrandbits(32):08x}"
-    made = list(small_images(images, seed))
-    raw_bytes = upload(bucket, f"{run}/raw", made)
-    added = list(small_images(max(1, images // 10), seed + 1))
-    added_bytes = upload(bucket, f"{run}/more", added)
     costs: list[Cost] = []
     base = f"{bucket.scheme}://{BUCKET}/{run}"
     counted_here = functools.partial(counted, kind=bucket.kind)
-    # about BUILD_SHARDS shards by size (a set built with --num_shards refuses appends); the append's the same
-    settings = ["--shard_size_mb", f"{raw_bytes * 1.1 / BUILD_SHARDS / 2 ** 20:.4f}", "--seed", "5"]
     with FaultProxy(port) as proxy, bucket.job_flags(proxy) as flags:
+        bucket = bucket.through(proxy)  # its requests come before the counted steps
+        made = list(small_images(images, seed))
+        raw_bytes = upload(bucket, f"{run}/raw", made)
+        added = list(small_images(max(1, images // 10), seed + 1))
+        added_bytes = upload(bucket, f"{run}/more", added)
+        # about BUILD_SHARDS shards by size (a set built with --num_shards refuses appends); the append's the same
+        settings = ["--shard_size_mb", f"{raw_bytes * 1.1 / BUILD_SHARDS / 2 ** 20:.4f}", "--seed", "5"]
         if "build" in steps or "append" in steps or "reshard" in steps or "verify" in steps:
             with counted_here(proxy, "build", images, raw_bytes, BUILD_SHARDS, costs):
                 _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/set", *settings,
@@ -362,7 +375,8 @@ def measure(bucket, port: int, images: int, steps: Sequence[str], seed: int) -> 
                 _checked(append_shards.run(["--input", f"{base}/more", "--output_dir", f"{base}/set", *settings,
                                             *flags]),
                          "append")
-        set_bytes, set_records, _ = published_bytes(bucket, f"{run}/set")
+        if "append" in steps or "reshard" in steps or "verify" in steps:
+            set_bytes, set_records, _ = published_bytes(bucket, f"{run}/set")
         if "append" in steps:
             costs[-1] = dataclasses.replace(costs[-1], output_bytes=set_bytes - costs[0].output_bytes)
         if "reshard" in steps:
