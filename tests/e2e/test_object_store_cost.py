@@ -273,3 +273,20 @@ def test_an_append_on_s3_reads_the_shard_it_merges_into_once_beside_the_keys(pro
     # begin two new shards here) once more, each new shard reading only the records that begin it (found
     # from its .idx), not the shard from its start each time (3x the merged shard before).
     assert sum(read.values()) <= sum(published.values()) + max(published.values()) + (16 << 10), (read, published)
+
+
+@pytest.mark.slow
+def test_telling_files_lie_below_a_prefix_on_s3_lists_one_key(proxied_s3):
+    from transforms.storage.listing import has_files_below
+
+    client, proxy, base = proxied_s3
+    for i in range(200):
+        client.put_object(Bucket="cost", Key=f"below/class/{i:04d}.jpg", Body=b"x")
+    proxy.settle()
+    before = len(proxy.traffic)
+    assert has_files_below(f"{base}/below")  # a build's --input checked before its pipeline
+    assert not has_files_below(f"{base}/belo")
+    proxy.settle()
+    traffic = proxy.traffic[before:]
+    # Beam's match with limit=1 still lists the whole prefix (48.7 KB here; a build's input listed twice)
+    assert sum(e.down_body for e in traffic) < 4_000, [(e.method, e.target, e.down_body) for e in traffic]

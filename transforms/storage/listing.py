@@ -146,7 +146,18 @@ def list_below(folder: str) -> list[str]:
 
 
 def has_files_below(folder: str) -> bool:
-    """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first."""
+    """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first.
+
+    On gs:// and s3:// one listing request for one key (Beam's match lists
+    every key below the prefix, whatever its limit).
+    """
+    if folder.startswith(LEVEL_SCHEMES) and not has_wildcards(folder):
+        prefix = folder.rstrip("/") + "/"
+        with naming_s3_errors(prefix):
+            try:
+                return next(_store_keys_from(prefix, None, page_size=1), None) is not None
+            except _gcs_errors() as err:
+                raise OSError(errno.EIO, f"GCS refused the listing: {err}", prefix) from err
     return bool(_matched(folder.rstrip("/") + "/**", limit=1))
 
 
