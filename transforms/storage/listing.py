@@ -156,8 +156,8 @@ def has_files_below(folder: str) -> bool:
         with naming_s3_errors(prefix):
             try:
                 return next(_store_keys_from(prefix, None, page_size=1), None) is not None
-            except _gcs_errors() as err:
-                raise OSError(errno.EIO, f"GCS refused the listing: {err}", prefix) from err
+            except _client_errors() as err:
+                raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
     return bool(_matched(folder.rstrip("/") + "/**", limit=1))
 
 
@@ -389,16 +389,24 @@ def _has_objects_at_level(prefix: str) -> bool:
     with naming_s3_errors(prefix):
         try:
             return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
-        except _gcs_errors() as err:
-            raise OSError(errno.EIO, f"GCS refused the listing: {err}", prefix) from err
+        except _client_errors() as err:
+            raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
 
 
-def _gcs_errors() -> tuple[type[Exception], ...]:
+def _client_errors() -> tuple[type[Exception], ...]:
+    """What the store clients raise when a listing is refused or unanswered (as installed)."""
+    found: list[type[Exception]] = []
     try:
         from google.api_core import exceptions
+        found.append(exceptions.GoogleAPICallError)
     except ImportError:  # pragma: no cover - depends on the installed extras
-        return ()
-    return (exceptions.GoogleAPICallError,)
+        pass
+    try:
+        import botocore.exceptions
+        found += [botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError]
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        pass
+    return tuple(found)
 
 
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
