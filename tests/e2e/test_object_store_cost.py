@@ -290,3 +290,21 @@ def test_telling_files_lie_below_a_prefix_on_s3_lists_one_key(proxied_s3):
     traffic = proxy.traffic[before:]
     # Beam's match with limit=1 still lists the whole prefix (48.7 KB here; a build's input listed twice)
     assert sum(e.down_body for e in traffic) < 4_000, [(e.method, e.target, e.down_body) for e in traffic]
+
+
+@pytest.mark.slow
+def test_a_scan_of_a_level_on_s3_stopped_at_its_first_file_downloads_one_small_page(proxied_s3):
+    from transforms.storage.listing import scan_store
+
+    client, proxy, base = proxied_s3
+    for i in range(200):
+        client.put_object(Bucket="cost", Key=f"scan/daisy/{i:04d}.jpg", Body=b"x")
+    proxy.settle()
+    before = len(proxy.traffic)
+    # What planning a build's folders does with each class folder: is there a file in it?
+    assert next(iter(scan_store(f"{base}/scan/daisy/"))) == (f"{base}/scan/daisy/0000.jpg", False)
+    proxy.settle()
+    first = sum(e.down_body for e in proxy.traffic[before:])
+    assert first < 8_000, first  # not a page of 200 keys (49 KB; 1,000 keys a page at most)
+    assert [path for path, _ in scan_store(f"{base}/scan/daisy/")] == [
+        f"{base}/scan/daisy/{i:04d}.jpg" for i in range(200)]  # read to its end: every key, once
