@@ -1,8 +1,9 @@
-"""Requests and bytes on an object store: build, append, reshard and verify to s3://, beside plain Beam.
+"""Requests and bytes on an object store: build, append, reshard and verify to s3:// or gs://, beside plain Beam.
 
-    python -m benchmarks.object_store_requests [--images 300 3000] [--store s3] [--json out.json]
+    python -m benchmarks.object_store_requests [--images 300 3000] [--store s3|gs] [--json out.json]
 
-moto's S3 server runs on loopback, and every request of a job goes through a
+moto's S3 server (``--store gs``: gcp-storage-emulator, anonymous) runs on
+loopback, and every request of a job goes through a
 counting proxy (``tests.fault_proxy.FaultProxy``, no faults: each request on a
 connection of its own), which counts requests by kind and the bytes sent up
 and down, on the wire (HTTP heads included) and of bodies alone (a body the
@@ -21,7 +22,9 @@ client stops reading is still counted, as a store would send it). For each size 
   their bytes once.
 
 Per row: requests by kind (S3: GET, HEAD, LIST, PUT (objects and parts,
-multipart starts and ends), COPY, DELETE), requests per input (images; the
+multipart starts and ends), COPY, DELETE; GCS in the same columns
+(``gs_kind``): media GET, metadata GET, LIST, uploads, rewrite/copy/compose,
+DELETE and batches), requests per input (images; the
 reshard's and verify's inputs are the set's records), bytes down and up per
 input byte, and the process CPU seconds of the job (the proxy and moto run
 in other threads and processes: their CPU is not counted). Targets: bytes
@@ -42,6 +45,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -80,6 +84,26 @@ def s3_kind(exchange: Exchange) -> str:
         return "DELETE"
     if exchange.method == "POST":  # a multipart upload's start and end
         return "PUT"
+    return "OTHER"
+
+
+def gs_kind(exchange: Exchange) -> str:
+    """The kind of a GCS JSON API request, in the columns of S3's: a media GET is ``GET``, a metadata
+    GET ``HEAD``, an upload (its start and its parts) ``PUT``, a rewrite, copy or compose ``COPY``; a
+    batch (Beam's deletions and copies) is counted as ``DELETE``."""
+    path, _, query = exchange.target.partition("?")
+    params = dict(part.partition("=")[::2] for part in query.split("&") if part)
+    if exchange.method == "GET":
+        if params.get("alt") == "media" or path.startswith("/download/"):
+            return "GET"
+        return "LIST" if path.rstrip("/").endswith("/o") else "HEAD"
+    if path.startswith("/upload/") or exchange.method == "PUT":
+        return "PUT"
+    if exchange.method == "POST" and any(f"/{verb}/" in path or path.endswith(f"/{verb}")
+                                         for verb in ("rewriteTo", "copyTo", "compose")):
+        return "COPY"
+    if exchange.method == "DELETE" or (exchange.method == "POST" and path.startswith("/batch/")):
+        return "DELETE"
     return "OTHER"
 
 
@@ -136,23 +160,26 @@ class Cost:
         return max(0, self.total - PER_SHARD * self.shards) / self.inputs
 
 
-def tally(traffic: Sequence[Exchange]) -> tuple[dict, int, int, int, int]:
+def tally(traffic: Sequence[Exchange], kind: Callable[[Exchange], str] = s3_kind
+          ) -> tuple[dict, int, int, int, int]:
     """Requests by kind, bytes down, bytes up (on the wire), bytes of answers' bodies, bytes of objects written."""
-    kinds = collections.Counter(s3_kind(e) for e in traffic)
-    return ({k: kinds.get(k, 0) for k in KINDS}, sum(e.down for e in traffic), sum(e.up for e in traffic),
-            sum(e.down_body for e in traffic), sum(e.up_body for e in traffic if s3_kind(e) == "PUT"))
+    kinds = [kind(e) for e in traffic]
+    counts = collections.Counter(kinds)
+    return ({k: counts.get(k, 0) for k in KINDS}, sum(e.down for e in traffic), sum(e.up for e in traffic),
+            sum(e.down_body for e in traffic), sum(e.up_body for e, k in zip(traffic, kinds) if k == "PUT"))
 
 
 @contextlib.contextmanager
 def counted(proxy: FaultProxy, step: str, inputs: int, input_bytes: int, shards: int,
-            into: list) -> Iterator[None]:
+            into: list, kind: Callable[[Exchange], str] = s3_kind) -> Iterator[None]:
     """Counts the proxy's traffic and this process's CPU over the block; appends a ``Cost`` to ``into``."""
+    proxy.settle()  # what came before is not counted
     start = len(proxy.traffic)
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     yield
     after = resource.getrusage(resource.RUSAGE_SELF)
     proxy.settle()  # every request the job made is counted
-    requests, down, up, body, written = tally(proxy.traffic[start:])
+    requests, down, up, body, written = tally(proxy.traffic[start:], kind)
     into.append(Cost(step, inputs, input_bytes, requests, down, up, body, written,
                      (after.ru_utime + after.ru_stime) - (cpu.ru_utime + cpu.ru_stime), shards))
 
@@ -160,6 +187,79 @@ def counted(proxy: FaultProxy, step: str, inputs: int, input_bytes: int, shards:
 def s3_flags(url: str) -> list[str]:
     return ["--s3_endpoint_url", url, "--s3_access_key_id", "testing", "--s3_secret_access_key", "testing",
             "--s3_region_name", "us-east-1"]
+
+
+class _S3Bucket:
+    """The benchmark's bucket on moto, written and read straight (not through the proxy)."""
+
+    scheme = "s3"
+    kind = staticmethod(s3_kind)
+
+    def __init__(self, port: int) -> None:
+        import boto3
+
+        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+        self.client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="testing",
+                                   aws_secret_access_key="testing", region_name="us-east-1")
+        with contextlib.suppress(self.client.exceptions.BucketAlreadyOwnedByYou):
+            self.client.create_bucket(Bucket=BUCKET)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=BUCKET, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+    def through(self, proxy: FaultProxy) -> "_S3Bucket":
+        return self
+
+    @contextlib.contextmanager
+    def job_flags(self, proxy: FaultProxy) -> Iterator[list[str]]:
+        yield s3_flags(proxy.url)
+
+
+class _GcsBucket:
+    """The benchmark's bucket on gcp-storage-emulator (anonymous), written and read straight."""
+
+    scheme = "gs"
+    kind = staticmethod(gs_kind)
+
+    def __init__(self, port: int) -> None:
+        from google.api_core import exceptions
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = storage.Client(project="cost", credentials=AnonymousCredentials(),
+                                     client_options={"api_endpoint": self.url})
+        try:
+            self.bucket = self.client.create_bucket(BUCKET)
+        except exceptions.Conflict:
+            self.bucket = self.client.bucket(BUCKET)
+
+    def through(self, proxy: FaultProxy) -> "_GcsBucket":
+        """The bucket written through the proxy: the emulator names an object's media link (which
+        Beam's reader downloads from) by the host the object was written to."""
+        return _GcsBucket(proxy.port)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.bucket.blob(key).upload_from_string(data)
+
+    def get(self, key: str) -> bytes:
+        return self.bucket.blob(key).download_as_bytes()
+
+    @contextlib.contextmanager
+    def job_flags(self, proxy: FaultProxy) -> Iterator[list[str]]:
+        """The jobs' GCS clients talk to the proxy (``STORAGE_EMULATOR_HOST``), anonymously."""
+        before = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = proxy.url
+        try:
+            yield ["--no_auth"]
+        finally:
+            if before is None:
+                os.environ.pop("STORAGE_EMULATOR_HOST", None)
+            else:
+                os.environ["STORAGE_EMULATOR_HOST"] = before
 
 
 def small_images(count: int, seed: int) -> Iterator[tuple[str, bytes]]:
@@ -177,18 +277,18 @@ def small_images(count: int, seed: int) -> Iterator[tuple[str, bytes]]:
         yield f"{label}/{seed}_{i:05d}.jpg", buf.getvalue()
 
 
-def upload(client, prefix: str, images: Sequence[tuple[str, bytes]]) -> int:
+def upload(bucket, prefix: str, images: Sequence[tuple[str, bytes]]) -> int:
     """Puts the images under ``prefix`` (straight to the server, not counted); returns their bytes."""
     for rel, data in images:
-        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{rel}", Body=data)
+        bucket.put(f"{prefix}/{rel}", data)
     return sum(len(data) for _, data in images)
 
 
-def published_bytes(client, prefix: str) -> tuple[int, int, int]:
+def published_bytes(bucket, prefix: str) -> tuple[int, int, int]:
     """Bytes, records and shards of a published set."""
-    manifest = json.loads(client.get_object(Bucket=BUCKET, Key=f"{prefix}/manifest.json")["Body"].read())
+    manifest = json.loads(bucket.get(f"{prefix}/manifest.json"))
     size = records = shards = 0
-    for line in client.get_object(Bucket=BUCKET, Key=f"{prefix}/shards.jsonl")["Body"].read().splitlines():
+    for line in bucket.get(f"{prefix}/shards.jsonl").splitlines():
         entry = json.loads(line)
         size += entry["bytes"]
         records += entry["records"]
@@ -235,59 +335,66 @@ def without_run_files() -> Iterator[None]:
         build_shards.InspectImages = original
 
 
-def measure_s3(port: int, images: int, steps: Sequence[str] = ("build", "append", "reshard", "verify", "beam"),
-               seed: int = 0) -> list[Cost]:
-    """Runs the steps against the moto server on ``port`` through a counting proxy; one ``Cost`` each."""
-    import boto3
+DEFAULT_STEPS = ("build", "append", "reshard", "verify", "beam")
 
+
+def measure_s3(port: int, images: int, steps: Sequence[str] = DEFAULT_STEPS, seed: int = 0) -> list[Cost]:
+    """Runs the steps against the moto server on ``port`` through a counting proxy; one ``Cost`` each."""
+    return measure(_S3Bucket(port), port, images, steps, seed)
+
+
+def measure_gs(port: int, images: int, steps: Sequence[str] = DEFAULT_STEPS, seed: int = 0) -> list[Cost]:
+    """Runs the steps against gcp-storage-emulator on ``port`` through a counting proxy; one ``Cost`` each."""
+    return measure(_GcsBucket(port), port, images, steps, seed)
+
+
+def measure(bucket, port: int, images: int, steps: Sequence[str], seed: int) -> list[Cost]:
+    """Runs the steps against the store on ``port`` (``bucket``: read and written uncounted) through a counting proxy."""
     from beam_jobs import append_shards, build_shards, reshard, verify_shards
 
-    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-        client.create_bucket(Bucket=BUCKET)
     run = f"n{images}-{seed}-{random.Random().getrandbits(32):08x}"
-    made = list(small_images(images, seed))
-    raw_bytes = upload(client, f"{run}/raw", made)
-    added = list(small_images(max(1, images // 10), seed + 1))
-    added_bytes = upload(client, f"{run}/more", added)
     costs: list[Cost] = []
-    base = f"s3://{BUCKET}/{run}"
-    # about BUILD_SHARDS shards by size (a set built with --num_shards refuses appends); the append's the same
-    settings = ["--shard_size_mb", f"{raw_bytes * 1.1 / BUILD_SHARDS / 2 ** 20:.4f}", "--seed", "5"]
-    with FaultProxy(port) as proxy:
-        flags = s3_flags(proxy.url)
+    base = f"{bucket.scheme}://{BUCKET}/{run}"
+    counted_here = functools.partial(counted, kind=bucket.kind)
+    with FaultProxy(port) as proxy, bucket.job_flags(proxy) as flags:
+        bucket = bucket.through(proxy)  # its requests come before the counted steps
+        made = list(small_images(images, seed))
+        raw_bytes = upload(bucket, f"{run}/raw", made)
+        added = list(small_images(max(1, images // 10), seed + 1))
+        added_bytes = upload(bucket, f"{run}/more", added)
+        # about BUILD_SHARDS shards by size (a set built with --num_shards refuses appends); the append's the same
+        settings = ["--shard_size_mb", f"{raw_bytes * 1.1 / BUILD_SHARDS / 2 ** 20:.4f}", "--seed", "5"]
         if "build" in steps or "append" in steps or "reshard" in steps or "verify" in steps:
-            with counted(proxy, "build", images, raw_bytes, BUILD_SHARDS, costs):
+            with counted_here(proxy, "build", images, raw_bytes, BUILD_SHARDS, costs):
                 _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/set", *settings,
                                            *flags]), "build")
-            size, _, shards = published_bytes(client, f"{run}/set")
+            size, _, shards = published_bytes(bucket, f"{run}/set")
             costs[-1] = dataclasses.replace(costs[-1], output_bytes=size, shards=shards)
         if "append" in steps:
-            with counted(proxy, "append", len(added), added_bytes, BUILD_SHARDS, costs):
+            with counted_here(proxy, "append", len(added), added_bytes, BUILD_SHARDS, costs):
                 _checked(append_shards.run(["--input", f"{base}/more", "--output_dir", f"{base}/set", *settings,
                                             *flags]),
                          "append")
-        set_bytes, set_records, _ = published_bytes(client, f"{run}/set")
+        if "append" in steps or "reshard" in steps or "verify" in steps:
+            set_bytes, set_records, _ = published_bytes(bucket, f"{run}/set")
         if "append" in steps:
             costs[-1] = dataclasses.replace(costs[-1], output_bytes=set_bytes - costs[0].output_bytes)
         if "reshard" in steps:
-            with counted(proxy, "reshard", set_records, set_bytes, RESHARD_SHARDS, costs):
+            with counted_here(proxy, "reshard", set_records, set_bytes, RESHARD_SHARDS, costs):
                 _checked(reshard.run(["--input", f"{base}/set/*.tfrecord", "--output_dir", f"{base}/resharded",
                                       "--num_shards", str(RESHARD_SHARDS), *flags]), "reshard")
-            size, _, shards = published_bytes(client, f"{run}/resharded")
+            size, _, shards = published_bytes(bucket, f"{run}/resharded")
             costs[-1] = dataclasses.replace(costs[-1], output_bytes=size, shards=shards)
         if "verify" in steps:
-            with counted(proxy, "verify", set_records, set_bytes, 0, costs):
+            with counted_here(proxy, "verify", set_records, set_bytes, 0, costs):
                 _checked(verify_shards.run(["--output_dir", f"{base}/set", "--decode_images", *flags]), "verify")
         if "reread" in steps:
-            with counted(proxy, "reread", images, raw_bytes, BUILD_SHARDS, costs), without_run_files():
+            with counted_here(proxy, "reread", images, raw_bytes, BUILD_SHARDS, costs), without_run_files():
                 _checked(build_shards.run(["--input", f"{base}/raw", "--output_dir", f"{base}/reread",
                                            "--num_shards", str(BUILD_SHARDS), "--seed", "5", *flags]), "reread")
-            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(client, f"{run}/reread")[0])
+            costs[-1] = dataclasses.replace(costs[-1], output_bytes=published_bytes(bucket, f"{run}/reread")[0])
         if "beam" in steps:
-            with counted(proxy, "beam", images, raw_bytes, BUILD_SHARDS, costs):
+            with counted_here(proxy, "beam", images, raw_bytes, BUILD_SHARDS, costs):
                 plain_beam(flags, [f"{base}/raw/{rel}" for rel, _ in made], f"{base}/beam/part")
     return costs
 
@@ -312,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, nargs="+", default=[300, 3000])
     parser.add_argument("--steps", nargs="+", default=["build", "append", "reshard", "verify", "beam"])
+    parser.add_argument("--store", choices=("s3", "gs"), default="s3",
+                        help="s3: moto's server; gs: gcp-storage-emulator")
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args(argv)
     import logging
@@ -320,11 +429,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tests.servers import free_port, start_server, stop_server, venv_script
 
     port = free_port()
+    if args.store == "s3":
+        command, measured = [venv_script("moto_server"), "-H", "127.0.0.1", "-p", str(port)], measure_s3
+    else:
+        command, measured = [venv_script("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port",
+                             str(port), "--in-memory"], measure_gs
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server([venv_script("moto_server"), "-H", "127.0.0.1", "-p", str(port)], port,
-                              os.path.join(tmp, "moto.log"))
+        server = start_server(command, port, os.path.join(tmp, "server.log"))
         try:
-            rows = [(n, cost) for n in args.images for cost in measure_s3(port, n, args.steps)]
+            rows = [(n, cost) for n in args.images for cost in measured(port, n, args.steps)]
         finally:
             stop_server(server.process)
     print(table(rows))

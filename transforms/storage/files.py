@@ -5,12 +5,14 @@ Two ways in:
 - ``open_for_read`` (``read_bytes``) for inputs and published shards read as
   they are: a local path is opened directly (17 us less per file than through
   Beam's local file system, whose result is the same file object) and only
-  if it is a regular file; an s3:// object is read in bounded ranges
-  (``open_s3``); any other URL goes through Beam's file system;
+  if it is a regular file; an s3:// or gs:// object is read in bounded
+  ranges (``open_store``); any other URL goes through Beam's file system;
 - ``open_file`` (``read_file``, ``read_if_present``, ``open_lines``,
   ``sha256_of``) for the files of a shard set and the tool's own: through
-  Beam's file system for the path, as Beam opens it (gs:// reads bounded
-  chunks), except s3:// read as they are (``open_s3``).
+  Beam's file system for the path, as Beam opens it, except s3:// and gs://
+  read as they are (``open_store``: Beam's gs:// reader sends a metadata
+  request per open and reads 16 MiB ahead, the rest of a small shard for
+  each split of it).
 
 Byte ranges (``read_range``, ``read_prefix``, ``RangeReader``) are read the
 same way everywhere: a local file with ``pread``; an s3:// or gs:// object with
@@ -39,7 +41,7 @@ from transforms.storage.paths import is_local, path_problem
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
            "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of", "local_copy",
-           "read_range", "read_prefix", "open_s3", "S3_READ_CHUNK", "S3_PAST_RANGE_CHUNK", "RangeReader"]
+           "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.
@@ -95,8 +97,8 @@ def open_for_read(path: str) -> BinaryIO:
     problem = path_problem(path)
     if problem:
         raise OSError(errno.EINVAL, problem, path)
-    if path.startswith("s3://"):
-        return open_s3(path)
+    if path.startswith(_STORES):
+        return open_store(path)
     if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
         return _open_local(path)
     return open_file(path)
@@ -161,13 +163,13 @@ def open_file(path: str, decompress: bool = False, size: int | None = None, unti
         path: A local path or a URL.
         decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed, as
             Beam does by default; else the bytes as they are.
-        size: The file's size, when known (s3://: no read on opening, ``open_s3``).
-        until: Where the reader's byte range ends (s3://: no request past it
-            until the reader reads past it, ``open_s3``).
+        size: The file's size, when known (s3://, gs://: no read on opening, ``open_store``).
+        until: Where the reader's byte range ends (s3://, gs://: no request past it
+            until the reader reads past it, ``open_store``).
     """
-    if path.startswith("s3://") and (not decompress or CompressionTypes.detect_compression_type(path)
+    if path.startswith(_STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
-        return open_s3(path, size=size, until=until)
+        return open_store(path, size=size, until=until)
     return filesystem_of(path).open(path, compression_type=CompressionTypes.AUTO if decompress
                                     else CompressionTypes.UNCOMPRESSED)
 
@@ -355,22 +357,31 @@ def _pread_all(fd: int, offset: int, length: int) -> bytes:
     return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
-# What an s3:// file opened for reading asks for at a time (``open_s3``): one bounded request each.
-S3_READ_CHUNK = 4 << 20
+# The stores whose files are read in bounded ranges on this process's client (``open_store``).
+_STORES = ("s3://", "gs://")
+# What an s3:// or gs:// file opened for reading asks for at a time (``open_store``): one bounded request each.
+STORE_READ_CHUNK = 4 << 20
 
 
-# What an s3:// file opened to read a byte range (``open_s3`` with ``until``) asks for first past it;
-# each next request in a row asks for twice as much, up to the file's chunk (a seek starts again).
-S3_PAST_RANGE_CHUNK = 64 << 10
+# What a file opened to read a byte range (``open_store`` with ``until``) asks for first past it,
+# after a jump (a record header that confirms a record start); each next request that goes on from
+# the last one asks for twice as much, up to the file's chunk.
+PAST_RANGE_CHUNK = 4 << 10
+# Bytes of fetched blocks a file opened to read a byte range keeps, to be read again from memory
+# (a scan confirms a record start past the range, then seeks back to read it).
+_HELD_BYTES = 8 << 20
+_HELD_BLOCKS = 32
 
 
-class _S3File(io.RawIOBase):
-    """An s3:// object read in bounded ranges (``read_range``), seekable; its size told by the first answer.
+class _StoreFile(io.RawIOBase):
+    """An s3:// or gs:// object read in bounded ranges (``read_range``), seekable; its size known on opening.
 
     A request that starts before ``until`` ends there at the latest; past it,
-    requests ask for ``S3_PAST_RANGE_CHUNK``, twice as much each time in a row
+    a request that jumps ahead asks for ``PAST_RANGE_CHUNK`` (a record
+    header), and one that goes on from the last asks for twice as much as it,
     up to ``chunk`` (the end of a range's last record is read, not a chunk of
-    the next range's records).
+    the next range's records). With ``until``, the blocks fetched are kept (at
+    most ``_HELD_BYTES``), so a seek back into them reads no byte again.
     """
 
     def __init__(self, path: str, first: bytes | None, size: int, chunk: int, until: int | None = None) -> None:
@@ -378,8 +389,7 @@ class _S3File(io.RawIOBase):
         self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
         self._first = first
         self._until = until
-        self._past = S3_PAST_RANGE_CHUNK
-        self._block: tuple[int, bytes] | None = None  # the last request past ``until``: read again from memory
+        self._held: list[tuple[int, bytes]] = []  # blocks fetched (with ``until``), the newest last
 
     def readall(self) -> bytes:
         """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
@@ -396,28 +406,47 @@ class _S3File(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
+    def _from_held(self, want: int) -> bytes | None:
+        for start, block in reversed(self._held):
+            if start <= self._pos < start + len(block):
+                return block[self._pos - start:self._pos - start + want]
+        return None
+
+    def _hold(self, start: int, block: bytes) -> None:
+        self._held.append((start, block))
+        while len(self._held) > _HELD_BLOCKS or sum(len(b) for _, b in self._held) > _HELD_BYTES:
+            self._held.pop(0)
+
+    def _past_step(self) -> int:
+        """What to ask for past ``until``: twice a block fetched there that this read goes on from
+        (it starts at most that block's length past its end), else ``PAST_RANGE_CHUNK``."""
+        for start, block in reversed(self._held):
+            end = start + len(block)
+            if start >= self._until and end <= self._pos <= end + len(block):
+                return min(2 * len(block), self._chunk)
+        return PAST_RANGE_CHUNK
+
     def readinto(self, buffer) -> int:
         left = self._size - self._pos
         if left <= 0:
             return 0
         want = min(len(buffer), left)
+        held = self._from_held(want) if self._until is not None else None
         if self._first is not None and self._pos < len(self._first):
             data = self._first[self._pos:self._pos + want]
             if self._pos + len(data) >= len(self._first):
                 self._first = None  # read past: not held (a seek back reads again)
-        elif self._block is not None and self._block[0] <= self._pos < self._block[0] + len(self._block[1]):
-            start, block = self._block
-            data = block[self._pos - start:self._pos - start + want]
+        elif held is not None:
+            data = held
         else:
             past = self._until is not None and self._pos >= self._until
             if self._until is not None and not past:
                 want = min(want, self._until - self._pos)
             elif past:
-                want = max(min(want, self._past), min(self._past, left))  # never less than a step
-                self._past = min(2 * self._past, self._chunk)
+                want = min(self._past_step(), left)
             data = _remote_range(self._path, self._pos, want)[0]
-            if past:
-                self._block = (self._pos, data)
+            if self._until is not None:
+                self._hold(self._pos, data)
                 data = data[:min(len(buffer), len(data))]
         buffer[:len(data)] = data
         self._pos += len(data)
@@ -426,45 +455,63 @@ class _S3File(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
         self._pos = max(0, base + offset)
-        self._past = S3_PAST_RANGE_CHUNK
         return self._pos
 
     def tell(self) -> int:
         return self._pos
 
     def close(self) -> None:
-        self._first = self._block = None
+        self._first = None
+        self._held = []
         super().close()
 
 
-def open_s3(path: str, chunk: int = S3_READ_CHUNK, size: int | None = None, until: int | None = None) -> BinaryIO:
-    """Opens an s3:// object for reading in bounded ranges of ``chunk`` bytes, one request each.
+def _store_size(path: str) -> int:
+    """An s3:// or gs:// object's size: one metadata request (``HEAD``; a GCS metadata ``GET``)."""
+    if path.startswith("gs://"):
+        from google.api_core import exceptions
+
+        bucket, key = _bucket_key(path)
+        try:
+            blob = store_client("gs").bucket(bucket).get_blob(key)
+        except exceptions.GoogleAPICallError as err:
+            raise OSError(errno.EIO, f"GCS answered {err.code}: {err}", path) from err
+        if blob is None:
+            raise FileNotFoundError(errno.ENOENT, "GCS answered 404", path)
+        return blob.size
+    with naming_s3_errors(path):
+        return shared_s3io().size(path)
+
+
+def open_store(path: str, chunk: int = STORE_READ_CHUNK, size: int | None = None, until: int | None = None) -> BinaryIO:
+    """Opens an s3:// or gs:// object for reading in bounded ranges of ``chunk`` bytes, one request each.
 
     Opening reads the first chunk (the whole of a small object) in one
-    ``GET``, which also tells the size; no ``HEAD``. Beam's S3 reader asks for
-    ``bytes=a-`` (the rest of the object), which a store sends in full even
-    when the reader stops early.
+    ``GET``, which also tells the size (on gs://, an object of a chunk or more
+    needs a metadata request: the answer does not say); no ``HEAD``. Beam's S3
+    reader asks for ``bytes=a-`` (the rest of the object), which a store sends
+    in full even when the reader stops early; its gs:// reader sends a
+    metadata request, then reads 16 MiB ahead.
 
     Args:
-        path: The s3:// object.
+        path: The s3:// or gs:// object.
         chunk: Bytes asked for at a time.
         size: Its size, when known (a matched file): nothing is read on opening.
         until: Where the reader's byte range ends (a split of a shard): no
             request reaches past it unless the reader reads past it, and then
-            in requests from ``S3_PAST_RANGE_CHUNK`` up.
+            in requests from ``PAST_RANGE_CHUNK`` up.
 
     Raises:
         OSError: As ``read_range`` (``FileNotFoundError`` when missing).
     """
     if size is not None:
-        return io.BufferedReader(_S3File(path, None, size, chunk, until), chunk)
+        return io.BufferedReader(_StoreFile(path, None, size, chunk, until), chunk)
     first, size = _remote_range(path, 0, chunk)
     if size is None:  # an empty object (416), or a store that did not say: what the first read got
         size = len(first) if len(first) < chunk else None
     if size is None:
-        with naming_s3_errors(path):
-            size = shared_s3io().size(path)
-    return io.BufferedReader(_S3File(path, first, size, chunk), chunk)
+        size = _store_size(path)
+    return io.BufferedReader(_StoreFile(path, first, size, chunk), chunk)
 
 
 class RangeReader:

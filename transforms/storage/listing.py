@@ -15,6 +15,7 @@ clients Beam's file systems use.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -75,6 +76,8 @@ def is_folder(path: str) -> bool:
         return True
     if has_wildcards(path) or exists(path):
         return False
+    if path.startswith(LEVEL_SCHEMES):  # the objects right below it, as the match of ``path/*`` finds them
+        return _has_objects_at_level(path + "/")
     return bool(_matched(path + "/*", limit=1))
 
 
@@ -143,7 +146,18 @@ def list_below(folder: str) -> list[str]:
 
 
 def has_files_below(folder: str) -> bool:
-    """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first."""
+    """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first.
+
+    On gs:// and s3:// one listing request for one key (Beam's match lists
+    every key below the prefix, whatever its limit).
+    """
+    if folder.startswith(LEVEL_SCHEMES) and not has_wildcards(folder):
+        prefix = folder.rstrip("/") + "/"
+        with naming_s3_errors(prefix):
+            try:
+                return next(_store_keys_from(prefix, None, page_size=1), None) is not None
+            except _client_errors() as err:
+                raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
     return bool(_matched(folder.rstrip("/") + "/**", limit=1))
 
 
@@ -331,30 +345,90 @@ def count_local_files(folder: str, limit: int) -> int:
 LEVEL_SCHEMES = ("gs://", "s3://")
 
 
-def _list_store(prefix: str, by_level: bool) -> Iterator[tuple[str, bool]]:
-    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it."""
+# Keys (and sub-prefixes) a page of a probing listing asks for (``is_folder``): a folder of many
+# files costs one small page, not a listing of all of them.
+_PROBE_PAGE = 20
+
+
+def _list_store(prefix: str, by_level: bool, page_size: int | None = None,
+                first_page: int | None = None) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it;
+    ``page_size`` keys a request (None: the store's most), ``first_page`` keys the first one."""
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
     delimiter = {"Delimiter": "/"} if by_level else {}
     if scheme == "s3":
         client = s3_boto3_client()
+        paging: dict = {} if page_size is None else {"PageSize": page_size}
+        if first_page is not None:
+            page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=first_page, **delimiter)
+            yield from _s3_entries(bucket, page)
+            if not page.get("IsTruncated"):
+                return
+            paging["StartingToken"] = page["NextContinuationToken"]
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
-                                                                  **delimiter)
+                                                                  PaginationConfig=paging, **delimiter)
         for page in pages:
-            for item in page.get("Contents", []):
-                yield f"s3://{bucket}/{item['Key']}", False
-            for item in page.get("CommonPrefixes", []):
-                yield f"s3://{bucket}/{item['Prefix']}", True
+            yield from _s3_entries(bucket, page)
         return
     if scheme == "gs":
-        blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None)
+        token = None
+        if first_page is not None:
+            blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
+                                                    page_size=first_page)
+            yield from _gcs_entries(bucket, next(blobs.pages, []))
+            token = blobs.next_page_token
+            if not token:
+                return
+        blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
+                                                page_size=page_size, page_token=token)
         for page in blobs.pages:
-            for blob in page:
-                yield f"gs://{bucket}/{blob.name}", False
-            for sub in sorted(page.prefixes):
-                yield f"gs://{bucket}/{sub}", True
+            yield from _gcs_entries(bucket, page)
         return
     raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
+
+
+def _s3_entries(bucket: str, page: dict) -> Iterator[tuple[str, bool]]:
+    for item in page.get("Contents") or ():
+        yield f"s3://{bucket}/{item['Key']}", False
+    for item in page.get("CommonPrefixes") or ():
+        yield f"s3://{bucket}/{item['Prefix']}", True
+
+
+def _gcs_entries(bucket: str, page) -> Iterator[tuple[str, bool]]:
+    for blob in page:
+        yield f"gs://{bucket}/{blob.name}", False
+    for sub in sorted(getattr(page, "prefixes", ())):
+        yield f"gs://{bucket}/{sub}", True
+
+
+def _has_objects_at_level(prefix: str) -> bool:
+    """True if an object lies right below a gs:// or s3:// prefix; pages of ``_PROBE_PAGE`` keys, until one.
+
+    Raises:
+        OSError: The store refused the listing (naming the prefix).
+    """
+    with naming_s3_errors(prefix):
+        try:
+            return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
+        except _client_errors() as err:
+            raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
+
+
+def _client_errors() -> tuple[type[Exception], ...]:
+    """What the store clients raise when a listing is refused or unanswered (as installed)."""
+    found: list[type[Exception]] = []
+    try:
+        from google.api_core import exceptions
+        found.append(exceptions.GoogleAPICallError)
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        pass
+    try:
+        import botocore.exceptions
+        found += [botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError]
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        pass
+    return tuple(found)
 
 
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
@@ -382,9 +456,14 @@ def list_store_below(prefix: str) -> Iterator[str]:
 
 
 def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
-    """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix."""
+    """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix.
+
+    Its first request asks for ``_PROBE_PAGE`` keys: planning reads a level
+    until its first file (is a class folder one of files?), and a page of
+    1,000 keys is 270 KB on S3.
+    """
     with naming_s3_errors(prefix):
-        yield from list_store_level(prefix)
+        yield from _list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
 
 
 def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:

@@ -28,13 +28,14 @@ from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_li
 from transforms.shardset.staged import (ShardListPart, ShardResult, StagedShard, part_ranges, part_tallies,
                                         read_staged_line, staged_line)
 from transforms.filesystems import close_written_file, naming_s3_errors
-from transforms.storage.files import exists, open_for_read, open_lines
+from transforms.storage.files import exists, open_file, open_for_read, open_lines, read_if_present
 from transforms.storage.output_folder import staging_folder
 from transforms.storage.writing import create, reporting_full_disk, shards_need, write_atomic, write_file
 from transforms.shardset.planning import SplitTotals, shard_of_offset
 from transforms.shardset.published_keys import record_label
 from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
+from transforms.tfrecord.record_index import check_index, index_names
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord.shard_writer import ShardWriter
 from transforms.arrayrecord.shard_file import ArrayRecordShardWriter
@@ -133,8 +134,14 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
         return
     name = shard_file_name(totals.split, totals.merged, totals.published, compression)
     path = join_path(output_dir, name)
-    start = 0
-    with open_for_read(path) as raw, naming_s3_errors(path):
+    share = _lead_share(path, totals, local) if compression == "none" else None
+    if share is not None and share[0] >= share[1]:
+        return
+    start = 0 if share is None else share[0]
+    opened = open_for_read(path) if share is None else open_file(path, size=totals.lead_bytes, until=share[1])
+    with opened as raw, naming_s3_errors(path):
+        if start:
+            raw.seek(start)
         for _, data in iter_records(open_decompressed(raw, compression), path):
             size = len(data) + OVERHEAD
             shard = shard_of_offset(start, size, totals.total_bytes, totals.num_shards)
@@ -143,6 +150,35 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
                 return
             if shard == local:
                 yield FramedRecord(frame_record(data)), record_label(data, path)
+
+
+def _lead_share(path: str, totals: SplitTotals, local: int) -> tuple[int, int] | None:
+    """The bytes ``[start, end)`` of the merged shard ``path`` whose records go to planned shard ``local``,
+    from its ``.idx``; None when it has no usable one (the shard is read from its start).
+
+    Each new shard that the merged shard's records begin then reads only its
+    own records (on a store, bounded requests within them), not the shard
+    from its start each.
+    """
+    for index_path in index_names(path):
+        data = read_if_present(index_path)
+        if data is not None:
+            break
+    else:
+        return None
+    starts = check_index(data, totals.lead_bytes).starts
+    if starts is None:
+        return None
+    ends = list(starts[1:]) + [totals.lead_bytes]
+    first = last = None
+    for start, end in zip(starts, ends):
+        shard = shard_of_offset(start, end - start, totals.total_bytes, totals.num_shards)
+        if shard == local:
+            first = start if first is None else first
+            last = end
+        elif shard > local:
+            break
+    return (first, last) if first is not None else (0, 0)
 
 
 def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], output_dir: str,
