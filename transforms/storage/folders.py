@@ -21,7 +21,7 @@ from transforms.storage.files import exists, sha256_of
 from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
-__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "rename_files",
+__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files", "rename_files",
            "move_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
            "PARALLEL_MOVES", "make_folder", "delete_empty_folder", "file_above",
            "local_write_problem"]
@@ -128,6 +128,12 @@ def delete_claimed(path: str, aside: str) -> bool:
     else:
         delete_files([path])
     return True
+
+
+def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
+    """Copies ``(from, to)`` pairs in one call (on a store, within it: no bytes pass through here)."""
+    if pairs:
+        filesystem_of(pairs[0][0]).copy([source for source, _ in pairs], [target for _, target in pairs])
 
 
 def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
