@@ -61,7 +61,7 @@ from transforms.shardset.publish_plan import (SET_FILES, new_manifest, plan_jour
 from transforms.shardset.replacing import input_values, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.files import exists, read_if_present, sha256_of
+from transforms.storage.files import read_if_present, sha256_of
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
     moves_problem, rename_files
 from transforms.storage.journal import finish_journal, pending_manifest, retire_manifest, shard_moves
@@ -450,7 +450,11 @@ def published_already(output_dir: str, run_id: str) -> Manifest:
         raise PublishError(f"the staged publish record of run {run_id} is gone from {output_dir} and no "
                            "manifest.json was written: run the job again")
     data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-    if data is None or Journal.loads(data).run_id == run_id:
+    journal = None if data is None else Journal.loads(data)
+    if journal is None or journal.run_id == run_id:
+        if journal is not None:  # its last steps: forward, never dropped half done
+            finish_journal(output_dir, journal)
+            published = read_if_present(join_path(output_dir, MANIFEST_NAME)) or published
         delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
         delete_tree(join_path(output_dir, STAGING_DIR))
     return read_manifest(output_dir, published)
