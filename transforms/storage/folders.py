@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional, Sequence, Tuple
 
 from transforms.filesystems import BeamIOError, FileSystems, filesystem_of
@@ -21,7 +22,7 @@ from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
 __all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files", "rename_files",
-           "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
+           "rename_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
            "PARALLEL_MOVES", "make_folder", "delete_empty_folder", "file_above",
            "local_write_problem"]
 
@@ -139,6 +140,20 @@ def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
     """Renames ``(from, to)`` pairs in one call (on a store: copied, then deleted)."""
     if pairs:
         filesystem_of(pairs[0][0]).rename([source for source, _ in pairs], [target for _, target in pairs])
+
+
+def rename_all(pairs: Sequence[tuple[str, str]]) -> None:
+    """Renames ``(from, to)`` pairs, ``RENAME_THREADS`` chunks of ``RENAME_CHUNK`` at a time.
+
+    Returns once every rename is done (or raises the first failure after the others ended).
+    """
+    chunks = [pairs[i:i + RENAME_CHUNK] for i in range(0, len(pairs), RENAME_CHUNK)]
+    if len(chunks) == 1:
+        rename_files(chunks[0])
+    elif chunks:
+        with ThreadPoolExecutor(max_workers=min(RENAME_THREADS, len(chunks))) as pool:
+            for done in [pool.submit(rename_files, chunk) for chunk in chunks]:
+                done.result()
 
 
 def _check_moved(staged: str, final: str, sha256: str | None) -> None:

@@ -21,7 +21,7 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import JOURNAL_NAME, Journal, is_shard_named
 from transforms.shardset.publish_plan import relative_name
 from transforms.storage.files import exists, read_if_present
-from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, rename_files
+from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, rename_all, rename_files
 from transforms.tfrecord.record_index import INDEX_DIR
 
 __all__ = ["shard_moves", "retire_manifest", "finish_journal", "finish_interrupted", "pending_manifest"]
@@ -68,7 +68,7 @@ def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False
     if any(relative_name(output_dir, dst).startswith(INDEX_DIR + "/") for _, dst in shards):
         make_folder(join_path(output_dir, INDEX_DIR))
     if shards:
-        rename_files(shards)
+        rename_all(shards)  # in chunks, many at once
     for pair in metadata:  # in order: manifest.json last
         rename_files([pair])
     delete_if_exists([join_path(output_dir, name) for name in journal.remove])
