@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from transforms.errors import NothingToPublish, PublishError, UsageError
 from transforms.progress.report import plural
@@ -170,7 +170,7 @@ def _prepared_before(output_dir: str, journal: Journal | None, run_id: str,
     return PublishCommit(output_dir, journal, Manifest.loads(data), len(handed)), handed
 
 
-def _refuse(staging: str, error: Exception) -> None:
+def _refuse(staging: str, error: Exception) -> NoReturn:
     """Clears the run's staging (nothing of it will be published) and raises ``error``."""
     delete_tree(staging)
     raise error
