@@ -6,10 +6,11 @@ speculative bundle writes its own copy; only the attempt Beam commits reaches
 the publish step). ``PublishShards`` has the workers stage the shard list in
 parts (``WriteShardListParts``), then, once every shard is written, makes the
 result visible in an order that never lets ``manifest.json`` name a missing or
-partial file (``storage.publish``, where the steps are listed): one step
-prepares (checks, journal, old manifest deleted) and hands out the renames in
-chunks, the workers rename them (``MoveStaged``), and one step commits
-(``manifest.json`` last).
+partial file (``storage.publish``, where the steps are listed; one protocol
+for builds, reshards and appends): one step prepares (checks, the new set's
+files staged, the journal written) and hands out the shard renames in chunks,
+the workers rename them (``MoveStaged``), and one step commits (the rest of
+the journal, ``manifest.json`` last).
 
 No side input of the publish step grows with shards: it is given the staged
 parts of the shard list (``WriteShardListParts``: a path, counts, label and
@@ -47,7 +48,6 @@ from transforms.storage.dead_letter_files import write_dead_letter_part
 from transforms.storage.folders import PARALLEL_MOVES, RENAME_CHUNK, RENAME_THREADS, move_chunk, move_chunks
 from transforms.storage.publish import (commit_publish, prepare_publish, published_already, stage_commit_record,
                                         staged_commit_record)
-from transforms.storage.publish_append import AppendCommit, commit_append, prepare_append
 from transforms.packed_groups import GroupPacked
 from transforms.plan_shards import LeadRecords
 from transforms.storage.resume import adopt_shard, record_done_shard
@@ -296,7 +296,7 @@ class MovesDone(NamedTuple):
 
 
 class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
-    """Publish up to its renames (``prepare_publish``/``prepare_append``): the commit record, the renames in chunks."""
+    """Publish up to its shard renames (``prepare_publish``): the commit record, the renames in chunks."""
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None,
@@ -329,12 +329,8 @@ class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
             near = (mode, lines)
         parallel_from, chunk = self._parallel
         args = (output_dir, parts, totals, dead_letters, labels, inputs, compression, fields, max_bad, policy)
-        if policy.append:  # its sidecars are staged before its journal
-            commit, moves = prepare_append(*args, _sidecars(self._sidecar_files, near),
-                                           parallel_from=parallel_from)
-        else:
-            commit, moves = prepare_publish(*args, parallel_from=parallel_from)
-        staged = stage_commit_record(output_dir, policy.run_id, (commit, near))  # before any rename is handed out
+        commit, moves = prepare_publish(*args, _sidecars(self._sidecar_files, near), parallel_from=parallel_from)
+        staged = stage_commit_record(output_dir, policy.run_id, commit)  # before any rename is handed out
         for moving in move_chunks(moves, chunk):
             yield beam.pvalue.TaggedOutput(MOVES, moving)
         yield _CommitRef(output_dir, policy.run_id, staged)
@@ -346,7 +342,7 @@ class _CommitRef(NamedTuple):
 
     output_dir: str
     run_id: str
-    record_path: str  # pickled (PublishCommit or AppendCommit, near-duplicates sidecar or None)
+    record_path: str  # a pickled PublishCommit
 
 
 def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
@@ -385,8 +381,7 @@ class _MoveStagedFn(CarriesStorageOptions, beam.DoFn):
 class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
     """The rest of publish once every handed-out rename is done: ``manifest.json`` last."""
 
-    def __init__(self, sidecar_files=None) -> None:
-        self._sidecar_files = sidecar_files
+    def __init__(self) -> None:
         self._dead = Metrics.counter(_NAMESPACE, "dead_letters")
         self._processes = Metrics.counter(_NAMESPACE, MOVE_PROCESSES)
 
@@ -395,10 +390,8 @@ class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
         staged = staged_commit_record(ref.record_path)
         if staged is None:  # run again after the run published: its staging, with the record, is gone
             manifest = published_already(ref.output_dir, ref.run_id)
-        elif isinstance(staged[0], AppendCommit):
-            manifest = commit_append(staged[0], moved)
         else:
-            manifest = commit_publish(staged[0], moved, _sidecars(self._sidecar_files, staged[1]))
+            manifest = commit_publish(staged, moved)
         self._processes.inc(len({d.worker for d in done}))
         self._dead.inc(manifest.dead_letters)
         # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
@@ -419,13 +412,14 @@ class PublishShards(beam.PTransform):
     (paths and counts, one per ``PART_SHARDS`` shards) and counts, never
     one element per shard.
 
-    Three steps: ``PreparePublish`` runs once (checks, dead letters, journal,
-    old manifest deleted) and hands out the renames of staged shards in
+    Three steps: ``PreparePublish`` runs once (checks, the new set's files
+    staged, the journal written) and, for a set with ``parallel_from`` or
+    more shard renames, deletes the old manifest and hands them out in
     chunks of ``RENAME_CHUNK``; ``MoveStaged`` renames them on every worker
     (after ``SpreadMoves``); ``CommitPublish`` runs once, given the commit
     record and how many files each bundle renamed, checks that all were,
-    and writes the rest, ``manifest.json`` last. A set with fewer than
-    ``parallel_from`` renames has them done in ``PreparePublish`` (the
+    and carries out the rest of the journal, ``manifest.json`` last. A set
+    with fewer shard renames has them all done by ``CommitPublish`` (the
     graph is the same).
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
@@ -453,8 +447,8 @@ class PublishShards(beam.PTransform):
         near_duplicates: Optional ``NearDuplicateReport``: the manifest's
             ``near_duplicates`` counts and ``near_duplicates.jsonl``, one line
             per pair (``near_duplicates.near_duplicates_lines``).
-        parallel_from: Renames from which the workers do them (default
-            ``folders.PARALLEL_MOVES``); fewer are done by the prepare step.
+        parallel_from: Shard renames from which the workers do them (default
+            ``folders.PARALLEL_MOVES``); fewer are done by the commit step.
     """
 
     def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
@@ -498,5 +492,5 @@ class PublishShards(beam.PTransform):
         done = (prepared[MOVES]  # chunks of RENAME_CHUNK (staged, final, sha256): none for a small set
                 | "SpreadMoves" >> beam.Reshuffle()
                 | "MoveStaged" >> beam.ParDo(_MoveStagedFn()))  # MovesDone, one a bundle
-        return prepared.commit | "CommitPublish" >> beam.ParDo(_CommitPublishFn(self._args[5]),
+        return prepared.commit | "CommitPublish" >> beam.ParDo(_CommitPublishFn(),
                                                                 AsList(done))  # manifest.json's object

@@ -175,7 +175,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
               "get the next indexes (tfrecord-shards append)."),
     Flag("fresh", action="store_true", default=False, group="output",
          help="Start over: remove the work an interrupted or failed build left in "
-              "--output_dir/.staging (else a build with the same flags resumes it)."),
+              "--output_dir/.staging (else a build with the same flags resumes it). A "
+              "publish whose journal was written is finished first."),
     # Where, not what: not recorded (outputs do not depend on it).
     Flag("staging_dir", type=v.folder_path, group="output",
          help="Write the run files (each record staged once, about the size of the "

@@ -48,18 +48,20 @@ POLL_S = 0.01
 
 # (id, FileSystems op, path pattern, nth match, the manifest present when stopped there
 #  (the old set's, none, or the new one), new train shards in place, old validation shards left);
-# the publish's renames are done by its own step (move_all: 8 renames, fewer than
-# PARALLEL_MOVES) except in the "handed_out" cases (move_chunk: in MoveStaged, a chunk a rename).
+# the publish's journal is carried out by its commit step (finish_journal: 8 shard renames, fewer
+# than PARALLEL_MOVES) except in the "handed_out" cases (move_chunk: in MoveStaged, a chunk a
+# rename). The set's other files (dead letters first) follow the shards, manifest.json last; the
+# old set's files are deleted once the new manifest is in place.
 PAUSES = [
     ("staging_half_written", "create", r"/\.staging/", 5, "old", 0, 4),  # shard + .idx: 2 of 4 staged
-    ("publish_dead_letters", "rename", r"/dead_letters\.jsonl$", 1, "old", 0, 4),
     ("publish_remove_old_manifest", "delete", r"/manifest\.json$", 1, "old", 0, 4),
     ("publish_second_shard", "os.rename", r"/train-\d+-of-00004\.tfrecord$", 2, "none", 1, 4),
     ("handed_out_first_shard", "os.rename", r"/train-\d+-of-00004\.tfrecord$", 1, "none", 0, 4),
     ("handed_out_third_shard", "os.rename", r"/train-\d+-of-00004\.tfrecord$", 3, "none", 2, 4),
-    ("handed_out_delete_stale", "delete", r"/validation-", 1, "none", 4, 4),
-    ("publish_delete_stale", "delete", r"/validation-", 1, "none", 4, 4),
-    ("publish_manifest", "rename", r"/manifest\.json$", 1, "none", 4, 0),
+    ("publish_dead_letters", "rename", r"/dead_letters\.jsonl$", 1, "none", 4, 4),
+    ("publish_manifest", "rename", r"/manifest\.json$", 1, "none", 4, 4),
+    ("handed_out_delete_stale", "delete", r"/validation-", 1, "new", 4, 4),
+    ("publish_delete_stale", "delete", r"/validation-", 1, "new", 4, 4),
     ("publish_clear_staging", "delete", r"/\.staging(/|$)", 1, "new", 4, 0),
 ]
 FRACTIONS = [0.8]
@@ -211,7 +213,7 @@ def test_killed_at_a_known_moment_then_rerun(inputs, tmp_path, capsys, name, op,
         stopped = _wait_for(marker, proc, log)
         assert stopped["op"] == op and stopped["pid"] == proc.pid
         if op == "os.rename":  # stopped in the step that was meant to rename
-            assert ("move_chunk" if handed_out else "move_all") in stopped["stack"], stopped["stack"]
+            assert ("move_chunk" if handed_out else "finish_journal") in stopped["stack"], stopped["stack"]
         if name == "handed_out_delete_stale":
             assert "commit_publish" in stopped["stack"], stopped["stack"]
         watcher.check_once()

@@ -14,7 +14,7 @@ import pytest
 
 from transforms.errors import PublishError
 from transforms.storage.files import open_lines, read_if_present, sha256_of
-from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, move_all
+from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, move_chunk
 from transforms.storage.listing import has_files_below, list_below, list_folder
 from transforms.storage.writing import (FREE_SOME_SPACE, create_exclusive, reporting_full_disk, shards_need,
                                         write_atomic, write_file)
@@ -87,10 +87,10 @@ def test_staged_files_are_moved_and_a_moved_one_is_recognised_by_its_sha256(tmp_
     (tmp_path / "y").write_bytes(b"y")  # moved by an earlier attempt
     moves = [(str(staging / "x.tmp"), str(tmp_path / "x"), None),
              (str(staging / "y.tmp"), str(tmp_path / "y"), hashlib.sha256(b"y").hexdigest())]
-    move_all(str(staging), moves)
+    assert move_chunk(moves) == 2
     assert (tmp_path / "x").read_bytes() == b"x" and not (staging / "x.tmp").exists()
     with pytest.raises(PublishError, match="staged file .*y.tmp is gone and .*y does not hold it"):
-        move_all(str(staging), [(str(staging / "y.tmp"), str(tmp_path / "y"), "0" * 64)])
+        move_chunk([(str(staging / "y.tmp"), str(tmp_path / "y"), "0" * 64)])
 
 
 @pytest.mark.parametrize("need, says", [

@@ -46,7 +46,7 @@ class PublishPolicy:
         replace: Replace a published split this run writes though other inputs
             built it (``shardset.replacing``); else the run is refused.
         append: Add this run's records to the published set, keeping its
-            shards (``storage.publish_append``).
+            shards (``storage.publish``).
         resume: The marker of a run that may resume an interrupted one
             (``shardset.resume``: a build); None for a run that may not.
         fresh: Start over: remove the staging earlier runs left instead of resuming it.
@@ -73,9 +73,9 @@ class Journal:
         run_id: The publishing run.
         claimed: Every file name the tool owns in the folder while it publishes.
         moves: Renames still to do, in order, as ``(from, to)`` names relative
-            to the folder (an append's journal: every file of the new set is
+            to the folder (every file of the new set is
             staged before it is written, ``manifest.json`` last); any run that
-            finds them finishes them (``storage.publish_append.finish_journal``).
+            finds them finishes them (``storage.journal.finish_journal``).
         remove: Names to delete once the renames are done.
     """
 

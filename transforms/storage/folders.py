@@ -21,8 +21,8 @@ from transforms.storage.files import exists, sha256_of
 from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
-__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "rename_files",
-           "move_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
+__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files", "rename_files",
+           "rename_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
            "PARALLEL_MOVES", "make_folder", "delete_empty_folder", "file_above",
            "local_write_problem"]
 
@@ -130,38 +130,30 @@ def delete_claimed(path: str, aside: str) -> bool:
     return True
 
 
+def copy_files(pairs: Sequence[tuple[str, str]]) -> None:
+    """Copies ``(from, to)`` pairs in one call (on a store, within it: no bytes pass through here)."""
+    if pairs:
+        filesystem_of(pairs[0][0]).copy([source for source, _ in pairs], [target for _, target in pairs])
+
+
 def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
     """Renames ``(from, to)`` pairs in one call (on a store: copied, then deleted)."""
     if pairs:
         filesystem_of(pairs[0][0]).rename([source for source, _ in pairs], [target for _, target in pairs])
 
 
-def move_all(staging: str, moves: Sequence[Move]) -> None:
-    """Renames staged files to their final names, ``RENAME_THREADS`` chunks at a time.
+def rename_all(pairs: Sequence[tuple[str, str]]) -> None:
+    """Renames ``(from, to)`` pairs, ``RENAME_THREADS`` chunks of ``RENAME_CHUNK`` at a time.
 
-    Returns once every rename is done (or raises the first failure after
-    the others ended). On a retried publish, a staged file may already have
-    been moved: then its final name must hold it (checked by sha256 where known).
-
-    Args:
-        staging: The staging folder (listed once to see what is still there).
-        moves: ``(staged path, final path, sha256 or None)`` per file.
-
-    Raises:
-        PublishError: A staged file is gone and its final name does not hold it.
+    Returns once every rename is done (or raises the first failure after the others ended).
     """
-    present = {path.rsplit("/", 1)[-1] for path in list_below(staging)}
-    pending = [(staged, final) for staged, final, _ in moves if staged.rsplit("/", 1)[-1] in present]
-    chunks = [pending[i:i + RENAME_CHUNK] for i in range(0, len(pending), RENAME_CHUNK)]
+    chunks = [pairs[i:i + RENAME_CHUNK] for i in range(0, len(pairs), RENAME_CHUNK)]
     if len(chunks) == 1:
         rename_files(chunks[0])
     elif chunks:
         with ThreadPoolExecutor(max_workers=min(RENAME_THREADS, len(chunks))) as pool:
             for done in [pool.submit(rename_files, chunk) for chunk in chunks]:
                 done.result()
-    for staged, final, sha256 in moves:
-        if staged.rsplit("/", 1)[-1] not in present:
-            _check_moved(staged, final, sha256)
 
 
 def _check_moved(staged: str, final: str, sha256: str | None) -> None:
@@ -173,10 +165,10 @@ def _check_moved(staged: str, final: str, sha256: str | None) -> None:
 def move_chunk(moves: Sequence[Move]) -> int:
     """Renames staged files to their final names in one call; safe to repeat. Returns how many moves.
 
-    As ``move_all`` but without listing the staging folder (many workers each
-    move a chunk of one publish): when the call fails, each staged file still
-    there is a failure, and each one gone must be at its final name (a
-    retried chunk, whose first attempt moved it).
+    Many workers each move a chunk of one publish, without listing the
+    staging folder: when the call fails, each staged file still there is a
+    failure, and each one gone must be at its final name (a retried chunk,
+    whose first attempt moved it; checked by sha256 where known).
 
     Raises:
         PublishError: A rename failed, or a staged file is gone and its final name does not hold it.

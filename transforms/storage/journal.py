@@ -1,12 +1,14 @@
 """A publish journal with renames still to do: carried out, by the run that wrote it or the next one.
 
-An append (``storage.publish_append``) stages every file of the new set, then
-writes the journal (``.publishing.json``, ``shardset.ownership.Journal``)
-listing the renames that make it the published set, ``manifest.json`` last,
-and the files to delete after. ``finish_journal`` carries them out and may be
-repeated: a rename whose source is gone was done. A crash while it runs
-leaves the journal; the next run into the folder finishes it
-(``finish_interrupted``) before it clears staging.
+Every publish (``storage.publish``) stages every file of the new set, then
+writes the journal (``.publishing.json``, ``shardset.ownership.Journal``,
+planned by ``shardset.publish_plan``) listing the renames that make it the
+published set, ``manifest.json`` last, and the files to delete after.
+``finish_journal`` carries them out and may be repeated: a rename whose
+source is gone was done. A crash while it runs leaves the journal; the next
+run into the folder finishes it (``finish_interrupted``) before anything
+else, before it clears staging (``--fresh`` too), and a run that fails
+keeps its staging while the journal is there (``output_folder.finish_output``).
 """
 
 from __future__ import annotations
@@ -17,21 +19,14 @@ from transforms.errors import PublishError
 from transforms.shardset.manifest import MANIFEST_NAME
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import JOURNAL_NAME, Journal, is_shard_named
+from transforms.shardset.publish_plan import relative_name
 from transforms.storage.files import exists, read_if_present
-from transforms.storage.folders import delete_if_exists, make_folder, rename_files
+from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, rename_all, rename_files
 from transforms.tfrecord.record_index import INDEX_DIR
 
-__all__ = ["relative_name", "shard_moves", "retire_manifest", "finish_journal", "finish_interrupted", "pending_manifest"]
+__all__ = ["shard_moves", "retire_manifest", "finish_journal", "finish_interrupted", "pending_manifest"]
 
 _LOG = logging.getLogger(__name__)
-
-
-def relative_name(output_dir: str, path: str) -> str:
-    """A path in ``output_dir`` as a name relative to it."""
-    prefix = output_dir.rstrip("/") + "/"
-    if not path.startswith(prefix):
-        raise PublishError(f"{path} is not in {output_dir}")
-    return path[len(prefix):]
 
 
 def shard_moves(journal: Journal) -> list[tuple[str, str]]:
@@ -73,10 +68,12 @@ def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False
     if any(relative_name(output_dir, dst).startswith(INDEX_DIR + "/") for _, dst in shards):
         make_folder(join_path(output_dir, INDEX_DIR))
     if shards:
-        rename_files(shards)
+        rename_all(shards)  # in chunks, many at once
     for pair in metadata:  # in order: manifest.json last
         rename_files([pair])
     delete_if_exists([join_path(output_dir, name) for name in journal.remove])
+    if any(name.startswith(INDEX_DIR + "/") for name in journal.remove):
+        delete_empty_folder(join_path(output_dir, INDEX_DIR))  # the index folder of an older uncompressed set
 
 
 def retire_manifest(output_dir: str, journal: Journal) -> None:
@@ -86,10 +83,12 @@ def retire_manifest(output_dir: str, journal: Journal) -> None:
 
 
 def finish_interrupted(output_dir: str) -> bool:
-    """Finishes the append a crash interrupted after its journal was written; True if there was one.
+    """Finishes the publish a crash interrupted after its journal was written; True if there was one.
 
     Called by a run holding the folder's lock, before anything else (before
-    staging, which holds the files still to rename, is cleared).
+    staging, which holds the files still to rename, is cleared). The
+    interrupted run's staging is left to the caller: a build with its flags
+    resumes from its run files.
     """
     data = read_if_present(join_path(output_dir, JOURNAL_NAME))
     if data is None:
@@ -104,7 +103,7 @@ def finish_interrupted(output_dir: str) -> bool:
 
 
 def pending_manifest(output_dir: str) -> bytes | None:
-    """The manifest an interrupted append will publish (``finish_interrupted``), or None."""
+    """The manifest an interrupted publish will publish (``finish_interrupted``), or None."""
     data = read_if_present(join_path(output_dir, JOURNAL_NAME))
     if data is None:
         return None

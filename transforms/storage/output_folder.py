@@ -365,8 +365,9 @@ def resumable_runs(output_dir: str, marked: bool = True) -> list[str]:
 def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     """Everything a publishing run does to its output folder before reading any input.
 
-    Checks the folder can be written, takes the lock, finishes an append a
-    crash interrupted after its journal was written, refuses shard-named files
+    Checks the folder can be written, takes the lock, finishes a publish a
+    crash interrupted after its journal was written (before any staging is
+    cleared, ``--fresh`` included: the journal needs it), refuses shard-named files
     this tool did not publish, and clears staging left by earlier attempts
     (no other run can be using it: the lock is this run's). A run that may
     resume (``policy.resume``, a build) keeps the staging of interrupted or
@@ -379,7 +380,7 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     check_output_dir(output_dir, policy.run_id)
     acquire_lock(output_dir, policy, job)
     try:
-        finish_interrupted(output_dir)  # an append a crash stopped half way is finished first
+        finish_interrupted(output_dir)  # a publish a crash stopped half way is finished first (--fresh too)
         check_unlisted(output_dir, policy)
         if policy.resume is None or policy.fresh:
             clear_staging(output_dir)

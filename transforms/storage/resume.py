@@ -10,7 +10,9 @@ on local disk, gs:// and s3:// alike:
 - ``write_done_list`` and ``read_done_inputs``: a run file's done list;
 - ``record_done_shard`` and ``adopt_shard``: a staged shard's done record,
   and a finished shard of an earlier run moved into this run's staging once
-  its sha256 is checked again.
+  its sha256 is checked again; or, when that run's publish journal already
+  renamed it into the folder (finished by this run's start), copied from
+  there (the published file stays: the set it belongs to stays whole).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.resume import DONE_SUFFIX, RESUME_NAME, DoneInput, RunMarker, ShardDone, Stamp, \
     parse_done_list
 from transforms.shardset.staged import ShardResult
-from transforms.storage.files import STORAGE_ERRORS, error_reason, open_lines, read_if_present, sha256_of
-from transforms.storage.folders import delete_files, rename_files
+from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_lines, read_if_present, sha256_of
+from transforms.storage.folders import copy_files, delete_files, rename_files
 from transforms.storage.listing import list_folder
 from transforms.storage.output_folder import resumable_runs, run_files_of, staging_folder
 from transforms.storage.paths import is_local
+from transforms.tfrecord.record_index import index_name
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.shard_writer import ShardStats
 
@@ -83,6 +86,7 @@ def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
     """
     runs = [run for run in resumable_runs(output_dir) if run != run_id]
     done_lists, shards = [], {}
+    published = None  # the folder's files, listed once if a finished shard is no longer staged
     for run in runs:
         folder = staging_folder(output_dir, run)
         try:
@@ -105,9 +109,22 @@ def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
                 _LOG.warning("ignoring %s: %s", path, err)
                 continue
             present = staged.get(done.staged.rsplit("/", 1)[-1])
+            if present is None:  # its run's publish journal may have renamed it into the folder
+                if published is None:
+                    published = _listed(output_dir)
+                present = published.get(done.file)
             if present is not None and present[1] == done.bytes:
                 shards[done.content] = done
     return AdoptedWork(tuple(runs), tuple(done_lists), shards)
+
+
+def _listed(output_dir: str) -> dict[str, tuple[str, int]]:
+    """Name -> (path, size) of the files directly in the folder; empty if it cannot be listed."""
+    try:
+        return list_folder(output_dir)
+    except STORAGE_ERRORS as err:
+        _LOG.warning("not resuming published shards from %s: %s", output_dir, error_reason(err))
+        return {}
 
 
 def input_stamp(path: str) -> Stamp | None:
@@ -160,21 +177,26 @@ def _write_done_shard(done: ShardDone) -> None:
 
 
 def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | None:
-    """Moves an earlier run's finished staged shard into this run's staging, once its sha256 checks.
+    """Moves an earlier run's finished staged shard into this run's staging, once its sha256 checks;
+    copies it there from the folder when that run's journal published it (it stays published).
 
     Returns its ``ShardResult`` (without tallies), or None when it cannot be
     used (gone, or its bytes are not those recorded): the caller writes it.
     """
     try:
-        if sha256_of(done.staged) != done.sha256 or (
-                done.staged_index and sha256_of(done.staged_index) != done.index_sha256):
-            _LOG.warning("not reusing %s: its sha256 is not the one recorded when it was written", done.staged)
-            return None
         staging = staging_folder(output_dir, run_id)
-        moves = [(done.staged, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
+        source, source_index = done.staged, done.staged_index
+        published = not exists(source)  # its run's journal renamed it into the folder: copied, never moved
+        if published:
+            source = join_path(output_dir, done.file)
+            source_index = index_name(source) if done.staged_index else None
+        if sha256_of(source) != done.sha256 or (source_index and sha256_of(source_index) != done.index_sha256):
+            _LOG.warning("not reusing %s: its sha256 is not the one recorded when it was written", source)
+            return None
+        moves = [(source, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
         if done.staged_index:
-            moves.append((done.staged_index, join_path(staging, done.staged_index.rsplit("/", 1)[-1])))
-        rename_files(moves)
+            moves.append((source_index, join_path(staging, done.staged_index.rsplit("/", 1)[-1])))
+        (copy_files if published else rename_files)(moves)
     except STORAGE_ERRORS as err:  # e.g. another attempt of the same shard moved it first
         _LOG.info("not reusing %s: %s", done.staged, error_reason(err))
         return None

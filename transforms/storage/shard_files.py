@@ -238,8 +238,7 @@ def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: 
 
     A part whose file is gone belongs to a retried publish whose first attempt
     finished: its shards are taken from the published shard list, under staged
-    names that no longer exist (``folders.move_all`` then checks that the final
-    names hold them).
+    names that no longer exist (the journal then finds them at their final names).
 
     Raises:
         PublishError: A part's file is gone and the published set does not list its split.

@@ -1,0 +1,248 @@
+"""What publishing a set does to its folder: the new manifest, the renames in order, the deletions after.
+
+Pure code: names, entries and counts in; a plan out. There is one protocol
+for every run that publishes (a build, a reshard, a resumed build, an
+append): a build is an append that keeps no published shard of the splits
+it writes. ``storage.publish`` carries the plan out through a journal.
+
+- ``unwritten_shards``: the planned shards no worker wrote (they are
+  published empty, so the set is complete);
+- ``plan_publish``: every split of the new set (kept splits, replaced ones,
+  appended ones), the renames that bring shards and ``.idx`` files to their
+  names (staged shards, and published shards whose ``-of-NNNNN`` changes),
+  and the files of the old set to delete once the new manifest is in place;
+- ``new_manifest``: the manifest the plan publishes;
+- ``plan_journal``: the journal (``ownership.Journal``): the shard renames,
+  then the staged files of the set (``manifest.json`` last), then the
+  deletions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from transforms.errors import PublishError
+from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry,
+                                          ShardsFile, SplitCounts, SplitEntry)
+from transforms.shardset.naming import join_path, shard_file_name
+from transforms.shardset.ownership import Journal, files_to_remove
+from transforms.shardset.planning import SplitTotals
+from transforms.shardset.replacing import kept_built_from, split_inputs
+from transforms.shardset.staged import StagedShard
+from transforms.tfrecord.record_index import index_name, index_names
+
+__all__ = ["PublishPlan", "relative_name", "unwritten_shards", "plan_publish", "new_manifest", "plan_journal",
+           "staged_name", "STAGED_SUFFIX", "SET_FILES"]
+
+# A file of the new set that is not a shard is staged as ``<staging>/<name>.next``.
+STAGED_SUFFIX = ".next"
+# The set's files that are not shards, in the order they are renamed into place (sidecars go
+# between ``shards.jsonl`` and ``manifest.json``).
+SET_FILES = (DEAD_LETTERS_NAME, LABELS_NAME, "shards.jsonl")
+
+
+def relative_name(output_dir: str, path: str) -> str:
+    """A path in ``output_dir`` as a name relative to it.
+
+    Raises:
+        PublishError: The path is not in ``output_dir``.
+    """
+    prefix = output_dir.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise PublishError(f"{path} is not in {output_dir}")
+    return path[len(prefix):]
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    """What a publish changes, decided before anything is renamed.
+
+    Attributes:
+        splits: Every split of the new set (kept splits first, then the
+            written ones by name), one small entry per shard.
+        shard_moves: ``(from, to)`` names relative to the folder: staged
+            shards and ``.idx`` files, and published shards renamed (an
+            append that changes a split's shard count); in any order.
+        keep: Shard and ``.idx`` names of the new set.
+        remove: Names of the old set's files to delete once the new
+            ``manifest.json`` is in place (never one the new set has).
+        claimed: Every name the tool owns while the publish is under way.
+    """
+
+    splits: Mapping[str, SplitEntry]
+    shard_moves: tuple[tuple[str, str], ...]
+    keep: frozenset[str]
+    remove: tuple[str, ...]
+    claimed: frozenset[str]
+
+
+def unwritten_shards(totals: Iterable[SplitTotals],
+                     staged: Mapping[tuple[str, int], StagedShard]) -> list[tuple[str, int, int]]:
+    """``(split, index, shard count)`` of the planned shards that no worker wrote, sorted."""
+    out = []
+    for t in sorted(totals, key=lambda t: t.split):
+        for index in range(t.final_count):
+            if t.planned_shard(index) is not None and (t.split, index) not in staged:
+                out.append((t.split, index, t.final_count))
+    return out
+
+
+def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[str, int], StagedShard],
+                 totals: Sequence[SplitTotals], kept: Mapping[str, SplitEntry],
+                 label_counts: Mapping[str, Mapping[str, int]], present: Iterable[str], owned: set[str],
+                 compression: str, overwrite_unlisted: bool = False, appending: bool = False,
+                 merged_counts: Mapping[str, Mapping[str, int]] | None = None) -> PublishPlan:
+    """Plans the publish of a new set over ``old`` (or into a folder without a set).
+
+    Args:
+        output_dir: The folder (the staged paths lie below it).
+        old: The published manifest, with its shard list, or None.
+        staged: ``(split, index) -> StagedShard`` of every planned shard
+            (``unwritten_shards`` written empty first), by published index.
+        totals: The plan of every split the run writes; an appended split's
+            carry its published shards (``published``, ``merged``).
+        kept: The splits of ``old`` listed again as they are.
+        label_counts: Split -> label -> records this run wrote to it.
+        present: Names of the files in the folder (relative to it).
+        owned: Names the tool owns there (manifest and journal).
+        compression: The shards' compression.
+        overwrite_unlisted: Shard-named files no manifest lists are deleted too.
+        appending: An append: the written splits keep the old label counts
+            (less the merged shard's, ``merged_counts``), zeros dropped.
+        merged_counts: Appending: split -> label counts of its merged shard.
+
+    Raises:
+        PublishError: A published shard to rename lacks its ``.idx``.
+    """
+    present = set(present)
+    keep: set[str] = set()
+    for split in kept.values():
+        for shard in split.shards:
+            keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
+    splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
+                                     for name, split in kept.items()}
+    moves: list[tuple[str, str]] = []
+    for t in sorted(totals, key=lambda t: t.split):
+        listed = old.splits.get(t.split) if old is not None else None
+        counts: dict[str, int] = {}
+        if appending and listed is not None:
+            counts = listed.label_counts()
+            for label, count in (merged_counts or {}).get(t.split, {}).items():
+                counts[label] = counts.get(label, 0) - count
+        entries = []
+        for index in range(t.final_count):
+            final_name = shard_file_name(t.split, index, t.final_count, compression)
+            if t.planned_shard(index) is None:  # a published shard, kept as it is
+                shard = listed.shards[index]
+                if shard.file != final_name:
+                    moves.append((shard.file, final_name))
+                    if compression == "none":
+                        index_file = next((n for n in index_names(shard.file) if n in present), None)
+                        if index_file is None:
+                            raise PublishError(f"split {t.split!r}: the index of {shard.file} is missing: "
+                                               "rebuild the split, or append after verify_shards passes")
+                        moves.append((index_file, index_name(final_name)))
+                keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
+                entries.append(ShardEntry(final_name, shard.records, shard.bytes, shard.sha256, {}))
+                continue
+            result = staged[(t.split, index)]
+            moves.append((relative_name(output_dir, result.staged), result.file))
+            if result.staged_index:
+                moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
+                keep.add(index_name(result.file))
+            keep.add(result.file)
+            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+        for label, count in label_counts.get(t.split, {}).items():
+            counts[label] = counts.get(label, 0) + count
+        if appending:
+            counts = {label: count for label, count in counts.items() if count}
+        splits[t.split] = SplitEntry(t.split, entries, SplitCounts(
+            sum(e.records for e in entries), sum(e.bytes for e in entries), len(entries), counts))
+    renamed_away = {source for source, _ in moves}
+    remove = [name for name in files_to_remove(present, owned, keep, overwrite_unlisted)
+              if name not in renamed_away]
+    return PublishPlan(splits, tuple(moves), frozenset(keep), tuple(remove),
+                       frozenset(owned | keep | set(remove)))
+
+
+def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two ``images`` objects (or label counts) added key by key."""
+    out: dict[str, Any] = dict(a)
+    for key, value in b.items():
+        if isinstance(value, Mapping):
+            out[key] = _add_counts(out.get(key, {}), value)
+        else:
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[str], plan: PublishPlan,
+                 old: Manifest | None, kept: Iterable[str], written_splits: Iterable[str], dead_letters: int,
+                 shards_file: ShardsFile | None, inputs_given: Sequence[str] | None,
+                 appending: bool = False, where: str = "the published set") -> Manifest:
+    """The manifest a plan publishes.
+
+    Args:
+        fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and,
+            for builds, ``images``, ``object_labels`` and ``near_duplicates``.
+        dead_letters: This run's dead letters (an append adds the set's).
+        inputs_given: The run's ``--input`` values, or None.
+        appending: An append: counts, inputs and object classes add to ``old``'s.
+        where: The folder, for messages.
+
+    Raises:
+        PublishError: Appending, an object class id names another class than in ``old``.
+    """
+    kept = list(kept)
+    written = set(written_splits)
+    common = dict(created_by=fields["created_by"], options=fields["options"], seed=fields["seed"],
+                  compression=compression, feature_spec=fields["feature_spec"], labels=list(labels),
+                  splits=dict(plan.splits), shards_file=shards_file, written_splits=sorted(written),
+                  near_duplicates=fields.get("near_duplicates") or {})
+    if not appending:
+        return Manifest(**common, dead_letters=dead_letters, images=fields.get("images") or {},
+                        built_from={**(kept_built_from(old, kept) if old is not None else {}),
+                                    **({name: inputs_given for name in written} if inputs_given else {})},
+                        object_labels=fields.get("object_labels") or ())
+    built_from = kept_built_from(old, kept)
+    for name in written:
+        before = split_inputs(old, name) if name in old.splits else ()
+        built_from[name] = tuple(dict.fromkeys((*(before or ()), *(inputs_given or ()))))
+    objects = dict(old.object_labels)
+    for class_id, name in fields.get("object_labels") or ():
+        if objects.setdefault(class_id, name) != name:
+            raise PublishError(f"object class id {class_id} is {objects[class_id]!r} in {where} but "
+                               f"{name!r} in this run's inputs; an append keeps the set's ids")
+    return Manifest(**common, dead_letters=old.dead_letters + dead_letters,
+                    images=_add_counts(old.images, fields.get("images") or {}), built_from=built_from,
+                    appended={name: old.splits[name].records if name in old.splits else 0 for name in written},
+                    object_labels=tuple(sorted(objects.items())))
+
+
+def plan_journal(run_id: str, plan: PublishPlan, staged_files: Sequence[tuple[str, str]],
+                 removed: Sequence[str] = ()) -> Journal:
+    """The journal of a plan: shard renames, then the set's staged files (``manifest.json`` last), then deletions.
+
+    Args:
+        run_id: The publishing run.
+        plan: Its plan.
+        staged_files: ``(staged, name)`` of the set's files that are not
+            shards, relative to the folder, ``manifest.json`` among them.
+        removed: More names to delete after (sidecars the new set does not have).
+
+    Raises:
+        PublishError: ``manifest.json`` is not among ``staged_files``.
+    """
+    files = [pair for pair in staged_files if pair[1] != MANIFEST_NAME]
+    manifest = [pair for pair in staged_files if pair[1] == MANIFEST_NAME]
+    if len(manifest) != 1:
+        raise PublishError(f"the publish of run {run_id} stages no {MANIFEST_NAME}")
+    remove = tuple(dict.fromkeys((*plan.remove, *removed)))
+    return Journal(run_id, tuple(sorted(plan.claimed | set(remove))),
+                   moves=(*plan.shard_moves, *files, *manifest), remove=remove)
+
+
+def staged_name(staging_relative: str, name: str) -> str:
+    """Where a set file ``name`` is staged, relative to the folder (``.staging/<run>/<name>.next``)."""
+    return join_path(staging_relative, name + STAGED_SUFFIX)
