@@ -641,7 +641,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
         content_of=functools.partial(_content_key, compression=cfg.compression) if cfg.policy.resume else None,
-        done_shards=adopted.shards)
+        done_shards=adopted.shards, shard_sha256=cfg.shard_sha256)
     fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})

@@ -64,7 +64,7 @@ from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import input_values, kept_built_from, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.files import exists, read_if_present, sha256_of
+from transforms.storage.files import exists, hashes_match, read_if_present
 from transforms.storage.folders import (PARALLEL_MOVES, Move, delete_empty_folder, delete_if_exists, delete_tree,
                                        make_folder, move_all, moves_problem)
 from transforms.storage.lock import check_lock
@@ -81,8 +81,8 @@ _LOG = logging.getLogger(__name__)
 # The manifest a publish deleted, kept in its staging folder until it commits: a retried
 # prepare step of the same run (the journal is its own) reads the set it replaces from it.
 PREVIOUS_MANIFEST = "manifest.previous.json"
-# Kept splits are hashed again (sha256 against the manifest) when their shards add up to at
-# most this many bytes; larger ones are checked by size only (verify_shards reads them all).
+# Kept splits are hashed again (CRC32C, or sha256 where a shard has none) when their shards add up to
+# at most this many bytes; larger ones are checked by size only (verify_shards reads them all).
 KEPT_SHA256_BUDGET = 1 << 30
 
 
@@ -90,7 +90,7 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compress
                 feature_spec: Mapping[str, str]) -> str | None:
     """Why the kept splits cannot be listed again (one line), or None.
 
-    Sizes are checked always; sha256 too when the kept shards add up to at
+    Sizes are checked always; CRC32C (or sha256) too when the kept shards add up to at
     most ``KEPT_SHA256_BUDGET`` bytes (reading more would cost as much as the run).
     """
     for split in sorted(kept.values(), key=lambda s: s.name):
@@ -103,10 +103,10 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state, compress
         return None
     for split in sorted(kept.values(), key=lambda s: s.name):
         for shard in split.shards:
-            if sha256_of(join_path(output_dir, shard.file)) != shard.sha256:
-                return (f"split {split.name!r}: {shard.file} no longer has the sha256 manifest.json "
-                        f"lists: rebuild split {split.name!r} too, or pass --drop_other_splits "
-                        "to remove it")
+            if not hashes_match(join_path(output_dir, shard.file), shard.crc32c, None if shard.crc32c else shard.sha256):
+                stated = "CRC32C" if shard.crc32c else "sha256"
+                return (f"split {split.name!r}: {shard.file} no longer has the {stated} its shard list states: "
+                        f"rebuild split {split.name!r} too, or pass --drop_other_splits to remove it")
     return None
 
 
@@ -279,15 +279,14 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
             if result is None:  # a shard the plan left empty: write it so the set is complete
                 result = StagedShard.of(write_shard(output_dir, (plan.split, index, plan.num_shards), [],
                                                     compression, policy.run_id))
-                empty[(plan.split, index)] = ShardEntry(result.file, result.records, result.bytes,
-                                                        result.sha256, {})
+                empty[(plan.split, index)] = result.entry()
             final = join_path(output_dir, result.file)
             moves.append((result.staged, final, result.sha256))
             if result.staged_index:
                 moves.append((result.staged_index, index_name(final), None))
                 keep.add(index_name(result.file))
             keep.add(result.file)
-            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+            entries.append(result.entry())
         label_counts: dict[str, int] = {}
         for part in parts:
             if part.split == plan.split:

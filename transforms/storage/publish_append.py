@@ -233,19 +233,19 @@ def prepare_append(output_dir: str, parts: Sequence[ShardListPart],
                                                "rebuild the split, or append after verify_shards passes")
                         moves.append((join_path(output_dir, index_file), index_name(final)))
                 keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
-                entries.append(ShardEntry(final_name, shard.records, shard.bytes, shard.sha256, {}))
+                entries.append(dataclasses.replace(shard, file=final_name, label_counts={}))
                 continue
             result = staged.get((t.split, index))
             if result is None:  # a planned shard left empty: written so the set is complete
                 result = StagedShard.of(write_shard(output_dir, (t.split, index, t.final_count), [],
                                                     compression, policy.run_id))
-                empty[(t.split, index)] = ShardEntry(result.file, result.records, result.bytes, result.sha256, {})
+                empty[(t.split, index)] = result.entry()
             moves.append((result.staged, final))
             if result.staged_index:
                 moves.append((result.staged_index, index_name(final)))
                 keep.add(index_name(result.file))
             keep.add(result.file)
-            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+            entries.append(result.entry())
         for part in parts:
             if part.split == t.split:
                 for label, count in part.label_counts.items():

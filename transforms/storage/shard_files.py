@@ -41,11 +41,14 @@ __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_rec
 
 def write_shard(output_dir: str, key: tuple[str, int, int],
                 records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
-                compression: str, run_id: str, planned_bytes: int | None = None) -> ShardResult:
+                compression: str, run_id: str, planned_bytes: int | None = None,
+                sha256: bool = False) -> ShardResult:
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
     A record is its bytes, a sequence of pieces whose concatenation is its bytes,
-    or a ``FramedRecord`` (its bytes already framed, copied as they are).
+    or a ``FramedRecord`` (its bytes already framed, copied as they are). The
+    shard's CRC32C (and its ``.idx``'s) is computed as it is written; its
+    sha256 too with ``sha256``.
 
     Raises:
         PublishError: The disk is full (the message names the folder and the
@@ -61,7 +64,7 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
         fh = create(staged)
         index_fh = create(staged_index) if staged_index else None
         try:
-            writer = ShardWriter(fh, compression, index_fh)
+            writer = ShardWriter(fh, compression, index_fh, sha256=sha256)
             for record, label in records:
                 if isinstance(record, FramedRecord):  # copied from a run file as it is
                     writer.write_framed(record.data, label)
@@ -107,7 +110,7 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
                           run_id: str) -> ShardListPart:
     """Stages the shard-list lines of one part's written shards, in index order.
 
-    The rows publishing needs of those shards (staged names, sizes, sha256)
+    The rows publishing needs of those shards (staged names, sizes, hashes)
     are staged beside them, so that the part, with its counts, is all the
     publish step is given.
 
@@ -126,7 +129,8 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
         for label, count in result.stats.label_counts.items():
             totals[label] = totals.get(label, 0) + count
     lines = (shard_line(split, r.index, ShardEntry(r.file, r.stats.records, r.stats.bytes, r.stats.sha256,
-                                                   r.stats.label_counts)) for r in results)
+                                                   r.stats.label_counts, r.stats.crc32c, r.stats.index_crc32c))
+             for r in results)
     with reporting_full_disk(output_dir, path):
         write_file(path, lines)
     with reporting_full_disk(output_dir, staged_path):
@@ -181,7 +185,8 @@ def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: 
             if index in indexes:
                 moved = join_path(staging, f"{entry.file}.published")
                 staged[(split, index)] = StagedShard(entry.file, moved, f"{moved}.idx" if compression == "none"
-                                                     else None, entry.records, entry.bytes, entry.sha256)
+                                                     else None, entry.records, entry.bytes, entry.sha256,
+                                                     entry.crc32c, entry.index_crc32c)
     return staged
 
 
@@ -277,8 +282,8 @@ def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEn
         if all(exists(p.path) for p in parts.values() if p.split == name):
             return False
         listed = old.splits.get(name) if old is not None else None
-        same = listed is not None and [(e.file, e.records, e.bytes, e.sha256) for e in listed.shards] == [
-            (e.file, e.records, e.bytes, e.sha256) for e in splits[name].shards]
+        same = listed is not None and [(e.file, e.records, e.bytes, e.crc32c, e.sha256) for e in listed.shards] == [
+            (e.file, e.records, e.bytes, e.crc32c, e.sha256) for e in splits[name].shards]
         if not same:
             raise PublishError(f"the staged shard list of split {name!r} is gone and {SHARDS_NAME} "
                                "does not list the same shards")
