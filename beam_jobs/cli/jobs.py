@@ -84,7 +84,8 @@ RUN = FlagSet("RunOptions", (
     Flag("log_level", default="INFO", type=str.upper, choices=v.LOG_LEVELS, group="messages",
          help="Level of the job's own log lines; DEBUG also shows Beam's logs and tracebacks."),
     Flag("progress_interval", type=v.positive_float, default=5.0, group="messages",
-         help="Seconds between progress reports on the local runners."),
+         help="Seconds between progress reports on the local runners (at least 1; a "
+              "terminal's bar is redrawn once a second)."),
 ))
 
 _MAX_RECORD_MB = Flag(
