@@ -15,7 +15,8 @@ run a fresh process, the cases interleaved round after round:
 For each, the whole process tree's CPU seconds (user + system, ``wait4``) at
 both sizes and the marginal cost, (large - small) CPU s over (large - small)
 GB of image files, the median of the rounds' paired differences. Wall
-seconds are given too; on a shared machine trust the CPU figures.
+seconds are given too; on a shared machine trust the CPU figures. First it
+prints what sha256 and CRC32C alone cost per GB in one process.
 """
 
 from __future__ import annotations
@@ -34,12 +35,30 @@ if _ROOT not in sys.path:
 
 from benchmarks.measure import machine, run_measured  # noqa: E402
 
-__all__ = ["main", "folder_bytes"]
+__all__ = ["main", "folder_bytes", "hash_costs"]
 
 
 def folder_bytes(root: str) -> int:
     """Bytes of the files under ``root``."""
     return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names)
+
+
+def hash_costs(megabytes: int = 256) -> str:
+    """CPU seconds per GB of sha256 and of CRC32C alone, in this process (one line)."""
+    import hashlib
+    import time
+
+    import crc32c
+
+    data = os.urandom(1 << 20) * megabytes
+    started = time.process_time()
+    hashlib.sha256(data).hexdigest()
+    sha = time.process_time() - started
+    started = time.process_time()
+    crc32c.crc32c(data)
+    crc = time.process_time() - started
+    gb = len(data) / 1e9
+    return f"hashing alone: sha256 {sha / gb:.2f} CPU s/GB, CRC32C {crc / gb:.3f} CPU s/GB"
 
 
 def _env(checkout: str) -> dict[str, str]:
@@ -56,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", help="Write every run's figures here.")
     args = parser.parse_args(argv)
+    print(hash_costs(), file=sys.stderr)
     cases = {"crc32c": (_ROOT, []), "crc32c + --shard_sha256": (_ROOT, ["--shard_sha256"])}
     if args.before:
         cases = {"before (sha256 of each shard)": (os.path.abspath(args.before), []), **cases}
