@@ -150,3 +150,33 @@ def test_a_set_listed_before_shards_had_a_crc32c_still_verifies(built, tmp_path,
     report = _verify(capsys, tmp_path, folder)
     assert (name, "sha256_mismatch") in {(os.path.basename(p.file), p.kind) for p in report.problems}
     assert "crc32c_mismatch" not in {p.kind for p in report.problems}
+
+
+def test_a_build_hashes_each_image_once_with_sha256_and_its_shards_not(tmp_path, monkeypatch) -> None:
+    from beam_jobs import build_shards
+
+    inputs = str(tmp_path / "in")
+    make_class_tree(inputs, per_class=4, broken=False)
+    image_bytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(inputs) for n in names)
+    hashed = [0]
+    real = hashlib.sha256
+
+    class Counted:
+        def __init__(self, data: bytes = b"") -> None:
+            self._sha = real()
+            self.update(data)
+
+        def update(self, data) -> None:
+            hashed[0] += len(data)
+            self._sha.update(data)
+
+        def __getattr__(self, name):
+            return getattr(self._sha, name)
+
+    monkeypatch.setattr(hashlib, "sha256", Counted)
+    out = str(tmp_path / "out")
+    assert build_shards.run(["--input", inputs, "--output_dir", out, *FLAGS]) == 0  # in this process
+    shard_bytes = sum(line["bytes"] for line in _lines(out))
+    assert shard_bytes > image_bytes
+    # Each image once (its image/key/sha256); the rest is metadata (the shard list, resume keys).
+    assert image_bytes <= hashed[0] < image_bytes + shard_bytes // 2, (hashed[0], image_bytes, shard_bytes)
