@@ -16,7 +16,8 @@ For each, the whole process tree's CPU seconds (user + system, ``wait4``) at
 both sizes and the marginal cost, (large - small) CPU s over (large - small)
 GB of image files, the median of the rounds' paired differences. Wall
 seconds are given too; on a shared machine trust the CPU figures. First it
-prints what sha256 and CRC32C alone cost per GB in one process.
+prints what sha256 and CRC32C alone cost per GB in one process, and what the
+shard writer costs per GB with and without the sha256.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ if _ROOT not in sys.path:
 
 from benchmarks.measure import machine, run_measured  # noqa: E402
 
-__all__ = ["main", "folder_bytes", "hash_costs"]
+__all__ = ["main", "folder_bytes", "hash_costs", "writer_costs"]
 
 
 def folder_bytes(root: str) -> int:
@@ -61,6 +62,36 @@ def hash_costs(megabytes: int = 256) -> str:
     return f"hashing alone: sha256 {sha / gb:.2f} CPU s/GB, CRC32C {crc / gb:.3f} CPU s/GB"
 
 
+def writer_costs(megabytes: int = 256, rounds: int = 3) -> str:
+    """CPU seconds per GB the shard writer spends, sha256 off and on, in this process (one line).
+
+    ``ShardWriter`` writes ``megabytes`` of 100 KB records (framed, counted, the
+    ``.idx`` made, CRC32C always) to a file object that drops them; the median
+    of ``rounds``.
+    """
+    import statistics
+    import time
+
+    from transforms.tfrecord.shard_writer import ShardWriter
+
+    class _Null:
+        def write(self, data) -> int:
+            return len(data)
+
+    record = os.urandom(100_000)
+    count = megabytes * 10
+    found = {}
+    for sha256 in (False, True) * rounds:
+        started = time.process_time()
+        writer = ShardWriter(_Null(), "none", _Null(), sha256=sha256)
+        for _ in range(count):
+            writer.write_parts((record,), 1)
+        writer.close()
+        found.setdefault(sha256, []).append((time.process_time() - started) / (count * len(record) / 1e9))
+    off, on = statistics.median(found[False]), statistics.median(found[True])
+    return f"shard writer alone: {off:.2f} CPU s/GB (CRC32C), {on:.2f} with --shard_sha256 ({on - off:+.2f})"
+
+
 def _env(checkout: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = checkout
@@ -76,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="Write every run's figures here.")
     args = parser.parse_args(argv)
     print(hash_costs(), file=sys.stderr)
+    print(writer_costs(), file=sys.stderr)
     cases = {"crc32c": (_ROOT, []), "crc32c + --shard_sha256": (_ROOT, ["--shard_sha256"])}
     if args.before:
         cases = {"before (sha256 of each shard)": (os.path.abspath(args.before), []), **cases}
