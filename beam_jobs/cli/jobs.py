@@ -54,7 +54,8 @@ SHARED = FlagSet("ShardingOptions", (
     Flag("seed", type=v.seed, default=0, group="sharding", recorded=True, help="Shuffle seed (signed 64-bit)."),
     Flag("shard_sha256", action="store_true", default=False, group="output", recorded=True,
          help="build, reshard: also list each shard's sha256 in shards.jsonl "
-              "(about 2.6 CPU s more per GB on a core without SHA extensions). "
+              "(about 2.6 CPU s more per GB on a core without SHA extensions, "
+              "0.6 with them). "
               "Each shard's CRC32C is always listed, as GCS's crc32c metadata "
               "and gsutil ls -L give it, and verify checks it."),
     # How to publish, not what: not recorded.
