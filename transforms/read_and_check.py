@@ -118,7 +118,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         self._labels = list(labels) if labels else None
         self._hash_files = hash_files
         self._index_required = index_required
-        self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_sha256")
+        self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_hash")
 
     def _records(self, fh, shard: ShardFile, claims: _Claims, index: tuple[str, bytes] | None):
         if _whole_file(shard):
