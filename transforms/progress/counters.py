@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Mapping
+from typing import Callable, Mapping
 
 __all__ = ["PROGRESS_ENV", "WRITE_SECONDS", "note", "read_counts", "flush", "worker_id", "Tally", "INPUTS_LISTED", "IMAGES_READ",
            "IMAGES_ACCEPTED", "IMAGES_DUPLICATE", "RECORDS_READ", "RECORDS_WRITTEN"]
@@ -45,7 +45,7 @@ _pending: set[str] = set()  # folders whose counts a timer will write
 _clock = time.monotonic
 
 
-def _later(delay: float, fn) -> None:
+def _later(delay: float, fn: Callable[[], None]) -> None:
     """Calls ``fn`` in ``delay`` seconds, on a daemon thread."""
     timer = threading.Timer(delay, fn)
     timer.daemon = True
@@ -57,6 +57,7 @@ _worker = [uuid.uuid4().hex]
 
 def _new_worker_id() -> None:
     _worker[0] = uuid.uuid4().hex
+    _pending.clear()  # the parent's timers do not run in the child
 
 
 os.register_at_fork(after_in_child=_new_worker_id)
