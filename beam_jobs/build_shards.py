@@ -663,7 +663,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
         content_of=functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format)
         if cfg.policy.resume else None,
-        done_shards=adopted.shards, file_format=cfg.format)
+        done_shards=adopted.shards, file_format=cfg.format, shard_sha256=cfg.shard_sha256)
     fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})

@@ -103,7 +103,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                                    target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
     results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
                                                         RecordCopy(), item_order, cfg.policy.run_id,
-                                                        plan[TOTALS])
+                                                        plan[TOTALS], shard_sha256=cfg.shard_sha256)
     fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed}
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,

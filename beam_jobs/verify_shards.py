@@ -64,7 +64,8 @@ _NAME = "verify_shards"
 
 def _reading_plan(sizes: Sequence[int], cfg: VerifyConfig, options: PipelineOptions) -> dict:
     """``split_ranges`` and ``workers_note`` for shards of these sizes (workers chosen first)."""
-    note = beam_compat.choose_local_workers(options, sum(sizes), worker_threads.usable_cores())
+    note = beam_compat.choose_local_workers(options, sum(sizes), worker_threads.usable_cores(),
+                                            min_cores=beam_compat.VERIFY_MIN_CORES)
     return {"split_ranges": split_ranges_for(len(sizes), cfg, options), "workers_note": note}
 
 

@@ -6,7 +6,10 @@ import hashlib
 import json
 import os
 
+from crc32c import crc32c
+
 from tests.shard_fixtures import shard_files
+from transforms.tfrecord.file_hash import crc32c_text
 from transforms.tfrecord.record_index import check_index
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import Manifest
@@ -87,7 +90,7 @@ def folder_bytes(folder: str) -> dict[str, bytes]:
 def manifest_problems(folder: str, manifest_bytes: bytes) -> list[str]:
     """What is wrong between a manifest's bytes and the files in ``folder`` right now.
 
-    Every listed shard must exist with the listed size and sha256, and an
+    Every listed shard must exist with the listed size and CRC32C (or sha256), and an
     uncompressed shard must have a ``.idx`` that matches it.
     """
     manifest = json.loads(manifest_bytes)
@@ -110,7 +113,9 @@ def manifest_problems(folder: str, manifest_bytes: bytes) -> list[str]:
             except FileNotFoundError:
                 problems.append(f"{shard['file']}: listed but missing")
                 continue
-            if (len(data), hashlib.sha256(data).hexdigest()) != (shard["bytes"], shard["sha256"]):
+            listed = shard["crc32c"] if "crc32c" in shard else shard["sha256"]
+            found = crc32c_text(crc32c(data)) if "crc32c" in shard else hashlib.sha256(data).hexdigest()
+            if (len(data), found) != (shard["bytes"], listed):
                 problems.append(f"{shard['file']}: {len(data)} bytes that are not the listed ones")
             if shard["file"].endswith(".tfrecord"):
                 try:

@@ -139,6 +139,16 @@ def sha256_file(path: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
+def crc32c_file(path: str) -> str:
+    """The file's CRC32C as ``gsutil hash -c`` prints it (base64, big-endian), computed here apart."""
+    import base64
+
+    import crc32c
+
+    with open(path, "rb") as fh:
+        return base64.b64encode(crc32c.crc32c(fh.read()).to_bytes(4, "big")).decode("ascii")
+
+
 def dead_letters(output_dir: str) -> list[dict]:
     with open(os.path.join(output_dir, "dead_letters.jsonl"), encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

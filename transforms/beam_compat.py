@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.runner import PipelineRunner
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
-           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "local_workers_for", "bytes_worth_counting",
+           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "local_workers_for", "bytes_worth_counting",
            "workers_given", "choose_local_workers", "dask_runner", "wants_dask", "register_dask_options"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
@@ -86,6 +86,11 @@ AUTO_WORKERS_MIN_BYTES = 1 << 30
 # 1.32 GB photo set built in 10.4 s wall and 31 CPU s with 4 workers, 12.5 s and 78 CPU s with 16,
 # and 13.1 s with one; verified in 6.8 s with 4 workers and 10.4 s with 16.
 WORKER_BYTES = 256 << 20
+# Verify runs worker processes only on at least this many usable cores. Measured on 2 cores
+# (BENCHMARKS.md, "Worker processes where they pay"): a second verify worker process cost 1.6x
+# the CPU seconds for no wall-time gain (a build's cost 1.3x and still pays); on 16 cores verify
+# gained from 4 workers (6.8 s, against 10.4 s with 16).
+VERIFY_MIN_CORES = 4
 
 
 def local_workers_for(input_bytes: int, cores: int) -> int:
@@ -109,7 +114,16 @@ def workers_given(options: PipelineOptions) -> bool:
                for flag in flags)
 
 
-def choose_local_workers(options: PipelineOptions, input_bytes: int | None, cores: int) -> str | None:
+# The rule ``choose_local_workers`` follows, as --help_beam's --direct_num_workers and the docs say it.
+WORKERS_RULE = (f"Left out, a local build or reshard of at least {AUTO_WORKERS_MIN_BYTES >> 30} GiB of input "
+                f"runs one worker process per {WORKER_BYTES >> 20} MiB of it, at least 2 and at most one "
+                f"per usable core; verify does so only on {VERIFY_MIN_CORES} or more cores (on 2 cores a "
+                "second verify worker costs 1.6x the CPU for no wall-time gain); smaller runs keep one "
+                "process.")
+
+
+def choose_local_workers(options: PipelineOptions, input_bytes: int | None, cores: int,
+                         min_cores: int = 2) -> str | None:
     """Gives a large local run worker processes for its size, unless the flags chose; says so.
 
     On the DirectRunner, a run whose input is at least ``AUTO_WORKERS_MIN_BYTES``
@@ -124,12 +138,13 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
         input_bytes: The input's size (at least: counting may stop at
             ``bytes_worth_counting(cores)``), or None when it is not known.
         cores: The cores this process may use.
+        min_cores: Fewer cores than this keep one process (verify: ``VERIFY_MIN_CORES``).
 
     Returns:
         One line saying what was chosen, or None when nothing was changed.
     """
     if (local_workers(options) is None or workers_given(options) or input_bytes is None
-            or input_bytes < AUTO_WORKERS_MIN_BYTES or cores < 2):
+            or input_bytes < AUTO_WORKERS_MIN_BYTES or cores < max(2, min_cores)):
         return None
     workers = local_workers_for(input_bytes, cores)
     direct = options.view_as(DirectOptions)

@@ -3,7 +3,7 @@
 ``ReadAndCheckRecords`` reads every record of each ``ShardFile`` once, in
 byte ranges the runner may split further (a splittable DoFn), checks it as it
 is read, and outputs one ``RangeTally`` per range; the reader of a shard's
-range at byte 0 also checks the whole file (sha256, ``.idx``).
+range at byte 0 also checks the whole file (CRC32C or sha256, ``.idx``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.tfrecord_source import index_starts, read_index
-from transforms.verify.checks import index_problems, sha256_problem
+from transforms.verify.checks import hash_problems, index_hash_problem, index_problems
 from transforms.verify.ranges import RangeChecker, ShardFile
 from transforms.worker_options import CarriesStorageOptions
 
@@ -149,7 +149,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         self._labels = list(labels) if labels else None
         self._hash_files = hash_files
         self._index_required = index_required
-        self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_sha256")
+        self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_hash")
 
     def _records(self, fh, shard: ShardFile, claims: _Claims, index: tuple[str, bytes] | None):
         if _whole_file(shard):
@@ -178,8 +178,8 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
         digest = None
         with open_file(shard.path) as fh:
-            hashing = (HashingReader(fh) if self._hash_files and shard.entry is not None and first
-                       else None)
+            hashing = (HashingReader(fh, sha256=shard.entry.sha256 is not None)
+                       if self._hash_files and shard.entry is not None and first else None)
             try:
                 for offset, data in self._records(hashing or fh, shard, claims, index):
                     checker.add(offset, data)
@@ -197,9 +197,11 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
         if first:
             result.entry = shard.entry
-            problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
-            if problem:
-                result.problems.append(problem)
+            if digest is not None:
+                result.problems.extend(hash_problems(shard.path, shard.entry, digest))
+                problem = index_hash_problem(shard.path, shard.entry, index)
+                if problem:
+                    result.problems.append(problem)
             if uncompressed:
                 result.problems.extend(index_problems(shard.path, index[1] if index else None,
                                                       shard.size, self._index_required))
@@ -256,8 +258,9 @@ class ReadAndCheckRecords(beam.PTransform):
     and the Example is read and checked as ``check_record`` checks it; a damaged
     record ends its range with a problem. The reader of each shard's range at
     byte 0 also checks the whole file: an uncompressed file's ``.idx`` against
-    the file (``index_problems``), and, with ``hash_files``, the sha256 of a
-    shard that has a manifest entry, from the bytes it reads; its tally holds
+    the file (``index_problems``), and, with ``hash_files``, the hashes a
+    shard's manifest entry states (its CRC32C and its ``.idx``'s, or its
+    sha256), from the bytes it reads; its tally holds
     those problems and the shard's entry. With ``split_ranges=False`` shards
     are not split into ranges at the start: each is read once, by one reader,
     checked and hashed (the runner may still split a range while it is read;
@@ -269,7 +272,7 @@ class ReadAndCheckRecords(beam.PTransform):
             singleton side inputs).
         decode_images: Decode every image.
         preview: Keep a few preview samples per class in each tally.
-        hash_files: Check each listed shard's sha256 against its entry.
+        hash_files: Check each listed shard's hashes (CRC32C, sha256) against its entry.
         max_record_bytes: The largest record data read; a record declaring
             more is a ``bad_length`` problem at its offset.
         split_ranges: Split shards into byte ranges at the start (for more

@@ -91,8 +91,10 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
                  tally_of: Callable[[Any], Iterable[Any]] | None = None,
                  max_bad_fraction: float | None = None,
                  content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
-                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord") -> None:
+                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord",
+                 shard_sha256: bool = False) -> None:
         self._file_format = file_format
+        self._shard_sha256 = shard_sha256
         self._content_of = content_of
         self._done_shards = dict(done_shards or {})
         self._reused = Metrics.counter(_NAMESPACE, REUSED_SHARDS)
@@ -164,7 +166,8 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
                                       records)
         try:
             result = write_shard(self._output_dir, key, records,
-                                 self._compression, self._run_id, planned, self._file_format)
+                                 self._compression, self._run_id, planned, self._file_format,
+                                 sha256=self._shard_sha256)
         finally:
             made.close()  # an error while writing: the records still being made are dropped
             close = getattr(self._to_record, "close", None)
@@ -210,10 +213,12 @@ class WriteShards(beam.PTransform):
             a done record, so that a rerun after an interruption may reuse it.
         done_shards: Content key -> ``ShardDone`` of the finished shards of
             interrupted runs this run resumes: a shard whose items have that
-            key is moved into this run's staging once its sha256 checks,
+            key is moved into this run's staging once its CRC32C checks,
             instead of being written.
         file_format: ``tfrecord`` or ``array_record`` (the same records in an
             ArrayRecord file, uncompressed, no ``.idx``).
+        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``);
+            its CRC32C always is.
     """
 
     def __init__(self, output_dir: str, compression: str,
@@ -222,11 +227,12 @@ class WriteShards(beam.PTransform):
                  tally_of: Callable[[Any], Iterable[Any]] | None = None, inputs=None,
                  max_bad_fraction: float | None = None,
                  content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
-                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord") -> None:
+                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord",
+                 shard_sha256: bool = False) -> None:
         super().__init__()
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
         self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of, max_bad_fraction,
-                      content_of, done_shards, file_format)
+                      content_of, done_shards, file_format, shard_sha256)
         self._totals = totals
         self._inputs = inputs
 

@@ -154,12 +154,21 @@ class PublishingConfig(JobConfig):
     num_shards: int | None
     compression: str
     seed: int
+    shard_sha256: bool
     overwrite_unlisted_shards: bool
     drop_other_splits: bool
     replace: bool
     max_bad_fraction: float
     name: str | None
     policy: PublishPolicy | None = None
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """The manifest's options; ``--shard_sha256`` only when on (other manifests stay as they were)."""
+        own = super().recorded
+        if not own.get("shard_sha256"):
+            own.pop("shard_sha256", None)
+        return own
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -32,6 +32,11 @@ def format_beam_help(prog: str) -> str:
     finally:
         log.setLevel(level)
     parser = parsers[0]
+    from transforms.beam_compat import WORKERS_RULE
+
+    for action in parser._actions:  # Beam's own help line, with how the jobs choose when it is left out
+        if action.dest == "direct_num_workers":
+            action.help = f"{action.help} {WORKERS_RULE}"
     parser.prog = prog
     parser.description = ("Apache Beam's pipeline options; the job's own flags are in --help. "
                           "Beam's documentation: https://beam.apache.org/documentation/runners/")

@@ -3,8 +3,8 @@
 The job's process names a fresh folder in ``PROGRESS_ENV`` before the
 pipeline starts; the steps count into it (``transforms.progress.counters``)
 from every worker thread or process; a thread of the job's process reads the
-counts every ``--progress_interval`` seconds (a terminal's bar every half
-second) and prints where the job is. On other runners nothing is started:
+counts every ``--progress_interval`` seconds (a terminal's bar every second;
+never more often than once a second) and prints where the job is. On other runners nothing is started:
 their workers do not inherit the variable.
 """
 
@@ -31,7 +31,8 @@ from transforms.tfrecord.compression import compression_of
 __all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
            "LOCAL_RUNNERS"]
 
-_BAR_SECONDS = 0.5
+# A terminal's bar is redrawn this often; nothing is reported more often.
+_BAR_SECONDS = 1.0
 
 Counts = Mapping[str, tuple[int, int]]
 
@@ -47,7 +48,7 @@ class _Reporter:
         self._stage_of = stage_of
         self._stream = stream
         self._tty = stream.isatty()
-        self._interval = min(interval, _BAR_SECONDS) if self._tty else interval
+        self._interval = _BAR_SECONDS if self._tty else max(interval, _BAR_SECONDS)
         self._stop = threading.Event()
         self._lock = threading.RLock()  # the terminal is shared with log lines (line_above)
         self._shown = 0
@@ -71,7 +72,9 @@ class _Reporter:
         if self._tty:
             self.clear()
             return
-        # A plain log ends with where the run got to, also when it ended between two reports.
+        # A plain log ends with where the run got to, also when it ended between two reports
+        # (what this process counted since it last wrote its counts, written first).
+        c.flush(now=True)
         stage = self._stage_of(c.read_counts(self._folder))
         if stage is not None and (stage.label, stage.items, stage.nbytes) != self._printed:
             same = self._last is not None and self._last[0].label == stage.label

@@ -163,18 +163,20 @@ def test_a_flag_declared_without_its_field_fails_at_once():
      {"split": "val", "resize": "4x3", "feature": ["a:int64"]}),
     (_PUBLISH + ["--near_duplicates", "reject", "--near_duplicate_distance", "4"],
      {"near_duplicates": "reject", "near_duplicate_distance": 4}),
+    (_PUBLISH + ["--shard_sha256"], {"shard_sha256": True}),
 ])
 def test_the_build_records_its_declared_options(argv, recorded):
     options = BuildConfig.from_flags(parsed(jobs.BUILD, argv)).recorded
     base = [name for name in options if name not in ("near_duplicates", "near_duplicate_distance")]
-    assert base == list(jobs.BUILD.recorded())  # in the declared order; near-duplicates last, only when on
+    # In the declared order; near-duplicates last, they and --shard_sha256 only when on.
+    assert base == [name for name in jobs.BUILD.recorded() if name != "shard_sha256" or "--shard_sha256" in argv]
     for name, value in recorded.items():
         assert options.get(name) == value, name
 
 
 def test_the_reshard_records_its_declared_options():
     options = ReshardConfig.from_flags(parsed(jobs.RESHARD, _PUBLISH + ["--skip_corrupt"])).recorded
-    assert list(options) == list(jobs.RESHARD.recorded())
+    assert list(options) == [name for name in jobs.RESHARD.recorded() if name != "shard_sha256"]  # only when on
     assert options["input"] == ["in"] and options["skip_corrupt"] is True and options["split"] is None
 
 

@@ -78,7 +78,7 @@ def test_the_manifest_records_the_declared_flags() -> None:
     assert "output_dir" not in jobs.RESHARD.recorded()
     assert set(jobs.RESHARD.recorded()) == {"input", "split", "shard_size_mb", "num_shards", "compression",
                                             "input_compression", "seed", "skip_corrupt", "max_bad_fraction",
-                                            "name"}
+                                            "name", "shard_sha256"}
 
 
 def test_a_build_run_as_a_module_refuses_a_local_dry_run_in_one_line(tmp_path) -> None:

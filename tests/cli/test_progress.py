@@ -114,3 +114,33 @@ def test_a_log_line_takes_a_line_of_its_own_and_the_bar_comes_back_below_it(tmp_
     assert shown[:2] == [f"INFO transforms.shard_sink: {SHARD_LINE}"] * 2
     assert shown[2].startswith("build [") and "writing shards: 85 of 265 records" in shown[2]
     assert len(shown) == 3
+
+
+class _Waits:
+    """A stop event whose ``wait`` returns at once, recording how long each asked; set after ``times``."""
+
+    def __init__(self, times: int) -> None:
+        self.asked: list[float] = []
+        self._times = times
+
+    def wait(self, seconds: float) -> bool:
+        self.asked.append(seconds)
+        return len(self.asked) > self._times
+
+    def set(self) -> None:
+        self._times = 0
+
+
+@pytest.mark.parametrize("tty, interval", [(True, 5.0), (True, 0.1), (False, 0.1), (False, 5.0)])
+def test_progress_is_reported_at_most_once_a_second(tty, interval, tmp_path):
+    stream = _Terminal(tty)
+    counted = iter(range(10, 1000, 10))
+    reporter = _Reporter("build", str(tmp_path),
+                         lambda counts: Stage("writing shards", "records", next(counted), 265, 8 << 20),
+                         interval, stream)
+    reporter._stop = waits = _Waits(6)
+    reporter._loop()
+    assert len(waits.asked) == 7 and min(waits.asked) >= 1.0, waits.asked
+    assert max(waits.asked) == (max(interval, 1.0) if not tty else 1.0)
+    reports = stream.getvalue().count("\r") if tty else stream.getvalue().count("\n")
+    assert reports == 6

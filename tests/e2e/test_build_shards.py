@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 import io
 
-from tests.shard_fixtures import (dead_letters, examples, image_bytes, load_manifest,
+from tests.shard_fixtures import (crc32c_file, dead_letters, examples, image_bytes, load_manifest,
                                   make_class_tree, records, run_build, sha256_file,
                                   shard_files, write)
 from transforms.tfrecord.framing import OVERHEAD
@@ -46,7 +46,7 @@ def test_manifest_lists_exactly_the_files_written(built):
     for shard in manifest["splits"]["train"]["shards"]:
         path = os.path.join(out, shard["file"])
         assert os.path.getsize(path) == shard["bytes"]
-        assert sha256_file(path) == shard["sha256"]
+        assert crc32c_file(path) == shard["crc32c"]
         assert len(records(path)) == shard["records"]
     assert not os.path.exists(os.path.join(out, ".staging"))
     assert open(os.path.join(out, "labels.txt")).read() == "daisy\nrose\ntulip\n"
@@ -274,7 +274,7 @@ def test_compressed_shards(tmp_path, capsys, compression, suffix):
     manifest = load_manifest(out)
     for shard in manifest["splits"]["train"]["shards"]:
         path = os.path.join(out, shard["file"])
-        assert sha256_file(path) == shard["sha256"] and os.path.getsize(path) == shard["bytes"]
+        assert crc32c_file(path) == shard["crc32c"] and os.path.getsize(path) == shard["bytes"]
         assert len(records(path)) == shard["records"]
     assert manifest["records"] == 12
 

@@ -173,3 +173,23 @@ def test_a_build_counts_its_input_as_far_as_the_workers_need(tmp_path, monkeypat
     choose_local_workers(options, total, cores=8)
     assert _direct(options) == ("multi_processing", 3)
 
+
+
+@pytest.mark.parametrize("cores, workers", [(2, None), (3, None), (4, 4), (16, 16)])
+def test_verify_runs_worker_processes_only_where_they_pay(cores, workers, monkeypatch):
+    # On 2 cores a second verify worker costs 1.6x the CPU for no wall time (BENCHMARKS.md).
+    from types import SimpleNamespace
+
+    from beam_jobs import verify_shards
+
+    monkeypatch.setattr(verify_shards.worker_threads, "usable_cores", lambda: cores)
+    options = PipelineOptions([])
+    plan = verify_shards._reading_plan([100 * WORKER_BYTES], SimpleNamespace(max_num_workers=None), options)
+    if workers is None:
+        assert plan["workers_note"] is None and _direct(options) == ("in_memory", 1)
+    else:
+        assert _direct(options) == ("multi_processing", workers)
+        assert f"running {workers} worker processes" in plan["workers_note"]
+    # The build still gets a worker process per core on 2 cores.
+    build = PipelineOptions([])
+    assert choose_local_workers(build, 100 * WORKER_BYTES, 2) is not None and _direct(build)[1] == 2

@@ -396,6 +396,12 @@ _BAD: dict[str, Mutation] = {
     "sha_upper": _set(f"{_SHARD}.sha256", "A" * 64),
     "sha_not_hex": _set(f"{_SHARD}.sha256", "g" * 64),
     "sha_int": _set(f"{_SHARD}.sha256", 0),
+    "crc_short": _set(f"{_SHARD}.crc32c", "4waSgw="),
+    "crc_hex": _set(f"{_SHARD}.crc32c", "e3069283"),
+    "crc_not_base64": _set(f"{_SHARD}.crc32c", "4wa!gw=="),
+    "crc_int": _set(f"{_SHARD}.crc32c", 0xE3069283),
+    "crc_null": _set(f"{_SHARD}.crc32c", None),
+    "index_crc_six_bytes": _set(f"{_SHARD}.index_crc32c", "AAAAAAAA"),
     "labels_not_list": _set("labels", "cat,dog"),
     "labels_not_str": _set("labels", ["cat", 1]),
     "splits_list": _set("splits", []),
@@ -570,3 +576,12 @@ def test_fuzz_byte_mutations_of_a_shard_list(edits: list) -> None:
     except ManifestError:
         return
     assert shard_list_bytes(loaded)[0] == _GOLDEN_V2.encode()  # only an unchanged list is accepted
+
+
+def test_a_shard_entry_with_a_crc32c_and_no_sha256_round_trips_and_one_with_neither_is_refused() -> None:
+    entry = ShardEntry("train-00000-of-00001.tfrecord", 3, 300, None, {"0": 3}, "4waSgw==", "AAAAAA==")
+    line = entry.to_dict()
+    assert list(line) == ["file", "records", "bytes", "crc32c", "index_crc32c", "label_counts"]
+    assert ShardEntry.from_dict(line, "here") == entry
+    with pytest.raises(ManifestError, match="here: has neither 'crc32c' nor 'sha256'"):
+        ShardEntry.from_dict({k: v for k, v in line.items() if k not in ("crc32c", "index_crc32c")}, "here")

@@ -150,7 +150,7 @@ def test_report_json_and_summary() -> None:
     assert Report.build(1, 1, 0, []).summary("x").startswith("OK: x:")
     with pytest.raises(ValueError):
         Problem("a", None, "oops", "")
-    assert len(PROBLEM_KINDS) == 15  # with not_tfrecord, decoder_mismatch
+    assert len(PROBLEM_KINDS) == 16  # with not_tfrecord, decoder_mismatch, crc32c_mismatch
 
 
 # --- verify_in_memory --------------------------------------------------------------------

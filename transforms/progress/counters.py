@@ -4,7 +4,8 @@ Beam's metrics cannot be read while the local runner runs: the FnApiRunner's
 ``run`` returns only when the pipeline is done, and counters reach its
 ``PipelineResult`` after each stage's bundles finish. So the steps also count
 here: each worker process adds to its own counts, in memory, and writes them
-now and then to one file per process (named by its random ``worker_id``) in the folder the job's process names in
+at most once a second (``WRITE_SECONDS``; what was counted since is written
+by a timer once the second is up, or when the process exits) to one file per process (named by its random ``worker_id``) in the folder the job's process names in
 ``PROGRESS_ENV`` (its workers, threads or subprocesses, inherit the
 variable). The job's process sums the files.
 
@@ -14,14 +15,15 @@ line) ``note`` does nothing but read it.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import threading
 import time
 import uuid
-from typing import Mapping
+from typing import Callable, Mapping
 
-__all__ = ["PROGRESS_ENV", "note", "read_counts", "flush", "worker_id", "Tally", "INPUTS_LISTED", "IMAGES_READ",
+__all__ = ["PROGRESS_ENV", "WRITE_SECONDS", "note", "read_counts", "flush", "worker_id", "Tally", "INPUTS_LISTED", "IMAGES_READ",
            "IMAGES_ACCEPTED", "IMAGES_DUPLICATE", "RECORDS_READ", "RECORDS_WRITTEN"]
 
 PROGRESS_ENV = "TFRECORD_SHARDS_PROGRESS_DIR"
@@ -33,11 +35,21 @@ IMAGES_ACCEPTED = "images_accepted"  # build: inputs that passed inspection
 IMAGES_DUPLICATE = "images_duplicate"  # build: accepted copies of an image kept elsewhere, not written
 RECORDS_READ = "records_read"  # source: records read, framed bytes
 RECORDS_WRITTEN = "records_written"  # sink: records written to shards, framed bytes
-_FLUSH_SECONDS = 0.1
+# A process writes its counts file at most this often (each write costs a file and a rename).
+WRITE_SECONDS = 1.0
 
 _lock = threading.Lock()
 _counts: dict[str, dict[str, list[int]]] = {}  # folder -> kind -> [items, bytes]
 _flushed: dict[str, float] = {}  # folder -> when its counts were last written
+_pending: set[str] = set()  # folders whose counts a timer will write
+_clock = time.monotonic
+
+
+def _later(delay: float, fn: Callable[[], None]) -> None:
+    """Calls ``fn`` in ``delay`` seconds, on a daemon thread."""
+    timer = threading.Timer(delay, fn)
+    timer.daemon = True
+    timer.start()
 
 
 _worker = [uuid.uuid4().hex]
@@ -45,6 +57,7 @@ _worker = [uuid.uuid4().hex]
 
 def _new_worker_id() -> None:
     _worker[0] = uuid.uuid4().hex
+    _pending.clear()  # the parent's timers do not run in the child
 
 
 os.register_at_fork(after_in_child=_new_worker_id)
@@ -65,26 +78,55 @@ def note(kind: str, items: int = 1, nbytes: int = 0) -> None:
     if not folder:
         return
     with _lock:
-        counts = _counts.setdefault(folder, {})
-        new = kind not in counts
-        entry = counts.setdefault(kind, [0, 0])
+        entry = _counts.setdefault(folder, {}).setdefault(kind, [0, 0])
         entry[0] += items
         entry[1] += nbytes
-        now = time.monotonic()
-        if new or now - _flushed.get(folder, 0.0) >= _FLUSH_SECONDS:
-            _write(folder, counts)
-            _flushed[folder] = now
+        _write_soon(folder, timer=False)
 
 
-def flush() -> None:
-    """Writes this process's counts now (e.g. at the end of a bundle)."""
+def flush(now: bool = False) -> None:
+    """Writes this process's counts (e.g. at the end of a bundle): if none were written this last
+    second, else once it is up; with ``now`` (the job's process, when the run is over), now."""
     folder = os.environ.get(PROGRESS_ENV)
     if not folder:
         return
     with _lock:
         if folder in _counts:
+            if now:
+                _flushed.pop(folder, None)
+            _write_soon(folder, timer=True)
+
+
+def _write_soon(folder: str, timer: bool) -> None:
+    """Writes the folder's counts if ``WRITE_SECONDS`` passed since the last write; else, with
+    ``timer``, has a timer write them when they have (one timer at a time). Holds ``_lock``."""
+    now = _clock()
+    wait = _flushed.get(folder, float("-inf")) + WRITE_SECONDS - now
+    if wait <= 1e-6:
+        _write(folder, _counts[folder])
+        _flushed[folder] = now
+    elif timer and folder not in _pending:
+        _pending.add(folder)
+        _later(wait, lambda: _write_pending(folder))
+
+
+def _write_all_pending() -> None:
+    """Writes the counts a timer was to write (the process is exiting: the timer would not)."""
+    with _lock:
+        for folder in sorted(_pending):
             _write(folder, _counts[folder])
-            _flushed[folder] = time.monotonic()
+        _pending.clear()
+
+
+# A worker process's last counts are written when it exits (Beam's process workers exit normally).
+atexit.register(_write_all_pending)
+
+
+def _write_pending(folder: str) -> None:
+    """The timer's write (put off again if a count was written meanwhile, less than a second ago)."""
+    with _lock:
+        _pending.discard(folder)
+        _write_soon(folder, timer=True)
 
 
 def _write(folder: str, counts: Mapping[str, list[int]]) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from transforms.errors import ManifestError
+from transforms.tfrecord.file_hash import crc32c_value
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
            "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME", "SHARDS_NAME",
@@ -58,29 +59,57 @@ def _require(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -
 class ShardEntry:
     """One published shard file.
 
+    A shard written by this version has a ``crc32c`` (and a ``sha256`` only
+    with ``--shard_sha256``); one written before has only a ``sha256``. An
+    entry has at least one of them.
+
     Attributes:
         file: Name relative to the output folder.
         records: Number of records.
         bytes: Size of the file as written (compressed size for gzip/zlib).
-        sha256: Hex sha256 of the file as written.
+        sha256: Hex sha256 of the file as written, or None.
         label_counts: Label index (as a string) -> records with that label.
+        crc32c: CRC32C of the file as written, as GCS states it (base64 of
+            its 4 bytes, big-endian: what ``gsutil ls -L`` prints), or None.
+        index_crc32c: The same of its ``.idx`` (uncompressed shards), or None.
     """
 
     file: str
     records: int
     bytes: int
-    sha256: str
+    sha256: str | None
     label_counts: Mapping[str, int] = field(default_factory=dict)
+    crc32c: str | None = None
+    index_crc32c: str | None = None
+
+    def hashes(self) -> dict[str, str]:
+        """The hashes the entry states, in the order they are written."""
+        named = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("sha256", self.sha256))
+        return {name: value for name, value in named if value is not None}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "records": self.records, "bytes": self.bytes,
-                "sha256": self.sha256,
+        return {"file": self.file, "records": self.records, "bytes": self.bytes, **self.hashes(),
                 "label_counts": sorted_label_counts(self.label_counts)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str) -> "ShardEntry":
-        return cls(_file_name(obj, where), _require(obj, "records", int, where),
-                   _require(obj, "bytes", int, where), _sha256(obj, where), _label_counts(obj, where))
+        name = _file_name(obj, where)
+        sha256 = _sha256(obj, where) if "sha256" in obj else None
+        crc = _crc32c(obj, "crc32c", where) if "crc32c" in obj else None
+        if sha256 is None and crc is None:
+            raise ManifestError(f"{where}: has neither 'crc32c' nor 'sha256'; a shard's entry states one")
+        return cls(name, _require(obj, "records", int, where), _require(obj, "bytes", int, where), sha256,
+                   _label_counts(obj, where), crc,
+                   _crc32c(obj, "index_crc32c", where) if "index_crc32c" in obj else None)
+
+
+def _crc32c(obj: Mapping[str, Any], key: str, where: str) -> str:
+    text = _require(obj, key, str, where)
+    try:
+        crc32c_value(text)
+    except ValueError as err:
+        raise ManifestError(f"{where}.{key}: {err}") from err
+    return text
 
 
 def _file_name(obj: Mapping[str, Any], where: str) -> str:

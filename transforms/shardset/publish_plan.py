@@ -19,6 +19,7 @@ it writes. ``storage.publish`` carries the plan out through a journal.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -144,7 +145,7 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
                                                "rebuild the split, or append after verify_shards passes")
                         moves.append((index_file, index_name(final_name)))
                 keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
-                entries.append(ShardEntry(final_name, shard.records, shard.bytes, shard.sha256, {}))
+                entries.append(dataclasses.replace(shard, file=final_name, label_counts={}))
                 continue
             result = staged[(t.split, index)]
             moves.append((relative_name(output_dir, result.staged), result.file))
@@ -152,7 +153,7 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
                 moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
                 keep.add(index_name(result.file))
             keep.add(result.file)
-            entries.append(ShardEntry(result.file, result.records, result.bytes, result.sha256, {}))
+            entries.append(result.entry())
         for label, count in label_counts.get(t.split, {}).items():
             counts[label] = counts.get(label, 0) + count
         if appending:

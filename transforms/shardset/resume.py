@@ -36,6 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from transforms.errors import ManifestError
 from transforms.images.codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
+from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["RESUME_NAME", "DONE_SUFFIX", "Stamp", "RunMarker", "fingerprint", "changed_flags", "source_key",
@@ -317,8 +318,10 @@ class ShardDone:
         file: The shard's final name.
         staged: Its staged path.
         staged_index: Its staged ``.idx`` path, or None.
-        records, bytes, sha256: What was written.
-        index_sha256: The sha256 of the staged ``.idx`` ("" without one).
+        records, bytes: What was written.
+        sha256: Its sha256 (``--shard_sha256``), or None.
+        crc32c: Its CRC32C (``file_hash.crc32c_text``).
+        index_crc32c: The CRC32C of the staged ``.idx``, or None without one.
         label_counts: Label index (as a string) -> records.
     """
 
@@ -329,8 +332,9 @@ class ShardDone:
     staged_index: str | None
     records: int
     bytes: int
-    sha256: str
-    index_sha256: str
+    sha256: str | None
+    crc32c: str
+    index_crc32c: str | None
     label_counts: Mapping[str, int]
 
     def dumps(self) -> bytes:
@@ -339,7 +343,8 @@ class ShardDone:
                             "staged": self.staged.rsplit("/", 1)[-1],
                             "staged_index": self.staged_index.rsplit("/", 1)[-1] if self.staged_index else None,
                             "records": self.records, "bytes": self.bytes, "sha256": self.sha256,
-                            "index_sha256": self.index_sha256, "label_counts": dict(self.label_counts)},
+                            "crc32c": self.crc32c, "index_crc32c": self.index_crc32c,
+                            "label_counts": dict(self.label_counts)},
                            sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
@@ -347,7 +352,8 @@ class ShardDone:
         """Parses a done record whose staged files lie in ``folder``.
 
         Raises:
-            ManifestError: Not a record this version of the tool wrote.
+            ManifestError: Not a record this version of the tool wrote (one
+                without a CRC32C included).
         """
         try:
             obj = json.loads(data)
@@ -357,10 +363,17 @@ class ShardDone:
             names = [obj["staged"]] + ([obj["staged_index"]] if obj["staged_index"] else [])
             if any(not isinstance(n, str) or "/" in n for n in names):
                 raise ValueError("a staged name is not a plain name")
+            crc, index_crc = str(obj["crc32c"]), obj["index_crc32c"]
+            crc32c_value(crc)
+            if (index_crc is None) != (obj["staged_index"] is None):
+                raise ValueError("the .idx and its CRC32C are not both given")
+            if index_crc is not None:
+                crc32c_value(index_crc)
             at = folder.rstrip("/")
             return cls(str(obj["content"]), (str(split), int(index), int(count)), str(obj["file"]),
                        f"{at}/{obj['staged']}", f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,
-                       int(obj["records"]), int(obj["bytes"]), str(obj["sha256"]), str(obj["index_sha256"]),
+                       int(obj["records"]), int(obj["bytes"]),
+                       None if obj["sha256"] is None else str(obj["sha256"]), crc, index_crc,
                        {str(k): int(v) for k, v in obj["label_counts"].items()})
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
             raise ManifestError(f"done shard record is not readable: {err}") from err

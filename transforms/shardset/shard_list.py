@@ -1,7 +1,9 @@
 """``shards.jsonl``: the shard list of a version-2 manifest, one JSON line per shard (pure).
 
-A line is ``{"split", "index", "file", "records", "bytes", "sha256",
-"label_counts"}``, compact and with label counts in the manifest's order;
+A line is ``{"split", "index", "file", "records", "bytes", "crc32c",
+"index_crc32c", "label_counts"}`` (``index_crc32c`` for uncompressed shards;
+``"sha256"`` before ``label_counts`` with ``--shard_sha256``, and in lists
+written before shards had a CRC32C), compact and with label counts in the manifest's order;
 lines run split by split (splits sorted by name), each split's shards by
 index. ``manifest.json`` names the file with its sha256, size and line
 count, and states each split's totals; ``read_shard_list`` checks the lines
@@ -28,7 +30,7 @@ __all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list
 def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
     """One line of the shard list (newline included)."""
     return (json.dumps({"split": split, "index": index, "file": entry.file, "records": entry.records,
-                        "bytes": entry.bytes, "sha256": entry.sha256,
+                        "bytes": entry.bytes, **entry.hashes(),
                         "label_counts": sorted_label_counts(entry.label_counts)},
                        ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
+from transforms.shardset.manifest import ShardEntry
 from transforms.tfrecord.shard_writer import ShardStats
 
 __all__ = ["PART_SHARDS", "ShardResult", "ShardListPart", "StagedShard", "part_key", "part_ranges",
@@ -74,24 +75,31 @@ class StagedShard:
     staged_index: str | None
     records: int
     bytes: int
-    sha256: str
+    sha256: str | None
+    crc32c: str | None = None
+    index_crc32c: str | None = None
 
     @classmethod
     def of(cls, result: ShardResult) -> "StagedShard":
         return cls(result.file, result.staged, result.staged_index, result.stats.records,
-                   result.stats.bytes, result.stats.sha256)
+                   result.stats.bytes, result.stats.sha256, result.stats.crc32c, result.stats.index_crc32c)
+
+    def entry(self, file: str | None = None) -> ShardEntry:
+        """Its shard-list entry (under ``file``, default its own name), without label counts."""
+        return ShardEntry(file or self.file, self.records, self.bytes, self.sha256, {}, self.crc32c,
+                          self.index_crc32c)
 
 
 def staged_line(index: int, shard: StagedShard) -> bytes:
     """One row of a part's staged-shards file: the shard's index and what publishing needs of it."""
     return (json.dumps([index, shard.file, shard.staged, shard.staged_index, shard.records, shard.bytes,
-                        shard.sha256], separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+                        shard.sha256, shard.crc32c, shard.index_crc32c], separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def read_staged_line(line: bytes) -> tuple[int, StagedShard]:
     """``(index, StagedShard)`` of a row ``staged_line`` wrote."""
-    index, file, staged, staged_index, records, size, sha256 = json.loads(line)
-    return index, StagedShard(file, staged, staged_index, records, size, sha256)
+    index, file, staged, staged_index, records, size, *hashes = json.loads(line)
+    return index, StagedShard(file, staged, staged_index, records, size, *hashes)
 
 
 def part_tallies(results: Sequence[ShardResult]) -> tuple[tuple[Any, int], ...]:

@@ -9,7 +9,7 @@ and GCS clients they are built on, and nothing else of Beam.
 
 - ``clients``: Beam's S3 and GCS clients and written files (every reach into their internals);
 - ``paths``: what a path names before anything is read;
-- ``files``: opening and reading files, sizes, sha256, byte ranges;
+- ``files``: opening and reading files, sizes, sha256 and CRC32C, byte ranges;
 - ``listing``: paths matched once, a folder's files, local trees, store prefixes by level;
 - ``writing``: files written whole, atomically or exclusively; a full disk in one line;
 - ``folders``: renames in parallel, deletions that never follow a link, folders made;

@@ -38,9 +38,10 @@ from transforms.filesystems import filesystem_of
 
 from transforms.filesystems import naming_s3_errors, shared_s3io, store_client, unbuffered
 from transforms.storage.paths import is_local, path_problem
+from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
-           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of", "local_copy",
+           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of", "hashes_match", "local_copy",
            "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
@@ -225,6 +226,18 @@ def sha256_of(path: str) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             sha.update(block)
     return sha.hexdigest()
+
+
+def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bool:
+    """Whether a file's bytes have the CRC32C (``file_hash``'s form) and sha256 given, read once.
+
+    Those given as None are not computed; with neither, only the file is read.
+    """
+    digest = FileHash(sha256=sha256 is not None)
+    with open_file(path) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return (crc32c is None or digest.crc32c == crc32c) and (sha256 is None or digest.sha256 == sha256)
 
 
 @contextlib.contextmanager

@@ -61,7 +61,7 @@ from transforms.shardset.publish_plan import (SET_FILES, new_manifest, plan_jour
 from transforms.shardset.replacing import input_values, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import write_dead_letters
-from transforms.storage.files import read_if_present, sha256_of
+from transforms.storage.files import hashes_match, read_if_present
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
     moves_problem, rename_files
 from transforms.storage.journal import finish_journal, pending_manifest, retire_manifest, shard_moves
@@ -76,8 +76,8 @@ __all__ = ["publish_shards", "prepare_publish", "commit_publish", "PublishCommit
            "COMMIT_RECORD_NAME", "stage_commit_record", "staged_commit_record", "published_already"]
 
 _LOG = logging.getLogger(__name__)
-# Kept splits are hashed again (sha256 against the manifest) when their shards add up to at
-# most this many bytes; larger ones are checked by size only (verify_shards reads them all).
+# Kept splits are hashed again (CRC32C, or sha256 where a shard has none) when their shards add up to
+# at most this many bytes; larger ones are checked by size only (verify_shards reads them all).
 KEPT_SHA256_BUDGET = 1 << 30
 
 
@@ -120,8 +120,8 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state: FolderSt
                 feature_spec: Mapping[str, str], hashed: bool) -> str | None:
     """Why the kept splits cannot be listed again (one line), or None.
 
-    Sizes are checked always; with ``hashed``, sha256 too when the kept shards
-    add up to at most ``KEPT_SHA256_BUDGET`` bytes (reading more would cost as much as the run).
+    Sizes are checked always; with ``hashed``, CRC32C (or sha256 where a shard has none) too when
+    the kept shards add up to at most ``KEPT_SHA256_BUDGET`` bytes (reading more would cost as much as the run).
     """
     for split in sorted(kept.values(), key=lambda s: s.name):
         problem = kept_split_problem(split, state.present, state.manifest, compression, feature_spec)
@@ -135,10 +135,10 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state: FolderSt
         return None
     for split in sorted(kept.values(), key=lambda s: s.name):
         for shard in split.shards:
-            if sha256_of(join_path(output_dir, shard.file)) != shard.sha256:
-                return (f"split {split.name!r}: {shard.file} no longer has the sha256 manifest.json "
-                        f"lists: rebuild split {split.name!r} too, or pass --drop_other_splits "
-                        "to remove it")
+            if not hashes_match(join_path(output_dir, shard.file), shard.crc32c, None if shard.crc32c else shard.sha256):
+                stated = "CRC32C" if shard.crc32c else "sha256"
+                return (f"split {split.name!r}: {shard.file} no longer has the {stated} its shard list states: "
+                        f"rebuild split {split.name!r} too, or pass --drop_other_splits to remove it")
     return None
 
 

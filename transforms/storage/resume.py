@@ -27,7 +27,7 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.resume import DONE_SUFFIX, RESUME_NAME, DoneInput, RunMarker, ShardDone, Stamp, \
     parse_done_list
 from transforms.shardset.staged import ShardResult
-from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_lines, read_if_present, sha256_of
+from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, hashes_match, open_lines, read_if_present
 from transforms.storage.folders import copy_files, delete_files, rename_files
 from transforms.storage.listing import list_folder
 from transforms.storage.output_folder import resumable_runs, run_files_of, staging_folder
@@ -167,7 +167,7 @@ def record_done_shard(content: str, result: ShardResult) -> None:
     """Writes the done record of a shard this run staged, beside it, through a rename."""
     _write_done_shard(ShardDone(content, (result.split, result.index, result.count), result.file, result.staged,
                                 result.staged_index, result.stats.records, result.stats.bytes, result.stats.sha256,
-                                sha256_of(result.staged_index) if result.staged_index else "",
+                                result.stats.crc32c, result.stats.index_crc32c if result.staged_index else None,
                                 dict(result.stats.label_counts)))
 
 
@@ -177,7 +177,7 @@ def _write_done_shard(done: ShardDone) -> None:
 
 
 def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | None:
-    """Moves an earlier run's finished staged shard into this run's staging, once its sha256 checks;
+    """Moves an earlier run's finished staged shard into this run's staging, once its CRC32C checks;
     copies it there from the folder when that run's journal published it (it stays published).
 
     Returns its ``ShardResult`` (without tallies), or None when it cannot be
@@ -190,8 +190,9 @@ def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | 
         if published:
             source = join_path(output_dir, done.file)
             source_index = index_name(source) if done.staged_index else None
-        if sha256_of(source) != done.sha256 or (source_index and sha256_of(source_index) != done.index_sha256):
-            _LOG.warning("not reusing %s: its sha256 is not the one recorded when it was written", source)
+        if not hashes_match(source, done.crc32c) or (source_index and not hashes_match(source_index,
+                                                                                      done.index_crc32c)):
+            _LOG.warning("not reusing %s: its CRC32C is not the one recorded when it was written", source)
             return None
         moves = [(source, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
         if done.staged_index:
@@ -202,9 +203,10 @@ def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | 
         return None
     split, index, count = done.key
     result = ShardResult(split, index, count, done.file, moves[0][1], moves[1][1] if len(moves) > 1 else None,
-                         ShardStats(done.records, done.bytes, done.sha256, dict(done.label_counts)))
+                         ShardStats(done.records, done.bytes, done.sha256, dict(done.label_counts), done.crc32c,
+                                    done.index_crc32c))
     moved = ShardDone(done.content, done.key, done.file, result.staged, result.staged_index, done.records,
-                      done.bytes, done.sha256, done.index_sha256, done.label_counts)
+                      done.bytes, done.sha256, done.crc32c, done.index_crc32c, done.label_counts)
     try:
         delete_files([done.staged + DONE_SUFFIX])
         _write_done_shard(moved)  # a run killed after this reuses it again

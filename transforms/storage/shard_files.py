@@ -37,6 +37,7 @@ from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
 from transforms.tfrecord.record_index import check_index, index_names
 from transforms.tfrecord.run_files import FramedRecord
+from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.shard_writer import ShardWriter
 from transforms.arrayrecord.shard_file import ArrayRecordShardWriter
 
@@ -47,14 +48,16 @@ __all__ = ["write_shard", "write_shard_list_part", "write_shard_list", "lead_rec
 def write_shard(output_dir: str, key: tuple[str, int, int],
                 records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
                 compression: str, run_id: str, planned_bytes: int | None = None,
-                file_format: str = "tfrecord") -> ShardResult:
+                file_format: str = "tfrecord", sha256: bool = False) -> ShardResult:
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
     A record is its bytes, a sequence of pieces whose concatenation is its bytes,
-    or a ``FramedRecord`` (its bytes already framed, copied as they are). An
-    ``array_record`` shard holds the same records (unframed) in an ArrayRecord
-    file, written to a local temporary file (its writer takes local paths
-    only) and then copied to its staged name, local or on a store.
+    or a ``FramedRecord`` (its bytes already framed, copied as they are). The
+    shard's CRC32C (and its ``.idx``'s) is computed as it is written; its
+    sha256 too with ``sha256``. An ``array_record`` shard holds the same
+    records (unframed) in an ArrayRecord file, written to a local temporary
+    file (its writer takes local paths only) and then copied to its staged
+    name, local or on a store, hashed as it is copied.
 
     Raises:
         PublishError: The disk is full (the message names the folder and the
@@ -66,13 +69,13 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     staging = staging_folder(output_dir, run_id)
     staged = join_path(staging, f"{name}.{attempt}.tmp")
     if file_format == "array_record":
-        return _write_array_record_shard(output_dir, key, name, staged, records, planned_bytes)
+        return _write_array_record_shard(output_dir, key, name, staged, records, planned_bytes, sha256)
     staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
     with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
         fh = create(staged)
         index_fh = create(staged_index) if staged_index else None
         try:
-            writer = ShardWriter(fh, compression, index_fh)
+            writer = ShardWriter(fh, compression, index_fh, sha256=sha256)
             for record, label in records:
                 if isinstance(record, FramedRecord):  # copied from a run file as it is
                     writer.write_framed(record.data, label)
@@ -90,9 +93,10 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
 
 def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: str, staged: str,
                               records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
-                              planned_bytes: int | None) -> ShardResult:
+                              planned_bytes: int | None, sha256: bool = False) -> ShardResult:
     """``write_shard`` of an ArrayRecord shard: written to a local temporary file, then copied to
-    ``staged`` (local or on a store), its size and sha256 taken from the bytes copied."""
+    ``staged`` (local or on a store), its size and CRC32C (and sha256 with ``sha256``) taken from
+    the bytes copied."""
     split, index, count = key
     with tempfile.TemporaryDirectory(prefix="array-record-") as folder, \
             reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
@@ -106,7 +110,7 @@ def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: 
             else:
                 writer.write_parts(record, label)
         stats = writer.close()
-        digest = hashlib.sha256()
+        digest = FileHash(sha256=sha256)
         fh = create(staged)
         try:
             with open(local, "rb") as source:
@@ -116,7 +120,7 @@ def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: 
                     fh.write(block)
         finally:
             close_written_file(fh)
-    stats.sha256 = digest.hexdigest()
+    stats.crc32c, stats.sha256 = digest.crc32c, digest.sha256
     return ShardResult(split, index, count, name, staged, None, stats)
 
 
@@ -185,7 +189,7 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
                           run_id: str) -> ShardListPart:
     """Stages the shard-list lines of one part's written shards, in index order.
 
-    The rows publishing needs of those shards (staged names, sizes, sha256)
+    The rows publishing needs of those shards (staged names, sizes, hashes)
     are staged beside them, so that the part, with its counts, is all the
     publish step is given.
 
@@ -204,7 +208,8 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
         for label, count in result.stats.label_counts.items():
             totals[label] = totals.get(label, 0) + count
     lines = (shard_line(split, r.index, ShardEntry(r.file, r.stats.records, r.stats.bytes, r.stats.sha256,
-                                                   r.stats.label_counts)) for r in results)
+                                                   r.stats.label_counts, r.stats.crc32c, r.stats.index_crc32c))
+             for r in results)
     with reporting_full_disk(output_dir, path):
         write_file(path, lines)
     with reporting_full_disk(output_dir, staged_path):
@@ -258,7 +263,8 @@ def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: 
             if index in indexes:
                 moved = join_path(staging, f"{entry.file}.published")
                 staged[(split, index)] = StagedShard(entry.file, moved, f"{moved}.idx" if compression == "none"
-                                                     else None, entry.records, entry.bytes, entry.sha256)
+                                                     else None, entry.records, entry.bytes, entry.sha256,
+                                                     entry.crc32c, entry.index_crc32c)
     return staged
 
 
@@ -354,8 +360,8 @@ def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEn
         if all(exists(p.path) for p in parts.values() if p.split == name):
             return False
         listed = old.splits.get(name) if old is not None else None
-        same = listed is not None and [(e.file, e.records, e.bytes, e.sha256) for e in listed.shards] == [
-            (e.file, e.records, e.bytes, e.sha256) for e in splits[name].shards]
+        same = listed is not None and [(e.file, e.records, e.bytes, e.crc32c, e.sha256) for e in listed.shards] == [
+            (e.file, e.records, e.bytes, e.crc32c, e.sha256) for e in splits[name].shards]
         if not same:
             raise PublishError(f"the staged shard list of split {name!r} is gone and {SHARDS_NAME} "
                                "does not list the same shards")

@@ -1,6 +1,7 @@
 """A file reader that hashes the bytes it reads, so a file is checked and hashed in one read.
 
-Pure code over a seekable binary file object. The sha256 covers the file
+Pure code over a seekable binary file object. The hash (a ``FileHash``: the
+CRC32C, and the sha256 when asked for) covers the file
 from byte 0 as far as the reads have gone on without a gap; a read that
 starts elsewhere (a seek forward, a search after damage) is passed through,
 and ``finish`` reads whatever the hash has not seen yet. A file read front to
@@ -10,8 +11,9 @@ twice.
 
 from __future__ import annotations
 
-import hashlib
 from typing import BinaryIO
+
+from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["HashingReader"]
 
@@ -23,11 +25,12 @@ class HashingReader:
 
     Args:
         fh: Seekable binary file object positioned at the start of the file.
+        sha256: Also compute the sha256 (the CRC32C always is).
     """
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO, sha256: bool = False) -> None:
         self._fh = fh
-        self._sha = hashlib.sha256()
+        self._hash = FileHash(sha256=sha256)
         self._pos = 0
         self._hashed = 0  # the hash covers bytes [0, _hashed)
         self.reread = 0  # bytes ``finish`` had to read again
@@ -36,7 +39,7 @@ class HashingReader:
         data = self._fh.read(n)
         end = self._pos + len(data)
         if self._pos <= self._hashed < end:
-            self._sha.update(memoryview(data)[self._hashed - self._pos:])
+            self._hash.update(memoryview(data)[self._hashed - self._pos:])
             self._hashed = end
         self._pos = end
         return data
@@ -48,8 +51,8 @@ class HashingReader:
     def tell(self) -> int:
         return self._pos
 
-    def finish(self, size: int) -> str:
-        """The hex sha256 of the file's first ``size`` bytes, reading what the hash has not seen.
+    def finish(self, size: int) -> FileHash:
+        """The hash of the file's first ``size`` bytes, reading what the hash has not seen.
 
         The file is left positioned at its end.
         """
@@ -59,8 +62,8 @@ class HashingReader:
                 chunk = self._fh.read(min(_FINISH_CHUNK, size - self._hashed))
                 if not chunk:
                     break
-                self._sha.update(chunk)
+                self._hash.update(chunk)
                 self._hashed += len(chunk)
                 self.reread += len(chunk)
             self._pos = self._hashed
-        return self._sha.hexdigest()
+        return self._hash

@@ -2,18 +2,18 @@
 
 Pure code: takes writable binary file objects (``transforms.storage`` opens
 them). Compression is done here with ``zlib`` so the bytes written,
-and therefore the file's size and sha256, are known without reading the file
-back. The gzip header zlib writes has no timestamp, so output is deterministic.
+and therefore the file's size and CRC32C (and sha256, when asked for), are
+known without reading the file back; so is the ``.idx``'s CRC32C. The gzip header zlib writes has no timestamp, so output is deterministic.
 """
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO, Sequence
 
 from transforms.tfrecord.compression import COMPRESSIONS, WBITS
+from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import frame_parts
 
 __all__ = ["ShardStats", "ShardWriter"]
@@ -27,14 +27,18 @@ class ShardStats:
     Attributes:
         records: Records written.
         bytes: Bytes in the file (after compression).
-        sha256: Hex sha256 of the file's bytes.
+        sha256: Hex sha256 of the file's bytes, or None when not computed.
         label_counts: Label index (as a string) -> records.
+        crc32c: CRC32C of the file's bytes, as GCS writes it (``file_hash.crc32c_text``).
+        index_crc32c: CRC32C of the ``.idx``'s bytes, or None without one.
     """
 
     records: int = 0
     bytes: int = 0
-    sha256: str = ""
+    sha256: str | None = None
     label_counts: dict[str, int] = field(default_factory=dict)
+    crc32c: str = ""
+    index_crc32c: str | None = None
 
 
 class ShardWriter:
@@ -47,17 +51,19 @@ class ShardWriter:
         fh: Writable binary file object for the shard.
         compression: ``none``, ``gzip`` or ``zlib``.
         index_fh: Writable binary file object for the ``.idx`` sidecar, or None.
+        sha256: Also compute the shard's sha256 (its CRC32C always is).
     """
 
     def __init__(self, fh: BinaryIO, compression: str = "none",
-                 index_fh: BinaryIO | None = None) -> None:
+                 index_fh: BinaryIO | None = None, sha256: bool = False) -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
         self._fh = fh
         self._index_fh = index_fh
         self._compressor = (zlib.compressobj(6, zlib.DEFLATED, WBITS[compression])
                             if compression != "none" else None)
-        self._sha = hashlib.sha256()
+        self._hash = FileHash(sha256=sha256)
+        self._index_hash = FileHash() if index_fh is not None else None
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._offset = 0  # uncompressed offset of the next record
@@ -109,7 +115,7 @@ class ShardWriter:
 
     def _emit(self, data: bytes) -> None:
         if data:
-            self._sha.update(data)
+            self._hash.update(data)
             self.stats.bytes += len(data)
             self._fh.write(data)
 
@@ -119,7 +125,9 @@ class ShardWriter:
         self._pending_bytes = 0
         self._emit(self._compressor.compress(data) if self._compressor else data)
         if self._index_fh is not None and self._index_lines:
-            self._index_fh.write(b"".join(self._index_lines))
+            lines = b"".join(self._index_lines)
+            self._index_hash.update(lines)
+            self._index_fh.write(lines)
             self._index_lines = []
 
     def close(self) -> ShardStats:
@@ -127,5 +135,7 @@ class ShardWriter:
         self._flush()
         if self._compressor is not None:
             self._emit(self._compressor.flush())
-        self.stats.sha256 = self._sha.hexdigest()
+        self.stats.sha256 = self._hash.sha256
+        self.stats.crc32c = self._hash.crc32c
+        self.stats.index_crc32c = self._index_hash.crc32c if self._index_hash is not None else None
         return self.stats

@@ -12,7 +12,6 @@ record, in the decompressed stream for gzip/zlib files), a kind from
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -26,9 +25,10 @@ from transforms.example.codec import decode_example
 from transforms.images.codec import decode_size
 from transforms.images.structure import check_png
 from transforms.images.tf_rule import tf_shape
-from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry
+from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.shardset.shard_list import with_shard_list
+from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.record_index import INDEX_SUFFIX, check_index, index_name, index_names
 from transforms.tfrecord.record_ranges import read_in_ranges, read_stream
 from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_problems
@@ -37,13 +37,13 @@ __all__ = [
     "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report",
     "check_record", "check_features", "image_problem", "label_problem", "listing_problems",
     "labels_problems", "shard_label_problems",
-    "index_problems", "sha256_problem", "shard_problems", "duplicate_key_problems",
+    "index_problems", "hash_problems", "index_hash_problem", "shard_problems", "duplicate_key_problems",
     "verify_in_memory", "report_pieces", "problem_line", "read_problem_line", "ProblemPart",
 ]
 
 PROBLEM_KINDS = (
     "crc_mismatch", "truncated", "bad_length", "parse_error", "schema", "count_mismatch",
-    "label_mismatch", "size_mismatch", "sha256_mismatch", "missing_file", "extra_file",
+    "label_mismatch", "size_mismatch", "crc32c_mismatch", "sha256_mismatch", "missing_file", "extra_file",
     "duplicate_key", "decode_error", "not_tfrecord", "decoder_mismatch",
 )
 
@@ -374,11 +374,33 @@ def index_problems(shard_path: str, index: bytes | None, shard_size: int,
     return [] if check.usable else [Problem(path, check.offset, check.kind, check.problem)]
 
 
-def sha256_problem(path: str, entry: ShardEntry, digest: str) -> Problem | None:
-    """A ``sha256_mismatch`` if the file's hex sha256 is not the manifest's."""
-    if digest == entry.sha256:
+def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Problem]:
+    """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes lack.
+
+    ``digest`` is the hash of the shard's bytes, with a sha256 if the entry states one.
+    """
+    problems = []
+    if entry.crc32c is not None and digest.crc32c != entry.crc32c:
+        problems.append(Problem(path, None, "crc32c_mismatch",
+                                f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.crc32c}: its bytes "
+                                "changed since it was written"))
+    if entry.sha256 is not None and digest.sha256 != entry.sha256:
+        problems.append(Problem(path, None, "sha256_mismatch",
+                                f"file sha256 is {digest.sha256}; {MANIFEST_NAME} says {entry.sha256}"))
+    return problems
+
+
+def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, bytes] | None) -> Problem | None:
+    """A ``crc32c_mismatch`` if the shard's ``.idx`` (``(path, bytes)``) lacks its entry's CRC32C."""
+    if index is None or entry.index_crc32c is None:
         return None
-    return Problem(path, None, "sha256_mismatch", f"file sha256 is {digest}; {MANIFEST_NAME} says {entry.sha256}")
+    digest = FileHash()
+    digest.update(index[1])
+    if digest.crc32c == entry.index_crc32c:
+        return None
+    return Problem(index[0], None, "crc32c_mismatch",
+                   f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.index_crc32c} for the .idx of "
+                   f"{shard_path}: its bytes changed since it was written")
 
 
 def _label_order(label: str) -> tuple:
@@ -646,7 +668,12 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
         records += count
         if name in entries:
             entry = entries[name][1]
-            problems += [p for p in [sha256_problem(path, entry, hashlib.sha256(data).hexdigest())] if p]
+            digest = FileHash(sha256=entry.sha256 is not None)
+            digest.update(data)
+            problems += hash_problems(path, entry, digest)
+            index_path = next((join_path(folder, n) for n in index_names(name) if n in files), None)
+            problems += [p for p in [index_hash_problem(path, entry, (index_path, index) if index_path else None)]
+                         if p]
             problems += shard_problems(path, entry, ShardTally(count, tally_labels, damaged))
     for key, locations in keys.items():
         problems += duplicate_key_problems(key, locations)

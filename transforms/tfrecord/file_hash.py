@@ -1,0 +1,69 @@
+"""A whole file's CRC32C (and, when asked, sha256), computed from the bytes as they pass.
+
+Pure code. The CRC32C is the one Google Cloud Storage keeps of every object
+(the Castagnoli polynomial, unmasked, over the whole file), written as GCS's
+``crc32c`` metadata, ``gsutil hash -c`` and ``gsutil ls -L`` give it: the
+base64 of its four bytes, big-endian (``b"123456789"`` -> ``4waSgw==``, the
+value 0xE3069283). It costs a small fraction of a sha256, which is computed
+only when asked for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+
+import crc32c as _crc32c
+
+__all__ = ["FileHash", "crc32c_text", "crc32c_value"]
+
+
+def crc32c_text(value: int) -> str:
+    """A CRC32C as GCS writes it: base64 of its 4 bytes, big-endian (0xE3069283 -> ``4waSgw==``)."""
+    return base64.b64encode(value.to_bytes(4, "big")).decode("ascii")
+
+
+def crc32c_value(text: str) -> int:
+    """The CRC32C that ``text`` (as ``crc32c_text`` writes it) states.
+
+    Raises:
+        ValueError: ``text`` is not the base64 of 4 bytes.
+    """
+    if not isinstance(text, str) or len(text) != 8 or not text.endswith("=="):
+        raise ValueError(f"{text!r} is not a CRC32C in GCS's form (base64 of 4 bytes, e.g. '4waSgw==')")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise ValueError(f"{text!r} is not a CRC32C in GCS's form (base64 of 4 bytes): {err}") from err
+    if len(raw) != 4 or crc32c_text(int.from_bytes(raw, "big")) != text:
+        raise ValueError(f"{text!r} is not a CRC32C in GCS's form (base64 of 4 bytes)")
+    return int.from_bytes(raw, "big")
+
+
+class FileHash:
+    """The running CRC32C of the bytes given to ``update``, and their sha256 with ``sha256=True``.
+
+    Args:
+        sha256: Also compute the sha256.
+    """
+
+    def __init__(self, sha256: bool = False) -> None:
+        self._crc = 0
+        self._sha = hashlib.sha256() if sha256 else None
+
+    def update(self, data: bytes | memoryview) -> None:
+        """Adds the next bytes of the file."""
+        self._crc = _crc32c.crc32c(data, self._crc)
+        if self._sha is not None:
+            self._sha.update(data)
+
+    @property
+    def crc32c(self) -> str:
+        """The CRC32C so far, as GCS writes it (``crc32c_text``)."""
+        return crc32c_text(self._crc)
+
+    @property
+    def sha256(self) -> str | None:
+        """The hex sha256 so far, or None when it is not computed."""
+        return self._sha.hexdigest() if self._sha is not None else None
