@@ -28,7 +28,7 @@ setuptools.setup(
     extras_require={
         # grpcio-tools from 1.82 needs protobuf>=7; apache-beam needs protobuf<7.
         "test": [
-            "pytest>=7", "hypothesis>=6", "grpcio-tools<1.82",
+            "pytest>=7", "pytest-xdist>=3", "hypothesis>=6", "grpcio-tools<1.82",
             "apache-beam[aws,gcp,dask]",  # s3:// and gs:// filesystems, the Dataflow and Dask runners
             "moto[server]>=5",  # S3 API server on loopback
             "gcp-storage-emulator",  # GCS API server on loopback
