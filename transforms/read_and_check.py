@@ -21,9 +21,10 @@ from transforms.errors import RecordError
 from transforms.progress import counters as progress
 from transforms.arrayrecord.shard_file import read_records
 from transforms.shardset.naming import FILE_SUFFIXES
-from transforms.storage.files import local_copy, open_file, sha256_of
+from transforms.storage.files import local_copy, open_file
 from transforms.storage.paths import is_local
 from transforms.tfrecord.compression import compression_of, open_decompressed
+from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_ranges import read_range, read_stream
@@ -235,16 +236,24 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                     tally.add(0, max(0, share - read))
                     tally.flush()
                 if first and self._hash_files and shard.entry is not None:
-                    digest = sha256_of(local)
+                    digest = _file_hash(local, shard.entry.sha256 is not None)
         claims.finish()
         result = checker.result()
         Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
         if first:
             result.entry = shard.entry
-            problem = sha256_problem(shard.path, shard.entry, digest) if digest is not None else None
-            if problem:
-                result.problems.append(problem)
+            if digest is not None:
+                result.problems.extend(hash_problems(shard.path, shard.entry, digest))
         return result
+
+
+def _file_hash(path: str, sha256: bool) -> FileHash:
+    """The CRC32C (and sha256 with ``sha256``) of a local file's bytes, read once."""
+    digest = FileHash(sha256=sha256)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest
 
 
 class ReadAndCheckRecords(beam.PTransform):

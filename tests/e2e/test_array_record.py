@@ -145,7 +145,7 @@ def test_verify_checks_an_array_record_set_and_names_a_damaged_shard(both, tmp_p
     open(shard, "wb").write(bytes(data))
     assert verify_shards.run(["--output_dir", damaged]) == 1
     out = capsys.readouterr().out
-    assert "sha256_mismatch: " + shard in out
+    assert "crc32c_mismatch: " + shard in out
     assert "crc_mismatch: " + shard in out
 
 
@@ -218,7 +218,7 @@ def test_verify_reads_a_local_array_record_shard_in_ranges_of_record_numbers(bot
     capsys.readouterr()
     assert verify_shards.run(["--output_dir", damaged]) == 1
     out = capsys.readouterr().out
-    assert "crc_mismatch: " + shard in out and "sha256_mismatch: " + shard in out
+    assert "crc_mismatch: " + shard in out and "crc32c_mismatch: " + shard in out
     # Each record its own range: only the damaged one is not read, the shard's others are.
     total = load_manifest(damaged)["records"]
     assert f"not read: 1 of the {total} records" in out, out
