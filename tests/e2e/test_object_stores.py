@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import apache_beam as beam
+import crc32c
 import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
@@ -27,6 +28,7 @@ from transforms import beam_compat
 from transforms import filesystems as clients
 from transforms.storage import folders
 from transforms.storage.files import read_bytes
+from transforms.tfrecord.file_hash import crc32c_text
 from transforms.images.inputs import LabelRules, is_hidden, tree_entries
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
@@ -140,7 +142,7 @@ def _assert_same_as_local(bucket, prefix: str, local_out: str) -> None:
     assert [s["file"] for s in shards] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
     for shard in shards:
         data = bucket.get(f"{prefix}/{shard['file']}")
-        assert (len(data), hashlib.sha256(data).hexdigest()) == (shard["bytes"], shard["sha256"])
+        assert (len(data), crc32c_text(crc32c.crc32c(data))) == (shard["bytes"], shard["crc32c"])
     for name in names:
         if name != "manifest.json":  # the manifest names the input, which differs
             with open(os.path.join(local_out, name), "rb") as fh:

@@ -334,7 +334,7 @@ def test_a_second_run_into_a_busy_folder_stops_and_the_first_publishes(tree, tmp
 @pytest.mark.slow
 def test_a_run_that_lost_its_lock_does_not_write_a_manifest(tree, tmp_path):
     out = str(tmp_path / "out")
-    proc, marker, log = _paused_build(tmp_path, "create", r"/labels\.txt\.[0-9a-f]+\.tmp$",
+    proc, marker, log = _paused_build(tmp_path, "create", r"/labels\.txt(\.next)?\.[0-9a-f]+\.tmp$",
                                       ["--input", tree, "--output_dir", out, *FLAGS])
     lock = os.path.join(out, LOCK_NAME)
     other = LockInfo("f" * 32, "build_shards", "elsewhere", 1).dumps()
