@@ -36,6 +36,7 @@ from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ToRecordItems,
                                       damaged_span, input_files, item_order, item_size, item_split,
                                       RecordCopy)
+from transforms.shardset.naming import FILE_SUFFIXES
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import run_publishing_job
 from beam_jobs.cli.progress import reshard_progress
@@ -63,6 +64,10 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
         if not dry_run:
+            if path.endswith(FILE_SUFFIXES["array_record"]):
+                raise UsageError(f"--input {path} is an ArrayRecord file; reshard reads TFRecord files (a shard "
+                                 "set's or any by pattern): reshard the TFRecord set it was built from, with "
+                                 "--format array_record for ArrayRecord shards")
             try:
                 input_split(path, cfg.split)
             except ShardsError as err:
@@ -103,8 +108,9 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                                    target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
     results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
                                                         RecordCopy(), item_order, cfg.policy.run_id,
-                                                        plan[TOTALS], shard_sha256=cfg.shard_sha256)
-    fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed}
+                                                        plan[TOTALS], file_format=cfg.format,
+                                                        shard_sha256=cfg.shard_sha256)
+    fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,
