@@ -40,7 +40,8 @@ from transforms.shardset.naming import FILE_SUFFIXES
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import run_publishing_job
 from beam_jobs.cli.progress import reshard_progress
-from transforms.storage.output_folder import check_replaced_splits
+from transforms.shardset.replacing import kept_format_problem
+from transforms.storage.output_folder import check_replaced_splits, published_manifest
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.tfds_metadata import tfds_files
@@ -74,6 +75,12 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
                 raise UsageError(f"--input {err}") from err
     if not dry_run and not cfg.replace:  # each file's split is known: checked before any is read
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: {input_split(f.path, cfg.split) for f in files})
+    if not dry_run:  # a set has one format
+        problem = kept_format_problem(cfg.output_dir, published_manifest(cfg.output_dir),
+                                      {input_split(f.path, cfg.split) for f in files}, cfg.format,
+                                      cfg.drop_other_splits)
+        if problem:
+            raise UsageError(problem)
     note = beam_compat.choose_local_workers(options, None if dry_run else sum(f.size_in_bytes for f in files),
                                             worker_threads.usable_cores())
     return dataclasses.replace(cfg, files=files, policy=cfg.new_policy(), workers_note=note)

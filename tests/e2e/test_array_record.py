@@ -300,3 +300,16 @@ def test_reshard_of_array_record_input_is_refused_in_one_line(tmp_path, capsys) 
                                "--output_dir", str(tmp_path / "out"))
     assert status == 2
     assert f"{shard} is an ArrayRecord file" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_reshard_keeps_one_format_in_a_set(both, tmp_path, capsys) -> None:
+    tfrecords, _, _ = both
+    out = str(tmp_path / "out")
+    status, err = _run_reshard(capsys, "--input", os.path.join(tfrecords, "train-*"), "--output_dir", out)
+    assert status == 0, err
+    status, err = _run_reshard(capsys, "--input", os.path.join(tfrecords, "train-*"), "--output_dir", out,
+                               "--split", "validation", "--format", "array_record")
+    assert status == 2
+    assert "holds split 'train' as tfrecord shards" in err and err.count("\n") == 1
+    assert sorted(load_manifest(out)["splits"]) == ["train"]
