@@ -33,10 +33,10 @@ from transforms import beam_compat, worker_threads
 from transforms.errors import ShardsError, UsageError
 from beam_jobs.cli.config import ReshardConfig
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
-from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ToRecordItems,
-                                      damaged_span, input_files, item_order, item_size, item_split,
-                                      RecordCopy)
-from transforms.shardset.naming import FILE_SUFFIXES
+from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadAllFromArrayRecords, ToRecordItems,
+                                      damaged_span, input_files, is_array_record, item_order, item_size,
+                                      item_split, RecordCopy)
+from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import run_publishing_job
 from beam_jobs.cli.progress import reshard_progress
@@ -65,10 +65,9 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
         if not dry_run:
-            if path.endswith(FILE_SUFFIXES["array_record"]):
-                raise UsageError(f"--input {path} is an ArrayRecord file; reshard reads TFRecord files (a shard "
-                                 "set's or any by pattern): reshard the TFRecord set it was built from, with "
-                                 "--format array_record for ArrayRecord shards")
+            problem = missing_module() if is_array_record(path) else None
+            if problem:
+                raise UsageError(f"--input {path} is an ArrayRecord file: {problem}")
             try:
                 input_split(path, cfg.split)
             except ShardsError as err:
@@ -91,17 +90,20 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     # The files are matched again inside the pipeline, so the job graph holds only the
     # patterns, whatever their number (make_config matched them to check them; a dry run
     # stays offline).
-    read = (p
-            | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
-            | "Read" >> ReadAllFromTFRecords(
-                with_offsets=True, compression=cfg.input_compression,
-                errors="output" if cfg.skip_corrupt else "raise",
-                max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
+    errors = "output" if cfg.skip_corrupt else "raise"
+    files = (p
+             | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
+             | "ByFormat" >> beam.Partition(lambda meta, _: int(is_array_record(meta.path)), 2))
+    read = files[0] | "Read" >> ReadAllFromTFRecords(
+        with_offsets=True, compression=cfg.input_compression, errors=errors,
+        max_record_bytes=cfg.max_record_bytes)  # (path, offset, record)
+    read_array = files[1] | "ReadArrayRecords" >> ReadAllFromArrayRecords(errors)  # (path, number, record)
     if cfg.skip_corrupt:
-        records, errors = read[RECORDS], read[ERRORS]
+        records = (read[RECORDS], read_array[RECORDS]) | "Records" >> beam.Flatten()
+        errors = (read[ERRORS], read_array[ERRORS]) | "Errors" >> beam.Flatten()
         dead = errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
     else:
-        records, dead = read, None  # no dead letters, and no step for them
+        records, dead = (read, read_array) | "Records" >> beam.Flatten(), None  # no dead letters, and no step for them
     items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped
         cfg.seed, cfg.split, staging=(cfg.output_dir, cfg.policy.run_id))  # RecordItem
     # One combine: records read (and damaged stretches), class names and feature spec.

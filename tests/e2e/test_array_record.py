@@ -292,14 +292,67 @@ def test_reshard_to_array_record_refuses_compression_in_one_line(tmp_path, capsy
     assert "leave out --compression gzip" in err and err.count("\n") == 1
 
 
-def test_reshard_of_array_record_input_is_refused_in_one_line(tmp_path, capsys) -> None:
+@pytest.mark.slow
+def test_reshard_of_an_array_record_set_to_tfrecord_writes_the_tfrecord_reshards_shards(both, resharded,
+                                                                                       tmp_path, capsys) -> None:
+    from tests.shard_fixtures import shard_bytes
+
+    _, arrayrecords, _ = both
+    out = str(tmp_path / "back")
+    status, err = _run_reshard(capsys, "--input", os.path.join(arrayrecords, "train-*"), "--output_dir", out,
+                               "--num_shards", "2", "--seed", "7", "--format", "tfrecord")
+    assert status == 0, err
+    theirs = load_manifest(resharded[0])["splits"]["train"]["shards"]
+    ours = load_manifest(out)["splits"]["train"]["shards"]
+    assert [s["file"] for s in ours] == [s["file"] for s in theirs] == [f"train-{i:05d}-of-00002.tfrecord"
+                                                                     for i in range(2)]
+    for before, after in zip(theirs, ours, strict=True):  # records ordered by content: the same shards
+        assert shard_bytes(os.path.join(out, after["file"])) == shard_bytes(os.path.join(resharded[0], before["file"]))
+    assert load_manifest(out)["labels"] == CLASSES
+    capsys.readouterr()
+    from beam_jobs import verify_shards
+
+    assert verify_shards.run(["--output_dir", out]) == 0
+
+
+@pytest.mark.slow
+def test_reshard_of_a_damaged_array_record_file_fails_or_dead_letters_the_rest_of_it(both, tmp_path, capsys) -> None:
+    import shutil
+
+    _, arrayrecords, _ = both
+    old = str(tmp_path / "old")
+    shutil.copytree(arrayrecords, old)
+    shard = os.path.join(old, "train-00001-of-00003.array_record")
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 8] ^= 0xFF  # inside a record's chunk
+    open(shard, "wb").write(bytes(data))
+    pattern = os.path.join(old, "train-*")
+    status, err = _run_reshard(capsys, "--input", pattern, "--output_dir", str(tmp_path / "a"))
+    assert status == 1 and f"crc_mismatch: {shard} at byte " in err, err
+    out = str(tmp_path / "b")
+    status, err = _run_reshard(capsys, "--input", pattern, "--output_dir", out, "--skip_corrupt",
+                               "--max_bad_fraction", "1")
+    assert status == 0, err
+    letters = [json.loads(line) for line in open(os.path.join(out, "dead_letters.jsonl")) if line.strip()]
+    assert [(d["path"], d["reason"]) for d in letters] == [(shard, "crc_mismatch")]
+    assert "at record " in letters[0]["error"] and "reading of this stretch stopped there" in letters[0]["error"]
+    manifest = load_manifest(out)
+    assert 0 < manifest["records"] < load_manifest(arrayrecords)["records"] and manifest["dead_letters"] == 1
+
+
+def test_reshard_of_array_record_input_without_the_package_is_refused_in_one_line(tmp_path, capsys,
+                                                                                  monkeypatch) -> None:
+    from beam_jobs import reshard
+
+    monkeypatch.setattr(reshard, "missing_module", lambda: "ArrayRecord needs the array_record package")
     shard = tmp_path / "old" / "train-00000-of-00001.array_record"
     shard.parent.mkdir()
     shard.write_bytes(b"\0" * 64)
     status, err = _run_reshard(capsys, "--input", str(tmp_path / "old" / "train-*"),
                                "--output_dir", str(tmp_path / "out"))
     assert status == 2
-    assert f"{shard} is an ArrayRecord file" in err and err.count("\n") == 1
+    assert f"{shard} is an ArrayRecord file: ArrayRecord needs the array_record package" in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.slow
