@@ -1,15 +1,18 @@
-"""Reshard job: regenerate any set of TFRecord files as balanced shards.
+"""Reshard job: regenerate any set of TFRecord (or ArrayRecord) files as balanced shards.
 
 Usage::
 
     python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME] \\
         [--shard_size_mb 150] [--num_shards N] [--compression none|gzip|zlib] [--seed 0] \\
-        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] [Beam options]
+        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] \\
+        [--format tfrecord|array_record] [Beam options]
 
 Input files are read with the project's splittable source (one big file is read
 by many workers), records are planned exactly as the build job plans them and
 written with the same sink: same names, ``.idx`` sidecars, manifest, atomic
-publishing and determinism. Records are copied byte for byte.
+publishing and determinism. Records are copied byte for byte. Files named
+``*.array_record`` are read by record number, each whole; ``--format array_record``
+writes ArrayRecord shards.
 
 Each input file keeps its split, the one its shard name states
 (``{split}-NNNNN-of-NNNNN.tfrecord``), so a train+validation set stays one;
@@ -85,25 +88,43 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
     return dataclasses.replace(cfg, files=files, policy=cfg.new_policy(), workers_note=note)
 
 
+def _read_inputs(p: beam.Pipeline, cfg: ReshardConfig):
+    """The input files' records, ``(path, offset, record)`` (an ArrayRecord file's: by record number), and
+    with ``--skip_corrupt`` the damaged stretches (``RecordError``), else None.
+
+    TFRecord and ArrayRecord files are read by their own readers; only a run given both has the
+    step that merges their records (a stage of its own). A dry run goes by the patterns' names.
+    """
+    errors = "output" if cfg.skip_corrupt else "raise"
+    kinds = {is_array_record(path) for path in ([f.path for f in cfg.files] or cfg.input)}
+    files = p | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
+    if kinds == {True, False}:
+        parts = files | "ByFormat" >> beam.Partition(lambda meta, _: int(is_array_record(meta.path)), 2)
+        tfrecord_files, array_record_files = parts[0], parts[1]
+    else:
+        tfrecord_files, array_record_files = (None, files) if True in kinds else (files, None)
+    reads = []
+    if tfrecord_files is not None:
+        reads.append(tfrecord_files | "Read" >> ReadAllFromTFRecords(
+            with_offsets=True, compression=cfg.input_compression, errors=errors,
+            max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
+    if array_record_files is not None:
+        reads.append(array_record_files | "ReadArrayRecords" >> ReadAllFromArrayRecords(errors))  # (path, number, record)
+    if not cfg.skip_corrupt:
+        return (reads[0] if len(reads) == 1 else tuple(reads) | "Records" >> beam.Flatten()), None
+    if len(reads) == 1:
+        return reads[0][RECORDS], reads[0][ERRORS]
+    return (tuple(read[RECORDS] for read in reads) | "Records" >> beam.Flatten(),
+            tuple(read[ERRORS] for read in reads) | "Errors" >> beam.Flatten())
+
+
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     """Wires the reshard job into ``p``; returns the PCollection holding the manifest."""
     # The files are matched again inside the pipeline, so the job graph holds only the
     # patterns, whatever their number (make_config matched them to check them; a dry run
     # stays offline).
-    errors = "output" if cfg.skip_corrupt else "raise"
-    files = (p
-             | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
-             | "ByFormat" >> beam.Partition(lambda meta, _: int(is_array_record(meta.path)), 2))
-    read = files[0] | "Read" >> ReadAllFromTFRecords(
-        with_offsets=True, compression=cfg.input_compression, errors=errors,
-        max_record_bytes=cfg.max_record_bytes)  # (path, offset, record)
-    read_array = files[1] | "ReadArrayRecords" >> ReadAllFromArrayRecords(errors)  # (path, number, record)
-    if cfg.skip_corrupt:
-        records = (read[RECORDS], read_array[RECORDS]) | "Records" >> beam.Flatten()
-        errors = (read[ERRORS], read_array[ERRORS]) | "Errors" >> beam.Flatten()
-        dead = errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
-    else:
-        records, dead = (read, read_array) | "Records" >> beam.Flatten(), None  # no dead letters, and no step for them
+    records, errors = _read_inputs(p, cfg)  # (path, offset or record number, record); RecordError
+    dead = None if errors is None else errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
     items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped
         cfg.seed, cfg.split, staging=(cfg.output_dir, cfg.policy.run_id))  # RecordItem
     # One combine: records read (and damaged stretches), class names and feature spec.

@@ -278,7 +278,7 @@ PLAN = Job(
 
 RESHARD = Job(
     name="reshard",
-    summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
+    summary="Regenerate any set of TFRecord (or ArrayRecord) files as balanced shards, record for record.",
     options=(SHARD_FORMAT, RESHARD_FLAGS, RECORD_READING), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")
 
