@@ -109,7 +109,8 @@ def _read_inputs(p: beam.Pipeline, cfg: ReshardConfig):
             with_offsets=True, compression=cfg.input_compression, errors=errors,
             max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
     if array_record_files is not None:
-        reads.append(array_record_files | "ReadArrayRecords" >> ReadAllFromArrayRecords(errors))  # (path, number, record)
+        reads.append(array_record_files
+                     | "ReadArrayRecords" >> ReadAllFromArrayRecords(errors))  # (path, number, record)
     if not cfg.skip_corrupt:
         return (reads[0] if len(reads) == 1 else tuple(reads) | "Records" >> beam.Flatten()), None
     if len(reads) == 1:
