@@ -62,7 +62,7 @@ from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
                                               published_shards, run_files_folder, staging_folder)
 from transforms.shardset.manifest import Manifest
-from transforms.shardset.replacing import listed_splits, replace_problem
+from transforms.shardset.replacing import kept_format_problem, listed_splits, replace_problem
 from transforms.shardset.disk_needs import apart_shortfall_clause, shortfall_clause
 from transforms.storage.writing import free_bytes
 from transforms.images.class_labels import index_order_problem
@@ -603,11 +603,9 @@ def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, 
     problem = replace_problem(output_dir, old, written, inputs)
     if problem:
         raise UsageError(problem)
-    kept = sorted(set(old.splits) - written) if not drop_other_splits else []
-    if kept and old.file_format != file_format:
-        raise UsageError(f"{output_dir} holds split {', '.join(map(repr, kept))} as {old.file_format} shards, which "
-                         f"this --format {file_format} run would keep: a set has one format; rebuild every "
-                         "split with it, or pass --drop_other_splits")
+    problem = kept_format_problem(output_dir, old, written, file_format, drop_other_splits)
+    if problem:
+        raise UsageError(problem)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):

@@ -1,15 +1,18 @@
-"""Reshard job: regenerate any set of TFRecord files as balanced shards.
+"""Reshard job: regenerate any set of TFRecord (or ArrayRecord) files as balanced shards.
 
 Usage::
 
     python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME] \\
         [--shard_size_mb 150] [--num_shards N] [--compression none|gzip|zlib] [--seed 0] \\
-        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] [Beam options]
+        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] \\
+        [--format tfrecord|array_record] [Beam options]
 
 Input files are read with the project's splittable source (one big file is read
 by many workers), records are planned exactly as the build job plans them and
 written with the same sink: same names, ``.idx`` sidecars, manifest, atomic
-publishing and determinism. Records are copied byte for byte.
+publishing and determinism. Records are copied byte for byte. Files named
+``*.array_record`` are read by record number, each whole; ``--format array_record``
+writes ArrayRecord shards.
 
 Each input file keeps its split, the one its shard name states
 (``{split}-NNNNN-of-NNNNN.tfrecord``), so a train+validation set stays one;
@@ -33,13 +36,15 @@ from transforms import beam_compat, worker_threads
 from transforms.errors import ShardsError, UsageError
 from beam_jobs.cli.config import ReshardConfig
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
-from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ToRecordItems,
-                                      damaged_span, input_files, item_order, item_size, item_split,
-                                      RecordCopy)
+from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadAllFromArrayRecords, ToRecordItems,
+                                      damaged_span, input_files, is_array_record, item_order, item_size,
+                                      item_split, RecordCopy)
+from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import run_publishing_job
 from beam_jobs.cli.progress import reshard_progress
-from transforms.storage.output_folder import check_replaced_splits
+from transforms.shardset.replacing import kept_format_problem
+from transforms.storage.output_folder import check_replaced_splits, published_manifest
 from transforms.shard_sink import PublishShards, WriteShards
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.tfds_metadata import tfds_files
@@ -63,15 +68,55 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
         if not dry_run:
+            problem = missing_module() if is_array_record(path) else None
+            if problem:
+                raise UsageError(f"--input {path} is an ArrayRecord file: {problem}")
             try:
                 input_split(path, cfg.split)
             except ShardsError as err:
                 raise UsageError(f"--input {err}") from err
     if not dry_run and not cfg.replace:  # each file's split is known: checked before any is read
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: {input_split(f.path, cfg.split) for f in files})
+    if not dry_run:  # a set has one format
+        problem = kept_format_problem(cfg.output_dir, published_manifest(cfg.output_dir),
+                                      {input_split(f.path, cfg.split) for f in files}, cfg.format,
+                                      cfg.drop_other_splits)
+        if problem:
+            raise UsageError(problem)
     note = beam_compat.choose_local_workers(options, None if dry_run else sum(f.size_in_bytes for f in files),
                                             worker_threads.usable_cores())
     return dataclasses.replace(cfg, files=files, policy=cfg.new_policy(), workers_note=note)
+
+
+def _read_inputs(p: beam.Pipeline, cfg: ReshardConfig):
+    """The input files' records, ``(path, offset, record)`` (an ArrayRecord file's: by record number), and
+    with ``--skip_corrupt`` the damaged stretches (``RecordError``), else None.
+
+    TFRecord and ArrayRecord files are read by their own readers; only a run given both has the
+    step that merges their records (a stage of its own). A dry run goes by the patterns' names.
+    """
+    errors = "output" if cfg.skip_corrupt else "raise"
+    kinds = {is_array_record(path) for path in ([f.path for f in cfg.files] or cfg.input)}
+    files = p | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
+    if kinds == {True, False}:
+        parts = files | "ByFormat" >> beam.Partition(lambda meta, _: int(is_array_record(meta.path)), 2)
+        tfrecord_files, array_record_files = parts[0], parts[1]
+    else:
+        tfrecord_files, array_record_files = (None, files) if True in kinds else (files, None)
+    reads = []
+    if tfrecord_files is not None:
+        reads.append(tfrecord_files | "Read" >> ReadAllFromTFRecords(
+            with_offsets=True, compression=cfg.input_compression, errors=errors,
+            max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
+    if array_record_files is not None:
+        reads.append(array_record_files
+                     | "ReadArrayRecords" >> ReadAllFromArrayRecords(errors))  # (path, number, record)
+    if not cfg.skip_corrupt:
+        return (reads[0] if len(reads) == 1 else tuple(reads) | "Records" >> beam.Flatten()), None
+    if len(reads) == 1:
+        return reads[0][RECORDS], reads[0][ERRORS]
+    return (tuple(read[RECORDS] for read in reads) | "Records" >> beam.Flatten(),
+            tuple(read[ERRORS] for read in reads) | "Errors" >> beam.Flatten())
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
@@ -79,17 +124,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     # The files are matched again inside the pipeline, so the job graph holds only the
     # patterns, whatever their number (make_config matched them to check them; a dry run
     # stays offline).
-    read = (p
-            | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata
-            | "Read" >> ReadAllFromTFRecords(
-                with_offsets=True, compression=cfg.input_compression,
-                errors="output" if cfg.skip_corrupt else "raise",
-                max_record_bytes=cfg.max_record_bytes))  # (path, offset, record)
-    if cfg.skip_corrupt:
-        records, errors = read[RECORDS], read[ERRORS]
-        dead = errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
-    else:
-        records, dead = read, None  # no dead letters, and no step for them
+    records, errors = _read_inputs(p, cfg)  # (path, offset or record number, record); RecordError
+    dead = None if errors is None else errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
     items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped
         cfg.seed, cfg.split, staging=(cfg.output_dir, cfg.policy.run_id))  # RecordItem
     # One combine: records read (and damaged stretches), class names and feature spec.
@@ -103,8 +139,9 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
                                    target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
     results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
                                                         RecordCopy(), item_order, cfg.policy.run_id,
-                                                        plan[TOTALS], shard_sha256=cfg.shard_sha256)
-    fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed}
+                                                        plan[TOTALS], file_format=cfg.format,
+                                                        shard_sha256=cfg.shard_sha256)
+    fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     return p | "Publish" >> PublishShards(
         cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
         totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,

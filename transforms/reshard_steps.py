@@ -9,10 +9,13 @@ from apache_beam.metrics import Metrics
 
 from transforms.errors import RecordError, UsageError
 from transforms.images.annotations import LABEL_MAP_NAME
+from transforms.progress import counters as progress
 from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME
 from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME
-from transforms.shardset.naming import join_path
+from transforms.arrayrecord.shard_file import read_records
+from transforms.shardset.naming import FILE_SUFFIXES, join_path
 from transforms.shardset.tfds_metadata import is_tfds_file
+from transforms.storage.files import local_copy
 from transforms.storage.listing import FileMetadata, is_folder, match_files
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.record_index import indexed_shards
@@ -20,9 +23,10 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split,
                                               record_item)
 from transforms.tfrecord.run_files import FramedRecord
+from transforms.tfrecord_source import ERRORS, RECORDS
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["input_files", "MatchInputFiles", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
+__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
            "CollectFeatureSpec", "damaged_span", "record_of", "RecordCopy", "item_order", "item_size",
            "item_split"]
 
@@ -88,6 +92,56 @@ class MatchInputFiles(beam.PTransform):
                 | "Spread" >> beam.Reshuffle())
 
 
+def is_array_record(path: str) -> bool:
+    """True for an ArrayRecord file (by its suffix, ``.array_record``); the others are read as TFRecord files."""
+    return path.endswith(FILE_SUFFIXES["array_record"])
+
+
+class _ReadArrayRecordFileFn(CarriesStorageOptions, beam.DoFn):
+    """FileMetadata of an ArrayRecord file -> ``(path, record number, record)`` of each of its records, in order;
+    a record that cannot be read ends the file's reading: raised, or with ``keep_errors`` its
+    ``RecordError`` (naming the file and the record's number) is output to ``ERRORS``."""
+
+    def __init__(self, keep_errors: bool) -> None:
+        self._keep_errors = keep_errors
+        self._records = Metrics.counter("reshard", "array_records_read")
+
+    def process(self, meta: FileMetadata):
+        tally = progress.Tally(progress.RECORDS_READ)
+        with local_copy(meta.path) as local:  # ArrayRecord's reader opens local paths only
+            try:
+                for number, record in read_records(local):
+                    self._records.inc()
+                    tally.add(1, len(record))
+                    yield meta.path, number, record
+            except RecordError as err:
+                named = RecordError(meta.path, err.offset, err.kind, err.detail)  # not the local copy's path
+                if not self._keep_errors:
+                    raise named from err
+                yield beam.pvalue.TaggedOutput(ERRORS, named)
+            finally:
+                tally.flush()
+
+
+class ReadAllFromArrayRecords(beam.PTransform):
+    """Reads the records of ArrayRecord files, each file whole, by record number.
+
+    Input: ``PCollection[FileMetadata]``. Output: ``(path, record number, record)``; with
+    ``errors="output"``, the records under ``RECORDS`` (main) and the ``RecordError`` of a
+    file whose reading stopped under ``ERRORS``, as ``ReadAllFromTFRecords`` gives them.
+    """
+
+    def __init__(self, errors: str = "raise") -> None:
+        super().__init__()
+        if errors not in ("raise", "output"):
+            raise ValueError(f"errors must be 'raise' or 'output', got {errors!r}")
+        self._keep_errors = errors == "output"
+
+    def expand(self, files):
+        read = beam.ParDo(_ReadArrayRecordFileFn(self._keep_errors))
+        return files | "ReadFiles" >> (read.with_outputs(ERRORS, main=RECORDS) if self._keep_errors else read)
+
+
 def record_of(item: RecordItem) -> tuple[bytes, int | None]:
     """What the shard writer writes for an item: its bytes, unchanged, and its label."""
     return item.data, item.label
@@ -128,8 +182,8 @@ def item_split(item: RecordItem) -> str:
 
 def damaged_span(error: RecordError) -> DeadLetter:
     """A damaged stretch of an input file, as a dead letter."""
-    return DeadLetter(error.path, error.kind,
-                      f"at byte {error.offset}: {error.detail}; reading of this stretch stopped there")
+    where = f"at record {error.offset}" if is_array_record(error.path) else f"at byte {error.offset}"
+    return DeadLetter(error.path, error.kind, f"{where}: {error.detail}; reading of this stretch stopped there")
 
 
 class _ToItemFn(CarriesStorageOptions, beam.DoFn):

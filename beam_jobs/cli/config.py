@@ -205,18 +205,18 @@ def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
         raise UsageError(f"{flag}: {err}") from err
 
 
-def _array_record_checks(cfg: BuildConfig) -> None:
+def _array_record_checks(cfg: BuildConfig | ReshardConfig) -> None:
     """Refuses what ``--format array_record`` does not go with (one line each).
 
     Raises:
-        UsageError: ``--compression``, ``--append``, or no ``array_record`` package.
+        UsageError: ``--compression``, ``--append`` (a build's), or no ``array_record`` package.
     """
     from transforms.arrayrecord.shard_file import missing_module
 
     if cfg.compression != "none":
         raise UsageError(f"--format array_record writes uncompressed ArrayRecord files (their records are "
                          f"read one by one); leave out --compression {cfg.compression}")
-    if cfg.append:
+    if getattr(cfg, "append", False):
         raise UsageError("--append adds to TFRecord sets only; rebuild an ArrayRecord set with its new inputs")
     problem = missing_module()
     if problem:
@@ -416,10 +416,16 @@ class ReshardConfig(PublishingConfig):
     JOB: ClassVar[Job] = jobs.RESHARD
     ABOUT_INPUT: ClassVar[str] = "TFRecord files or a pattern such as 'old/train-*'"
 
+    format: str
     input_compression: str
     skip_corrupt: bool
     max_record_mb: float
     files: tuple[FileMetadata, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.format == "array_record":
+            _array_record_checks(self)
 
     @property
     def max_record_bytes(self) -> int:

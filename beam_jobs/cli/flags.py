@@ -58,6 +58,12 @@ class RunOptions(PipelineOptions):
     _add_argparse_args = _declared(jobs.RUN)
 
 
+class ShardFormatOptions(PipelineOptions):
+    """The shards' file format, of the build and the reshard (``jobs.SHARD_FORMAT``)."""
+
+    _add_argparse_args = _declared(jobs.SHARD_FORMAT)
+
+
 class BuildOptions(PipelineOptions):
     """Flags of the build job (``jobs.BUILD_FLAGS``); shared ones are in ``ShardingOptions``."""
 

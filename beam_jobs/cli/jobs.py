@@ -23,8 +23,8 @@ from transforms.tfrecord.compression import COMPRESSIONS, READ_COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.verify.decoders import DECODERS
 
-__all__ = ["SHARED", "RUN", "RECORD_READING", "BUILD_FLAGS", "PLAN_FLAGS", "RESHARD_FLAGS", "VERIFY_FLAGS",
-           "BUILD", "PLAN", "RESHARD", "VERIFY", "INSPECT", "SAMPLE", "JOBS", "PARQUET_COLUMNS", "SAMPLE_CLASSES"]
+__all__ = ["SHARED", "RUN", "RECORD_READING", "SHARD_FORMAT", "BUILD_FLAGS", "PLAN_FLAGS", "RESHARD_FLAGS",
+           "VERIFY_FLAGS", "BUILD", "PLAN", "RESHARD", "VERIFY", "INSPECT", "SAMPLE", "JOBS", "PARQUET_COLUMNS", "SAMPLE_CLASSES"]
 
 _MIB = 1 << 20
 # Parquet inputs' default columns (transforms.archives.parquet_rows; a test keeps them equal).
@@ -98,12 +98,16 @@ _MAX_RECORD_MB = Flag(
          "length in a small compressed file cannot exhaust memory.")
 RECORD_READING = FlagSet("RecordReadingOptions", (_MAX_RECORD_MB,))
 
-BUILD_FLAGS = FlagSet("BuildOptions", (
+# The build's and the reshard's (one FlagSet: Beam holds each option once).
+SHARD_FORMAT = FlagSet("ShardFormatOptions", (
     Flag("format", default="tfrecord", choices=FILE_FORMATS, group="output", recorded=True,
          help="File format of the shards: tfrecord, or array_record (the same records in "
               "ArrayRecord files, group_size:1 and uncompressed, for random access with Grain "
               "or tfds's as_data_source; needs the array_record package; not with --append or "
               "--compression)."),
+))
+
+BUILD_FLAGS = FlagSet("BuildOptions", (
     Flag("layout", default="auto", choices=LAYOUTS, group="inputs", recorded=True,
          help="Folder layout: class folders, split folders, or auto-detect."),
     # How fast, not what: not recorded.
@@ -252,7 +256,7 @@ _PUBLISHING = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "c
 BUILD = Job(
     name="build_shards",
     summary="Build balanced, shuffled TFRecord shards from images and labels (see README.md).",
-    options=(BUILD_FLAGS,), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
+    options=(SHARD_FORMAT, BUILD_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "
@@ -264,7 +268,7 @@ PLAN = Job(
     name="plan_build",
     summary="Plan a build: what it would find, reject and write, and for how long; writes nothing "
             "(see docs/next-day.md).",
-    options=(BUILD_FLAGS, PLAN_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
+    options=(SHARD_FORMAT, BUILD_FLAGS, PLAN_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="examples:\n"
            "  tfrecord-shards plan --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards plan --input labels.csv --output_dir out/x --split_fractions "
@@ -274,8 +278,8 @@ PLAN = Job(
 
 RESHARD = Job(
     name="reshard",
-    summary="Regenerate any set of TFRecord files as balanced shards, record for record.",
-    options=(RESHARD_FLAGS, RECORD_READING), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
+    summary="Regenerate any set of TFRecord (or ArrayRecord) files as balanced shards, record for record.",
+    options=(SHARD_FORMAT, RESHARD_FLAGS, RECORD_READING), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")
 
 VERIFY = Job(

@@ -77,7 +77,7 @@ def test_the_manifest_records_the_declared_flags() -> None:
     assert "image_threads" not in jobs.BUILD.recorded() and "append" not in jobs.BUILD.recorded()
     assert "output_dir" not in jobs.RESHARD.recorded()
     assert set(jobs.RESHARD.recorded()) == {"input", "split", "shard_size_mb", "num_shards", "compression",
-                                            "input_compression", "seed", "skip_corrupt", "max_bad_fraction",
+                                            "input_compression", "seed", "skip_corrupt", "max_bad_fraction", "format",
                                             "name", "shard_sha256"}
 
 

@@ -223,3 +223,161 @@ def test_verify_reads_a_local_array_record_shard_in_ranges_of_record_numbers(bot
     total = load_manifest(damaged)["records"]
     assert f"not read: 1 of the {total} records" in out, out
     assert records > 1
+
+
+@pytest.fixture(scope="module")
+def resharded(both, tmp_path_factory) -> tuple[str, str]:
+    """(TFRecord reshard, ArrayRecord reshard) of the TFRecord build, with the same flags."""
+    from beam_jobs import reshard
+
+    tfrecords, _, _ = both
+    root = tmp_path_factory.mktemp("resharded")
+    sets = []
+    for file_format in ("tfrecord", "array_record"):
+        out = str(root / file_format / "flowers")
+        assert reshard.run(["--input", os.path.join(tfrecords, "train-*"), "--output_dir", out,
+                            "--num_shards", "2", "--seed", "7", "--format", file_format]) == 0
+        sets.append(out)
+    return sets[0], sets[1]
+
+
+@pytest.mark.slow
+def test_reshard_to_array_record_holds_the_records_a_tfrecord_reshard_holds(both, resharded) -> None:
+    tfrecords, arrayrecords = resharded
+    old, new = load_manifest(tfrecords), load_manifest(arrayrecords)
+    assert new["options"]["format"] == "array_record" and old["options"]["format"] == "tfrecord"
+    assert new["records"] == old["records"] == load_manifest(both[0])["records"]
+    old_shards, new_shards = old["splits"]["train"]["shards"], new["splits"]["train"]["shards"]
+    assert [s["file"] for s in new_shards] == [f"train-{i:05d}-of-00002.array_record" for i in range(2)]
+    for before, after in zip(old_shards, new_shards, strict=True):
+        theirs = [data for _, data in records(os.path.join(tfrecords, before["file"]))]
+        ours = _array_records(os.path.join(arrayrecords, after["file"]))
+        assert [_filename(r) for r in ours] == [_filename(r) for r in theirs]
+        assert ours == theirs  # the same serialized Examples, byte for byte, in order
+        assert (after["records"], after["label_counts"]) == (before["records"], before["label_counts"])
+
+
+@pytest.mark.slow
+def test_reshard_to_array_record_verifies_and_reads_with_tfds_and_class_names(resharded, capsys) -> None:
+    import tensorflow_datasets as tfds
+
+    from beam_jobs import verify_shards
+
+    _, arrayrecords = resharded
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", arrayrecords]) == 0
+    assert "no problems" in capsys.readouterr().out
+    info = json.load(open(os.path.join(arrayrecords, "dataset_info.json")))
+    assert info["fileFormat"] == "array_record"
+    builder = tfds.builder_from_directory(arrayrecords)
+    assert builder.info.features["image/class/label"].names == CLASSES
+    source = builder.as_data_source(split="train")
+    assert len(source) == load_manifest(arrayrecords)["records"]
+    example = source[len(source) - 1]
+    assert example["image/filename"].decode().split("/")[-2] == CLASSES[int(example["image/class/label"])]
+
+
+def _run_reshard(capsys, *argv: str) -> tuple[int, str]:
+    from beam_jobs import reshard
+
+    capsys.readouterr()
+    status = reshard.run(list(argv))
+    return status, capsys.readouterr().err
+
+
+def test_reshard_to_array_record_refuses_compression_in_one_line(tmp_path, capsys) -> None:
+    status, err = _run_reshard(capsys, "--input", str(tmp_path / "x-*"), "--output_dir", str(tmp_path / "out"),
+                               "--format", "array_record", "--compression", "gzip")
+    assert status == 2
+    assert "leave out --compression gzip" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_reshard_of_an_array_record_set_to_tfrecord_writes_the_tfrecord_reshards_shards(both, resharded,
+                                                                                       tmp_path, capsys) -> None:
+    from tests.shard_fixtures import shard_bytes
+
+    _, arrayrecords, _ = both
+    out = str(tmp_path / "back")
+    status, err = _run_reshard(capsys, "--input", os.path.join(arrayrecords, "train-*"), "--output_dir", out,
+                               "--num_shards", "2", "--seed", "7", "--format", "tfrecord")
+    assert status == 0, err
+    theirs = load_manifest(resharded[0])["splits"]["train"]["shards"]
+    ours = load_manifest(out)["splits"]["train"]["shards"]
+    assert [s["file"] for s in ours] == [s["file"] for s in theirs] == [f"train-{i:05d}-of-00002.tfrecord"
+                                                                     for i in range(2)]
+    for before, after in zip(theirs, ours, strict=True):  # records ordered by content: the same shards
+        assert shard_bytes(os.path.join(out, after["file"])) == shard_bytes(os.path.join(resharded[0], before["file"]))
+    assert load_manifest(out)["labels"] == CLASSES
+    capsys.readouterr()
+    from beam_jobs import verify_shards
+
+    assert verify_shards.run(["--output_dir", out]) == 0
+
+
+@pytest.mark.slow
+def test_reshard_of_a_damaged_array_record_file_fails_or_dead_letters_the_rest_of_it(both, tmp_path, capsys) -> None:
+    import shutil
+
+    _, arrayrecords, _ = both
+    old = str(tmp_path / "old")
+    shutil.copytree(arrayrecords, old)
+    shard = os.path.join(old, "train-00001-of-00003.array_record")
+    data = bytearray(open(shard, "rb").read())
+    data[len(data) // 8] ^= 0xFF  # inside a record's chunk
+    open(shard, "wb").write(bytes(data))
+    pattern = os.path.join(old, "train-*")
+    status, err = _run_reshard(capsys, "--input", pattern, "--output_dir", str(tmp_path / "a"))
+    assert status == 1 and f"crc_mismatch: {shard}" in err and "cannot be read" in err, err
+    out = str(tmp_path / "b")
+    status, err = _run_reshard(capsys, "--input", pattern, "--output_dir", out, "--skip_corrupt",
+                               "--max_bad_fraction", "1")
+    assert status == 0, err
+    letters = [json.loads(line) for line in open(os.path.join(out, "dead_letters.jsonl")) if line.strip()]
+    assert [(d["path"], d["reason"]) for d in letters] == [(shard, "crc_mismatch")]
+    assert "at record " in letters[0]["error"] and "reading of this stretch stopped there" in letters[0]["error"]
+    manifest = load_manifest(out)
+    assert 0 < manifest["records"] < load_manifest(arrayrecords)["records"] and manifest["dead_letters"] == 1
+
+
+@pytest.mark.slow
+def test_reshard_of_tfrecord_and_array_record_files_together_reads_both(both, tmp_path, capsys) -> None:
+    tfrecords, arrayrecords, _ = both
+    out = str(tmp_path / "out")
+    status, err = _run_reshard(capsys, "--input", os.path.join(tfrecords, "train-*"),
+                               "--input", os.path.join(arrayrecords, "train-*"), "--output_dir", out,
+                               "--skip_corrupt", "--format", "array_record")
+    assert status == 0, err
+    (shard,) = load_manifest(out)["splits"]["train"]["shards"]
+    ours = sorted(_array_records(os.path.join(out, shard["file"])))
+    theirs = sorted(data for s in load_manifest(tfrecords)["splits"]["train"]["shards"]
+                    for _, data in records(os.path.join(tfrecords, s["file"])))
+    assert ours == sorted(theirs * 2)  # every record of each set, once each
+
+
+def test_reshard_of_array_record_input_without_the_package_is_refused_in_one_line(tmp_path, capsys,
+                                                                                  monkeypatch) -> None:
+    from beam_jobs import reshard
+
+    monkeypatch.setattr(reshard, "missing_module", lambda: "ArrayRecord needs the array_record package")
+    shard = tmp_path / "old" / "train-00000-of-00001.array_record"
+    shard.parent.mkdir()
+    shard.write_bytes(b"\0" * 64)
+    status, err = _run_reshard(capsys, "--input", str(tmp_path / "old" / "train-*"),
+                               "--output_dir", str(tmp_path / "out"))
+    assert status == 2
+    assert f"{shard} is an ArrayRecord file: ArrayRecord needs the array_record package" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_reshard_keeps_one_format_in_a_set(both, tmp_path, capsys) -> None:
+    tfrecords, _, _ = both
+    out = str(tmp_path / "out")
+    status, err = _run_reshard(capsys, "--input", os.path.join(tfrecords, "train-*"), "--output_dir", out)
+    assert status == 0, err
+    status, err = _run_reshard(capsys, "--input", os.path.join(tfrecords, "train-*"), "--output_dir", out,
+                               "--split", "validation", "--format", "array_record")
+    assert status == 2
+    assert "holds split 'train' as tfrecord shards" in err and err.count("\n") == 1
+    assert sorted(load_manifest(out)["splits"]) == ["train"]

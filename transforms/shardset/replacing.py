@@ -20,8 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from transforms.progress.report import plural
 from transforms.shardset.manifest import Manifest
 
-__all__ = ["input_values", "same_inputs", "split_inputs", "kept_built_from", "replace_problem", "listed_splits",
-           "SplitChange", "split_changes", "change_line"]
+__all__ = ["input_values", "same_inputs", "split_inputs", "kept_built_from", "replace_problem", "kept_format_problem",
+           "listed_splits", "SplitChange", "split_changes", "change_line"]
 
 
 def input_values(options: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -90,6 +90,26 @@ def replace_problem(output_dir: str, old: Manifest | None, splits: Iterable[str]
                 f"built from {_flags(before)}; this run would replace it with one built from "
                 f"{_flags(inputs)}: pass --replace to rebuild split {name!r} from these inputs, or "
                 "choose another --split or --output_dir (nothing was changed)")
+    return None
+
+
+def kept_format_problem(output_dir: str, old: Manifest | None, splits: Iterable[str], file_format: str,
+                        drop_other_splits: bool = False) -> str | None:
+    """Why a run of ``--format file_format`` may not keep the published splits it does not write (one line),
+    or None: a set has one shard file format.
+
+    Args:
+        output_dir: The output folder, for the message.
+        old: The folder's manifest (None: nothing is published).
+        splits: The splits the run writes.
+        file_format: The run's shard file format.
+        drop_other_splits: The run drops the splits it does not write.
+    """
+    kept = sorted(set(old.splits) - set(splits)) if old is not None and not drop_other_splits else []
+    if kept and old.file_format != file_format:
+        return (f"{output_dir} holds split {', '.join(map(repr, kept))} as {old.file_format} shards, which "
+                f"this --format {file_format} run would keep: a set has one format; rebuild every "
+                "split with it, or pass --drop_other_splits")
     return None
 
 
