@@ -1,4 +1,4 @@
-"""Building from an archive against building from the same photos extracted (issue 30).
+"""Building from an archive against building from the same photos extracted.
 
     python -m benchmarks.archives [--photos FOLDER] [--rounds 2]
 

@@ -1,4 +1,4 @@
-"""Nothing big at a billion items (issue 28): what grows with dead letters, copies and verify's keys.
+"""Nothing big at a billion items: what grows with dead letters, copies and verify's keys.
 
 Three figures, each a ratio against a baseline measured in the same run:
 

@@ -1,4 +1,4 @@
-"""Peak memory of the reshard job against the size of its input (issue 25, G1).
+"""Peak memory of the reshard job against the size of its input.
 
 Writes uncompressed TFRecord files of random 100 KiB Example-like records
 (``--sizes_mb``, default 200 and 1000 MB), reshards each into 64 MiB shards on

@@ -1,4 +1,4 @@
-"""How the build and verify jobs scale with DirectRunner workers, beside the baselines (issue 24).
+"""How the build and verify jobs scale with DirectRunner workers, beside the baselines.
 
     python -m benchmarks.scaling --workers 1,2,4,8,16            # ~4,000 and ~12,000 photos
     python -m benchmarks.scaling --quick --workers 1,2           # ~300 and ~900: checks it works

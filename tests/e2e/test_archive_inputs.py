@@ -1,4 +1,4 @@
-"""Archives, WebDataset shards and Parquet files as build inputs (issue 30 items 1-3).
+"""Archives, WebDataset shards and Parquet files as build inputs.
 
 The same images as a folder, a tar, a ``.tar.gz``, a zip, a tar of class
 tars, WebDataset shards and Parquet files give records with the same image

@@ -1,4 +1,4 @@
-"""A build stores PNGs that real TensorFlow decodes without libpng's warnings (issue 27 item 4).
+"""A build stores PNGs that real TensorFlow decodes without libpng's warnings.
 
 TensorFlow printed 223 ``PNG warning: iCCP: known incorrect sRGB profile``
 lines reading one shard set. The real build job runs on PNGs (and a TIFF

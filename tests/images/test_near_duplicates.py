@@ -1,6 +1,6 @@
 """Near-duplicates across splits: the perceptual hash, its bands, the pairs in a bucket, and builds that find them.
 
-The issue's measurement (issue 30 item 4) as tests: a copy of a train photo
+The measurement as tests: a copy of a train photo
 resized to 90% and saved at JPEG quality 80, placed in validation, is
 reported (and rejected with ``--near_duplicates reject``); unrelated photos
 give no pair at the default distance. The same on 1,000 photos is

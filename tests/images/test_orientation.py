@@ -1,4 +1,4 @@
-"""Records decode upright in TensorFlow: EXIF orientation 2-8 applied by ``--image_mode tf`` (issue 27 item 1).
+"""Records decode upright in TensorFlow: EXIF orientation 2-8 applied by ``--image_mode tf``.
 
 ``tf.io.decode_image`` ignores EXIF orientation, so a phone photo with
 orientation 6 decoded lying on its side. Phone-style files are made with

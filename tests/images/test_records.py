@@ -1,4 +1,4 @@
-"""``--image_mode tf`` stores every format Pillow decodes, as PNG (issue 27 item 5).
+"""``--image_mode tf`` stores every format Pillow decodes, as PNG.
 
 AVIF, JPEG 2000, TGA, PPM/PGM/PBM, ICO, PSD, DDS and the rest of what Pillow
 reads were ``unsupported_format`` dead letters. Files made with Pillow, then

@@ -207,7 +207,7 @@ def test_corpus_default_build_decodes_in_tensorflow(corpus_builds, corpus):
         shape = (ex["image/height"], ex["image/width"], ex["image/channels"])
         assert tf_decodes(ex["image/encoded"]) == shape, ex["image/filename"]
         source = open(os.path.join(corpus, ex["image/filename"].decode()), "rb").read()
-        if inspect_image(source, "header").orientation != 1:  # stored upright (issue 27 item 1)
+        if inspect_image(source, "header").orientation != 1:  # stored upright
             turned += 1
             upright = ImageOps.exif_transpose(Image.open(io.BytesIO(source)))
             assert (ex["image/width"], ex["image/height"]) == upright.size, ex["image/filename"]
@@ -228,7 +228,7 @@ def test_corpus_default_build_decodes_in_tensorflow(corpus_builds, corpus):
         if ex["image/source_format"] != ex["image/format"] else None)
     assert images["tf_undecodable"] == {}
     assert sum(images["exif_oriented"].values()) == turned >= 5  # Pillow's EXIF test images
-    # every format Pillow decodes (issue 27 item 5)
+    # every format Pillow decodes
     assert {"tiff", "bmp", "gif", "webp", "avif", "jpeg2000", "tga", "ppm", "ico", "psd", "dds"} <= \
         set(images["converted"])
 
@@ -300,7 +300,7 @@ def test_corpus_verify_agrees_with_tensorflow(corpus_builds):
     assert dict(sorted(named.items())) == load_manifest(out)["images"]["tf_undecodable"]
 
 
-# --- PNG image data TensorFlow refuses (issue 25: A3, A4) ---------------------------------
+# --- PNG image data TensorFlow refuses ----------------------------------
 
 PNG_STREAMS = imagegen.png_streams()
 

@@ -411,7 +411,7 @@ def test_could_be_image_from_the_head(head: bytes, magic: bool | None, image: bo
 
 @pytest.mark.slow
 def test_too_many_rejected_inputs_refuse_before_any_shard_is_written(tmp_path) -> None:
-    # Issue 25, G2: a wrong --class_names rejects a third of the inputs. Before, every shard was
+    # A wrong --class_names rejects a third of the inputs. Before, every shard was
     # read, encoded and written to staging (a "wrote shard ..." line each), and only then refused.
     root = tmp_path / "in"
     make_class_tree(str(root), per_class=4, broken=False)

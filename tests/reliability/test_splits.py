@@ -187,7 +187,7 @@ def test_identical_bytes_in_user_given_splits_keep_the_evaluation_copy(tmp_path,
 @pytest.mark.slow
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_a_later_split_build_rejects_a_copy_of_a_published_image(tmp_path, capsys, compression):
-    # Issue 25, A9: before, both builds published, exit 0, and verify then found a duplicate_key.
+    # Before, both builds published, exit 0, and verify then found a duplicate_key.
     rng = random.Random(7)
     shared = image_bytes("rose", "PNG", rng)
     train, val = tmp_path / "train_in", tmp_path / "val_in"

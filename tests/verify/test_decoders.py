@@ -1,4 +1,4 @@
-"""``verify --decode_with``: each named decoder must decode every image to its record's size (issue 27 item 6).
+"""``verify --decode_with``: each named decoder must decode every image to its record's size.
 
 A record TensorFlow decodes may still be refused, or decoded to another size,
 by the reader a trainer uses. These builds are verified with the real
