@@ -1,4 +1,4 @@
-"""What turning JPEGs upright for their EXIF orientation costs (``--image_mode tf``, issue 27 item 1).
+"""What turning JPEGs upright for their EXIF orientation costs (``--image_mode tf``).
 
 On scikit-image's photos, saved as phone-like JPEG (quality 90, 4:2:0) with
 an EXIF orientation, cropped to whole 16x16 MCUs (as phone photos are:

@@ -1,4 +1,4 @@
-"""What the near-duplicate check across splits finds and costs (``--near_duplicates``, issue 30 item 4).
+"""What the near-duplicate check across splits finds and costs (``--near_duplicates``).
 
 On the first ``--count`` photos of ``benchmarks/photos.py`` (each a crop of
 one of 17 photographs, resized, colour-jittered, sharpened, with grain):

@@ -1,4 +1,4 @@
-"""Appending: new inputs join a published set, whose shards stay as they are (issue #26 item 2).
+"""Appending: new inputs join a published set, whose shards stay as they are.
 
 Each case runs the real job on real image files and reads the result with the
 tool's verify job and with TensorFlow:

@@ -1,6 +1,6 @@
 """No silent loss: a run never replaces a published split built from other inputs unasked.
 
-Issue #26 item 3. A second day's ``build --input new/ --split train`` into a folder whose
+A second day's ``build --input new/ --split train`` into a folder whose
 ``train`` split was built from ``--input photos/`` replaced 2715 records with 100, exit 0, and
 its summary counted the kept splits' records as the run's inputs. Each case runs the real job
 modules on real image files:

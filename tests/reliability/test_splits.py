@@ -1,6 +1,6 @@
 """Splits never leak and labels are reconciled: build, reshard and verify on real files.
 
-Issue #14 items 3-5. Each case runs the real job modules on real files:
+Each case runs the real job modules on real files:
 
 - ``--split_fractions`` places identical bytes in one split (by sha256), user-given splits
   holding the same bytes keep one copy (evaluation splits win), and verify reports a key in

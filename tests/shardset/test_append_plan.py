@@ -1,4 +1,4 @@
-"""The pure rules of an append: where new records go, shard indexes, the journal (issue #26 item 2)."""
+"""The pure rules of an append: where new records go, shard indexes, the journal."""
 
 from __future__ import annotations
 
