@@ -1,7 +1,7 @@
 """Reliability: what publishing may touch in the output folder, and runs that must not start.
 
-Cases of RELIABILITY.md section 16 ("Nothing lost, nothing touched: the output
-folder"): shard-named files the tool did not write, one split at a time into one
+Cases of RELIABILITY.md ("Your data is never touched"; "Disk full, permissions,
+concurrent runs"): shard-named files the tool did not write, one split at a time into one
 folder, an output folder overlapping the input, a disk that fills up, two runs
 into one folder at once, and output folders or flags that cannot work.
 """

@@ -1,0 +1,77 @@
+"""The repository's prose stays checkable: cited tests exist and no tracker numbers are cited.
+
+RELIABILITY.md, BENCHMARKS.md and ``docs/*.md`` name the tests that hold each promise as
+``tests/<folder>/test_<name>.py`` or ``tests/...py::test_name``; a cited file or test that no
+longer exists is a promise nobody holds. The issue tracker is not part of the repository, so a
+citation of it ("issue 12", "#26") in docs, code, comments or tests points nowhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+# A cited test file, optionally with ``::test_name`` (``::test_prefix_*`` names several tests).
+CITED = re.compile(r"\b(tests/[\w/]+\.py)((?:::[\w*]+)*)")
+# "issue 12", "Issue #14", "issues 3", or a bare "#26" (a heading anchor or a colour has letters).
+TRACKER = re.compile(r"\b[Ii]ssues? ?#?\d+|(?<![\w&/#])#\d{1,4}\b(?![\w-])")
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "build", "dist", "__pycache__", ".pytest_cache"}
+
+
+def cited_test_problems(paths: list[Path]) -> list[str]:
+    """One line per ``tests/...py`` path or ``::name`` cited in ``paths`` that does not exist."""
+    problems = []
+    for doc in paths:
+        text = doc.read_text(encoding="utf-8")
+        for number, line in enumerate(text.splitlines(), 1):
+            for match in CITED.finditer(line):
+                path, names = match.group(1), [n for n in match.group(2).split("::") if n]
+                target = ROOT / path
+                where = f"{doc.name}:{number}: {match.group(0)}"
+                if not target.is_file():
+                    problems.append(f"{where}: no such file")
+                    continue
+                source = target.read_text(encoding="utf-8")
+                for name in names:
+                    pattern = re.escape(name).replace(r"\*", r"\w*") + r"\b"
+                    if not re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{pattern}", source, re.M):
+                        problems.append(f"{where}: {path} defines no {name}")
+    return problems
+
+
+def tracker_citations(root: Path) -> list[str]:
+    """One line per tracker citation in the repository's ``.py`` and ``.md`` files."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if (path.suffix not in {".py", ".md"} or SKIP_DIRS.intersection(path.relative_to(root).parts)
+                or path == Path(__file__).resolve()):  # this file's examples are citations
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if TRACKER.search(line):
+                found.append(f"{path.relative_to(root)}:{number}: {line.strip()[:120]}")
+    return found
+
+
+def test_every_cited_test_exists() -> None:
+    assert cited_test_problems(DOCS) == []
+
+
+def test_the_check_of_cited_tests_catches_a_missing_file_and_name(tmp_path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("held by tests/project/test_docs_references.py::test_every_cited_test_exists,\n"
+                   "tests/project/test_docs_references.py::no_such_test and tests/nowhere/test_gone.py\n")
+    problems = cited_test_problems([doc])
+    assert len(problems) == 2
+    assert "defines no no_such_test" in problems[0] and "no such file" in problems[1]
+
+
+def test_no_tracker_citations_in_the_repository() -> None:
+    assert tracker_citations(ROOT) == []
+
+
+def test_the_tracker_check_catches_citations_and_spares_anchors(tmp_path) -> None:
+    (tmp_path / "a.py").write_text('"""Fixed (issue 38)."""\n# see Issue #14 items 3-5\nx = 1  # was #26\n')
+    (tmp_path / "b.md").write_text("[link](#section-2) colour #fff #1a2b3c &#39; step 3 of 4\n")
+    assert [line.split(":")[1] for line in tracker_citations(tmp_path)] == ["1", "2", "3"]
