@@ -54,7 +54,7 @@ setuptools.setup(
         ],
         # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
         # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS,
-        # py-spy for the profiles in BENCHMARKS.md.
+        # py-spy for profiling a benchmark run.
         "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9",
                   "py-spy>=0.3"],
     },
