@@ -697,8 +697,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags).
 
     ``--dry_run`` on a runner other than Dataflow (which Beam would run for
-    real) is refused here, as by the other jobs; the ``tfrecord-shards build``
-    command plans the build instead (``beam_jobs.cli.main``, ``plan_build``).
+    real) is refused, as by the other jobs, naming ``tfrecord-shards plan``.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_publishing_job("build_shards", argv, BuildConfig, make_config, build_pipeline, prog=prog,

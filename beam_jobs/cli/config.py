@@ -85,6 +85,8 @@ class JobConfig:
     """
 
     JOB: ClassVar[Job]
+    # What a local --dry_run's refusal suggests instead ('' for none).
+    DRY_RUN_INSTEAD: ClassVar[str] = ""
 
     verbose: bool
     log_level: str
@@ -117,7 +119,7 @@ class JobConfig:
             # Beam reads --dry_run only with DataflowRunner; any other runner would run the job for real.
             raise UsageError("--dry_run only translates a job for --runner DataflowRunner; with this "
                              "runner the job would run and publish for real, so it is refused (nothing "
-                             "was read or written)")
+                             f"was read or written){self.DRY_RUN_INSTEAD}")
 
     @property
     def dataflow_dry_run(self) -> bool:
@@ -241,6 +243,7 @@ class BuildConfig(PublishingConfig):
     """
 
     JOB: ClassVar[Job] = jobs.BUILD
+    DRY_RUN_INSTEAD: ClassVar[str] = "; tfrecord-shards plan shows what a build would do"
     ABOUT_INPUT: ClassVar[str] = "a folder of class folders or a .csv/.jsonl manifest"
 
     format: str

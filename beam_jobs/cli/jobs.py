@@ -260,9 +260,7 @@ BUILD = Job(
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
-           "# plans only (tfrecord-shards plan)")
+           "train=0.9,validation=0.1")
 
 PLAN = Job(
     name="plan_build",
@@ -272,9 +270,7 @@ PLAN = Job(
     epilog="examples:\n"
            "  tfrecord-shards plan --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards plan --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1 --plan_json plan.json\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
-           "# the same plan")
+           "train=0.9,validation=0.1 --plan_json plan.json")
 
 RESHARD = Job(
     name="reshard",

@@ -134,6 +134,13 @@ def test_beams_flags_are_checked_with_the_jobs(beam, problem):
         VerifyConfig.from_flags(parsed(jobs.VERIFY, ["--output_dir", "a"], **beam))
 
 
+@pytest.mark.parametrize("job", [jobs.BUILD, jobs.PLAN])
+def test_a_builds_local_dry_run_is_refused_naming_the_plan(job):
+    with pytest.raises(UsageError, match="--dry_run .* tfrecord-shards plan") as raised:
+        CONFIGS[job.name].from_flags(parsed(job, _PUBLISH, runner="DirectRunner", dry_run="True"))
+    assert "\n" not in str(raised.value)
+
+
 def test_an_append_has_no_dataflow_dry_run():
     with pytest.raises(UsageError, match="--append reads the published set; it has no Dataflow dry run"):
         BuildConfig.from_flags(parsed(jobs.BUILD, _PUBLISH + ["--append"], runner="DataflowRunner", dry_run="True"))
