@@ -107,7 +107,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     surveyed = listing.unique | "Survey" >> SurveyImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(listing.labels), cfg.split_fraction_map,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
-        threads=cfg.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
+        threads=cfg.found.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published = written = None
     appending = cfg.policy.append
@@ -122,7 +122,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
-    _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.labels, cfg.settings)  # writes one PlanTally to cfg.tally
+    _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.found.labels, cfg.settings)  # writes one PlanTally to cfg.tally
 
 
 def _split_of(meta) -> str:

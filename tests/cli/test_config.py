@@ -27,8 +27,7 @@ def parsed(job: Job, argv: list[str], **beam: Any) -> dict[str, Any]:
 
 
 # What a job finds before its pipeline (its make_config), besides the flags' fields.
-_FOUND = {"workers_note", "handback", "policy", "labels", "folder_tasks", "parquet_folders", "append_to",
-          "inspect_threads", "write_threads", "near_hashes",
+_FOUND = {"workers_note", "handback", "policy", "found",
           "tally", "state", "published_shards", "files", "shards", "decoders", "report_path", "split_ranges"}
 
 
