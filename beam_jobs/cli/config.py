@@ -5,8 +5,8 @@ made from the ``Flag`` declaration by ``flag_fields`` (a flag is written once:
 there), and one per flag of Beam's that the jobs read (the runner,
 ``--dry_run``, workers, ``--temp_location``). ``JobConfig.from_flags`` is the
 one builder: given the parsed flags by name (Beam's options,
-``flags.flag_values``, or argparse's namespace) it takes each declared flag. ``__post_init__`` refuses what no
-flag's type can: a missing flag, a combination (``--resize`` without
+``flags.flag_values``, or argparse's namespace) it takes each declared flag.
+``__post_init__`` refuses what no flag's type can: a missing flag, a combination (``--resize`` without
 ``--image_mode reencode``), a value another flag bounds; one ``UsageError``
 naming the flag. What follows from the flags alone is a property
 (``target_bytes``, ``recorded``: the options the manifest records). What a job
@@ -25,7 +25,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from beam_jobs.cli import jobs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
 
 __all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
            "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run",
-           "known_flag_names"]
+           "known_flag_names", "flag_fields", "field_type"]
 
 # Beam's flags the jobs read (Beam's own options classes define them).
 BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
