@@ -399,6 +399,7 @@ class PlanConfig(BuildConfig):
     """
 
     JOB: ClassVar[Job] = jobs.PLAN
+    DRY_RUN_INSTEAD: ClassVar[str] = "; a plan writes nothing anyway: leave --dry_run out"
 
     handback: HandBack | None = None
     tally: str = ""
