@@ -33,6 +33,7 @@ from beam_jobs.cli import flags as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import EncodeSettings, orientation_spec
+from transforms.images.build_survey import fixed_class_names, image_threads, survey_build
 from transforms.images.build_counts import build_image_counts, record_count_keys
 from transforms.images.inputs import LabelRules, check_label, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
@@ -247,47 +248,29 @@ def _check_coco_images(path: str) -> None:
                          "give --image_root DIR, the folder holding them (COCO's val2017/ beside annotations/)")
 
 
-def _fixed_labels(cfg: BuildConfig) -> tuple[str, ...] | None:
-    """The class list of --class_names or --labels_file, or None (classes from the listing).
+def _fixed_names(cfg: BuildConfig) -> list[str] | None:
+    """The names --class_names gives or --labels_file holds (one per line), unchecked; None without either.
 
     A Dataflow dry run stays offline: a labels file on gs:// or s3:// is not
     read (that would need credentials); the graph then takes the classes from
     the listing, as without the flag.
     """
     if cfg.class_names is not None:
-        names = cfg.class_name_list
-    elif cfg.labels_file and cfg.dataflow_dry_run and not is_local(cfg.labels_file):
+        return cfg.class_name_list
+    if not cfg.labels_file or (cfg.dataflow_dry_run and not is_local(cfg.labels_file)):
         return None
-    elif cfg.labels_file:
-        if not exists(cfg.labels_file):
-            raise UsageError(f"--labels_file {cfg.labels_file} does not exist")
-        with open_file(cfg.labels_file, decompress=True) as fh:
-            names = [line.strip() for line in fh.read().decode("utf-8-sig").splitlines() if line.strip()]
-    else:
-        return None
-    for name in names:
-        problem = check_label(name)
-        if problem:
-            raise UsageError(f"bad class name in --class_names/--labels_file: {problem}")
-    if len(set(names)) != len(names):
-        raise UsageError("--class_names/--labels_file names a class twice")
-    problem = index_order_problem(names)
-    if problem:
-        raise UsageError(f"--class_names/--labels_file: {problem}")
-    return tuple(names)
+    if not exists(cfg.labels_file):
+        raise UsageError(f"--labels_file {cfg.labels_file} does not exist")
+    with open_file(cfg.labels_file, decompress=True) as fh:
+        return [line.strip() for line in fh.read().decode("utf-8-sig").splitlines() if line.strip()]
 
 
-def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
-    """Checks the inputs and files the flags name; returns ``cfg`` with what the build found before its pipeline.
-
-    Args:
-        cfg: The build's flags (``beam_jobs/cli/config.py``).
-        options: Beam's options: a large local run is given one worker process per core.
+def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
+    """Refuses inputs that cannot be read as the flags say, reading only their first bytes.
 
     Raises:
-        UsageError: A flag or an input is wrong; the message says what to fix.
+        UsageError: A pattern, a missing input, a manifest's header, a CSV column, a COCO file's image root.
     """
-    offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
     for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_shard_pattern(path) or is_parquet_pattern(path)
                    else opt.wildcard_problem(path))
@@ -310,16 +293,14 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         for path in cfg.input:
             if is_coco_path(path):
                 _check_coco_images(path)
-    labels = _fixed_labels(cfg)
-    parquet_folders = () if offline else _parquet_folders(cfg.input)
-    inputs = _with_parquet_files(cfg.input, parquet_folders)  # each folder of Parquet files as its files
-    parquets = [path for path in inputs if archive_kind(path) == PARQUET]
-    if parquets and not offline:
-        files = [each for path in parquets
-                 for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
-        named = _parquet_class_names(files, cfg.image_column, cfg.label_column)
-        if labels is None and named is not None and len(parquets) == len(inputs) and not cfg.append:
-            labels = named  # the file's ClassLabel indices stay the build's (an append keeps the set's)
+
+
+def _check_folders(cfg: BuildConfig) -> None:
+    """Refuses an input folder that holds --output_dir or --staging_dir (or lies in the output).
+
+    Raises:
+        UsageError: One line naming the two folders.
+    """
     for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_container_input(path)
                    else opt.overlap_problem(path, cfg.output_dir))
@@ -330,25 +311,59 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
             if staging == source or staging.startswith(source.rstrip("/") + "/"):
                 raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
                                  "read the run files as images; choose a folder outside the inputs")
-    tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
-                  for task in folder_tasks(path, cfg.layout, offline=offline))
+
+
+def _parquet_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] | None:
+    """Checks the Parquet inputs' columns (their footers); the ``ClassLabel`` names they all give, or None."""
+    files = [each for path in inputs if archive_kind(path) == PARQUET
+             for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
+    return _parquet_class_names(files, cfg.image_column, cfg.label_column) if files else None
+
+
+def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
+            layouts: dict[str, str | None]) -> tuple[PublishPolicy, tuple[str, ...] | None]:
+    """The run's publishing policy, and with --append the published set's class names (else None).
+
+    Raises:
+        UsageError: An append the set cannot take, or a split other inputs built (without --replace).
+    """
     # A local --staging_dir made absolute: a rerun from another folder finds, and removes, the same run files.
     staging_dir = os.path.abspath(cfg.staging_dir) if cfg.staging_dir and is_local(cfg.staging_dir) else cfg.staging_dir
     policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
-    append_to = None
+    if cfg.append:  # an append publishes through its own journal: it does not resume
+        return dataclasses.replace(policy, append=True), _append_checks(cfg)
+    if not offline and not cfg.replace:
+        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
+    # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
+    options = {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})}
+    return dataclasses.replace(_resumable(policy, options), fresh=cfg.fresh), None
+
+
+def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
+    """Checks the inputs and files the flags name; returns ``cfg`` with what the build found before its
+    pipeline (``found``: ``transforms/images/build_survey.py`` decides it from what is read here).
+
+    Args:
+        cfg: The build's flags (``beam_jobs/cli/config.py``).
+        options: Beam's options: a large local run is given one worker process per core.
+
+    Raises:
+        UsageError: A flag or an input is wrong; the message says what to fix.
+    """
+    offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
+    _check_inputs(cfg, offline)
+    fixed = fixed_class_names(_fixed_names(cfg))
+    parquet_folders = () if offline else _parquet_folders(cfg.input)
+    inputs = _with_parquet_files(cfg.input, parquet_folders)  # each folder of Parquet files as its files
+    parquet_names = None if offline else _parquet_names(cfg, inputs)
+    _check_folders(cfg)
+    tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
+                  for task in folder_tasks(path, cfg.layout, offline=offline))
     layouts = {task.root: task.layout for task in tasks}
     # The check across splits hashes each image's pixels, unless the images all go to one split.
-    near_hashes = cfg.near_duplicates != "off" and not (offline or _one_split(inputs, layouts, cfg.rules))
-    if cfg.append:
-        append_to = _append_checks(cfg)
-        policy = dataclasses.replace(policy, append=True)
-    elif not offline and not cfg.replace:
-        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
-    if not cfg.append:  # an append publishes through its own journal: it does not resume
-        # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
-        policy = dataclasses.replace(
-            _resumable(policy, {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})}),
-            fresh=cfg.fresh)
+    near = cfg.near_duplicates != "off" and not offline
+    one_split = near and _one_split(inputs, layouts, cfg.rules)
+    policy, append_to = _policy(cfg, offline, inputs, layouts)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # patterns of WebDataset shards or Parquet files do not.
     archives = [path for path in inputs if is_container_input(path)]
@@ -359,10 +374,13 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         inputs, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None,
         beam_compat.bytes_worth_counting(cores))
     note = beam_compat.choose_local_workers(options, size, cores)
-    return dataclasses.replace(
-        cfg, labels=labels, folder_tasks=tasks, parquet_folders=parquet_folders, append_to=append_to,
-        policy=policy, workers_note=note, near_hashes=near_hashes,
-        **_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near_hashes))
+    threads = _image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near and not one_split)
+    found = survey_build(
+        fixed=fixed, parquet_names=parquet_names, only_parquet=len(inputs) == sum(
+            archive_kind(path) == PARQUET for path in inputs), append_to=append_to, folder_tasks=tasks,
+        parquet_folders=parquet_folders, near_duplicates=near, one_split=one_split,
+        threads=(threads["inspect_threads"], threads["write_threads"]))
+    return dataclasses.replace(cfg, found=found, policy=policy, workers_note=note)
 
 
 # Flags whose value shapes the records or shards: an append must use those the set was built with.
@@ -441,30 +459,18 @@ def _version() -> str:
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
                    inputs: Sequence[str], hashes: bool = False) -> dict[str, int]:
-    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``).
+    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``: ``build_survey.image_threads``).
 
-    A requested count is used for both. With 0, threads are used where they
-    pay: inspecting, when Pillow decodes or encodes every image (``--validate
-    decode``/``full``, ``--image_mode reencode``/``raw``, ``--near_duplicates``
-    ``report``/``reject``: ``hashes``), which it does without
-    the GIL, or when inputs are in an object store (reads wait on the network);
-    writing, which re-reads sources, for object-store inputs only. The
-    ``structure`` and ``header`` checks hold the GIL: on two cores two threads
-    made them slower (BENCHMARKS.md, "Using every core"). On the DirectRunner,
-    N workers (``--direct_num_workers``) each get a share of the cores this
-    process may use; elsewhere 0 is passed on and each worker counts its own.
+    On the DirectRunner, N workers (``--direct_num_workers``) each get a share
+    of the cores this process may use; elsewhere 0 is passed on and each
+    worker counts its own. Pillow decodes or encodes every image with
+    ``--validate decode``/``full``, ``--image_mode reencode``/``raw`` and
+    ``--near_duplicates`` ``report``/``reject`` (``hashes``).
     """
-    workers = beam_compat.local_workers(options)
-    if requested:
-        threads = requested
-    elif workers is None:
-        threads = 0
-    else:
-        threads = max(1, worker_threads.usable_cores() // workers)
-    remote = any("://" in path for path in inputs)
     decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw") or hashes
-    return {"inspect_threads": threads if requested or remote or decodes else 1,
-            "write_threads": threads if requested or remote else 1}
+    inspect, write = image_threads(requested, beam_compat.local_workers(options), worker_threads.usable_cores(),
+                                   any("://" in path for path in inputs), decodes)
+    return {"inspect_threads": inspect, "write_threads": write}
 
 
 def _csv_columns(path: str) -> list[str] | None:
@@ -575,18 +581,19 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
 
     ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
     """
-    names = _index_names(cfg.labels, cfg.append_to)
-    inputs = _with_parquet_files(cfg.input, cfg.parquet_folders)  # each folder of Parquet files as its files
+    found = cfg.found
+    names = _index_names(found.labels, found.append_to)
+    inputs = _with_parquet_files(cfg.input, found.parquet_folders)  # each folder of Parquet files as its files
     listed = p | "Discover" >> DiscoverImages(  # SourceImage, DeadLetter or a class name
-        dataclasses.replace(cfg.rules, class_names=names), folder_tasks=cfg.folder_tasks,
+        dataclasses.replace(cfg.rules, class_names=names), folder_tasks=found.folder_tasks,
         manifests=[i for i in inputs if is_manifest_path(i)],
         archives=[i for i in inputs if is_container_input(i)],
         containers=ContainerRules(cfg.image_column, cfg.label_column, names),
         key_ranges=cfg.list_key_ranges)
-    fixed = list(cfg.labels) if cfg.labels is not None else None
+    fixed = list(found.labels) if found.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
         cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside, cfg.features)
-    published = list(cfg.append_to) if cfg.append_to is not None else None
+    published = list(found.append_to) if found.append_to is not None else None
     labels = facts | "ClassNames" >> beam.Map(_class_names, fixed, published, check)
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
@@ -620,11 +627,11 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
     # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
-    near = cfg.near_hashes  # --near_duplicates, and the images may fall in two splits
+    near = cfg.found.near_hashes  # --near_duplicates, and the images may fall in two splits
     settings = cfg.settings
     inspected = unique | "Inspect" >> InspectImages(
         settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.split_fraction_map,
-        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.inspect_threads,
+        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.found.inspect_threads,
         staging=(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir),  # records go to run files: each image read once
         done_lists=cfg.policy.resume is not None, resume=adopted.done_lists,
         hashed=near)  # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
@@ -655,7 +662,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         cfg.output_dir, cfg.compression, ImageRecordMaker(settings, cfg.max_image_bytes), image_order,
-        cfg.policy.run_id, plan[TOTALS], threads=cfg.write_threads,
+        cfg.policy.run_id, plan[TOTALS], threads=cfg.found.write_threads,
         tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides
         inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
@@ -697,8 +704,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags).
 
     ``--dry_run`` on a runner other than Dataflow (which Beam would run for
-    real) is refused here, as by the other jobs; the ``tfrecord-shards build``
-    command plans the build instead (``beam_jobs.cli.main``, ``plan_build``).
+    real) is refused, as by the other jobs, naming ``tfrecord-shards plan``.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_publishing_job("build_shards", argv, BuildConfig, make_config, build_pipeline, prog=prog,

@@ -3,7 +3,6 @@
 Usage::
 
     tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]
-    tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True   # the same
 
 Takes every flag of the build, checked as the build checks them
 (``build_shards.make_config``), lists the inputs with the build's own steps,
@@ -29,9 +28,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs import build_shards
 from beam_jobs.cli import flags as opt
-from beam_jobs.cli.config import PlanConfig, is_dataflow_dry_run
+from beam_jobs.cli.config import PlanConfig
 from beam_jobs.cli.harness import dry_run_summary, run_job
-from beam_jobs.cli.help import wants_help
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
 from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
@@ -48,9 +46,6 @@ from transforms.shardset.ownership import kept_splits
 from transforms.shardset.plan_report import Plan, PlanTally, folder_change, folder_problems, make_plan
 
 _NAME = "plan_build"
-# What a build run with --dry_run on a local runner prints first (it plans instead).
-DRY_RUN_LINE = ("build_shards: --dry_run on a local runner plans the build instead (as "
-                "'tfrecord-shards plan'); nothing is written or published")
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -112,7 +107,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     surveyed = listing.unique | "Survey" >> SurveyImages(
         cfg.settings, cfg.seed, beam.pvalue.AsSingleton(listing.labels), cfg.split_fraction_map,
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
-        threads=cfg.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
+        threads=cfg.found.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published = written = None
     appending = cfg.policy.append
@@ -127,7 +122,7 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
-    _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.labels, cfg.settings)  # writes one PlanTally to cfg.tally
+    _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.found.labels, cfg.settings)  # writes one PlanTally to cfg.tally
 
 
 def _split_of(meta) -> str:
@@ -201,47 +196,17 @@ def _progress(cfg: PlanConfig):
     return report_progress("plan", cfg, _plan_stage)
 
 
-def _without_dry_run(argv: Sequence[str]) -> list[str]:
-    """``argv`` without ``--dry_run`` and its value (a plan never writes, so it means nothing here)."""
-    out, skip = [], False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-        elif arg == "--dry_run":
-            skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
-        elif not arg.startswith("--dry_run="):
-            out.append(arg)
-    return out
-
-
-def plans_instead(argv: Sequence[str]) -> bool:
-    """True if a build's ``argv`` asks for a ``--dry_run`` that its runner would ignore.
-
-    Beam reads ``--dry_run`` only with ``DataflowRunner``; any other runner
-    would run the build and publish for real, so the build plans instead.
-    """
-    if not any(arg == "--dry_run" or arg.startswith("--dry_run=") for arg in argv):
-        return False
-    flags = opt.flag_values(PipelineOptions(list(argv)))
-    return bool(flags.get("dry_run")) and not is_dataflow_dry_run(flags.get("runner"), flags.get("dry_run"))
-
-
 HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
-def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run: bool = False) -> int:
+def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags).
 
     Args:
         argv: Command-line arguments (None for ``sys.argv[1:]``).
         prog: The command's name in help and messages.
-        for_dry_run: A build's ``--dry_run`` asked for it: says so in one line first.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not wants_help(argv) and plans_instead(argv):
-        argv = _without_dry_run(argv)
-    if for_dry_run:
-        print(DRY_RUN_LINE, file=sys.stderr)
     return run_job(_NAME, argv, PlanConfig, make_config, build_pipeline, _outcome, prog=prog,
                    progress=_progress)
 

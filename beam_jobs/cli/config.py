@@ -1,17 +1,18 @@
 """Each job's config: a typed, frozen dataclass built once from its flags; no Beam, Pillow or numpy.
 
-A config has a field per flag its job declares (``beam_jobs/cli/jobs.py``) and
-one per flag of Beam's that the jobs read (the runner, ``--dry_run``, workers,
-``--temp_location``). ``JobConfig.from_flags`` is the one builder: given the
-parsed flags by name (Beam's options, ``flags.flag_values``, or argparse's
-namespace) it takes each declared flag, so a flag declared without its field,
-or a field without its flag, fails at once. ``__post_init__`` refuses what no
-flag's type can: a missing flag, a combination (``--resize`` without
+A config has a field per flag its job declares (``beam_jobs/cli/jobs.py``),
+made from the ``Flag`` declaration by ``flag_fields`` (a flag is written once:
+there), and one per flag of Beam's that the jobs read (the runner,
+``--dry_run``, workers, ``--temp_location``). ``JobConfig.from_flags`` is the
+one builder: given the parsed flags by name (Beam's options,
+``flags.flag_values``, or argparse's namespace) it takes each declared flag.
+``__post_init__`` refuses what no flag's type can: a missing flag, a combination (``--resize`` without
 ``--image_mode reencode``), a value another flag bounds; one ``UsageError``
 naming the flag. What follows from the flags alone is a property
 (``target_bytes``, ``recorded``: the options the manifest records). What a job
 finds before its pipeline (its inputs, a labels file's classes, the publishing
-policy) fills the fields after the flags', in the job's ``make_config``.
+policy) fills the fields after the flags', in the job's ``make_config`` (the
+build's in one value, ``found``: ``transforms/images/build_survey.py``).
 
 ``usage_problem`` tells a usage error from the declarations and the configs
 alone, before a job's modules, Beam, Pillow or numpy are imported.
@@ -19,10 +20,11 @@ alone, before a job's modules, Beam, Pillow or numpy are imported.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 from beam_jobs.cli import jobs
@@ -37,7 +39,8 @@ from transforms.shardset.planning import MIB, parse_split_fractions
 from transforms.shardset.tfds_metadata import dataset_name
 
 if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
-    from transforms.images.inputs import FolderTask, LabelRules
+    from transforms.images.build_survey import BuildSurvey
+    from transforms.images.inputs import LabelRules
     from transforms.images.records import EncodeSettings
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.plan_report import BuildRate
@@ -48,7 +51,7 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
 
 __all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
            "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run",
-           "known_flag_names"]
+           "known_flag_names", "flag_fields", "field_type"]
 
 # Beam's flags the jobs read (Beam's own options classes define them).
 BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
@@ -74,21 +77,74 @@ def _field_value(flag: Flag, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
+def field_type(flag: Flag) -> str:
+    """The type of the config field of ``flag``, as its declaration says (a string, as every annotation here).
+
+    A switch is ``bool``, a repeatable flag a tuple of its values; otherwise the
+    return type of its parser (text without one), ``| None`` when it defaults to None.
+    """
+    if flag.action in ("store_true", "store_false"):
+        return "bool"
+    if flag.action == "append":
+        return "tuple[str, ...] | None"
+    kind = "str"
+    if flag.type is not None:
+        try:
+            returned = inspect.signature(flag.type).return_annotation
+        except (TypeError, ValueError):  # a builtin without a signature
+            returned = inspect.Signature.empty
+        if returned is not inspect.Signature.empty:
+            kind = returned if isinstance(returned, str) else getattr(returned, "__name__", str(returned))
+        elif isinstance(flag.type, type):
+            kind = flag.type.__name__
+    return f"{kind} | None" if flag.default is None else kind
+
+
+def flag_fields(*flags: Flag) -> Callable[[type], type]:
+    """Makes a config class a frozen dataclass with a field per flag: ``flags``, or else its ``JOB``'s.
+
+    The fields are made from the declarations (``beam_jobs/cli/jobs.py``), one
+    per flag not already a field of a base class, ahead of the class's own
+    fields (what the job finds and Beam's flags); a flag is never written
+    twice. A class that annotates a declared flag's name itself is refused.
+
+    Raises:
+        TypeError: The class annotates a field of a declared flag by hand.
+    """
+    def make(cls: type) -> type:
+        inherited = {f.name for base in cls.__mro__[1:] if hasattr(base, "__dataclass_fields__")
+                     for f in fields(base)}
+        declared = flags or tuple(cls.JOB.flags())
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        made = {flag.name: field_type(flag) for flag in declared
+                if not flag.positional and flag.name not in inherited}
+        twice = sorted(set(made) & set(own))
+        if twice:
+            raise TypeError(f"{cls.__name__} annotates {', '.join(twice)} by hand; a flag's field is made "
+                            "from its Flag declaration (beam_jobs/cli/jobs.py)")
+        cls.__annotations__ = {**made, **own}
+        cls.FLAG_FIELDS = (*getattr(cls, "FLAG_FIELDS", ()), *made)  # not a field: no annotation
+        return dataclass(frozen=True, kw_only=True)(cls)
+
+    return make
+
+
+@flag_fields(*jobs.RUN.flags)
 class JobConfig:
     """What every Beam job's flags say: the run flags (``jobs.RUN``) and Beam's flags the jobs read.
 
     Attributes:
-        verbose, log_level, progress_interval: ``jobs.RUN``'s flags.
+        verbose, log_level, progress_interval: ``jobs.RUN``'s flags (fields made by ``flag_fields``).
         runner, dry_run, direct_num_workers, max_num_workers, temp_location, no_auth: Beam's flags.
         workers_note: Found by the job: what ``beam_compat.choose_local_workers`` chose, to print.
     """
 
     JOB: ClassVar[Job]
+    # What a local --dry_run's refusal suggests instead ('' for none).
+    DRY_RUN_INSTEAD: ClassVar[str] = ""
+    # The names of the fields made from flag declarations (``flag_fields``), bases' first.
+    FLAG_FIELDS: ClassVar[tuple[str, ...]]
 
-    verbose: bool
-    log_level: str
-    progress_interval: float
     runner: str | None = None
     dry_run: bool = False
     direct_num_workers: int | None = None
@@ -117,7 +173,7 @@ class JobConfig:
             # Beam reads --dry_run only with DataflowRunner; any other runner would run the job for real.
             raise UsageError("--dry_run only translates a job for --runner DataflowRunner; with this "
                              "runner the job would run and publish for real, so it is refused (nothing "
-                             "was read or written)")
+                             f"was read or written){self.DRY_RUN_INSTEAD}")
 
     @property
     def dataflow_dry_run(self) -> bool:
@@ -136,30 +192,18 @@ class JobConfig:
         return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
 
 
-@dataclass(frozen=True, kw_only=True)
+@flag_fields(*(jobs.SHARED[name] for name in jobs.PUBLISHING))
 class PublishingConfig(JobConfig):
     """The flags of a job that publishes a shard set (``jobs.SHARED``): build, plan, reshard.
 
     Attributes:
-        input, output_dir, ...: ``jobs.SHARED``'s flags; ``output_dir`` without a trailing ``/``.
+        input, output_dir, ...: ``jobs.SHARED``'s flags (``jobs.PUBLISHING``; fields made by
+            ``flag_fields``); ``output_dir`` without a trailing ``/``.
         policy: Found by the job: how the run treats what its output folder holds.
     """
 
     ABOUT_INPUT: ClassVar[str]
 
-    input: tuple[str, ...] | None
-    output_dir: str | None
-    split: str | None
-    shard_size_mb: float
-    num_shards: int | None
-    compression: str
-    seed: int
-    shard_sha256: bool
-    overwrite_unlisted_shards: bool
-    drop_other_splits: bool
-    replace: bool
-    max_bad_fraction: float
-    name: str | None
     policy: PublishPolicy | None = None
 
     @property
@@ -227,60 +271,22 @@ def _array_record_checks(cfg: BuildConfig | ReshardConfig) -> None:
 _NOT_WITH_APPEND = ("replace", "drop_other_splits", "num_shards", "class_names", "labels_file")
 
 
-@dataclass(frozen=True, kw_only=True)
+@flag_fields()
 class BuildConfig(PublishingConfig):
     """The build's flags (``jobs.BUILD``: ``jobs.SHARED``'s and ``jobs.BUILD_FLAGS``), and what it found.
 
     Attributes:
-        layout, label_regex, ...: ``jobs.BUILD_FLAGS``'s flags.
-        labels: Found: the class names of ``--class_names``, ``--labels_file`` or Parquet's metadata, or None.
-        folder_tasks: Found: the listing of the folder inputs, cut into tasks.
-        parquet_folders: Found: ``(folder, its Parquet files)`` of each folder input of Parquet files.
-        append_to: Found: with ``--append``, the published set's class names.
-        inspect_threads, write_threads: Found: threads of the inspect and write steps.
+        format, layout, label_regex, ...: ``jobs.SHARD_FORMAT``'s and ``jobs.BUILD_FLAGS``'s flags
+            (fields made by ``flag_fields``).
+        found: What the build found before its pipeline (class names, listing tasks, threads, ...): one
+            value, ``build_survey.BuildSurvey``, set by the job's ``make_config``; None before.
     """
 
     JOB: ClassVar[Job] = jobs.BUILD
+    DRY_RUN_INSTEAD: ClassVar[str] = "; tfrecord-shards plan shows what a build would do"
     ABOUT_INPUT: ClassVar[str] = "a folder of class folders or a .csv/.jsonl manifest"
 
-    format: str
-    layout: str
-    list_key_ranges: int
-    label_regex: str | None
-    class_names: str | None
-    labels_file: str | None
-    split_fractions: str | None
-    image_mode: str
-    exif_orientation: str
-    validate: str
-    image_format: str
-    jpeg_quality: int
-    grayscale: bool
-    resize: tuple[int, int] | None
-    resize_mode: str
-    max_image_mb: float
-    image_threads: int
-    feature: tuple[str, ...] | None
-    multi_label: bool
-    bbox_format: str
-    image_root: str | None
-    label_offset: int | None
-    coco_ids: str
-    boxes_outside: str
-    append: bool
-    fresh: bool
-    staging_dir: str | None
-    image_column: str
-    label_column: str
-    near_duplicates: str
-    near_duplicate_distance: int
-    labels: tuple[str, ...] | None = None
-    folder_tasks: tuple[FolderTask, ...] = ()
-    parquet_folders: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    append_to: tuple[str, ...] | None = None
-    inspect_threads: int = 1
-    write_threads: int = 1
-    near_hashes: bool = False  # --near_duplicates on and the images may fall in two splits (the build's configure)
+    found: BuildSurvey | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -377,12 +383,12 @@ class BuildConfig(PublishingConfig):
         return own
 
 
-@dataclass(frozen=True, kw_only=True)
+@flag_fields()
 class PlanConfig(BuildConfig):
     """The plan's flags (the build's and ``jobs.PLAN_FLAGS``), and what it found.
 
     Attributes:
-        plan_json, rate_mb_s: ``jobs.PLAN_FLAGS``'s flags.
+        plan_json, rate_mb_s: ``jobs.PLAN_FLAGS``'s flags (fields made by ``flag_fields``).
         handback: Found: the run's folder on storage for what its workers hand back
             (``storage.handback``: under ``--temp_location``, else in the output folder's ``.staging``).
         tally: Found: where the pipeline writes its tally (a file of ``handback``).
@@ -393,9 +399,8 @@ class PlanConfig(BuildConfig):
     """
 
     JOB: ClassVar[Job] = jobs.PLAN
+    DRY_RUN_INSTEAD: ClassVar[str] = "; a plan writes nothing anyway: leave --dry_run out"
 
-    plan_json: str | None
-    rate_mb_s: float | None
     handback: HandBack | None = None
     tally: str = ""
     state: FolderState | None = None
@@ -409,17 +414,14 @@ class PlanConfig(BuildConfig):
         return BuildRate.of_mib_per_second(self.rate_mb_s) if self.rate_mb_s else DEFAULT_RATE
 
 
-@dataclass(frozen=True, kw_only=True)
+@flag_fields()
 class ReshardConfig(PublishingConfig):
-    """The reshard's flags (``jobs.RESHARD``), and the input files it matched (``files``)."""
+    """The reshard's flags (``jobs.RESHARD``; fields made by ``flag_fields``), and the input files it
+    matched (``files``)."""
 
     JOB: ClassVar[Job] = jobs.RESHARD
     ABOUT_INPUT: ClassVar[str] = "TFRecord files or a pattern such as 'old/train-*'"
 
-    format: str
-    input_compression: str
-    skip_corrupt: bool
-    max_record_mb: float
     files: tuple[FileMetadata, ...] = ()
 
     def __post_init__(self) -> None:
@@ -433,12 +435,13 @@ class ReshardConfig(PublishingConfig):
         return values.max_record_bytes(self.max_record_mb)
 
 
-@dataclass(frozen=True, kw_only=True)
+@flag_fields()
 class VerifyConfig(JobConfig):
     """The verify job's flags (``jobs.VERIFY``), and what it found.
 
     Attributes:
-        output_dir, files, ...: ``jobs.VERIFY``'s flags; ``output_dir`` without a trailing ``/``.
+        output_dir, files, ...: ``jobs.VERIFY``'s flags (fields made by ``flag_fields``); ``output_dir``
+            without a trailing ``/``.
         shards: Found: the files to read with ``--files`` (a shard set's come from its manifest,
             in the pipeline).
         decoders: Found: the ``--decode_with`` decoders that are installed.
@@ -452,13 +455,6 @@ class VerifyConfig(JobConfig):
 
     JOB: ClassVar[Job] = jobs.VERIFY
 
-    output_dir: str | None
-    files: str | None
-    decode_images: bool
-    decode_with: str | None
-    report: str | None
-    preview: str | None
-    max_record_mb: float
     shards: tuple[ShardFile, ...] = ()
     decoders: tuple[str, ...] = ()
     handback: HandBack | None = None

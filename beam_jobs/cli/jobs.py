@@ -2,10 +2,10 @@
 
 To add a flag to a job, add one ``Flag(...)`` to its ``FlagSet`` below: its
 name, help, default, type (``beam_jobs/cli/values.py``), choices, help group
-and ``recorded=True`` if the manifest records it; then its field, of the same
-name, to the job's config (``beam_jobs/cli/config.py``). The job's options
-class, ``--help``, usage errors and manifest options follow; the job reads it
-as ``cfg.NAME``.
+and ``recorded=True`` if the manifest records it. That is its one
+declaration: the job's options class, its config's field
+(``beam_jobs/cli/config.py``, ``flag_fields``), ``--help``, usage errors and
+manifest options follow; the job reads it as ``cfg.NAME``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.verify.decoders import DECODERS
 
 __all__ = ["SHARED", "RUN", "RECORD_READING", "SHARD_FORMAT", "BUILD_FLAGS", "PLAN_FLAGS", "RESHARD_FLAGS",
-           "VERIFY_FLAGS", "BUILD", "PLAN", "RESHARD", "VERIFY", "INSPECT", "SAMPLE", "JOBS", "PARQUET_COLUMNS", "SAMPLE_CLASSES"]
+           "VERIFY_FLAGS", "PUBLISHING", "BUILD", "PLAN", "RESHARD", "VERIFY", "INSPECT", "SAMPLE", "JOBS",
+           "PARQUET_COLUMNS", "SAMPLE_CLASSES"]
 
 _MIB = 1 << 20
 # Parquet inputs' default columns (transforms.archives.parquet_rows; a test keeps them equal).
@@ -250,36 +251,33 @@ VERIFY_FLAGS = FlagSet("VerifyOptions", (
 ))
 
 
-_PUBLISHING = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
+# The shared flags of the jobs that publish a shard set (build, plan, reshard).
+PUBLISHING = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
                "shard_sha256", "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name")
 
 BUILD = Job(
     name="build_shards",
     summary="Build balanced, shuffled TFRecord shards from images and labels (see README.md).",
-    options=(SHARD_FORMAT, BUILD_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
+    options=(SHARD_FORMAT, BUILD_FLAGS), shared=PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="examples:\n"
            "  tfrecord-shards build --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards build --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
-           "# plans only (tfrecord-shards plan)")
+           "train=0.9,validation=0.1")
 
 PLAN = Job(
     name="plan_build",
     summary="Plan a build: what it would find, reject and write, and for how long; writes nothing "
             "(see docs/next-day.md).",
-    options=(SHARD_FORMAT, BUILD_FLAGS, PLAN_FLAGS), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
+    options=(SHARD_FORMAT, BUILD_FLAGS, PLAN_FLAGS), shared=PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="examples:\n"
            "  tfrecord-shards plan --input data/flowers --output_dir out/flowers\n"
            "  tfrecord-shards plan --input labels.csv --output_dir out/x --split_fractions "
-           "train=0.9,validation=0.1 --plan_json plan.json\n"
-           "  tfrecord-shards build --input data/flowers --output_dir out/flowers --dry_run True  "
-           "# the same plan")
+           "train=0.9,validation=0.1 --plan_json plan.json")
 
 RESHARD = Job(
     name="reshard",
     summary="Regenerate any set of TFRecord (or ArrayRecord) files as balanced shards, record for record.",
-    options=(SHARD_FORMAT, RESHARD_FLAGS, RECORD_READING), shared=_PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
+    options=(SHARD_FORMAT, RESHARD_FLAGS, RECORD_READING), shared=PUBLISHING, shared_set=SHARED, run_flags=(RUN,),
     epilog="example:\n  tfrecord-shards reshard --input 'old/train-*' --output_dir new/ --split train")
 
 VERIFY = Job(

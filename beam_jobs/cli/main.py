@@ -67,17 +67,6 @@ def set_up_command(argv: Sequence[str]) -> None:
     logs.set_up_command(argv)
 
 
-def _plans_instead(command: str, argv: Sequence[str]) -> bool:
-    """True if a build asks for a ``--dry_run`` its runner would ignore: it plans instead."""
-    if command not in ("build", "append") or wants_help(argv):
-        return False
-    if not any(arg.split("=")[0] == "--dry_run" for arg in argv):
-        return False
-    from beam_jobs import plan_build  # here: only a dry run needs it
-
-    return plan_build.plans_instead(argv)
-
-
 def run_command(command: str, argv: Sequence[str], prog: str) -> int:
     """Runs one job as a command; returns its exit status.
 
@@ -96,11 +85,6 @@ def run_command(command: str, argv: Sequence[str], prog: str) -> int:
         print(f"{job.name}: error: {problem}", file=sys.stderr)
         return 2
     set_up_command(argv)
-    if _plans_instead(command, argv):
-        from beam_jobs import plan_build
-
-        argv = ["--append", *argv] if command == "append" else list(argv)
-        return plan_build.run(argv, prog=prog, for_dry_run=True)
     module = importlib.import_module(COMMANDS[command][0])
     return module.run(list(argv), prog=prog)
 

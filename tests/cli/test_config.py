@@ -27,8 +27,7 @@ def parsed(job: Job, argv: list[str], **beam: Any) -> dict[str, Any]:
 
 
 # What a job finds before its pipeline (its make_config), besides the flags' fields.
-_FOUND = {"workers_note", "handback", "policy", "labels", "folder_tasks", "parquet_folders", "append_to",
-          "inspect_threads", "write_threads", "near_hashes",
+_FOUND = {"workers_note", "handback", "policy", "found",
           "tally", "state", "published_shards", "files", "shards", "decoders", "report_path", "split_ranges"}
 
 
@@ -132,6 +131,14 @@ def test_a_wrong_combination_is_one_usage_error_naming_the_flag(job, argv, flag,
 def test_beams_flags_are_checked_with_the_jobs(beam, problem):
     with pytest.raises(UsageError, match=problem):
         VerifyConfig.from_flags(parsed(jobs.VERIFY, ["--output_dir", "a"], **beam))
+
+
+@pytest.mark.parametrize("job, instead", [(jobs.BUILD, "tfrecord-shards plan shows what a build would do"),
+                                           (jobs.PLAN, "a plan writes nothing anyway: leave --dry_run out")])
+def test_a_builds_local_dry_run_is_refused_naming_the_plan(job, instead):
+    with pytest.raises(UsageError, match="--dry_run only translates") as raised:
+        CONFIGS[job.name].from_flags(parsed(job, _PUBLISH, runner="DirectRunner", dry_run="True"))
+    assert str(raised.value).endswith(instead) and "\n" not in str(raised.value)
 
 
 def test_an_append_has_no_dataflow_dry_run():

@@ -84,7 +84,7 @@ def test_the_manifest_records_the_declared_flags() -> None:
 def test_a_build_run_as_a_module_refuses_a_local_dry_run_in_one_line(tmp_path) -> None:
     """Before, ``python -m beam_jobs.build_shards --dry_run True`` failed with a traceback: the plan job
     imported the build module again, and Beam's parser met its options class twice (``conflicting option
-    string: --layout``). The module now refuses it as reshard and verify do; ``tfrecord-shards build`` plans."""
+    string: --layout``). The module now refuses it as reshard and verify do, as ``tfrecord-shards build`` does."""
     from tests.shard_fixtures import make_class_tree
 
     make_class_tree(str(tmp_path / "in"), classes=("rose",), per_class=2, broken=False)

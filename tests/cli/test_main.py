@@ -367,7 +367,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
 def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
     """Beam ignores --dry_run on the DirectRunner: the job ran and republished.
 
-    A build plans instead (tests/e2e/test_plan_build.py).
+    A build is refused too, naming tfrecord-shards plan (tests/e2e/test_plan_build.py).
     """
     from tests.shard_fixtures import make_class_tree
 

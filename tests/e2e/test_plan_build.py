@@ -237,17 +237,17 @@ def test_plan_reads_each_input_once_and_only_its_head_when_it_cannot_be_an_image
 
 
 @pytest.mark.slow
-def test_build_dry_run_on_the_local_runner_plans_and_publishes_nothing(tmp_path):
+@pytest.mark.parametrize("command", ["build", "append"])
+def test_build_dry_run_on_the_local_runner_is_refused_naming_the_plan(tmp_path, command):
+    """``build --dry_run`` on a local runner is no second spelling of ``plan``: one line, naming it."""
     root = str(tmp_path / "in")
     make_class_tree(root, per_class=3, broken=False)
     out = str(tmp_path / "out")
-    done = _command("build", "--input", root, "--output_dir", out, "--dry_run", "True")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"Plan of a build of {root} into {out}")
-    assert "build_shards: --dry_run on a local runner plans the build instead" in done.stderr
-    assert [line for line in done.stderr.splitlines() if line.startswith("build_shards:")] == [
-        "build_shards: --dry_run on a local runner plans the build instead (as 'tfrecord-shards plan'); "
-        "nothing is written or published"]
+    done = _command(command, "--input", root, "--output_dir", out, "--dry_run", "True")
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--dry_run" in lines[0] and "tfrecord-shards plan" in lines[0], done.stderr
+    assert done.stdout == ""
     assert not os.path.exists(out)
 
 

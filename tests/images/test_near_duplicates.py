@@ -343,7 +343,7 @@ def test_the_build_hashes_images_only_when_they_may_fall_in_two_splits(tmp_path,
         (root / split / "a" / "x.png").write_bytes(png(size=(20, 10)))
     argv = ["--input", str(root), "--output_dir", str(tmp_path / "out"), *extra]
     cfg = BuildConfig.from_flags(vars(flag_parser(jobs.BUILD).parse_args(argv)))
-    assert build_shards.make_config(cfg, PipelineOptions([])).near_hashes is hashes
+    assert build_shards.make_config(cfg, PipelineOptions([])).found.near_hashes is hashes
 
 
 def test_a_build_into_one_split_hashes_nothing_and_publishes_no_report(tmp_path, capsys) -> None:
