@@ -26,8 +26,7 @@ from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord_source import ERRORS, RECORDS
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
-           "CollectFeatureSpec", "damaged_span", "record_of", "RecordCopy", "item_order", "item_size",
+__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems", "CollectRecordFacts", "damaged_span", "RecordCopy", "item_order", "item_size",
            "item_split"]
 
 
@@ -140,11 +139,6 @@ class ReadAllFromArrayRecords(beam.PTransform):
     def expand(self, files):
         read = beam.ParDo(_ReadArrayRecordFileFn(self._keep_errors))
         return files | "ReadFiles" >> (read.with_outputs(ERRORS, main=RECORDS) if self._keep_errors else read)
-
-
-def record_of(item: RecordItem) -> tuple[bytes, int | None]:
-    """What the shard writer writes for an item: its bytes, unchanged, and its label."""
-    return item.data, item.label
 
 
 class RecordCopy:
@@ -272,8 +266,7 @@ def _count_dead_letters(facts: RecordFacts, dead_letters) -> RecordFacts:
 class CollectRecordFacts(beam.PTransform):
     """``PCollection[RecordItem]`` -> one ``RecordFacts``: records read, class names, feature spec.
 
-    One combine gives the three together, where each had a global step of its
-    own (``CollectClassNames``, ``CollectFeatureSpec`` and a count). Without ``dead_letters``, no records give no element (readers
+    One combine gives the three together. Without ``dead_letters``, no records give no element (readers
     of it as a side input give their defaults); with them, there is always
     one element, counting them too (every input may be damaged).
 
@@ -294,27 +287,3 @@ class CollectRecordFacts(beam.PTransform):
                 | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())  # RecordFacts, even of nothing
                 | "CountDeadLetters" >> beam.Map(_count_dead_letters,
                                                  beam.pvalue.AsIter(self._dead_letters)))
-
-
-class CollectClassNames(beam.PTransform):
-    """``PCollection[RecordItem]`` -> one element: class names in index order, or [].
-
-    The reshard job gets them with its other facts (``CollectRecordFacts``).
-    """
-
-    def expand(self, items):
-        return (items
-                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())
-                | "ClassNames" >> beam.Map(lambda facts: list(facts.class_names)))
-
-
-class CollectFeatureSpec(beam.PTransform):
-    """``PCollection[RecordItem]`` -> one element: the features every record carries.
-
-    The reshard job gets them with its other facts (``CollectRecordFacts``).
-    """
-
-    def expand(self, items):
-        return (items
-                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())
-                | "FeatureSpec" >> beam.Map(lambda facts: dict(facts.feature_spec)))
