@@ -13,6 +13,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
+from transforms.archives.members import is_container_input
 from transforms.errors import ExampleError, RecordError
 from transforms.example.codec import BYTES, FLOAT, INT64
 from transforms.example.messages import Example
@@ -21,7 +22,6 @@ from transforms.images.codec import ImageInfo, _naming_library_messages, upright
 from transforms.images.duplicates import CopyTally, PublishedCopy, _copy_rank, copy_letter
 from transforms.images.inputs import (LabelRules, csv_header, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, tree_entry, unreadable_folder_entry)
-from transforms.archives.members import is_container_input
 from transforms.images.folder_parts import NAMES_PER_PART
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.key_ranges import KeyRange
