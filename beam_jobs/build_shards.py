@@ -661,7 +661,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     results = plan[ASSIGNED] | "Write" >> WriteShards(
-        cfg.output_dir, cfg.compression, ImageRecordMaker(settings, cfg.max_image_bytes), image_order,
+        cfg.output_dir, cfg.compression, ImageRecordMaker(), image_order,
         cfg.policy.run_id, plan[TOTALS], threads=cfg.found.write_threads,
         tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
         # appending, inputs the set already holds are rejected but not bad: publishing decides

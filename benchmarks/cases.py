@@ -77,7 +77,7 @@ class _EncodeFn:
     def __call__(self, readable) -> bytes:
         from apache_beam.metrics import Metrics
 
-        from transforms.example.codec import encode_example
+        from tests.helpers import encode_example
 
         relpath = readable.metadata.path[len(self._prefix):]
         label = relpath.split("/", 1)[0]
@@ -130,7 +130,7 @@ def beam_build(args, beam_args: Sequence[str]) -> None:
 
 def _read_encode(item: tuple[str, str, int], root: str) -> bytes:
     """(relative path, class, class index) -> serialized Example, read whole from ``root``."""
-    from transforms.example.codec import encode_example
+    from tests.helpers import encode_example
 
     relpath, label, index = item
     with open(os.path.join(root, relpath), "rb") as fh:

@@ -10,7 +10,7 @@ on the DirectRunner, one process, and only the number of listed entries and
 dead letters leaves the step (``Count.Globally``, lifted before the shuffle).
 The figures printed are ``seconds`` (wall clock of the pipeline run),
 ``survey_s`` (of those, the listing tasks found before the pipeline:
-``DiscoverImages.of_inputs``, which counts a local folder's files), ``tasks``,
+``tests.helpers.discover_images_of``, which counts a local folder's files), ``tasks``,
 ``rss_before_mib`` (resident set before the pipeline), ``peak_rss_mib`` (this
 process's peak, ``ru_maxrss``), ``entries`` and ``dead_letters``, and
 ``worker_cpu_s``: the CPU seconds (user + system) of each worker process the
@@ -56,7 +56,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms.beam_compat import local_runner
-from transforms.discover_images import DiscoverImages
+from tests.helpers import discover_images_of
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.images.inputs import LabelRules
@@ -235,7 +235,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | list[dict[str, An
     before = _rss_mib()
     start = time.monotonic()
     p = beam.Pipeline(runner=local_runner(options), options=options)
-    discover = DiscoverImages.of_inputs([source], LabelRules())
+    discover = discover_images_of([source], LabelRules())
     survey = time.monotonic() - start
     listed = p | "Discover" >> discover
     for name, kind in (("entries", SourceImage), ("dead_letters", DeadLetter)):

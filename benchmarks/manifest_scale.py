@@ -120,7 +120,7 @@ def run_v2(folder: str, shards: int, classes: int) -> dict:
     _imports()
     import pickle
 
-    from transforms.storage.publish import publish_shards
+    from tests.helpers import publish_shards
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
 

@@ -126,7 +126,7 @@ def inspect_cost(datas: list[bytes], rounds: int) -> dict:
         for hashed in (False, True):
             start = time.process_time()
             for data in datas:
-                inspect_image(source, data, {"a": 0}, None, settings, 0, {}, True, hashed)
+                inspect_image(source, data, {"a": 0}, None, settings, 0, {}, hashed)
             times[hashed].append(time.process_time() - start)
     gb = sum(map(len, datas)) / 1e9
     plain, hashed = min(times[False]), min(times[True])

@@ -33,7 +33,7 @@ from PIL import Image, ImageFilter
 
 from tests.tfrecord_fixtures import image_example
 from transforms.tfrecord.framing import frame_record
-from transforms.tfrecord.record_index import format_index
+from tests.helpers import format_index
 from transforms.beam_compat import local_runner
 from transforms.tfrecord_source import ReadFromTFRecords
 from transforms.verify.checks import check_record

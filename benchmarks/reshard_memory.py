@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.tfrecord.framing import frame_record
 
 RECORD_BYTES = 100 * 1024

@@ -26,7 +26,7 @@ import sys
 import time
 
 from tests.tfrecord_fixtures import write_tfrecords
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 
 _CACHE = os.path.join(os.path.dirname(__file__), ".cache", "resync")
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -176,7 +176,7 @@ def write_set_manifest(folder: str, manifest) -> None:
     import dataclasses
 
     from transforms.shardset.manifest import SplitEntry
-    from transforms.shardset.shard_list import shard_list_bytes
+    from tests.helpers import shard_list_bytes
 
     splits = {name: SplitEntry(name, split.shards) for name, split in manifest.splits.items()}
     data, lines = shard_list_bytes(dataclasses.replace(manifest, splits=splits))

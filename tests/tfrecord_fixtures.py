@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 
 from PIL import Image, ImageDraw
 
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.tfrecord.framing import frame_record
 from transforms.shardset.manifest import (LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry,
                                           SplitEntry)
-from transforms.shardset.shard_list import shard_list_bytes
+from tests.helpers import shard_list_bytes
 from transforms.shardset.naming import shard_file_name
-from transforms.tfrecord.record_index import format_index, index_name
+from transforms.tfrecord.record_index import index_name
+from tests.helpers import format_index
 from transforms.example.schema import IMAGE_FEATURES
 
 CLASSES = ("daisy", "rose", "tulip")

@@ -38,8 +38,6 @@ _EXPORTS = {
     "SAMPLES": "transforms.verify_steps",
     # The reshard job's steps.
     "ToRecordItems": "transforms.reshard_steps",
-    "CollectClassNames": "transforms.reshard_steps",
-    "CollectFeatureSpec": "transforms.reshard_steps",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,11 +13,11 @@ from typing import Mapping, NamedTuple, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.archives.members import ContainerRules, is_container_input
+from transforms.archives.members import ContainerRules
 from transforms.discover_archives import ListArchives
 from transforms.images.folder_parts import NAMES_PER_PART, names_in_part, spread_large_folders
 from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode_line,
-                                      is_hidden, is_manifest_path, layout_of_levels, levels_of_paths,
+                                      is_hidden, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, plan_folder_listing, shown_name, tree_entry,
                                       unreadable_folder_entry)
 from transforms.images.items import SourceImage
@@ -173,7 +173,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     Folders met by a task that lists one level are tasks of their own
     (``inputs.plan_folder_listing``). A huge local folder is listed by
     several tasks, each keeping the paths of its part
-    (``folder_parts.in_part``). With ``key_ranges``, a task listing
+    (``folder_parts.names_in_part``). With ``key_ranges``, a task listing
     everything below a gs:// or s3:// prefix lists its first ``FIRST_KEYS``
     keys and, if there are more, cuts the rest into ``key_ranges`` ranges
     (``images.key_ranges``) that other workers list (``_ListKeyRangeFn``).
@@ -419,17 +419,6 @@ class DiscoverImages(beam.PTransform):
         self._range_bytes = range_bytes
         self._archives = list(archives)
         self._containers = containers
-
-    @classmethod
-    def of_inputs(cls, inputs: Sequence[str], rules: LabelRules, offline: bool = False,
-                  range_bytes: int = MANIFEST_RANGE_BYTES,
-                  containers: ContainerRules = ContainerRules(), names_per_part: int = NAMES_PER_PART,
-                  key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> "DiscoverImages":
-        """The step for these ``--input`` values; their folders' tasks are found now (``folder_tasks``)."""
-        tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
-                      for task in folder_tasks(path, rules.layout, offline, names_per_part))
-        return cls(rules, tasks, [path for path in inputs if is_manifest_path(path)], range_bytes,
-                   [path for path in inputs if is_container_input(path)], containers, key_ranges, first_keys)
 
     def expand(self, pbegin):
         listed, side = [], {}

@@ -1,9 +1,8 @@
 """Beam steps of the build job that read images: each input read and checked once, records made again.
 
 ``InspectImages`` reads, validates and measures every image (``read_source``)
-and, in a build that publishes, writes its record to a run file at once;
-``ImageRecordMaker`` gives the shard writer each record, copied from its run
-file or made again from the image.
+and writes its record to a run file at once; ``ImageRecordMaker`` gives the
+shard writer each record, copied from its run file.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import itertools
 from typing import Iterator, Mapping, Sequence
 
 import apache_beam as beam
-import crc32c
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -24,7 +22,7 @@ from transforms.images.annotations import RecordLayout
 from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
 from transforms.images.inspection import Inspected, inspect_image, unknown_label
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.images.records import EncodeSettings, encode_image, image_example_parts
+from transforms.images.records import EncodeSettings
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.shardset.planning import MIB
@@ -37,7 +35,6 @@ from transforms.storage.resume import input_stamp, read_done_inputs, write_done_
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.shardset.resume import (DoneInput, DoneLines, context_key, done_list_header, done_list_line,
                                         source_key)
-from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.worker_options import CarriesStorageOptions
 
@@ -248,8 +245,8 @@ class _InspectImageFn(OrderedImageFn):
 
     def __init__(self, settings: EncodeSettings, seed: int,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1,
-                 staging: tuple[str, str, str | None] | None = None, done_lists: bool = False,
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1, *,
+                 staging: tuple[str, str, str | None], done_lists: bool = False,
                  resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
         self._settings = settings
         self._resume_lists = tuple(resume)
@@ -258,8 +255,8 @@ class _InspectImageFn(OrderedImageFn):
         self._fractions = dict(split_fractions or {})
         self._max_bytes = max_bytes
         self._threads = threads
-        self._staging = tuple(staging) if staging else None
-        self._done_lists = bool(done_lists and staging)
+        self._staging = tuple(staging)
+        self._done_lists = done_lists
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
@@ -270,7 +267,7 @@ class _InspectImageFn(OrderedImageFn):
 
     def setup(self):
         super().setup()
-        self._run = BundleRunFile(*self._staging) if self._staging else None
+        self._run = BundleRunFile(*self._staging)
         self._done = DoneLines()  # the bundle's done-list lines, compressed: never its ImageMetas
         self._resume: dict[str, list[DoneInput]] | None = None
         self._context = ("", None)  # (context key, the labels it was computed for)
@@ -320,8 +317,8 @@ class _InspectImageFn(OrderedImageFn):
             self._read_bytes.inc(inspected.bytes_read)
             progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
         value = inspected.output
-        if self._run is not None and inspected.parts is not None:  # the record goes to the run file
-            value = dataclasses.replace(value, run=self._run.append(inspected.parts), payload=None)
+        if inspected.parts is not None:  # the record goes to the run file
+            value = dataclasses.replace(value, run=self._run.append(inspected.parts))
             if done is not None:
                 self._done.append(done_list_line(done[0], done[1], value))
                 if self._done.count >= DONE_LIST_RECORDS or self._run.size >= DONE_LIST_BYTES:
@@ -360,7 +357,7 @@ class _InspectImageFn(OrderedImageFn):
         except ImageError as err:
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
         return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
-                             bool(self._staging), self._hashed), done
+                             self._hashed), done
 
 
 class InspectImages(beam.PTransform):
@@ -387,7 +384,7 @@ class InspectImages(beam.PTransform):
             written to a run file in the run's staging folder (or its folder in
             ``--staging_dir``) and its metadata
             says where (``ImageMeta.run``), so the writer copies it instead of
-            reading the image again. None: the writer makes it again.
+            reading the image again.
         done_lists: With ``staging``, write each run file's done list, so
             that a rerun after an interruption may reuse its records.
         resume: The done lists of the interrupted runs this run resumes
@@ -399,8 +396,8 @@ class InspectImages(beam.PTransform):
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
                  split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1,
-                 staging: tuple[str, str, str | None] | None = None, done_lists: bool = False,
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1, *,
+                 staging: tuple[str, str, str | None], done_lists: bool = False,
                  resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
         super().__init__()
         self._hashed = hashed
@@ -414,7 +411,7 @@ class InspectImages(beam.PTransform):
         self._max_bytes = max_bytes
         self._layout = layout
         self._threads = threads
-        self._staging = tuple(staging) if staging else None
+        self._staging = tuple(staging)
         self._done_lists = done_lists
         self._resume = tuple(resume)
 
@@ -422,7 +419,8 @@ class InspectImages(beam.PTransform):
         extra = {} if self._layout is None else {"layout": self._layout}
         return sources | "InspectImage" >> beam.ParDo(
             _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
-                            self._staging, self._done_lists, self._resume, self._hashed),
+                            staging=self._staging, done_lists=self._done_lists, resume=self._resume,
+                            hashed=self._hashed),
             labels=self._labels, **extra).with_outputs(
                 DEAD_LETTERS, main="main")
 
@@ -435,19 +433,12 @@ def image_order(meta: ImageMeta) -> tuple[int, str]:
 class ImageRecordMaker:
     """ImageMeta -> (the record, label index), as the shard writer needs.
 
-    A record written to a run file when its image was read (``meta.run``) is
-    copied from there as it is (a ``FramedRecord``, its CRCs checked), so the
-    image is not read again. Otherwise the record is made again: the pieces
-    are the bytes before the image, the image, and the bytes after it
-    (``image_example_parts``), written without joining them. It then re-reads
-    the source unless the stored image travelled with the metadata, and
-    refuses a source whose bytes changed since it was inspected: their CRC32C
-    must be the one inspection saw.
+    Each record was written to a run file when its image was read
+    (``meta.run``); it is copied from there as it is (a ``FramedRecord``, its
+    CRCs checked), so the image is not read again.
     """
 
-    def __init__(self, settings: EncodeSettings, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> None:
-        self._settings = settings
-        self._max_bytes = max_bytes
+    def __init__(self) -> None:
         self._runs = RecordCopier()
 
     def close(self) -> None:
@@ -455,37 +446,16 @@ class ImageRecordMaker:
         self._runs.close()
 
     def plan(self, metas: Sequence[ImageMeta]) -> None:
-        """The shard's records about to be made: those in run files are copied in batches (``RecordCopier.plan``)."""
+        """The shard's records about to be made: they are copied in batches (``RecordCopier.plan``)."""
         self._runs.plan(meta.run for meta in metas if meta.run is not None)
 
-    def __call__(self, meta: ImageMeta) -> tuple[tuple[bytes, bytes, bytes] | FramedRecord, int]:
+    def __call__(self, meta: ImageMeta) -> tuple[FramedRecord, int]:
         labels = next((values for name, _, values in meta.extra if name == "image/class/label"), None)
         label = meta.label_index if labels is None else labels
-        if meta.run is not None:
-            framed = self._runs.copy(meta.run, meta.source.path)
-            if len(framed.data) != meta.record_size:
-                raise ShardsError(f"{meta.source.path}: record is {len(framed.data)} bytes, "
-                                  f"planned {meta.record_size}")
-            return framed, label
-        if meta.payload is not None:
-            stored = meta.payload
-        else:
-            try:
-                data = read_input(meta.source, self._max_bytes)
-            except ImageError as err:
-                raise ShardsError(f"{meta.source.path} changed while the job ran: {err.detail}") from err
-            checksum = crc32c.crc32c(data)
-            if checksum != meta.source_crc32c:
-                raise ShardsError(f"{meta.source.path} changed while the job ran (CRC32C "
-                                  f"{meta.source_crc32c:08x} when inspected, {checksum:08x} "
-                                  "when written)")
-            # In passthrough and tf modes, a record without a payload stores the source's bytes.
-            keeps = self._settings.mode in ("passthrough", "tf")
-            stored = data if keeps else encode_image(data, self._settings)[0]
-        head, tail = image_example_parts(stored, meta.info, meta.label_index, meta.source.label,
-                                         meta.source.relpath, meta.sha256, meta.extra)
-        size = framed_size(len(head) + len(stored) + len(tail))
-        if size != meta.record_size:
-            raise ShardsError(f"{meta.source.path}: record is {size} bytes, "
-                              f"planned {meta.record_size}; image encoding is not deterministic")
-        return (head, stored, tail), label
+        if meta.run is None:
+            raise ShardsError(f"{meta.source.path}: no run file holds its record")
+        framed = self._runs.copy(meta.run, meta.source.path)
+        if len(framed.data) != meta.record_size:
+            raise ShardsError(f"{meta.source.path}: record is {len(framed.data)} bytes, "
+                              f"planned {meta.record_size}")
+        return framed, label

@@ -130,7 +130,7 @@ class _SurveyImageFn(OrderedImageFn):
                                   digest.hex(), extra)
         return _Surveyed(ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=surveyed.info,
                                    record_size=framed_size(size), order_key=order_key(self._seed, digest),
-                                   source_crc32c=0, extra=extra), len(data), surveyed.exact)
+                                   extra=extra), len(data), surveyed.exact)
 
 
 class SurveyImages(beam.PTransform):

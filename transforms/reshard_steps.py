@@ -7,7 +7,7 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.errors import RecordError, UsageError
+from transforms.errors import RecordError, ShardsError, UsageError
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.progress import counters as progress
 from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME
@@ -26,8 +26,7 @@ from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord_source import ERRORS, RECORDS
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems", "CollectRecordFacts", "CollectClassNames",
-           "CollectFeatureSpec", "damaged_span", "record_of", "RecordCopy", "item_order", "item_size",
+__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems", "CollectRecordFacts", "damaged_span", "RecordCopy", "item_order", "item_size",
            "item_split"]
 
 
@@ -142,14 +141,9 @@ class ReadAllFromArrayRecords(beam.PTransform):
         return files | "ReadFiles" >> (read.with_outputs(ERRORS, main=RECORDS) if self._keep_errors else read)
 
 
-def record_of(item: RecordItem) -> tuple[bytes, int | None]:
-    """What the shard writer writes for an item: its bytes, unchanged, and its label."""
-    return item.data, item.label
-
-
 class RecordCopy:
-    """What the shard writer writes for an item: its record, copied from its run file when it is in
-    one (``ToRecordItems`` with ``staging``), else its bytes; and its label."""
+    """What the shard writer writes for an item: its record, copied from the run file
+    ``ToRecordItems`` wrote it to, and its label."""
 
     def __init__(self) -> None:
         self._copier = RecordCopier()
@@ -162,9 +156,9 @@ class RecordCopy:
         """The shard's items about to be copied: those in run files are read in batches (``RecordCopier.plan``)."""
         self._copier.plan(item.run for item in items if item.run is not None)
 
-    def __call__(self, item: RecordItem) -> tuple[bytes | FramedRecord, int | None]:
+    def __call__(self, item: RecordItem) -> tuple[FramedRecord, int | None]:
         if item.run is None:
-            return item.data, item.label
+            raise ShardsError(f"a record of {item.split or 'the input'} is in no run file")
         return self._copier.copy(item.run, f"a record of {item.split or 'the input'}"), item.label
 
 
@@ -189,11 +183,11 @@ def damaged_span(error: RecordError) -> DeadLetter:
 class _ToItemFn(CarriesStorageOptions, beam.DoFn):
     """(path, offset, record) -> RecordItem of the path's split.
 
-    With ``staging``, each record is appended to the bundle's run file and the
+    Each record is appended to the bundle's run file in ``staging`` and the
     item carries where it lies instead of its bytes (``storage.runs``).
     """
 
-    def __init__(self, seed: int, split: str | None, staging: tuple[str, str] | None = None) -> None:
+    def __init__(self, seed: int, split: str | None, staging: tuple[str, str]) -> None:
         self._seed = seed
         self._split = split
         self._staging = staging
@@ -201,22 +195,20 @@ class _ToItemFn(CarriesStorageOptions, beam.DoFn):
         self._bytes = Metrics.counter("reshard", "record_bytes_read")
 
     def setup(self):
-        self._run = BundleRunFile(*self._staging) if self._staging else None
+        self._run = BundleRunFile(*self._staging)
 
     def start_bundle(self):
-        if self._run is not None:
-            self._run.close()  # a failed bundle's run file: no surviving output names it
+        self._run.close()  # a failed bundle's run file: no surviving output names it
 
     def process(self, record: tuple[str, int, bytes]):
         path, _, data = record
         self._records.inc()
         self._bytes.inc(len(data))
         item = record_item(data, self._seed, input_split(path, self._split))
-        yield item if self._run is None else item.in_run_file(self._run.append((data,)))
+        yield item.in_run_file(self._run.append((data,)))
 
     def finish_bundle(self):
-        if self._run is not None:
-            self._run.close()  # before the bundle ends: every item names a whole record
+        self._run.close()  # before the bundle ends: every item names a whole record
 
     def teardown(self):
         if getattr(self, "_run", None) is not None:
@@ -235,12 +227,11 @@ class ToRecordItems(beam.PTransform):
             ``RecordCopy``), so no record's bytes are grouped or shuffled.
     """
 
-    def __init__(self, seed: int, split: str | None = None,
-                 staging: tuple[str, str] | None = None) -> None:
+    def __init__(self, seed: int, split: str | None = None, *, staging: tuple[str, str]) -> None:
         super().__init__()
         self._seed = seed
         self._split = split
-        self._staging = tuple(staging) if staging else None
+        self._staging = tuple(staging)
 
     def expand(self, records):
         return records | "ToItem" >> beam.ParDo(_ToItemFn(self._seed, self._split, self._staging))
@@ -272,8 +263,7 @@ def _count_dead_letters(facts: RecordFacts, dead_letters) -> RecordFacts:
 class CollectRecordFacts(beam.PTransform):
     """``PCollection[RecordItem]`` -> one ``RecordFacts``: records read, class names, feature spec.
 
-    One combine gives the three together, where each had a global step of its
-    own (``CollectClassNames``, ``CollectFeatureSpec`` and a count). Without ``dead_letters``, no records give no element (readers
+    One combine gives the three together. Without ``dead_letters``, no records give no element (readers
     of it as a side input give their defaults); with them, there is always
     one element, counting them too (every input may be damaged).
 
@@ -294,27 +284,3 @@ class CollectRecordFacts(beam.PTransform):
                 | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())  # RecordFacts, even of nothing
                 | "CountDeadLetters" >> beam.Map(_count_dead_letters,
                                                  beam.pvalue.AsIter(self._dead_letters)))
-
-
-class CollectClassNames(beam.PTransform):
-    """``PCollection[RecordItem]`` -> one element: class names in index order, or [].
-
-    The reshard job gets them with its other facts (``CollectRecordFacts``).
-    """
-
-    def expand(self, items):
-        return (items
-                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())
-                | "ClassNames" >> beam.Map(lambda facts: list(facts.class_names)))
-
-
-class CollectFeatureSpec(beam.PTransform):
-    """``PCollection[RecordItem]`` -> one element: the features every record carries.
-
-    The reshard job gets them with its other facts (``CollectRecordFacts``).
-    """
-
-    def expand(self, items):
-        return (items
-                | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())
-                | "FeatureSpec" >> beam.Map(lambda facts: dict(facts.feature_spec)))

@@ -51,7 +51,7 @@ from transforms.storage import output_folder
 from transforms.storage.writing import is_no_space
 from transforms.filesystems import set_options
 
-__all__ = ["prepare_options", "unknown_flags", "error_summary", "error_lines", "report_failure",
+__all__ = ["prepare_options", "unknown_flags", "error_lines", "report_failure",
            "run_job", "run_publishing_job", "JobFinished", "dry_run_summary", "summarize",
            "refuse_unknown_flags",
            "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE", "resume_line"]
@@ -98,16 +98,6 @@ def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
     finally:
         log.setLevel(level)
     return parsers[0].parse_known_args(list(argv))[1]
-
-
-def error_summary(err: BaseException) -> str:
-    """Returns one line saying why a pipeline failed.
-
-    Runners wrap errors raised in workers in their own exception types and add
-    stack traces to the message; the project's own error, if any, is the line
-    a user needs.
-    """
-    return error_lines(err)[0]
 
 
 def error_lines(err: BaseException) -> tuple[str, list[str]]:

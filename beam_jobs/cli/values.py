@@ -16,11 +16,10 @@ from typing import NoReturn
 from transforms.errors import UsageError
 from transforms.shardset.naming import WILDCARDS
 from transforms.shardset.tfds_metadata import dataset_name_problem
-from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
            "input_path", "folder_path", "tfds_name", "wildcard_problem", "WILDCARDS", "shard_size_mb", "seed",
-           "resolved_path", "overlap_problem", "record_size_mb", "add_max_record_mb", "max_record_bytes",
+           "resolved_path", "overlap_problem", "record_size_mb", "max_record_bytes",
            "MIN_SHARD_MB", "MAX_SHARD_MB", "MAX_SIDE", "MAX_RECORD_MB", "DEFAULT_MAX_BAD_FRACTION",
            "finite_positive_float", "LOG_LEVELS"]
 
@@ -79,20 +78,6 @@ def record_size_mb(text: str) -> float:
     """argparse type: a record-size limit in MiB, > 0 and at most ``MAX_RECORD_MB``."""
     return _number(text, float, lambda v: math.isfinite(v) and 0 < v <= MAX_RECORD_MB,
                    f"> 0 and at most {MAX_RECORD_MB} (2 GiB, the largest protocol buffer)")
-
-
-def add_max_record_mb(parser: argparse.ArgumentParser, show_default: bool = False) -> None:
-    """Adds ``--max_record_mb``, the largest record a reader accepts, to ``parser``.
-
-    ``show_default`` puts the default in the help text (plain argparse parsers;
-    the jobs' ``--help`` shows defaults itself).
-    """
-    parser.add_argument("--max_record_mb", type=record_size_mb,
-                        default=DEFAULT_MAX_RECORD_BYTES >> 20,
-                        help="Largest record read, in MiB; a record declaring more is reported "
-                             "as damaged (bad_length) before its bytes are read, so a damaged "
-                             "length in a small compressed file cannot exhaust memory."
-                             + (" (default: %(default)s)" if show_default else ""))
 
 
 def max_record_bytes(mb: float) -> int:

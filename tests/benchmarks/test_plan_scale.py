@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from benchmarks import plan_scale
 from transforms.plan_shards import ASSIGNED
-from transforms.shardset.planning import plan_in_memory
+from tests.helpers import plan_in_memory
 
 
 def test_benchmark_plan_equals_the_in_memory_reference():

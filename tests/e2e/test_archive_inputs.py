@@ -415,7 +415,7 @@ def test_a_member_travels_with_its_input_through_a_pickle():
     ref = MemberRef("a.zip", "zip", 10, 20, 30, 8, 1234)
     source = SourceImage("a.zip!x/y.jpg", "a.zip!x/y.jpg", "train", "x", member=ref)
     assert pickle.loads(pickle.dumps(source)) == source
-    meta = ImageMeta(source, 0, "ab", ImageInfo("jpeg", 1, 1, 3), 100, 5, 0)
+    meta = ImageMeta(source, 0, "ab", ImageInfo("jpeg", 1, 1, 3), 100, 5)
     assert pickle.loads(pickle.dumps(meta)).source.member == ref
 
 

@@ -90,7 +90,9 @@ def test_sdist_and_wheel_hold_what_a_worker_needs(project, tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     "--target", site, wheel], check=True, capture_output=True, timeout=300)
     probe = ("import beam_jobs.build_shards, transforms.example.codec as c; "
-             "print(c.__file__); print(c.decode_example(c.encode_example({'k': 1})))")
+             "from transforms.example.messages import Example; e = Example(); "
+             "e.features.feature['k'].int64_list.value.append(1); "
+             "print(c.__file__); print(c.decode_example(e.SerializeToString()))")
     run = subprocess.run([sys.executable, "-c", probe], cwd=str(tmp_path), capture_output=True,
                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": site})
     assert run.returncode == 0, run.stderr

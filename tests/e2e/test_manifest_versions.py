@@ -150,7 +150,7 @@ def test_publish_is_given_only_the_shard_list_parts(tmp_path, monkeypatch):
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
     from transforms.storage.lock import acquire_lock
-    from transforms.storage.publish import publish_shards
+    from tests.helpers import publish_shards
     from transforms.storage.shard_files import write_shard, write_shard_list_part
 
     out = str(tmp_path / "out")

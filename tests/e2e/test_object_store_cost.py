@@ -120,7 +120,7 @@ def test_an_s3_file_is_read_in_bounded_ranges_and_one_closed_early_costs_one_chu
 
 @pytest.mark.slow
 def test_the_splits_of_an_indexed_shard_on_s3_download_the_shard_once(proxied_s3):
-    from transforms.tfrecord.record_index import format_index
+    from tests.helpers import format_index
     from transforms.tfrecord_source import _ReadSettings, _TFRecordSource
 
     client, proxy, base = proxied_s3
@@ -190,7 +190,7 @@ def proxied_gs(gcs_server, monkeypatch):
 
 @pytest.mark.slow
 def test_the_splits_of_an_indexed_shard_on_gs_download_the_shard_once(proxied_gs):
-    from transforms.tfrecord.record_index import format_index
+    from tests.helpers import format_index
     from transforms.tfrecord_source import _ReadSettings, _TFRecordSource
 
     bucket, proxy, base = proxied_gs

@@ -29,7 +29,8 @@ from transforms import filesystems as clients
 from transforms.storage import folders
 from transforms.storage.files import read_bytes
 from transforms.tfrecord.file_hash import crc32c_text
-from transforms.images.inputs import LabelRules, is_hidden, tree_entries
+from transforms.images.inputs import LabelRules, is_hidden
+from tests.helpers import tree_entries
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
@@ -282,10 +283,10 @@ def _keep_listed(items: list, path: str) -> None:
 
 
 def _discover_on_store(root: str, flags: list[str], tmp_path, **listing) -> tuple[list, list, dict]:
-    from transforms.discover_images import DiscoverImages
+    from tests.helpers import discover_images_of
 
     p = beam.Pipeline(runner=beam_compat.local_runner(PipelineOptions(flags)), options=PipelineOptions(flags))
-    listed = p | DiscoverImages.of_inputs([root], LabelRules(), **listing)
+    listed = p | discover_images_of([root], LabelRules(), **listing)
     for name, kind in (("main", SourceImage), ("dead", DeadLetter)):
         (listed
          | f"Only{name}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))

@@ -11,7 +11,7 @@ import pytest
 
 from tests.shard_fixtures import (crc32c_file, load_manifest, make_class_tree, records, run_build, sha256_file,
                                   shard_files)
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.tfrecord.framing import OVERHEAD, frame_record
 
 

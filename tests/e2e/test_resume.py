@@ -54,7 +54,7 @@ RESUMED = re.compile(r"^  resumed: reused ([\d,]+) of ([\d,]+) inputs \(\d+ MiB\
 
 def _meta(path: str = "/in/rose/a.jpg", split: str = "train", extra=()) -> ImageMeta:
     return ImageMeta(SourceImage(path, "rose/a.jpg", split, "rose"), 1, "ab" * 32,
-                     ImageInfo("jpeg", 10, 20, 3, "", True, ""), 1234, -(1 << 62) + 7, 0, None, extra,
+                     ImageInfo("jpeg", 10, 20, 3, "", True, ""), 1234, -(1 << 62) + 7, extra,
                      RunSlice("/out/.staging/r/runs/f.run", 100, 1234))
 
 

@@ -16,7 +16,7 @@ from apache_beam.transforms.core import PTransform
 
 from tests.shard_fixtures import make_class_tree, run_build
 from transforms.errors import PublishError
-from beam_jobs.cli.harness import error_summary
+from tests.helpers import error_summary
 from transforms.beam_compat import local_runner
 
 

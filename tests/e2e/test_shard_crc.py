@@ -20,7 +20,8 @@ import pytest
 
 from tests.shard_fixtures import make_class_tree
 from transforms.shardset.manifest import MANIFEST_NAME, SHARDS_NAME, Manifest
-from transforms.shardset.shard_list import shard_list_bytes, with_shard_list
+from transforms.shardset.shard_list import with_shard_list
+from tests.helpers import shard_list_bytes
 from transforms.tfrecord.record_index import index_names
 from transforms.verify.checks import Report
 

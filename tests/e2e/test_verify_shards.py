@@ -17,9 +17,10 @@ from tests.reliability_support import folder_bytes
 from tests.shard_fixtures import make_class_tree, run_build, write_set_manifest
 from tests.tfrecord_fixtures import (ShardSet, image_example, make_examples, write_file, write_shard_set,
                                      write_tfrecords)
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.shardset.manifest import MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
-from transforms.verify.checks import Report, verify_in_memory
+from transforms.verify.checks import Report
+from tests.helpers import verify_in_memory
 
 
 def run_verify(capsys, *argv: str) -> tuple[int, str, str]:

@@ -15,7 +15,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from transforms.example import messages as example_proto
 from transforms.errors import ExampleError
-from transforms.example.codec import decode_example, encode_example, feature_kind
+from transforms.example.codec import decode_example
+from tests.helpers import feature_kind
+from tests.helpers import encode_example
 from transforms.example.schema import IMAGE_FEATURES, IMAGE_FORMATS, record_problems, schema_problems
 
 _PROTO = Path(__file__).resolve().parents[2] / "transforms" / "example" / "example.proto"

@@ -11,7 +11,8 @@ from tests.example.test_codec import _SMALL_HEX, _ld, _varint
 from tests.verify.test_checks import _record
 from tests.tfrecord_fixtures import image_example
 from transforms.errors import ExampleError
-from transforms.example.codec import decode_example, encode_example
+from transforms.example.codec import decode_example
+from tests.helpers import encode_example
 from transforms.example.scan import scan_example
 from transforms.verify.checks import check_record
 from transforms.verify.ranges import RangeChecker

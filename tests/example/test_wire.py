@@ -11,9 +11,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from transforms.tfrecord.framing import frame_parts, frame_record, iter_records
-from transforms.example.codec import decode_example, encode_example
-from transforms.example.wire import example_bytes, example_parts, example_size, map_entries, varint
-from transforms.images.records import image_example, image_example_parts
+from transforms.example.codec import decode_example
+from tests.helpers import encode_example
+from transforms.example.wire import example_parts, example_size, map_entries, varint
+from tests.helpers import example_bytes
+from transforms.images.records import image_example_parts
+from tests.helpers import image_example
 from transforms.images.codec import ImageInfo
 from transforms.tfrecord.shard_writer import ShardWriter
 

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from transforms.errors import ManifestError, UsageError
-from transforms.example.codec import decode_example, encode_example
+from transforms.example.codec import decode_example
+from tests.helpers import encode_example
 from transforms.example.features import (FeatureValueError, ManifestTyping, from_csv,
                                          from_json, json_type, parse_feature_flags)
 from transforms.example.schema import IMAGE_FEATURES, record_problems
@@ -23,8 +24,9 @@ from transforms.images.codec import ImageInfo
 from transforms.images.inputs import LabelRules
 from transforms.images.items import SourceImage
 from transforms.images.objects import BoxError, SourceBox, parse_objects, place_boxes, source_geometry
-from transforms.images.records import image_example, image_example_parts
-from transforms.shardset.coco import coco_entries
+from transforms.images.records import image_example_parts
+from tests.helpers import image_example
+from tests.helpers import coco_entries
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import FeatureTally, record_item
 

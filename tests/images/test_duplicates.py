@@ -7,8 +7,9 @@ import pytest
 
 from transforms.images.annotations import RecordLayout
 from transforms.images.codec import ImageInfo
-from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, copy_choice, path_bucket, same_path_choice,
-                                         same_path_choices)
+from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, path_bucket, same_path_choice,
+                                          same_path_choices)
+from tests.helpers import copy_choice
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.listing_facts import ListingFacts, ListingTally
 from transforms.images.object_classes import ObjectClasses
@@ -20,7 +21,7 @@ _INFO = ImageInfo("png", 2, 2, 3)
 
 def _meta(path: str, split: str, relpath: str | None = None, sha: str = "ab" * 32) -> ImageMeta:
     source = SourceImage(path, relpath or path.rsplit("/", 1)[-1], split, "cat")
-    return ImageMeta(source, 0, sha, _INFO, 100, 1, 0)
+    return ImageMeta(source, 0, sha, _INFO, 100, 1)
 
 
 def test_one_input_for_a_path_is_kept() -> None:

@@ -6,8 +6,9 @@ import zlib
 
 import pytest
 
-from transforms.images.folder_parts import (MAX_PARTS, NAMES_PER_PART, in_part, names_in_part, parts_for,
+from transforms.images.folder_parts import (MAX_PARTS, NAMES_PER_PART, names_in_part, parts_for,
                                             spread_large_folders)
+from tests.helpers import in_part
 from transforms.images.inputs import FolderTask
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from transforms.images.inputs import LabelRules, manifest_entries, tree_entry, unreadable_folder_entry
+from transforms.images.inputs import LabelRules, tree_entry, unreadable_folder_entry
+from tests.helpers import manifest_entries
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 

@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from transforms.images.key_ranges import KeyRange, key_between, split_keys_after
+from tests.helpers import key_range_holds
 
 
 @pytest.mark.parametrize("lo, hi", [
@@ -42,9 +43,9 @@ def _first_after(keys: list[str], probes: list[str]):
 
 
 def _sizes(keys: list[str], ranges: list[KeyRange]) -> list[int]:
-    held = [sum(1 for key in keys if r.holds(key)) for r in ranges]
+    held = [sum(1 for key in keys if key_range_holds(r, key)) for r in ranges]
     assert sum(held) == sum(1 for key in keys if key > ranges[0].after)  # each key after lo once
-    assert all(sum(r.holds(key) for r in ranges) <= 1 for key in keys)
+    assert all(sum(key_range_holds(r, key) for r in ranges) <= 1 for key in keys)
     return held
 
 

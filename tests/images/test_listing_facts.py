@@ -8,7 +8,8 @@ import pytest
 
 from transforms.archives.members import PARQUET, WEBDATASET, MemberRef
 from transforms.errors import UsageError
-from transforms.images.inputs import LabelRules, manifest_entries
+from transforms.images.inputs import LabelRules
+from tests.helpers import manifest_entries
 from transforms.images.items import SourceImage
 from transforms.images.listing_facts import ListingTally, appended_classes
 

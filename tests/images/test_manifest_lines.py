@@ -10,8 +10,9 @@ import pytest
 
 from transforms.errors import ManifestError
 from transforms.images import manifest_lines as ml
-from transforms.images.inputs import (LabelRules, TreeLevels, detect_layout, layout_of_levels, levels_of_paths,
-                                      manifest_entries, merge_levels)
+from transforms.images.inputs import LabelRules, TreeLevels, layout_of_levels, levels_of_paths, merge_levels
+from tests.helpers import detect_layout
+from tests.helpers import manifest_entries
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 

@@ -27,8 +27,8 @@ from transforms.shardset.dead_letters import DEAD_LETTERS as DEAD_LETTERS_TAG
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.choices import DEFAULT_NEAR_DUPLICATE_DISTANCE
 from transforms.images.near_duplicates import CappedBucket, HashedImage, NearPair, bucket_pairs, near_choice
-from transforms.images.perceptual import (HASH_BITS, band_widths, hamming, hash_bands, perceptual_hash,
-                                          popcount)
+from transforms.images.perceptual import HASH_BITS, band_widths, hash_bands, perceptual_hash, popcount
+from tests.helpers import hamming
 
 # Photographs of different scenes that scikit-image ships (not motorcycle_right: the same scene as
 # motorcycle_left from a second camera).
@@ -205,7 +205,7 @@ def test_a_bucket_keeps_the_same_members_whatever_order_they_arrive_in() -> None
 
 def _meta(split: str, name: str, sha: str) -> ImageMeta:
     return ImageMeta(SourceImage(f"/in/{split}/{name}", f"{split}/{name}", split, "a"), 0, sha,
-                     ImageInfo("jpeg", 8, 8, 3), 100, 1, 0)
+                     ImageInfo("jpeg", 8, 8, 3), 100, 1)
 
 
 def test_the_later_copy_is_reported_and_with_reject_dead_lettered_naming_the_nearest() -> None:

@@ -188,7 +188,7 @@ def test_malformed_exif_counts_as_no_orientation():
 
 def test_image_meta_keeps_orientation_through_pickling():
     info = ImageInfo("jpeg", 64, 48, 3, "jpeg", orientation=6, upright="jpeg_reencoded")
-    meta = ImageMeta(SourceImage("/a.jpg", "a.jpg", "train", "x"), 0, "0" * 64, info, 100, 1, 2)
+    meta = ImageMeta(SourceImage("/a.jpg", "a.jpg", "train", "x"), 0, "0" * 64, info, 100, 1)
     assert pickle.loads(pickle.dumps(meta)).info == info
 
 

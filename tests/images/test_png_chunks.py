@@ -18,9 +18,11 @@ from PIL import Image
 from tests import imagegen
 from tests.icc_fixtures import (HP_SRGB, chunk, chunks, gray_profile, iccp, png_with, png_warnings,
                                 tensorflow_decodes, with_intent)
-from transforms.images.codec import ImageInfo, first_frame_png
+from transforms.images.codec import ImageInfo
+from tests.helpers import first_frame_png
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.images.png_chunks import PNG_CHUNK_FIXES, SRGB_PROFILES, fix_png_chunks, iccp_verdict
+from transforms.images.png_chunks import PNG_CHUNK_FIXES, SRGB_PROFILES, fix_png_chunks
+from tests.helpers import iccp_verdict
 from transforms.images.records import EncodeSettings, encode_image, image_count_keys, image_counts
 from transforms.images.survey import survey_image
 from transforms.tfrecord.run_files import RunSlice
@@ -244,5 +246,5 @@ def test_fixed_records_are_counted_per_fix():
 @pytest.mark.parametrize("run", [None, RunSlice("/tmp/run-1", 10, 200)])
 def test_image_meta_keeps_its_png_fix_through_pickling(run):
     meta = ImageMeta(SourceImage("/data/a.png", "a.png", "train", "a"), 0, "ab" * 32,
-                     ImageInfo("png", 7, 13, 3, "png", png_fix="iccp_to_srgb"), 1000, 5, 0, run=run)
+                     ImageInfo("png", 7, 13, 3, "png", png_fix="iccp_to_srgb"), 1000, 5, run=run)
     assert pickle.loads(pickle.dumps(meta, pickle.HIGHEST_PROTOCOL)) == meta

@@ -24,7 +24,8 @@ from tests import imagegen
 from tests.messy_corpus import make_corpus
 from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files
 from transforms.errors import ImageError
-from transforms.images.codec import first_frame_png, inspect_image
+from transforms.images.codec import inspect_image
+from tests.helpers import first_frame_png
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.records import EncodeSettings, encode_image, passthrough_formats
 from transforms.images.tf_rule import tf_shape

@@ -2,7 +2,7 @@
 
 The exhaustive loops (every single-byte flip and every cut of a small shard
 set, plain and gzip) run the single-process reference
-``verification.verify_in_memory`` in tests/verify/test_checks.py; it is the
+``tests.helpers.verify_in_memory`` in tests/verify/test_checks.py; it is the
 same checks the verify job runs, and the job is tested equal to it there on
 one damaged set and here on a seeded random sample of flips and cuts. This
 file adds length fields that claim up to 2^64-1 bytes (checked in a fresh
@@ -23,10 +23,11 @@ import pytest
 
 from tests.reliability_support import folder_bytes
 from tests.tfrecord_fixtures import write_file, write_shard_set, write_tfrecords
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.tfrecord.framing import masked_crc32c
 from transforms.shardset.manifest import Manifest
-from transforms.verify.checks import Report, verify_in_memory
+from transforms.verify.checks import Report
+from tests.helpers import verify_in_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HUGE_LENGTHS = [2**33, 2**40, 2**63, 2**64 - 1]

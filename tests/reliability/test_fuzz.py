@@ -24,15 +24,17 @@ from tests.tfrecord_fixtures import image_example
 from transforms.images import codec as images
 from transforms.tfrecord.compression import open_decompressed
 from transforms.errors import ExampleError, ImageError, RecordError
-from transforms.example.codec import decode_example, encode_example
+from transforms.example.codec import decode_example
+from tests.helpers import encode_example
 from transforms.example.text import format_record
 from transforms.tfrecord.framing import HEADER_SIZE, frame_record, iter_records, masked_crc32c, read_record
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.images.inputs import LabelRules, manifest_entries
+from transforms.images.inputs import LabelRules
+from tests.helpers import manifest_entries
 from transforms.tfrecord.record_index import check_index
-from transforms.tfrecord.record_ranges import (ByteRange, find_record_start, read_in_ranges, read_range,
-                                              read_stream)
+from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
+from tests.helpers import read_in_ranges
 from transforms.verify.checks import check_record
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,6 +22,7 @@ from transforms.images import manifest_lines as ml
 from transforms.images.inputs import LabelRules, csv_header, decode_line, manifest_line_entries
 from transforms.shardset import coco
 from transforms.shardset.dead_letters import DeadLetter
+from tests.helpers import coco_entries
 
 _RULES = LabelRules()
 
@@ -129,6 +130,6 @@ def test_a_coco_entry_over_its_bound_is_an_error_naming_the_file(monkeypatch):
 
 def test_a_coco_box_of_numbers_json_reads_as_infinite_is_a_bad_box():
     data = _coco("1").replace(b"[1, 1, 2, 2]", b"[1e999999, 1, 2, 2]")
-    entries = list(coco.coco_entries(data.decode(), "f.json", None, _RULES))
+    entries = list(coco_entries(data.decode(), "f.json", None, _RULES))
     (dead,) = [e for e in entries if isinstance(e, DeadLetter)]
     assert dead.reason == "bad_box" and "finite" in dead.error, dead

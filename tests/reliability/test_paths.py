@@ -20,7 +20,7 @@ import pytest
 from tests.reliability_support import tree_state
 from tests.shard_fixtures import load_manifest, records, shard_files
 from tests.tfrecord_fixtures import write_shard_set, write_tfrecords
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.verify.checks import Report
 
 

@@ -17,9 +17,9 @@ import random
 import pytest
 
 from transforms.errors import RecordError
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.tfrecord.framing import OVERHEAD, frame_record
-from transforms.tfrecord.record_ranges import read_in_ranges
+from tests.helpers import read_in_ranges
 
 _MIB = 1 << 20
 # Bytes read may exceed the file's size by this constant factor, however many ranges:

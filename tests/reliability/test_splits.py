@@ -28,7 +28,7 @@ from tests.shard_fixtures import (read_set_manifest, write_set_manifest, dead_le
                                   records, run_build, shard_files, write)
 from tests.tfrecord_fixtures import image_example, write_shard_set, write_tfrecords
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
-from transforms.verify.checks import verify_in_memory
+from tests.helpers import verify_in_memory
 
 
 def run_reshard(capsys, *argv: str) -> tuple[int, str, str]:

@@ -75,7 +75,7 @@ def test_an_upload_that_gets_no_answer_names_the_endpoint_and_beams_traceback_st
 def test_a_storage_error_of_one_path_is_one_line_naming_it():
     from apache_beam.io.filesystem import BeamIOError
 
-    from beam_jobs.cli.harness import error_summary
+    from tests.helpers import error_summary
 
     no_answer = clients.S3NoAnswerError(5, "S3 gave no answer in 3 tries (X)", "s3://b/out/.staging/")
     listing = BeamIOError("List operation failed", {"s3://b/out/.staging/": no_answer})

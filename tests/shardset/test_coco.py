@@ -13,7 +13,8 @@ from transforms.images.inputs import LabelRules
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import ObjectClasses
 from transforms.shardset import coco
-from transforms.shardset.coco import coco_entries, coco_items, coco_key
+from transforms.shardset.coco import coco_items, coco_key
+from tests.helpers import coco_entries
 from transforms.shardset.dead_letters import DeadLetter
 
 _DOC = {

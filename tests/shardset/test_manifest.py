@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, ShardEntry, SplitEntry
-from transforms.shardset.shard_list import read_shard_list, shard_list_bytes, with_shard_list
+from transforms.shardset.shard_list import read_shard_list, with_shard_list
+from tests.helpers import shard_list_bytes
 
 
 def _manifest() -> Manifest:

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from transforms.errors import PlanError
 from transforms.shardset.naming import SHARD_NAME_RE, check_split_name, shard_file_name
-from transforms.shardset.planning import (BUCKET_BITS, NUM_BUCKETS, SplitTotals, bucket_of, choose_num_shards,
-                                          cut_records, lay_out_split, order_key, parse_split_fractions,
-                                          place_bucket, plan_in_memory, shard_of_offset,
+from transforms.shardset.planning import (BUCKET_BITS, NUM_BUCKETS, SplitTotals, bucket_of,
+                                          choose_num_shards, cut_records, lay_out_split, order_key,
+                                          parse_split_fractions, place_bucket, shard_of_offset,
                                           split_by_content, split_rank)
+from tests.helpers import plan_in_memory
 
 _FAST = settings(max_examples=150, deadline=None)
 KEY_BITS = 63  # order keys fit Beam's signed 64-bit integer coder

@@ -11,11 +11,12 @@ import pytest
 
 from transforms.errors import ManifestError
 from transforms.discover_images import folder_tasks
-from transforms.images.inputs import detect_layout, is_hidden
+from transforms.images.inputs import is_hidden
+from tests.helpers import detect_layout
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
 from transforms.shardset.replacing import (SplitChange, change_line, kept_built_from, replace_problem,
                                            same_inputs, split_changes, split_inputs)
-from transforms.shardset.shard_list import shard_list_bytes
+from tests.helpers import shard_list_bytes
 
 
 def _manifest(built_from=None, options_input=("photos/",), written=None, records=None) -> Manifest:

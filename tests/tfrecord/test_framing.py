@@ -13,6 +13,7 @@ import tracemalloc
 
 import pytest
 
+from tests.helpers import check_record_at
 from transforms.tfrecord import framing
 from transforms.errors import RecordError
 
@@ -377,7 +378,7 @@ def test_huge_length_via_iter_records_with_size(length: int) -> None:
 
 def test_check_record_at_finds_exactly_the_record_starts() -> None:
     blob = _file_of(_RECORDS)
-    found = {pos: framing.check_record_at(blob, pos, len(blob)) for pos in range(len(blob))}
+    found = {pos: check_record_at(blob, pos, len(blob)) for pos in range(len(blob))}
     hits = {pos: length for pos, length in found.items() if length is not None}
     assert hits == {off: len(r) for off, r in zip(_offsets_of(_RECORDS), _RECORDS)}
 
@@ -386,9 +387,9 @@ def test_check_record_at_uses_base_for_the_fit_check() -> None:
     blob = _file_of(_RECORDS)
     start = _offsets_of(_RECORDS)[2]  # b"hello" at offset 17
     window = memoryview(blob)[start - 3:]
-    assert framing.check_record_at(window, 3, len(blob), base=start - 3) == 5
+    assert check_record_at(window, 3, len(blob), base=start - 3) == 5
     # Pretending the window starts later in the file makes the record overrun the file.
-    assert framing.check_record_at(window, 3, len(blob), base=len(blob) - 20) is None
+    assert check_record_at(window, 3, len(blob), base=len(blob) - 20) is None
 
 
 @pytest.mark.parametrize(
@@ -406,7 +407,7 @@ def test_check_record_at_uses_base_for_the_fit_check() -> None:
     ],
 )
 def test_check_record_at_table(buf: bytes, pos: int, file_size: int, expected: int | None) -> None:
-    assert framing.check_record_at(buf, pos, file_size) == expected
+    assert check_record_at(buf, pos, file_size) == expected
 
 
 # --- RecordError ------------------------------------------------------------------------

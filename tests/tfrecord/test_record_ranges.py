@@ -20,9 +20,10 @@ from transforms.tfrecord import record_ranges
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError
 from transforms.tfrecord.framing import frame_record, masked_crc32c
-from transforms.tfrecord.record_index import check_index, format_index, index_name
-from transforms.tfrecord.record_ranges import (ByteRange, find_record_start, read_in_ranges, read_range,
-                                              read_stream)
+from transforms.tfrecord.record_index import check_index, index_name
+from tests.helpers import format_index
+from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
+from tests.helpers import read_in_ranges
 
 # --- Test files -------------------------------------------------------------------
 

@@ -104,5 +104,5 @@ def test_range_reader_pickles_without_its_open_files(tmp_path):
 @pytest.mark.parametrize("run", [None, RunSlice("/tmp/.staging/x/runs/a.run", 1 << 40, 123_456)])
 def test_image_meta_keeps_its_run_slice_through_pickling(run):
     meta = ImageMeta(SourceImage("/d/c/a.jpg", "c/a.jpg", "train", "c"), 1, "ab" * 32,
-                     ImageInfo("jpeg", 3, 4, 3), 123_456, 7, 9, None, (), run)
+                     ImageInfo("jpeg", 3, 4, 3), 123_456, 7, (), run)
     assert pickle.loads(pickle.dumps(meta, pickle.HIGHEST_PROTOCOL)) == meta

@@ -18,12 +18,12 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from transforms.discover_images import DiscoverImages
+from tests.helpers import discover_images_of
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.storage.listing import list_local_tree
-from transforms.images.inputs import (LabelRules, decode_manifest, is_hidden, manifest_entries, tree_entries,
-                                      unreadable_folder_entries)
+from tests.helpers import list_local_tree
+from transforms.images.inputs import LabelRules, is_hidden
+from tests.helpers import decode_manifest, manifest_entries, tree_entries, unreadable_folder_entries
 
 
 def _keep(items: list, path: str) -> None:
@@ -32,10 +32,10 @@ def _keep(items: list, path: str) -> None:
 
 
 def _discover(inputs: list[str], rules: LabelRules, range_bytes: int = 64 << 20, **listing):
-    """(entries, dead letters, classes, metrics) of DiscoverImages on ``inputs`` (``listing``: of_inputs')."""
+    """(entries, dead letters, classes, metrics) of DiscoverImages on ``inputs`` (``listing``: discover_images_of's)."""
     out = tempfile.mkdtemp(prefix="discover_")
     p = TestPipeline()
-    listed = p | DiscoverImages.of_inputs(inputs, rules, range_bytes=range_bytes, **listing)
+    listed = p | discover_images_of(inputs, rules, range_bytes=range_bytes, **listing)
     for name, kind in (("main", SourceImage), ("dead", DeadLetter), ("classes", str)):
         (listed
          | f"Only{name}" >> beam.Filter(lambda entry, kind=kind: isinstance(entry, kind))
@@ -157,7 +157,7 @@ def test_a_huge_folder_is_listed_in_parts_each_file_once(tmp_path, monkeypatch) 
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    tasks = DiscoverImages.of_inputs([str(root)], LabelRules(), names_per_part=4)._tasks
+    tasks = discover_images_of([str(root)], LabelRules(), names_per_part=4)._tasks
     cat = [t for t in tasks if t.folder == str(root / "cat")]
     assert [(t.part, t.parts) for t in cat] == [(i, 7) for i in range(7)]  # 26 files, 4 a part
     assert [(t.part, t.parts) for t in tasks if t.folder == str(root / "dog")] == [(0, 1)]
@@ -175,7 +175,7 @@ def test_folders_of_up_to_names_per_part_files_are_one_task_each(tmp_path) -> No
     root = tmp_path / "in"
     for i in range(4):
         _touch(root, f"cat/{i}.jpg")
-    tasks = DiscoverImages.of_inputs([str(root)], LabelRules(), names_per_part=4)._tasks
+    tasks = discover_images_of([str(root)], LabelRules(), names_per_part=4)._tasks
     assert [(t.folder, t.part, t.parts) for t in tasks] == [(str(root), 0, 1), (str(root / "cat"), 0, 1)]
 
 
@@ -187,12 +187,12 @@ def test_a_folder_listed_in_parts_adds_no_step(tmp_path) -> None:
 
     def labels(**listing) -> list[str]:
         p = beam.Pipeline()
-        _ = p | "Discover" >> DiscoverImages.of_inputs([str(root)], LabelRules(), **listing)
+        _ = p | "Discover" >> discover_images_of([str(root)], LabelRules(), **listing)
         return sorted(p.to_runner_api().components.transforms[t].unique_name
                       for t in p.to_runner_api().components.transforms)
 
     assert labels(names_per_part=2) == labels()
-    assert len(DiscoverImages.of_inputs([str(root)], LabelRules(), names_per_part=2)._tasks) == 1 + 4
+    assert len(discover_images_of([str(root)], LabelRules(), names_per_part=2)._tasks) == 1 + 4
 
 
 def test_each_class_folder_is_an_element_of_its_own(tmp_path) -> None:
@@ -235,7 +235,7 @@ def test_the_layout_is_found_without_listing_a_class_folder_whole(tmp_path, monk
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    tasks = DiscoverImages.of_inputs([str(root)], LabelRules())._tasks
+    tasks = discover_images_of([str(root)], LabelRules())._tasks
     assert sorted((t.folder, t.below, t.layout) for t in tasks) == [
         (str(root), False, "classes"), (str(root / "rose"), True, "classes"),
         (str(root / "tulip"), True, "classes")]

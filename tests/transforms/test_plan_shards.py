@@ -13,7 +13,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.errors import PlanError
 from transforms.plan_shards import ASSIGNED, METRICS_NAMESPACE, TOTALS, PlanShards
-from transforms.shardset.planning import bucket_of, order_key, plan_in_memory
+from transforms.shardset.planning import bucket_of, order_key
+from tests.helpers import plan_in_memory
 
 
 def _items(count: int, seed: int, split: str):

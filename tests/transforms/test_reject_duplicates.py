@@ -10,8 +10,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.images.codec import ImageInfo
-from transforms.images.duplicates import (CopyTally, PublishedCopy, copy_choice, copy_choice_key,
-                                         copy_letter)
+from transforms.images.duplicates import CopyTally, PublishedCopy, copy_choice_key, copy_letter
+from tests.helpers import copy_choice
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
@@ -21,7 +21,7 @@ _SPLITS = ("train", "test", "validation", "extra")
 
 
 def _meta(path: str, split: str, sha: str = "ab" * 32) -> ImageMeta:
-    return ImageMeta(SourceImage(path, path.rsplit("/", 1)[-1], split, "cat"), 0, sha, _INFO, 100, 1, 0)
+    return ImageMeta(SourceImage(path, path.rsplit("/", 1)[-1], split, "cat"), 0, sha, _INFO, 100, 1)
 
 
 def _copies(seed: int, count: int, published: int) -> list:

@@ -9,8 +9,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.example.codec import encode_example
-from transforms.reshard_steps import CollectClassNames, CollectFeatureSpec, CollectRecordFacts
+from tests.helpers import encode_example
+from transforms.reshard_steps import CollectRecordFacts
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.record_items import (FeatureTally, RecordFacts, RecordTally, label_pairs,
                                               labels_from_pairs, record_item)
@@ -104,15 +104,3 @@ def test_collect_record_facts_counts_dead_letters_even_without_records(name: str
         facts = (p | "Items" >> beam.Create(_items(datas))
                  | CollectRecordFacts(p | "Dead" >> beam.Create(dead)))
         assert_that(facts, equal_to([_expected(datas).with_dead_letters(2)]))
-
-
-def test_class_names_and_feature_spec_alone_keep_their_defaults() -> None:
-    datas = _CASES["consistent"]
-    with TestPipeline() as p:
-        items = p | "Items" >> beam.Create(_items(datas))
-        nothing = p | "Nothing" >> beam.Create([])
-        assert_that(items | "Names" >> CollectClassNames(), equal_to([["cat", "dog", "emu"]]), label="Names")
-        assert_that(items | "Spec" >> CollectFeatureSpec(), equal_to([_expected(datas).feature_spec]),
-                    label="Spec")
-        assert_that(nothing | "NoNames" >> CollectClassNames(), equal_to([[]]), label="NoNames")
-        assert_that(nothing | "NoSpec" >> CollectFeatureSpec(), equal_to([{}]), label="NoSpec")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import random
@@ -62,14 +63,25 @@ def _keep(item, run: int, kind: str) -> None:
     _EMITTED.setdefault((run, kind), []).append(item)
 
 
-def _inspect_in_pipeline(sources, threads: int):
+@pytest.fixture
+def staging(tmp_path) -> tuple[str, str, None]:
+    """Where InspectImages writes each record's run file: ``(output folder, run id, --staging_dir)``."""
+    return str(tmp_path / "out"), "run", None
+
+
+def _unstaged(meta: ImageMeta) -> ImageMeta:
+    """The metadata but where its record was staged (run files are named by bundle)."""
+    return dataclasses.replace(meta, run=None)
+
+
+def _inspect_in_pipeline(sources, threads: int, staging: tuple[str, str, None]):
     """(ImageMeta list, DeadLetter list, counters) of InspectImages over ``sources``."""
     run = len(_EMITTED) + threads * 1000
     p = TestPipeline()
     labels = p | "Labels" >> beam.Create([_LABELS])
     out = (p | beam.Create(sources)
            | InspectImages(EncodeSettings(), 7, beam.pvalue.AsSingleton(labels),
-                           max_bytes=_MAX_BYTES, threads=threads))
+                           max_bytes=_MAX_BYTES, threads=threads, staging=staging))
     out.main | "KeepMetas" >> beam.Map(_keep, run, "metas")
     out[DEAD_LETTERS] | "KeepDead" >> beam.Map(_keep, run, "dead")
     result = p.run()
@@ -79,12 +91,14 @@ def _inspect_in_pipeline(sources, threads: int):
     return _EMITTED.pop((run, "metas"), []), _EMITTED.pop((run, "dead"), []), counters
 
 
-def test_threads_give_the_same_outputs_dead_letters_and_counters(corpus):
+def test_threads_give_the_same_outputs_dead_letters_and_counters(corpus, staging):
     root, sources, expected = corpus
-    one = _inspect_in_pipeline(sources, threads=1)
+    one = _inspect_in_pipeline(sources, threads=1, staging=staging)
+    assert all(meta.run is not None for meta in one[0])  # every record staged
     for threads in (2, 3):
-        many = _inspect_in_pipeline(sources, threads=threads)
-        assert sorted(many[0], key=lambda m: m.source.path) == sorted(one[0], key=lambda m: m.source.path)
+        many = _inspect_in_pipeline(sources, threads=threads, staging=staging)
+        assert (sorted(map(_unstaged, many[0]), key=lambda m: m.source.path)
+                == sorted(map(_unstaged, one[0]), key=lambda m: m.source.path))
         assert sorted(many[1], key=lambda d: d.path) == sorted(one[1], key=lambda d: d.path)
         assert many[2] == one[2]
     metas, dead, counters = one
@@ -115,7 +129,7 @@ class _Lifecycle:
         return [o.value if isinstance(o, WindowedValue) else o.value.value for o in self.emitted]
 
 
-def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monkeypatch):
+def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, staging, monkeypatch):
     _, sources, _ = corpus
     good = [s for s in sources if s.relpath.endswith("_000.jpg")]
     threads_seen = set()
@@ -128,7 +142,7 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monk
         return real(data, settings)
 
     monkeypatch.setattr(inspection, "encode_image", encode)
-    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, threads=2))
+    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, staging=staging, threads=2))
     for source in good:
         run.process(source)
     outputs = run.finish()
@@ -137,9 +151,9 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, monk
     assert outputs[1] == DeadLetter(good[1].path, "decode_error", "the fake decoder refused it")
 
 
-def test_finish_bundle_emits_every_input_in_its_window(corpus):
+def test_finish_bundle_emits_every_input_in_its_window(corpus, staging):
     _, sources, _ = corpus
-    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, max_bytes=_MAX_BYTES, threads=3))
+    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, staging=staging, max_bytes=_MAX_BYTES, threads=3))
     for source in sources:
         run.process(source)
     in_process = len(run.emitted)
@@ -186,10 +200,10 @@ class _LazyFuture:
         return None
 
 
-def test_inspect_keeps_at_most_two_images_per_thread_in_flight(corpus):
+def test_inspect_keeps_at_most_two_images_per_thread_in_flight(corpus, staging):
     _, sources, _ = corpus
     threads = 3
-    fn = _InspectImageFn(EncodeSettings(), 7, max_bytes=_MAX_BYTES, threads=threads)
+    fn = _InspectImageFn(EncodeSettings(), 7, staging=staging, max_bytes=_MAX_BYTES, threads=threads)
     run = _Lifecycle(fn)
     fn._pool.shutdown()
     fn._pool = lazy = _LazyPool()  # nothing finishes unless the step waits for it
@@ -203,7 +217,7 @@ def test_inspect_keeps_at_most_two_images_per_thread_in_flight(corpus):
     assert len(run.finish()) == len(sources) == lazy.submitted
 
 
-def test_inspect_reads_on_as_many_threads_as_asked(corpus, monkeypatch):
+def test_inspect_reads_on_as_many_threads_as_asked(corpus, staging, monkeypatch):
     _, sources, _ = corpus
     threads = 2
     both_reading = threading.Barrier(threads, timeout=60)  # a guard against a hang, never waited out
@@ -226,7 +240,7 @@ def test_inspect_reads_on_as_many_threads_as_asked(corpus, monkeypatch):
                 state["reading"] -= 1
 
     monkeypatch.setattr(inspect_images, "read_source", read)
-    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, max_bytes=_MAX_BYTES, threads=threads))
+    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, staging=staging, max_bytes=_MAX_BYTES, threads=threads))
     readable = [s for s in sources if not s.relpath.startswith(("lily/", "rose/gone"))]
     for source in readable:
         run.process(source)

@@ -15,13 +15,14 @@ import random
 import pytest
 
 from tests.tfrecord_fixtures import ShardSet, image_bytes, image_example, write_shard_set
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.tfrecord.framing import frame_record
 from transforms.shardset.manifest import ShardEntry, SplitEntry
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.verify.checks import (PROBLEM_KINDS, Problem, Report, ShardTally, check_record,
                                       duplicate_key_problems, index_problems, listing_problems,
-                                      shard_problems, verify_in_memory)
+                                      shard_problems)
+from tests.helpers import verify_in_memory
 
 
 def _files(folder: str) -> dict[str, bytes]:

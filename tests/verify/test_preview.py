@@ -9,7 +9,8 @@ from PIL import Image
 
 from tests.tfrecord_fixtures import image_bytes, image_example
 from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample, render_preview
-from transforms.example.codec import decode_example, encode_example
+from transforms.example.codec import decode_example
+from tests.helpers import encode_example
 
 
 def _features(label: int, fmt: str = "png"):

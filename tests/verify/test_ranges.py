@@ -7,7 +7,7 @@ from collections import defaultdict
 import pytest
 
 from tests.verify.test_checks import _record
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.shardset.manifest import ShardEntry
 from transforms.verify.checks import ShardTally, check_record, duplicate_key_problems, shard_problems
 from transforms.verify.ranges import (KEY_BUCKETS, KEY_GROUP, SHARD_GROUP, RangeChecker, bucket_duplicates,

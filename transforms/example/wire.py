@@ -1,11 +1,10 @@
 """The one encoder of ``tf.train.Example`` bytes: protobuf wire format written directly.
 
 Pure code. Every record the tools write is encoded here, as protobuf's
-deterministic serialization writes it (tests compare the bytes with
-``codec.encode_example``, which goes through protobuf's own messages):
+deterministic serialization writes it (tests compare the bytes with those of
+protobuf's own messages):
 
 - ``feature_entry`` and ``map_entry``: one ``Features.feature`` map entry;
-- ``example_bytes``: a whole Example from its features;
 - ``example_parts`` and ``example_size``: an Example with one large bytes
   value left out, as the bytes before and after it (so that a writer never
   copies, say, an image into a joined record), and its size from the value's
@@ -26,7 +25,7 @@ import struct
 from typing import Mapping, NamedTuple, Sequence, Union
 
 __all__ = ["FeatureValues", "EntryValue", "varint", "feature_entry", "map_entry", "map_entries", "key_order",
-           "example_bytes", "example_parts", "example_size"]
+           "example_parts", "example_size"]
 
 _INT64_MASK = 0xFFFFFFFFFFFFFFFF
 _BYTES_LIST, _FLOAT_LIST, _INT64_LIST = 0x0A, 0x12, 0x1A  # Feature's fields, length-delimited
@@ -120,12 +119,6 @@ def map_entries(features: Mapping[str, EntryValue]) -> bytes:
     return b"".join(map_entry(name, features[name]) for name in sorted(features, key=key_order))
 
 
-def example_bytes(features: Mapping[str, EntryValue]) -> bytes:
-    """The serialized ``tf.train.Example`` of ``features`` (empty bytes for no features)."""
-    entries = map_entries(features)
-    return b"".join((bytes((_ONE,)), varint(len(entries)), entries)) if entries else b""
-
-
 def _bytes_entry_head(name: str, value_len: int) -> bytes:
     """The bytes of the map entry ``name -> [one bytes value]`` before a value of ``value_len`` bytes."""
     value = bytes((_ONE,)) + varint(value_len)  # BytesList.value[0]
@@ -145,7 +138,7 @@ def _entries_around(others: Mapping[str, EntryValue], name: str) -> tuple[bytes,
 
 
 def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -> tuple[bytes, bytes]:
-    """``(head, tail)`` with ``head + value + tail == example_bytes({**others, name: value})``.
+    """``(head, tail)``: ``head + value + tail`` is the serialized Example of ``{**others, name: value}``.
 
     ``value`` is a single bytes value of ``value_len`` bytes, left out of the
     parts. Map entries are written sorted by key, so the entries before
@@ -159,7 +152,7 @@ def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -
 
 
 def example_size(others: Mapping[str, EntryValue], name: str, value_len: int) -> int:
-    """``len(example_bytes({**others, name: value}))`` for a bytes ``value`` of ``value_len`` bytes."""
+    """The size of the serialized Example of ``{**others, name: value}``, ``value`` of ``value_len`` bytes."""
     before, after = _entries_around(others, name)
     features_len = len(before) + len(_bytes_entry_head(name, value_len)) + value_len + len(after)
     return 1 + len(varint(features_len)) + features_len

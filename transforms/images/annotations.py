@@ -298,7 +298,7 @@ def build_sidecars(manifest, name: str | None = None) -> dict[str, bytes | None]
     tensorflow-datasets' metadata (``tfds_metadata.tfds_files``), and
     ``label_map.pbtxt`` of the object classes when records carry boxes and
     every id is 1 or more; None for a file this set does not have (see
-    ``shard_sink.publish_shards``).
+    ``shard_sink.PublishShards``).
 
     Args:
         manifest: The ``shardset.manifest.Manifest`` about to be written.

@@ -10,9 +10,9 @@ Policies (also in docs/images.md):
   raised from the header alone, before any pixel is allocated.
 - Animated images (GIF, WebP, APNG): ``passthrough`` keeps every frame;
   ``tf`` (converted to PNG), ``reencode`` and ``raw`` use the first frame.
-- ``first_frame_png`` converts without changing pixel values where PNG can
-  hold them; ``upright_first_frame_png`` also turns them upright for their
-  EXIF orientation (``tf`` mode's ``--exif_orientation apply``).
+- ``upright_first_frame_png`` converts without changing pixel values where PNG
+  can hold them, and turns them upright for their EXIF orientation if asked
+  (``tf`` mode's ``--exif_orientation apply``).
 - ``reencode``/``raw`` apply the EXIF orientation, scale 16-bit images to 8 bits
   (not clip), and composite transparent images over white.
 """
@@ -37,8 +37,7 @@ _F = TypeVar("_F", bound=Callable)
 
 __all__ = [
     "VALIDATE_LEVELS", "RESIZE_MODES", "resized", "HEAD_BYTES", "ImageInfo", "inspect_image", "could_be_image", "has_image_magic",
-    "reencode_image", "raw_pixels", "channels_of", "decode_size", "decode_rgb", "first_frame_png",
-    "upright_first_frame_png",
+    "reencode_image", "raw_pixels", "channels_of", "decode_size", "decode_rgb", "upright_first_frame_png",
 ]
 
 # How much of a file is read to decide whether it may be an image before the rest is read.
@@ -323,19 +322,6 @@ def _png_writable(img: Image.Image) -> Image.Image:
         target = _PNG_MODES[img.mode]
         return img if target is None else img.convert(target)
     return img.convert("RGBA" if "A" in img.getbands() else "RGB")
-
-
-@_naming_library_messages
-def first_frame_png(data: bytes) -> bytes:
-    """Converts an image's first frame to PNG, keeping its pixel values (see ``upright_first_frame_png``).
-
-    The pixels are as Pillow decodes them: not turned for an EXIF orientation
-    (but a TIFF's, which Pillow's TIFF decoder applies itself).
-
-    Raises:
-        ImageError: The source cannot be decoded.
-    """
-    return upright_first_frame_png(data, upright=False)[0]
 
 
 @_naming_library_messages

@@ -7,14 +7,13 @@
   (``planning.split_rank``), then with the smallest relative path, is kept;
   the others are ``duplicate_image`` (same split) or ``cross_split_duplicate``
   dead letters. A copy already published in a split the run keeps wins over
-  every copy of the run (``copy_choice``).
+  every copy of the run (``CopyTally.choice``).
 
 A build decides among the copies of an image without holding them: a
 ``CopyTally`` (the best copy so far, the copies counted, the splits it is
 published in) is added to and merged copy by copy (a combine), its
 ``CopyChoice`` says which copy stays, and each copy's dead letter is then
-made from the choice alone (``copy_letter``). ``copy_choice`` is the same
-rule over a list. The images that have copies to reject are few; a copy
+made from the choice alone (``copy_letter``). The images that have copies to reject are few; a copy
 looks its image's choice up only when its key (``copy_choice_key``) is among
 theirs (``ChosenImages``), so an image with one copy costs no lookup.
 """
@@ -33,7 +32,7 @@ from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter, in_app
 from transforms.shardset.planning import split_rank
 
 __all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "IN_APPENDED_SET",
-           "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice", "same_path_choice", "copy_choice", "copy_letter",
+           "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice", "same_path_choice", "copy_letter",
            "in_appended_set", "copy_choice_key", "ChosenImages"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
@@ -231,29 +230,6 @@ def copy_letter(copy: ImageMeta | CopyRef, choice: CopyChoice) -> DeadLetter | N
         f"{same}: this copy is in split {meta.split!r}, that one in split "
         f"{choice.split!r}; an image belongs to one split only, and "
         f"{choice.split!r} keeps it (test, validation, val, other splits, train)")
-
-
-def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
-                written: Sequence[str] | None = None,
-                appending: bool = False) -> tuple[ImageMeta | None, list[DeadLetter]]:
-    """The copies of one image's bytes -> the copy kept (``_copy_rank``), or None; a dead letter for each other.
-
-    A copy published in a split this run does not write (``written``: the
-    splits this run has images in), which publishing keeps, wins over every
-    copy of this run: they are ``cross_split_duplicate`` dead letters.
-    Appending (``appending``), a published copy in any split wins: every copy
-    of this run is a ``duplicate_image`` dead letter.
-    """
-    values = list(values)
-    tally = CopyTally()
-    for value in values:
-        tally = tally.add(value)
-    choice = tally.choice(written, appending)
-    if choice is None:
-        return None, []
-    metas = sorted((v for v in values if not isinstance(v, PublishedCopy)), key=_copy_rank)
-    dead = [letter for letter in (copy_letter(meta, choice) for meta in metas) if letter is not None]
-    return tally.kept(written, appending), dead
 
 
 def copy_choice_key(sha256: str) -> int:

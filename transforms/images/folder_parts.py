@@ -6,7 +6,8 @@ the files below each folder it will list (``storage.listing.count_local_files``,
 stopping at ``NAMES_PER_PART * MAX_PARTS``); a folder with more than
 ``NAMES_PER_PART`` files becomes ``parts_for(count)`` tasks of the same
 folder, and the task of part ``i`` keeps the paths whose CRC-32 modulo the
-number of parts is ``i`` (``in_part``; a path relative to the folder
+number of parts is ``i`` (a path relative to the folder listed; a name that
+is not UTF-8, lone surrogates from ``os.listdir``, hashes its bytes as
 listed). Every task walks the whole folder (a name costs a ``scandir`` entry
 and a CRC there, ``names_in_part``), but only its own names are stat-ed,
 labelled and passed on, so the work after the walk is spread over
@@ -25,7 +26,7 @@ from typing import Callable, Iterable
 
 from transforms.images.inputs import FolderTask
 
-__all__ = ["NAMES_PER_PART", "MAX_PARTS", "parts_for", "in_part", "names_in_part", "spread_large_folders"]
+__all__ = ["NAMES_PER_PART", "MAX_PARTS", "parts_for", "names_in_part", "spread_large_folders"]
 
 # Files below one folder that one task lists and labels; a folder with more is listed in parts.
 NAMES_PER_PART = 250_000
@@ -45,22 +46,13 @@ def parts_for(count: int, names_per_part: int = NAMES_PER_PART, max_parts: int =
     return max(1, min(max_parts, -(-count // names_per_part)))
 
 
-def in_part(path: str, part: int, parts: int) -> bool:
-    """True if ``path`` (relative to the folder listed) is listed by part ``part`` of ``parts``.
-
-    The part of a path is the CRC-32 of its UTF-8 bytes modulo ``parts``; a
-    name that is not UTF-8 (lone surrogates from ``os.listdir``) hashes its
-    bytes as listed.
-    """
-    return parts == 1 or zlib.crc32(path.encode("utf-8", "surrogateescape")) % parts == part
-
-
 def names_in_part(part: int, parts: int) -> Callable[[bytes], Callable[[bytes], bool]]:
-    """``in_part`` for a walk (``storage.listing.walk_local_tree``'s ``keep``): folder -> test of a name.
+    """Whether a path is in part ``part`` of ``parts``, for a walk (``storage.listing.walk_local_tree``'s ``keep``).
 
-    ``folder`` is relative to the folder listed (``b""`` for itself), so the
-    test of ``name`` is ``in_part`` of ``folder/name``; the folder's CRC is
-    taken once and continued with each name.
+    Returns folder -> test of a name. ``folder`` is relative to the folder
+    listed (``b""`` for itself), so the test of ``name`` is whether the CRC-32
+    of ``folder/name`` modulo ``parts`` is ``part``; the folder's CRC is taken
+    once and continued with each name.
     """
     def in_folder(folder: bytes) -> Callable[[bytes], bool]:
         crc = zlib.crc32(folder + b"/") if folder else 0

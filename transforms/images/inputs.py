@@ -32,9 +32,9 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
 __all__ = ["KNOWN_SPLITS", "LAYOUTS", "COCO_IDS", "LabelRules", "TreeLevels", "merge_levels", "levels_of_paths",
-           "layout_of_levels", "detect_layout", "tree_entry", "tree_entries", "unreadable_folder_entry",
-           "unreadable_folder_entries", "manifest_entries", "manifest_line_entries", "csv_header",
-           "decode_line", "decode_manifest", "check_manifest_head",
+           "layout_of_levels", "tree_entry", "unreadable_folder_entry",
+           "manifest_line_entries", "csv_header",
+           "decode_line", "check_manifest_head",
            "check_label", "is_hidden", "is_manifest_path", "shown_name"]
 
 KNOWN_SPLITS = ("train", "validation", "val", "test")
@@ -206,7 +206,7 @@ class FolderTask:
         layout: ``classes`` or ``splits``; None: the worker lists the whole
             input and decides its layout from every path (``levels_of_paths``).
         part: Which of ``parts`` this task lists: the files whose paths hash to it
-            (``folder_parts.in_part``).
+            (``folder_parts.names_in_part``).
         parts: How many tasks list ``folder`` (``folder_parts``); 1 for all but
             huge local folders.
     """
@@ -315,11 +315,6 @@ def layout_of_levels(levels: TreeLevels) -> str:
     return "classes"
 
 
-def detect_layout(relpaths: Sequence[str]) -> str:
-    """``layout_of_levels`` of the levels the relative paths of a folder's files show."""
-    return layout_of_levels(levels_of_paths(relpaths))
-
-
 def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceImage | DeadLetter:
     """Resolves one file listed under a folder input.
 
@@ -364,21 +359,6 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
     return SourceImage(path=path, relpath=rel, split=split or rules.unsplit(), label=label)
 
 
-def tree_entries(root: str, relpaths: Iterable[str], rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
-    """Resolves every file listed under a folder input (``tree_entry`` of each, in path order).
-
-    Args:
-        root: The folder as given (local path or URI).
-        relpaths: Paths of the files under it, relative, ``/``-separated,
-            hidden files already removed.
-        rules: Labelling rules.
-    """
-    relpaths = sorted(relpaths)
-    layout = rules.layout if rules.layout != "auto" else detect_layout(relpaths)
-    for rel in relpaths:
-        yield tree_entry(root, rel, layout, rules)
-
-
 def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
                             rules: LabelRules) -> tuple[DeadLetter, str | None]:
     """Resolves one folder a listing could not read.
@@ -411,23 +391,6 @@ def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
     if label is not None and (check_label(label) or _UNDECODED.search(label)):
         label = None
     return dead, label
-
-
-def unreadable_folder_entries(root: str, folders: Iterable[tuple[str, str]], relpaths: Sequence[str],
-                              rules: LabelRules) -> Iterator[tuple[DeadLetter, str | None]]:
-    """``unreadable_folder_entry`` of each ``(relative folder, why)``, the layout detected from ``relpaths``."""
-    layout = rules.layout if rules.layout != "auto" else detect_layout(sorted(relpaths))
-    for rel, why in folders:
-        yield unreadable_folder_entry(root, rel, why, layout, rules)
-
-
-def decode_manifest(data: bytes) -> str:
-    """An input manifest's bytes as text; bytes that are not UTF-8 are kept as lone surrogates.
-
-    ``manifest_entries`` turns each row holding one into a ``bad_manifest_row``
-    dead letter, so one bad byte costs one row, not the job.
-    """
-    return data.decode("utf-8-sig", errors="surrogateescape")
 
 
 def _csv_header_problem(fields: Sequence[str]) -> str | None:
@@ -556,32 +519,6 @@ def _jsonl_row(line: str) -> tuple[Mapping | None, str] | None:
            for key in ("path", "label", "split")):
         return None, f"line holds a lone surrogate escape: {shown_name(line)[:200]!r}"
     return row, ""
-
-
-def _text_lines(text: str, manifest: str) -> list[str]:
-    """A whole manifest's lines, broken as ``manifest_lines`` breaks them."""
-    if manifest.lower().endswith(".jsonl"):
-        return text.split("\n")
-    return re.split("\r\n|\r|\n", text)
-
-
-def manifest_entries(text: str, manifest: str, rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
-    """Resolves every row of an input manifest held whole (``manifest_line_entries`` of its lines).
-
-    Args:
-        text: The manifest's content (``decode_manifest`` of its bytes).
-        manifest: Path or URI of the manifest (for resolving and for errors).
-        rules: Labelling rules (split of rows without a ``split``).
-    """
-    lines = _text_lines(text, manifest)
-    if manifest.lower().endswith(".jsonl"):
-        yield from manifest_line_entries(enumerate(lines, start=1), manifest, rules)
-        return
-    fields, problem = csv_header(lines[0])
-    if problem:
-        yield DeadLetter(f"{manifest}:1", "bad_manifest_row", problem)
-        return
-    yield from manifest_line_entries(enumerate(lines[1:], start=2), manifest, rules, fields)
 
 
 def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str, rules: LabelRules,

@@ -1,7 +1,7 @@
 """Inspecting one input image once its bytes are read: checked, encoded, measured, placed in a split.
 
-``inspect_image`` gives the input's ``ImageMeta`` (and, for a build that
-stages records, the pieces of its record), or the ``DeadLetter`` saying why
+``inspect_image`` gives the input's ``ImageMeta`` and the pieces of its
+record (for the run file), or the ``DeadLetter`` saying why
 it is rejected. It takes the bytes; reading them is the caller's.
 """
 
@@ -11,8 +11,6 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Mapping
-
-import crc32c
 
 from transforms.errors import ImageError
 from transforms.example.features import FeatureValueError
@@ -47,7 +45,7 @@ def unknown_label(source: SourceImage, index_of: Mapping[str, int]) -> DeadLette
 
 def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int], layout: RecordLayout | None,
                   settings: EncodeSettings, seed: int, fractions: Mapping[str, float],
-                  staged: bool, hashed: bool = False) -> Inspected:
+                  hashed: bool = False) -> Inspected:
     """Inspects one input whose bytes are ``data``.
 
     An input whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
@@ -61,9 +59,6 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
         settings: Image options of the build.
         seed: Shuffle seed for the order key.
         fractions: Split name -> fraction (``--split_fractions``).
-        staged: The record goes to a run file: its pieces come with the
-            result, and the metadata carries neither the stored image nor the
-            source's CRC32C (only a re-read checks it).
         hashed: The metadata carries the perceptual hash of the pixels
             (``perceptual.perceptual_hash``; None for pixels that do not
             decode), for the near-duplicate check.
@@ -96,6 +91,5 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
         source=source, label_index=index, sha256=digest.hex(), info=info,
         record_size=framed_size(len(head) + len(stored) + len(tail)),
         order_key=order_key(seed, digest),
-        source_crc32c=0 if staged else crc32c.crc32c(data),  # only a re-read checks it
-        payload=None if stored is data or staged else stored, extra=extra, phash=phash), len(data),
-        (head, stored, tail) if staged else None)
+        extra=extra, phash=phash), len(data),
+        (head, stored, tail))

@@ -29,10 +29,6 @@ class KeyRange(NamedTuple):
     after: str | None
     until: str | None
 
-    def holds(self, key: str) -> bool:
-        """True if ``key`` lies in this range."""
-        return (self.after is None or key > self.after) and (self.until is None or key <= self.until)
-
 
 def _end_of(code: int) -> int:
     """The code point past which a bisection with no upper bound looks first: ASCII, else all of Unicode."""

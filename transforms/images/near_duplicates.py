@@ -12,7 +12,7 @@ Only images in different splits are compared.
 Of a pair, the copy in the split that ranks first (``planning.split_rank``:
 test, validation, val, other splits, train), then with the smaller relative
 path, keeps the image: the other is the later copy, as for identical bytes
-(``duplicates.copy_choice``). ``near_choice`` decides, for the copy of an
+(``duplicates.CopyTally``). ``near_choice`` decides, for the copy of an
 image's bytes that the exact-duplicate check keeps, which pairs name it as
 the later copy; with ``reject`` it becomes a ``cross_split_near_duplicate``
 dead letter.

@@ -14,7 +14,7 @@ apply`` (the default), ``tf`` mode stores such images upright:
   lossless. Its ICC profile and its other EXIF tags are kept; the orientation
   tag is removed.
 - any other image (and a CMYK JPEG) is stored as a PNG of its first frame,
-  turned upright: lossless (``codec.first_frame_png``).
+  turned upright: lossless (``codec.upright_first_frame_png``).
 
 ``--exif_orientation keep`` stores the bytes as they are and writes the
 orientation in ``image/orientation`` instead.

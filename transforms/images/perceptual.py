@@ -25,8 +25,7 @@ from PIL import Image
 from transforms.errors import ImageError
 from transforms.images.choices import MAX_NEAR_DUPLICATE_DISTANCE
 
-__all__ = ["HASH_BITS", "HASH_SIDE", "DRAFT_SIDE", "MAX_DISTANCE", "perceptual_hash", "hamming",
-           "band_widths", "hash_bands", "popcount"]
+__all__ = ["HASH_BITS", "HASH_SIDE", "DRAFT_SIDE", "MAX_DISTANCE", "perceptual_hash", "band_widths", "hash_bands", "popcount"]
 
 HASH_BITS = 64
 HASH_SIDE = 32  # the greyscale image the DCT reads
@@ -85,11 +84,6 @@ def perceptual_hash(data: bytes) -> int:
     coefficients = (_DCT @ pixels @ _DCT.T).ravel()
     bits = coefficients > np.median(coefficients)
     return int(np.sum(_BIT_WEIGHTS[bits], dtype=np.uint64))
-
-
-def hamming(a: int, b: int) -> int:
-    """How many bits two hashes differ in."""
-    return bin(a ^ b).count("1")
 
 
 _BYTE_COUNTS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)

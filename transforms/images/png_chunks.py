@@ -45,7 +45,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["PNG_CHUNK_FIXES", "SrgbProfile", "SRGB_PROFILES", "fix_png_chunks", "iccp_verdict"]
+__all__ = ["PNG_CHUNK_FIXES", "SrgbProfile", "SRGB_PROFILES", "fix_png_chunks"]
 
 # Fix name (as counted in the manifest's ``images.png_chunks_fixed``) -> what it does.
 PNG_CHUNK_FIXES = {
@@ -168,18 +168,6 @@ class _Inflater:
             return None
         self._pending = self._zlib.unconsumed_tail
         return out if len(out) == size else None
-
-
-def iccp_verdict(body: bytes, color_type: int) -> tuple[str, SrgbProfile | None]:
-    """What libpng makes of an ``iCCP`` chunk's data in a PNG of ``color_type``.
-
-    Returns:
-        ``(rejected, profile)``: why libpng refuses the profile (as it words
-        it; "" when it accepts it), and the ``SRGB_PROFILES`` entry the profile
-        is (None when it is none, or is refused).
-    """
-    verdict = _iccp_verdict(body, color_type)
-    return verdict.rejected, verdict.profile
 
 
 def _iccp_verdict(body: bytes, color_type: int) -> _Verdict:

@@ -2,9 +2,9 @@
 
 Pure code. ``EncodeSettings`` holds the image options of the build job;
 ``encode_image`` makes the stored image bytes from the source bytes, and
-``image_example`` the ``tf.train.Example`` around them; ``image_example_parts``
-gives the same record as the bytes before and after the image, so that a
-writer never copies the image into a record.
+``image_example_parts`` the ``tf.train.Example`` around them, as the bytes
+before and after the image, so that a writer never copies the image into a
+record.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from transforms.images.orientation import EXIF_ORIENTATION_MODES, ORIENTATION_FE
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.tf_rule import tf_shape
 
-__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example", "image_example_parts",
+__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example_parts",
            "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
            "with_png_chunks_fixed", "orientation_spec", "orientation_extra"]
 
@@ -224,17 +224,6 @@ def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, di
     return {name: dict(sorted(by_format.items())) for name, by_format in out.items()}
 
 
-def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: str,
-                  filename: str, sha256_hex: str, extra: tuple = ()) -> bytes:
-    """Returns the serialized ``tf.train.Example`` of one image (docs/output.md, "Example schema").
-
-    ``extra`` holds ``(name, kind, values)`` of further keys (or of the class
-    keys as lists, for multi-label records).
-    """
-    head, tail = image_example_parts(image, info, label_index, label_text, filename, sha256_hex, extra)
-    return b"".join((head, image, tail))
-
-
 def _described(info: ImageInfo, label_index: int, label_text: str, filename: str,
                sha256_hex: str, extra: tuple = ()) -> dict[str, EntryValue]:
     """Every feature of an image record but ``image/encoded``."""
@@ -254,7 +243,7 @@ def _described(info: ImageInfo, label_index: int, label_text: str, filename: str
 
 def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                         filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
-    """Returns ``(head, tail)`` with ``head + image + tail == image_example(...)``.
+    """Returns ``(head, tail)``: ``head + image + tail`` is the image's serialized ``tf.train.Example``.
 
     The image's bytes are in neither part (``wire.example_parts``), so a
     writer never copies them into a joined record.
@@ -265,7 +254,7 @@ def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_t
 
 def image_example_size(image_bytes: int, info: ImageInfo, label_index: int, label_text: str,
                        filename: str, sha256_hex: str, extra: tuple = ()) -> int:
-    """Returns ``len(image_example(...))`` for a stored image of ``image_bytes`` bytes.
+    """Returns the size of the image's ``tf.train.Example`` for a stored image of ``image_bytes`` bytes.
 
     The record's size depends on the image's length only, so a plan knows a
     record's exact size without the stored bytes.

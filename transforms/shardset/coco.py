@@ -16,8 +16,7 @@ size. An entry is at most ``MAX_ENTRY_CHARS``; one that does not fit the
 buffer is decoded again once the buffer has doubled, so its decoding costs a
 few passes over it, not one per chunk. A file that is not JSON (or holds a
 number Python does not read, over 4,300 digits) is one error naming it. A build then groups each image with its annotations by image id
-(``coco_key``) and resolves each group (``coco_image_entries``);
-``coco_entries`` does the same in memory, for one small file.
+(``coco_key``) and resolves each group (``coco_image_entries``).
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
-           "image_key_of", "coco_entries", "image_folder", "image_path", "first_image_paths"]
+           "image_key_of", "image_folder", "image_path", "first_image_paths"]
 
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -343,38 +342,3 @@ def image_key_of(kind: str, entry: Any) -> str:
     if not isinstance(entry, dict):  # an image without file_name, or an annotation of no image
         return coco_key([kind, "not an object"])
     return coco_key(entry.get("id") if kind == "images" else entry.get("image_id"))
-
-
-def coco_entries(text: str, annotations_path: str, image_root: str | None,
-                 rules: LabelRules, coco_ids: str = "keep") -> Iterator[SourceImage | DeadLetter | ObjectClasses]:
-    """Resolves every image of a COCO annotation file held in memory (``coco_image_entries``, grouped here).
-
-    Args:
-        text: The file's content.
-        annotations_path: Its path or URI (for resolving and for errors).
-        image_root: Folder the ``file_name``s are relative to; None for the
-            annotation file's own folder.
-        rules: Labelling rules (the split of every image).
-        coco_ids: ``keep`` the categories' ids, or ``renumber`` the classes.
-
-    Yields:
-        The file's ``ObjectClasses`` (not an input), then as
-        ``coco_image_entries``, group by group.
-
-    Raises:
-        ManifestError: The file is not COCO JSON at all, or its categories
-            cannot name classes (no name, a name or id twice, a kept id below 1).
-    """
-    import io
-
-    groups: dict[str, tuple[list, list]] = {}
-    categories = []
-    for kind, index, entry in coco_items(io.BytesIO(text.encode("utf-8", "surrogateescape")), annotations_path):
-        if kind == "categories":
-            categories.append(entry)
-        else:
-            groups.setdefault(image_key_of(kind, entry), ([], []))[kind == "annotations"].append((index, entry))
-    declared, names = coco_categories(categories, coco_ids, annotations_path)
-    yield declared
-    for images, naming in groups.values():
-        yield from coco_image_entries(images, naming, names, annotations_path, image_root, rules)

@@ -29,8 +29,8 @@ split never has to be in one place (``transforms/plan_shards.py``):
   records are grouped by bucket while the totals are still being summed.
 
 A bucket holds about ``n / NUM_BUCKETS`` of a split's ``n`` records: at most
-50,000 up to about 3 billion records in a split. ``plan_in_memory`` plans a
-split held in memory: the reference the distributed plan must equal.
+50,000 up to about 3 billion records in a split. The tests plan a split held
+in memory with the same functions, the reference the distributed plan must equal.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from transforms.shardset.naming import check_split_name
 __all__ = [
     "BUCKET_BITS", "NUM_BUCKETS", "MIB", "SplitTotals", "SplitLayout",
     "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
-    "lay_out_split", "place_bucket", "plan_in_memory", "split_by_content", "split_rank",
+    "lay_out_split", "place_bucket", "split_by_content", "split_rank",
     "parse_split_fractions",
 ]
 
@@ -343,29 +343,6 @@ def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]
 def _check_bucket_bits(bits: int) -> None:
     if not 0 <= bits <= _KEY_BITS:
         raise PlanError(f"bucket_bits must be in 0..{_KEY_BITS}, got {bits}")
-
-
-def plan_in_memory(items: Iterable[tuple[int, int]], target_bytes: int,
-                   num_shards: int | None = None) -> tuple[int, list[list[int]]]:
-    """Plans one split held in memory; the reference the distributed plan must match.
-
-    Args:
-        items: ``(order_key, framed_size)`` per record.
-        target_bytes: Target shard size.
-        num_shards: Fixed shard count, or None to choose one.
-
-    Returns:
-        ``(num_shards, shards)`` where ``shards[i]`` lists indexes into
-        ``items`` in write order.
-    """
-    items = list(items)
-    order = sorted(range(len(items)), key=lambda i: items[i])
-    total = sum(size for _, size in items)
-    count = num_shards if num_shards else min(choose_num_shards(total, target_bytes), max(len(items), 1))
-    shards: list[list[int]] = [[] for _ in range(count)]
-    for i, shard in zip(order, cut_records((items[i][1] for i in order), count, total)):
-        shards[shard].append(i)
-    return count, shards
 
 
 def parse_split_fractions(text: str) -> dict[str, float]:

@@ -27,6 +27,7 @@ another fingerprint removes the staging folder, as every run did before.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 import zlib
@@ -154,17 +155,19 @@ class DoneInput:
         """The metadata, its source the rerun's (the split chosen by content kept)."""
         meta = self.meta
         if source.split != meta.source.split:
-            source = SourceImage(source.path, source.relpath, meta.source.split, source.label, source.origin,
-                                 source.labels, source.features, source.objects)
-        return ImageMeta(source, meta.label_index, meta.sha256, meta.info, meta.record_size, meta.order_key,
-                         meta.source_crc32c, meta.payload, meta.extra, meta.run, meta.phash)
+            source = dataclasses.replace(source, split=meta.source.split)
+        return dataclasses.replace(meta, source=source)
+
+
+# ImageInfo's fields in a done list's "info", in order, and their types (a line is checked, not trusted).
+_INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "source_format": str,
+               "tf_decodes": bool, "png_fix": str, "orientation": int, "upright": str}
 
 
 def _meta_fields(meta: ImageMeta) -> dict[str, Any]:
     info = meta.info
     return {"split": meta.source.split, "label_index": meta.label_index, "sha256": meta.sha256,
-            "info": [info.format, info.height, info.width, info.channels, info.source_format,
-                     info.tf_decodes, info.png_fix],
+            "info": [getattr(info, name) for name in _INFO_TYPES],
             "record_size": meta.record_size, "order_key": meta.order_key,
             "extra": repr(meta.extra) if meta.extra else "",
             "offset": meta.run.offset, "length": meta.run.length,
@@ -245,17 +248,19 @@ def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:
 
 
 def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
-    fmt, height, width, channels, source_format, tf_decodes, png_fix = obj["info"]
+    values = obj["info"]
+    if not isinstance(values, list) or len(values) > len(_INFO_TYPES):
+        raise ValueError("info is not a list of ImageInfo's fields")
     extra = ast.literal_eval(obj["extra"]) if obj["extra"] else ()
     if not isinstance(extra, tuple):
         raise ValueError("extra is not a tuple")
     path = obj["path"]
-    meta = ImageMeta(SourceImage(path, "", obj["split"], ""), int(obj["label_index"]), str(obj["sha256"]),
-                     ImageInfo(str(fmt), int(height), int(width), int(channels), str(source_format),
-                               bool(tf_decodes), str(png_fix)),
-                     int(obj["record_size"]), int(obj["order_key"]), 0, None, extra,
-                     RunSlice(run_path, int(obj["offset"]), int(obj["length"])),
-                     int(obj["phash"]) if obj.get("phash") is not None else None)
+    meta = ImageMeta(source=SourceImage(path=path, relpath="", split=obj["split"], label=""),
+                     label_index=int(obj["label_index"]), sha256=str(obj["sha256"]),
+                     info=ImageInfo(**{name: kind(value) for (name, kind), value in zip(_INFO_TYPES.items(), values)}),
+                     record_size=int(obj["record_size"]), order_key=int(obj["order_key"]), extra=extra,
+                     run=RunSlice(run_path, int(obj["offset"]), int(obj["length"])),
+                     phash=int(obj["phash"]) if obj.get("phash") is not None else None)
     stamp = tuple(int(v) for v in obj["stamp"])
     if len(stamp) != 3:
         raise ValueError("stamp is not (size, mtime_ns, inode)")

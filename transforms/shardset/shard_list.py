@@ -23,8 +23,7 @@ from transforms.shardset.manifest import (MANIFEST_NAME, SHARDS_NAME, Manifest, 
                                           SplitEntry, _label_sort, _require,
                                           sorted_label_counts)
 
-__all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list", "shard_list_bytes",
-           "LineDigest"]
+__all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list", "LineDigest"]
 
 
 def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
@@ -166,18 +165,3 @@ def with_shard_list(manifest: Manifest, lines: Iterable[bytes] | None,
         entries[split].append(entry)
     splits = {name: SplitEntry(name, entries[name], split.counts) for name, split in manifest.splits.items()}
     return dataclasses.replace(manifest, splits=splits)
-
-
-def shard_list_bytes(manifest: Manifest) -> tuple[bytes, bytes]:
-    """``(manifest.json, shards.jsonl)`` bytes of a complete manifest held in memory (small sets, tests).
-
-    The publisher writes the same bytes streamed (``shard_sink``).
-    """
-    digest = LineDigest()
-    lines = b"".join(digest.add(shard_line(name, index, entry))
-                     for name, split in sorted(manifest.splits.items())
-                     for index, entry in enumerate(split.shards))
-    splits = {name: SplitEntry(name, split.shards, split.to_counts())
-              for name, split in manifest.splits.items()}
-    full = dataclasses.replace(manifest, splits=splits, shards_file=digest.summary())
-    return full.dumps(), lines

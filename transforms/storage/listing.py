@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from transforms.filesystems import FileMetadata, filesystem_of
@@ -29,7 +28,7 @@ from transforms.storage.files import exists
 from transforms.storage.paths import has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
-           "has_files_below", "LocalListing", "list_local_tree", "walk_local_tree", "scan_local_folder",
+           "has_files_below", "walk_local_tree", "scan_local_folder",
            "local_bytes_at_least", "count_local_files", "LEVEL_SCHEMES", "list_store_level", "list_store_below",
            "scan_store", "list_store_range", "first_store_key_after"]
 
@@ -159,36 +158,6 @@ def has_files_below(folder: str) -> bool:
             except _client_errors() as err:
                 raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
     return bool(_matched(folder.rstrip("/") + "/**", limit=1))
-
-
-@dataclass(frozen=True)
-class LocalListing:
-    """Files and unreadable folders below a local folder.
-
-    Attributes:
-        files: Path of every file, in the order listed.
-        unreadable: ``(folder, error)`` of every folder that could not be listed.
-    """
-
-    files: tuple[str, ...]
-    unreadable: tuple[tuple[str, OSError], ...]
-
-
-def list_local_tree(root: str) -> LocalListing:
-    """Lists a local folder recursively as Beam's local file system does, reporting what it skips.
-
-    Beam's ``LocalFileSystem`` lists with ``os.walk`` without an error handler, so a
-    folder it may not read vanishes with its files. This walks the same way
-    (``walk_local_tree``) and returns the folders it could not list.
-    """
-    unreadable: list[tuple[str, OSError]] = []
-    files = []
-    for path, err in walk_local_tree(root):
-        if err is None:
-            files.append(path)
-        else:
-            unreadable.append((path, err))
-    return LocalListing(tuple(files), tuple(unreadable))
 
 
 def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] | None = None

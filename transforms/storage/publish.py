@@ -72,7 +72,7 @@ from transforms.storage.shard_files import published_entries, staged_of_parts, w
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR
 
-__all__ = ["publish_shards", "prepare_publish", "commit_publish", "PublishCommit", "KEPT_SHA256_BUDGET",
+__all__ = ["prepare_publish", "commit_publish", "PublishCommit", "KEPT_SHA256_BUDGET",
            "COMMIT_RECORD_NAME", "stage_commit_record", "staged_commit_record", "published_already"]
 
 _LOG = logging.getLogger(__name__)
@@ -96,24 +96,6 @@ class PublishCommit:
     journal: Journal
     manifest: Manifest
     moves: int
-
-
-def publish_shards(output_dir: str, parts: Sequence[ShardListPart],
-                   totals: Sequence[SplitTotals], dead_letters: Sequence[DeadLetterPart],
-                   labels: Sequence[str], inputs: int, compression: str,
-                   manifest_fields: Mapping[str, Any], max_bad_fraction: float | None,
-                   policy: PublishPolicy,
-                   sidecar_files: Callable[[Manifest], Mapping[str, bytes | None]] | None = None) -> Manifest:
-    """Publishes staged shards in one process; see the module docstring for the order of steps.
-
-    Arguments are those of ``prepare_publish``.
-
-    Returns:
-        The published manifest (its shard entries without label counts).
-    """
-    commit, _ = prepare_publish(output_dir, parts, totals, dead_letters, labels, inputs, compression,
-                                manifest_fields, max_bad_fraction, policy, sidecar_files, parallel_from=None)
-    return commit_publish(commit, 0)
 
 
 def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state: FolderState, compression: str,

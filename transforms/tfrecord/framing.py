@@ -35,8 +35,7 @@ __all__ = [
     "parse_header",
     "read_record",
     "iter_records",
-    "check_record_at",
-]
+    ]
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked crc of the length
 FOOTER_SIZE = 4  # uint32 masked crc of the data
@@ -235,19 +234,3 @@ def iter_records(
             return
         yield offset, data
         offset += len(data) + OVERHEAD
-
-
-def check_record_at(buf: bytes | memoryview, pos: int, file_size: int, base: int = 0) -> int | None:
-    """Returns the record length if a valid header starts at ``buf[pos]``.
-
-    Only the header is checked: its masked CRC must match and the record must
-    fit in the file. ``base`` is the file offset of ``buf[0]``.
-    """
-    if pos + HEADER_SIZE > len(buf):
-        return None
-    length, crc = _HEADER.unpack_from(buf, pos)
-    if base + pos + length + OVERHEAD > file_size:
-        return None
-    if masked_crc32c(bytes(buf[pos:pos + 8])) != crc:
-        return None
-    return length

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from transforms.tfrecord.framing import OVERHEAD
 
 __all__ = ["INDEX_SUFFIX", "INDEX_DIR", "IndexCheck", "index_name", "legacy_index_name", "index_names",
-           "indexed_shards", "check_index", "format_index"]
+           "indexed_shards", "check_index"]
 
 INDEX_SUFFIX = ".idx"
 # Indexes live in a subfolder beside the shards, so that the usual shard globs
@@ -118,13 +118,3 @@ def check_index(data: bytes, file_size: int) -> IndexCheck:
         return IndexCheck(None, min(expected, file_size), "size_mismatch",
                           f"index covers {expected} bytes; the file has {file_size}")
     return IndexCheck(tuple(starts))
-
-
-def format_index(framed_sizes: list[int] | tuple[int, ...]) -> bytes:
-    """Returns index bytes for records of the given framed sizes, in file order."""
-    lines = []
-    offset = 0
-    for size in framed_sizes:
-        lines.append(b"%d %d\n" % (offset, size))
-        offset += size
-    return b"".join(lines)

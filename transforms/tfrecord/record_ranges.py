@@ -48,8 +48,7 @@ from transforms.tfrecord.framing import (DEFAULT_MAX_RECORD_BYTES, HEADER_SIZE, 
 
 __all__ = [
     "CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range",
-    "read_stream", "read_in_ranges",
-]
+    "read_stream", ]
 
 # Headers that must chain validly after a candidate record start found by scanning.
 CONFIRM_RECORDS = 16
@@ -346,26 +345,3 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
 
 
 ReadItem = Union[tuple[int, bytes], RecordError]
-
-
-def read_in_ranges(fh: BinaryIO, size: int, cuts: Sequence[int], path: str = "",
-                   index: Sequence[int] | None = None,
-                   max_length: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[ReadItem]:
-    """Reads an uncompressed file as consecutive ranges, one after the other.
-
-    The single-process equivalent of a split read: each range is read on its
-    own, and a range that hits a damaged record yields the ``RecordError``
-    and stops, while the others go on.
-
-    Args:
-        cuts: Sorted split points strictly inside ``(0, size)``.
-
-    Yields:
-        ``(offset, data)`` per record, and a ``RecordError`` per failed range.
-    """
-    bounds = [0, *cuts, size]
-    for start, stop in zip(bounds, bounds[1:]):
-        try:
-            yield from read_range(fh, size, ByteRange(start, stop), path, index, max_length)
-        except RecordError as err:
-            yield err

@@ -1,0 +1,46 @@
+"""Unit tests of ``transforms/shardset/resume.py``: a done list and a resumed input keep every field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from transforms.archives.members import MemberRef
+from transforms.images.codec import ImageInfo
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.shardset.resume import context_key, done_list, parse_done_list, source_key
+from transforms.tfrecord.run_files import RunSlice
+
+
+def _meta(source: SourceImage) -> ImageMeta:
+    """An ImageMeta whose every field (and every field of its ImageInfo) is not the default."""
+    return ImageMeta(source=source, label_index=1, sha256="ab" * 32,
+                     info=ImageInfo(format="png", height=10, width=20, channels=4, source_format="jpeg",
+                                    tf_decodes=False, png_fix="srgb", orientation=6, upright="rotate"),
+                     record_size=1234, order_key=-(1 << 62) + 7, extra=(("weight", "float", (0.5,)),),
+                     run=RunSlice("/out/.staging/r/runs/f.run", 100, 1234), phash=0xFEDCBA9876543210)
+
+
+def _member_source(split: str) -> SourceImage:
+    return SourceImage(path="/in/a.tar//rose/a.jpg", relpath="rose/a.jpg", split=split, label="rose",
+                       origin="list.csv:3", labels=("rose", "tulip"), features=(("w", "float", (1.0,)),),
+                       member=MemberRef("/in/a.tar", "tar", 512, 99, 99, 0, 0, ""))
+
+
+def test_a_resumed_input_keeps_every_field_of_the_reruns_source_and_the_split_chosen_by_content() -> None:
+    listed = _member_source("")  # split by content: chosen when first read
+    context = context_key(["rose", "tulip"], None)
+    lines = list(done_list("f.run", 5000, context, [(source_key(listed), (1234, 5, 6), _meta(
+        dataclasses.replace(listed, split="train")))]))
+    [entry] = parse_done_list(iter(lines), "/out/.staging/r/runs", 5000)
+    resumed = entry.for_source(listed)
+    assert resumed.source == dataclasses.replace(listed, split="train")  # member, labels, origin kept
+    assert resumed == dataclasses.replace(_meta(resumed.source), run=entry.meta.run)
+
+
+def test_a_done_list_keeps_every_field_of_the_image_info() -> None:
+    meta = _meta(SourceImage("/in/rose/a.jpg", "rose/a.jpg", "train", "rose"))
+    lines = list(done_list("f.run", 5000, "ctx", [("key", (1234, 5, 6), meta)]))
+    [entry] = parse_done_list(iter(lines), "/out/.staging/r/runs", 5000)
+    assert entry.meta.info == meta.info  # orientation and upright too: the manifest counts them
+    for name in ("label_index", "sha256", "record_size", "order_key", "extra", "run", "phash"):
+        assert getattr(entry.meta, name) == getattr(meta, name), name
