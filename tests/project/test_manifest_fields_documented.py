@@ -14,7 +14,8 @@ from pathlib import Path
 from transforms.images.build_counts import build_image_counts
 from transforms.images.near_duplicates import near_duplicates_summary
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
-from transforms.shardset.shard_list import shard_line, shard_list_bytes
+from tests.helpers import shard_list_bytes
+from transforms.shardset.shard_list import shard_line
 
 OUTPUT_MD = Path(__file__).resolve().parents[2] / "docs" / "output.md"
 
