@@ -6,7 +6,6 @@ did. Every build baseline writes the same Example schema as the build job
 (``transforms.example.schema.IMAGE_FEATURES``) from the same files.
 
     python -m benchmarks.cases beam_build --input DIR --output_dir OUT --num_shards 8 [Beam flags]
-    python -m benchmarks.cases beam_create_build --input DIR --output_dir OUT --num_shards 8 [Beam flags]
     python -m benchmarks.cases pool_build --input DIR --output_dir OUT --processes 4
     python -m benchmarks.cases tf_build --input DIR --output_dir OUT --num_shards 8
     python -m benchmarks.cases floor --input DIR --output_dir OUT
@@ -64,29 +63,38 @@ def _features(data: bytes, relpath: str, label: str, index: int) -> dict:
             "image/key/sha256": hashlib.sha256(data).hexdigest()}
 
 
-# -- Beam's own WriteToTFRecord ------------------------------------------------------------
+# -- The plain Beam pipeline a user writes ----------------------------------------------------
 
 
-class _EncodeFn:
-    """ReadableFile -> serialized Example, with the project's Example codec."""
+def _example_module():
+    """``tf.train`` when TensorFlow is importable, else the project's compiled Example messages."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        from transforms.example import messages
 
-    def __init__(self, root: str, classes: Sequence[str]) -> None:
-        self._prefix = root.rstrip("/") + "/"
-        self._index = {name: i for i, name in enumerate(classes)}
-
-    def __call__(self, readable) -> bytes:
-        from apache_beam.metrics import Metrics
-
-        from transforms.example.codec import encode_example
-
-        relpath = readable.metadata.path[len(self._prefix):]
-        label = relpath.split("/", 1)[0]
-        Metrics.counter("bench", "records").inc()
-        return encode_example(_features(readable.read(), relpath, label, self._index[label]))
+        return messages
+    return tf.train
 
 
-def _visible(metadata) -> bool:
-    return not os.path.basename(metadata.path).startswith(".")
+def _plain_example(path: str, root: str, index: dict[str, int]) -> bytes:
+    """One file -> a serialized ``tf.train.Example`` built with protobuf's generated classes."""
+    from apache_beam.metrics import Metrics
+
+    train = _example_module()
+    relpath = os.path.relpath(path, root)
+    label = relpath.split(os.sep, 1)[0]
+    with open(path, "rb") as fh:
+        data = fh.read()
+    feature = {}
+    for name, value in _features(data, relpath, label, index[label]).items():
+        if isinstance(value, int):
+            feature[name] = train.Feature(int64_list=train.Int64List(value=[value]))
+        else:
+            raw = value.encode("utf-8") if isinstance(value, str) else value
+            feature[name] = train.Feature(bytes_list=train.BytesList(value=[raw]))
+    Metrics.counter("bench", "records").inc()
+    return train.Example(features=train.Features(feature=feature)).SerializeToString()
 
 
 def _counter(result, name: str) -> int:
@@ -97,35 +105,38 @@ def _counter(result, name: str) -> int:
 
 
 def _pipeline(beam_args: Sequence[str]):
+    """The project's in-process runner (``local_runner``), for the cases that are not baselines."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from transforms.beam_compat import local_runner
 
     options = PipelineOptions(list(beam_args))
-    # The same in-process runner the project's jobs use (no Prism download attempt).
     return beam.Pipeline(runner=local_runner(options), options=options)
 
 
 def beam_build(args, beam_args: Sequence[str]) -> None:
-    import apache_beam as beam
-    from apache_beam.io import fileio
+    """``Create(paths) | Map(read + tf.train.Example) | WriteToTFRecord`` on the default DirectRunner.
 
-    _, classes = _image_files(args.input)  # a user would list the class folders up front
+    The pipeline a Beam user writes: no project transform, no project codec, Beam's
+    own runner selection (``beam.Pipeline(options=...)``).
+    """
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    files, classes = _image_files(args.input)
+    index = {name: i for i, name in enumerate(classes)}
     os.makedirs(args.output_dir, exist_ok=True)
-    p = _pipeline(beam_args)
+    p = beam.Pipeline(options=PipelineOptions(list(beam_args)))
     _ = (p
-         | "Match" >> fileio.MatchFiles(os.path.join(args.input, "**"))
-         | "Visible" >> beam.Filter(_visible)
-         | "Spread" >> beam.Reshuffle()  # MatchFiles yields one bundle; spread it over workers
-         | "Read" >> fileio.ReadMatches()
-         | "Encode" >> beam.Map(_EncodeFn(args.input, classes))
+         | "Paths" >> beam.Create([os.path.join(args.input, rel) for rel, _ in files])
+         | "ReadExample" >> beam.Map(_plain_example, args.input, index)  # serialized Example
          | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output_dir, "train"),
                                               file_name_suffix=".tfrecord",
                                               num_shards=args.num_shards))
     result = p.run()
     result.wait_until_finish()
-    _result(records=_counter(result, "records"))
+    _result(records=_counter(result, "records"), example_classes=_example_module().__name__)
 
 
 def _read_encode(item: tuple[str, str, int], root: str) -> bytes:
@@ -136,32 +147,6 @@ def _read_encode(item: tuple[str, str, int], root: str) -> bytes:
     with open(os.path.join(root, relpath), "rb") as fh:
         data = fh.read()
     return encode_example(_features(data, relpath, label, index))
-
-
-def _counted(item: tuple[str, str, int], root: str) -> bytes:
-    from apache_beam.metrics import Metrics
-
-    Metrics.counter("bench", "records").inc()
-    return _read_encode(item, root)
-
-
-def beam_create_build(args, beam_args: Sequence[str]) -> None:
-    """``Create(files) | Map(read, encode) | WriteToTFRecord``: the shortest Beam build."""
-    import apache_beam as beam
-
-    files, classes = _image_files(args.input)
-    index = {name: i for i, name in enumerate(classes)}
-    os.makedirs(args.output_dir, exist_ok=True)
-    p = _pipeline(beam_args)
-    _ = (p
-         | "Files" >> beam.Create([(rel, label, index[label]) for rel, label in files])
-         | "ReadEncode" >> beam.Map(_counted, args.input)  # serialized Example
-         | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output_dir, "train"),
-                                              file_name_suffix=".tfrecord",
-                                              num_shards=args.num_shards))
-    result = p.run()
-    result.wait_until_finish()
-    _result(records=_counter(result, "records"))
 
 
 # -- A plain multi-process loop --------------------------------------------------------------
@@ -319,7 +304,7 @@ def _report_plan(counts: list[tuple[int, int]], items: int, num_shards: int) -> 
             max_records=max(per_shard))
 
 
-_CASES = {"beam_build": beam_build, "beam_create_build": beam_create_build, "pool_build": pool_build,
+_CASES = {"beam_build": beam_build, "pool_build": pool_build,
           "tf_build": tf_build, "floor": floor,
           "beam_read": beam_read, "tf_read": tf_read, "plan": plan}
 

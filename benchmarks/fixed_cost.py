@@ -10,7 +10,7 @@ cost, not image work:
 - the build job: ``beam_jobs.build_shards --input PHOTOS --output_dir OUT``
   (folder survey, listing, checks, run files, planning, shards, publish);
 - Beam's ``Create(paths) | Map(read, Example) | WriteToTFRecord``
-  (``benchmarks/cases.py beam_create_build``), one shard;
+  (``benchmarks/cases.py beam_build``), one shard;
 - ``python -c "import apache_beam"``: the floor every Beam job pays.
 
 Prints a Markdown table (median wall and CPU seconds, all processes, and the
@@ -69,7 +69,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
         "build job": lambda out: [sys.executable, "-m", "beam_jobs.build_shards", "--input", root,
                                   "--output_dir", out],
         "Beam Create | Map | WriteToTFRecord": lambda out: [
-            sys.executable, "-m", "benchmarks.cases", "beam_create_build", "--input", root,
+            sys.executable, "-m", "benchmarks.cases", "beam_build", "--input", root,
             "--output_dir", out, "--num_shards", "1"],
         "import apache_beam": lambda out: [sys.executable, "-c", "import apache_beam"],
     }

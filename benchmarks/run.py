@@ -22,10 +22,13 @@ Cases:
   default; two workers ``multi_threading``; two workers ``multi_processing``)
   with its default validation and with ``--validate header``, and in one process
   with each other ``--validate`` level and with ``--validate decode --image_threads 1``
-  (decode runs an image thread per core), vs Beam's ``WriteToTFRecord`` fed by
-  an equivalent encode step (same three modes), a single-process
-  ``tf.io.TFRecordWriter`` loop, and the floor (read each file, frame it, append
-  it to one file);
+  (decode runs an image thread per core), vs the plain Beam pipeline a user
+  writes, ``beam.Create(paths) | beam.Map(read + tf.train.Example) |
+  beam.io.WriteToTFRecord`` on the default DirectRunner (same three modes;
+  protobuf's own Example classes, TensorFlow's when it is installed), a
+  ``multiprocessing.Pool`` loop (one process per core, each writing its own
+  shard), a single-process ``tf.io.TFRecordWriter`` loop, and the floor (read
+  each file, frame it, append it to one file);
 - verify: the verify job vs Beam's ``ReadFromTFRecord`` + Example parsing (same
   three modes) and ``tf.data.TFRecordDataset`` + batched ``tf.io.parse_example``;
 - memory: the build job's peak RSS on the full dataset vs its first half;
@@ -68,6 +71,7 @@ _TWO_PROCESSES = ["--direct_num_workers", "2", "--direct_running_mode", "multi_p
 _MODES = {"1 proc": _IN_MEMORY, "2 threads": _TWO_THREADS, "2 procs": _TWO_PROCESSES}
 _SIZES = ("half", "full")
 _DEFAULT = "default"  # the build job run with no --validate flag
+_BEAM_BUILD = "Beam Create | Map(tf.train.Example) | WriteToTFRecord"  # the plain user pipeline
 _ONE_THREAD = "build job, 1 proc, --validate decode, --image_threads 1"
 
 
@@ -148,11 +152,18 @@ def _build_cases(ds: Dataset, size: str, out: str, num_shards: int, with_tf: boo
     for mode, flags in _MODES.items():
         target = os.path.join(out, f"beam-{size}-{mode.replace(' ', '')}")
         cases.append(Case(
-            f"Beam WriteToTFRecord, {mode}", "build",
+            f"{_BEAM_BUILD}, {mode}", "build",
             lambda t=target, f=flags: _python() + [
                 "-m", "benchmarks.cases", "beam_build", "--input", ds.root, "--output_dir", t,
                 "--num_shards", str(num_shards)] + f,
             target, lambda: ds.bytes, ds.images, size))
+    processes = os.cpu_count() or 1
+    target = os.path.join(out, f"pool-{size}")
+    cases.append(Case(
+        f"multiprocessing.Pool loop, {processes} procs", "build",
+        lambda: _python() + ["-m", "benchmarks.cases", "pool_build", "--input", ds.root,
+                             "--output_dir", target, "--processes", str(processes)],
+        target, lambda: ds.bytes, ds.images, size))
     if with_tf:
         target = os.path.join(out, f"tf-loop-{size}")
         cases.append(Case(
@@ -368,7 +379,7 @@ def _targets(rows: dict[str, dict], marginal: dict[str, dict], with_tf: bool, pl
 
     build = f"build job, 1 proc, {'default validation'}"
     header = "build job, 1 proc, --validate header"
-    beam_build, beam_read = best("Beam WriteToTFRecord"), best("Beam ReadFromTFRecord")
+    beam_build, beam_read = best(_BEAM_BUILD), best("Beam ReadFromTFRecord")
     add(f"default build ({default}), marginal, vs {beam_build}", ratio(build, beam_build, "s_per_gb"),
         1.5, True)
     add(f"default build ({default}), whole process, vs {beam_build}",

@@ -12,7 +12,7 @@ multi_processing --direct_num_workers N``) and both sizes, round after round:
 
 - build job: ``beam_jobs/build_shards.py`` with ``--num_shards``;
 - Beam ``Create | Map(read, Example) | WriteToTFRecord``
-  (``benchmarks/cases.py beam_create_build``), the same Example schema;
+  (``benchmarks/cases.py beam_build``), the same Example schema;
 - ``multiprocessing.Pool`` loop: N processes, each reading its share of the
   images, encoding each Example with ``transforms/example/codec.py``, framing it
   with ``transforms/tfrecord/framing.py`` and writing its own file
@@ -229,7 +229,7 @@ def _cases(num_shards: int) -> list[Case]:
         Case("build job", "build", lambda ds, _, out, n: [
             "beam_jobs.build_shards", "--input", ds.root, "--output_dir", out] + shards + beam_flags(n)),
         Case("Beam Create | Map | WriteToTFRecord", "build", lambda ds, _, out, n: [
-            "benchmarks.cases", "beam_create_build", "--input", ds.root, "--output_dir", out]
+            "benchmarks.cases", "beam_build", "--input", ds.root, "--output_dir", out]
             + shards + beam_flags(n)),
         Case("multiprocessing.Pool loop", "build", lambda ds, _, out, n: [
             "benchmarks.cases", "pool_build", "--input", ds.root, "--output_dir", out,
