@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Sequence
 
 
-# ==================== cases: a harness's named cases and their command line
+# -- case cases -------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _harness_name() -> str:
     return spec.name if spec is not None else "benchmarks.HARNESS"
 
 
-# ==================== measure: Run one command as a subprocess and measure its wall time and peak memory.
+# -- case measure -----------------------------------------------------------------------------------------
 
 _MEASURE_DOC = """Run one command as a subprocess and measure its wall time and peak memory.
 
@@ -268,7 +268,7 @@ def ratio_table(title: str, median: Mapping[str, tuple[float, float]], baseline:
     return "\n".join(lines)
 
 
-# ==================== photos: A deterministic dataset of photo JPEGs for the benchmarks, in class folders.
+# -- case photos ------------------------------------------------------------------------------------------
 
 _PHOTOS_DOC = """A deterministic dataset of photo JPEGs for the benchmarks, in class folders.
 
@@ -532,9 +532,9 @@ def photos_main(argv: Sequence[str] | None = None) -> None:
           f"{found.bytes / found.pixels:.2f} bytes/pixel")
 
 
-# ==================== child_usage: Run a module as ``__main__`` and write what its process used, for ``benchmarks/scaling.py``.
+# -- case child_usage -------------------------------------------------------------------------------------
 
-_CHILD_USAGE_DOC = """Run a module as ``__main__`` and write what its process used, for ``benchmarks/scaling.py workers``.
+_CHILD_USAGE_DOC = """Run a module as ``__main__`` and write what its process used (``python -m benchmarks.scaling workers``).
 
     python -m benchmarks.common child_usage USAGE_JSON [--count_stages] MODULE [ARG ...]
 

@@ -36,7 +36,7 @@ from benchmarks.common import checkout_env, run_measured
 from transforms.images import codec
 
 
-# ==================== corruption: Which damaged images each ``--validate`` level rejects, and what each costs.
+# -- case corruption --------------------------------------------------------------------------------------
 
 _CORRUPTION_DOC = """Which damaged images each ``--validate`` level rejects, and what each costs.
 
@@ -367,7 +367,7 @@ def corruption_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== archives: Building from an archive against building from the same photos extracted.
+# -- case archives ----------------------------------------------------------------------------------------
 
 _ARCHIVES_DOC = """Building from an archive against building from the same photos extracted.
 
@@ -472,7 +472,8 @@ def archives_run(full_root: str, quarter_root: str, rounds: int, scratch: str) -
         for (size, kind), source in inputs.items():
             out = os.path.join(scratch, "out")
             shutil.rmtree(out, ignore_errors=True)
-            cmd = [sys.executable, "-m", "benchmarks.faults", "archives", "--child", "--input", source, "--output_dir", out]
+            cmd = [sys.executable, "-m", "benchmarks.faults", "archives", "--child", "--input", source,
+                   "--output_dir", out]
             m = run_measured(cmd, _ROOT, os.path.join(scratch, f"log-{size}-{kind}-{r}.txt"), env)
             if m.returncode != 0:
                 raise SystemExit(f"{kind} {size} build failed:\n{m.output[-3000:]}")
@@ -527,7 +528,7 @@ def archives_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== reshard_memory: Peak memory of the reshard job against the size of its input.
+# -- case reshard_memory ----------------------------------------------------------------------------------
 
 _RESHARD_MEMORY_DOC = """Peak memory of the reshard job against the size of its input.
 
@@ -602,7 +603,7 @@ def reshard_memory_main(argv: list[str] | None = None) -> None:
         print(f"peak RSS, largest over smallest: {rows[-1]['peak_rss_mib'] / rows[0]['peak_rss_mib']:.2f}x")
 
 
-# ==================== near_duplicates: What the near-duplicate check across splits finds and costs (``--near_duplicates``).
+# -- case near_duplicates ---------------------------------------------------------------------------------
 
 _NEAR_DUPLICATES_DOC = """What the near-duplicate check across splits finds and costs (``--near_duplicates``).
 
@@ -822,7 +823,8 @@ CASES = {
     "corruption": common.Case(corruption_main, _CORRUPTION_DOC, ("--rounds", "1", "--out", os.devnull)),
     "archives": common.Case(archives_main, _ARCHIVES_DOC, ("--rounds", "1")),
     "reshard_memory": common.Case(reshard_memory_main, _RESHARD_MEMORY_DOC, ("--sizes_mb", "4,8")),
-    "near_duplicates": common.Case(near_duplicates_main, _NEAR_DUPLICATES_DOC, ("--count", "40", "--rounds", "1", "--skip_builds")),
+    "near_duplicates": common.Case(near_duplicates_main, _NEAR_DUPLICATES_DOC,
+                                   ("--count", "40", "--rounds", "1", "--skip_builds")),
 }
 
 

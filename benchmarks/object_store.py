@@ -40,7 +40,7 @@ from typing import Callable, Iterator, Sequence
 from benchmarks import common
 
 
-# ==================== requests: Requests and bytes on an object store: build, append, reshard and verify to s3:// or gs://, beside plain Beam.
+# -- case requests ----------------------------------------------------------------------------------------
 
 _REQUESTS_DOC = """Requests and bytes on an object store: build, append, reshard and verify to s3:// or gs://, beside plain Beam.
 
@@ -473,7 +473,7 @@ def requests_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-# ==================== append_cost: What appending 10% to a published set costs against rebuilding the whole set, in the same run.
+# -- case append_cost -------------------------------------------------------------------------------------
 
 _APPEND_COST_DOC = """What appending 10% to a published set costs against rebuilding the whole set, in the same run.
 
@@ -573,7 +573,7 @@ def append_cost_run(argv: Sequence[str] | None = None) -> dict:
     return figures
 
 
-# ==================== resume_cost: What resuming a killed build costs against a full build, on the same photos, in the same run.
+# -- case resume_cost -------------------------------------------------------------------------------------
 
 _RESUME_COST_DOC = """What resuming a killed build costs against a full build, on the same photos, in the same run.
 
@@ -704,7 +704,7 @@ def resume_cost_run(argv: Sequence[str] | None = None) -> dict:
     return figures
 
 
-# ==================== publish_parallel: Publishing many shards: renames in the one publish step against renames handed out to the workers.
+# -- case publish_parallel --------------------------------------------------------------------------------
 
 _PUBLISH_PARALLEL_DOC = """Publishing many shards: renames in the one publish step against renames handed out to the workers.
 
@@ -819,7 +819,8 @@ def _runs(shards: int, rounds: int, rename_ms: float, env: dict[str, str], site:
         for mode, workers in _PUBLISH_CASES:
             folder = tempfile.mkdtemp(prefix="publish-parallel-")
             try:
-                out = subprocess.run([sys.executable, "-m", "benchmarks.object_store", "publish_parallel", "--child", mode,
+                out = subprocess.run([sys.executable, "-m", "benchmarks.object_store", "publish_parallel",
+                                      "--child", mode,
                                       "--workers", str(workers), "--shards", str(shards), "--folder", folder],
                                      check=True, capture_output=True, text=True, cwd=_ROOT, env=env)
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -860,7 +861,7 @@ def publish_parallel_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== resync: Benchmark: reading TFRecord files after damage, when record starts must be found by scanning.
+# -- case resync ------------------------------------------------------------------------------------------
 
 _RESYNC_DOC = """Benchmark: reading TFRecord files after damage, when record starts must be found by scanning.
 
@@ -948,7 +949,8 @@ CASES = {
     "requests": common.Case(requests_main, _REQUESTS_DOC, ("--images", "20", "60", "--steps", "build")),
     "append_cost": common.Case(append_cost_run, _APPEND_COST_DOC, ("--size_mb", "4", "--rounds", "1")),
     "resume_cost": common.Case(resume_cost_run, _RESUME_COST_DOC, ("--size_mb", "4", "--rounds", "1")),
-    "publish_parallel": common.Case(publish_parallel_main, _PUBLISH_PARALLEL_DOC, ("--shards", "200", "--rounds", "1")),
+    "publish_parallel": common.Case(publish_parallel_main, _PUBLISH_PARALLEL_DOC,
+                                    ("--shards", "200", "--rounds", "1")),
     "resync": common.Case(resync_main, _RESYNC_DOC, ("--sizes", "1,2")),
 }
 

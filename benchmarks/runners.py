@@ -22,7 +22,7 @@ from typing import Callable
 from benchmarks import common
 
 
-# ==================== runners_table: Every job on three runners: did it run, are its bytes the DirectRunner's, and what CPU did it take.
+# -- case runners_table -----------------------------------------------------------------------------------
 
 _RUNNERS_TABLE_DOC = """Every job on three runners: did it run, are its bytes the DirectRunner's, and what CPU did it take.
 
@@ -231,7 +231,8 @@ def runners_table_main(argv: list[str] | None = None) -> int:
 
 
 CASES = {
-    "runners_table": common.Case(runners_table_main, _RUNNERS_TABLE_DOC, ("--size_mb", "2", "--json", os.devnull)),
+    "runners_table": common.Case(runners_table_main, _RUNNERS_TABLE_DOC,
+                                 ("--size_mb", "2", "--json", os.devnull)),
 }
 
 

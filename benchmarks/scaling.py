@@ -42,7 +42,7 @@ from benchmarks.common import (CACHE, Dataset, MEAN_BYTES, Measurement, checkout
 from transforms.shardset.planning import BUCKET_BITS, MIB, order_key
 
 
-# ==================== workers: How the build and verify jobs scale with DirectRunner workers, beside the baselines.
+# -- case workers -----------------------------------------------------------------------------------------
 
 _WORKERS_DOC = """How the build and verify jobs scale with DirectRunner workers, beside the baselines.
 
@@ -592,7 +592,7 @@ def workers_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== plan_scale: Planning at scale: ``PlanShards`` on N synthetic items, one JSON line of figures.
+# -- case plan_scale --------------------------------------------------------------------------------------
 
 _PLAN_SCALE_DOC = """Planning at scale: ``PlanShards`` on N synthetic items, one JSON line of figures.
 
@@ -729,7 +729,7 @@ def plan_scale_run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return figures
 
 
-# ==================== billion: Nothing big at a billion items: what grows with dead letters, copies and verify's keys.
+# -- case billion -----------------------------------------------------------------------------------------
 
 _BILLION_DOC = """Nothing big at a billion items: what grows with dead letters, copies and verify's keys.
 
@@ -1006,7 +1006,7 @@ def billion_main(argv: list[str] | None = None) -> None:
     print(json.dumps(result, indent=1))
 
 
-# ==================== listing_scale: Listing at scale: ``DiscoverImages`` on a large input manifest or folder tree, one JSON line of figures.
+# -- case listing_scale -----------------------------------------------------------------------------------
 
 _LISTING_SCALE_DOC = """Listing at scale: ``DiscoverImages`` on a large input manifest or folder tree, one JSON line of figures.
 
@@ -1028,7 +1028,8 @@ runner started, busiest first, read with psutil every 0.2 s while the pipeline
 runs (empty in one process), and ``busiest_share``, the busiest worker's share
 of their sum (1.0: one worker did everything).
 
-    python -m benchmarks.scaling listing_scale --files 1000000 --folders 1 --baseline /work/main         --direct_num_workers 2 --direct_running_mode multi_processing
+    python -m benchmarks.scaling listing_scale --files 1000000 --folders 1 --baseline /work/main \\
+        --direct_num_workers 2 --direct_running_mode multi_processing
 
 lists one class folder of 1,000,000 files with two worker processes, with the
 code of ``--baseline`` (another checkout: the same script, run as a file with
@@ -1258,7 +1259,7 @@ def listing_scale_run(argv: Sequence[str] | None = None) -> dict[str, Any] | lis
     return figures
 
 
-# ==================== plan_cost: What a plan costs against the build it plans, on the same photos, in the same run.
+# -- case plan_cost ---------------------------------------------------------------------------------------
 
 _PLAN_COST_DOC = """What a plan costs against the build it plans, on the same photos, in the same run.
 
@@ -1352,7 +1353,7 @@ def plan_cost_run(argv: Sequence[str] | None = None) -> dict:
     return figures
 
 
-# ==================== manifest_scale: The manifest at 100M-image scale: ``manifest.json`` size and the publish step's peak memory.
+# -- case manifest_scale ----------------------------------------------------------------------------------
 
 _MANIFEST_SCALE_DOC = """The manifest at 100M-image scale: ``manifest.json`` size and the publish step's peak memory.
 
@@ -1497,7 +1498,8 @@ _MODES = {"baseline": run_baseline, "v1": run_v1, "stage": stage, "v2": run_v2}
 
 
 def _child(mode: str, folder: str, shards: int, classes: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "manifest_scale", "--mode", mode, "--folder", folder,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "manifest_scale", "--mode", mode,
+                          "--folder", folder,
                           "--shards", str(shards), "--classes", str(classes)],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1]) if mode != "stage" else {}
@@ -1523,7 +1525,7 @@ def manifest_scale_main(argv: list[str] | None = None) -> None:
                      indent=1))
 
 
-# ==================== report_parts: Verify's report step with many problems: peak RSS of merging staged parts against one list.
+# -- case report_parts ------------------------------------------------------------------------------------
 
 _REPORT_PARTS_DOC = """Verify's report step with many problems: peak RSS of merging staged parts against one list.
 
@@ -1600,11 +1602,13 @@ def run_parts(folder: str, count: int) -> dict:
     return {"seconds": time.perf_counter() - start, "peak_mib": _peak_mib(), "parts": len(parts)}
 
 
-_report_parts_MODES = {"baseline": report_parts_run_baseline, "list": run_list, "stage": report_parts_stage, "parts": run_parts}
+_report_parts_MODES = {"baseline": report_parts_run_baseline, "list": run_list, "stage": report_parts_stage,
+                       "parts": run_parts}
 
 
 def _report_parts_child(mode: str, folder: str, count: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "report_parts", "--mode", mode, "--folder", folder,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "report_parts", "--mode", mode,
+                          "--folder", folder,
                           "--count", str(count)], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1]) if mode != "stage" else {}
 
@@ -1623,7 +1627,8 @@ def report_parts_main(argv: list[str] | None = None) -> None:
     out: dict = {}
     for count in (args.small, args.large):
         with tempfile.TemporaryDirectory() as folder:
-            row = {"baseline": _report_parts_child("baseline", folder, count), "list": _report_parts_child("list", folder, count)}
+            row = {"baseline": _report_parts_child("baseline", folder, count),
+                   "list": _report_parts_child("list", folder, count)}
             _report_parts_child("stage", folder, count)
             row["parts"] = _report_parts_child("parts", folder, count)
         out[str(count)] = row
@@ -1637,10 +1642,12 @@ def report_parts_main(argv: list[str] | None = None) -> None:
 CASES = {
     "workers": common.Case(workers_main, _WORKERS_DOC, ("--quick",)),
     "plan_scale": common.Case(plan_scale_run, _PLAN_SCALE_DOC, ("--items", "2000", "--bucket_bits", "4")),
-    "billion": common.Case(billion_main, _BILLION_DOC, ("--dead", "200,2000", "--copies", "100,1000", "--records", "100000")),
+    "billion": common.Case(billion_main, _BILLION_DOC,
+                           ("--dead", "200,2000", "--copies", "100,1000", "--records", "100000")),
     "listing_scale": common.Case(listing_scale_run, _LISTING_SCALE_DOC, ("--rows", "2000")),
     "plan_cost": common.Case(plan_cost_run, _PLAN_COST_DOC, ("--size_mb", "4", "--rounds", "1")),
-    "manifest_scale": common.Case(manifest_scale_main, _MANIFEST_SCALE_DOC, ("--shards", "700", "--classes", "10", "--v1_shards", "70")),
+    "manifest_scale": common.Case(manifest_scale_main, _MANIFEST_SCALE_DOC,
+                                  ("--shards", "700", "--classes", "10", "--v1_shards", "70")),
     "report_parts": common.Case(report_parts_main, _REPORT_PARTS_DOC, ("--small", "200", "--large", "2000")),
 }
 

@@ -41,7 +41,7 @@ from benchmarks.common import (CACHE, Dataset, Measurement, checkout_env, datase
     machine, medians, run_measured)
 
 
-# ==================== cpu_per_gb: Benchmarks of the build and verify jobs against the baselines a user would write.
+# -- case cpu_per_gb --------------------------------------------------------------------------------------
 
 _CPU_PER_GB_DOC = """Benchmarks of the build and verify jobs against the baselines a user would write.
 
@@ -552,7 +552,7 @@ def cpu_per_gb_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== baseline: The baselines the benchmarks compare the project's jobs with, one per subcommand.
+# -- case baseline ----------------------------------------------------------------------------------------
 
 _BASELINE_DOC = """The baselines the benchmarks compare the project's jobs with, one per subcommand.
 
@@ -860,7 +860,7 @@ def baseline_main(argv: Sequence[str] | None = None) -> None:
     _CASES[args.case](args, beam_args)
 
 
-# ==================== fixed_cost: Fixed cost: a 20-photo build in one process against a 3-transform Beam pipeline on the same photos.
+# -- case fixed_cost --------------------------------------------------------------------------------------
 
 _FIXED_COST_DOC = """Fixed cost: a 20-photo build in one process against a 3-transform Beam pipeline on the same photos.
 
@@ -932,7 +932,7 @@ def fixed_cost_run(argv: Sequence[str] | None = None) -> dict:
     return figures
 
 
-# ==================== worker_count: One worker process or two: what a local build and verify cost in CPU and wall seconds.
+# -- case worker_count ------------------------------------------------------------------------------------
 
 _WORKER_COUNT_DOC = """One worker process or two: what a local build and verify cost in CPU and wall seconds.
 
@@ -1004,7 +1004,7 @@ def worker_count_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== shard_hashes: What hashing each shard costs a build: marginal CPU seconds per added GB, before and after.
+# -- case shard_hashes ------------------------------------------------------------------------------------
 
 _SHARD_HASHES_DOC = """What hashing each shard costs a build: marginal CPU seconds per added GB, before and after.
 
@@ -1142,7 +1142,7 @@ def shard_hashes_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== read_tfrecords: Benchmark: reading one ~50 MB TFRecord file split by byte range vs read whole.
+# -- case read_tfrecords ----------------------------------------------------------------------------------
 
 _READ_TFRECORDS_DOC = """Benchmark: reading one ~50 MB TFRecord file split by byte range vs read whole.
 
@@ -1273,7 +1273,7 @@ def read_tfrecords_main(argv: Sequence[str] | None = None) -> None:
                   f"{baseline / seconds:5.2f}x")
 
 
-# ==================== verify_scale: Verify per GB: the verify job against Beam's ReadFromTFRecord + parse, at two sizes.
+# -- case verify_scale ------------------------------------------------------------------------------------
 
 _VERIFY_SCALE_DOC = """Verify per GB: the verify job against Beam's ReadFromTFRecord + parse, at two sizes.
 
@@ -1347,7 +1347,7 @@ def verify_scale_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# ==================== array_record: ArrayRecord shards against TFRecord ones: build CPU per added GB, and Grain's random access.
+# -- case array_record ------------------------------------------------------------------------------------
 
 _ARRAY_RECORD_DOC = """ArrayRecord shards against TFRecord ones: build CPU per added GB, and Grain's random access.
 
@@ -1501,7 +1501,7 @@ def array_record_main(argv: Sequence[str] | None = None) -> None:
     print(json.dumps(result))
 
 
-# ==================== consumer_decode: Decodes every record of a shard set as TensorFlow does, then as torchvision does, and compares.
+# -- case consumer_decode ---------------------------------------------------------------------------------
 
 _CONSUMER_DECODE_DOC = """Decodes every record of a shard set as TensorFlow does, then as torchvision does, and compares.
 
@@ -1635,7 +1635,7 @@ def consumer_decode_main(argv: list[str] | None = None) -> None:
     sys.exit(1 if result["failures"] else 0)
 
 
-# ==================== exif_upright: What turning JPEGs upright for their EXIF orientation costs (``--image_mode tf``).
+# -- case exif_upright ------------------------------------------------------------------------------------
 
 _EXIF_UPRIGHT_DOC = """What turning JPEGs upright for their EXIF orientation costs (``--image_mode tf``).
 
@@ -1732,7 +1732,7 @@ def exif_upright_main(argv: Sequence[str] | None = None) -> None:
     print(json.dumps(result))
 
 
-# ==================== near_duplicate_cost: What the near-duplicate check adds to a build, in CPU seconds per added GB of JPEG photos.
+# -- case near_duplicate_cost -----------------------------------------------------------------------------
 
 _NEAR_DUPLICATE_COST_DOC = """What the near-duplicate check adds to a build, in CPU seconds per added GB of JPEG photos.
 
@@ -1889,12 +1889,15 @@ CASES = {
     "fixed_cost": common.Case(fixed_cost_run, _FIXED_COST_DOC, ("--images", "5", "--rounds", "1")),
     "worker_count": common.Case(worker_count_main, _WORKER_COUNT_DOC, ("--rounds", "1")),
     "shard_hashes": common.Case(shard_hashes_main, _SHARD_HASHES_DOC, ("--rounds", "1")),
-    "read_tfrecords": common.Case(read_tfrecords_main, _READ_TFRECORDS_DOC, ("--size_mb", "5", "--repeat", "1")),
+    "read_tfrecords": common.Case(read_tfrecords_main, _READ_TFRECORDS_DOC,
+                                  ("--size_mb", "5", "--repeat", "1")),
     "verify_scale": common.Case(verify_scale_main, _VERIFY_SCALE_DOC, ("--sizes", "4", "8", "--repeat", "1")),
-    "array_record": common.Case(array_record_main, _ARRAY_RECORD_DOC, ("--size_mb", "4", "--rounds", "1", "--reads", "100")),
+    "array_record": common.Case(array_record_main, _ARRAY_RECORD_DOC,
+                                ("--size_mb", "4", "--rounds", "1", "--reads", "100")),
     "consumer_decode": common.Case(consumer_decode_main, _CONSUMER_DECODE_DOC, ()),
     "exif_upright": common.Case(exif_upright_main, _EXIF_UPRIGHT_DOC, ()),
-    "near_duplicate_cost": common.Case(near_duplicate_cost_main, _NEAR_DUPLICATE_COST_DOC, ("--small_mb", "2", "--large_mb", "4", "--rounds", "1")),
+    "near_duplicate_cost": common.Case(near_duplicate_cost_main, _NEAR_DUPLICATE_COST_DOC,
+                                       ("--small_mb", "2", "--large_mb", "4", "--rounds", "1")),
 }
 
 
