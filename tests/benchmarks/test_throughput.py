@@ -69,7 +69,10 @@ def test_build_baselines_write_every_file_once(baseline, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1][len("RESULT "):])
     assert result["records"] == 6
-    records = [r for f in sorted(glob.glob(str(out / "*.tfrecord"))) for r in iter_records(open(f, "rb"))]
+    records = []
+    for path in sorted(glob.glob(str(out / "*.tfrecord"))):
+        with open(path, "rb") as fh:
+            records += [data for _, data in iter_records(fh, path)]
     assert len(records) == 6
     if baseline != "floor":
         assert sorted(decode_example(r)["image/class/text"][1][0] for r in records) == sorted(
