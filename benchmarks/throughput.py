@@ -96,7 +96,7 @@ _TWO_PROCESSES = ["--direct_num_workers", "2", "--direct_running_mode", "multi_p
 _MODES = {"1 proc": _IN_MEMORY, "2 threads": _TWO_THREADS, "2 procs": _TWO_PROCESSES}
 _SIZES = ("half", "full")
 _DEFAULT = "default"  # the build job run with no --validate flag
-_BEAM_BUILD = "Beam Create | Map(tf.train.Example) | WriteToTFRecord"  # the plain user pipeline
+_BEAM_BUILD = "Beam Create + Map(tf.train.Example) + WriteToTFRecord"  # the plain user pipeline (no | in a table)
 _ONE_THREAD = "build job, 1 proc, --validate decode, --image_threads 1"
 
 
