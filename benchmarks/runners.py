@@ -232,7 +232,7 @@ def runners_table_main(argv: list[str] | None = None) -> int:
 
 CASES = {
     "runners_table": common.Case(runners_table_main, _RUNNERS_TABLE_DOC,
-                                 ("--size_mb", "2", "--json", os.devnull)),
+                                 ("--size_mb", "2", "--runners", "direct", "--json", os.devnull)),
 }
 
 
