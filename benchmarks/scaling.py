@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from benchmarks import common
 from benchmarks.common import (CACHE, Dataset, MEAN_BYTES, Measurement, checkout_env, dataset, machine,
-    run_measured)
+                               run_measured)
 from transforms.shardset.planning import BUCKET_BITS, MIB, order_key
 
 

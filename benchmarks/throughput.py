@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 
 from benchmarks import common
 from benchmarks.common import (CACHE, Dataset, Measurement, checkout_env, dataset, interleaved_rounds,
-    machine, medians, run_measured)
+                               machine, medians, run_measured)
 
 
 # -- case cpu_per_gb --------------------------------------------------------------------------------------
