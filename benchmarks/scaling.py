@@ -859,7 +859,9 @@ def _build(checkout: str, work: str, name: str, argv: list[str]) -> dict:
     out = os.path.join(work, f"out-{name}")
     peaks_path = os.path.join(work, f"{name}.peaks.json")
     shutil.rmtree(out, ignore_errors=True)
-    child = [sys.executable, "-m", "benchmarks.scaling", "billion", "--build_child", peaks_path, "--"]
+    # By path: the checkout compared may have a benchmarks/scaling.py of its own.
+    child = [sys.executable, os.path.join(_CHECKOUT, "benchmarks", "scaling.py"), "billion", "--build_child",
+             peaks_path, "--"]
     env = _env(checkout)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], _CHECKOUT])  # this module; the jobs from checkout
     m = run_measured([*child, *argv, "--output_dir", out, "--max_bad_fraction", "1.0", "--direct_num_workers", "1"],
