@@ -52,9 +52,9 @@ setuptools.setup(
             "tensorflow-cpu>=2.21,<3; platform_machine == 'x86_64' or platform_machine == 'AMD64'",
             "tensorflow>=2.21,<3; platform_machine != 'x86_64' and platform_machine != 'AMD64'",
         ],
-        # benchmarks/run.py: TensorFlow baselines (the compat extra), the photos its dataset is
-        # derived from (scikit-image and scikit-learn ship them), psutil for the process tree's RSS,
-        # py-spy for profiling a benchmark run.
+        # benchmarks/ (python -m benchmarks.throughput cpu_per_gb, ...): TensorFlow baselines (the
+        # compat extra), the photos its dataset is derived from (scikit-image and scikit-learn ship
+        # them), psutil for the process tree's RSS, py-spy for the profiles in BENCHMARKS.md.
         "bench": ["tfrecord-shards[compat]", "scikit-image>=0.22", "scikit-learn>=1.3", "psutil>=5.9",
                   "py-spy>=0.3"],
     },

@@ -1,10 +1,19 @@
-"""The scaling benchmark's strace reading and marginal figures (benchmarks/scaling.py)."""
+"""The scaling harness (benchmarks/scaling.py): strace reading, marginal figures, planning at small N."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from benchmarks import common, scaling
 from benchmarks.scaling import beam_flags, marginal, read_bytes_by_file
+from tests.benchmarks.harness_checks import assert_cases_wired
+from transforms.plan_shards import ASSIGNED
+from tests.helpers import plan_in_memory
 
 # strace -f -y -s 0 output: two threads interleave a read; a forked process preads; errors and
 # sockets appear too.
@@ -50,3 +59,36 @@ def test_marginal_is_the_median_paired_difference_per_gb(small, large, small_byt
 def test_one_worker_is_beams_default_and_more_are_processes():
     assert beam_flags(1) == ["--direct_num_workers", "1"]
     assert beam_flags(4) == ["--direct_running_mode", "multi_processing", "--direct_num_workers", "4"]
+
+
+def test_benchmark_plan_equals_the_in_memory_reference():
+    count = 25_000  # several chunks of generated items
+    items = [it for chunk in scaling.chunks_of(count) for it in scaling.synthetic_items(chunk)]
+    n, shards = plan_in_memory([(it[1], it[2]) for it in items], scaling.TARGET_BYTES)
+    assert n > 10
+    expected = [(shard, items[i][3]) for shard, members in enumerate(shards) for i in members]
+    with TestPipeline() as p:
+        planned = scaling.plan_items(p, count, None, bucket_bits=4)
+        assert_that(planned[ASSIGNED] | beam.MapTuple(lambda key, it: (key[1], it[3])), equal_to(expected))
+
+
+@pytest.mark.parametrize("count", [2_000, 8_000])
+def test_groups_are_buckets_of_the_order_key(count, capsys):
+    figures = scaling.plan_scale_run(["--items", str(count), "--bucket_bits", "4"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == figures  # one JSON line
+    assert figures["items"] == count
+    assert figures["groups"] == 16  # every bucket of 4 bits is occupied
+    assert count / 16 < figures["max_items_per_group"] <= 1.5 * count / 16  # about 1/16 of the items each
+    assert figures["max_minus_min_bytes"] < 2 * figures["max_record_bytes"]
+    assert figures["peak_rss_mib"] > 0 and figures["seconds"] > 0
+
+
+
+def test_every_case_is_wired(capsys):
+    assert_cases_wired(scaling.CASES, capsys)
+
+
+def test_plan_scale_quick_prints_one_line_of_figures(capsys):
+    assert common.run_case(scaling.CASES, ["plan_scale", "--quick"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["items"] == 2000 and figures["groups"] == 16

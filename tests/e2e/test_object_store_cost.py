@@ -1,7 +1,7 @@
 """What a build costs on an object store grows linearly with its images (S3: moto's server on loopback).
 
 The build runs twice, with ``SMALL`` and ``LARGE`` images, every request
-through a counting proxy (``benchmarks.object_store_requests``, where the
+through a counting proxy (``benchmarks.object_store``, where the
 full table is made). Reading a record back from a run file must be one bounded
 request: a range open to the end of the run file has the store send the rest
 of it for every record, so the bytes downloaded per input byte grow with the
@@ -15,7 +15,7 @@ import contextlib
 
 import pytest
 
-from benchmarks.object_store_requests import PER_SHARD, gs_kind, measure_gs, measure_s3
+from benchmarks.object_store import PER_SHARD, gs_kind, measure_gs, measure_s3
 from tests.fault_proxy import FaultProxy
 from transforms.tfrecord.framing import frame_record
 
@@ -44,7 +44,7 @@ def proxied_s3(s3_server, monkeypatch):
     import boto3
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from benchmarks.object_store_requests import BUCKET, s3_flags
+    from benchmarks.object_store import BUCKET, s3_flags
     from transforms.filesystems import set_options
 
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
@@ -176,7 +176,7 @@ def proxied_gs(gcs_server, monkeypatch):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_jobs.cli.harness import prepare_options
-    from benchmarks.object_store_requests import _GcsBucket
+    from benchmarks.object_store import _GcsBucket
     from transforms.filesystems import set_options
 
     with FaultProxy(gcs_server.port) as proxy:
@@ -251,7 +251,7 @@ def test_an_append_on_s3_reads_the_shard_it_merges_into_once_beside_the_keys(pro
     import json
 
     from beam_jobs import append_shards, build_shards
-    from benchmarks.object_store_requests import _S3Bucket, s3_flags, small_images, upload
+    from benchmarks.object_store import _S3Bucket, s3_flags, small_images, upload
 
     client, proxy, base = proxied_s3
     bucket = _S3Bucket(int(proxy.url.rpartition(":")[2]))

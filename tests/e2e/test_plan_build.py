@@ -265,9 +265,9 @@ def test_plan_subcommand_runs_and_help_lists_its_flags(tmp_path):
 
 
 def _stages(tmp_path, *argv: str) -> list[str]:
-    """The fused stages the plan runs, counted as benchmarks/child_usage.py counts them."""
+    """The fused stages the plan runs, counted as benchmarks/common.py child_usage counts them."""
     usage = tmp_path / f"usage-{len(list(tmp_path.iterdir()))}.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.child_usage", str(usage), "--count_stages",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.common", "child_usage", str(usage), "--count_stages",
                            "beam_jobs.plan_build", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     (pipeline,) = json.loads(usage.read_text())["pipelines"]

@@ -1,6 +1,6 @@
 """How many fused stages the build job runs on the DirectRunner: each costs every worker a set-up.
 
-Counted as ``benchmarks/scaling.py`` counts them (``benchmarks/child_usage.py
+Counted as ``benchmarks/scaling.py workers`` counts them (``benchmarks/common.py child_usage
 --count_stages``: the stage list the FnApiRunner executes after fusion), in a
 process of its own.
 """
@@ -21,7 +21,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def _stages(tmp_path, module: str, *args: str) -> list[str]:
     usage = tmp_path / f"usage-{len(list(tmp_path.iterdir()))}.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.child_usage", str(usage), "--count_stages",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.common", "child_usage", str(usage), "--count_stages",
                            module, *args], cwd=_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     (pipeline,) = json.loads(usage.read_text())["pipelines"]

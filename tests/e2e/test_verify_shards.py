@@ -293,7 +293,7 @@ def test_verify_runs_in_few_fused_stages(tmp_path, capsys, monkeypatch, manifest
                                          most) -> None:
     """The FnApiRunner runs at most 5 fused stages (7 with --preview), and the job still passes.
 
-    Counted as ``benchmarks/child_usage.py --count_stages`` counts them: the
+    Counted as ``benchmarks/common.py child_usage --count_stages`` counts them: the
     stage list ``FnApiRunner.run_stages`` receives after fusion (checked on
     apache-beam 2.77.0). Before the steps were folded, verify ran 10 (12 with
     a preview).

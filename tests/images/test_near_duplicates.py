@@ -4,7 +4,7 @@ The measurement as tests: a copy of a train photo
 resized to 90% and saved at JPEG quality 80, placed in validation, is
 reported (and rejected with ``--near_duplicates reject``); unrelated photos
 give no pair at the default distance. The same on 1,000 photos is
-``benchmarks/near_duplicates.py`` (BENCHMARKS.md).
+``python -m benchmarks.faults near_duplicates`` (BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,32 @@
-"""Every job on three runners: did it run, are its bytes the DirectRunner's, and what CPU did it take.
+"""Runners: every job on each runner, its output's bytes and its CPU.
 
-    python benchmarks/runners_table.py [--size_mb 16] [--work /var/tmp/runners-table]
+    python -m benchmarks.runners CASE [--quick] [ARG ...]
+
+Cases:
+
+- ``runners_table``: Every job on three runners: did it run, are its bytes the DirectRunner's, and what CPU did it take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from benchmarks import common
+
+
+# -- case runners_table -----------------------------------------------------------------------------------
+
+_RUNNERS_TABLE_DOC = """Every job on three runners: did it run, are its bytes the DirectRunner's, and what CPU did it take.
+
+    python -m benchmarks.runners runners_table [--size_mb 16] [--work /var/tmp/runners-table]
 
 Writes a sample dataset (``tfrecord-shards sample``: 177 images at the default
 16 MiB, 2 of them broken, and 20 of a new class for ``append``) under ``--work``,
@@ -30,26 +56,8 @@ DirectRunner's own row says "-". Prints a Markdown table and writes
 ``benchmarks/runners_table.json``.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import re
-import shutil
-import subprocess
-import sys
-import time
-from typing import Callable
-
-import psutil
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-from tests.reliability_support import folder_bytes  # noqa: E402
-from tests.servers import start_worker_pool, stop_server, unshare_refused  # noqa: E402
 
 JOBS = ("build", "plan", "verify", "reshard", "append")
 RUNNERS = ("direct", "external", "dask")
@@ -69,6 +77,8 @@ def _env() -> dict[str, str]:
 
 def _tree_cpu(pid: int) -> float:
     """CPU seconds of a process, its live descendants and every child any of them waited for."""
+    import psutil
+
     total = 0.0
     root = psutil.Process(pid)
     for proc in [root, *root.children(recursive=True)]:
@@ -107,6 +117,8 @@ def _verify_line(out: str) -> str:
 
 def _args(job: str, work: str, runner: str) -> tuple[list[str], Callable[[], object]]:
     """The job's flags for ``runner``'s run and what to compare with the DirectRunner's."""
+    from tests.reliability_support import folder_bytes
+
     out = os.path.join(work, "out", f"{job}-{runner}")
     raw, more, built = os.path.join(work, "raw"), os.path.join(work, "more"), os.path.join(work, "out", "build-direct")
     if job == "build":
@@ -125,6 +137,10 @@ def _args(job: str, work: str, runner: str) -> tuple[list[str], Callable[[], obj
 
 def _engines(work: str, wanted: list[str]):
     """Starts the engines ``wanted`` needs: {runner: (flags, CPU-reading function, stop function)}."""
+    from tests.servers import start_worker_pool
+    from tests.servers import stop_server
+    from tests.servers import unshare_refused
+
     engines = {"direct": ([], lambda: 0.0, lambda: None)}
     if "external" in wanted:
         refused = unshare_refused()
@@ -150,8 +166,8 @@ def _engines(work: str, wanted: list[str]):
     return engines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def runners_table_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=_RUNNERS_TABLE_DOC.split("\n\n")[0])
     parser.add_argument("--size_mb", type=float, default=16.0, help="The sample's size (about 80 KiB an image).")
     parser.add_argument("--work", default="/var/tmp/runners-table", help="A folder outside /tmp, made afresh.")
     parser.add_argument("--runners", default=",".join(RUNNERS))
@@ -214,5 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(row["ran"] and row["same"] in (None, True) for job in rows.values() for row in job.values()) else 1
 
 
+CASES = {
+    "runners_table": common.Case(runners_table_main, _RUNNERS_TABLE_DOC,
+                                 ("--size_mb", "2", "--runners", "direct", "--json", os.devnull)),
+}
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.run_case(CASES, sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""The throughput harness: the cross-decoder check, the build baselines, every case wired."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from benchmarks import throughput
+from tests.benchmarks.harness_checks import assert_cases_wired
+from tests.shard_fixtures import make_class_tree, run_build
+from transforms.example.codec import decode_example
+from transforms.tfrecord.framing import iter_records
+
+
+def test_reference_holds_tf_decodes_at_the_recorded_sizes(tmp_path, capsys):
+    make_class_tree(str(tmp_path / "in"), per_class=3, broken=False)
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(tmp_path / "out"))
+    assert status == 0, err
+    ref = throughput.reference([str(tmp_path / "out" / "*.tfrecord")])
+    assert sorted(ref) == sorted(f"{label}/{label}_{i:03d}.{'png' if i == 2 else 'jpg'}"
+                                 for label in ("daisy", "rose", "tulip") for i in range(3))
+    for entry in ref.values():
+        assert entry["shape"] == entry["recorded"]
+        assert len(entry["blocks"]) == 16 * 16 * 3 and len(entry["sha256"]) == 64
+    assert {entry["format"] for entry in ref.values()} == {"jpeg", "png"}
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (5, 40, 3), (64, 48, 3)])
+def test_block_means_of_a_flat_image_are_its_value_and_defined_for_tiny_images(shape):
+    blocks = throughput._blocks(np.full(shape, 77, dtype=np.uint8))
+    assert len(blocks) == 768 and all(not math.isnan(v) and v == 77 for v in blocks)
+
+
+def test_block_means_tell_a_turned_image_from_its_original():
+    image = np.zeros((64, 64, 3), dtype=np.uint8)
+    image[:32] = 200  # top half bright
+    upright, turned = throughput._blocks(image), throughput._blocks(np.rot90(image, 2))
+    assert max(abs(a - b) for a, b in zip(upright, turned)) == 200
+
+
+def test_one_of_reference_and_check_is_required(tmp_path):
+    for both in ([], ["--reference", str(tmp_path / "r.json"), "--check", str(tmp_path / "r.json")]):
+        with pytest.raises(SystemExit) as stop:
+            throughput.consumer_decode_main(["--shards", str(tmp_path / "*.tfrecord"), *both])
+        assert stop.value.code == 2
+    assert not os.listdir(tmp_path)
+
+
+def test_every_case_is_wired(capsys):
+    assert_cases_wired(throughput.CASES, capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("baseline", ["beam_build", "pool_build", "floor"])
+def test_build_baselines_write_every_file_once(baseline, tmp_path):
+    """The plain Beam pipeline, the Pool loop and the floor, as ``cpu_per_gb`` runs them."""
+    make_class_tree(str(tmp_path / "in"), per_class=2, broken=False)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "baseline", baseline, "--input",
+                           str(tmp_path / "in"), "--output_dir", str(out), "--num_shards", "2",
+                           "--processes", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1][len("RESULT "):])
+    assert result["records"] == 6
+    records = []
+    for path in sorted(glob.glob(str(out / "*.tfrecord"))):
+        with open(path, "rb") as fh:
+            records += [data for _, data in iter_records(fh, path)]
+    assert len(records) == 6
+    if baseline != "floor":
+        assert sorted(decode_example(r)["image/class/text"][1][0] for r in records) == sorted(
+            label.encode() for label in ("daisy", "rose", "tulip") for _ in range(2))
+    if baseline == "beam_build":
+        assert result["example_classes"].startswith("tensorflow")  # protobuf's generated classes
