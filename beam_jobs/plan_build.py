@@ -30,7 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs import build_shards
 from beam_jobs.cli import flags as opt
 from beam_jobs.cli.config import PlanConfig, is_dataflow_dry_run
-from beam_jobs.cli.harness import dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, dry_run_summary, run_job
 from beam_jobs.cli.help import wants_help
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
@@ -242,8 +242,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None, for_dry_run:
         argv = _without_dry_run(argv)
     if for_dry_run:
         print(DRY_RUN_LINE, file=sys.stderr)
-    return run_job(_NAME, argv, PlanConfig, make_config, build_pipeline, _outcome, prog=prog,
-                   progress=_progress)
+    return run_job(Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome, progress=_progress), argv, prog)
 
 
 if __name__ == "__main__":
