@@ -74,8 +74,8 @@ from transforms.shardset.disk_needs import apart_shortfall_clause, shortfall_cla
 from transforms.storage.writing import free_bytes
 from transforms.images.class_labels import index_order_problem
 from transforms.images.listing_facts import appended_classes
-from transforms.shard_sink import (REUSED_SHARDS, PublishInputs, PublishShards, ShardOutput, ShardRecords, ShardReuse,
-                                   WriteShards)
+from transforms.shard_sink import (REUSED_SHARDS, ExtrasFrom, PublishInputs, PublishShards, ShardOutput,
+                                   ShardRecords, ShardReuse, WriteShards)
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
@@ -673,10 +673,12 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
     # Object classes, image counts (from each shard's tallies) and, looking for them, near-duplicates.
     # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
-    near_found = {} if not near else {name: beam.pvalue.AsList(distinct[tag]) for name, tag in (
-        ("near_pairs", NEAR_DUPLICATES), ("over_cap", OVER_CAP), ("unhashed", UNHASHED))}
-    extras = layout | "ManifestExtras" >> beam.Map(build_manifest_extras, cfg.near_duplicates if near else "off",
-                                                   cfg.near_duplicate_distance, **near_found)
+    # Made in the publish step from these side inputs: no step of their own (one stage fewer).
+    views = {"layout": beam.pvalue.AsSingleton(layout), **({} if not near else {
+        name: beam.pvalue.AsList(distinct[tag])
+        for name, tag in (("near_pairs", NEAR_DUPLICATES), ("over_cap", OVER_CAP), ("unhashed", UNHASHED))})}
+    extras = ExtrasFrom(functools.partial(build_manifest_extras, near_mode=cfg.near_duplicates if near else "off",
+                                          distance=cfg.near_duplicate_distance), views)
     return p | "Publish" >> PublishShards(
         output, cfg.policy, PublishInputs(results, plan[TOTALS], dead, labels, inputs, spec), fields,
         max_bad_fraction=cfg.max_bad_fraction, manifest_extras=extras,

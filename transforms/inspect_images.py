@@ -41,7 +41,8 @@ from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["ImageRules", "RecordStaging", "DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
+__all__ = ["ImageRules", "RecordStaging",
+           "DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
            "read_input", "REUSED_INPUTS", "REUSED_INPUT_BYTES"]
 
 # Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.

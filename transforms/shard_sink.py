@@ -57,7 +57,7 @@ from transforms.tfrecord.run_files import FramedRecord
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["WriteShards", "PublishShards", "ShardOutput", "ShardRecords", "ShardReuse", "PublishInputs",
-           "ManifestExtras", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone"]
+           "ManifestExtras", "ExtrasFrom", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone"]
 
 _LOG = logging.getLogger(__name__)
 # Metrics of the sink, the same for every job that writes shards (build, reshard).
@@ -327,12 +327,48 @@ class PublishInputs:
     feature_spec: Any = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ExtrasFrom:
+    """Manifest extras made in the publish step itself from side inputs: ``make(**views)``.
+
+    For extras that need what late steps found (a build's near-duplicates):
+    a step of their own would wait for those steps and run as one more stage;
+    here they are read where the publish step reads its other side inputs.
+
+    Attributes:
+        make: Picklable; given each view's value by its name, returns a
+            ``ManifestExtras`` or a mapping of manifest fields.
+        views: Name -> side input (``beam.pvalue.AsSingleton``, ``AsList``).
+    """
+
+    make: Callable[..., ManifestExtras | Mapping[str, Any]]
+    views: Mapping[str, Any]
+
+
+# The publish step's keyword side inputs of ``ExtrasFrom.views`` start with this.
+_VIEW = "extras_"
+
+
+def _given(extras: ManifestExtras | Mapping[str, Any] | None) -> ManifestExtras | Mapping[str, Any] | None:
+    """The extras of a ``manifest_extras`` PCollection's one element, as they are."""
+    return extras
+
+
+def _extras_from(extras) -> ExtrasFrom | None:
+    """``manifest_extras`` as an ``ExtrasFrom``: a PCollection's one element is a view like any other."""
+    if extras is None or isinstance(extras, ExtrasFrom):
+        return extras
+    return ExtrasFrom(_given, {"extras": beam.pvalue.AsSingleton(extras, default_value=None)})
+
+
 class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
     """Publish up to its shard renames (``prepare_publish``): the commit record, the renames in chunks."""
 
     def __init__(self, output: ShardOutput, policy: PublishPolicy, manifest_fields: Mapping[str, Any],
                  max_bad_fraction: float | None, sidecars: Sidecars | None = None,
-                 parallel: tuple[int, int] = (PARALLEL_MOVES, RENAME_CHUNK)) -> None:
+                 parallel: tuple[int, int] = (PARALLEL_MOVES, RENAME_CHUNK),
+                 make_extras: Callable[..., ManifestExtras | Mapping[str, Any]] | None = None) -> None:
+        self._make_extras = make_extras  # ExtrasFrom.make, given the views
         self._output = output
         self._policy = policy
         self._fields = dict(manifest_fields)
@@ -340,10 +376,11 @@ class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
         self._sidecars = sidecars
         self._parallel = parallel  # (renames from which the workers do them, renames a chunk)
 
-    def process(self, _, parts, totals, labels, inputs, feature_spec, *dead_lists, extras=None):
+    def process(self, _, parts, totals, labels, inputs, feature_spec, *dead_lists, **views):
         output_dir, policy = self._output.output_dir, self._policy
         dead_letters = [part for found in dead_lists for part in found]  # DeadLetterPart: a path and counts
-        extras = as_extras(extras)
+        extras = as_extras(None if self._make_extras is None else self._make_extras(
+            **{name[len(_VIEW):]: value for name, value in views.items()}))
         fields = {**self._fields, "feature_spec": feature_spec, "images": {}, "object_labels": (),
                   **extras.manifest_fields(tally for part in parts for tally in part.tallies)}  # summed per part
         commit, moves = prepare_publish(output_dir, parts, totals, dead_letters, labels, inputs,
@@ -446,7 +483,8 @@ class PublishShards(beam.PTransform):
         manifest_extras: Optional ``PCollection`` with one element: a mapping
             merged into the manifest, or a ``ManifestExtras`` (fields, files
             found by the pipeline, fields from the shards' summed tallies),
-            e.g. a build's image counts, object classes and near-duplicates.
+            e.g. a build's image counts, object classes and near-duplicates;
+            or an ``ExtrasFrom``, made in the publish step from side inputs.
         sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of
             further files to publish beside the shards (None: a file of an
             earlier run the set does not have, removed if present).
@@ -459,16 +497,17 @@ class PublishShards(beam.PTransform):
                  manifest_extras=None, sidecars: Sidecars | None = None,
                  parallel_from: int | None = None) -> None:
         super().__init__()
+        made = _extras_from(manifest_extras)
         self._prepare = _PreparePublishFn(output, policy, manifest_fields, max_bad_fraction, sidecars,
-                                          (PARALLEL_MOVES if parallel_from is None else parallel_from, RENAME_CHUNK))
+                                          (PARALLEL_MOVES if parallel_from is None else parallel_from, RENAME_CHUNK),
+                                          made.make if made is not None else None)
         self._output_dir, self._run_id = output.output_dir, policy.run_id
         self._inputs = inputs
-        self._extras = manifest_extras
+        self._views = {} if made is None else {f"{_VIEW}{name}": view for name, view in made.views.items()}
 
     def expand(self, pbegin):
         found, output_dir, run_id = self._inputs, self._output_dir, self._run_id
         AsList = beam.pvalue.AsList
-        extras = {} if self._extras is None else {"extras": beam.pvalue.AsSingleton(self._extras, default_value=None)}
         parts = (found.results
                  | "KeyByListPart" >> beam.Map(part_key)  # ((split, part), ShardResult)
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
@@ -482,7 +521,7 @@ class PublishShards(beam.PTransform):
                         self._prepare, AsList(parts), AsList(found.totals),
                         _singleton(found.labels, []), _singleton(found.inputs, 0),
                         _singleton(found.feature_spec, {}), *[AsList(letters) for letters in dead_parts],
-                        **extras).with_outputs(MOVES, main="commit"))
+                        **self._views).with_outputs(MOVES, main="commit"))
         done = (prepared[MOVES]  # chunks of RENAME_CHUNK (staged, final, sha256): none for a small set
                 | "SpreadMoves" >> beam.Reshuffle()
                 | "MoveStaged" >> beam.ParDo(_MoveStagedFn()))  # MovesDone, one a bundle

@@ -1,7 +1,7 @@
 """What a build adds to the shard sink's manifest: object classes, image counts, near-duplicates (no Beam).
 
 ``build_manifest_extras`` makes the one ``ManifestExtras`` a build hands to
-``PublishShards``: the ``object_labels`` of its layout, the ``images`` counts
+``PublishShards`` (made in its publish step, ``shard_sink.ExtrasFrom``): the ``object_labels`` of its layout, the ``images`` counts
 summed from its shards' tallies (``build_counts.record_count_keys``), and,
 when it looks for near-duplicates across splits, their ``near_duplicates``
 counts and ``near_duplicates.jsonl``.
