@@ -20,13 +20,15 @@ import functools
 import importlib.metadata
 import logging
 import os
+import re
 import sys
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 if __name__ == "__main__":  # python -m: plan_build imports this module by name; let that be this one,
     sys.modules.setdefault("beam_jobs.build_shards", sys.modules[__name__])  # so its options are defined once
 
 import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import flags as opt
@@ -34,18 +36,21 @@ from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_survey import fixed_class_names, image_threads, survey_build
-from transforms.images.build_counts import build_image_counts, record_count_keys
+from transforms.images.build_counts import record_count_keys
+from transforms.images.build_manifest import build_manifest_extras
+from transforms.images.build_summary import build_lines
 from transforms.images.inputs import LabelRules, check_label, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_parquet_pattern, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
 from transforms.archives.webdataset import expand_braces
 from beam_jobs.cli.config import BuildConfig
-from beam_jobs.cli.harness import run_publishing_job
+from beam_jobs.cli.harness import PublishingJob, run_job
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
-from transforms.inspect_images import ImageRecordMaker, InspectImages, image_order
+from transforms.inspect_images import (REUSED_INPUT_BYTES, REUSED_INPUTS, ImageRecordMaker, ImageRules, InspectImages,
+                                      RecordStaging, image_order)
 from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED,
                                           CollectSplitNames,
                                           NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
@@ -62,13 +67,16 @@ from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
                                               published_shards, run_files_folder, staging_folder)
+from transforms.progress.report import plural
 from transforms.shardset.manifest import Manifest
+from transforms.shardset.planning import MIB
 from transforms.shardset.replacing import kept_format_problem, listed_splits, replace_problem
 from transforms.shardset.disk_needs import apart_shortfall_clause, shortfall_clause
 from transforms.storage.writing import free_bytes
 from transforms.images.class_labels import index_order_problem
 from transforms.images.listing_facts import appended_classes
-from transforms.shard_sink import NearDuplicateReport, PublishShards, WriteShards
+from transforms.shard_sink import (REUSED_SHARDS, ExtrasFrom, PublishInputs, PublishShards, ShardOutput,
+                                   ShardRecords, ShardReuse, WriteShards)
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
@@ -629,12 +637,13 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
     near = cfg.found.near_hashes  # --near_duplicates, and the images may fall in two splits
     settings = cfg.settings
+    staging = RecordStaging(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir,  # each image read once
+                            done_lists=cfg.policy.resume is not None, resume=tuple(adopted.done_lists))
     inspected = unique | "Inspect" >> InspectImages(
-        settings, cfg.seed, beam.pvalue.AsSingleton(labels), cfg.split_fraction_map,
-        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(layout), threads=cfg.found.inspect_threads,
-        staging=(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir),  # records go to run files: each image read once
-        done_lists=cfg.policy.resume is not None, resume=adopted.done_lists,
-        hashed=near)  # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
+        settings, cfg.seed, beam.pvalue.AsSingleton(labels),
+        # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
+        ImageRules(cfg.split_fraction_map or {}, cfg.max_image_bytes, hashed=near),
+        layout=beam.pvalue.AsSingleton(layout), threads=cfg.found.inspect_threads, staging=staging)
     # Images of splits already published in --output_dir that this run keeps stay there: their
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if cfg.dataflow_dry_run else published_shards(
@@ -649,9 +658,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
     rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)
-    # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
-    near_report = NearDuplicateReport(cfg.near_duplicates if near else "off", cfg.near_duplicate_distance, *(
-        (distinct[NEAR_DUPLICATES], distinct[OVER_CAP], distinct[UNHASHED]) if near else ()))
     near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
@@ -660,25 +666,30 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS], *near_dead)
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
+    output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
+    records = ShardRecords(ImageRecordMaker(), image_order, cfg.found.write_threads,
+                           tally_of=record_count_keys)  # each shard counts its image formats, channels, boxes skipped
+    reuse = ShardReuse(functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format),
+                       adopted.shards) if cfg.policy.resume else None
     results = plan[ASSIGNED] | "Write" >> WriteShards(
-        cfg.output_dir, cfg.compression, ImageRecordMaker(), image_order,
-        cfg.policy.run_id, plan[TOTALS], threads=cfg.found.write_threads,
-        tally_of=record_count_keys,  # each shard counts its image formats, channels, boxes skipped
+        output, records, cfg.policy.run_id, plan[TOTALS], inputs=inputs, reuse=reuse,
         # appending, inputs the set already holds are rejected but not bad: publishing decides
-        inputs=inputs, max_bad_fraction=None if appending else cfg.max_bad_fraction,
-        content_of=functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format)
-        if cfg.policy.resume else None,
-        done_shards=adopted.shards, file_format=cfg.format, shard_sha256=cfg.shard_sha256)
+        max_bad_fraction=None if appending else cfg.max_bad_fraction)
     fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
-    object_labels = layout | "ObjectClasses" >> beam.Map(lambda lay: lay.object_labels)  # ((id, name), ...)
+    # Object classes, image counts (from each shard's tallies) and, looking for them, near-duplicates.
+    # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
+    # Made in the publish step from these side inputs: no step of their own (one stage fewer).
+    views = {"layout": beam.pvalue.AsSingleton(layout), **({} if not near else {
+        name: beam.pvalue.AsList(distinct[tag])
+        for name, tag in (("near_pairs", NEAR_DUPLICATES), ("over_cap", OVER_CAP), ("unhashed", UNHASHED))})}
+    extras = ExtrasFrom(functools.partial(build_manifest_extras, near_mode=cfg.near_duplicates if near else "off",
+                                          distance=cfg.near_duplicate_distance), views)
     return p | "Publish" >> PublishShards(
-        cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
-        totals=plan[TOTALS], dead_letters=dead, labels=labels, inputs=inputs, feature_spec=spec,
-        image_counts=build_image_counts, sidecar_files=functools.partial(build_sidecars, name=cfg.tfds_name),
-        object_labels=object_labels, near_duplicates=near_report)
-
+        output, cfg.policy, PublishInputs(results, plan[TOTALS], dead, labels, inputs, spec), fields,
+        max_bad_fraction=cfg.max_bad_fraction, manifest_extras=extras,
+        sidecars=functools.partial(build_sidecars, name=cfg.tfds_name))
 
 def _disk_need(cfg: BuildConfig) -> str:
     """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
@@ -697,6 +708,55 @@ def _disk_need(cfg: BuildConfig) -> str:
     return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
 
 
+class BuildJob(PublishingJob):
+    """The build job as the harness runs it: its summary says what a build adds (``images.build_summary``)
+    and, for a resumed run, what it reused."""
+
+    def __init__(self) -> None:
+        super().__init__("build_shards", BuildConfig, make_config, build_pipeline, progress=build_progress)
+
+    def disk_need(self, cfg: BuildConfig) -> str:
+        return _disk_need(cfg)
+
+    def summary_lines(self, cfg: BuildConfig, manifest: Manifest) -> list[str]:
+        return build_lines(cfg.output_dir, manifest, cfg.near_duplicates == "off")
+
+    def finish(self, p: beam.Pipeline, cfg: BuildConfig, seconds: float) -> tuple[str, int]:
+        text, status = super().finish(p, cfg, seconds)
+        if self.resumed and not cfg.dataflow_dry_run:
+            first, rest = text.split("\n", 1) if "\n" in text else (text, "")
+            text = "\n".join(line for line in (first, "  " + resume_line(self.result, self.resumed, first), rest)
+                             if line)
+        return text, status
+
+
+def _counter(result: Any, namespace: str, name: str) -> int:
+    """A counter's committed value in a finished pipeline's metrics (0 where the runner gives none)."""
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(namespace).with_name(name))["counters"]
+    except (AttributeError, NotImplementedError, KeyError):
+        return 0
+    return sum(c.committed if c.committed is not None else c.attempted or 0 for c in found)
+
+
+def resume_line(result: Any, runs: Sequence[str], published: str) -> str:
+    """The summary's line saying what a resumed run reused, from its metrics.
+
+    Args:
+        result: The finished pipeline's ``PipelineResult``.
+        runs: The interrupted runs' ids.
+        published: The summary's first line (its input count is read from it).
+    """
+    inputs = _counter(result, "build", REUSED_INPUTS)
+    nbytes = _counter(result, "build", REUSED_INPUT_BYTES)
+    shards = _counter(result, "shard_sink", REUSED_SHARDS)
+    found = re.search(r"= ([\d,]+) inputs\)", published)
+    total = f" of {int(found.group(1).replace(',', '')):,}" if found else ""
+    which = f"run {runs[0]}" if len(runs) == 1 else f"runs {', '.join(runs)}"
+    return (f"resumed: reused {inputs:,}{total} inputs ({nbytes / MIB:,.0f} MiB) and {plural(shards, 'finished shard')} "
+            f"from the interrupted {which}")
+
+
 HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
@@ -707,8 +767,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     real) is refused, as by the other jobs, naming ``tfrecord-shards plan``.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_publishing_job("build_shards", argv, BuildConfig, make_config, build_pipeline, prog=prog,
-                              progress=build_progress, disk_need=_disk_need)
+    return run_job(BuildJob(), argv, prog)
 
 
 if __name__ == "__main__":

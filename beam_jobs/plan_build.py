@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs import build_shards
 from beam_jobs.cli import flags as opt
 from beam_jobs.cli.config import PlanConfig
-from beam_jobs.cli.harness import dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, dry_run_summary, run_job
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
 from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
@@ -207,8 +207,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         prog: The command's name in help and messages.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_job(_NAME, argv, PlanConfig, make_config, build_pipeline, _outcome, prog=prog,
-                   progress=_progress)
+    return run_job(Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome, progress=_progress), argv, prog)
 
 
 if __name__ == "__main__":

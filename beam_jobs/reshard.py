@@ -41,11 +41,11 @@ from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadA
                                       item_split, RecordCopy)
 from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
-from beam_jobs.cli.harness import run_publishing_job
+from beam_jobs.cli.harness import PublishingJob, run_job
 from beam_jobs.cli.progress import reshard_progress
 from transforms.shardset.replacing import kept_format_problem
 from transforms.storage.output_folder import check_replaced_splits, published_manifest
-from transforms.shard_sink import PublishShards, WriteShards
+from transforms.shard_sink import PublishInputs, PublishShards, ShardOutput, ShardRecords, WriteShards
 from transforms.tfrecord_source import ERRORS, RECORDS, ReadAllFromTFRecords
 from transforms.shardset.tfds_metadata import tfds_files
 
@@ -137,24 +137,21 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
             | "ForPlanning" >> beam.Map(RecordItem.for_planning)  # planning groups hold no more
             | "Plan" >> PlanShards(split_of=item_split, order_of=item_order, size_of=item_size,
                                    target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
-    results = plan[ASSIGNED] | "Write" >> WriteShards(cfg.output_dir, cfg.compression,
-                                                        RecordCopy(), item_order, cfg.policy.run_id,
-                                                        plan[TOTALS], file_format=cfg.format,
-                                                        shard_sha256=cfg.shard_sha256)
+    output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
+    results = plan[ASSIGNED] | "Write" >> WriteShards(output, ShardRecords(RecordCopy(), item_order),
+                                                        cfg.policy.run_id, plan[TOTALS])
     fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     return p | "Publish" >> PublishShards(
-        cfg.output_dir, cfg.compression, fields, cfg.max_bad_fraction, cfg.policy, results=results,
-        totals=plan[TOTALS], dead_letters=() if dead is None else dead, labels=labels, inputs=inputs,
-        feature_spec=spec, sidecar_files=functools.partial(tfds_files, name=cfg.tfds_name))
-
+        output, cfg.policy, PublishInputs(results, plan[TOTALS], () if dead is None else dead, labels, inputs, spec),
+        fields, max_bad_fraction=cfg.max_bad_fraction, sidecars=functools.partial(tfds_files, name=cfg.tfds_name))
 
 HELP = ReshardConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the reshard job; returns the exit status (0 ok, 1 failed, 2 bad flags)."""
-    return run_publishing_job("reshard", argv, ReshardConfig, make_config, build_pipeline, prog=prog,
-                              progress=reshard_progress)
+    job = PublishingJob("reshard", ReshardConfig, make_config, build_pipeline, progress=reshard_progress)
+    return run_job(job, argv, prog)
 
 
 if __name__ == "__main__":

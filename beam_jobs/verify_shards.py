@@ -47,10 +47,10 @@ from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFE
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
-from beam_jobs.cli.harness import dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, dry_run_summary, run_job
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
-from transforms.read_and_check import ReadAndCheckRecords
+from transforms.read_and_check import ReadAndCheckRecords, RecordChecks
 from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadManifest, WritePreview,
                                      WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
@@ -258,11 +258,11 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
         buckets = key_bucket_count(sum(s.size for s in cfg.shards) // RECORD_BYTES_GUESS)
     # Records are checked as they are read, one tally per byte range; the reader of a shard's
     # first range also hashes listed shards from the bytes it reads and checks the .idx.
+    checks = RecordChecks(decode_images=cfg.decode_images, preview=cfg.preview is not None, hash_files=with_manifest,
+                          max_record_bytes=cfg.max_record_bytes, index_required=with_manifest,
+                          decode_with=tuple(cfg.decoders))
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
-        schema=schema, decode_images=cfg.decode_images, decode_with=cfg.decoders,
-        preview=cfg.preview is not None,
-        labels=labels, hash_files=with_manifest, max_record_bytes=cfg.max_record_bytes,
-        split_ranges=cfg.split_ranges, index_required=with_manifest)  # RangeTally
+        schema, labels, checks, split_ranges=cfg.split_ranges)  # RangeTally
     problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
     problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest,
                                                                             buckets=buckets))
@@ -346,8 +346,9 @@ HELP = VerifyConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
-    return run_job(_NAME, argv, VerifyConfig, make_config, build_pipeline, _outcome, _POSITIONAL_HINT,
-                   prog=prog, progress=verify_progress)
+    job = Job(_NAME, VerifyConfig, make_config, build_pipeline, _outcome, progress=verify_progress,
+              positional_hint=_POSITIONAL_HINT)
+    return run_job(job, argv, prog)
 
 
 if __name__ == "__main__":

@@ -767,11 +767,13 @@ def _child(mode: str, workers: int, shards: int, folder: str) -> dict:
         ["--direct_running_mode", "multi_processing"] if workers > 1 else [])
     p = beam.Pipeline(options=PipelineOptions(options))
     fields = {"created_by": "build_shards", "options": {}, "seed": 0}
+    inputs = shard_sink.PublishInputs(
+        p | "Results" >> beam.Create(results),
+        p | "Totals" >> beam.Create([SplitTotals("train", 0, shards, 1, shards)]), (),
+        p | "Labels" >> beam.Create([["daisy"]]), p | "Inputs" >> beam.Create([shards]),
+        p | "Spec" >> beam.Create([{}]))
     _ = p | "Publish" >> shard_sink.PublishShards(
-        folder, "gzip", fields, None, policy, results=p | "Results" >> beam.Create(results),
-        totals=p | "Totals" >> beam.Create([SplitTotals("train", 0, shards, 1, shards)]), dead_letters=(),
-        labels=p | "Labels" >> beam.Create([["daisy"]]), inputs=p | "Inputs" >> beam.Create([shards]),
-        feature_spec=p | "Spec" >> beam.Create([{}]),
+        shard_sink.ShardOutput(folder, "gzip"), policy, inputs, fields,
         parallel_from=shards + 1 if mode == "serial" else None)
     start = time.perf_counter()
     result = p.run()

@@ -38,7 +38,8 @@ from transforms.shardset.resume import (DoneInput, DoneLines, context_key, done_
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
+__all__ = ["ImageRules", "RecordStaging",
+           "DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
            "read_input", "REUSED_INPUTS", "REUSED_INPUT_BYTES"]
 
 # Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
@@ -212,13 +213,55 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         return cached[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageRules:
+    """What decides an image's outcome beside how it is encoded.
+
+    Attributes:
+        split_fractions: Split name -> fraction (``--split_fractions``): the
+            split of each image whose input names none, chosen from its sha256.
+        max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
+        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels
+            (``ImageMeta.phash``), for ``RejectDuplicateImages``.
+    """
+
+    split_fractions: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    max_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    hashed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {self.max_bytes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordStaging:
+    """Where a build's accepted records go when their image is read, and what a rerun may reuse.
+
+    Attributes:
+        output_dir: The output folder (the run's staging folder is inside it).
+        run_id: The run's id.
+        staging_dir: ``--staging_dir``, or None (the run's staging folder).
+        done_lists: Write each run file's done list, so that a rerun after an
+            interruption may reuse its records.
+        resume: The done lists of the interrupted runs this run resumes
+            (``storage.resume.AdoptedWork.done_lists``); each worker reads them once.
+    """
+
+    output_dir: str
+    run_id: str
+    staging_dir: str | None = None
+    done_lists: bool = False
+    resume: tuple[tuple[str, str, int | None], ...] = ()
+
+
 class _InspectImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
     An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
     sha256 and the split fractions.
 
-    With ``staging`` (the output folder, the run's id and ``--staging_dir``), each accepted
+    With ``staging`` (a ``RecordStaging``: the output folder, the run's id, ``--staging_dir``), each accepted
     image's framed record is appended to the bundle's run file in the run's
     staging folder (``tfrecord.run_files``), on the bundle's thread in
     input order, and its ``ImageMeta`` says where (``run``): the image is read
@@ -243,20 +286,18 @@ class _InspectImageFn(OrderedImageFn):
     listing, stamp and context match, without reading it.
     """
 
-    def __init__(self, settings: EncodeSettings, seed: int,
-                 split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, threads: int = 1, *,
-                 staging: tuple[str, str, str | None], done_lists: bool = False,
-                 resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
+    def __init__(self, settings: EncodeSettings, seed: int, rules: ImageRules | None = None, threads: int = 1,
+                 *, staging: RecordStaging) -> None:
+        rules = rules or ImageRules()
         self._settings = settings
-        self._resume_lists = tuple(resume)
-        self._hashed = hashed
+        self._resume_lists = tuple(staging.resume)
+        self._hashed = rules.hashed
         self._seed = seed
-        self._fractions = dict(split_fractions or {})
-        self._max_bytes = max_bytes
+        self._fractions = dict(rules.split_fractions)
+        self._max_bytes = rules.max_bytes
         self._threads = threads
-        self._staging = tuple(staging)
-        self._done_lists = done_lists
+        self._staging = (staging.output_dir, staging.run_id, staging.staging_dir)
+        self._done_lists = staging.done_lists
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
@@ -371,58 +412,33 @@ class InspectImages(beam.PTransform):
         settings: Image options of the build.
         seed: Shuffle seed for the order key.
         labels: Singleton side input with the class names in index order.
-        split_fractions: Split name -> fraction (``--split_fractions``): the
-            split of each image whose input names none, chosen from its sha256.
-        max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
+        rules: Splits by content, the largest input read, perceptual hashes
+            (``ImageRules``; default: none, ``DEFAULT_MAX_IMAGE_BYTES``, none).
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
         threads: Images inspected at once by each worker; 0 for one per core
             the worker may use. Threads pay when Pillow decodes or encodes each
             image (it releases the GIL) or reads wait on a network; the
             ``structure`` and ``header`` checks hold the GIL.
-        staging: ``(output folder, run id, --staging_dir or None)``: each accepted image's record is
-            written to a run file in the run's staging folder (or its folder in
-            ``--staging_dir``) and its metadata
-            says where (``ImageMeta.run``), so the writer copies it instead of
-            reading the image again.
-        done_lists: With ``staging``, write each run file's done list, so
-            that a rerun after an interruption may reuse its records.
-        resume: The done lists of the interrupted runs this run resumes
-            (``storage.resume.AdoptedWork.done_lists``); each worker reads
-            them once.
-        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels
-            (``ImageMeta.phash``), for ``RejectDuplicateImages``.
+        staging: Each accepted image's record is written to a run file in the
+            run's staging folder (or its folder in ``--staging_dir``) and its
+            metadata says where (``ImageMeta.run``), so the writer copies it
+            instead of reading the image again; with ``done_lists``, each run
+            file gets its done list.
     """
 
-    def __init__(self, settings: EncodeSettings, seed: int, labels,
-                 split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1, *,
-                 staging: tuple[str, str, str | None], done_lists: bool = False,
-                 resume: Sequence[tuple[str, str, int | None]] = (), hashed: bool = False) -> None:
+    def __init__(self, settings: EncodeSettings, seed: int, labels, rules: ImageRules | None = None,
+                 layout=None, threads: int = 1, *, staging: RecordStaging) -> None:
         super().__init__()
-        self._hashed = hashed
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._settings = settings
-        self._seed = seed
+        self._fn = _InspectImageFn(settings, seed, rules, threads, staging=staging)
         self._labels = labels
-        self._fractions = dict(split_fractions or {})
-        self._max_bytes = max_bytes
         self._layout = layout
-        self._threads = threads
-        self._staging = tuple(staging)
-        self._done_lists = done_lists
-        self._resume = tuple(resume)
 
     def expand(self, sources):
         extra = {} if self._layout is None else {"layout": self._layout}
-        return sources | "InspectImage" >> beam.ParDo(
-            _InspectImageFn(self._settings, self._seed, self._fractions, self._max_bytes, self._threads,
-                            staging=self._staging, done_lists=self._done_lists, resume=self._resume,
-                            hashed=self._hashed),
-            labels=self._labels, **extra).with_outputs(
-                DEAD_LETTERS, main="main")
+        return sources | "InspectImage" >> beam.ParDo(self._fn, labels=self._labels, **extra).with_outputs(
+            DEAD_LETTERS, main="main")
 
 
 def image_order(meta: ImageMeta) -> tuple[int, str]:

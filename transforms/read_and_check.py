@@ -33,7 +33,7 @@ from transforms.verify.checks import hash_problems, index_hash_problem, index_pr
 from transforms.verify.ranges import RangeChecker, ShardFile
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["ReadAndCheckRecords"]
+__all__ = ["ReadAndCheckRecords", "RecordChecks"]
 
 _NAMESPACE = "verify_shards"
 
@@ -126,6 +126,30 @@ class _Claims:
             self._tracker.try_claim(stop)
 
 
+@dataclasses.dataclass(frozen=True)
+class RecordChecks:
+    """What ``ReadAndCheckRecords`` checks of each record and shard beside its framing.
+
+    Attributes:
+        decode_images: Decode every image.
+        preview: Keep a few preview samples per class in each tally.
+        hash_files: Check each listed shard's hashes (CRC32C, sha256) against its entry.
+        max_record_bytes: The largest record data read; a record declaring
+            more is a ``bad_length`` problem at its offset.
+        index_required: A missing ``.idx`` of an uncompressed shard is a
+            problem (a shard set's shards have one).
+        decode_with: Decoders that must decode every image to its record's
+            size (``verify.decoders``).
+    """
+
+    decode_images: bool = False
+    preview: bool = False
+    hash_files: bool = True
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    index_required: bool = False
+    decode_with: tuple[str, ...] = ()
+
+
 class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the whole file.
 
@@ -138,18 +162,15 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     counts.
     """
 
-    def __init__(self, schema: Mapping[str, str] | None, decode_images: bool, preview: bool,
-                 labels: Sequence[str] | None, hash_files: bool,
-                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, index_required: bool = False,
-                 decode_with: Sequence[str] = ()) -> None:
+    def __init__(self, schema: Mapping[str, str] | None, labels: Sequence[str] | None, checks: RecordChecks) -> None:
         self._schema = schema
-        self._decode_with = tuple(decode_with)
-        self._max_record_bytes = max_record_bytes
-        self._decode_images = decode_images
-        self._preview = preview
+        self._decode_with = tuple(checks.decode_with)
+        self._max_record_bytes = checks.max_record_bytes
+        self._decode_images = checks.decode_images
+        self._preview = checks.preview
         self._labels = list(labels) if labels else None
-        self._hash_files = hash_files
-        self._index_required = index_required
+        self._hash_files = checks.hash_files
+        self._index_required = checks.index_required
         self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_hash")
 
     def _records(self, fh, shard: ShardFile, claims: _Claims, index: tuple[str, bytes] | None):
@@ -279,30 +300,21 @@ class ReadAndCheckRecords(beam.PTransform):
         schema, labels: The manifest's feature spec and class names, as
             ``transforms.verify.checks.check_record`` takes them (values or
             singleton side inputs).
-        decode_images: Decode every image.
-        preview: Keep a few preview samples per class in each tally.
-        hash_files: Check each listed shard's hashes (CRC32C, sha256) against its entry.
-        max_record_bytes: The largest record data read; a record declaring
-            more is a ``bad_length`` problem at its offset.
+        checks: What is checked beside the framing (``RecordChecks``: images
+            decoded, previews, the listed hashes, the largest record, ``.idx``
+            required, decoders).
         split_ranges: Split shards into byte ranges at the start (for more
             readers than shards), or read each whole (each byte read once).
-        index_required: A missing ``.idx`` of an uncompressed shard is a
-            problem (a shard set's shards have one).
-        decode_with: Decoders that must decode every image to its record's
-            size (``verify.decoders``).
     """
 
-    def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None, decode_images: bool,
-                 preview: bool, labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
-                 hash_files: bool = True, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                 split_ranges: bool = True, index_required: bool = False,
-                 decode_with: Sequence[str] = ()) -> None:
+    def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None,
+                 labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
+                 checks: RecordChecks | None = None, split_ranges: bool = True) -> None:
         super().__init__()
         side = {name: value for name, value in (("schema", schema), ("labels", labels))
                 if isinstance(value, beam.pvalue.AsSingleton)}
-        self._fn = _ReadAndCheckFn(None if "schema" in side else schema, decode_images, preview,
-                                   None if "labels" in side else labels, hash_files,
-                                   max_record_bytes, index_required, decode_with)
+        self._fn = _ReadAndCheckFn(None if "schema" in side else schema, None if "labels" in side else labels,
+                                   checks or RecordChecks())
         self._side = side
         self._split_ranges = split_ranges
 

@@ -37,10 +37,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import worker_threads
-from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME, near_duplicates_lines, near_duplicates_summary
 from transforms.progress import counters as progress
 from transforms.progress.report import plural
 from transforms.shardset.dead_letters import PART_LETTERS, too_many_rejected
+from transforms.shardset.manifest_extras import ManifestExtras, Sidecars, as_extras, with_files
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import ShardDone
 from transforms.shardset.staged import ShardResult, part_key
@@ -56,8 +56,8 @@ from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["WriteShards", "PublishShards", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone",
-           "NearDuplicateReport"]
+__all__ = ["WriteShards", "PublishShards", "ShardOutput", "ShardRecords", "ShardReuse", "PublishInputs",
+           "ManifestExtras", "ExtrasFrom", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone"]
 
 _LOG = logging.getLogger(__name__)
 # Metrics of the sink, the same for every job that writes shards (build, reshard).
@@ -82,36 +82,88 @@ def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
         yield record, label
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardOutput:
+    """Where a shard set is written and how its files are made.
+
+    Attributes:
+        output_dir: Final output folder (staging lives inside it).
+        compression: ``none``, ``gzip`` or ``zlib``.
+        file_format: ``tfrecord`` or ``array_record`` (the same records in an
+            ArrayRecord file, uncompressed, no ``.idx``).
+        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``);
+            its CRC32C always is.
+    """
+
+    output_dir: str
+    compression: str = "none"
+    file_format: str = "tfrecord"
+    shard_sha256: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRecords:
+    """How a shard's items become its records.
+
+    Attributes:
+        to_record: item -> (serialized record, or a sequence of pieces whose
+            concatenation is the record, or a ``FramedRecord``; label index or
+            None). If it has a ``close()``, that is called after each shard,
+            once no record of it is being made (files it keeps open are closed);
+            if it has a ``plan(items)``, that is called with each shard's items,
+            in order, before the first is made.
+        order_of: item -> sort key; the write order within a shard.
+        threads: Records each worker makes at once with ``to_record`` (0: one
+            per usable core), for a ``to_record`` that reads or encodes images
+            (``inspect_images.ImageRecordMaker``); records are still written in
+            order, at most ``2 * threads`` of them made ahead.
+        tally_of: item -> keys it counts towards; each ``ShardResult`` then
+            carries its shard's ``(key, items)`` in ``tallies``, summed per
+            shard-list part for the publish step (``ManifestExtras.from_tallies``),
+            so no separate count step is needed.
+    """
+
+    to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]]
+    order_of: Callable[[Any], tuple]
+    threads: int = 1
+    tally_of: Callable[[Any], Iterable[Any]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardReuse:
+    """The finished shards of interrupted runs a resumed run may publish as they are.
+
+    Attributes:
+        content_of: ``(shard key, items in order) -> content key``
+            (``shardset.resume.shard_content_key``): each written shard gets
+            a done record, so that a rerun after an interruption may reuse it.
+        done_shards: Content key -> ``ShardDone`` of the finished shards of
+            interrupted runs this run resumes: a shard whose items have that
+            key is moved into this run's staging once its CRC32C checks,
+            instead of being written.
+    """
+
+    content_of: Callable[[tuple, Sequence[Any]], str]
+    done_shards: Mapping[str, ShardDone] = dataclasses.field(default_factory=dict)
+
+
 class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
     """(ShardKey, [item]) -> ShardResult, writing the shard's records in order."""
 
-    def __init__(self, output_dir: str, compression: str,
-                 to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str, threads: int = 1,
-                 tally_of: Callable[[Any], Iterable[Any]] | None = None,
-                 max_bad_fraction: float | None = None,
-                 content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
-                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord",
-                 shard_sha256: bool = False) -> None:
-        self._file_format = file_format
-        self._shard_sha256 = shard_sha256
-        self._content_of = content_of
-        self._done_shards = dict(done_shards or {})
-        self._reused = Metrics.counter(_NAMESPACE, REUSED_SHARDS)
-        self._output_dir = output_dir
-        self._compression = compression
-        self._to_record = to_record
-        self._order_of = order_of
+    def __init__(self, output: ShardOutput, records: ShardRecords, run_id: str,
+                 max_bad_fraction: float | None = None, reuse: ShardReuse | None = None) -> None:
+        self._output = output
+        self._records_of = records
         self._run_id = run_id
-        self._threads = threads
-        self._tally_of = tally_of
         self._max_bad_fraction = max_bad_fraction
+        self._reuse = reuse
+        self._reused = Metrics.counter(_NAMESPACE, REUSED_SHARDS)
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(_NAMESPACE, "shards_written")
 
     def setup(self):
-        threads = worker_threads.thread_count(self._threads)
+        threads = worker_threads.thread_count(self._records_of.threads)
         self._pool = worker_threads.new_pool(threads, "make-record")
         self._window = worker_threads.window_for(threads)
 
@@ -129,11 +181,13 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
     def _write(self, keyed, totals) -> ShardResult:
         key, items = keyed
         leads = [item for item in items if isinstance(item, LeadRecords)]
-        items = sorted((item for item in items if not isinstance(item, LeadRecords)), key=self._order_of)
+        items = sorted((item for item in items if not isinstance(item, LeadRecords)),
+                       key=self._records_of.order_of)
         # A shard that starts with a published shard's records (appending) is not resumed.
-        content = self._content_of(key, items) if self._content_of is not None and not leads else None
-        done = self._done_shards.get(content) if content is not None else None
-        result = adopt_shard(done, self._output_dir, self._run_id) if done is not None else None
+        reuse = self._reuse
+        content = reuse.content_of(key, items) if reuse is not None and not leads else None
+        done = reuse.done_shards.get(content) if content is not None else None
+        result = adopt_shard(done, self._output.output_dir, self._run_id) if done is not None else None
         reused = result is not None
         if reused:  # an interrupted run's finished shard, its sha256 checked again
             self._reused.inc()
@@ -142,8 +196,9 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
             result = self._write_records(key, items, leads, totals)
             if content is not None:
                 record_done_shard(content, result)
-        if self._tally_of is not None:
-            tallies = collections.Counter(key for item in items for key in self._tally_of(item))
+        tally_of = self._records_of.tally_of
+        if tally_of is not None:
+            tallies = collections.Counter(key for item in items for key in tally_of(item))
             result = dataclasses.replace(result, tallies=tuple(sorted(tallies.items())))
         self._records.inc(result.stats.records)
         self._bytes.inc(result.stats.bytes)
@@ -155,22 +210,22 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
     def _write_records(self, key, items, leads, totals) -> ShardResult:
         planned = sum(t.total_bytes for t in totals)
         written = progress.Tally(progress.RECORDS_WRITTEN, every=16)
-        plan = getattr(self._to_record, "plan", None)
+        to_record, output = self._records_of.to_record, self._output
+        plan = getattr(to_record, "plan", None)
         if plan is not None:
             plan(items)  # the records it will copy: neighbours in a run file are read together
-        made = worker_threads.ordered_map(self._to_record, items, self._pool, self._window)
+        made = worker_threads.ordered_map(to_record, items, self._pool, self._window)
         records = _counted(made, written)  # the progress report counts the run's own records
         if leads:  # appending: the merged published shard's records come first
             split_totals = next(t for t in totals if t.split == key[0])
-            records = itertools.chain(lead_records(self._output_dir, split_totals, key[1], self._compression),
+            records = itertools.chain(lead_records(output.output_dir, split_totals, key[1], output.compression),
                                       records)
         try:
-            result = write_shard(self._output_dir, key, records,
-                                 self._compression, self._run_id, planned, self._file_format,
-                                 sha256=self._shard_sha256)
+            result = write_shard(output.output_dir, key, records, output.compression, self._run_id, planned,
+                                 output.file_format, sha256=output.shard_sha256)
         finally:
             made.close()  # an error while writing: the records still being made are dropped
-            close = getattr(self._to_record, "close", None)
+            close = getattr(to_record, "close", None)
             if close is not None:
                 close()  # files it keeps open (run files) are not held between shards
         written.flush()
@@ -184,15 +239,8 @@ class WriteShards(beam.PTransform):
     Output: ``PCollection[ShardResult]``.
 
     Args:
-        output_dir: Final output folder (staging lives inside it).
-        compression: ``none``, ``gzip`` or ``zlib``.
-        to_record: item -> (serialized record, or a sequence of pieces whose
-            concatenation is the record, or a ``FramedRecord``; label index or
-            None). If it has a ``close()``, that is called after each shard,
-            once no record of it is being made (files it keeps open are closed);
-            if it has a ``plan(items)``, that is called with each shard's items,
-            in order, before the first is made.
-        order_of: item -> sort key; the write order within a shard.
+        output: Where the shards go and how their files are made.
+        records: How each shard's items become its records, in which order.
         run_id: The run's id (its staging folder).
         totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,
             for a disk-full message).
@@ -201,38 +249,15 @@ class WriteShards(beam.PTransform):
             ones: inputs less planned records) are over that share, publishing
             will refuse the run, and no shard is read, made or written.
         max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
-        threads: Records each worker makes at once with ``to_record`` (0: one
-            per usable core), for a ``to_record`` that reads or encodes images
-            (``inspect_images.ImageRecordMaker``); records are still written in
-            order, at most ``2 * threads`` of them made ahead.
-        tally_of: item -> keys it counts towards; each ``ShardResult`` then
-            carries its shard's ``(key, items)`` in ``tallies`` (the build's
-            image format counts), so no separate count step is needed.
-        content_of: ``(shard key, items in order) -> content key``
-            (``shardset.resume.shard_content_key``): each written shard gets
-            a done record, so that a rerun after an interruption may reuse it.
-        done_shards: Content key -> ``ShardDone`` of the finished shards of
-            interrupted runs this run resumes: a shard whose items have that
-            key is moved into this run's staging once its CRC32C checks,
-            instead of being written.
-        file_format: ``tfrecord`` or ``array_record`` (the same records in an
-            ArrayRecord file, uncompressed, no ``.idx``).
-        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``);
-            its CRC32C always is.
+        reuse: The finished shards of interrupted runs this run resumes, or
+            None (no done records are written).
     """
 
-    def __init__(self, output_dir: str, compression: str,
-                 to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]],
-                 order_of: Callable[[Any], tuple], run_id: str, totals, threads: int = 1,
-                 tally_of: Callable[[Any], Iterable[Any]] | None = None, inputs=None,
-                 max_bad_fraction: float | None = None,
-                 content_of: Callable[[tuple, Sequence[Any]], str] | None = None,
-                 done_shards: Mapping[str, ShardDone] | None = None, file_format: str = "tfrecord",
-                 shard_sha256: bool = False) -> None:
+    def __init__(self, output: ShardOutput, records: ShardRecords, run_id: str, totals, *, inputs=None,
+                 max_bad_fraction: float | None = None, reuse: ShardReuse | None = None) -> None:
         super().__init__()
-        worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._args = (output_dir, compression, to_record, order_of, run_id, threads, tally_of, max_bad_fraction,
-                      content_of, done_shards, file_format, shard_sha256)
+        worker_threads.thread_count(records.threads)  # refuses a negative count here, not on a worker
+        self._fn = _WriteShardFn(output, records, run_id, max_bad_fraction, reuse)
         self._totals = totals
         self._inputs = inputs
 
@@ -241,8 +266,7 @@ class WriteShards(beam.PTransform):
                                                                                     default_value=0)}
         return (assigned
                 | "GroupByShard" >> GroupPacked()  # (ShardKey, [item]), the items packed across the shuffle
-                | "WriteShard" >> beam.ParDo(_WriteShardFn(*self._args),
-                                             beam.pvalue.AsList(self._totals), **side))
+                | "WriteShard" >> beam.ParDo(self._fn, beam.pvalue.AsList(self._totals), **side))
 
 
 class _StageDeadLettersFn(CarriesStorageOptions, beam.DoFn):
@@ -269,29 +293,9 @@ class _StageDeadLettersFn(CarriesStorageOptions, beam.DoFn):
         return write_dead_letter_part(letters, self._output_dir, self._run_id)
 
 
-class NearDuplicateReport(NamedTuple):
-    """What a build that looks for near-duplicates across splits publishes of them.
-
-    ``mode`` is ``off`` (the set has no ``near_duplicates.jsonl``: one an
-    earlier run published is removed), ``report`` or ``reject``; the
-    PCollections are None with ``off``. With ``report``, a check that found
-    no pair and compared every image publishes as ``off`` does.
-    """
-
-    mode: str
-    distance: int = 0
-    pairs: Any = None  # PCollection[NearPair]: the pairs of the copies kept (RejectDuplicateImages)
-    over_cap: Any = None  # PCollection[(members, cap)] of the buckets over their cap
-    unhashed: Any = None  # PCollection[str]: the images whose pixels were not hashed
-
-
-def _with_near_duplicates(sidecar_files, mode: str, lines: bytes | None):
-    """``sidecar_files`` plus ``near_duplicates.jsonl`` (None with ``--near_duplicates off``: removed)."""
-    def files(manifest) -> dict[str, bytes | None]:
-        found = dict(sidecar_files(manifest)) if sidecar_files else {}
-        found[NEAR_DUPLICATES_NAME] = lines if mode != "off" else None
-        return found
-    return files
+def _singleton(found, default: Any) -> Any:
+    """A side input of the one element of ``found``, or ``default`` itself where ``found`` is None."""
+    return default if found is None else beam.pvalue.AsSingleton(found, default_value=default)
 
 
 class MovesDone(NamedTuple):
@@ -301,43 +305,89 @@ class MovesDone(NamedTuple):
     moves: int
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishInputs:
+    """The PCollections a publish reads, each as a side input of its one prepare step.
+
+    Attributes:
+        results: ``PCollection[ShardResult]`` (``WriteShards``).
+        totals: ``PCollection[SplitTotals]`` of the plan.
+        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (none: an
+            empty tuple).
+        labels: ``PCollection`` with one element, the class list (None: []).
+        inputs: ``PCollection`` with one element, the number of inputs (None: 0).
+        feature_spec: ``PCollection`` with one element, feature name -> kind (None: {}).
+    """
+
+    results: Any
+    totals: Any
+    dead_letters: Any = ()
+    labels: Any = None
+    inputs: Any = None
+    feature_spec: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtrasFrom:
+    """Manifest extras made in the publish step itself from side inputs: ``make(**views)``.
+
+    For extras that need what late steps found (a build's near-duplicates):
+    a step of their own would wait for those steps and run as one more stage;
+    here they are read where the publish step reads its other side inputs.
+
+    Attributes:
+        make: Picklable; given each view's value by its name, returns a
+            ``ManifestExtras`` or a mapping of manifest fields.
+        views: Name -> side input (``beam.pvalue.AsSingleton``, ``AsList``).
+    """
+
+    make: Callable[..., ManifestExtras | Mapping[str, Any]]
+    views: Mapping[str, Any]
+
+
+# The publish step's keyword side inputs of ``ExtrasFrom.views`` start with this.
+_VIEW = "extras_"
+
+
+def _given(extras: ManifestExtras | Mapping[str, Any] | None) -> ManifestExtras | Mapping[str, Any] | None:
+    """The extras of a ``manifest_extras`` PCollection's one element, as they are."""
+    return extras
+
+
+def _extras_from(extras) -> ExtrasFrom | None:
+    """``manifest_extras`` as an ``ExtrasFrom``: a PCollection's one element is a view like any other."""
+    if extras is None or isinstance(extras, ExtrasFrom):
+        return extras
+    return ExtrasFrom(_given, {"extras": beam.pvalue.AsSingleton(extras, default_value=None)})
+
+
 class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
     """Publish up to its shard renames (``prepare_publish``): the commit record, the renames in chunks."""
 
-    def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
-                 max_bad_fraction: float | None, policy: PublishPolicy, sidecar_files=None,
-                 image_counts=None, near: tuple[str, int] | None = None, parallel_from: int = PARALLEL_MOVES,
-                 chunk: int = RENAME_CHUNK) -> None:
-        self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy)
-        self._sidecar_files = sidecar_files
-        self._image_counts = image_counts
-        self._near = near
-        self._parallel = (parallel_from, chunk)
+    def __init__(self, output: ShardOutput, policy: PublishPolicy, manifest_fields: Mapping[str, Any],
+                 max_bad_fraction: float | None, sidecars: Sidecars | None = None,
+                 parallel: tuple[int, int] = (PARALLEL_MOVES, RENAME_CHUNK),
+                 make_extras: Callable[..., ManifestExtras | Mapping[str, Any]] | None = None) -> None:
+        self._make_extras = make_extras  # ExtrasFrom.make, given the views
+        self._output = output
+        self._policy = policy
+        self._fields = dict(manifest_fields)
+        self._max_bad_fraction = max_bad_fraction
+        self._sidecars = sidecars
+        self._parallel = parallel  # (renames from which the workers do them, renames a chunk)
 
-    def process(self, _, parts, totals, labels, inputs, feature_spec, *dead_lists, object_labels=(),
-                near_pairs=(), over_cap=(), unhashed=()):
-        output_dir, compression, fields, max_bad, policy = self._args
+    def process(self, _, parts, totals, labels, inputs, feature_spec, *dead_lists, **views):
+        output_dir, policy = self._output.output_dir, self._policy
         dead_letters = [part for found in dead_lists for part in found]  # DeadLetterPart: a path and counts
-        images = {} if self._image_counts is None else self._image_counts(
-            tally for part in parts for tally in part.tallies)  # summed over each part's shards
-        fields = {**fields, "feature_spec": feature_spec, "images": images,
-                  "object_labels": tuple(tuple(pair) for pair in object_labels)}
-        near = None  # (mode, near_duplicates.jsonl's bytes or None): its sidecar
-        if self._near is not None:
-            mode, distance = self._near
-            lines = None
-            # With report (the default), a check that found nothing and missed nothing leaves the set
-            # as a build without it would (no summary, no file), but for the options it records.
-            if mode == "reject" or (mode == "report" and (near_pairs or over_cap or unhashed)):
-                fields["near_duplicates"] = near_duplicates_summary(mode, distance, near_pairs, over_cap,
-                                                                    len(unhashed))
-                lines = near_duplicates_lines(near_pairs, mode == "reject")
-            near = (mode, lines)
-        parallel_from, chunk = self._parallel
-        args = (output_dir, parts, totals, dead_letters, labels, inputs, compression, fields, max_bad, policy)
-        commit, moves = prepare_publish(*args, _sidecars(self._sidecar_files, near), parallel_from=parallel_from)
+        extras = as_extras(None if self._make_extras is None else self._make_extras(
+            **{name[len(_VIEW):]: value for name, value in views.items()}))
+        fields = {**self._fields, "feature_spec": feature_spec, "images": {}, "object_labels": (),
+                  **extras.manifest_fields(tally for part in parts for tally in part.tallies)}  # summed per part
+        commit, moves = prepare_publish(output_dir, parts, totals, dead_letters, labels, inputs,
+                                        self._output.compression, fields, self._max_bad_fraction, policy,
+                                        with_files(self._sidecars, extras.files), parallel_from=self._parallel[0])
         staged = stage_commit_record(output_dir, policy.run_id, commit)  # before any rename is handed out
-        for moving in move_chunks(moves, chunk):
+        for moving in move_chunks(moves, self._parallel[1]):
             yield beam.pvalue.TaggedOutput(MOVES, moving)
         yield _CommitRef(output_dir, policy.run_id, staged)
 
@@ -349,11 +399,6 @@ class _CommitRef(NamedTuple):
     output_dir: str
     run_id: str
     record_path: str  # a pickled PublishCommit
-
-
-def _sidecars(sidecar_files, near: tuple[str, bytes | None] | None):
-    """``sidecar_files`` with ``near_duplicates.jsonl`` when the build looks for near-duplicates."""
-    return sidecar_files if near is None else _with_near_duplicates(sidecar_files, *near)
 
 
 class _MoveStagedFn(CarriesStorageOptions, beam.DoFn):
@@ -430,71 +475,53 @@ class PublishShards(beam.PTransform):
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
-        output_dir: Output folder.
-        compression: Shard compression.
-        manifest_fields: ``created_by``, ``options``, ``seed``.
-        max_bad_fraction: Bad-input limit, or None.
+        output: The output folder and its shards' compression and format.
         policy: The run's id and how it treats what the folder already holds.
-        results: ``PCollection[ShardResult]``.
-        totals: ``PCollection[SplitTotals]``.
-        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (none:
-            an empty tuple).
-        labels: ``PCollection`` with one element, the class list (none: []).
-        inputs: ``PCollection`` with one element, the number of inputs (none: 0).
-        feature_spec: ``PCollection`` with one element, feature name -> kind
-            (none: {}).
-        image_counts: Picklable ``iterable of (key, items) -> the manifest's
-            images object`` (``records.image_counts``), given the ``tallies`` of
-            every ``ShardResult`` summed per shard-list part; None for no image counts.
-        sidecar_files: Optional picklable ``Manifest -> {name: bytes}`` of
-            further files to publish beside the shards (``publish_shards``).
-        object_labels: Optional ``PCollection`` with one element, the
-            ``(id, name)`` of the object classes (the manifest's ``object_labels``).
-        near_duplicates: Optional ``NearDuplicateReport``: the manifest's
-            ``near_duplicates`` counts and ``near_duplicates.jsonl``, one line
-            per pair (``near_duplicates.near_duplicates_lines``).
+        inputs: The shards written, the plan, the dead letters and the set's facts.
+        manifest_fields: ``created_by``, ``options``, ``seed``, ``file_format``.
+        max_bad_fraction: Bad-input limit, or None.
+        manifest_extras: Optional ``PCollection`` with one element: a mapping
+            merged into the manifest, or a ``ManifestExtras`` (fields, files
+            found by the pipeline, fields from the shards' summed tallies),
+            e.g. a build's image counts, object classes and near-duplicates;
+            or an ``ExtrasFrom``, made in the publish step from side inputs.
+        sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of
+            further files to publish beside the shards (None: a file of an
+            earlier run the set does not have, removed if present).
         parallel_from: Shard renames from which the workers do them (default
             ``folders.PARALLEL_MOVES``); fewer are done by the commit step.
     """
 
-    def __init__(self, output_dir: str, compression: str, manifest_fields: Mapping[str, Any],
-                 max_bad_fraction: float | None, policy: PublishPolicy, *, results, totals,
-                 dead_letters, labels, inputs, feature_spec, image_counts=None,
-                 sidecar_files=None, object_labels=None,
-                 near_duplicates: NearDuplicateReport | None = None,
+    def __init__(self, output: ShardOutput, policy: PublishPolicy, inputs: PublishInputs,
+                 manifest_fields: Mapping[str, Any], *, max_bad_fraction: float | None = None,
+                 manifest_extras=None, sidecars: Sidecars | None = None,
                  parallel_from: int | None = None) -> None:
         super().__init__()
-        self._parallel = (PARALLEL_MOVES if parallel_from is None else parallel_from, RENAME_CHUNK)
-        near = None if near_duplicates is None else (near_duplicates.mode, near_duplicates.distance)
-        self._args = (output_dir, compression, manifest_fields, max_bad_fraction, policy, sidecar_files,
-                      image_counts, near)
-        self._inputs = (results, totals, dead_letters, labels, inputs, feature_spec)
-        self._object_labels = object_labels
-        self._near = near_duplicates
+        made = _extras_from(manifest_extras)
+        self._prepare = _PreparePublishFn(output, policy, manifest_fields, max_bad_fraction, sidecars,
+                                          (PARALLEL_MOVES if parallel_from is None else parallel_from, RENAME_CHUNK),
+                                          made.make if made is not None else None)
+        self._output_dir, self._run_id = output.output_dir, policy.run_id
+        self._inputs = inputs
+        self._views = {} if made is None else {f"{_VIEW}{name}": view for name, view in made.views.items()}
 
     def expand(self, pbegin):
-        results, totals, dead, labels, inputs, spec = self._inputs
-        output_dir, run_id = self._args[0], self._args[4].run_id
-        AsList, AsSingleton = beam.pvalue.AsList, beam.pvalue.AsSingleton
-        parts = (results
+        found, output_dir, run_id = self._inputs, self._output_dir, self._run_id
+        AsList = beam.pvalue.AsList
+        parts = (found.results
                  | "KeyByListPart" >> beam.Map(part_key)  # ((split, part), ShardResult)
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
                  | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))  # ShardListPart
-        dead = dead if isinstance(dead, (tuple, list)) else (dead,)
-        dead_parts = [found | f"StageDeadLetters{i}" >> beam.ParDo(_StageDeadLettersFn(output_dir, run_id))
-                      for i, found in enumerate(dead)]  # DeadLetterPart, in the steps that reject
-        side = {} if self._object_labels is None else {
-            "object_labels": AsSingleton(self._object_labels, default_value=())}
-        if self._near is not None and self._near.mode != "off":
-            side.update(near_pairs=AsList(self._near.pairs), over_cap=AsList(self._near.over_cap),
-                        unhashed=AsList(self._near.unhashed))
+        dead = found.dead_letters if isinstance(found.dead_letters, (tuple, list)) else (found.dead_letters,)
+        dead_parts = [letters | f"StageDeadLetters{i}" >> beam.ParDo(_StageDeadLettersFn(output_dir, run_id))
+                      for i, letters in enumerate(dead)]  # DeadLetterPart, in the steps that reject
         prepared = (pbegin
                     | "Once" >> beam.Create([None])
                     | "PreparePublish" >> beam.ParDo(
-                        _PreparePublishFn(*self._args, *self._parallel),
-                        AsList(parts), AsList(totals), AsSingleton(labels, default_value=[]),
-                        AsSingleton(inputs, default_value=0), AsSingleton(spec, default_value={}),
-                        *[AsList(found) for found in dead_parts], **side).with_outputs(MOVES, main="commit"))
+                        self._prepare, AsList(parts), AsList(found.totals),
+                        _singleton(found.labels, []), _singleton(found.inputs, 0),
+                        _singleton(found.feature_spec, {}), *[AsList(letters) for letters in dead_parts],
+                        **self._views).with_outputs(MOVES, main="commit"))
         done = (prepared[MOVES]  # chunks of RENAME_CHUNK (staged, final, sha256): none for a small set
                 | "SpreadMoves" >> beam.Reshuffle()
                 | "MoveStaged" >> beam.ParDo(_MoveStagedFn()))  # MovesDone, one a bundle

@@ -1,12 +1,14 @@
 """How the jobs run: flags, runner, pipeline, exit status, summary and one-line failures.
 
-The build and reshard jobs publish a shard set, so they share one
-``run_publishing_job``: parse and check the flags (one line and exit status 2
-on a bad one), check the output folder and take its lock
-(``transforms.storage.output_folder``; exit status 2 as well), build and run
-the pipeline (one line and exit status 1 on a failure), then print a summary
-read back from the published manifest (or, for a Dataflow dry run, from the
-translated graph).
+Each job is a ``Job`` (its name, config class, steps and optional hooks)
+that ``run_job`` runs: parse and check the flags (one line and exit status 2
+on a bad one), build and run the pipeline (one line and exit status 1 on a
+failure), then print what the job says of its outcome. The build and reshard
+jobs publish a shard set, so they share ``PublishingJob``: it checks the
+output folder and takes its lock (``transforms.storage.output_folder``; exit
+status 2 as well), and prints a summary read back from the published
+manifest (``transforms.shardset.summary``; or, for a Dataflow dry run, from
+the translated graph).
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import logs
@@ -35,26 +36,15 @@ from beam_jobs.cli.flags import flag_values
 from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_help, wants_help
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
-from transforms.images.annotations import LABEL_MAP_NAME, object_ids_problem
-from transforms.images.choices import NEAR_DUPLICATE_CPU_S_PER_GB
-from transforms.images.orientation import UPRIGHT_HOW
-from transforms.images.png_chunks import PNG_CHUNK_FIXES
-from transforms.inspect_images import REUSED_INPUT_BYTES, REUSED_INPUTS
-from transforms.shard_sink import REUSED_SHARDS
-from transforms.progress.report import plural
-from transforms.shardset.manifest import MANIFEST_NAME, Manifest
-from transforms.shardset.replacing import change_line, split_changes
-from transforms.shardset.planning import MIB
-from transforms.shardset.naming import join_path
-from transforms.shardset.tfds_metadata import tfds_problem
+from transforms.shardset.manifest import Manifest
+from transforms.shardset.summary import published_summary
 from transforms.storage import output_folder
 from transforms.storage.writing import is_no_space
 from transforms.filesystems import set_options
 
 __all__ = ["prepare_options", "unknown_flags", "error_lines", "report_failure",
-           "run_job", "run_publishing_job", "JobFinished", "dry_run_summary", "summarize",
-           "refuse_unknown_flags",
-           "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE", "resume_line"]
+           "Job", "PublishingJob", "run_job", "JobFinished", "dry_run_summary", "refuse_unknown_flags",
+           "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE"]
 
 _PROJECT_ERROR = re.compile(
     r"(?:transforms\.errors\.)?(ShardsError|UsageError|RecordError|ExampleError|ImageError|"
@@ -316,170 +306,93 @@ def dry_run_summary(p: beam.Pipeline) -> str:
             f"nothing was submitted, read or written\n  steps: {', '.join(steps)}")
 
 
-def _image_lines(images, mode: str | None, orientation_feature: bool = False) -> list[str]:
-    """Summary lines of a build's ``images`` counts: conversions, fixed PNG chunks, EXIF orientation,
-    undecodable records."""
-    def listed(counts) -> str:
-        return ", ".join(f"{fmt} {n}" for fmt, n in sorted(counts.items()))
-    lines = []
-    if mode == "tf" and images.get("converted"):
-        lines.append(f"  converted to PNG for TensorFlow: {plural(sum(images['converted'].values()), 'record')} "
-                     f"({listed(images['converted'])})")
-    if images.get("png_chunks_fixed"):
-        fixed = images["png_chunks_fixed"]
-        lines.append(f"  PNG chunks fixed for TensorFlow: {plural(sum(fixed.values()), 'record')} ("
-                     + "; ".join(f"{PNG_CHUNK_FIXES.get(fix, fix)}: {n}" for fix, n in sorted(fixed.items()))
-                     + ")")
-    if images.get("exif_oriented"):
-        turned = images["exif_oriented"]
-        lines.append(f"  turned upright for their EXIF orientation: {plural(sum(turned.values()), 'record')} ("
-                     + "; ".join(f"{UPRIGHT_HOW.get(how, how)}: {n}" for how, n in sorted(turned.items())) + ")")
-    if images.get("exif_orientation_kept"):
-        kept = images["exif_orientation_kept"]
-        where = ("image/orientation holds it" if orientation_feature
-                 else "--image_mode tf turns them upright")
-        lines.append(f"  stored as the file holds them, not upright: {plural(sum(kept.values()), 'record')} with an "
-                     f"EXIF orientation (orientation {listed(kept)}); {where}")
-    if images.get("tf_undecodable"):
-        lines.append(f"  TensorFlow cannot decode {plural(sum(images['tf_undecodable'].values()), 'record')} "
-                     f"as recorded ({listed(images['tf_undecodable'])}); --image_mode tf converts them")
-    return lines
+class Job:
+    """A job the harness runs (``run_job``): its name, config class and steps.
 
+    A job subclasses it (``PublishingJob``) or instantiates it with its
+    functions (``Job("verify_shards", VerifyConfig, make_config,
+    build_pipeline, outcome)``); the optional hooks are methods with defaults.
 
-def _reader_lines(manifest: Manifest) -> list[str]:
-    """Summary lines on what detectors and tensorflow-datasets get: object classes, boxes, tfds files."""
-    lines = []
-    boxes = manifest.images.get("boxes", {})
-    if boxes:
-        done = ", ".join(f"{boxes[kind]} {kind}" for kind in ("clipped", "skipped") if boxes.get(kind))
-        lines.append(f"  boxes not inside their image: {plural(sum(boxes.values()), 'box')}, {done} "
-                     f"(--boxes_outside {manifest.options.get('boxes_outside') or 'skip'})")
-    if manifest.object_labels:
-        ids = [class_id for class_id, _ in manifest.object_labels]
-        problem = object_ids_problem(manifest.object_labels)
-        lines.append(f"  object classes: {len(ids)}, ids {min(ids)}-{max(ids)}; "
-                     + (f"no {LABEL_MAP_NAME}: {problem}" if problem else LABEL_MAP_NAME))
-    problem = tfds_problem(manifest.compression)
-    if problem:
-        lines.append(f"  {problem}")
-    return lines
-
-
-def _near_duplicate_lines(output_dir: str, near: Mapping[str, Any]) -> list[str]:
-    """Summary lines of a build's near-duplicate check: the pairs found, what was done, what was not compared."""
-    if not near:
-        return []
-    done = ("the copy in the split that ranks later dead-lettered (cross_split_near_duplicate)"
-            if near.get("mode") == "reject" else "--near_duplicates reject dead-letters the later copy")
-    between = ", ".join(f"{each['kept']} keeps, {each['later']} has the later copy: {each['pairs']}"
-                        for each in near.get("split_pairs") or ())
-    lines = [f"  near-duplicates across splits (perceptual hash within {near.get('distance')} bits): "
-             f"{plural(near['pairs'], 'pair')} in {join_path(output_dir, near['file'])}"
-             + (f" ({between})" if between else "") + (f"; {done}" if near["pairs"] else "")]
-    if near.get("buckets_over_cap"):
-        lines.append(f"  near-duplicates: {plural(near['buckets_over_cap'], 'bucket')} of hashes held more "
-                     f"images than are compared; {near.get('images_not_compared_in_a_bucket')} images were "
-                     "not compared there (pairs found only there are missed; a lower "
-                     "--near_duplicate_distance makes buckets smaller)")
-    if near.get("images_not_hashed"):
-        lines.append(f"  near-duplicates: {plural(near['images_not_hashed'], 'image')} whose pixels do not "
-                     "decode were not compared")
-    return lines
-
-
-def summarize(output_dir: str, seconds: float, before: Manifest | None = None,
-              near_unchecked: bool = False) -> str:
-    """Returns the human summary of a published shard set, read from its manifest.
-
-    Args:
-        output_dir: The folder the run published into.
-        seconds: How long the run took.
-        before: The folder's manifest before the run, if it had one: the
-            summary then names each split the run replaced (old and new
-            record counts), kept or removed.
-        near_unchecked: The run could have looked for near-duplicates
-            across splits and did not (``--near_duplicates off``): a set of
-            two splits or more then says so, and how to look.
+    Attributes:
+        name: Job name for messages (``build_shards``).
+        config: The job's config class (``beam_jobs/cli/config.py``), built
+            once from the flags; its job's declaration is what ``--help`` shows.
+        positional_hint: What to say about an argument given without a flag.
     """
-    manifest = output_folder.read_manifest(output_dir)  # shard entries without label counts: shards x small
-    changes = {change.split: change for change in split_changes(before, manifest)}
-    kept = {name for name, change in changes.items() if change.kind == "kept"}
-    if manifest.written_splits is not None:  # kept splits' records were not this run's inputs
-        kept |= set(manifest.splits) - set(manifest.written_splits)
-    written = sum(split.records - manifest.appended.get(name, 0)
-                  for name, split in manifest.splits.items() if name not in kept)
-    # An append's manifest counts the set's dead letters, earlier runs' too: this run's are the difference.
-    dead = manifest.dead_letters - (before.dead_letters if manifest.appended and before is not None else 0)
-    lines = [f"Published {plural(written, 'record')} to {output_dir} in {seconds:.1f} s "
-             f"({plural(dead, 'dead letter')}; written + dead-lettered = {written + dead} inputs)"]
-    lines += [f"  {line}" for line in map(change_line, changes.values()) if line]
-    for name, split in sorted(manifest.splits.items()):
-        sizes = [s.bytes for s in split.shards]
-        lines.append(f"  {name}{' (kept)' if name in kept else ''}: {plural(split.records, 'record')} in "
-                     f"{plural(len(sizes), 'shard')}, {split.bytes / MIB:.1f} MiB "
-                     f"(shards {min(sizes) / MIB:.1f}-{max(sizes) / MIB:.1f} MiB)")
-    lines += _image_lines(manifest.images, manifest.options.get("image_mode"),
-                          manifest.options.get("exif_orientation") == "keep")
-    lines += _reader_lines(manifest)
-    lines += _near_duplicate_lines(output_dir, manifest.near_duplicates)
-    if near_unchecked and len(manifest.splits) > 1 and not manifest.near_duplicates:
-        lines.append(f"  near-duplicates across splits: not looked for (--near_duplicates report looks: "
-                     f"about {NEAR_DUPLICATE_CPU_S_PER_GB} CPU s more per GB of JPEGs)")
-    lines.append(f"  labels: {plural(len(manifest.labels), 'class')}; manifest: "
-                 f"{join_path(output_dir, MANIFEST_NAME)}")
-    return "\n".join(lines)
+
+    positional_hint = "every value needs its flag, e.g. --input PATH"
+
+    def __init__(self, name: str, config: type[JobConfig],
+                 make_config: Callable[[Any, PipelineOptions], Any] | None = None,
+                 build_pipeline: Callable[[beam.Pipeline, Any], Any] | None = None,
+                 finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]] | None = None, *,
+                 progress: Callable[[Any], Any] | None = None, positional_hint: str | None = None) -> None:
+        self.name = name
+        self.config = config
+        given = {"make_config": make_config, "build_pipeline": build_pipeline, "finish": finish,
+                 "progress": progress}
+        for hook, function in given.items():
+            if function is not None:
+                setattr(self, hook, function)
+        if positional_hint is not None:
+            self.positional_hint = positional_hint
+
+    def make_config(self, flags: Any, options: PipelineOptions) -> Any:
+        """Given the config and Beam's options (for the local runner's workers), checks the inputs the
+        flags name and returns the config with what the job found before its pipeline; raises
+        ``UsageError`` on a bad flag or path, or ``JobFinished`` when the outcome is known without
+        running a pipeline."""
+        raise NotImplementedError(f"{self.name}: no make_config")
+
+    def build_pipeline(self, p: beam.Pipeline, cfg: Any) -> Any:
+        """Wires the job into ``p``."""
+        raise NotImplementedError(f"{self.name}: no build_pipeline")
+
+    def finish(self, p: beam.Pipeline, cfg: Any, seconds: float) -> tuple[str, int]:
+        """After the pipeline ran, given the seconds since the command started
+        (``started.run_started``): the text to print and the exit status."""
+        raise NotImplementedError(f"{self.name}: no finish")
+
+    def prepare(self, cfg: Any) -> Callable[[bool, bool, bool], str | None] | None:
+        """Called with the config before the pipeline is built (may raise ``UsageError``).
+
+        Returns None or a function called once the job succeeded or failed,
+        with ``ok``, whether a Ctrl-C stopped it and whether it was refused as
+        a usage error once running; it returns what to say after the job's
+        name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it
+        failed (None: nothing more).
+        """
+        return None
+
+    def progress(self, cfg: Any) -> ContextManager[Any]:
+        """A context manager that reports progress while the pipeline runs (see ``progress.py``)."""
+        return contextlib.nullcontext()
+
+    def on_result(self, result: Any) -> None:
+        """Given the ``PipelineResult`` once the pipeline finished (its metrics), before ``finish``."""
+
+    def disk_need(self, cfg: Any) -> str:
+        """Once the job failed on a full disk (and cleaned up): what it needs against what is free,
+        added to the failure's line ('' for nothing)."""
+        return ""
 
 
-def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
-            make_config: Callable[[Any, PipelineOptions], Any],
-            build_pipeline: Callable[[beam.Pipeline, Any], Any],
-            finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]],
-            positional_hint: str = "every value needs its flag, e.g. --input PATH",
-            prepare: Callable[[Any], Callable[[bool, bool, bool], str | None] | None] | None = None,
-            *, prog: str | None = None,
-            progress: Callable[[Any], Any] | None = None,
-            on_result: Callable[[Any], None] | None = None,
-            disk_need: Callable[[Any], str] | None = None) -> int:
+def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs a job: flags, pipeline, outcome; returns its exit status.
 
     Args:
-        name: Job name for messages (``build_shards``).
+        job: The job.
         argv: Command-line arguments (None for ``sys.argv[1:]``).
-        config: The job's config class (``beam_jobs/cli/config.py``), built
-            once from the flags; its job's declaration is what ``--help`` shows.
-        make_config: Given the config and Beam's options (for the local
-            runner's workers), checks the inputs the flags name and returns the
-            config with what the job found before its pipeline; raises
-            ``UsageError`` on a bad flag or path, or ``JobFinished`` when the
-            outcome is known without running a pipeline.
-        build_pipeline: Wires the job into a pipeline.
-        finish: After the pipeline ran, given the pipeline, config and
-            seconds since the command started (``started.run_started``),
-            returns the text to print and the status.
-        positional_hint: What to say about an argument given without a flag.
-        prepare: Called with the config before the pipeline is
-            built (may raise ``UsageError``); returns None or a function called
-            once the job succeeded or failed, with ``ok``, whether a Ctrl-C
-            stopped it and whether it was refused as a usage error once running; it returns what to say after the job's name when
-            interrupted (None: ``INTERRUPTED_LINE``) or, last, when it failed
-            (None: nothing more).
         prog: How the job was invoked, for ``--help`` (``tfrecord-shards build``).
-        progress: Given the config, returns a context manager that
-            reports progress while the pipeline runs (see ``progress.py``).
-        on_result: Given the ``PipelineResult`` once the pipeline finished
-            (its metrics), before ``finish`` is called.
-        disk_need: Given the config once the job failed on a full disk (and
-            cleaned up), says what it needs against what is free: added to the
-            failure's line.
 
     Returns:
-        ``finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
+        ``job.finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
     """
     started = run_started()  # the command's start: importing Beam and the job's modules counts
-    argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(config.JOB))
-    prog = prog or f"python -m beam_jobs.{name}"
+    argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(job.config.JOB))
+    prog = prog or f"python -m beam_jobs.{job.name}"
     if wants_help(argv):
-        print(format_job_help(config.JOB, prog))
+        print(format_job_help(job.config.JOB, prog))
         return 0
     if wants_beam_help(argv):
         beam_compat.register_dask_options()  # Beam's --dask_* flags too
@@ -487,109 +400,138 @@ def run_job(name: str, argv: Sequence[str] | None, config: type[JobConfig],
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
-        try:
-            if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
-                beam_compat.register_dask_options()
-            options = PipelineOptions(argv)
-            refuse_unknown_flags(options, argv, positional_hint, config.JOB.flag_names())
-            flags = config.from_flags(flag_values(options))
-            cfg = make_config(flags, prepare_options(options, flags.no_auth))
-            if cfg.workers_note:  # the workers a large local run was given
-                print(f"{name}: {cfg.workers_note}", file=sys.stderr)
-            done = prepare(cfg) if prepare is not None else None
-        except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
-            print(f"{name}: error: {err}", file=sys.stderr)
-            return 2
-        except JobFinished as finished:
-            print(finished.text)
-            return finished.status
-        except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
-            report_failure(name, err, settings)
-            return 1
-        except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
-            print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
-            return INTERRUPTED_STATUS
-        ok, ran, said, failed, full = False, False, None, None, None
-        quiet = _ProjectErrorsWithoutTraceback()
+        set_up = _set_up(job, argv, settings)
+        if isinstance(set_up, int):
+            return set_up
+        return _run(job, set_up, settings, interrupts, started)
+
+
+class _SetUp(NamedTuple):
+    """What a job has before its pipeline is built."""
+
+    options: PipelineOptions
+    cfg: Any
+    done: Callable[[bool, bool, bool], str | None] | None  # ``Job.prepare``'s
+
+
+def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp | int:
+    """Flags, config and ``job.prepare``; the exit status where the job ends here."""
+    name = job.name
+    try:
+        if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
+            beam_compat.register_dask_options()
+        options = PipelineOptions(argv)
+        refuse_unknown_flags(options, argv, job.positional_hint, job.config.JOB.flag_names())
+        flags = job.config.from_flags(flag_values(options))
+        cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
+        if cfg.workers_note:  # the workers a large local run was given
+            print(f"{name}: {cfg.workers_note}", file=sys.stderr)
+        return _SetUp(options, cfg, job.prepare(cfg))
+    except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 2
+    except JobFinished as finished:
+        print(finished.text)
+        return finished.status
+    except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
+        report_failure(name, err, settings)
+        return 1
+    except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
+        print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
+        return INTERRUPTED_STATUS
+
+
+def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int, Exception | None]:
+    """The exit status of a pipeline that failed on ``err``, and ``err`` where a full disk is told
+    once the run cleaned up; says why now otherwise (0: nothing to publish, said on stdout)."""
+    if _is_usage_error(err):  # refused once the inputs were listed: as a bad flag
+        print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
+        return 2, None
+    if _raised(err, NothingToPublish):  # the folder already holds what the run would add
+        message, details = error_lines(err)
+        print("\n".join([message, *details]))
+        return 0, None
+    if is_no_space(error_lines(err)[0]):
+        return 1, err  # told once the run is done: what it needs against what is free
+    report_failure(name, err, settings)
+    return 1, None
+
+
+def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
+    """Builds and runs the pipeline, then says how it ended; returns the exit status."""
+    name, cfg, done = job.name, set_up.cfg, set_up.done
+    ok, ran, said, failed, full = False, False, None, None, None
+    quiet = _ProjectErrorsWithoutTraceback()
+    for logger in _ELEMENT_ERROR_LOGGERS:
+        logging.getLogger(logger).addFilter(quiet)
+    try:
+        p = beam.Pipeline(runner=beam_compat.local_runner(set_up.options), options=set_up.options)
+        job.build_pipeline(p, cfg)
+        with logs.worker_stderr_captured(), job.progress(cfg):
+            result = p.run()
+            result.wait_until_finish()
+        ran = True
+        job.on_result(result)
+        text, status = job.finish(p, cfg, time.monotonic() - started)
+        ok = True
+    except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
+        if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
+            if not isinstance(err, Exception):
+                raise
+            failed, full = _failure(name, err, settings)
+    finally:
         for logger in _ELEMENT_ERROR_LOGGERS:
-            logging.getLogger(logger).addFilter(quiet)
-        try:
-            p = beam.Pipeline(runner=beam_compat.local_runner(options), options=options)
-            build_pipeline(p, cfg)
-            reporter = progress(cfg) if progress is not None else contextlib.nullcontext()
-            with logs.worker_stderr_captured(), reporter:
-                result = p.run()
-                result.wait_until_finish()
-            ran = True
-            if on_result is not None:
-                on_result(result)
-            text, status = finish(p, cfg, time.monotonic() - started)
-            ok = True
-        except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
-            if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
-                if not isinstance(err, Exception):
-                    raise
-                if _is_usage_error(err):  # refused once the inputs were listed: as a bad flag
-                    print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
-                    failed = 2
-                elif _raised(err, NothingToPublish):  # the folder already holds what the run would add
-                    message, details = error_lines(err)
-                    print("\n".join([message, *details]))
-                    return 0
-                elif disk_need is not None and is_no_space(error_lines(err)[0]):
-                    full, failed = err, 1  # told once the run is done: what it needs against what is free
-                else:
-                    report_failure(name, err, settings)
-                    failed = 1
-        finally:
-            for logger in _ELEMENT_ERROR_LOGGERS:
-                logging.getLogger(logger).removeFilter(quiet)
-            if done is not None:
-                with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
-                    said = done(ok, interrupts.seen, failed == 2)
-        if failed is not None:
-            if full is not None:
-                report_failure(name, full, settings, disk_need(cfg))
-            if said:  # what the failed run left for the next: the last line
-                print(f"{name}: {said}", file=sys.stderr)
-            return failed
-        if not ok:
-            if done is None:  # a job that publishes nothing
-                print(f"{name}: interrupted", file=sys.stderr)
-            elif ran:
-                print(f"{name}: interrupted after the job published its output", file=sys.stderr)
-            else:
-                print(f"{name}: {said or INTERRUPTED_LINE}", file=sys.stderr)
-            return INTERRUPTED_STATUS
+            logging.getLogger(logger).removeFilter(quiet)
+        if done is not None:
+            with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
+                said = done(ok, interrupts.seen, failed == 2)
+    if failed == 0:  # nothing to publish: said already
+        return 0
+    if failed is not None:
+        if full is not None:
+            report_failure(name, full, settings, job.disk_need(cfg))
+        if said:  # what the failed run left for the next: the last line
+            print(f"{name}: {said}", file=sys.stderr)
+        return failed
+    if not ok:
+        if done is None:  # a job that publishes nothing
+            print(f"{name}: interrupted", file=sys.stderr)
+        elif ran:
+            print(f"{name}: interrupted after the job published its output", file=sys.stderr)
+        else:
+            print(f"{name}: {said or INTERRUPTED_LINE}", file=sys.stderr)
+        return INTERRUPTED_STATUS
     print(text)
     return status
 
 
-def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[PublishingConfig],
-                       make_config: Callable[[Any, PipelineOptions], Any],
-                       build_pipeline: Callable[[beam.Pipeline, Any], Any],
-                       **kwargs: Any) -> int:
-    """Runs a job that publishes a shard set (build, reshard); returns its exit status.
+class PublishingJob(Job):
+    """A job that publishes a shard set (build, reshard).
 
-    Prints a summary read back from the published manifest, naming the splits
-    the run replaced, kept or removed against the manifest the folder held when
-    the run took its lock (or, for a Dataflow dry run, the translated graph's
-    size). See ``run_job`` for the rest.
+    Before its pipeline it checks the output folder and takes its lock
+    (``output_folder.prepare_output``); once done it releases it, keeping the
+    staging a rerun resumes or finishes. It prints a summary read back from
+    the published manifest, naming the splits the run replaced, kept or
+    removed against the manifest the folder held when the run took its lock
+    (or, for a Dataflow dry run, the translated graph's size).
     """
-    before: list[Manifest | None] = [None]
-    resumed: list[tuple[str, ...]] = [()]  # the interrupted runs whose staging this run found
-    metrics: list[Any] = [None]
 
-    def prepare(cfg: PublishingConfig) -> Callable[[bool, bool, bool], str | None] | None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.before: Manifest | None = None  # the folder's manifest when the run took its lock
+        self.resumed: tuple[str, ...] = ()  # the interrupted runs whose staging this run found
+        self.result: Any = None  # the finished pipeline's PipelineResult
+
+    def prepare(self, cfg: PublishingConfig) -> Callable[[bool, bool, bool], str | None] | None:
         if cfg.dataflow_dry_run:  # a dry run stays offline and writes nothing
             return None
-        output_folder.prepare_output(cfg.output_dir, cfg.policy, name)
-        before[0] = output_folder.published_manifest(cfg.output_dir)
+        output_folder.prepare_output(cfg.output_dir, cfg.policy, self.name)
+        self.before = output_folder.published_manifest(cfg.output_dir)
         if cfg.policy.resume is not None:
-            resumed[0] = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
+            self.resumed = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
 
         def done(ok: bool, interrupted: bool, refused: bool = False) -> str | None:
-            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, resumed[0], refused)
+            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, self.resumed, refused)
             staging = output_folder.staging_folder(cfg.output_dir)
             if cfg.policy.staging_dir:  # its run files lie there
                 staging = f"{staging} and {cfg.policy.staging_dir}"
@@ -600,42 +542,16 @@ def run_publishing_job(name: str, argv: Sequence[str] | None, config: type[Publi
             return None
         return done
 
-    def outcome(p: beam.Pipeline, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
+    def on_result(self, result: Any) -> None:
+        self.result = result
+
+    def summary_lines(self, cfg: PublishingConfig, manifest: Manifest) -> list[str] | None:
+        """The summary's lines after the splits' (None: every shard set's, ``summary.reader_lines``)."""
+        return None
+
+    def finish(self, p: beam.Pipeline, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
         if cfg.dataflow_dry_run:
             return dry_run_summary(p), 0
-        text = summarize(cfg.output_dir, seconds, before[0], getattr(cfg, "near_duplicates", None) == "off")
-        if resumed[0]:
-            first, rest = text.split("\n", 1) if "\n" in text else (text, "")
-            text = "\n".join(line for line in (first, "  " + resume_line(metrics[0], resumed[0], first), rest)
-                             if line)
-        return text, 0
-
-    return run_job(name, argv, config, make_config, build_pipeline, outcome, prepare=prepare,
-                   on_result=lambda result: metrics.__setitem__(0, result), **kwargs)
-
-
-def _counter(result: Any, namespace: str, name: str) -> int:
-    """A counter's committed value in a finished pipeline's metrics (0 where the runner gives none)."""
-    try:
-        found = result.metrics().query(MetricsFilter().with_namespace(namespace).with_name(name))["counters"]
-    except (AttributeError, NotImplementedError, KeyError):
-        return 0
-    return sum(c.committed if c.committed is not None else c.attempted or 0 for c in found)
-
-
-def resume_line(result: Any, runs: Sequence[str], published: str) -> str:
-    """The summary's line saying what a resumed run reused, from its metrics.
-
-    Args:
-        result: The finished pipeline's ``PipelineResult``.
-        runs: The interrupted runs' ids.
-        published: The summary's first line (its input count is read from it).
-    """
-    inputs = _counter(result, "build", REUSED_INPUTS)
-    nbytes = _counter(result, "build", REUSED_INPUT_BYTES)
-    shards = _counter(result, "shard_sink", REUSED_SHARDS)
-    found = re.search(r"= ([\d,]+) inputs\)", published)
-    total = f" of {int(found.group(1).replace(',', '')):,}" if found else ""
-    which = f"run {runs[0]}" if len(runs) == 1 else f"runs {', '.join(runs)}"
-    return (f"resumed: reused {inputs:,}{total} inputs ({nbytes / MIB:,.0f} MiB) and {plural(shards, 'finished shard')} "
-            f"from the interrupted {which}")
+        manifest = output_folder.read_manifest(cfg.output_dir)  # shard entries without label counts: shards x small
+        return published_summary(cfg.output_dir, manifest, seconds, self.before,
+                                 self.summary_lines(cfg, manifest)), 0

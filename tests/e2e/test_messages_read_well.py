@@ -65,8 +65,8 @@ def test_the_first_report_of_a_stage_guesses_no_time_left(tmp_path) -> None:
 
 
 def test_image_count_lines_say_one_record() -> None:
-    from beam_jobs.cli.harness import _image_lines
+    from transforms.images.build_summary import image_lines
 
-    lines = _image_lines({"converted": {"tga": 1}, "png_chunks_fixed": {"iccp_srgb": 1}}, "tf")
+    lines = image_lines({"converted": {"tga": 1}, "png_chunks_fixed": {"iccp_srgb": 1}}, "tf")
     assert lines[0] == "  converted to PNG for TensorFlow: 1 record (tga 1)"
     assert lines[1].startswith("  PNG chunks fixed for TensorFlow: 1 record (")

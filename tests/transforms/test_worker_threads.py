@@ -18,7 +18,7 @@ from PIL import Image
 from tests.shard_fixtures import make_class_tree, run_build, sha256_file, shard_files, write
 from transforms import inspect_images, worker_threads
 from transforms.images import inspection
-from transforms.inspect_images import InspectImages, _InspectImageFn
+from transforms.inspect_images import ImageRules, InspectImages, RecordStaging, _InspectImageFn
 from transforms.errors import ImageError
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings
@@ -64,9 +64,9 @@ def _keep(item, run: int, kind: str) -> None:
 
 
 @pytest.fixture
-def staging(tmp_path) -> tuple[str, str, None]:
-    """Where InspectImages writes each record's run file: ``(output folder, run id, --staging_dir)``."""
-    return str(tmp_path / "out"), "run", None
+def staging(tmp_path) -> RecordStaging:
+    """Where InspectImages writes each record's run file."""
+    return RecordStaging(str(tmp_path / "out"), "run")
 
 
 def _unstaged(meta: ImageMeta) -> ImageMeta:
@@ -81,7 +81,7 @@ def _inspect_in_pipeline(sources, threads: int, staging: tuple[str, str, None]):
     labels = p | "Labels" >> beam.Create([_LABELS])
     out = (p | beam.Create(sources)
            | InspectImages(EncodeSettings(), 7, beam.pvalue.AsSingleton(labels),
-                           max_bytes=_MAX_BYTES, threads=threads, staging=staging))
+                           ImageRules(max_bytes=_MAX_BYTES), threads=threads, staging=staging))
     out.main | "KeepMetas" >> beam.Map(_keep, run, "metas")
     out[DEAD_LETTERS] | "KeepDead" >> beam.Map(_keep, run, "dead")
     result = p.run()
@@ -153,7 +153,8 @@ def test_an_error_on_a_worker_thread_becomes_the_inputs_dead_letter(corpus, stag
 
 def test_finish_bundle_emits_every_input_in_its_window(corpus, staging):
     _, sources, _ = corpus
-    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, staging=staging, max_bytes=_MAX_BYTES, threads=3))
+    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, ImageRules(max_bytes=_MAX_BYTES), threads=3,
+                                    staging=staging))
     for source in sources:
         run.process(source)
     in_process = len(run.emitted)
@@ -203,7 +204,7 @@ class _LazyFuture:
 def test_inspect_keeps_at_most_two_images_per_thread_in_flight(corpus, staging):
     _, sources, _ = corpus
     threads = 3
-    fn = _InspectImageFn(EncodeSettings(), 7, staging=staging, max_bytes=_MAX_BYTES, threads=threads)
+    fn = _InspectImageFn(EncodeSettings(), 7, ImageRules(max_bytes=_MAX_BYTES), threads=threads, staging=staging)
     run = _Lifecycle(fn)
     fn._pool.shutdown()
     fn._pool = lazy = _LazyPool()  # nothing finishes unless the step waits for it
@@ -240,7 +241,8 @@ def test_inspect_reads_on_as_many_threads_as_asked(corpus, staging, monkeypatch)
                 state["reading"] -= 1
 
     monkeypatch.setattr(inspect_images, "read_source", read)
-    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, staging=staging, max_bytes=_MAX_BYTES, threads=threads))
+    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, ImageRules(max_bytes=_MAX_BYTES), threads=threads,
+                                    staging=staging))
     readable = [s for s in sources if not s.relpath.startswith(("lily/", "rose/gone"))]
     for source in readable:
         run.process(source)

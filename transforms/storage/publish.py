@@ -199,6 +199,17 @@ def _append_checks(output_dir: str, state: FolderState, staging: str, kept: Mapp
                 f"{t.published} this run planned for: another run changed the set; append again"))
 
 
+def _checked_labels(output_dir: str, state: FolderState, staging: str, kept: Mapping[str, SplitEntry],
+                    totals: Sequence[SplitTotals], labels: Sequence[str], compression: str,
+                    manifest_fields: Mapping[str, Any], policy: PublishPolicy) -> list[str]:
+    """The checks of an append or of a run that replaces the splits it writes; returns the set's class names."""
+    if policy.append:
+        _append_checks(output_dir, state, staging, kept, totals, compression, manifest_fields)
+        return list(labels)
+    return _build_checks(output_dir, state, staging, kept, {t.split for t in totals}, list(labels), compression,
+                         manifest_fields, policy)
+
+
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
                     written: int, max_bad_fraction: float | None) -> str | None:
     """Why an append is not published (too many bad inputs), or None; raises when it has nothing new."""
@@ -217,6 +228,113 @@ def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLe
             "nothing was changed", *rejection_details(bad)])))
     return rejection_problem(inputs - present, written, bad, join_path(output_dir, REFUSED_DEAD_LETTERS_NAME),
                              max_bad_fraction)
+
+
+def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str, int], StagedShard],
+                        parts: Sequence[ShardListPart], totals: Sequence[SplitTotals],
+                        dead_letters: Sequence[DeadLetterPart], inputs: int, max_bad_fraction: float | None,
+                        old: Manifest | None, appending: bool) -> tuple[dict[str, Any], int]:
+    """Stages the set's ``dead_letters.jsonl`` (an append's: the set's, then this run's), or refuses the run
+    (too many bad inputs, counts that disagree), leaving its dead letters to read.
+
+    Returns the appended splits' merged published shard entries (by split) and the set's dead-letter count.
+    """
+    staged_letters = join_path(output_dir, staged_name(relative_name(output_dir, staging), DEAD_LETTERS_NAME))
+    if appending:
+        merged = {t.split: next(e for i, e in published_entries(output_dir, old, t.split) if i == t.merged)
+                  for t in totals if t.merged is not None}
+        written = sum(s.records for s in staged.values()) - sum(e.records for e in merged.values())
+        refusal = (_append_refusal(output_dir, staging, dead_letters, inputs, written, max_bad_fraction)
+                   or parts_problem(parts, staged))
+        if refusal is not None:  # the refused run's dead letters are left to read
+            write_dead_letters(output_dir, staging, dead_letters,
+                               target=join_path(output_dir, REFUSED_DEAD_LETTERS_NAME))
+            _refuse(staging, PublishError(refusal))
+        # The set's dead letters, then this run's.
+        write_dead_letters(output_dir, staging, dead_letters, target=staged_letters,
+                           before=join_path(output_dir, DEAD_LETTERS_NAME))
+        return merged, RejectionSummary.merged(part.summary for part in dead_letters).count
+    dead = write_dead_letters(output_dir, staging, dead_letters, target=staged_letters)
+    refusal = (rejection_problem(inputs, sum(s.records for s in staged.values()), dead,
+                                 join_path(output_dir, DEAD_LETTERS_NAME), max_bad_fraction)
+               or parts_problem(parts, staged))
+    if refusal is not None:  # the refused run's dead letters are left to read
+        rename_files([(staged_letters, join_path(output_dir, DEAD_LETTERS_NAME))])
+        _refuse(staging, PublishError(refusal))
+    return {}, dead.count
+
+
+def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
+                     sidecar_files: Callable[[Manifest], Mapping[str, bytes | None]] | None,
+                     plan: Any, run_id: str) -> Journal:
+    """Stages the sidecar files and ``manifest.json``, then writes the journal that renames them, the
+    shards and the set's files staged before into place and removes the sidecars the new set does not have."""
+    staging_name = relative_name(output_dir, staging)
+
+    def staged_copy(name: str) -> str:
+        return join_path(output_dir, staged_name(staging_name, name))
+
+    sidecars = sidecar_files(manifest) if sidecar_files else {}
+    names = list(SET_FILES)
+    for name, data in sorted(sidecars.items()):
+        if data is not None:
+            write_atomic(staged_copy(name), data, staging)
+            names.append(name)
+    write_atomic(staged_copy(MANIFEST_NAME), manifest.dumps(), staging)
+    names.append(MANIFEST_NAME)
+    journal = plan_journal(run_id, plan, [(staged_name(staging_name, name), name) for name in names],
+                           removed=[name for name, data in sorted(sidecars.items()) if data is None])
+    check_lock(output_dir, run_id)
+    write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
+    return journal
+
+
+def _write_empty_shards(output_dir: str, totals: Sequence[SplitTotals], staged: dict[tuple[str, int], StagedShard],
+                        compression: str, run_id: str, file_format: str) -> dict[tuple[str, int], StagedShard]:
+    """Writes the planned shards no worker wrote, empty, so that the set is complete; adds them to ``staged``
+    and returns them."""
+    empty = {}
+    for split, index, count in unwritten_shards(totals, staged):
+        result = StagedShard.of(write_shard(output_dir, (split, index, count), [], compression, run_id,
+                                            file_format=file_format))
+        staged[(split, index)] = result
+        empty[(split, index)] = result
+    return empty
+
+
+def _label_counts(parts: Sequence[ShardListPart]) -> dict[str, dict[str, int]]:
+    """Split -> label -> records, summed over the shard-list parts."""
+    label_counts: dict[str, dict[str, int]] = {}
+    for part in parts:
+        counts = label_counts.setdefault(part.split, {})
+        for label, count in part.label_counts.items():
+            counts[label] = counts.get(label, 0) + count
+    return label_counts
+
+
+def _stage_manifest(output_dir: str, staging: str, plan: Any, labels: Sequence[str],
+                    parts: Sequence[ShardListPart], totals: Sequence[SplitTotals], kept: Mapping[str, SplitEntry],
+                    old: Manifest | None, empty: Mapping[tuple[str, int], StagedShard], written_splits: set[str],
+                    dead_count: int, manifest_fields: Mapping[str, Any], compression: str,
+                    appending: bool) -> Manifest:
+    """Stages ``labels.txt`` and ``shards.jsonl``; returns the new manifest (refused: staging cleared)."""
+    staging_name = relative_name(output_dir, staging)
+
+    def staged_copy(name: str) -> str:
+        return join_path(output_dir, staged_name(staging_name, name))
+
+    write_atomic(staged_copy(LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"), staging)
+    entries = {key: plan.splits[key[0]].shards[key[1]] for key in empty}
+    shards_file = write_shard_list(output_dir, staging, plan.splits, kept, old, {(p.split, p.part): p for p in parts},
+                                   entries, appended={t.split: t for t in totals} if appending else None,
+                                   compression=compression, target=staged_copy("shards.jsonl"))
+    try:
+        manifest = new_manifest(manifest_fields, compression, labels, plan, old, kept, written_splits, dead_count,
+                                shards_file, input_values(manifest_fields["options"]), appending=appending,
+                                where=output_dir)
+    except PublishError as err:
+        _refuse(staging, err)
+    return manifest
 
 
 def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
@@ -276,87 +394,24 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     old = state.manifest
     written_splits = {t.split for t in totals}
     kept = kept_splits(old, written_splits, policy)
-    labels = list(labels)
-    if policy.append:
-        _append_checks(output_dir, state, staging, kept, totals, compression, manifest_fields)
-    else:
-        labels = _build_checks(output_dir, state, staging, kept, written_splits, labels, compression,
-                               manifest_fields, policy)
-
+    labels = _checked_labels(output_dir, state, staging, kept, totals, labels, compression, manifest_fields, policy)
     # One small entry per shard, read from the parts' staged files (the side input is the parts only).
     staged = staged_of_parts(output_dir, parts, old, staging, compression)
-    staging_name = relative_name(output_dir, staging)
-
-    def staged_copy(name: str) -> str:
-        return join_path(output_dir, staged_name(staging_name, name))
-
-    if policy.append:
-        merged = {t.split: next(e for i, e in published_entries(output_dir, old, t.split) if i == t.merged)
-                  for t in totals if t.merged is not None}
-        written = sum(s.records for s in staged.values()) - sum(e.records for e in merged.values())
-        refusal = (_append_refusal(output_dir, staging, dead_letters, inputs, written, max_bad_fraction)
-                   or parts_problem(parts, staged))
-        if refusal is not None:  # the refused run's dead letters are left to read
-            write_dead_letters(output_dir, staging, dead_letters,
-                               target=join_path(output_dir, REFUSED_DEAD_LETTERS_NAME))
-            _refuse(staging, PublishError(refusal))
-        # The set's dead letters, then this run's.
-        write_dead_letters(output_dir, staging, dead_letters, target=staged_copy(DEAD_LETTERS_NAME),
-                           before=join_path(output_dir, DEAD_LETTERS_NAME))
-        dead_count = RejectionSummary.merged(part.summary for part in dead_letters).count
-    else:
-        merged = {}
-        dead = write_dead_letters(output_dir, staging, dead_letters, target=staged_copy(DEAD_LETTERS_NAME))
-        refusal = (rejection_problem(inputs, sum(s.records for s in staged.values()), dead,
-                                     join_path(output_dir, DEAD_LETTERS_NAME), max_bad_fraction)
-                   or parts_problem(parts, staged))
-        if refusal is not None:  # the refused run's dead letters are left to read
-            rename_files([(staged_copy(DEAD_LETTERS_NAME), join_path(output_dir, DEAD_LETTERS_NAME))])
-            _refuse(staging, PublishError(refusal))
-        dead_count = dead.count
-
-    empty = {}
-    for split, index, count in unwritten_shards(totals, staged):  # written empty, so the set is complete
-        result = StagedShard.of(write_shard(output_dir, (split, index, count), [], compression, policy.run_id,
-                                            file_format=manifest_fields.get("file_format", "tfrecord")))
-        staged[(split, index)] = result
-        empty[(split, index)] = result
-    label_counts: dict[str, dict[str, int]] = {}
-    for part in parts:
-        counts = label_counts.setdefault(part.split, {})
-        for label, count in part.label_counts.items():
-            counts[label] = counts.get(label, 0) + count
+    merged, dead_count = _stage_dead_letters(output_dir, staging, staged, parts, totals, dead_letters, inputs,
+                                             max_bad_fraction, old, policy.append)
+    empty = _write_empty_shards(output_dir, totals, staged, compression, policy.run_id,
+                                manifest_fields.get("file_format", "tfrecord"))
     try:
-        plan = plan_publish(output_dir, old, staged, totals, kept, label_counts, state.present, state.owned(),
+        plan = plan_publish(output_dir, old, staged, totals, kept, _label_counts(parts), state.present, state.owned(),
                             compression, overwrite_unlisted=policy.overwrite_unlisted and not policy.append,
                             appending=policy.append,
                             merged_counts={split: entry.label_counts for split, entry in merged.items()})
     except PublishError as err:
         _refuse(staging, err)
 
-    write_atomic(staged_copy(LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"), staging)
-    entries = {key: plan.splits[key[0]].shards[key[1]] for key in empty}
-    shards_file = write_shard_list(output_dir, staging, plan.splits, kept, old, {(p.split, p.part): p for p in parts},
-                                   entries, appended={t.split: t for t in totals} if policy.append else None,
-                                   compression=compression, target=staged_copy("shards.jsonl"))
-    try:
-        manifest = new_manifest(manifest_fields, compression, labels, plan, old, kept, written_splits, dead_count,
-                                shards_file, input_values(manifest_fields["options"]), appending=policy.append,
-                                where=output_dir)
-    except PublishError as err:
-        _refuse(staging, err)
-    sidecars = sidecar_files(manifest) if sidecar_files else {}
-    names = list(SET_FILES)
-    for name, data in sorted(sidecars.items()):
-        if data is not None:
-            write_atomic(staged_copy(name), data, staging)
-            names.append(name)
-    write_atomic(staged_copy(MANIFEST_NAME), manifest.dumps(), staging)
-    names.append(MANIFEST_NAME)
-    journal = plan_journal(policy.run_id, plan, [(staged_name(staging_name, name), name) for name in names],
-                           removed=[name for name, data in sorted(sidecars.items()) if data is None])
-    check_lock(output_dir, policy.run_id)
-    write_atomic(join_path(output_dir, JOURNAL_NAME), journal.dumps(), staging)
+    manifest = _stage_manifest(output_dir, staging, plan, labels, parts, totals, kept, old, empty, written_splits,
+                               dead_count, manifest_fields, compression, policy.append)
+    journal = _stage_set_files(output_dir, staging, manifest, sidecar_files, plan, policy.run_id)
     # From here on the publish only goes forward: nothing the journal names is deleted.
     handed = _hand_out(output_dir, journal, parallel_from)
     return PublishCommit(output_dir, journal, manifest, len(handed)), handed

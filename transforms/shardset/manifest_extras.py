@@ -1,0 +1,65 @@
+"""What a job adds to the manifest and the files beside it: ``ManifestExtras`` (no Beam).
+
+The shard sink (``transforms.shard_sink.PublishShards``) knows what every
+shard set has; a job that knows more (a build: image counts, object classes,
+near-duplicates) hands it over as one ``ManifestExtras``, the one element of
+the sink's ``manifest_extras`` input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping
+
+__all__ = ["ManifestExtras", "as_extras", "with_files"]
+
+# ((tally key, count), ...) summed over every shard (``WriteShards``' ``tally_of``) -> manifest fields.
+FromTallies = Callable[[Iterable[tuple[Any, int]]], Mapping[str, Any]]
+# The manifest about to be written -> name -> bytes (None: a file the set does not have, removed if present).
+Sidecars = Callable[[Any], Mapping[str, "bytes | None"]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestExtras:
+    """What a job adds to its set's manifest and publishes beside it.
+
+    Attributes:
+        fields: Merged into the manifest's fields (e.g. ``object_labels``,
+            ``near_duplicates``).
+        files: Further files published with the set, name -> bytes, from what
+            the pipeline found (None: a file of an earlier run the new set does
+            not have; it is removed if present).
+        from_tallies: Given the ``(key, count)`` tallies of every written shard
+            summed (``WriteShards``' ``tally_of``), returns further manifest
+            fields (a build's ``images`` counts); None: none.
+    """
+
+    fields: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    files: Mapping[str, bytes | None] = dataclasses.field(default_factory=dict)
+    from_tallies: FromTallies | None = None
+
+    def manifest_fields(self, tallies: Iterable[tuple[Any, int]]) -> dict[str, Any]:
+        """The fields to merge into the manifest, given the shards' summed tallies."""
+        fields = dict(self.fields)
+        if self.from_tallies is not None:
+            fields.update(self.from_tallies(tallies))
+        return fields
+
+
+def as_extras(found: ManifestExtras | Mapping[str, Any] | None) -> ManifestExtras:
+    """The extras a ``manifest_extras`` element gives: a ``ManifestExtras``, or a mapping of fields."""
+    if isinstance(found, ManifestExtras):
+        return found
+    return ManifestExtras(fields=dict(found or {}))
+
+
+def with_files(sidecars: Sidecars | None, files: Mapping[str, bytes | None]) -> Sidecars | None:
+    """``sidecars`` (files made from the manifest) together with ``files`` (from the pipeline)."""
+    if not files:
+        return sidecars
+
+    def all_files(manifest) -> dict[str, bytes | None]:
+        found = dict(sidecars(manifest)) if sidecars else {}
+        found.update(files)
+        return found
+    return all_files
