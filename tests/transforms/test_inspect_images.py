@@ -16,7 +16,7 @@ from transforms.tfrecord.run_files import FramedRecord
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings
 from tests.helpers import image_example
-from transforms.inspect_images import ImageRecordMaker, _InspectImageFn
+from transforms.inspect_images import ImageRecordMaker, RecordStaging, _InspectImageFn
 
 _LABELS = ["cat", "dog"]
 
@@ -24,7 +24,7 @@ _LABELS = ["cat", "dog"]
 def _inspect(path, settings: EncodeSettings, out: str) -> ImageMeta:
     """The ImageMeta of one bundle of one input, its record staged in a run file under ``out``."""
     source = SourceImage(str(path), "dog/a.jpg", "train", "dog")
-    fn = _InspectImageFn(settings, seed=7, staging=(out, "run", None))
+    fn = _InspectImageFn(settings, seed=7, staging=RecordStaging(out, "run"))
     fn.setup()
     fn.start_bundle()
     emitted = list(fn.process(source, beam.transforms.window.GlobalWindow(), 0, labels=_LABELS))
