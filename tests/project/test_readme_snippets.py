@@ -13,7 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 import pytest
 
 from tests.recipes import recipe
-from tests.shard_fixtures import load_manifest, make_class_tree
+from tests.shard_fixtures import load_manifest
+from tests.trees import Part
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[compat]')")
 
@@ -25,11 +26,7 @@ def readme_snippet() -> str:
     return recipe("tf-data")
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    make_class_tree(root, per_class=3, broken=False)
-    return root
+TREE = (Part(per_class=3),)  # the module's input tree (tests/trees.py)
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
