@@ -13,6 +13,9 @@ would pay them.
   fails, naming its CPU time: the fast tier (``-m "not slow"``) stays fast.
   A module-scoped build is paid by the first test that uses it, so a module
   whose fast tests share a build must keep that build under the budget.
+  ``@pytest.mark.cpu_budget(seconds)`` gives a test that must stay in the fast
+  tier another budget, saying why (a hostile input whose peak memory is
+  checked in a fresh process).
 - ``TEST_CPU_LOG=path`` appends one JSON line per test
   (``nodeid``, ``cpu_s``, ``slow``) to ``path.<worker>``, to find where the
   time goes.
@@ -116,6 +119,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if slow or setting == "off":
         return
     budget = float(setting) if setting else FAST_CPU_BUDGET_S
+    own = item.get_closest_marker("cpu_budget")
+    if own is not None:
+        budget = float(own.args[0])
     if used > budget and report.passed:
         report.outcome = "failed"
         report.longrepr = (

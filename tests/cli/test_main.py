@@ -102,6 +102,7 @@ def test_beam_help_lists_beams_options(capsys):
     assert "--runner" in text and "--direct_num_workers" in text
 
 
+@pytest.mark.slow
 def test_help_through_python_m_lists_flags():
     """``python -m beam_jobs.build_shards --help`` printed only ``usage: build_shards.py [-h]``."""
     done = subprocess.run([sys.executable, "-m", "beam_jobs.build_shards", "--help"], cwd=ROOT,

@@ -139,6 +139,7 @@ def test_new_records_get_new_shards_and_published_shards_keep_their_bytes(trees,
     assert seen == {"daisy": 0, "rose": 1, "tulip": 2, "lily": 3}
 
 
+@pytest.mark.slow
 def test_few_new_records_join_one_published_shard(trees, published, capsys) -> None:
     before = _shard_contents(published)
     old = load_manifest(published)
@@ -314,6 +315,7 @@ def test_plan_of_an_append(trees, published, capsys) -> None:
     assert tree_state(published) == state  # a plan writes nothing
 
 
+@pytest.mark.slow
 def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as_it_was(trees, published, tmp_path,
                                                                                        capsys) -> None:
     from tests.reliability_support import folder_bytes

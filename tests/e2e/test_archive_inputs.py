@@ -427,6 +427,7 @@ def test_read_member_refuses_a_truncated_tar_member(tree, tmp_path):
         read_member(ref, 1 << 20)
 
 
+@pytest.mark.slow
 def test_plan_lists_each_kind_of_input(tree, tmp_path, capsys):
     from beam_jobs import plan_build
 

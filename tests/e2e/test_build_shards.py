@@ -423,6 +423,7 @@ def test_a_source_rewritten_after_it_was_read_leaves_the_record_as_read(tmp_path
         assert record["image/encoded"] == original
 
 
+@pytest.mark.slow
 def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
     """The build reads every image once: the record goes to a run file and is copied from there."""
     from transforms import inspect_images

@@ -126,6 +126,7 @@ def test_a_split_build_into_a_version_1_folder_keeps_its_other_split(tmp_path, c
     assert load_manifest(out) == manifest
 
 
+@pytest.mark.slow
 def test_a_split_build_refuses_a_folder_whose_shard_list_was_changed(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
     _build(capsys, trees["train"], out, "--split", "train")

@@ -66,6 +66,7 @@ def test_two_worker_processes_rename_and_publish_the_same_bytes(built, tmp_path,
     assert folder_bytes(out) == folder_bytes(reference)
 
 
+@pytest.mark.slow
 def test_the_commit_step_is_given_counts_not_the_renames(built, tmp_path, capsys, monkeypatch) -> None:
     inputs, reference = built.root, built.out
     results = _hand_out_every_rename(monkeypatch, chunk=2)

@@ -33,24 +33,29 @@ def test_over_budget():
 @pytest.mark.slow
 def test_over_budget_but_slow():
     burn(0.12)
+
+@pytest.mark.cpu_budget(5.0)
+def test_over_budget_but_given_its_own():
+    burn(0.12)
 """
 
 
-def test_a_test_over_the_cpu_budget_fails_unless_marked_slow(pytester: pytest.Pytester, monkeypatch) -> None:
+def test_a_test_over_the_cpu_budget_fails_unless_marked_slow_or_given_its_own(pytester: pytest.Pytester, monkeypatch) -> None:
     monkeypatch.setenv("TEST_CPU_BUDGET", "0.05")
-    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    cpu_budget: budget\n")
     pytester.makepyfile(test_burn=_BURN)
     result = pytester.runpytest_inprocess("-p", "tests.cpu_budget", "-q")
-    result.assert_outcomes(passed=3, errors=1)  # the failed teardown of the test over budget
+    result.assert_outcomes(passed=4, errors=1)  # the failed teardown of the test over budget
     result.stdout.fnmatch_lines(["*test_over_budget took * CPU s*over the fast tier's budget of 0.05 CPU s*"])
     assert "test_over_budget_but_slow took" not in result.stdout.str()
+    assert "test_over_budget_but_given_its_own took" not in result.stdout.str()
 
 
 def test_the_budget_can_be_turned_off(pytester: pytest.Pytester, monkeypatch) -> None:
     monkeypatch.setenv("TEST_CPU_BUDGET", "off")
-    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    cpu_budget: budget\n")
     pytester.makepyfile(test_burn=_BURN)
-    pytester.runpytest_inprocess("-p", "tests.cpu_budget", "-q").assert_outcomes(passed=3)
+    pytester.runpytest_inprocess("-p", "tests.cpu_budget", "-q").assert_outcomes(passed=4)
 
 
 def test_a_test_writing_into_a_shared_tree_fails_at_the_end_of_its_module(pytester: pytest.Pytester,

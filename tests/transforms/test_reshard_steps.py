@@ -106,6 +106,7 @@ def test_collect_record_facts_counts_dead_letters_even_without_records(name: str
         assert_that(facts, equal_to([_expected(datas).with_dead_letters(2)]))
 
 
+@pytest.mark.slow
 def test_class_names_and_feature_spec_alone_keep_their_defaults() -> None:
     datas = _CASES["consistent"]
     with TestPipeline() as p:
