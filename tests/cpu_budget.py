@@ -34,12 +34,13 @@ from typing import Iterator
 
 import pytest
 
-FAST_CPU_BUDGET_S = 2.5
+FAST_CPU_BUDGET_S = 3.0
 """CPU seconds (process + children) a test outside the ``slow`` mark may take.
 
 One quick job run in process (a build of a few images) takes 1.3 to 1.5 CPU s
-on a 2-core AMD EPYC machine under load; tests measured over 2.0 are marked
-slow, and the budget leaves a quarter over that for noise.
+on a 2-core AMD EPYC machine; tests measured over 2.0 CPU s are marked slow.
+On that machine under a load average of 6 to 11 the same test measured from
+1.9 to 2.6 CPU s in two runs, hence the margin.
 """
 
 _KEY = pytest.StashKey[float]()

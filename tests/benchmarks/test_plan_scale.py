@@ -14,6 +14,7 @@ from transforms.plan_shards import ASSIGNED
 from transforms.shardset.planning import plan_in_memory
 
 
+@pytest.mark.slow
 def test_benchmark_plan_equals_the_in_memory_reference():
     count = 25_000  # several chunks of generated items
     items = [it for chunk in plan_scale.chunks_of(count) for it in plan_scale.synthetic_items(chunk)]

@@ -125,6 +125,7 @@ def test_repeated_bundles_keep_the_other_split_and_publish_the_same_bytes(tree, 
     assert folder_bytes(outs[1]) == folder_bytes(outs[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repeat", [[], ["--direct_runner_bundle_repeat", "2"]], ids=["once", "repeated"])
 def test_an_append_hands_out_its_shard_renames_and_publishes_the_same_bytes(tmp_path, capsys, monkeypatch,
                                                                             repeat) -> None:
