@@ -29,6 +29,7 @@ def readme_snippet() -> str:
 TREE = (Part(per_class=3),)  # the module's input tree (tests/trees.py)
 
 
+@pytest.mark.cpu_budget(5.0)  # a job run, and the first case pays the README snippet's import of TensorFlow
 @pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
 def test_readme_snippet_reads_every_record(tree, tmp_path, compression, monkeypatch):
     from beam_jobs import build_shards
