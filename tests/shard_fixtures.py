@@ -34,8 +34,8 @@ def write(path: str, data: bytes) -> str:
 
 
 def make_class_tree(root: str, classes: Iterable[str] = ("daisy", "rose", "tulip"),
-                    per_class: int = 12, seed: int = 0, broken: bool = True) -> dict[str, str]:
-    """Writes ROOT/<class>/<n>.jpg|png (every third a PNG) plus, if asked, broken files.
+                    per_class: int = 12, seed: int = 0, broken: bool = True, prefix: str = "") -> dict[str, str]:
+    """Writes ROOT/<class>/<prefix><class>_<n>.jpg|png (every third a PNG) plus, if asked, broken files.
 
     Returns:
         Relative path -> expected outcome: the class name, or ``dead:<reason>``.
@@ -45,12 +45,12 @@ def make_class_tree(root: str, classes: Iterable[str] = ("daisy", "rose", "tulip
     for label in classes:
         for i in range(per_class):
             fmt = "PNG" if i % 3 == 2 else "JPEG"
-            rel = f"{label}/{label}_{i:03d}.{'png' if fmt == 'PNG' else 'jpg'}"
+            rel = f"{label}/{prefix}{label}_{i:03d}.{'png' if fmt == 'PNG' else 'jpg'}"
             write(os.path.join(root, rel), image_bytes(label, fmt, rng))
             expected[rel] = label
     if broken:
         classes = list(classes)
-        good = open(os.path.join(root, f"{classes[0]}/{classes[0]}_000.jpg"), "rb").read()
+        good = open(os.path.join(root, f"{classes[0]}/{prefix}{classes[0]}_000.jpg"), "rb").read()
         write(os.path.join(root, classes[0], "cut.jpg"), good[: len(good) // 2])
         expected[f"{classes[0]}/cut.jpg"] = "dead:truncated"
         write(os.path.join(root, classes[1], "notes.jpg"), b"just some text\n")

@@ -61,6 +61,7 @@ def test_one_worker_is_beams_default_and_more_are_processes():
     assert beam_flags(4) == ["--direct_running_mode", "multi_processing", "--direct_num_workers", "4"]
 
 
+@pytest.mark.slow
 def test_benchmark_plan_equals_the_in_memory_reference():
     count = 25_000  # several chunks of generated items
     items = [it for chunk in scaling.chunks_of(count) for it in scaling.synthetic_items(chunk)]

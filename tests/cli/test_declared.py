@@ -81,6 +81,7 @@ def test_the_manifest_records_the_declared_flags() -> None:
                                             "name", "shard_sha256"}
 
 
+@pytest.mark.slow
 def test_a_build_run_as_a_module_refuses_a_local_dry_run_in_one_line(tmp_path) -> None:
     """Before, ``python -m beam_jobs.build_shards --dry_run True`` failed with a traceback: the plan job
     imported the build module again, and Beam's parser met its options class twice (``conflicting option

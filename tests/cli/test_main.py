@@ -102,6 +102,7 @@ def test_beam_help_lists_beams_options(capsys):
     assert "--runner" in text and "--direct_num_workers" in text
 
 
+@pytest.mark.slow
 def test_help_through_python_m_lists_flags():
     """``python -m beam_jobs.build_shards --help`` printed only ``usage: build_shards.py [-h]``."""
     done = subprocess.run([sys.executable, "-m", "beam_jobs.build_shards", "--help"], cwd=ROOT,
@@ -128,6 +129,7 @@ def test_command_help_lists_subcommands():
     assert unknown.returncode == 2 and "unknown command 'bild'" in unknown.stderr
 
 
+@pytest.mark.cpu_budget(20.0)  # the fast tier's quick run of each command, each in a fresh process
 def test_every_subcommand_runs(tmp_path):
     data, out, again = tmp_path / "data", tmp_path / "out", tmp_path / "again"
     sample = command("sample", "--output", str(data), "--size_mb", "1")

@@ -27,8 +27,8 @@ import sys
 import pytest
 
 from tests.reliability_support import assert_only_shard_set, folder_bytes, manifest_problems, tree_state
-from tests.shard_fixtures import (dead_letters, examples, image_bytes, load_manifest, make_class_tree,
-                                  records, run_build, shard_files, write)
+from tests.shard_fixtures import dead_letters, examples, load_manifest, records, run_build, shard_files, write
+from tests.trees import Part
 from transforms.shardset.planning import MIB
 
 SHARD_MB = 0.02  # small shards: a few records each
@@ -37,22 +37,13 @@ FLAGS = ["--shard_size_mb", str(SHARD_MB), "--seed", "3"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(scope="module")
-def trees(tmp_path_factory):
-    """day1/ (3 classes x 8), day2/ (a new class x 8 and 4 more daisies), one/ (a single image)."""
-    base = tmp_path_factory.mktemp("append-inputs")
-    out = {name: str(base / name) for name in ("day1", "day2", "one")}
-    make_class_tree(out["day1"], per_class=8, broken=False, seed=1)
-    make_class_tree(out["day2"], classes=("lily",), per_class=8, broken=False, seed=2)
-    make_class_tree(os.path.join(out["day2"], "extra"), classes=("daisy",), per_class=4, broken=False, seed=3)
-    os.makedirs(os.path.join(out["day2"], "daisy"))
-    for name in os.listdir(os.path.join(out["day2"], "extra", "daisy")):  # names day1/ does not have
-        shutil.move(os.path.join(out["day2"], "extra", "daisy", name), os.path.join(out["day2"], "daisy", "new_" + name))
-    shutil.rmtree(os.path.join(out["day2"], "extra"))
-    import random
-
-    write(os.path.join(out["one"], "rose", "late.jpg"), image_bytes("rose", "JPEG", random.Random(7)))
-    return out
+# day1/ (3 classes x 8), day2/ (a new class x 8 and 4 more daisies, under names day1/ does not have),
+# one/ (a single image) (tests/trees.py).
+TREES = {
+    "day1": (Part(per_class=8, seed=1),),
+    "day2": (Part(classes=("lily",), per_class=8, seed=2), Part(classes=("daisy",), per_class=4, seed=3, prefix="new_")),
+    "one": (Part(classes=("rose",), per_class=1, seed=7, prefix="late_"),),
+}
 
 
 @pytest.fixture()
@@ -148,6 +139,7 @@ def test_new_records_get_new_shards_and_published_shards_keep_their_bytes(trees,
     assert seen == {"daisy": 0, "rose": 1, "tulip": 2, "lily": 3}
 
 
+@pytest.mark.slow
 def test_few_new_records_join_one_published_shard(trees, published, capsys) -> None:
     before = _shard_contents(published)
     old = load_manifest(published)
@@ -323,6 +315,7 @@ def test_plan_of_an_append(trees, published, capsys) -> None:
     assert tree_state(published) == state  # a plan writes nothing
 
 
+@pytest.mark.slow
 def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as_it_was(trees, published, tmp_path,
                                                                                        capsys) -> None:
     from tests.reliability_support import folder_bytes

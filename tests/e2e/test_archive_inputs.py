@@ -24,6 +24,7 @@ from tests import hostile_tars
 from tests.archive_fixtures import (CLASSES, add_bytes, files_of, make_parquet, make_shards, make_tar,
                                     make_tar_of_tars, make_zip)
 from tests.shard_fixtures import dead_letters, examples, load_manifest, make_class_tree, run_build, shard_files
+from tests.trees import Part
 from transforms.archives.members import MemberRef, archive_kind, is_parquet_pattern, is_shard_pattern, label_path
 from transforms.archives.parquet_rows import class_names_of, columns_problem
 from transforms.archives.tar_index import Window, member_path, tar_members
@@ -52,11 +53,7 @@ def _filenames(out: str) -> list[str]:
                   for ex in examples(os.path.join(out, name)))
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("folder"))
-    make_class_tree(root, per_class=5, broken=True)  # 15 images, 3 broken files
-    return root
+TREE = (Part(per_class=5, broken=True),)  # 15 images, 3 broken files
 
 
 @pytest.fixture(scope="module")
@@ -430,6 +427,7 @@ def test_read_member_refuses_a_truncated_tar_member(tree, tmp_path):
         read_member(ref, 1 << 20)
 
 
+@pytest.mark.slow
 def test_plan_lists_each_kind_of_input(tree, tmp_path, capsys):
     from beam_jobs import plan_build
 

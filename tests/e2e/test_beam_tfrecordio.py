@@ -11,15 +11,12 @@ from apache_beam.io.tfrecordio import ReadAllFromTFRecord
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from tests.shard_fixtures import load_manifest, make_class_tree, records, run_build
+from tests.shard_fixtures import load_manifest, records, run_build
+from tests.trees import Part
 from transforms.beam_compat import local_runner
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    make_class_tree(root, per_class=3, broken=False)
-    return root
+TREE = (Part(per_class=3),)  # the module's input tree (tests/trees.py)
 
 
 # Beam's "deflate" is a zlib stream (zlib.decompressobj()), what the job writes as .zz.

@@ -13,6 +13,7 @@ import io
 from tests.shard_fixtures import (crc32c_file, dead_letters, examples, image_bytes, load_manifest,
                                   make_class_tree, records, run_build, sha256_file,
                                   shard_files, write)
+from tests.trees import Part
 from transforms.tfrecord.framing import OVERHEAD
 from transforms.example.schema import schema_problems
 from transforms.example.codec import decode_example
@@ -20,25 +21,12 @@ from transforms.example.codec import decode_example
 SHARD_MB = "0.02"  # ~20 KiB shards: several shards from a few dozen tiny images
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    return root, make_class_tree(root, per_class=12)
-
-
-@pytest.fixture(scope="module")
-def built(tree, tmp_path_factory):
-    root, expected = tree
-    out = str(tmp_path_factory.mktemp("out"))
-    from beam_jobs import build_shards
-    status = build_shards.run(["--input", root, "--output_dir", out, "--shard_size_mb", SHARD_MB,
-                               "--max_bad_fraction", "0.2"])
-    assert status == 0
-    return root, expected, out
+TREE = (Part(per_class=12, broken=True),)  # the module's input tree and build (tests/trees.py)
+BUILD = ("--shard_size_mb", SHARD_MB, "--max_bad_fraction", "0.2")
 
 
 def test_manifest_lists_exactly_the_files_written(built):
-    _, _, out = built
+    _, _, out, _ = built
     manifest = load_manifest(out)
     listed = [s["file"] for s in manifest["splits"]["train"]["shards"]]
     assert listed == shard_files(out)
@@ -53,7 +41,7 @@ def test_manifest_lists_exactly_the_files_written(built):
 
 
 def test_idx_sidecar_matches_record_offsets(built):
-    _, _, out = built
+    _, _, out, _ = built
     for name in shard_files(out):
         recs = records(os.path.join(out, name))
         lines = open(os.path.join(out, "index", name + ".idx")).read().splitlines()
@@ -61,7 +49,7 @@ def test_idx_sidecar_matches_record_offsets(built):
 
 
 def test_every_record_matches_its_source_image(built):
-    root, expected, out = built
+    root, expected, out, _ = built
     labels = open(os.path.join(out, "labels.txt")).read().splitlines()
     seen = set()
     for name in shard_files(out):
@@ -83,7 +71,7 @@ def test_every_record_matches_its_source_image(built):
 
 
 def test_broken_files_are_dead_letters_and_nothing_is_lost(built):
-    root, expected, out = built
+    root, expected, out, _ = built
     dead = {os.path.relpath(d["path"], root): d["reason"] for d in dead_letters(out)}
     assert dead == {rel: o[5:] for rel, o in expected.items() if o.startswith("dead:")}
     manifest = load_manifest(out)
@@ -91,7 +79,7 @@ def test_broken_files_are_dead_letters_and_nothing_is_lost(built):
 
 
 def test_shards_are_balanced_by_bytes_and_shuffled(built):
-    _, _, out = built
+    _, _, out, _ = built
     shards = load_manifest(out)["splits"]["train"]["shards"]
     sizes = [s["bytes"] for s in shards]
     largest_record = max(len(d) + OVERHEAD for s in shards for _, d in records(os.path.join(out, s["file"])))
@@ -103,7 +91,7 @@ def test_shards_are_balanced_by_bytes_and_shuffled(built):
 
 
 def test_label_counts_match_records(built):
-    _, _, out = built
+    _, _, out, _ = built
     for shard in load_manifest(out)["splits"]["train"]["shards"]:
         counts = {}
         for ex in examples(os.path.join(out, shard["file"])):
@@ -113,7 +101,7 @@ def test_label_counts_match_records(built):
 
 @pytest.mark.slow
 def test_multi_processing_run_is_byte_identical(built, tmp_path, capsys):
-    root, _, out = built
+    root, _, out, _ = built
     status, _, err = run_build(capsys, "--input", root, "--output_dir", str(tmp_path),
                                "--shard_size_mb", SHARD_MB, "--max_bad_fraction", "0.2",
                                "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
@@ -124,7 +112,7 @@ def test_multi_processing_run_is_byte_identical(built, tmp_path, capsys):
 
 
 def test_seed_changes_order_but_not_content(built, tmp_path, capsys):
-    root, _, out = built
+    root, _, out, _ = built
     status, _, _ = run_build(capsys, "--input", root, "--output_dir", str(tmp_path),
                              "--shard_size_mb", SHARD_MB, "--max_bad_fraction", "0.2", "--seed", "7")
     assert status == 0
@@ -136,7 +124,7 @@ def test_seed_changes_order_but_not_content(built, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_rerun_with_another_shard_size_replaces_the_old_shards(built, tmp_path, capsys):
-    root, _, _ = built
+    root, _, _, _ = built
     out = str(tmp_path)
     args = ["--input", root, "--output_dir", out, "--max_bad_fraction", "0.2"]
     assert run_build(capsys, *args, "--num_shards", "5")[0] == 0
@@ -280,7 +268,7 @@ def test_compressed_shards(tmp_path, capsys, compression, suffix):
 
 
 def test_too_many_bad_inputs_fails_and_publishes_nothing(tree, tmp_path, capsys):
-    root, _ = tree
+    root = tree
     out = str(tmp_path)
     status, _, err = run_build(capsys, "--input", root, "--output_dir", out, "--shard_size_mb", SHARD_MB)
     assert status == 1
@@ -322,7 +310,7 @@ def test_the_summary_counts_the_seconds_from_the_process_start(built, tmp_path):
     import subprocess
     import sys
 
-    root, _, _ = built
+    root, _, _, _ = built
     argv = ["tfrecord-shards", "build", "--input", root, "--output_dir", str(tmp_path / "out"),
             "--max_bad_fraction", "0.2"]
     code = ("import sys, time\n"
@@ -344,7 +332,7 @@ def test_the_summary_counts_the_seconds_from_the_process_start(built, tmp_path):
 @pytest.mark.slow
 def test_flags_spelt_with_dashes_are_the_declared_flags(built, tmp_path, capsys):
     # The job's own flags and Beam's (--direct_num_workers, --temp_location), as gsutil and tfds spell flags.
-    root, expected, _ = built
+    root, expected, _, _ = built
     out = str(tmp_path / "out")
     status, _, err = run_build(capsys, "--input", root, "--output-dir", out, "--num-shards=2", "--max-bad-fraction",
                                "0.2", "--direct-num-workers", "1", "--temp-location", str(tmp_path))
@@ -435,6 +423,7 @@ def test_a_source_rewritten_after_it_was_read_leaves_the_record_as_read(tmp_path
         assert record["image/encoded"] == original
 
 
+@pytest.mark.slow
 def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
     """The build reads every image once: the record goes to a run file and is copied from there."""
     from transforms import inspect_images

@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli.harness import unknown_flags
 from tests.reliability_support import folder_bytes
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build
+from tests.trees import Part
 from transforms import beam_compat
 
 BUILD_FLAGS = ["--shard_size_mb", "0.02", "--max_bad_fraction", "0.2", "--seed", "3"]
@@ -32,11 +33,7 @@ def cluster():
         yield found
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    make_class_tree(root, per_class=6)  # with three broken files: dead letters too
-    return root
+TREE = (Part(per_class=6, broken=True),)  # with three broken files: dead letters too
 
 
 def _on_dask(cluster) -> list[str]:

@@ -39,6 +39,7 @@ def project(tmp_path_factory) -> str:
     return str(dest)
 
 
+@pytest.mark.slow
 def test_dataflow_dry_run_translates_the_job(project, monkeypatch, capsys):
     # Any GCS call would be a bug here: send it to a closed loopback port, never out.
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")

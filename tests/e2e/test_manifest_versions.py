@@ -15,6 +15,7 @@ import pytest
 
 from tests.reliability_support import assert_only_shard_set
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build, write_v1_manifest
+from tests.trees import Part
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 
@@ -34,13 +35,7 @@ def _report(path) -> list[tuple[str, str]]:
         return sorted((os.path.basename(p["file"]), p["kind"]) for p in json.load(fh)["problems"])
 
 
-@pytest.fixture(scope="module")
-def trees(tmp_path_factory):
-    base = tmp_path_factory.mktemp("trees")
-    train, val = str(base / "train"), str(base / "val")
-    make_class_tree(train, per_class=3, broken=False, seed=1)
-    make_class_tree(val, per_class=2, broken=False, seed=2)
-    return train, val
+TREES = {"train": (Part(per_class=3, seed=1),), "val": (Part(per_class=2, seed=2),)}  # tests/trees.py
 
 
 def _build(capsys, tree: str, out: str, *extra: str) -> None:
@@ -51,7 +46,7 @@ def _build(capsys, tree: str, out: str, *extra: str) -> None:
 @pytest.mark.slow
 def test_a_build_writes_a_small_manifest_and_its_shard_list(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
-    _build(capsys, trees[0], out)
+    _build(capsys, trees["train"], out)
     with open(os.path.join(out, "manifest.json"), "rb") as fh:
         raw = json.load(fh)
     assert raw["format_version"] == 2 and "shards" not in raw["splits"]["train"]
@@ -71,7 +66,7 @@ def test_a_build_writes_a_small_manifest_and_its_shard_list(tmp_path, capsys, tr
 @pytest.mark.slow
 def test_verify_reports_a_tampered_or_missing_shard_list(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
-    _build(capsys, trees[0], out)
+    _build(capsys, trees["train"], out)
     path = os.path.join(out, "shards.jsonl")
     with open(path, "rb") as fh:
         original = fh.read()
@@ -91,7 +86,7 @@ def test_verify_reports_a_tampered_or_missing_shard_list(tmp_path, capsys, trees
 @pytest.mark.slow
 def test_a_version_1_folder_verifies_and_reshards(tmp_path, capsys, trees):
     out = str(tmp_path / "v1")
-    _build(capsys, trees[0], out)
+    _build(capsys, trees["train"], out)
     before = load_manifest(out)
     write_v1_manifest(out)
     assert not os.path.exists(os.path.join(out, "shards.jsonl"))
@@ -115,10 +110,10 @@ def test_a_version_1_folder_verifies_and_reshards(tmp_path, capsys, trees):
 @pytest.mark.slow
 def test_a_split_build_into_a_version_1_folder_keeps_its_other_split(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
-    _build(capsys, trees[0], out, "--split", "train")
+    _build(capsys, trees["train"], out, "--split", "train")
     train = load_manifest(out)["splits"]["train"]
     write_v1_manifest(out)
-    _build(capsys, trees[1], out, "--split", "validation")
+    _build(capsys, trees["val"], out, "--split", "validation")
     manifest = load_manifest(out)
     assert manifest["format_version"] == 2 and sorted(manifest["splits"]) == ["train", "validation"]
     assert manifest["splits"]["train"]["shards"] == train["shards"]  # label counts carried over
@@ -127,17 +122,18 @@ def test_a_split_build_into_a_version_1_folder_keeps_its_other_split(tmp_path, c
     status, text = _run(capsys, "verify_shards", "--output_dir", out)
     assert status == 0, text
     # Keeping a split from a format-2 folder copies its lines from the old shards.jsonl.
-    _build(capsys, trees[1], out, "--split", "validation")
+    _build(capsys, trees["val"], out, "--split", "validation")
     assert load_manifest(out) == manifest
 
 
+@pytest.mark.slow
 def test_a_split_build_refuses_a_folder_whose_shard_list_was_changed(tmp_path, capsys, trees):
     out = str(tmp_path / "out")
-    _build(capsys, trees[0], out, "--split", "train")
+    _build(capsys, trees["train"], out, "--split", "train")
     path = os.path.join(out, "shards.jsonl")
     with open(path, "ab") as fh:
         fh.write(b"\n")
-    status, text = _run(capsys, "build_shards", "--input", trees[1], "--output_dir", out, *FLAGS,
+    status, text = _run(capsys, "build_shards", "--input", trees["val"], "--output_dir", out, *FLAGS,
                         "--split", "validation")
     assert status != 0
     assert "its manifest.json cannot be read (shards.jsonl line 3: not a JSON line" in text, text
@@ -221,7 +217,7 @@ def test_renames_run_in_parallel_chunks_and_all_before_the_manifest(tmp_path, ca
 
     out = str(tmp_path / "out")
     monkeypatch.setattr(FileSystems, "rename", staticmethod(spy))
-    _build(capsys, trees[0], out, "--num_shards", "4")
+    _build(capsys, trees["train"], out, "--num_shards", "4")
     shard_calls = [c for c in calls if any(n.endswith((".tfrecord", ".idx")) for n in c)]
     assert len(shard_calls) == 8 and all(len(c) == 1 for c in shard_calls)  # 4 shards + 4 indexes
     assert main not in threads  # more than one chunk: all renamed by the pool

@@ -23,7 +23,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tests.shard_fixtures import make_class_tree, run_build
+from tests.shard_fixtures import run_build
+from tests.trees import Part
 from transforms import beam_compat
 from transforms import filesystems as clients
 from transforms.storage import folders
@@ -93,11 +94,7 @@ def _upload_tree(bucket, root: str, prefix: str) -> None:
                 bucket.put(f"{prefix}/{os.path.relpath(path, root)}", fh.read())
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("tree"))
-    make_class_tree(root, per_class=4, broken=False)
-    return root
+TREE = (Part(per_class=4),)  # the module's input tree (tests/trees.py)
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,11 @@ import os
 import pytest
 
 from tests.reliability_support import folder_bytes
-from tests.shard_fixtures import load_manifest, make_class_tree, run_build
+from tests.shard_fixtures import load_manifest, run_build
+from tests.trees import Part
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    make_class_tree(root, per_class=6)  # with three broken files: dead letters too
-    return root
+TREE = (Part(per_class=6, broken=True),)  # with three broken files: dead letters too
 
 
 @pytest.mark.slow

@@ -20,21 +20,16 @@ import pytest
 
 from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import make_class_tree, run_build
+from tests.trees import Part
 from transforms import shard_sink
 
 FLAGS = ["--num_shards", "8", "--seed", "5", "--max_bad_fraction", "0.5"]
 TWO_PROCESSES = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    """An input tree and the set an unchanged build (renames in its publish step) makes of it."""
-    base = tmp_path_factory.mktemp("parallel")
-    make_class_tree(str(base / "in"), per_class=4)
-    from beam_jobs import build_shards
-
-    assert build_shards.run(["--input", str(base / "in"), "--output_dir", str(base / "reference"), *FLAGS]) == 0
-    return str(base / "in"), str(base / "reference")
+# An input tree and the set an unchanged build (renames in its publish step) makes of it (tests/trees.py).
+TREE = (Part(per_class=4, broken=True),)
+BUILD = tuple(FLAGS)
 
 
 def _hand_out_every_rename(monkeypatch, chunk: int) -> list:
@@ -60,8 +55,8 @@ def _move_processes(result) -> int:
 
 
 @pytest.mark.slow
-def test_two_worker_processes_rename_and_publish_the_same_bytes(tree, tmp_path, capsys, monkeypatch) -> None:
-    inputs, reference = tree
+def test_two_worker_processes_rename_and_publish_the_same_bytes(built, tmp_path, capsys, monkeypatch) -> None:
+    inputs, reference = built.root, built.out
     results = _hand_out_every_rename(monkeypatch, chunk=1)  # 16 chunks: a shard or an .idx each
     out = str(tmp_path / "out")
     status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, *FLAGS, *TWO_PROCESSES)
@@ -71,8 +66,9 @@ def test_two_worker_processes_rename_and_publish_the_same_bytes(tree, tmp_path, 
     assert folder_bytes(out) == folder_bytes(reference)
 
 
-def test_the_commit_step_is_given_counts_not_the_renames(tree, tmp_path, capsys, monkeypatch) -> None:
-    inputs, reference = tree
+@pytest.mark.slow
+def test_the_commit_step_is_given_counts_not_the_renames(built, tmp_path, capsys, monkeypatch) -> None:
+    inputs, reference = built.root, built.out
     results = _hand_out_every_rename(monkeypatch, chunk=2)
     from apache_beam.io.filesystems import FileSystems
 
@@ -109,7 +105,7 @@ def test_the_commit_step_is_given_counts_not_the_renames(tree, tmp_path, capsys,
 def test_repeated_bundles_keep_the_other_split_and_publish_the_same_bytes(tree, tmp_path, capsys, monkeypatch) -> None:
     """The prepare step run again finds the manifest it deleted (its journal, its staging); the commit
     step run again finds the set published."""
-    inputs, _ = tree
+    inputs = tree
     make_class_tree(str(tmp_path / "other"), per_class=3, broken=False, seed=7)
     outs = [str(tmp_path / name) for name in ("once", "repeated")]
     for out in outs:  # a published validation split, which the train build keeps
@@ -129,6 +125,7 @@ def test_repeated_bundles_keep_the_other_split_and_publish_the_same_bytes(tree, 
     assert folder_bytes(outs[1]) == folder_bytes(outs[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repeat", [[], ["--direct_runner_bundle_repeat", "2"]], ids=["once", "repeated"])
 def test_an_append_hands_out_its_shard_renames_and_publishes_the_same_bytes(tmp_path, capsys, monkeypatch,
                                                                             repeat) -> None:

@@ -20,19 +20,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 import pytest
 
 from tests.recipes import ROOT, pages, python_blocks, recipe
-from tests.shard_fixtures import load_manifest, make_class_tree
+from tests.shard_fixtures import load_manifest
+from tests.trees import Part
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[str, dict[str, str]]:
-    """(output folder, input path -> class) of the module's one build."""
-    from beam_jobs import build_shards
-
-    root = tmp_path_factory.mktemp("recipes")
-    src, out = str(root / "src"), str(root / "out" / "flowers")
-    expected = make_class_tree(src, per_class=8, broken=False)
-    assert build_shards.run(["--input", src, "--output_dir", out, "--num_shards", "3"]) == 0
-    return out, expected
+TREE = (Part(per_class=8),)  # the module's one build (tests/trees.py), in a folder named as the recipes'
+BUILD = ("--num_shards", "3")
+BUILD_FOLDER = "flowers"
 
 
 def test_every_python_block_is_a_recipe_or_a_fragment() -> None:
@@ -51,7 +45,7 @@ def test_every_block_compiles() -> None:
 
 @pytest.mark.slow
 def test_tfds_recipe_reads_the_set_with_its_class_names(built) -> None:
-    out, expected = built
+    out, expected = built.out, built.expected
     scope: dict = {}
     exec(compile(recipe("tfds", out), "README.md", "exec"), scope)  # noqa: S102 - the README's own code
     builder = scope["builder"]
@@ -131,7 +125,7 @@ def _stub_dali(calls: list[tuple[str, tuple, dict]]) -> dict[str, types.ModuleTy
 def test_dali_recipe_passes_dali_documented_arguments_naming_every_shard_and_index(built, monkeypatch) -> None:
     # DALI cannot be installed here: its modules are stood in for by functions that accept only
     # the argument names DALI documents, and what the recipe passes them is checked against the set.
-    out, _ = built
+    out = built.out
     calls: list = []
     for name, module in _stub_dali(calls).items():
         monkeypatch.setitem(sys.modules, name, module)
@@ -168,7 +162,7 @@ print(json.dumps({"rows": rows, "splits": scope["splits"]}))
 
 @pytest.mark.slow
 def test_pytorch_recipe_reads_every_record_once_in_an_epoch_with_shards_weighted_by_records(built, tmp_path) -> None:
-    out, expected = built
+    out, expected = built.out, built.expected
     stub = tmp_path / "stub" / "torch" / "utils"
     stub.mkdir(parents=True)
     (stub.parent / "__init__.py").write_text("from . import utils\n")
@@ -190,7 +184,7 @@ def test_pytorch_recipe_reads_every_record_once_in_an_epoch_with_shards_weighted
 
 @pytest.mark.slow
 def test_beam_recipe_counts_every_record(built, capsys) -> None:
-    out, expected = built
+    out, expected = built.out, built.expected
     exec(compile(recipe("beam", out), "docs/reading.md", "exec"), {})  # noqa: S102 - the page's own code
     assert capsys.readouterr().out.split() == [str(len(expected))]
 
@@ -207,7 +201,7 @@ def _install_requires() -> list[str]:
 def test_beam_recipe_runs_with_what_pip_install_brings(built) -> None:
     # Beam's ReadFromTFRecord needs a CRC32C module (python-snappy, google-crc32c or crcmod) that
     # apache-beam itself does not require: each not named by install_requires is hidden from the run.
-    out, expected = built
+    out, expected = built.out, built.expected
     named = {requirement.split(">")[0].split("<")[0].split("=")[0].strip().lower()
              for requirement in _install_requires()}
     hidden = [module for module, dist in (("snappy", "python-snappy"), ("google_crc32c", "google-crc32c"),
@@ -229,6 +223,6 @@ def test_beam_recipe_runs_with_what_pip_install_brings(built) -> None:
 
 @pytest.mark.slow
 def test_splittable_source_recipe_reads_every_record_with_its_offset(built, capsys) -> None:
-    out, expected = built
+    out, expected = built.out, built.expected
     exec(compile(recipe("splittable-source", out), "docs/reading.md", "exec"), {})  # noqa: S102
     assert capsys.readouterr().out.split() == [str(len(expected))]

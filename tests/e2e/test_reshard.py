@@ -110,6 +110,7 @@ def test_output_does_not_depend_on_input_file_boundaries(tmp_path, capsys):
         assert sha256_file(os.path.join(outs[0], name)) == sha256_file(os.path.join(outs[1], name))
 
 
+@pytest.mark.slow
 def test_build_output_resharded_to_another_size(tmp_path, capsys):
     make_class_tree(str(tmp_path / "in"), per_class=15, broken=False)
     built = str(tmp_path / "built")

@@ -29,7 +29,8 @@ import pytest
 
 from beam_jobs.cli.harness import KEPT_LINE
 from tests.reliability_support import assert_only_shard_set, folder_bytes
-from tests.shard_fixtures import make_class_tree, run_build
+from tests.shard_fixtures import run_build
+from tests.trees import Part
 from transforms.images.codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.shardset.resume import (DONE_PIECE_BYTES, DoneLines, RunMarker, ShardDone, changed_flags, context_key, done_list,
@@ -172,17 +173,9 @@ def test_an_input_stamp_is_local_size_mtime_and_inode_and_none_on_a_store(tmp_pa
 # --- the real job, killed and run again --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    """The inputs (3 classes of 8 images and 3 broken files) and an uninterrupted build's folder."""
-    base = tmp_path_factory.mktemp("resume")
-    inputs = str(base / "in")
-    make_class_tree(inputs, per_class=8)
-    reference = str(base / "reference")
-    from beam_jobs import build_shards
-
-    assert build_shards.run(["--input", inputs, "--output_dir", reference, *FLAGS]) == 0
-    return inputs, reference
+# The inputs (3 classes of 8 images and 3 broken files) and an uninterrupted build's folder (tests/trees.py).
+TREE = (Part(per_class=8, broken=True),)
+BUILD = tuple(FLAGS)
 
 
 def _log_tail(log: str) -> str:
@@ -276,9 +269,9 @@ MOMENTS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("name, op, pattern, nth, extra, inputs_reused, shards_reused", MOMENTS,
                          ids=[m[0] for m in MOMENTS])
-def test_a_killed_build_resumes_and_publishes_the_same_bytes(tree, tmp_path, capsys, name, op, pattern, nth,
+def test_a_killed_build_resumes_and_publishes_the_same_bytes(built, tmp_path, capsys, name, op, pattern, nth,
                                                              extra, inputs_reused, shards_reused) -> None:
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     stopped = _stopped_at(tmp_path, op, pattern, nth, ["--input", inputs, "--output_dir", out, *FLAGS, *extra],
                           until=(lambda: len(_done_lists(out)) == 1) if name == "during_inspect" else None)
@@ -299,8 +292,8 @@ def test_a_killed_build_resumes_and_publishes_the_same_bytes(tree, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_a_build_stopped_by_ctrl_c_keeps_its_work_and_resumes(tree, tmp_path, capsys) -> None:
-    inputs, reference = tree
+def test_a_build_stopped_by_ctrl_c_keeps_its_work_and_resumes(built, tmp_path, capsys) -> None:
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     _stopped_at(tmp_path, "create", STAGED_SHARD, 3, ["--input", inputs, "--output_dir", out, *FLAGS],
                 sig=signal.SIGINT)
@@ -312,10 +305,10 @@ def test_a_build_stopped_by_ctrl_c_keeps_its_work_and_resumes(tree, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_a_build_stopped_by_ctrl_c_while_reading_keeps_the_inputs_it_finished(tree, tmp_path, capsys) -> None:
+def test_a_build_stopped_by_ctrl_c_while_reading_keeps_the_inputs_it_finished(built, tmp_path, capsys) -> None:
     # Ctrl-C while the inputs are read, one bundle reading them all: the records it finished are
     # in run files closed every few records, each with its done list, and the rerun reuses them.
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     _stopped_at(tmp_path, "read", "^" + re.escape(inputs) + "/", 20, ["--input", inputs, "--output_dir", out, *FLAGS],
                 sig=signal.SIGINT, until=lambda: len(_done_lists(out)) >= 2, env={"PAUSE_AT_DONE_EVERY": "4"})
@@ -330,7 +323,7 @@ def test_a_build_stopped_by_ctrl_c_while_reading_keeps_the_inputs_it_finished(tr
 @pytest.mark.slow
 @pytest.mark.parametrize("other", [["--num_shards", "3"], ["--jpeg_quality", "80"]], ids=["num_shards", "jpeg_quality"])
 def test_a_rerun_with_other_flags_reuses_nothing(tree, tmp_path, capsys, caplog, other) -> None:
-    inputs, _ = tree
+    inputs = tree
     out, fresh = str(tmp_path / "out"), str(tmp_path / "fresh")
     _stopped_at(tmp_path, "create", STAGED_SHARD, 3, ["--input", inputs, "--output_dir", out, *FLAGS])
     flags = [*FLAGS, *other]
@@ -347,7 +340,7 @@ def test_a_rerun_with_other_flags_reuses_nothing(tree, tmp_path, capsys, caplog,
 
 @pytest.mark.slow
 def test_an_input_changed_between_the_runs_is_read_again(tree, tmp_path, capsys) -> None:
-    inputs, _ = tree
+    inputs = tree
     mine = str(tmp_path / "in")
     shutil.copytree(inputs, mine)
     out, fresh = str(tmp_path / "out"), str(tmp_path / "fresh")
@@ -368,8 +361,8 @@ def test_an_input_changed_between_the_runs_is_read_again(tree, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_a_run_file_damaged_since_fails_every_rerun_until_fresh_starts_over(tree, tmp_path, capsys) -> None:
-    inputs, reference = tree
+def test_a_run_file_damaged_since_fails_every_rerun_until_fresh_starts_over(built, tmp_path, capsys) -> None:
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     _stopped_at(tmp_path, "create", STAGED_SHARD, 1, ["--input", inputs, "--output_dir", out, *FLAGS])
     [run_file] = glob.glob(os.path.join(out, ".staging", "*", "runs", "*.run"))
@@ -409,8 +402,8 @@ def _failing_from(monkeypatch, pattern: str, nth: int) -> list[str]:
 
 @pytest.mark.slow
 def test_a_build_that_fails_in_its_workers_keeps_its_staging_and_the_rerun_resumes_it(
-        tree, tmp_path, capsys, monkeypatch) -> None:
-    inputs, reference = tree
+        built, tmp_path, capsys, monkeypatch) -> None:
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     with monkeypatch.context() as patch:
         created = _failing_from(patch, STAGED_SHARD, 3)

@@ -19,6 +19,7 @@ import crc32c
 import pytest
 
 from tests.shard_fixtures import make_class_tree
+from tests.trees import Part
 from transforms.shardset.manifest import MANIFEST_NAME, SHARDS_NAME, Manifest
 from transforms.shardset.shard_list import with_shard_list
 from tests.helpers import shard_list_bytes
@@ -49,18 +50,12 @@ def _index_of(folder: str, name: str) -> str:
     return next(n for n in index_names(name) if os.path.exists(os.path.join(folder, n)))
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A small set built with the defaults, and the same built with --shard_sha256."""
-    from beam_jobs import build_shards
+TREE = (Part(per_class=3),)  # the module's input tree (tests/trees.py)
 
-    base = tmp_path_factory.mktemp("crc")
-    inputs = str(base / "in")
-    make_class_tree(inputs, per_class=3, broken=False)
-    plain, with_sha = str(base / "plain"), str(base / "sha")
-    assert build_shards.run(["--input", inputs, "--output_dir", plain, *FLAGS]) == 0
-    assert build_shards.run(["--input", inputs, "--output_dir", with_sha, "--shard_sha256", *FLAGS]) == 0
-    return plain, with_sha
+
+def _sets(shared, tree) -> tuple[str, str]:
+    """A small set built with the defaults, and the same built with --shard_sha256 (each built once)."""
+    return shared.build(tree, *FLAGS), shared.build(tree, "--shard_sha256", *FLAGS)
 
 
 def _verify(capsys, tmp_path, folder: str) -> Report:
@@ -76,7 +71,8 @@ def _verify(capsys, tmp_path, folder: str) -> Report:
     return result
 
 
-def test_the_shard_list_states_each_shards_crc32c_as_gsutil_prints_it_and_no_sha256(built) -> None:
+def test_the_shard_list_states_each_shards_crc32c_as_gsutil_prints_it_and_no_sha256(shared, tree) -> None:
+    built = _sets(shared, tree)
     plain, _ = built
     lines = _lines(plain)
     assert len(lines) == 3
@@ -86,7 +82,8 @@ def test_the_shard_list_states_each_shards_crc32c_as_gsutil_prints_it_and_no_sha
         assert line["index_crc32c"] == _gsutil_crc32c(_read(plain, _index_of(plain, line["file"])))
 
 
-def test_shard_sha256_adds_each_shards_sha256_beside_its_crc32c(built) -> None:
+def test_shard_sha256_adds_each_shards_sha256_beside_its_crc32c(shared, tree) -> None:
+    built = _sets(shared, tree)
     plain, with_sha = built
     for line, before in zip(_lines(with_sha), _lines(plain)):
         data = _read(with_sha, line["file"])
@@ -97,7 +94,8 @@ def test_shard_sha256_adds_each_shards_sha256_beside_its_crc32c(built) -> None:
 
 
 @pytest.mark.parametrize("which", [0, 1])
-def test_verify_names_a_shard_whose_byte_flipped_by_its_crc32c(built, tmp_path, capsys, which) -> None:
+def test_verify_names_a_shard_whose_byte_flipped_by_its_crc32c(shared, tree, tmp_path, capsys, which) -> None:
+    built = _sets(shared, tree)
     folder = str(tmp_path / "set")
     shutil.copytree(built[which], folder)
     name = _lines(folder)[1]["file"]
@@ -113,7 +111,8 @@ def test_verify_names_a_shard_whose_byte_flipped_by_its_crc32c(built, tmp_path, 
     assert ("sha256_mismatch" in {p.kind for p in report.problems}) == (which == 1)
 
 
-def test_verify_names_an_idx_whose_bytes_changed_by_its_crc32c(built, tmp_path, capsys) -> None:
+def test_verify_names_an_idx_whose_bytes_changed_by_its_crc32c(shared, tree, tmp_path, capsys) -> None:
+    built = _sets(shared, tree)
     folder = str(tmp_path / "set")
     shutil.copytree(built[0], folder)
     index = _index_of(folder, _lines(folder)[0]["file"])
@@ -126,7 +125,8 @@ def test_verify_names_an_idx_whose_bytes_changed_by_its_crc32c(built, tmp_path, 
         (os.path.basename(index), "crc32c_mismatch")], report.problems
 
 
-def test_a_set_listed_before_shards_had_a_crc32c_still_verifies(built, tmp_path, capsys) -> None:
+def test_a_set_listed_before_shards_had_a_crc32c_still_verifies(shared, tree, tmp_path, capsys) -> None:
+    built = _sets(shared, tree)
     folder = str(tmp_path / "old")
     shutil.copytree(built[0], folder)
     manifest = with_shard_list(Manifest.loads(_read(folder, MANIFEST_NAME)),

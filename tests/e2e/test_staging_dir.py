@@ -17,7 +17,8 @@ import signal
 
 import pytest
 
-from tests.e2e.test_resume import FLAGS, RESUMED, STAGED_SHARD, _stopped_at, tree  # noqa: F401 (a fixture)
+# The module's tree and build are test_resume's (TREE, BUILD): tests/trees.py makes them once per process.
+from tests.e2e.test_resume import BUILD, FLAGS, RESUMED, STAGED_SHARD, TREE, _stopped_at  # noqa: F401
 from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import run_build
 from transforms.storage.output_folder import run_files_folder, run_files_of
@@ -50,9 +51,9 @@ def _stage_done_lists(stage: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_build_with_staging_dir_publishes_the_same_bytes_and_removes_its_folder(tree, tmp_path, stage,
+def test_a_build_with_staging_dir_publishes_the_same_bytes_and_removes_its_folder(built, tmp_path, stage,
                                                                                   capsys) -> None:
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, "--staging_dir", stage + "/", *FLAGS)
     assert status == 0, err
@@ -62,9 +63,9 @@ def test_a_build_with_staging_dir_publishes_the_same_bytes_and_removes_its_folde
 
 
 @pytest.mark.slow
-def test_a_killed_build_keeps_its_run_files_in_staging_dir_and_the_rerun_reuses_them(tree, tmp_path, stage,
+def test_a_killed_build_keeps_its_run_files_in_staging_dir_and_the_rerun_reuses_them(built, tmp_path, stage,
                                                                                    capsys) -> None:
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     argv = ["--input", inputs, "--output_dir", out, "--staging_dir", stage, *FLAGS]
     stopped = _stopped_at(tmp_path, "create", STAGED_SHARD, 1, argv)  # every input read; no shard yet
@@ -85,9 +86,9 @@ def test_a_killed_build_keeps_its_run_files_in_staging_dir_and_the_rerun_reuses_
 
 
 @pytest.mark.slow
-def test_a_build_with_staging_dir_stopped_by_ctrl_c_while_reading_resumes_from_it(tree, tmp_path, stage,
+def test_a_build_with_staging_dir_stopped_by_ctrl_c_while_reading_resumes_from_it(built, tmp_path, stage,
                                                                                  capsys) -> None:
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     argv = ["--input", inputs, "--output_dir", out, "--staging_dir", stage, *FLAGS]
     _stopped_at(tmp_path, "read", "^" + re.escape(inputs) + "/", 20, argv, sig=signal.SIGINT,
@@ -105,9 +106,9 @@ def test_a_build_with_staging_dir_stopped_by_ctrl_c_while_reading_resumes_from_i
 
 
 @pytest.mark.slow
-def test_a_rerun_without_the_staging_dir_reuses_nothing_and_removes_the_old_run_files(tree, tmp_path, stage,
+def test_a_rerun_without_the_staging_dir_reuses_nothing_and_removes_the_old_run_files(built, tmp_path, stage,
                                                                                       capsys) -> None:
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     _stopped_at(tmp_path, "create", STAGED_SHARD, 1,
                 ["--input", inputs, "--output_dir", out, "--staging_dir", stage, *FLAGS])
@@ -122,7 +123,7 @@ def test_a_rerun_without_the_staging_dir_reuses_nothing_and_removes_the_old_run_
 @pytest.mark.slow
 def test_a_failed_build_keeps_its_run_files_exactly_when_it_keeps_its_staging(tree, tmp_path, stage,
                                                                               capsys) -> None:
-    inputs, _ = tree
+    inputs = tree
     out = str(tmp_path / "out")
     # 3 of 27 inputs are broken: over --max_bad_fraction 0.01, the build fails once every input is read.
     status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, "--staging_dir", stage,
@@ -137,7 +138,7 @@ def test_a_failed_build_keeps_its_run_files_exactly_when_it_keeps_its_staging(tr
 
 @pytest.mark.slow  # the module's reference build
 def test_a_staging_dir_inside_an_input_folder_is_refused_before_anything_is_written(tree, tmp_path, capsys) -> None:
-    inputs, _ = tree
+    inputs = tree
     out = str(tmp_path / "out")
     status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, "--staging_dir",
                                os.path.join(inputs, "tmp"), *FLAGS)
@@ -147,11 +148,11 @@ def test_a_staging_dir_inside_an_input_folder_is_refused_before_anything_is_writ
 
 
 @pytest.mark.slow
-def test_a_relative_staging_dir_resumes_from_another_working_folder(tree, tmp_path, stage, capsys,
+def test_a_relative_staging_dir_resumes_from_another_working_folder(built, tmp_path, stage, capsys,
                                                                     monkeypatch) -> None:
     from tests.e2e.test_resume import REPO
 
-    inputs, reference = tree
+    inputs, reference = built.root, built.out
     out = str(tmp_path / "out")
     _stopped_at(tmp_path, "create", STAGED_SHARD, 1,  # run from the repository's folder
                 ["--input", inputs, "--output_dir", out, "--staging_dir", os.path.relpath(stage, REPO), *FLAGS])

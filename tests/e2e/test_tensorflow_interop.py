@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.shard_fixtures import examples, load_manifest, make_class_tree, records, shard_files
+from tests.shard_fixtures import examples, load_manifest, records, shard_files
+from tests.trees import Part
 from transforms.example.codec import decode_example
 from transforms.tfrecord.framing import iter_records
 from transforms.example.schema import IMAGE_FEATURES, schema_problems
@@ -42,24 +43,9 @@ def tf_features() -> dict:
     return {name: tf.io.FixedLenFeature([], kinds[kind]) for name, kind in IMAGE_FEATURES.items()}
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    make_class_tree(root, per_class=3, broken=False)  # JPEGs and PNGs of three classes
-    return root
-
-
-@pytest.fixture(scope="module", params=sorted(MODES))
-def built(request, tree, tmp_path_factory):
-    """(mode, compression, output folder) of one build."""
-    from beam_jobs import build_shards
-
-    mode = request.param
-    compression, flags = MODES[mode]
-    out = str(tmp_path_factory.mktemp(f"out_{mode}"))
-    assert build_shards.run(["--input", tree, "--output_dir", out, "--num_shards", "2",
-                             "--compression", compression, *flags]) == 0
-    return mode, compression, out
+TREE = (Part(per_class=3),)  # JPEGs and PNGs of three classes (tests/trees.py)
+BUILDS = {mode: ("--num_shards", "2", "--compression", compression, *flags)
+          for mode, (compression, flags) in MODES.items()}  # each test runs on each build
 
 
 def tf_read(out: str, compression: str) -> list[dict]:
@@ -77,7 +63,8 @@ def pillow_pixels(data: bytes, mode: str) -> np.ndarray:
 
 
 def test_tensorflow_parses_every_record_as_written(built):
-    mode, compression, out = built
+    mode, out = built.name, built.out
+    compression = MODES[mode][0]
     parsed = tf_read(out, compression)
     ours = [ex for name in shard_files(out) for ex in examples(os.path.join(out, name))]
     assert len(parsed) == len(ours) == load_manifest(out)["records"] == 9
@@ -91,7 +78,8 @@ def test_tensorflow_parses_every_record_as_written(built):
 
 
 def test_tensorflow_decodes_the_images(built, tree):
-    mode, compression, out = built
+    mode, out = built.name, built.out
+    compression = MODES[mode][0]
     for ex in tf_read(out, compression):
         with open(os.path.join(tree, ex["image/filename"].numpy().decode()), "rb") as fh:
             source = fh.read()

@@ -273,6 +273,7 @@ def test_a_build_reports_a_resaved_copy_of_a_train_photo_in_validation(tmp_path,
     assert dead_letters(str(out)) == []
 
 
+@pytest.mark.slow
 def test_a_build_without_the_check_says_so_and_report_finds_a_resaved_copy_keeping_both(tmp_path, capsys) -> None:
     _split_tree(tmp_path / "in")
     status, stdout, _ = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(tmp_path / "off"))
@@ -410,6 +411,7 @@ def test_an_image_meta_with_a_hash_pickles_with_it() -> None:
         assert pickle.loads(pickle.dumps(meta, pickle.HIGHEST_PROTOCOL)) == meta
 
 
+@pytest.mark.slow
 def test_the_step_counts_buckets_over_their_cap_and_images_without_a_hash() -> None:
     import apache_beam as beam
     from apache_beam.testing.test_pipeline import TestPipeline

@@ -106,6 +106,7 @@ def decoded(tmp_path_factory):
     return {name: (results[i], results[len(names) + i]) for i, name in enumerate(names)}
 
 
+@pytest.mark.cpu_budget(6.0)  # the first test pays the module's one TensorFlow run of every case
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_tensorflow_warns_as_the_case_says_before_the_fix(name, decoded):
@@ -113,6 +114,7 @@ def test_tensorflow_warns_as_the_case_says_before_the_fix(name, decoded):
     assert not before["error"] and png_warnings(before) == CASES[name][1]
 
 
+@pytest.mark.cpu_budget(6.0)  # the first test pays the module's one TensorFlow run of every case
 @pytest.mark.parametrize("name", sorted(name for name in CASES if CASES[name][2]))
 def test_tensorflow_decodes_the_fixed_file_to_the_same_pixels_without_the_warning(name, decoded):
     before, after = decoded[name]

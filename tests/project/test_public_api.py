@@ -26,6 +26,7 @@ def test_pure_modules_import_without_beam(module: str) -> None:
     assert not {m for m in _modules_after(f"import {module}") if m.split(".")[0] == "apache_beam"}
 
 
+@pytest.mark.slow
 def test_a_public_transform_loads_beam_on_first_use() -> None:
     loaded = _modules_after("from transforms import ReadFromTFRecords")
     assert "apache_beam" in loaded and "transforms.tfrecord_source" in loaded

@@ -13,7 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 import pytest
 
 from tests.recipes import recipe
-from tests.shard_fixtures import load_manifest, make_class_tree
+from tests.shard_fixtures import load_manifest
+from tests.trees import Part
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[compat]')")
 
@@ -25,13 +26,10 @@ def readme_snippet() -> str:
     return recipe("tf-data")
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("images"))
-    make_class_tree(root, per_class=3, broken=False)
-    return root
+TREE = (Part(per_class=3),)  # the module's input tree (tests/trees.py)
 
 
+@pytest.mark.cpu_budget(5.0)  # a job run, and the first case pays the README snippet's import of TensorFlow
 @pytest.mark.parametrize("compression", ["none", "gzip", "zlib"])
 def test_readme_snippet_reads_every_record(tree, tmp_path, compression, monkeypatch):
     from beam_jobs import build_shards

@@ -16,7 +16,8 @@ import tempfile
 
 import pytest
 
-from tests.shard_fixtures import make_class_tree, run_build
+from tests.shard_fixtures import run_build
+from tests.trees import Part
 from transforms import plan_steps, verify_steps
 
 
@@ -39,11 +40,7 @@ def no_local_temp(tmp_path, monkeypatch):
     return launcher
 
 
-@pytest.fixture()
-def tree(tmp_path):
-    root = str(tmp_path / "in")
-    make_class_tree(root, per_class=2, broken=False)
-    return root
+TREE = (Part(per_class=2),)  # the module's input tree (tests/trees.py)
 
 
 def _run(capsys, job: str, *argv: str) -> tuple[int, str, str]:

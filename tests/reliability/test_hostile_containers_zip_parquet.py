@@ -143,6 +143,7 @@ def test_reading_a_lying_zip_member_reads_no_more_than_max_image_mb(tmp_path, mo
     assert caught.value.reason == "too_large" and asked == [], (caught.value, asked)
 
 
+@pytest.mark.cpu_budget(6.0)  # a hostile input stays in the fast tier; its check runs a fresh process
 def test_the_peak_memory_of_reading_a_lying_zip_member_stays_small(tmp_path):
     path = _lying_zip(tmp_path / "lying.zip")
     peak = _peak_growth_mib(f"""
@@ -184,6 +185,7 @@ def test_bytes_after_the_end_of_a_deflate_stream_are_damage(tmp_path, capsys):
     assert "after the end of its deflate stream" in dead["error"], dead
 
 
+@pytest.mark.cpu_budget(6.0)  # a hostile input stays in the fast tier; its check runs a fresh process
 def test_a_deflate_bomb_member_is_inflated_no_further_than_its_claimed_size(tmp_path):
     data = _zip({"rose/bomb.jpg": b"\0" * (64 * _MIB)})  # 64 MiB of zeros: about 64 KB deflated
     data = _both(_both(data, _LOCAL_SIZE, _CD_SIZE, 100_000), _LOCAL_CRC, _CD_CRC, zlib.crc32(b"\0" * 100_000))
@@ -230,6 +232,7 @@ def _zeros_parquet(path, rows: int, dictionary: bool = True, jpegs: int = 0) -> 
     return str(path)
 
 
+@pytest.mark.cpu_budget(6.0)  # a hostile input stays in the fast tier; its check runs a fresh process
 def test_the_peak_memory_of_reading_a_parquet_bomb_stays_small(tmp_path):
     path = _zeros_parquet(tmp_path / "bomb.parquet", 300)  # 300 MiB in rows
     assert os.path.getsize(path) < 10_000
@@ -283,6 +286,7 @@ def _label_bomb(path, rows: int, label_mib: int = 1) -> str:
     return str(path)
 
 
+@pytest.mark.cpu_budget(6.0)  # a hostile input stays in the fast tier; its check runs a fresh process
 def test_listing_a_label_column_bomb_keeps_one_copy_of_each_distinct_label(tmp_path):
     path = _label_bomb(tmp_path / "labels.parquet", 300)  # 300 MiB of labels once decoded row by row
     assert os.path.getsize(path) < 10_000

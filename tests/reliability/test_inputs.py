@@ -299,24 +299,32 @@ def test_fifo_device_and_folder_in_a_manifest_are_unreadable_dead_letters(tmp_pa
     assert got[str(tmp_path / "folder.jpg")][0] == "unreadable"
 
 
-def test_file_over_max_image_mb_is_too_large(tmp_path, capsys) -> None:
-    root = tmp_path / "in"
+def _tree_with_a_big_png(root) -> tuple[dict[str, str], object]:
+    """A class tree plus rose/big.png, a real image of about 75 KiB; the others are under 30 KiB."""
     expected = make_class_tree(str(root), per_class=3, broken=False)
-    noise = np.random.default_rng(0).integers(0, 256, (700, 700, 3), dtype=np.uint8)
+    noise = np.random.default_rng(0).integers(0, 256, (160, 160, 3), dtype=np.uint8)
     big = root / "rose" / "big.png"
-    Image.fromarray(noise).save(big)  # a real image of about 1.4 MiB
-    assert big.stat().st_size > 1024 * 1024
+    Image.fromarray(noise).save(big)
+    assert big.stat().st_size > 0.05 * 1024 * 1024
+    return expected, big
+
+
+def test_file_over_max_image_mb_is_too_large(tmp_path, capsys) -> None:
+    expected, big = _tree_with_a_big_png(tmp_path / "in")
     out = tmp_path / "out"
-    status, _, err = run_build(capsys, "--input", str(root), "--output_dir", str(out),
-                               "--max_bad_fraction", "1", "--max_image_mb", "1")
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(out),
+                               "--max_bad_fraction", "1", "--max_image_mb", "0.05")
     assert status == 0, err
     _accounted(str(out), len(expected) + 1)
     (dead,) = dead_letters(str(out))
     assert (dead["path"], dead["reason"]) == (str(big), "too_large")
     assert f"file has {big.stat().st_size} bytes" in dead["error"]
-    # Without the cap it is an image like any other.
+
+
+def test_the_same_file_without_the_cap_is_an_image_like_any_other(tmp_path, capsys) -> None:
+    expected, _ = _tree_with_a_big_png(tmp_path / "in")
     again = tmp_path / "again"
-    status, _, err = run_build(capsys, "--input", str(root), "--output_dir", str(again))
+    status, _, err = run_build(capsys, "--input", str(tmp_path / "in"), "--output_dir", str(again))
     assert status == 0, err
     assert _filenames(str(again)) == set(expected) | {"rose/big.png"}
 
@@ -482,10 +490,13 @@ def test_a_huge_class_index_is_refused_in_one_line(kind, index, tmp_path, capsys
     assert f"class index {index} is far above the 2 inputs listed" in _error_line(err)
 
 
-def test_mixed_cls_labels_are_refused_and_a_cls_that_is_not_utf8_is_a_dead_letter(tmp_path, capsys) -> None:
+def test_mixed_cls_labels_are_refused(tmp_path, capsys) -> None:
     mixed = _one_sample_shard(str(tmp_path / "mixed.tar"), "cls", b"cat")
     status, _, err = run_build(capsys, "--input", mixed, "--output_dir", str(tmp_path / "out1"))
     assert status == 2 and "labels mix class indices and class names (e.g. 1 and 'cat')" in _error_line(err)
+
+
+def test_a_cls_that_is_not_utf8_is_a_dead_letter(tmp_path, capsys) -> None:
     bad = _one_sample_shard(str(tmp_path / "bad.tar"), "cls", b"caf\xe9")
     out = str(tmp_path / "out2")
     status, _, err = run_build(capsys, "--input", bad, "--output_dir", out, "--max_bad_fraction", "0.5")

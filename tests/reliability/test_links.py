@@ -15,16 +15,13 @@ import os
 import pytest
 
 from tests.reliability_support import tree_state
-from tests.shard_fixtures import load_manifest, make_class_tree, run_build
+from tests.shard_fixtures import load_manifest, run_build
+from tests.trees import Part
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("tree") / "in")
-    make_class_tree(root, per_class=4, broken=False)
-    return root
+TREE = (Part(per_class=4),)  # the module's input tree (tests/trees.py)
 
 
 def _victim(tmp_path, name: str) -> str:

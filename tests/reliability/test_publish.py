@@ -23,6 +23,7 @@ from PIL import Image
 from tests.reliability_support import assert_only_shard_set, manifest_problems, tree_state
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build, write
 from tests.reliability.test_kill import REPO, _log_tail, _start, _wait_for
+from tests.trees import Part
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo
 from transforms.shardset.disk_needs import size_text
 from transforms.storage.lock import pid_space
@@ -68,11 +69,7 @@ def _listed(folder: str) -> dict[str, list[str]]:
             for name, split in load_manifest(folder)["splits"].items()}
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("tree") / "in")
-    make_class_tree(root, per_class=4, broken=False)
-    return root
+TREE = (Part(per_class=4),)  # the module's input tree (tests/trees.py)
 
 
 # ---------------------------------------------------------------------------------------------

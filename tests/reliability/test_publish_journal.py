@@ -69,6 +69,7 @@ def _failing_rename(monkeypatch, pattern: str) -> None:
 
 @pytest.mark.parametrize("pattern", [r"/train-\d+-of-00002\.tfrecord$", r"/manifest\.json$"],
                          ids=["renaming_shards", "renaming_the_manifest"])
+@pytest.mark.cpu_budget(6.0)  # the first test pays the sets the module builds once for all three
 def test_a_publish_that_fails_after_its_journal_keeps_what_it_needs_and_the_next_run_finishes_it(
         sets, tmp_path, capsys, monkeypatch, pattern) -> None:
     src, old, reference = sets
@@ -89,6 +90,7 @@ def test_a_publish_that_fails_after_its_journal_keeps_what_it_needs_and_the_next
     assert folder_bytes(out) == folder_bytes(reference)
 
 
+@pytest.mark.cpu_budget(6.0)  # the first test pays the sets the module builds once for all three
 def test_fresh_finishes_a_pending_publish_before_it_clears_staging(sets, tmp_path, capsys, monkeypatch) -> None:
     src, old, reference = sets
     out = str(tmp_path / "out")

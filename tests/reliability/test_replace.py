@@ -23,27 +23,22 @@ import pytest
 
 from tests.reliability_support import tree_state
 from tests.shard_fixtures import load_manifest, make_class_tree, run_build
+from tests.trees import Part
 from transforms.shardset.manifest import MANIFEST_NAME
 
 FLAGS = ["--num_shards", "1"]
 
 
-@pytest.fixture(scope="module")
-def trees(tmp_path_factory):
-    """photos/ (12 images), new/ (6), val/ (6), more/ (6, other classes) of class folders;
-    split folders a/ (train 6, validation 6) and b/ (train 9)."""
-    base = tmp_path_factory.mktemp("inputs")
-    out = {}
-    for name, per_class, seed in (("photos", 4, 1), ("new", 2, 2), ("val", 2, 3)):
-        out[name] = str(base / name)
-        make_class_tree(out[name], per_class=per_class, broken=False, seed=seed)
-    out["more"] = str(base / "more")
-    make_class_tree(out["more"], classes=("iris", "lily"), per_class=3, broken=False, seed=8)
-    out["a"], out["b"] = str(base / "a"), str(base / "b")
-    make_class_tree(os.path.join(out["a"], "train"), per_class=2, broken=False, seed=4)
-    make_class_tree(os.path.join(out["a"], "validation"), per_class=2, broken=False, seed=5)
-    make_class_tree(os.path.join(out["b"], "train"), per_class=3, broken=False, seed=6)
-    return out
+# photos/ (12 images), new/ (6), val/ (6), more/ (6, other classes) of class folders;
+# split folders a/ (train 6, validation 6) and b/ (train 9) (tests/trees.py).
+TREES = {
+    "photos": (Part(per_class=4, seed=1),),
+    "new": (Part(per_class=2, seed=2),),
+    "val": (Part(per_class=2, seed=3),),
+    "more": (Part(classes=("iris", "lily"), per_class=3, seed=8),),
+    "a": (Part("train", per_class=2, seed=4), Part("validation", per_class=2, seed=5)),
+    "b": (Part("train", per_class=3, seed=6),),
+}
 
 
 def _build(capsys, *argv: str) -> tuple[int, str, str]:

@@ -17,15 +17,12 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.reliability_support import assert_only_shard_set, folder_bytes
-from tests.shard_fixtures import load_manifest, make_class_tree, run_build
+from tests.shard_fixtures import load_manifest, run_build
+from tests.trees import Part
 from transforms.beam_compat import local_runner
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("tree"))
-    make_class_tree(root, per_class=8)  # with three broken files: dead letters as well
-    return root
+TREE = (Part(per_class=8, broken=True),)  # with three broken files: dead letters as well
 
 
 def _run_verify(capsys, *argv: str) -> tuple[int, str]:

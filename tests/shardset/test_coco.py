@@ -87,6 +87,7 @@ def test_entries_are_those_of_the_whole_file() -> None:
     assert kept == {"ann/x/a.jpg": 1, "ann/b.jpg": 1}  # id 2.0 is the annotations' image_id 2
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_the_file(monkeypatch, tmp_path) -> None:
     """A 6 MB file is read holding well under 1 MB: one entry and a read buffer."""
     monkeypatch.setattr(coco, "_CHUNK", 64 << 10)

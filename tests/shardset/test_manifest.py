@@ -489,6 +489,7 @@ def test_fuzz_random_bytes(data: bytes) -> None:
     _check(data)
 
 
+@pytest.mark.slow
 @_FUZZ
 @given(_json)
 def test_fuzz_random_json(value: Any) -> None:

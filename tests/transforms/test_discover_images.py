@@ -195,6 +195,7 @@ def test_a_folder_listed_in_parts_adds_no_step(tmp_path) -> None:
     assert len(discover_images_of([str(root)], LabelRules(), names_per_part=2)._tasks) == 1 + 4
 
 
+@pytest.mark.slow
 def test_each_class_folder_is_an_element_of_its_own(tmp_path) -> None:
     counts = {}
     for tops in (2, 6):

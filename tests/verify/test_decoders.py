@@ -84,6 +84,7 @@ def test_default_build_decodes_with_tensorflow_and_pillow(tmp_path, capsys):
     assert status == 0, stdout + stderr
 
 
+@pytest.mark.slow
 def test_passthrough_records_other_decoders_refuse_or_size_otherwise_are_reported(tmp_path, capsys):
     out = _build(tmp_path, capsys, "--image_mode", "passthrough")
     report = str(tmp_path / "report.json")

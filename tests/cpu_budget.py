@@ -1,0 +1,131 @@
+"""Each test's CPU time, and the fast tier's budget on it.
+
+Registered as a pytest plugin by ``conftest.py``. A test's CPU time is the
+CPU seconds its setup, call and teardown took in the test process plus those
+of the child processes it waited for (``RUSAGE_CHILDREN``): a job run on
+external workers or in a subprocess counts as much as one in process. Set-up
+of a session-wide server (``scope="session"``) is left out, and so is the
+first import of TensorFlow in the process (a few CPU seconds, done before the
+first test of a module that names it): every test that happens to come first
+would pay them.
+
+- A test not marked ``slow`` whose CPU time exceeds ``FAST_CPU_BUDGET_S``
+  fails, naming its CPU time: the fast tier (``-m "not slow"``) stays fast.
+  A module-scoped build is paid by the first test that uses it, so a module
+  whose fast tests share a build must keep that build under the budget.
+  ``@pytest.mark.cpu_budget(seconds)`` gives a test that must stay in the fast
+  tier another budget, saying why (a hostile input whose peak memory is
+  checked in a fresh process).
+- ``TEST_CPU_LOG=path`` appends one JSON line per test
+  (``nodeid``, ``cpu_s``, ``slow``) to ``path.<worker>``, to find where the
+  time goes.
+- ``TEST_CPU_BUDGET=off`` turns the budget off (to measure a tree that
+  breaks it); ``TEST_CPU_BUDGET=<seconds>`` sets another budget.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import sys
+from typing import Iterator
+
+import pytest
+
+FAST_CPU_BUDGET_S = 3.0
+"""CPU seconds (process + children) a test outside the ``slow`` mark may take.
+
+One quick job run in process (a build of a few images) takes 1.3 to 1.5 CPU s
+on a 2-core AMD EPYC machine; tests measured over 2.0 CPU s are marked slow.
+On that machine under a load average of 6 to 11 the same test measured from
+1.9 to 2.6 CPU s in two runs, hence the margin.
+"""
+
+_KEY = pytest.StashKey[float]()
+_EXCLUDED = pytest.StashKey[float]()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its waited-for children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_current: list[pytest.Item] = []
+_HEAVY_IMPORTS = ("tensorflow",)
+_names_heavy: dict[str, bool] = {}
+
+
+def _import_heavy_first(item: pytest.Item) -> None:
+    """Imports TensorFlow before a test of a module that names it, the CPU left out of the test's."""
+    path = str(item.path)
+    if path not in _names_heavy:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        _names_heavy[path] = any(name in text for name in _HEAVY_IMPORTS)
+    if not _names_heavy[path]:
+        return
+    for name in _HEAVY_IMPORTS:
+        if name not in sys.modules:
+            start = cpu_seconds()
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                continue  # the test says what it needs
+            item.stash[_EXCLUDED] = item.stash.get(_EXCLUDED, 0.0) + cpu_seconds() - start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Leaves session-wide fixtures' set-up out of the test that triggers it."""
+    if fixturedef.scope != "session" or not _current:
+        yield
+        return
+    start = cpu_seconds()
+    yield
+    item = _current[-1]
+    item.stash[_EXCLUDED] = item.stash.get(_EXCLUDED, 0.0) + cpu_seconds() - start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Starts the CPU clock of the test's setup, call and teardown."""
+    _current.append(item)
+    item.stash[_KEY] = cpu_seconds()
+    _import_heavy_first(item)
+    try:
+        yield
+    finally:
+        _current.pop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """After teardown: logs the test's CPU time, and fails a fast test over budget."""
+    outcome = yield
+    if call.when != "teardown" or _KEY not in item.stash:
+        return
+    used = cpu_seconds() - item.stash[_KEY] - item.stash.get(_EXCLUDED, 0.0)
+    slow = item.get_closest_marker("slow") is not None
+    log = os.environ.get("TEST_CPU_LOG")
+    if log:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(f"{log}.{worker}", "a", encoding="utf-8") as out:
+            out.write(json.dumps({"nodeid": item.nodeid, "cpu_s": round(used, 3), "slow": slow}) + "\n")
+    report = outcome.get_result()
+    setting = os.environ.get("TEST_CPU_BUDGET", "")
+    if slow or setting == "off":
+        return
+    budget = float(setting) if setting else FAST_CPU_BUDGET_S
+    own = item.get_closest_marker("cpu_budget")
+    if own is not None:
+        budget = float(own.args[0])
+    if used > budget and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {used:.2f} CPU s (process + children, setup to teardown), over the "
+            f"fast tier's budget of {budget:.2f} CPU s (tests/cpu_budget.py): make it cheaper or mark "
+            "it @pytest.mark.slow")
