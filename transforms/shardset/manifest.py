@@ -72,6 +72,7 @@ class ShardEntry:
         crc32c: CRC32C of the file as written, as GCS states it (base64 of
             its 4 bytes, big-endian: what ``gsutil ls -L`` prints), or None.
         index_crc32c: The same of its ``.idx`` (uncompressed shards), or None.
+        keys_crc32c: The same of its ``.keys`` file (``key_files``), or None without one.
     """
 
     file: str
@@ -81,10 +82,12 @@ class ShardEntry:
     label_counts: Mapping[str, int] = field(default_factory=dict)
     crc32c: str | None = None
     index_crc32c: str | None = None
+    keys_crc32c: str | None = None
 
     def hashes(self) -> dict[str, str]:
         """The hashes the entry states, in the order they are written."""
-        named = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("sha256", self.sha256))
+        named = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("keys_crc32c", self.keys_crc32c),
+                 ("sha256", self.sha256))
         return {name: value for name, value in named if value is not None}
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,7 +103,8 @@ class ShardEntry:
             raise ManifestError(f"{where}: has neither 'crc32c' nor 'sha256'; a shard's entry states one")
         return cls(name, _require(obj, "records", int, where), _require(obj, "bytes", int, where), sha256,
                    _label_counts(obj, where), crc,
-                   _crc32c(obj, "index_crc32c", where) if "index_crc32c" in obj else None)
+                   _crc32c(obj, "index_crc32c", where) if "index_crc32c" in obj else None,
+                   _crc32c(obj, "keys_crc32c", where) if "keys_crc32c" in obj else None)
 
 
 def _crc32c(obj: Mapping[str, Any], key: str, where: str) -> str:

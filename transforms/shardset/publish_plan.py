@@ -31,6 +31,7 @@ from transforms.shardset.ownership import Journal, files_to_remove
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import kept_built_from, split_inputs
 from transforms.shardset.staged import StagedShard
+from transforms.shardset.key_files import keys_name
 from transforms.tfrecord.record_index import index_name, index_names
 
 __all__ = ["PublishPlan", "relative_name", "unwritten_shards", "plan_publish", "new_manifest", "plan_journal",
@@ -121,6 +122,8 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
     for split in kept.values():
         for shard in split.shards:
             keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
+            if shard.keys_crc32c is not None:
+                keep.add(keys_name(shard.file))
     splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
                                      for name, split in kept.items()}
     moves: list[tuple[str, str]] = []
@@ -144,7 +147,11 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
                             raise PublishError(f"split {t.split!r}: the index of {shard.file} is missing: "
                                                "rebuild the split, or append after verify_shards passes")
                         moves.append((index_file, index_name(final_name)))
+                    if shard.keys_crc32c is not None:  # its keys file goes with it
+                        moves.append((keys_name(shard.file), keys_name(final_name)))
                 keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
+                if shard.keys_crc32c is not None:
+                    keep.add(keys_name(final_name))
                 entries.append(dataclasses.replace(shard, file=final_name, label_counts={}))
                 continue
             result = staged[(t.split, index)]
@@ -152,6 +159,9 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
             if result.staged_index:
                 moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
                 keep.add(index_name(result.file))
+            if result.staged_keys:
+                moves.append((relative_name(output_dir, result.staged_keys), keys_name(result.file)))
+                keep.add(keys_name(result.file))
             keep.add(result.file)
             entries.append(result.entry())
         for label, count in label_counts.get(t.split, {}).items():
