@@ -339,3 +339,29 @@ def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as
     assert folder_bytes(published) == folder_bytes(plain)
     assert os.listdir(stage) == ["other.txt"]
     assert not os.path.exists(os.path.join(published, ".staging"))
+
+
+@pytest.mark.slow
+def test_every_shard_has_a_keys_file_of_its_records_keys_that_verify_checks(trees, published, capsys) -> None:
+    import json
+
+    from beam_jobs import verify_shards
+
+    status, _, err = _append(capsys, "--input", trees["day2"], "--output_dir", published, *FLAGS)
+    assert status == 0, err
+    with open(os.path.join(published, "shards.jsonl"), "rb") as fh:
+        listed = [json.loads(line) for line in fh]
+    for entry in listed:  # the appended shards, the merged one and the renamed published ones
+        with open(os.path.join(published, "index", entry["file"] + ".keys"), "rb") as fh:
+            keys = fh.read()
+        assert "keys_crc32c" in entry
+        assert keys == b"".join(bytes.fromhex(e["image/key/sha256"].decode())
+                                for e in examples(os.path.join(published, entry["file"])))
+    _verify(capsys, published)
+    damaged = os.path.join(published, "index", listed[0]["file"] + ".keys")
+    with open(damaged, "r+b") as fh:
+        fh.write(b"\0")
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", published]) != 0
+    out, err = capsys.readouterr()
+    assert f"{damaged}: crc32c_mismatch" in out + err or (damaged in out + err and "crc32c_mismatch" in out + err)
