@@ -291,6 +291,10 @@ class Manifest:
             (and every split of an older manifest) does not record them.
         appended: The splits the last run appended records to (``--append``),
             each with the records it held before.
+        known_dead_letters: The last run's (an append's) inputs that the set's
+            ``dead_letters.jsonl`` held already (same path, same reason): neither
+            judged nor listed again, so its inputs are the records it wrote, its
+            dead letters and these (written only when not 0).
         written_splits: The splits the last run wrote (the others it kept);
             None where the manifest does not say (older manifests).
         object_labels: ``(id, name)`` of the object classes, sorted by id,
@@ -324,6 +328,7 @@ class Manifest:
     appended: Mapping[str, int] = field(default_factory=dict)
     object_labels: Sequence[tuple[int, str]] = ()
     near_duplicates: Mapping[str, Any] = field(default_factory=dict)
+    known_dead_letters: int = 0
 
     @property
     def records(self) -> int:
@@ -363,6 +368,8 @@ class Manifest:
         written = {} if self.written_splits is None else {"written_splits": sorted(set(self.written_splits))}
         if self.appended:
             written["appended"] = dict(sorted(self.appended.items()))
+        if self.known_dead_letters:
+            written["known_dead_letters"] = self.known_dead_letters
         return {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -446,6 +453,9 @@ class Manifest:
                 name in splits and isinstance(n, int) and not isinstance(n, bool) and n >= 0
                 for name, n in appended.items()):
             raise ManifestError(f"manifest.appended: expected split name -> records before, got {appended!r}")
+        known = obj.get("known_dead_letters", 0)
+        if not isinstance(known, int) or isinstance(known, bool) or known < 0:
+            raise ManifestError(f"manifest.known_dead_letters: expected a count, got {known!r}")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
@@ -470,6 +480,7 @@ class Manifest:
             appended=appended,
             object_labels=_object_labels(obj.get("object_labels", [])),
             near_duplicates=_near_duplicates(obj.get("near_duplicates", {})),
+            known_dead_letters=known,
         )
 
 

@@ -191,7 +191,7 @@ def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[str], plan: PublishPlan,
                  old: Manifest | None, kept: Iterable[str], written_splits: Iterable[str], dead_letters: int,
                  shards_file: ShardsFile | None, inputs_given: Sequence[str] | None,
-                 appending: bool = False, where: str = "the published set") -> Manifest:
+                 appending: bool = False, where: str = "the published set", known_dead_letters: int = 0) -> Manifest:
     """The manifest a plan publishes.
 
     Args:
@@ -201,6 +201,8 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
         inputs_given: The run's ``--input`` values, or None.
         appending: An append: counts, inputs and object classes add to ``old``'s.
         where: The folder, for messages.
+        known_dead_letters: Appending: this run's inputs that ``old``'s dead letters held already
+            (same path and reason), not counted in ``dead_letters`` again.
 
     Raises:
         PublishError: Appending, an object class id names another class than in ``old``.
@@ -228,7 +230,7 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
     return Manifest(**common, dead_letters=old.dead_letters + dead_letters,
                     images=_add_counts(old.images, fields.get("images") or {}), built_from=built_from,
                     appended={name: old.splits[name].records if name in old.splits else 0 for name in written},
-                    object_labels=tuple(sorted(objects.items())))
+                    object_labels=tuple(sorted(objects.items())), known_dead_letters=known_dead_letters)
 
 
 def plan_journal(run_id: str, plan: PublishPlan, staged_files: Sequence[tuple[str, str]],

@@ -60,7 +60,7 @@ from transforms.shardset.publish_plan import (SET_FILES, new_manifest, plan_jour
                                               staged_name, unwritten_shards)
 from transforms.shardset.replacing import input_values, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
-from transforms.storage.dead_letter_files import write_dead_letters
+from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_letters, write_dead_letters
 from transforms.storage.files import hashes_match, read_if_present
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
     moves_problem, rename_files
@@ -218,8 +218,14 @@ def _append_checks(output_dir: str, state: FolderState, staging: str, kept: Mapp
 
 
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
-                    written: int, max_bad_fraction: float | None) -> str | None:
-    """Why an append is not published (too many bad inputs), or None; raises when it has nothing new."""
+                    written: int, max_bad_fraction: float | None, repeated: int = 0,
+                    new_bad: RejectionSummary | None = None) -> str | None:
+    """Why an append is not published (too many bad inputs), or None; raises when it has nothing new.
+
+    ``repeated`` of the inputs were dead-lettered by the set already (same
+    path, same reason): like the inputs the set holds, they are not judged
+    again; ``new_bad`` is the summary of the other bad inputs.
+    """
     everything = RejectionSummary.merged(part.summary for part in dead_letters)
     bad = RejectionSummary.merged(part.summary if part.bad is None else part.bad for part in dead_letters)
     # Inputs the set already holds are not bad inputs: appending a folder that grew is the usual case.
@@ -227,14 +233,14 @@ def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLe
     if present == inputs and inputs:
         _refuse(staging, NothingToPublish(f"Nothing to append: all {plural(inputs, 'input')} are already in "
                                           f"{output_dir} (same bytes); nothing was changed"))
-    if rejection_verdict(inputs, everything.count, present, max_bad_fraction).kind == "nothing_new":
+    if rejection_verdict(inputs, everything.count, present + repeated, max_bad_fraction).kind == "nothing_new":
         # Nothing new but inputs as bad as before: the inputs the set holds count as good ones.
         _refuse(staging, NothingToPublish("\n".join([
             f"Nothing to append: {present:,} of {plural(inputs, 'input')} are already in {output_dir} "
             f"(same bytes) and the other {bad.count:,} {'was' if bad.count == 1 else 'were'} rejected; "
             "nothing was changed", *rejection_details(bad)])))
-    return rejection_problem(inputs - present, written, bad, join_path(output_dir, REFUSED_DEAD_LETTERS_NAME),
-                             max_bad_fraction)
+    return rejection_problem(inputs - present - repeated, written, bad if new_bad is None else new_bad,
+                             join_path(output_dir, REFUSED_DEAD_LETTERS_NAME), max_bad_fraction)
 
 
 def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
@@ -312,7 +318,11 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
         merged = {t.split: next(e for i, e in published_entries(output_dir, old, t.split) if i == t.merged)
                   for t in totals if t.merged is not None}
         written = sum(s.records for s in staged.values()) - sum(e.records for e in merged.values())
-        refusal = (_append_refusal(output_dir, staging, dead_letters, inputs, written, max_bad_fraction)
+        # Inputs the set dead-lettered already (same path and reason) are neither judged nor listed again.
+        known = dead_lettered_inputs(join_path(output_dir, DEAD_LETTERS_NAME))
+        repeated, new_bad = repeated_letters(dead_letters, known) if known else (0, None)
+        refusal = (_append_refusal(output_dir, staging, dead_letters, inputs, written, max_bad_fraction,
+                                   repeated, new_bad)
                    or parts_problem(parts, staged))
         if refusal is not None:  # the refused run's dead letters are left to read
             write_dead_letters(output_dir, staging, dead_letters,
@@ -320,10 +330,10 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
             _refuse(staging, PublishError(refusal))
         # The set's dead letters, then this run's.
         write_dead_letters(output_dir, staging, dead_letters, target=staged_copy(DEAD_LETTERS_NAME),
-                           before=join_path(output_dir, DEAD_LETTERS_NAME))
-        dead_count = RejectionSummary.merged(part.summary for part in dead_letters).count
+                           before=join_path(output_dir, DEAD_LETTERS_NAME), known=known)
+        dead_count = RejectionSummary.merged(part.summary for part in dead_letters).count - repeated
     else:
-        merged = {}
+        merged, repeated = {}, 0
         dead = write_dead_letters(output_dir, staging, dead_letters, target=staged_copy(DEAD_LETTERS_NAME))
         refusal = (rejection_problem(inputs, sum(s.records for s in staged.values()), dead,
                                      join_path(output_dir, DEAD_LETTERS_NAME), max_bad_fraction)
@@ -360,7 +370,7 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     try:
         manifest = new_manifest(manifest_fields, compression, labels, plan, old, kept, written_splits, dead_count,
                                 shards_file, input_values(manifest_fields["options"]), appending=policy.append,
-                                where=output_dir)
+                                where=output_dir, known_dead_letters=repeated)
     except PublishError as err:
         _refuse(staging, err)
     sidecars = sidecar_files(manifest) if sidecar_files else {}
