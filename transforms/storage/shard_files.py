@@ -1,6 +1,7 @@
 """A run's shards and shard list on storage: staged by the workers, joined when publishing.
 
-Each shard is written with its ``.idx`` (uncompressed shards) to a unique
+Each shard is written with its ``.idx`` (uncompressed shards) and its keys
+file (``shardset.key_files``: its records' keys, 32 bytes each) to a unique
 name in the run's staging folder (``write_shard``: a retried or speculative
 bundle writes its own copy), and the shard-list lines of up to
 ``staged.PART_SHARDS`` written shards to one staged part
@@ -55,7 +56,9 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     A record is its bytes, a sequence of pieces whose concatenation is its bytes,
     or a ``FramedRecord`` (its bytes already framed, copied as they are). The
     shard's CRC32C (and its ``.idx``'s) is computed as it is written; its
-    sha256 too with ``sha256``. An ``array_record`` shard holds the same
+    sha256 too with ``sha256``. The records' keys are collected as they pass
+    and staged as the shard's keys file once it is written (none when a
+    record has no ``image/key/sha256`` of 64 hex digits). An ``array_record`` shard holds the same
     records (unframed) in an ArrayRecord file, written to a local temporary
     file (its writer takes local paths only) and then copied to its staged
     name, local or on a store, hashed as it is copied.
