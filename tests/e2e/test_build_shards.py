@@ -144,7 +144,8 @@ def test_rerun_with_another_shard_size_replaces_the_old_shards(built, tmp_path, 
     assert run_build(capsys, *args, "--num_shards", "2")[0] == 0
     assert shard_files(out) == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
     assert sorted(os.listdir(os.path.join(out, "index"))) == [
-        "train-00000-of-00002.tfrecord.idx", "train-00001-of-00002.tfrecord.idx"]
+        "train-00000-of-00002.tfrecord.idx", "train-00000-of-00002.tfrecord.keys",
+        "train-00001-of-00002.tfrecord.idx", "train-00001-of-00002.tfrecord.keys"]
     listed = [s["file"] for s in load_manifest(out)["splits"]["train"]["shards"]]
     assert listed == shard_files(out)
 
