@@ -271,7 +271,8 @@ def test_compressed_shards(tmp_path, capsys, compression, suffix):
     names = shard_files(out)
     assert names == [f"train-0000{i}-of-00002.tfrecord{suffix}" for i in range(2)]
     assert not [n for n in os.listdir(out) if n.endswith(".idx")]
-    assert not os.path.exists(os.path.join(out, "index"))
+    # No .idx for compressed shards; index/ holds their keys files only.
+    assert sorted(os.listdir(os.path.join(out, "index"))) == [f"{name}.keys" for name in names]
     manifest = load_manifest(out)
     for shard in manifest["splits"]["train"]["shards"]:
         path = os.path.join(out, shard["file"])
