@@ -62,7 +62,12 @@ def assert_only_shard_set(out: str) -> None:
     shards = set(shard_files(out))
     indexes = set(os.listdir(os.path.join(out, "index"))) if "index" in names else set()
     assert names - TFDS_NAMES == shards | OUTPUT_NAMES | ({"index"} if indexes else set()), sorted(names)
-    assert indexes == {n + ".idx" for n in shards if n.endswith(".tfrecord")}
+    listed = os.path.join(out, "shards.jsonl")
+    keyed = set()  # the shards whose keys file the shard list states (all, for a set of this tool's images)
+    if os.path.exists(listed):
+        with open(listed, "rb") as fh:
+            keyed = {entry["file"] for entry in map(json.loads, fh) if "keys_crc32c" in entry}
+    assert indexes == {n + ".idx" for n in shards if n.endswith(".tfrecord")} | {n + ".keys" for n in keyed}
 
 
 def folder_bytes(folder: str) -> dict[str, bytes]:

@@ -20,8 +20,10 @@ from apache_beam.transforms.core import RestrictionProvider
 from transforms.errors import RecordError
 from transforms.progress import counters as progress
 from transforms.arrayrecord.shard_file import read_records
+from transforms.filesystems import naming_s3_errors
+from transforms.shardset.key_files import keys_name
 from transforms.shardset.naming import FILE_SUFFIXES
-from transforms.storage.files import local_copy, open_file
+from transforms.storage.files import local_copy, open_file, read_if_present
 from transforms.storage.paths import is_local
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.file_hash import FileHash
@@ -29,7 +31,7 @@ from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.tfrecord_source import index_starts, read_index
-from transforms.verify.checks import hash_problems, index_hash_problem, index_problems
+from transforms.verify.checks import hash_problems, index_hash_problem, index_problems, keys_file_problems
 from transforms.verify.ranges import RangeChecker, ShardFile
 from transforms.worker_options import CarriesStorageOptions
 
@@ -224,6 +226,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                 problem = index_hash_problem(shard.path, shard.entry, index)
                 if problem:
                     result.problems.append(problem)
+                result.problems.extend(_keys_problems(shard, result, _whole_file(shard)))
             if uncompressed:
                 result.problems.extend(index_problems(shard.path, index[1] if index else None,
                                                       shard.size, self._index_required))
@@ -265,7 +268,20 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
             result.entry = shard.entry
             if digest is not None:
                 result.problems.extend(hash_problems(shard.path, shard.entry, digest))
+                result.problems.extend(_keys_problems(shard, result, not by_record))
         return result
+
+
+def _keys_problems(shard: ShardFile, result, whole: bool) -> list:
+    """The problems of the shard's keys file, if its entry states one (``checks.keys_file_problems``);
+    its keys are compared with the records' when the range read is the whole shard."""
+    if shard.entry is None or shard.entry.keys_crc32c is None:
+        return []
+    path = keys_name(shard.path)
+    with naming_s3_errors(path):
+        data = read_if_present(path)
+    return keys_file_problems(shard.path, shard.entry, (path, data),
+                              [key for key, _ in result.keys] if whole and not result.damaged else None)
 
 
 def _file_hash(path: str, sha256: bool) -> FileHash:

@@ -34,7 +34,9 @@ from transforms.arrayrecord.shard_file import read_records
 from transforms.shardset.naming import FILE_SUFFIXES
 from transforms.shardset.published_keys import record_key, record_keys
 from transforms.filesystems import naming_s3_errors
-from transforms.storage.files import STORAGE_ERRORS, local_copy, open_for_read
+from transforms.shardset.key_files import keys_name, parse_keys
+from transforms.storage.files import STORAGE_ERRORS, local_copy, open_for_read, read_if_present
+from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.compression import open_decompressed
 from transforms.worker_options import CarriesStorageOptions
 
@@ -66,15 +68,49 @@ def _reject_same_path(keyed):
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
 
-def _shard_keys(item: tuple[str, str], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
-    """(split, published shard) -> (sha256, PublishedCopy) of each of its records.
+def _crc32c_of(data: bytes) -> str:
+    """The CRC32C of ``data``, as the shard list states it."""
+    digest = FileHash()
+    digest.update(data)
+    return digest.crc32c
 
-    A shard that is missing or damaged gives the keys read before the damage:
-    whether it matters is publishing's to say (a kept split that changed
-    stops the run there, naming the shard; a split this run writes is
-    replaced).
+
+def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
+    """The keys of a published shard read from its keys file (``key_files``), or None when the file is
+    missing or its CRC32C is not the one the shard list states (the shard's records are read then)."""
+    keys_path = keys_name(path)
+    try:
+        with naming_s3_errors(keys_path):
+            data = read_if_present(keys_path)
+    except STORAGE_ERRORS as err:
+        _LOG.warning("keys file %s cannot be read (%s); reading the keys from %s", keys_path, err, path)
+        return None
+    if data is None or _crc32c_of(data) != keys_crc32c:
+        _LOG.warning("keys file %s is %s; reading the keys from %s", keys_path,
+                     "missing" if data is None else "not the one the shard list states (CRC32C)", path)
+        return None
+    try:
+        return list(parse_keys(data, keys_path))
+    except ShardsError as err:
+        _LOG.warning("%s; reading the keys from %s", err, path)
+        return None
+
+
+def _shard_keys(item: tuple[str, str, str | None], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
+    """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record.
+
+    The keys come from the shard's keys file when the set lists one (32
+    bytes a record), else from its records. A shard that is missing or
+    damaged gives the keys read before the damage: whether it matters is
+    publishing's to say (a kept split that changed stops the run there,
+    naming the shard; a split this run writes is replaced).
     """
-    split, path = item
+    split, path, keys_crc32c = item
+    listed = _listed_keys(path, keys_crc32c) if keys_crc32c is not None else None
+    if listed is not None:
+        for key in listed:
+            yield key, PublishedCopy(split)
+        return
     try:
         if path.endswith(FILE_SUFFIXES["array_record"]):  # read from a local copy: its reader opens local paths
             with local_copy(path) as local:
@@ -98,7 +134,7 @@ class ReadPublishedKeys(beam.PTransform):
     record of the given shards, one element per shard read (spread over workers).
 
     Args:
-        shards: ``(split, shard path)`` (``storage.output_folder.published_shards``).
+        shards: ``(split, shard path, keys CRC32C or None)`` (``storage.output_folder.published_shards``).
         compression: The shards' compression.
     """
 
@@ -109,7 +145,7 @@ class ReadPublishedKeys(beam.PTransform):
 
     def expand(self, pbegin):
         return (pbegin
-                | "ListPublishedShards" >> beam.Create(self._shards)  # (split, path)
+                | "ListPublishedShards" >> beam.Create(self._shards)  # (split, path, keys CRC32C)
                 | "SpreadPublishedShards" >> beam.Reshuffle()
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
 

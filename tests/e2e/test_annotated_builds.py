@@ -168,7 +168,8 @@ def test_shard_globs_match_only_shards(tmp_path, capsys):
     for pattern in ("train*", "train-*", "trainval*", "*-of-*"):
         matched = {os.path.basename(p) for p in glob.glob(os.path.join(out, pattern))}
         assert matched and matched <= shards, (pattern, matched)
-    assert sorted(os.listdir(os.path.join(out, "index"))) == sorted(f"{s}.idx" for s in shards)
+    assert sorted(os.listdir(os.path.join(out, "index"))) == sorted(f"{s}{suffix}" for s in shards
+                                                                    for suffix in (".idx", ".keys"))
     for split in ("train", "trainval"):
         files = glob.glob(os.path.join(out, f"{split}*"))
         assert sum(1 for _ in tf.data.TFRecordDataset(files)) == (2 if split == "train" else 1)
@@ -209,10 +210,9 @@ def test_sets_with_indexes_beside_the_shards_still_read_and_a_rebuild_moves_them
     args = ("--input", os.path.join(src, "in.csv"), "--output_dir", out, "--num_shards", "2")
     assert run_build(capsys, *args)[0] == 0
     before = {name: open(os.path.join(out, "index", name), "rb").read()
-              for name in os.listdir(os.path.join(out, "index"))}
-    for name in before:  # the layout of sets written before index/
+              for name in os.listdir(os.path.join(out, "index")) if name.endswith(".idx")}
+    for name in before:  # the layout of sets written before index/ (the keys files stay in index/)
         shutil.move(os.path.join(out, "index", name), os.path.join(out, name))
-    os.rmdir(os.path.join(out, "index"))
     _verify(out, capsys)
     assert run_build(capsys, *args)[0] == 0
     assert not [n for n in os.listdir(out) if n.endswith(".idx")]

@@ -332,3 +332,57 @@ def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as
     assert folder_bytes(published) == folder_bytes(plain)
     assert os.listdir(stage) == ["other.txt"]
     assert not os.path.exists(os.path.join(published, ".staging"))
+
+
+@pytest.mark.slow
+def test_every_shard_has_a_keys_file_of_its_records_keys_that_verify_checks(trees, published, capsys) -> None:
+    import json
+
+    from beam_jobs import verify_shards
+
+    status, _, err = _append(capsys, "--input", trees["day2"], "--output_dir", published, *FLAGS)
+    assert status == 0, err
+    with open(os.path.join(published, "shards.jsonl"), "rb") as fh:
+        listed = [json.loads(line) for line in fh]
+    for entry in listed:  # the appended shards, the merged one and the renamed published ones
+        with open(os.path.join(published, "index", entry["file"] + ".keys"), "rb") as fh:
+            keys = fh.read()
+        assert "keys_crc32c" in entry
+        assert keys == b"".join(bytes.fromhex(e["image/key/sha256"].decode())
+                                for e in examples(os.path.join(published, entry["file"])))
+    _verify(capsys, published)
+    damaged = os.path.join(published, "index", listed[0]["file"] + ".keys")
+    with open(damaged, "r+b") as fh:
+        fh.write(b"\0")
+    capsys.readouterr()
+    assert verify_shards.run(["--output_dir", published]) != 0
+    out, err = capsys.readouterr()
+    assert f"{damaged}: crc32c_mismatch" in out + err or (damaged in out + err and "crc32c_mismatch" in out + err)
+
+
+@pytest.mark.slow
+def test_an_append_judges_only_the_inputs_it_adds_not_those_the_set_already_dead_lettered(trees, tmp_path,
+                                                                                         capsys) -> None:
+    grown = str(tmp_path / "photos")
+    shutil.copytree(trees["day1"], grown)
+    write(os.path.join(grown, "rose", "notes.jpg"), b"just some text\n")  # two bad inputs, dead-lettered
+    write(os.path.join(grown, "tulip", "empty.jpg"), b"")
+    out = str(tmp_path / "out")
+    flags = [*FLAGS, "--max_bad_fraction", "0.1"]
+    status, _, err = run_build(capsys, "--input", grown, "--output_dir", out, *flags)
+    assert status == 0, err  # 2 of 26 bad
+    before = sorted((d["path"], d["reason"]) for d in dead_letters(out))
+    assert len(before) == 2
+    for n in (0, 1, 3):  # three new photos in the same folder
+        shutil.copy(os.path.join(trees["day2"], "lily", f"lily_00{n}.jpg"), os.path.join(grown, "rose", f"new{n}.jpg"))
+    status, printed, err = _append(capsys, "--input", grown, "--output_dir", out, *flags)
+    assert status == 0, err  # judged over the 3 inputs it adds, not "2 of 5 (40%)"
+    assert "Published 3 records" in printed
+    assert ("24 dead letters, 2 inputs already dead-lettered in the set; "
+            "written + dead-lettered = 29 inputs") in printed, printed
+    letters = dead_letters(out)
+    assert sorted((d["path"], d["reason"]) for d in letters if d["reason"] != "duplicate_image") == before
+    manifest = load_manifest(out)
+    assert manifest["dead_letters"] == len(letters) == 2 + 24
+    assert manifest["records"] == 24 + 3
+    _verify(capsys, out)

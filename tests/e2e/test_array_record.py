@@ -63,7 +63,12 @@ def test_both_formats_hold_the_same_records_in_the_same_shards_and_order(both) -
     assert new["records"] + new["dead_letters"] == len(expected)
     old_shards, new_shards = old["splits"]["train"]["shards"], new["splits"]["train"]["shards"]
     assert [s["file"] for s in new_shards] == [f"train-{i:05d}-of-00003.array_record" for i in range(3)]
-    assert not os.path.exists(os.path.join(arrayrecords, "index"))
+    # No .idx (ArrayRecord files index themselves); index/ holds the shards' keys files only.
+    assert sorted(os.listdir(os.path.join(arrayrecords, "index"))) == [s["file"] + ".keys" for s in new_shards]
+    for before, after in zip(old_shards, new_shards, strict=True):  # the same keys, in the same order
+        with open(os.path.join(tfrecords, "index", before["file"] + ".keys"), "rb") as theirs, \
+                open(os.path.join(arrayrecords, "index", after["file"] + ".keys"), "rb") as ours:
+            assert ours.read() == theirs.read() and after["keys_crc32c"] == before["keys_crc32c"]
     for before, after in zip(old_shards, new_shards, strict=True):
         theirs = [data for _, data in records(os.path.join(tfrecords, before["file"]))]
         ours = _array_records(os.path.join(arrayrecords, after["file"]))

@@ -132,7 +132,8 @@ def test_rerun_with_another_shard_size_replaces_the_old_shards(built, tmp_path, 
     assert run_build(capsys, *args, "--num_shards", "2")[0] == 0
     assert shard_files(out) == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
     assert sorted(os.listdir(os.path.join(out, "index"))) == [
-        "train-00000-of-00002.tfrecord.idx", "train-00001-of-00002.tfrecord.idx"]
+        "train-00000-of-00002.tfrecord.idx", "train-00000-of-00002.tfrecord.keys",
+        "train-00001-of-00002.tfrecord.idx", "train-00001-of-00002.tfrecord.keys"]
     listed = [s["file"] for s in load_manifest(out)["splits"]["train"]["shards"]]
     assert listed == shard_files(out)
 
@@ -258,7 +259,8 @@ def test_compressed_shards(tmp_path, capsys, compression, suffix):
     names = shard_files(out)
     assert names == [f"train-0000{i}-of-00002.tfrecord{suffix}" for i in range(2)]
     assert not [n for n in os.listdir(out) if n.endswith(".idx")]
-    assert not os.path.exists(os.path.join(out, "index"))
+    # No .idx for compressed shards; index/ holds their keys files only.
+    assert sorted(os.listdir(os.path.join(out, "index"))) == [f"{name}.keys" for name in names]
     manifest = load_manifest(out)
     for shard in manifest["splits"]["train"]["shards"]:
         path = os.path.join(out, shard["file"])

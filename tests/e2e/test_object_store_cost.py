@@ -247,7 +247,7 @@ def test_telling_a_prefix_on_s3_is_a_folder_lists_one_key_not_all_below_it(proxi
 
 
 @pytest.mark.slow
-def test_an_append_on_s3_reads_the_shard_it_merges_into_once_beside_the_keys(proxied_s3):
+def test_an_append_on_s3_reads_the_keys_files_and_the_shard_it_merges_into_once(proxied_s3):
     import json
 
     from beam_jobs import append_shards, build_shards
@@ -256,7 +256,7 @@ def test_an_append_on_s3_reads_the_shard_it_merges_into_once_beside_the_keys(pro
     client, proxy, base = proxied_s3
     bucket = _S3Bucket(int(proxy.url.rpartition(":")[2]))
     raw = upload(bucket, "merge/raw", list(small_images(100, 3)))
-    upload(bucket, "merge/more", list(small_images(10, 4)))
+    added = upload(bucket, "merge/more", list(small_images(10, 4)))
     settings = ["--shard_size_mb", f"{raw * 1.1 / 5 / 2 ** 20:.4f}", "--seed", "5", *s3_flags(proxy.url)]
     assert build_shards.run(["--input", f"{base}/merge/raw", "--output_dir", f"{base}/merge/set", *settings]) == 0
     shards = [json.loads(line) for line in bucket.get("merge/set/shards.jsonl").splitlines()]
@@ -264,15 +264,29 @@ def test_an_append_on_s3_reads_the_shard_it_merges_into_once_beside_the_keys(pro
     before = len(proxy.traffic)
     assert append_shards.run(["--input", f"{base}/merge/more", "--output_dir", f"{base}/merge/set", *settings]) == 0
     proxy.settle()
-    read = collections.Counter()
+    read, keys = collections.Counter(), collections.Counter()
     for e in proxy.traffic[before:]:
         if e.method == "GET" and e.target.startswith("/cost/merge/set/train-"):
             read[e.target.rpartition("/")[2]] += e.down_body
+        if e.method == "GET" and e.target.startswith("/cost/merge/set/index/") and e.target.endswith(".keys"):
+            keys[e.target.rpartition("/")[2]] += e.down_body
     published = {s["file"]: s["bytes"] for s in shards}
-    # Every published shard once for its images' keys; the one merged with the new records (its records
-    # begin two new shards here) once more, each new shard reading only the records that begin it (found
-    # from its .idx), not the shard from its start each time (3x the merged shard before).
-    assert sum(read.values()) <= sum(published.values()) + max(published.values()) + (16 << 10), (read, published)
+    assert all("keys_crc32c" in s for s in shards)
+    # The published images' keys come from the keys files, 32 bytes a record, each read once; no
+    # published shard is read for them. Only the one merged with the new records (its records begin
+    # two new shards here) is read, each new shard reading only the records that begin it (found from
+    # its .idx), not the shard from its start each time (3x the merged shard before).
+    assert keys == {s["file"] + ".keys": 32 * s["records"] for s in shards}, keys
+    assert sum(read.values()) <= max(published.values()) + (16 << 10), (read, published)
+    # In all: the added images and their run files (about 2.1x what they add), the keys files, the merged
+    # shard (its two readers each read a little past their share), and the set's small files (manifest,
+    # shard list, listings, the publish's records: about 75 KB here): nothing grows with the published set.
+    down = sum(e.down_body for e in proxy.traffic[before:])
+    by_target = collections.Counter()
+    for e in proxy.traffic[before:]:
+        by_target[f"{e.method} {e.target.split('?')[0]}"] += e.down_body
+    assert down <= 2.1 * added + sum(keys.values()) + 1.1 * max(published.values()) + (96 << 10), (
+        down, added, "; ".join(f"{k} {v}" for k, v in by_target.most_common(12)))
 
 
 @pytest.mark.slow

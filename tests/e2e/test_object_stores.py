@@ -451,6 +451,10 @@ def test_array_record_build_on_a_store_holds_the_local_builds_files(store, reque
     assert bucket.get("array_record/shards/shards.jsonl") == open(os.path.join(local, "shards.jsonl"), "rb").read()
     for shard in shards:
         assert bucket.get(f"array_record/shards/{shard['file']}") == open(os.path.join(local, shard["file"]), "rb").read()
-    assert not [key for key in bucket.keys("array_record/shards/") if "/.staging/" in key or "/index/" in key]
+    assert not [key for key in bucket.keys("array_record/shards/") if "/.staging/" in key]
+    for shard in shards:  # no .idx; each shard's keys file, as the local build's
+        assert bucket.get(f"array_record/shards/index/{shard['file']}.keys") == open(
+            os.path.join(local, "index", shard["file"] + ".keys"), "rb").read()
+    assert len([key for key in bucket.keys("array_record/shards/") if "/index/" in key]) == len(shards)
     status, out_text, err = _verify(capsys, "--output_dir", out, "--decode_images", *flags)
     assert status == 0 and "12 records" in out_text, out_text + err

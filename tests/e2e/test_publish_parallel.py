@@ -76,7 +76,7 @@ def test_the_commit_step_is_given_counts_not_the_renames(built, tmp_path, capsys
     rename = FileSystems.rename
 
     def spy(sources, destinations):
-        staged.extend(s for s, d in zip(sources, destinations) if d.endswith((".tfrecord", ".idx")))
+        staged.extend(s for s, d in zip(sources, destinations) if d.endswith((".tfrecord", ".idx", ".keys")))
         return rename(sources, destinations)
 
     given = []
@@ -92,11 +92,11 @@ def test_the_commit_step_is_given_counts_not_the_renames(built, tmp_path, capsys
     out = str(tmp_path / "out")
     status, _, err = run_build(capsys, "--input", inputs, "--output_dir", out, *FLAGS)
     assert status == 0, err
-    assert len(staged) == 16  # 8 shards and their .idx, renamed by MoveStaged
+    assert len(staged) == 24  # 8 shards, their .idx and their keys files, renamed by MoveStaged
     ((element, done),) = given
     assert not [name for name in staged if os.path.basename(name).encode() in element]
     assert len(element) < 600  # where the commit record is staged, not the record (an entry per shard)
-    assert all(isinstance(d, shard_sink.MovesDone) for d in done) and sum(d.moves for d in done) == 16
+    assert all(isinstance(d, shard_sink.MovesDone) for d in done) and sum(d.moves for d in done) == 24
     assert _move_processes(results[-1]) == 1
     assert folder_bytes(out) == folder_bytes(reference)
 

@@ -75,6 +75,9 @@ def test_beam_written_uneven_files_become_balanced_shards(tmp_path, capsys):
     assert sum(counts.values()) == 300 and set(counts) == {"0", "1", "2"}
     assert manifest["feature_spec"]["image/class/label"] == "int64"
     assert "2146" not in stdout and "300 records" in stdout
+    # Records without image/key/sha256: no keys file (a build beside them reads the shards for keys).
+    assert not any("keys_crc32c" in shard for shard in manifest["splits"]["train"]["shards"])
+    assert not [n for n in os.listdir(os.path.join(out, "index")) if n.endswith(".keys")]
 
 
 def test_one_big_file_is_read_in_parallel_ranges_and_resharded(tmp_path, capsys):
@@ -127,6 +130,10 @@ def test_build_output_resharded_to_another_size(tmp_path, capsys):
     assert shard_files(out) == ["train-00000-of-00002.tfrecord.gz", "train-00001-of-00002.tfrecord.gz"]
     for shard in after["splits"]["train"]["shards"]:
         assert crc32c_file(os.path.join(out, shard["file"])) == shard["crc32c"] and "sha256" not in shard
+        # The build's records carry their keys: the resharded shards get keys files (in index/, even gzipped).
+        keys = open(os.path.join(out, "index", shard["file"] + ".keys"), "rb").read()
+        assert len(keys) == 32 * shard["records"] and crc32c_file(
+            os.path.join(out, "index", shard["file"] + ".keys")) == shard["keys_crc32c"]
 
 
 def test_gzip_inputs_are_read_whole(tmp_path, capsys):

@@ -170,8 +170,9 @@ def _journal_carried_out(shards: list[str], removed: list[str], staged: str) -> 
     steps = [("create", ".staging/*/.publishing.json.*.tmp", 1), ("os.rename", ".publishing.json", 1),
              ("create", ".staging/*/publish.commit.*.tmp", 1), ("os.rename", ".staging/*/publish.commit", 1),
              ("delete", "manifest.json", 1)]
-    for shard in shards:
-        steps += [("os.rename", shard, 1), ("os.rename", f"index/{shard}.idx", 1)]
+    for shard in shards:  # each with its .idx and its keys file
+        steps += [("os.rename", shard, 1), ("os.rename", f"index/{shard}.idx", 1),
+                  ("os.rename", f"index/{shard}.keys", 1)]
     steps += [("os.rename", name, 1) for name in ("dead_letters.jsonl", "labels.txt", "shards.jsonl", *SIDECARS)]
     steps.append(("os.rename", "manifest.json", 1))
     steps += [("delete", name, 1) for name in removed]  # one call: the old set's files
@@ -182,10 +183,12 @@ def _journal_carried_out(shards: list[str], removed: list[str], staged: str) -> 
 # Scenario -> every create, rename and delete of its publish in the folder, in order: (op, name, nth).
 STEPS = {
     "build": _staged_set_files(*SIDECARS) + _journal_carried_out(
-        [f"train-0000{i}-of-00002.tfrecord" for i in range(2)], ["index/validation-00000-of-00002.tfrecord.idx"],
+        [f"train-0000{i}-of-00002.tfrecord" for i in range(2)],
+        ["index/validation-00000-of-00002.tfrecord.idx"],
         ".staging/*/dead_letters.jsonl.*.tmp"),  # the staged parts of its dead letters
     "reshard": _staged_set_files(*SIDECARS) + _journal_carried_out(
-        [f"train-0000{i}-of-00002.tfrecord" for i in range(2)], ["index/train-00000-of-00003.tfrecord.idx"],
+        [f"train-0000{i}-of-00002.tfrecord" for i in range(2)],
+        ["index/train-00000-of-00003.tfrecord.idx"],
         ".staging/*/publish.commit"),
     "append": _staged_set_files(*SIDECARS) + _journal_carried_out(
         [f"train-0000{i}-of-00003.tfrecord" for i in range(3)], [], ".staging/*/publish.commit"),

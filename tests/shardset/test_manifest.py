@@ -587,3 +587,24 @@ def test_a_shard_entry_with_a_crc32c_and_no_sha256_round_trips_and_one_with_neit
     assert ShardEntry.from_dict(line, "here") == entry
     with pytest.raises(ManifestError, match="here: has neither 'crc32c' nor 'sha256'"):
         ShardEntry.from_dict({k: v for k, v in line.items() if k not in ("crc32c", "index_crc32c")}, "here")
+
+
+def test_known_dead_letters_and_keys_crc32c_round_trip_and_are_absent_when_none() -> None:
+    import dataclasses
+    import json
+
+    from transforms.shardset.manifest import ManifestError
+
+    base = _manifest()
+    split = next(iter(base.splits.values()))
+    keyed = dataclasses.replace(split, shards=[dataclasses.replace(s, keys_crc32c="AAAAAA==") for s in split.shards])
+    m = dataclasses.replace(base, known_dead_letters=2, splits={**base.splits, split.name: keyed})
+    data, lines = shard_list_bytes(m)
+    assert json.loads(data)["known_dead_letters"] == 2 and b'"keys_crc32c":"AAAAAA=="' in lines
+    loaded = _load_v2(data, lines)
+    assert loaded.known_dead_letters == 2
+    assert {s.keys_crc32c for s in loaded.splits[split.name].shards} == {"AAAAAA=="}
+    data, lines = shard_list_bytes(base)
+    assert b"known_dead_letters" not in data and b"keys_crc32c" not in lines
+    with pytest.raises(ManifestError, match="known_dead_letters"):
+        Manifest.loads(data.replace(b'"format"', b'"known_dead_letters": -1, "format"', 1))

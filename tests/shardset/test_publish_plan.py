@@ -170,3 +170,24 @@ def test_relative_names_are_below_the_folder() -> None:
     assert relative_name(OUT, OUT + "/.staging/x/a.tmp") == ".staging/x/a.tmp"
     with pytest.raises(PublishError, match="is not in /data/out"):
         relative_name(OUT, "/data/outside/a.tmp")
+
+
+def test_keys_files_are_renamed_kept_and_removed_with_their_shards() -> None:
+    import dataclasses
+
+    old = _old(_split("train", 3))
+    split = old.splits["train"]
+    old = dataclasses.replace(old, splits={"train": dataclasses.replace(split, shards=[
+        dataclasses.replace(s, keys_crc32c="AAAAAA==") for s in split.shards])})
+    present = _files(old) | {f"index/{s}.keys" for s in old.shard_files()}
+    totals = SplitTotals("train", 90, 9, 10, 2, published=3, merged=1, lead_bytes=20)
+    staged = {(s, i): dataclasses.replace(shard, staged_keys=shard.staged + ".keys", keys_crc32c="BBBBBB==")
+              for (s, i), shard in {("train", 1): _staged("train", 1, 4), ("train", 3): _staged("train", 3, 4)}.items()}
+    plan = plan_publish(OUT, old, staged, [totals], {}, {"train": {}}, present, owned_files(old, None), "none",
+                        appending=True, merged_counts={"train": {}})
+    moves = set(plan.shard_moves)
+    assert ("index/train-00000-of-00003.tfrecord.keys", "index/train-00000-of-00004.tfrecord.keys") in moves
+    assert (f"{STAGING}/train-00001-of-00004.tfrecord.1.tmp.keys", "index/train-00001-of-00004.tfrecord.keys") in moves
+    assert "index/train-00001-of-00003.tfrecord.keys" in plan.remove  # the merged shard's
+    assert [e.keys_crc32c for e in plan.splits["train"].shards] == ["AAAAAA==", "BBBBBB==", "AAAAAA==", "BBBBBB=="]
+    assert {f"index/train-0000{i}-of-00004.tfrecord.keys" for i in range(4)} <= plan.keep

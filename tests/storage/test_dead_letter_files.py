@@ -190,3 +190,31 @@ def test_a_retried_publish_keeps_the_file_its_first_attempt_wrote(tmp_path) -> N
     (tmp_path / "out" / "dead_letters.jsonl").write_bytes(published.split(b"\n", 1)[1])  # one line short
     with pytest.raises(PublishError, match="parts are gone and dead_letters.jsonl does not hold the 40"):
         write_dead_letters(out, staging, parts)
+
+
+def test_an_appends_letters_the_set_holds_already_are_counted_apart_and_not_written_twice(tmp_path) -> None:
+    from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_letters
+
+    out, run = str(tmp_path / "out"), "r" * 32
+    staging = os.path.join(out, ".staging", run)
+    os.makedirs(staging)
+    published = [DeadLetter("in/a.jpg", "not_an_image", "text"), DeadLetter("in/b.jpg", "empty_file", "0 bytes")]
+    with open(os.path.join(out, "dead_letters.jsonl"), "w", encoding="utf-8") as fh:
+        fh.writelines(d.to_json() + "\n" for d in published)
+    known = dead_lettered_inputs(os.path.join(out, "dead_letters.jsonl"))
+    assert known == {("in/a.jpg", "not_an_image"), ("in/b.jpg", "empty_file")}
+    assert dead_lettered_inputs(os.path.join(out, "absent.jsonl")) == set()
+    letters = [DeadLetter("in/a.jpg", "not_an_image", "text"),  # the same input, the same reason: known
+               DeadLetter("in/b.jpg", "not_an_image", "now text"),  # another reason: a new bad input
+               DeadLetter("in/c.jpg", "duplicate_image", "x " + dl.IN_APPENDED_SET),  # in the set: not bad
+               DeadLetter("in/d.jpg", "truncated", "cut")]
+    parts = [write_dead_letter_part(letters[:2], out, run), write_dead_letter_part(letters[2:], out, run)]
+    repeated, new_bad = repeated_letters(parts, known)
+    assert repeated == 1
+    assert (new_bad.count, dict(new_bad.by_reason)) == (2, {"not_an_image": 1, "truncated": 1})
+    target = os.path.join(staging, "dead_letters.jsonl.next")
+    write_dead_letters(out, staging, parts, target=target, before=os.path.join(out, "dead_letters.jsonl"),
+                       known=known)
+    with open(target, "rb") as fh:
+        written = [DeadLetter.from_json(line) for line in fh]
+    assert written == published + sorted(letters[1:], key=dl.letter_order)

@@ -53,3 +53,28 @@ def test_a_staged_shard_or_idx_whose_crc32c_does_not_check_is_not_reused(tmp_pat
         assert adopt_shard(done, out, "new") is None
     assert os.path.exists(done.staged)  # left where it was, for the rerun to write it again
     assert f"not reusing {done.staged}: its CRC32C is not the one recorded" in caplog.text
+
+
+def test_a_reused_shard_brings_its_keys_file_checked_by_its_crc32c(tmp_path, caplog) -> None:
+    import hashlib
+
+    from transforms.example.codec import encode_example
+
+    out = str(tmp_path / "out")
+    keyed = [(encode_example({"image/key/sha256": [hashlib.sha256(bytes([i])).hexdigest().encode()]}), 0)
+             for i in range(3)]
+    result = write_shard(out, ("train", 0, 1), keyed, "none", "old")
+    assert result.staged_keys is not None and result.stats.keys_crc32c is not None
+    record_done_shard("content", result)
+    os.makedirs(os.path.join(out, ".staging", "new"))
+    with open(result.staged + DONE_SUFFIX, "rb") as fh:
+        done = ShardDone.loads(fh.read(), os.path.dirname(result.staged))
+    assert (done.staged_keys, done.keys_crc32c) == (result.staged_keys, result.stats.keys_crc32c)
+    _flip(done.staged_keys, 3)
+    with caplog.at_level(logging.WARNING):
+        assert adopt_shard(done, out, "new") is None  # a keys file that changed: the shard is written again
+    _flip(done.staged_keys, 3)
+    reused = adopt_shard(done, out, "new")
+    assert reused is not None and reused.stats.keys_crc32c == done.keys_crc32c
+    assert os.path.dirname(reused.staged_keys) == os.path.join(out, ".staging", "new")
+    assert os.path.exists(reused.staged_keys) and not os.path.exists(done.staged_keys)

@@ -141,3 +141,26 @@ def test_the_copies_cross_to_their_letters_packed_and_compressed() -> None:
     choice = _tally(metas).choice()
     letters = [d for keyed in packed for d in fn.process(keyed, {"cc" * 32: [choice]}, [copy_choice_key("cc" * 32)])]
     assert sorted(d.path for d in letters) == [m.source.path for m in metas[1:]]  # each copy once, but the kept
+
+
+def test_published_keys_come_from_the_keys_file_or_else_from_the_shard(tmp_path) -> None:
+    import hashlib
+    import os
+
+    from transforms.example.codec import encode_example
+    from transforms.reject_duplicates import _crc32c_of, _shard_keys
+    from transforms.tfrecord.framing import frame_record
+
+    keys = [hashlib.sha256(bytes([n])).hexdigest() for n in range(3)]
+    shard = tmp_path / "train-00000-of-00001.tfrecord"
+    shard.write_bytes(b"".join(frame_record(encode_example({"image/key/sha256": [k.encode()]})) for k in keys))
+    os.makedirs(tmp_path / "index")
+    listed = [keys[2], keys[0]]  # not the shard's: tells which source was read
+    data = b"".join(bytes.fromhex(k) for k in listed)
+    (tmp_path / "index" / (shard.name + ".keys")).write_bytes(data)
+    copies = lambda crc: [key for key, copy in _shard_keys(("train", str(shard), crc), "none")]  # noqa: E731
+    assert copies(_crc32c_of(data)) == listed  # the keys file, 32 bytes a record
+    assert copies(None) == keys  # no keys file listed (an older set): the records
+    assert copies("AAAAAA==") == keys  # not the listed keys file: the records
+    os.remove(tmp_path / "index" / (shard.name + ".keys"))
+    assert copies(_crc32c_of(data)) == keys  # gone: the records

@@ -151,7 +151,7 @@ def test_report_json_and_summary() -> None:
     assert Report.build(1, 1, 0, []).summary("x").startswith("OK: x:")
     with pytest.raises(ValueError):
         Problem("a", None, "oops", "")
-    assert len(PROBLEM_KINDS) == 16  # with not_tfrecord, decoder_mismatch, crc32c_mismatch
+    assert len(PROBLEM_KINDS) == 17  # with not_tfrecord, decoder_mismatch, crc32c_mismatch, keys_mismatch
 
 
 # --- verify_in_memory --------------------------------------------------------------------
@@ -295,3 +295,26 @@ def test_summary_counts_damaged_files_of_all_and_what_was_not_read() -> None:
             "cannot be read past it)") in lines
     plain = Report.build(2, 9, 1 << 20, [Problem("s/a.tfrecord", 40, "crc_mismatch", "bad")])
     assert not any("were not read" in line for line in plain.summary("s").splitlines())
+
+
+def test_keys_file_problems_name_the_keys_file():
+    from transforms.shardset.manifest import ShardEntry
+    from transforms.tfrecord.file_hash import FileHash
+    from transforms.verify.checks import keys_file_problems
+
+    keys = ["ab" * 32, "cd" * 32]
+    data = b"".join(bytes.fromhex(k) for k in keys)
+    digest = FileHash()
+    digest.update(data)
+    entry = ShardEntry("s.tfrecord", 2, 10, None, {}, "AAAAAA==", None, digest.crc32c)
+    assert keys_file_problems("o/s.tfrecord", entry, ("o/index/s.tfrecord.keys", data), keys) == []
+    assert keys_file_problems("o/s.tfrecord", entry, ("o/index/s.tfrecord.keys", data), None) == []
+    assert keys_file_problems("o/s.tfrecord", ShardEntry("s.tfrecord", 2, 10, None, {}, "AAAAAA=="),
+                              ("o/index/s.tfrecord.keys", None), keys) == []  # the list states none
+    [missing] = keys_file_problems("o/s.tfrecord", entry, ("o/index/s.tfrecord.keys", None), keys)
+    assert (missing.file, missing.kind) == ("o/index/s.tfrecord.keys", "missing_file")
+    [changed] = keys_file_problems("o/s.tfrecord", entry, ("o/index/s.tfrecord.keys", data[::-1]), keys)
+    assert (changed.file, changed.kind) == ("o/index/s.tfrecord.keys", "crc32c_mismatch")
+    [wrong] = keys_file_problems("o/s.tfrecord", entry, ("o/index/s.tfrecord.keys", data), keys[::-1])
+    assert (wrong.file, wrong.kind) == ("o/index/s.tfrecord.keys", "keys_mismatch")
+    assert "key 0 is" in wrong.detail

@@ -72,6 +72,7 @@ class ShardEntry:
         crc32c: CRC32C of the file as written, as GCS states it (base64 of
             its 4 bytes, big-endian: what ``gsutil ls -L`` prints), or None.
         index_crc32c: The same of its ``.idx`` (uncompressed shards), or None.
+        keys_crc32c: The same of its ``.keys`` file (``key_files``), or None without one.
     """
 
     file: str
@@ -81,10 +82,12 @@ class ShardEntry:
     label_counts: Mapping[str, int] = field(default_factory=dict)
     crc32c: str | None = None
     index_crc32c: str | None = None
+    keys_crc32c: str | None = None
 
     def hashes(self) -> dict[str, str]:
         """The hashes the entry states, in the order they are written."""
-        named = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("sha256", self.sha256))
+        named = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("keys_crc32c", self.keys_crc32c),
+                 ("sha256", self.sha256))
         return {name: value for name, value in named if value is not None}
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,7 +103,8 @@ class ShardEntry:
             raise ManifestError(f"{where}: has neither 'crc32c' nor 'sha256'; a shard's entry states one")
         return cls(name, _require(obj, "records", int, where), _require(obj, "bytes", int, where), sha256,
                    _label_counts(obj, where), crc,
-                   _crc32c(obj, "index_crc32c", where) if "index_crc32c" in obj else None)
+                   _crc32c(obj, "index_crc32c", where) if "index_crc32c" in obj else None,
+                   _crc32c(obj, "keys_crc32c", where) if "keys_crc32c" in obj else None)
 
 
 def _crc32c(obj: Mapping[str, Any], key: str, where: str) -> str:
@@ -287,6 +291,10 @@ class Manifest:
             (and every split of an older manifest) does not record them.
         appended: The splits the last run appended records to (``--append``),
             each with the records it held before.
+        known_dead_letters: The last run's (an append's) inputs that the set's
+            ``dead_letters.jsonl`` held already (same path, same reason): neither
+            judged nor listed again, so its inputs are the records it wrote, its
+            dead letters and these (written only when not 0).
         written_splits: The splits the last run wrote (the others it kept);
             None where the manifest does not say (older manifests).
         object_labels: ``(id, name)`` of the object classes, sorted by id,
@@ -320,6 +328,7 @@ class Manifest:
     appended: Mapping[str, int] = field(default_factory=dict)
     object_labels: Sequence[tuple[int, str]] = ()
     near_duplicates: Mapping[str, Any] = field(default_factory=dict)
+    known_dead_letters: int = 0
 
     @property
     def records(self) -> int:
@@ -359,6 +368,8 @@ class Manifest:
         written = {} if self.written_splits is None else {"written_splits": sorted(set(self.written_splits))}
         if self.appended:
             written["appended"] = dict(sorted(self.appended.items()))
+        if self.known_dead_letters:
+            written["known_dead_letters"] = self.known_dead_letters
         return {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -442,6 +453,9 @@ class Manifest:
                 name in splits and isinstance(n, int) and not isinstance(n, bool) and n >= 0
                 for name, n in appended.items()):
             raise ManifestError(f"manifest.appended: expected split name -> records before, got {appended!r}")
+        known = obj.get("known_dead_letters", 0)
+        if not isinstance(known, int) or isinstance(known, bool) or known < 0:
+            raise ManifestError(f"manifest.known_dead_letters: expected a count, got {known!r}")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
@@ -466,6 +480,7 @@ class Manifest:
             appended=appended,
             object_labels=_object_labels(obj.get("object_labels", [])),
             near_duplicates=_near_duplicates(obj.get("near_duplicates", {})),
+            known_dead_letters=known,
         )
 
 

@@ -26,6 +26,7 @@ from transforms.errors import ManifestError
 from transforms.shardset.manifest import REFUSED_DEAD_LETTERS_NAME, Manifest, SplitEntry
 from transforms.shardset.naming import SHARD_NAME_RE
 from transforms.shardset.resume import RunMarker
+from transforms.shardset.key_files import KEYS_SUFFIX, keys_name
 from transforms.tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX, index_names
 
 __all__ = ["JOURNAL_NAME", "PublishPolicy", "Journal", "is_shard_named", "owned_files",
@@ -115,9 +116,11 @@ class Journal:
 
 def is_shard_named(name: str) -> bool:
     """True for ``split-NNNNN-of-NNNNN.tfrecord[.gz|.zz]``, such a name plus ``.idx``, and
-    ``index/`` plus such an index name (names relative to the output folder)."""
+    ``index/`` plus such an index name or keys file name (names relative to the output folder)."""
     if name.startswith(INDEX_DIR + "/"):
         name = name[len(INDEX_DIR) + 1:]
+        if name.endswith(KEYS_SUFFIX):
+            return bool(SHARD_NAME_RE.match(name[:-len(KEYS_SUFFIX)]))
         if not name.endswith(INDEX_SUFFIX):
             return False
     base = name[:-len(INDEX_SUFFIX)] if name.endswith(INDEX_SUFFIX) else name
@@ -125,11 +128,13 @@ def is_shard_named(name: str) -> bool:
 
 
 def _with_index(names: Iterable[str]) -> set[str]:
-    """Shard names and both places of their index (``index/NAME.idx``, older sets ``NAME.idx``)."""
+    """Shard names, both places of their index (``index/NAME.idx``, older sets ``NAME.idx``) and their
+    keys file (``index/NAME.keys``)."""
     out = set()
     for name in names:
         out.add(name)
         out.update(index_names(name))
+        out.add(keys_name(name))
     return out
 
 

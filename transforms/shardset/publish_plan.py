@@ -31,6 +31,7 @@ from transforms.shardset.ownership import Journal, files_to_remove
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.replacing import kept_built_from, split_inputs
 from transforms.shardset.staged import StagedShard
+from transforms.shardset.key_files import keys_name
 from transforms.tfrecord.record_index import index_name, index_names
 
 __all__ = ["PublishPlan", "relative_name", "unwritten_shards", "plan_publish", "new_manifest", "plan_journal",
@@ -121,6 +122,8 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
     for split in kept.values():
         for shard in split.shards:
             keep.update((shard.file, *index_names(shard.file)) if compression == "none" else (shard.file,))
+            if shard.keys_crc32c is not None:
+                keep.add(keys_name(shard.file))
     splits: dict[str, SplitEntry] = {name: SplitEntry(name, split.shards, split.to_counts())
                                      for name, split in kept.items()}
     moves: list[tuple[str, str]] = []
@@ -144,7 +147,11 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
                             raise PublishError(f"split {t.split!r}: the index of {shard.file} is missing: "
                                                "rebuild the split, or append after verify_shards passes")
                         moves.append((index_file, index_name(final_name)))
+                    if shard.keys_crc32c is not None:  # its keys file goes with it
+                        moves.append((keys_name(shard.file), keys_name(final_name)))
                 keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
+                if shard.keys_crc32c is not None:
+                    keep.add(keys_name(final_name))
                 entries.append(dataclasses.replace(shard, file=final_name, label_counts={}))
                 continue
             result = staged[(t.split, index)]
@@ -152,6 +159,9 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
             if result.staged_index:
                 moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
                 keep.add(index_name(result.file))
+            if result.staged_keys:
+                moves.append((relative_name(output_dir, result.staged_keys), keys_name(result.file)))
+                keep.add(keys_name(result.file))
             keep.add(result.file)
             entries.append(result.entry())
         for label, count in label_counts.get(t.split, {}).items():
@@ -181,7 +191,7 @@ def _add_counts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[str], plan: PublishPlan,
                  old: Manifest | None, kept: Iterable[str], written_splits: Iterable[str], dead_letters: int,
                  shards_file: ShardsFile | None, inputs_given: Sequence[str] | None,
-                 appending: bool = False, where: str = "the published set") -> Manifest:
+                 appending: bool = False, where: str = "the published set", known_dead_letters: int = 0) -> Manifest:
     """The manifest a plan publishes.
 
     Args:
@@ -191,6 +201,8 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
         inputs_given: The run's ``--input`` values, or None.
         appending: An append: counts, inputs and object classes add to ``old``'s.
         where: The folder, for messages.
+        known_dead_letters: Appending: this run's inputs that ``old``'s dead letters held already
+            (same path and reason), not counted in ``dead_letters`` again.
 
     Raises:
         PublishError: Appending, an object class id names another class than in ``old``.
@@ -218,7 +230,7 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
     return Manifest(**common, dead_letters=old.dead_letters + dead_letters,
                     images=_add_counts(old.images, fields.get("images") or {}), built_from=built_from,
                     appended={name: old.splits[name].records if name in old.splits else 0 for name in written},
-                    object_labels=tuple(sorted(objects.items())))
+                    object_labels=tuple(sorted(objects.items())), known_dead_letters=known_dead_letters)
 
 
 def plan_journal(run_id: str, plan: PublishPlan, staged_files: Sequence[tuple[str, str]],

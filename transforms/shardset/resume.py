@@ -328,6 +328,8 @@ class ShardDone:
         crc32c: Its CRC32C (``file_hash.crc32c_text``).
         index_crc32c: The CRC32C of the staged ``.idx``, or None without one.
         label_counts: Label index (as a string) -> records.
+        staged_keys: Its staged ``.keys`` file (``key_files``), or None without one.
+        keys_crc32c: The CRC32C of the staged ``.keys`` file, or None without one.
     """
 
     content: str
@@ -341,6 +343,8 @@ class ShardDone:
     crc32c: str
     index_crc32c: str | None
     label_counts: Mapping[str, int]
+    staged_keys: str | None = None
+    keys_crc32c: str | None = None
 
     def dumps(self) -> bytes:
         """The record, with the staged files' names only (they lie beside it)."""
@@ -349,7 +353,9 @@ class ShardDone:
                             "staged_index": self.staged_index.rsplit("/", 1)[-1] if self.staged_index else None,
                             "records": self.records, "bytes": self.bytes, "sha256": self.sha256,
                             "crc32c": self.crc32c, "index_crc32c": self.index_crc32c,
-                            "label_counts": dict(self.label_counts)},
+                            "label_counts": dict(self.label_counts),
+                            "staged_keys": self.staged_keys.rsplit("/", 1)[-1] if self.staged_keys else None,
+                            "keys_crc32c": self.keys_crc32c},
                            sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
@@ -365,7 +371,9 @@ class ShardDone:
             if obj.get("format") != _FORMAT:
                 raise ValueError("another format")
             split, index, count = obj["key"]
-            names = [obj["staged"]] + ([obj["staged_index"]] if obj["staged_index"] else [])
+            keys, keys_crc = obj.get("staged_keys"), obj.get("keys_crc32c")  # none in older records
+            names = ([obj["staged"]] + ([obj["staged_index"]] if obj["staged_index"] else [])
+                     + ([keys] if keys else []))
             if any(not isinstance(n, str) or "/" in n for n in names):
                 raise ValueError("a staged name is not a plain name")
             crc, index_crc = str(obj["crc32c"]), obj["index_crc32c"]
@@ -374,11 +382,16 @@ class ShardDone:
                 raise ValueError("the .idx and its CRC32C are not both given")
             if index_crc is not None:
                 crc32c_value(index_crc)
+            if (keys_crc is None) != (keys is None):
+                raise ValueError("the .keys file and its CRC32C are not both given")
+            if keys_crc is not None:
+                crc32c_value(keys_crc)
             at = folder.rstrip("/")
             return cls(str(obj["content"]), (str(split), int(index), int(count)), str(obj["file"]),
                        f"{at}/{obj['staged']}", f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,
                        int(obj["records"]), int(obj["bytes"]),
                        None if obj["sha256"] is None else str(obj["sha256"]), crc, index_crc,
-                       {str(k): int(v) for k, v in obj["label_counts"].items()})
+                       {str(k): int(v) for k, v in obj["label_counts"].items()},
+                       f"{at}/{keys}" if keys else None, None if keys_crc is None else str(keys_crc))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
             raise ManifestError(f"done shard record is not readable: {err}") from err

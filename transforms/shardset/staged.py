@@ -37,6 +37,7 @@ class ShardResult:
     staged_index: str | None
     stats: ShardStats
     tallies: tuple[tuple[Any, int], ...] = ()  # (key, items) of WriteShards' tally_of, sorted
+    staged_keys: str | None = None  # its staged .keys file (key_files), or None without one
 
 
 @dataclass(frozen=True)
@@ -78,22 +79,26 @@ class StagedShard:
     sha256: str | None
     crc32c: str | None = None
     index_crc32c: str | None = None
+    staged_keys: str | None = None
+    keys_crc32c: str | None = None
 
     @classmethod
     def of(cls, result: ShardResult) -> "StagedShard":
         return cls(result.file, result.staged, result.staged_index, result.stats.records,
-                   result.stats.bytes, result.stats.sha256, result.stats.crc32c, result.stats.index_crc32c)
+                   result.stats.bytes, result.stats.sha256, result.stats.crc32c, result.stats.index_crc32c,
+                   result.staged_keys, result.stats.keys_crc32c if result.staged_keys else None)
 
     def entry(self, file: str | None = None) -> ShardEntry:
         """Its shard-list entry (under ``file``, default its own name), without label counts."""
         return ShardEntry(file or self.file, self.records, self.bytes, self.sha256, {}, self.crc32c,
-                          self.index_crc32c)
+                          self.index_crc32c, self.keys_crc32c)
 
 
 def staged_line(index: int, shard: StagedShard) -> bytes:
     """One row of a part's staged-shards file: the shard's index and what publishing needs of it."""
     return (json.dumps([index, shard.file, shard.staged, shard.staged_index, shard.records, shard.bytes,
-                        shard.sha256, shard.crc32c, shard.index_crc32c], separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+                        shard.sha256, shard.crc32c, shard.index_crc32c, shard.staged_keys, shard.keys_crc32c],
+                       separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def read_staged_line(line: bytes) -> tuple[int, StagedShard]:

@@ -48,8 +48,11 @@ def published_summary(output_dir: str, manifest: Manifest, seconds: float, befor
                   for name, split in manifest.splits.items() if name not in kept)
     # An append's manifest counts the set's dead letters, earlier runs' too: this run's are the difference.
     dead = manifest.dead_letters - (before.dead_letters if manifest.appended and before is not None else 0)
+    # An append's inputs the set had dead-lettered already: in its dead_letters.jsonl once, not again.
+    known = manifest.known_dead_letters if manifest.appended else 0
+    told = f", {plural(known, 'input')} already dead-lettered in the set" if known else ""
     lines = [f"Published {plural(written, 'record')} to {output_dir} in {seconds:.1f} s "
-             f"({plural(dead, 'dead letter')}; written + dead-lettered = {written + dead} inputs)"]
+             f"({plural(dead, 'dead letter')}{told}; written + dead-lettered = {written + dead + known} inputs)"]
     lines += [f"  {line}" for line in map(change_line, changes.values()) if line]
     for name, split in sorted(manifest.splits.items()):
         sizes = [s.bytes for s in split.shards]

@@ -27,7 +27,8 @@ from transforms.storage.output_folder import staging_folder
 from transforms.storage.sorted_parts import MERGE_BUFFER, MERGE_FAN_IN, merged_parts
 from transforms.storage.writing import reporting_full_disk, write_atomic, write_file
 
-__all__ = ["MERGE_FAN_IN", "write_dead_letter_part", "write_dead_letters"]
+__all__ = ["MERGE_FAN_IN", "write_dead_letter_part", "write_dead_letters", "dead_lettered_inputs",
+           "repeated_letters"]
 
 
 def write_dead_letter_part(letters: Iterable[DeadLetter], output_dir: str, run_id: str) -> DeadLetterPart:
@@ -61,8 +62,55 @@ def _published_before(output_dir: str, paths: Sequence[str], count: int) -> bool
     return True
 
 
+def dead_lettered_inputs(path: str) -> set[tuple[str, str]]:
+    """``(path, reason)`` of every dead letter of a published ``dead_letters.jsonl`` (none if it is absent).
+
+    Held in memory: a few hundred bytes per dead letter of the set (not per input).
+    """
+    found: set[tuple[str, str]] = set()
+    with open_lines(path) as lines:
+        for line in lines or ():
+            if line.strip():
+                letter = DeadLetter.from_json(line)
+                found.add((letter.path, letter.reason))
+    return found
+
+
+def repeated_letters(parts: Sequence[DeadLetterPart],
+                     known: set[tuple[str, str]]) -> tuple[int, RejectionSummary]:
+    """How many of the parts' dead letters ``known`` holds (same path, same reason), and the summary of the
+    bad inputs among the others (``in_appended_set``'s excluded): an append's new bad inputs.
+
+    Raises:
+        PublishError: A staged part is gone.
+    """
+    repeated = 0
+
+    def new_bad() -> Iterable[DeadLetter]:
+        nonlocal repeated
+        for part in parts:
+            with open_lines(part.path) as lines:
+                if lines is None:
+                    raise _gone(part.path)
+                for line in lines:
+                    letter = DeadLetter.from_json(line)
+                    if (letter.path, letter.reason) in known:
+                        repeated += 1
+                    elif not in_appended_set(letter):
+                        yield letter
+
+    summary = RejectionSummary.of(new_bad())
+    return repeated, summary
+
+
+def _key(line: bytes) -> tuple[str, str]:
+    letter = DeadLetter.from_json(line)
+    return letter.path, letter.reason
+
+
 def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetterPart], target: str | None = None,
-                       before: str | None = None) -> RejectionSummary:
+                       before: str | None = None,
+                       known: set[tuple[str, str]] | None = None) -> RejectionSummary:
     """Writes ``dead_letters.jsonl`` from the staged parts, merged in ``letter_order``; returns their summary.
 
     The bytes depend only on the dead letters, not on how they were dealt
@@ -80,6 +128,8 @@ def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetter
         target: Where the file goes (default: ``dead_letters.jsonl`` of
             ``output_dir``; then a retried publish is recognised as above).
         before: A file whose lines go first (an appended set's dead letters), if present.
+        known: ``(path, reason)`` of dead letters ``before`` holds (``dead_lettered_inputs``): the
+            parts' letters among them are left out, so no input is in the file twice.
 
     Raises:
         PublishError: A staged part is gone (and the file is not in place), or
@@ -100,7 +150,8 @@ def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetter
     head = open_lines(before, MERGE_BUFFER) if before else contextlib.nullcontext()
     with merged_parts(paths, key=line_order, gone=_gone, staged_name=staged_name, fan_in=MERGE_FAN_IN,
                       write=write_staged) as lines, head as first:
-        whole = lines if first is None else itertools.chain(first, lines)
+        added = lines if not known else (line for line in lines if _key(line) not in known)
+        whole = added if first is None else itertools.chain(first, added)
         write_atomic(target or join_path(output_dir, DEAD_LETTERS_NAME), whole, staging)
     if lines.count != summary.count:
         raise PublishError(f"the staged dead-letter parts hold {lines.count} lines but {summary.count} "

@@ -395,10 +395,12 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
         raise
 
 
-def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple[str, str]], str]:
+def published_shards(output_dir: str,
+                     policy: PublishPolicy) -> tuple[list[tuple[str, str, str | None]], str]:
     """The shards of the splits published in ``output_dir`` that a run may keep, and their compression.
 
-    ``(split, shard path)`` of every shard of the folder's manifest; none
+    ``(split, shard path, CRC32C of its keys file or None without one)`` of
+    every shard of the folder's manifest; none
     without a manifest or with ``--drop_other_splits`` (no split is kept).
     Which of them are kept depends on the splits the run writes.
 
@@ -409,7 +411,8 @@ def published_shards(output_dir: str, policy: PublishPolicy) -> tuple[list[tuple
     if data is None:
         return [], "none"
     manifest = read_manifest(output_dir, data)
-    return ([(name, join_path(output_dir, shard.file)) for name, split in sorted(manifest.splits.items())
+    return ([(name, join_path(output_dir, shard.file), shard.keys_crc32c)
+             for name, split in sorted(manifest.splits.items())
              for shard in split.shards], manifest.compression)
 
 

@@ -60,7 +60,7 @@ from transforms.shardset.publish_plan import (SET_FILES, new_manifest, plan_jour
                                               staged_name, unwritten_shards)
 from transforms.shardset.replacing import input_values, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
-from transforms.storage.dead_letter_files import write_dead_letters
+from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_letters, write_dead_letters
 from transforms.storage.files import hashes_match, read_if_present
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
     moves_problem, rename_files
@@ -211,8 +211,14 @@ def _checked_labels(output_dir: str, state: FolderState, staging: str, kept: Map
 
 
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
-                    written: int, max_bad_fraction: float | None) -> str | None:
-    """Why an append is not published (too many bad inputs), or None; raises when it has nothing new."""
+                    written: int, max_bad_fraction: float | None, repeated: int = 0,
+                    new_bad: RejectionSummary | None = None) -> str | None:
+    """Why an append is not published (too many bad inputs), or None; raises when it has nothing new.
+
+    ``repeated`` of the inputs were dead-lettered by the set already (same
+    path, same reason): like the inputs the set holds, they are not judged
+    again; ``new_bad`` is the summary of the other bad inputs.
+    """
     everything = RejectionSummary.merged(part.summary for part in dead_letters)
     bad = RejectionSummary.merged(part.summary if part.bad is None else part.bad for part in dead_letters)
     # Inputs the set already holds are not bad inputs: appending a folder that grew is the usual case.
@@ -220,31 +226,36 @@ def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLe
     if present == inputs and inputs:
         _refuse(staging, NothingToPublish(f"Nothing to append: all {plural(inputs, 'input')} are already in "
                                           f"{output_dir} (same bytes); nothing was changed"))
-    if rejection_verdict(inputs, everything.count, present, max_bad_fraction).kind == "nothing_new":
+    if rejection_verdict(inputs, everything.count, present + repeated, max_bad_fraction).kind == "nothing_new":
         # Nothing new but inputs as bad as before: the inputs the set holds count as good ones.
         _refuse(staging, NothingToPublish("\n".join([
             f"Nothing to append: {present:,} of {plural(inputs, 'input')} are already in {output_dir} "
             f"(same bytes) and the other {bad.count:,} {'was' if bad.count == 1 else 'were'} rejected; "
             "nothing was changed", *rejection_details(bad)])))
-    return rejection_problem(inputs - present, written, bad, join_path(output_dir, REFUSED_DEAD_LETTERS_NAME),
-                             max_bad_fraction)
+    return rejection_problem(inputs - present - repeated, written, bad if new_bad is None else new_bad,
+                             join_path(output_dir, REFUSED_DEAD_LETTERS_NAME), max_bad_fraction)
 
 
 def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str, int], StagedShard],
                         parts: Sequence[ShardListPart], totals: Sequence[SplitTotals],
                         dead_letters: Sequence[DeadLetterPart], inputs: int, max_bad_fraction: float | None,
-                        old: Manifest | None, appending: bool) -> tuple[dict[str, Any], int]:
+                        old: Manifest | None, appending: bool) -> tuple[dict[str, Any], int, int]:
     """Stages the set's ``dead_letters.jsonl`` (an append's: the set's, then this run's), or refuses the run
     (too many bad inputs, counts that disagree), leaving its dead letters to read.
 
-    Returns the appended splits' merged published shard entries (by split) and the set's dead-letter count.
+    Returns the appended splits' merged published shard entries (by split), the set's dead-letter count
+    and how many of an append's inputs the set had dead-lettered already (same path and reason: neither
+    judged nor listed again).
     """
     staged_letters = join_path(output_dir, staged_name(relative_name(output_dir, staging), DEAD_LETTERS_NAME))
     if appending:
         merged = {t.split: next(e for i, e in published_entries(output_dir, old, t.split) if i == t.merged)
                   for t in totals if t.merged is not None}
         written = sum(s.records for s in staged.values()) - sum(e.records for e in merged.values())
-        refusal = (_append_refusal(output_dir, staging, dead_letters, inputs, written, max_bad_fraction)
+        known = dead_lettered_inputs(join_path(output_dir, DEAD_LETTERS_NAME))
+        repeated, new_bad = repeated_letters(dead_letters, known) if known else (0, None)
+        refusal = (_append_refusal(output_dir, staging, dead_letters, inputs, written, max_bad_fraction,
+                                   repeated, new_bad)
                    or parts_problem(parts, staged))
         if refusal is not None:  # the refused run's dead letters are left to read
             write_dead_letters(output_dir, staging, dead_letters,
@@ -252,8 +263,8 @@ def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str
             _refuse(staging, PublishError(refusal))
         # The set's dead letters, then this run's.
         write_dead_letters(output_dir, staging, dead_letters, target=staged_letters,
-                           before=join_path(output_dir, DEAD_LETTERS_NAME))
-        return merged, RejectionSummary.merged(part.summary for part in dead_letters).count
+                           before=join_path(output_dir, DEAD_LETTERS_NAME), known=known)
+        return merged, RejectionSummary.merged(part.summary for part in dead_letters).count - repeated, repeated
     dead = write_dead_letters(output_dir, staging, dead_letters, target=staged_letters)
     refusal = (rejection_problem(inputs, sum(s.records for s in staged.values()), dead,
                                  join_path(output_dir, DEAD_LETTERS_NAME), max_bad_fraction)
@@ -261,7 +272,7 @@ def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str
     if refusal is not None:  # the refused run's dead letters are left to read
         rename_files([(staged_letters, join_path(output_dir, DEAD_LETTERS_NAME))])
         _refuse(staging, PublishError(refusal))
-    return {}, dead.count
+    return {}, dead.count, 0
 
 
 def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
@@ -316,7 +327,7 @@ def _stage_manifest(output_dir: str, staging: str, plan: Any, labels: Sequence[s
                     parts: Sequence[ShardListPart], totals: Sequence[SplitTotals], kept: Mapping[str, SplitEntry],
                     old: Manifest | None, empty: Mapping[tuple[str, int], StagedShard], written_splits: set[str],
                     dead_count: int, manifest_fields: Mapping[str, Any], compression: str,
-                    appending: bool) -> Manifest:
+                    appending: bool, known_dead_letters: int = 0) -> Manifest:
     """Stages ``labels.txt`` and ``shards.jsonl``; returns the new manifest (refused: staging cleared)."""
     staging_name = relative_name(output_dir, staging)
 
@@ -331,7 +342,7 @@ def _stage_manifest(output_dir: str, staging: str, plan: Any, labels: Sequence[s
     try:
         manifest = new_manifest(manifest_fields, compression, labels, plan, old, kept, written_splits, dead_count,
                                 shards_file, input_values(manifest_fields["options"]), appending=appending,
-                                where=output_dir)
+                                where=output_dir, known_dead_letters=known_dead_letters)
     except PublishError as err:
         _refuse(staging, err)
     return manifest
@@ -397,8 +408,8 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     labels = _checked_labels(output_dir, state, staging, kept, totals, labels, compression, manifest_fields, policy)
     # One small entry per shard, read from the parts' staged files (the side input is the parts only).
     staged = staged_of_parts(output_dir, parts, old, staging, compression)
-    merged, dead_count = _stage_dead_letters(output_dir, staging, staged, parts, totals, dead_letters, inputs,
-                                             max_bad_fraction, old, policy.append)
+    merged, dead_count, repeated = _stage_dead_letters(output_dir, staging, staged, parts, totals, dead_letters, inputs,
+                                                       max_bad_fraction, old, policy.append)
     empty = _write_empty_shards(output_dir, totals, staged, compression, policy.run_id,
                                 manifest_fields.get("file_format", "tfrecord"))
     try:
@@ -410,7 +421,7 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
         _refuse(staging, err)
 
     manifest = _stage_manifest(output_dir, staging, plan, labels, parts, totals, kept, old, empty, written_splits,
-                               dead_count, manifest_fields, compression, policy.append)
+                               dead_count, manifest_fields, compression, policy.append, repeated)
     journal = _stage_set_files(output_dir, staging, manifest, sidecar_files, plan, policy.run_id)
     # From here on the publish only goes forward: nothing the journal names is deleted.
     handed = _hand_out(output_dir, journal, parallel_from)

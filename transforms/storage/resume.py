@@ -32,6 +32,7 @@ from transforms.storage.folders import copy_files, delete_files, rename_files
 from transforms.storage.listing import list_folder
 from transforms.storage.output_folder import resumable_runs, run_files_of, staging_folder
 from transforms.storage.paths import is_local
+from transforms.shardset.key_files import keys_name
 from transforms.tfrecord.record_index import index_name
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.shard_writer import ShardStats
@@ -168,7 +169,8 @@ def record_done_shard(content: str, result: ShardResult) -> None:
     _write_done_shard(ShardDone(content, (result.split, result.index, result.count), result.file, result.staged,
                                 result.staged_index, result.stats.records, result.stats.bytes, result.stats.sha256,
                                 result.stats.crc32c, result.stats.index_crc32c if result.staged_index else None,
-                                dict(result.stats.label_counts)))
+                                dict(result.stats.label_counts), result.staged_keys,
+                                result.stats.keys_crc32c if result.staged_keys else None))
 
 
 def _write_done_shard(done: ShardDone) -> None:
@@ -185,28 +187,36 @@ def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | 
     """
     try:
         staging = staging_folder(output_dir, run_id)
-        source, source_index = done.staged, done.staged_index
+        source, source_index, source_keys = done.staged, done.staged_index, done.staged_keys
         published = not exists(source)  # its run's journal renamed it into the folder: copied, never moved
         if published:
             source = join_path(output_dir, done.file)
             source_index = index_name(source) if done.staged_index else None
-        if not hashes_match(source, done.crc32c) or (source_index and not hashes_match(source_index,
-                                                                                      done.index_crc32c)):
+            source_keys = keys_name(source) if done.staged_keys else None
+        if (not hashes_match(source, done.crc32c)
+                or (source_index and not hashes_match(source_index, done.index_crc32c))
+                or (source_keys and not hashes_match(source_keys, done.keys_crc32c))):
             _LOG.warning("not reusing %s: its CRC32C is not the one recorded when it was written", source)
             return None
         moves = [(source, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
+        staged_index = staged_keys = None
         if done.staged_index:
-            moves.append((source_index, join_path(staging, done.staged_index.rsplit("/", 1)[-1])))
+            staged_index = join_path(staging, done.staged_index.rsplit("/", 1)[-1])
+            moves.append((source_index, staged_index))
+        if done.staged_keys:
+            staged_keys = join_path(staging, done.staged_keys.rsplit("/", 1)[-1])
+            moves.append((source_keys, staged_keys))
         (copy_files if published else rename_files)(moves)
     except STORAGE_ERRORS as err:  # e.g. another attempt of the same shard moved it first
         _LOG.info("not reusing %s: %s", done.staged, error_reason(err))
         return None
     split, index, count = done.key
-    result = ShardResult(split, index, count, done.file, moves[0][1], moves[1][1] if len(moves) > 1 else None,
+    result = ShardResult(split, index, count, done.file, moves[0][1], staged_index,
                          ShardStats(done.records, done.bytes, done.sha256, dict(done.label_counts), done.crc32c,
-                                    done.index_crc32c))
+                                    done.index_crc32c, done.keys_crc32c), staged_keys=staged_keys)
     moved = ShardDone(done.content, done.key, done.file, result.staged, result.staged_index, done.records,
-                      done.bytes, done.sha256, done.crc32c, done.index_crc32c, done.label_counts)
+                      done.bytes, done.sha256, done.crc32c, done.index_crc32c, done.label_counts, staged_keys,
+                      done.keys_crc32c)
     try:
         delete_files([done.staged + DONE_SUFFIX])
         _write_done_shard(moved)  # a run killed after this reuses it again

@@ -1,6 +1,7 @@
 """A run's shards and shard list on storage: staged by the workers, joined when publishing.
 
-Each shard is written with its ``.idx`` (uncompressed shards) to a unique
+Each shard is written with its ``.idx`` (uncompressed shards) and its keys
+file (``shardset.key_files``: its records' keys, 32 bytes each) to a unique
 name in the run's staging folder (``write_shard``: a retried or speculative
 bundle writes its own copy), and the shard-list lines of up to
 ``staged.PART_SHARDS`` written shards to one staged part
@@ -19,10 +20,11 @@ import hashlib
 import os
 import tempfile
 import uuid
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from transforms.errors import ManifestError, PublishError
 from transforms.shardset.manifest import SHARDS_NAME, Manifest, ShardEntry, ShardsFile, SplitEntry
+from transforms.shardset.key_files import KEYS_SUFFIX, KeyCollector
 from transforms.shardset.naming import join_path, shard_file_name
 from transforms.shardset.shard_list import LineDigest, read_shard_list, shard_line
 from transforms.shardset.staged import (ShardListPart, ShardResult, StagedShard, part_ranges, part_tallies,
@@ -54,7 +56,9 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     A record is its bytes, a sequence of pieces whose concatenation is its bytes,
     or a ``FramedRecord`` (its bytes already framed, copied as they are). The
     shard's CRC32C (and its ``.idx``'s) is computed as it is written; its
-    sha256 too with ``sha256``. An ``array_record`` shard holds the same
+    sha256 too with ``sha256``. The records' keys are collected as they pass
+    and staged as the shard's keys file once it is written (none when a
+    record has no ``image/key/sha256`` of 64 hex digits). An ``array_record`` shard holds the same
     records (unframed) in an ArrayRecord file, written to a local temporary
     file (its writer takes local paths only) and then copied to its staged
     name, local or on a store, hashed as it is copied.
@@ -68,8 +72,11 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     attempt = uuid.uuid4().hex
     staging = staging_folder(output_dir, run_id)
     staged = join_path(staging, f"{name}.{attempt}.tmp")
+    collector = KeyCollector()
+    records = _collecting_keys(records, collector, staged)
     if file_format == "array_record":
-        return _write_array_record_shard(output_dir, key, name, staged, records, planned_bytes, sha256)
+        result = _write_array_record_shard(output_dir, key, name, staged, records, planned_bytes, sha256)
+        return _with_keys(output_dir, result, collector.keys(), attempt)
     staged_index = join_path(staging, f"{name}.idx.{attempt}.tmp") if compression == "none" else None
     with reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
         fh = create(staged)
@@ -88,7 +95,29 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
             close_written_file(fh)
             if index_fh is not None:
                 close_written_file(index_fh)
-    return ShardResult(split, index, count, name, staged, staged_index, stats)
+    return _with_keys(output_dir, ShardResult(split, index, count, name, staged, staged_index, stats),
+                      collector.keys(), attempt)
+
+
+def _collecting_keys(records: Iterable[tuple[Any, Any]], collector: KeyCollector,
+                     where: str) -> Iterator[tuple[Any, Any]]:
+    """Passes the records on, noting each one's key in ``collector``."""
+    for number, (record, label) in enumerate(records):
+        collector.add(record, f"{where}: record {number}")
+        yield record, label
+
+
+def _with_keys(output_dir: str, result: ShardResult, keys: bytes | None, attempt: str) -> ShardResult:
+    """``result`` with its keys file staged beside it (``key_files``), unless a record had no usable key."""
+    if keys is None:
+        return result
+    staged_keys = f"{result.staged[:-len(f'.{attempt}.tmp')]}{KEYS_SUFFIX}.{attempt}.tmp"
+    digest = FileHash()
+    digest.update(keys)
+    with reporting_full_disk(output_dir, staged_keys), naming_s3_errors(staged_keys):
+        write_file(staged_keys, keys)  # one request on a store
+    return dataclasses.replace(result, staged_keys=staged_keys,
+                               stats=dataclasses.replace(result.stats, keys_crc32c=digest.crc32c))
 
 
 def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: str, staged: str,
@@ -208,7 +237,8 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
         for label, count in result.stats.label_counts.items():
             totals[label] = totals.get(label, 0) + count
     lines = (shard_line(split, r.index, ShardEntry(r.file, r.stats.records, r.stats.bytes, r.stats.sha256,
-                                                   r.stats.label_counts, r.stats.crc32c, r.stats.index_crc32c))
+                                                   r.stats.label_counts, r.stats.crc32c, r.stats.index_crc32c,
+                                                   r.stats.keys_crc32c if r.staged_keys else None))
              for r in results)
     with reporting_full_disk(output_dir, path):
         write_file(path, lines)
@@ -264,7 +294,9 @@ def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: 
                 moved = join_path(staging, f"{entry.file}.published")
                 staged[(split, index)] = StagedShard(entry.file, moved, f"{moved}.idx" if compression == "none"
                                                      else None, entry.records, entry.bytes, entry.sha256,
-                                                     entry.crc32c, entry.index_crc32c)
+                                                     entry.crc32c, entry.index_crc32c,
+                                                     f"{moved}.keys" if entry.keys_crc32c else None,
+                                                     entry.keys_crc32c)
     return staged
 
 

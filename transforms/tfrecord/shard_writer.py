@@ -31,6 +31,8 @@ class ShardStats:
         label_counts: Label index (as a string) -> records.
         crc32c: CRC32C of the file's bytes, as GCS writes it (``file_hash.crc32c_text``).
         index_crc32c: CRC32C of the ``.idx``'s bytes, or None without one.
+        keys_crc32c: CRC32C of the ``.keys`` file's bytes (``shardset.key_files``), or None
+            without one (set by whoever writes it).
     """
 
     records: int = 0
@@ -39,6 +41,7 @@ class ShardStats:
     label_counts: dict[str, int] = field(default_factory=dict)
     crc32c: str = ""
     index_crc32c: str | None = None
+    keys_crc32c: str | None = None
 
 
 class ShardWriter:

@@ -23,6 +23,7 @@ from transforms.example.codec import decode_example
 from transforms.images.codec import decode_size
 from transforms.images.structure import check_png
 from transforms.images.tf_rule import tf_shape
+from transforms.shardset.key_files import keys_problem
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry
 from transforms.shardset.naming import SHARD_NAME_RE, join_path
 from transforms.tfrecord.file_hash import FileHash
@@ -33,14 +34,15 @@ __all__ = [
     "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report",
     "check_record", "check_features", "image_problem", "label_problem", "listing_problems",
     "labels_problems", "shard_label_problems",
-    "index_problems", "hash_problems", "index_hash_problem", "shard_problems", "duplicate_key_problems",
+    "index_problems", "hash_problems", "index_hash_problem", "keys_file_problems",
+    "shard_problems", "duplicate_key_problems",
     "report_pieces", "problem_line", "read_problem_line", "ProblemPart",
 ]
 
 PROBLEM_KINDS = (
     "crc_mismatch", "truncated", "bad_length", "parse_error", "schema", "count_mismatch",
     "label_mismatch", "size_mismatch", "crc32c_mismatch", "sha256_mismatch", "missing_file", "extra_file",
-    "duplicate_key", "decode_error", "not_tfrecord", "decoder_mismatch",
+    "duplicate_key", "decode_error", "not_tfrecord", "decoder_mismatch", "keys_mismatch",
 )
 
 # Kinds of damage met while reading a file's records (a ``RecordError``).
@@ -397,6 +399,30 @@ def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, byt
     return Problem(index[0], None, "crc32c_mismatch",
                    f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.index_crc32c} for the .idx of "
                    f"{shard_path}: its bytes changed since it was written")
+
+
+def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, bytes | None],
+                       record_keys: Sequence[str | None] | None) -> list[Problem]:
+    """Problems of a shard's keys file (``key_files``): ``(path, bytes or None when absent)``.
+
+    A ``missing_file`` when the shard list states a keys file that is absent, a
+    ``crc32c_mismatch`` when its bytes lack the stated CRC32C, and a
+    ``keys_mismatch`` when it does not list ``record_keys`` (the keys of the
+    shard's records in order; None when the shard was not read whole).
+    """
+    path, data = keys
+    if entry.keys_crc32c is None:
+        return []
+    if data is None:
+        return [Problem(path, None, "missing_file", f"{SHARDS_NAME} states a keys file of {shard_path}")]
+    digest = FileHash()
+    digest.update(data)
+    if digest.crc32c != entry.keys_crc32c:
+        return [Problem(path, None, "crc32c_mismatch",
+                        f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.keys_crc32c} for the keys "
+                        f"of {shard_path}: its bytes changed since it was written")]
+    problem = keys_problem(data, record_keys, path) if record_keys is not None else None
+    return [Problem(path, None, "keys_mismatch", problem)] if problem else []
 
 
 def _label_order(label: str) -> tuple:

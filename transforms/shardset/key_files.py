@@ -1,0 +1,111 @@
+"""``.keys`` sidecars: the image keys of a shard's records, in record order (pure).
+
+A keys file holds the raw 32 bytes of each record's ``image/key/sha256``
+(64 hex digits in the record), one after the other in record order, nothing
+else: ``records x 32`` bytes. It lives beside the shard's ``.idx``, in the
+``index/`` folder (``index/train-00000-of-00004.tfrecord.keys``), so the usual
+shard globs match shards only. Whoever writes a shard writes its keys file
+from the records it writes, and the shard list states its CRC32C
+(``keys_crc32c``). A build that keeps published splits, or appends, reads the
+keys files (``records x 32`` bytes) instead of the shards. A shard with a
+record whose key is missing or is not 64 hex digits (a reshard of foreign
+TFRecords) has no keys file: its keys are read from its records.
+
+Pure code: collects, formats and parses keys; never opens files.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from transforms.errors import ShardsError
+from transforms.shardset.published_keys import record_key
+from transforms.tfrecord.framing import OVERHEAD
+from transforms.tfrecord.record_index import INDEX_DIR
+from transforms.tfrecord.run_files import FramedRecord
+
+__all__ = ["KEYS_SUFFIX", "KEY_BYTES", "KeyCollector", "keys_name", "parse_keys", "keys_problem"]
+
+KEYS_SUFFIX = ".keys"
+KEY_BYTES = 32
+
+
+def keys_name(shard: str) -> str:
+    """Where the keys file of ``shard`` (a path or a file name) is written.
+
+    ``out/train-00000-of-00004.tfrecord`` -> ``out/index/train-00000-of-00004.tfrecord.keys``.
+    """
+    folder, sep, base = shard.rpartition("/")
+    return f"{folder}{sep}{INDEX_DIR}/{base}{KEYS_SUFFIX}"
+
+
+def _digest(key: str | None) -> bytes | None:
+    """The 32 bytes of a 64-hex-digit key, or None for any other key (or none)."""
+    if key is None or len(key) != 2 * KEY_BYTES:
+        return None
+    try:
+        return bytes.fromhex(key)
+    except ValueError:
+        return None
+
+
+class KeyCollector:
+    """Collects the keys of the records of one shard as they are written, in order.
+
+    ``keys()`` is the keys file's bytes, or None once a record had no usable
+    key (the shard then has no keys file).
+    """
+
+    def __init__(self) -> None:
+        self._digests: list[bytes] | None = []
+
+    def add(self, record: bytes | FramedRecord | Sequence[bytes], where: str = "") -> None:
+        """Notes the key of one record: its bytes, a ``FramedRecord``, or the pieces it is made of.
+
+        A record given in pieces is joined to be read (its image is copied
+        once, in memory); a record that is not an Example has no key.
+        """
+        if self._digests is None:
+            return
+        if isinstance(record, FramedRecord):
+            data = memoryview(record.data)[OVERHEAD - 4:-4]  # header (12 bytes) and footer (4) off
+        elif isinstance(record, (bytes, bytearray, memoryview)):
+            data = record
+        else:
+            data = b"".join(record)
+        try:
+            digest = _digest(record_key(bytes(data), where))
+        except ShardsError:
+            digest = None
+        if digest is None:
+            self._digests = None
+        else:
+            self._digests.append(digest)
+
+    def keys(self) -> bytes | None:
+        """The keys file's bytes, or None when some record had no usable key."""
+        return None if self._digests is None else b"".join(self._digests)
+
+
+def parse_keys(data: bytes, where: str = "") -> Iterator[str]:
+    """The hex keys of a keys file's bytes, in order.
+
+    Raises:
+        ShardsError: Its size is not a multiple of 32 bytes (``where`` names the file).
+    """
+    if len(data) % KEY_BYTES:
+        raise ShardsError(f"{where}: {len(data)} bytes is not a whole number of {KEY_BYTES}-byte keys")
+    for start in range(0, len(data), KEY_BYTES):
+        yield data[start:start + KEY_BYTES].hex()
+
+
+def keys_problem(data: bytes, keys: Sequence[str | None], where: str) -> str | None:
+    """Why a keys file does not list ``keys`` (the records' keys, in order), or None when it does."""
+    if len(data) % KEY_BYTES:
+        return f"{where}: {len(data)} bytes is not a whole number of {KEY_BYTES}-byte keys"
+    if len(data) // KEY_BYTES != len(keys):
+        return f"{where} lists {len(data) // KEY_BYTES} keys; the shard has {len(keys)} records"
+    for number, (listed, key) in enumerate(zip(parse_keys(data, where), keys)):
+        if listed != key:
+            return f"{where}: key {number} is {listed}; record {number}'s image/key/sha256 is {key}"
+    return None
