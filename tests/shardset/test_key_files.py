@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from transforms.errors import ShardsError
-from transforms.example.codec import encode_example
+from tests.helpers import encode_example
 from transforms.shardset.key_files import KeyCollector, keys_name, keys_problem, parse_keys
 from transforms.tfrecord.framing import frame_record
 from transforms.tfrecord.run_files import FramedRecord

@@ -58,7 +58,7 @@ def test_a_staged_shard_or_idx_whose_crc32c_does_not_check_is_not_reused(tmp_pat
 def test_a_reused_shard_brings_its_keys_file_checked_by_its_crc32c(tmp_path, caplog) -> None:
     import hashlib
 
-    from transforms.example.codec import encode_example
+    from tests.helpers import encode_example
 
     out = str(tmp_path / "out")
     keyed = [(encode_example({"image/key/sha256": [hashlib.sha256(bytes([i])).hexdigest().encode()]}), 0)

@@ -147,7 +147,7 @@ def test_published_keys_come_from_the_keys_file_or_else_from_the_shard(tmp_path)
     import hashlib
     import os
 
-    from transforms.example.codec import encode_example
+    from tests.helpers import encode_example
     from transforms.reject_duplicates import _crc32c_of, _shard_keys
     from transforms.tfrecord.framing import frame_record
 

@@ -90,6 +90,39 @@ def unwritten_shards(totals: Iterable[SplitTotals],
     return out
 
 
+def _shard_files(name: str, indexed: bool, keyed: bool) -> tuple[str, ...]:
+    """A published shard's files: the shard, its ``.idx`` (``indexed``) and its keys file (``keyed``)."""
+    return (name, *((index_name(name),) if indexed else ()), *((keys_name(name),) if keyed else ()))
+
+
+def _published_moves(split: str, shard: ShardEntry, final_name: str, present: set[str],
+                     compression: str) -> list[tuple[str, str]]:
+    """The renames that give a published shard an append keeps its final name: the shard, its ``.idx``
+    (uncompressed sets) and its keys file go together."""
+    if shard.file == final_name:
+        return []
+    moves = [(shard.file, final_name)]
+    if compression == "none":
+        index_file = next((n for n in index_names(shard.file) if n in present), None)
+        if index_file is None:
+            raise PublishError(f"split {split!r}: the index of {shard.file} is missing: "
+                               "rebuild the split, or append after verify_shards passes")
+        moves.append((index_file, index_name(final_name)))
+    if shard.keys_crc32c is not None:
+        moves.append((keys_name(shard.file), keys_name(final_name)))
+    return moves
+
+
+def _staged_moves(output_dir: str, result: StagedShard) -> list[tuple[str, str]]:
+    """The renames that publish a staged shard with its ``.idx`` and keys file, where it has them."""
+    moves = [(relative_name(output_dir, result.staged), result.file)]
+    if result.staged_index:
+        moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
+    if result.staged_keys:
+        moves.append((relative_name(output_dir, result.staged_keys), keys_name(result.file)))
+    return moves
+
+
 def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[str, int], StagedShard],
                  totals: Sequence[SplitTotals], kept: Mapping[str, SplitEntry],
                  label_counts: Mapping[str, Mapping[str, int]], present: Iterable[str], owned: set[str],
@@ -139,30 +172,13 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
             final_name = shard_file_name(t.split, index, t.final_count, compression)
             if t.planned_shard(index) is None:  # a published shard, kept as it is
                 shard = listed.shards[index]
-                if shard.file != final_name:
-                    moves.append((shard.file, final_name))
-                    if compression == "none":
-                        index_file = next((n for n in index_names(shard.file) if n in present), None)
-                        if index_file is None:
-                            raise PublishError(f"split {t.split!r}: the index of {shard.file} is missing: "
-                                               "rebuild the split, or append after verify_shards passes")
-                        moves.append((index_file, index_name(final_name)))
-                    if shard.keys_crc32c is not None:  # its keys file goes with it
-                        moves.append((keys_name(shard.file), keys_name(final_name)))
-                keep.update((final_name, index_name(final_name)) if compression == "none" else (final_name,))
-                if shard.keys_crc32c is not None:
-                    keep.add(keys_name(final_name))
+                moves += _published_moves(t.split, shard, final_name, present, compression)
+                keep.update(_shard_files(final_name, compression == "none", shard.keys_crc32c is not None))
                 entries.append(dataclasses.replace(shard, file=final_name, label_counts={}))
                 continue
             result = staged[(t.split, index)]
-            moves.append((relative_name(output_dir, result.staged), result.file))
-            if result.staged_index:
-                moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
-                keep.add(index_name(result.file))
-            if result.staged_keys:
-                moves.append((relative_name(output_dir, result.staged_keys), keys_name(result.file)))
-                keep.add(keys_name(result.file))
-            keep.add(result.file)
+            moves += _staged_moves(output_dir, result)
+            keep.update(_shard_files(result.file, bool(result.staged_index), bool(result.staged_keys)))
             entries.append(result.entry())
         for label, count in label_counts.get(t.split, {}).items():
             counts[label] = counts.get(label, 0) + count
