@@ -62,7 +62,7 @@ from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.example.features import FEATURE_TYPES, undeclared_columns
 from transforms.images.annotations import build_sidecars
-from transforms.shardset.coco import coco_items, first_image_paths, image_folder, is_coco_path
+from transforms.images.coco import coco_items, first_image_paths, image_folder, is_coco_path
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.storage.journal import pending_manifest
 from transforms.storage.output_folder import (check_replaced_splits, published_manifest, published_shard_sizes,
@@ -79,7 +79,7 @@ from transforms.shard_sink import (REUSED_SHARDS, ExtrasFrom, PublishInputs, Pub
                                    ShardRecords, ShardReuse, WriteShards)
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
-from transforms.storage.resume import AdoptedWork, adopted_work, resumable_bytes
+from transforms.storage.resume_files import AdoptedWork, adopted_work, resumable_bytes
 
 _LOG = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Sequence
 
 from benchmarks import common
 from benchmarks.common import checkout_env, run_measured
-from transforms.images import codec
+from transforms.images import image_codec as codec
 
 
 # -- case corruption --------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ through: ``tf error`` (the input pipeline fails), ``tf silent`` (decodes, but
 the pixels differ from the intact file's) or ``tf same`` (harmless: identical
 pixels, e.g. a byte flipped in EXIF).
 
-Cost: ``inspect_image(data, LEVEL)`` over the intact files, MB/s of file
+Cost: ``read_image_info(data, LEVEL)`` over the intact files, MB/s of file
 bytes in one thread, the median of ``--rounds`` rounds, all levels measured
 in every round.
 
@@ -239,8 +239,8 @@ class _TensorFlow:
 
 
 def _cost(samples: list[Sample], rounds: int, tf: _TensorFlow) -> dict:
-    """MB/s of ``inspect_image`` per level (and of TensorFlow's decode) on the intact files."""
-    cases = {level: (lambda data, level=level: codec.inspect_image(data, level)) for level in LEVELS}
+    """MB/s of ``read_image_info`` per level (and of TensorFlow's decode) on the intact files."""
+    cases = {level: (lambda data, level=level: codec.read_image_info(data, level)) for level in LEVELS}
     if tf.tf is not None:
         cases["tf.io.decode_image"] = tf.decode
     times: dict[tuple[str, str], list[float]] = {}

@@ -748,7 +748,7 @@ def _child(mode: str, workers: int, shards: int, folder: str) -> dict:
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
     from transforms.shardset.staged import ShardResult
-    from transforms.storage.lock import acquire_lock
+    from transforms.storage.run_lock_files import acquire_lock
     from transforms.tfrecord.shard_writer import ShardStats
 
     staging = join_path(folder, f".staging/{_RUN_ID}")

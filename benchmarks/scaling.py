@@ -1296,7 +1296,7 @@ def _files(root: str) -> list[str]:
 def loop(root: str, kind: str) -> None:
     """Surveys every file of ``root`` in this process as ``kind`` says; prints ``RESULT {json}``."""
     from transforms.errors import ImageError
-    from transforms.images.codec import HEAD_BYTES
+    from transforms.images.image_codec import HEAD_BYTES
     from transforms.images.records import EncodeSettings
     from transforms.images.survey import survey_image
 
@@ -1444,7 +1444,7 @@ def stage(folder: str, shards: int, classes: int) -> None:
 
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.staged import PART_SHARDS
-    from transforms.storage.lock import acquire_lock
+    from transforms.storage.run_lock_files import acquire_lock
     from transforms.storage.shard_files import write_shard_list_part
 
     os.makedirs(os.path.join(folder, ".staging", _RUN_ID), exist_ok=True)

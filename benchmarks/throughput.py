@@ -144,7 +144,7 @@ def _has_tensorflow() -> tuple[bool, str]:
 def validate_levels() -> tuple[str, list[str]]:
     """The build job's default ``--validate`` level and every other level, from its flags."""
     from beam_jobs.cli.jobs import BUILD_FLAGS
-    from transforms.images.codec import VALIDATE_LEVELS
+    from transforms.images.image_codec import VALIDATE_LEVELS
 
     default = BUILD_FLAGS["validate"].default
     return default, [level for level in VALIDATE_LEVELS if level != default]
@@ -590,7 +590,7 @@ def _features(data: bytes, relpath: str, label: str, index: int) -> dict:
     """The image schema's features of one file, size and channels from the header (Pillow)."""
     from PIL import Image
 
-    from transforms.images.codec import channels_of
+    from transforms.images.image_codec import channels_of
 
     with Image.open(io.BytesIO(data)) as img:
         width, height = img.size
@@ -1649,7 +1649,7 @@ an EXIF orientation, cropped to whole 16x16 MCUs (as phone photos are:
 - time: ``encode_image`` of an image with orientation 6 (decoded, turned,
   encoded) over the same image with orientation 1 (kept: inspected only), in
   the same run; and reading the orientation (``exif_orientation``) over the
-  whole ``inspect_image`` of a kept image.
+  whole ``read_image_info`` of a kept image.
 
     python -m benchmarks.throughput exif_upright      # prints a table and one JSON line
 """
@@ -1690,7 +1690,7 @@ def _best_of(fn, repeats: int = 7) -> float:
 def measure() -> dict:
     from PIL import Image
     from PIL import ImageOps
-    from transforms.images.codec import inspect_image
+    from transforms.images.image_codec import read_image_info
     from transforms.images.orientation import exif_orientation
     from transforms.images.records import EncodeSettings
     from transforms.images.records import encode_image
@@ -1714,7 +1714,7 @@ def measure() -> dict:
         kept, turned = _exif_upright_jpeg(full, 1), _exif_upright_jpeg(full, 6)
         t_kept = _best_of(lambda: encode_image(kept, settings))
         t_turned = _best_of(lambda: encode_image(turned, settings))
-        t_inspect = _best_of(lambda: inspect_image(kept, "structure"))
+        t_inspect = _best_of(lambda: read_image_info(kept, "structure"))
         t_orientation = _best_of(lambda: exif_orientation(Image.open(io.BytesIO(turned))), 50) - \
             _best_of(lambda: Image.open(io.BytesIO(turned)), 50)
         rows.append({"photo": name, "size": f"{full.width}x{full.height}", "kept_ms": round(t_kept * 1e3, 2),

@@ -18,7 +18,7 @@ from transforms.errors import ExampleError, RecordError
 from transforms.example.codec import BYTES, FLOAT, INT64
 from transforms.example.messages import Example
 from transforms.example.wire import EntryValue, _ONE, map_entries, varint
-from transforms.images.codec import ImageInfo, _naming_library_messages, upright_first_frame_png
+from transforms.images.image_codec import ImageInfo, _naming_library_messages, upright_first_frame_png
 from transforms.images.duplicates import CopyTally, PublishedCopy, _copy_rank, copy_letter
 from transforms.images.inputs import (LabelRules, csv_header, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, tree_entry, unreadable_folder_entry)
@@ -28,7 +28,7 @@ from transforms.images.key_ranges import KeyRange
 from transforms.images.object_classes import ObjectClasses
 from transforms.images.png_chunks import SrgbProfile, _iccp_verdict
 from transforms.images.records import image_example_parts
-from transforms.shardset.coco import coco_categories, coco_image_entries, coco_items, image_key_of
+from transforms.images.coco import coco_categories, coco_image_entries, coco_items, image_key_of
 from transforms.shardset.dead_letters import DeadLetter, DeadLetterPart
 from transforms.shardset.manifest import LABELS_NAME, Manifest, ShardEntry, SplitEntry
 from transforms.shardset.naming import join_path, split_of_shard

@@ -27,7 +27,7 @@ from transforms.images.object_classes import ObjectClasses
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
 from transforms.progress import counters as progress
-from transforms.shardset.coco import coco_categories, coco_image_entries, coco_items, image_key_of, is_coco_path
+from transforms.images.coco import coco_categories, coco_image_entries, coco_items, image_key_of, is_coco_path
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import file_size, open_for_read

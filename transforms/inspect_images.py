@@ -19,7 +19,7 @@ from transforms import worker_threads
 from transforms.errors import ImageError, ShardsError
 from transforms.images.choices import DEFAULT_MAX_IMAGE_BYTES
 from transforms.images.annotations import RecordLayout
-from transforms.images.codec import HEAD_BYTES, could_be_image, has_image_magic
+from transforms.images.image_codec import HEAD_BYTES, could_be_image, has_image_magic
 from transforms.images.inspection import Inspected, inspect_image, unknown_label
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings
@@ -30,8 +30,8 @@ from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import (STORAGE_ERRORS, file_size, open_for_read, peek_local, read_at_most,
                                       read_prefix, read_range)
 from transforms.storage.paths import is_local
-from transforms.storage.members import forget_cached, read_member
-from transforms.storage.resume import input_stamp, read_done_inputs, write_done_list
+from transforms.storage.member_reads import forget_cached, read_member
+from transforms.storage.resume_files import input_stamp, read_done_inputs, write_done_list
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.shardset.resume import (DoneInput, DoneLines, context_key, done_list_header, done_list_line,
                                         source_key)
@@ -245,7 +245,7 @@ class RecordStaging:
         done_lists: Write each run file's done list, so that a rerun after an
             interruption may reuse its records.
         resume: The done lists of the interrupted runs this run resumes
-            (``storage.resume.AdoptedWork.done_lists``); each worker reads them once.
+            (``storage.resume_files.AdoptedWork.done_lists``); each worker reads them once.
     """
 
     output_dir: str

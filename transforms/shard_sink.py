@@ -50,7 +50,7 @@ from transforms.storage.publish import (commit_publish, prepare_publish, publish
                                         staged_commit_record)
 from transforms.packed_groups import GroupPacked
 from transforms.plan_shards import LeadRecords
-from transforms.storage.resume import adopt_shard, record_done_shard
+from transforms.storage.resume_files import adopt_shard, record_done_shard
 from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord

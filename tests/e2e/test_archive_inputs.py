@@ -32,8 +32,8 @@ from transforms.archives.webdataset import expand_braces, samples_of
 from transforms.archives.zip_index import member_bytes, zip_members
 from transforms.errors import ImageError, PlanError
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.images.codec import ImageInfo
-from transforms.storage.members import read_member
+from transforms.images.image_codec import ImageInfo
+from transforms.storage.member_reads import read_member
 
 import pickle
 

@@ -147,7 +147,7 @@ def test_publish_is_given_only_the_shard_list_parts(tmp_path, monkeypatch):
     from transforms.shardset import staged
     from transforms.shardset.ownership import PublishPolicy
     from transforms.shardset.planning import SplitTotals
-    from transforms.storage.lock import acquire_lock
+    from transforms.storage.run_lock_files import acquire_lock
     from tests.helpers import publish_shards
     from transforms.storage.shard_files import write_shard, write_shard_list_part
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests import imagegen
 from tests.shard_fixtures import load_manifest, make_class_tree, write
-from transforms.images.codec import HEAD_BYTES
+from transforms.images.image_codec import HEAD_BYTES
 from transforms.shardset.disk_needs import size_text
 from transforms.shardset.plan_report import START_UP_SECONDS
 

@@ -31,12 +31,12 @@ from beam_jobs.cli.harness import KEPT_LINE
 from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import run_build
 from tests.trees import Part
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.shardset.resume import (DONE_PIECE_BYTES, DoneLines, RunMarker, ShardDone, changed_flags, context_key, done_list,
                                         done_list_header, done_list_line,
                                         fingerprint, parse_done_list, shard_content_key, source_key)
-from transforms.storage.resume import write_done_list
+from transforms.storage.resume_files import write_done_list
 from transforms.tfrecord.run_files import RunSlice
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -160,7 +160,7 @@ def test_a_shard_content_key_ignores_where_records_lie_and_a_done_shard_round_tr
 
 
 def test_an_input_stamp_is_local_size_mtime_and_inode_and_none_on_a_store(tmp_path) -> None:
-    from transforms.storage.resume import input_stamp
+    from transforms.storage.resume_files import input_stamp
 
     path = tmp_path / "a.jpg"
     path.write_bytes(b"12345")

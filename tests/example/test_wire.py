@@ -17,7 +17,7 @@ from transforms.example.wire import example_parts, example_size, map_entries, va
 from tests.helpers import example_bytes
 from transforms.images.records import image_example_parts
 from tests.helpers import image_example
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.tfrecord.shard_writer import ShardWriter
 
 # Image lengths around every varint length boundary of the nested messages.

@@ -17,10 +17,10 @@ from transforms.example.features import (FeatureValueError, ManifestTyping, from
                                          from_json, json_type, parse_feature_flags)
 from transforms.example.schema import IMAGE_FEATURES, record_problems
 from transforms.example.wire import feature_entry
-from transforms.images import codec
+from transforms.images import image_codec as codec
 from transforms.images.annotations import RecordLayout, merge_layouts
 from transforms.images.object_classes import ObjectClasses, label_map_pbtxt, object_label_map
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.inputs import LabelRules
 from transforms.images.items import SourceImage
 from transforms.images.objects import BoxError, SourceBox, parse_objects, place_boxes, source_geometry

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from transforms.images.annotations import RecordLayout
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, path_bucket, same_path_choice,
                                           same_path_choices)
 from tests.helpers import copy_choice

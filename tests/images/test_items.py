@@ -8,7 +8,7 @@ import pickle
 from apache_beam.coders.coders import FastPrimitivesCoder
 
 from transforms.archives.members import MemberRef
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.tfrecord.run_files import RunSlice
 

@@ -22,7 +22,7 @@ from PIL import Image
 from tests.imagegen import EXIF_ORIENTATION, encode, png
 from tests.shard_fixtures import dead_letters, load_manifest, run_build
 from transforms.errors import ImageError
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.shardset.dead_letters import DEAD_LETTERS as DEAD_LETTERS_TAG
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.choices import DEFAULT_NEAR_DUPLICATE_DISTANCE

@@ -24,7 +24,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from tests.shard_fixtures import build_records, examples, load_manifest, run_build, shard_files, write
-from transforms.images.codec import ImageInfo, inspect_image
+from transforms.images.image_codec import ImageInfo, read_image_info
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.orientation import ORIENTATION_TAG, exif_orientation, turned_upright
 from transforms.images.records import EncodeSettings, encode_image
@@ -295,7 +295,7 @@ def test_keep_needs_tf_or_passthrough(tmp_path, capsys):
 
 
 def test_inspect_reads_the_orientation_from_the_header_only():
-    info = inspect_image(_INPUTS["other/o6.png"], "header")
+    info = read_image_info(_INPUTS["other/o6.png"], "header")
     assert info.orientation == 6 and (info.height, info.width) == (20, 30)
 
 

@@ -18,7 +18,7 @@ from PIL import Image
 from tests import imagegen
 from tests.icc_fixtures import (HP_SRGB, chunk, chunks, gray_profile, iccp, png_with, png_warnings,
                                 tensorflow_decodes, with_intent)
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from tests.helpers import first_frame_png
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.png_chunks import PNG_CHUNK_FIXES, SRGB_PROFILES, fix_png_chunks

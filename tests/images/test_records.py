@@ -23,7 +23,7 @@ from PIL import Image
 from tests.messy_corpus import pillow_test_images
 from tests.shard_fixtures import dead_letters, examples, load_manifest, run_build, shard_files, write
 from transforms.errors import ImageError
-from transforms.images import codec
+from transforms.images import image_codec as codec
 from transforms.images.records import EncodeSettings, encode_image, passthrough_formats
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[compat]')")
@@ -122,7 +122,7 @@ def test_pillows_corpus_in_other_formats_decodes_in_tensorflow():
         for name in sorted(names):
             data = open(os.path.join(folder, name), "rb").read()
             try:
-                fmt = codec.inspect_image(data, "header").format
+                fmt = codec.read_image_info(data, "header").format
             except ImageError:
                 continue
             if fmt in passthrough_formats:

@@ -15,7 +15,7 @@ from PIL import Image
 
 from tests import imagegen
 from transforms.errors import ImageError
-from transforms.images import codec as images
+from transforms.images import image_codec as images
 from transforms.images.structure import check_jpeg, check_png, check_structure
 
 # --- Building and taking apart files --------------------------------------------------------
@@ -139,8 +139,8 @@ def test_valid_files_pass(name: str) -> None:
     data = VALID[name]()
     fmt = "png" if data.startswith(b"\x89PNG") else "jpeg"
     check_structure(data, fmt)
-    info = images.inspect_image(data, "structure")
-    assert info == images.inspect_image(data, "decode")  # what the structure level returns
+    info = images.read_image_info(data, "structure")
+    assert info == images.read_image_info(data, "decode")  # what the structure level returns
 
 
 def test_valid_cases_are_what_they_say() -> None:
@@ -326,13 +326,13 @@ def test_golden_corruptions(name: str) -> None:
     assert info.value.reason == reason
     pattern = re.escape(message).replace(r"0x\.\.", "0x..")
     assert re.search(pattern, info.value.detail), info.value.detail
-    # The structure level of inspect_image runs the same check once Pillow has read the header.
+    # The structure level of read_image_info runs the same check once Pillow has read the header.
     try:
-        images.inspect_image(data, "header")
+        images.read_image_info(data, "header")
     except ImageError:
         return  # Pillow's header parse refuses this one first
     with pytest.raises(ImageError) as via_level:
-        images.inspect_image(data, "structure")
+        images.read_image_info(data, "structure")
     assert via_level.value.detail == info.value.detail
 
 
@@ -341,9 +341,9 @@ def test_a_damaged_png_pillow_decodes_is_refused() -> None:
     data = bytearray(imagegen.png("RGB"))
     iend = _chunk_offset(bytes(data), b"IEND")
     data[iend - 1] ^= 0xFF
-    assert images.inspect_image(bytes(data), "decode") == images.inspect_image(imagegen.png("RGB"))
+    assert images.read_image_info(bytes(data), "decode") == images.read_image_info(imagegen.png("RGB"))
     with pytest.raises(ImageError, match=r"corrupt_image: PNG chunk IDAT at offset \d+: CRC mismatch"):
-        images.inspect_image(bytes(data), "structure")
+        images.read_image_info(bytes(data), "structure")
 
 
 # --- PNG image data: inflated and walked, as libpng reads it ------------------------------------
@@ -372,7 +372,7 @@ def test_png_image_data_is_checked_as_libpng_reads_it(name: str) -> None:
     data, decodes = imagegen.png_streams()[name]
     if decodes:
         check_png(data)
-        assert images.inspect_image(data, "structure") == images.inspect_image(data, "full")
+        assert images.read_image_info(data, "structure") == images.read_image_info(data, "full")
         return
     with pytest.raises(ImageError) as info:
         check_png(data)
@@ -381,7 +381,7 @@ def test_png_image_data_is_checked_as_libpng_reads_it(name: str) -> None:
     # Every level that reads past the header refuses it, Pillow's decode or not.
     for level in ("structure", "decode", "full"):
         with pytest.raises(ImageError, match="corrupt_image: PNG") as via_level:
-            images.inspect_image(data, level)
+            images.read_image_info(data, level)
         assert via_level.value.detail == info.value.detail
 
 
@@ -641,7 +641,7 @@ def test_png_truncated_at_every_length() -> None:
 
 def _outcome(data: bytes, level: str) -> object:
     try:
-        return images.inspect_image(data, level)
+        return images.read_image_info(data, level)
     except ImageError as err:
         return err.reason, err.detail
 
@@ -674,7 +674,7 @@ def test_structure_accepts_every_jpeg_and_png_decode_accepts() -> None:
                 with open(os.path.join(folder, name), "rb") as fh:
                     data = fh.read()
                 try:
-                    info = images.inspect_image(data, "decode")
+                    info = images.read_image_info(data, "decode")
                 except ImageError:
                     continue
                 if info.format not in checked:
@@ -696,7 +696,7 @@ def test_apng_is_also_decoded() -> None:
                        (b"IEND", b"")])  # as Pillow's Tests/images/apng/chunk_no_fctl.png
     check_png(damaged)  # its chunks are whole
     with pytest.raises(ImageError) as decoded:
-        images.inspect_image(damaged, "decode")
+        images.read_image_info(damaged, "decode")
     with pytest.raises(ImageError) as structure:
-        images.inspect_image(damaged, "structure")
+        images.read_image_info(damaged, "structure")
     assert structure.value.detail == decoded.value.detail

@@ -24,7 +24,7 @@ from tests import imagegen
 from tests.messy_corpus import make_corpus
 from tests.shard_fixtures import dead_letters, examples, load_manifest, shard_files
 from transforms.errors import ImageError
-from transforms.images.codec import inspect_image
+from transforms.images.image_codec import read_image_info
 from tests.helpers import first_frame_png
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.records import EncodeSettings, encode_image, passthrough_formats
@@ -208,7 +208,7 @@ def test_corpus_default_build_decodes_in_tensorflow(corpus_builds, corpus):
         shape = (ex["image/height"], ex["image/width"], ex["image/channels"])
         assert tf_decodes(ex["image/encoded"]) == shape, ex["image/filename"]
         source = open(os.path.join(corpus, ex["image/filename"].decode()), "rb").read()
-        if inspect_image(source, "header").orientation != 1:  # stored upright
+        if read_image_info(source, "header").orientation != 1:  # stored upright
             turned += 1
             upright = ImageOps.exif_transpose(Image.open(io.BytesIO(source)))
             assert (ex["image/width"], ex["image/height"]) == upright.size, ex["image/filename"]

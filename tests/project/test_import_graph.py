@@ -17,7 +17,7 @@ PACKAGES = ("transforms", "beam_jobs")
 
 
 def module_name(path: Path) -> str:
-    """``transforms/images/codec.py`` -> ``transforms.images.codec`` (a package: its folder's name)."""
+    """``transforms/images/image_codec.py`` -> ``transforms.images.image_codec`` (a package: its folder's name)."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -94,8 +94,8 @@ def test_the_import_graph_has_no_circle() -> None:
 
 def test_the_graph_holds_the_project_imports() -> None:
     graph = import_graph()
-    assert "transforms.errors" in graph["transforms.images.codec"]  # a top-level import
-    assert "transforms.images" in graph["transforms.images.codec"]  # a parent package
+    assert "transforms.errors" in graph["transforms.images.image_codec"]  # a top-level import
+    assert "transforms.images" in graph["transforms.images.image_codec"]  # a parent package
     assert "transforms.images.message_stack" in graph["transforms.images.libtiff"]
 
 

@@ -20,7 +20,7 @@ def _modules_after(statement: str) -> set[str]:
 @pytest.mark.parametrize("module", [
     "transforms", "transforms.errors", "transforms.tfrecord.framing", "transforms.tfrecord.record_ranges",
     "transforms.example.codec", "transforms.shardset.planning", "transforms.shardset.manifest",
-    "transforms.images.codec", "transforms.images.inputs", "transforms.verify.checks",
+    "transforms.images.image_codec", "transforms.images.inputs", "transforms.verify.checks",
 ])
 def test_pure_modules_import_without_beam(module: str) -> None:
     assert not {m for m in _modules_after(f"import {module}") if m.split(".")[0] == "apache_beam"}

@@ -274,11 +274,11 @@ _BOMB_PROBE = r"""
 import json
 from PIL import Image
 from tests import imagegen
-from transforms.images import codec as images
+from transforms.images import image_codec as images
 from transforms.errors import ImageError
 
 data = imagegen.png_declaring(20000, 20000)
-calls = [(f"inspect_image/{level}", lambda level=level: images.inspect_image(data, level))
+calls = [(f"inspect_image/{level}", lambda level=level: images.read_image_info(data, level))
          for level in images.VALIDATE_LEVELS]
 calls += [("reencode_image", lambda: images.reencode_image(data)),
           ("raw_pixels", lambda: images.raw_pixels(data))]

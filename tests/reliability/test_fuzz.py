@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tests import imagegen
 from tests.tfrecord_fixtures import image_example
-from transforms.images import codec as images
+from transforms.images import image_codec as images
 from transforms.tfrecord.compression import open_decompressed
 from transforms.errors import ExampleError, ImageError, RecordError
 from transforms.example.codec import decode_example
@@ -288,7 +288,7 @@ _SOURCES = {
 def test_inspect_image_raises_only_image_errors(name: str, edits, level: str) -> None:
     data = _mutate(_SOURCES[name], edits)
     try:
-        info = images.inspect_image(data, level)
+        info = images.read_image_info(data, level)
     except ImageError as err:
         assert err.reason and err.detail is not None
         return

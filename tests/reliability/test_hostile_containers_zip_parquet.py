@@ -29,8 +29,8 @@ from tests.shard_fixtures import dead_letters, load_manifest, run_build
 from transforms.archives.members import MemberRef
 from transforms.archives.zip_index import zip_members
 from transforms.errors import ImageError
-from transforms.storage import members as storage_members
-from transforms.storage.members import read_member
+from transforms.storage import member_reads as storage_members
+from transforms.storage.member_reads import read_member
 
 _MIB = 1 << 20
 _CD_COMPRESSED = 20  # offset of the compressed size in a central directory entry
@@ -96,7 +96,7 @@ import resource
 from transforms.archives.members import MemberRef
 from transforms.archives.zip_index import zip_members
 from transforms.errors import ImageError
-from transforms.storage.members import read_member
+from transforms.storage.member_reads import read_member
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 

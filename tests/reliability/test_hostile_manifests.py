@@ -20,7 +20,7 @@ import pytest
 from transforms.errors import ManifestError
 from transforms.images import manifest_lines as ml
 from transforms.images.inputs import LabelRules, csv_header, decode_line, manifest_line_entries
-from transforms.shardset import coco
+from transforms.images import coco as coco
 from transforms.shardset.dead_letters import DeadLetter
 from tests.helpers import coco_entries
 

@@ -26,7 +26,7 @@ from tests.shard_fixtures import dead_letters, examples, load_manifest, make_cla
 from transforms.errors import ManifestError
 from transforms.storage.files import open_for_read
 from transforms.storage.paths import path_problem
-from transforms.images.codec import could_be_image, has_image_magic
+from transforms.images.image_codec import could_be_image, has_image_magic
 from transforms.images.inputs import check_manifest_head
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -26,7 +26,7 @@ from tests.reliability.test_kill import REPO, _log_tail, _start, _wait_for
 from tests.trees import Part
 from transforms.shardset.run_lock import LOCK_NAME, LockInfo
 from transforms.shardset.disk_needs import size_text
-from transforms.storage.lock import pid_space
+from transforms.storage.run_lock_files import pid_space
 
 FLAGS = ["--num_shards", "2", "--seed", "3"]
 WAIT_S = 180.0
@@ -496,7 +496,7 @@ def gcs_store(gcs_server):
 
 def _lock_round_trip(out: str) -> None:
     from transforms.errors import PublishError, UsageError
-    from transforms.storage.lock import acquire_lock, check_lock, release_lock
+    from transforms.storage.run_lock_files import acquire_lock, check_lock, release_lock
     from transforms.shardset.ownership import PublishPolicy
 
     first, second = PublishPolicy("1" * 32), PublishPolicy("2" * 32)

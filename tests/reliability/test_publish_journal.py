@@ -20,7 +20,7 @@ from tests.reliability_support import assert_only_shard_set, folder_bytes, manif
 from tests.shard_fixtures import make_class_tree
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker
-from transforms.storage.lock import release_lock
+from transforms.storage.run_lock_files import release_lock
 from transforms.storage.output_folder import prepare_output
 
 NEW = ["--num_shards", "2", "--split", "train"]

@@ -9,7 +9,7 @@ import pytest
 
 from tests import imagegen
 from transforms.errors import ImageError
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.records import EncodeSettings, encode_image, image_example_size
 from tests.helpers import image_example
 from transforms.images.survey import PNG_BYTES_PER_RAW_BYTE, stored_size, survey_image

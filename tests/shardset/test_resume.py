@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from transforms.archives.members import MemberRef
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.shardset.resume import context_key, done_list, parse_done_list, source_key
 from transforms.tfrecord.run_files import RunSlice

@@ -8,7 +8,7 @@ import pytest
 
 from transforms.errors import PublishError
 from transforms.shardset.ownership import PublishPolicy
-from transforms.storage.lock import acquire_lock
+from transforms.storage.run_lock_files import acquire_lock
 from transforms.storage.output_folder import STAGING_DIR
 from transforms.storage.publish import published_already, stage_commit_record, staged_commit_record
 

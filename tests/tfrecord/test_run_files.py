@@ -10,7 +10,7 @@ import pytest
 
 from transforms.errors import RecordError
 from transforms.storage.files import RangeReader
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.tfrecord.framing import frame_record, iter_records
 from transforms.tfrecord.run_files import RunFileWriter, RunSlice, checked_record

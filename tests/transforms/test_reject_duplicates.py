@@ -9,7 +9,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.duplicates import CopyTally, PublishedCopy, copy_choice_key, copy_letter
 from tests.helpers import copy_choice
 from transforms.images.items import ImageMeta, SourceImage

@@ -12,7 +12,7 @@ from transforms.shard_sink import (ExtrasFrom, ManifestExtras, PublishInputs, Pu
                                    ShardRecords, WriteShards)
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.planning import SplitTotals
-from transforms.storage.lock import acquire_lock
+from transforms.storage.run_lock_files import acquire_lock
 
 _RUN_ID = "d" * 32
 _RECORDS = [(0, b"alpha", 0), (1, b"beta", 1), (2, b"gamma", 0)]  # (order, record, label)

@@ -19,7 +19,7 @@ COCO_IDS = ("keep", "renumber")
 IMAGE_MODES = ("tf", "passthrough", "reencode", "raw")
 # --resize_mode: how an image meets --resize.
 RESIZE_MODES = ("stretch", "fit", "crop")
-# Levels of --validate, from cheapest to most costly (see codec.inspect_image).
+# Levels of --validate, from cheapest to most costly (see codec.read_image_info).
 VALIDATE_LEVELS = ("header", "structure", "decode", "full")
 # --exif_orientation: turn images upright, or keep them as stored and record the orientation.
 EXIF_ORIENTATION_MODES = ("apply", "keep")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["SPLIT_BY_CONTENT", "SourceImage", "ImageMeta"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from transforms.images import codec as images
+from transforms.images import image_codec as images
 from transforms.errors import ImageError
 from transforms.images.choices import IMAGE_MODES
 from transforms.example.wire import EntryValue, FeatureValues, example_parts, example_size
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.orientation import EXIF_ORIENTATION_MODES, ORIENTATION_FEATURE, upright_jpeg
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.tf_rule import tf_shape
@@ -43,7 +43,7 @@ class EncodeSettings:
         mode: ``tf`` (what ``tf.io.decode_image`` decodes, as it is; the rest
             as PNG), ``passthrough``, ``reencode`` or ``raw``.
         validate: ``header``, ``structure``, ``decode`` or ``full`` (see
-            ``images.inspect_image``).
+            ``images.read_image_info``).
         image_format: ``jpeg`` or ``png`` for ``reencode``.
         jpeg_quality: JPEG quality for ``reencode``.
         grayscale: One channel instead of RGB (``reencode``/``raw``).
@@ -100,7 +100,7 @@ def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInf
         ImageError: The source is not a usable image.
     """
     if settings.mode in ("tf", "passthrough"):
-        info = images.inspect_image(data, settings.validate)
+        info = images.read_image_info(data, settings.validate)
         check_kept_format(info, settings.mode)
         if settings.mode == "passthrough":
             return data, tensorflow_view(data, info)

@@ -1,7 +1,7 @@
 """Structural checks of JPEG and PNG files: every part in place, without decoding a pixel.
 
 Pure code: functions take bytes. ``--validate structure`` runs these after
-Pillow has parsed the header (``codec.inspect_image``); other formats are
+Pillow has parsed the header (``codec.read_image_info``); other formats are
 decoded instead, and an animated PNG is decoded as well (Pillow refuses some
 broken frame sequences in its first frame, and the verify job decodes with
 Pillow).

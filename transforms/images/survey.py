@@ -1,7 +1,7 @@
 """What a plan learns of one input from its header: usable or not, and the record it would make (pure).
 
 A plan (``tfrecord-shards plan``) runs the checks of ``--validate header``
-(``codec.inspect_image``: a recognised format, a sane size, no decompression
+(``codec.read_image_info``: a recognised format, a sane size, no decompression
 bomb) and the build's format rule (``records.check_kept_format``), without
 decoding or encoding pixels. A build checks more (``--validate structure`` by
 default), so it may reject inputs a plan accepts.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from transforms.images import codec
-from transforms.images.codec import ImageInfo
+from transforms.images import image_codec as codec
+from transforms.images.image_codec import ImageInfo
 from transforms.images.objects import source_geometry
 from transforms.images.orientation import SWAPS_SIDES
 from transforms.images.records import (TF_KEPT_FORMATS, EncodeSettings, check_kept_format,
@@ -84,7 +84,7 @@ def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
         ImageError: The header shows the input is not usable; ``reason`` as a
             build's dead letter would give it.
     """
-    info = codec.inspect_image(data, "header")
+    info = codec.read_image_info(data, "header")
     if settings.mode in ("tf", "passthrough"):
         check_kept_format(info, settings.mode)
         if settings.mode == "passthrough":

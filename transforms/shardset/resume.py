@@ -1,6 +1,6 @@
 """Resuming an interrupted build: what a run leaves for a rerun with the same flags, and when it is reused.
 
-Pure code; the I/O is in ``transforms.storage.resume``. A build writes, in
+Pure code; the I/O is in ``transforms.storage.resume_files``. A build writes, in
 its staging folder (``OUTPUT/.staging/<run id>/``):
 
 - ``resume.json`` when it starts (``RunMarker``): the run's id, the
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from transforms.errors import ManifestError
-from transforms.images.codec import ImageInfo
+from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice

@@ -5,14 +5,14 @@ exclusively when it starts, holding its run id, and checks again, before it
 writes the manifest, that the lock still holds its id; it deletes the lock when
 it ends. A second run into the same folder finds the lock and stops with one
 line. The I/O (exclusive creation on local disk, gs:// and s3://) is in
-``transforms.storage.lock``.
+``transforms.storage.run_lock_files``.
 
 A lock left by a run that was killed is stale. Only a lock taken in this
 process namespace (``pid_space``: the machine's boot id and the pid
 namespace, never the host name, which containers and machines share) can be
 seen to be stale: its process is gone, or another process now has its pid
 (the process start time differs). Any other lock is cleared by hand. Whether
-a run still holds the lock (``storage.lock.check_lock``, asked by the workers
+a run still holds the lock (``storage.run_lock_files.check_lock``, asked by the workers
 before the manifest is written) is decided by its run id alone, a random id.
 """
 

@@ -17,7 +17,7 @@ The I/O around ``transforms.shardset.ownership`` and ``transforms.shardset.repla
   there (named for the output folder and the run), which the run's staging
   folder names (``RUN_FILES_NAME``) so that it is kept or removed with it;
 - ``prepare_output`` / ``finish_output``: all of it before any input is read
-  (with the run's lock, ``storage.lock``), and the clean-up after the run;
+  (with the run's lock, ``storage.run_lock_files``), and the clean-up after the run;
 - ``published_manifest`` / ``check_replaced_splits``: the published set's
   ``manifest.json`` alone, and the refusal, before any input is read, of a run
   that would replace a split other inputs built (``shardset.replacing``).
@@ -43,7 +43,7 @@ from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_
 from transforms.storage.folders import delete_files, delete_tree, link_problem
 from transforms.storage.listing import list_below, list_folder
 from transforms.storage.journal import finish_interrupted
-from transforms.storage.lock import acquire_lock, release_lock
+from transforms.storage.run_lock_files import acquire_lock, release_lock
 from transforms.storage.paths import is_local
 from transforms.storage.writing import check_writable, write_atomic
 from transforms.tfrecord.record_index import INDEX_DIR

@@ -65,7 +65,7 @@ from transforms.storage.files import hashes_match, read_if_present
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
     moves_problem, rename_files
 from transforms.storage.journal import finish_journal, pending_manifest, retire_manifest, shard_moves
-from transforms.storage.lock import check_lock
+from transforms.storage.run_lock_files import check_lock
 from transforms.storage.output_folder import (STAGING_DIR, FolderState, check_own_folders, folder_state,
                                              read_manifest, staging_folder)
 from transforms.storage.shard_files import published_entries, staged_of_parts, write_shard, write_shard_list

@@ -20,7 +20,7 @@ from transforms.errors import ExampleError, ImageError, RecordError
 from transforms.verify.decoders import decoder_problems
 from transforms.progress.report import plural
 from transforms.example.codec import decode_example
-from transforms.images.codec import decode_size
+from transforms.images.image_codec import decode_size
 from transforms.images.structure import check_png
 from transforms.images.tf_rule import tf_shape
 from transforms.shardset.key_files import keys_problem

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from transforms.errors import ImageError
-from transforms.images.codec import decode_rgb
+from transforms.images.image_codec import decode_rgb
 from transforms.shardset.naming import SHARD_NAME_RE
 
 __all__ = ["PreviewSample", "preview_sample", "render_preview", "PREVIEW_CLASSES", "PREVIEW_PER_CLASS"]

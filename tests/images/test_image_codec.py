@@ -1,4 +1,4 @@
-"""Unit tests for transforms.images.codec on small real files made by tests/imagegen.py."""
+"""Unit tests for transforms.images.image_codec on small real files made by tests/imagegen.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from tests import imagegen
-from transforms.images import codec as images
+from transforms.images import image_codec as images
 from transforms.errors import ImageError
-from transforms.images.codec import VALIDATE_LEVELS, ImageInfo
+from transforms.images.image_codec import VALIDATE_LEVELS, ImageInfo
 
 # id -> (bytes, expected ImageInfo). Sizes are (width, height) in imagegen, ImageInfo is (h, w).
 _GRAY16 = np.array([[0, 255, 256, 32768, 65535], [1, 4096, 40000, 65280, 65279]], dtype=np.uint16)
@@ -25,7 +25,7 @@ CASES: dict[str, tuple[Callable[[], bytes], ImageInfo]] = {
     "jpeg_gray": (lambda: imagegen.jpeg("L"), ImageInfo("jpeg", 24, 32, 1)),
     "jpeg_cmyk": (lambda: imagegen.jpeg("CMYK"), ImageInfo("jpeg", 24, 32, 4)),
     "jpeg_odd_size": (lambda: imagegen.jpeg("RGB", size=(17, 9)), ImageInfo("jpeg", 9, 17, 3)),
-    # inspect_image gives the size the file stores and the EXIF orientation (tf mode applies it).
+    # read_image_info gives the size the file stores and the EXIF orientation (tf mode applies it).
     "jpeg_exif6": (lambda: imagegen.jpeg("RGB", exif_orientation=6), ImageInfo("jpeg", 24, 32, 3, orientation=6)),
     "png_rgb": (lambda: imagegen.png("RGB"), ImageInfo("png", 24, 32, 3)),
     "png_rgba": (lambda: imagegen.png("RGBA"), ImageInfo("png", 24, 32, 4)),
@@ -63,13 +63,13 @@ def test_generated_files_are_deterministic() -> None:
         assert make() == make(), name
 
 
-# --- inspect_image ------------------------------------------------------------------
+# --- read_image_info ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("level", VALIDATE_LEVELS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_inspect_image_table(files: dict[str, bytes], name: str, level: str) -> None:
-    assert images.inspect_image(files[name], level) == CASES[name][1]
+    assert images.read_image_info(files[name], level) == CASES[name][1]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -79,7 +79,7 @@ def test_decode_size_is_full_inspection(files: dict[str, bytes], name: str) -> N
 
 def test_inspect_image_rejects_unknown_level(files: dict[str, bytes]) -> None:
     with pytest.raises(ValueError, match="validate must be one of"):
-        images.inspect_image(files["png_rgb"], "thorough")
+        images.read_image_info(files["png_rgb"], "thorough")
 
 
 @pytest.mark.parametrize("level", VALIDATE_LEVELS)
@@ -97,7 +97,7 @@ def test_inspect_image_rejects_unknown_level(files: dict[str, bytes]) -> None:
 )
 def test_not_images(data: bytes, reason: str, level: str) -> None:
     with pytest.raises(ImageError) as info:
-        images.inspect_image(data, level)
+        images.read_image_info(data, level)
     assert info.value.reason == reason
 
 
@@ -126,12 +126,12 @@ def test_truncated_jpeg_at_every_length(files: dict[str, bytes]) -> None:
     for cut in range(1, len(data)):
         for level in ("structure", "decode", "full"):
             with pytest.raises(ImageError) as info:
-                images.inspect_image(data[:cut], level)
+                images.read_image_info(data[:cut], level)
             expected = {"truncated"} if cut >= header_end else {"truncated", "not_an_image"}
             assert info.value.reason in expected, (cut, level, info.value)
         if cut >= header_end:
             # The header alone is intact, so the cheapest level does not see the damage.
-            assert images.inspect_image(data[:cut], "header") == CASES["jpeg_rgb"][1]
+            assert images.read_image_info(data[:cut], "header") == CASES["jpeg_rgb"][1]
 
 
 def test_truncated_png_inside_pixel_data(files: dict[str, bytes]) -> None:
@@ -142,9 +142,9 @@ def test_truncated_png_inside_pixel_data(files: dict[str, bytes]) -> None:
     for cut in cuts:
         for level in ("structure", "decode", "full"):
             with pytest.raises(ImageError) as info:
-                images.inspect_image(data[:cut], level)
+                images.read_image_info(data[:cut], level)
             assert info.value.reason == "truncated", (cut, level, info.value)
-        assert images.inspect_image(data[:cut], "header") == CASES["png_rgb"][1]
+        assert images.read_image_info(data[:cut], "header") == CASES["png_rgb"][1]
 
 
 def test_truncated_png_before_pixel_data_fails_at_every_level(files: dict[str, bytes]) -> None:
@@ -153,7 +153,7 @@ def test_truncated_png_before_pixel_data_fails_at_every_level(files: dict[str, b
     for cut in range(1, start):
         for level in ("structure", "decode", "full"):
             with pytest.raises(ImageError):
-                images.inspect_image(data[:cut], level)
+                images.read_image_info(data[:cut], level)
 
 
 def test_truncated_later_animation_frame_fails_full_validation_only(files: dict[str, bytes]) -> None:
@@ -165,18 +165,18 @@ def test_truncated_later_animation_frame_fails_full_validation_only(files: dict[
     assert len(inside_later_frames) > 300
     for cut in inside_later_frames:
         with pytest.raises(ImageError) as info:
-            images.inspect_image(data[:cut], "full")
+            images.read_image_info(data[:cut], "full")
         assert info.value.reason in ("truncated", "undecodable"), (cut, info.value)
         assert "animation frame" in info.value.detail
         # The first frame is intact, and 'decode' only decodes the first frame.
-        assert images.inspect_image(data[:cut], "decode") == CASES["gif_animated"][1]
+        assert images.read_image_info(data[:cut], "decode") == CASES["gif_animated"][1]
 
 
 @pytest.mark.parametrize("name", ["jpeg_rgb", "png_rgb", "gif_animated", "webp", "tiff", "bmp"])
 def test_truncated_to_half_fails_full_validation(files: dict[str, bytes], name: str) -> None:
     data = files[name]
     with pytest.raises(ImageError) as info:
-        images.inspect_image(data[:len(data) // 2], "full")
+        images.read_image_info(data[:len(data) // 2], "full")
     assert info.value.reason in ("truncated", "undecodable")
 
 
@@ -194,7 +194,7 @@ def test_decompression_bomb_is_refused_from_the_header(side: int, level: str) ->
     tracemalloc.start()
     try:
         with pytest.raises(ImageError) as info:
-            images.inspect_image(data, level)
+            images.read_image_info(data, level)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -212,7 +212,7 @@ def test_decompression_bomb_is_refused_by_converters(convert) -> None:
 
 def test_a_large_but_allowed_header_is_not_a_bomb() -> None:
     # 9000 x 9000 = 8.1e7 pixels, under Pillow's 89,478,485 limit.
-    assert images.inspect_image(imagegen.png_declaring(9000, 9000), "header") == ImageInfo("png", 9000, 9000, 1)
+    assert images.read_image_info(imagegen.png_declaring(9000, 9000), "header") == ImageInfo("png", 9000, 9000, 1)
 
 
 # --- reencode_image ------------------------------------------------------------------------
@@ -257,7 +257,7 @@ def test_reencode_resize_and_grayscale(files: dict[str, bytes], fmt: str, graysc
     img = _open(out)
     assert (img.mode, img.size) == (mode, size)
     assert replace(info, source_format="") == ImageInfo(fmt, size[1], size[0], 1 if grayscale else 3)
-    assert images.inspect_image(out, "full") == replace(info, source_format="")
+    assert images.read_image_info(out, "full") == replace(info, source_format="")
 
 
 def test_reencode_png_is_lossless(files: dict[str, bytes]) -> None:
@@ -465,7 +465,7 @@ def _malformed_mpo_jpeg() -> bytes:
 
 def test_libtiff_message_goes_to_the_dead_letter_not_stderr(capfd) -> None:
     with pytest.raises(ImageError) as caught:
-        images.inspect_image(_webp_compressed_tiff(), "full")
+        images.read_image_info(_webp_compressed_tiff(), "full")
     assert "WEBP compression support is not configured" in caught.value.detail
     assert capfd.readouterr().err == ""
 
@@ -476,8 +476,8 @@ def test_pillow_warning_about_a_good_image_is_dropped(capfd) -> None:
     data = _malformed_mpo_jpeg()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("default")
-        info = images.inspect_image(data, "full")
-        again = images.inspect_image(data, "full")
+        info = images.read_image_info(data, "full")
+        again = images.read_image_info(data, "full")
     assert info == again and info.format == "jpeg"
     assert not [w for w in seen if "MPO" in str(w.message)]
     assert capfd.readouterr().err == ""

@@ -1,4 +1,4 @@
-"""Tests for transforms.storage.resume: a finished staged shard is reused only if its CRC32C checks."""
+"""Tests for transforms.storage.resume_files: a finished staged shard is reused only if its CRC32C checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from transforms.shardset.resume import DONE_SUFFIX, ShardDone
-from transforms.storage.resume import adopt_shard, record_done_shard
+from transforms.storage.resume_files import adopt_shard, record_done_shard
 from transforms.storage.shard_files import write_shard
 
 RECORDS = [(b"record %d" % i * 40, i % 2) for i in range(5)]

@@ -12,8 +12,8 @@ from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import ObjectClasses
-from transforms.shardset import coco
-from transforms.shardset.coco import coco_items, coco_key
+from transforms.images import coco as coco
+from transforms.images.coco import coco_items, coco_key
 from tests.helpers import coco_entries
 from transforms.shardset.dead_letters import DeadLetter
 
@@ -140,7 +140,7 @@ def test_a_kept_category_id_outside_int64_refuses_the_file(class_id) -> None:
 
 
 def test_the_first_image_paths_resolve_against_the_root_and_stop_after_max_items():
-    from transforms.shardset.coco import first_image_paths, image_folder
+    from transforms.images.coco import first_image_paths, image_folder
 
     items = [("annotations", 0, {"image_id": 1}), ("images", 0, {"file_name": "a.jpg"}),
              ("images", 1, {"id": 2}), ("images", 2, {"file_name": "/abs/b.jpg"}),

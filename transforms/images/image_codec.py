@@ -36,7 +36,7 @@ from transforms.images.structure import STRUCTURE_FORMATS, check_png, check_stru
 _F = TypeVar("_F", bound=Callable)
 
 __all__ = [
-    "VALIDATE_LEVELS", "RESIZE_MODES", "resized", "HEAD_BYTES", "ImageInfo", "inspect_image", "could_be_image", "has_image_magic",
+    "VALIDATE_LEVELS", "RESIZE_MODES", "resized", "HEAD_BYTES", "ImageInfo", "read_image_info", "could_be_image", "has_image_magic",
     "reencode_image", "raw_pixels", "channels_of", "decode_size", "decode_rgb", "upright_first_frame_png",
 ]
 
@@ -74,7 +74,7 @@ class ImageInfo:
             libpng decodes it without a warning (a ``png_chunks.PNG_CHUNK_FIXES``
             name); empty when nothing was.
         orientation: The source's EXIF orientation, 1-8 (1 when it has
-            none; ``orientation.exif_orientation``), as ``inspect_image``
+            none; ``orientation.exif_orientation``), as ``read_image_info``
             reads it (``tf`` and ``passthrough`` modes). Where ``upright``
             is empty, the orientation the stored pixels need to be shown
             upright (what ``image/orientation`` holds).
@@ -222,7 +222,7 @@ def could_be_image(head: bytes) -> bool:
 
 
 @_naming_library_messages
-def inspect_image(data: bytes, validate: str = "structure") -> ImageInfo:
+def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     """Recognises an image by content and returns its stored format and size.
 
     Args:
