@@ -66,7 +66,7 @@ def test_a_misplaced_test_file_is_named(tmp_path: Path) -> None:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "__init__.py").write_text("")
     (tmp_path / "test_flat.py").write_text("")
-    (tmp_path / "images" / "test_codec.py").write_text("")
+    (tmp_path / "images" / "test_image_codec.py").write_text("")
     (tmp_path / "images" / "test_nothing.py").write_text("")
     (tmp_path / "e2e" / "test_anything.py").write_text("")
     (tmp_path / "bench" / "test_x.py").write_text("")
