@@ -10,7 +10,7 @@ first test of a module that names it): every test that happens to come first
 would pay them.
 
 - A test not marked ``slow`` whose CPU time exceeds ``FAST_CPU_BUDGET_S``
-  fails, naming its CPU time: the fast tier (``-m "not slow"``) stays fast.
+  by more than ``CONTENTION_MARGIN`` (twice it) fails, naming its CPU time: the fast tier (``-m "not slow"``) stays fast.
   A module-scoped build is paid by the first test that uses it, so a module
   whose fast tests share a build must keep that build under the budget.
   ``@pytest.mark.cpu_budget(seconds)`` gives a test that must stay in the fast
@@ -42,6 +42,13 @@ on a 2-core AMD EPYC machine; tests measured over 2.0 CPU s are marked slow.
 On that machine under a load average of 6 to 11 the same test measured from
 1.9 to 2.6 CPU s in two runs, hence the margin.
 """
+
+CONTENTION_MARGIN = 2.0
+"""A test fails at this many times its budget: CPU seconds grow when other
+processes share the cores (caches, frequency): at a load average of about 12
+on 2 cores a test of 1.9 CPU s measured 3.5, and one of 3.0 measured over 3.0.
+The budget is what a test should take; the margin keeps a loaded machine from
+failing a run that an idle one passes."""
 
 _KEY = pytest.StashKey[float]()
 _EXCLUDED = pytest.StashKey[float]()
@@ -123,9 +130,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     own = item.get_closest_marker("cpu_budget")
     if own is not None:
         budget = float(own.args[0])
-    if used > budget and report.passed:
+    if used > budget * CONTENTION_MARGIN and report.passed:
         report.outcome = "failed"
         report.longrepr = (
-            f"{item.nodeid} took {used:.2f} CPU s (process + children, setup to teardown), over the "
+            f"{item.nodeid} took {used:.2f} CPU s (process + children, setup to teardown), over twice the "
             f"fast tier's budget of {budget:.2f} CPU s (tests/cpu_budget.py): make it cheaper or mark "
             "it @pytest.mark.slow")
