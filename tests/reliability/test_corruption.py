@@ -109,7 +109,7 @@ from transforms.errors import RecordError
 from transforms.tfrecord.framing import iter_records
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
 from transforms.tfrecord.compression import open_decompressed
-from tests.helpers import verify_in_memory
+from tests.verify_reference import verify_in_memory
 
 def peak_mib():
     # VmHWM: this program's peak RSS. ru_maxrss would include the parent's peak, which a

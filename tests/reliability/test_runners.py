@@ -27,11 +27,14 @@ RUNNERS = {
 
 
 def _digests(folder: str) -> dict[str, str]:
+    """Every file below ``folder`` (``index/`` with its keys files too) -> its sha256."""
     out = {}
-    for name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, name), "rb") as fh:
-            out[name] = hashlib.sha256(fh.read()).hexdigest()
-    return out
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(fh.read()).hexdigest()
+    return dict(sorted(out.items()))
 
 
 @pytest.mark.slow
