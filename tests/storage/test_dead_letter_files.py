@@ -218,3 +218,27 @@ def test_an_appends_letters_the_set_holds_already_are_counted_apart_and_not_writ
     with open(target, "rb") as fh:
         written = [DeadLetter.from_json(line) for line in fh]
     assert written == published + sorted(letters[1:], key=dl.letter_order)
+
+
+def test_an_input_now_in_the_appended_set_is_not_also_counted_as_a_repeated_letter(tmp_path) -> None:
+    # A copy the first build dead-lettered (duplicate_image) is, on the append, a copy of an image the set
+    # holds (duplicate_image, in the appended set): counted once, as present, never also as repeated.
+    from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_letters
+
+    out, run = str(tmp_path / "out"), "r" * 32
+    staging = os.path.join(out, ".staging", run)
+    os.makedirs(staging)
+    published = [DeadLetter("in/copy.jpg", "duplicate_image", "same bytes as in/a.jpg, which is kept")]
+    with open(os.path.join(out, "dead_letters.jsonl"), "w", encoding="utf-8") as fh:
+        fh.writelines(d.to_json() + "\n" for d in published)
+    known = dead_lettered_inputs(os.path.join(out, "dead_letters.jsonl"))
+    letters = [DeadLetter("in/copy.jpg", "duplicate_image", "same bytes as an image " + dl.IN_APPENDED_SET)]
+    parts = [write_dead_letter_part(letters, out, run)]
+    repeated, new_bad = repeated_letters(parts, known)
+    assert (repeated, new_bad.count) == (0, 0)
+    target = os.path.join(staging, "dead_letters.jsonl.next")
+    write_dead_letters(out, staging, parts, target=target, before=os.path.join(out, "dead_letters.jsonl"),
+                       known=known)
+    with open(target, "rb") as fh:
+        written = [DeadLetter.from_json(line) for line in fh]
+    assert written == published + letters  # listed as this run's letter, as every input the set holds is

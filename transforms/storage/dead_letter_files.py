@@ -94,7 +94,7 @@ def repeated_letters(parts: Sequence[DeadLetterPart],
                     raise _gone(part.path)
                 for line in lines:
                     letter = DeadLetter.from_json(line)
-                    if (letter.path, letter.reason) in known:
+                    if _repeats(letter, known):
                         repeated += 1
                     elif not in_appended_set(letter):
                         yield letter
@@ -103,9 +103,10 @@ def repeated_letters(parts: Sequence[DeadLetterPart],
     return repeated, summary
 
 
-def _key(line: bytes) -> tuple[str, str]:
-    letter = DeadLetter.from_json(line)
-    return letter.path, letter.reason
+def _repeats(letter: DeadLetter, known: set[tuple[str, str]]) -> bool:
+    """True for a letter the set holds already (same path, same reason); never for an input now in the
+    set (``in_appended_set``), which an append counts apart, as present, and lists as every run does."""
+    return not in_appended_set(letter) and (letter.path, letter.reason) in known
 
 
 def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetterPart], target: str | None = None,
@@ -150,7 +151,7 @@ def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetter
     head = open_lines(before, MERGE_BUFFER) if before else contextlib.nullcontext()
     with merged_parts(paths, key=line_order, gone=_gone, staged_name=staged_name, fan_in=MERGE_FAN_IN,
                       write=write_staged) as lines, head as first:
-        added = lines if not known else (line for line in lines if _key(line) not in known)
+        added = lines if not known else (line for line in lines if not _repeats(DeadLetter.from_json(line), known))
         whole = added if first is None else itertools.chain(first, added)
         write_atomic(target or join_path(output_dir, DEAD_LETTERS_NAME), whole, staging)
     if lines.count != summary.count:
