@@ -6,6 +6,7 @@ Cases:
 
 - ``cpu_per_gb``: Benchmarks of the build and verify jobs against the baselines a user would write.
 - ``baseline``: The baselines the benchmarks compare the project's jobs with, one per subcommand.
+- ``per_gb_table``: The build's marginal CPU per GB beside the baselines, in one table: each case at two sizes.
 - ``fixed_cost``: Fixed cost: a 20-photo build in one process against a 3-transform Beam pipeline on the same photos.
 - ``worker_count``: One worker process or two: what a local build and verify cost in CPU and wall seconds.
 - ``shard_hashes``: What hashing each shard costs a build: marginal CPU seconds per added GB, before and after.
@@ -930,6 +931,74 @@ def fixed_cost_run(argv: Sequence[str] | None = None) -> dict:
                "build_wall_ratio": round(median["build job"][0] / beam_wall, 3)}
     print(json.dumps(figures))
     return figures
+
+
+# -- case per_gb_table ------------------------------------------------------------------------------------
+
+_PER_GB_TABLE_DOC = """The build's marginal CPU per GB beside the baselines, in one table: each case at two sizes.
+
+    python -m benchmarks.throughput per_gb_table [--small_mb 150] [--large_mb 450] [--rounds 3] [--before CHECKOUT]
+
+Each case a fresh process (one process: ``--direct_num_workers 1``, in memory),
+the cases interleaved round by round on two photo sets of ``benchmarks/common.py``
+(the smaller a prefix of the larger):
+
+- ``build job``: this checkout's build, default flags;
+- ``build job, --before``: the same command run from another checkout (e.g. a
+  ``git worktree`` of an older commit), so before and after share the run;
+- ``Beam Create | Map | WriteToTFRecord``: the plain pipeline a Beam user writes
+  (``baseline beam_build``, the default DirectRunner, protobuf's Example);
+- ``Pool loop``: ``baseline pool_build`` with one process (read, Example, framing);
+- ``read + frame``: ``baseline floor`` (read each file, CRC32C-frame it, append).
+
+Marginal CPU per GB = (CPU at large - CPU at small) / GB between them, median of
+the rounds' paired differences (start-up cancels out). Prints a Markdown table
+with the build's ratio to each case and one JSON line.
+"""
+
+
+def per_gb_table_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=_PER_GB_TABLE_DOC.splitlines()[0])
+    parser.add_argument("--small_mb", type=float, default=150)
+    parser.add_argument("--large_mb", type=float, default=450)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", default=None, help="Another checkout whose build runs beside this one's.")
+    args = parser.parse_args(argv)
+    sets = {"small": dataset(args.small_mb), "large": dataset(args.large_mb)}
+    one = ["--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+
+    def build(folder: str, checkout: str | None):
+        env = ["env", f"PYTHONPATH={checkout}"] if checkout else []
+        return lambda out: [*env, sys.executable, "-m", "beam_jobs.build_shards", "--input", folder,
+                            "--output_dir", out, *one]
+
+    def baseline(name: str, folder: str, *extra: str):
+        return lambda out: [sys.executable, "-m", "benchmarks.throughput", "baseline", name, "--input", folder,
+                            "--output_dir", out, *extra]
+
+    cases: dict[str, Callable[[str], list[str]]] = {}
+    for size, ds in sets.items():
+        cases[f"build job@{size}"] = build(ds.root, None)
+        if args.before:
+            cases[f"build job, --before@{size}"] = build(ds.root, os.path.abspath(args.before))
+        cases[f"Beam Create | Map | WriteToTFRecord@{size}"] = baseline("beam_build", ds.root, "--num_shards", "1")
+        cases[f"Pool loop, 1 process@{size}"] = baseline("pool_build", ds.root, "--processes", "1")
+        cases[f"read + frame@{size}"] = baseline("floor", ds.root)
+    with tempfile.TemporaryDirectory(prefix="per_gb_") as tmp:
+        found = interleaved_rounds(cases, args.rounds, tmp, checkout_env())
+    gb = (sets["large"].bytes - sets["small"].bytes) / 1e9
+    names = list(dict.fromkeys(name.split("@")[0] for name in cases))
+    per_gb = {name: statistics.median((large[1] - small[1]) / gb for small, large in
+                                      zip(found[f"{name}@small"], found[f"{name}@large"])) for name in names}
+    ours = per_gb["build job"]
+    print(f"| case, {args.rounds} rounds, {args.small_mb:g} and {args.large_mb:g} MB | marginal CPU s/GB | "
+          "the build's ratio to it |")
+    print("|---|---:|---:|")
+    for name in names:
+        print(f"| {name.replace('|', chr(92) + '|')} | {per_gb[name]:.2f} | {ours / per_gb[name]:.2f}x |")
+    print(json.dumps({"machine": machine(), "cpu_s_per_gb": {k: round(v, 3) for k, v in per_gb.items()},
+                      "rounds": found}))
+    return 0
 
 
 # -- case worker_count ------------------------------------------------------------------------------------
@@ -1887,6 +1956,8 @@ CASES = {
     "cpu_per_gb": common.Case(cpu_per_gb_main, _CPU_PER_GB_DOC, ("--quick",)),
     "baseline": common.Case(baseline_main, _BASELINE_DOC, ()),
     "fixed_cost": common.Case(fixed_cost_run, _FIXED_COST_DOC, ("--images", "5", "--rounds", "1")),
+    "per_gb_table": common.Case(per_gb_table_main, _PER_GB_TABLE_DOC,
+                                ("--small_mb", "2", "--large_mb", "4", "--rounds", "1")),
     "worker_count": common.Case(worker_count_main, _WORKER_COUNT_DOC, ("--rounds", "1")),
     "shard_hashes": common.Case(shard_hashes_main, _SHARD_HASHES_DOC, ("--rounds", "1")),
     "read_tfrecords": common.Case(read_tfrecords_main, _READ_TFRECORDS_DOC,
