@@ -53,8 +53,7 @@ def count_line_starts(fh: BinaryIO, start: int, end: int, size: int, cr: bool, n
 
     Args:
         fh: The file, seekable.
-        start: First byte of the range.
-        end: End of the range (exclusive).
+        start, end: The range ``[start, end)``.
         size: The file's size.
         cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
         name: The file, for errors.
@@ -94,19 +93,8 @@ def first_line_numbers(counts: Sequence[int]) -> list[int]:
 def lines_in_range(fh: BinaryIO, start: int, end: int, size: int, cr: bool, name: str = "",
                    max_line: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
     """The lines that start in ``[start, end)``, in order, without their breaks (nor a UTF-8 byte
-    order mark); a line longer than ``max_line`` bytes is yielded as None.
-
-    Args:
-        fh: The file, seekable.
-        start: First byte of the range.
-        end: End of the range (exclusive); its last line is read past it.
-        size: The file's size.
-        cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
-        name: The file, for errors.
-        max_line: Longest line yielded.
-
-    Raises:
-        ManifestError: The file ended before ``size`` bytes.
+    order mark); a line longer than ``max_line`` bytes is yielded as None. The other arguments and
+    the errors are ``count_line_starts``'s.
     """
     end = min(end, size)
     if start >= end:
