@@ -229,7 +229,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         names: ``coco_categories``' names of the file.
         annotations_path: The file's path or URI.
         image_root: Folder the ``file_name``s are relative to; None for the file's own folder.
-        rules: Labelling rules.
+        rules: Labelling rules (their split is every image's).
 
     Yields:
         A ``SourceImage`` per image; a ``DeadLetter``: ``bad_box`` per image with an unusable

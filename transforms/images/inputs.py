@@ -55,21 +55,17 @@ class LabelRules:
     Attributes:
         layout: ``auto``, ``classes`` or ``splits`` for folder inputs.
         split: Split of unsplit inputs.
-        split_fractions: Split name -> fraction, to split unsplit inputs by
-            their content (the image's sha256), so that identical bytes share a
-            split; empty to use ``split``.
-        label_regex: Regular expression whose first group (or whole match)
-            in the file name is the class; None to use folders.
+        split_fractions: Split name -> fraction, to split unsplit inputs by their content (identical
+            bytes share a split); empty to use ``split``.
+        label_regex: Regular expression whose first group (or whole match) in the file name is the
+            class; None to use folders.
         features: Declared types of extra manifest keys (``--feature``).
         multi_label: A CSV ``label`` holds several labels separated by ``;``.
         bbox_format: How JSON Lines ``objects`` give their boxes.
-        coco_ids: ``keep`` a COCO file's category ids as object class ids, or
-            ``renumber`` its classes by sorted name (``--coco_ids``).
-        image_root: Folder a COCO file's ``file_name``s are relative to
-            (None: the annotation file's folder).
-        class_names: The names of integer labels, in index order
-            (``--class_names``/``--labels_file``); None: an integer label is
-            named by its number (``class_labels.class_label``).
+        coco_ids: ``--coco_ids``: ``keep`` a COCO file's category ids, or ``renumber`` its classes.
+        image_root: Folder a COCO file's ``file_name``s are relative to (None: the file's folder).
+        class_names: The names of integer labels, in index order; None: an integer label is named
+            by its number.
     """
 
     layout: str = "auto"
@@ -185,12 +181,9 @@ class FolderTask:
         root: The folder input as given, without a trailing ``/``.
         folder: What to list: a local folder, or a store prefix ending in ``/``.
         below: Every file below ``folder`` (else only the files directly in it).
-        layout: ``classes`` or ``splits``; None: the worker lists the whole
-            input and decides its layout from every path (``levels_of_paths``).
-        part: Which of ``parts`` this task lists: the files whose paths hash to it
-            (``folder_parts.names_in_part``).
-        parts: How many tasks list ``folder`` (``folder_parts``); 1 for all but
-            huge local folders.
+        layout: ``classes`` or ``splits``; None: the worker decides it from every path.
+        part: Which of ``parts`` this task lists (``folder_parts.names_in_part``).
+        parts: How many tasks list ``folder``; 1 for all but huge local folders.
     """
 
     root: str
@@ -217,9 +210,7 @@ def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
     Args:
         root: The folder input, without a trailing ``/``.
         layout: ``auto``, ``classes`` or ``splits`` (``--layout``).
-        scan: ``folder -> iterable of (path, is_folder)`` of one level
-            (``storage.listing.scan_local_folder`` or ``scan_store``); a
-            folder is given back as it is to be listed (a store prefix with
+        scan: ``folder -> iterable of (path, is_folder)`` of one level (a store prefix given back with
             its ``/``); raises ``OSError`` when the folder cannot be listed.
     """
     prefix = root + "/"

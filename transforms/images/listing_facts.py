@@ -96,14 +96,9 @@ class ListingTally:
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
               fixed: Sequence[str] | None = None, boxes_outside: str = "skip",
               declared: Mapping[str, str] | None = None) -> ListingFacts:
-        """The facts gathered, with the build's flags.
-
-        Args:
-            multi_label: ``--multi_label``.
-            label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
-            fixed: ``--class_names``/``--labels_file``, or None.
-            boxes_outside: ``--boxes_outside``.
-            declared: ``--feature`` name -> type, or None.
+        """The facts gathered, with the build's flags: ``--multi_label``, ``--label_offset`` (None:
+        ``DEFAULT_OBJECT_OFFSET``), ``--class_names``/``--labels_file``, ``--boxes_outside`` and the
+        ``--feature`` types.
 
         Raises:
             UsageError: Without ``fixed``, labels that ``class_labels.class_list`` refuses.

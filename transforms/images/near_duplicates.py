@@ -142,9 +142,7 @@ def near_choice(kept: ImageMeta | None, pairs: Iterable[NearPair], reject: bool,
     with copies of one image, the one with its best-ranked copy stands for them.
 
     Returns:
-        The copy, or None when ``reject`` and it has a pair; its dead letter
-        (``cross_split_near_duplicate``, naming the nearest copy); its pairs,
-        nearest first.
+        The copy (None when ``reject`` and it has a pair), its dead letter, its pairs, nearest first.
     """
     if kept is None:
         return None, [], []
