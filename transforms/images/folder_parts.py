@@ -36,8 +36,8 @@ def parts_for(count: int, names_per_part: int = NAMES_PER_PART, max_parts: int =
 
 
 def names_in_part(part: int, parts: int) -> Callable[[bytes], Callable[[bytes], bool]]:
-    """Whether a path is in part ``part`` of ``parts``, for a walk (``storage.listing.walk_local_tree``'s ``keep``):
-    folder (relative to the one listed, ``b""`` for itself) -> test of a name in it."""
+    """Whether a path is in part ``part`` of ``parts``, for ``storage.listing.walk_local_tree``'s
+    ``keep``: folder (relative to the one listed, ``b""`` for itself) -> test of a name in it."""
     def in_folder(folder: bytes) -> Callable[[bytes], bool]:
         crc = zlib.crc32(folder + b"/") if folder else 0
         return lambda name: zlib.crc32(name, crc) % parts == part

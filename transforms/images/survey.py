@@ -45,7 +45,8 @@ class SurveyedImage:
 
 def stored_size(width: int, height: int, resize: tuple[int, int] | None,
                 resize_mode: str = "stretch") -> tuple[int, int]:
-    """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize`` (``image_codec.resized``)."""
+    """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize``
+    (``image_codec.resized``)."""
     if resize is None:
         return width, height
     box_w, box_h = resize

@@ -20,7 +20,8 @@ import crc32c as _crc32c
 from transforms.errors import RecordError
 
 __all__ = ["not_tfrecord", "HEADER_SIZE", "DEFAULT_MAX_RECORD_BYTES", "FOOTER_SIZE", "OVERHEAD",
-           "masked_crc32c", "frame_record", "frame_parts", "framed_size", "parse_header", "read_record", "iter_records"]
+           "masked_crc32c", "frame_record", "frame_parts", "framed_size", "parse_header", "read_record",
+           "iter_records"]
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked crc of the length
 FOOTER_SIZE = 4  # uint32 masked crc of the data
