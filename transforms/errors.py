@@ -1,8 +1,4 @@
-"""Error types raised by the project.
-
-Every error says what went wrong, where (file and byte offset when there is
-one) and why, so that a failed job points straight at the bad input.
-"""
+"""Error types raised by the project: each says what went wrong, where and why."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ class RecordError(ShardsError):
     Attributes:
         path: File the record was read from ('' when reading an anonymous stream).
         offset: Byte offset of the start of the record in that file.
-        kind: Short machine-readable kind, e.g. ``crc_mismatch``, ``truncated``,
-            ``bad_length``.
+        kind: Short machine-readable kind, e.g. ``crc_mismatch``.
         detail: Human-readable description of what was wrong.
     """
 
@@ -46,8 +41,7 @@ class ImageError(ShardsError):
     """An input file is not a usable image.
 
     Attributes:
-        reason: Short machine-readable reason used in dead letters, e.g.
-            ``truncated``, ``not_an_image``, ``decompression_bomb``.
+        reason: Short machine-readable reason used in dead letters, e.g. ``truncated``.
         detail: Human-readable description.
     """
 

@@ -1,19 +1,10 @@
 """Typed extra features: their types and parsing from manifests (pure; ``wire`` encodes them).
 
-A feature type is one of ``FEATURE_TYPES``: ``bytes``, ``int64`` and ``float``
-hold exactly one value; ``bytes_list``, ``int64_list`` and ``float_list`` hold
-any number (zero included). The base kind (``bytes``, ``int64``, ``float``) is
-the ``tf.train.Feature`` list that holds the values.
-
-JSON Lines values are typed by their JSON value (int, float, string, or a list
-of one of these); CSV cells are text and their column's type must be declared
-(``--feature name:type``); list items in a CSV cell are separated by ``;``.
-
-A feature may be missing from some inputs: declared ``name:type?`` (an empty
-CSV cell is then missing too), or found so when the listing sees inputs without
-the key (``listing_facts``). Its records hold it as a list of 0 or 1 values
-(``optional_type``: ``bytes?`` is stored as ``bytes_list``), so TensorFlow and
-tfds read it as a variable-length list and a missing value is an empty one.
+A feature type is one of ``FEATURE_TYPES``: ``bytes``, ``int64`` and ``float`` hold exactly one
+value, the ``_list`` types any number. JSON Lines values are typed by their JSON value; CSV cells
+are text, their column's type declared (``--feature name:type``), list items separated by ``;``.
+A feature some inputs lack (declared ``name:type?``, or found so by the listing) is held as a list
+of 0 or 1 values (``optional_type``).
 """
 
 from __future__ import annotations
@@ -80,8 +71,8 @@ def parse_feature_flags(flags: Sequence[str]) -> dict[str, str]:
         Name -> type, ``OPTIONAL`` kept at the end of an optional one's.
 
     Raises:
-        UsageError: A value is not ``name:type``, names a reserved key or an
-            unknown type, or names a feature twice.
+        UsageError: A value is not ``name:type``, names a reserved key or an unknown type, or names
+            a feature twice.
     """
     declared: dict[str, str] = {}
     for flag in flags:
@@ -175,15 +166,10 @@ def from_csv(text: str, feature_type: str) -> tuple:
 
 
 class ManifestTyping:
-    """Types the extra features of one input manifest, row by row.
+    """Types the extra features of one input manifest, row by row, in file order.
 
-    Declared types (``--feature``) are fixed; an undeclared JSON key takes the
-    type of its first value, and a later row whose value has another type
-    does not fit. Rows are read in file order, so the typing is deterministic.
-    A declared list type takes a single JSON value as a list of one. A
-    declared optional single value (``bytes?``) is given as its list type
-    (``optional_type``), so that every record holds it alike, with or without
-    a value.
+    Declared types (``--feature``) are fixed; an undeclared JSON key takes the type of its first
+    value. A declared optional single value is given as its list type (``optional_type``).
     """
 
     def __init__(self, declared: Mapping[str, str]) -> None:

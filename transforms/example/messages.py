@@ -1,13 +1,9 @@
 """The ``tf.train.Example`` message classes, built at run time.
 
-Generated ``_pb2.py`` files are tied to the protoc that made them: gencode from a
-newer protoc refuses to load on an older protobuf runtime, and apache-beam needs
-``protobuf<7``. Building the descriptor from a ``FileDescriptorProto`` in code
-works with every runtime from 3.20 to 6.x. The layout mirrors
-``transforms/example/example.proto`` (TensorFlow's package and field numbers).
-
-The messages live in a private descriptor pool, so they never clash with
-TensorFlow's own ``tensorflow.Example`` when both are loaded in one process.
+Generated ``_pb2.py`` files load only on a protobuf runtime as new as their protoc; a descriptor
+built in code works with every runtime from 3.20 to 6.x. The layout mirrors
+``transforms/example/example.proto``. A private descriptor pool keeps the messages apart from
+TensorFlow's own ``tensorflow.Example``.
 """
 
 from __future__ import annotations

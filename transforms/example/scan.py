@@ -1,20 +1,15 @@
 """A fast reader of the usual layout of ``tf.train.Example`` bytes, without protobuf.
 
-Pure code. ``scan_example`` walks the wire format of an Example laid out as
-writers lay it out (one ``features`` field, one map entry per feature with
-its key before its value, each Feature holding one list) and returns what
-``codec.decode_example`` returns, taking no copy of anything but the values.
-For any bytes outside that layout (an unknown field, a repeated feature name,
-a merged message, a non-canonical tag, invalid UTF-8, a cut or overlong
-field) it returns None and the caller parses them with ``decode_example``,
-which either accepts them (protobuf's merge rules apply) or raises
-``ExampleError``. So every Example the full parse rejects is still rejected,
-with the same message, and every Example the scan accepts decodes the same
-way under both (``tests/example/test_scan.py``).
+``scan_example`` walks an Example laid out as writers lay it out (one ``features`` field, one map
+entry per feature with its key before its value, each Feature holding one list) and returns what
+``codec.decode_example`` returns. For any other bytes it returns None and the caller parses them
+with ``decode_example``, so every Example is accepted or rejected as the full parse does
+(``tests/example/test_scan.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Collection
 
@@ -22,7 +17,6 @@ __all__ = ["scan_example"]
 
 _U64 = 1 << 64
 _I64 = 1 << 63
-_FLOATS: dict[int, struct.Struct] = {}
 
 
 class _Unusual(Exception):
@@ -59,11 +53,9 @@ def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
     return length, pos
 
 
+@functools.lru_cache(maxsize=None)
 def _floats(count: int) -> struct.Struct:
-    reader = _FLOATS.get(count)
-    if reader is None:
-        reader = _FLOATS[count] = struct.Struct(f"<{count}f")
-    return reader
+    return struct.Struct(f"<{count}f")
 
 
 def _values(data: bytes, tag: int, pos: int, end: int, view: memoryview | None) -> tuple[str, list]:
@@ -160,14 +152,12 @@ def scan_example(data: bytes, views: Collection[str] = ()) -> dict[str, tuple[st
 
     Args:
         data: The serialized Example.
-        views: Names of bytes features whose values are returned as
-            ``memoryview`` slices of ``data`` instead of ``bytes`` copies (an
-            image a caller only measures need not be copied).
+        views: Names of bytes features whose values are returned as ``memoryview`` slices of
+            ``data`` instead of ``bytes`` copies.
 
     Returns:
-        Feature name to ``(kind, values)`` exactly as ``decode_example``
-        returns it, or None when the bytes are not in the usual layout (then
-        ``decode_example`` must decide: it may accept them or raise).
+        Feature name to ``(kind, values)`` as ``decode_example`` returns it, or None when the bytes
+        are not in the usual layout (then ``decode_example`` must decide).
     """
     try:
         return _scan(data, views)

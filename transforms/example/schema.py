@@ -29,18 +29,11 @@ IMAGE_FORMATS = ("jpeg", "png", "gif", "bmp", "tiff", "webp", "raw")
 
 
 def schema_problems(decoded: Mapping[str, tuple[str, list]], lists: Collection[str] = ()) -> list[str]:
-    """Returns what is wrong with a decoded Example against ``IMAGE_FEATURES``.
-
-    ``image/source_format`` is checked when present (a spec that lists it,
-    see ``record_problems``, requires it).
+    """Returns what is wrong with a decoded Example against ``IMAGE_FEATURES``, one message per problem.
 
     Args:
-        decoded: Output of ``example_codec.decode_example``.
-        lists: Keys of the schema that hold a list of any length (the class
-            keys of multi-label records).
-
-    Returns:
-        One message per problem; empty when the record matches the schema.
+        decoded: Output of ``codec.decode_example``.
+        lists: Keys of the schema that hold a list of any length (multi-label class keys).
     """
     problems = []
     for name, kind in IMAGE_FEATURES.items():
@@ -73,11 +66,8 @@ def schema_problems(decoded: Mapping[str, tuple[str, list]], lists: Collection[s
 
 def spec_problems(decoded: Mapping[str, tuple[str, list]], spec: Mapping[str, str],
                   exact: bool = False) -> list[str]:
-    """Returns the features of ``spec`` that a decoded Example lacks or holds with another kind.
-
-    A ``*_list`` type takes any number of values; a plain type takes any
-    number unless ``exact``, then exactly one.
-    """
+    """Returns the features of ``spec`` that a decoded Example lacks or holds with another kind (a
+    plain type with another number of values than one, if ``exact``)."""
     problems = []
     for name, kind in spec.items():
         if name not in decoded:
@@ -90,13 +80,8 @@ def spec_problems(decoded: Mapping[str, tuple[str, list]], spec: Mapping[str, st
 
 
 def record_problems(decoded: Mapping[str, tuple[str, list]], spec: Mapping[str, str]) -> list[str]:
-    """Checks a decoded Example against a shard set's feature spec.
-
-    A spec that includes the image schema (what the build job writes) gets the
-    image schema's full checks, and its other features have exactly one value
-    unless their type is a ``*_list``; any other spec (a reshard of other
-    records) gets its keys and kinds checked.
-    """
+    """Checks a decoded Example against a shard set's feature spec: the image schema's full checks
+    where the spec includes it, else the spec's keys and kinds."""
     if all(base_kind(spec.get(name, "")) == kind for name, kind in _CORE.items()):
         extra = {name: kind for name, kind in spec.items() if name not in _CORE}
         lists = [name for name in _CORE if is_list_type(spec[name])]

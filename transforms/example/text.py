@@ -1,8 +1,7 @@
 """Readable text for TFRecord records: feature names, types and values.
 
-Pure code, used by ``beam_jobs.inspect_shard``. Short printable byte values are shown
-as quoted text; long or binary ones as their length and sha256, so a dump of an
-image record stays one screen long.
+Short printable byte values are shown as quoted text; long or binary ones as their length and
+sha256, so a dump of an image record stays one screen long.
 """
 
 from __future__ import annotations

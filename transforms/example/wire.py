@@ -1,14 +1,8 @@
 """The one encoder of ``tf.train.Example`` bytes: protobuf wire format written directly.
 
-Pure code. Every record the tools write is encoded here, as protobuf's
-deterministic serialization writes it (tests compare the bytes with those of
-protobuf's own messages):
-
-- ``feature_entry`` and ``map_entry``: one ``Features.feature`` map entry;
-- ``example_parts`` and ``example_size``: an Example with one large bytes
-  value left out, as the bytes before and after it (so that a writer never
-  copies, say, an image into a joined record), and its size from the value's
-  length alone.
+Every record the tools write is encoded here, as protobuf's deterministic serialization writes it.
+``example_parts`` gives an Example with one large bytes value (an image) left out, as the bytes
+before and after it, and ``example_size`` its size from the value's length alone.
 
 Wire layout (tf.train.Example's protos): an ``Example`` is ``features``
 (field 1), a ``Features`` its map entries (field 1, repeated); a map entry is
@@ -70,25 +64,15 @@ def _key_field(name: str) -> bytes:
 
 @functools.lru_cache(maxsize=1024)
 def key_order(name: str) -> tuple[int, ...]:
-    """Sort key of map entries as protobuf's upb runtime orders them deterministically.
-
-    Bytewise, except that of two keys where one is a prefix of the other the
-    longer comes first (``image/class/labels`` before ``image/class/label``):
-    the UTF-8 bytes followed by a sentinel above every byte value.
-    """
+    """Sort key of map entries as protobuf's upb runtime orders them deterministically: bytewise,
+    but of two keys where one is a prefix of the other the longer comes first."""
     return (*name.encode("utf-8"), 256)
 
 
 def feature_entry(name: str, kind: str, values: Sequence) -> bytes:
-    """The bytes of one map entry ``name -> Feature`` holding ``values`` in a ``kind`` list.
-
-    ``kind`` is ``bytes`` (``bytes`` or ``str`` values, ``str`` stored as
-    UTF-8), ``int64`` or ``float``. An empty list is written as the set, empty
-    message, so TensorFlow sees a feature of the right kind with no values.
-
-    Raises:
-        ValueError: ``kind`` is none of these.
-    """
+    """The bytes of one map entry ``name -> Feature`` holding ``values`` in a ``kind`` list
+    (``bytes``, ``str`` stored as UTF-8; ``int64``; ``float``). An empty list is written as the
+    set, empty message, so TensorFlow sees a feature of the right kind with no values."""
     if kind == "bytes":
         inner = b"".join(_field(_ONE, v.encode("utf-8") if isinstance(v, str) else v) for v in values)
         feature = _field(_BYTES_LIST, inner)
@@ -138,13 +122,8 @@ def _entries_around(others: Mapping[str, EntryValue], name: str) -> tuple[bytes,
 
 
 def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -> tuple[bytes, bytes]:
-    """``(head, tail)``: ``head + value + tail`` is the serialized Example of ``{**others, name: value}``.
-
-    ``value`` is a single bytes value of ``value_len`` bytes, left out of the
-    parts. Map entries are written sorted by key, so the entries before
-    ``name`` and those after it are encoded apart and ``name``'s own entry is
-    framed around the value's bytes.
-    """
+    """``(head, tail)``: ``head + value + tail`` is the serialized Example of ``{**others, name: value}``,
+    ``value`` a single bytes value of ``value_len`` bytes."""
     before, after = _entries_around(others, name)
     entry = _bytes_entry_head(name, value_len)
     features_len = len(before) + len(entry) + value_len + len(after)

@@ -1,10 +1,7 @@
 """What an image record carries beyond one class label: extra features, labels, boxes (pure).
 
-A build's ``RecordLayout`` is the same for every record of the build (TensorFlow
-and tfds need one schema): it is merged from every input's own layout, so one
-image with several labels makes ``image/class/label`` a list for all, and one
-image with boxes gives every record the object keys (empty lists when it has
-none).
+Every record of a build has one ``RecordLayout`` (TensorFlow and tfds need one schema), merged
+from every input's own: one image with several labels makes ``image/class/label`` a list for all.
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ class RecordLayout:
         features: ``(name, type)`` of the extra features, sorted by name.
         label_offset: Added to numbered object classes' indices (``--label_offset``).
         object_labels: ``(id, name)`` of every object class, sorted by id
-            (``object_classes.object_label_map``): ``image/object/class/label``
-            holds the id.
+            (``object_classes.object_label_map``).
         boxes_outside: What a box outside its image becomes (``objects.BOX_POLICIES``).
     """
 
@@ -90,11 +86,8 @@ class RecordLayout:
 
 def row_annotations(row: Mapping, is_csv: bool, typing: ManifestTyping, multi_label: bool,
                     bbox_format: str) -> tuple[tuple[str, ...] | None, tuple, tuple[SourceBox, ...] | None]:
-    """``(labels, features, objects)`` of one input-manifest row.
-
-    ``labels`` is None for a row with a single label (left to the caller),
-    else every label: a JSON list, a CSV cell split on ``;`` with
-    ``multi_label``, or none for a row with ``objects`` and no ``label``.
+    """``(labels, features, objects)`` of one input-manifest row; ``labels`` is None for a row with a
+    single label (left to the caller).
 
     Raises:
         FeatureValueError: An extra value does not fit its type.
@@ -126,23 +119,20 @@ def layout_of(source) -> RecordLayout:
 def merge_layouts(layouts: Iterable[RecordLayout]) -> RecordLayout:
     """One layout for every record: the union of all.
 
-    A feature given two types by different inputs takes the first in sorted
-    order (deterministically); images whose values have the other type then
-    become ``bad_feature`` dead letters. Empty lists of no known type take the
-    key's list type, or ``bytes_list`` when no row gives one.
+    A feature given two types by different inputs takes the first in sorted order; images whose
+    values have the other type then become ``bad_feature`` dead letters.
     """
-    multi = objects = False
+    layouts = list(layouts)
     types: dict[str, set[str]] = {}
     for layout in layouts:
-        multi = multi or layout.multi_label
-        objects = objects or layout.objects
         for name, feature_type in layout.features:
             types.setdefault(name, set()).add(feature_type)
     chosen = []
     for name, given in sorted(types.items()):
         typed = given - {EMPTY_LIST}
         chosen.append((name, min(typed) if typed else EMPTY_LIST))
-    return RecordLayout(multi, objects, tuple(chosen))
+    return RecordLayout(any(layout.multi_label for layout in layouts),
+                        any(layout.objects for layout in layouts), tuple(chosen))
 
 
 def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inputs: int,
@@ -150,12 +140,9 @@ def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inp
     """The layout with each undeclared single-valued feature that some inputs lack made a list
     (``optional_type``), and every feature declared optional (``name:type?``) in it.
 
-    A key missing from some inputs (a WebDataset ``.json`` key a few samples
-    have, a JSON Lines key beside a folder's images) would otherwise have no
-    value to write there: its records hold it as a list of 0 or 1 values,
-    which TensorFlow and tfds read as a variable-length list. A key declared
-    with ``--feature`` keeps its declared type (one declared single-valued
-    stays required); ``SOURCE_ID`` stays single (an image without one gets "").
+    A key missing from some inputs would otherwise have no value to write there. A key declared
+    with ``--feature`` keeps its declared type; ``SOURCE_ID`` stays single (an image without one
+    gets "").
 
     Args:
         layout: The merged layout of the inputs.
@@ -185,8 +172,7 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
         boxes: The source's boxes placed on the stored image.
 
     Raises:
-        FeatureValueError: An extra feature is missing or has another type
-            than the layout's; the message names it.
+        FeatureValueError: An extra feature is missing or has another type than the layout's.
     """
     out = []
     given = {name: (feature_type, values) for name, feature_type, values in source.features}
@@ -223,12 +209,8 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
 
 
 class PlacedExtras(tuple):
-    """A record's extra keys (``record_extras``) that also know how many of its boxes were clipped.
-
-    A tuple like any other extras, so a record is written from it alike; the
-    count travels with it (through pickling) to the shard writer, which tallies
-    it for the manifest (``build_counts``). Not a record key.
-    """
+    """A record's extra keys (``record_extras``) that also know how many of its boxes were clipped
+    (tallied for the manifest by ``build_counts``; not a record key)."""
 
     clipped: int = 0
 
@@ -250,14 +232,11 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         index_of: Class name -> index (every name of the source is in it).
         data: The source file's bytes (its header gives the size boxes refer to).
         stored_width, stored_height: Size of the image as the record stores it.
-        pixels_transformed: The stored pixels are decoded ones, EXIF orientation
-            applied (``--image_mode reencode`` or ``raw``); else the file's own.
-        cropped: The stored image is a centre crop (``--resize_mode crop``
-            with transformed pixels), which boxes cannot follow yet.
+        pixels_transformed: The stored pixels are decoded ones, EXIF orientation applied.
+        cropped: The stored image is a centre crop, which boxes cannot follow yet.
 
     Returns:
-        ``PlacedExtras``: boxes not inside the image are skipped or clipped
-        (``layout.boxes_outside``); ``clipped`` counts the clipped ones.
+        ``PlacedExtras``, boxes not inside the image skipped or clipped (``layout.boxes_outside``).
 
     Raises:
         BoxError: Boxes cannot follow a crop.
@@ -280,11 +259,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
 
 
 def object_ids_problem(object_labels: Sequence[tuple[int, str]]) -> str | None:
-    """Why ``label_map.pbtxt`` cannot list these object classes (an id below 1), or None.
-
-    The Object Detection API refuses a label map with id 0 (its background
-    class) or below, so such a map is not written.
-    """
+    """Why ``label_map.pbtxt`` cannot list these object classes (an id below 1), or None."""
     low = [class_id for class_id, _ in object_labels if class_id < 1]
     if low:
         return (f"object class id {min(low)} is below 1, which the Object Detection API refuses "
@@ -293,12 +268,8 @@ def object_ids_problem(object_labels: Sequence[tuple[int, str]]) -> str | None:
 
 
 def build_sidecars(manifest, name: str | None = None) -> dict[str, bytes | None]:
-    """Files a build publishes beside ``labels.txt``.
-
-    tensorflow-datasets' metadata (``tfds_metadata.tfds_files``), and
-    ``label_map.pbtxt`` of the object classes when records carry boxes and
-    every id is 1 or more; None for a file this set does not have (see
-    ``shard_sink.PublishShards``).
+    """Files a build publishes beside ``labels.txt``: tfds metadata and, when records carry boxes
+    and every id is 1 or more, ``label_map.pbtxt``; None for a file this set does not have.
 
     Args:
         manifest: The ``shardset.manifest.Manifest`` about to be written.

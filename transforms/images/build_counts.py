@@ -1,10 +1,7 @@
 """The manifest's ``images`` counts of a build: the image counters, and what readers need to know (pure).
 
-Besides ``records.image_counts`` (source formats, conversions, undecodable
-records, fixed PNG chunks), a build counts per record the format and channel
-count of the image it stores (``stored_formats``, ``channels``: tfds's
-``Image`` feature is declared from them) and the boxes that were not inside
-their image (``boxes``: ``skipped``, left out; ``clipped``, cut to the image).
+Besides ``records.image_counts``, a build counts the stored images' formats and channels (tfds's
+``Image`` feature is declared from them) and the boxes not inside their image.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """What a build adds to the shard sink's manifest: object classes, image counts, near-duplicates (no Beam).
 
-``build_manifest_extras`` makes the one ``ManifestExtras`` a build hands to
-``PublishShards`` (made in its publish step, ``shard_sink.ExtrasFrom``): the ``object_labels`` of its layout, the ``images`` counts
-summed from its shards' tallies (``build_counts.record_count_keys``), and,
-when it looks for near-duplicates across splits, their ``near_duplicates``
-counts and ``near_duplicates.jsonl``.
+``build_manifest_extras`` makes the ``ManifestExtras`` a build hands to ``PublishShards``.
 """
 
 from __future__ import annotations
@@ -30,10 +26,8 @@ def build_manifest_extras(layout: Any, near_mode: str, distance: int = 0, near_p
 
     Args:
         layout: The build's ``RecordLayout`` (its ``object_labels``: ``(id, name)`` pairs).
-        near_mode: ``off`` (the set has no ``near_duplicates.jsonl``: one an
-            earlier run published is removed), ``report`` or ``reject``. With
-            ``report``, a check that found no pair and compared every image
-            publishes as ``off`` does, but for the options it records.
+        near_mode: ``off`` (an earlier ``near_duplicates.jsonl`` is removed), ``report`` (as ``off``
+            when no pair was found and every image compared) or ``reject``.
         distance: ``--near_duplicate_distance``.
         near_pairs: The pairs of the copies kept (``RejectDuplicateImages``).
         over_cap: ``(members, cap)`` of the buckets over their cap.

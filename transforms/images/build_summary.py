@@ -1,10 +1,7 @@
 """The lines a build's summary has beside every shard set's (no Beam).
 
-A build's manifest says more than a reshard's: how images were stored
-(conversions, PNG chunks fixed, EXIF orientation), boxes and object classes,
-and near-duplicates across splits. ``build_lines`` gives those lines, read
-from the published manifest, in the order the summary prints them
-(``shardset.summary.published_summary`` prints the rest).
+``build_lines`` gives them from the published manifest (how images were stored, boxes and object
+classes, near-duplicates); ``shardset.summary.published_summary`` prints the rest.
 """
 
 from __future__ import annotations
@@ -29,9 +26,7 @@ def build_lines(output_dir: str, manifest: Manifest, near_unchecked: bool = Fals
     Args:
         output_dir: The folder the build published into.
         manifest: Its published manifest.
-        near_unchecked: The build could have looked for near-duplicates
-            across splits and did not (``--near_duplicates off``): a set of
-            two splits or more then says so, and how to look.
+        near_unchecked: The build could have looked for near-duplicates across splits and did not.
     """
     lines = image_lines(manifest.images, manifest.options.get("image_mode"),
                         manifest.options.get("exif_orientation") == "keep")

@@ -1,12 +1,7 @@
 """What a build finds before its pipeline, as one frozen value (pure: plain values in, no storage, no Beam).
 
-The build job (``beam_jobs/build_shards.py``, ``make_config``) reads what it
-must before the pipeline (a labels file's text, Parquet files' class names,
-the folder inputs' listing tasks, the published set's classes) and hands the
-plain values to ``survey_build``, which decides what the build takes from
-them: the fixed class list, the threads of the inspect and write steps, and
-whether images are hashed for near-duplicates. The job carries the result
-beside its flags (``BuildConfig.found``); nothing here reads a job's config.
+The build job (``make_config``) reads what it must before the pipeline and hands the plain values
+to ``survey_build``; it carries the result beside its flags (``BuildConfig.found``).
 """
 
 from __future__ import annotations
@@ -67,13 +62,9 @@ def fixed_class_names(names: Sequence[str] | None) -> tuple[str, ...] | None:
 def image_threads(requested: int, workers: int | None, cores: int, remote: bool, decodes: bool) -> tuple[int, int]:
     """Threads of the inspect and write steps: ``(inspect_threads, write_threads)``.
 
-    A requested count (``--image_threads``) is used for both. With 0, threads
-    are used where they pay: inspecting, when Pillow decodes or encodes every
-    image (``decodes``), which it does without the GIL, or when inputs are in
-    an object store (``remote``: reads wait on the network); writing, which
-    re-reads sources, for object-store inputs only. The ``structure`` and
-    ``header`` checks hold the GIL: on two cores two threads made them slower
-    (BENCHMARKS.md, "Using every core").
+    A requested count is used for both. With 0, threads are used where they pay: inspecting, when
+    Pillow decodes every image (without the GIL) or inputs are remote; writing, for remote inputs
+    only. The ``structure`` and ``header`` checks hold the GIL (BENCHMARKS.md, "Using every core").
 
     Args:
         requested: ``--image_threads`` (0: choose).
@@ -109,7 +100,6 @@ def survey_build(*, fixed: Sequence[str] | None, parquet_names: tuple[str, ...] 
         near_duplicates: ``--near_duplicates`` is on (and the run is not offline).
         one_split: Every image goes to one split, known before the listing (nothing to compare).
         threads: ``image_threads``'s answer.
-
     """
     labels = None if fixed is None else tuple(fixed)
     if labels is None and parquet_names is not None and only_parquet and append_to is None:

@@ -1,15 +1,10 @@
 """What a label means, the same in every input kind: an integer is a class index, other text a class name (pure).
 
-A label that is an integer (a JSON or Parquet integer, or text that is one
-once the white space around it is stripped: ``7``, ``" 7 "``, ``007``,
-``+7``) is a class index, in a class folder's name, a CSV or JSON Lines
-manifest, an archive, a WebDataset ``cls`` or ``json`` and a Parquet column
-alike. Without ``--class_names``/``--labels_file`` an index is named by its
-number (``class_label``), and the build's classes are ``0`` to the largest
-index (``class_list``); with them, it is the name at that index. Any other text
-is a class name; names are sorted as text. The two are never mixed: a listing
-with both is refused (``class_list``), as is an index far above the number of
-inputs, before the class list is built, so memory never follows the value.
+A label that is an integer (or text that is one once stripped: ``" 7 "``, ``007``, ``+7``) is a
+class index in every input kind. Without ``--class_names``/``--labels_file`` an index is named by
+its number, and the build's classes are ``0`` to the largest index; with them, it is the name at
+that index. Any other text is a class name. A listing that mixes the two is refused, as is an
+index far above the number of inputs (before any list is built).
 """
 
 from __future__ import annotations
@@ -39,17 +34,13 @@ def class_label(value, class_names: Sequence[str] | None = None) -> tuple[str | 
     """The class name of one label value, as every input kind reads it.
 
     Args:
-        value: The label: text, or an integer (JSON, Parquet); ``bool`` and
-            other types name no class.
-        class_names: ``--class_names``/``--labels_file`` (or the names an
-            index means in this build), naming integer labels; None: an index
-            is named by its number, without sign or leading zeros.
+        value: The label: text, or an integer; other types name no class.
+        class_names: The names integer labels index; None: an index is named by its number,
+            without sign or leading zeros.
 
     Returns:
-        ``(name, "")``, or ``(None, why)`` for a negative index, an index
-        outside ``class_names``, or a value that is neither an integer nor text.
-        Text that is not an integer is returned as it is (``inputs.check_label``
-        judges it).
+        ``(name, "")``, or ``(None, why)`` for a negative index, an index outside
+        ``class_names``, or a value that is neither an integer nor text.
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         return None, f"label {value!r} is neither a class index nor a class name"
@@ -89,12 +80,8 @@ def index_bound(inputs: int) -> int:
 
 
 def index_order_problem(names: Sequence[str]) -> str | None:
-    """Why a class list cannot name integer labels, or None.
-
-    An integer label is an index into the list, so a name that is itself an
-    integer other than its own index (``1`` first) would make label ``1``
-    mean another class than the one named ``1``.
-    """
+    """Why a class list cannot name integer labels (a name that is an integer other than its own
+    index), or None."""
     for index, name in enumerate(names):
         found = _INTEGER.fullmatch(name.strip())
         if found is not None and (found.group(1) == "-" or (found.group(2).lstrip("0") or "0") != str(index)):
@@ -111,9 +98,8 @@ def class_list(names: AbstractSet[str], inputs: int) -> tuple[str, ...]:
         inputs: Its number of inputs.
 
     Raises:
-        UsageError: Some labels are indices and others names; or the largest
-            index is ``index_bound(inputs)`` or more (refused before any list is
-            built: memory does not follow the index).
+        UsageError: Some labels are indices and others names; or the largest index is
+            ``index_bound(inputs)`` or more.
     """
     indices = [name for name in names if is_index(name)]
     if not indices:

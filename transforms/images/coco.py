@@ -1,22 +1,12 @@
 """COCO annotation files (``instances_*.json``) as build inputs (pure, no file access).
 
-Each entry of ``images`` becomes one input image, its ``annotations`` its
-objects (``bbox`` as ``[x, y, width, height]`` in pixels, the category's
-``name`` as the object's class, ``area`` and ``iscrowd`` kept), its ``id`` the
-record's ``image/source_id`` (as text, as Model Garden's detection decoder
-reads it). Images carry no image-level label (``image/class/label`` is an
-empty list). The file's ``categories`` are listed first, as one
-``ObjectClasses``: with ``coco_ids="keep"`` each keeps its COCO ``id`` (1 or
-more) as the class id records carry and ``label_map.pbtxt`` lists.
+Each entry of ``images`` becomes one input image, its ``annotations`` its objects, its ``id`` the
+record's ``image/source_id`` (as text); images carry no image-level label. The file's
+``categories`` become one ``ObjectClasses``.
 
-A file is read as a stream (``coco_items``): the entries of its ``images``,
-``annotations`` and ``categories`` lists come one at a time, each decoded on
-its own, so what is held is one entry and a read buffer, whatever the file's
-size. An entry is at most ``MAX_ENTRY_CHARS``; one that does not fit the
-buffer is decoded again once the buffer has doubled, so its decoding costs a
-few passes over it, not one per chunk. A file that is not JSON (or holds a
-number Python does not read, over 4,300 digits) is one error naming it. A build then groups each image with its annotations by image id
-(``coco_key``) and resolves each group (``coco_image_entries``).
+A file is read as a stream (``coco_items``), one entry of at most ``MAX_ENTRY_CHARS`` held at a
+time; a file that is not JSON is one error naming it. A build then groups each image with its
+annotations by image id (``coco_key``) and resolves each group (``coco_image_entries``).
 """
 
 from __future__ import annotations
@@ -24,23 +14,21 @@ from __future__ import annotations
 import codecs
 import json
 import math
-import posixpath
 import re
 from typing import IO, Any, Iterable, Iterator, Mapping
 
 from transforms.errors import ManifestError, PlanError
-from transforms.images.inputs import LabelRules, check_label
+from transforms.images.inputs import LabelRules, check_label, image_path
 from transforms.images.annotations import SOURCE_ID
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import ObjectClasses
 from transforms.images.objects import BoxError, SourceBox
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.naming import check_split_name, join_path
+from transforms.shardset.naming import check_split_name
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
            "image_key_of", "image_folder", "image_path", "first_image_paths"]
 
-_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 # The top-level lists of a COCO file that are read; other keys' values are read and dropped.
@@ -138,14 +126,11 @@ class _JsonStream:
 
 
 def coco_items(fh: IO[bytes], where: str) -> Iterator[tuple[str, int, Any]]:
-    """The entries of a COCO file's lists, read as a stream: ``(list name, index, entry)``.
-
-    ``list name`` is one of ``COCO_LISTS``; the values of other keys are read
-    and dropped. A missing ``annotations`` list is an empty one.
+    """The entries of a COCO file's lists, read as a stream: ``(one of COCO_LISTS, index, entry)``.
 
     Raises:
-        ManifestError: The file is not JSON, not an object, or ``images`` or
-            ``categories`` is missing or not a list.
+        ManifestError: The file is not JSON, not an object, or ``images`` or ``categories`` is
+            missing or not a list.
     """
     stream = _JsonStream(fh, where)
     if stream.peek() != "{":
@@ -198,8 +183,14 @@ def coco_key(value: Any) -> str:
 _INT64_MAX = (1 << 63) - 1
 
 
-def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
-    """The file's categories as ``ObjectClasses``; refuses ones that cannot name a class."""
+def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tuple[ObjectClasses, dict[str, str]]:
+    """A file's categories: its ``ObjectClasses``, and ``coco_key(category id)`` -> name.
+
+    Raises:
+        ManifestError: A category has no name, a name or id is given twice, or a kept id is below 1
+            or above int64.
+    """
+    categories = list(categories)
     classes: list[tuple[int | None, str]] = []
     seen_ids: dict[object, str] = {}
     seen_names: set[str] = set()
@@ -224,19 +215,7 @@ def _categories(categories: list, coco_ids: str, where: str) -> ObjectClasses:
         seen_ids[class_id] = name
         seen_names.add(name)
         classes.append((class_id if coco_ids == "keep" else None, name))
-    return ObjectClasses(where, tuple(classes))
-
-
-def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tuple[ObjectClasses, dict[str, str]]:
-    """A file's categories: its ``ObjectClasses``, and ``coco_key(category id)`` -> name.
-
-    Raises:
-        ManifestError: A category has no name, a name or id is given twice, or
-            a kept id is below 1 or above int64.
-    """
-    categories = list(categories)
-    declared = _categories(categories, coco_ids, where)
-    return declared, {coco_key(cat.get("id")): cat["name"] for cat in categories}
+    return ObjectClasses(where, tuple(classes)), {coco_key(cat.get("id")): cat["name"] for cat in categories}
 
 
 def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[tuple[int, Any]],
@@ -248,16 +227,14 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         images: ``(index in images, entry)`` of the images with this id.
         annotations: ``(index in annotations, entry)`` of the annotations naming it.
         names: ``coco_categories``' names of the file.
-        annotations_path: The file's path or URI (for resolving and for errors).
-        image_root: Folder the ``file_name``s are relative to; None for the
-            annotation file's own folder.
-        rules: Labelling rules (the split of every image).
+        annotations_path: The file's path or URI.
+        image_root: Folder the ``file_name``s are relative to; None for the file's own folder.
+        rules: Labelling rules (their split is every image's).
 
     Yields:
-        A ``SourceImage`` per image; a ``DeadLetter`` (``bad_box``) per image
-        with an unusable annotation, ``bad_manifest_row`` per unusable image
-        entry, per image when several share the id, and per annotation when
-        no image has its id.
+        A ``SourceImage`` per image; a ``DeadLetter``: ``bad_box`` per image with an unusable
+        annotation, ``bad_manifest_row`` per unusable image entry, per image when several share
+        the id, and per annotation when no image has its id.
     """
     where = annotations_path
     images, annotations = sorted(images, key=lambda i: i[0]), sorted(annotations, key=lambda a: a[0])
@@ -311,22 +288,10 @@ def image_folder(annotations_path: str, image_root: str | None) -> str:
     return annotations_path.rsplit("/", 1)[0] if "/" in annotations_path else "."
 
 
-def image_path(folder: str, file_name: str) -> tuple[str, str]:
-    """``(full path, relative path)`` of an image's ``file_name`` (an absolute path or URI is kept)."""
-    if _URI.match(file_name) or file_name.startswith("/"):
-        return file_name, file_name
-    relative = posixpath.normpath(file_name)
-    return join_path(folder, relative), relative
-
-
 def first_image_paths(items: Iterable[tuple[str, int, Any]], folder: str, count: int,
                       max_items: int) -> list[str]:
-    """The full paths of the first ``count`` images of a COCO file's entries (``coco_items``).
-
-    At most ``max_items`` entries are read (a file whose ``images`` come after
-    many annotations gives fewer, or none); entries without a ``file_name``
-    are passed over.
-    """
+    """The full paths of the first ``count`` images among the first ``max_items`` of a COCO file's
+    entries (``coco_items``)."""
     paths = []
     for read, (kind, _, entry) in enumerate(items):
         if len(paths) >= count or read >= max_items:

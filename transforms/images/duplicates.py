@@ -9,13 +9,10 @@
   dead letters. A copy already published in a split the run keeps wins over
   every copy of the run (``CopyTally.choice``).
 
-A build decides among the copies of an image without holding them: a
-``CopyTally`` (the best copy so far, the copies counted, the splits it is
-published in) is added to and merged copy by copy (a combine), its
-``CopyChoice`` says which copy stays, and each copy's dead letter is then
-made from the choice alone (``copy_letter``). The images that have copies to reject are few; a copy
-looks its image's choice up only when its key (``copy_choice_key``) is among
-theirs (``ChosenImages``), so an image with one copy costs no lookup.
+A build decides among the copies of an image without holding them: a ``CopyTally`` is combined
+copy by copy, its ``CopyChoice`` says which copy stays, and each copy's dead letter is made from
+the choice alone (``copy_letter``). A copy looks its image's choice up only when its key is among
+those of the few images with copies to reject (``ChosenImages``).
 """
 
 from __future__ import annotations
@@ -86,12 +83,8 @@ def path_bucket(relpath: str, bits: int = PATH_BUCKET_BITS) -> int:
 
 
 def same_path_choices(sources: Iterable[SourceImage]) -> Iterator[tuple[SourceImage | None, list[DeadLetter]]]:
-    """The inputs of one split with any relative paths -> ``same_path_choice`` per relative path.
-
-    ``sources`` is read twice: first its relative paths are counted (the only
-    thing held for every input), then each input alone under its path is
-    given back at once, and those sharing a path are gathered and judged.
-    """
+    """The inputs of one split -> ``same_path_choice`` per relative path; ``sources`` is read twice,
+    holding only the relative paths of all and the inputs that share one."""
     counts = collections.Counter(source.relpath for source in sources)
     shared: dict[str, list[SourceImage]] = {}
     for source in sources:
@@ -104,12 +97,8 @@ def same_path_choices(sources: Iterable[SourceImage]) -> Iterator[tuple[SourceIm
 
 
 def same_path_choice(sources: Iterable[SourceImage]) -> tuple[SourceImage | None, list[DeadLetter]]:
-    """The inputs of one (split, relative path) -> the one kept, or None and a dead letter for each.
-
-    Each dead letter names its own manifest row, at most ``NAMED_DUPLICATES``
-    of the others and how many there are, so k inputs with one path cost O(k)
-    bytes of dead letters, not O(k^2).
-    """
+    """The inputs of one (split, relative path) -> the one kept, or None and a dead letter for each
+    (naming at most ``NAMED_DUPLICATES`` of the others, so k inputs cost O(k) bytes)."""
     sources = list(sources)
     if len(sources) == 1:
         return sources[0], []
@@ -176,21 +165,16 @@ class CopyTally:
     @classmethod
     def merged(cls, tallies: Iterable["CopyTally"]) -> "CopyTally":
         """One tally of the copies of several."""
-        best, copies, published = None, 0, frozenset()
-        for tally in tallies:
-            if tally.best is not None and (best is None or _copy_rank(tally.best) < _copy_rank(best)):
-                best = tally.best
-            copies += tally.copies
-            published |= tally.published
-        return cls(best, copies, published)
+        tallies = list(tallies)
+        best = min((tally.best for tally in tallies if tally.best is not None), key=_copy_rank, default=None)
+        return cls(best, sum(tally.copies for tally in tallies),
+                   frozenset().union(*(tally.published for tally in tallies)))
 
     def choice(self, written: Sequence[str] | None = None, appending: bool = False) -> CopyChoice | None:
         """Which copy stays (None: no copy of this run).
 
-        A copy published in a split this run does not write (``written``: the
-        splits this run has images in), which publishing keeps, wins over
-        every copy of this run. Appending (``appending``), a published copy in
-        any split wins.
+        A copy published in a split this run does not write (``written``) wins over every copy of
+        this run; appending, a published copy in any split wins.
         """
         if self.best is None:
             return None
@@ -239,12 +223,8 @@ def copy_choice_key(sha256: str) -> int:
 
 
 class ChosenImages:
-    """The images that have copies to reject, as the sorted first 60 bits of their sha256s.
-
-    8 bytes an image (80 MB for 10M images with copies): ``in`` says whether an
-    image may have a choice to look up; a key shared by two images (a 60-bit
-    prefix in common) only costs a lookup that finds nothing.
-    """
+    """The images that have copies to reject, as the sorted first 60 bits of their sha256s (8 bytes
+    an image); a key two images share only costs a lookup that finds nothing."""
 
     def __init__(self, keys: Iterable[int]) -> None:
         self._keys = np.sort(np.fromiter(keys, dtype=np.int64))

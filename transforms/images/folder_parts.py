@@ -1,21 +1,10 @@
 """A huge local folder listed in parts: each part's worker keeps the names that hash to it.
 
-A class folder of a million files used to be one listing task, so one worker
-listed it and labelled every file. Before the job runs, the launcher counts
-the files below each folder it will list (``storage.listing.count_local_files``,
-stopping at ``NAMES_PER_PART * MAX_PARTS``); a folder with more than
-``NAMES_PER_PART`` files becomes ``parts_for(count)`` tasks of the same
-folder, and the task of part ``i`` keeps the paths whose CRC-32 modulo the
-number of parts is ``i`` (a path relative to the folder listed; a name that
-is not UTF-8, lone surrogates from ``os.listdir``, hashes its bytes as
-listed). Every task walks the whole folder (a name costs a ``scandir`` entry
-and a CRC there, ``names_in_part``), but only its own names are stat-ed,
-labelled and passed on, so the work after the walk is spread over
-workers with no extra step in the pipeline. Folders of up to
-``NAMES_PER_PART`` files stay one task, as they always were.
-
-CRC-32 of the path's bytes is the same in every process (Python's ``hash`` of
-a string is not), so each path belongs to exactly one part.
+Before the job runs, the launcher counts the files below each folder it will list; a folder with
+more than ``NAMES_PER_PART`` files becomes ``parts_for(count)`` tasks of the same folder, and the
+task of part ``i`` keeps the paths (relative to the folder, as bytes) whose CRC-32 modulo the
+number of parts is ``i``: the same in every process, unlike Python's ``hash``. Every task walks
+the whole folder, but only its own names are stat-ed, labelled and passed on.
 """
 
 from __future__ import annotations
@@ -47,13 +36,8 @@ def parts_for(count: int, names_per_part: int = NAMES_PER_PART, max_parts: int =
 
 
 def names_in_part(part: int, parts: int) -> Callable[[bytes], Callable[[bytes], bool]]:
-    """Whether a path is in part ``part`` of ``parts``, for a walk (``storage.listing.walk_local_tree``'s ``keep``).
-
-    Returns folder -> test of a name. ``folder`` is relative to the folder
-    listed (``b""`` for itself), so the test of ``name`` is whether the CRC-32
-    of ``folder/name`` modulo ``parts`` is ``part``; the folder's CRC is taken
-    once and continued with each name.
-    """
+    """Whether a path is in part ``part`` of ``parts``, for ``storage.listing.walk_local_tree``'s
+    ``keep``: folder (relative to the one listed, ``b""`` for itself) -> test of a name in it."""
     def in_folder(folder: bytes) -> Callable[[bytes], bool]:
         crc = zlib.crc32(folder + b"/") if folder else 0
         return lambda name: zlib.crc32(name, crc) % parts == part
@@ -66,8 +50,7 @@ def spread_large_folders(tasks: Iterable[FolderTask], count: Callable[[str, int]
 
     Args:
         tasks: Listing tasks (``inputs.plan_folder_listing``) of a local folder input.
-        count: ``(folder, limit) -> files below it``, counted up to ``limit``
-            (``storage.listing.count_local_files``).
+        count: ``(folder, limit) -> files below it``, counted up to ``limit``.
         names_per_part: Files one task lists; a folder with more is cut.
         max_parts: The most parts of one folder.
 

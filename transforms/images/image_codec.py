@@ -1,20 +1,7 @@
-"""Image handling: recognise, validate, measure and re-encode images with Pillow.
+"""Image handling with Pillow: recognise (by content, never by extension), validate, measure and
+re-encode images, bytes in and bytes out.
 
-Pure code: functions take and return bytes. Used by the build job to turn a
-source file into the ``image/*`` features, and by the verify job to check that
-stored images decode to the size their record states.
-
-Policies (also in docs/images.md):
-- Images are recognised by content, never by extension.
-- Pillow's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``) is an error,
-  raised from the header alone, before any pixel is allocated.
-- Animated images (GIF, WebP, APNG): ``passthrough`` keeps every frame;
-  ``tf`` (converted to PNG), ``reencode`` and ``raw`` use the first frame.
-- ``upright_first_frame_png`` converts without changing pixel values where PNG
-  can hold them, and turns them upright for their EXIF orientation if asked
-  (``tf`` mode's ``--exif_orientation apply``).
-- ``reencode``/``raw`` apply the EXIF orientation, scale 16-bit images to 8 bits
-  (not clip), and composite transparent images over white.
+The policies (decompression bombs, animations, 16-bit and transparent images) are in docs/images.md.
 """
 
 from __future__ import annotations
@@ -43,10 +30,6 @@ __all__ = [
 # How much of a file is read to decide whether it may be an image before the rest is read.
 HEAD_BYTES = 64 * 1024
 
-# How --resize WxH meets an image of another aspect ratio: stretch to exactly WxH;
-# fit inside WxH keeping the aspect ratio (one side may come out smaller); crop
-# the centre to the aspect ratio of WxH, then scale it to fill WxH exactly (RESIZE_MODES).
-
 # Pillow format name -> image/format value. MPO is camera JPEG with extra frames.
 _FORMATS = {
     "JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "GIF": "gif", "BMP": "bmp",
@@ -66,21 +49,14 @@ class ImageInfo:
         height: Height in pixels.
         width: Width in pixels.
         channels: Channels a decoder yields (see ``channels_of``).
-        source_format: Format of the source file (``image/source_format``);
-            empty when it is ``format``.
-        tf_decodes: Whether ``tf.io.decode_image`` decodes the stored bytes to
-            this size (see ``tf_rule``); False only for ``passthrough`` records.
-        png_fix: What was fixed in the stored PNG's colour chunks so that
-            libpng decodes it without a warning (a ``png_chunks.PNG_CHUNK_FIXES``
-            name); empty when nothing was.
-        orientation: The source's EXIF orientation, 1-8 (1 when it has
-            none; ``orientation.exif_orientation``), as ``read_image_info``
-            reads it (``tf`` and ``passthrough`` modes). Where ``upright``
-            is empty, the orientation the stored pixels need to be shown
-            upright (what ``image/orientation`` holds).
-        upright: How the stored pixels were turned upright for
-            ``orientation`` (an ``orientation.UPRIGHT_HOW`` name); empty when
-            they were not.
+        source_format: Format of the source file; empty when it is ``format``.
+        tf_decodes: Whether ``tf.io.decode_image`` decodes the stored bytes to this size (``tf_rule``).
+        png_fix: The ``png_chunks.PNG_CHUNK_FIXES`` name of what was fixed in the stored PNG's
+            colour chunks; empty when nothing was.
+        orientation: The source's EXIF orientation, 1-8; where ``upright`` is empty, the
+            orientation the stored pixels need to be shown upright (``image/orientation``).
+        upright: How the stored pixels were turned upright (an ``orientation.UPRIGHT_HOW`` name);
+            empty when they were not.
     """
 
     format: str
@@ -95,11 +71,8 @@ class ImageInfo:
 
 
 def channels_of(img: Image.Image) -> int:
-    """Returns the number of channels an image decodes to.
-
-    Palette images count as RGB, or RGBA when they carry transparency, and GIF
-    frames as RGB, which is what ``tf.io.decode_image`` returns for them.
-    """
+    """The number of channels ``tf.io.decode_image`` gives an image (GIF and palette images: RGB,
+    or RGBA for a palette with transparency)."""
     if img.format == "GIF":
         return 3
     if img.mode in ("P", "PA"):
@@ -108,10 +81,7 @@ def channels_of(img: Image.Image) -> int:
 
 
 def _naming_library_messages(fn: _F) -> _F:
-    """Makes Pillow's and libtiff's messages about an image part of the ImageError it raises.
-
-    They are dropped when the image is usable (see ``library_messages``).
-    """
+    """Makes Pillow's and libtiff's messages about an image part of the ImageError it raises."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -146,12 +116,7 @@ def _open(data: bytes) -> Image.Image:
 
 
 def _check_pixels(img: Image.Image, what: str) -> None:
-    """Refuses an image (or frame) over Pillow's decompression-bomb limit.
-
-    Pillow only warns between the limit and twice it; checking here makes the
-    limit one clear threshold without turning its warning into an error for the
-    whole process.
-    """
+    """Refuses an image (or frame) over Pillow's decompression-bomb limit, where Pillow only warns."""
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and img.width * img.height > limit:
         raise ImageError("decompression_bomb", f"{what} declares {img.width}x{img.height} = "
@@ -168,12 +133,8 @@ def _load(img: Image.Image) -> None:
 
 
 def has_image_magic(prefix: bytes) -> bool:
-    """True if one of Pillow's formats claims a file starting with these bytes.
-
-    This is the magic number check ``Image.open`` makes first; it needs the
-    first 16 bytes. Formats without a magic number (TGA and a few others) never
-    claim a file here: ``could_be_image`` also parses the head for them.
-    """
+    """True if one of Pillow's formats claims a file by its first 16 bytes, as ``Image.open`` checks
+    first (formats without a magic number, such as TGA, never do)."""
     prefix = prefix[:16]
     Image.preinit()  # the common formats; the others only for a file none of those claims
     if any(accept(prefix) for accept in _magic_checks()):
@@ -198,18 +159,9 @@ def _magic_checks() -> tuple:
 
 @_naming_library_messages
 def could_be_image(head: bytes) -> bool:
-    """Decides from a file's first bytes whether reading the rest could yield an image.
-
-    True when one of Pillow's formats claims the first 16 bytes (its magic
-    number check, as ``Image.open`` does first), or when Pillow's header parse
-    identifies the head itself (formats without a magic number, e.g. TGA, have
-    short headers). False means no Pillow format can open a file that starts
-    this way: a video, an archive or a text file is then rejected from its head,
-    never read whole.
-
-    Args:
-        head: The file's first bytes (``HEAD_BYTES`` of them, or the whole file).
-    """
+    """Decides from a file's first bytes (``HEAD_BYTES``, or the whole file) whether reading the
+    rest could yield an image: a magic number, or a header Pillow identifies. False rejects a video,
+    an archive or a text file from its head, never read whole."""
     if has_image_magic(head):
         return True
     try:
@@ -227,21 +179,13 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
 
     Args:
         data: The image file's bytes.
-        validate: ``header`` reads only the header (catches non-images, bad
-            headers, bombs); ``structure`` also checks a JPEG's or PNG's
-            structure without decoding (``structure.check_structure``: every
-            segment or chunk, PNG CRCs, JPEG markers in the scan data, EOI or
-            IEND present, a PNG's image data inflated and its rows counted) and
-            decodes other formats (and APNG) as ``decode`` does; ``decode``
-            decodes the pixels, JPEG at 1/8 scale with Pillow's draft mode
-            (catches truncation and corrupt data), and checks a PNG's image
-            data as ``structure`` does, without its CRCs (Pillow passes some
-            data libpng refuses, such as missing rows); ``full`` decodes
-            everything at full resolution, and checks a PNG as ``decode`` does.
+        validate: A ``VALIDATE_LEVELS`` name (docs/images.md says what each checks): ``structure``
+            checks a JPEG's or PNG's structure without decoding (``structure.check_structure``)
+            and decodes other formats and APNG; ``decode`` decodes, JPEG at 1/8 scale, and checks
+            a PNG's image data without its CRCs; ``full`` decodes every frame at full resolution.
 
     Returns:
-        The image's ``ImageInfo`` (format as TensorFlow names it, size as
-        the file stores it, and its EXIF orientation).
+        The image's ``ImageInfo`` (format as TensorFlow names it, size as the file stores it).
 
     Raises:
         ImageError: The bytes are not a usable image; ``reason`` says why.
@@ -249,13 +193,10 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     if validate not in VALIDATE_LEVELS:
         raise ValueError(f"validate must be one of {VALIDATE_LEVELS}, got {validate!r}")
     img = _open(data)
-    fmt = _FORMATS.get(img.format or "")
     width, height = img.size
     if width <= 0 or height <= 0:
         raise ImageError("undecodable", f"image declares size {width}x{height}")
-    info = ImageInfo(format=fmt or (img.format or "unknown").lower(),
-                     height=height, width=width, channels=channels_of(img),
-                     orientation=exif_orientation(img))
+    info = ImageInfo(_format_of(img), height, width, channels_of(img), orientation=exif_orientation(img))
     if validate == "structure" and info.format in STRUCTURE_FORMATS:
         check_structure(data, info.format)
         if not (img.format == "PNG" and getattr(img, "is_animated", False)):
@@ -288,11 +229,7 @@ def _load_later_frames(img: Image.Image) -> None:
 
 @_naming_library_messages
 def decode_size(data: bytes) -> ImageInfo:
-    """Decodes an image's first frame at full resolution; returns its format, size and EXIF orientation.
-
-    The first frame is what ``tf.io.decode_image(..., expand_animations=False)``
-    returns, and what ``--validate decode`` decodes.
-    """
+    """Decodes an image's first frame at full resolution; returns its format, size and EXIF orientation."""
     img = _open(data)
     orientation = exif_orientation(img)
     _load(img)
@@ -307,13 +244,9 @@ _PNG_MODES = {"1": None, "L": None, "LA": None, "RGB": None, "RGBA": None, "P": 
 
 
 def _png_writable(img: Image.Image) -> Image.Image:
-    """The image in a mode PNG stores: 16-bit stays 16-bit, colour spaces become RGB.
-
-    32-bit integer samples are clipped to 0..65535 and float samples to
-    0..255 (lossless when they are in range); CMYK, YCbCr, LAB and HSV become
-    RGB.
-    """
-    if img.mode in ("I;16B", "I;16L", "I;16N") or img.mode == "I":
+    """The image in a mode PNG stores: 16-bit stays 16-bit (32-bit integers clipped to it), floats are
+    clipped to 0..255, colour spaces become RGB."""
+    if img.mode in ("I;16B", "I;16L", "I;16N", "I"):
         arr = np.asarray(img)
         return Image.fromarray(np.clip(arr, 0, 65535).astype(np.uint16))
     if img.mode == "F":
@@ -326,11 +259,8 @@ def _png_writable(img: Image.Image) -> Image.Image:
 
 @_naming_library_messages
 def upright_first_frame_png(data: bytes, upright: bool) -> tuple[bytes, int]:
-    """Converts an image's first frame to PNG, keeping its pixel values, turned upright if asked.
-
-    Palette images stay palette PNG (with ``tRNS`` for their transparency),
-    16-bit images 16-bit. The PNG carries no EXIF block. Deterministic for
-    the same input and Pillow.
+    """Converts an image's first frame to PNG (no EXIF block), keeping its pixel values, turned upright
+    if asked. Palette images stay palette PNG, 16-bit images 16-bit.
 
     Args:
         data: The source image's bytes.
@@ -370,8 +300,8 @@ def _to_8bit(img: Image.Image, grayscale: bool) -> Image.Image:
         img = Image.fromarray((arr >> 8).astype(np.uint8), mode="L")
     elif img.mode == "F":
         img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), mode="L")
-    if img.mode in ("P", "PA") or img.mode in ("LA", "La", "RGBA", "RGBa"):
-        if img.mode in ("P", "PA") and "transparency" not in img.info and img.mode == "P":
+    if img.mode in ("P", "PA", "LA", "La", "RGBA", "RGBa"):
+        if img.mode == "P" and "transparency" not in img.info:
             img = img.convert("RGB")
         else:
             rgba = img.convert("RGBA")
@@ -414,11 +344,7 @@ def _decoded(data: bytes, grayscale: bool, resize: tuple[int, int] | None,
 
 @_naming_library_messages
 def decode_rgb(data: bytes) -> Image.Image:
-    """Decodes an image (first frame) to 8-bit RGB, EXIF orientation applied, for display.
-
-    Raises:
-        ImageError: The bytes are not a decodable image.
-    """
+    """Decodes an image (first frame) to 8-bit RGB, EXIF orientation applied, for display."""
     return _decoded(data, grayscale=False, resize=None)[0]
 
 
@@ -438,11 +364,7 @@ def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
         resize_mode: ``stretch``, ``fit`` or ``crop`` (see ``RESIZE_MODES``).
 
     Returns:
-        The encoded bytes (deterministic for the same input and Pillow) and
-        their ``ImageInfo``.
-
-    Raises:
-        ImageError: The source cannot be decoded.
+        The encoded bytes and their ``ImageInfo``.
     """
     img, source_format = _decoded(data, grayscale, resize, resize_mode)
     img.info.pop("transparency", None)  # composited over white; a kept key breaks PNG's writer
@@ -461,12 +383,7 @@ def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
 @_naming_library_messages
 def raw_pixels(data: bytes, grayscale: bool = False, resize: tuple[int, int] | None = None,
                resize_mode: str = "stretch") -> tuple[bytes, ImageInfo]:
-    """Decodes an image to uint8 pixels, row-major height x width x channels.
-
-    Returns:
-        The pixel bytes (readable with ``tf.io.decode_raw`` + reshape) and
-        their ``ImageInfo`` with format ``raw``.
-    """
+    """Decodes an image to uint8 pixels, row-major height x width x channels, and their ``ImageInfo``."""
     img, source_format = _decoded(data, grayscale, resize, resize_mode)
     width, height = img.size
     return img.tobytes(), ImageInfo("raw", height, width, 1 if grayscale else 3,

@@ -35,7 +35,7 @@ __all__ = ["KNOWN_SPLITS", "LAYOUTS", "COCO_IDS", "LabelRules", "TreeLevels", "m
            "layout_of_levels", "tree_entry", "unreadable_folder_entry",
            "manifest_line_entries", "csv_header",
            "decode_line", "check_manifest_head",
-           "check_label", "is_hidden", "is_manifest_path", "shown_name"]
+           "check_label", "is_hidden", "is_manifest_path", "shown_name", "image_path"]
 
 KNOWN_SPLITS = ("train", "validation", "val", "test")
 # C0 and C1 control characters and the Unicode line and paragraph separators: each
@@ -55,21 +55,17 @@ class LabelRules:
     Attributes:
         layout: ``auto``, ``classes`` or ``splits`` for folder inputs.
         split: Split of unsplit inputs.
-        split_fractions: Split name -> fraction, to split unsplit inputs by
-            their content (the image's sha256), so that identical bytes share a
-            split; empty to use ``split``.
-        label_regex: Regular expression whose first group (or whole match)
-            in the file name is the class; None to use folders.
+        split_fractions: Split name -> fraction, to split unsplit inputs by their content (identical
+            bytes share a split); empty to use ``split``.
+        label_regex: Regular expression whose first group (or whole match) in the file name is the
+            class; None to use folders.
         features: Declared types of extra manifest keys (``--feature``).
         multi_label: A CSV ``label`` holds several labels separated by ``;``.
         bbox_format: How JSON Lines ``objects`` give their boxes.
-        coco_ids: ``keep`` a COCO file's category ids as object class ids, or
-            ``renumber`` its classes by sorted name (``--coco_ids``).
-        image_root: Folder a COCO file's ``file_name``s are relative to
-            (None: the annotation file's folder).
-        class_names: The names of integer labels, in index order
-            (``--class_names``/``--labels_file``); None: an integer label is
-            named by its number (``class_labels.class_label``).
+        coco_ids: ``--coco_ids``: ``keep`` a COCO file's category ids, or ``renumber`` its classes.
+        image_root: Folder a COCO file's ``file_name``s are relative to (None: the file's folder).
+        class_names: The names of integer labels, in index order; None: an integer label is named
+            by its number.
     """
 
     layout: str = "auto"
@@ -110,12 +106,7 @@ class LabelRules:
 
 
 def check_label(label: str) -> str | None:
-    """Returns why a class name is unusable, or None if it is fine.
-
-    Class names are stored as text only (never used as paths), so any
-    printable name is accepted; empty names and control characters or line
-    separators (which would break ``labels.txt``) are not.
-    """
+    """Why a class name is unusable (empty, or a character that breaks ``labels.txt``), or None."""
     if not label:
         return "class name is empty"
     if _CONTROL.search(label):
@@ -124,12 +115,7 @@ def check_label(label: str) -> str | None:
 
 
 def shown_name(text: str) -> str:
-    """A name as valid UTF-8 text: bytes that are not UTF-8 become backslash escapes (``caf\\xe9.png``).
-
-    File names are bytes on POSIX; Python keeps undecodable bytes as lone
-    surrogates, which no UTF-8 writer (Beam's coders, ``dead_letters.jsonl``)
-    accepts.
-    """
+    """A name as valid UTF-8 text: bytes that are not UTF-8 become backslash escapes (``caf\\xe9.png``)."""
     if not _UNDECODED.search(text):
         return text
     try:
@@ -150,11 +136,7 @@ def is_manifest_path(path: str) -> bool:
 
 @dataclass(frozen=True)
 class TreeLevels:
-    """What the top two levels of a folder input hold: enough to choose its layout.
-
-    Only names that are not hidden count. A folder input is listed level by
-    level (its top folders in parallel), so its layout is decided from these
-    two levels before its deeper files are known.
+    """What the top two levels of a folder input hold (hidden names not counted): enough to choose its layout.
 
     Attributes:
         tops: Names of the root's top folders.
@@ -171,14 +153,10 @@ class TreeLevels:
 
 def merge_levels(levels: Iterable[TreeLevels]) -> TreeLevels:
     """What several listings of one folder input's levels found together."""
-    tops: set[str] = set()
-    root_files = top_files = deeper = False
-    for level in levels:
-        tops |= level.tops
-        root_files |= level.root_files
-        top_files |= level.top_files
-        deeper |= level.deeper
-    return TreeLevels(frozenset(tops), root_files, top_files, deeper)
+    levels = list(levels)
+    return TreeLevels(frozenset().union(*(level.tops for level in levels)),
+                      any(level.root_files for level in levels), any(level.top_files for level in levels),
+                      any(level.deeper for level in levels))
 
 
 def levels_of_paths(relpaths: Iterable[str]) -> TreeLevels:
@@ -203,12 +181,9 @@ class FolderTask:
         root: The folder input as given, without a trailing ``/``.
         folder: What to list: a local folder, or a store prefix ending in ``/``.
         below: Every file below ``folder`` (else only the files directly in it).
-        layout: ``classes`` or ``splits``; None: the worker lists the whole
-            input and decides its layout from every path (``levels_of_paths``).
-        part: Which of ``parts`` this task lists: the files whose paths hash to it
-            (``folder_parts.names_in_part``).
-        parts: How many tasks list ``folder`` (``folder_parts``); 1 for all but
-            huge local folders.
+        layout: ``classes`` or ``splits``; None: the worker decides it from every path.
+        part: Which of ``parts`` this task lists (``folder_parts.names_in_part``).
+        parts: How many tasks list ``folder``; 1 for all but huge local folders.
     """
 
     root: str
@@ -226,21 +201,16 @@ class FolderTask:
 def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
     """Decides a folder input's layout from its top levels and cuts its listing into tasks.
 
-    Only folders are looked at here, never a whole folder of files: the root,
-    then (for ``auto`` without a known split name) the top folders until a
-    file shows the layout is ``classes``, then the split folders of a
-    ``splits`` layout. The files are listed by the tasks, in parallel: the
-    root's own files; for ``classes``, each top folder with everything below
-    it; for ``splits``, each split folder's own files and each folder inside
-    it with everything below it. A folder that cannot be listed here is left
-    to its task, which reports it as the listing always has.
+    Only the root, the top folders (for ``auto``, until a file shows the layout is ``classes``)
+    and a ``splits`` layout's split folders are scanned here. The tasks list the root's own
+    files; for ``classes``, each top folder with everything below it; for ``splits``, each split
+    folder's own files and each folder inside it with everything below it. A folder that cannot
+    be scanned here is left to its task, which reports it.
 
     Args:
         root: The folder input, without a trailing ``/``.
         layout: ``auto``, ``classes`` or ``splits`` (``--layout``).
-        scan: ``folder -> iterable of (path, is_folder)`` of one level
-            (``storage.listing.scan_local_folder`` or ``scan_store``); a
-            folder is given back as it is to be listed (a store prefix with
+        scan: ``folder -> iterable of (path, is_folder)`` of one level (a store prefix given back with
             its ``/``); raises ``OSError`` when the folder cannot be listed.
     """
     prefix = root + "/"
@@ -277,11 +247,7 @@ def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
 
 
 def _top_levels(tops: Sequence[str], scan, rel_of, root_files: bool) -> tuple[bool, bool]:
-    """``(top_files, deeper)`` of ``TreeLevels``, as far as the layout needs them.
-
-    A file in the root or in a top folder makes the layout ``classes``
-    whatever else is there, so scanning stops at the first one.
-    """
+    """``(top_files, deeper)`` of ``TreeLevels``, scanning only until a file makes the layout ``classes``."""
     deeper = False
     if root_files:
         return False, deeper
@@ -301,13 +267,8 @@ def _top_levels(tops: Sequence[str], scan, rel_of, root_files: bool) -> tuple[bo
 
 
 def layout_of_levels(levels: TreeLevels) -> str:
-    """Decides from a folder input's top two levels whether it holds class folders or split folders.
-
-    It holds split folders if one of its top folders is a known split name
-    (``train``, ``validation``, ``val``, ``test``), or if no file lies in it or
-    directly in one of its top folders while a top folder holds folders (so
-    files lie at least three levels deep: ``<split>/<class>/<file>``).
-    """
+    """``splits`` if a top folder is a known split name, or if files lie only three or more levels deep
+    (``<split>/<class>/<file>``); else ``classes``."""
     if levels.tops & set(KNOWN_SPLITS):
         return "splits"
     if levels.deeper and not levels.root_files and not levels.top_files:
@@ -321,12 +282,12 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
     Args:
         root: The folder as given (local path or URI), without a trailing ``/``.
         rel: The file's path relative to it, ``/``-separated, not hidden.
-        layout: ``classes`` or ``splits`` (``rules.layout``, or as detected).
+        layout: ``classes`` or ``splits``.
         rules: Labelling rules.
 
     Returns:
-        A ``SourceImage``, or a ``DeadLetter`` if the file's split or class
-        cannot be known or its name is not valid UTF-8.
+        A ``SourceImage``, or a ``DeadLetter`` if its split or class cannot be known or its name is
+        not valid UTF-8.
     """
     path = join_path(root, rel)
     if _UNDECODED.search(path):
@@ -361,12 +322,10 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
 
 def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
                             rules: LabelRules) -> tuple[DeadLetter, str | None]:
-    """Resolves one folder a listing could not read.
+    """Resolves one folder a listing could not read: ``(dead letter, class name or None)``.
 
-    Each unreadable folder is one dead letter (``unreadable``) and counts as one
-    input: its files cannot be counted. A class folder's name is still a class
-    (so the other classes keep their indices and the shards say which class is
-    missing its images).
+    The folder counts as one input (its files cannot be counted). A class folder's name is still a
+    class, so the other classes keep their indices.
 
     Args:
         root: The folder input as given, without a trailing ``/``.
@@ -374,9 +333,6 @@ def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
         why: The error.
         layout: ``classes`` or ``splits``.
         rules: Labelling rules.
-
-    Returns:
-        ``(dead letter, class name or None)``.
     """
     path = join_path(root, rel) if rel else root
     dead = DeadLetter(shown_name(path), "unreadable",
@@ -415,9 +371,7 @@ def check_manifest_head(head: bytes, manifest: str, whole: bool) -> None:
         whole: True if ``head`` is the whole file.
 
     Raises:
-        ManifestError: ``FILE:LINE: why`` for a header without ``path`` and
-            ``label`` columns, a repeated column, bytes that are not UTF-8 in the
-            header (or first line), or a manifest without a single row.
+        ManifestError: ``FILE:LINE: why`` for an unusable header (or first line) or no row.
     """
     text = head.decode("utf-8-sig", errors="surrogateescape")
     if not whole:  # the head may end inside a character or a line: keep whole lines only
@@ -459,12 +413,8 @@ def decode_line(line: bytes) -> str:
 
 
 def csv_header(line: str | None) -> tuple[list[str], str | None]:
-    """A CSV manifest's columns from its first line, and why they cannot be used (or None).
-
-    Args:
-        line: Line 1 (``decode_line``, without a byte order mark), or None if
-            it was too long to read.
-    """
+    """A CSV manifest's columns from line 1 (``decode_line``, no byte order mark; None: too long to
+    read), and why they cannot be used (or None)."""
     if line is None:
         return [], "CSV header line is too long"
     try:
@@ -525,17 +475,15 @@ def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str
                           fields: Sequence[str] = ()) -> Iterator[SourceImage | DeadLetter]:
     """Resolves manifest rows, each from its own line.
 
-    Relative paths are resolved against the manifest's folder; absolute paths
-    and URIs are used as they are. ``image/filename`` is the path as written.
-    Blank lines are skipped; a line that cannot be a row is a
-    ``bad_manifest_row`` dead letter named ``MANIFEST:LINE``.
+    Relative paths are resolved against the manifest's folder; absolute paths and URIs are used as
+    they are. Blank lines are skipped; a line that cannot be a row is a ``bad_manifest_row`` dead
+    letter named ``MANIFEST:LINE``.
 
     Args:
-        lines: ``(1-based line number, line)``: the line as text (``decode_line``,
-            without its break), or None for a line too long to read. A CSV
-            manifest's header line is not among them.
-        manifest: Path or URI of the manifest (for resolving and for errors).
-        rules: Labelling rules (split of rows without a ``split``).
+        lines: ``(1-based line number, line)``: the line as text (``decode_line``, without its
+            break), or None for a line too long to read; not a CSV manifest's header line.
+        manifest: Path or URI of the manifest.
+        rules: Labelling rules.
         fields: A CSV manifest's columns (``csv_header``); unused for JSON Lines.
     """
     jsonl = manifest.lower().endswith(".jsonl")
@@ -548,6 +496,14 @@ def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str
         parsed = _jsonl_row(line) if jsonl else _csv_row(line, fields)
         if parsed is not None:
             yield _row_entry(number, *parsed, manifest, rules, typing)
+
+
+def image_path(folder: str, name: str) -> tuple[str, str]:
+    """``(full path, relative path)`` of an image a manifest names (an absolute path or URI is kept)."""
+    if _URI.match(name) or name.startswith("/"):
+        return name, name
+    relative = posixpath.normpath(name)
+    return join_path(folder, relative), relative
 
 
 def _row_entry(number: int, row: Mapping | None, error: str, manifest: str, rules: LabelRules,
@@ -578,19 +534,15 @@ def _row_entry(number: int, row: Mapping | None, error: str, manifest: str, rule
         problem = problem or check_label(label)
     if problem:
         return DeadLetter(where, "bad_label", problem)
-    if _URI.match(path) or path.startswith("/"):
-        full, relative = path, path
-    else:
-        relative = posixpath.normpath(path)
-        full = join_path(folder, relative)
+    full, relative = image_path(folder, path)
     if split in (None, ""):
-        return SourceImage(path=full, relpath=relative, split=rules.unsplit(), label=label,
-                           origin=where, labels=labels, features=features, objects=objects)
-    if not isinstance(split, str):
+        split = rules.unsplit()
+    elif not isinstance(split, str):
         return DeadLetter(where, "bad_split", f"split {split!r} is not a string")
-    try:
-        check_split_name(split)
-    except PlanError as err:
-        return DeadLetter(where, "bad_split", str(err))
+    else:
+        try:
+            check_split_name(split)
+        except PlanError as err:
+            return DeadLetter(where, "bad_split", str(err))
     return SourceImage(path=full, relpath=relative, split=split, label=label, origin=where,
                        labels=labels, features=features, objects=objects)

@@ -1,15 +1,10 @@
 """Cutting the keys below one store prefix into ranges that several workers list.
 
-Object stores list keys in UTF-8 byte order, which is the order of their code
-points, and can start a listing after any string (S3 ``StartAfter``, GCS
-``start_offset``). A prefix's keys are cut into ranges ``(after, until]`` by
-boundary strings: any sorted strings cover every key exactly once, so a
-boundary need not be a key. Boundaries are chosen by bisection between
-strings, each halving checked with one probe (the first key after it), so
-that empty stretches of the key space are skipped and the ranges hold about
-as many keys each when the names are spread evenly (counters, hashes, UUIDs).
-
-Names here are relative to the prefix being listed.
+Object stores list keys in code point order and can start a listing after any string (S3
+``StartAfter``, GCS ``start_offset``), so a prefix's keys are cut into ranges ``(after, until]`` by
+boundary strings that need not be keys. Boundaries are chosen by bisection, each halving checked
+with one probe (the first key after it), skipping empty stretches of the key space. Names here are
+relative to the prefix being listed.
 """
 
 from __future__ import annotations
@@ -38,9 +33,8 @@ def _end_of(code: int) -> int:
 def key_between(lo: str, hi: str | None) -> str | None:
     """A string strictly between ``lo`` and ``hi`` (None: no upper bound), near their middle.
 
-    The middle is taken at the first code point where they differ; with no
-    upper bound, within ASCII first when ``lo`` is ASCII there (names mostly
-    are). None when no string lies between them (``hi`` is ``lo`` + ``"\\0"``).
+    The middle is taken at the first code point where they differ (with no upper bound, within
+    ASCII first). None when no string lies between them.
     """
     out: list[str] = []
     i = 0

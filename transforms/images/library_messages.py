@@ -1,19 +1,11 @@
 """Messages the image library prints about an input, caught and given to that input's dead letter.
 
-Pillow reports some problems of a file it still opens as Python warnings
-(``Image appears to be a malformed MPO file``, ``Possibly corrupt EXIF
-data``) and others on its loggers (``More samples per pixel than can be
-decoded``). Printed bare, they name no input and look like job errors. Within
-``captured_messages()`` they are collected for the calling thread instead:
-``collected`` adds them to an ``ImageError``'s detail, and they are dropped
-when the image turns out fine. Outside it they behave as before.
-
-Warnings are routed by one ``warnings.showwarning`` installed once (re-installed
-if a test harness swapped it), which looks at a thread-local stack, so worker
-threads decoding different images do not see each other's messages; Pillow's
-warnings are set to ``always`` so that a repeated message is not swallowed by
-Python's once-per-location registry. Messages libtiff would print to file
-descriptor 2 are routed the same way (``transforms/images/libtiff.py``).
+Pillow reports some problems of a file it still opens as Python warnings and others on its
+loggers; printed bare, they name no input. Within ``captured_messages()`` they are collected for
+the calling thread (``message_stack``) instead: ``collected`` adds them to an ``ImageError``'s
+detail, and they are dropped when the image turns out fine. Pillow's warnings are set to ``always``
+so that a repeated message is not swallowed. libtiff's messages are routed the same way
+(``libtiff.py``).
 """
 
 from __future__ import annotations

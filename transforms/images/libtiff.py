@@ -1,17 +1,11 @@
 """libtiff's own messages, routed to the input being decoded instead of file descriptor 2.
 
-Pillow decodes compressed TIFFs with libtiff, whose default warning and error
-handlers print straight to the process's stderr (``tempfile.tif: WEBP
-compression support is not configured.``), naming no input; Pillow offers no
-way to change that. ``route_libtiff_messages`` installs handlers, through
-ctypes, in the libtiff that Pillow itself loaded (``TIFFSetWarningHandler`` and
-``TIFFSetErrorHandler``, libtiff 4): each message goes to the calling thread's
-capture (``message_stack.note_message``), or, when no capture is open, to
-the ``transforms.images`` logger at DEBUG.
-
-Checked with Pillow 12.3's wheels (libtiff 4.7, bundled in ``pillow.libs``)
-on Linux x86-64. Where the library cannot be found or set up, nothing is
-installed and libtiff prints as before.
+libtiff's default handlers print straight to stderr, naming no input, and Pillow offers no way to
+change that. ``route_libtiff_messages`` installs handlers through ctypes in the libtiff Pillow
+loaded (``TIFFSetWarningHandler``, ``TIFFSetErrorHandler``): each message goes to the calling
+thread's capture (``message_stack.note_message``), else to the ``transforms.images`` logger at
+DEBUG. Checked with Pillow 12.3's wheels (libtiff 4.7) on Linux x86-64; where the library cannot be
+set up, libtiff prints as before.
 """
 
 from __future__ import annotations

@@ -24,17 +24,10 @@ class ListingFacts:
     """What the whole listing says, known before any image is read.
 
     Attributes:
-        inputs: Inputs listed: files and manifest rows, and the listing's dead
-            letters (an unreadable folder is one input).
-        classes: Image class names in index order: ``fixed`` when given, else
-            those of the listed inputs and of unreadable class folders, sorted;
-            when every label is an integer class index (in any input kind,
-            ``class_labels``), ``0`` to the largest index, so that each index
-            stays its own.
-        layout: The ``RecordLayout`` every record follows (with the object
-            classes' ids, ``object_classes.object_label_map``).
-        splits: The splits the listed inputs name, sorted (``SPLIT_BY_CONTENT``
-            for those whose bytes choose one, ``--split_fractions``).
+        inputs: Inputs listed, the listing's dead letters included (an unreadable folder is one).
+        classes: Image class names in index order: ``fixed`` when given, else ``class_list``'s.
+        layout: The ``RecordLayout`` every record follows.
+        splits: The splits the listed inputs name, sorted.
     """
 
     inputs: int
@@ -48,9 +41,8 @@ class ListingTally:
     """Gathers ``ListingFacts`` from ``SourceImage``, ``DeadLetter``, class names (``str``) and
     ``ObjectClasses``.
 
-    ``add`` changes this tally and returns it. A class name is that of an
-    unreadable class folder: it stays in the class list but is not an input;
-    nor is an ``ObjectClasses`` (a COCO file's categories).
+    ``add`` changes this tally and returns it. A class name (of an unreadable class folder) and an
+    ``ObjectClasses`` (a COCO file's categories) are not inputs.
 
     Attributes:
         inputs: Inputs added.
@@ -60,8 +52,7 @@ class ListingTally:
         declared: ``(id, name)`` of the object classes COCO files declare.
         splits: Splits the inputs name.
         images: ``SourceImage``s added (inputs that are not dead letters).
-        present: Extra feature name -> ``SourceImage``s that give it (a key
-            some lack is optional: ``annotations.with_optional_features``).
+        present: Extra feature name -> ``SourceImage``s that give it.
     """
 
     inputs: int = 0
@@ -105,18 +96,12 @@ class ListingTally:
     def facts(self, multi_label: bool = False, label_offset: int | None = None,
               fixed: Sequence[str] | None = None, boxes_outside: str = "skip",
               declared: Mapping[str, str] | None = None) -> ListingFacts:
-        """The facts gathered, with the build's flags.
-
-        Args:
-            multi_label: ``--multi_label``.
-            label_offset: ``--label_offset`` (None: ``DEFAULT_OBJECT_OFFSET``).
-            fixed: ``--class_names``/``--labels_file``, or None.
-            boxes_outside: ``--boxes_outside``.
-            declared: ``--feature`` name -> type, or None.
+        """The facts gathered, with the build's flags: ``--multi_label``, ``--label_offset`` (None:
+        ``DEFAULT_OBJECT_OFFSET``), ``--class_names``/``--labels_file``, ``--boxes_outside`` and the
+        ``--feature`` types.
 
         Raises:
-            UsageError: Without ``fixed``, labels mix class indices and names, or
-                an index is far above the number of inputs (``class_labels.class_list``).
+            UsageError: Without ``fixed``, labels that ``class_labels.class_list`` refuses.
         """
         offset = DEFAULT_OBJECT_OFFSET if label_offset is None else label_offset
         objects = object_label_map(self.object_names, self.declared, offset, fixed) if (
@@ -128,12 +113,8 @@ class ListingTally:
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:
-    """The class list of a set that new inputs are appended to.
-
-    The published classes keep their indexes (records already written hold
-    them); classes only the new inputs have follow, sorted. A set whose
-    classes are the indices ``0`` to ``k`` (integer labels) grows to the
-    largest new index.
+    """The class list of a set that new inputs are appended to: the published classes keep their
+    indexes, new ones follow, sorted; a set of indices ``0`` to ``k`` grows to the largest new index.
 
     Raises:
         UsageError: New inputs name classes by text while the set's are indices.

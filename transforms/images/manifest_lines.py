@@ -1,31 +1,18 @@
 """Reading an input manifest's lines by byte range, with their 1-based line numbers (pure).
 
-An input manifest (``.csv``, ``.jsonl``) is read in byte ranges, so that no
-worker holds more than one range's lines and one line at a time, whatever the
-manifest's size. The rule is the usual one for line-oriented files: the range
-``[start, end)`` owns the lines whose first byte lies in it. A reader that
-starts inside a line skips to the first line start at or after ``start`` (the
-line it skipped belongs to the range before), and the last line it owns is
-read past ``end`` to its break.
+The range ``[start, end)`` owns the lines whose first byte lies in it, so no worker holds more
+than one range's lines. A JSON Lines manifest breaks lines at ``"\\n"`` only; a CSV manifest at
+``"\\r\\n"``, ``"\\n"`` or a lone ``"\\r"``, as Python's csv module does; line numbers are counted
+the same way, so ``MANIFEST:LINE`` is what an editor shows.
 
-Line breaks: a JSON Lines manifest breaks lines at ``"\\n"`` only (a ``"\\r"``
-before it stays in the line, where JSON reads it as white space; a lone
-``"\\r"`` is part of the line). A CSV manifest breaks them at ``"\\r\\n"``,
-``"\\n"`` or a lone ``"\\r"``, as Python's csv module does. Line numbers are
-counted the same way, so ``MANIFEST:LINE`` in a dead letter is what an editor
-shows. A UTF-8 byte order mark at the start of the file is not part of line 1.
-
-Line numbers take two passes: ``count_line_starts`` counts the lines that start
-in each range (each range independently, reading its own bytes plus one),
-``first_line_numbers`` adds them up, and ``lines_in_range`` then reads a range's
-lines knowing the number of its first. A line longer than ``MAX_LINE_BYTES`` is
-not held: it is yielded as None (its row becomes a dead letter) and skipped.
-
-Works on seekable binary file-like objects; never opens paths.
+Line numbers take two passes: ``count_line_starts`` counts the lines that start in each range,
+``first_line_numbers`` adds them up, and ``lines_in_range`` then reads a range's lines. A line
+longer than ``MAX_LINE_BYTES`` is never held whole: it is yielded as None.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import BinaryIO, Iterator, Sequence
 
@@ -62,15 +49,11 @@ def byte_ranges(size: int, range_bytes: int) -> list[tuple[int, int]]:
 
 
 def count_line_starts(fh: BinaryIO, start: int, end: int, size: int, cr: bool, name: str = "") -> int:
-    """How many lines start in ``[start, end)`` of a file of ``size`` bytes.
-
-    Reads ``[start - 1, end)`` (the byte before ``start`` says whether a line
-    starts at ``start``) in chunks of 1 MiB.
+    """How many lines start in ``[start, end)`` of a file of ``size`` bytes (reading ``[start - 1, end)``).
 
     Args:
         fh: The file, seekable.
-        start: First byte of the range.
-        end: End of the range (exclusive).
+        start, end: The range ``[start, end)``.
         size: The file's size.
         cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
         name: The file, for errors.
@@ -104,32 +87,14 @@ def count_line_starts(fh: BinaryIO, start: int, end: int, size: int, cr: bool, n
 
 def first_line_numbers(counts: Sequence[int]) -> list[int]:
     """The 1-based line number of each range's first line, from the lines starting in each range."""
-    numbers, number = [], 1
-    for count in counts:
-        numbers.append(number)
-        number += count
-    return numbers
+    return list(itertools.accumulate(counts, initial=1))[:len(counts)]
 
 
 def lines_in_range(fh: BinaryIO, start: int, end: int, size: int, cr: bool, name: str = "",
                    max_line: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
-    """The lines that start in ``[start, end)``, in order, without their breaks.
-
-    The line at offset 0 loses a UTF-8 byte order mark. A line longer than
-    ``max_line`` bytes is yielded as None, and only ``_CHUNK`` bytes of it are
-    held at a time.
-
-    Args:
-        fh: The file, seekable.
-        start: First byte of the range.
-        end: End of the range (exclusive); its last line is read past it.
-        size: The file's size.
-        cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
-        name: The file, for errors.
-        max_line: Longest line yielded.
-
-    Raises:
-        ManifestError: The file ended before ``size`` bytes.
+    """The lines that start in ``[start, end)``, in order, without their breaks (nor a UTF-8 byte
+    order mark); a line longer than ``max_line`` bytes is yielded as None. The other arguments and
+    the errors are ``count_line_starts``'s.
     """
     end = min(end, size)
     if start >= end:

@@ -1,10 +1,7 @@
 """Each thread's open captures of the image library's messages: the one place messages go.
 
-``library_messages.captured_messages`` opens a capture (a list) on the calling
-thread's stack; the routes that catch a library's messages (Python warnings,
-Pillow's loggers, libtiff's handlers in ``libtiff.py``) hand each message to
-``note_message``, which adds it to the innermost capture of the thread it
-was raised in. Both routes import this module, and it imports neither.
+``library_messages.captured_messages`` opens a capture on the calling thread's stack; the routes
+that catch a library's messages hand each to ``note_message``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """Near-duplicate images across splits: pairs of perceptual hashes within a distance, found by bands.
 
-Pure code. Each hashed image goes to ``distance + 1`` buckets, one per band
-of its hash (``perceptual.hash_bands``): two images within ``distance`` bits
-share a bucket, so only the members of one bucket are compared
-(``bucket_pairs``), never all pairs. A bucket keeps at most ``cap``
-members (those with the smallest sha256, so the choice does not depend on
-the order they arrive in: ``CappedBucket``); the rest are counted, not
-compared there (a pair within the distance usually shares several bands).
-Only images in different splits are compared.
+Each hashed image goes to ``distance + 1`` buckets, one per band of its hash
+(``perceptual.hash_bands``): two images within ``distance`` bits share a bucket, so only the
+members of one bucket, in different splits, are compared. A bucket keeps at most ``cap`` members
+(``CappedBucket``); the rest are counted, not compared there.
 
-Of a pair, the copy in the split that ranks first (``planning.split_rank``:
-test, validation, val, other splits, train), then with the smaller relative
-path, keeps the image: the other is the later copy, as for identical bytes
-(``duplicates.CopyTally``). ``near_choice`` decides, for the copy of an
-image's bytes that the exact-duplicate check keeps, which pairs name it as
-the later copy; with ``reject`` it becomes a ``cross_split_near_duplicate``
-dead letter.
+Of a pair, the copy that ranks first keeps the image, as for identical bytes
+(``duplicates.CopyTally``); with ``reject`` the later copy is a ``cross_split_near_duplicate``
+dead letter (``near_choice``).
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import json
 from dataclasses import dataclass
@@ -89,11 +82,8 @@ def _pair(a: HashedImage, b: HashedImage, distance: int) -> NearPair:
 
 
 class CappedBucket:
-    """The members of one bucket: at most ``cap`` kept (the smallest), all of them counted.
-
-    A combiner's accumulator: ``add``, ``merge`` and ``members`` give the
-    same result whatever order members arrive in.
-    """
+    """The members of one bucket: at most ``cap`` kept (the smallest, whatever order they arrive in),
+    all of them counted."""
 
     def __init__(self, cap: int = DEFAULT_BUCKET_CAP) -> None:
         if cap < 2:
@@ -120,11 +110,8 @@ class CappedBucket:
 
 
 def bucket_pairs(members: Sequence[HashedImage], distance: int) -> list[NearPair]:
-    """The pairs of members in different splits within ``distance`` bits, but for identical bytes.
-
-    Compares each split's members with those of every other split, in
-    blocks of numpy XORs; identical bytes (one sha256) are the exact check's.
-    """
+    """The pairs of members in different splits within ``distance`` bits, but for identical bytes
+    (the exact check's)."""
     by_split: dict[str, list[HashedImage]] = {}
     for member in members:
         by_split.setdefault(member.split, []).append(member)
@@ -151,15 +138,11 @@ def near_choice(kept: ImageMeta | None, pairs: Iterable[NearPair], reject: bool,
                 distance: int) -> tuple[ImageMeta | None, list[DeadLetter], list[NearPair]]:
     """The copy the exact check kept, given the pairs naming a copy of its bytes as the later one.
 
-    Pairs naming another copy of the bytes (one the exact check rejected)
-    are dropped: the kept copy has the same hash, and its own pairs. Of the
-    pairs with copies of one image, the one with the copy that image's exact
-    check keeps (its best-ranked) stands for them.
+    Pairs naming another copy of the bytes are dropped: the kept copy has its own. Of the pairs
+    with copies of one image, the one with its best-ranked copy stands for them.
 
     Returns:
-        The copy, or None when ``reject`` and it has a pair; its dead letter
-        (``cross_split_near_duplicate``, naming the nearest copy); its pairs,
-        nearest first.
+        The copy (None when ``reject`` and it has a pair), its dead letter, its pairs, nearest first.
     """
     if kept is None:
         return None, [], []
@@ -193,10 +176,7 @@ def near_duplicates_lines(pairs: Iterable[NearPair], rejected: bool) -> bytes:
 def split_pairs(pairs: Iterable[NearPair]) -> list[dict]:
     """How many pairs join each two splits: ``{"kept", "later", "pairs"}`` (the split that keeps the
     image, the split of the later copy), most pairs first, then by name."""
-    counts: dict[tuple[str, str], int] = {}
-    for pair in pairs:
-        key = (pair.kept.split, pair.later.split)
-        counts[key] = counts.get(key, 0) + 1
+    counts = collections.Counter((pair.kept.split, pair.later.split) for pair in pairs)
     return [{"kept": kept, "later": later, "pairs": n}
             for (kept, later), n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
 

@@ -1,20 +1,9 @@
 """Object classes: the ids ``image/object/class/label`` holds and ``label_map.pbtxt`` lists (pure).
 
-Object classes are a space of their own, apart from the image classes of
-``image/class/label`` (``labels.txt``): an object class never shifts an image
-class's index, nor the other way round. Ids come, in this order of precedence:
-
-- from a COCO file's ``categories`` (``--coco_ids keep``, the default): each
-  class keeps its COCO ``id``, so a detector's label map (``person`` 1,
-  ``motorcycle`` 4, ...) reads the records as they are;
-- from ``--class_names``/``--labels_file`` when given: the class's index
-  there plus ``--label_offset``;
-- else by sorted name: index plus ``--label_offset`` (1 by default, the id
-  the Object Detection API gives its first class; 0 is its background).
-
-A name none of these numbers (an object of a JSON Lines row in a build that
-keeps a COCO file's ids, or one missing from ``--class_names``) gets the next
-ids after the largest one, by sorted name.
+Object classes are a space of their own, apart from the image classes of ``labels.txt``. Ids come
+from a COCO file's ``categories`` (``--coco_ids keep``); else from the index in
+``--class_names``/``--labels_file``, or in sorted names, plus ``--label_offset``. A name none of
+these numbers gets the next ids after the largest one, by sorted name.
 """
 
 from __future__ import annotations
@@ -48,12 +37,10 @@ def object_label_map(names: Iterable[str], declared: Iterable[tuple[int | None, 
 
     Args:
         names: The class names the build's objects use.
-        declared: ``(id or None, name)`` of the classes its COCO files declare
-            (``ObjectClasses.classes``); a class declared with an id keeps it
-            (the smallest, if files disagree), one without is numbered.
+        declared: ``(id or None, name)`` of the classes its COCO files declare; a class declared
+            with an id keeps it (the smallest, if files disagree).
         offset: Added to the index of a numbered class (``--label_offset``).
-        fixed: ``--class_names``/``--labels_file``, numbering the names in it
-            by their index there; None to number by sorted name.
+        fixed: ``--class_names``/``--labels_file``; None to number by sorted name.
     """
     kept: dict[str, int] = {}
     numbered = set(names)

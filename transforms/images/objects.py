@@ -1,11 +1,8 @@
 """Object boxes: parsing, checking, and following the image through EXIF orientation and resize (pure).
 
-Boxes in an input refer to the pixels as stored in the source file (what
-``tf.io.decode_image`` and COCO's ``width``/``height`` see; EXIF orientation not
-applied). Records carry them as the TF Object Detection API does: corners
-normalized to [0, 1] of the stored image. Normalized corners do not change when
-the image is resized to any size; when ``reencode``/``raw`` apply the EXIF
-orientation, the corners are rotated and mirrored with the pixels.
+Boxes in an input refer to the pixels as stored in the source file (EXIF orientation not applied).
+Records carry them as the TF Object Detection API does: corners normalized to [0, 1] of the stored
+image, turned with the pixels where ``reencode``/``raw`` apply the EXIF orientation.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ __all__ = ["BBOX_FORMATS", "BOX_POLICIES", "SourceBox", "PlacedBox", "BoxError",
            "source_geometry", "place_boxes", "ORIENTATION_TAG"]
 
 BBOX_FORMATS = ("xyxy_pixels", "xywh_pixels", "xyxy_normalized")
-# What a build does with a box that is not inside its image (``--boxes_outside``): skip it, as the
-# Object Detection API's create_coco_tf_record does, or clip it to the image (skipping it when
-# nothing is left). Either way the box is counted, and the image kept.
+# What a build does with a box that is not inside its image (``--boxes_outside``, ``place_boxes``).
 BOX_POLICIES = ("skip", "clip")
 ORIENTATION_TAG = 0x0112
 # Box corners may overshoot the image by this much (pixels, or the same share of a
@@ -59,11 +54,8 @@ class SourceBox:
 
 @dataclass(frozen=True)
 class PlacedBox:
-    """A box on the stored image: normalized corners, area in stored pixels.
-
-    ``clipped`` is True for a box that reached out of its image (more than
-    half a pixel) and was clipped to it (``outside="clip"``).
-    """
+    """A box on the stored image: normalized corners, area in stored pixels; ``clipped`` if it was
+    clipped to the image."""
 
     xmin: float
     ymin: float
@@ -92,9 +84,6 @@ def _corners(bbox: object, bbox_format: str, what: str) -> tuple[float, float, f
 
 def parse_objects(value: object, bbox_format: str) -> tuple[SourceBox, ...]:
     """Parses a JSON Lines ``objects`` value: ``[{"bbox": [...], "label": ...}, ...]``.
-
-    ``label`` may be a string or an integer (used as its decimal text);
-    optional ``area`` and ``is_crowd``/``iscrowd`` are kept.
 
     Raises:
         BoxError: The value is malformed; the message names the object.
@@ -125,11 +114,8 @@ def parse_objects(value: object, bbox_format: str) -> tuple[SourceBox, ...]:
 
 
 def source_geometry(data: bytes) -> tuple[int, int, int]:
-    """``(width, height, exif_orientation)`` of a source image, read from its header.
-
-    The orientation is 1 when the image has none (or an invalid one), as
-    Pillow's ``ImageOps.exif_transpose`` treats it.
-    """
+    """``(width, height, exif_orientation)`` of a source image, read from its header (orientation 1
+    when it has none or an invalid one)."""
     from PIL import Image  # Pillow is loaded only where images are read
 
     with Image.open(io.BytesIO(data)) as img:
@@ -158,12 +144,9 @@ def place_boxes(boxes: Sequence[SourceBox], width: int, height: int, orientation
                 out_width: int, out_height: int, outside: str = "skip") -> tuple[PlacedBox, ...]:
     """Checks boxes against the source image and places them on the stored image.
 
-    A corner within half a pixel outside the image is clipped (annotation
-    tools round outwards). A box that reaches further out, or has no width or
-    height, is skipped (``outside="skip"``, as the Object Detection API's
-    ``create_coco_tf_record`` does) or clipped to the image
-    (``outside="clip"``; skipped if nothing of it is inside); the caller counts
-    the boxes left out as ``len(boxes) - len(result)``.
+    A corner within half a pixel outside the image is clipped. A box that reaches further out is
+    skipped (``outside="skip"``, as the Object Detection API's ``create_coco_tf_record`` does) or
+    clipped to the image; one without width or height is skipped.
 
     Args:
         boxes: The boxes as the input gives them.

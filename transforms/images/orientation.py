@@ -1,23 +1,11 @@
 """EXIF orientation: read it from a header, and turn an image upright for ``--image_mode tf`` (pure).
 
-``tf.io.decode_image`` ignores EXIF orientation: a phone photo with
-orientation 6 decodes lying on its side, while viewers (and Pillow's
-``ImageOps.exif_transpose``) show it upright. With ``--exif_orientation
-apply`` (the default), ``tf`` mode stores such images upright:
-
-- a JPEG is re-encoded as JPEG (``upright_jpeg``). Pillow gives no access to
-  a JPEG's DCT coefficients, so the lossless rotation of ``jpegtran`` is not
-  available; the pixels are decoded, transposed and encoded again with the
-  source's own quantization tables (transposed with the pixels for the
-  orientations that swap the sides) and its chroma subsampling where the
-  turned image can keep it (4:4:4 where it cannot), which keeps them visually
-  lossless. Its ICC profile and its other EXIF tags are kept; the orientation
-  tag is removed.
-- any other image (and a CMYK JPEG) is stored as a PNG of its first frame,
-  turned upright: lossless (``codec.upright_first_frame_png``).
-
-``--exif_orientation keep`` stores the bytes as they are and writes the
-orientation in ``image/orientation`` instead.
+``tf.io.decode_image`` ignores EXIF orientation. With ``--exif_orientation apply`` (the default),
+``tf`` mode stores such images upright: a JPEG re-encoded with the source's own quantization tables
+and chroma subsampling where the turned image can keep them (``upright_jpeg``: Pillow gives no
+lossless rotation), any other image as a PNG of its first frame
+(``image_codec.upright_first_frame_png``). ``--exif_orientation keep`` stores the bytes as they are
+and writes the orientation in ``image/orientation``.
 """
 
 from __future__ import annotations
@@ -70,13 +58,8 @@ _SUBSAMPLING_444, _SUBSAMPLING_422, _SUBSAMPLING_420 = 0, 1, 2
 
 
 def exif_orientation(img: Image.Image) -> int:
-    """The EXIF orientation of an opened image, from its header: 1-8, 1 when it has none.
-
-    As ``ImageOps.exif_transpose`` reads it (the EXIF tag, else an XMP
-    ``tiff:Orientation``), without decoding pixels: a PNG's only from chunks
-    before its image data. A malformed EXIF block or a value outside 1-8 counts as none, as
-    ``ImageOps.exif_transpose`` leaves such an image as it is.
-    """
+    """The EXIF orientation of an opened image, from its header (a PNG's from chunks before its image
+    data), as ``ImageOps.exif_transpose`` reads it: 1-8, 1 when it has none or a malformed one."""
     try:
         if img.format == "PNG":  # PngImageFile.getexif() decodes the image to look for a late eXIf
             if not any(key in img.info for key in ("exif", "Raw profile type exif", "XML:com.adobe.xmp")):
@@ -98,14 +81,7 @@ def turned_upright(img: Image.Image, orientation: int) -> Image.Image:
 def upright_jpeg(data: bytes, orientation: int) -> bytes | None:
     """A JPEG turned upright for ``orientation``, re-encoded with the source's tables; None for CMYK.
 
-    Args:
-        data: The source JPEG (its EXIF orientation is ``orientation``).
-        orientation: 2-8.
-
-    Returns:
-        The upright JPEG (deterministic for the same input and Pillow), or
-        None when the source is not gray or RGB (a CMYK or YCCK JPEG), which
-        the caller stores as PNG.
+    Its ICC profile and its other EXIF tags are kept; the orientation tag is removed.
 
     Raises:
         ImageError: The source cannot be decoded or encoded.
@@ -146,11 +122,8 @@ def upright_jpeg(data: bytes, orientation: int) -> bytes | None:
 
 
 def _keeps_block_grid(orientation: int, width: int, height: int, sampling: int) -> bool:
-    """Whether the turned image's blocks are the source's blocks turned (no block is cut anew).
-
-    A flip moves the block grid unless the flipped side is a whole number of
-    MCUs: the source's edge blocks are then partly padding.
-    """
+    """Whether the turned image's blocks are the source's blocks turned: a flip moves the block grid
+    unless the flipped side is a whole number of MCUs."""
     mcu_w, mcu_h = {_SUBSAMPLING_422: (16, 8), _SUBSAMPLING_420: (16, 16)}.get(sampling, (8, 8))
     flips_x, flips_y = _FLIPS[orientation]
     return not (flips_x and width % mcu_w) and not (flips_y and height % mcu_h)

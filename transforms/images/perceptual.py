@@ -1,18 +1,12 @@
 """A perceptual hash of an image's pixels (a 64-bit DCT pHash), its Hamming distances and its bands.
 
-Pure code. ``perceptual_hash`` decodes the image small (a JPEG at the
-smallest libjpeg scale, 1/2 to 1/8, that leaves both sides at least
-``DRAFT_SIDE`` pixels: the scaled IDCT skips most of the work), makes it a
-``HASH_SIDE`` x ``HASH_SIDE`` greyscale image (Lanczos), upright for its EXIF
-orientation, takes the 2-D DCT's 8 x 8 lowest frequencies above the DC term
-(rows and columns 1-8, as the original pHash does) and sets a bit for each
-coefficient above their median. A resized, re-encoded copy of a photo lands
-within a few bits of it; unrelated photos about 32 bits apart
+``perceptual_hash`` decodes the image small (a JPEG at a reduced libjpeg scale), makes it a
+``HASH_SIDE``-square greyscale image, upright, takes the 2-D DCT's 8 x 8 lowest frequencies above
+the DC term, as the original pHash does, and sets a bit for each coefficient above their median
 (BENCHMARKS.md, "Near-duplicates across splits").
 
-``hash_bands`` cuts a hash into ``distance + 1`` bands: two hashes within
-``distance`` bits of each other agree on at least one band (pigeonhole), so
-comparing only hashes that share a band value finds every such pair.
+``hash_bands`` cuts a hash into ``distance + 1`` bands: two hashes within ``distance`` bits of each
+other agree on at least one band (pigeonhole).
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ from PIL import Image
 
 from transforms.errors import ImageError
 from transforms.images.choices import MAX_NEAR_DUPLICATE_DISTANCE
+from transforms.images.orientation import ORIENTATION_TAG
 
 __all__ = ["HASH_BITS", "HASH_SIDE", "DRAFT_SIDE", "MAX_DISTANCE", "perceptual_hash", "band_widths", "hash_bands", "popcount"]
 
@@ -31,7 +26,6 @@ HASH_BITS = 64
 HASH_SIDE = 32  # the greyscale image the DCT reads
 DRAFT_SIDE = 64  # a JPEG is decoded at the smallest scale leaving both sides >= this
 MAX_DISTANCE = MAX_NEAR_DUPLICATE_DISTANCE
-_EXIF_ORIENTATION = 0x0112
 
 
 def _dct_rows(n: int) -> np.ndarray:
@@ -61,7 +55,7 @@ def _small_grey(data: bytes) -> tuple[np.ndarray, int]:
     with Image.open(io.BytesIO(data)) as image:
         if image.format == "JPEG":
             image.draft("L", (DRAFT_SIDE, DRAFT_SIDE))
-        orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
+        orientation = image.getexif().get(ORIENTATION_TAG, 1)
         # Integer and float images (16-bit PNG, TIFF) as floats: "L" would clip them at 255.
         grey = image.convert("F" if image.mode[0] in "IF" else "L")
         small = grey.resize((HASH_SIDE, HASH_SIDE), Image.Resampling.LANCZOS)

@@ -1,43 +1,19 @@
 """PNG colour chunks that make libpng print warnings, fixed without touching a pixel.
 
-Pure code: functions take and return bytes. ``tf.io.decode_png`` decodes with
-libpng, which prints a ``PNG warning`` line on stderr for some ancillary
-chunks each time an image is decoded: one per image per epoch for a training
-job. ``fix_png_chunks`` rewrites the one chunk at fault where the change makes
-libpng read the file exactly as before, less the warning:
+libpng (``tf.io.decode_png``) prints a ``PNG warning`` for some colour chunks each time it decodes
+the image. ``fix_png_chunks`` rewrites the one chunk at fault where libpng then reads the file
+exactly as before, less the warning (docs/images.md, "No decoder noise"):
 
-- ``iccp_to_srgb``: an ``iCCP`` chunk holding one of the two HP/Microsoft
-  sRGB profiles libpng knows to be incorrect (``iCCP: known incorrect sRGB
-  profile``) becomes an ``sRGB`` chunk in the same place, with the rendering
-  intent of the profile's header (bytes 64-67; the table's entry matched it,
-  so it is always a defined one). libpng replaces such a profile by sRGB
-  itself (``png_icc_set_sRGB``); an ``sRGB`` chunk takes the same path
-  (``png_colorspace_set_sRGB``), so a ``gAMA`` or ``cHRM`` chunk is checked
-  against sRGB as before (a gamma that does not match still warns, as
-  ``sRGB: gamma value does not match sRGB`` instead of ``iCCP: ...``).
-- ``iccp_dropped``: an ``iCCP`` chunk whose profile libpng rejects (``iCCP:
-  too short``, ``bad compression method``, a zlib error, ``profile '...':
-  'RGB ': RGB color space not permitted on grayscale PNG``, ``invalid
-  rendering intent``, ...) is removed, when it is the only colour chunk
-  (``iCCP``, ``sRGB``, ``gAMA``, ``cHRM``) before the image data: libpng
-  ignores the profile, and without other colour chunks it has no colour
-  information either way.
+- ``iccp_to_srgb``: an ``iCCP`` chunk holding one of the HP/Microsoft sRGB profiles libpng knows
+  to be incorrect becomes an ``sRGB`` chunk with the profile's rendering intent, which libpng
+  replaces it by itself (``png_icc_set_sRGB``);
+- ``iccp_dropped``: an ``iCCP`` chunk whose profile libpng rejects is removed, when it is the only
+  colour chunk before the image data (libpng ignores it, and has no colour information either way).
 
-Everything else is left as it is: profiles libpng accepts with a warning (``PCS
-illuminant is not D50``, ``out-of-date sRGB profile with no signature``,
-``Not recognizing known sRGB profile that has been edited``), an ``iCCP``
-after ``PLTE`` or the image data, a second profile, an ``iCCP`` whose CRC is
-wrong, and the non-colour warnings (``tRNS`` samples out of range, extra
-compressed image data), whose fixes would change what is decoded or the image
-data. Every byte but the chunk's is kept, the image data included, and the new
-chunk's CRC is computed; a file whose chunks cannot be walked is left as it is.
-
-The table of known profiles is libpng's ``png_sRGB_checks`` (``png.c`` of
-libpng 1.6.38 in glennrp/libpng, the same in 1.6.26): length, Adler-32,
-CRC-32, the MD5 of the profile's ID field (zero for the old HP profiles), the
-rendering intent and whether libpng reports the profile as incorrect. The checks of a profile libpng
-rejects follow ``png_handle_iCCP`` (``pngrutil.c``) and ``png_icc_check_length``,
-``png_icc_check_header`` and ``png_icc_check_tag_table`` (``png.c``).
+Every other byte is kept; a file whose chunks cannot be walked is left as it is. The table of known
+profiles is libpng's ``png_sRGB_checks`` (``png.c``, libpng 1.6.38); the checks of a profile follow
+``png_handle_iCCP`` (``pngrutil.c``), ``png_icc_check_length``, ``png_icc_check_header`` and
+``png_icc_check_tag_table`` (``png.c``).
 """
 
 from __future__ import annotations
@@ -105,7 +81,6 @@ _COLOUR_CHUNKS = frozenset((b"iCCP", b"sRGB", b"gAMA", b"cHRM"))
 # build, not of the file; such a file is left as it is.
 _PROFILE_LIMIT = 8_000_000
 _HEADER = 132
-_D50 = bytes.fromhex("0000f6d6000100000000d32d")
 
 
 @dataclass(frozen=True)
@@ -208,11 +183,8 @@ def _iccp_verdict(body: bytes, color_type: int) -> _Verdict:
 
 
 def _header_problem(header: bytes, length: int, color_type: int) -> str:
-    """The error ``png_icc_check_header`` gives the profile's first 132 bytes ("" if none).
-
-    Its warnings (an intent over 3, a PCS illuminant that is not D50, an
-    unexpected profile class) leave the profile in use, and are not problems here.
-    """
+    """The error ``png_icc_check_header`` gives the profile's first 132 bytes ("" if none; its
+    warnings leave the profile in use)."""
     if _be32(header, 0) != length:
         return "length does not match profile"
     if header[8] > 3 and length & 3:
@@ -253,15 +225,8 @@ def _known_profile(profile: bytes) -> SrgbProfile | None:
 
 
 def fix_png_chunks(data: bytes) -> tuple[bytes, str]:
-    """Returns the PNG with its warned-about colour chunk fixed, and the fix's name.
-
-    Args:
-        data: A PNG file's bytes.
-
-    Returns:
-        ``(data, "")`` when there is nothing to fix (the same object), else
-        the fixed file and the ``PNG_CHUNK_FIXES`` name of what was done.
-    """
+    """Returns a PNG with its warned-about colour chunk fixed and the ``PNG_CHUNK_FIXES`` name of
+    the fix, or ``(data, "")`` (the same object) when there is nothing to fix."""
     chunks = _chunks_before_image_data(data)
     if not chunks or chunks[0].kind != b"IHDR" or chunks[0].end - chunks[0].start != 25:
         return data, ""

@@ -1,10 +1,8 @@
 """Turn an image and its metadata into the record bytes the build job writes.
 
-Pure code. ``EncodeSettings`` holds the image options of the build job;
-``encode_image`` makes the stored image bytes from the source bytes, and
-``image_example_parts`` the ``tf.train.Example`` around them, as the bytes
-before and after the image, so that a writer never copies the image into a
-record.
+``encode_image`` makes the stored image bytes from the source bytes, and ``image_example_parts``
+the ``tf.train.Example`` around them, as the bytes before and after the image, so that a writer
+never copies the image into a record.
 """
 
 from __future__ import annotations
@@ -40,21 +38,17 @@ class EncodeSettings:
     """How source images become stored images.
 
     Attributes:
-        mode: ``tf`` (what ``tf.io.decode_image`` decodes, as it is; the rest
-            as PNG), ``passthrough``, ``reencode`` or ``raw``.
-        validate: ``header``, ``structure``, ``decode`` or ``full`` (see
-            ``images.read_image_info``).
+        mode: ``tf`` (what ``tf.io.decode_image`` decodes, as it is; the rest as PNG),
+            ``passthrough``, ``reencode`` or ``raw``.
+        validate: A ``VALIDATE_LEVELS`` name (``image_codec.read_image_info``).
         image_format: ``jpeg`` or ``png`` for ``reencode``.
         jpeg_quality: JPEG quality for ``reencode``.
         grayscale: One channel instead of RGB (``reencode``/``raw``).
         resize: ``(width, height)`` or None (``reencode``/``raw``).
-        resize_mode: ``stretch``, ``fit`` or ``crop``: how ``resize`` meets
-            another aspect ratio (``images.RESIZE_MODES``).
-        exif_orientation: ``apply``: ``tf`` mode stores images upright for
-            their EXIF orientation (``orientation``); ``keep``: ``tf`` and
-            ``passthrough`` store the pixels as the file holds them and
-            records carry ``image/orientation``. ``reencode`` and ``raw``
-            always apply it.
+        resize_mode: A ``RESIZE_MODES`` name.
+        exif_orientation: ``apply``: ``tf`` mode stores images upright; ``keep``: ``tf`` and
+            ``passthrough`` store the pixels as the file holds them and records carry
+            ``image/orientation``. ``reencode`` and ``raw`` always apply it.
     """
 
     mode: str = "tf"
@@ -88,13 +82,10 @@ class EncodeSettings:
 def encode_image(data: bytes, settings: EncodeSettings) -> tuple[bytes, ImageInfo]:
     """Returns the bytes to store for a source image, and what they are.
 
-    Every PNG stored but in ``passthrough`` mode (a kept PNG, ``tf`` mode's
-    conversions, ``reencode``'s PNG, which carries the source's ICC profile)
-    has the colour chunk libpng would warn about fixed (``png_chunks``), and
-    ``ImageInfo.png_fix`` names the fix. In ``tf`` mode with
-    ``exif_orientation="apply"``, an image with an EXIF orientation other than
-    1 is stored upright (``orientation``): a JPEG that TensorFlow decodes as
-    a re-encoded JPEG, any other as a PNG; ``ImageInfo.upright`` says which.
+    Every PNG stored but in ``passthrough`` mode has the colour chunk libpng would warn about fixed
+    (``png_chunks``). In ``tf`` mode with ``exif_orientation="apply"``, an image with an EXIF
+    orientation other than 1 is stored upright: a JPEG that TensorFlow decodes as a re-encoded JPEG,
+    any other as a PNG.
 
     Raises:
         ImageError: The source is not a usable image.
@@ -135,35 +126,22 @@ def orientation_spec(settings: EncodeSettings) -> dict[str, str]:
 
 
 def orientation_extra(settings: EncodeSettings, info: ImageInfo) -> tuple[tuple[str, str, tuple], ...]:
-    """The ``image/orientation`` key of a record (``(name, kind, values)``), where records carry it.
-
-    Its value is the orientation the stored pixels still need: 1 for an
-    image stored upright.
-    """
+    """The ``image/orientation`` key of a record (``(name, kind, values)``), where records carry it:
+    the orientation the stored pixels still need."""
     if not orientation_spec(settings):
         return ()
     return ((ORIENTATION_FEATURE, "int64", (1 if info.upright else info.orientation,)),)
 
 
 def with_png_chunks_fixed(png: bytes, info: ImageInfo) -> tuple[bytes, ImageInfo]:
-    """``png`` with the colour chunk libpng warns about fixed, and ``info`` naming the fix.
-
-    The same object when there is nothing to fix (``png_chunks.fix_png_chunks``).
-    """
+    """``png`` with the colour chunk libpng warns about fixed, and ``info`` naming the fix."""
     fixed, fix = fix_png_chunks(png)
     return (fixed, replace(info, png_fix=fix)) if fix else (png, info)
 
 
 def check_kept_format(info: ImageInfo, mode: str) -> None:
-    """Refuses a source format that ``--image_mode passthrough`` does not store.
-
-    ``tf`` mode takes every format Pillow reads: those but JPEG and PNG
-    become PNG (a format Pillow recognises but cannot decode is then an
-    ``undecodable`` dead letter).
-
-    Raises:
-        ImageError: ``unsupported_format``.
-    """
+    """Refuses (``unsupported_format``) a source format that ``--image_mode passthrough`` does not
+    store; ``tf`` mode takes every format Pillow reads."""
     if mode != "tf" and info.format not in passthrough_formats:
         raise ImageError("unsupported_format",
                          f"{info.format} is not read in --image_mode {mode} "
@@ -171,11 +149,8 @@ def check_kept_format(info: ImageInfo, mode: str) -> None:
 
 
 def tensorflow_view(data: bytes, info: ImageInfo) -> ImageInfo:
-    """``info`` with the size and channels ``tf.io.decode_image`` yields for ``data``.
-
-    When TensorFlow cannot decode the bytes (``tf_rule``), the size Pillow
-    read and ``tf_decodes=False``.
-    """
+    """``info`` with the size and channels ``tf.io.decode_image`` yields for ``data``, or with
+    ``tf_decodes=False`` when it cannot decode them (``tf_rule``)."""
     try:
         shape = tf_shape(data)
     except ImageError:
@@ -202,20 +177,8 @@ def image_count_keys(info: ImageInfo) -> list[tuple[str, str]]:
 
 
 def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, dict[str, int]]:
-    """The manifest's ``images`` object from ``((counter, format), records)`` pairs.
-
-    ``source_formats``: records per source format; ``converted``: records
-    stored in another format than their source's, per source format;
-    ``tf_undecodable``: records ``tf.io.decode_image`` cannot decode to their
-    recorded size (``passthrough`` only), per format; ``png_chunks_fixed``:
-    records whose PNG had a colour chunk fixed so that libpng decodes it
-    without a warning, per fix (``png_chunks.PNG_CHUNK_FIXES``);
-    ``exif_oriented``: records ``tf`` mode stored upright for their EXIF
-    orientation, per way (``orientation.UPRIGHT_HOW``);
-    ``exif_orientation_kept``: records stored as the file holds them although
-    its EXIF orientation is not 1 (``passthrough``, ``--exif_orientation
-    keep``), per orientation.
-    """
+    """The manifest's ``images`` object (docs/output.md says what each counter counts) from
+    ``((counter, format), records)`` pairs."""
     out: dict[str, dict[str, int]] = {"source_formats": {}, "converted": {}, "tf_undecodable": {},
                                       "png_chunks_fixed": {}, "exif_oriented": {},
                                       "exif_orientation_kept": {}}
@@ -243,21 +206,14 @@ def _described(info: ImageInfo, label_index: int, label_text: str, filename: str
 
 def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                         filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
-    """Returns ``(head, tail)``: ``head + image + tail`` is the image's serialized ``tf.train.Example``.
-
-    The image's bytes are in neither part (``wire.example_parts``), so a
-    writer never copies them into a joined record.
-    """
+    """Returns ``(head, tail)``: ``head + image + tail`` is the image's serialized ``tf.train.Example``."""
     return example_parts(_described(info, label_index, label_text, filename, sha256_hex, extra),
                          _ENCODED_KEY, len(image))
 
 
 def image_example_size(image_bytes: int, info: ImageInfo, label_index: int, label_text: str,
                        filename: str, sha256_hex: str, extra: tuple = ()) -> int:
-    """Returns the size of the image's ``tf.train.Example`` for a stored image of ``image_bytes`` bytes.
-
-    The record's size depends on the image's length only, so a plan knows a
-    record's exact size without the stored bytes.
-    """
+    """Returns the size of the image's ``tf.train.Example`` for a stored image of ``image_bytes`` bytes
+    (a plan knows it without the stored bytes)."""
     return example_size(_described(info, label_index, label_text, filename, sha256_hex, extra),
                         _ENCODED_KEY, image_bytes)

@@ -1,47 +1,11 @@
 """Structural checks of JPEG and PNG files: every part in place, without decoding a pixel.
 
-Pure code: functions take bytes. ``--validate structure`` runs these after
-Pillow has parsed the header (``codec.read_image_info``); other formats are
-decoded instead, and an animated PNG is decoded as well (Pillow refuses some
-broken frame sequences in its first frame, and the verify job decodes with
-Pillow).
-
-PNG: the signature, then every chunk: its length inside the file, its type four
-ASCII letters, its CRC (zlib's crc32, as libpng and TensorFlow check it), IHDR
-first with a valid depth and colour type, PLTE before IDAT for palette images,
-the IDAT chunks present and consecutive, no unknown critical chunk (libpng, and
-so ``tf.io.decode_png``, refuses one), and IEND. Bytes after IEND are accepted:
-Pillow and libpng stop reading at IEND, and TensorFlow decodes such a file.
-The image data is inflated and walked as libpng reads it (``_PngStream``): one
-zlib stream across the IDAT chunks that ends there, its Adler-32 valid, at
-least the rows IHDR declares (each Adam7 pass's for an interlaced image), each
-row's filter type 0-4. Pillow decodes some PNGs that fail this (missing rows, a
-stream without its end); TensorFlow refuses every one.
-
-JPEG: SOI, then every marker segment: its length inside the file, a known
-marker (libjpeg refuses others), the lengths of SOF, SOS, DHT, DQT and DRI as
-their contents require, one frame header (SOF) before the first scan, the scan
-components among the frame's; each scan's entropy-coded data is searched for
-the next marker (``0xFF00`` is a stuffed byte, ``0xFFD0``-``0xFFD7`` restart
-markers, which must come in order), and a segment or scan must be followed by a
-marker; the file must reach EOI. Bytes after EOI are accepted (libjpeg stops
-there; MPO files keep their other frames there).
-
-What this cannot see: a damaged byte inside entropy-coded JPEG data that does
-not make a marker, and damaged PNG image data that still inflates to rows with
-valid filter types, with the CRCs recomputed (TensorFlow decodes both into a
-damaged picture).
-
-Speed: no Python step per byte, nor per stuffed 0xFF00 (one every few hundred
-bytes of a photo's scan data): one precompiled regex search finds each marker
-in the scan data, and from 128 KiB of scan data on, numpy lists the markers of
-each 256 KiB in one pass (its arrays stay under 5 MiB whatever the file holds).
-A 108 KB photo takes about 55 us, 2 GB/s (BENCHMARKS.md, "Validation levels
-against corruption"); the PNG CRCs are ``zlib.crc32`` over memoryviews. A PNG
-costs what zlib takes to inflate its image data (the filter bytes are read with
-one strided slice per pass and piece, no Python step per row): about 12.6 ms
-per MB of scikit-image's PNGs on the 2-core machine, half of Pillow's decode
-(27 ms per MB), where the chunk walk alone took 0.24 ms.
+``--validate structure`` runs these after Pillow has parsed the header
+(``image_codec.read_image_info``); other formats, and an animated PNG's first frame, are decoded.
+docs/images.md lists what is checked (as libpng and libjpeg, inside TensorFlow, read the file) and
+what cannot be seen. Bytes after IEND or EOI are accepted, as they are. No Python step runs per byte
+or per row (``_ScanMarkers``, ``_PngStream``); BENCHMARKS.md, "Validation levels against
+corruption", has the speed.
 """
 
 from __future__ import annotations
@@ -83,13 +47,11 @@ def check_png(data: bytes, crcs: bool = True) -> None:
 
     Args:
         data: The file's bytes.
-        crcs: Compare each chunk's CRC (``--validate decode`` leaves them out,
-            as Pillow's decoder does).
+        crcs: Compare each chunk's CRC (``--validate decode`` leaves them out, as Pillow does).
 
     Raises:
-        ImageError: ``truncated`` when the file ends before IEND or inside a
-            chunk; ``corrupt_image`` otherwise, naming the chunk, its offset and
-            what was wrong.
+        ImageError: ``truncated`` when the file ends before IEND or inside a chunk; else
+            ``corrupt_image``, naming the chunk, its offset and what was wrong.
     """
     size = len(data)
     if data[:8] != _PNG_SIGNATURE:
@@ -184,21 +146,13 @@ _FILTER_TYPES = bytes(range(5))
 
 
 class _PngStream:
-    """Checks a PNG's image data as libpng reads it, without keeping it.
+    """Checks a PNG's image data as libpng reads it, in bounded memory.
 
-    The IDAT chunks' data, concatenated, must be one zlib stream (its header,
-    deflate data and Adler-32 valid) that ends inside them; it must inflate to
-    at least the scanlines IHDR declares (for each row, or each row of each
-    Adam7 pass, a filter byte and the row's bytes), and each of these rows must
-    start with filter type 0-4. libpng, and so ``tf.io.decode_image``, refuses
-    anything else; it accepts (as this does) more inflated data than the rows
-    need, and bytes after the stream's end.
-
-    The data is inflated ``_INFLATE_IN`` bytes at a time, at most
-    ``_INFLATE_OUT`` bytes out at once, and each output piece is dropped once
-    its filter bytes are read (one strided slice per pass, no Python step per
-    row): memory stays bounded whatever the image declares, and the time is
-    zlib's inflate of the data.
+    The IDAT chunks' data must be one zlib stream (Adler-32 valid) that ends inside them and
+    inflates to at least the rows IHDR declares (of each Adam7 pass, if interlaced), each row
+    starting with filter type 0-4. More data than the rows need, and bytes after the stream's end,
+    are accepted, as libpng does. Each inflated piece is dropped once its filter bytes are read,
+    one strided slice per pass.
     """
 
     def __init__(self, width: int, height: int, depth: int, color: int, interlace: int) -> None:
@@ -311,8 +265,8 @@ def check_jpeg(data: bytes) -> None:
     """Checks a JPEG file's markers and scans, up to the first EOI (see the module docstring).
 
     Raises:
-        ImageError: ``truncated`` when the file ends before EOI; ``corrupt_image``
-            otherwise, naming the marker, its offset and what was wrong.
+        ImageError: ``truncated`` when the file ends before EOI; else ``corrupt_image``, naming the
+            marker, its offset and what was wrong.
     """
     size = len(data)
     if data[:2] != b"\xff\xd8":
@@ -481,14 +435,8 @@ _NUMPY_WINDOW = 256 * 1024
 
 
 class _ScanMarkers:
-    """Finds the markers in a JPEG's entropy-coded data, from the first scan's data on.
-
-    A scan's data ends at the first 0xFF followed by a byte other than 0x00
-    (a stuffed byte) and 0xFF (a fill byte); restart markers are among these.
-    Up to ``_NUMPY_FROM`` bytes, one precompiled regex search per marker;
-    above, one vectorised pass per ``_NUMPY_WINDOW`` bytes lists the window's
-    markers, which are then looked up by bisection.
-    """
+    """Finds the markers (``_MARKER``) in a JPEG's entropy-coded data, from the first scan's data on:
+    a regex search per marker, or from ``_NUMPY_FROM`` bytes on, one numpy pass per window."""
 
     def __init__(self, data: bytes, start: int) -> None:
         self._data = data
@@ -522,11 +470,8 @@ class _ScanMarkers:
 
 
 def _scan_end(data: bytes, pos: int, sos: int, markers: _ScanMarkers) -> int:
-    """Offset of the marker that ends the entropy-coded data starting at ``pos``.
-
-    Skips stuffed bytes (0xFF00), fill bytes and restart markers, which must
-    count RST0..RST7 in order from the start of the scan.
-    """
+    """Offset of the marker that ends the entropy-coded data starting at ``pos``; restart markers
+    on the way must count RST0..RST7 in order."""
     expected = 0
     while True:
         ff = markers.next(pos)
@@ -544,17 +489,7 @@ def _scan_end(data: bytes, pos: int, sos: int, markers: _ScanMarkers) -> int:
 
 
 def check_structure(data: bytes, image_format: str) -> None:
-    """Checks a JPEG or PNG file's structure.
-
-    Args:
-        data: The file's bytes.
-        image_format: ``jpeg`` or ``png`` (``STRUCTURE_FORMATS``), as the
-            header said.
-
-    Raises:
-        ImageError: The structure is damaged (``truncated`` or ``corrupt_image``).
-        ValueError: ``image_format`` has no structural check.
-    """
+    """Checks the structure of a file whose header said ``jpeg`` or ``png``; raises ``ImageError``."""
     if image_format == "jpeg":
         check_jpeg(data)
     elif image_format == "png":

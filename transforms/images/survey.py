@@ -1,18 +1,9 @@
 """What a plan learns of one input from its header: usable or not, and the record it would make (pure).
 
-A plan (``tfrecord-shards plan``) runs the checks of ``--validate header``
-(``codec.read_image_info``: a recognised format, a sane size, no decompression
-bomb) and the build's format rule (``records.check_kept_format``), without
-decoding or encoding pixels. A build checks more (``--validate structure`` by
-default), so it may reject inputs a plan accepts.
-
-The stored image's length decides the record's size
-(``records.image_example_size``): exact where a build stores the source bytes
-as they are (``passthrough``; ``tf`` for JPEG and PNG that TensorFlow
-decodes, a PNG with the colour chunk libpng warns about fixed as a build
-fixes it; ``raw``, whose length follows from the size), an estimate where it
-encodes them (``reencode``, images ``tf`` converts to PNG, and images it
-turns upright for their EXIF orientation).
+A plan runs the checks of ``--validate header`` and the build's format rule, without decoding
+pixels (a build checks more, so it may reject inputs a plan accepts). The stored image's length is
+exact where a build stores the source bytes as they are (or ``raw`` pixels), an estimate where it
+encodes them.
 """
 
 from __future__ import annotations
@@ -38,8 +29,7 @@ class SurveyedImage:
     """The record a build would make of one input, as far as its header tells.
 
     Attributes:
-        info: The stored image's ``ImageInfo`` (``image/format``, size, channels,
-            ``image/source_format``), as the build would record it.
+        info: The stored image's ``ImageInfo``, as the build would record it.
         stored_bytes: Bytes of ``image/encoded``: exact when ``exact``, else an estimate.
         exact: Whether ``stored_bytes`` is what the build stores.
     """
@@ -55,11 +45,8 @@ class SurveyedImage:
 
 def stored_size(width: int, height: int, resize: tuple[int, int] | None,
                 resize_mode: str = "stretch") -> tuple[int, int]:
-    """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize`` (``codec.resized``).
-
-    ``fit`` keeps the aspect ratio inside the box, rounding the other side as
-    Pillow's ``ImageOps.contain`` does; ``stretch`` and ``crop`` give the box.
-    """
+    """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize``
+    (``image_codec.resized``)."""
     if resize is None:
         return width, height
     box_w, box_h = resize
@@ -75,14 +62,8 @@ def stored_size(width: int, height: int, resize: tuple[int, int] | None,
 def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
     """Checks an input's header and returns the record a build with ``settings`` would make.
 
-    Args:
-        data: The file's bytes (a header check reads only its first bytes).
-        settings: The build's image options (``--validate`` aside: a plan
-            checks headers only).
-
     Raises:
-        ImageError: The header shows the input is not usable; ``reason`` as a
-            build's dead letter would give it.
+        ImageError: The header shows the input is not usable.
     """
     info = codec.read_image_info(data, "header")
     if settings.mode in ("tf", "passthrough"):

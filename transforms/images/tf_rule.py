@@ -1,12 +1,8 @@
 """What ``tf.io.decode_image(data, expand_animations=False)`` yields, predicted from the bytes.
 
-Pure code, no TensorFlow (it is an optional extra): the build job uses this
-rule to decide which images keep their bytes, and the verify job to check that
-a stored image decodes in TensorFlow to the size its record states.
-``tests/test_tf_rule.py`` checks the rule against real TensorFlow over
-Pillow's test images and scikit-image's data.
-
-What TensorFlow 2.21 does, as measured there:
+No TensorFlow needed: the build job decides with it which images keep their bytes, the verify job
+checks that a stored image decodes to the size its record states. ``tests/images/test_tf_rule.py``
+checks it against real TensorFlow. What TensorFlow 2.21 does:
 
 - JPEG: baseline, extended and progressive JPEG, Huffman or arithmetic-coded
   (SOF0-2, SOF9-10), with 8-bit samples and 1, 3 or 4 components decode;
@@ -75,10 +71,8 @@ def _refuse(fmt: str, why: str) -> ImageError:
 
 
 def tf_shape(data: bytes) -> TfShape:
-    """Predicts what ``tf.io.decode_image`` returns for ``data``.
-
-    The image must decode both with ``channels=0`` and ``channels=3``; only
-    headers are read, so corrupt pixel data is for Pillow's decode to catch.
+    """Predicts, from headers alone, what ``tf.io.decode_image`` returns for ``data`` (it must decode
+    with both ``channels=0`` and ``channels=3``).
 
     Raises:
         ImageError: ``tf_undecodable``, naming the format and why.

@@ -1,16 +1,9 @@
 """Progress counters that a job's process reads while its local runner's workers count.
 
-Beam's metrics cannot be read while the local runner runs: the FnApiRunner's
-``run`` returns only when the pipeline is done, and counters reach its
-``PipelineResult`` after each stage's bundles finish. So the steps also count
-here: each worker process adds to its own counts, in memory, and writes them
-at most once a second (``WRITE_SECONDS``; what was counted since is written
-by a timer once the second is up, or when the process exits) to one file per process (named by its random ``worker_id``) in the folder the job's process names in
-``PROGRESS_ENV`` (its workers, threads or subprocesses, inherit the
-variable). The job's process sums the files.
-
-Without the variable (Dataflow, Flink, or a job not run from the command
-line) ``note`` does nothing but read it.
+Beam's metrics cannot be read while the local runner runs, so the steps also count here: each
+worker process adds to its own counts and writes them at most once every ``WRITE_SECONDS`` (a timer,
+or the process's exit, writes the rest) to its own file in the folder ``PROGRESS_ENV`` names. The
+job's process sums the files. Without the variable (Dataflow, Flink) ``note`` does nothing.
 """
 
 from __future__ import annotations
@@ -64,11 +57,7 @@ os.register_at_fork(after_in_child=_new_worker_id)
 
 
 def worker_id() -> str:
-    """This worker process's random id (a forked child gets its own).
-
-    Pids repeat across machines (and containers start at 1): what workers on
-    several machines count or name by process uses this instead.
-    """
+    """This worker process's random id (a forked child gets its own), unlike a pid unique across machines."""
     return _worker[0]
 
 
@@ -161,11 +150,8 @@ def read_counts(folder: str) -> dict[str, tuple[int, int]]:
 
 
 class Tally:
-    """Counts of one kind added up locally and passed to ``note`` every ``every`` items.
-
-    For steps that see many small items (records), where a ``note`` per item
-    would cost more than the item; call ``flush`` when the step is done.
-    """
+    """Counts of one kind added up locally and passed to ``note`` every ``every`` items (for many
+    small items, such as records); call ``flush`` when the step is done."""
 
     def __init__(self, kind: str, every: int = 256) -> None:
         self._kind = kind

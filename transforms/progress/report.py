@@ -52,11 +52,11 @@ class Stage:
 
 def format_bytes(count: float) -> str:
     """``1536`` -> ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
-    raise AssertionError("unreachable")
+    return f"{count:.1f} GiB"
 
 
 def format_seconds(seconds: float) -> str:
@@ -93,10 +93,8 @@ def progress_line(job: str, stage: Stage, seconds: float, eta: bool = True) -> s
     Args:
         job: Job name.
         stage: The stage and its counts.
-        seconds: Time spent in the stage so far (for the rate; the time left is
-            shown from ``ETA_AFTER_SECONDS`` on).
-        eta: Whether the rate is known well enough to guess the time left
-            (False on a stage's first report: its rate is one sighting's).
+        seconds: Time spent in the stage so far (the time left is shown from ``ETA_AFTER_SECONDS`` on).
+        eta: Whether the rate is known well enough to guess the time left.
     """
     fraction = stage.fraction()
     percent = f" ({100 * fraction:.0f}%)" if fraction is not None else ""

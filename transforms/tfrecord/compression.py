@@ -1,14 +1,9 @@
 """TFRecord compression: the names, file suffixes and zlib settings, and reading compressed files.
 
-Reading gzip and zlib TFRecord files gives a plain stream of record bytes.
-
-Pure code: wraps a binary file-like object; never opens paths. Unlike a bare
-``zlib.decompressobj`` loop, the reader notices a stream that stops before its
-end marker (a cut file) and checks the gzip/zlib checksums, so damage to a
-compressed shard is always an error. Concatenated streams are read in turn.
-
-Errors follow the standard library's ``gzip`` module: ``EOFError`` when the
-stream is cut short, ``zlib.error`` when the compressed bytes are corrupt.
+The reader checks the gzip/zlib checksums and notices a stream cut before its end marker, so
+damage to a compressed shard is always an error: ``EOFError`` when the stream is cut short,
+``zlib.error`` when the compressed bytes are corrupt, as in the ``gzip`` module. Concatenated
+streams are read in turn.
 """
 
 from __future__ import annotations
@@ -33,15 +28,8 @@ _READ_SIZE = 1 << 20
 
 
 def compression_of(path: str, compression: str = "auto") -> str:
-    """Returns ``none``, ``gzip`` or ``zlib`` for a file.
-
-    Args:
-        path: File name or path; with ``auto`` its suffix decides.
-        compression: ``auto``, ``none``, ``gzip`` or ``zlib``.
-
-    Raises:
-        ValueError: ``compression`` is not one of ``READ_COMPRESSIONS``.
-    """
+    """Returns ``none``, ``gzip`` or ``zlib`` for a file: ``compression`` (one of
+    ``READ_COMPRESSIONS``), or with ``auto`` what the path's suffix says."""
     if compression not in READ_COMPRESSIONS:
         raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, got {compression!r}")
     if compression != "auto":
@@ -88,12 +76,8 @@ class _InflateReader(io.RawIOBase):
 
 
 def open_decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
-    """Returns a readable stream of the decompressed bytes of ``raw``.
-
-    Args:
-        raw: Binary file-like object positioned at the start of the file.
-        compression: ``none`` (``raw`` is returned as is), ``gzip`` or ``zlib``.
-    """
+    """Returns a readable stream of the decompressed bytes of ``raw`` (positioned at the start of
+    the file; returned as is for ``none``)."""
     if compression == "none":
         return raw
     if compression not in WBITS:

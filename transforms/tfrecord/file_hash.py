@@ -1,11 +1,7 @@
 """A whole file's CRC32C (and, when asked, sha256), computed from the bytes as they pass.
 
-Pure code. The CRC32C is the one Google Cloud Storage keeps of every object
-(the Castagnoli polynomial, unmasked, over the whole file), written as GCS's
-``crc32c`` metadata, ``gsutil hash -c`` and ``gsutil ls -L`` give it: the
-base64 of its four bytes, big-endian (``b"123456789"`` -> ``4waSgw==``, the
-value 0xE3069283). It costs a small fraction of a sha256, which is computed
-only when asked for.
+The CRC32C is the one Google Cloud Storage keeps of every object (unmasked, over the whole file),
+written as GCS's ``crc32c`` metadata and ``gsutil hash -c`` give it (``crc32c_text``).
 """
 
 from __future__ import annotations
@@ -42,11 +38,7 @@ def crc32c_value(text: str) -> int:
 
 
 class FileHash:
-    """The running CRC32C of the bytes given to ``update``, and their sha256 with ``sha256=True``.
-
-    Args:
-        sha256: Also compute the sha256.
-    """
+    """The running CRC32C of the bytes given to ``update``, and their sha256 with ``sha256=True``."""
 
     def __init__(self, sha256: bool = False) -> None:
         self._crc = 0

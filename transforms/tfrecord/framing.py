@@ -8,9 +8,6 @@ A record is::
     uint32 masked_crc32c(data)
 
 with ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8`` (mod 2**32).
-
-This module only touches bytes and file-like objects; it never opens paths.
-CRC32C comes from the hardware-accelerated ``crc32c`` package.
 """
 
 from __future__ import annotations
@@ -22,20 +19,9 @@ import crc32c as _crc32c
 
 from transforms.errors import RecordError
 
-__all__ = [
-    "not_tfrecord",
-    "HEADER_SIZE",
-    "DEFAULT_MAX_RECORD_BYTES",
-    "FOOTER_SIZE",
-    "OVERHEAD",
-    "masked_crc32c",
-    "frame_record",
-    "frame_parts",
-    "framed_size",
-    "parse_header",
-    "read_record",
-    "iter_records",
-    ]
+__all__ = ["not_tfrecord", "HEADER_SIZE", "DEFAULT_MAX_RECORD_BYTES", "FOOTER_SIZE", "OVERHEAD",
+           "masked_crc32c", "frame_record", "frame_parts", "framed_size", "parse_header", "read_record",
+           "iter_records"]
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked crc of the length
 FOOTER_SIZE = 4  # uint32 masked crc of the data
@@ -50,9 +36,7 @@ _CRC = struct.Struct("<I")
 # pieces of at most this many bytes, so a corrupt huge length cannot allocate memory.
 _STREAM_CHUNK = 16 * 1024 * 1024
 # The largest record data a reader accepts unless told otherwise (``--max_record_mb``):
-# above build's largest image (256 MiB) with room for its features. A header declaring
-# more is reported as damage before anything is read, so a small compressed file
-# whose header claims gigabytes cannot make a reader allocate them.
+# above build's largest image (256 MiB) with room for its features.
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024 * 1024
 
 
@@ -72,18 +56,13 @@ def framed_size(data_length: int) -> int:
 
 def frame_record(data: bytes) -> bytes:
     """Returns ``data`` framed as one TFRecord record."""
-    length = _LENGTH.pack(len(data))
-    return b"".join(
-        (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
-    )
+    header, footer = frame_parts((data,))
+    return header + data + footer
 
 
 def frame_parts(parts: Sequence[bytes]) -> tuple[bytes, bytes]:
-    """Returns the header and footer that frame ``b"".join(parts)`` as one record.
-
-    ``header + b"".join(parts) + footer == frame_record(b"".join(parts))``; the
-    pieces are never joined, so a large piece (an image) is not copied.
-    """
+    """Returns the header and footer that frame ``b"".join(parts)`` as one record, without joining
+    the parts (an image is not copied)."""
     crc = 0
     for part in parts:
         crc = _crc32c.crc32c(part, crc)
@@ -114,9 +93,7 @@ def _read_exact(fh: BinaryIO, n: int, remaining: int | None) -> bytes:
     return b"".join(pieces)
 
 
-# Files that are not TFRecord files at all, by their first bytes. A TFRecord
-# file starts with a little-endian length; these prefixes, with a wrong CRC
-# after them, are what people give by mistake.
+# Files that people give by mistake for a TFRecord file, by their first bytes.
 _NOT_TFRECORD = (
     (b"\xff\xd8\xff", "a JPEG image"), (b"\x89PNG\r\n", "a PNG image"), (b"GIF8", "a GIF image"),
     (b"II*\x00", "a TIFF image"), (b"MM\x00*", "a TIFF image"), (b"RIFF", "a RIFF file (e.g. WebP)"),
@@ -130,90 +107,65 @@ def not_tfrecord(head: bytes) -> str | None:
     return next((what for magic, what in _NOT_TFRECORD if head.startswith(magic)), None)
 
 
-def read_record(
-    fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | None = None,
-    max_length: int = DEFAULT_MAX_RECORD_BYTES,
-) -> bytes | None:
+def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | None = None,
+                max_length: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | None:
     """Reads the record that starts at the current position of ``fh``.
 
     Args:
         fh: Binary file-like object positioned at a record start.
         path: Name of the file, used in error messages.
         offset: Byte offset of the current position, used in error messages.
-        remaining: Bytes left in the file from the current position, when
-            known. A declared length that does not fit is rejected before any
-            data is read. When None (compressed streams), data is read in
-            bounded pieces.
-        max_length: The most data bytes a record may declare. A larger
-            declared length is rejected before any data is read, so a corrupt
-            length in a compressed stream (which may inflate to gigabytes)
-            never makes the reader hold more than this.
+        remaining: Bytes left in the file from the current position, when known; None
+            (compressed streams): data is read in bounded pieces.
+        max_length: The most data bytes a record may declare.
 
     Returns:
         The record's data, or None at a clean end of file.
 
     Raises:
-        RecordError: ``truncated`` if the file ends inside the record,
-            ``crc_mismatch`` if a CRC is wrong, ``bad_length`` if the declared
-            length cannot fit in the file or is over ``max_length``.
+        RecordError: ``truncated``, ``crc_mismatch``, or ``bad_length`` (the declared length does
+            not fit in the file or is over ``max_length``), found before any data is read.
     """
     header = fh.read(HEADER_SIZE)
     if not header:
         return None
     if len(header) < HEADER_SIZE:
-        raise RecordError(
-            path, offset, "truncated",
-            f"file ends {len(header)} bytes into a {HEADER_SIZE}-byte record header",
-        )
+        raise RecordError(path, offset, "truncated",
+                          f"file ends {len(header)} bytes into a {HEADER_SIZE}-byte record header")
     length, length_crc = _HEADER.unpack(header)
     if masked_crc32c(header[:8]) != length_crc:
         what = not_tfrecord(header) if offset == 0 else None
         if what:
             raise RecordError(path, 0, "not_tfrecord",
                               f"not a TFRecord file: it starts like {what}")
-        raise RecordError(
-            path, offset, "crc_mismatch",
-            f"length field {header[:8].hex()} has masked crc {length_crc:#010x}, "
-            f"expected {masked_crc32c(header[:8]):#010x}"
-            + ("; the file's first record header is wrong: the file is damaged or is not a "
-               "TFRecord file" if offset == 0 else ""),
-        )
+        raise RecordError(path, offset, "crc_mismatch",
+                          f"length field {header[:8].hex()} has masked crc {length_crc:#010x}, "
+                          f"expected {masked_crc32c(header[:8]):#010x}"
+                          + ("; the file's first record header is wrong: the file is damaged or is not a "
+                             "TFRecord file" if offset == 0 else ""))
     if remaining is not None and length + OVERHEAD > remaining:
-        raise RecordError(
-            path, offset, "bad_length",
-            f"record declares {length} data bytes but only "
-            f"{max(remaining - OVERHEAD, 0)} remain in the file",
-        )
+        raise RecordError(path, offset, "bad_length", f"record declares {length} data bytes but only "
+                          f"{max(remaining - OVERHEAD, 0)} remain in the file")
     if length > max_length:
-        raise RecordError(
-            path, offset, "bad_length",
-            f"record declares {length} data bytes, over the {max_length}-byte record-size "
-            f"limit (--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise "
-            "the limit",
-        )
+        raise RecordError(path, offset, "bad_length",
+                          f"record declares {length} data bytes, over the {max_length}-byte record-size "
+                          f"limit (--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise "
+                          "the limit")
     # The data and its CRC are read apart, so the data is never copied out of a larger buffer.
     data = _read_exact(fh, length, remaining)
     footer = fh.read(FOOTER_SIZE) if len(data) == length else b""
     if len(footer) < FOOTER_SIZE:
-        raise RecordError(
-            path, offset, "truncated",
-            f"record declares {length} data bytes; file ends after "
-            f"{len(data) + len(footer)} of the {length + FOOTER_SIZE} bytes of data and crc",
-        )
+        raise RecordError(path, offset, "truncated", f"record declares {length} data bytes; file ends after "
+                          f"{len(data) + len(footer)} of the {length + FOOTER_SIZE} bytes of data and crc")
     (data_crc,) = _CRC.unpack(footer)
     if masked_crc32c(data) != data_crc:
-        raise RecordError(
-            path, offset, "crc_mismatch",
-            f"data of {length} bytes has masked crc {data_crc:#010x}, "
-            f"expected {masked_crc32c(data):#010x}",
-        )
+        raise RecordError(path, offset, "crc_mismatch", f"data of {length} bytes has masked crc "
+                          f"{data_crc:#010x}, expected {masked_crc32c(data):#010x}")
     return data
 
 
-def iter_records(
-    fh: BinaryIO, path: str = "", start: int = 0, size: int | None = None,
-    max_length: int = DEFAULT_MAX_RECORD_BYTES,
-) -> Iterator[tuple[int, bytes]]:
+def iter_records(fh: BinaryIO, path: str = "", start: int = 0, size: int | None = None,
+                 max_length: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
     """Yields ``(offset, data)`` for every record from the current position to EOF.
 
     Args:

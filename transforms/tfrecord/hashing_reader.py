@@ -1,12 +1,7 @@
 """A file reader that hashes the bytes it reads, so a file is checked and hashed in one read.
 
-Pure code over a seekable binary file object. The hash (a ``FileHash``: the
-CRC32C, and the sha256 when asked for) covers the file
-from byte 0 as far as the reads have gone on without a gap; a read that
-starts elsewhere (a seek forward, a search after damage) is passed through,
-and ``finish`` reads whatever the hash has not seen yet. A file read front to
-back is therefore read once; only the bytes the reader skipped are read
-twice.
+The hash covers the file from byte 0 as far as the reads have gone on without a gap; ``finish``
+reads whatever it has not seen yet, so only the bytes the reader skipped are read twice.
 """
 
 from __future__ import annotations
@@ -52,10 +47,8 @@ class HashingReader:
         return self._pos
 
     def finish(self, size: int) -> FileHash:
-        """The hash of the file's first ``size`` bytes, reading what the hash has not seen.
-
-        The file is left positioned at its end.
-        """
+        """The hash of the file's first ``size`` bytes, reading what the hash has not seen (the file
+        is left positioned at its end)."""
         if self._hashed < size:
             self._fh.seek(self._hashed)
             while self._hashed < size:

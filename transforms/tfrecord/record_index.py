@@ -1,11 +1,8 @@
 """``.idx`` sidecars: where each record of an uncompressed TFRecord file starts.
 
-An index has one ``offset length`` line per record, ``length`` being the framed
-size (data plus the 16 bytes of header and footer), the format NVIDIA DALI's
-``tfrecord2idx`` writes. Readers use it to split a file by byte range without
+An index has one ``offset length`` line per record, ``length`` being the framed size, the format
+NVIDIA DALI's ``tfrecord2idx`` writes. Readers use it to split a file by byte range without
 searching for record boundaries.
-
-Pure code: parses and checks index bytes; never opens files.
 """
 
 from __future__ import annotations
@@ -59,14 +56,10 @@ class IndexCheck:
     """The outcome of checking an index against the file it describes.
 
     Attributes:
-        starts: Record start offsets in file order when the index is usable,
-            else None.
-        offset: Byte offset in the shard where the index first goes wrong
-            (None when usable).
-        kind: ``parse_error`` (a line is not ``offset length``), ``bad_length``
-            (entries do not chain) or ``size_mismatch`` (the entries cover a
-            different number of bytes than the file has); None when usable.
-        problem: What is wrong (None when usable).
+        starts: Record start offsets in file order when the index is usable, else None.
+        offset: Byte offset in the shard where the index first goes wrong.
+        kind: ``parse_error``, ``bad_length`` (entries do not chain) or ``size_mismatch``.
+        problem: What is wrong.
     """
 
     starts: tuple[int, ...] | None
@@ -80,20 +73,8 @@ class IndexCheck:
 
 
 def check_index(data: bytes, file_size: int) -> IndexCheck:
-    """Parses an index and checks that it describes a file of ``file_size`` bytes.
-
-    The entries must chain: the first record starts at 0, each next one where
-    the previous one ends, each is at least a framed empty record, and the last
-    one ends exactly at the end of the file. Whether each record really has the
-    stated length is checked by the reader when it reads the record.
-
-    Args:
-        data: Contents of the ``.idx`` file.
-        file_size: Size of the TFRecord file in bytes.
-
-    Returns:
-        An ``IndexCheck`` with the record starts, or where and why it is unusable.
-    """
+    """Parses an index and checks that its entries chain from 0 to the end of a file of
+    ``file_size`` bytes (a reader checks each record's length as it reads it)."""
     starts = []
     expected = 0
     for number, line in enumerate(data.splitlines(), start=1):

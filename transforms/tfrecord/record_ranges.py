@@ -6,29 +6,19 @@ starts in the middle of a file must find the first record start at or after
 ``start``:
 
 - with a ``.idx`` sidecar (see ``record_index``) the starts are known;
-- without one, a position is taken as a record start when its 12-byte header
-  has a valid masked CRC and fits in the file, the next ``CONFIRM_RECORDS``
-  headers it chains to are valid too (or the chain ends exactly at the end of
-  the file), and its data CRC matches. A valid-looking header inside image
-  bytes fails these checks, and so does a short run of complete records
-  embedded in a record's data (a TFRecord file stored inside a feature).
+- without one, a position is a record start when its 12-byte header has a valid masked CRC and
+  fits in the file, the next ``CONFIRM_RECORDS`` headers it chains to are valid too (or the chain
+  ends exactly at the end of the file), and its data CRC matches. This rejects a valid-looking
+  header inside image bytes, and a short run of records embedded in a record's data.
 
-Whether a position is a record start depends on that position alone, so every
-reader that scans a byte finds the same starts. A range scans only its own
-bytes, up to its end: a range that holds no record start owns no record.
+Whether a position is a record start depends on that position alone, so every reader that scans a
+byte finds the same starts. A range scans only its own bytes: one that holds no record start owns
+no record.
 
-Every range reader also checks the hand-off to the next range: once it has
-claimed its last record, it checks that the next reader will start where its
-own chain of records goes on (no record start among the bytes its last record
-covers past its end, and one where the chain continues), following the chain
-while it does not. A damaged record between the two is therefore read, and
-reported, by exactly one range, and a file that cannot be split safely without
-an index fails loudly instead of yielding a record twice. Reading a file in
-any number of ranges reads each byte a small constant number of times, damaged
-stretches included (``tests/reliability/test_resync.py``).
-
-Pure code: works on seekable binary file-like objects and a claim protocol
-that Beam's ``OffsetRangeTracker`` satisfies; never opens paths.
+Every range reader also checks the hand-off to the next range (``_check_hand_off``), so a damaged
+record between the two is reported by exactly one range, and a file that cannot be split safely
+without an index fails loudly instead of yielding a record twice. Each byte is read a small constant
+number of times whatever the ranges (``tests/reliability/test_resync.py``).
 """
 
 from __future__ import annotations
@@ -95,13 +85,9 @@ class ByteRange:
 def _header_candidates(window: bytes, base: int, size: int, limit: int) -> list[int]:
     """Returns the file offsets in ``window[:limit]`` where a valid header that fits starts.
 
-    Vectorized with numpy, one byte column at a time: the high bytes of a
-    length that fits in what is left of the file are zero, which rules out
-    almost every position of compressed image data at once. Positions whose
-    whole length field is zero (every position of a run of zero bytes) are
-    settled by comparing their CRC bytes with the one CRC of length 0. The
-    few others' lengths must fit, and their masked CRCs (computed once per
-    distinct length) must match.
+    Vectorized with numpy: a length that fits has zero high bytes, which rules out almost every
+    position of image data at once; length 0 has one CRC; the few others' masked CRCs are computed
+    once per distinct length.
     """
     count = min(len(window) - HEADER_SIZE + 1, limit)
     longest = size - base - OVERHEAD  # the longest data any header in the window may declare
@@ -168,26 +154,15 @@ def _is_record_start(fh: BinaryIO, position: int, size: int, max_length: int) ->
 def find_record_start(fh: BinaryIO, size: int, position: int,
                       limit: int | float | None = None,
                       max_length: int = DEFAULT_MAX_RECORD_BYTES) -> int:
-    """Returns the first record start at or after ``position`` found by scanning.
-
-    Whether a position is a record start depends on that position alone (its
-    header, the headers it chains to, its data), not on where the scan began,
-    so every reader that scans a byte finds the same starts. Each byte is
-    examined once: candidates rejected are never looked at again.
+    """Returns the first record start at or after ``position`` found by scanning (the module
+    docstring says what passes), or ``size`` when there is none.
 
     Args:
         fh: Seekable binary file-like object of the (uncompressed) file.
         size: Size of the file in bytes.
         position: Where to start looking.
-        limit: Look only at positions before this one (a range's end); None
-            for the whole rest of the file.
-        max_length: The most data bytes a record may hold; a longer one is
-            not taken as a record start (its reader reports it).
-
-    Returns:
-        The offset of the first position before ``limit`` that passes the
-        checks described in the module docstring, or ``size`` when there is
-        none.
+        limit: Look only at positions before this one (a range's end); None for the rest of the file.
+        max_length: The most data bytes a record may hold; a longer one is not a record start.
     """
     position = max(position, 0)
     last = size if limit is None else min(size, limit)  # candidates lie in [position, last)
@@ -213,24 +188,21 @@ def _ambiguous(path: str, position: int, stop: int) -> RecordError:
 
 def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
                     path: str, max_length: int) -> None:
-    """Checks that the next range's reader starts where this range's chain goes on.
+    """Checks that the next range's reader, which starts at the first record start found from
+    ``stop``, starts where this range's chain goes on.
 
-    The next reader starts at the first record start found by scanning from
-    ``stop``. Looking only at the bytes this range's chain covers past
-    ``stop``: no record start may be found among them before the chain's
-    next record, and that record must be one (or the end of the file). Where
-    it is not, the chain is followed, record by record, until it is; a
-    damaged record on the way is this range's to report. The cost is the
-    bytes of this range's last records, never a scan to the next record start.
+    Among the bytes this range's chain covers past ``stop``, no record start may come before the
+    chain's next record, and that record must be one (or the end of the file); where it is not, the
+    chain is followed record by record until it is. The cost is the bytes of this range's last
+    records, never a scan to the next record start.
 
     Args:
-        position: Where this range's chain of records continues (at or after
-            ``stop``, or ``size``).
+        position: Where this range's chain of records continues (at or after ``stop``, or ``size``).
         stop: End of this range.
 
     Raises:
-        RecordError: The first damaged record between ``position`` and the
-            next reader's start, or an ambiguous split point.
+        RecordError: The first damaged record between ``position`` and the next reader's start, or
+            an ambiguous split point.
     """
     if stop >= size:
         return
@@ -276,18 +248,14 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
     Args:
         fh: Seekable binary file-like object of the whole file.
         size: Size of the file in bytes.
-        claims: The range: its start and stop, and ``try_claim`` which is
-            called with each record start before the record is read.
+        claims: The range; ``try_claim`` is called with each record start before it is read.
         path: File name, used in error messages.
-        index: Record starts from a usable ``.idx`` (``IndexCheck.starts``),
-            or None to find them by scanning.
-        max_length: The most data bytes a record may hold; a record declaring
-            more is damaged (``bad_length``).
+        index: Record starts from a usable ``.idx`` (``IndexCheck.starts``), or None to scan.
+        max_length: The most data bytes a record may hold; more is ``bad_length``.
 
     Raises:
-        RecordError: A record the range owns is damaged, or (without an index)
-            a damaged record lies between this range's chain and the next
-            range's start.
+        RecordError: A record the range owns is damaged, or (without an index) a damaged record lies
+            between this range's chain and the next range's start.
     """
     if index is not None:
         yield from _read_indexed(fh, size, claims, path, index, max_length)
@@ -311,22 +279,19 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
 
 def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
                 max_length: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes]]:
-    """Yields ``(offset, data)`` for every record of a stream read front to back.
-
-    Used for compressed files, which cannot be split; offsets are positions in
-    the decompressed stream. Decompression failures become ``RecordError``.
+    """Yields ``(offset, data)`` for every record of a stream read front to back (a compressed file;
+    offsets in the decompressed stream).
 
     Args:
-        fh: Binary file-like object (e.g. from ``decompress.open_decompressed``).
+        fh: Binary file-like object.
         path: File name, used in error messages.
         claims: Optional tracker; each record start is claimed after it is read.
-        max_length: The most data bytes a record may declare: a larger claim
-            is damage (``bad_length``), found before any of its data is
-            inflated, so a small file cannot make the reader allocate gigabytes.
+        max_length: The most data bytes a record may declare; more is ``bad_length``, found before
+            any of its data is inflated.
 
     Raises:
-        RecordError: A damaged record, a cut compressed stream (``truncated``)
-            or corrupt compressed bytes (``crc_mismatch``).
+        RecordError: A damaged record, a cut compressed stream (``truncated``) or corrupt
+            compressed bytes (``crc_mismatch``).
     """
     offset = 0
     while True:

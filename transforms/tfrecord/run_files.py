@@ -1,16 +1,9 @@
 """Run files: framed records written once, where they are first made, and copied into shards later.
 
-The build reads each input once. The worker that reads and checks an image
-also frames its record and appends it to a run file of its own (one per
-bundle, in the run's staging folder); only the record's place travels on,
-as a ``RunSlice``. Once shards are planned, each shard's records are copied
-from the run files in shard order. A run file holds records in the TFRecord
-framing, so copying needs no re-encoding and the shard bytes are those a
-writer framing the same records would write.
-
-Pure code: the writer takes a writable binary file object, the readers a
-function that reads a byte range (``transforms.storage.runs`` opens the
-files).
+The worker that reads and checks an image also frames its record and appends it to a run file of
+its own (one per bundle, in the run's staging folder); only the record's place travels on, as a
+``RunSlice``. Once shards are planned, each shard's records are copied from the run files as they
+are (``transforms.storage.runs`` opens the files).
 """
 
 from __future__ import annotations
@@ -86,10 +79,7 @@ class RunFileWriter:
 
 
 def checked_record(framed: bytes, where: RunSlice) -> bytes:
-    """Returns ``framed`` after checking it is one whole, undamaged framed record.
-
-    The CRCs of the framing are checked (hardware CRC32C: about a tenth of a
-    second per GB), so a run file damaged on disk between writing and copying
+    """Returns ``framed`` after checking its length and CRCs, so that a run file damaged on disk
     never reaches a shard.
 
     Raises:

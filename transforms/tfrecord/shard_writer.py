@@ -1,9 +1,7 @@
 """Write framed records into one shard file object, counting and hashing as it goes.
 
-Pure code: takes writable binary file objects (``transforms.storage`` opens
-them). Compression is done here with ``zlib`` so the bytes written,
-and therefore the file's size and CRC32C (and sha256, when asked for), are
-known without reading the file back; so is the ``.idx``'s CRC32C. The gzip header zlib writes has no timestamp, so output is deterministic.
+Compression is done here with ``zlib`` (a gzip header without a timestamp), so the file's size,
+CRC32C and sha256, and the ``.idx``'s CRC32C, are known without reading the file back.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ class ShardStats:
         label_counts: Label index (as a string) -> records.
         crc32c: CRC32C of the file's bytes, as GCS writes it (``file_hash.crc32c_text``).
         index_crc32c: CRC32C of the ``.idx``'s bytes, or None without one.
-        keys_crc32c: CRC32C of the ``.keys`` file's bytes (``shardset.key_files``), or None
-            without one (set by whoever writes it).
+        keys_crc32c: CRC32C of the ``.keys`` file's bytes (``shardset.key_files``), or None.
     """
 
     records: int = 0
@@ -45,10 +42,7 @@ class ShardStats:
 
 
 class ShardWriter:
-    """Writes records to a shard file and, for uncompressed shards, its ``.idx``.
-
-    The index has one ``offset length`` line per record (``length`` is the
-    framed size), the format NVIDIA DALI and the ``tfrecord`` package read.
+    """Writes records to a shard file and, for uncompressed shards, its ``.idx`` (``record_index``).
 
     Args:
         fh: Writable binary file object for the shard.
@@ -74,28 +68,18 @@ class ShardWriter:
         self.stats = ShardStats()
 
     def write(self, record: bytes, label: int | Sequence[int] | None = None) -> None:
-        """Appends one record (the serialized Example) to the shard.
-
-        ``label`` is counted in ``label_counts``: a class index, or every index
-        of a multi-label record.
-        """
+        """Appends one record; ``label`` (a class index, or every index of a multi-label record) is
+        counted in ``label_counts``."""
         self.write_parts((record,), label)
 
     def write_parts(self, parts: Sequence[bytes], label: int | Sequence[int] | None = None) -> None:
-        """Appends one record whose data is ``b"".join(parts)``, without joining the parts.
-
-        Uncompressed shards get each part written as it is, so a large part (an
-        image) is never copied into a record or a buffer first.
-        """
+        """Appends one record whose data is ``b"".join(parts)``, without joining the parts."""
         header, footer = frame_parts(parts)
         self._append((header, *parts, footer), len(header) + sum(len(part) for part in parts) + len(footer),
                      label)
 
     def write_framed(self, framed: bytes, label: int | Sequence[int] | None = None) -> None:
-        """Appends one record given already framed (``framing.frame_record``'s bytes).
-
-        The file is byte for byte what ``write`` of the unframed record writes.
-        """
+        """Appends one record given already framed (``framing.frame_record``'s bytes)."""
         self._append((framed,), len(framed), label)
 
     def _append(self, pieces: Sequence[bytes], size: int, label: int | Sequence[int] | None) -> None:
