@@ -23,7 +23,6 @@ of that range stops there (the framing after a damaged record is lost).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
 
@@ -41,7 +40,7 @@ from transforms.progress import counters as progress
 from transforms.storage.files import open_file, read_if_present
 from transforms.storage.listing import FileMetadata, match_files
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
-from transforms.tfrecord.record_index import check_index, index_names
+from transforms.tfrecord.record_index import index_starts, read_index
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.worker_options import CarriesStorageOptions
 
@@ -50,7 +49,6 @@ __all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS"]
 RECORDS = "records"
 ERRORS = "errors"
 _ERROR_MODES = ("raise", "output")
-_LOG = logging.getLogger(__name__)
 _NAMESPACE = "tfrecord_source"
 
 
@@ -83,38 +81,13 @@ class _ReadSettings:
         return coders.BytesCoder()
 
 
-def read_index(path: str) -> tuple[str, bytes] | None:
-    """Returns the path and bytes of ``path``'s ``.idx``, or None when it has none.
-
-    The index is looked for in the ``index/`` folder beside the file, then
-    beside the file itself (shard sets written before that folder).
-    """
-    for index_path in index_names(path):
-        data = read_if_present(index_path)
-        if data is not None:
-            return index_path, data
-    return None
-
-
-def index_starts(path: str, size: int, index: tuple[str, bytes] | None) -> tuple[int, ...] | None:
-    """Returns the record starts ``index`` (from ``read_index``) gives, if it fits ``path`` of ``size`` bytes.
-
-    An index that does not fit is ignored, with a warning: the reader scans for record starts.
-    """
-    if index is None:
-        return None
-    index_path, data = index
-    check = check_index(data, size)
-    if not check.usable:
+def _load_index(path: str, size: int) -> tuple[int, ...] | None:
+    """The record starts from ``path``'s ``.idx`` if it exists and fits the file."""
+    index = read_index(path, read_if_present)
+    starts = index_starts(path, size, index)
+    if index is not None and starts is None:
         Metrics.counter(_NAMESPACE, "unusable_indexes").inc()
-        _LOG.warning("Ignoring %s: %s; scanning %s for record starts instead",
-                     index_path, check.problem, path)
-    return check.starts
-
-
-def load_index(path: str, size: int) -> tuple[int, ...] | None:
-    """Returns the record starts from ``path``'s ``.idx`` if it exists and fits the file."""
-    return index_starts(path, size, read_index(path))
+    return starts
 
 
 class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
@@ -160,7 +133,7 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
 
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
-            index = load_index(self._path, self._size) if self._settings.use_index else None
+            index = _load_index(self._path, self._size) if self._settings.use_index else None
             return read_range(fh, self._size, range_tracker, self._path, index,
                               self._settings.max_record_bytes)
         return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker,
