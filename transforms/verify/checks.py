@@ -1,12 +1,8 @@
 """Verification of TFRecord shard sets: problems, record checks, manifest reconciliation.
 
-Pure code. Each check is a small function the Beam verify job applies in
-parallel; the tests chain the same functions in one process, the reference
-the job must agree with (and what the exhaustive damage tests run through).
-
-A problem names a file, a byte offset when there is one (the start of the
-record, in the decompressed stream for gzip/zlib files), a kind from
-``PROBLEM_KINDS`` and a human-readable detail.
+Pure code: small checks the verify job applies in parallel. A problem names a file, a byte offset
+when there is one (the record's start, in the decompressed stream for gzip/zlib files), a kind
+from ``PROBLEM_KINDS`` and a detail.
 """
 
 from __future__ import annotations
@@ -71,7 +67,6 @@ class Problem:
 
     @classmethod
     def from_error(cls, err: RecordError) -> "Problem":
-        """The problem a ``RecordError`` raised while reading describes."""
         return cls(err.path, err.offset, err.kind, err.detail)
 
     def sort_key(self) -> tuple:
@@ -224,12 +219,7 @@ def check_record(file: str, offset: int, data: bytes,
 def check_features(file: str, offset: int, features: Mapping[str, tuple[str, list]],
                    schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
                    labels: Sequence[str] | None = None, decode_with: Sequence[str] = ()) -> RecordCheck:
-    """Checks one record's decoded features; ``check_record`` after the parse (same arguments).
-
-    ``decode_with`` names decoders (``decoders.DECODERS``) that must decode the
-    image to the record's height and width; each that does not is a
-    ``decoder_mismatch`` problem.
-    """
+    """Checks one record's decoded features: ``check_record`` after the parse (same arguments)."""
     label = _labels(features)
     key = _single(features, "image/key/sha256", "bytes")
     key = key.decode("utf-8", "replace") if key is not None else None
@@ -256,14 +246,8 @@ def check_features(file: str, offset: int, features: Mapping[str, tuple[str, lis
 
 @dataclass(frozen=True)
 class ShardTally:
-    """What reading one shard counted.
-
-    Attributes:
-        records: Records read.
-        label_counts: Label (as a string) -> records with it.
-        damaged: A damaged record stopped reading part of the shard, so the
-            counts are incomplete.
-    """
+    """What reading one shard counted: records, label (as a string) -> records with it, and whether
+    a damaged record stopped reading part of it (the counts are then incomplete)."""
 
     records: int = 0
     label_counts: Mapping[str, int] = field(default_factory=dict)
@@ -271,12 +255,7 @@ class ShardTally:
 
 
 def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]) -> list[Problem]:
-    """Compares the folder's files with the manifest's shard list.
-
-    Args:
-        folder: The shard set's folder (prefixed to file names in problems).
-        manifest: The shard set's manifest.
-        present: Name -> size of every file in the folder.
+    """Compares the folder's files (``present``: name -> size) with the manifest's shard list.
 
     Returns:
         ``missing_file`` for listed shards that are absent, ``extra_file`` for
@@ -304,12 +283,7 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
 
 
 def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -> list[Problem]:
-    """Reconciles the manifest's labels with ``labels.txt`` and with its own label counts.
-
-    Args:
-        folder: The shard set's folder (prefixed to file names in problems).
-        manifest: The shard set's manifest.
-        labels_txt: Contents of ``labels.txt``, or None if there is none.
+    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its own label counts.
 
     Returns:
         ``missing_file`` when ``labels.txt`` is absent; ``label_mismatch`` when
@@ -357,14 +331,7 @@ def _label_in_range(label: str, count: int) -> bool:
 
 def index_problems(shard_path: str, index: bytes | None, shard_size: int,
                    required: bool) -> list[Problem]:
-    """Checks a shard's ``.idx`` sidecar against the shard's size.
-
-    Args:
-        shard_path: Path of the (uncompressed) shard.
-        index: Contents of its ``.idx``, or None if there is none.
-        shard_size: Size of the shard in bytes.
-        required: Whether a missing index is a problem.
-    """
+    """Checks an uncompressed shard's ``.idx`` (None: absent, a problem if ``required``) against its size."""
     path = index_name(shard_path)
     if index is None:
         return [Problem(path, None, "missing_file", "uncompressed shard has no .idx index")] if required else []
@@ -388,17 +355,21 @@ def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Proble
     return problems
 
 
+def _crc32c_problem(path: str, data: bytes, stated: int, what: str) -> Problem | None:
+    """A ``crc32c_mismatch`` if ``data`` (the file at ``path``, ``what`` of a shard) lacks the ``stated`` CRC32C."""
+    digest = FileHash()
+    digest.update(data)
+    if digest.crc32c == stated:
+        return None
+    return Problem(path, None, "crc32c_mismatch", f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {stated} "
+                                                  f"for {what}: its bytes changed since it was written")
+
+
 def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, bytes] | None) -> Problem | None:
     """A ``crc32c_mismatch`` if the shard's ``.idx`` (``(path, bytes)``) lacks its entry's CRC32C."""
     if index is None or entry.index_crc32c is None:
         return None
-    digest = FileHash()
-    digest.update(index[1])
-    if digest.crc32c == entry.index_crc32c:
-        return None
-    return Problem(index[0], None, "crc32c_mismatch",
-                   f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.index_crc32c} for the .idx of "
-                   f"{shard_path}: its bytes changed since it was written")
+    return _crc32c_problem(index[0], index[1], entry.index_crc32c, f"the .idx of {shard_path}")
 
 
 def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, bytes | None],
@@ -415,12 +386,9 @@ def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, byte
         return []
     if data is None:
         return [Problem(path, None, "missing_file", f"{SHARDS_NAME} states a keys file of {shard_path}")]
-    digest = FileHash()
-    digest.update(data)
-    if digest.crc32c != entry.keys_crc32c:
-        return [Problem(path, None, "crc32c_mismatch",
-                        f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.keys_crc32c} for the keys "
-                        f"of {shard_path}: its bytes changed since it was written")]
+    wrong = _crc32c_problem(path, data, entry.keys_crc32c, f"the keys of {shard_path}")
+    if wrong:
+        return [wrong]
     problem = keys_problem(data, record_keys, path) if record_keys is not None else None
     return [Problem(path, None, "keys_mismatch", problem)] if problem else []
 
@@ -486,14 +454,8 @@ def duplicate_key_problems(key: str,
 
 @dataclass(frozen=True)
 class Report:
-    """The outcome of verifying a shard set, as written to ``--report``.
-
-    Attributes:
-        files: Shard files checked.
-        records: Records read.
-        bytes: Total size of the files checked.
-        problems: Every problem found, sorted by file and offset.
-    """
+    """The outcome of verifying a shard set, as written to ``--report``: files checked, records read,
+    their total bytes, and every problem, sorted by file and offset."""
 
     files: int
     records: int
@@ -518,8 +480,7 @@ class Report:
     @classmethod
     def loads(cls, data: bytes) -> "Report":
         obj = json.loads(data)
-        return cls(obj["files"], obj["records"], obj["bytes"],
-                   tuple(Problem(p["file"], p["offset"], p["kind"], p["detail"]) for p in obj["problems"]))
+        return cls(obj["files"], obj["records"], obj["bytes"], tuple(Problem(**p) for p in obj["problems"]))
 
     def _stops(self) -> list[Problem]:
         """The first damage of each compressed file: reading its stream stopped there.
@@ -568,12 +529,7 @@ def report_pieces(files: int, records: int, size: int, count: int,
                   problems: Iterable[Problem]) -> Iterator[bytes]:
     """The bytes of the JSON report (``Report.dumps``), a problem at a time.
 
-    Args:
-        files: Shard files checked.
-        records: Records read.
-        size: Total size of the files checked.
-        count: How many problems ``problems`` yields (``ok`` is written first).
-        problems: Every problem, sorted (``Problem.sort_key``), read once as the pieces are.
+    ``count`` is how many problems ``problems`` (sorted, read once) yields: ``ok`` is written first.
     """
     head = json.dumps({"ok": not count, "files": files, "records": records, "bytes": size}, indent=2)
     yield (head[:-2] + ',\n  "problems": [').encode("utf-8")
@@ -587,12 +543,7 @@ def report_pieces(files: int, records: int, size: int, count: int,
 
 @dataclass(frozen=True)
 class ProblemPart:
-    """Some problems a worker staged, sorted, one a line (``problem_line``).
-
-    Attributes:
-        path: The staged file.
-        count: Problems in it.
-    """
+    """Some problems a worker staged at ``path``, sorted, one a line (``problem_line``); ``count`` of them."""
 
     path: str
     count: int
@@ -605,8 +556,5 @@ def problem_line(problem: Problem) -> bytes:
 
 def read_problem_line(line: bytes) -> Problem:
     """The ``Problem`` of a line ``problem_line`` wrote."""
-    obj = json.loads(line)
-    return Problem(obj["file"], obj["offset"], obj["kind"], obj["detail"])
+    return Problem(**json.loads(line))
 
-
-# --- Single-process reference -------------------------------------------------------
