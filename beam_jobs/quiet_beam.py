@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Iterator
 
-__all__ = ["apache_beam", "PipelineOptions"]
+__all__ = ["apache_beam", "PipelineOptions", "all_options"]
 
 
 class _DropBigQueryClientWarning(logging.Filter):
@@ -42,3 +42,15 @@ try:
 except KeyboardInterrupt:  # Ctrl-C in a command's first seconds, while Beam loads: one line, as later
     sys.stderr.write("tfrecord-shards: interrupted: nothing was published\n")
     raise SystemExit(130) from None
+
+
+def all_options(options: "PipelineOptions", **kwargs) -> dict:
+    """``options.get_all_options(**kwargs)`` without Beam's warning about arguments no options class
+    defines (a job refuses them itself)."""
+    log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return options.get_all_options(**kwargs)
+    finally:
+        log.setLevel(level)

@@ -10,7 +10,6 @@ is made from the same declarations its options classes are
 from __future__ import annotations
 
 import argparse
-import logging
 
 from beam_jobs.cli.declared import (BEAM_HELP_FLAG, Job, format_job_help, job_parser, wants_beam_help,
                                     wants_help)
@@ -21,16 +20,10 @@ __all__ = ["Job", "wants_help", "wants_beam_help", "job_parser", "format_job_hel
 
 def format_beam_help(prog: str) -> str:
     """Returns the help of Beam's own pipeline options (every options class Beam defines)."""
-    from beam_jobs.quiet_beam import PipelineOptions  # here: a job's own help needs no Beam
+    from beam_jobs.quiet_beam import PipelineOptions, all_options  # here: a job's own help needs no Beam
 
     parsers: list[argparse.ArgumentParser] = []
-    log = logging.getLogger("apache_beam.options.pipeline_options")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
-    finally:
-        log.setLevel(level)
+    all_options(PipelineOptions([]), add_extra_args_fn=parsers.append)
     parser = parsers[0]
     from transforms.beam_compat import WORKERS_RULE
 
