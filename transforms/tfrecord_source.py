@@ -1,24 +1,17 @@
 """Beam transforms that read TFRecord files, splitting inside files by byte range.
 
-``ReadFromTFRecords`` reads a file pattern (or a list of them) and
-``ReadAllFromTFRecords`` a PCollection of patterns, through Beam's file
-systems (``transforms.storage``: local paths, gs://, s3://).
-Either also takes files already matched, as ``FileMetadata``: those are read
-as they are, never matched again (a name may hold ``[``, ``*`` or ``?``), with
-the size the match found. A path that names an existing file is that file.
+``ReadFromTFRecords`` reads a file pattern (or a list of them) and ``ReadAllFromTFRecords`` a
+PCollection of patterns, local, gs:// or s3://; either also takes files already matched
+(``FileMetadata``), read as they are, never matched again.
 
-Unlike Beam's ``ReadFromTFRecord``, which reads each file as one unit, an
-uncompressed file is split into byte ranges that are read in parallel, and the
-runner may split a range further while it is being read (dynamic work
-rebalancing). A range owns the records that start inside it; record starts
-come from the file's ``.idx`` sidecar when there is a usable one, else they are
-found by scanning (see ``transforms.tfrecord.record_ranges``). gzip and zlib files are
-read whole.
+Unlike Beam's ``ReadFromTFRecord``, an uncompressed file is split into byte ranges read in
+parallel, which the runner may split further (dynamic work rebalancing). A range owns the records
+that start inside it; record starts come from the file's ``.idx`` when it is usable, else from
+scanning (``transforms.tfrecord.record_ranges``). gzip and zlib files are read whole.
 
-Both CRCs of every record are checked. By default a damaged record fails the
-pipeline with a ``RecordError`` naming the file and the record's byte offset;
-with ``errors="output"`` it goes to the ``errors`` output instead and reading
-of that range stops there (the framing after a damaged record is lost).
+Both CRCs of every record are checked. A damaged record fails the pipeline with a ``RecordError``
+naming the file and offset; with ``errors="output"`` it goes to the ``errors`` output instead and
+reading of that range stops there.
 """
 
 from __future__ import annotations
@@ -297,11 +290,9 @@ class ReadFromTFRecords(beam.PTransform):
 class ReadAllFromTFRecords(beam.PTransform):
     """Reads the records of every file matching each pattern in a PCollection.
 
-    Elements are patterns or paths, or ``FileMetadata`` of files already
-    matched (e.g. by ``fileio.MatchFiles``), which are read without matching
-    again. Outputs and arguments are those of ``ReadFromTFRecords``; a
-    pattern that matches nothing yields nothing. Each pattern becomes a source that is read
-    with the same byte-range splitting and dynamic rebalancing.
+    Elements are patterns or paths, or ``FileMetadata`` of files already matched (e.g. by
+    ``fileio.MatchFiles``). Outputs and arguments are those of ``ReadFromTFRecords``; a pattern that
+    matches nothing yields nothing.
     """
 
     def __init__(self, with_offsets: bool = False, compression: str = "auto",

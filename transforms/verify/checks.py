@@ -47,14 +47,8 @@ _READ_STOPPING = ("crc_mismatch", "truncated", "bad_length")
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a shard set.
-
-    Attributes:
-        file: Path of the file concerned.
-        offset: Byte offset of the record concerned, or None for a whole file.
-        kind: One of ``PROBLEM_KINDS``.
-        detail: What was found, and what was expected.
-    """
+    """One thing wrong with a shard set: a file, the byte offset of the record concerned (None for a
+    whole file), one of ``PROBLEM_KINDS``, and what was found against what was expected."""
 
     file: str
     offset: int | None
@@ -82,16 +76,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class RecordCheck:
-    """What checking one record found.
-
-    Attributes:
-        file: Path of the shard.
-        offset: Byte offset of the record.
-        label: ``image/class/label`` when the record parses and has one; a
-            tuple of every label when it holds a list of another length.
-        key: ``image/key/sha256`` when the record parses and has one.
-        problems: Problems with the record itself.
-    """
+    """What checking the record at ``offset`` of ``file`` found: its ``image/class/label`` (a tuple when
+    it holds a list of another length than one), its ``image/key/sha256`` and its problems."""
 
     file: str
     offset: int
@@ -120,14 +106,10 @@ def _single(features: Mapping[str, tuple[str, list]], name: str, kind: str):
 def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     """Returns why a schema-valid record's image does not match its record, or None.
 
-    The image's first frame must decode with Pillow (the pixel data is whole)
-    and be of the stated format, a PNG must pass the structure check (its
-    chunks' CRCs, and its image data inflated and walked as libpng reads it:
-    Pillow decodes some PNGs TensorFlow refuses), and ``tf.io.decode_image(...,
-    expand_animations=False)`` must decode it, with ``channels=3`` and
-    ``channels=0``, to the stated height, width and channels (predicted by
-    ``tf_rule``, the rule the build job stores by). A ``raw`` image must hold
-    exactly height * width * channels bytes.
+    The image's first frame must decode with Pillow and be of the stated format, a PNG must pass
+    the structure check (``check_png``: Pillow decodes some PNGs TensorFlow refuses), and TensorFlow
+    must decode it to the stated height, width and channels (as ``tf_rule`` predicts). A ``raw``
+    image must hold exactly height * width * channels bytes.
     """
     encoded = _single(features, "image/encoded", "bytes")
     fmt = _single(features, "image/format", "bytes").decode("utf-8", "replace")
@@ -162,10 +144,8 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
 def label_problem(features: Mapping[str, tuple[str, list]], labels: Sequence[str]) -> str | None:
     """Returns why a record's classes do not agree with the shard set's labels, or None.
 
-    Every ``image/class/label`` value (one, or a list for multi-label records)
-    must lie in ``0 <= label < len(labels)``, and the ``image/class/text``
-    value beside it, when the record has as many, must be ``labels[label]``.
-    A record without int64 labels is left to the schema check.
+    Every ``image/class/label`` must lie in ``0 <= label < len(labels)``, and the ``image/class/text``
+    beside it, when the record has as many, must be ``labels[label]``.
     """
     kind, values = features.get("image/class/label", ("none", []))
     if kind != "int64":
@@ -187,27 +167,19 @@ def check_record(file: str, offset: int, data: bytes,
                  schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
                  labels: Sequence[str] | None = None,
                  decode_with: Sequence[str] = ()) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
-    """Checks one record's bytes (its CRCs were checked when it was read).
+    """Checks the bytes of the record at ``offset`` of ``file`` (its CRCs were checked when it was read).
 
     Args:
-        file: Path of the shard, for problems.
-        offset: Byte offset of the record, for problems.
-        data: The record's data.
-        schema: The feature spec records must meet (a manifest's
-            ``feature_spec``); True for the image schema
-            (``schema.IMAGE_FEATURES``); False or None for none.
-        decode_images: Also decode the image (see ``image_problem``); only
-            done for records that meet the schema.
-        labels: The shard set's class names (a manifest's ``labels``): the
-            record's label and class text must agree with them
-            (``label_problem``); None or empty for no check.
-        decode_with: Decoders that must decode the image to the record's
-            size (``decoders.decoder_problems``); only for records that meet
-            the schema.
+        schema: The feature spec records must meet (a manifest's ``feature_spec``); True for the
+            image schema (``schema.IMAGE_FEATURES``); False or None for none.
+        decode_images: Also decode the image (``image_problem``), for records that meet the schema.
+        labels: The shard set's class names, to check the record's against (``label_problem``);
+            None or empty for no check.
+        decode_with: Decoders that must decode the image to the record's size
+            (``decoders.decoder_problems``), for records that meet the schema.
 
     Returns:
-        The ``RecordCheck``, and the decoded features (None if the bytes are
-        not an Example).
+        The ``RecordCheck``, and the decoded features (None if the bytes are not an Example).
     """
     try:
         features = decode_example(data)
@@ -340,10 +312,8 @@ def index_problems(shard_path: str, index: bytes | None, shard_size: int,
 
 
 def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Problem]:
-    """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes lack.
-
-    ``digest`` is the hash of the shard's bytes, with a sha256 if the entry states one.
-    """
+    """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes
+    (``digest``) lack."""
     problems = []
     if entry.crc32c is not None and digest.crc32c != entry.crc32c:
         problems.append(Problem(path, None, "crc32c_mismatch",
@@ -398,11 +368,8 @@ def _label_order(label: str) -> tuple:
 
 
 def shard_problems(path: str, entry: ShardEntry, tally: ShardTally) -> list[Problem]:
-    """Compares what reading a shard counted with its manifest entry.
-
-    A damaged shard's counts are incomplete, so they are not compared (the
-    damage itself is reported where it was found).
-    """
+    """Compares what reading a shard counted with its manifest entry (not a damaged shard's: its
+    counts are incomplete, and the damage is reported where it was found)."""
     if tally.damaged:
         return []
     problems = []
@@ -425,17 +392,9 @@ def _split_name(split: str | None) -> str:
 
 def duplicate_key_problems(key: str,
                            locations: Iterable[tuple[str | None, str, int]]) -> list[Problem]:
-    """One ``duplicate_key`` per repeat of an ``image/key/sha256`` in a shard set.
-
-    A key must be unique within a split, and an image must not be in two
-    splits (that would leak it from training into evaluation), so any repeat
-    is a problem; the detail names both splits when they differ.
-
-    Args:
-        key: The repeated key.
-        locations: ``(split, file, offset)`` of every record with the key;
-            split None for a file whose name does not state one.
-    """
+    """One ``duplicate_key`` per repeat of an ``image/key/sha256`` in a shard set (``locations``: the
+    ``(split or None, file, offset)`` of every record with it); the detail names both splits when
+    they differ (an image in two splits leaks from training into evaluation)."""
     ordered = sorted(locations, key=lambda loc: (loc[1], loc[2], loc[0] or ""))
     if len(ordered) < 2:
         return []
@@ -496,14 +455,8 @@ class Report:
         return list(first.values())
 
     def summary(self, target: str, max_listed: int = 20, listed_records: int | None = None) -> str:
-        """Returns the human summary: totals, problem counts by kind, what was not read, the first problems.
-
-        Args:
-            target: What was verified, for the first line.
-            max_listed: Problems listed one per line.
-            listed_records: The records the manifest lists, if known: the
-                summary then says how many of them were not read.
-        """
+        """Returns the human summary of verifying ``target``: totals, problem counts by kind, what was
+        not read (of the manifest's ``listed_records``, if known), the first ``max_listed`` problems."""
         rest = f"{plural(self.records, 'record')}, {self.bytes / (1024 * 1024):.1f} MiB"
         if self.ok:
             return f"OK: {target}: {plural(self.files, 'file')}, {rest}; no problems"
