@@ -6,19 +6,8 @@ Usage::
         [--report report.json] [--preview preview.png] [Beam options]
     python -m beam_jobs.verify_shards --files 'somewhere/*.tfrecord'
 
-With a manifest, every listed shard must exist with its size and sha256, no
-unlisted shard may exist, every record must pass both CRCs, parse as an
-Example with the image schema, and add up to the manifest's record and label
-counts, every record's label and class text must agree with the manifest's
-labels (and ``labels.txt`` with the manifest), and no image key may repeat,
-within a split or across splits. ``--decode_images`` also decodes every image.
-With ``--files`` the records are checked for CRCs, Example parsing and
-repeated image keys (each file's split read from its shard name). The records
-are read in parallel, splitting files.
-
-Prints a summary; ``--report`` writes every problem as JSON, ``--preview`` a
-contact sheet of sample images per class and a chart of shard sizes. Exits 0
-when nothing is wrong, 1 when something is, 2 on a bad flag or path.
+What is checked, the report and the preview: docs/verify.md. Exits 0 when nothing is wrong, 1 when
+something is, 2 on a bad flag or path.
 """
 
 from __future__ import annotations
