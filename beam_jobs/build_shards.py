@@ -18,7 +18,6 @@ import csv
 import dataclasses
 import functools
 import importlib.metadata
-import logging
 import os
 import re
 import sys
@@ -39,7 +38,7 @@ from transforms.images.build_survey import fixed_class_names, image_threads, sur
 from transforms.images.build_counts import record_count_keys
 from transforms.images.build_manifest import build_manifest_extras
 from transforms.images.build_summary import build_lines
-from transforms.images.inputs import LabelRules, check_label, check_manifest_head, is_manifest_path
+from transforms.images.inputs import LabelRules, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_parquet_pattern, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
@@ -80,9 +79,6 @@ from transforms.shard_sink import (REUSED_SHARDS, ExtrasFrom, PublishInputs, Pub
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume_files import AdoptedWork, adopted_work, resumable_bytes
-
-_LOG = logging.getLogger(__name__)
-
 
 def _input_problem(path: str) -> str | None:
     """Why an --input cannot be read (it is missing, or a folder with no file), or None."""
@@ -711,7 +707,6 @@ HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jo
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
     return run_job(BuildJob(), argv, prog)
 
 

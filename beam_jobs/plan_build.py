@@ -182,7 +182,6 @@ HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
     return run_job(Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome, progress=_progress), argv, prog)
 
 
