@@ -165,9 +165,8 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
                           "apache_beam.runners.worker.bundle_processor")
 
 
-def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str],
-                         positional_hint: str = "every value needs its flag, e.g. --input PATH",
-                         own: Sequence[str] = ()) -> None:
+def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], positional_hint: str,
+                         own: Sequence[str]) -> None:
     """Raises ``UsageError`` for a flag no options class defines (Beam would drop it), naming the
     closest of the job's flags (``own``) or Beam's."""
     extra = unknown_flags(options, argv)

@@ -1,9 +1,7 @@
 """``--help`` of the jobs: every flag of a job, grouped, with its default and meaning.
 
-Beam parses ``--help`` itself, with a parser that has none of a job's flags
-yet, so a job answers ``--help`` before Beam sees the arguments. A job's help
-is made from the same declarations its options classes are
-(``beam_jobs/cli/jobs.py``), so it cannot miss a flag, and needs no Beam;
+A job answers ``--help`` before Beam (whose parser has none of its flags) sees the arguments, from
+the declarations its options classes are made from, so it cannot miss a flag and needs no Beam;
 ``--help_beam`` prints Beam's own options.
 """
 
