@@ -4,16 +4,10 @@ Usage::
 
     tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]
 
-Takes every flag of the build, checked as the build checks them
-(``build_shards.make_config``), lists the inputs with the build's own steps,
-reads each input once to check its header and hash it, and prints a plan:
-inputs per split and class, image formats, bytes, the inputs a build would
-reject (an estimate: header checks only) and the duplicates, the shards each
-split would get, what a shard set already in ``--output_dir`` would gain, keep
-and lose, and an estimate of the build's run time. ``--output_dir`` is only
-read: no lock, no file; the tally the workers hand back goes through a folder
-of the run's own in its ``.staging`` (or ``--temp_location``), removed once read. ``--plan_json`` writes the plan as JSON
-elsewhere.
+Takes every flag of the build, checked as the build checks them, lists the inputs with the build's
+own steps, reads each input's header once and prints a plan (docs/next-day.md, "Plan before
+running"). ``--output_dir`` is only read; the tally the workers hand back goes through a folder of
+the run's own, removed once read.
 """
 
 from __future__ import annotations

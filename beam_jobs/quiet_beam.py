@@ -1,11 +1,8 @@
 """Imports Apache Beam without the warning it logs when its optional BigQuery client is absent.
 
-Beam logs "apitools not found, and bigquery client libraries are not
-available ..." at import time; the jobs use no BigQuery, so the line only
-confuses their output. Every module of ``beam_jobs`` that imports Beam imports
-this module first; the filter is on the root logger only while Beam is
-imported. (The package itself imports no Beam: a command's ``--help`` and
-usage errors are answered without it.)
+Beam logs "apitools not found, and bigquery client libraries are not available ..." at import
+time; the jobs use no BigQuery. Every module of ``beam_jobs`` that imports Beam imports this
+module first; the filter is on the root logger only while Beam is imported.
 """
 
 import contextlib

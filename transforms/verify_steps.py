@@ -58,10 +58,6 @@ def _read_shard_set(folder: str):
     yield from _list_shards(manifest, list_folder(folder), folder)
 
 
-def _read_labels(present: Mapping[str, tuple[str, int]]) -> bytes | None:
-    return read_file(present[LABELS_NAME][0]) if LABELS_NAME in present else None
-
-
 def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], folder: str):
     """Manifest -> a ``ShardFile`` per listed shard that exists, and problems to PROBLEMS.
 
@@ -98,8 +94,8 @@ def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], fol
     light = dataclasses.replace(manifest, splits={
         name: SplitEntry(name, entries[name], split.to_counts()) for name, split in manifest.splits.items()})
     sizes = {name: size for name, (_, size) in present.items()}
-    for problem in (listing_problems(folder, light, sizes)
-                    + labels_problems(folder, light, _read_labels(present))):
+    labels_txt = read_file(present[LABELS_NAME][0]) if LABELS_NAME in present else None
+    for problem in listing_problems(folder, light, sizes) + labels_problems(folder, light, labels_txt):
         yield beam.pvalue.TaggedOutput(PROBLEMS, problem)
 
 

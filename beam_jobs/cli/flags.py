@@ -1,11 +1,8 @@
 """The jobs' options classes, made from the flags declared in ``beam_jobs/cli/jobs.py``.
 
-Beam parses every direct subclass of ``PipelineOptions`` with one argparse
-parser, so two jobs cannot each define ``--input``: the flags they share are
-one class (``ShardingOptions``), and each job's own options class adds only its
-own flags. The values' parsers are in ``beam_jobs/cli/values.py`` (imported
-here too, as before). A job reads its flags from its config
-(``beam_jobs/cli/config.py``), built from ``flag_values``.
+Beam parses every subclass of ``PipelineOptions`` with one argparse parser, so two jobs cannot
+each define ``--input``: the flags they share are one class (``ShardingOptions``). A job reads its
+flags from its config (``beam_jobs/cli/config.py``), built from ``flag_values``.
 """
 
 from __future__ import annotations
