@@ -122,11 +122,8 @@ def _input_problem(path: str) -> str | None:
 
 
 def _pattern_files(pattern: str) -> list[str]:
-    """The files a pattern of Parquet files names: its braces expanded, its wildcards matched once.
-
-    Raises:
-        PlanError: Its braces do not pair up.
-    """
+    """The files a pattern of Parquet files names: its braces expanded (``PlanError`` when they do not
+    pair up), its wildcards matched once."""
     return [meta.path for found in match_files(expand_braces(pattern))
             for meta in sorted(found, key=lambda meta: meta.path)]
 
@@ -137,12 +134,8 @@ def _not_parquet_data(name: str) -> bool:
 
 
 def _parquet_folders(inputs: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face export).
-
-    Hidden entries and ``.md`` files aside, a sub-folder or another file makes
-    it a folder of images; the listing stops at the first, so a folder of
-    images costs one entry.
-    """
+    """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face
+    export; ``_not_parquet_data`` aside); the listing stops at the first other entry."""
     found = []
     for path in inputs:
         if is_manifest_path(path) or is_container_input(path):
@@ -174,10 +167,7 @@ def _archive_problem(path: str, kind: str) -> str | None:
 
 def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:
     """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None.
-
-    Raises:
-        UsageError: A file is not Parquet, lacks a column, or files name their classes differently.
-    """
+    ``UsageError`` when a file is not Parquet, lacks a column, or files name their classes differently."""
     names: set[tuple[str, ...] | None] = set()
     for path in paths:
         try:
@@ -256,11 +246,8 @@ def _fixed_names(cfg: BuildConfig) -> list[str] | None:
 
 
 def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
-    """Refuses inputs that cannot be read as the flags say, reading only their first bytes.
-
-    Raises:
-        UsageError: A pattern, a missing input, a manifest's header, a CSV column, a COCO file's image root.
-    """
+    """Raises ``UsageError`` for inputs that cannot be read as the flags say (a pattern, a missing input,
+    a manifest's header, a CSV column, a COCO file's image root), reading only their first bytes."""
     for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_shard_pattern(path) or is_parquet_pattern(path)
                    else opt.wildcard_problem(path))
@@ -308,11 +295,8 @@ def _parquet_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] |
 
 def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
             layouts: dict[str, str | None]) -> tuple[PublishPolicy, tuple[str, ...] | None]:
-    """The run's publishing policy, and with --append the published set's class names (else None).
-
-    Raises:
-        UsageError: An append the set cannot take, or a split other inputs built (without --replace).
-    """
+    """The run's publishing policy, and with --append the published set's class names (else None);
+    ``UsageError`` for an append the set cannot take, or a split other inputs built (without --replace)."""
     # A local --staging_dir made absolute: a rerun from another folder finds, and removes, the same run files.
     staging_dir = os.path.abspath(cfg.staging_dir) if cfg.staging_dir and is_local(cfg.staging_dir) else cfg.staging_dir
     policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
@@ -372,12 +356,8 @@ _APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grays
 
 
 def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
-    """Checks an ``--append`` run against the published set; returns the set's class names.
-
-    Raises:
-        UsageError: Nothing is published, the set was not built by this job,
-            or a flag differs from the set's (one line naming the flag and the value to pass).
-    """
+    """Checks an ``--append`` run against the published set; returns the set's class names. ``UsageError``
+    when nothing is published, the set was not built by this job, or a flag differs from the set's."""
     old = published_manifest(cfg.output_dir)
     if old is None:
         pending = pending_manifest(cfg.output_dir)
@@ -502,11 +482,8 @@ def _size_of(meta) -> int:
 
 
 def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
-    """The names integer labels index: ``--class_names``/``--labels_file``, or an appended set's class names.
-
-    A set whose classes are the indices ``0`` to ``k`` names none: its integer
-    labels stay numbers, and new indices extend it (``appended_classes``).
-    """
+    """The names integer labels index: ``--class_names``/``--labels_file``, or an appended set's class
+    names (none for a set whose classes are the indices ``0`` to ``k``: new indices extend it)."""
     if fixed is not None:
         return tuple(fixed)
     if published and any(name != str(i) for i, name in enumerate(published)):

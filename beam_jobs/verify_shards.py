@@ -59,13 +59,9 @@ def _reading_plan(sizes: Sequence[int], cfg: VerifyConfig, options: PipelineOpti
 
 
 def split_ranges_for(shards: int, cfg: VerifyConfig, options: PipelineOptions) -> bool:
-    """Whether verify splits shards into byte ranges: only when there are fewer shards than workers.
-
-    A shard read whole is read once, checked and hashed by one reader; split,
-    its ranges are read in parallel and the hash reads the file again. The
-    workers are the DirectRunner's (``--direct_num_workers``), else
-    ``--max_num_workers``, else ``SPLIT_BELOW_SHARDS``.
-    """
+    """Whether verify splits shards into byte ranges (read in parallel, the hash reading the file again):
+    only when there are fewer shards than workers (``--direct_num_workers``, else ``--max_num_workers``,
+    else ``SPLIT_BELOW_SHARDS``)."""
     workers = beam_compat.local_workers(options) or cfg.max_num_workers
     return shards < (workers or SPLIT_BELOW_SHARDS)
 

@@ -210,13 +210,9 @@ class _ToItemFn(CarriesStorageOptions, beam.DoFn):
 class ToRecordItems(beam.PTransform):
     """``PCollection[(path, offset, bytes)]`` -> ``PCollection[RecordItem]`` (order key, label, split).
 
-    Args:
-        seed: Shuffle seed.
-        split: Split of every record (``--split``), or None to keep each
-            file's split (``input_split``).
-        staging: ``(output folder, run id)``: records go to run files in the
-            run's staging folder and items carry where (write them with
-            ``RecordCopy``), so no record's bytes are grouped or shuffled.
+    ``split`` puts every record in one split (None: each file's, ``input_split``). Records go to run
+    files in the staging folder of ``(output folder, run id)`` and items carry where (written with
+    ``RecordCopy``), so no record's bytes are grouped or shuffled.
     """
 
     def __init__(self, seed: int, split: str | None = None, *, staging: tuple[str, str]) -> None:

@@ -41,12 +41,8 @@ _NAMESPACE = "verify_shards"
 
 
 def _read_shard_set(folder: str):
-    """folder -> a ``ShardFile`` per listed shard that exists; its Manifest to MANIFEST, problems to PROBLEMS.
-
-    Reads ``manifest.json`` (format 2: without its shard list); an
-    unparsable one is a ``parse_error`` problem and nothing else is read.
-    Then lists the folder and its shards (``_list_shards``).
-    """
+    """folder -> a ``ShardFile`` per listed shard that exists; its Manifest to MANIFEST, problems to PROBLEMS
+    (an unparsable ``manifest.json`` is a ``parse_error`` and nothing else is read)."""
     path = join_path(folder, MANIFEST_NAME)
     data = read_file(path)
     try:
@@ -61,11 +57,8 @@ def _read_shard_set(folder: str):
 def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], folder: str):
     """Manifest -> a ``ShardFile`` per listed shard that exists, and problems to PROBLEMS.
 
-    A format-2 shard list is streamed (one shard's label counts at a time)
-    and checked against ``manifest.json``; a missing or disagreeing list is
-    one problem naming it, and the folder is then not compared with a
-    partial list. Otherwise the folder's files and ``labels.txt`` are
-    compared with the listed shards (file names and sizes only).
+    A format-2 shard list is streamed (one shard's label counts at a time); a missing or disagreeing
+    list is one problem naming it, and the folder is then not compared with a partial list.
     """
     entries: dict[str, list[ShardEntry]] = {name: [] for name in manifest.splits}
     count = len(manifest.labels)
