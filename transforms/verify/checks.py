@@ -7,6 +7,7 @@ from ``PROBLEM_KINDS`` and a detail.
 
 from __future__ import annotations
 
+import collections
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -235,10 +236,7 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
         listed shards of the wrong size.
     """
     problems = []
-    listed = {}
-    for split in manifest.splits.values():
-        for entry in split.shards:
-            listed[entry.file] = entry
+    listed = {entry.file: entry for split in manifest.splits.values() for entry in split.shards}
     for name, entry in sorted(listed.items()):
         path = join_path(folder, name)
         if name not in present:
@@ -460,9 +458,7 @@ class Report:
         rest = f"{plural(self.records, 'record')}, {self.bytes / (1024 * 1024):.1f} MiB"
         if self.ok:
             return f"OK: {target}: {plural(self.files, 'file')}, {rest}; no problems"
-        kinds: dict[str, int] = {}
-        for problem in self.problems:
-            kinds[problem.kind] = kinds.get(problem.kind, 0) + 1
+        kinds = collections.Counter(problem.kind for problem in self.problems)
         hit = len({problem.file for problem in self.problems})
         files = plural(hit, "file") if hit >= self.files else f"{hit} of {plural(self.files, 'file')}"
         lines = [f"FAILED: {target}: {plural(len(self.problems), 'problem')} in {files}, {rest}",
