@@ -68,11 +68,8 @@ def _field_value(flag: Flag, value: Any) -> Any:
 
 
 def field_type(flag: Flag) -> str:
-    """The type of the config field of ``flag``, as its declaration says (a string, as every annotation here).
-
-    A switch is ``bool``, a repeatable flag a tuple of its values; otherwise the
-    return type of its parser (text without one), ``| None`` when it defaults to None.
-    """
+    """The type of the config field of ``flag`` (a string, as every annotation here): ``bool``, a tuple,
+    or its parser's return type (``str`` without one), ``| None`` when it defaults to None."""
     if flag.action in ("store_true", "store_false"):
         return "bool"
     if flag.action == "append":

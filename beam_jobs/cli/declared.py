@@ -100,15 +100,11 @@ class Job:
     """What one command takes and says about itself.
 
     Attributes:
-        name: The job's name in its messages (``build_shards``).
-        summary: One line saying what the job does.
         options: The job's own flag sets.
-        shared: Which flags of ``jobs.SHARED`` the job takes (names).
+        shared: Which flags of ``shared_set`` (``jobs.SHARED``) the job takes (names).
         run_flags: The flag sets every Beam job takes besides (logging, progress).
         regroup: flag name -> group title, where this job lists a flag elsewhere than its declaration.
-        epilog: Lines shown after the flags (examples).
         beam: Whether the job runs a Beam pipeline (and takes Beam's options).
-        usage: The usage line (``%(prog)s`` stands for the command).
     """
 
     name: str

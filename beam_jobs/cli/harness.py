@@ -70,12 +70,8 @@ def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
 
 
 def error_lines(err: BaseException) -> tuple[str, list[str]]:
-    """Returns why a pipeline failed: one line, and the detail lines the error carries.
-
-    A project error's message is a headline, optionally followed by detail
-    lines indented by two spaces (e.g. the reasons of a refusal); a runner's
-    wrapper holds it inside a stack trace, or with the failing step appended.
-    """
+    """Returns why a pipeline failed: one line, and the detail lines (indented by two spaces) a project
+    error carries, also inside a runner's wrapper (a stack trace, or the failing step appended)."""
     text = str(err)
     cause = _one_storage_error(err)
     if cause is not None:
@@ -118,11 +114,8 @@ def _is_project_error(err: BaseException) -> bool:
 
 
 def _raised(err: BaseException, kind: type[ShardsError]) -> bool:
-    """True if a pipeline failed on the project's error ``kind``.
-
-    Runners wrap what a step raised in their own types; the project's error
-    is then the last one named in the text (as ``error_lines`` reads it).
-    """
+    """True if a pipeline failed on the project's error ``kind`` (inside a runner's wrapper: the last one
+    named in the text, as ``error_lines`` reads it)."""
     if isinstance(err, ShardsError):
         return isinstance(err, kind)
     found = list(_PROJECT_ERROR.finditer(str(err)))
@@ -130,12 +123,9 @@ def _raised(err: BaseException, kind: type[ShardsError]) -> bool:
 
 
 def report_failure(name: str, err: BaseException, settings: logs.LogSettings, more: str = "") -> None:
-    """Prints why a job failed: detail lines, then exactly one line, last, on stderr.
-
-    The traceback is printed only with ``--verbose`` or ``--log_level DEBUG``;
-    otherwise it goes, with the run's log records, to a log file that the
-    line names when the cause is not one of the project's own errors.
-    ``more`` is added to the line (after ``; ``).
+    """Prints why a job failed: detail lines, then exactly one line (``more`` added after ``; ``), last,
+    on stderr. The traceback is printed only with ``--verbose`` or ``--log_level DEBUG``; otherwise it
+    goes to a log file, which the line names when the cause is not one of the project's own errors.
     """
     message, details = error_lines(err)
     message = f"{message}; {more}" if more else message

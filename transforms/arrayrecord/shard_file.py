@@ -108,12 +108,8 @@ def record_count(path: str) -> int:
 def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
     """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order.
 
-    Records are read a batch at a time; a batch ArrayRecord refuses is read again record by
-    record, so that the error names the first record that cannot be read.
-
-    Raises:
-        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file, or a record cannot
-            be read (ArrayRecord checks each chunk's hash, its CRC); the detail is ArrayRecord's.
+    A batch ArrayRecord refuses is read again record by record, so that the ``RecordError``
+    (``crc_mismatch``, ArrayRecord's detail) names the first record that cannot be read.
     """
     reader = _open(path)
     try:

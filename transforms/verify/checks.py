@@ -342,13 +342,9 @@ def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, byt
 
 def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, bytes | None],
                        record_keys: Sequence[str | None] | None) -> list[Problem]:
-    """Problems of a shard's keys file (``key_files``): ``(path, bytes or None when absent)``.
-
-    A ``missing_file`` when the shard list states a keys file that is absent, a
-    ``crc32c_mismatch`` when its bytes lack the stated CRC32C, and a
-    ``keys_mismatch`` when it does not list ``record_keys`` (the keys of the
-    shard's records in order; None when the shard was not read whole).
-    """
+    """Problems of a shard's keys file (``keys``: its path, and its bytes or None when absent): a
+    ``missing_file``, a ``crc32c_mismatch``, or a ``keys_mismatch`` when it does not list
+    ``record_keys`` (the shard's records' keys in order; None when the shard was not read whole)."""
     path, data = keys
     if entry.keys_crc32c is None:
         return []
