@@ -18,7 +18,6 @@ import csv
 import dataclasses
 import functools
 import importlib.metadata
-import logging
 import os
 import re
 import sys
@@ -39,7 +38,7 @@ from transforms.images.build_survey import fixed_class_names, image_threads, sur
 from transforms.images.build_counts import record_count_keys
 from transforms.images.build_manifest import build_manifest_extras
 from transforms.images.build_summary import build_lines
-from transforms.images.inputs import LabelRules, check_label, check_manifest_head, is_manifest_path
+from transforms.images.inputs import LabelRules, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_parquet_pattern, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
@@ -80,9 +79,6 @@ from transforms.shard_sink import (REUSED_SHARDS, ExtrasFrom, PublishInputs, Pub
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume_files import AdoptedWork, adopted_work, resumable_bytes
-
-_LOG = logging.getLogger(__name__)
-
 
 def _input_problem(path: str) -> str | None:
     """Why an --input cannot be read (it is missing, or a folder with no file), or None."""
@@ -126,11 +122,8 @@ def _input_problem(path: str) -> str | None:
 
 
 def _pattern_files(pattern: str) -> list[str]:
-    """The files a pattern of Parquet files names: its braces expanded, its wildcards matched once.
-
-    Raises:
-        PlanError: Its braces do not pair up.
-    """
+    """The files a pattern of Parquet files names: its braces expanded (``PlanError`` when they do not
+    pair up), its wildcards matched once."""
     return [meta.path for found in match_files(expand_braces(pattern))
             for meta in sorted(found, key=lambda meta: meta.path)]
 
@@ -141,12 +134,8 @@ def _not_parquet_data(name: str) -> bool:
 
 
 def _parquet_folders(inputs: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face export).
-
-    Hidden entries and ``.md`` files aside, a sub-folder or another file makes
-    it a folder of images; the listing stops at the first, so a folder of
-    images costs one entry.
-    """
+    """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face
+    export; ``_not_parquet_data`` aside); the listing stops at the first other entry."""
     found = []
     for path in inputs:
         if is_manifest_path(path) or is_container_input(path):
@@ -178,10 +167,7 @@ def _archive_problem(path: str, kind: str) -> str | None:
 
 def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:
     """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None.
-
-    Raises:
-        UsageError: A file is not Parquet, lacks a column, or files name their classes differently.
-    """
+    ``UsageError`` when a file is not Parquet, lacks a column, or files name their classes differently."""
     names: set[tuple[str, ...] | None] = set()
     for path in paths:
         try:
@@ -209,11 +195,8 @@ _MANIFEST_HEAD_BYTES = 64 * 1024
 
 
 def _check_manifest(path: str) -> None:
-    """Refuses an input manifest whose header cannot work, reading only its first bytes.
-
-    Without this, a wrong header (``Path,Label``) made the whole manifest one
-    dead letter, under the bad-input threshold when other inputs are large.
-    """
+    """Refuses an input manifest whose header cannot work (``Path,Label``), reading only its first bytes:
+    a usage error at once, not one dead letter under the bad-input threshold."""
     try:
         with open_for_read(path) as fh:
             size = file_size(fh)
@@ -235,15 +218,8 @@ _COCO_PROBE_ENTRIES = 100_000
 
 
 def _check_coco_images(path: str) -> None:
-    """Refuses a COCO file none of whose first images is in its folder (the default image root).
-
-    COCO's own layout keeps the images beside the ``annotations`` folder, not
-    in it; without this every image became an ``unreadable`` dead letter and
-    the run failed naming no flag.
-
-    Raises:
-        UsageError: None of the first images' files exists; the message names ``--image_root``.
-    """
+    """Raises ``UsageError``, naming ``--image_root``, for a COCO file none of whose first images is in its
+    folder (the default image root; COCO's own layout keeps them beside ``annotations/``)."""
     folder = image_folder(path, None)
     try:
         with open_for_read(path) as fh:
@@ -257,12 +233,8 @@ def _check_coco_images(path: str) -> None:
 
 
 def _fixed_names(cfg: BuildConfig) -> list[str] | None:
-    """The names --class_names gives or --labels_file holds (one per line), unchecked; None without either.
-
-    A Dataflow dry run stays offline: a labels file on gs:// or s3:// is not
-    read (that would need credentials); the graph then takes the classes from
-    the listing, as without the flag.
-    """
+    """The names --class_names gives or --labels_file holds (one per line), unchecked; None without either
+    (and for a Dataflow dry run's labels file on gs:// or s3://: it stays offline)."""
     if cfg.class_names is not None:
         return cfg.class_name_list
     if not cfg.labels_file or (cfg.dataflow_dry_run and not is_local(cfg.labels_file)):
@@ -274,11 +246,8 @@ def _fixed_names(cfg: BuildConfig) -> list[str] | None:
 
 
 def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
-    """Refuses inputs that cannot be read as the flags say, reading only their first bytes.
-
-    Raises:
-        UsageError: A pattern, a missing input, a manifest's header, a CSV column, a COCO file's image root.
-    """
+    """Raises ``UsageError`` for inputs that cannot be read as the flags say (a pattern, a missing input,
+    a manifest's header, a CSV column, a COCO file's image root), reading only their first bytes."""
     for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_shard_pattern(path) or is_parquet_pattern(path)
                    else opt.wildcard_problem(path))
@@ -304,11 +273,7 @@ def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
 
 
 def _check_folders(cfg: BuildConfig) -> None:
-    """Refuses an input folder that holds --output_dir or --staging_dir (or lies in the output).
-
-    Raises:
-        UsageError: One line naming the two folders.
-    """
+    """Raises ``UsageError`` for an input folder that holds --output_dir or --staging_dir (or lies in the output)."""
     for path in cfg.input:
         problem = (None if is_manifest_path(path) or is_container_input(path)
                    else opt.overlap_problem(path, cfg.output_dir))
@@ -330,11 +295,8 @@ def _parquet_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] |
 
 def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
             layouts: dict[str, str | None]) -> tuple[PublishPolicy, tuple[str, ...] | None]:
-    """The run's publishing policy, and with --append the published set's class names (else None).
-
-    Raises:
-        UsageError: An append the set cannot take, or a split other inputs built (without --replace).
-    """
+    """The run's publishing policy, and with --append the published set's class names (else None);
+    ``UsageError`` for an append the set cannot take, or a split other inputs built (without --replace)."""
     # A local --staging_dir made absolute: a rerun from another folder finds, and removes, the same run files.
     staging_dir = os.path.abspath(cfg.staging_dir) if cfg.staging_dir and is_local(cfg.staging_dir) else cfg.staging_dir
     policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
@@ -344,19 +306,15 @@ def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
         check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
     # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
     options = {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})}
-    return dataclasses.replace(_resumable(policy, options), fresh=cfg.fresh), None
+    marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)  # shardset.resume
+    return dataclasses.replace(policy, resume=marker, fresh=cfg.fresh), None
 
 
 def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     """Checks the inputs and files the flags name; returns ``cfg`` with what the build found before its
     pipeline (``found``: ``transforms/images/build_survey.py`` decides it from what is read here).
 
-    Args:
-        cfg: The build's flags (``beam_jobs/cli/config.py``).
-        options: Beam's options: a large local run is given one worker process per core.
-
-    Raises:
-        UsageError: A flag or an input is wrong; the message says what to fix.
+    ``options`` say how many workers a local run has. Raises ``UsageError`` on a wrong flag or input.
     """
     offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
     _check_inputs(cfg, offline)
@@ -398,12 +356,8 @@ _APPEND_SAME = ("image_mode", "validate", "image_format", "jpeg_quality", "grays
 
 
 def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
-    """Checks an ``--append`` run against the published set; returns the set's class names.
-
-    Raises:
-        UsageError: Nothing is published, the set was not built by this job,
-            or a flag differs from the set's (one line naming the flag and the value to pass).
-    """
+    """Checks an ``--append`` run against the published set; returns the set's class names. ``UsageError``
+    when nothing is published, the set was not built by this job, or a flag differs from the set's."""
     old = published_manifest(cfg.output_dir)
     if old is None:
         pending = pending_manifest(cfg.output_dir)
@@ -436,21 +390,10 @@ def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
     return tuple(old.labels)
 
 
-def _resumable(policy: PublishPolicy, options: dict) -> PublishPolicy:
-    """The policy of a build, which may resume an interrupted build with the same flags (``shardset.resume``)."""
-    marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)
-    return dataclasses.replace(policy, resume=marker)
-
-
 def _bytes_to_read(inputs: Sequence[str], archives: Sequence[str], output_dir: str,
                    fingerprint: str | None, limit: int) -> int | None:
-    """The input bytes a run will read (at least: counted up to ``limit``), or None.
-
-    Archives read by range (``archives``) count as folders do. The records an
-    interrupted run with the same flags left (``resumable_bytes``) are not
-    read again: a resumed run that has little left to read stays in one
-    process, whose start-up costs least.
-    """
+    """The input bytes a run will read (at least: counted up to ``limit``), or None; archives read by
+    range count as folders do, and what an interrupted run with the same flags left is not counted."""
     reused = resumable_bytes(output_dir, fingerprint) if fingerprint else 0
     size = local_bytes_at_least([path for path in inputs if path not in archives],
                                 limit + reused, archives)
@@ -467,14 +410,8 @@ def _version() -> str:
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
                    inputs: Sequence[str], hashes: bool = False) -> dict[str, int]:
-    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``: ``build_survey.image_threads``).
-
-    On the DirectRunner, N workers (``--direct_num_workers``) each get a share
-    of the cores this process may use; elsewhere 0 is passed on and each
-    worker counts its own. Pillow decodes or encodes every image with
-    ``--validate decode``/``full``, ``--image_mode reencode``/``raw`` and
-    ``--near_duplicates`` ``report``/``reject`` (``hashes``).
-    """
+    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``: ``build_survey.image_threads``),
+    given whether Pillow decodes or encodes every image (``hashes``: for near-duplicates)."""
     decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw") or hashes
     inspect, write = image_threads(requested, beam_compat.local_workers(options), worker_threads.usable_cores(),
                                    any("://" in path for path in inputs), decodes)
@@ -504,16 +441,9 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
 
 
 def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
-    """The splits a build writes whatever its inputs hold, known before they are listed.
-
-    The images of class folders (``--layout classes``, or as the folder's top
-    levels show: ``layouts``, folder input -> layout of its listing tasks, None
-    where only a worker's whole listing tells), of a CSV manifest without a
-    ``split`` column and of a COCO
-    file go to ``--split`` (or the ``--split_fractions`` splits); split
-    folders and JSON Lines rows may name their own, known once listed (the
-    publish step checks those).
-    """
+    """The splits a build writes whatever its inputs hold, known before they are listed (``_unsplit``;
+    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells).
+    Split folders and JSON Lines rows may name their own: the publish step checks those."""
     for path in inputs:
         if _unsplit(path, layouts):
             return set(rules.split_fractions) or {rules.split}
@@ -552,11 +482,8 @@ def _size_of(meta) -> int:
 
 
 def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
-    """The names integer labels index: ``--class_names``/``--labels_file``, or an appended set's class names.
-
-    A set whose classes are the indices ``0`` to ``k`` names none: its integer
-    labels stay numbers, and new indices extend it (``appended_classes``).
-    """
+    """The names integer labels index: ``--class_names``/``--labels_file``, or an appended set's class
+    names (none for a set whose classes are the indices ``0`` to ``k``: new indices extend it)."""
     if fixed is not None:
         return tuple(fixed)
     if published and any(name != str(i) for i, name in enumerate(published)):
@@ -740,13 +667,8 @@ def _counter(result: Any, namespace: str, name: str) -> int:
 
 
 def resume_line(result: Any, runs: Sequence[str], published: str) -> str:
-    """The summary's line saying what a resumed run reused, from its metrics.
-
-    Args:
-        result: The finished pipeline's ``PipelineResult``.
-        runs: The interrupted runs' ids.
-        published: The summary's first line (its input count is read from it).
-    """
+    """The summary's line saying what a resumed run reused, from its finished pipeline's metrics
+    (``result``), given the interrupted runs' ids and the summary's first line (its input count)."""
     inputs = _counter(result, "build", REUSED_INPUTS)
     nbytes = _counter(result, "build", REUSED_INPUT_BYTES)
     shards = _counter(result, "shard_sink", REUSED_SHARDS)
@@ -761,12 +683,7 @@ HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jo
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags).
-
-    ``--dry_run`` on a runner other than Dataflow (which Beam would run for
-    real) is refused, as by the other jobs, naming ``tfrecord-shards plan``.
-    """
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
     return run_job(BuildJob(), argv, prog)
 
 

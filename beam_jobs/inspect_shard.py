@@ -6,13 +6,8 @@ Usage::
     python -m beam_jobs.inspect_shard gs://bucket/shards/train-00003-of-00004.tfrecord.gz --limit 2
     python -m beam_jobs.inspect_shard SHARD --offset 1048576   # from the first record at or after it
 
-Each record is shown as its features (name, type, values); long or binary byte
-values as their length and sha256. Works on any TFRecord file, local or in a
-bucket, plain, gzip or zlib. ``--offset`` is a byte offset into the file (into
-the decompressed stream for gzip/zlib), such as one from a verify report.
-An ArrayRecord file (``.array_record``, from ``build --format array_record``) is
-read the same way, its records numbered; ``--offset`` is then the number of the
-first record shown. Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
+Each record is shown as its features (docs/verify.md, "Inspect one shard"); ``--offset`` is a byte offset
+(an ArrayRecord file's: a record number). Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
 """
 
 from __future__ import annotations

@@ -4,16 +4,10 @@ Usage::
 
     tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]
 
-Takes every flag of the build, checked as the build checks them
-(``build_shards.make_config``), lists the inputs with the build's own steps,
-reads each input once to check its header and hash it, and prints a plan:
-inputs per split and class, image formats, bytes, the inputs a build would
-reject (an estimate: header checks only) and the duplicates, the shards each
-split would get, what a shard set already in ``--output_dir`` would gain, keep
-and lose, and an estimate of the build's run time. ``--output_dir`` is only
-read: no lock, no file; the tally the workers hand back goes through a folder
-of the run's own in its ``.staging`` (or ``--temp_location``), removed once read. ``--plan_json`` writes the plan as JSON
-elsewhere.
+Takes every flag of the build, checked as the build checks them, lists the inputs with the build's
+own steps, reads each input's header once and prints a plan (docs/next-day.md, "Plan before
+running"). ``--output_dir`` is only read; the tally the workers hand back goes through a folder of
+the run's own, removed once read.
 """
 
 from __future__ import annotations
@@ -54,11 +48,7 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
-    """Refuses a ``--plan_json`` path inside the output folder or an input, or naming a folder.
-
-    Raises:
-        UsageError: One line naming the flag and the folder.
-    """
+    """Raises ``UsageError`` for a ``--plan_json`` path inside the output folder or an input, or naming a folder."""
     if _inside(path, output_dir):
         raise UsageError(f"--plan_json {path} lies inside --output_dir {output_dir}, which a plan "
                          "never writes to; write the plan elsewhere")
@@ -72,14 +62,7 @@ def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
 
 def make_config(cfg: PlanConfig, options: PipelineOptions) -> PlanConfig:
     """Checks the flags and inputs as the build does, and the plan's own; reads the output folder's state.
-
-    Args:
-        cfg: The plan's flags (``beam_jobs/cli/config.py``).
-        options: Beam's options, as the build takes them.
-
-    Raises:
-        UsageError: A flag or an input is wrong; the message says what to fix.
-    """
+    Raises ``UsageError`` on a wrong flag or input."""
     # A split other inputs built: the plan says the build would refuse, and goes on (--append takes no --replace).
     built = build_shards.make_config(dataclasses.replace(cfg, replace=not cfg.append), options)
     cfg = dataclasses.replace(built, replace=cfg.replace, policy=dataclasses.replace(built.policy, replace=cfg.replace))
@@ -130,11 +113,7 @@ def _split_of(meta) -> str:
 
 
 def _read_tally(cfg: PlanConfig) -> PlanTally:
-    """The tally the pipeline wrote, its folder removed once read.
-
-    Raises:
-        ShardsError: It is missing (never read as an empty tally).
-    """
+    """The tally the pipeline wrote, its folder removed once read; ``ShardsError`` when it is missing."""
     try:
         return PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
     finally:
@@ -166,10 +145,6 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
                      staging_free=free_bytes(cfg.staging_dir) if cfg.staging_dir else None)
 
 
-def _write_plan(path: str, data: bytes) -> None:
-    write_file(path, data)
-
-
 def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, int]:
     """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
     if cfg.dataflow_dry_run:
@@ -177,7 +152,7 @@ def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, in
     plan = _plan(cfg, _read_tally(cfg), seconds)
     text = plan.text()
     if cfg.plan_json:
-        _write_plan(cfg.plan_json, plan.to_json())
+        write_file(cfg.plan_json, plan.to_json())
         text += f"\n  plan as JSON: {cfg.plan_json}"
     return text, 0
 
@@ -200,13 +175,7 @@ HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags).
-
-    Args:
-        argv: Command-line arguments (None for ``sys.argv[1:]``).
-        prog: The command's name in help and messages.
-    """
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags)."""
     return run_job(Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome, progress=_progress), argv, prog)
 
 

@@ -1,11 +1,8 @@
 """Imports Apache Beam without the warning it logs when its optional BigQuery client is absent.
 
-Beam logs "apitools not found, and bigquery client libraries are not
-available ..." at import time; the jobs use no BigQuery, so the line only
-confuses their output. Every module of ``beam_jobs`` that imports Beam imports
-this module first; the filter is on the root logger only while Beam is
-imported. (The package itself imports no Beam: a command's ``--help`` and
-usage errors are answered without it.)
+Beam logs "apitools not found, and bigquery client libraries are not available ..." at import
+time; the jobs use no BigQuery. Every module of ``beam_jobs`` that imports Beam imports this
+module first; the filter is on the root logger only while Beam is imported.
 """
 
 import contextlib
@@ -13,7 +10,7 @@ import logging
 import sys
 from typing import Iterator
 
-__all__ = ["apache_beam", "PipelineOptions"]
+__all__ = ["apache_beam", "PipelineOptions", "all_options"]
 
 
 class _DropBigQueryClientWarning(logging.Filter):
@@ -42,3 +39,15 @@ try:
 except KeyboardInterrupt:  # Ctrl-C in a command's first seconds, while Beam loads: one line, as later
     sys.stderr.write("tfrecord-shards: interrupted: nothing was published\n")
     raise SystemExit(130) from None
+
+
+def all_options(options: "PipelineOptions", **kwargs) -> dict:
+    """``options.get_all_options(**kwargs)`` without Beam's warning about arguments no options class
+    defines (a job refuses them itself)."""
+    log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return options.get_all_options(**kwargs)
+    finally:
+        log.setLevel(level)

@@ -7,17 +7,9 @@ Usage::
         [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] \\
         [--format tfrecord|array_record] [Beam options]
 
-Input files are read with the project's splittable source (one big file is read
-by many workers), records are planned exactly as the build job plans them and
-written with the same sink: same names, ``.idx`` sidecars, manifest, atomic
-publishing and determinism. Records are copied byte for byte. Files named
-``*.array_record`` are read by record number, each whole; ``--format array_record``
-writes ArrayRecord shards.
-
-Each input file keeps its split, the one its shard name states
-(``{split}-NNNNN-of-NNNNN.tfrecord``), so a train+validation set stays one;
-``--split NAME`` puts every record in NAME instead, and is required when a
-file's name states no split.
+Records are read with the splittable source, planned as the build plans them and written, byte
+for byte, by the same sink; each input file keeps the split its shard name states unless
+``--split NAME`` is given. See docs/verify.md, "Reshard".
 """
 
 from __future__ import annotations
@@ -52,14 +44,7 @@ from transforms.shardset.tfds_metadata import tfds_files
 
 def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
     """Matches and checks the input files; returns ``cfg`` with them (``files``) and its publishing policy.
-
-    Args:
-        cfg: The reshard's flags (``beam_jobs/cli/config.py``).
-        options: Beam's options: a large local run is given one worker process per core.
-
-    Raises:
-        UsageError: An input is wrong; the message says what to fix.
-    """
+    Raises ``UsageError`` on a wrong input."""
     # A Dataflow dry run stays offline: gs:// patterns would need credentials.
     dry_run = cfg.dataflow_dry_run
     files = () if dry_run else input_files(cfg.input)
@@ -90,11 +75,8 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
 
 def _read_inputs(p: beam.Pipeline, cfg: ReshardConfig):
     """The input files' records, ``(path, offset, record)`` (an ArrayRecord file's: by record number), and
-    with ``--skip_corrupt`` the damaged stretches (``RecordError``), else None.
-
-    TFRecord and ArrayRecord files are read by their own readers; only a run given both has the
-    step that merges their records (a stage of its own). A dry run goes by the patterns' names.
-    """
+    with ``--skip_corrupt`` the damaged stretches (``RecordError``), else None. Only a run given both
+    formats has the step that merges their records; a dry run goes by the patterns' names."""
     errors = "output" if cfg.skip_corrupt else "raise"
     kinds = {is_array_record(path) for path in ([f.path for f in cfg.files] or cfg.input)}
     files = p | "MatchInputs" >> MatchInputFiles(cfg.input)  # FileMetadata

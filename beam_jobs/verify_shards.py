@@ -6,19 +6,8 @@ Usage::
         [--report report.json] [--preview preview.png] [Beam options]
     python -m beam_jobs.verify_shards --files 'somewhere/*.tfrecord'
 
-With a manifest, every listed shard must exist with its size and sha256, no
-unlisted shard may exist, every record must pass both CRCs, parse as an
-Example with the image schema, and add up to the manifest's record and label
-counts, every record's label and class text must agree with the manifest's
-labels (and ``labels.txt`` with the manifest), and no image key may repeat,
-within a split or across splits. ``--decode_images`` also decodes every image.
-With ``--files`` the records are checked for CRCs, Example parsing and
-repeated image keys (each file's split read from its shard name). The records
-are read in parallel, splitting files.
-
-Prints a summary; ``--report`` writes every problem as JSON, ``--preview`` a
-contact sheet of sample images per class and a chart of shard sizes. Exits 0
-when nothing is wrong, 1 when something is, 2 on a bad flag or path.
+What is checked, the report and the preview: docs/verify.md. Exits 0 when nothing is wrong, 1 when
+something is, 2 on a bad flag or path.
 """
 
 from __future__ import annotations
@@ -70,13 +59,9 @@ def _reading_plan(sizes: Sequence[int], cfg: VerifyConfig, options: PipelineOpti
 
 
 def split_ranges_for(shards: int, cfg: VerifyConfig, options: PipelineOptions) -> bool:
-    """Whether verify splits shards into byte ranges: only when there are fewer shards than workers.
-
-    A shard read whole is read once, checked and hashed by one reader; split,
-    its ranges are read in parallel and the hash reads the file again. The
-    workers are the DirectRunner's (``--direct_num_workers``), else
-    ``--max_num_workers``, else ``SPLIT_BELOW_SHARDS``.
-    """
+    """Whether verify splits shards into byte ranges (read in parallel, the hash reading the file again):
+    only when there are fewer shards than workers (``--direct_num_workers``, else ``--max_num_workers``,
+    else ``SPLIT_BELOW_SHARDS``)."""
     workers = beam_compat.local_workers(options) or cfg.max_num_workers
     return shards < (workers or SPLIT_BELOW_SHARDS)
 
@@ -98,24 +83,17 @@ def _pattern_shards(pattern: str) -> tuple[ShardFile, ...]:
                  if not any(shard in paths for shard in indexed_shards(m.path)))
 
 
-def _set_files(folder: str, present: Mapping[str, tuple[str, int]],
-               manifest: Manifest | None = None) -> list[str]:
+def _set_files(folder: str, present: Mapping[str, tuple[str, int]]) -> list[str]:
     """Paths of the shard set's files: its companions (tfds's files included), every
-    shard-named file, listed shards, and their ``.idx`` files (in ``index/`` or beside the shard)."""
+    shard-named file, and their ``.idx`` files (in ``index/`` or beside the shard)."""
     names = {MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME}
     names.update(name for name in present if SHARD_NAME_RE.match(name) or is_tfds_file(name))
-    if manifest is not None:
-        names.update(manifest.shard_files())
     paths = [join_path(folder, name) for name in sorted(names)]
     return paths + [index for path in paths for index in index_names(path)]
 
 
 def _refuse_overwriting(flags: VerifyConfig, read: Sequence[str], why: str) -> None:
-    """Refuses a --report or --preview path that names a file of the set (or the other output).
-
-    Raises:
-        UsageError: Naming the path and the file it would replace.
-    """
+    """Raises ``UsageError`` for a --report or --preview path that names a file of the set (or the other output)."""
     outputs = [(flag, path) for flag, path in (("--report", flags.report), ("--preview", flags.preview))
                if path]
     for flag, path in outputs:
@@ -145,12 +123,7 @@ def _pattern_folder(pattern: str) -> str:
 def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
     """Checks the paths the flags name; returns ``cfg`` with what verify found before its pipeline.
 
-    Args:
-        cfg: The verify job's flags (``beam_jobs/cli/config.py``).
-        options: Beam's options: how many workers read, and a large local run's worker processes.
-
-    Raises:
-        UsageError: A flag is wrong, or a path does not exist.
+    ``options`` say how many workers read. Raises ``UsageError`` on a wrong flag or a missing path.
     """
     # Workers may share no disk with this process: the report comes back through storage, in a
     # folder of the run's own under --temp_location, else in the set's .staging (a --files run needs one).
@@ -187,10 +160,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
 
 def _decoders(text: str | None) -> tuple[str, ...]:
     """The ``--decode_with`` decoders that are installed; one line on stderr for each that is not.
-
-    Raises:
-        UsageError: A name is unknown, or none of the decoders is installed.
-    """
+    ``UsageError`` when a name is unknown, or none of them is installed."""
     if text is None:
         return ()
     try:
@@ -232,15 +202,10 @@ def _key_buckets(manifest: Manifest) -> int:
 def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     """Wires the verify job into ``p``; the last steps write the report (and preview).
 
-    With a shard set, its manifest is read in the pipeline (``ReadManifest``),
-    so the job graph does not grow with the number of shards or labels.
-    On the DirectRunner it runs at most five fused stages: reading the
-    manifest and listing the shards (or creating them); handing the shards to
-    the readers (after the manifest, whose schema and labels the readers take
-    as side inputs; with ``--files``, after the creation's reshuffle, unless
-    there is one file); reading and checking the records; the checks across
-    ranges; writing the report. A preview adds two: choosing its samples, and
-    drawing it.
+    A shard set's manifest is read in the pipeline, so the job graph does not grow with the shards.
+    On the DirectRunner it runs at most five fused stages: reading the manifest and listing the
+    shards (or creating them); handing the shards to the readers; reading and checking the records;
+    the checks across ranges; writing the report. A preview adds two: choosing its samples, drawing it.
     """
     with_manifest = cfg.folder is not None
     if with_manifest:
@@ -310,11 +275,8 @@ def _listed_records(cfg: VerifyConfig) -> int | None:
 
 
 def _read_report(cfg: VerifyConfig) -> Report:
-    """The report the pipeline wrote (its folder removed once read), written to ``--report`` if asked.
-
-    Raises:
-        ShardsError: It is missing (a worker that could not write it).
-    """
+    """The report the pipeline wrote (its folder removed once read), written to ``--report`` if asked;
+    ``ShardsError`` when it is missing (a worker that could not write it)."""
     try:
         data = read_handed_back(cfg.report_path, "verify report")
     finally:
@@ -328,10 +290,8 @@ _POSITIONAL_HINT = "give a shard set as --output_dir or a pattern as --files"
 
 
 def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
-    """The summary of the report the pipeline wrote, and 0 when nothing is wrong, else 1.
-
-    A Dataflow dry run wrote nothing: its summary is the translated graph's.
-    """
+    """The summary of the report the pipeline wrote (a Dataflow dry run's: the graph's), and 0 when
+    nothing is wrong, else 1."""
     if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
     report = _read_report(cfg)

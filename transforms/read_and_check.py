@@ -29,8 +29,8 @@ from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
 from transforms.tfrecord.hashing_reader import HashingReader
+from transforms.tfrecord.record_index import index_starts, read_index
 from transforms.tfrecord.record_ranges import read_range, read_stream
-from transforms.tfrecord_source import index_starts, read_index
 from transforms.verify.checks import hash_problems, index_hash_problem, index_problems, keys_file_problems
 from transforms.verify.ranges import RangeChecker, ShardFile
 from transforms.worker_options import CarriesStorageOptions
@@ -181,8 +181,10 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                 return iter(())
             return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path,
                                max_length=self._max_record_bytes)
-        return read_range(fh, shard.size, claims, shard.path, index_starts(shard.path, shard.size, index),
-                          self._max_record_bytes)
+        starts = index_starts(shard.path, shard.size, index)
+        if index is not None and starts is None:
+            Metrics.counter("tfrecord_source", "unusable_indexes").inc()
+        return read_range(fh, shard.size, claims, shard.path, starts, self._max_record_bytes)
 
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
                 labels: Sequence[str] | None = None,
@@ -199,7 +201,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
             yield self._check_array_record(shard, claims, checker, tally)
             return
         uncompressed = compression_of(shard.path) == "none"
-        index = read_index(shard.path) if uncompressed and (first or not _whole_file(shard)) else None
+        index = read_index(shard.path, read_if_present) if uncompressed and (first or not _whole_file(shard)) else None
         digest = None
         with open_file(shard.path) as fh:
             hashing = (HashingReader(fh, sha256=shard.entry.sha256 is not None)

@@ -26,8 +26,8 @@ from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord_source import ERRORS, RECORDS
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems", "CollectRecordFacts", "damaged_span", "RecordCopy", "item_order", "item_size",
-           "item_split"]
+__all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems",
+           "CollectRecordFacts", "damaged_span", "RecordCopy", "item_order", "item_size", "item_split"]
 
 
 # A shard set's own companions, which a pattern such as ``old/*`` also matches.
@@ -37,11 +37,9 @@ _SIDECARS = (MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_M
 def input_files(patterns: Sequence[str]) -> tuple[FileMetadata, ...]:
     """Expands the --input patterns to TFRecord files, matching each once.
 
-    A path that names a file is that file (even with ``[``, ``*`` or ``?`` in
-    its name). A shard set's own companions that a pattern such as
-    ``old/train-*`` or ``old/*`` also matches are left out: ``.idx`` sidecars
-    of matched files, and ``manifest.json``, ``shards.jsonl``, ``labels.txt``,
-    ``dead_letters.jsonl``, ``label_map.pbtxt``, ``near_duplicates.jsonl`` and tfds's files.
+    A path that names a file is that file (even with ``[``, ``*`` or ``?`` in its name). A shard
+    set's own companions that a pattern such as ``old/*`` also matches are left out: ``.idx``
+    sidecars of matched files, ``_SIDECARS`` and tfds's files.
 
     Raises:
         UsageError: A pattern names a folder or matches nothing, or nothing
@@ -74,11 +72,8 @@ class _MatchFn(CarriesStorageOptions, beam.DoFn):
 
 
 class MatchInputFiles(beam.PTransform):
-    """The TFRecord files of the --input patterns (``input_files``), matched inside the pipeline.
-
-    The job graph holds the patterns only, not one entry per file.
-    Output: ``PCollection[FileMetadata]``, spread over workers.
-    """
+    """The TFRecord files of the --input patterns (``input_files``), matched inside the pipeline, so
+    that the job graph holds the patterns only. Output: ``PCollection[FileMetadata]``, spread over workers."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
         super().__init__()
@@ -181,11 +176,8 @@ def damaged_span(error: RecordError) -> DeadLetter:
 
 
 class _ToItemFn(CarriesStorageOptions, beam.DoFn):
-    """(path, offset, record) -> RecordItem of the path's split.
-
-    Each record is appended to the bundle's run file in ``staging`` and the
-    item carries where it lies instead of its bytes (``storage.runs``).
-    """
+    """(path, offset, record) -> RecordItem of the path's split, carrying where the record lies in the
+    bundle's run file in ``staging`` instead of its bytes (``storage.runs``)."""
 
     def __init__(self, seed: int, split: str | None, staging: tuple[str, str]) -> None:
         self._seed = seed
@@ -218,13 +210,9 @@ class _ToItemFn(CarriesStorageOptions, beam.DoFn):
 class ToRecordItems(beam.PTransform):
     """``PCollection[(path, offset, bytes)]`` -> ``PCollection[RecordItem]`` (order key, label, split).
 
-    Args:
-        seed: Shuffle seed.
-        split: Split of every record (``--split``), or None to keep each
-            file's split (``input_split``).
-        staging: ``(output folder, run id)``: records go to run files in the
-            run's staging folder and items carry where (write them with
-            ``RecordCopy``), so no record's bytes are grouped or shuffled.
+    ``split`` puts every record in one split (None: each file's, ``input_split``). Records go to run
+    files in the staging folder of ``(output folder, run id)`` and items carry where (written with
+    ``RecordCopy``), so no record's bytes are grouped or shuffled.
     """
 
     def __init__(self, seed: int, split: str | None = None, *, staging: tuple[str, str]) -> None:
@@ -263,13 +251,9 @@ def _count_dead_letters(facts: RecordFacts, dead_letters) -> RecordFacts:
 class CollectRecordFacts(beam.PTransform):
     """``PCollection[RecordItem]`` -> one ``RecordFacts``: records read, class names, feature spec.
 
-    One combine gives the three together. Without ``dead_letters``, no records give no element (readers
-    of it as a side input give their defaults); with them, there is always
-    one element, counting them too (every input may be damaged).
-
-    Args:
-        dead_letters: ``PCollection[DeadLetter]`` of the damaged stretches of
-            the inputs, read as a side input (no flatten step), or None.
+    Without ``dead_letters``, no records give no element (readers of it as a side input give their
+    defaults); with them (``PCollection[DeadLetter]``, the inputs' damaged stretches, read as a side
+    input), there is always one element, counting them too (every input may be damaged).
     """
 
     def __init__(self, dead_letters: beam.PCollection | None = None) -> None:
@@ -278,7 +262,6 @@ class CollectRecordFacts(beam.PTransform):
 
     def expand(self, items):
         if self._dead_letters is None:
-            # Without a default for no records (a step of its own).
             return items | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn()).without_defaults()
         return (items
                 | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())  # RecordFacts, even of nothing

@@ -1,29 +1,21 @@
 """Beam transforms that read TFRecord files, splitting inside files by byte range.
 
-``ReadFromTFRecords`` reads a file pattern (or a list of them) and
-``ReadAllFromTFRecords`` a PCollection of patterns, through Beam's file
-systems (``transforms.storage``: local paths, gs://, s3://).
-Either also takes files already matched, as ``FileMetadata``: those are read
-as they are, never matched again (a name may hold ``[``, ``*`` or ``?``), with
-the size the match found. A path that names an existing file is that file.
+``ReadFromTFRecords`` reads a file pattern (or a list of them) and ``ReadAllFromTFRecords`` a
+PCollection of patterns, local, gs:// or s3://; either also takes files already matched
+(``FileMetadata``), read as they are, never matched again.
 
-Unlike Beam's ``ReadFromTFRecord``, which reads each file as one unit, an
-uncompressed file is split into byte ranges that are read in parallel, and the
-runner may split a range further while it is being read (dynamic work
-rebalancing). A range owns the records that start inside it; record starts
-come from the file's ``.idx`` sidecar when there is a usable one, else they are
-found by scanning (see ``transforms.tfrecord.record_ranges``). gzip and zlib files are
-read whole.
+Unlike Beam's ``ReadFromTFRecord``, an uncompressed file is split into byte ranges read in
+parallel, which the runner may split further (dynamic work rebalancing). A range owns the records
+that start inside it; record starts come from the file's ``.idx`` when it is usable, else from
+scanning (``transforms.tfrecord.record_ranges``). gzip and zlib files are read whole.
 
-Both CRCs of every record are checked. By default a damaged record fails the
-pipeline with a ``RecordError`` naming the file and the record's byte offset;
-with ``errors="output"`` it goes to the ``errors`` output instead and reading
-of that range stops there (the framing after a damaged record is lost).
+Both CRCs of every record are checked. A damaged record fails the pipeline with a ``RecordError``
+naming the file and offset; with ``errors="output"`` it goes to the ``errors`` output instead and
+reading of that range stops there.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
 
@@ -41,7 +33,7 @@ from transforms.progress import counters as progress
 from transforms.storage.files import open_file, read_if_present
 from transforms.storage.listing import FileMetadata, match_files
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
-from transforms.tfrecord.record_index import check_index, index_names
+from transforms.tfrecord.record_index import index_starts, read_index
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.worker_options import CarriesStorageOptions
 
@@ -50,7 +42,6 @@ __all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS"]
 RECORDS = "records"
 ERRORS = "errors"
 _ERROR_MODES = ("raise", "output")
-_LOG = logging.getLogger(__name__)
 _NAMESPACE = "tfrecord_source"
 
 
@@ -83,38 +74,13 @@ class _ReadSettings:
         return coders.BytesCoder()
 
 
-def read_index(path: str) -> tuple[str, bytes] | None:
-    """Returns the path and bytes of ``path``'s ``.idx``, or None when it has none.
-
-    The index is looked for in the ``index/`` folder beside the file, then
-    beside the file itself (shard sets written before that folder).
-    """
-    for index_path in index_names(path):
-        data = read_if_present(index_path)
-        if data is not None:
-            return index_path, data
-    return None
-
-
-def index_starts(path: str, size: int, index: tuple[str, bytes] | None) -> tuple[int, ...] | None:
-    """Returns the record starts ``index`` (from ``read_index``) gives, if it fits ``path`` of ``size`` bytes.
-
-    An index that does not fit is ignored, with a warning: the reader scans for record starts.
-    """
-    if index is None:
-        return None
-    index_path, data = index
-    check = check_index(data, size)
-    if not check.usable:
+def _load_index(path: str, size: int) -> tuple[int, ...] | None:
+    """The record starts from ``path``'s ``.idx`` if it exists and fits the file."""
+    index = read_index(path, read_if_present)
+    starts = index_starts(path, size, index)
+    if index is not None and starts is None:
         Metrics.counter(_NAMESPACE, "unusable_indexes").inc()
-        _LOG.warning("Ignoring %s: %s; scanning %s for record starts instead",
-                     index_path, check.problem, path)
-    return check.starts
-
-
-def load_index(path: str, size: int) -> tuple[int, ...] | None:
-    """Returns the record starts from ``path``'s ``.idx`` if it exists and fits the file."""
-    return index_starts(path, size, read_index(path))
+    return starts
 
 
 class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
@@ -160,7 +126,7 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
 
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
-            index = load_index(self._path, self._size) if self._settings.use_index else None
+            index = _load_index(self._path, self._size) if self._settings.use_index else None
             return read_range(fh, self._size, range_tracker, self._path, index,
                               self._settings.max_record_bytes)
         return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker,
@@ -324,11 +290,9 @@ class ReadFromTFRecords(beam.PTransform):
 class ReadAllFromTFRecords(beam.PTransform):
     """Reads the records of every file matching each pattern in a PCollection.
 
-    Elements are patterns or paths, or ``FileMetadata`` of files already
-    matched (e.g. by ``fileio.MatchFiles``), which are read without matching
-    again. Outputs and arguments are those of ``ReadFromTFRecords``; a
-    pattern that matches nothing yields nothing. Each pattern becomes a source that is read
-    with the same byte-range splitting and dynamic rebalancing.
+    Elements are patterns or paths, or ``FileMetadata`` of files already matched (e.g. by
+    ``fileio.MatchFiles``). Outputs and arguments are those of ``ReadFromTFRecords``; a pattern that
+    matches nothing yields nothing.
     """
 
     def __init__(self, with_offsets: bool = False, compression: str = "auto",

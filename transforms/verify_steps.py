@@ -1,19 +1,9 @@
 """Beam transforms of the verify job: thin wrappers around ``transforms.verify.checks``.
 
-Element types:
-- a ``ShardFile`` per shard, read and checked in byte ranges by
-  ``ReadAndCheckRecords`` (``transforms.read_and_check``), which outputs a
-  ``RangeTally`` per range;
-- ``Problem`` objects for everything found; ``(label, PreviewSample)`` for
-  the preview.
-
-The steps are laid out for few fused stages: the manifest, the folder's
-listing and the shard list are read by one step; the reader of a shard's
-first range also checks the whole file (sha256, ``.idx``); the checks across
-ranges share one ``GroupByKey``; the problems are staged in sorted parts by
-the steps that find them, and the report reads the parts and what it totals
-as side inputs, so that it needs no flatten and no shuffle of its own and no
-step holds every problem.
+A ``ShardFile`` per shard is read and checked in byte ranges by ``ReadAndCheckRecords``
+(``transforms.read_and_check``: a ``RangeTally`` per range); the steps here read the manifest, check
+across ranges, and write the report (``Problem`` objects) and the preview (``(label, PreviewSample)``).
+They are laid out for few fused stages, and no step holds every problem.
 """
 
 from __future__ import annotations
@@ -51,12 +41,8 @@ _NAMESPACE = "verify_shards"
 
 
 def _read_shard_set(folder: str):
-    """folder -> a ``ShardFile`` per listed shard that exists; its Manifest to MANIFEST, problems to PROBLEMS.
-
-    Reads ``manifest.json`` (format 2: without its shard list); an
-    unparsable one is a ``parse_error`` problem and nothing else is read.
-    Then lists the folder and its shards (``_list_shards``).
-    """
+    """folder -> a ``ShardFile`` per listed shard that exists; its Manifest to MANIFEST, problems to PROBLEMS
+    (an unparsable ``manifest.json`` is a ``parse_error`` and nothing else is read)."""
     path = join_path(folder, MANIFEST_NAME)
     data = read_file(path)
     try:
@@ -68,18 +54,11 @@ def _read_shard_set(folder: str):
     yield from _list_shards(manifest, list_folder(folder), folder)
 
 
-def _read_labels(present: Mapping[str, tuple[str, int]]) -> bytes | None:
-    return read_file(present[LABELS_NAME][0]) if LABELS_NAME in present else None
-
-
 def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], folder: str):
     """Manifest -> a ``ShardFile`` per listed shard that exists, and problems to PROBLEMS.
 
-    A format-2 shard list is streamed (one shard's label counts at a time)
-    and checked against ``manifest.json``; a missing or disagreeing list is
-    one problem naming it, and the folder is then not compared with a
-    partial list. Otherwise the folder's files and ``labels.txt`` are
-    compared with the listed shards (file names and sizes only).
+    A format-2 shard list is streamed (one shard's label counts at a time); a missing or disagreeing
+    list is one problem naming it, and the folder is then not compared with a partial list.
     """
     entries: dict[str, list[ShardEntry]] = {name: [] for name in manifest.splits}
     count = len(manifest.labels)
@@ -108,26 +87,18 @@ def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], fol
     light = dataclasses.replace(manifest, splits={
         name: SplitEntry(name, entries[name], split.to_counts()) for name, split in manifest.splits.items()})
     sizes = {name: size for name, (_, size) in present.items()}
-    for problem in (listing_problems(folder, light, sizes)
-                    + labels_problems(folder, light, _read_labels(present))):
+    labels_txt = read_file(present[LABELS_NAME][0]) if LABELS_NAME in present else None
+    for problem in listing_problems(folder, light, sizes) + labels_problems(folder, light, labels_txt):
         yield beam.pvalue.TaggedOutput(PROBLEMS, problem)
 
 
 class ReadManifest(beam.PTransform):
-    """Reads a shard set's ``manifest.json`` (and ``shards.jsonl``) and lists its folder, in the pipeline.
+    """Reads a shard set's ``manifest.json`` (and ``shards.jsonl``) and lists its ``folder``, in one step.
 
-    The job graph holds only the folder's name, whatever the manifest's size,
-    and the shard list is read line by line: no element holds every shard's
-    label counts. One step reads the manifest, lists the folder and lists the
-    shards, one after the other. Outputs (indexed by tag): ``MANIFEST``: the
-    ``Manifest`` (none when it cannot be parsed; for format 2 without shard
-    entries, with its splits' totals); ``SHARDS``: a ``ShardFile`` per listed
-    shard that exists; ``PROBLEMS``: an unparsable manifest, a missing or
-    disagreeing shard list, missing, extra and wrong-sized files, and
-    ``labels.txt`` against the manifest.
-
-    Args:
-        folder: The shard set's folder.
+    The job graph holds only the folder's name, and the shard list is read line by line: no element
+    holds every shard's label counts. Outputs (indexed by tag): ``MANIFEST``: the ``Manifest`` (none
+    when it cannot be parsed; for format 2 without shard entries); ``SHARDS``: a ``ShardFile`` per
+    listed shard that exists; ``PROBLEMS``: what ``_read_shard_set`` finds.
     """
 
     def __init__(self, folder: str) -> None:
@@ -144,16 +115,8 @@ class ReadManifest(beam.PTransform):
 class CheckAcrossRanges(beam.PTransform):
     """Checks what no single range shows: each listed shard's counts, and image keys seen twice.
 
-    Input ``RangeTally``; output ``Problem``. A shard's counts are added up
-    over its ranges and compared with its manifest entry (which the tally of
-    its range at byte 0 holds). Every ``image/key/sha256`` seen twice, within
-    a split or across splits, is a problem: the keys are dealt into buckets
-    by a hash of the key (``ranges.key_bucket_count`` for the records: about
-    ``ranges.BUCKET_KEYS`` keys a bucket at most), one element per range and
-    bucket, and each bucket is searched for repeats on its own. Both
-    checks share one ``GroupByKey``, keyed ``(SHARD_GROUP, path)`` and
-    ``(KEY_GROUP, bucket)`` (``ranges.group_parts``), so no step holds the
-    whole manifest or every key.
+    Input ``RangeTally``; output ``Problem``. Both checks share one ``GroupByKey`` (``ranges.group_parts``),
+    so no step holds the whole manifest or every key.
 
     Args:
         compare_counts: Compare each shard's counts with its manifest entry
@@ -212,21 +175,13 @@ class _StageProblemsFn(CarriesStorageOptions, beam.DoFn):
 
 
 class WriteReport(beam.PTransform):
-    """Writes the JSON report once every problem is known.
+    """Writes the JSON report to ``path`` once every problem is known.
 
-    Input: a tuple ``(tallies, sizes, *problems)`` of PCollections: the
-    ``RangeTally`` of every range read, the size in bytes of every shard
-    file checked, and any number of PCollections of ``Problem``. The steps
-    that find problems stage them in sorted parts (``StageProblems``, fused
-    into them: no shuffle) in a folder of the run's own beside the report.
-    One step, started once, reads the record counts and sizes one at a time
-    and the parts (a path and a count each) as side inputs, merges the parts
-    into the report and deletes the folder: side inputs need no flatten and
-    no shuffle, so writing the report adds one stage that runs once the
-    others are done, and no step holds every problem.
-
-    Args:
-        path: Where the report goes (a local path or a URL).
+    Input: a tuple ``(tallies, sizes, *problems)`` of PCollections: the ``RangeTally`` of every range,
+    the size of every shard file checked, and any number of PCollections of ``Problem``. The steps
+    that find problems stage them in sorted parts (fused into them); one step, started once, takes
+    the counts and the parts as side inputs (no flatten, no shuffle) and merges the parts into the
+    report.
     """
 
     def __init__(self, path: str) -> None:
@@ -261,16 +216,11 @@ def _write_preview(details: tuple[str, Sequence[tuple[str, str, int]], Mapping[i
 
 
 class WritePreview(beam.PTransform):
-    """Draws the contact sheet from a few samples per class and writes it as PNG.
+    """Draws the contact sheet from a few samples per class and writes it as PNG to ``path``.
 
-    Input: a pair ``(samples, details)`` of PCollections: ``(label,
-    PreviewSample)`` per sample, and one ``(title, shard sizes, class
-    counts)``: the first line of the picture, ``(split, file name, bytes)``
-    per shard, and label -> records (from the manifest) or None. Nothing is
-    drawn without details (an unreadable manifest).
-
-    Args:
-        path: Where the PNG goes.
+    Input: a pair ``(samples, details)`` of PCollections: ``(label, PreviewSample)`` per sample, and
+    one ``(title, shard sizes, class counts)`` (``render_preview``'s arguments). Nothing is drawn
+    without details (an unreadable manifest).
     """
 
     def __init__(self, path: str) -> None:

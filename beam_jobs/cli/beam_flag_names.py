@@ -1,12 +1,9 @@
 """The names of Beam's own pipeline options, known without importing Beam.
 
-A misspelt flag is refused, naming the closest flag, before a job imports Beam
-(about 2 CPU s): for that, the names Beam's options take are listed here. They
-are those of every ``PipelineOptions`` class defined once the jobs' modules
-are imported, in Beam 2.77.0, and of Beam's ``DaskOptions``; ``tests/cli/test_beam_flag_names.py``
-keeps the list equal to what the installed Beam defines (a flag missing here
-would be refused as misspelt). A flag listed here is checked again, with its
-value, by Beam's own parser once the job imports Beam.
+A misspelt flag is refused, naming the closest flag, before a job imports Beam (about 2 CPU s).
+The names are those of every ``PipelineOptions`` class defined once the jobs' modules are imported,
+and of Beam's ``DaskOptions``; ``tests/cli/test_beam_flag_names.py`` keeps the list equal to what
+the installed Beam defines. Beam's own parser checks their values once the job imports Beam.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Each job's config: a typed, frozen dataclass built once from its flags; no Beam, Pillow or numpy.
 
-A config has a field per flag its job declares (``beam_jobs/cli/jobs.py``),
-made from the ``Flag`` declaration by ``flag_fields`` (a flag is written once:
-there), and one per flag of Beam's that the jobs read (the runner,
-``--dry_run``, workers, ``--temp_location``). ``JobConfig.from_flags`` is the
-one builder: given the parsed flags by name (Beam's options,
-``flags.flag_values``, or argparse's namespace) it takes each declared flag.
-``__post_init__`` refuses what no flag's type can: a missing flag, a combination (``--resize`` without
-``--image_mode reencode``), a value another flag bounds; one ``UsageError``
-naming the flag. What follows from the flags alone is a property
-(``target_bytes``, ``recorded``: the options the manifest records). What a job
-finds before its pipeline (its inputs, a labels file's classes, the publishing
-policy) fills the fields after the flags', in the job's ``make_config`` (the
-build's in one value, ``found``: ``transforms/images/build_survey.py``).
-
-``usage_problem`` tells a usage error from the declarations and the configs
-alone, before a job's modules, Beam, Pillow or numpy are imported.
+A config has a field per flag its job declares (made by ``flag_fields`` from the declarations in
+``beam_jobs/cli/jobs.py``) and per flag of Beam's that the jobs read; ``JobConfig.from_flags`` builds
+it. ``__post_init__`` refuses what no flag's type can (a missing flag, flags that do not go
+together), one ``UsageError`` naming the flag; what follows from the flags alone is a property.
+What a job finds before its pipeline fills the fields after the flags', in its ``make_config``.
+``usage_problem`` tells a usage error before a job's modules, Beam, Pillow or numpy are imported.
 """
 
 from __future__ import annotations
@@ -78,11 +68,8 @@ def _field_value(flag: Flag, value: Any) -> Any:
 
 
 def field_type(flag: Flag) -> str:
-    """The type of the config field of ``flag``, as its declaration says (a string, as every annotation here).
-
-    A switch is ``bool``, a repeatable flag a tuple of its values; otherwise the
-    return type of its parser (text without one), ``| None`` when it defaults to None.
-    """
+    """The type of the config field of ``flag`` (a string, as every annotation here): ``bool``, a tuple,
+    or its parser's return type (``str`` without one), ``| None`` when it defaults to None."""
     if flag.action in ("store_true", "store_false"):
         return "bool"
     if flag.action == "append":
@@ -103,10 +90,7 @@ def field_type(flag: Flag) -> str:
 def flag_fields(*flags: Flag) -> Callable[[type], type]:
     """Makes a config class a frozen dataclass with a field per flag: ``flags``, or else its ``JOB``'s.
 
-    The fields are made from the declarations (``beam_jobs/cli/jobs.py``), one
-    per flag not already a field of a base class, ahead of the class's own
-    fields (what the job finds and Beam's flags); a flag is never written
-    twice. A class that annotates a declared flag's name itself is refused.
+    One field per flag not already a base class's, ahead of the class's own fields.
 
     Raises:
         TypeError: The class annotates a field of a declared flag by hand.
@@ -131,13 +115,8 @@ def flag_fields(*flags: Flag) -> Callable[[type], type]:
 
 @flag_fields(*jobs.RUN.flags)
 class JobConfig:
-    """What every Beam job's flags say: the run flags (``jobs.RUN``) and Beam's flags the jobs read.
-
-    Attributes:
-        verbose, log_level, progress_interval: ``jobs.RUN``'s flags (fields made by ``flag_fields``).
-        runner, dry_run, direct_num_workers, max_num_workers, temp_location, no_auth: Beam's flags.
-        workers_note: Found by the job: what ``beam_compat.choose_local_workers`` chose, to print.
-    """
+    """What every Beam job's flags say: the run flags (``jobs.RUN``) and Beam's flags the jobs read;
+    ``workers_note``, found by the job: what ``beam_compat.choose_local_workers`` chose, to print."""
 
     JOB: ClassVar[Job]
     # What a local --dry_run's refusal suggests instead ('' for none).
@@ -155,11 +134,7 @@ class JobConfig:
 
     @classmethod
     def from_flags(cls, parsed: Mapping[str, Any]) -> JobConfig:
-        """The config of parsed flags (flag name -> value; Beam's flags may be absent).
-
-        Raises:
-            UsageError: A flag is missing, or flags do not go together (one line naming the flag).
-        """
+        """The config of parsed flags (flag name -> value; Beam's flags may be absent)."""
         declared = {flag.name: _field_value(flag, parsed[flag.name]) for flag in cls.JOB.flags()}
         beam = {name: parsed[name] for name in BEAM_FLAGS if parsed.get(name) is not None}
         beam["dry_run"] = bool(beam.get("dry_run"))
@@ -194,13 +169,8 @@ class JobConfig:
 
 @flag_fields(*(jobs.SHARED[name] for name in jobs.PUBLISHING))
 class PublishingConfig(JobConfig):
-    """The flags of a job that publishes a shard set (``jobs.SHARED``): build, plan, reshard.
-
-    Attributes:
-        input, output_dir, ...: ``jobs.SHARED``'s flags (``jobs.PUBLISHING``; fields made by
-            ``flag_fields``); ``output_dir`` without a trailing ``/``.
-        policy: Found by the job: how the run treats what its output folder holds.
-    """
+    """The flags of a job that publishes a shard set (``jobs.PUBLISHING``): build, plan, reshard;
+    ``policy``, found by the job: how the run treats what its output folder holds."""
 
     ABOUT_INPUT: ClassVar[str]
 
@@ -250,11 +220,8 @@ def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
 
 
 def _array_record_checks(cfg: BuildConfig | ReshardConfig) -> None:
-    """Refuses what ``--format array_record`` does not go with (one line each).
-
-    Raises:
-        UsageError: ``--compression``, ``--append`` (a build's), or no ``array_record`` package.
-    """
+    """Raises ``UsageError`` for what ``--format array_record`` does not go with: ``--compression``,
+    ``--append``, or no ``array_record`` package."""
     from transforms.arrayrecord.shard_file import missing_module
 
     if cfg.compression != "none":
@@ -273,14 +240,8 @@ _NOT_WITH_APPEND = ("replace", "drop_other_splits", "num_shards", "class_names",
 
 @flag_fields()
 class BuildConfig(PublishingConfig):
-    """The build's flags (``jobs.BUILD``: ``jobs.SHARED``'s and ``jobs.BUILD_FLAGS``), and what it found.
-
-    Attributes:
-        format, layout, label_regex, ...: ``jobs.SHARD_FORMAT``'s and ``jobs.BUILD_FLAGS``'s flags
-            (fields made by ``flag_fields``).
-        found: What the build found before its pipeline (class names, listing tasks, threads, ...): one
-            value, ``build_survey.BuildSurvey``, set by the job's ``make_config``; None before.
-    """
+    """The build's flags (``jobs.BUILD``), and ``found``: what it found before its pipeline (class
+    names, listing tasks, threads, ...), set by its ``make_config``; None before."""
 
     JOB: ClassVar[Job] = jobs.BUILD
     DRY_RUN_INSTEAD: ClassVar[str] = "; tfrecord-shards plan shows what a build would do"
@@ -388,13 +349,11 @@ class PlanConfig(BuildConfig):
     """The plan's flags (the build's and ``jobs.PLAN_FLAGS``), and what it found.
 
     Attributes:
-        plan_json, rate_mb_s: ``jobs.PLAN_FLAGS``'s flags (fields made by ``flag_fields``).
-        handback: Found: the run's folder on storage for what its workers hand back
-            (``storage.handback``: under ``--temp_location``, else in the output folder's ``.staging``).
-        tally: Found: where the pipeline writes its tally (a file of ``handback``).
-        state: Found: what the output folder holds, read before the run; None when it does not exist.
-        published_shards: Found: ``((split, shard path), ...)`` and their compression: the shards of
-            the splits published in the output folder, whose keys the duplicate check reads as the
+        handback: The run's folder on storage for what its workers hand back (``storage.handback``).
+        tally: Where the pipeline writes its tally (a file of ``handback``).
+        state: What the output folder holds, read before the run; None when it does not exist.
+        published_shards: ``((split, shard path), ...)`` and their compression: the shards of the
+            splits published in the output folder, whose keys the duplicate check reads as the
             build's does; None when there are none or none can be kept.
     """
 
@@ -440,17 +399,13 @@ class VerifyConfig(JobConfig):
     """The verify job's flags (``jobs.VERIFY``), and what it found.
 
     Attributes:
-        output_dir, files, ...: ``jobs.VERIFY``'s flags (fields made by ``flag_fields``); ``output_dir``
-            without a trailing ``/``.
-        shards: Found: the files to read with ``--files`` (a shard set's come from its manifest,
-            in the pipeline).
-        decoders: Found: the ``--decode_with`` decoders that are installed.
-        handback: Found: the run's folder on storage for what its workers hand back
-            (``storage.handback``: under ``--temp_location``, else in the set's ``.staging``).
-        report_path: Found: where the pipeline writes the JSON report (a file of ``handback``;
-            the launcher copies it to ``--report``).
-        split_ranges: Found: split shards into byte ranges for the readers (fewer shards than
-            workers), or read each shard whole, once.
+        shards: The files to read with ``--files`` (a shard set's come from its manifest, in the pipeline).
+        decoders: The ``--decode_with`` decoders that are installed.
+        handback: The run's folder on storage for what its workers hand back (``storage.handback``).
+        report_path: Where the pipeline writes the JSON report (a file of ``handback``; the launcher
+            copies it to ``--report``).
+        split_ranges: Split shards into byte ranges for the readers (fewer shards than workers), or
+            read each shard whole, once.
     """
 
     JOB: ClassVar[Job] = jobs.VERIFY
@@ -507,16 +462,11 @@ def known_flag_names(job: Job) -> frozenset[str]:
 
 
 def usage_problem(job: Job, argv: Sequence[str]) -> str | None:
-    """Why ``argv`` is a usage error for ``job``, told from its declared flags and config; None if it is not.
+    """Why ``argv`` (as ``respelt`` spells it) is a usage error for ``job``, told from its declared flags
+    and config, with the line the job itself would print; None if it is not.
 
-    ``argv`` is spelt as ``respelt`` spells it. A flag that neither the job nor
-    Beam defines (``--shard_sise_mb``: the closest flag is named), a bad value
-    of a declared flag, a missing required one or flags that do not go
-    together are told here, with the line the job itself would print. When
-    ``argv`` holds Beam's own flags or a value without its flag, the job's full
-    parser, which knows Beam's flags and their values, decides the rest
-    instead: None is returned. A job without Beam knows every flag it takes,
-    so anything else is an error here.
+    When ``argv`` holds Beam's own flags or a value without its flag, None: the job's full parser,
+    which knows Beam's flags, decides. A job without Beam knows every flag it takes.
     """
     parser = flag_parser(job)
     beam = _beam_flag_names(job)

@@ -1,24 +1,11 @@
 """How a job's flags are declared: once, as plain data, without Beam, Pillow or numpy.
 
-A ``Flag`` says everything about one flag: its name, type, default, choices,
-help, help group, and whether the manifest records it. A ``FlagSet`` is a
-group of flags that one options class parses (``beam_jobs/cli/flags.py`` makes
-the ``PipelineOptions`` subclasses Beam parses from them), and a ``Job`` is
-what one command takes. From the same declarations come:
-
-- the job's ``--help`` (``format_job_help``),
-- a parser of the job's flags alone (``flag_parser``), which tells a usage
-  error (exit status 2) before any of the job's modules is imported
-  (``beam_jobs/cli/config.py``: ``usage_problem``),
-- Beam's options classes (``FlagSet._add_argparse_args``),
-- the options a manifest records (``Job.recorded``),
-- each job's config, a field per flag (``beam_jobs/cli/config.py``),
-- the flags' other spelling (``respelt``: ``--shard-size-mb`` is
-  ``--shard_size_mb``) and the closest flag to a misspelt one
-  (``unknown_flag_problem``), for every declared flag and Beam's own
-  (``beam_jobs/cli/beam_flag_names.py``).
-
-The declarations themselves are in ``beam_jobs/cli/jobs.py``.
+A ``Flag`` says everything about one flag; a ``FlagSet`` is the flags one options class parses
+(``beam_jobs/cli/flags.py``); a ``Job`` is what one command takes. From the declarations
+(``beam_jobs/cli/jobs.py``) come the job's ``--help``, a parser of its flags alone that tells a
+usage error before any of the job's modules is imported (``flag_parser``), Beam's options classes,
+the options a manifest records, each job's config, the flags' dashed spelling (``respelt``) and the
+closest flag to a misspelt one (``unknown_flag_problem``).
 """
 
 from __future__ import annotations
@@ -90,12 +77,7 @@ class Flag:
 
 @dataclass(frozen=True)
 class FlagSet:
-    """Flags that one options class parses (``ShardingOptions``, ``BuildOptions``, ...).
-
-    Attributes:
-        name: The options class's name.
-        flags: Its flags, in the order ``--help`` lists them.
-    """
+    """Flags that one options class, named ``name``, parses, in the order ``--help`` lists them."""
 
     name: str
     flags: tuple[Flag, ...]
@@ -118,16 +100,11 @@ class Job:
     """What one command takes and says about itself.
 
     Attributes:
-        name: The job's name in its messages (``build_shards``).
-        summary: One line saying what the job does.
         options: The job's own flag sets.
-        shared: Which flags of ``jobs.SHARED`` the job takes (names).
+        shared: Which flags of ``shared_set`` (``jobs.SHARED``) the job takes (names).
         run_flags: The flag sets every Beam job takes besides (logging, progress).
         regroup: flag name -> group title, where this job lists a flag elsewhere than its declaration.
-        group_order: Titles in the order they are shown; unlisted ones follow.
-        epilog: Lines shown after the flags (examples).
         beam: Whether the job runs a Beam pipeline (and takes Beam's options).
-        usage: The usage line (``%(prog)s`` stands for the command).
     """
 
     name: str
@@ -137,7 +114,6 @@ class Job:
     shared_set: FlagSet | None = None
     run_flags: tuple[FlagSet, ...] = ()
     regroup: Mapping[str, str] = field(default_factory=dict)
-    group_order: tuple[str, ...] = GROUP_ORDER
     epilog: str = ""
     beam: bool = True
     usage: str = "%(prog)s [flags]"
@@ -154,11 +130,6 @@ class Job:
     def group_of(self, flag: Flag) -> str:
         """The title ``flag`` is listed under in this job's ``--help``."""
         return self.regroup.get(flag.name, flag.group)
-
-    @property
-    def required(self) -> tuple[str, ...]:
-        """Names of the flags shown as required."""
-        return tuple(flag.name for flag in self.flags() if flag.required)
 
     def flag_names(self) -> tuple[str, ...]:
         """The names of the job's flags (without ``--``; positional arguments left out)."""
@@ -195,13 +166,8 @@ def respelt(argv: Sequence[str], names: Collection[str]) -> list[str]:
 
 
 def unknown_flag_problem(arg: str, own: Iterable[str], beam: Iterable[str] = ()) -> str:
-    """What to say about ``arg``, a flag no parser defines: the closest flag the job takes, if one is close.
-
-    Args:
-        arg: The argument as given (``--shard_sise_mb`` or ``--shard_sise_mb=6``).
-        own: The names of the job's declared flags, looked at first.
-        beam: The names of Beam's options, for a job that takes them.
-    """
+    """What to say about ``arg`` (``--shard_sise_mb=6``), a flag no parser defines: the closest flag the
+    job takes, if one is close; its own flags (``own``) are looked at before Beam's (``beam``)."""
     name = flag_name(arg) or arg.lstrip("-")
     typed = name.replace("-", "_")
     beam = list(beam)
@@ -246,13 +212,14 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def job_parser(job: Job, prog: str) -> argparse.ArgumentParser:
-    """Returns a parser holding every flag of the job in its group, for printing help."""
+    """Returns a parser holding every flag of the job in its group (``GROUP_ORDER``, then the others),
+    for printing help."""
     parser = argparse.ArgumentParser(
         prog=prog, usage=job.usage, description=job.summary, add_help=False, epilog=job.epilog or None,
         formatter_class=_HelpFormatter)
     flags = job.flags()
     titles = {flag.name: job.group_of(flag) for flag in flags}
-    order = [t for t in job.group_order if t in titles.values()]
+    order = [t for t in GROUP_ORDER if t in titles.values()]
     order += sorted({t for t in titles.values() if t not in order})
     groups = {title: parser.add_argument_group(title) for title in order}
     for flag in flags:

@@ -1,17 +1,13 @@
 """The jobs' options classes, made from the flags declared in ``beam_jobs/cli/jobs.py``.
 
-Beam parses every direct subclass of ``PipelineOptions`` with one argparse
-parser, so two jobs cannot each define ``--input``: the flags they share are
-one class (``ShardingOptions``), and each job's own options class adds only its
-own flags. The values' parsers are in ``beam_jobs/cli/values.py`` (imported
-here too, as before). A job reads its flags from its config
-(``beam_jobs/cli/config.py``), built from ``flag_values``.
+Beam parses every subclass of ``PipelineOptions`` with one argparse parser, so two jobs cannot
+each define ``--input``: the flags they share are one class (``ShardingOptions``). A job reads its
+flags from its config (``beam_jobs/cli/config.py``), built from ``flag_values``.
 """
 
 from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
-import logging
 from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -32,71 +28,26 @@ __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "n
            "VerifyOptions", "DEFAULT_MAX_BAD_FRACTION", "tfds_name"]
 
 
-def _declared(flags: FlagSet) -> classmethod:
-    """An options class's ``_add_argparse_args``: adds the declared ``flags`` to Beam's parser."""
-    return classmethod(lambda cls, parser: flags._add_argparse_args(parser))
+def _options_class(flags: FlagSet, doc: str) -> type[PipelineOptions]:
+    """A ``PipelineOptions`` subclass named for ``flags`` (``BuildOptions``) whose parser adds them."""
+    return type(flags.name, (PipelineOptions,), {
+        "__doc__": doc, "_add_argparse_args": classmethod(lambda cls, parser: flags._add_argparse_args(parser))})
 
 
 # Each options class parses one declared flag set (beam_jobs/cli/jobs.py). They live here, in one
 # module, so that running a job module as a script never defines one twice (Beam's parser refuses
 # a flag defined twice).
-class ShardingOptions(PipelineOptions):
-    """Inputs, output folder and shard layout, common to build, reshard and verify (``jobs.SHARED``)."""
-
-    _add_argparse_args = _declared(jobs.SHARED)
-
-
-class RecordReadingOptions(PipelineOptions):
-    """How the jobs that read TFRecord files (reshard, verify) bound a record (``jobs.RECORD_READING``)."""
-
-    _add_argparse_args = _declared(jobs.RECORD_READING)
-
-
-class RunOptions(PipelineOptions):
-    """How a job talks to the person running it: logging, tracebacks, progress (``jobs.RUN``)."""
-
-    _add_argparse_args = _declared(jobs.RUN)
-
-
-class ShardFormatOptions(PipelineOptions):
-    """The shards' file format, of the build and the reshard (``jobs.SHARD_FORMAT``)."""
-
-    _add_argparse_args = _declared(jobs.SHARD_FORMAT)
-
-
-class BuildOptions(PipelineOptions):
-    """Flags of the build job (``jobs.BUILD_FLAGS``); shared ones are in ``ShardingOptions``."""
-
-    _add_argparse_args = _declared(jobs.BUILD_FLAGS)
-
-
-class PlanOptions(PipelineOptions):
-    """Flags of the plan job beyond the build's (``jobs.PLAN_FLAGS``)."""
-
-    _add_argparse_args = _declared(jobs.PLAN_FLAGS)
-
-
-class ReshardOptions(PipelineOptions):
-    """Flags of the reshard job (``jobs.RESHARD_FLAGS``); shared ones are in ``ShardingOptions``."""
-
-    _add_argparse_args = _declared(jobs.RESHARD_FLAGS)
-
-
-class VerifyOptions(PipelineOptions):
-    """Flags of the verify job (``jobs.VERIFY_FLAGS``; ``--output_dir`` is shared)."""
-
-    _add_argparse_args = _declared(jobs.VERIFY_FLAGS)
+ShardingOptions = _options_class(jobs.SHARED, "Inputs, output folder and shard layout, common to build, "
+                                              "reshard and verify.")
+RecordReadingOptions = _options_class(jobs.RECORD_READING, "How reshard and verify bound a record.")
+RunOptions = _options_class(jobs.RUN, "How a job talks to the person running it: logging, tracebacks, progress.")
+ShardFormatOptions = _options_class(jobs.SHARD_FORMAT, "The shards' file format, of the build and the reshard.")
+BuildOptions = _options_class(jobs.BUILD_FLAGS, "Flags of the build job.")
+PlanOptions = _options_class(jobs.PLAN_FLAGS, "Flags of the plan job beyond the build's.")
+ReshardOptions = _options_class(jobs.RESHARD_FLAGS, "Flags of the reshard job.")
+VerifyOptions = _options_class(jobs.VERIFY_FLAGS, "Flags of the verify job.")
 
 
 def flag_values(options: PipelineOptions) -> dict[str, Any]:
-    """Every flag's value, by name: the jobs' declared flags and Beam's own (a job's config takes its own).
-
-    Beam's warning about arguments no options class defines is silenced: a job refuses them first.
-    """
-    log = logging.getLogger("apache_beam.options.pipeline_options")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        return options.get_all_options()
-    finally:
-        log.setLevel(level)
+    """Every flag's value, by name: the jobs' declared flags and Beam's own (a job's config takes its own)."""
+    return beam_jobs.quiet_beam.all_options(options)

@@ -1,14 +1,8 @@
 """How the jobs run: flags, runner, pipeline, exit status, summary and one-line failures.
 
-Each job is a ``Job`` (its name, config class, steps and optional hooks)
-that ``run_job`` runs: parse and check the flags (one line and exit status 2
-on a bad one), build and run the pipeline (one line and exit status 1 on a
-failure), then print what the job says of its outcome. The build and reshard
-jobs publish a shard set, so they share ``PublishingJob``: it checks the
-output folder and takes its lock (``transforms.storage.output_folder``; exit
-status 2 as well), and prints a summary read back from the published
-manifest (``transforms.shardset.summary``; or, for a Dataflow dry run, from
-the translated graph).
+``run_job`` runs a ``Job``: parse and check the flags (one line and exit status 2 on a bad one),
+build and run the pipeline (one line and exit status 1 on a failure), then print what the job says
+of its outcome. The build and reshard jobs share ``PublishingJob``.
 """
 
 from __future__ import annotations
@@ -43,7 +37,7 @@ from transforms.storage.writing import is_no_space
 from transforms.filesystems import set_options
 
 __all__ = ["prepare_options", "unknown_flags", "error_lines", "report_failure",
-           "Job", "PublishingJob", "run_job", "JobFinished", "dry_run_summary", "refuse_unknown_flags",
+           "Job", "PublishingJob", "run_job", "dry_run_summary", "refuse_unknown_flags",
            "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE"]
 
 _PROJECT_ERROR = re.compile(
@@ -55,16 +49,11 @@ _STEP_SUFFIX = re.compile(r"\s*\[while running '[^']*'\]\s*$")
 
 
 def prepare_options(options: PipelineOptions, no_auth: bool) -> PipelineOptions:
-    """Returns the options a job runs with (Beam's own flags are left as given).
+    """Returns the options a job runs with, its file systems set up with them at once.
 
-    Makes Beam's file systems use these options at once, as ``beam.Pipeline`` does
-    later, so the checks a job makes before building its pipeline reach s3://
-    with ``--s3_endpoint_url`` and the S3 keys given. With ``--no_auth``,
-    Beam's GCS filesystem connects anonymously, as Beam's Dataflow client
-    already does for that flag; without it, a process with no Google
-    credentials retries the credential lookup for about 24 s before falling
-    back to the same anonymous client. A GCS emulator
-    (``STORAGE_EMULATOR_HOST``) needs no credentials.
+    So the checks a job makes before its pipeline reach s3:// with the S3 flags given; with
+    ``--no_auth`` Beam's GCS filesystem connects anonymously at once (without it, a process with no
+    Google credentials retries their lookup for about 24 s first).
     """
     set_options(options)
     if no_auth:
@@ -73,30 +62,16 @@ def prepare_options(options: PipelineOptions, no_auth: bool) -> PipelineOptions:
 
 
 def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
-    """Returns the arguments in ``argv`` that no options class (Beam's or a job's) defines.
-
-    Beam drops such arguments with a warning, so a misspelt flag
-    (``--decode-images``) or a path given without its flag would be ignored;
-    a job can refuse them instead. Beam's own warning is silenced here.
-    """
+    """Returns the arguments in ``argv`` that no options class (Beam's or a job's) defines (Beam would
+    drop them)."""
     parsers = []
-    log = logging.getLogger("apache_beam.options.pipeline_options")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        options.get_all_options(add_extra_args_fn=parsers.append)
-    finally:
-        log.setLevel(level)
+    beam_jobs.quiet_beam.all_options(options, add_extra_args_fn=parsers.append)
     return parsers[0].parse_known_args(list(argv))[1]
 
 
 def error_lines(err: BaseException) -> tuple[str, list[str]]:
-    """Returns why a pipeline failed: one line, and the detail lines the error carries.
-
-    A project error's message is a headline, optionally followed by detail
-    lines indented by two spaces (e.g. the reasons of a refusal); a runner's
-    wrapper holds it inside a stack trace, or with the failing step appended.
-    """
+    """Returns why a pipeline failed: one line, and the detail lines (indented by two spaces) a project
+    error carries, also inside a runner's wrapper (a stack trace, or the failing step appended)."""
     text = str(err)
     cause = _one_storage_error(err)
     if cause is not None:
@@ -139,29 +114,18 @@ def _is_project_error(err: BaseException) -> bool:
 
 
 def _raised(err: BaseException, kind: type[ShardsError]) -> bool:
-    """True if a pipeline failed on the project's error ``kind``.
-
-    Runners wrap what a step raised in their own types; the project's error
-    is then the last one named in the text (as ``error_lines`` reads it).
-    """
+    """True if a pipeline failed on the project's error ``kind`` (inside a runner's wrapper: the last one
+    named in the text, as ``error_lines`` reads it)."""
     if isinstance(err, ShardsError):
         return isinstance(err, kind)
     found = list(_PROJECT_ERROR.finditer(str(err)))
     return bool(found) and found[-1].group(1) == kind.__name__
 
 
-def _is_usage_error(err: BaseException) -> bool:
-    """True if a pipeline failed on a ``UsageError``: a refusal a flag answers (``--replace``)."""
-    return _raised(err, UsageError)
-
-
 def report_failure(name: str, err: BaseException, settings: logs.LogSettings, more: str = "") -> None:
-    """Prints why a job failed: detail lines, then exactly one line, last, on stderr.
-
-    The traceback is printed only with ``--verbose`` or ``--log_level DEBUG``;
-    otherwise it goes, with the run's log records, to a log file that the
-    line names when the cause is not one of the project's own errors.
-    ``more`` is added to the line (after ``; ``).
+    """Prints why a job failed: detail lines, then exactly one line (``more`` added after ``; ``), last,
+    on stderr. The traceback is printed only with ``--verbose`` or ``--log_level DEBUG``; otherwise it
+    goes to a log file, which the line names when the cause is not one of the project's own errors.
     """
     message, details = error_lines(err)
     message = f"{message}; {more}" if more else message
@@ -177,12 +141,8 @@ def report_failure(name: str, err: BaseException, settings: logs.LogSettings, mo
 
 
 class _ProjectErrorsWithoutTraceback(logging.Filter):
-    """Drops the traceback Beam logs with a failing element when the error is one of ours.
-
-    The project's errors are deliberate and say in their message what went
-    wrong and where; the job prints that line anyway. Other errors keep
-    their traceback.
-    """
+    """Drops the traceback Beam logs with a failing element when the error is one of ours: its message
+    says what went wrong and where, and the job prints that line anyway."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and isinstance(record.exc_info[1], ShardsError):
@@ -195,9 +155,8 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
                           "apache_beam.runners.worker.bundle_processor")
 
 
-def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str],
-                         positional_hint: str = "every value needs its flag, e.g. --input PATH",
-                         own: Sequence[str] = ()) -> None:
+def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], positional_hint: str,
+                         own: Sequence[str]) -> None:
     """Raises ``UsageError`` for a flag no options class defines (Beam would drop it), naming the
     closest of the job's flags (``own``) or Beam's."""
     extra = unknown_flags(options, argv)
@@ -224,13 +183,10 @@ KEPT_FOR_JOURNAL_LINE = "staged work kept in {staging}: the next run into the fo
 class _Interrupts:
     """Notes a Ctrl-C (SIGINT) while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
 
-    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own
-    error (``RuntimeError: KeyboardInterrupt``), so the job asks whether one
-    came instead. Only the main thread can set a signal handler; where SIGINT
-    is ignored (a background job of a shell) it stays ignored. A terminal's
-    Ctrl-C also stops the runner's worker processes, and the runner's threads
-    watching them then fail: once a Ctrl-C was seen, what those threads raise
-    is not printed (the job prints its one line).
+    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job
+    asks whether one came instead. Where SIGINT is ignored (a shell's background job) it stays
+    ignored. Once a Ctrl-C was seen, what the runner's threads raise (its workers stopped too) is
+    not printed: the job prints its one line.
     """
 
     def __init__(self) -> None:
@@ -278,26 +234,9 @@ class _Interrupts:
                 signal.signal(signal.SIGINT, before)
 
 
-class JobFinished(Exception):
-    """Raised by a job's ``make_config`` when its outcome is known before any pipeline runs.
-
-    Attributes:
-        text: What the job prints on standard output.
-        status: The job's exit status.
-    """
-
-    def __init__(self, text: str, status: int) -> None:
-        super().__init__(text)
-        self.text = text
-        self.status = status
-
-
 def dry_run_summary(p: beam.Pipeline) -> str:
-    """Returns what a dry run translated: the job graph's size and top-level steps.
-
-    The size is that of the serialized pipeline, every step's pickled code
-    and data included: what the runner submits.
-    """
+    """Returns what a dry run translated: the serialized job graph's size (what the runner submits)
+    and its top-level steps."""
     graph = p.to_runner_api()
     transforms = graph.components.transforms
     steps = [transforms[t].unique_name for root in graph.root_transform_ids
@@ -307,17 +246,11 @@ def dry_run_summary(p: beam.Pipeline) -> str:
 
 
 class Job:
-    """A job the harness runs (``run_job``): its name, config class and steps.
+    """A job the harness runs (``run_job``): its name (for messages), config class and steps.
 
-    A job subclasses it (``PublishingJob``) or instantiates it with its
-    functions (``Job("verify_shards", VerifyConfig, make_config,
-    build_pipeline, outcome)``); the optional hooks are methods with defaults.
-
-    Attributes:
-        name: Job name for messages (``build_shards``).
-        config: The job's config class (``beam_jobs/cli/config.py``), built
-            once from the flags; its job's declaration is what ``--help`` shows.
-        positional_hint: What to say about an argument given without a flag.
+    A job subclasses it (``PublishingJob``) or instantiates it with its functions; the optional
+    hooks are methods with defaults. ``positional_hint`` says what to do with an argument given
+    without a flag.
     """
 
     positional_hint = "every value needs its flag, e.g. --input PATH"
@@ -340,8 +273,7 @@ class Job:
     def make_config(self, flags: Any, options: PipelineOptions) -> Any:
         """Given the config and Beam's options (for the local runner's workers), checks the inputs the
         flags name and returns the config with what the job found before its pipeline; raises
-        ``UsageError`` on a bad flag or path, or ``JobFinished`` when the outcome is known without
-        running a pipeline."""
+        ``UsageError`` on a bad flag or path."""
         raise NotImplementedError(f"{self.name}: no make_config")
 
     def build_pipeline(self, p: beam.Pipeline, cfg: Any) -> Any:
@@ -378,15 +310,10 @@ class Job:
 
 
 def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Runs a job: flags, pipeline, outcome; returns its exit status.
+    """Runs a job on ``argv`` (None: ``sys.argv[1:]``): flags, pipeline, outcome.
 
-    Args:
-        job: The job.
-        argv: Command-line arguments (None for ``sys.argv[1:]``).
-        prog: How the job was invoked, for ``--help`` (``tfrecord-shards build``).
-
-    Returns:
-        ``job.finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
+    ``prog`` is how the job was invoked, for ``--help`` (``tfrecord-shards build``). Returns
+    ``job.finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
     """
     started = run_started()  # the command's start: importing Beam and the job's modules counts
     argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(job.config.JOB))
@@ -430,9 +357,6 @@ def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp
     except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
         print(f"{name}: error: {err}", file=sys.stderr)
         return 2
-    except JobFinished as finished:
-        print(finished.text)
-        return finished.status
     except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
         report_failure(name, err, settings)
         return 1
@@ -444,7 +368,7 @@ def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp
 def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int, Exception | None]:
     """The exit status of a pipeline that failed on ``err``, and ``err`` where a full disk is told
     once the run cleaned up; says why now otherwise (0: nothing to publish, said on stdout)."""
-    if _is_usage_error(err):  # refused once the inputs were listed: as a bad flag
+    if _raised(err, UsageError):  # refused once the inputs were listed (``--replace`` answers it): a bad flag
         print(f"{name}: error: {error_lines(err)[0]}", file=sys.stderr)
         return 2, None
     if _raised(err, NothingToPublish):  # the folder already holds what the run would add
@@ -508,12 +432,9 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
 class PublishingJob(Job):
     """A job that publishes a shard set (build, reshard).
 
-    Before its pipeline it checks the output folder and takes its lock
-    (``output_folder.prepare_output``); once done it releases it, keeping the
-    staging a rerun resumes or finishes. It prints a summary read back from
-    the published manifest, naming the splits the run replaced, kept or
-    removed against the manifest the folder held when the run took its lock
-    (or, for a Dataflow dry run, the translated graph's size).
+    Before its pipeline it checks the output folder and takes its lock; once done it releases it,
+    keeping the staging a rerun resumes or finishes. It prints a summary read back from the published
+    manifest, against the manifest the folder held when the run took its lock.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

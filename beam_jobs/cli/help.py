@@ -1,16 +1,13 @@
 """``--help`` of the jobs: every flag of a job, grouped, with its default and meaning.
 
-Beam parses ``--help`` itself, with a parser that has none of a job's flags
-yet, so a job answers ``--help`` before Beam sees the arguments. A job's help
-is made from the same declarations its options classes are
-(``beam_jobs/cli/jobs.py``), so it cannot miss a flag, and needs no Beam;
+A job answers ``--help`` before Beam (whose parser has none of its flags) sees the arguments, from
+the declarations its options classes are made from, so it cannot miss a flag and needs no Beam;
 ``--help_beam`` prints Beam's own options.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 
 from beam_jobs.cli.declared import (BEAM_HELP_FLAG, Job, format_job_help, job_parser, wants_beam_help,
                                     wants_help)
@@ -21,16 +18,10 @@ __all__ = ["Job", "wants_help", "wants_beam_help", "job_parser", "format_job_hel
 
 def format_beam_help(prog: str) -> str:
     """Returns the help of Beam's own pipeline options (every options class Beam defines)."""
-    from beam_jobs.quiet_beam import PipelineOptions  # here: a job's own help needs no Beam
+    from beam_jobs.quiet_beam import PipelineOptions, all_options  # here: a job's own help needs no Beam
 
     parsers: list[argparse.ArgumentParser] = []
-    log = logging.getLogger("apache_beam.options.pipeline_options")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
-    finally:
-        log.setLevel(level)
+    all_options(PipelineOptions([]), add_extra_args_fn=parsers.append)
     parser = parsers[0]
     from transforms.beam_compat import WORKERS_RULE
 

@@ -1,11 +1,8 @@
 """Every command's flags, declared once (see ``beam_jobs/cli/declared.py``); no Beam, Pillow or numpy.
 
-To add a flag to a job, add one ``Flag(...)`` to its ``FlagSet`` below: its
-name, help, default, type (``beam_jobs/cli/values.py``), choices, help group
-and ``recorded=True`` if the manifest records it. That is its one
-declaration: the job's options class, its config's field
-(``beam_jobs/cli/config.py``, ``flag_fields``), ``--help``, usage errors and
-manifest options follow; the job reads it as ``cfg.NAME``.
+To add a flag to a job, add one ``Flag(...)`` to its ``FlagSet`` below (``recorded=True`` if the
+manifest records it): the options class, the config's field, ``--help``, usage errors and manifest
+options follow; the job reads it as ``cfg.NAME``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Logging of a job run as a command: what reaches the terminal, and the log file of a failure.
 
-By default the terminal gets the job's own INFO lines (one per finished
-shard, progress) and Beam's warnings; Beam's INFO lines (``Converting string
-literal type hint to Any``, the state cache size) and the error Beam logs,
-with its traceback, when a step fails do not reach it. Every record, with its
-traceback, is kept in memory too, and written to a log file when the job
-fails; ``--verbose`` or ``--log_level DEBUG`` show it all on the terminal.
-
-Logging is set up explicitly (``force=True``) rather than with a plain
-``logging.basicConfig``, which does nothing once the root logger has a
-handler: Beam's ``PipelineOptions()`` calls ``logging.basicConfig()`` with the
-default WARNING level, so any options object made before the job's own
-configuration, e.g. during an import, silenced the per-shard lines.
+By default the terminal gets the job's own INFO lines (one per finished shard, progress) and
+Beam's warnings; not Beam's INFO lines, nor the error Beam logs, with its traceback, when a step
+fails. Every record, with its traceback, is kept in memory too, and written to a log file when the
+job fails; ``--verbose`` or ``--log_level DEBUG`` show it all on the terminal.
 """
 
 from __future__ import annotations
@@ -45,12 +37,8 @@ _KEPT_RECORDS = 5000
 
 @dataclass(frozen=True)
 class LogSettings:
-    """What the person asked to see.
-
-    Attributes:
-        verbose: ``--verbose``: Beam's INFO lines and full tracebacks.
-        level: ``--log_level`` of the job's own loggers.
-    """
+    """What the person asked to see: ``--verbose`` (Beam's INFO lines and full tracebacks) and the
+    ``--log_level`` of the job's own loggers."""
 
     verbose: bool = False
     level: str = "INFO"
@@ -75,11 +63,8 @@ def log_settings(argv: Sequence[str]) -> LogSettings:
 
 
 class _TerminalHandler(logging.StreamHandler):
-    """Writes to ``sys.stderr`` as it is at each record, on a line above the progress display, if any.
-
-    Looking ``sys.stderr`` up at each record (as ``logging.lastResort`` does)
-    follows ``worker_stderr_captured`` and anything else that replaces it.
-    """
+    """Writes to ``sys.stderr`` as it is at each record (as ``logging.lastResort`` does: it follows
+    ``worker_stderr_captured``), on a line above the progress display, if any."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
@@ -105,12 +90,8 @@ _progress_display: Callable[[], ContextManager[None]] | None = None
 
 
 def set_progress_display(line_above: Callable[[], ContextManager[None]] | None) -> None:
-    """Registers the progress display while it is shown (None: none is).
-
-    ``line_above()`` is a context manager within which a log line is written
-    whole: no progress is written meanwhile, and a progress bar's line is
-    blanked for it and drawn again below it.
-    """
+    """Registers the progress display while it is shown (None: none is): ``line_above()`` is a context
+    manager within which a log line is written whole, above the progress bar."""
     global _progress_display
     _progress_display = line_above
 
@@ -157,12 +138,8 @@ _OWN_PATH = re.compile(r"(?:^|/)((?:transforms|beam_jobs)/[\w/]+)\.py")
 
 
 class _WorkerRecords(logging.Filter):
-    """Shows the job's own lines logged in worker processes as the job's lines; Beam's only if verbose.
-
-    With ``--direct_running_mode multi_processing`` the per-shard lines are
-    logged in worker processes and reach the job's process as Beam's
-    ``Worker: severity: INFO ... message: "..."`` records.
-    """
+    """Shows the job's own lines logged in worker processes (``--direct_running_mode multi_processing``:
+    Beam's ``Worker: ... message: "..."`` records) as the job's lines; Beam's only if verbose."""
 
     def __init__(self, settings: LogSettings) -> None:
         super().__init__()
@@ -194,7 +171,11 @@ _worker_output = ""
 
 
 def configure_logging(settings: LogSettings) -> None:
-    """Sets up logging for a job run as a command (see the module docstring)."""
+    """Sets up logging for a job run as a command (see the module docstring).
+
+    ``force=True``: Beam's ``PipelineOptions()`` calls ``logging.basicConfig()`` at WARNING, and a
+    plain call would then do nothing.
+    """
     global _kept, _terminal, _settings
     terminal = _TerminalHandler()
     _terminal, _settings = terminal, settings
@@ -210,8 +191,6 @@ def configure_logging(settings: LogSettings) -> None:
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(own)
     beam = logging.DEBUG if settings.level == "DEBUG" else logging.INFO if settings.verbose else logging.WARNING
-    # At WARNING, Beam's INFO lines stay off the terminal, among them one
-    # "Converting string literal type hint to Any" per string type hint per step.
     logging.getLogger("apache_beam").setLevel(beam)
     workers = logging.getLogger(_WORKER_LOGGER)
     workers.setLevel(logging.DEBUG if settings.level == "DEBUG" else logging.INFO)
@@ -221,12 +200,8 @@ def configure_logging(settings: LogSettings) -> None:
 
 
 def write_failure_log(job: str, err: BaseException) -> str | None:
-    """Writes the kept log records and ``err``'s traceback to a new file; returns its path.
-
-    The file lies in ``tfrecord-shards-logs`` under the system's temporary
-    folder. Returns None when it cannot be written (the failure line is still
-    printed).
-    """
+    """Writes the kept log records and ``err``'s traceback to a new file in ``tfrecord-shards-logs``
+    under the system's temporary folder; returns its path, or None when it cannot be written."""
     folder = os.path.join(tempfile.gettempdir(), "tfrecord-shards-logs")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(folder, f"{job}-{stamp}-{os.getpid()}.log")
@@ -248,14 +223,10 @@ def write_failure_log(job: str, err: BaseException) -> str | None:
 def worker_stderr_captured() -> Iterator[None]:
     """Keeps what worker processes print to stderr off the terminal while the block runs.
 
-    Beam's SDK worker prints the traceback of a failing bundle straight to its
-    stderr (``sdk_worker.SdkWorker._execute``, Beam 2.77), which worker
-    processes (``--direct_running_mode multi_processing``) share with the job.
-    For the block, file descriptor 2, which the workers inherit, goes to a
-    temporary file, while the job's own ``sys.stderr`` and log lines keep
-    writing to the terminal; the file's text goes into the failure log. Does
-    nothing unless logging was set up for a command run without
-    ``--verbose``/``--log_level DEBUG``.
+    Beam's SDK worker prints a failing bundle's traceback straight to the stderr worker processes
+    share with the job (Beam 2.77). For the block, file descriptor 2 goes to a temporary file, whose
+    text goes into the failure log; the job's own ``sys.stderr`` keeps writing to the terminal. Does
+    nothing unless logging was set up for a command run without ``--verbose``/``--log_level DEBUG``.
     """
     global _worker_output
     if _terminal is None or _settings is None or _settings.tracebacks:

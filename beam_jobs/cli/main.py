@@ -13,11 +13,8 @@ Usage::
 ``python -m beam_jobs.build_shards`` and the other job modules run the same
 code: ``set_up_command``, then their own ``run``.
 
-A command's ``--help``, and a usage error its declared flags and config show
-(``beam_jobs/cli/jobs.py``, ``config.py``: a bad value, a missing ``--input``,
-flags that do not go together), are answered
-here before the job's modules, Beam, Pillow and numpy are imported: in a
-fraction of the time a job takes to start (BENCHMARKS.md, "Instant help").
+A command's ``--help``, and a usage error its declared flags and config show, are answered here
+before the job's modules, Beam, Pillow and numpy are imported (BENCHMARKS.md, "Instant help").
 """
 
 from __future__ import annotations
@@ -68,13 +65,8 @@ def set_up_command(argv: Sequence[str]) -> None:
 
 
 def run_command(command: str, argv: Sequence[str], prog: str) -> int:
-    """Runs one job as a command; returns its exit status.
-
-    ``--help`` and a usage error of the job's declared flags are answered from
-    the declarations alone; otherwise logging is set up and the job runs. A
-    flag spelt with dashes (``--shard-size-mb``) is the flag of that name
-    spelt with underscores.
-    """
+    """Runs one job as a command; returns its exit status (``--help`` and a usage error of the job's
+    declared flags answered from the declarations alone)."""
     job = JOBS[command]
     argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):

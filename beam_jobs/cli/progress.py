@@ -1,11 +1,9 @@
 """Progress reports while a job runs on a local runner: a live bar on a terminal, lines otherwise.
 
-The job's process names a fresh folder in ``PROGRESS_ENV`` before the
-pipeline starts; the steps count into it (``transforms.progress.counters``)
-from every worker thread or process; a thread of the job's process reads the
-counts every ``--progress_interval`` seconds (a terminal's bar every second;
-never more often than once a second) and prints where the job is. On other runners nothing is started:
-their workers do not inherit the variable.
+The job's process names a fresh folder in ``PROGRESS_ENV`` before the pipeline starts; the steps
+count into it (``transforms.progress.counters``) from every worker; a thread of the job's process
+reads the counts every ``--progress_interval`` seconds (a terminal's bar every second) and prints
+where the job is. On other runners nothing is started: their workers do not inherit the variable.
 """
 
 from __future__ import annotations
@@ -92,12 +90,8 @@ class _Reporter:
 
     @contextlib.contextmanager
     def line_above(self) -> Iterator[None]:
-        """Within the block, lines written to the terminal (a log line) go above the progress display.
-
-        Nothing is reported meanwhile (the block holds the display's lock); a
-        bar's line is blanked first and the bar drawn again, as it was, below
-        what the block wrote.
-        """
+        """Within the block, lines written to the terminal (a log line) go above the progress display:
+        nothing is reported meanwhile, and a bar is drawn again below what the block wrote."""
         with self._lock:
             bar = self._bar if self._shown else None
             self.clear()
@@ -203,12 +197,8 @@ def _uncompressed_bytes(paths_and_sizes: Mapping[str, int]) -> int | None:
 
 
 def verify_progress(cfg: VerifyConfig) -> contextlib.AbstractContextManager:
-    """Progress of the verify job: records read, of the records and bytes to read where known.
-
-    With ``--files``, the matched files' sizes are known; for a shard set, its
-    manifest is read here too (on the local runners only), for its record
-    count and, when uncompressed, its shards' bytes.
-    """
+    """Progress of the verify job: records read, of the records and bytes to read where known (a shard
+    set's manifest is read here too, on the local runners only)."""
     records = total_bytes = None
     if cfg.shards:
         total_bytes = _uncompressed_bytes({s.path: s.size for s in cfg.shards})
@@ -223,10 +213,8 @@ def verify_progress(cfg: VerifyConfig) -> contextlib.AbstractContextManager:
 
 
 def _manifest_totals(folder: str) -> tuple[int | None, int | None]:
-    """(records, bytes of uncompressed shards) a shard set's manifest lists; Nones if unreadable.
-
-    A damaged manifest is the verify job's to report, not the progress line's.
-    """
+    """(records, bytes of uncompressed shards) a shard set's manifest lists; Nones if unreadable (the
+    verify job reports that)."""
     try:
         manifest = output_folder.read_manifest(folder)
     except (ManifestError, OSError):
@@ -250,11 +238,6 @@ def reshard_stage(counts: Counts, total_bytes: int | None) -> Stage | None:
 
 def reshard_progress(cfg: ReshardConfig) -> contextlib.AbstractContextManager:
     """Progress of the reshard job: bytes of the input files read, then records written."""
-    if not cfg.local:
-        return contextlib.nullcontext()
-    # The inputs as the job matched them to check them (a dry run, which matches none, never
-    # runs locally).
-    sizes = {m.path: m.size_in_bytes for m in cfg.files}
+    sizes = {m.path: m.size_in_bytes for m in cfg.files}  # as the job matched them to check them
     total_bytes = _uncompressed_bytes(sizes) if sizes else None
-
     return report_progress("reshard", cfg, lambda counts: reshard_stage(counts, total_bytes))

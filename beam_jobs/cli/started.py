@@ -1,13 +1,9 @@
 """When a command started, for the time its summary reports; no Beam.
 
-A job's summary (``Published ... in N s``) counts from the start of the
-command, not of its pipeline: importing Beam, Pillow and the job's modules,
-checking the flags and inputs and starting Beam's runner take seconds that
-a person waits through too. A command run as a process (``tfrecord-shards``,
-``python -m beam_jobs.build_shards``) notes its process's start time
-(``command_running`` in ``tfrecord-shards``, ``mark_command_start`` when logging
-is set up for a command); a job called as a function (``build_shards.run``)
-counts from the call.
+A job's summary (``Published ... in N s``) counts from the start of the command, not of its
+pipeline: importing Beam and checking the inputs take seconds a person waits through too. A
+command run as a process notes its process's start time; a job called as a function counts from
+the call.
 """
 
 from __future__ import annotations

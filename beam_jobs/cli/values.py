@@ -1,8 +1,7 @@
-"""The values the jobs' flags take: argparse types, their bounds, one-line flag errors (no Beam).
+"""The values the jobs' flags take: argparse types, their bounds, one-line flag errors.
 
-Every type here is Beam-, Pillow- and numpy-free (``parse_size`` reads
-Pillow's pixel limit only when a size is given), so a command's flags can be
-parsed, and its usage errors told, before a job's modules are imported.
+No Beam, Pillow or numpy (``parse_size`` reads Pillow's pixel limit only when a size is given), so
+a command's usage errors are told before a job's modules are imported.
 """
 
 from __future__ import annotations
@@ -122,13 +121,8 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def wildcard_problem(path: str) -> str | None:
-    """Returns why a folder cannot be listed safely, or None if it can.
-
-    Beam's file systems' ``match`` reads ``*``, ``?`` and ``[`` anywhere in a
-    pattern as wildcards and has no way to quote them, so listing a folder
-    named ``out[1]`` (``out[1]/*``) lists ``out1/`` instead, and ``out*``
-    lists every sibling that starts with ``out``.
-    """
+    """Returns why a folder cannot be listed safely, or None if it can: Beam's ``match`` reads ``*``,
+    ``?`` and ``[`` anywhere as wildcards and cannot quote them (``out[1]/*`` lists ``out1/``)."""
     found = sorted({c for c in path if c in WILDCARDS})
     if not found:
         return None
@@ -150,11 +144,8 @@ def _within(path: str, folder: str) -> bool:
 
 
 def overlap_problem(input_folder: str, output_dir: str) -> str | None:
-    """Why a folder input and the output folder cannot be used together, or None.
-
-    The output folder may not be the input folder, lie inside it, or contain
-    it: a later run would read the shards of an earlier one as inputs.
-    """
+    """Why a folder input and the output folder cannot be used together (one is, or holds, the other),
+    or None."""
     source, target = resolved_path(input_folder), resolved_path(output_dir)
     if source == target:
         where = "is the --input folder"

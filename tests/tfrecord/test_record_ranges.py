@@ -20,7 +20,7 @@ from transforms.tfrecord import record_ranges
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError
 from transforms.tfrecord.framing import frame_record, masked_crc32c
-from transforms.tfrecord.record_index import check_index, index_name
+from transforms.tfrecord.record_index import check_index, index_name, index_starts, read_index
 from tests.helpers import format_index
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
 from tests.helpers import read_in_ranges
@@ -105,6 +105,22 @@ def test_check_index_rejects(data: bytes, size: int, offset: int, kind: str, wor
     assert not check.usable
     assert (check.offset, check.kind) == (offset, kind)
     assert words in check.problem
+
+
+def test_read_index_looks_in_index_folder_then_beside_the_shard() -> None:
+    files = {"out/index/s.tfrecord.idx": b"new", "out/s.tfrecord.idx": b"old"}
+    assert read_index("out/s.tfrecord", files.get) == ("out/index/s.tfrecord.idx", b"new")
+    del files["out/index/s.tfrecord.idx"]
+    assert read_index("out/s.tfrecord", files.get) == ("out/s.tfrecord.idx", b"old")
+    assert read_index("out/t.tfrecord", files.get) is None
+
+
+def test_index_starts_ignores_an_index_that_does_not_fit(caplog: pytest.LogCaptureFixture) -> None:
+    assert index_starts("s.tfrecord", 36, None) is None
+    assert index_starts("s.tfrecord", 36, ("i.idx", b"0 16\n16 20\n")) == (0, 16)
+    assert not caplog.records
+    assert index_starts("s.tfrecord", 40, ("i.idx", b"0 16\n16 20\n")) is None
+    assert "Ignoring i.idx: index covers 36 bytes" in caplog.text and "scanning s.tfrecord" in caplog.text
 
 
 # --- decompress -----------------------------------------------------------------------

@@ -1,15 +1,11 @@
 """One ArrayRecord shard file: written from the records a TFRecord shard would hold, and read back.
 
-Pure code on local paths only: ArrayRecord's writer and reader (``array_record``'s C++
-module) open files by path, so the storage layer writes a shard to a local temporary file
-and copies it to its place (``transforms.storage.shard_files``), and reads a remote one
-from a local copy. The records are the serialized ``tf.train.Example`` bytes a TFRecord
-shard frames, in the same order.
+Pure code on local paths only: ArrayRecord's C++ writer and reader open files by path, so the
+storage layer writes a shard to a local temporary file and copies it to its place, and reads a
+remote one from a local copy. The records are those a TFRecord shard frames, in the same order.
 
-Options: ``group_size:1`` puts every record in a chunk of its own, so a reader reads one
-record without decoding its neighbours (random access: Grain, tfds ``as_data_source``);
-``uncompressed``, since the records are mostly JPEG/PNG bytes that do not compress, and
-a reader then spends no time decompressing.
+``group_size:1`` puts every record in a chunk of its own (random access: Grain, tfds
+``as_data_source``); ``uncompressed``: the records are mostly JPEG/PNG bytes that do not compress.
 """
 
 from __future__ import annotations
@@ -43,11 +39,8 @@ def _module():
 
 
 class ArrayRecordShardWriter:
-    """Writes records to a local ArrayRecord file, counting them and their labels (``ShardWriter``'s interface).
-
-    Args:
-        path: Local path of the file to write (created or replaced).
-    """
+    """Writes records to the local ArrayRecord file ``path`` (created or replaced), counting them and their
+    labels (``ShardWriter``'s interface)."""
 
     def __init__(self, path: str) -> None:
         self._path = path
@@ -84,21 +77,15 @@ class ArrayRecordShardWriter:
 
 
 def _open(path: str):
-    """ArrayRecord's reader of a local file, checked to be usable.
-
-    Raises:
-        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file (ArrayRecord's reason).
-    """
+    """ArrayRecord's reader of a local file; ``RecordError`` (``crc_mismatch``, ArrayRecord's reason) when
+    it is not an ArrayRecord file."""
     try:
         reader = _module().ArrayRecordReader(path)
+        if not reader.ok():  # a file too short or not ArrayRecord's: its reason comes with closing it
+            reader.close()
+            raise RecordError(path, 0, "crc_mismatch", "not a readable ArrayRecord file")
     except _ERRORS as err:
         raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
-    if not reader.ok():  # a file too short or not ArrayRecord's: its reason comes with closing it
-        try:
-            reader.close()
-        except _ERRORS as err:
-            raise RecordError(path, 0, "crc_mismatch", f"not a readable ArrayRecord file: {err}") from err
-        raise RecordError(path, 0, "crc_mismatch", "not a readable ArrayRecord file")
     return reader
 
 
@@ -110,11 +97,7 @@ def _close(reader, path: str) -> None:
 
 
 def record_count(path: str) -> int:
-    """The number of records of a local ArrayRecord file.
-
-    Raises:
-        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file.
-    """
+    """The number of records of a local ArrayRecord file (``RecordError`` as ``_open``)."""
     reader = _open(path)
     try:
         return reader.num_records()
@@ -125,12 +108,8 @@ def record_count(path: str) -> int:
 def read_records(path: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
     """``(index, record)`` of a local ArrayRecord file's records ``start..stop-1`` (all: to the end), in order.
 
-    Records are read a batch at a time; a batch ArrayRecord refuses is read again record by
-    record, so that the error names the first record that cannot be read.
-
-    Raises:
-        RecordError: ``crc_mismatch``: the file is not an ArrayRecord file, or a record cannot
-            be read (ArrayRecord checks each chunk's hash, its CRC); the detail is ArrayRecord's.
+    A batch ArrayRecord refuses is read again record by record, so that the ``RecordError``
+    (``crc_mismatch``, ArrayRecord's detail) names the first record that cannot be read.
     """
     reader = _open(path)
     try:

@@ -7,17 +7,20 @@ searching for record boundaries.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Callable
 
 from transforms.tfrecord.framing import OVERHEAD
 
 __all__ = ["INDEX_SUFFIX", "INDEX_DIR", "IndexCheck", "index_name", "legacy_index_name", "index_names",
-           "indexed_shards", "check_index"]
+           "indexed_shards", "check_index", "read_index", "index_starts"]
 
 INDEX_SUFFIX = ".idx"
 # Indexes live in a subfolder beside the shards, so that the usual shard globs
 # (``train*``, ``train-*``) match shards only.
 INDEX_DIR = "index"
+_LOG = logging.getLogger(__name__)
 
 
 def index_name(shard: str) -> str:
@@ -99,3 +102,29 @@ def check_index(data: bytes, file_size: int) -> IndexCheck:
         return IndexCheck(None, min(expected, file_size), "size_mismatch",
                           f"index covers {expected} bytes; the file has {file_size}")
     return IndexCheck(tuple(starts))
+
+
+def read_index(shard: str, read: Callable[[str], bytes | None]) -> tuple[str, bytes] | None:
+    """The path and bytes of ``shard``'s index, looked for where ``index_names`` says; None if it has none.
+
+    ``read`` returns a file's bytes, or None where it does not exist (``storage.files.read_if_present``).
+    """
+    for index_path in index_names(shard):
+        data = read(index_path)
+        if data is not None:
+            return index_path, data
+    return None
+
+
+def index_starts(shard: str, size: int, index: tuple[str, bytes] | None) -> tuple[int, ...] | None:
+    """The record starts ``index`` (``read_index``'s) gives if it fits ``shard`` of ``size`` bytes.
+
+    An index that does not fit is ignored, with a warning: the reader scans for record starts.
+    """
+    if index is None:
+        return None
+    index_path, data = index
+    check = check_index(data, size)
+    if not check.usable:
+        _LOG.warning("Ignoring %s: %s; scanning %s for record starts instead", index_path, check.problem, shard)
+    return check.starts

@@ -1,16 +1,13 @@
 """Verification of TFRecord shard sets: problems, record checks, manifest reconciliation.
 
-Pure code. Each check is a small function the Beam verify job applies in
-parallel; the tests chain the same functions in one process, the reference
-the job must agree with (and what the exhaustive damage tests run through).
-
-A problem names a file, a byte offset when there is one (the start of the
-record, in the decompressed stream for gzip/zlib files), a kind from
-``PROBLEM_KINDS`` and a human-readable detail.
+Pure code: small checks the verify job applies in parallel. A problem names a file, a byte offset
+when there is one (the record's start, in the decompressed stream for gzip/zlib files), a kind
+from ``PROBLEM_KINDS`` and a detail.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -51,14 +48,8 @@ _READ_STOPPING = ("crc_mismatch", "truncated", "bad_length")
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a shard set.
-
-    Attributes:
-        file: Path of the file concerned.
-        offset: Byte offset of the record concerned, or None for a whole file.
-        kind: One of ``PROBLEM_KINDS``.
-        detail: What was found, and what was expected.
-    """
+    """One thing wrong with a shard set: a file, the byte offset of the record concerned (None for a
+    whole file), one of ``PROBLEM_KINDS``, and what was found against what was expected."""
 
     file: str
     offset: int | None
@@ -71,7 +62,6 @@ class Problem:
 
     @classmethod
     def from_error(cls, err: RecordError) -> "Problem":
-        """The problem a ``RecordError`` raised while reading describes."""
         return cls(err.path, err.offset, err.kind, err.detail)
 
     def sort_key(self) -> tuple:
@@ -87,16 +77,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class RecordCheck:
-    """What checking one record found.
-
-    Attributes:
-        file: Path of the shard.
-        offset: Byte offset of the record.
-        label: ``image/class/label`` when the record parses and has one; a
-            tuple of every label when it holds a list of another length.
-        key: ``image/key/sha256`` when the record parses and has one.
-        problems: Problems with the record itself.
-    """
+    """What checking the record at ``offset`` of ``file`` found: its ``image/class/label`` (a tuple when
+    it holds a list of another length than one), its ``image/key/sha256`` and its problems."""
 
     file: str
     offset: int
@@ -125,14 +107,10 @@ def _single(features: Mapping[str, tuple[str, list]], name: str, kind: str):
 def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     """Returns why a schema-valid record's image does not match its record, or None.
 
-    The image's first frame must decode with Pillow (the pixel data is whole)
-    and be of the stated format, a PNG must pass the structure check (its
-    chunks' CRCs, and its image data inflated and walked as libpng reads it:
-    Pillow decodes some PNGs TensorFlow refuses), and ``tf.io.decode_image(...,
-    expand_animations=False)`` must decode it, with ``channels=3`` and
-    ``channels=0``, to the stated height, width and channels (predicted by
-    ``tf_rule``, the rule the build job stores by). A ``raw`` image must hold
-    exactly height * width * channels bytes.
+    The image's first frame must decode with Pillow and be of the stated format, a PNG must pass
+    the structure check (``check_png``: Pillow decodes some PNGs TensorFlow refuses), and TensorFlow
+    must decode it to the stated height, width and channels (as ``tf_rule`` predicts). A ``raw``
+    image must hold exactly height * width * channels bytes.
     """
     encoded = _single(features, "image/encoded", "bytes")
     fmt = _single(features, "image/format", "bytes").decode("utf-8", "replace")
@@ -167,10 +145,8 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
 def label_problem(features: Mapping[str, tuple[str, list]], labels: Sequence[str]) -> str | None:
     """Returns why a record's classes do not agree with the shard set's labels, or None.
 
-    Every ``image/class/label`` value (one, or a list for multi-label records)
-    must lie in ``0 <= label < len(labels)``, and the ``image/class/text``
-    value beside it, when the record has as many, must be ``labels[label]``.
-    A record without int64 labels is left to the schema check.
+    Every ``image/class/label`` must lie in ``0 <= label < len(labels)``, and the ``image/class/text``
+    beside it, when the record has as many, must be ``labels[label]``.
     """
     kind, values = features.get("image/class/label", ("none", []))
     if kind != "int64":
@@ -192,27 +168,19 @@ def check_record(file: str, offset: int, data: bytes,
                  schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
                  labels: Sequence[str] | None = None,
                  decode_with: Sequence[str] = ()) -> tuple[RecordCheck, dict[str, tuple[str, list]] | None]:
-    """Checks one record's bytes (its CRCs were checked when it was read).
+    """Checks the bytes of the record at ``offset`` of ``file`` (its CRCs were checked when it was read).
 
     Args:
-        file: Path of the shard, for problems.
-        offset: Byte offset of the record, for problems.
-        data: The record's data.
-        schema: The feature spec records must meet (a manifest's
-            ``feature_spec``); True for the image schema
-            (``schema.IMAGE_FEATURES``); False or None for none.
-        decode_images: Also decode the image (see ``image_problem``); only
-            done for records that meet the schema.
-        labels: The shard set's class names (a manifest's ``labels``): the
-            record's label and class text must agree with them
-            (``label_problem``); None or empty for no check.
-        decode_with: Decoders that must decode the image to the record's
-            size (``decoders.decoder_problems``); only for records that meet
-            the schema.
+        schema: The feature spec records must meet (a manifest's ``feature_spec``); True for the
+            image schema (``schema.IMAGE_FEATURES``); False or None for none.
+        decode_images: Also decode the image (``image_problem``), for records that meet the schema.
+        labels: The shard set's class names, to check the record's against (``label_problem``);
+            None or empty for no check.
+        decode_with: Decoders that must decode the image to the record's size
+            (``decoders.decoder_problems``), for records that meet the schema.
 
     Returns:
-        The ``RecordCheck``, and the decoded features (None if the bytes are
-        not an Example).
+        The ``RecordCheck``, and the decoded features (None if the bytes are not an Example).
     """
     try:
         features = decode_example(data)
@@ -224,12 +192,7 @@ def check_record(file: str, offset: int, data: bytes,
 def check_features(file: str, offset: int, features: Mapping[str, tuple[str, list]],
                    schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
                    labels: Sequence[str] | None = None, decode_with: Sequence[str] = ()) -> RecordCheck:
-    """Checks one record's decoded features; ``check_record`` after the parse (same arguments).
-
-    ``decode_with`` names decoders (``decoders.DECODERS``) that must decode the
-    image to the record's height and width; each that does not is a
-    ``decoder_mismatch`` problem.
-    """
+    """Checks one record's decoded features: ``check_record`` after the parse (same arguments)."""
     label = _labels(features)
     key = _single(features, "image/key/sha256", "bytes")
     key = key.decode("utf-8", "replace") if key is not None else None
@@ -256,14 +219,8 @@ def check_features(file: str, offset: int, features: Mapping[str, tuple[str, lis
 
 @dataclass(frozen=True)
 class ShardTally:
-    """What reading one shard counted.
-
-    Attributes:
-        records: Records read.
-        label_counts: Label (as a string) -> records with it.
-        damaged: A damaged record stopped reading part of the shard, so the
-            counts are incomplete.
-    """
+    """What reading one shard counted: records, label (as a string) -> records with it, and whether
+    a damaged record stopped reading part of it (the counts are then incomplete)."""
 
     records: int = 0
     label_counts: Mapping[str, int] = field(default_factory=dict)
@@ -271,12 +228,7 @@ class ShardTally:
 
 
 def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]) -> list[Problem]:
-    """Compares the folder's files with the manifest's shard list.
-
-    Args:
-        folder: The shard set's folder (prefixed to file names in problems).
-        manifest: The shard set's manifest.
-        present: Name -> size of every file in the folder.
+    """Compares the folder's files (``present``: name -> size) with the manifest's shard list.
 
     Returns:
         ``missing_file`` for listed shards that are absent, ``extra_file`` for
@@ -284,10 +236,7 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
         listed shards of the wrong size.
     """
     problems = []
-    listed = {}
-    for split in manifest.splits.values():
-        for entry in split.shards:
-            listed[entry.file] = entry
+    listed = {entry.file: entry for split in manifest.splits.values() for entry in split.shards}
     for name, entry in sorted(listed.items()):
         path = join_path(folder, name)
         if name not in present:
@@ -304,12 +253,7 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
 
 
 def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -> list[Problem]:
-    """Reconciles the manifest's labels with ``labels.txt`` and with its own label counts.
-
-    Args:
-        folder: The shard set's folder (prefixed to file names in problems).
-        manifest: The shard set's manifest.
-        labels_txt: Contents of ``labels.txt``, or None if there is none.
+    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its own label counts.
 
     Returns:
         ``missing_file`` when ``labels.txt`` is absent; ``label_mismatch`` when
@@ -357,14 +301,7 @@ def _label_in_range(label: str, count: int) -> bool:
 
 def index_problems(shard_path: str, index: bytes | None, shard_size: int,
                    required: bool) -> list[Problem]:
-    """Checks a shard's ``.idx`` sidecar against the shard's size.
-
-    Args:
-        shard_path: Path of the (uncompressed) shard.
-        index: Contents of its ``.idx``, or None if there is none.
-        shard_size: Size of the shard in bytes.
-        required: Whether a missing index is a problem.
-    """
+    """Checks an uncompressed shard's ``.idx`` (None: absent, a problem if ``required``) against its size."""
     path = index_name(shard_path)
     if index is None:
         return [Problem(path, None, "missing_file", "uncompressed shard has no .idx index")] if required else []
@@ -373,10 +310,8 @@ def index_problems(shard_path: str, index: bytes | None, shard_size: int,
 
 
 def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Problem]:
-    """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes lack.
-
-    ``digest`` is the hash of the shard's bytes, with a sha256 if the entry states one.
-    """
+    """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes
+    (``digest``) lack."""
     problems = []
     if entry.crc32c is not None and digest.crc32c != entry.crc32c:
         problems.append(Problem(path, None, "crc32c_mismatch",
@@ -388,39 +323,36 @@ def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Proble
     return problems
 
 
+def _crc32c_problem(path: str, data: bytes, stated: int, what: str) -> Problem | None:
+    """A ``crc32c_mismatch`` if ``data`` (the file at ``path``, ``what`` of a shard) lacks the ``stated`` CRC32C."""
+    digest = FileHash()
+    digest.update(data)
+    if digest.crc32c == stated:
+        return None
+    return Problem(path, None, "crc32c_mismatch", f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {stated} "
+                                                  f"for {what}: its bytes changed since it was written")
+
+
 def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, bytes] | None) -> Problem | None:
     """A ``crc32c_mismatch`` if the shard's ``.idx`` (``(path, bytes)``) lacks its entry's CRC32C."""
     if index is None or entry.index_crc32c is None:
         return None
-    digest = FileHash()
-    digest.update(index[1])
-    if digest.crc32c == entry.index_crc32c:
-        return None
-    return Problem(index[0], None, "crc32c_mismatch",
-                   f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.index_crc32c} for the .idx of "
-                   f"{shard_path}: its bytes changed since it was written")
+    return _crc32c_problem(index[0], index[1], entry.index_crc32c, f"the .idx of {shard_path}")
 
 
 def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, bytes | None],
                        record_keys: Sequence[str | None] | None) -> list[Problem]:
-    """Problems of a shard's keys file (``key_files``): ``(path, bytes or None when absent)``.
-
-    A ``missing_file`` when the shard list states a keys file that is absent, a
-    ``crc32c_mismatch`` when its bytes lack the stated CRC32C, and a
-    ``keys_mismatch`` when it does not list ``record_keys`` (the keys of the
-    shard's records in order; None when the shard was not read whole).
-    """
+    """Problems of a shard's keys file (``keys``: its path, and its bytes or None when absent): a
+    ``missing_file``, a ``crc32c_mismatch``, or a ``keys_mismatch`` when it does not list
+    ``record_keys`` (the shard's records' keys in order; None when the shard was not read whole)."""
     path, data = keys
     if entry.keys_crc32c is None:
         return []
     if data is None:
         return [Problem(path, None, "missing_file", f"{SHARDS_NAME} states a keys file of {shard_path}")]
-    digest = FileHash()
-    digest.update(data)
-    if digest.crc32c != entry.keys_crc32c:
-        return [Problem(path, None, "crc32c_mismatch",
-                        f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.keys_crc32c} for the keys "
-                        f"of {shard_path}: its bytes changed since it was written")]
+    wrong = _crc32c_problem(path, data, entry.keys_crc32c, f"the keys of {shard_path}")
+    if wrong:
+        return [wrong]
     problem = keys_problem(data, record_keys, path) if record_keys is not None else None
     return [Problem(path, None, "keys_mismatch", problem)] if problem else []
 
@@ -430,11 +362,8 @@ def _label_order(label: str) -> tuple:
 
 
 def shard_problems(path: str, entry: ShardEntry, tally: ShardTally) -> list[Problem]:
-    """Compares what reading a shard counted with its manifest entry.
-
-    A damaged shard's counts are incomplete, so they are not compared (the
-    damage itself is reported where it was found).
-    """
+    """Compares what reading a shard counted with its manifest entry (not a damaged shard's: its
+    counts are incomplete, and the damage is reported where it was found)."""
     if tally.damaged:
         return []
     problems = []
@@ -457,17 +386,9 @@ def _split_name(split: str | None) -> str:
 
 def duplicate_key_problems(key: str,
                            locations: Iterable[tuple[str | None, str, int]]) -> list[Problem]:
-    """One ``duplicate_key`` per repeat of an ``image/key/sha256`` in a shard set.
-
-    A key must be unique within a split, and an image must not be in two
-    splits (that would leak it from training into evaluation), so any repeat
-    is a problem; the detail names both splits when they differ.
-
-    Args:
-        key: The repeated key.
-        locations: ``(split, file, offset)`` of every record with the key;
-            split None for a file whose name does not state one.
-    """
+    """One ``duplicate_key`` per repeat of an ``image/key/sha256`` in a shard set (``locations``: the
+    ``(split or None, file, offset)`` of every record with it); the detail names both splits when
+    they differ (an image in two splits leaks from training into evaluation)."""
     ordered = sorted(locations, key=lambda loc: (loc[1], loc[2], loc[0] or ""))
     if len(ordered) < 2:
         return []
@@ -486,14 +407,8 @@ def duplicate_key_problems(key: str,
 
 @dataclass(frozen=True)
 class Report:
-    """The outcome of verifying a shard set, as written to ``--report``.
-
-    Attributes:
-        files: Shard files checked.
-        records: Records read.
-        bytes: Total size of the files checked.
-        problems: Every problem found, sorted by file and offset.
-    """
+    """The outcome of verifying a shard set, as written to ``--report``: files checked, records read,
+    their total bytes, and every problem, sorted by file and offset."""
 
     files: int
     records: int
@@ -518,8 +433,7 @@ class Report:
     @classmethod
     def loads(cls, data: bytes) -> "Report":
         obj = json.loads(data)
-        return cls(obj["files"], obj["records"], obj["bytes"],
-                   tuple(Problem(p["file"], p["offset"], p["kind"], p["detail"]) for p in obj["problems"]))
+        return cls(obj["files"], obj["records"], obj["bytes"], tuple(Problem(**p) for p in obj["problems"]))
 
     def _stops(self) -> list[Problem]:
         """The first damage of each compressed file: reading its stream stopped there.
@@ -535,20 +449,12 @@ class Report:
         return list(first.values())
 
     def summary(self, target: str, max_listed: int = 20, listed_records: int | None = None) -> str:
-        """Returns the human summary: totals, problem counts by kind, what was not read, the first problems.
-
-        Args:
-            target: What was verified, for the first line.
-            max_listed: Problems listed one per line.
-            listed_records: The records the manifest lists, if known: the
-                summary then says how many of them were not read.
-        """
+        """Returns the human summary of verifying ``target``: totals, problem counts by kind, what was
+        not read (of the manifest's ``listed_records``, if known), the first ``max_listed`` problems."""
         rest = f"{plural(self.records, 'record')}, {self.bytes / (1024 * 1024):.1f} MiB"
         if self.ok:
             return f"OK: {target}: {plural(self.files, 'file')}, {rest}; no problems"
-        kinds: dict[str, int] = {}
-        for problem in self.problems:
-            kinds[problem.kind] = kinds.get(problem.kind, 0) + 1
+        kinds = collections.Counter(problem.kind for problem in self.problems)
         hit = len({problem.file for problem in self.problems})
         files = plural(hit, "file") if hit >= self.files else f"{hit} of {plural(self.files, 'file')}"
         lines = [f"FAILED: {target}: {plural(len(self.problems), 'problem')} in {files}, {rest}",
@@ -568,12 +474,7 @@ def report_pieces(files: int, records: int, size: int, count: int,
                   problems: Iterable[Problem]) -> Iterator[bytes]:
     """The bytes of the JSON report (``Report.dumps``), a problem at a time.
 
-    Args:
-        files: Shard files checked.
-        records: Records read.
-        size: Total size of the files checked.
-        count: How many problems ``problems`` yields (``ok`` is written first).
-        problems: Every problem, sorted (``Problem.sort_key``), read once as the pieces are.
+    ``count`` is how many problems ``problems`` (sorted, read once) yields: ``ok`` is written first.
     """
     head = json.dumps({"ok": not count, "files": files, "records": records, "bytes": size}, indent=2)
     yield (head[:-2] + ',\n  "problems": [').encode("utf-8")
@@ -587,12 +488,7 @@ def report_pieces(files: int, records: int, size: int, count: int,
 
 @dataclass(frozen=True)
 class ProblemPart:
-    """Some problems a worker staged, sorted, one a line (``problem_line``).
-
-    Attributes:
-        path: The staged file.
-        count: Problems in it.
-    """
+    """Some problems a worker staged at ``path``, sorted, one a line (``problem_line``); ``count`` of them."""
 
     path: str
     count: int
@@ -605,8 +501,5 @@ def problem_line(problem: Problem) -> bytes:
 
 def read_problem_line(line: bytes) -> Problem:
     """The ``Problem`` of a line ``problem_line`` wrote."""
-    obj = json.loads(line)
-    return Problem(obj["file"], obj["offset"], obj["kind"], obj["detail"])
+    return Problem(**json.loads(line))
 
-
-# --- Single-process reference -------------------------------------------------------

@@ -1,21 +1,8 @@
 """Decoding a record's image with the decoders a trainer uses, for ``verify --decode_with`` (pure).
 
-A record TensorFlow decodes may still be refused, or decoded to another size,
-by the reader a training job uses: DALI's decoder stops its pipeline on an
-image it refuses, and applies EXIF orientation where TensorFlow does not.
-``decoder_problems`` decodes ``image/encoded`` with each named decoder and
-says which refuses it or yields another height and width than the record's:
-
-- ``tf``: ``tf.io.decode_image(..., channels=3, expand_animations=False)``.
-- ``pillow``: ``PIL.Image.open(...)`` and its first frame loaded, as a
-  PyTorch dataset reading with Pillow does (no EXIF orientation applied).
-- ``torchvision``: ``torchvision.io.decode_image(..., mode=RGB)``.
-- ``dali``: NVIDIA DALI's ``fn.decoders.image`` on the CPU (RGB), which
-  applies EXIF orientation.
-
-Each decoder's library is imported only when it is used: one that is not
-installed is named at the start (``missing_decoders``), before any record is
-read.
+A record TensorFlow decodes may still be refused, or decoded to another size, by the reader a
+training job uses (docs/verify.md). Each decoder's library is imported only when it is used; one
+that is not installed is named at the start (``missing_decoders``), before any record is read.
 """
 
 from __future__ import annotations
@@ -117,17 +104,8 @@ _SIZE_OF: dict[str, Callable[[bytes], tuple[int, int]]] = {
 
 
 def decoder_problems(features: Mapping[str, tuple[str, list]], names: Sequence[str]) -> list[str]:
-    """What each named decoder does wrong with a record's image: refuses it, or another size.
-
-    Args:
-        features: The decoded Example (``image/encoded``, ``image/height``,
-            ``image/width``; a ``raw`` record is not an encoded image and
-            is left alone).
-        names: Decoders among ``DECODERS`` (installed: see ``missing_decoders``).
-
-    Returns:
-        One line per decoder that disagrees with the record, naming it.
-    """
+    """One line, naming the decoder, for each of ``names`` (installed ``DECODERS``) that refuses a record's
+    image or decodes it to another height and width than the record's (a ``raw`` record has none)."""
     encoded = features["image/encoded"][1][0]
     if features.get("image/format", ("bytes", [b""]))[1][0] == b"raw":
         return []

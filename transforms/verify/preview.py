@@ -30,18 +30,8 @@ _SPLIT_COLORS = [(66, 133, 244), (52, 168, 83), (251, 188, 5), (234, 67, 53), (1
 
 @dataclass(frozen=True)
 class PreviewSample:
-    """One record chosen for the contact sheet.
-
-    Attributes:
-        label: ``image/class/label``.
-        text: ``image/class/text``.
-        key: ``image/key/sha256`` (samples are the smallest keys, so reruns agree).
-        encoded: ``image/encoded``.
-        format: ``image/format``.
-        height: ``image/height``.
-        width: ``image/width``.
-        channels: ``image/channels``.
-    """
+    """One record chosen for the contact sheet: its ``image/*`` features of these names (``key`` is
+    ``image/key/sha256``: samples are the smallest keys, so reruns agree)."""
 
     label: int
     text: str
@@ -178,18 +168,16 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
 
 
 def render_preview(samples: Sequence[PreviewSample], shard_sizes: Sequence[tuple[str, str, int]],
-                   title: str, class_counts: Mapping[int, int] | None = None,
-                   per_class: int = PREVIEW_PER_CLASS) -> bytes:
+                   title: str, class_counts: Mapping[int, int] | None = None) -> bytes:
     """Draws the preview and returns it as PNG bytes.
 
     Args:
-        samples: Records to show; grouped by label, at most ``per_class`` each
-            (smallest keys first).
+        samples: Records to show; grouped by label, at most ``PREVIEW_PER_CLASS`` each (smallest keys first).
         shard_sizes: ``(split, file name, bytes)`` per shard, in display order.
         title: First line of the picture, e.g. the shard set's folder.
         class_counts: Label -> records with it (from the manifest), if known.
-        per_class: Images shown per class.
     """
+    per_class = PREVIEW_PER_CLASS
     by_label: dict[int, list[PreviewSample]] = {}
     for sample in sorted(samples, key=lambda s: (s.label, s.key)):
         by_label.setdefault(sample.label, [])

@@ -1,16 +1,9 @@
 """Checking the records of one byte range of a shard, and merging what ranges found.
 
-Pure code. The verify job reads each shard in byte ranges; the reader of a
-range hands every record to a ``RangeChecker`` as it reads it, and emits one
-``RangeTally`` per range instead of one element per record. The tallies of a
-shard's ranges add up to its ``ShardTally`` (``merge_tallies``); the image
-keys they hold are dealt into buckets by a hash of the key (``key_buckets``;
-``key_bucket_count`` of them, more as the records grow, so a bucket holds
-about ``BUCKET_KEYS`` keys at most), so the duplicate-key check holds one
-bucket's keys at a time (``bucket_duplicates``), never every key of the
-shard set. The problems
-found are those ``check_record`` finds, record by record
-(``tests/verify/test_ranges.py``).
+Pure code. The reader of a range hands every record to a ``RangeChecker`` and emits one
+``RangeTally`` per range. A shard's tallies add up to its ``ShardTally`` (``merge_tallies``); their
+image keys are dealt into buckets by hash (``key_buckets``), so the duplicate-key check holds one
+bucket's keys at a time, never every key of the shard set.
 """
 
 from __future__ import annotations
@@ -27,8 +20,9 @@ from transforms.verify.checks import (Problem, ShardTally, check_features, check
                                       duplicate_key_problems, record_labels, shard_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample
 
-__all__ = ["ShardFile", "KEY_BUCKETS", "BUCKET_KEYS", "RECORD_BYTES_GUESS", "key_bucket_count", "SHARD_GROUP", "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies",
-           "key_bucket", "key_buckets", "bucket_duplicates", "group_parts", "group_problems"]
+__all__ = ["ShardFile", "KEY_BUCKETS", "BUCKET_KEYS", "RECORD_BYTES_GUESS", "key_bucket_count", "SHARD_GROUP",
+           "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies", "key_bucket", "key_buckets",
+           "bucket_duplicates", "group_parts", "group_problems"]
 
 # Buckets the image keys are dealt into for the duplicate check, at least: a bucket holds
 # about 1/KEY_BUCKETS of a small shard set's keys (ImageNet's 1.28M: 20,000 a bucket).
@@ -58,12 +52,10 @@ class ShardFile:
     Attributes:
         path: Its path, as the match that found it spells it.
         size: Its size in bytes.
-        split: Its split (from the manifest, or the shard name), or None when
-            its name states none.
+        split: Its split (from the manifest, or the shard name), or None when its name states none.
         entry: Its manifest entry, or None without a manifest.
-        read_whole: Read as one range, not split into byte ranges at the
-            start, so that the reader hashes the bytes it checks (one read of
-            the file); set by ``ReadAndCheckRecords(split_ranges=False)``.
+        read_whole: Read as one range, so that the reader hashes the bytes it checks (one read of the
+            file); set by ``ReadAndCheckRecords(split_ranges=False)``.
     """
 
     path: str
@@ -78,19 +70,14 @@ class RangeTally:
     """What checking the records of one byte range of a shard found.
 
     Attributes:
-        file: Path of the shard.
-        split: Its split, or None when its name states none.
-        records: Records read.
         label_counts: Label (as a string) -> records with it.
         keys: ``(image/key/sha256, offset)`` of every record that has a key.
-        problems: Problems with the records, the damage that stopped the
-            range, and (for the range at byte 0, whose reader also checks
-            the whole file) the file's sha256 and ``.idx``.
+        problems: Problems with the records, the damage that stopped the range, and (for the range
+            at byte 0, whose reader also checks the whole file) the file's hashes and ``.idx``.
         damaged: A damaged record stopped the reading of the range.
         samples: Preview samples: the few smallest keys of each label.
-        entry: The shard's manifest entry, on the tally of its range at byte
-            0 only (so that a shard's tallies hold it once); None without a
-            manifest.
+        entry: The shard's manifest entry, on the tally of its range at byte 0 only (so that a
+            shard's tallies hold it once); None without a manifest.
     """
 
     file: str
@@ -109,18 +96,11 @@ class RangeTally:
 
 
 class RangeChecker:
-    """Checks records one at a time and adds them to a ``RangeTally``.
+    """Checks records one at a time, as ``check_record`` does, and adds them to a ``RangeTally``.
 
-    Each record is read with ``scan_example`` (falling back to the full
-    protobuf parse for bytes outside the usual layout) and checked with
-    ``check_features``, as ``check_record`` checks it.
-
-    Args:
-        file: Path of the shard, for problems.
-        split: The shard's split (for the duplicate-key check).
-        schema, decode_images, labels: As for ``check_record``.
-        preview: Keep preview samples.
-        decode_with: Decoders that must decode each image to its size (``check_features``).
+    Each record is read with ``scan_example`` (the full protobuf parse for bytes outside the usual
+    layout). ``schema``, ``decode_images``, ``labels`` and ``decode_with`` are ``check_record``'s;
+    ``preview`` keeps preview samples.
     """
 
     def __init__(self, file: str, split: str | None, schema: Mapping[str, str] | bool | None,
@@ -219,15 +199,10 @@ def group_parts(tally: RangeTally, counts: bool = True,
                 buckets: int = KEY_BUCKETS) -> list[tuple[tuple[str, Any], tuple]]:
     """A range's parts for the checks across ranges, each keyed by ``(group kind, group)``.
 
-    Args:
-        tally: The range's tally.
-        counts: Also give the range's counts, to compare the shard's with its
-            manifest entry: ``((SHARD_GROUP, file), (ShardTally, entry or None))``.
-        buckets: Buckets the keys are dealt into (``key_bucket_count``).
-
     Returns:
-        The counts part, if asked for, then ``((KEY_GROUP, bucket), (split,
-        file, [(key, offset)]))`` per bucket of ``key_buckets``.
+        With ``counts``, the range's counts for the comparison with the shard's manifest entry,
+        ``((SHARD_GROUP, file), (ShardTally, entry or None))``; then ``((KEY_GROUP, bucket), (split,
+        file, [(key, offset)]))`` per bucket of ``key_buckets`` (``buckets`` of them).
     """
     parts: list[tuple[tuple[str, Any], tuple]] = []
     if counts:
@@ -237,12 +212,8 @@ def group_parts(tally: RangeTally, counts: bool = True,
 
 
 def group_problems(group: tuple[str, Any], parts: Iterable[tuple]) -> list[Problem]:
-    """The problems of one group of ``group_parts``' parts.
-
-    A shard's group: its counts, added up over its ranges, against its
-    manifest entry (``shard_problems``; none when no part holds an entry). A
-    bucket's group: its repeated keys (``bucket_duplicates``).
-    """
+    """The problems of one group of ``group_parts``' parts: a shard's counts, added up over its ranges,
+    against its manifest entry (none when no part holds one), or a bucket's repeated keys."""
     kind, name = group
     if kind == KEY_GROUP:
         return bucket_duplicates(parts)
