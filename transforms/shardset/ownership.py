@@ -31,7 +31,7 @@ from transforms.tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX, index_name
 
 __all__ = ["JOURNAL_NAME", "PublishPolicy", "Journal", "is_shard_named", "owned_files",
            "unlisted_shard_files", "unlisted_problem", "kept_splits", "kept_split_problem",
-           "merge_labels", "files_to_remove"]
+           "merge_labels", "labels_conflict", "files_to_remove"]
 
 JOURNAL_NAME = ".publishing.json"
 
@@ -209,6 +209,14 @@ def merge_labels(kept: Sequence[str], new: Sequence[str]) -> list[str] | None:
     kept, new = list(kept), list(new)
     short, long = (kept, new) if len(kept) <= len(new) else (new, kept)
     return long if long[:len(short)] == short else None
+
+
+def labels_conflict(labels: Sequence[str], kept: Iterable[str], kept_labels: Sequence[str]) -> str:
+    """The refusal of a run whose classes and those of the kept splits disagree (``merge_labels``)."""
+    return (f"the classes of this run ({', '.join(labels) or 'none'}) and those of the kept "
+            f"splits {', '.join(sorted(kept))} ({', '.join(kept_labels)}) give some index "
+            "two meanings; fix the class list (--class_names), rebuild those splits too, or "
+            "pass --drop_other_splits")
 
 
 def files_to_remove(present: Iterable[str], owned: set[str], keep: set[str],
