@@ -20,16 +20,15 @@ import stat
 import threading
 from typing import BinaryIO, Iterator
 
-from transforms.filesystems import BeamIOError, CompressionTypes
-from transforms.filesystems import filesystem_of
-
-from transforms.filesystems import naming_s3_errors, shared_s3io, store_client, unbuffered
+from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of, naming_s3_errors, shared_s3io,
+                                    store_client, unbuffered)
 from transforms.storage.paths import is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
-__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
-           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of", "hashes_match", "local_copy",
-           "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
+__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes",
+           "file_size", "peek_local", "read_at_most", "open_file", "read_file", "read_if_present",
+           "open_lines", "exists", "sha256_of", "hashes_match", "local_copy", "read_range", "read_prefix",
+           "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.

@@ -13,11 +13,8 @@ import errno
 import os
 from typing import Callable, Iterator, Sequence
 
-from transforms.filesystems import FileMetadata, filesystem_of
-from transforms.filesystems import FileSystems
-
+from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
 from transforms.shardset.naming import join_path
-from transforms.filesystems import naming_s3_errors, store_client
 from transforms.storage.files import exists
 from transforms.storage.paths import has_wildcards, is_local
 

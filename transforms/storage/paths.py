@@ -1,9 +1,7 @@
 """What a path names before anything is read: local or on a store, readable by a file system, the same file.
 
-A local path is written without a scheme; anything with ``://`` is a URL of
-one of Beam's file systems (gs://, s3://, ...). Beam's file systems read
-``*``, ``?`` and ``[`` anywhere in a pattern as wildcards (``WILDCARDS``) and
-cannot quote them.
+A local path is written without a scheme; anything with ``://`` is a URL of one of Beam's file
+systems, which read ``WILDCARDS`` anywhere in a pattern and cannot quote them.
 """
 
 from __future__ import annotations
@@ -11,9 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from transforms.filesystems import FileSystem
-from transforms.filesystems import FileSystems
-
+from transforms.filesystems import FileSystem, FileSystems
 from transforms.shardset.naming import WILDCARDS
 
 __all__ = ["WILDCARDS", "is_local", "has_wildcards", "path_problem", "same_file"]
@@ -42,9 +38,8 @@ def _has_file_system(scheme: str) -> bool:
 def path_problem(path: str) -> str | None:
     """Why no file system can open ``path``, whatever any store holds, or None.
 
-    A path holding a NUL byte (no operating system or store takes one), and a
-    URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
-    Beam raises ``ValueError`` for both, not an ``OSError``.
+    A path holding a NUL byte, or a URI whose scheme no file system of Beam's reads: Beam raises
+    ``ValueError`` for both, not an ``OSError``.
     """
     if "\0" in path:
         return "path holds a NUL byte, which no file system accepts"

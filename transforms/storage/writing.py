@@ -14,21 +14,17 @@ import shutil
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
-from transforms.filesystems import CompressionTypes
-from transforms.filesystems import filesystem_of
-
 from transforms.errors import PublishError
+from transforms.filesystems import CompressionTypes, close_written_file, filesystem_of, naming_s3_errors, store_client
 from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB
-from transforms.filesystems import close_written_file, naming_s3_errors, store_client
 from transforms.storage.files import exists
 from transforms.storage.folders import delete_files, rename_files
 from transforms.storage.paths import is_local
 
 __all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
            "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
-           "create_exclusive_s3",
-           "check_writable"]
+           "create_exclusive_s3", "check_writable"]
 
 # What a disk-full message asks for when the space a write needs is not known.
 FREE_SOME_SPACE = "free some space"
