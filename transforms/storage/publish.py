@@ -1,34 +1,21 @@
 """Publishing a run's staged shards into its output folder: one journal, carried forward.
 
-Every run that publishes (a build, a reshard, a resumed build, an append)
-does it the same way, once every shard is written to staging
-(``shard_files.write_shard``):
+Every run that publishes does it the same way, once every shard is written to staging:
 
-0. check that the folder's lock still holds this run, that no link stands
-   where the tool's folders go, and that the splits of the previous
-   manifest this run does not write (kept splits) are still as listed;
-   refuse otherwise, having changed nothing in the set;
-1. plan the new set (``shardset.publish_plan``): its splits, the renames
-   that bring staged shards (and published shards an append renames) to
-   their names, and the old set's files to delete;
-2. write every file of the new set that is not a shard (``dead_letters.jsonl``,
-   ``labels.txt``, ``shards.jsonl``, sidecars, ``manifest.json``) to the run's
-   staging folder;
-3. write the journal (``.publishing.json``): the renames in order,
-   ``manifest.json`` last, and the deletions after. From here on the publish
-   only goes forward: no process deletes what the journal names;
-4. carry it out (``journal.finish_journal``): delete the old ``manifest.json``
-   (readers see none), rename the shards (with ``folders.PARALLEL_MOVES`` or
-   more, handed to many workers in chunks, ``folders.move_chunk``, between
-   ``prepare_publish`` and ``commit_publish``), rename the set's files,
-   ``manifest.json`` last, then delete the old set's files, the journal and
-   the staging folder.
+0. check that the folder's lock still holds this run, that no link stands where the tool's
+   folders go, and that the kept splits are still as listed; refuse otherwise, changing nothing;
+1. plan the new set (``shardset.publish_plan``): its splits, the renames, the files to delete;
+2. stage every file of the new set that is not a shard, ``manifest.json`` among them;
+3. write the journal (``.publishing.json``): the renames in order, ``manifest.json`` last, and
+   the deletions after. From here on the publish only goes forward;
+4. carry it out (``journal.finish_journal``): delete the old ``manifest.json``, rename the shards
+   (from ``folders.PARALLEL_MOVES`` of them, on many workers between ``prepare_publish`` and
+   ``commit_publish``), rename the set's files, ``manifest.json`` last, then delete the old
+   set's files, the journal and the staging folder.
 
-A crash before 3 leaves the old set as it was. A crash after 3 leaves the
-journal: the next run into the folder, or the same run's retried step,
-finishes it first (``journal.finish_interrupted``), so the folder ends with
-the old set or the new one, whole. Readers see the old manifest, none, or the
-new one, never one that names a missing or partial file.
+A crash after 3 leaves the journal: the next run into the folder, or the same run's retried
+step, finishes it first, so the folder ends with the old set or the new one, whole. Readers see
+the old manifest, none, or the new one, never one that names a missing or partial file.
 
 Nothing it is given grows with shards: its side inputs are counts and the staged parts of the
 shard list and of the dead letters; it keeps one small entry per shard.
@@ -314,7 +301,8 @@ def _stage_manifest(output_dir: str, staging: str, plan: Any, labels: Sequence[s
                     dead_count: int, manifest_fields: Mapping[str, Any], compression: str,
                     appending: bool, known_dead_letters: int = 0) -> Manifest:
     """Stages ``labels.txt`` and ``shards.jsonl``; returns the new manifest (refused: staging cleared)."""
-    write_atomic(_staged_copy(output_dir, staging, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"), staging)
+    write_atomic(_staged_copy(output_dir, staging, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"),
+                 staging)
     entries = {key: plan.splits[key[0]].shards[key[1]] for key in empty}
     shards_file = write_shard_list(output_dir, staging, plan.splits, kept, old, {(p.split, p.part): p for p in parts},
                                    entries, appended={t.split: t for t in totals} if appending else None,
@@ -339,21 +327,15 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
 
     Args:
         output_dir: Output folder.
-        parts: The staged parts of the shard list (``write_shard_list_part``) covering every
-            written shard.
-        totals: The plan of every split written (empty shards are created); an appended split's
-            carries its published shards.
-        dead_letters: The staged parts of the dead letters
-            (``dead_letter_files.write_dead_letter_part``).
+        parts: The staged parts of the shard list covering every written shard.
+        totals: The plan of every split written (empty shards are created).
+        dead_letters: The staged parts of the dead letters.
         labels: Class names in index order.
         inputs: Number of inputs (records written + dead letters must equal it).
         compression: Shard compression.
-        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``
-            and, for builds, ``images``, ``object_labels``, ``near_duplicates``.
-        max_bad_fraction: Refuse to publish when more inputs than this fraction
-            were rejected; None for no limit.
-        policy: The run's id and how it treats what the folder already holds
-            (``policy.append``: the written splits keep their published shards).
+        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and a job's own.
+        max_bad_fraction: ``--max_bad_fraction``; None for no limit.
+        policy: The run's id and how it treats what the folder already holds.
         sidecar_files: Gives further files to publish beside the shards (name -> bytes) from the
             manifest about to be written; a name mapped to None is removed if present.
         parallel_from: With at least this many shard renames they are returned (full paths) for
