@@ -21,9 +21,9 @@ from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, ke
 from transforms.shardset.planning import MIB, lay_out_split
 from transforms.shardset.replacing import replace_problem
 
-__all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_plan", "folder_change",
-           "folder_problems",
-           "DEFAULT_RATE", "DUPLICATE_REASONS", "BY_CONTENT", "PLAN_VERSION"]
+__all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "FolderChange", "BuildRate",
+           "Plan", "make_plan", "folder_change", "folder_problems", "DEFAULT_RATE", "DUPLICATE_REASONS",
+           "BY_CONTENT", "PLAN_VERSION"]
 
 PLAN_VERSION = 1
 # How many rejected inputs a plan names per reason.
@@ -259,11 +259,9 @@ def folder_change(published: Mapping[str, int], written: Iterable[str], kept: It
     """Compares the splits a run writes with those published in its output folder.
 
     Args:
-        published: Split -> records of the set there now (empty: none).
         written: The splits the run would write.
         kept: The published splits publishing would keep (``ownership.kept_splits``).
-        problems: Why the build would refuse, as found by the caller.
-        appending: The run appends (``--append``).
+        The others: as ``FolderChange``'s attributes.
     """
     written, kept = set(written), set(kept)
     return FolderChange(dict(published), tuple(sorted(written - set(published))),
@@ -278,17 +276,10 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
     """Why a build would refuse to start or to publish into its output folder, one line each.
 
     Args:
-        output_dir: The output folder.
-        present: Name -> size of the files in it (``output_folder.folder_state``).
-        manifest: Its manifest, if readable.
-        manifest_problem: Why its manifest cannot be read, if it cannot.
-        owned: The files this tool published there.
+        present, manifest, manifest_problem, owned: What the folder holds (``output_folder.FolderState``).
         policy: The run's publishing policy.
         written: The splits the run would write.
-        compression: ``--compression``.
-        feature_spec: The feature spec of the run's records.
-        labels: The run's classes in index order.
-        inputs: The run's ``--input`` values (``replacing``).
+        compression, feature_spec, labels, inputs: The run's, as publishing checks them.
     """
     problems = []
     unlisted = unlisted_problem(output_dir, unlisted_shard_files(present, owned), manifest_problem)
@@ -557,22 +548,9 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
     """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
 
     Args:
-        tally: What the plan's pipeline saw.
-        inputs: The ``--input`` values.
-        output_dir: The ``--output_dir``.
         target_bytes: ``--shard_size_mb`` in bytes.
         num_shards: ``--num_shards``, or None.
-        change: What the run would do to the output folder's shard set, or None for none.
-        output_exists: Whether the output folder exists.
-        rate: How the build's time is estimated.
-        max_bad_fraction: ``--max_bad_fraction``.
-        plan_seconds: How long the plan ran.
-        notes: Lines the plan adds at its end.
-        validate: The build's ``--validate`` level.
-        free_bytes: Free bytes where ``output_dir`` lies, or None.
-        staging: The folder the build stages in.
-        staging_dir: ``--staging_dir`` ('': none): where the build's run files lie.
-        staging_free: Free bytes where ``staging_dir`` lies, or None.
+        The others: as ``Plan``'s attributes of the same names.
     """
     classes: dict[str, dict[str, int]] = {}
     for (split, label), count in sorted(tally.records.items()):

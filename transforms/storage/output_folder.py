@@ -31,10 +31,9 @@ from transforms.tfrecord.record_index import INDEX_DIR
 from transforms.tfrecord.run_files import RUNS_DIR
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "folder_state",
-           "read_manifest", "clear_staging", "clear_staging_keeping",
-           "resumable_runs", "staging_folder", "run_files_folder", "run_files_of", "prepare_output",
-           "finish_output", "published_shards", "published_shard_sizes", "published_manifest",
-           "check_replaced_splits"]
+           "read_manifest", "clear_staging", "clear_staging_keeping", "resumable_runs", "staging_folder",
+           "run_files_folder", "run_files_of", "prepare_output", "finish_output", "published_shards",
+           "published_shard_sizes", "published_manifest", "check_replaced_splits"]
 
 STAGING_DIR = ".staging"
 # In a run's staging folder: where its run files lie when that is not beside it (--staging_dir).
@@ -204,7 +203,6 @@ def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool
     without label counts (the splits' totals keep them): memory grows with shards, not x labels.
 
     Args:
-        output_dir: The shard set's folder.
         data: ``manifest.json``'s bytes, if already read.
         label_counts: Keep each shard's label counts.
 
@@ -399,15 +397,11 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
                           splits: Callable[[], Iterable[str]]) -> None:
     """Refuses, before any input is read, a run that would replace a split other inputs built.
 
-    Args:
-        output_dir: The output folder.
-        inputs: The run's ``--input`` values.
-        splits: Gives the splits the run is known to write (called only when the folder holds a
-            split that other inputs built). The run's publish checks again.
+    ``splits`` gives the splits the run is known to write (called only when the folder holds a
+    split that other inputs built); the run's publish checks again.
 
     Raises:
-        UsageError: One line naming the split, its records, the inputs that
-            built it and ``--replace``.
+        UsageError: One line naming the split, its records, the inputs that built it and ``--replace``.
     """
     old = published_manifest(output_dir)
     if old is None or replace_problem(output_dir, old, old.splits, inputs) is None:
