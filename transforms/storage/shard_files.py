@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import tempfile
 import uuid
@@ -202,10 +201,7 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
     The rows publishing needs of those shards are staged beside them: the part, with its counts,
     is all the publish step is given.
 
-    Args:
-        item: ``((split, part), [ShardResult])``.
-        output_dir: Output folder (the part goes to the run's staging folder).
-        run_id: The run's id.
+    ``item`` is ``((split, part), [ShardResult])``; the part goes to the run's staging folder.
     """
     (split, part), results = item
     results = sorted(results, key=lambda r: r.index)
@@ -298,11 +294,6 @@ def published_entries(output_dir: str, old: Manifest, split: str) -> Iterator[tu
             raise PublishError(f"cannot keep split {split!r}: {err}") from err
 
 
-def _kept_lines(output_dir: str, old: Manifest, split: str) -> Iterator[bytes]:
-    """The shard-list lines of a kept split, from the previous manifest (or its shard list)."""
-    for index, entry in published_entries(output_dir, old, split):
-        yield shard_line(split, index, entry)
-
 
 def _appended_lines(output_dir: str, old: Manifest, totals: SplitTotals, compression: str,
                     parts: Mapping[tuple[str, int], ShardListPart],
@@ -383,7 +374,7 @@ def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEn
             if name in appended:
                 pieces = _appended_lines(output_dir, old, appended[name], compression, parts, empty)
             elif name in kept or _published_before(name):
-                pieces = _kept_lines(output_dir, old, name)
+                pieces = (shard_line(name, index, entry) for index, entry in published_entries(output_dir, old, name))
             else:
                 pieces = _part_lines(name, splits[name].num_shards, parts, empty)
             for line in pieces:
