@@ -17,8 +17,8 @@ from transforms.errors import ManifestError
 from transforms.tfrecord.file_hash import crc32c_value
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
-           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME", "SHARDS_NAME",
-           "REFUSED_DEAD_LETTERS_NAME"]
+           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME",
+           "DEAD_LETTERS_NAME", "SHARDS_NAME", "REFUSED_DEAD_LETTERS_NAME"]
 
 FORMAT_NAME = "tfrecord-shards"
 FORMAT_VERSION = 2

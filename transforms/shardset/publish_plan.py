@@ -194,8 +194,7 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
     """The manifest a plan publishes.
 
     Args:
-        fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and,
-            for builds, ``images``, ``object_labels`` and ``near_duplicates``.
+        fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and a job's own.
         dead_letters: This run's dead letters (an append adds the set's).
         inputs_given: The run's ``--input`` values, or None.
         appending: An append: counts, inputs and object classes add to ``old``'s.
@@ -237,8 +236,6 @@ def plan_journal(run_id: str, plan: PublishPlan, staged_files: Sequence[tuple[st
     """The journal of a plan: shard renames, then the set's staged files (``manifest.json`` last), then deletions.
 
     Args:
-        run_id: The publishing run.
-        plan: Its plan.
         staged_files: ``(staged, name)`` of the set's files that are not shards, relative to the
             folder, ``manifest.json`` among them.
         removed: More names to delete after (sidecars the new set does not have).

@@ -47,10 +47,6 @@ def labels_file_name(key: str) -> str:
     return key.replace("/", ".") + _LABELS_SUFFIX
 
 
-def _nested_labels_file_name(key: str) -> str:
-    """The names file sets written before features were top-level had (removed when rebuilt)."""
-    return key.replace("/", "-") + _LABELS_SUFFIX
-
 
 def is_tfds_file(name: str) -> bool:
     """True for a file name ``tfds_files`` writes (a reader of shards skips these)."""
@@ -160,7 +156,8 @@ def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
     """
     none: dict[str, bytes | None] = {name: None for name in (
         DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
-        *(_nested_labels_file_name(key) for key in _CLASS_KEYS))}
+        # the names files of sets written before features were top-level (removed when rebuilt)
+        *(key.replace("/", "-") + _LABELS_SUFFIX for key in _CLASS_KEYS))}
     spec = dict(manifest.feature_spec)
     if tfds_problem(manifest.compression) or not spec or any(
             base_kind(kind) not in _DTYPES for kind in spec.values()):
