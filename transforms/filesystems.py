@@ -347,13 +347,6 @@ def unbuffered(fh: BinaryIO) -> BinaryIO:
     return raw if raw is not None and hasattr(raw, "readinto") and hasattr(raw, "seek") else fh
 
 
-def _os_error(path: str, err: Exception) -> OSError:
-    """An S3 client error as the OSError a local read would raise, naming the object."""
-    code = getattr(err, "code", None)
-    if code is None:
-        return OSError(errno.EIO, f"S3 gave no answer: {getattr(err, 'message', err)}", path)
-    return OSError(_ERRNO.get(code, errno.EIO), f"S3 answered {code}: {getattr(err, 'message', err)}", path)
-
 
 @contextlib.contextmanager
 def naming_s3_errors(path: str) -> Iterator[None]:
@@ -364,5 +357,8 @@ def naming_s3_errors(path: str) -> Iterator[None]:
     """
     try:
         yield
-    except _S3_ERRORS as err:
-        raise _os_error(path, err) from err
+    except _S3_ERRORS as err:  # as the OSError a local read would raise
+        code, why = getattr(err, "code", None), getattr(err, "message", err)
+        if code is None:
+            raise OSError(errno.EIO, f"S3 gave no answer: {why}", path) from err
+        raise OSError(_ERRNO.get(code, errno.EIO), f"S3 answered {code}: {why}", path) from err
