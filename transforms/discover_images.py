@@ -92,9 +92,6 @@ def _unwire(value: str | bytes) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
-def _why(err: OSError) -> str:
-    return f"{type(err).__name__}: {err.strerror or err}"
-
 
 class _StartInputFn(CarriesStorageOptions, beam.DoFn):
     """Manifest input -> its byte ranges (_RANGES), or its entries (_COCO, _COCO_NAMES) when it is COCO.
@@ -201,7 +198,8 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
                 if not is_hidden(rel):
-                    yield ("unreadable", key, _wire(rel.rstrip("/")), _wire(_why(found)), task.layout)
+                    why = f"{type(found).__name__}: {found.strerror or found}"
+                    yield ("unreadable", key, _wire(rel.rstrip("/")), _wire(why), task.layout)
             elif found:
                 continue  # a folder: listed by a task of its own
             elif is_hidden(rel):
