@@ -13,8 +13,9 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.runner import PipelineRunner
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
-           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "local_workers_for", "bytes_worth_counting",
-           "workers_given", "choose_local_workers", "dask_runner", "wants_dask", "register_dask_options"]
+           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "local_workers_for",
+           "bytes_worth_counting", "workers_given", "choose_local_workers", "dask_runner", "wants_dask",
+           "register_dask_options"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 

@@ -14,10 +14,10 @@ from transforms.storage.files import exists, sha256_of
 from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
-__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files", "rename_files",
-           "rename_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
-           "PARALLEL_MOVES", "make_folder", "delete_empty_folder", "file_above",
-           "local_write_problem"]
+__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files",
+           "rename_files", "rename_all", "move_chunk", "move_chunks", "moves_problem", "Move",
+           "RENAME_THREADS", "RENAME_CHUNK", "PARALLEL_MOVES", "make_folder", "delete_empty_folder",
+           "file_above", "local_write_problem"]
 
 # Threads renaming files at once, and files per rename call (gs:// and s3:// copy and delete
 # each object; a call renames its files one batch request at a time).
