@@ -22,7 +22,7 @@ from typing import BinaryIO, Iterator
 
 from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of, naming_s3_errors, shared_s3io,
                                     store_client, unbuffered)
-from transforms.storage.paths import is_local, path_problem
+from transforms.storage.paths import bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes",
@@ -238,16 +238,11 @@ def local_copy(path: str) -> Iterator[str]:
         yield local
 
 
-def _bucket_key(path: str) -> tuple[str, str]:
-    bucket, _, key = path.split("://", 1)[1].partition("/")
-    return bucket, key
-
-
 def _s3_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
     """One ``GET`` of ``bytes=offset-(offset+length-1)``; the bytes and the object's size (None: not told)."""
     import botocore.exceptions
 
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     client = store_client("s3")
     for attempt in range(2):  # a body cut off while read is asked for once more, as Beam does
         try:
@@ -278,7 +273,7 @@ def _gcs_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
     """One media ``GET`` of ``bytes=offset-(offset+length-1)``; the bytes (the size is not told)."""
     from google.api_core import exceptions
 
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     blob = store_client("gs").bucket(bucket).blob(key)
     try:
         return blob.download_as_bytes(start=offset, end=offset + length - 1, raw_download=True,
@@ -457,7 +452,7 @@ def _store_size(path: str) -> int:
     if path.startswith("gs://"):
         from google.api_core import exceptions
 
-        bucket, key = _bucket_key(path)
+        bucket, key = bucket_key(path)
         try:
             blob = store_client("gs").bucket(bucket).get_blob(key)
         except exceptions.GoogleAPICallError as err:
@@ -469,15 +464,14 @@ def _store_size(path: str) -> int:
         return shared_s3io().size(path)
 
 
-def open_store(path: str, chunk: int = STORE_READ_CHUNK, size: int | None = None, until: int | None = None) -> BinaryIO:
-    """Opens an s3:// or gs:// object for reading in bounded ranges of ``chunk`` bytes, one request each.
+def open_store(path: str, size: int | None = None, until: int | None = None) -> BinaryIO:
+    """Opens an s3:// or gs:// object for reading in ranges of ``STORE_READ_CHUNK`` bytes, one request each.
 
     Opening reads the first chunk (the whole of a small object) in one ``GET``, which also tells
     the size, no ``HEAD`` (on gs://, an object of a chunk or more needs a metadata request).
 
     Args:
         path: The s3:// or gs:// object.
-        chunk: Bytes asked for at a time.
         size: Its size, when known (a matched file): nothing is read on opening.
         until: Where the reader's byte range ends (a split of a shard): no request reaches past
             it unless the reader reads past it, and then in requests from ``PAST_RANGE_CHUNK`` up.
@@ -485,6 +479,7 @@ def open_store(path: str, chunk: int = STORE_READ_CHUNK, size: int | None = None
     Raises:
         OSError: As ``read_range`` (``FileNotFoundError`` when missing).
     """
+    chunk = STORE_READ_CHUNK
     if size is not None:
         return io.BufferedReader(_StoreFile(path, None, size, chunk, until), chunk)
     first, size = _remote_range(path, 0, chunk)

@@ -12,7 +12,7 @@ import posixpath
 from transforms.filesystems import FileSystem, FileSystems
 from transforms.shardset.naming import WILDCARDS
 
-__all__ = ["WILDCARDS", "is_local", "has_wildcards", "path_problem", "same_file"]
+__all__ = ["WILDCARDS", "is_local", "bucket_key", "has_wildcards", "path_problem", "same_file"]
 
 _schemes: frozenset = frozenset()
 
@@ -20,6 +20,12 @@ _schemes: frozenset = frozenset()
 def is_local(path: str) -> bool:
     """True for a local path (no ``scheme://``)."""
     return "://" not in path
+
+
+def bucket_key(url: str) -> tuple[str, str]:
+    """The bucket and key of a gs:// or s3:// URL: ``s3://b/k/x`` -> ``("b", "k/x")``."""
+    bucket, _, key = url.split("://", 1)[1].partition("/")
+    return bucket, key
 
 
 def has_wildcards(path: str) -> bool:

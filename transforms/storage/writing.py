@@ -20,7 +20,7 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB
 from transforms.storage.files import exists
 from transforms.storage.folders import delete_files, rename_files
-from transforms.storage.paths import is_local
+from transforms.storage.paths import bucket_key, is_local
 
 __all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
            "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
@@ -111,7 +111,7 @@ def put_object(path: str, data: bytes) -> None:
     Raises:
         OSError: The store refused it (the message names the object and the answer).
     """
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     if path.startswith("s3://"):
         import botocore.exceptions
 
@@ -166,11 +166,6 @@ def check_writable(probe: str) -> None:
         delete_files([probe])
 
 
-def _bucket_key(path: str) -> tuple[str, str]:
-    bucket, _, key = path.split("://", 1)[1].partition("/")
-    return bucket, key
-
-
 def create_exclusive(path: str, data: bytes) -> bool:
     """Creates ``path`` holding ``data`` unless it exists; True if this call created it.
 
@@ -199,7 +194,7 @@ def create_exclusive_s3(path: str, data: bytes) -> bool:
     """Puts an s3:// object with ``If-None-Match: *``; True if this call created it."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     client = store_client("s3")
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
@@ -220,7 +215,7 @@ def create_exclusive_s3(path: str, data: bytes) -> bool:
 def _create_exclusive_gcs(path: str, data: bytes) -> bool:
     from google.api_core.exceptions import PreconditionFailed
 
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     blob = store_client("gs").bucket(bucket).blob(key)
     try:
         blob.upload_from_string(data, if_generation_match=0)
