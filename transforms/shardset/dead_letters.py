@@ -152,7 +152,6 @@ def rejection_verdict(inputs: int, rejected: int, present: int = 0,
     """The one rule of ``--max_bad_fraction``, for a build, an append and their plans.
 
     Args:
-        inputs: Inputs listed.
         rejected: Inputs rejected, those already in the set included.
         present: Inputs rejected as already in the set the run appends to (0 for a build): neither
             inputs nor bad inputs for the fraction (appending a folder that grew is the usual case).
@@ -174,11 +173,10 @@ def _summary(dead: RejectionSummary | Sequence[DeadLetter]) -> RejectionSummary:
     return dead if isinstance(dead, RejectionSummary) else RejectionSummary.of(dead)
 
 
-def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter], examples: int = EXAMPLES) -> list[str]:
-    """Lines saying why inputs were rejected: the count per reason, then a few examples.
+def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter]) -> list[str]:
+    """Lines saying why inputs were rejected: the count per reason, then ``EXAMPLES`` examples at most.
 
-    The examples are the first dead letter of each of the most frequent reasons, then further
-    ones, up to ``examples`` lines (at most ``EXAMPLES`` from a summary).
+    The examples are the first dead letter of each of the most frequent reasons, then further ones.
     """
     summary = _summary(dead_letters)
     counts = dict(summary.by_reason)
@@ -186,7 +184,7 @@ def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter], exa
     lines = ["  rejected by reason: " + ", ".join(f"{r} {counts[r]}" for r in ranked)]
     first_of = {d.reason: d for d in summary.firsts}
     firsts = [first_of[r] for r in ranked]
-    chosen = (firsts + [d for d in summary.earliest if d not in firsts])[:examples]
+    chosen = (firsts + [d for d in summary.earliest if d not in firsts])[:EXAMPLES]
     lines += [f"  e.g. {d.path}: {d.reason}: {d.error}" for d in chosen]
     return lines
 

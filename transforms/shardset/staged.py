@@ -83,9 +83,9 @@ class StagedShard:
                    result.stats.bytes, result.stats.sha256, result.stats.crc32c, result.stats.index_crc32c,
                    result.staged_keys, result.stats.keys_crc32c if result.staged_keys else None)
 
-    def entry(self, file: str | None = None) -> ShardEntry:
-        """Its shard-list entry (under ``file``, default its own name), without label counts."""
-        return ShardEntry(file or self.file, self.records, self.bytes, self.sha256, {}, self.crc32c,
+    def entry(self) -> ShardEntry:
+        """Its shard-list entry, without label counts."""
+        return ShardEntry(self.file, self.records, self.bytes, self.sha256, {}, self.crc32c,
                           self.index_crc32c, self.keys_crc32c)
 
 

@@ -196,15 +196,12 @@ def _listing(output_dir: str) -> dict[str, int]:
     return present
 
 
-def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool = False) -> Manifest:
+def read_manifest(output_dir: str, data: bytes | None = None) -> Manifest:
     """The folder's manifest with every shard listed (format 2: read from its shard list).
 
-    The shard list is streamed and checked against ``manifest.json``. By default shard entries come
-    without label counts (the splits' totals keep them): memory grows with shards, not x labels.
-
-    Args:
-        data: ``manifest.json``'s bytes, if already read.
-        label_counts: Keep each shard's label counts.
+    The shard list is streamed and checked against ``manifest.json``. Shard entries come without
+    label counts (the splits' totals keep them): memory grows with shards, not x labels. ``data``:
+    ``manifest.json``'s bytes, if already read.
 
     Raises:
         ManifestError: The manifest or its shard list cannot be read, or they disagree.
@@ -217,7 +214,7 @@ def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool
     if manifest.complete:
         return manifest
     with open_lines(join_path(output_dir, manifest.shards_file.file)) as lines:
-        return with_shard_list(manifest, lines, label_counts)
+        return with_shard_list(manifest, lines, label_counts=False)
 
 
 def folder_state(output_dir: str) -> FolderState:
