@@ -1,10 +1,4 @@
-"""Beam steps of the build job that list its inputs: folders, input manifests, COCO files.
-
-``DiscoverImages`` lists every input file or manifest row, spread over many
-elements; ``CollectListingFacts`` turns what it listed into one
-``ListingFacts`` (input count, class list, record layout) before any image is
-read.
-"""
+"""Beam steps of the build job that list its inputs (folders, input manifests, COCO files) and what they say."""
 
 from __future__ import annotations
 
@@ -341,7 +335,6 @@ def folder_tasks(path: str, layout: str, offline: bool = False,
     input on a worker. A local folder with more than ``names_per_part`` files is listed in parts.
 
     Args:
-        path: The folder input.
         layout: ``--layout``.
         offline: Touch no storage.
         names_per_part: Files below one local folder that one task lists.

@@ -163,10 +163,8 @@ def filesystem_of(path: str):
 
 
 def shared_s3io():
-    """Beam's S3IO for this thread (its client keeps a download's state) on this process's client.
-
-    Rebuilt when the options change; its calls are bounded in time and tries (``s3_read_client``).
-    """
+    """Beam's S3IO for this thread (its client keeps a download's state) on this process's client,
+    rebuilt when the options change."""
     from apache_beam.io.aws import s3io
 
     options = filesystem_options()
@@ -178,21 +176,14 @@ def shared_s3io():
 
 
 class S3NoAnswerError(OSError, PermanentException):
-    """An S3 call that got no HTTP answer (endpoint unreachable, timed out, no credentials).
-
-    A ``PermanentException``: Beam's retry decorators (``apache_beam.utils.retry``)
-    do not try it again; botocore already tried it ``S3_READ_ATTEMPTS`` times.
-    """
+    """An S3 call that got no HTTP answer in ``S3_READ_ATTEMPTS`` tries: Beam's retry decorators do not retry it."""
 
 
 def s3_read_client(options: PipelineOptions):
-    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries.
+    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries (see the module's docstring).
 
-    Beam 2.77's ``boto3_client.Client`` has botocore's defaults and its
-    ``S3Downloader._get_object_metadata`` retries an error without an HTTP status 7 more times:
-    an unreachable endpoint held each input about 10 minutes. This client has the bounds above, and
-    a call that gets no HTTP answer raises ``S3NoAnswerError``, which Beam does not retry. Reads of
-    object bytes keep Beam's retries, each try bounded by the same timeouts.
+    Beam 2.77's ``S3Downloader._get_object_metadata`` retries an error without an HTTP status 7
+    more times; reads of object bytes keep Beam's retries, each try bounded by the same timeouts.
 
     Raises:
         RuntimeError: apache-beam[aws] is not installed.

@@ -1,10 +1,4 @@
-"""Beam: the verify job's reading of shards, each split into byte ranges and checked as it is read.
-
-``ReadAndCheckRecords`` reads every record of each ``ShardFile`` once, in
-byte ranges the runner may split further (a splittable DoFn), checks it as it
-is read, and outputs one ``RangeTally`` per range; the reader of a shard's
-range at byte 0 also checks the whole file (CRC32C or sha256, ``.idx``).
-"""
+"""Beam: the verify job's reading of shards, each split into byte ranges and checked as it is read."""
 
 from __future__ import annotations
 
@@ -152,9 +146,8 @@ class RecordChecks:
 class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the whole file.
 
-    The reader of the range that starts at byte 0 hashes the bytes it reads (``HashingReader``);
-    when the file was split, it reads on to the file's end for the hash alone. It also checks the
-    file's ``.idx`` and puts the shard's manifest entry on its tally.
+    That reader hashes the bytes it reads (``HashingReader``); when the file was split, it reads on
+    to the file's end for the hash alone. Its tally holds the shard's manifest entry.
     """
 
     def __init__(self, schema: Mapping[str, str] | None, labels: Sequence[str] | None, checks: RecordChecks) -> None:
@@ -298,8 +291,8 @@ class ReadAndCheckRecords(beam.PTransform):
         schema, labels: The manifest's feature spec and class names (values or singleton side
             inputs), as ``transforms.verify.checks.check_record`` takes them.
         checks: What is checked beside the framing.
-        split_ranges: Split shards into byte ranges at the start (for more
-            readers than shards), or read each whole (each byte read once).
+        split_ranges: Split shards into byte ranges at the start (for more readers than shards), or
+            read each whole (each byte read once).
     """
 
     def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None,

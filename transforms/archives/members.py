@@ -126,11 +126,9 @@ def member_entry(container: str, member: str, ref: MemberRef | None, layout: str
     """Resolves one member of an archive as ``inputs.tree_entry`` resolves a file under a folder.
 
     Args:
-        container: The archive (path or URI).
         member: Its path in the archive (``inner.tar!path`` inside an inner tar).
         ref: Where its bytes are; None for a member that is not a regular file.
         layout: ``classes`` or ``splits``.
-        rules: Labelling rules.
     """
     name = member_name(container, member)
     rel = f"{posixpath.basename(container)}{SEPARATOR}{member}"

@@ -145,13 +145,10 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
     left out as Beam leaves them out. One folder's names are held at a time.
 
     Args:
-        root: The local folder.
-        keep: Only some entries: ``keep(folder)`` for each folder walked (its
-            path relative to ``root`` as bytes, ``b""`` for ``root`` itself)
-            gives a test of the bytes of an entry's name; only the files and
-            unreadable folders it passes are given, and only they are stat-ed
-            (``folder_parts``). The root itself, if it cannot be listed, is
-            tested as the name ``b""`` in ``b""``. None: every entry.
+        keep: Only some entries: ``keep(folder)`` for each folder walked (its path relative to
+            ``root`` as bytes, ``b""`` for ``root``) gives a test of the bytes of an entry's name;
+            only the files and unreadable folders it passes are given and stat-ed. The root, if it
+            cannot be listed, is tested as ``b""`` in ``b""``. None: every entry.
     """
     keep = keep or _keep_all
     top = os.fsencode(root)
