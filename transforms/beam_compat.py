@@ -1,10 +1,7 @@
-"""Every reach into Apache Beam's internals, in one place, each with the Beam version it was checked on.
+"""Every reach into Apache Beam's internals but its file systems' (``transforms/filesystems.py``).
 
-The rest of the project uses Beam's public API only. Each function here works
-around a gap in that API and names what it touches; when Beam changes, this
-module and ``transforms/filesystems.py`` (the reaches into Beam's file
-systems and their S3 and GCS clients, which only the storage package may
-touch) are the ones to re-check. All were checked against apache-beam 2.77.0.
+Each function works around a gap in Beam's public API and names what it touches; all were
+checked against apache-beam 2.77.0.
 """
 
 from __future__ import annotations
@@ -16,8 +13,9 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.runner import PipelineRunner
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
-           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "local_workers_for", "bytes_worth_counting",
-           "workers_given", "choose_local_workers", "dask_runner", "wants_dask", "register_dask_options"]
+           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "local_workers_for",
+           "bytes_worth_counting", "workers_given", "choose_local_workers", "dask_runner", "wants_dask",
+           "register_dask_options"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 
@@ -27,19 +25,11 @@ _DIRECT_NAMES = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
 def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     """Returns the runner object for a DirectRunner run, or None to let Beam pick.
 
-    Beam 2.77's DirectRunner first tries to download the Prism runner and falls
-    back to its in-process FnApiRunner when that fails, which costs a network
-    round trip (or a DNS time-out) on machines without internet. For batch
-    jobs the jobs go straight to that same FnApiRunner, with the same options
-    (``--direct_num_workers``, ``--direct_running_mode``). ``--runner
-    PrismRunner``, or ``--prism_location``, still selects Prism.
-
-    The data plane between the runner and its thread or process workers does
-    not flush on a timer (see ``_without_timed_flushes``). ``--runner
-    DaskRunner`` gets ``dask_runner()``, which fixes what Beam's loses. On
-    every runner that runs in this process (the DirectRunner's FnApiRunner, the
-    portable runner's ``--job_endpoint embed``), a bundle whose worker dies
-    fails the job instead of waiting for it forever (``_fail_bundles_of_lost_workers``).
+    Beam 2.77's DirectRunner first tries to download the Prism runner (a network round trip, or
+    a DNS time-out, offline) and falls back to its in-process FnApiRunner: batch jobs go straight
+    to that FnApiRunner, with the same options. ``--runner PrismRunner`` or ``--prism_location``
+    still selects Prism; ``--runner DaskRunner`` gets ``dask_runner()``. On every runner in this
+    process, a bundle whose worker dies fails the job (``_fail_bundles_of_lost_workers``).
     """
     _fail_bundles_of_lost_workers()
     standard = options.view_as(StandardOptions)
@@ -63,9 +53,8 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
 def local_workers(options: PipelineOptions) -> int | None:
     """How many SDK workers a DirectRunner run shares this machine's cores among, else None.
 
-    ``--direct_num_workers`` (0: one per CPU, as Beam reads it) in the
-    ``multi_threading`` and ``multi_processing`` modes; 1 ``in_memory``.
-    None for every other runner, whose workers may run elsewhere.
+    ``--direct_num_workers`` (0: one per CPU) in the ``multi_threading`` and ``multi_processing``
+    modes; 1 ``in_memory``.
     """
     standard = options.view_as(StandardOptions)
     if standard.runner not in _DIRECT_NAMES or options.get_all_options().get("prism_location"):
@@ -76,20 +65,10 @@ def local_workers(options: PipelineOptions) -> int | None:
     return direct.direct_num_workers or os.cpu_count() or 1
 
 
-# A local run of a job whose input is at least this large runs in worker processes unless its
-# flags say otherwise (``choose_local_workers``). Measured on 2 cores (BENCHMARKS.md, "Scaling
-# benchmark"): a second worker process costs about 2 s of start-up and pays for itself from
-# about 1 GB of input.
+# How a local run chooses worker processes (``choose_local_workers``, ``WORKERS_RULE``), as
+# measured in BENCHMARKS.md ("Scaling benchmark", "On 16 cores", "Worker processes where they pay").
 AUTO_WORKERS_MIN_BYTES = 1 << 30
-# Such a run gets one worker process per this many input bytes, up to one per usable core. Each
-# process costs ~3.7 CPU s of start-up; measured on 16 cores (BENCHMARKS.md, "On 16 cores"), the
-# 1.32 GB photo set built in 10.4 s wall and 31 CPU s with 4 workers, 12.5 s and 78 CPU s with 16,
-# and 13.1 s with one; verified in 6.8 s with 4 workers and 10.4 s with 16.
 WORKER_BYTES = 256 << 20
-# Verify runs worker processes only on at least this many usable cores. Measured on 2 cores
-# (BENCHMARKS.md, "Worker processes where they pay"): a second verify worker process cost 1.6x
-# the CPU seconds for no wall-time gain (a build's cost 1.3x and still pays); on 16 cores verify
-# gained from 4 workers (6.8 s, against 10.4 s with 16).
 VERIFY_MIN_CORES = 4
 
 
@@ -106,8 +85,7 @@ def bytes_worth_counting(cores: int) -> int:
 def workers_given(options: PipelineOptions) -> bool:
     """True if the command line set ``--direct_num_workers`` or ``--direct_running_mode``.
 
-    A value equal to Beam's default still counts as given. Reads the flags
-    ``PipelineOptions`` keeps (``_flags``; Beam 2.77.0).
+    A value equal to Beam's default still counts as given. Reads ``PipelineOptions._flags`` (Beam 2.77.0).
     """
     flags = getattr(options, "_flags", None) or ()
     return any(str(flag).split("=", 1)[0] in ("--direct_num_workers", "--direct_running_mode")
@@ -124,14 +102,7 @@ WORKERS_RULE = (f"Left out, a local build or reshard of at least {AUTO_WORKERS_M
 
 def choose_local_workers(options: PipelineOptions, input_bytes: int | None, cores: int,
                          min_cores: int = 2) -> str | None:
-    """Gives a large local run worker processes for its size, unless the flags chose; says so.
-
-    On the DirectRunner, a run whose input is at least ``AUTO_WORKERS_MIN_BYTES``
-    runs in ``multi_processing`` mode with one worker per ``WORKER_BYTES`` of
-    input, at least 2 and at most ``cores`` (``local_workers_for``); a smaller
-    one stays in this process (Beam's default), where start-up costs least.
-    Any ``--direct_num_workers`` or ``--direct_running_mode`` flag is kept as
-    given, and other runners are left alone.
+    """Gives a large local run worker processes for its size (``WORKERS_RULE``), unless the flags chose.
 
     Args:
         options: The run's options; changed in place when workers are chosen.
@@ -158,16 +129,10 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
 def _without_timed_flushes() -> None:
     """Stops the local runner's data plane from sending output on a timer.
 
-    In Beam 2.77 the FnApiRunner's gRPC data plane (thread workers, and the
-    runner's side of process workers) sends each output stream every
-    ``DATA_BUFFER_TIME_LIMIT_MS`` (1 s) from a timer thread, also halfway
-    through an element being written, while the receiving side decodes every
-    chunk as whole elements (``GroupingBuffer.append``,
-    ``DataInputOperation.process_encoded``). Under load a job then fails at
-    random, e.g. with ``Invalid PaneInfoEncoding``. With the limit at 0, as
-    Beam's process workers have it by default, a stream is sent when full or
-    closed, always between elements. A batch job loses nothing by it: timed
-    flushes only lower latency for streaming.
+    Beam 2.77's FnApiRunner sends each output stream every ``DATA_BUFFER_TIME_LIMIT_MS`` (1 s),
+    also halfway through an element, while the receiver decodes every chunk as whole elements:
+    under load a job failed at random (``Invalid PaneInfoEncoding``). At 0, as Beam's process
+    workers have it, a stream is sent when full or closed; batch jobs lose nothing by it.
     """
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
@@ -177,15 +142,9 @@ def _without_timed_flushes() -> None:
 def _fail_bundles_of_lost_workers() -> None:
     """Makes the FnApiRunner fail the instructions of an SDK worker whose control stream ended.
 
-    In Beam 2.77 the runner's reader of a worker's control stream
-    (``worker_handlers.ControlConnection._read``) ends when the stream breaks
-    (the worker process died, or was killed) without failing the instructions
-    that wait for the worker's answer. A bundle whose stage hands data back to
-    the runner is failed by the broken data stream; one whose stage hands
-    nothing back (the publish's last stage) waits on its ``ControlFuture``
-    forever, and the job with it. Here, once the stream ends, every waiting
-    instruction, and any sent to that worker afterwards, fails with a
-    ``RuntimeError``, and the job fails as on any worker error.
+    In Beam 2.77 ``worker_handlers.ControlConnection._read`` ends when the worker dies without
+    failing the instructions waiting for it: a stage that hands nothing back (the publish's last)
+    waited forever. Here every waiting instruction, and any sent afterwards, fails.
     """
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
@@ -222,10 +181,8 @@ def _fail_bundles_of_lost_workers() -> None:
 def use_anonymous_gcp_credentials() -> None:
     """Makes Beam's GCS client connect anonymously at once (for ``--no_auth``).
 
-    Touches ``apache_beam.internal.gcp.auth._Credentials`` (Beam 2.77.0), Beam's
-    per-process credential cache: marked as looked up, with no credentials, it
-    gives the anonymous client Beam otherwise falls back to after about 24 s of
-    retried credential lookups on a machine without Google credentials.
+    Marks ``apache_beam.internal.gcp.auth._Credentials`` (Beam 2.77.0) as looked up, with none:
+    Beam otherwise falls back to anonymous after about 24 s of retried lookups.
     """
     from apache_beam.internal.gcp import auth
 
@@ -247,9 +204,8 @@ def wants_dask(argv: Sequence[str]) -> bool:
 def register_dask_options() -> None:
     """Makes Beam's ``DaskOptions`` (``--dask_client_address`` ...) known to ``PipelineOptions``.
 
-    Beam defines them in ``apache_beam.runners.dask.dask_runner`` (2.77.0), which
-    imports ``dask.distributed`` (about 0.9 s); importing it registers the
-    options class, so the jobs import it only when the flags ask for Dask.
+    Importing ``apache_beam.runners.dask.dask_runner`` (2.77.0) registers them; it takes about
+    0.9 s, so the jobs do it only when the flags ask for Dask.
     """
     import apache_beam.runners.dask.dask_runner  # noqa: F401  (registers DaskOptions)
 
@@ -257,27 +213,12 @@ def register_dask_options() -> None:
 def dask_runner() -> PipelineRunner:
     """Returns a runner that runs the jobs on a Dask ``distributed`` cluster.
 
-    Beam 2.77.0's ``DaskRunner`` (``apache_beam/runners/dask/``) translates each
-    leaf transform to a ``dask.bag`` operation, but for these jobs it loses
-    output:
-
-    - ``apply_dofn_to_bundle`` collects a bundle's output before calling
-      ``finish_bundle``, so what a DoFn emits there is dropped;
-    - a ``ParDo``'s outputs share one bag with their tags removed, so each
-      consumer of ``with_outputs`` reads every output;
-    - only the bag of the last transform visited is computed: every other
-      branch (the dead letters, the shards when the manifest comes last) never
-      runs;
-    - ``beam.io.Read`` becomes a no-op with no input, and ``ParDo`` subclasses
-      (``WindowInto``, the ``GroupByKey`` overrides' ``_GroupAlsoByWindow``)
-      pass their input through unchanged.
-
-    This runner keeps Beam's options, client and result and translates the
-    graph itself: one task per bundle that runs the DoFn through Beam's
-    ``DoFnInvoker`` (finish_bundle's output included), one bag per output tag,
-    side inputs computed once and handed to each bundle, bounded sources split
-    and read, and every branch that ends the graph computed. It supports batch
-    pipelines in the global window, which is what the jobs are.
+    Beam 2.77.0's ``DaskRunner`` loses output: it drops what ``finish_bundle`` emits, gives each
+    consumer of ``with_outputs`` every output, computes only the last transform's bag, and makes
+    ``beam.io.Read`` and ``ParDo`` subclasses no-ops. This runner keeps Beam's options, client and
+    result and translates the graph itself: a task per bundle through Beam's ``DoFnInvoker``, a
+    bag per output tag, side inputs computed once, sources split and read, every end computed.
+    Batch pipelines in the global window only.
     """
     from apache_beam.runners.dask.dask_runner import DaskRunner
 

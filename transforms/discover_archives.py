@@ -1,11 +1,8 @@
 """Beam steps of the build job that list container inputs: tar and zip archives, WebDataset shards, Parquet.
 
-``ListArchives`` lists every member (every Parquet row) of its inputs as one
-input each (``SourceImage`` with a ``MemberRef``, or ``DeadLetter``), never
-reading an image: a first pass over each archive's headers (a zip's central
-directory, a Parquet file's footer) decides its layout and cuts it into
-parts (its own members, each inner tar, each WebDataset shard, ranges of row
-groups), which are spread over workers and listed in parallel.
+``ListArchives`` lists every member (every Parquet row) as one input, never reading an image: a
+first pass over each archive's headers decides its layout and cuts it into parts (its own members,
+each inner tar, each WebDataset shard, ranges of row groups), listed in parallel by workers.
 """
 
 from __future__ import annotations
@@ -149,9 +146,7 @@ class _StartArchiveFn(CarriesStorageOptions, beam.DoFn):
     def _stream(self, path: str):
         """A ``.tar.gz``'s members, listed here in one streaming pass (it cannot be cut into parts).
 
-        Their names, offsets and sizes are held until the pass has shown the
-        layout; a damaged stream gives the members before the damage and its
-        dead letter.
+        A damaged stream gives the members before the damage and its dead letter.
         """
         members, unsafe, damage = [], [], None
         with open_for_read(path) as fh, naming_s3_errors(path):
@@ -195,11 +190,8 @@ class _StartArchiveFn(CarriesStorageOptions, beam.DoFn):
 
 
 def _up_to_damage(members, damage: list | None = None):
-    """The members of a tar up to where it is damaged, the damage appended to ``damage`` if given.
-
-    Without ``damage`` the listing part meets the damage again and reports it
-    as that part's dead letter, after the members before it.
-    """
+    """The members of a tar up to where it is damaged, the damage appended to ``damage`` if given
+    (without, the listing part meets it again and reports it)."""
     try:
         yield from members
     except ImageError as err:
@@ -225,8 +217,7 @@ def _shards_of(pattern: str) -> list[str]:
 class _ListPartFn(CarriesStorageOptions, beam.DoFn):
     """ArchivePart -> SourceImage (with its ``MemberRef``) or DeadLetter per member or Parquet row.
 
-    A part that cannot be read to its end gives the members read before, and
-    one dead letter naming where it stopped.
+    A part that cannot be read to its end gives the members read before, and one dead letter.
     """
 
     def __init__(self, rules: LabelRules, containers: ContainerRules) -> None:
@@ -318,13 +309,11 @@ class _ListPartFn(CarriesStorageOptions, beam.DoFn):
 class ListArchives(beam.PTransform):
     """Lists the members of container inputs, spread over workers by part.
 
-    Applied to the pipeline. Output: ``PCollection`` of ``SourceImage`` (each
-    with its ``MemberRef``) and ``DeadLetter``.
+    Applied to the pipeline. Output: ``PCollection`` of ``SourceImage`` and ``DeadLetter``.
 
     Args:
-        inputs: Archives (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), Parquet files,
-            patterns of WebDataset shards (``shard-{000..099}.tar``, ``*.tar``) and
-            of Parquet files (``hf/*.parquet``).
+        inputs: Archives, Parquet files, patterns of WebDataset shards (``shard-{000..099}.tar``)
+            and of Parquet files (``hf/*.parquet``).
         rules: How labels and splits are read.
         containers: Parquet columns and the names of integer class indices.
     """

@@ -1,10 +1,4 @@
-"""Beam steps of the build job that list its inputs: folders, input manifests, COCO files.
-
-``DiscoverImages`` lists every input file or manifest row, spread over many
-elements; ``CollectListingFacts`` turns what it listed into one
-``ListingFacts`` (input count, class list, record layout) before any image is
-read.
-"""
+"""Beam steps of the build job that list its inputs (folders, input manifests, COCO files) and what they say."""
 
 from __future__ import annotations
 
@@ -40,9 +34,7 @@ from transforms.worker_options import CarriesStorageOptions
 __all__ = ["DiscoverImages", "folder_tasks", "CollectListingFacts"]
 
 
-# The tag of input manifests' ranges inside DiscoverImages (_ManifestRange), resolved by _ResolveInputFn
-# with listed files ("file", root, relpath, layout) and unreadable folders ("unreadable", root,
-# relative folder, why, layout).
+# The tag of input manifests' ranges inside DiscoverImages (_ManifestRange).
 _RANGES = "ranges"
 # The tags of a COCO file's entries inside DiscoverImages: ((file, image key), (list name, index,
 # entry)) of its images and annotations, grouped by image; (file, category names), one per file.
@@ -94,19 +86,13 @@ def _unwire(value: str | bytes) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
-def _why(err: OSError) -> str:
-    return f"{type(err).__name__}: {err.strerror or err}"
-
 
 class _StartInputFn(CarriesStorageOptions, beam.DoFn):
     """Manifest input -> its byte ranges (_RANGES), or its entries (_COCO, _COCO_NAMES) when it is COCO.
 
-    A COCO ``.json`` is read here as a stream, one entry at a time
-    (``coco.coco_items``): its images and annotations go out keyed by image
-    id, its categories' names as one element at the end (a file's categories
-    are few). A ``.csv``/``.jsonl`` manifest is cut into byte ranges; a CSV's
-    header line is read once here and travels with each range (a header that
-    cannot work is one dead letter, line 1, on the main output).
+    A COCO ``.json`` is read as a stream: its images and annotations go out keyed by image id, its
+    categories' names as one element at the end. A CSV's header line is read once here and travels
+    with each range (a header that cannot work is one dead letter, line 1, on the main output).
     """
 
     def __init__(self, rules: LabelRules, range_bytes: int) -> None:
@@ -170,17 +156,10 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     """FolderTask -> ("file", root, relpath, layout) per file, ("unreadable", root, relative folder,
     why, layout) per folder it cannot list; with ``key_ranges``, also ``_KeyRangeTask``s (_KEY_RANGES).
 
-    Folders met by a task that lists one level are tasks of their own
-    (``inputs.plan_folder_listing``). A huge local folder is listed by
-    several tasks, each keeping the paths of its part
-    (``folder_parts.names_in_part``). With ``key_ranges``, a task listing
-    everything below a gs:// or s3:// prefix lists its first ``FIRST_KEYS``
-    keys and, if there are more, cuts the rest into ``key_ranges`` ranges
-    (``images.key_ranges``) that other workers list (``_ListKeyRangeFn``).
-    Hidden files are counted and dropped here. A task without a layout lists
-    its whole input and decides the layout from every path: the one task of a
-    store other than gs:// and s3://, or of a run that must not touch storage
-    before it starts.
+    Folders met by a task that lists one level are tasks of their own. With ``key_ranges``, a task
+    listing everything below a gs:// or s3:// prefix lists its first ``FIRST_KEYS`` keys and cuts
+    the rest into ranges that other workers list (``_ListKeyRangeFn``). Hidden files are counted
+    and dropped here. A task without a layout lists its whole input and decides the layout.
     """
 
     def __init__(self, layout: str, key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> None:
@@ -213,7 +192,8 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
                 if not is_hidden(rel):
-                    yield ("unreadable", key, _wire(rel.rstrip("/")), _wire(_why(found)), task.layout)
+                    why = f"{type(found).__name__}: {found.strerror or found}"
+                    yield ("unreadable", key, _wire(rel.rstrip("/")), _wire(why), task.layout)
             elif found:
                 continue  # a folder: listed by a task of its own
             elif is_hidden(rel):
@@ -290,9 +270,8 @@ class _ListKeyRangeFn(_ListFolderFn):
 class _ResolveInputFn(CarriesStorageOptions, beam.DoFn):
     """Listed file, unreadable folder or manifest range -> SourceImage, DeadLetter or class name.
 
-    Everything goes to the one output: a class name (a ``str``) is that of an
-    unreadable class folder, which stays in the class list. Entries resolved
-    earlier (COCO) pass through. Side input ``first_lines``: (manifest, range
+    A class name (a ``str``) is that of an unreadable class folder, which stays in the class list.
+    Entries resolved earlier (COCO) pass through. Side input ``first_lines``: (manifest, range
     index) -> number of the range's first line.
     """
 
@@ -352,12 +331,10 @@ def folder_tasks(path: str, layout: str, offline: bool = False,
                  names_per_part: int = NAMES_PER_PART) -> tuple[FolderTask, ...]:
     """The listing tasks of a folder input (``inputs.plan_folder_listing``), found before the job runs.
 
-    Offline (a Dataflow dry run) or on a store listed only whole, the one task
-    lists the whole input on a worker. A local folder with more than
-    ``names_per_part`` files below it is listed in parts (``folder_parts``).
+    Offline (a Dataflow dry run) or on a store listed only whole, the one task lists the whole
+    input on a worker. A local folder with more than ``names_per_part`` files is listed in parts.
 
     Args:
-        path: The folder input.
         layout: ``--layout``.
         offline: Touch no storage.
         names_per_part: Files below one local folder that one task lists.
@@ -374,21 +351,15 @@ def folder_tasks(path: str, layout: str, offline: bool = False,
 class DiscoverImages(beam.PTransform):
     """Lists every input file or manifest row, spread over many elements.
 
-    A folder input comes as ``FolderTask``s (``inputs.plan_folder_listing``,
-    run before the job: its layout is known and each task lists one part of
-    it; a huge local folder is several tasks, ``folder_parts``), spread over
-    workers. With ``key_ranges``, a gs:// or s3:// class folder of more than
-    ``FIRST_KEYS`` objects is listed in that many key ranges by several
-    workers, through a shuffle of the ranges (one fused stage more). An input manifest (``.csv``, ``.jsonl``) is read
-    in byte ranges of ``range_bytes``, one element each, one row per line
-    (``manifest_lines``). A COCO ``.json`` is read as a stream, and
-    each image is grouped with its annotations by image id. Archives, WebDataset
-    shards and Parquet files are listed member by member (``ListArchives``).
+    A folder input comes as ``FolderTask``s planned before the job, spread over workers; with
+    ``key_ranges``, a large gs:// or s3:// class folder is listed in key ranges by several workers
+    (one fused stage more). An input manifest is read in byte ranges of ``range_bytes``, one row
+    per line; a COCO ``.json`` as a stream, each image grouped with its annotations. Containers
+    are listed member by member (``ListArchives``).
 
-    Applied to the pipeline. Output: ``PCollection`` of ``SourceImage``,
-    ``DeadLetter`` (an unreadable folder is one) and ``str`` (the class name of
-    an unreadable class folder, which stays in the class list): one output, so
-    that the steps that count them and the steps that read them share a stage.
+    Applied to the pipeline. Output: one ``PCollection`` of ``SourceImage``, ``DeadLetter`` and
+    ``str`` (the class name of an unreadable class folder), so that the steps that count them and
+    the steps that read them share a stage.
 
     Args:
         rules: How labels and splits are read.
@@ -397,8 +368,7 @@ class DiscoverImages(beam.PTransform):
         range_bytes: Bytes of an input manifest read as one element.
         archives: The container inputs (``archives.members.is_container_input``).
         containers: How container inputs give images and labels.
-        key_ranges: Key ranges a large gs:// or s3:// class folder is cut into
-            (``--list_key_ranges``); 0: each is listed by one worker.
+        key_ranges: Key ranges a large gs:// or s3:// class folder is cut into (0: none).
         first_keys: Keys of such a folder listed before the rest is cut.
     """
 
@@ -486,10 +456,8 @@ class _ListingFactsFn(CarriesStorageOptions, beam.CombineFn):
 class CollectListingFacts(beam.PTransform):
     """Everything listed (``SourceImage``, ``DeadLetter``, class names, ``ObjectClasses``) -> one ``ListingFacts``.
 
-    One combine gives the input count, the class list and the record layout
-    together, so the build has one global step before reading images where
-    it had three. Nothing listed gives no element (readers of it as a side
-    input give their defaults).
+    One combine gives the input count, the class list and the record layout together. Nothing
+    listed gives no element (readers of it as a side input give their defaults).
 
     Args:
         multi_label: Lists of class labels even if every input has one (``--multi_label``).
@@ -508,6 +476,4 @@ class CollectListingFacts(beam.PTransform):
         self._fn = _ListingFactsFn(multi_label, label_offset, fixed, boxes_outside, declared)
 
     def expand(self, listed):
-        # Without a default for an empty listing (a step of its own): nothing listed, no element;
-        # its readers give their own defaults.
         return listed | "CombineFacts" >> beam.CombineGlobally(self._fn).without_defaults()

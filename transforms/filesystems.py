@@ -1,36 +1,15 @@
 """Everything the storage package takes from Beam: its file systems, their S3 and GCS clients.
 
-``transforms/storage/`` holds the storage rules (listing, opening, staging,
-publishing) and imports nothing of Beam itself: it takes Beam's public file
-system API (``FileSystems``, ``FileSystem``, ``FileMetadata``,
-``CompressionTypes``, ``BeamIOError``) from here. The functions here work
-around gaps in that API, reaching into Beam's S3 and GCS clients and the
-files its file systems write; each names what it touches, so that when Beam
-changes this is the one module of storage to re-check. All were checked against apache-beam 2.77.0
-(``transforms.beam_compat.CHECKED_BEAM_VERSION``); the reaches into Beam's
-runners and options live in ``transforms/beam_compat.py``.
+``transforms/storage/`` imports nothing of Beam itself: it takes Beam's public file system API
+from here, and the functions here work around gaps in it, each naming what of Beam it touches
+(checked against apache-beam 2.77.0, ``transforms.beam_compat.CHECKED_BEAM_VERSION``).
 
-Every storage call the project makes itself uses one client per worker
-process (``store_client``): Beam 2.77's S3 file system builds a new boto3
-session and client for every call, about 0.28 s of CPU each, and its GCS
-file system a new ``GcsIO`` and storage client. ``filesystem_of`` gives the
-file system of a path as Beam's, except that on s3:// and gs:// it is made
-once per process and its calls go through that client: Beam's ``S3IO`` per
-thread (``shared_s3io``: Beam's client keeps a download's state, boto3's own
-client is shared), one ``GcsIO`` per process. The boto3 client bounds each
-call in time and tries (``s3_read_client``); errors are otherwise unchanged.
-The clients are keyed by process id and options, and dropped in a forked
-child (``os.register_at_fork``), so a forked worker makes its own.
-
-Every other S3 client Beam's file system makes (listing, uploads, renames,
-deletions of the output folder) is the same bounded client: importing this
-module makes ``boto3_client.Client`` it (``_bound_beam_s3_clients``). A call
-that gets no HTTP answer (connection refused, timed out) after botocore's
-``S3_READ_ATTEMPTS`` tries raises ``S3NoAnswerError``, naming the endpoint and
-the object, which Beam's retry decorators do not retry: an unreachable S3
-output ends the job in seconds (connection refused) or at most
-``S3_READ_ATTEMPTS`` x (``S3_CONNECT_TIMEOUT_S`` + ``S3_READ_TIMEOUT_S``) s plus
-botocore's backoff per call, instead of Beam's minutes of retries.
+Every storage call uses one client per worker process (``store_client``; Beam 2.77 makes a new
+boto3 session and client, about 0.28 s of CPU, or a new ``GcsIO`` per call). The clients are keyed
+by process id and options, and dropped in a forked child. Every S3 client Beam makes is bounded
+in time and tries: a call that gets no HTTP answer after ``S3_READ_ATTEMPTS`` tries raises
+``S3NoAnswerError``, which Beam's retry decorators do not retry, so an unreachable S3 endpoint
+ends the job in seconds or minutes instead of Beam's ten minutes of retries per input.
 """
 
 from __future__ import annotations
@@ -63,16 +42,12 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _GCSFileSystem = None
 
 __all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options",
-           "filesystem_options", "options_set", "store_client", "filesystem_of", "shared_s3io", "s3_boto3_client",
-           "s3_read_client",
-           "S3NoAnswerError", "gcs_storage_client", "close_written_file", "unbuffered", "naming_s3_errors",
+           "filesystem_options", "options_set", "store_client", "filesystem_of", "shared_s3io", "s3_read_client",
+           "S3NoAnswerError", "close_written_file", "unbuffered", "naming_s3_errors",
            "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
 
-# Bounds on each S3 call that reads an input (``s3_read_client``): seconds to connect, seconds
-# to wait for bytes, and tries in all (botocore's "standard" retries, with their jittered backoff
-# of at most 20 s between tries). An object whose HEAD gets no answer is given up after
-# S3_READ_ATTEMPTS tries: at most 3 x (10 + 60) s plus the backoff, about 4 minutes when every
-# try times out, a few seconds when connections are refused.
+# Bounds on each S3 call: seconds to connect, seconds to wait for bytes, tries in all (botocore's
+# "standard" retries): about 4 minutes when every try times out, seconds when refused.
 S3_CONNECT_TIMEOUT_S = 10
 S3_READ_TIMEOUT_S = 60
 S3_READ_ATTEMPTS = 3
@@ -96,34 +71,21 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def set_options(options: PipelineOptions) -> None:
-    """Makes Beam's file systems use ``options`` at once, as ``beam.Pipeline`` does when it is built.
-
-    The checks a job makes before building its pipeline then reach s3://
-    with ``--s3_endpoint_url`` and the S3 keys given.
-    """
+    """Makes Beam's file systems use ``options`` at once, as ``beam.Pipeline`` does when built."""
     FileSystems.set_options(options)
 
 
 def options_set() -> PipelineOptions | None:
-    """The options Beam's file systems were given in this process, or None.
+    """The options Beam's file systems were given in this process, or None (a bare SDK harness).
 
-    None in a bare SDK harness (Beam's worker pool started without a
-    container's boot, which ``sdk_worker_main`` alone configures), where Beam
-    makes its S3 and GCS file systems without any options
-    (``FileSystems._pipeline_options``, Beam 2.77.0).
+    Beam keeps them in the private ``FileSystems._pipeline_options`` (Beam 2.77.0), no getter.
     """
     return getattr(FileSystems, "_pipeline_options", None)
 
 
 def filesystem_options() -> PipelineOptions:
-    """Returns the pipeline options Beam's file systems are made from.
-
-    ``FileSystems`` keeps the options of the running pipeline (set by
-    ``beam.Pipeline`` and by ``FileSystems.set_options``) in its private
-    ``_pipeline_options`` (Beam 2.77.0) and has no getter; without options
-    set, Beam uses defaults, as this does.
-    """
-    return getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
+    """The pipeline options Beam's file systems are made from (``options_set``), or defaults."""
+    return options_set() or PipelineOptions([])
 
 
 def _options_key(scheme: str, options: PipelineOptions) -> tuple:
@@ -151,13 +113,10 @@ def store_client(scheme: str, options: PipelineOptions | None = None):
     """The client of this worker process for a store, made once per process and store settings.
 
     Args:
-        scheme: ``"s3"``: a boto3 S3 client, its calls bounded in time and
-            tries (``S3_CONNECT_TIMEOUT_S``, ``S3_READ_TIMEOUT_S``,
-            ``S3_READ_ATTEMPTS``), made as Beam's from ``S3Options``; ``"gs"``:
-            the ``google.cloud.storage`` client Beam's GCS file system makes.
-            Both may be used from any thread.
-        options: The pipeline options; default: those Beam's file systems use
-            (``filesystem_options``).
+        scheme: ``"s3"``: a boto3 S3 client, made as Beam's from ``S3Options``, its calls bounded
+            in time and tries; ``"gs"``: the ``google.cloud.storage`` client Beam's GCS file
+            system makes. Both may be used from any thread.
+        options: The pipeline options; default: those Beam's file systems use.
 
     Raises:
         RuntimeError: ``s3``, and apache-beam[aws] is not installed.
@@ -192,10 +151,8 @@ def _new_gcs_client(options: PipelineOptions):
 def filesystem_of(path: str):
     """What to call for ``path``'s ``create``, ``open``, ``exists``, ``delete`` and ``rename``.
 
-    On s3:// and gs://, Beam's file system made once per process on this
-    process's client (its calls are Beam's: the same requests, results and
-    errors, without a new client per call); elsewhere ``FileSystems``, whose
-    calls take the same arguments.
+    On s3:// and gs://, Beam's file system made once per process on this process's client (the
+    same requests, results and errors); elsewhere ``FileSystems``, whose calls take the same arguments.
     """
     scheme = path.split("://", 1)[0] if "://" in path else None
     if scheme == "s3" and _S3FileSystem is not None:
@@ -206,17 +163,10 @@ def filesystem_of(path: str):
 
 
 def shared_s3io():
-    """Beam's S3IO for this thread, on this process's boto3 client; rebuilt when the options change.
-
-    Its client bounds each call in time and tries (``s3_read_client``), so an
-    unreachable endpoint makes an input unreadable instead of holding it for
-    Beam's ten minutes of retries. One per thread: Beam's client wrapper keeps
-    the state of a download.
-    """
+    """Beam's S3IO for this thread (its client keeps a download's state) on this process's client,
+    rebuilt when the options change."""
     from apache_beam.io.aws import s3io
 
-    # FileSystems keeps the options of the running pipeline (set by beam.Pipeline and
-    # by the job before it builds one); its filesystems are made from them the same way.
     options = filesystem_options()
     cached = getattr(_local, "s3io", None)
     if cached is None or cached[0] is not options:
@@ -225,38 +175,15 @@ def shared_s3io():
     return cached[1]
 
 
-def s3_boto3_client():
-    """Returns this process's boto3 S3 client for the current options (``store_client``).
-
-    Beam's S3 file system has no conditional put (the output lock needs
-    ``If-None-Match: *``), no listing by level and no bounded range read.
-    """
-    return store_client("s3")
-
-
 class S3NoAnswerError(OSError, PermanentException):
-    """An S3 call that got no HTTP answer (endpoint unreachable, timed out, no credentials).
-
-    A ``PermanentException``: Beam's retry decorators (``apache_beam.utils.retry``)
-    do not try it again; botocore already tried it ``S3_READ_ATTEMPTS`` times.
-    """
+    """An S3 call that got no HTTP answer in ``S3_READ_ATTEMPTS`` tries: Beam's retry decorators do not retry it."""
 
 
 def s3_read_client(options: PipelineOptions):
-    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries.
+    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries (see the module's docstring).
 
-    Beam 2.77's ``boto3_client.Client`` makes its boto3 client without a
-    ``Config`` (botocore's defaults: 60 s to connect, 60 s to read, several
-    tries), and ``S3Downloader._get_object_metadata`` retries any error without
-    an HTTP status 7 more times with exponential backoff from 5 s: an
-    unreachable endpoint held each input about 10 minutes. This client is made
-    from the same options (``S3Options``, as Beam's ``Client.__init__`` reads
-    them) with ``S3_CONNECT_TIMEOUT_S``, ``S3_READ_TIMEOUT_S`` and
-    ``S3_READ_ATTEMPTS``, and a HEAD that gets no HTTP answer raises
-    ``S3NoAnswerError``, which Beam does not retry. It sets the attributes
-    ``Client.__init__`` sets (``client``, ``_download_request``,
-    ``_download_stream``, ``_download_pos``; Beam 2.77.0). Reads of object
-    bytes keep Beam's retries, each try bounded by the same timeouts.
+    Beam 2.77's ``S3Downloader._get_object_metadata`` retries an error without an HTTP status 7
+    more times; reads of object bytes keep Beam's retries, each try bounded by the same timeouts.
 
     Raises:
         RuntimeError: apache-beam[aws] is not installed.
@@ -266,7 +193,10 @@ def s3_read_client(options: PipelineOptions):
 
 if _boto3_client is not None:
     class _BoundedS3Client(_boto3_client.Client):
-        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``), on a shared boto3 client."""
+        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``), on a shared boto3 client.
+
+        Sets the attributes Beam's ``Client.__init__`` sets (Beam 2.77.0).
+        """
 
         def __init__(self, client) -> None:  # pylint: disable=super-init-not-called
             self.client = client
@@ -274,37 +204,17 @@ if _boto3_client is not None:
             self._download_stream = None
             self._download_pos = 0
 
-        def get_object_metadata(self, request):
+    def _bounded(name: str):
+        """Beam's ``Client.<name>(request)``, a call that got no HTTP answer raised as ``S3NoAnswerError``."""
+        def call(self, request):
             with _no_answer_is_permanent(request):
-                return super().get_object_metadata(request)
+                return getattr(super(_BoundedS3Client, self), name)(request)
+        call.__name__ = name
+        return call
 
-        def list(self, request):
-            with _no_answer_is_permanent(request):
-                return super().list(request)
-
-        def create_multipart_upload(self, request):
-            with _no_answer_is_permanent(request):
-                return super().create_multipart_upload(request)
-
-        def upload_part(self, request):
-            with _no_answer_is_permanent(request):
-                return super().upload_part(request)
-
-        def complete_multipart_upload(self, request):
-            with _no_answer_is_permanent(request):
-                return super().complete_multipart_upload(request)
-
-        def delete(self, request):
-            with _no_answer_is_permanent(request):
-                return super().delete(request)
-
-        def delete_batch(self, request):
-            with _no_answer_is_permanent(request):
-                return super().delete_batch(request)
-
-        def copy(self, request):
-            with _no_answer_is_permanent(request):
-                return super().copy(request)
+    for _name in ("get_object_metadata", "list", "create_multipart_upload", "upload_part",
+                  "complete_multipart_upload", "delete", "delete_batch", "copy"):
+        setattr(_BoundedS3Client, _name, _bounded(_name))
 
     class _BoundedBeamS3Client(_BoundedS3Client):
         """``_BoundedS3Client`` made as Beam's ``S3IO`` makes its client: from pipeline options or a dict."""
@@ -330,23 +240,17 @@ if _boto3_client is not None:
                                       f"s3://{bucket}/{key}") from cause
             raise
 
-    def _bound_beam_s3_clients() -> None:
-        """Makes every client Beam's ``S3IO`` makes for itself a ``_BoundedBeamS3Client`` (Beam 2.77.0:
-        ``S3IO.__init__`` calls ``boto3_client.Client(options=...)``)."""
-        _boto3_client.Client = _BoundedBeamS3Client
-
-    _bound_beam_s3_clients()
+    # Every client Beam's ``S3IO`` makes for itself is bounded (Beam 2.77.0: ``S3IO.__init__``
+    # calls ``boto3_client.Client(options=...)``).
+    _boto3_client.Client = _BoundedBeamS3Client
 
 
 if _S3FileSystem is not None:
     class _SharedS3FileSystem(_S3FileSystem):
-        """Beam's S3 file system whose calls the project makes use this thread's ``shared_s3io``.
+        """Beam 2.77's S3 file system's method bodies on this thread's ``shared_s3io``, not one per call.
 
-        Beam 2.77's methods make ``s3io.S3IO(options=...)`` (a boto3 session
-        and client) per call; these are the same bodies on the shared one.
-        Its ``scheme`` is its own, so that ``FileSystems`` (which picks the
-        subclass of ``FileSystem`` whose scheme is the path's) still finds
-        Beam's for s3:// and not two.
+        Its ``scheme`` is its own, so that ``FileSystems`` (which picks a ``FileSystem`` subclass
+        by scheme) still finds Beam's alone for s3://.
         """
 
         @classmethod
@@ -411,23 +315,12 @@ if _GCSFileSystem is not None:
                                                       pipeline_options=options))
 
 
-def gcs_storage_client():
-    """Returns this process's ``google.cloud.storage`` client for the current options (``store_client``).
-
-    Beam's GCS file system has no create-if-absent (the output lock needs
-    ``if_generation_match=0``), no listing by level and no bounded range read.
-    """
-    return store_client("gs")
-
-
 def close_written_file(fh: BinaryIO) -> None:
     """Closes a file made by ``FileSystems.create``, also when nothing was written to it.
 
-    Beam's S3 writer completes its multipart upload without a part when no
-    byte was written, which S3 refuses with MalformedXML (apache/beam#21369);
-    an empty shard, ``.idx`` or ``dead_letters.jsonl`` on s3:// gets one empty
-    part, which S3 stores as an empty object. Touches the S3 writer's private
-    ``_uploader`` and ``S3Uploader._write_to_s3`` (Beam 2.77.0).
+    Beam's S3 writer completes an upload without a part when no byte was written, which S3
+    refuses with MalformedXML (apache/beam#21369): an empty file gets one empty part instead.
+    Touches the writer's private ``_uploader`` and ``S3Uploader._write_to_s3`` (Beam 2.77.0).
     """
     uploader = getattr(getattr(fh, "raw", None), "_uploader", None)
     if (_S3Uploader is not None and isinstance(uploader, _S3Uploader) and fh.tell() == 0
@@ -437,40 +330,26 @@ def close_written_file(fh: BinaryIO) -> None:
 
 
 def unbuffered(fh: BinaryIO) -> BinaryIO:
-    """The stream below the read buffer of a file Beam's gs:// or s3:// file system opened.
+    """The stream below the 16 MiB read buffer of a file Beam's gs:// or s3:// file system opened.
 
-    Beam wraps its ``filesystemio.DownloaderStream`` (one ranged request per
-    read) in an ``io.BufferedReader`` of 16 MiB, so a small read there
-    fetches 16 MiB. Reading the ``raw`` stream fetches what is asked for.
-    Any other file object is returned as it is (Beam 2.77.0).
+    Reading it fetches what is asked for; any other file object is returned as it is (Beam 2.77.0).
     """
     raw = getattr(fh, "raw", None)
     return raw if raw is not None and hasattr(raw, "readinto") and hasattr(raw, "seek") else fh
 
-
-def _os_error(path: str, err: Exception) -> OSError:
-    """An S3 client error as the OSError a local read would raise, naming the object.
-
-    Beam's S3 client raises ``S3ClientError`` (not an ``OSError``) for any
-    answer but 404 on opening, e.g. 403 when the object may not be read,
-    and its message does not name the object.
-    """
-    code = getattr(err, "code", None)
-    if code is None:
-        return OSError(errno.EIO, f"S3 gave no answer: {getattr(err, 'message', err)}", path)
-    return OSError(_ERRNO.get(code, errno.EIO), f"S3 answered {code}: {getattr(err, 'message', err)}", path)
 
 
 @contextlib.contextmanager
 def naming_s3_errors(path: str) -> Iterator[None]:
     """Raises Beam's S3 client errors inside the block as ``OSError``s naming ``path``.
 
-    Beam's S3 client raises ``S3ClientError`` (not an ``OSError``) for a refused
-    read or upload, with a message naming the S3 operation and status but not
-    the object; reads then become dead letters like unreadable local files, and
-    a refused upload's one-line failure names the object.
+    Beam raises ``S3ClientError`` (not an ``OSError``, not naming the object) for a refused read
+    or upload: reads then become dead letters like unreadable local files.
     """
     try:
         yield
-    except _S3_ERRORS as err:
-        raise _os_error(path, err) from err
+    except _S3_ERRORS as err:  # as the OSError a local read would raise
+        code, why = getattr(err, "code", None), getattr(err, "message", err)
+        if code is None:
+            raise OSError(errno.EIO, f"S3 gave no answer: {why}", path) from err
+        raise OSError(_ERRNO.get(code, errno.EIO), f"S3 answered {code}: {why}", path) from err

@@ -1,10 +1,4 @@
-"""Beam: the verify job's reading of shards, each split into byte ranges and checked as it is read.
-
-``ReadAndCheckRecords`` reads every record of each ``ShardFile`` once, in
-byte ranges the runner may split further (a splittable DoFn), checks it as it
-is read, and outputs one ``RangeTally`` per range; the reader of a shard's
-range at byte 0 also checks the whole file (CRC32C or sha256, ``.idx``).
-"""
+"""Beam: the verify job's reading of shards, each split into byte ranges and checked as it is read."""
 
 from __future__ import annotations
 
@@ -136,12 +130,9 @@ class RecordChecks:
         decode_images: Decode every image.
         preview: Keep a few preview samples per class in each tally.
         hash_files: Check each listed shard's hashes (CRC32C, sha256) against its entry.
-        max_record_bytes: The largest record data read; a record declaring
-            more is a ``bad_length`` problem at its offset.
-        index_required: A missing ``.idx`` of an uncompressed shard is a
-            problem (a shard set's shards have one).
-        decode_with: Decoders that must decode every image to its record's
-            size (``verify.decoders``).
+        max_record_bytes: The largest record data read; a record declaring more is a ``bad_length`` problem.
+        index_required: A missing ``.idx`` of an uncompressed shard is a problem.
+        decode_with: Decoders that must decode every image to its record's size (``verify.decoders``).
     """
 
     decode_images: bool = False
@@ -155,13 +146,8 @@ class RecordChecks:
 class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     """ShardFile -> a RangeTally per byte range read; the range at byte 0 also checks the whole file.
 
-    The reader of the range that starts at byte 0 hashes the bytes it reads
-    (``HashingReader``); when that range is the whole file, the file is read
-    once. When the file was split, that reader reads on to the file's end for
-    the hash alone, so those bytes are read twice. It also checks the file's
-    ``.idx`` (read once, for the record starts and the check) and puts the
-    shard's manifest entry on its tally, for the comparison of the shard's
-    counts.
+    That reader hashes the bytes it reads (``HashingReader``); when the file was split, it reads on
+    to the file's end for the hash alone. Its tally holds the shard's manifest entry.
     """
 
     def __init__(self, schema: Mapping[str, str] | None, labels: Sequence[str] | None, checks: RecordChecks) -> None:
@@ -218,28 +204,17 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
             if hashing is not None:
                 digest = hashing.finish(shard.size)
                 self._reread.inc(hashing.reread)
-        claims.finish()
-        result = checker.result()
-        Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
-        if first:
-            result.entry = shard.entry
-            if digest is not None:
-                result.problems.extend(hash_problems(shard.path, shard.entry, digest))
-                problem = index_hash_problem(shard.path, shard.entry, index)
-                if problem:
-                    result.problems.append(problem)
-                result.problems.extend(_keys_problems(shard, result, _whole_file(shard)))
-            if uncompressed:
-                result.problems.extend(index_problems(shard.path, index[1] if index else None,
-                                                      shard.size, self._index_required))
+        result = _range_result(shard, claims, checker, first, digest, _whole_file(shard), index)
+        if first and uncompressed:
+            result.problems.extend(index_problems(shard.path, index[1] if index else None,
+                                                  shard.size, self._index_required))
         yield result
 
     def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
         """The tally of an ArrayRecord shard's records, by number (a problem's offset is a record's number).
 
         A shard read whole (on a store: from a local copy) claims position 0; a local shard is
-        read in ranges of record numbers, each claimed as it is read. The range that starts at
-        record 0 also hashes the file (a second read of the bytes, as for a split TFRecord file).
+        read in ranges of record numbers. The range that starts at record 0 also hashes the file.
         """
         digest = None
         first = claims.start_position() == 0
@@ -263,15 +238,24 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                     tally.flush()
                 if first and self._hash_files and shard.entry is not None:
                     digest = _file_hash(local, shard.entry.sha256 is not None)
-        claims.finish()
-        result = checker.result()
-        Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
-        if first:
-            result.entry = shard.entry
-            if digest is not None:
-                result.problems.extend(hash_problems(shard.path, shard.entry, digest))
-                result.problems.extend(_keys_problems(shard, result, not by_record))
-        return result
+        return _range_result(shard, claims, checker, first, digest, not by_record)
+
+
+def _range_result(shard: ShardFile, claims: _Claims, checker: RangeChecker, first: bool,
+                  digest: FileHash | None, whole: bool, index: tuple[str, bytes] | None = None):
+    """The range's tally once read; the first range's holds the shard's entry and its files' hash problems."""
+    claims.finish()
+    result = checker.result()
+    Metrics.counter(_NAMESPACE, "records_checked").inc(result.records)
+    if first:
+        result.entry = shard.entry
+        if digest is not None:
+            result.problems.extend(hash_problems(shard.path, shard.entry, digest))
+            problem = index_hash_problem(shard.path, shard.entry, index)
+            if problem:
+                result.problems.append(problem)
+            result.problems.extend(_keys_problems(shard, result, whole))
+    return result
 
 
 def _keys_problems(shard: ShardFile, result, whole: bool) -> list:
@@ -298,31 +282,19 @@ def _file_hash(path: str, sha256: bool) -> FileHash:
 class ReadAndCheckRecords(beam.PTransform):
     """Reads every record of each shard and checks it as it is read; one tally per byte range.
 
-    Input ``ShardFile``; output ``RangeTally`` (see ``transforms.verify.ranges``):
-    the records, label counts, image keys and problems of one byte range.
-    Uncompressed shards are split into byte ranges (``.idx`` record starts when
-    usable, else scanning), which the runner may split further while they are
-    read; compressed ones are read whole. Both CRCs of every record are checked
-    and the Example is read and checked as ``check_record`` checks it; a damaged
-    record ends its range with a problem. The reader of each shard's range at
-    byte 0 also checks the whole file: an uncompressed file's ``.idx`` against
-    the file (``index_problems``), and, with ``hash_files``, the hashes a
-    shard's manifest entry states (its CRC32C and its ``.idx``'s, or its
-    sha256), from the bytes it reads; its tally holds
-    those problems and the shard's entry. With ``split_ranges=False`` shards
-    are not split into ranges at the start: each is read once, by one reader,
-    checked and hashed (the runner may still split a range while it is read;
-    the hash then reads the rest of the file again).
+    Input ``ShardFile``; output ``RangeTally`` (``transforms.verify.ranges``). Uncompressed shards
+    are split into byte ranges, which the runner may split further while they are read; compressed
+    ones are read whole. Both CRCs of every record are checked and the Example as ``check_record``
+    checks it; a damaged record ends its range with a problem. The reader of each shard's range at
+    byte 0 also checks the whole file: its ``.idx`` and, with ``hash_files``, the hashes its entry
+    states.
 
     Args:
-        schema, labels: The manifest's feature spec and class names, as
-            ``transforms.verify.checks.check_record`` takes them (values or
-            singleton side inputs).
-        checks: What is checked beside the framing (``RecordChecks``: images
-            decoded, previews, the listed hashes, the largest record, ``.idx``
-            required, decoders).
-        split_ranges: Split shards into byte ranges at the start (for more
-            readers than shards), or read each whole (each byte read once).
+        schema, labels: The manifest's feature spec and class names (values or singleton side
+            inputs), as ``transforms.verify.checks.check_record`` takes them.
+        checks: What is checked beside the framing.
+        split_ranges: Split shards into byte ranges at the start (for more readers than shards), or
+            read each whole (each byte read once).
     """
 
     def __init__(self, schema: Mapping[str, str] | beam.pvalue.AsSingleton | None,

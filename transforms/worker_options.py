@@ -1,15 +1,9 @@
 """The job's file system options, carried to the workers by the DoFns and sources that use storage.
 
-A worker started as a container's boot starts it (``sdk_worker_main``) is
-given the pipeline's options and hands them to Beam's file systems; a bare
-SDK harness (Beam's worker pool without ``--container_executable``, or any
-harness started without ``PIPELINE_OPTIONS``) is not, and its S3 file system
-then fails with "Must provide one of client or options" and its GCS one
-without the job's credentials. So every DoFn and source of this project that
-reaches storage mixes in ``CarriesStorageOptions``: it is pickled with the
-options the launcher's file systems were given, and unpickling it on a worker
-whose file systems have none gives them those. A worker that has options
-(Dataflow's, Flink's container, the DirectRunner) keeps its own.
+A bare SDK harness (started without ``PIPELINE_OPTIONS``) gives Beam's file systems no options:
+its S3 file system fails with "Must provide one of client or options", its GCS one lacks the
+job's credentials. Every DoFn and source that reaches storage mixes in ``CarriesStorageOptions``:
+unpickled on a worker whose file systems have no options, it gives them the launcher's.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Per-element work of a DoFn overlapped on a few threads, in order, with a bounded backlog.
 
-Pillow decodes and encodes JPEG and PNG with the GIL released, and file reads
-release it too, so a DoFn whose elements are images gets close to one core per
-thread from a small thread pool, where Beam's local runner gives it one thread
-per worker. ``OrderedWork`` runs a function on a pool and hands the results back
-in the order the elements were given, so a step's outputs (and its dead
-letters, counters and progress) come out in the same order with one thread or
-many: the thread count changes when work is done, never what is emitted.
-
-At most ``window`` elements are submitted and not yet taken back; giving one
-more first waits for the oldest. With images of at most ``--max_image_mb``
-each, that bounds the memory the step holds.
-
-No Beam here, but the module lives in the Beam layer because it serves DoFns:
-their pools are made in ``setup`` and shut down in ``teardown``; metrics and
+Pillow decodes and encodes with the GIL released, and file reads release it too, so a DoFn whose
+elements are images gets close to one core per thread from a small pool. Results come back in the
+order the elements were given: the thread count changes when work is done, never what is emitted.
+At most ``window`` elements are in flight, which bounds the memory the step holds. Metrics and
 outputs stay on the bundle's thread (Beam's metrics count only there).
 """
 
@@ -64,10 +54,9 @@ def new_pool(threads: int, name: str) -> ThreadPoolExecutor | None:
 class OrderedWork:
     """Runs ``fn(*args)`` on a pool and gives the results back in submission order.
 
-    Without a pool (one thread), ``submit`` runs the call at once. An exception
-    raised by a call is raised again where its result is taken back, in order;
-    the calls after it still run (they were submitted), and ``close`` waits for
-    them so that nothing outlives the bundle.
+    Without a pool (one thread), ``submit`` runs the call at once. An exception raised by a call is
+    raised again where its result is taken back, in order; ``close`` waits for the calls after it,
+    so that nothing outlives the bundle.
 
     Args:
         pool: The executor, or None to run every call inline.
@@ -84,8 +73,7 @@ class OrderedWork:
     def submit(self, fn: Callable[..., _R], *args: Any) -> Iterator[_R]:
         """Starts ``fn(*args)``; yields the results that had to be taken back to stay in the window.
 
-        The call starts at once; the results are taken back as the returned
-        iterator is consumed, which must happen before the next ``submit``.
+        The returned iterator must be consumed before the next ``submit``.
         """
         if self._pool is None:
             return iter((fn(*args),))
@@ -117,9 +105,8 @@ def ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], pool: ThreadPoolExe
                 window: int) -> Iterator[_R]:
     """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight.
 
-    Items are drawn from ``items`` only as the window allows. If the consumer
-    stops early (an error while writing), the calls still in flight are
-    cancelled or waited for before the generator closes.
+    Items are drawn only as the window allows. If the consumer stops early, the calls in flight
+    are cancelled or waited for before the generator closes.
     """
     if pool is None:
         yield from map(fn, items)

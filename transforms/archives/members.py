@@ -1,13 +1,9 @@
 """Members of container inputs: how they are located, named and labelled.
 
-A container input is a tar (``.tar``; a ``.tar.gz``/``.tgz`` read as one
-stream), a zip, a WebDataset shard or a Parquet file. Each member (each
-Parquet row) is one input. It is named ``CONTAINER!MEMBER`` in dead letters
-and its ``image/filename`` is ``BASENAME!MEMBER``, where ``MEMBER`` is the
-member's path in the archive (a member of an inner tar: ``inner.tar!path``)
-or a Parquet row's number in its file. Its split and class come from its path
-as from a folder's (``inputs.tree_entry``), an inner tar counting as the
-folder of its name without ``.tar`` (ImageNet's tar of class tars).
+Each member (each Parquet row) is one input, named ``CONTAINER!MEMBER`` in dead letters (a member
+of an inner tar: ``inner.tar!path``); its ``image/filename`` is ``BASENAME!MEMBER``. Its split and
+class come from its path as from a folder's, an inner tar counting as the folder of its name
+without ``.tar`` (ImageNet's tar of class tars).
 """
 
 from __future__ import annotations
@@ -21,8 +17,9 @@ from transforms.images.inputs import LabelRules, is_hidden, shown_name, tree_ent
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 
-__all__ = ["ContainerRules", "container_problem", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET", "input_kind", "MemberRef", "archive_kind", "is_container_input",
-           "is_shard_pattern", "is_parquet_pattern", "member_name", "label_path", "member_entry", "listed_member",
+__all__ = ["ContainerRules", "container_problem", "SEPARATOR", "TAR", "TGZ", "ZIP", "PARQUET", "WEBDATASET",
+           "input_kind", "MemberRef", "archive_kind", "is_container_input", "is_shard_pattern",
+           "is_parquet_pattern", "member_name", "label_path", "member_entry", "listed_member",
            "unsafe_member", "unsafe_entry"]
 
 SEPARATOR = "!"
@@ -39,11 +36,9 @@ class MemberRef(NamedTuple):
 
     Attributes:
         container: The file holding it (path or URI).
-        kind: ``tar``, ``zip``, ``tgz``, ``parquet`` or ``webdataset`` (a sample's
-            image, read as a tar member).
-        offset: ``tar``: offset of its bytes in the file; ``zip``: offset of its
-            local header; ``tgz``: offset of its bytes in the decompressed
-            stream; ``parquet``: its row group.
+        kind: ``tar``, ``zip``, ``tgz``, ``parquet`` or ``webdataset`` (read as a tar member).
+        offset: ``tar``: offset of its bytes; ``zip``: of its local header; ``tgz``: of its bytes
+            in the decompressed stream; ``parquet``: its row group.
         size: Bytes stored (``zip``: compressed); ``parquet``: its row in the row group.
         length: Bytes of the member once read (``zip``: uncompressed; ``parquet``: -1, unknown).
         method: ``zip``: the compression method; else 0.
@@ -109,9 +104,7 @@ def listed_member(name: str) -> bool:
 def unsafe_member(name: str) -> str | None:
     """Why a member's path cannot name an input (absolute, or a ``..`` or ``.`` part), or None.
 
-    Such a member (not a folder) is an ``unsafe_path`` dead letter
-    (``unsafe_entry``), counted as an input; its path is never resolved
-    against anything.
+    Such a member (not a folder) is an ``unsafe_path`` dead letter, counted as an input.
     """
     if name.endswith("/"):
         return None
@@ -133,11 +126,9 @@ def member_entry(container: str, member: str, ref: MemberRef | None, layout: str
     """Resolves one member of an archive as ``inputs.tree_entry`` resolves a file under a folder.
 
     Args:
-        container: The archive (path or URI).
         member: Its path in the archive (``inner.tar!path`` inside an inner tar).
         ref: Where its bytes are; None for a member that is not a regular file.
         layout: ``classes`` or ``splits``.
-        rules: Labelling rules.
     """
     name = member_name(container, member)
     rel = f"{posixpath.basename(container)}{SEPARATOR}{member}"
@@ -157,9 +148,8 @@ class ContainerRules:
     Attributes:
         image_column: A Parquet file's image column (``--image_column``).
         label_column: Its label column (``--label_column``).
-        class_names: ``--class_names``/``--labels_file``: the names of integer
-            class indices (a WebDataset ``cls``, a Parquet integer label); None
-            to name an index by its number (or by a Parquet file's ``ClassLabel`` names).
+        class_names: ``--class_names``/``--labels_file``: the names of integer class indices (a
+            WebDataset ``cls``, a Parquet integer label); None to name an index by its number.
     """
 
     image_column: str = "image"
@@ -170,8 +160,7 @@ class ContainerRules:
 def container_problem(fh, kind: str) -> str | None:
     """Why an archive cannot be read at all, from its start (a tar's first header) or end (a zip's), or None.
 
-    A tar that holds no member (empty, or only zero blocks) cannot give an
-    input: it is refused as an empty folder is.
+    A tar that holds no member cannot give an input: it is refused as an empty folder is.
 
     Args:
         fh: The archive, opened (seekable, except a ``.tar.gz``).

@@ -1,16 +1,10 @@
 """Parquet files of images (Hugging Face exports and the like): columns, class names, rows.
 
-A row is one input: its image is a column of image bytes, or a struct with
-``bytes`` and ``path`` as Hugging Face's ``Image`` feature writes it; its
-label a column of integers (class indices, named by the ``ClassLabel`` names
-Hugging Face keeps in the schema's metadata when it wrote them) or of class
-names. Files are read with pyarrow, one row group at a time.
-
-A row group's image column is read only if the footer says it holds no more
-than a bound of bytes uncompressed (``group_problem``); it is read keeping
-its dictionary (a file of one image repeated in every row holds that image
-once in memory, not once a row, however it was compressed), and each row's
-image is measured before it becomes Python bytes (``image_at``).
+A row is one input: its image is a column of image bytes, or a struct with ``bytes`` and ``path``
+as Hugging Face's ``Image`` feature writes it; its label a column of class indices (named by the
+``ClassLabel`` names Hugging Face keeps in the schema's metadata) or of class names. A row group's
+columns are read only if the footer bounds their bytes (``group_problem``), keeping their
+dictionaries (a value many rows share is held once), and each image is measured before it is copied.
 """
 
 from __future__ import annotations
@@ -49,10 +43,29 @@ def open_parquet(fh: BinaryIO) -> pq.ParquetFile:
     Raises:
         ImageError: ``unreadable``, the file is not Parquet or its footer is damaged.
     """
+    return _parquet_file(fh)
+
+
+def _parquet_file(fh: BinaryIO, **options) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(fh)
+        return pq.ParquetFile(fh, **options)
     except (pa.ArrowException, OSError, ValueError) as err:
         raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
+
+
+def _read_group(parquet: pq.ParquetFile, group: int, columns: list[str]) -> pa.Table:
+    try:
+        return parquet.read_row_group(group, columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
+
+
+def _image_path_leaf(schema: pa.Schema, image_column: str) -> str | None:
+    """``COLUMN.path`` where the image column is a struct with the image file's path, else None."""
+    image = _field_type(schema, image_column)
+    if image is not None and pa.types.is_struct(image) and image.get_field_index("path") >= 0:
+        return f"{image_column}.path"
+    return None
 
 
 def _field_type(schema: pa.Schema, name: str) -> pa.DataType | None:
@@ -114,17 +127,14 @@ def open_rows(fh: BinaryIO, image_column: str, label_column: str) -> pq.ParquetF
         ImageError: ``unreadable``, as ``open_parquet``.
     """
     parquet = open_parquet(fh)
-    image = _field_type(parquet.schema_arrow, image_column)
     label = _field_type(parquet.schema_arrow, label_column)
     leaves = [label_column] if label is not None and not pa.types.is_integer(label) else []
-    if image is not None and pa.types.is_struct(image) and image.get_field_index("path") >= 0:
-        leaves.append(f"{image_column}.path")
+    path_leaf = _image_path_leaf(parquet.schema_arrow, image_column)
+    if path_leaf is not None:
+        leaves.append(path_leaf)
     if not leaves:
         return parquet
-    try:
-        return pq.ParquetFile(fh, metadata=parquet.metadata, read_dictionary=leaves)
-    except (pa.ArrowException, OSError, ValueError) as err:
-        raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
+    return _parquet_file(fh, metadata=parquet.metadata, read_dictionary=leaves)
 
 
 def _values(column: pa.ChunkedArray | pa.Array) -> Iterator[object]:
@@ -156,16 +166,10 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
                       class_names: Sequence[str] | None) -> Iterator[SourceImage | DeadLetter]:
     """The input of each row of one row group, read from its label column only.
 
-    Memory is bounded whatever the file claims: the footer bounds the label
-    and path columns' bytes (``LISTED_GROUP_BYTES``; over it, each row is a
-    ``too_large`` dead letter, unread); opened with ``open_rows``, a value
-    many rows share is decoded once; a label or path over ``MAX_LABEL_CHARS``
-    is never decoded (``bad_label``).
-
-    A row is named ``FILE!ROW`` (its row number in the file); its
-    ``image/filename`` is ``BASENAME!ROW``, and ``BASENAME!ROW!PATH`` where the
-    image struct keeps the image file's ``path`` as Hugging Face writes it (a
-    base name, which may repeat: the row number keeps the name unique).
+    Memory is bounded whatever the file claims: over ``LISTED_GROUP_BYTES`` each row is a
+    ``too_large`` dead letter, unread; a label or path over ``MAX_LABEL_CHARS`` is never decoded.
+    A row is named ``FILE!ROW``; its ``image/filename`` is ``BASENAME!ROW``, or ``BASENAME!ROW!PATH``
+    where the image struct keeps the image file's ``path``.
 
     Args:
         path: The Parquet file (path or URI).
@@ -175,19 +179,19 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
         image_column: ``--image_column``.
         label_column: ``--label_column``.
         rules: Labelling rules (``--split``).
-        class_names: Names of integer labels, in index order (``--class_names`` or
-            the file's ``ClassLabel`` names); None: an index is named by its number.
+        class_names: Names of integer labels, in index order (``--class_names`` or the file's
+            ``ClassLabel`` names); None: an index is named by its number.
     """
-    image = _field_type(parquet.schema_arrow, image_column)
-    has_path = image is not None and pa.types.is_struct(image) and image.get_field_index("path") >= 0
-    listed = [label_column] + ([f"{image_column}.path"] if has_path else [])
+    path_leaf = _image_path_leaf(parquet.schema_arrow, image_column)
+    has_path = path_leaf is not None
+    listed = [label_column] + ([path_leaf] if has_path else [])
     problem = next(filter(None, (group_problem(parquet, group, column, LISTED_GROUP_BYTES) for column in listed)), None)
     if problem:
         for row in range(parquet.metadata.row_group(group).num_rows):
             yield DeadLetter(member_name(path, str(first_row + row)), "too_large", problem)
         return
+    table = _read_group(parquet, group, listed)
     try:
-        table = parquet.read_row_group(group, columns=listed)
         labels = _values(table.column(0))
         paths = _values(table.column(1).combine_chunks().field("path")) if has_path else iter(())
     except (pa.ArrowException, OSError, ValueError) as err:
@@ -229,10 +233,7 @@ def open_images(fh: BinaryIO, column: str) -> pq.ParquetFile:
     if image is None:
         return parquet
     leaf = f"{column}.bytes" if pa.types.is_struct(image) else column
-    try:
-        return pq.ParquetFile(fh, metadata=parquet.metadata, read_dictionary=[leaf])
-    except (pa.ArrowException, OSError, ValueError) as err:
-        raise ImageError("unreadable", f"Parquet file cannot be read: {type(err).__name__}: {err}") from err
+    return _parquet_file(fh, metadata=parquet.metadata, read_dictionary=[leaf])
 
 
 def group_problem(parquet: pq.ParquetFile, group: int, column: str, limit: int) -> str | None:
@@ -254,10 +255,7 @@ def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[pa.C
     Raises:
         ImageError: ``unreadable``, the row group cannot be read.
     """
-    try:
-        table = parquet.read_row_group(group, columns=[column])
-    except (pa.ArrowException, OSError, ValueError) as err:
-        raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
+    table = _read_group(parquet, group, [column])
     return table.column(0), table.nbytes
 
 

@@ -1,21 +1,13 @@
 """The members of a tar with their byte offsets: the index pass of a tar input.
 
-``tar_members`` walks a tar's 512-byte headers itself (ustar, GNU long
-names, pax ``path`` and ``size`` records, base-256 sizes; checked against the
-``tarfile`` module's reading in the tests), one read per header, seeking
-over each member's bytes and keeping nothing, so memory does not grow with
-the archive (``tarfile`` parses a header several times slower and keeps every
-one). A ``.tar.gz`` is walked the same way through its decompressed stream
-(seeks only forward, which read and drop the bytes between); its members'
-offsets are then offsets in the decompressed stream. ``Window`` makes a
-byte range of a file look like a file, so that an inner tar (ImageNet's tar
-of class tars) is walked in place, its members' offsets made absolute.
+``tar_members`` walks a tar's 512-byte headers itself (ustar, GNU long names, pax ``path`` and
+``size``, base-256 sizes), one read per header, seeking over each member's bytes and keeping
+nothing (``tarfile`` is several times slower and keeps every header). A ``.tar.gz`` is walked
+through its decompressed stream; ``Window`` lets an inner tar be walked in place.
 
-A hostile tar is bounded: each step reads one header and moves strictly
-forward (checked at every step), so a walk makes at most one step per 512
-bytes of the (decompressed) tar, and holds one header and at most
-``MAX_EXTENDED_BYTES`` of a pax or long-name header. A size that is negative
-or runs past the archive's end is that member's damage (``MemberDamage``).
+A hostile tar is bounded: each step reads one header and moves strictly forward, holding at most
+``MAX_EXTENDED_BYTES`` of a pax or long-name header. A size that is negative or runs past the
+archive's end is that member's damage (``MemberDamage``).
 """
 
 from __future__ import annotations
@@ -111,14 +103,11 @@ def tar_members(fh: BinaryIO, stream: bool = False, base: int = 0) -> Iterator[T
 
     Args:
         fh: The tar (a seekable file, or with ``stream`` a gzip-compressed tar).
-        stream: ``fh`` is a ``.tar.gz``: read as one stream, offsets in the
-            decompressed bytes.
-        base: Added to every offset (the offset of ``fh``'s first byte in the
-            file that holds it).
+        stream: ``fh`` is a ``.tar.gz``: read as one stream, offsets in the decompressed bytes.
+        base: Added to every offset (where ``fh``'s first byte lies in the file that holds it).
 
     Raises:
-        ImageError: ``unreadable``, the archive is not a tar or is damaged
-            (the message names the last member read).
+        ImageError: ``unreadable``, the archive is not a tar or is damaged (naming the last member read).
     """
     if not stream:
         yield from _walk(fh, base, fh.seek(0, io.SEEK_END))

@@ -1,21 +1,15 @@
 """WebDataset shards: brace ranges of shard names, members grouped into samples, and their labels.
 
-A WebDataset shard is a tar whose members sharing a key (the member path up
-to the first ``.`` of its file name) form one sample: ``000017.jpg`` beside
-``000017.cls`` or ``000017.json``. A sample's members are next to each other
-in the tar (WebDataset's rule), so samples are grouped as the headers pass.
-Each sample is one input: its image is its ``jpg``, ``jpeg``, ``png`` or
-``webp`` member, its label its ``cls`` member (UTF-8 text: an integer is a
-class index, other text a class name, ``class_labels``) or the ``label`` of
-its ``json`` member, whose other keys become typed features as an input
-manifest's do (``--feature``).
+Adjacent members sharing a key (the path up to the first ``.`` of the file name) form one sample,
+one input: its image is its ``jpg``, ``jpeg``, ``png`` or ``webp`` member, its label its ``cls``
+member or the ``label`` of its ``json`` member, whose other keys become typed features as an
+input manifest's do.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -45,11 +39,7 @@ MAX_LABEL_BYTES = 1 << 20
 def expand_braces(pattern: str) -> list[str]:
     """``shard-{000..002}.tar`` -> ``shard-000.tar``, ``shard-001.tar``, ``shard-002.tar``.
 
-    Braces are read as webdataset reads them (the ``braceexpand`` package,
-    bash's rules): a range keeps the zero padding of its ends and may step
-    (``{0..10..5}``), count down or run over letters (``{a..c}``); ``{a,b}``
-    lists alternatives; groups nest and several expand in turn. A group that
-    is neither (``{b}``) stays as written, as in bash.
+    Braces are read as webdataset reads them (the ``braceexpand`` package, bash's rules).
 
     Raises:
         PlanError: Braces that do not pair up (``{`` not closed, ``}`` without ``{``).
@@ -80,9 +70,8 @@ class Sample:
 def samples_of(members: Iterable[TarMember]) -> Iterator[Sample]:
     """Groups a shard's members into samples, in order: adjacent members sharing a key.
 
-    Folders, hidden members and members that are not files are left out; a
-    member whose path is unsafe (``members.unsafe_member``) is kept, for its
-    sample's dead letter.
+    Folders, hidden members and members that are not files are left out; a member whose path is
+    unsafe is kept, for its sample's dead letter.
     """
     current: Sample | None = None
     for member in members:

@@ -1,17 +1,10 @@
 """The members of a zip from its central directory, and one member's bytes from a range of the file.
 
-``zip_members`` reads the central directory only (``zipfile``), so a zip of a
-million images is listed without reading an image. ``member_bytes`` turns
-the bytes read from a member's local header on (``local_span`` says how
-many) into the member's bytes: stored or deflated, their CRC-32 checked.
-
-The directory's sizes are claims, checked before a byte is read and again
-after: a member whose compressed bytes would run past the central directory
-is damage when listed (``ZipMember.damage``); one whose compressed size is
-more than deflate ever needs for its size (``compressed_bound``) is refused
-unread; the local header must agree with the directory; inflating stops one
-byte past the size claimed (a deflate bomb costs that much), and the deflate
-stream must end exactly where the compressed size says.
+``zip_members`` reads the central directory only, so a zip of a million images is listed without
+reading an image. The directory's sizes are claims, checked before a byte is read and again after:
+a member whose bytes would run past the central directory is damaged, the local header must agree
+with the directory, and inflating stops one byte past the size claimed (a deflate bomb costs that
+much).
 """
 
 from __future__ import annotations
@@ -35,8 +28,7 @@ _ZIP64 = 0xFFFFFFFF  # a local header's size that stands for its zip64 extra fie
 class ZipMember(NamedTuple):
     """One central directory entry: name, local header offset, sizes, method, CRC-32, if a file.
 
-    ``damage`` says why its bytes cannot be where the directory says (they
-    would run past the start of the central directory), or is "".
+    ``damage`` says why its bytes cannot be where the directory says, or is "".
     """
 
     name: str
@@ -89,18 +81,13 @@ def compressed_bound(size: int, method: int) -> int:
 def member_bytes(raw: bytes, compressed: int, size: int, method: int, crc: int) -> bytes | int:
     """A member's bytes from ``raw``, the file's bytes from its local header on.
 
-    Inflating stops one byte past ``size``: a member that inflates to more is
-    damage, however much more.
-
     Returns:
-        The member's bytes, or the number of bytes ``raw`` must hold (from the
-        local header) when it holds fewer.
+        The member's bytes, or the number of bytes ``raw`` must hold when it holds fewer.
 
     Raises:
-        ImageError: ``unreadable`` for a damaged header, a local header that
-            disagrees with the central directory, an unsupported compression
-            method, a deflate stream that ends before or after ``compressed``
-            bytes, or bytes that do not match ``size`` or the CRC-32.
+        ImageError: ``unreadable`` for a damaged or disagreeing header, an unsupported method,
+            a deflate stream that does not end at ``compressed`` bytes, or bytes that do not match
+            ``size`` or the CRC-32.
     """
     if len(raw) < LOCAL_HEADER:
         return LOCAL_HEADER
@@ -128,8 +115,7 @@ def member_bytes(raw: bytes, compressed: int, size: int, method: int, crc: int) 
 def _check_local_header(flags: int, local: tuple[int, int, int, int], central: tuple[int, int, int, int]) -> None:
     """Raises ``unreadable`` where the local header's method, CRC-32 or sizes disagree with the directory's.
 
-    The CRC-32 and sizes are compared only where the local header holds them
-    (not when flag bit 3 puts them after the data, nor a zip64 size).
+    The CRC-32 and sizes are compared only where the local header holds them (not flag bit 3, zip64).
     """
     fields = ("method", "CRC-32", "compressed size", "size")
     for at, (field, here, there) in enumerate(zip(fields, local, central)):

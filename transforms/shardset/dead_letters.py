@@ -1,11 +1,8 @@
 """Dead letters: the inputs a job rejected, each with its reason, in ``dead_letters.jsonl``.
 
-A run's dead letters are never held in one place: each worker stages the
-ones it makes in sorted parts of at most ``PART_LETTERS``, each with a small
-``RejectionSummary`` (its count, count per reason, a few examples), and
-publishing merges the sorted parts into ``dead_letters.jsonl``, ordered by
-``(path, reason, error)`` (``line_order``) however they were cut into
-parts, while the refusal checks use the merged summaries.
+A run's dead letters are never held in one place: each worker stages sorted parts of at most
+``PART_LETTERS``, each with a small ``RejectionSummary``; publishing merges the parts into
+``dead_letters.jsonl`` in ``letter_order``, while the refusal checks use the merged summaries.
 """
 
 from __future__ import annotations
@@ -15,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-__all__ = ["DEAD_LETTERS", "DeadLetter", "PART_LETTERS", "EXAMPLES", "IN_APPENDED_SET", "in_appended_set", "RejectionSummary", "DeadLetterPart",
-           "letter_order", "line_order", "too_many_rejected", "Verdict", "rejection_verdict",
-           "rejection_details", "rejection_problem"]
+__all__ = ["DEAD_LETTERS", "DeadLetter", "PART_LETTERS", "EXAMPLES", "IN_APPENDED_SET", "in_appended_set",
+           "RejectionSummary", "DeadLetterPart", "letter_order", "line_order", "too_many_rejected", "Verdict",
+           "rejection_verdict", "rejection_details", "rejection_problem"]
 
 # The tag of the output of rejected inputs (``DeadLetter``) of every step that rejects some;
 # their main outputs are "main".
@@ -120,8 +117,7 @@ class DeadLetterPart:
     Attributes:
         path: The staged file: one ``to_json`` line per dead letter, in order.
         summary: Its count, count per reason and examples.
-        bad: The same of those that are bad inputs: all but the inputs already
-            in the set a run appends to (``in_appended_set``).
+        bad: The same of those that are bad inputs (not ``in_appended_set``).
     """
 
     path: str
@@ -139,10 +135,9 @@ class Verdict:
     """What ``--max_bad_fraction`` makes of a run's rejections (``rejection_verdict``).
 
     Attributes:
-        kind: ``publish``; ``nothing_new`` (an append whose inputs are all in the
-            set already, or rejected within the fraction of all its inputs: it
-            changes nothing and succeeds); ``no_inputs``; ``all_rejected`` (no
-            record to write); ``too_many`` (more bad inputs than the fraction).
+        kind: ``publish``; ``nothing_new`` (an append whose inputs are all in the set already, or
+            rejected within the fraction: it changes nothing and succeeds); ``no_inputs``;
+            ``all_rejected``; ``too_many`` (more bad inputs than the fraction).
         inputs: The inputs judged: all but those already in the set appended to.
         bad: The bad inputs among them.
     """
@@ -157,11 +152,9 @@ def rejection_verdict(inputs: int, rejected: int, present: int = 0,
     """The one rule of ``--max_bad_fraction``, for a build, an append and their plans.
 
     Args:
-        inputs: Inputs listed.
         rejected: Inputs rejected, those already in the set included.
-        present: Inputs rejected as already in the set the run appends to
-            (``in_appended_set``; 0 for a build): neither inputs nor bad inputs
-            for the fraction, since appending a folder that grew is the usual case.
+        present: Inputs rejected as already in the set the run appends to (0 for a build): neither
+            inputs nor bad inputs for the fraction (appending a folder that grew is the usual case).
         max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
     """
     judged, bad = inputs - present, rejected - present
@@ -180,12 +173,10 @@ def _summary(dead: RejectionSummary | Sequence[DeadLetter]) -> RejectionSummary:
     return dead if isinstance(dead, RejectionSummary) else RejectionSummary.of(dead)
 
 
-def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter], examples: int = EXAMPLES) -> list[str]:
-    """Lines saying why inputs were rejected: the count per reason, then a few examples.
+def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter]) -> list[str]:
+    """Lines saying why inputs were rejected: the count per reason, then ``EXAMPLES`` examples at most.
 
-    The examples are the first dead letter (by path) of each of the most
-    frequent reasons, then further ones, up to ``examples`` lines (at most
-    ``EXAMPLES`` from a summary).
+    The examples are the first dead letter of each of the most frequent reasons, then further ones.
     """
     summary = _summary(dead_letters)
     counts = dict(summary.by_reason)
@@ -193,7 +184,7 @@ def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter], exa
     lines = ["  rejected by reason: " + ", ".join(f"{r} {counts[r]}" for r in ranked)]
     first_of = {d.reason: d for d in summary.firsts}
     firsts = [first_of[r] for r in ranked]
-    chosen = (firsts + [d for d in summary.earliest if d not in firsts])[:examples]
+    chosen = (firsts + [d for d in summary.earliest if d not in firsts])[:EXAMPLES]
     lines += [f"  e.g. {d.path}: {d.reason}: {d.error}" for d in chosen]
     return lines
 
@@ -203,7 +194,6 @@ def rejection_problem(inputs: int, written: int, dead: RejectionSummary | Sequen
     """Why a run's shards may not be published, from its counts of inputs and rejections; or None.
 
     Args:
-        inputs: Inputs the run listed.
         written: Records its shards hold.
         dead: Its dead letters, or their summary.
         dead_path: Where they are written (named in the refusal).

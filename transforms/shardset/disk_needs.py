@@ -1,12 +1,8 @@
 """The disk space a build needs where its output lies, and what to say when there is too little (pure).
 
-A build reads each input once and stages its record in a run file
-(``OUTPUT/.staging/<run id>/runs/``); it then copies the records into shards,
-also staged there, and publishes them by renames. Both copies are on disk
-until the run publishes: at its peak a build needs free space for about
-twice its records, in the file system that holds ``--output_dir``. With
-``--staging_dir`` the run files lie there instead: each place needs about
-its records once.
+A build stages each record in a run file, then copies the records into shards, staged there too,
+and publishes them by renames: at its peak it needs free space for about twice its records where
+``--output_dir`` lies. With ``--staging_dir`` each place needs about its records once.
 """
 
 from __future__ import annotations

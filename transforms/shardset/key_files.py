@@ -1,17 +1,10 @@
 """``.keys`` sidecars: the image keys of a shard's records, in record order (pure).
 
-A keys file holds the raw 32 bytes of each record's ``image/key/sha256``
-(64 hex digits in the record), one after the other in record order, nothing
-else: ``records x 32`` bytes. It lives beside the shard's ``.idx``, in the
-``index/`` folder (``index/train-00000-of-00004.tfrecord.keys``), so the usual
-shard globs match shards only. Whoever writes a shard writes its keys file
-from the records it writes, and the shard list states its CRC32C
-(``keys_crc32c``). A build that keeps published splits, or appends, reads the
-keys files (``records x 32`` bytes) instead of the shards. A shard with a
-record whose key is missing or is not 64 hex digits (a reshard of foreign
-TFRecords) has no keys file: its keys are read from its records.
-
-Pure code: collects, formats and parses keys; never opens files.
+A keys file holds the raw 32 bytes of each record's ``image/key/sha256``, in record order,
+nothing else. It lives beside the shard's ``.idx`` in ``index/``, so the usual shard globs match
+shards only; the shard list states its CRC32C. A build that keeps published splits, or appends,
+reads the keys files instead of the shards. A shard with a record whose key is missing or not 64
+hex digits has no keys file.
 """
 
 from __future__ import annotations
@@ -52,8 +45,7 @@ def _digest(key: str | None) -> bytes | None:
 class KeyCollector:
     """Collects the keys of the records of one shard as they are written, in order.
 
-    ``keys()`` is the keys file's bytes, or None once a record had no usable
-    key (the shard then has no keys file).
+    ``keys()`` is the keys file's bytes, or None once a record had no usable key.
     """
 
     def __init__(self) -> None:
@@ -62,8 +54,7 @@ class KeyCollector:
     def add(self, record: bytes | FramedRecord | Sequence[bytes], where: str = "") -> None:
         """Notes the key of one record: its bytes, a ``FramedRecord``, or the pieces it is made of.
 
-        A record given in pieces is joined to be read (its image is copied
-        once, in memory); a record that is not an Example has no key.
+        A record given in pieces is joined to be read; a record that is not an Example has no key.
         """
         if self._digests is None:
             return

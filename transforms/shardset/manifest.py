@@ -1,15 +1,8 @@
 """``manifest.json``: what a finished shard set holds, written last and atomically.
 
-Pure code: builds, serializes and loads the manifest; knows nothing of paths
-beyond the shard file names it records. Serialization is deterministic (no
-timestamps, fixed key order), so reruns give byte-identical manifests.
-
-Format version 2 keeps ``manifest.json`` small: it holds what does not grow
-with shards x labels (options, labels, per split its records, bytes, shard
-count and label counts) and names its shard list, ``shards.jsonl`` (one line
-per shard, see ``shardset.shard_list``), with that file's sha256, size and
-line count. ``Manifest.loads`` of a version-2 manifest gives its splits'
-totals without their shards; ``shard_list.with_shard_list`` adds them.
+Serialization is deterministic (no timestamps, fixed key order): reruns give byte-identical
+manifests. Format version 2 holds what does not grow with shards x labels and names its shard
+list, ``shards.jsonl`` (``shardset.shard_list``), with its sha256, size and line count.
 Version 1 (every shard inside ``manifest.json``) is still read.
 """
 
@@ -24,8 +17,8 @@ from transforms.errors import ManifestError
 from transforms.tfrecord.file_hash import crc32c_value
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
-           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME", "DEAD_LETTERS_NAME", "SHARDS_NAME",
-           "REFUSED_DEAD_LETTERS_NAME"]
+           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME",
+           "DEAD_LETTERS_NAME", "SHARDS_NAME", "REFUSED_DEAD_LETTERS_NAME"]
 
 FORMAT_NAME = "tfrecord-shards"
 FORMAT_VERSION = 2
@@ -59,9 +52,7 @@ def _require(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -
 class ShardEntry:
     """One published shard file.
 
-    A shard written by this version has a ``crc32c`` (and a ``sha256`` only
-    with ``--shard_sha256``); one written before has only a ``sha256``. An
-    entry has at least one of them.
+    An entry has a ``crc32c``, a ``sha256`` (``--shard_sha256``, or written by older versions), or both.
 
     Attributes:
         file: Name relative to the output folder.
@@ -69,8 +60,7 @@ class ShardEntry:
         bytes: Size of the file as written (compressed size for gzip/zlib).
         sha256: Hex sha256 of the file as written, or None.
         label_counts: Label index (as a string) -> records with that label.
-        crc32c: CRC32C of the file as written, as GCS states it (base64 of
-            its 4 bytes, big-endian: what ``gsutil ls -L`` prints), or None.
+        crc32c: CRC32C of the file as written, as GCS states it (``gsutil ls -L``), or None.
         index_crc32c: The same of its ``.idx`` (uncompressed shards), or None.
         keys_crc32c: The same of its ``.keys`` file (``key_files``), or None without one.
     """
@@ -130,10 +120,14 @@ def _sha256(obj: Mapping[str, Any], where: str) -> str:
     return sha
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _label_counts(obj: Mapping[str, Any], where: str) -> dict[str, int]:
     counts = _require(obj, "label_counts", dict, where)
     for label, count in counts.items():
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        if not _is_count(count):
             raise ManifestError(f"{where}.label_counts[{label!r}]: bad count {count!r}")
     return dict(counts)
 
@@ -183,12 +177,9 @@ class SplitEntry:
 
     Attributes:
         name: The split.
-        shards: Its shards; empty for a version-2 manifest whose shard list
-            was not read (``complete`` is then false).
-        counts: The totals stated by a version-2 manifest (or computed by
-            the publisher), else None: then the shards' sums are the totals.
-            Shard entries loaded without their label counts leave
-            ``label_counts()`` to these.
+        shards: Its shards; empty for a version-2 manifest whose shard list was not read.
+        counts: The totals stated by a version-2 manifest (or computed by the publisher), else
+            None: then the shards' sums are the totals.
     """
 
     name: str
@@ -258,8 +249,7 @@ def _images(obj: Any) -> dict[str, dict[str, int]]:
         raise ManifestError(f"manifest.images: expected an object, got {type(obj).__name__}")
     out = {}
     for name, counts in obj.items():
-        if not isinstance(counts, dict) or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values()):
+        if not isinstance(counts, dict) or not all(map(_is_count, counts.values())):
             raise ManifestError(f"manifest.images[{name!r}]: expected format -> record count")
         out[name] = dict(counts)
     return out
@@ -275,41 +265,23 @@ class Manifest:
         seed: Shuffle seed.
         compression: ``none``, ``gzip`` or ``zlib``.
         feature_spec: Feature name -> kind, for readers.
-        labels: Image class names in index order, ``image/class/label``'s
-            (may be empty: reshard, a COCO build).
+        labels: Image class names in index order (may be empty: reshard, a COCO build).
         splits: Split name -> its shards.
         dead_letters: Number of rejected inputs.
-        images: For builds: ``source_formats``, ``converted`` and
-            ``tf_undecodable``, each format -> records, and
-            ``png_chunks_fixed``, fix -> records (see
-            ``images.records.image_counts``); empty otherwise (not written).
-        shards_file: The shard list a version-2 manifest names; None for
-            version 1 and for a manifest whose list is not written yet.
+        images: For builds: counter -> format (or fix) -> records (``images.records.image_counts``).
+        shards_file: The shard list a version-2 manifest names; None for version 1 and for a
+            manifest whose list is not written yet.
         format_version: The version it was read as (or is written as).
-        built_from: Split name -> the ``--input`` values that built it (as
-            given), written as each split's ``built_from``; a split left out
-            (and every split of an older manifest) does not record them.
-        appended: The splits the last run appended records to (``--append``),
-            each with the records it held before.
-        known_dead_letters: The last run's (an append's) inputs that the set's
-            ``dead_letters.jsonl`` held already (same path, same reason): neither
-            judged nor listed again, so its inputs are the records it wrote, its
-            dead letters and these (written only when not 0).
-        written_splits: The splits the last run wrote (the others it kept);
-            None where the manifest does not say (older manifests).
-        object_labels: ``(id, name)`` of the object classes, sorted by id,
-            the ids ``image/object/class/label`` holds (``label_map.pbtxt``);
-            empty for a set without boxes (not written).
-        near_duplicates: For a build with ``--near_duplicates reject``, or
-            ``report`` (the default) that found a pair or could not compare
-            an image: ``mode``, ``distance``, ``pairs`` (how many pairs of
-            images in different splits were found), ``file``
-            (``near_duplicates.jsonl``, the pairs), ``buckets_over_cap``,
-            ``images_not_compared_in_a_bucket``, ``images_not_hashed`` and
-            ``split_pairs`` (pairs by the split that keeps the image and the
-            split of the later copy;
-            ``images.near_duplicates.near_duplicates_summary``); empty
-            otherwise (not written).
+        built_from: Split name -> the ``--input`` values that built it (as given).
+        appended: The splits the last run appended records to, each with the records it held before.
+        known_dead_letters: The last run's (an append's) inputs that the set's dead letters held
+            already (same path, same reason): neither judged nor listed again.
+        written_splits: The splits the last run wrote (the others it kept); None in older manifests.
+        object_labels: ``(id, name)`` of the object classes, sorted by id (``label_map.pbtxt``).
+        near_duplicates: A build's near-duplicate summary
+            (``images.near_duplicates.near_duplicates_summary``).
+
+    The fields of ``docs/output.md``; an empty optional one is not written.
     """
 
     created_by: str
@@ -405,9 +377,7 @@ class Manifest:
     def loads(cls, data: bytes | str) -> "Manifest":
         """Parses and validates ``manifest.json``.
 
-        A version-1 manifest comes back complete. A version-2 one comes back
-        with its splits' totals and ``shards_file``, but no shard entries:
-        ``shard_list.with_shard_list`` reads them from the shard list.
+        A version-2 manifest comes back without shard entries (``shard_list.with_shard_list``).
 
         Raises:
             ManifestError: Not JSON, wrong format or version, or a field is
@@ -449,12 +419,10 @@ class Manifest:
                 isinstance(name, str) and name in splits for name in written)):
             raise ManifestError(f"manifest.written_splits: expected a list of its splits' names, got {written!r}")
         appended = obj.get("appended", {})
-        if not isinstance(appended, dict) or not all(
-                name in splits and isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                for name, n in appended.items()):
+        if not isinstance(appended, dict) or not all(name in splits and _is_count(n) for name, n in appended.items()):
             raise ManifestError(f"manifest.appended: expected split name -> records before, got {appended!r}")
         known = obj.get("known_dead_letters", 0)
-        if not isinstance(known, int) or isinstance(known, bool) or known < 0:
+        if not _is_count(known):
             raise ManifestError(f"manifest.known_dead_letters: expected a count, got {known!r}")
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):

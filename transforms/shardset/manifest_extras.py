@@ -1,9 +1,7 @@
 """What a job adds to the manifest and the files beside it: ``ManifestExtras`` (no Beam).
 
-The shard sink (``transforms.shard_sink.PublishShards``) knows what every
-shard set has; a job that knows more (a build: image counts, object classes,
-near-duplicates) hands it over as one ``ManifestExtras``, the one element of
-the sink's ``manifest_extras`` input.
+A job that knows more than every shard set has (a build: image counts, object classes,
+near-duplicates) hands it to ``PublishShards`` as the one element of its ``manifest_extras`` input.
 """
 
 from __future__ import annotations
@@ -24,14 +22,9 @@ class ManifestExtras:
     """What a job adds to its set's manifest and publishes beside it.
 
     Attributes:
-        fields: Merged into the manifest's fields (e.g. ``object_labels``,
-            ``near_duplicates``).
-        files: Further files published with the set, name -> bytes, from what
-            the pipeline found (None: a file of an earlier run the new set does
-            not have; it is removed if present).
-        from_tallies: Given the ``(key, count)`` tallies of every written shard
-            summed (``WriteShards``' ``tally_of``), returns further manifest
-            fields (a build's ``images`` counts); None: none.
+        fields: Merged into the manifest's fields (e.g. ``object_labels``).
+        files: Further files published with the set, name -> bytes (None: removed if present).
+        from_tallies: Further manifest fields from the shards' summed tallies (``FromTallies``).
     """
 
     fields: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -1,8 +1,4 @@
-"""Names in a shard set: split names, shard file names, and joining a folder with a name.
-
-Pure code: the rules a file name follows, for local paths and ``gs://``/``s3://``
-URLs alike.
-"""
+"""Names in a shard set: split names, shard file names, and joining a folder with a name (pure)."""
 
 from __future__ import annotations
 
@@ -32,10 +28,10 @@ MAX_SPLIT_NAME = 100
 
 
 def check_split_name(name: str) -> str:
-    """Returns ``name`` if it is a safe split name, else raises PlanError.
+    """Returns ``name`` if it matches ``[A-Za-z0-9_-]+`` with at most ``MAX_SPLIT_NAME`` characters.
 
-    A safe name matches ``[A-Za-z0-9_-]+`` and has at most ``MAX_SPLIT_NAME``
-    characters.
+    Raises:
+        PlanError: It does not.
     """
     if not _SPLIT_NAME_RE.match(name or "") or len(name) > MAX_SPLIT_NAME:
         raise PlanError(f"split name {name!r} must match [A-Za-z0-9_-]+ and have at most "
@@ -59,8 +55,7 @@ def shard_file_name(split: str, index: int, num_shards: int, compression: str = 
 def split_of_shard(path: str) -> str | None:
     """Returns the split a shard's file name states, or None if it is not named like a shard.
 
-    ``out/validation-00001-of-00004.tfrecord.gz`` -> ``validation``; only the
-    last component of the path (local or URL) is looked at.
+    ``out/validation-00001-of-00004.tfrecord.gz`` -> ``validation`` (the path's last part only).
     """
     match = SHARD_NAME_RE.match(path.rsplit("/", 1)[-1])
     return match["split"] if match else None

@@ -1,19 +1,11 @@
 """Which files of an output folder a publishing run may remove, and which splits it keeps.
 
-Pure code. A run only ever removes files this tool published there: the
-shards (and ``.idx`` sidecars) listed by the folder's ``manifest.json``, and,
-while a publish is under way, those listed by the publish journal
-(``.publishing.json``), which a publish writes before it removes the old
-manifest and deletes after it wrote the new one. A crash in between leaves
-the journal, so the next run still knows which files were the tool's.
-
-A shard-named file (``*-NNNNN-of-NNNNN.tfrecord[.gz|.zz][.idx]``) that neither
-lists is the user's: a run refuses to start (``unlisted_problem``) unless told
-to replace such files (``PublishPolicy.overwrite_unlisted``).
-
-A run replaces only the splits it writes; the other splits of the previous
-manifest are kept and listed again, after checking they are still as listed
-(``kept_split_problem``), unless ``PublishPolicy.drop_other_splits``.
+Pure code. A run only ever removes files this tool published there: those the folder's
+``manifest.json`` lists and, while a publish is under way, those its journal
+(``.publishing.json``) claims. A shard-named file that neither lists is the user's: a run
+refuses to start unless told to replace such files (``--overwrite_unlisted_shards``). A run
+replaces only the splits it writes; the others are kept and listed again, after checking they are
+still as listed, unless ``--drop_other_splits``.
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ from transforms.tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX, index_name
 
 __all__ = ["JOURNAL_NAME", "PublishPolicy", "Journal", "is_shard_named", "owned_files",
            "unlisted_shard_files", "unlisted_problem", "kept_splits", "kept_split_problem",
-           "merge_labels", "files_to_remove"]
+           "merge_labels", "labels_conflict", "files_to_remove"]
 
 JOURNAL_NAME = ".publishing.json"
 
@@ -44,16 +36,11 @@ class PublishPolicy:
         run_id: The run's id (32 hex digits): its lock and its staging folder.
         overwrite_unlisted: Replace (delete) shard-named files no manifest lists.
         drop_other_splits: Remove the listed shards of splits this run does not write.
-        replace: Replace a published split this run writes though other inputs
-            built it (``shardset.replacing``); else the run is refused.
-        append: Add this run's records to the published set, keeping its
-            shards (``storage.publish``).
-        resume: The marker of a run that may resume an interrupted one
-            (``shardset.resume``: a build); None for a run that may not.
+        replace: Replace a published split this run writes though other inputs built it.
+        append: Add this run's records to the published set, keeping its shards.
+        resume: The marker of a run that may resume an interrupted one (a build); else None.
         fresh: Start over: remove the staging earlier runs left instead of resuming it.
-        staging_dir: ``--staging_dir``: the folder that holds the run's run
-            files (``storage.output_folder.run_files_folder``); None: its
-            staging folder in the output folder.
+        staging_dir: ``--staging_dir``, the folder of the run's run files; None: its staging folder.
     """
 
     run_id: str
@@ -73,10 +60,8 @@ class Journal:
     Attributes:
         run_id: The publishing run.
         claimed: Every file name the tool owns in the folder while it publishes.
-        moves: Renames still to do, in order, as ``(from, to)`` names relative
-            to the folder (every file of the new set is
-            staged before it is written, ``manifest.json`` last); any run that
-            finds them finishes them (``storage.journal.finish_journal``).
+        moves: Renames still to do, in order, as ``(from, to)`` names relative to the folder
+            (``manifest.json`` last); any run that finds them finishes them.
         remove: Names to delete once the renames are done.
     """
 
@@ -127,20 +112,11 @@ def is_shard_named(name: str) -> bool:
     return bool(SHARD_NAME_RE.match(base))
 
 
-def _with_index(names: Iterable[str]) -> set[str]:
-    """Shard names, both places of their index (``index/NAME.idx``, older sets ``NAME.idx``) and their
-    keys file (``index/NAME.keys``)."""
-    out = set()
-    for name in names:
-        out.add(name)
-        out.update(index_names(name))
-        out.add(keys_name(name))
-    return out
-
-
 def owned_files(manifest: Manifest | None, journal: Journal | None) -> set[str]:
-    """File names the tool published in the folder (shards listed, their ``.idx``, journal claims)."""
-    owned = _with_index(manifest.shard_files()) if manifest is not None else set()
+    """File names the tool published in the folder: shards listed, both places of their index
+    (``index/NAME.idx``, older sets ``NAME.idx``), their keys file, the journal's claims."""
+    shards = manifest.shard_files() if manifest is not None else ()
+    owned = {path for name in shards for path in (name, *index_names(name), keys_name(name))}
     if journal is not None:
         owned |= set(journal.claimed)
     return owned
@@ -173,15 +149,8 @@ def kept_splits(old: Manifest | None, written: Iterable[str], policy: PublishPol
 
 def kept_split_problem(split: SplitEntry, present: Mapping[str, int], old: Manifest,
                        compression: str, feature_spec: Mapping[str, str]) -> str | None:
-    """Why a kept split cannot be listed again (one line), or None.
-
-    Args:
-        split: The split's entry in the previous manifest.
-        present: Name -> size of every file in the folder now.
-        old: The previous manifest.
-        compression: This run's shard compression.
-        feature_spec: This run's feature spec.
-    """
+    """Why a kept split of ``old`` cannot be listed again by a run of ``compression`` and
+    ``feature_spec`` (one line), or None; ``present`` is name -> size of the folder's files now."""
     fix = f"rebuild split {split.name!r} too, or pass --drop_other_splits to remove it"
     if old.compression != compression:
         return (f"split {split.name!r} in the folder is {old.compression}-compressed but this run "
@@ -209,6 +178,14 @@ def merge_labels(kept: Sequence[str], new: Sequence[str]) -> list[str] | None:
     kept, new = list(kept), list(new)
     short, long = (kept, new) if len(kept) <= len(new) else (new, kept)
     return long if long[:len(short)] == short else None
+
+
+def labels_conflict(labels: Sequence[str], kept: Iterable[str], kept_labels: Sequence[str]) -> str:
+    """The refusal of a run whose classes and those of the kept splits disagree (``merge_labels``)."""
+    return (f"the classes of this run ({', '.join(labels) or 'none'}) and those of the kept "
+            f"splits {', '.join(sorted(kept))} ({', '.join(kept_labels)}) give some index "
+            "two meanings; fix the class list (--class_names), rebuild those splits too, or "
+            "pass --drop_other_splits")
 
 
 def files_to_remove(present: Iterable[str], owned: set[str], keep: set[str],

@@ -1,17 +1,9 @@
 """A build's plan: what a run would find, reject and write, and what it would do to the output folder (pure).
 
-``PlanTally`` gathers what the plan's pipeline saw, one fact at a time and in
-any order (it is a combine's accumulator, merged from many): the inputs
-listed, the inputs rejected and why, the bytes read, and the records that
-would be written. ``make_plan`` turns a tally into a ``Plan``: shards per
-split (``planning.lay_out_split``, the build's own rule), what a shard set
-already published in the output folder would gain, keep and lose, what would
-stop the build, and an estimate of the build's run time. ``Plan.text`` is
-the summary a person reads, ``Plan.to_json`` the same as JSON.
-
-Everything here is an estimate: inputs are checked from their headers only,
-and record sizes are exact only where a build stores the source bytes as
-they are (``images.survey``).
+``PlanTally`` gathers what the plan's pipeline saw (a combine's accumulator); ``make_plan`` turns
+it into a ``Plan``: shards per split by the build's own rule, what the output folder's set would
+gain, keep and lose, what would stop the build, and its run time. Everything is an estimate:
+inputs are checked from their headers only (``images.survey``).
 """
 
 from __future__ import annotations
@@ -24,14 +16,14 @@ from transforms.progress.report import plural
 from transforms.shardset.dead_letters import DeadLetter, in_appended_set, rejection_verdict
 from transforms.shardset.disk_needs import DiskNeed, build_disk_need, shortfall, size_text
 from transforms.shardset.manifest import Manifest
-from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, merge_labels,
-                                           unlisted_problem, unlisted_shard_files)
+from transforms.shardset.ownership import (PublishPolicy, kept_split_problem, kept_splits, labels_conflict,
+                                           merge_labels, unlisted_problem, unlisted_shard_files)
 from transforms.shardset.planning import MIB, lay_out_split
 from transforms.shardset.replacing import replace_problem
 
-__all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "FolderChange", "BuildRate", "Plan", "make_plan", "folder_change",
-           "folder_problems",
-           "DEFAULT_RATE", "DUPLICATE_REASONS", "BY_CONTENT", "PLAN_VERSION"]
+__all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "FolderChange", "BuildRate",
+           "Plan", "make_plan", "folder_change", "folder_problems", "DEFAULT_RATE", "DUPLICATE_REASONS",
+           "BY_CONTENT", "PLAN_VERSION"]
 
 PLAN_VERSION = 1
 # How many rejected inputs a plan names per reason.
@@ -42,14 +34,9 @@ DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate
 BY_CONTENT = "(by content)"
 
 
-# A build's cost whatever its input, from its process's start to its summary: starting Python,
-# importing Beam and the job's modules (2.9 CPU s), checking the flags and inputs, starting the
-# pipeline, publishing. A build of 4 small images took 3.7-4.2 CPU s on the 2-core machine, its wall
-# time on an idle machine (BENCHMARKS.md, "A small build's start-up").
+# A build's cost whatever its input (start-up to summary), and per input beyond its bytes:
+# BENCHMARKS.md, "A small build's start-up".
 START_UP_SECONDS = 4.0
-# A build's cost per input, beyond its bytes (listing, opening, hashing, a dead letter or a record):
-# 267 inputs of the sample (24 MiB) cost about 0.35 CPU s more than 4, 0.11 s of it the bytes' at
-# 4.8 s/GiB (BENCHMARKS.md, "A small build's start-up"); rounded to 1 ms.
 SECONDS_PER_INPUT = 0.001
 
 
@@ -86,10 +73,8 @@ class BuildRate:
                 + self.seconds_per_gib * input_bytes / (1024 * MIB))
 
 
-# The build on the 2-core benchmark machine, one process, default flags (--image_mode tf,
-# --validate structure), photos of about 100 KB: BENCHMARKS.md, "Plan before running", where
-# the marginal rate is measured (3.7-4.1 s for 420 MiB, 7.5-8.2 s for 1.23 GiB), and "A small
-# build's start-up", where the start-up and the cost per input are.
+# The build on the 2-core benchmark machine, one process, default flags, photos of about 100 KB:
+# BENCHMARKS.md, "Plan before running".
 DEFAULT_RATE = BuildRate(seconds_per_gib=4.8, fixed_seconds=START_UP_SECONDS, seconds_per_input=SECONDS_PER_INPUT,
                          source='BENCHMARKS.md "Plan before running": one process, 2 cores, '
                                 "--image_mode tf --validate structure")
@@ -130,10 +115,8 @@ class PlanTally:
         """Adds one fact (see the class docstring); returns the tally."""
         kind = fact[0]
         if kind == "found":
-            key = (fact[1], fact[2])
-            self.found[key] = self.found.get(key, 0) + 1
-            kind = fact[3] if len(fact) > 3 else "file"
-            self.kinds[kind] = self.kinds.get(kind, 0) + 1
+            _add(self.found, (fact[1], fact[2]))
+            _add(self.kinds, fact[3] if len(fact) > 3 else "file")
         elif kind == "rejected":
             entry = self.rejected.setdefault(fact[1], [0, []])
             entry[0] += 1
@@ -145,13 +128,12 @@ class PlanTally:
             self.estimated_sizes += 0 if fact[2] else 1
         elif kind == "record":
             _, split, label, source_format, converted, size = fact
-            key = (split, label)
-            self.records[key] = self.records.get(key, 0) + 1
-            self.record_bytes[split] = self.record_bytes.get(split, 0) + size
+            _add(self.records, (split, label))
+            _add(self.record_bytes, split, size)
             self.largest[split] = max(self.largest.get(split, 0), size)
-            self.formats[source_format] = self.formats.get(source_format, 0) + 1
+            _add(self.formats, source_format)
             if converted:
-                self.converted[source_format] = self.converted.get(source_format, 0) + 1
+                _add(self.converted, source_format)
         elif kind == "listing":
             self.inputs, self.classes, self.feature_spec = fact[1], tuple(fact[2]), dict(fact[3])
         else:
@@ -161,10 +143,9 @@ class PlanTally:
     def merge(self, others: Iterable["PlanTally"]) -> "PlanTally":
         """Adds every other tally into this one; returns it."""
         for other in others:
-            for key, count in other.found.items():
-                self.found[key] = self.found.get(key, 0) + count
-            for kind, count in other.kinds.items():
-                self.kinds[kind] = self.kinds.get(kind, 0) + count
+            for name in ("found", "kinds", "records", "record_bytes", "formats", "converted"):
+                for key, count in getattr(other, name).items():
+                    _add(getattr(self, name), key, count)
             self.in_set += other.in_set
             for reason, (count, examples) in other.rejected.items():
                 entry = self.rejected.setdefault(reason, [0, []])
@@ -173,16 +154,8 @@ class PlanTally:
             self.files_read += other.files_read
             self.bytes_read += other.bytes_read
             self.estimated_sizes += other.estimated_sizes
-            for key, count in other.records.items():
-                self.records[key] = self.records.get(key, 0) + count
-            for split, size in other.record_bytes.items():
-                self.record_bytes[split] = self.record_bytes.get(split, 0) + size
             for split, size in other.largest.items():
                 self.largest[split] = max(self.largest.get(split, 0), size)
-            for name in ("formats", "converted"):
-                mine = getattr(self, name)
-                for fmt, count in getattr(other, name).items():
-                    mine[fmt] = mine.get(fmt, 0) + count
             if other.inputs is not None:
                 self.inputs, self.classes = other.inputs, other.classes
                 self.feature_spec = dict(other.feature_spec)
@@ -228,6 +201,10 @@ class PlanTally:
         return cls.from_dict(json.loads(data))
 
 
+def _add(counts: dict, key: Any, count: int = 1) -> None:
+    counts[key] = counts.get(key, 0) + count
+
+
 @dataclass(frozen=True)
 class SplitPlan:
     """The records and shards one split would get.
@@ -265,8 +242,7 @@ class FolderChange:
         kept: Splits there now that the run keeps and lists again.
         dropped: Splits there now that the run removes (``--drop_other_splits``).
         problems: Why the build would refuse to start or to publish, one line each.
-        appending: The run appends (``--append``): ``replaced`` are the
-            splits it adds records to, keeping their shards.
+        appending: The run appends: ``replaced`` are the splits it adds records to.
     """
 
     published: Mapping[str, int]
@@ -283,11 +259,9 @@ def folder_change(published: Mapping[str, int], written: Iterable[str], kept: It
     """Compares the splits a run writes with those published in its output folder.
 
     Args:
-        published: Split -> records of the set there now (empty: none).
         written: The splits the run would write.
         kept: The published splits publishing would keep (``ownership.kept_splits``).
-        problems: Why the build would refuse, as found by the caller.
-        appending: The run appends (``--append``).
+        The others: as ``FolderChange``'s attributes.
     """
     written, kept = set(written), set(kept)
     return FolderChange(dict(published), tuple(sorted(written - set(published))),
@@ -301,22 +275,11 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
                     labels: Sequence[str], inputs: Sequence[str]) -> list[str]:
     """Why a build would refuse to start or to publish into its output folder, one line each.
 
-    The checks the build makes of the folder (``output_folder``, publishing),
-    made from what the folder holds now.
-
     Args:
-        output_dir: The output folder.
-        present: Name -> size of the files in it (``output_folder.folder_state``).
-        manifest: Its manifest, if readable.
-        manifest_problem: Why its manifest cannot be read, if it cannot.
-        owned: The files this tool published there.
+        present, manifest, manifest_problem, owned: What the folder holds (``output_folder.FolderState``).
         policy: The run's publishing policy.
         written: The splits the run would write.
-        compression: ``--compression``.
-        feature_spec: The feature spec of the run's records.
-        labels: The run's classes in index order.
-        inputs: The run's ``--input`` values (a split other inputs built is replaced only
-            with ``--replace``: ``replacing``).
+        compression, feature_spec, labels, inputs: The run's, as publishing checks them.
     """
     problems = []
     unlisted = unlisted_problem(output_dir, unlisted_shard_files(present, owned), manifest_problem)
@@ -336,10 +299,7 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
             problems.append(problem)
             break  # publishing names the first
     if kept and not problems and not policy.append and merge_labels(manifest.labels, labels) is None:
-        problems.append(f"the classes of this run ({', '.join(labels) or 'none'}) and those of the kept "
-                        f"splits {', '.join(sorted(kept))} ({', '.join(manifest.labels)}) give some index "
-                        "two meanings; fix the class list (--class_names), rebuild those splits too, or "
-                        "pass --drop_other_splits")
+        problems.append(labels_conflict(labels, kept, manifest.labels))
     return problems
 
 
@@ -360,11 +320,9 @@ class Plan:
         plan_seconds: How long the plan ran.
         notes: Lines the plan adds at its end.
         validate: The build's ``--validate`` level (the plan checks headers only).
-        free_bytes: Free bytes in the file system of ``output_dir`` (None: not
-            known, e.g. on gs:// or s3://).
+        free_bytes: Free bytes in the file system of ``output_dir`` (None: not known).
         staging: The folder the build stages its records and shards in.
-        staging_dir: ``--staging_dir``, where the build's run files lie
-            instead ('': in ``staging``).
+        staging_dir: ``--staging_dir``, where the build's run files lie instead ('': in ``staging``).
         staging_free: Free bytes where ``staging_dir`` lies (None: not known).
     """
 
@@ -547,12 +505,7 @@ class Plan:
         line = (f"  disk: about {size_text(need.peak)} free needed in the file system of {self.output_dir} at "
                 f"the build's peak ({size_text(need.staged)} of records staged in {self.staging or 'its staging'}, then "
                 f"{size_text(need.shards)} of shards)")
-        if free is None:
-            return line
-        more = shortfall(need.peak, free)
-        if more:
-            return f"{line}; only {size_text(free)} free there: free about {size_text(more)} more first"
-        return f"{line}; {size_text(free)} free there"
+        return line + _free_clause(need.peak, free)
 
     def _folder_lines(self) -> list[str]:
         change = self.change
@@ -595,22 +548,9 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
     """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
 
     Args:
-        tally: What the plan's pipeline saw.
-        inputs: The ``--input`` values.
-        output_dir: The ``--output_dir``.
         target_bytes: ``--shard_size_mb`` in bytes.
         num_shards: ``--num_shards``, or None.
-        change: What the run would do to the output folder's shard set, or None for none.
-        output_exists: Whether the output folder exists.
-        rate: How the build's time is estimated.
-        max_bad_fraction: ``--max_bad_fraction``.
-        plan_seconds: How long the plan ran.
-        notes: Lines the plan adds at its end.
-        validate: The build's ``--validate`` level.
-        free_bytes: Free bytes where ``output_dir`` lies, or None.
-        staging: The folder the build stages in.
-        staging_dir: ``--staging_dir`` ('': none): where the build's run files lie.
-        staging_free: Free bytes where ``staging_dir`` lies, or None.
+        The others: as ``Plan``'s attributes of the same names.
     """
     classes: dict[str, dict[str, int]] = {}
     for (split, label), count in sorted(tally.records.items()):

@@ -1,20 +1,8 @@
 """What publishing a set does to its folder: the new manifest, the renames in order, the deletions after.
 
-Pure code: names, entries and counts in; a plan out. There is one protocol
-for every run that publishes (a build, a reshard, a resumed build, an
-append): a build is an append that keeps no published shard of the splits
-it writes. ``storage.publish`` carries the plan out through a journal.
-
-- ``unwritten_shards``: the planned shards no worker wrote (they are
-  published empty, so the set is complete);
-- ``plan_publish``: every split of the new set (kept splits, replaced ones,
-  appended ones), the renames that bring shards and ``.idx`` files to their
-  names (staged shards, and published shards whose ``-of-NNNNN`` changes),
-  and the files of the old set to delete once the new manifest is in place;
-- ``new_manifest``: the manifest the plan publishes;
-- ``plan_journal``: the journal (``ownership.Journal``): the shard renames,
-  then the staged files of the set (``manifest.json`` last), then the
-  deletions.
+Pure code: names, entries and counts in; a plan out. One protocol serves every run that
+publishes: a build is an append that keeps no published shard of the splits it writes.
+``storage.publish`` carries the plan out through a journal.
 """
 
 from __future__ import annotations
@@ -61,14 +49,11 @@ class PublishPlan:
     """What a publish changes, decided before anything is renamed.
 
     Attributes:
-        splits: Every split of the new set (kept splits first, then the
-            written ones by name), one small entry per shard.
-        shard_moves: ``(from, to)`` names relative to the folder: staged
-            shards and ``.idx`` files, and published shards renamed (an
-            append that changes a split's shard count); in any order.
+        splits: Every split of the new set (kept splits first, then the written ones by name).
+        shard_moves: ``(from, to)`` names relative to the folder: staged shards and their files,
+            and published shards an append renames; in any order.
         keep: Shard and ``.idx`` names of the new set.
-        remove: Names of the old set's files to delete once the new
-            ``manifest.json`` is in place (never one the new set has).
+        remove: Names of the old set's files to delete once the new ``manifest.json`` is in place.
         claimed: Every name the tool owns while the publish is under way.
     """
 
@@ -97,8 +82,7 @@ def _shard_files(name: str, indexed: bool, keyed: bool) -> tuple[str, ...]:
 
 def _published_moves(split: str, shard: ShardEntry, final_name: str, present: set[str],
                      compression: str) -> list[tuple[str, str]]:
-    """The renames that give a published shard an append keeps its final name: the shard, its ``.idx``
-    (uncompressed sets) and its keys file go together."""
+    """The renames that give a published shard an append keeps its final name, with its ``.idx`` and keys file."""
     if shard.file == final_name:
         return []
     moves = [(shard.file, final_name)]
@@ -133,18 +117,17 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
     Args:
         output_dir: The folder (the staged paths lie below it).
         old: The published manifest, with its shard list, or None.
-        staged: ``(split, index) -> StagedShard`` of every planned shard
-            (``unwritten_shards`` written empty first), by published index.
-        totals: The plan of every split the run writes; an appended split's
-            carry its published shards (``published``, ``merged``).
+        staged: ``(split, index) -> StagedShard`` of every planned shard (``unwritten_shards``
+            written empty first).
+        totals: The plan of every split the run writes; an appended split's carry its published shards.
         kept: The splits of ``old`` listed again as they are.
         label_counts: Split -> label -> records this run wrote to it.
         present: Names of the files in the folder (relative to it).
         owned: Names the tool owns there (manifest and journal).
         compression: The shards' compression.
         overwrite_unlisted: Shard-named files no manifest lists are deleted too.
-        appending: An append: the written splits keep the old label counts
-            (less the merged shard's, ``merged_counts``), zeros dropped.
+        appending: An append: the written splits keep the old label counts (less the merged
+            shard's), zeros dropped.
         merged_counts: Appending: split -> label counts of its merged shard.
 
     Raises:
@@ -211,8 +194,7 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
     """The manifest a plan publishes.
 
     Args:
-        fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and,
-            for builds, ``images``, ``object_labels`` and ``near_duplicates``.
+        fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and a job's own.
         dead_letters: This run's dead letters (an append adds the set's).
         inputs_given: The run's ``--input`` values, or None.
         appending: An append: counts, inputs and object classes add to ``old``'s.
@@ -254,10 +236,8 @@ def plan_journal(run_id: str, plan: PublishPlan, staged_files: Sequence[tuple[st
     """The journal of a plan: shard renames, then the set's staged files (``manifest.json`` last), then deletions.
 
     Args:
-        run_id: The publishing run.
-        plan: Its plan.
-        staged_files: ``(staged, name)`` of the set's files that are not
-            shards, relative to the folder, ``manifest.json`` among them.
+        staged_files: ``(staged, name)`` of the set's files that are not shards, relative to the
+            folder, ``manifest.json`` among them.
         removed: More names to delete after (sidecars the new set does not have).
 
     Raises:

@@ -1,10 +1,7 @@
 """The image keys (``image/key/sha256``) in a published shard, read from its records (pure).
 
-A build that writes some splits into a folder that keeps others must not put
-an image in two splits; the kept splits' images are known by their keys. The
-records are the one source every published set has (a set written before
-this module holds no other list of its keys), and reading them costs one pass
-over the kept shards, as publishing's sha256 check of kept shards does.
+A build that writes some splits into a folder that keeps others must not put an image in two
+splits; where a kept shard has no keys file, its keys are read from its records.
 """
 
 from __future__ import annotations

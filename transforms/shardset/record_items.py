@@ -23,21 +23,17 @@ class RecordItem:
     """One input record on its way to a new shard.
 
     Attributes:
-        order_key: Shuffle key, a seeded hash of the record's bytes, so the
-            output does not depend on where the record came from.
+        order_key: Shuffle key, a seeded hash of the record's bytes.
         data: The record's bytes, written unchanged.
-        label: ``image/class/label`` when the record is an Example carrying it
-            (a tuple when it holds a list of other than one value).
+        label: ``image/class/label`` when the record is an Example carrying it (a tuple when it
+            holds other than one value).
         text: ``image/class/text`` when present (a tuple likewise).
-        features: Feature name -> kind, for the manifest's feature spec
-            (empty when the record is not an Example); ``<kind>_list`` for a
-            feature with other than one value.
+        features: Feature name -> kind (``<kind>_list`` for other than one value); empty when the
+            record is not an Example.
         split: Split the record is written to.
-        run: Where the record was written, framed, when it was read
-            (``tfrecord.run_files``); ``data`` is then empty and the writer
-            copies the record from there.
-        digest: A 16-byte BLAKE2b of the record's bytes, with ``run``: it
-            breaks ties of ``order_key`` as the bytes themselves would.
+        run: Where the record was written, framed, when it was read (``data`` is then empty).
+        digest: A 16-byte BLAKE2b of the record's bytes, with ``run``: it breaks ties of
+            ``order_key`` as the bytes themselves would.
     """
 
     order_key: int
@@ -58,8 +54,7 @@ class RecordItem:
         return (self.order_key, self.digest if self.run is not None else self.data)
 
     def for_planning(self) -> "RecordItem":
-        """This item with only what planning and writing use: without its text and features
-        (class names and the feature spec are gathered before), so planning groups hold less."""
+        """This item without its text and features (gathered before), so planning groups hold less."""
         return dataclasses.replace(self, text=None, features=())
 
     def in_run_file(self, where: RunSlice) -> "RecordItem":
@@ -94,8 +89,7 @@ def input_split(path: str, split: str | None) -> str:
 
     Args:
         path: The input file.
-        split: ``--split``: every record goes there; None to keep the split
-            the file's shard name states (``{split}-NNNNN-of-NNNNN.tfrecord``).
+        split: ``--split``: every record goes there; None to keep the split the file's shard name states.
 
     Raises:
         ShardsError: ``split`` is None and the file's name states no split.
@@ -158,11 +152,8 @@ class FeatureTally:
         return FeatureTally(self.records + other.records, seen)
 
     def spec(self) -> dict[str, str]:
-        """Feature name -> type, for features present in every record with one kind.
-
-        A feature with exactly one value in every record has its plain kind;
-        one with other counts in some records is a ``<kind>_list``.
-        """
+        """Feature name -> type, for features present in every record with one kind (``<kind>_list``
+        where some records hold other than one value)."""
         if not self.records:
             return {}
         merged: dict[tuple[str, str], tuple[int, bool]] = {}
@@ -180,10 +171,8 @@ class RecordFacts:
 
     Attributes:
         records: Records read.
-        dead_letters: Damaged stretches of the inputs, when counted
-            (``with_dead_letters``); each is one input.
-        class_names: Class names in index order (``labels_from_pairs`` of
-            every record's pairs), or empty.
+        dead_letters: Damaged stretches of the inputs, when counted; each is one input.
+        class_names: Class names in index order (``labels_from_pairs``), or empty.
         feature_spec: Feature name -> kind (``FeatureTally.spec``).
     """
 
@@ -206,9 +195,8 @@ class RecordFacts:
 class RecordTally:
     """Gathers ``RecordFacts`` one record at a time: the count, the class names and the features.
 
-    ``add`` and ``merge`` change this tally and return it (a combine's
-    accumulator). It holds one name per class index and one count per
-    feature, whatever the number of records.
+    ``add`` and ``merge`` change this tally and return it (a combine's accumulator); it holds one
+    name per class index and one count per feature, whatever the number of records.
 
     Attributes:
         records: Records added.

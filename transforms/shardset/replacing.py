@@ -1,15 +1,9 @@
 """Which published splits a run replaces, and whether it may (pure).
 
-A run replaces every split it writes. A published split built from other
-inputs than this run's holds records the run does not have (a second day's
-photos built into ``train`` would replace the first day's), so such a run is
-refused unless it says it means it (``PublishPolicy.replace``, ``--replace``);
-rebuilding a split from the same inputs needs no flag.
-
-Each split of a manifest records the ``--input`` values that built it
-(``Manifest.built_from``), carried over while the split is kept. A manifest
-written before splits recorded them has only the last run's options: its
-``input`` stands for every split.
+A published split built from other inputs than this run's holds records the run does not have (a
+second day's photos built into ``train`` would replace the first day's): such a run is refused
+unless it passes ``--replace``. Each split records the ``--input`` values that built it
+(``Manifest.built_from``); in an older manifest the last run's options stand for every split.
 """
 
 from __future__ import annotations
@@ -39,8 +33,7 @@ def _normal(path: str) -> str:
 
 
 def same_inputs(a: Sequence[str], b: Sequence[str]) -> bool:
-    """True if two lists of ``--input`` values name the same inputs (order, repeats and trailing
-    slashes aside)."""
+    """True if two lists of ``--input`` values name the same inputs (order, repeats, trailing ``/`` aside)."""
     return {_normal(p) for p in a} == {_normal(p) for p in b}
 
 
@@ -52,12 +45,8 @@ def split_inputs(manifest: Manifest, split: str) -> tuple[str, ...] | None:
 
 def kept_built_from(old: Manifest, kept: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """What the kept splits were built from, to record again (splits without a record left out)."""
-    out = {}
-    for name in kept:
-        inputs = split_inputs(old, name)
-        if inputs is not None:
-            out[name] = inputs
-    return out
+    found = {name: split_inputs(old, name) for name in kept}
+    return {name: inputs for name, inputs in found.items() if inputs is not None}
 
 
 def _flags(inputs: Sequence[str]) -> str:
@@ -69,16 +58,13 @@ def replace_problem(output_dir: str, old: Manifest | None, splits: Iterable[str]
     """Why a run may not replace the published splits it writes (one line), or None.
 
     Args:
-        output_dir: The output folder, for the message.
         old: The folder's manifest (None: nothing is published).
         splits: The splits the run writes.
         inputs: The run's ``--input`` values (None: not known, nothing is checked).
 
     Returns:
-        A line naming the first published split (by name) that the run writes
-        and that other inputs built: its records, those inputs and
-        ``--replace``; None if there is none. A split whose inputs the
-        manifest does not record is not refused.
+        A line naming the first published split (by name) that the run writes and that other
+        inputs built; None if there is none (a split whose inputs are not recorded is not refused).
     """
     if old is None or not inputs:
         return None
@@ -95,16 +81,8 @@ def replace_problem(output_dir: str, old: Manifest | None, splits: Iterable[str]
 
 def kept_format_problem(output_dir: str, old: Manifest | None, splits: Iterable[str], file_format: str,
                         drop_other_splits: bool = False) -> str | None:
-    """Why a run of ``--format file_format`` may not keep the published splits it does not write (one line),
-    or None: a set has one shard file format.
-
-    Args:
-        output_dir: The output folder, for the message.
-        old: The folder's manifest (None: nothing is published).
-        splits: The splits the run writes.
-        file_format: The run's shard file format.
-        drop_other_splits: The run drops the splits it does not write.
-    """
+    """Why a run of ``--format file_format`` may not keep the published splits of ``old`` it does not
+    write (one line), or None: a set has one shard file format."""
     kept = sorted(set(old.splits) - set(splits)) if old is not None and not drop_other_splits else []
     if kept and old.file_format != file_format:
         return (f"{output_dir} holds split {', '.join(map(repr, kept))} as {old.file_format} shards, which "
@@ -116,8 +94,7 @@ def kept_format_problem(output_dir: str, old: Manifest | None, splits: Iterable[
 def listed_splits(named: Iterable[str], split_fractions: Iterable[str] = ()) -> set[str]:
     """The splits a build writes, from those its listed inputs name (``ListingFacts.splits``).
 
-    An input that names none (``""``: its bytes choose, ``--split_fractions``)
-    may go to any of ``split_fractions``.
+    An input that names none (``""``: its bytes choose) may go to any of ``split_fractions``.
     """
     named = set(named)
     return (named - {""}) | (set(split_fractions) if "" in named else set())
@@ -129,9 +106,8 @@ class SplitChange:
 
     Attributes:
         split: The split.
-        kind: ``replaced`` (published before, written again), ``appended``
-            (published before, records added: ``--append``), ``kept`` (not
-            written, listed again) or ``removed`` (published before, gone).
+        kind: ``replaced`` (written again), ``appended`` (records added), ``kept`` (not written,
+            listed again) or ``removed``.
         before: Its records before the run (None for a split that is new).
         after: Its records after the run (None for a removed split).
     """
@@ -145,8 +121,7 @@ class SplitChange:
 def split_changes(old: Manifest | None, new: Manifest) -> list[SplitChange]:
     """The splits of ``old`` that ``new`` (the manifest a run published) replaced, kept or removed.
 
-    ``new.written_splits`` says which splits the run wrote; a manifest that
-    does not say counts every one of its splits as written.
+    A manifest without ``written_splits`` counts every one of its splits as written.
     """
     if old is None:
         return []

@@ -1,19 +1,10 @@
 """The lock a publishing run holds on its output folder: its content and the rules around it.
 
-Pure code. A run that writes a shard set creates ``OUTPUT/.tfrecord-shards.lock``
-exclusively when it starts, holding its run id, and checks again, before it
-writes the manifest, that the lock still holds its id; it deletes the lock when
-it ends. A second run into the same folder finds the lock and stops with one
-line. The I/O (exclusive creation on local disk, gs:// and s3://) is in
-``transforms.storage.run_lock_files``.
-
-A lock left by a run that was killed is stale. Only a lock taken in this
-process namespace (``pid_space``: the machine's boot id and the pid
-namespace, never the host name, which containers and machines share) can be
-seen to be stale: its process is gone, or another process now has its pid
-(the process start time differs). Any other lock is cleared by hand. Whether
-a run still holds the lock (``storage.run_lock_files.check_lock``, asked by the workers
-before the manifest is written) is decided by its run id alone, a random id.
+A run that writes a shard set creates ``OUTPUT/.tfrecord-shards.lock`` exclusively when it starts,
+holding its run id, checks before it writes the manifest that the lock still holds its id, and
+deletes it when it ends (the I/O: ``transforms.storage.run_lock_files``). Only a lock taken in this
+pid namespace (never judged by host name) can be seen to be stale: its process is gone, or
+another has its pid. Any other lock is cleared by hand.
 """
 
 from __future__ import annotations
@@ -38,10 +29,9 @@ class LockInfo:
         job: The job's name (``build_shards``, ``reshard``).
         host: Host name of the process that took the lock.
         pid: Its process id.
-        process_start: Its start time as the OS tells it ('' if unknown), so a
-            reused pid is not taken for the holder.
-        pid_space: Where ``pid`` means that process: the machine's boot id and
-            the pid namespace ('' if the OS does not tell: never seen stale).
+        process_start: Its start time as the OS tells it ('' if unknown), so a reused pid is not
+            taken for the holder.
+        pid_space: Where ``pid`` means that process ('' if the OS does not tell: never stale).
     """
 
     run_id: str
@@ -83,10 +73,9 @@ def is_stale(info: LockInfo, pid_space: str, process_start_of: Callable[[int], s
 
     Args:
         info: The lock found.
-        pid_space: This process's pid namespace (``LockInfo.pid_space``); a lock
-            of another, or of none known, is never stale (its pid means nothing here).
-        process_start_of: pid -> that process's start time ('' if the OS does
-            not tell), or None if no such process runs.
+        pid_space: This process's pid namespace; a lock of another is never stale.
+        process_start_of: pid -> that process's start time ('' if the OS does not tell), or None
+            if no such process runs.
     """
     if not info.pid_space or info.pid_space != pid_space:
         return False

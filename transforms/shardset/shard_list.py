@@ -1,14 +1,8 @@
 """``shards.jsonl``: the shard list of a version-2 manifest, one JSON line per shard (pure).
 
-A line is ``{"split", "index", "file", "records", "bytes", "crc32c",
-"index_crc32c", "label_counts"}`` (``index_crc32c`` for uncompressed shards;
-``"sha256"`` before ``label_counts`` with ``--shard_sha256``, and in lists
-written before shards had a CRC32C), compact and with label counts in the manifest's order;
-lines run split by split (splits sorted by name), each split's shards by
-index. ``manifest.json`` names the file with its sha256, size and line
-count, and states each split's totals; ``read_shard_list`` checks the lines
-against all of them while it streams them, so no reader holds every
-shard's label counts at once.
+Lines run split by split (sorted by name), each split's shards by index. ``read_shard_list``
+checks the lines against what ``manifest.json`` states while it streams them, so no reader holds
+every shard's label counts at once.
 """
 
 from __future__ import annotations
@@ -70,20 +64,13 @@ class LineDigest:
         return ShardsFile(self._name, self._sha.hexdigest(), self.bytes, self.lines)
 
 
-def _positions(manifest: Manifest) -> Iterator[tuple[str, int]]:
-    for name, split in sorted(manifest.splits.items()):
-        for index in range(split.num_shards):
-            yield name, index
-
 
 def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
                     label_counts: bool = True) -> Iterator[tuple[str, ShardEntry]]:
     """Streams ``(split, entry)`` from the lines of a version-2 manifest's shard list.
 
-    Each line must be the next shard in order; once the lines end, their
-    count, size and sha256 must be those ``manifest.json`` states, and each
-    split's shards must add up to its stated records, bytes and label counts.
-    Only the splits' running totals are held.
+    Each line must be the next shard in order; once the lines end, their count, size and sha256
+    must be those ``manifest.json`` states, and each split's shards must add up to its totals.
 
     Args:
         manifest: The version-2 manifest (``Manifest.loads``).
@@ -98,7 +85,8 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
         raise ManifestError(f"{MANIFEST_NAME} names no shard list")
     name = stated.file
     digest = LineDigest(name)
-    positions = _positions(manifest)
+    positions = ((split_name, index) for split_name, split in sorted(manifest.splits.items())
+                 for index in range(split.num_shards))
     totals = {split: [0, 0, 0, {}] for split in manifest.splits}
     for line in lines:
         digest.add(line)
@@ -149,8 +137,7 @@ def with_shard_list(manifest: Manifest, lines: Iterable[bytes] | None,
     Args:
         manifest: From ``Manifest.loads``.
         lines: The shard list's lines, or None if the file is absent.
-        label_counts: False to keep shard entries without label counts
-            (the splits' totals still hold them): shards x small in memory.
+        label_counts: False to keep shard entries without label counts (the splits' totals keep them).
 
     Raises:
         ManifestError: The shard list is absent or disagrees with the manifest.

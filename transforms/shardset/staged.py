@@ -1,11 +1,8 @@
 """What a run has staged for publishing: written shards and the parts of the shard list.
 
-Workers write each shard to a staging name (a ``ShardResult``), and the lines
-of the shard list for up to ``PART_SHARDS`` shards of a split to one staged
-part (a ``ShardListPart``) each, beside a file of what publishing needs of
-those shards (their staged names, one ``StagedShard`` a line:
-``staged_line``). The publish step is given only the parts (their counts and
-paths), reads the shards' rows from those files and joins the parts in order.
+Workers write each shard to a staging name (a ``ShardResult``), and the shard-list lines of up to
+``PART_SHARDS`` shards to one staged part (a ``ShardListPart``), beside a file of their
+``StagedShard`` rows. The publish step is given only the parts.
 """
 
 from __future__ import annotations
@@ -50,11 +47,9 @@ class ShardListPart:
         path: The staged file: one line per written shard, in index order.
         indexes: The shard indexes it has lines for, ascending.
         label_counts: Label -> records over those shards.
-        staged_path: The staged file of those shards' ``StagedShard`` rows,
-            one a line in index order (``staged_line``).
+        staged_path: The staged file of those shards' ``StagedShard`` rows (``staged_line``).
         records: Records over those shards.
-        tallies: ``(key, items)`` of ``WriteShards``' ``tally_of`` summed
-            over those shards, sorted.
+        tallies: ``(key, items)`` of ``WriteShards``' ``tally_of`` summed over those shards, sorted.
     """
 
     split: str
@@ -88,9 +83,9 @@ class StagedShard:
                    result.stats.bytes, result.stats.sha256, result.stats.crc32c, result.stats.index_crc32c,
                    result.staged_keys, result.stats.keys_crc32c if result.staged_keys else None)
 
-    def entry(self, file: str | None = None) -> ShardEntry:
-        """Its shard-list entry (under ``file``, default its own name), without label counts."""
-        return ShardEntry(file or self.file, self.records, self.bytes, self.sha256, {}, self.crc32c,
+    def entry(self) -> ShardEntry:
+        """Its shard-list entry, without label counts."""
+        return ShardEntry(self.file, self.records, self.bytes, self.sha256, {}, self.crc32c,
                           self.index_crc32c, self.keys_crc32c)
 
 

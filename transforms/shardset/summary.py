@@ -1,10 +1,4 @@
-"""The summary a job prints once it published a shard set, read from its manifest (no Beam).
-
-One line of what was published (records, dead letters, and that they add
-up to the inputs), the splits the run replaced, kept or removed, one line per
-split, a job's own lines (``images.build_summary`` for a build), and the
-class count with where the manifest is.
-"""
+"""The summary a job prints once it published a shard set, read from its manifest (no Beam)."""
 
 from __future__ import annotations
 
@@ -31,14 +25,11 @@ def published_summary(output_dir: str, manifest: Manifest, seconds: float, befor
     """Returns the human summary of a published shard set, from its manifest.
 
     Args:
-        output_dir: The folder the run published into.
         manifest: Its published manifest (shard entries without label counts will do).
-        seconds: How long the run took.
-        before: The folder's manifest before the run, if it had one: the
-            summary then names each split the run replaced (old and new
-            record counts), kept or removed.
-        details: The lines after the splits' (a job's own: a build's image
-            counts, object classes, near-duplicates); None: ``reader_lines``.
+        before: The folder's manifest before the run, if it had one: the summary then names each
+            split the run replaced, kept or removed.
+        details: The lines after the splits' (a job's own, ``images.build_summary``); None:
+            ``reader_lines``.
     """
     changes = {change.split: change for change in split_changes(before, manifest)}
     kept = {name for name, change in changes.items() if change.kind == "kept"}

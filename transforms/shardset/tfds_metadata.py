@@ -1,32 +1,12 @@
 """tensorflow-datasets metadata for a shard set, so ``tfds.builder_from_directory(OUT)`` loads it (pure).
 
-tfds reads three kinds of files from a dataset folder: ``dataset_info.json``
-(name, version, file format, supervised keys, and per split the record count
-of every shard and the shard file-name template), ``features.json`` (the
-features) and one ``<feature>.labels.txt`` per class-label feature (its names,
-one a line). The shards themselves are read as they are: the split's
-``filepathTemplate``, ``{SPLIT}-{SHARD_X_OF_Y}.tfrecord``, is our own shard
-naming, and ``shardLengths`` lets tfds cut sub-splits such as ``train[:10%]``.
-
-Every feature is named by its Example key (``ex["image/encoded"]``), at the
-top level of the features, as tfds's ``as_supervised`` looks keys up there:
-``as_supervised=True`` gives ``(image, label)``, ``image/encoded`` and
-``image/class/label``. ``image/encoded`` is an ``Image`` feature when every
-record holds a JPEG or PNG (what ``tf.io.decode_image`` decodes to one
-frame): tfds decodes it with ``tf.image.decode_image`` to uint8, with the
-channel count every record has (``images.channels`` of the manifest), or each
-image's own when they differ (shape ``(None, None, None)``); when the last run
-kept splits of an earlier one, whose images it did not count, it stays bytes. Class labels are
-``ClassLabel`` features: the image classes always, the object classes where
-their ids are ``0..n-1`` (else plain int64).
-
-An ArrayRecord set (``--format array_record``) is tfds's ``array_record`` file format, its
-template ``{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record`` (our shard names again), so
-``builder.as_data_source(split=...)`` reads any record by its index.
-
-tfds reads uncompressed TFRecord shards only: its TFRecord file adapter opens
-every shard with ``tf.data.TFRecordDataset(path)``, no compression type. For
-gzip/zlib shard sets no tfds files are written (the run's summary says so).
+tfds reads ``dataset_info.json`` (per split the record count of every shard and the file-name
+template, which is our own shard naming), ``features.json`` and one ``<feature>.labels.txt`` per
+class-label feature. Every feature is named by its Example key, at the top level, so that
+``as_supervised=True`` gives ``(image/encoded, image/class/label)``. ``image/encoded`` is an
+``Image`` feature when every record holds a JPEG or PNG the last run counted; class labels are
+``ClassLabel`` features (object classes where their ids are ``0..n-1``). tfds reads uncompressed
+shards only: for gzip/zlib sets no tfds files are written.
 """
 
 from __future__ import annotations
@@ -62,15 +42,10 @@ _LABELS_SUFFIX = ".labels.txt"
 def labels_file_name(key: str) -> str:
     """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``.
 
-    tfds names it after the feature's name, ``/`` written as ``.``
-    (``features.feature.convert_feature_name_to_filename``).
+    As ``tfds.features.feature.convert_feature_name_to_filename`` names it.
     """
     return key.replace("/", ".") + _LABELS_SUFFIX
 
-
-def _nested_labels_file_name(key: str) -> str:
-    """The names file sets written before features were top-level had (removed when rebuilt)."""
-    return key.replace("/", "-") + _LABELS_SUFFIX
 
 
 def is_tfds_file(name: str) -> bool:
@@ -122,8 +97,7 @@ def _image(images: Mapping[str, Mapping[str, int]]) -> dict[str, Any] | None:
     """tfds's ``Image`` feature for the records' images, or None where tfds cannot decode them all.
 
     Args:
-        images: The manifest's ``images`` counts (``stored_formats`` and
-            ``channels``: value -> records).
+        images: The manifest's ``images`` counts (``stored_formats`` and ``channels``: value -> records).
     """
     formats = {fmt for fmt, n in images.get("stored_formats", {}).items() if n}
     channels = {c for c, n in images.get("channels", {}).items() if n}
@@ -172,18 +146,18 @@ def _json(obj: Any) -> bytes:
 def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
     """tfds's files for a shard set, name -> bytes.
 
-    Every name this module can write is in the result: None marks one this
-    set does not have (all of them when tfds cannot read the shards), for the
-    publisher to remove an earlier run's copy.
+    Every name this module can write is in the result: None marks one this set does not have, for
+    the publisher to remove an earlier run's copy.
 
     Args:
         manifest: The ``shardset.manifest.Manifest`` of the set.
-        name: The dataset's name (``--name``, else ``dataset_name`` of the
-            output folder); None for ``DATASET_NAME``.
+        name: The dataset's name (``--name``, else ``dataset_name`` of the output folder); None for
+            ``DATASET_NAME``.
     """
     none: dict[str, bytes | None] = {name: None for name in (
         DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
-        *(_nested_labels_file_name(key) for key in _CLASS_KEYS))}
+        # the names files of sets written before features were top-level (removed when rebuilt)
+        *(key.replace("/", "-") + _LABELS_SUFFIX for key in _CLASS_KEYS))}
     spec = dict(manifest.feature_spec)
     if tfds_problem(manifest.compression) or not spec or any(
             base_kind(kind) not in _DTYPES for kind in spec.values()):

@@ -1,13 +1,7 @@
 """A run's dead letters on storage: staged in sorted parts by the workers, merged when publishing.
 
-A worker sorts up to ``dead_letters.PART_LETTERS`` dead letters and writes
-them to a unique name in the run's staging folder with their summary
-(``write_dead_letter_part``: a retried bundle writes its own copy).
-Publishing writes ``dead_letters.jsonl`` by merging the sorted parts
-(``write_dead_letters``, with ``sorted_parts.merged_parts``: at most
-``MERGE_FAN_IN`` files open at once), so nothing it holds grows with the
-dead letters or their parts beyond one line and a small read buffer per
-open part.
+The rule is ``shardset.dead_letters``'; parts go to unique names in the run's staging folder (a
+retried bundle writes its own copy) and are merged with ``sorted_parts.merged_parts``.
 """
 
 from __future__ import annotations
@@ -32,13 +26,7 @@ __all__ = ["MERGE_FAN_IN", "write_dead_letter_part", "write_dead_letters", "dead
 
 
 def write_dead_letter_part(letters: Iterable[DeadLetter], output_dir: str, run_id: str) -> DeadLetterPart:
-    """Stages some dead letters as one part, sorted (``letter_order``), with their summary.
-
-    Args:
-        letters: The part's dead letters.
-        output_dir: Output folder (the part goes to the run's staging folder).
-        run_id: The run's id.
-    """
+    """Stages some dead letters as one part in the run's staging folder, sorted, with their summary."""
     letters = sorted(letters, key=letter_order)
     path = join_path(staging_folder(output_dir, run_id), f"{DEAD_LETTERS_NAME}.{uuid.uuid4().hex}.tmp")
     with reporting_full_disk(output_dir, path):
@@ -78,8 +66,8 @@ def dead_lettered_inputs(path: str) -> set[tuple[str, str]]:
 
 def repeated_letters(parts: Sequence[DeadLetterPart],
                      known: set[tuple[str, str]]) -> tuple[int, RejectionSummary]:
-    """How many of the parts' dead letters ``known`` holds (same path, same reason), and the summary of the
-    bad inputs among the others (``in_appended_set``'s excluded): an append's new bad inputs.
+    """How many of the parts' dead letters ``known`` holds (same path, same reason), and the summary of
+    the bad inputs among the others: an append's new bad inputs.
 
     Raises:
         PublishError: A staged part is gone.
@@ -104,8 +92,8 @@ def repeated_letters(parts: Sequence[DeadLetterPart],
 
 
 def _repeats(letter: DeadLetter, known: set[tuple[str, str]]) -> bool:
-    """True for a letter the set holds already (same path, same reason); never for an input now in the
-    set (``in_appended_set``), which an append counts apart, as present, and lists as every run does."""
+    """True for a letter the set holds already (same path, same reason); never for an input now in
+    the set (``in_appended_set``), which an append counts apart."""
     return not in_appended_set(letter) and (letter.path, letter.reason) in known
 
 
@@ -114,27 +102,20 @@ def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetter
                        known: set[tuple[str, str]] | None = None) -> RejectionSummary:
     """Writes ``dead_letters.jsonl`` from the staged parts, merged in ``letter_order``; returns their summary.
 
-    The bytes depend only on the dead letters, not on how they were dealt
-    into parts. More than ``MERGE_FAN_IN`` parts are merged in rounds, each
-    writing merged groups to the staging folder (deleted once merged again).
-
-    A retried publish whose first attempt finished finds every part gone and
-    ``dead_letters.jsonl`` in place with as many lines as the parts counted:
-    the file is kept as it is.
+    The bytes depend only on the dead letters, not on how they were dealt into parts. A retried
+    publish whose first attempt finished finds every part gone and the file in place with as many
+    lines as the parts counted: it is kept as it is.
 
     Args:
-        output_dir: Output folder.
-        staging: The run's staging folder.
-        parts: The staged parts.
-        target: Where the file goes (default: ``dead_letters.jsonl`` of
-            ``output_dir``; then a retried publish is recognised as above).
+        target: Where the file goes (default: ``dead_letters.jsonl`` of ``output_dir``; then a
+            retried publish is recognised as above).
         before: A file whose lines go first (an appended set's dead letters), if present.
         known: ``(path, reason)`` of dead letters ``before`` holds (``dead_lettered_inputs``): the
             parts' letters among them are left out, so no input is in the file twice.
 
     Raises:
-        PublishError: A staged part is gone (and the file is not in place), or
-            the parts hold other than the lines their summaries count.
+        PublishError: A staged part is gone (and the file is not in place), or the parts hold
+            other than the lines their summaries count.
     """
     paths = sorted(p.path for p in parts)
     summary = RejectionSummary.merged(p.summary for p in parts)

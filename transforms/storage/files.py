@@ -1,25 +1,12 @@
 """Reading files on local disk, gs:// and s3:// alike: opening, whole reads, sizes, byte ranges, sha256.
 
-Two ways in:
-
-- ``open_for_read`` (``read_bytes``) for inputs and published shards read as
-  they are: a local path is opened directly (17 us less per file than through
-  Beam's local file system, whose result is the same file object) and only
-  if it is a regular file; an s3:// or gs:// object is read in bounded
-  ranges (``open_store``); any other URL goes through Beam's file system;
-- ``open_file`` (``read_file``, ``read_if_present``, ``open_lines``,
-  ``sha256_of``) for the files of a shard set and the tool's own: through
-  Beam's file system for the path, as Beam opens it, except s3:// and gs://
-  read as they are (``open_store``: Beam's gs:// reader sends a metadata
-  request per open and reads 16 MiB ahead, the rest of a small shard for
-  each split of it).
-
-Byte ranges (``read_range``, ``read_prefix``, ``RangeReader``) are read the
-same way everywhere: a local file with ``pread``; an s3:// or gs:// object with
-one bounded request (``Range: bytes=a-b``) on the process's client
-(``clients.store_client``), no metadata request first. An open-ended range
-(Beam's readers ask for ``bytes=a-``) has the store send the rest of the
-object, which a reader that closes early still pays for.
+``open_for_read`` reads inputs and published shards as they are: a local path directly (17 us
+less per file than through Beam's local file system) and only if it is a regular file.
+``open_file`` reads the tool's own files through Beam's file system. Both read s3:// and gs://
+in bounded ranges on the process's client (``open_store``): Beam's readers ask for ``bytes=a-``
+(the store sends the rest of the object, paid for even when the reader stops early), and its
+gs:// reader sends a metadata request per open and reads 16 MiB ahead. Byte ranges are one
+``pread`` locally, one bounded request (``Range: bytes=a-b``) on a store.
 """
 
 from __future__ import annotations
@@ -33,16 +20,15 @@ import stat
 import threading
 from typing import BinaryIO, Iterator
 
-from transforms.filesystems import BeamIOError, CompressionTypes
-from transforms.filesystems import filesystem_of
-
-from transforms.filesystems import naming_s3_errors, shared_s3io, store_client, unbuffered
-from transforms.storage.paths import is_local, path_problem
+from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of, naming_s3_errors, shared_s3io,
+                                    store_client, unbuffered)
+from transforms.storage.paths import bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
-__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes", "file_size", "peek_local",
-           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists", "sha256_of", "hashes_match", "local_copy",
-           "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
+__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes",
+           "file_size", "peek_local", "read_at_most", "open_file", "read_file", "read_if_present",
+           "open_lines", "exists", "sha256_of", "hashes_match", "local_copy", "read_range", "read_prefix",
+           "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.
@@ -114,8 +100,7 @@ def read_bytes(path: str) -> bytes:
 def file_size(fh: BinaryIO) -> int | None:
     """Size of an opened file without reading it, or None if the stream cannot tell.
 
-    Local files answer from ``fstat``; Beam's gs:// and s3:// readers know the
-    object's size once opened and answer a seek to the end without a download.
+    Local files answer from ``fstat``; a store's reader answers a seek to the end without a download.
     """
     try:
         return os.fstat(fh.fileno()).st_size
@@ -133,10 +118,7 @@ def file_size(fh: BinaryIO) -> int | None:
 
 
 def peek_local(fh: BinaryIO, length: int) -> bytes | None:
-    """The next ``length`` bytes of a local file without moving its position; None for other streams.
-
-    One ``pread``: the file is then read as if it had not been peeked at.
-    """
+    """The next ``length`` bytes of a local file (one ``pread``, the position kept); None for other streams."""
     try:
         fd = fh.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):
@@ -162,11 +144,9 @@ def open_file(path: str, decompress: bool = False, size: int | None = None, unti
 
     Args:
         path: A local path or a URL.
-        decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed, as
-            Beam does by default; else the bytes as they are.
-        size: The file's size, when known (s3://, gs://: no read on opening, ``open_store``).
-        until: Where the reader's byte range ends (s3://, gs://: no request past it
-            until the reader reads past it, ``open_store``).
+        decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed; else the bytes as they are.
+        size: The file's size, when known (``open_store``).
+        until: Where the reader's byte range ends (``open_store``).
     """
     if path.startswith(_STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
@@ -189,8 +169,7 @@ def exists(path: str) -> bool:
 def read_if_present(path: str) -> bytes | None:
     """A small file's bytes, or None if it does not exist; S3's errors name the file.
 
-    Existence is asked first: opening a missing object raises a different
-    error type on every store (gs:// raises the client's ``NotFound``).
+    Existence is asked first: opening a missing object raises another error type on every store.
     """
     if not exists(path):
         return None
@@ -207,8 +186,8 @@ def open_lines(path: str, buffer_bytes: int | None = None) -> Iterator[Iterator[
 
     Args:
         path: A local path or a URL.
-        buffer_bytes: Read ahead at most this many bytes (gs:// and s3:// files
-            otherwise buffer 16 MiB each: ``clients.unbuffered``); None: as Beam opens it.
+        buffer_bytes: Read ahead at most this many bytes (Beam's store readers otherwise buffer
+            16 MiB each); None: as Beam opens it.
     """
     if not exists(path):
         yield None
@@ -244,8 +223,7 @@ def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bo
 def local_copy(path: str) -> Iterator[str]:
     """A local path holding the file's bytes, for readers that open local paths only (ArrayRecord's).
 
-    A local file is its own path; a gs:// or s3:// one is copied (``open_file``) to a
-    temporary file, removed on leaving.
+    A local file is its own path; a store's is copied to a temporary file, removed on leaving.
     """
     if is_local(path):
         yield path
@@ -260,16 +238,11 @@ def local_copy(path: str) -> Iterator[str]:
         yield local
 
 
-def _bucket_key(path: str) -> tuple[str, str]:
-    bucket, _, key = path.split("://", 1)[1].partition("/")
-    return bucket, key
-
-
 def _s3_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
     """One ``GET`` of ``bytes=offset-(offset+length-1)``; the bytes and the object's size (None: not told)."""
     import botocore.exceptions
 
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     client = store_client("s3")
     for attempt in range(2):  # a body cut off while read is asked for once more, as Beam does
         try:
@@ -300,7 +273,7 @@ def _gcs_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
     """One media ``GET`` of ``bytes=offset-(offset+length-1)``; the bytes (the size is not told)."""
     from google.api_core import exceptions
 
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     blob = store_client("gs").bucket(bucket).blob(key)
     try:
         return blob.download_as_bytes(start=offset, end=offset + length - 1, raw_download=True,
@@ -344,8 +317,7 @@ def read_range(path: str, offset: int, length: int) -> bytes:
 def read_prefix(path: str, length: int) -> tuple[bytes, int | None]:
     """The first ``length`` bytes of a file (all of a shorter one) and its size, if the read told it.
 
-    One bounded request on a store; S3 tells the size (``Content-Range``),
-    gs:// does not (None); a local file tells it from ``fstat``.
+    One bounded request on a store; S3 tells the size, gs:// does not (None).
 
     Raises:
         OSError: As ``read_range``; a local path as ``open_for_read``.
@@ -376,12 +348,10 @@ _STORES = ("s3://", "gs://")
 STORE_READ_CHUNK = 4 << 20
 
 
-# What a file opened to read a byte range (``open_store`` with ``until``) asks for first past it,
-# after a jump (a record header that confirms a record start); each next request that goes on from
-# the last one asks for twice as much, up to the file's chunk.
+# What a file opened to read a byte range asks for first past it (``_StoreFile``).
 PAST_RANGE_CHUNK = 4 << 10
-# Bytes of fetched blocks a file opened to read a byte range keeps, to be read again from memory
-# (a scan confirms a record start past the range, then seeks back to read it).
+# Fetched blocks a file opened to read a byte range keeps (a scan confirms a record start past
+# the range, then seeks back to read it).
 _HELD_BYTES = 8 << 20
 _HELD_BLOCKS = 32
 
@@ -389,12 +359,10 @@ _HELD_BLOCKS = 32
 class _StoreFile(io.RawIOBase):
     """An s3:// or gs:// object read in bounded ranges (``read_range``), seekable; its size known on opening.
 
-    A request that starts before ``until`` ends there at the latest; past it,
-    a request that jumps ahead asks for ``PAST_RANGE_CHUNK`` (a record
-    header), and one that goes on from the last asks for twice as much as it,
-    up to ``chunk`` (the end of a range's last record is read, not a chunk of
-    the next range's records). With ``until``, the blocks fetched are kept (at
-    most ``_HELD_BYTES``), so a seek back into them reads no byte again.
+    A request that starts before ``until`` ends there at the latest; past it, a request that jumps
+    ahead asks for ``PAST_RANGE_CHUNK`` (a record header), and one that goes on from the last
+    asks for twice as much, up to ``chunk``. With ``until``, fetched blocks are kept (at most
+    ``_HELD_BYTES``), so a seek back into them reads no byte again.
     """
 
     def __init__(self, path: str, first: bytes | None, size: int, chunk: int, until: int | None = None) -> None:
@@ -484,7 +452,7 @@ def _store_size(path: str) -> int:
     if path.startswith("gs://"):
         from google.api_core import exceptions
 
-        bucket, key = _bucket_key(path)
+        bucket, key = bucket_key(path)
         try:
             blob = store_client("gs").bucket(bucket).get_blob(key)
         except exceptions.GoogleAPICallError as err:
@@ -496,27 +464,22 @@ def _store_size(path: str) -> int:
         return shared_s3io().size(path)
 
 
-def open_store(path: str, chunk: int = STORE_READ_CHUNK, size: int | None = None, until: int | None = None) -> BinaryIO:
-    """Opens an s3:// or gs:// object for reading in bounded ranges of ``chunk`` bytes, one request each.
+def open_store(path: str, size: int | None = None, until: int | None = None) -> BinaryIO:
+    """Opens an s3:// or gs:// object for reading in ranges of ``STORE_READ_CHUNK`` bytes, one request each.
 
-    Opening reads the first chunk (the whole of a small object) in one
-    ``GET``, which also tells the size (on gs://, an object of a chunk or more
-    needs a metadata request: the answer does not say); no ``HEAD``. Beam's S3
-    reader asks for ``bytes=a-`` (the rest of the object), which a store sends
-    in full even when the reader stops early; its gs:// reader sends a
-    metadata request, then reads 16 MiB ahead.
+    Opening reads the first chunk (the whole of a small object) in one ``GET``, which also tells
+    the size, no ``HEAD`` (on gs://, an object of a chunk or more needs a metadata request).
 
     Args:
         path: The s3:// or gs:// object.
-        chunk: Bytes asked for at a time.
         size: Its size, when known (a matched file): nothing is read on opening.
-        until: Where the reader's byte range ends (a split of a shard): no
-            request reaches past it unless the reader reads past it, and then
-            in requests from ``PAST_RANGE_CHUNK`` up.
+        until: Where the reader's byte range ends (a split of a shard): no request reaches past
+            it unless the reader reads past it, and then in requests from ``PAST_RANGE_CHUNK`` up.
 
     Raises:
         OSError: As ``read_range`` (``FileNotFoundError`` when missing).
     """
+    chunk = STORE_READ_CHUNK
     if size is not None:
         return io.BufferedReader(_StoreFile(path, None, size, chunk, until), chunk)
     first, size = _remote_range(path, 0, chunk)
@@ -530,10 +493,8 @@ def open_store(path: str, chunk: int = STORE_READ_CHUNK, size: int | None = None
 class RangeReader:
     """Reads byte ranges of files, from any thread, reading no byte outside the range.
 
-    Local files stay open, up to ``max_open`` of them per thread (the oldest
-    closed first), and are read with ``os.pread``; each thread has its own
-    descriptors, so none is closed while another thread reads it. A remote
-    range is one bounded request (``read_range``), with no metadata request.
+    Local files stay open, up to ``max_open`` of them per thread (the oldest closed first), and
+    are read with ``os.pread``; a remote range is one bounded request (``read_range``).
 
     Args:
         max_open: Local files kept open at once by each thread.

@@ -1,11 +1,4 @@
-"""Changing what a folder holds: renames (in parallel), deletions that never follow a link, folders made.
-
-Local folders can hold links; the tool never deletes or writes through one:
-``link_problem`` says why a path may not be used, and ``delete_tree`` removes
-a link below its folder as a link. Object stores (gs://, s3://) have no
-links and no folder objects, only keys under a prefix: a folder there is
-deleted by deleting the files below it by name.
-"""
+"""Changing what a folder holds: renames (in parallel), deletions that never follow a link, folders made."""
 
 from __future__ import annotations
 
@@ -21,10 +14,10 @@ from transforms.storage.files import exists, sha256_of
 from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
-__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files", "rename_files",
-           "rename_all", "move_chunk", "move_chunks", "moves_problem", "Move", "RENAME_THREADS", "RENAME_CHUNK",
-           "PARALLEL_MOVES", "make_folder", "delete_empty_folder", "file_above",
-           "local_write_problem"]
+__all__ = ["link_problem", "delete_files", "delete_if_exists", "delete_tree", "delete_claimed", "copy_files",
+           "rename_files", "rename_all", "move_chunk", "move_chunks", "moves_problem", "Move",
+           "RENAME_THREADS", "RENAME_CHUNK", "PARALLEL_MOVES", "make_folder", "delete_empty_folder",
+           "file_above", "local_write_problem"]
 
 # Threads renaming files at once, and files per rename call (gs:// and s3:// copy and delete
 # each object; a call renames its files one batch request at a time).
@@ -99,9 +92,8 @@ def _delete_local_tree(folder: str) -> None:
 def delete_tree(folder: str) -> None:
     """Deletes ``folder`` and every file below it; nothing if it is not there.
 
-    On local disk no link is followed: a link below the folder is removed as a
-    link, and a folder that is itself a link is refused. Object stores (gs://,
-    s3://) have no folder objects, only keys under a prefix: the files below it
+    On local disk no link is followed: a link below the folder is removed as a link, and a folder
+    that is itself a link is refused. On a store (no links, no folder objects) the files below it
     are deleted by name.
 
     Raises:
@@ -116,8 +108,7 @@ def delete_tree(folder: str) -> None:
 def delete_claimed(path: str, aside: str) -> bool:
     """Deletes ``path`` so that of two callers doing it at once, one does; True if this one did.
 
-    Locally it is renamed to ``aside`` first (the second rename finds nothing),
-    then removed; on a store it is deleted.
+    Locally it is renamed to ``aside`` first (the second rename finds nothing); on a store it is deleted.
     """
     if is_local(path):
         try:
@@ -156,19 +147,12 @@ def rename_all(pairs: Sequence[tuple[str, str]]) -> None:
                 done.result()
 
 
-def _check_moved(staged: str, final: str, sha256: str | None) -> None:
-    """Raises unless a staged file that is gone is at its final name (same sha256 where known)."""
-    if not exists(final) or (sha256 is not None and sha256_of(final) != sha256):
-        raise PublishError(f"staged file {staged} is gone and {final} does not hold it")
-
-
 def move_chunk(moves: Sequence[Move]) -> int:
     """Renames staged files to their final names in one call; safe to repeat. Returns how many moves.
 
-    Many workers each move a chunk of one publish, without listing the
-    staging folder: when the call fails, each staged file still there is a
-    failure, and each one gone must be at its final name (a retried chunk,
-    whose first attempt moved it; checked by sha256 where known).
+    Many workers each move a chunk of one publish, without listing the staging folder: when the
+    call fails, each staged file still there is a failure, and each one gone must be at its final
+    name (a retried chunk's; checked by sha256 where known).
 
     Raises:
         PublishError: A rename failed, or a staged file is gone and its final name does not hold it.
@@ -180,7 +164,8 @@ def move_chunk(moves: Sequence[Move]) -> int:
             if exists(staged):
                 why = err.exception_details.get((staged, final), err)
                 raise PublishError(f"cannot rename {staged} to {final}: {why}") from err
-            _check_moved(staged, final, sha256)
+            if not exists(final) or (sha256 is not None and sha256_of(final) != sha256):
+                raise PublishError(f"staged file {staged} is gone and {final} does not hold it") from err
     return len(moves)
 
 
@@ -225,8 +210,7 @@ def file_above(path: str) -> str | None:
 def local_write_problem(path: str) -> str | None:
     """Why a local file cannot be written at ``path`` (its folder refuses new files), or None.
 
-    The writer creates missing folders, so the nearest folder that exists is
-    tried, with a temporary file that is removed at once.
+    The writer creates missing folders, so the nearest folder that exists is tried.
     """
     if not is_local(path):
         return None

@@ -1,13 +1,8 @@
 """What a job's workers hand back to the launcher (a plan's tally, verify's report), through storage.
 
-Workers may run on other machines, with a disk of their own: what the
-launcher reads back after the pipeline goes to a folder of the run's own on
-storage (``handback_folder``), under ``--temp_location`` when given, else in
-the output folder's ``.staging`` (``OUTPUT/.staging/<job>-<random id>``),
-never the launcher's temporary folder. The launcher reads each file once
-(``read_handed_back``: a missing file is an error, never read as empty) and
-removes the folder (``remove_handback``), with the local folders holding it
-created (a plan leaves a missing output folder missing).
+Workers may run on other machines: what the launcher reads back goes to a folder of the run's
+own on storage, under ``--temp_location`` when given, else in ``OUTPUT/.staging``, never the
+launcher's temporary folder. A missing file is an error, never read as empty.
 """
 
 from __future__ import annotations
@@ -18,8 +13,7 @@ from dataclasses import dataclass
 
 from transforms.errors import ShardsError, UsageError
 from transforms.shardset.naming import join_path
-from transforms.storage.files import read_if_present
-from transforms.storage.files import STORAGE_ERRORS, error_reason
+from transforms.storage.files import STORAGE_ERRORS, error_reason, read_if_present
 from transforms.storage.folders import delete_tree
 from transforms.storage.output_folder import staging_folder
 from transforms.storage.paths import is_local
@@ -33,8 +27,7 @@ class HandBack:
 
     Attributes:
         folder: The folder (a local path or a URL).
-        created: The highest local folder that did not exist when the run
-            began and that holding ``folder`` creates; removed with it. None
+        created: The highest local folder that holding ``folder`` creates, removed with it; None
             on object stores, or when every folder above existed.
     """
 

@@ -1,14 +1,8 @@
 """A publish journal with renames still to do: carried out, by the run that wrote it or the next one.
 
-Every publish (``storage.publish``) stages every file of the new set, then
-writes the journal (``.publishing.json``, ``shardset.ownership.Journal``,
-planned by ``shardset.publish_plan``) listing the renames that make it the
-published set, ``manifest.json`` last, and the files to delete after.
-``finish_journal`` carries them out and may be repeated: a rename whose
-source is gone was done. A crash while it runs leaves the journal; the next
-run into the folder finishes it (``finish_interrupted``) before anything
-else, before it clears staging (``--fresh`` too), and a run that fails
-keeps its staging while the journal is there (``output_folder.finish_output``).
+The protocol is ``storage.publish``'s; ``finish_journal`` may be repeated: a rename whose source
+is gone was done. The next run into the folder finishes a journal a crash left
+(``finish_interrupted``) before anything else.
 """
 
 from __future__ import annotations
@@ -32,8 +26,7 @@ _LOG = logging.getLogger(__name__)
 def shard_moves(journal: Journal) -> list[tuple[str, str]]:
     """The renames of a journal that bring shards and ``.idx`` files to their names (``(from, to)``).
 
-    They may be done in any order, and by many workers at once, before
-    ``finish_journal``; the other renames are done in order by it.
+    They may be done in any order, by many workers at once, before ``finish_journal``.
     """
     return [(source, target) for source, target in journal.moves if is_shard_named(target)]
 
@@ -41,14 +34,11 @@ def shard_moves(journal: Journal) -> list[tuple[str, str]]:
 def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False) -> None:
     """Carries out a journal's renames and deletions; safe to repeat after a crash.
 
-    A rename whose source is gone was done (its target must be there); the
-    rest are done in the journal's order, ``manifest.json`` last.
+    A rename whose source is gone was done (its target must be there); the rest are done in the
+    journal's order, ``manifest.json`` last.
 
     Args:
-        output_dir: The folder.
-        journal: Its journal.
-        shards_moved: Every rename of ``shard_moves`` is known done (by the
-            workers that did them): they are not looked at again.
+        shards_moved: Every rename of ``shard_moves`` is known done: they are not looked at again.
 
     Raises:
         PublishError: A file to rename is gone and its target is not there.
@@ -85,10 +75,8 @@ def retire_manifest(output_dir: str, journal: Journal) -> None:
 def finish_interrupted(output_dir: str) -> bool:
     """Finishes the publish a crash interrupted after its journal was written; True if there was one.
 
-    Called by a run holding the folder's lock, before anything else (before
-    staging, which holds the files still to rename, is cleared). The
-    interrupted run's staging is left to the caller: a build with its flags
-    resumes from its run files.
+    Called by a run holding the folder's lock, before staging (which holds the files still to
+    rename) is cleared; the interrupted run's staging is left to the caller.
     """
     data = read_if_present(join_path(output_dir, JOURNAL_NAME))
     if data is None:

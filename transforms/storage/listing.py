@@ -1,29 +1,20 @@
 """Finding files: paths matched once, a folder's files, local trees, store prefixes by level or key range.
 
-Paths the user gives are turned into files once (``match_files``): a path that
-names an existing file is that file, even when it holds ``*``, ``?`` or ``[``;
-anything else is a pattern, matched once. The ``FileMetadata`` (path and size)
-of a match is what the readers get: a path that came out of a match is never
-matched again (Beam's file systems cannot quote wildcard characters, so
-``b[1].tfrecord`` matched again is ``b1.tfrecord``).
-
-Local trees are walked as Beam's local file system lists them, but the
-folders that cannot be listed are reported instead of vanishing; gs:// and
-s3:// prefixes are listed one level at a time with a delimiter, through the
-clients Beam's file systems use.
+A path that came out of a match is never matched again (Beam's file systems cannot quote wildcard
+characters: ``b[1].tfrecord`` matched again is ``b1.tfrecord``). Local trees are walked as Beam's
+local file system lists them, but folders that cannot be listed are reported; gs:// and s3://
+prefixes are listed with the stores' clients, keys taken as they are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from typing import Callable, Iterator, Sequence
 
-from transforms.filesystems import FileMetadata, filesystem_of
-from transforms.filesystems import FileSystems
-
+from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
 from transforms.shardset.naming import join_path
-from transforms.filesystems import gcs_storage_client, naming_s3_errors, s3_boto3_client
 from transforms.storage.files import exists
 from transforms.storage.paths import has_wildcards, is_local
 
@@ -40,12 +31,7 @@ def _matched(pattern: str, limit: int | None = None) -> list[FileMetadata]:
 
 
 def exact_file(path: str) -> FileMetadata | None:
-    """Returns the metadata of the file named exactly ``path``, without matching.
-
-    Returns:
-        Its path (as given) and size, or None when no file has that name (a
-        folder is not a file).
-    """
+    """The metadata (path as given, size) of the file named exactly ``path`` without matching, or None."""
     if is_local(path):
         try:
             found = os.stat(path)
@@ -64,10 +50,8 @@ def exact_file(path: str) -> FileMetadata | None:
 def is_folder(path: str) -> bool:
     """True if ``path`` names a folder: a local directory, or a prefix with objects below it.
 
-    A bucket path is a folder when it ends with ``/`` or when no object has
-    its name but some object lies below it; a path holding wildcard
-    characters is only a folder locally (a bucket cannot be listed below it
-    without matching other names).
+    A bucket path is a folder when it ends with ``/`` or when no object has its name but some lies
+    right below it; a path holding wildcard characters is only a folder locally.
     """
     if is_local(path):
         return os.path.isdir(path)
@@ -83,10 +67,9 @@ def is_folder(path: str) -> bool:
 def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
     """Returns, per path or pattern, the files it names; each path is matched at most once.
 
-    A path that names an existing file is that file, whatever characters it
-    holds; a path without wildcard characters that names no file names
-    nothing (a folder included); anything else is matched once. Keep the
-    returned metadata: never match its paths again.
+    A path that names an existing file is that file, whatever characters it holds; a path without
+    wildcard characters that names no file names nothing (a folder included); anything else is
+    matched once. Keep the returned metadata: never match its paths again.
     """
     found: list[list[FileMetadata] | None] = []
     to_match: list[str] = []
@@ -110,11 +93,8 @@ def list_folder(folder: str) -> dict[str, tuple[str, int]]:
 
 
 def files_all_of_suffix(folder: str, suffix: str, ignored: Callable[[str], bool]) -> list[str] | None:
-    """The files directly in ``folder``, sorted, when it holds nothing else: each entry (those
-    ``ignored`` passes over aside) is a file ending with ``suffix``.
-
-    Listing stops at the first entry that is not (one entry, or one page on
-    gs:// or s3://), so a folder of other files or of folders costs next to nothing.
+    """The files directly in ``folder``, sorted, when each entry (but those ``ignored`` passes over)
+    is a file ending with ``suffix``; listing stops at the first that is not.
 
     Args:
         folder: A local folder or a gs:// or s3:// prefix (without wildcard characters).
@@ -147,16 +127,12 @@ def list_below(folder: str) -> list[str]:
 def has_files_below(folder: str) -> bool:
     """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first.
 
-    On gs:// and s3:// one listing request for one key (Beam's match lists
-    every key below the prefix, whatever its limit).
+    On gs:// and s3:// one request for one key (Beam's match lists every key, whatever its limit).
     """
     if folder.startswith(LEVEL_SCHEMES) and not has_wildcards(folder):
         prefix = folder.rstrip("/") + "/"
-        with naming_s3_errors(prefix):
-            try:
-                return next(_store_keys_from(prefix, None, page_size=1), None) is not None
-            except _client_errors() as err:
-                raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
+        with _listing_errors(prefix):
+            return next(_store_keys_from(prefix, None, page_size=1), None) is not None
     return bool(_matched(folder.rstrip("/") + "/**", limit=1))
 
 
@@ -164,39 +140,17 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
                     ) -> Iterator[tuple[str, OSError | None]]:
     """Every file below a local folder as ``(path, None)``, every folder it cannot list as ``(folder, error)``.
 
-    Walks as Beam's local file system lists: ``os.walk``, links to folders not
-    followed (so no folder is listed twice and a link loop cannot trap it),
-    entries that cannot be stat-ed (dangling links) left out, as Beam leaves
-    them out. One folder's names are held at a time.
+    Walks as Beam's local file system lists: ``os.walk`` over bytes (a name is tested without
+    decoding it), links to folders not followed, entries that cannot be stat-ed (dangling links)
+    left out as Beam leaves them out. One folder's names are held at a time.
 
     Args:
-        root: The local folder.
-        keep: Only some entries: ``keep(folder)`` for each folder walked (its
-            path relative to ``root`` as bytes, ``b""`` for ``root`` itself)
-            gives a test of the bytes of an entry's name; only the files and
-            unreadable folders it passes are given, and only they are stat-ed
-            (``folder_parts``). The root itself, if it cannot be listed, is
-            tested as the name ``b""`` in ``b""``. None: every entry.
+        keep: Only some entries: ``keep(folder)`` for each folder walked (its path relative to
+            ``root`` as bytes, ``b""`` for ``root``) gives a test of the bytes of an entry's name;
+            only the files and unreadable folders it passes are given and stat-ed. The root, if it
+            cannot be listed, is tested as ``b""`` in ``b""``. None: every entry.
     """
-    if keep is not None:
-        yield from _walk_local_part(root, keep)
-        return
-    errors: list[OSError] = []
-    for folder, _, names in os.walk(root, onerror=errors.append):
-        while errors:
-            err = errors.pop(0)
-            yield err.filename or root, err
-        for name in names:
-            path = os.path.join(folder, name)
-            if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
-                yield path, None
-    for err in errors:
-        yield err.filename or root, err
-
-
-def _walk_local_part(root: str, keep: Callable[[bytes], Callable[[bytes], bool]]
-                     ) -> Iterator[tuple[str, OSError | None]]:
-    """``walk_local_tree`` with ``keep``: the same walk over bytes, so a name is tested without decoding it."""
+    keep = keep or _keep_all
     top = os.fsencode(root)
     start = len(top) + 1
 
@@ -217,18 +171,22 @@ def _walk_local_part(root: str, keep: Callable[[bytes], Callable[[bytes], bool]]
         for name in names:
             if test(name):
                 path = os.path.join(folder, name)
-                if os.path.exists(path):
+                if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
                     yield os.fsdecode(path), None
     for err in errors:
         if kept_error(err):
             yield os.fsdecode(err.filename) if err.filename else root, err
 
 
+def _keep_all(folder: bytes) -> Callable[[bytes], bool]:
+    """``walk_local_tree``'s test when every entry is kept."""
+    return lambda name: True
+
+
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
     """The entries of one local folder as ``(path, is_folder)``, as ``walk_local_tree`` sees them.
 
-    A link to a folder is neither (it is not followed); an entry that cannot be
-    stat-ed is left out.
+    A link to a folder is neither (it is not followed); an entry that cannot be stat-ed is left out.
 
     Raises:
         OSError: The folder cannot be listed.
@@ -253,10 +211,8 @@ def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
 def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str] = ()) -> int | None:
     """Bytes of the files below local ``folders`` and of local ``files``, counted until ``limit`` is reached.
 
-    A cheap look at how large a local input is (``stat`` of the files, links
-    not followed, stopping at ``limit``). None when a path is not a local
-    folder (a URL, a manifest) or not a local file (``files``: archives): its
-    size is not known without reading it.
+    Links are not followed. None when a path is not a local folder (a URL, a manifest) or ``files``
+    holds one that is not a local file: its size is not known without reading it.
     """
     total = 0
     for path in files:
@@ -278,9 +234,8 @@ def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str
 
 
 def _entries_below(folders: Sequence[str]) -> Iterator[os.DirEntry]:
-    """Every entry other than a folder below local ``folders`` (``os.scandir``: no ``stat`` unless
-    asked); links to folders are not followed, and a folder that cannot be read gives nothing (it
-    is its listing's to report)."""
+    """Every entry but folders below local ``folders`` (no ``stat``; links to folders not followed,
+    a folder that cannot be read gives nothing)."""
     stack = list(folders)
     while stack:
         try:
@@ -297,10 +252,7 @@ def _entries_below(folders: Sequence[str]) -> Iterator[os.DirEntry]:
 def count_local_files(folder: str, limit: int) -> int:
     """Entries other than folders below a local folder, counted until ``limit`` is reached.
 
-    A cheap look at how many files a listing of ``folder`` will give (no
-    ``stat``: the file system's entry types; links to folders not followed,
-    unreadable folders count nothing), so that a huge folder can be listed in
-    parts (``images.folder_parts``).
+    So that a huge folder can be listed in parts (``images.folder_parts``).
     """
     count = 0
     for _ in _entries_below([folder]):
@@ -327,7 +279,7 @@ def _list_store(prefix: str, by_level: bool, page_size: int | None = None,
     bucket, _, key_prefix = rest.partition("/")
     delimiter = {"Delimiter": "/"} if by_level else {}
     if scheme == "s3":
-        client = s3_boto3_client()
+        client = store_client("s3")
         paging: dict = {} if page_size is None else {"PageSize": page_size}
         if first_page is not None:
             page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=first_page, **delimiter)
@@ -343,13 +295,13 @@ def _list_store(prefix: str, by_level: bool, page_size: int | None = None,
     if scheme == "gs":
         token = None
         if first_page is not None:
-            blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
+            blobs = store_client("gs").list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
                                                     page_size=first_page)
             yield from _gcs_entries(bucket, next(blobs.pages, []))
             token = blobs.next_page_token
             if not token:
                 return
-        blobs = gcs_storage_client().list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
+        blobs = store_client("gs").list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
                                                 page_size=page_size, page_token=token)
         for page in blobs.pages:
             yield from _gcs_entries(bucket, page)
@@ -377,9 +329,16 @@ def _has_objects_at_level(prefix: str) -> bool:
     Raises:
         OSError: The store refused the listing (naming the prefix).
     """
+    with _listing_errors(prefix):
+        return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
+
+
+@contextlib.contextmanager
+def _listing_errors(prefix: str) -> Iterator[None]:
+    """Raises a refused or unanswered listing of ``prefix`` as an ``OSError`` naming it."""
     with naming_s3_errors(prefix):
         try:
-            return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
+            yield
         except _client_errors() as err:
             raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
 
@@ -403,11 +362,8 @@ def _client_errors() -> tuple[type[Exception], ...]:
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
     """The objects and sub-prefixes directly below a gs:// or s3:// prefix, as ``(path, is_prefix)``.
 
-    ``prefix`` ends with ``/``; a sub-prefix is yielded with its ``/``. Lists with a
-    ``/`` delimiter through the client Beam's file system uses (``clients``),
-    so a level costs one listing of its own keys, not of everything below it.
-    Keys are taken as they are (no wildcard matching), so names holding ``*``,
-    ``?`` or ``[`` are listed like any other.
+    ``prefix`` ends with ``/``; a sub-prefix is yielded with its ``/``. A level costs one listing
+    of its own keys (a ``/`` delimiter), not of everything below it.
 
     Raises:
         ValueError: ``prefix`` is not on gs:// or s3://.
@@ -427,9 +383,8 @@ def list_store_below(prefix: str) -> Iterator[str]:
 def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
     """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix.
 
-    Its first request asks for ``_PROBE_PAGE`` keys: planning reads a level
-    until its first file (is a class folder one of files?), and a page of
-    1,000 keys is 270 KB on S3.
+    Its first request asks for ``_PROBE_PAGE`` keys: planning reads a level until its first file,
+    and a page of 1,000 keys is 270 KB on S3.
     """
     with naming_s3_errors(prefix):
         yield from _list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
@@ -438,9 +393,7 @@ def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
 def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:
     """Keys (relative to ``prefix``) of every object below a gs:// or s3:// prefix after ``after``, in order.
 
-    S3 starts the listing after ``after`` (``StartAfter``), GCS at it
-    (``start_offset``); keys not after it are dropped here as well, so a store
-    that ignores the start gives the same keys.
+    S3 starts after ``after``, GCS at it: keys not after it are dropped here as well.
     """
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
@@ -449,11 +402,11 @@ def _store_keys_from(prefix: str, after: str | None, page_size: int | None = Non
         extra: dict = {} if start is None else {"StartAfter": start}
         if page_size is not None:
             extra["PaginationConfig"] = {"PageSize": page_size}
-        pages = s3_boto3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
+        pages = store_client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
                                                                              **extra)
         names = (item["Key"] for page in pages for item in page.get("Contents", []))
     elif scheme == "gs":
-        names = (blob.name for page in gcs_storage_client().list_blobs(
+        names = (blob.name for page in store_client("gs").list_blobs(
             bucket, prefix=key_prefix, start_offset=start, page_size=page_size).pages for blob in page)
     else:
         raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
@@ -465,10 +418,9 @@ def _store_keys_from(prefix: str, after: str | None, page_size: int | None = Non
 def list_store_range(prefix: str, after: str | None = None, until: str | None = None) -> Iterator[str]:
     """The path of every object below a gs:// or s3:// prefix whose key lies in ``(after, until]``.
 
-    ``after`` and ``until`` are relative to ``prefix`` (which ends with ``/``);
-    None: no bound. The listing starts after ``after`` and stops at the first
-    key past ``until``, so several workers list one prefix in ranges
-    (``images.key_ranges``). Keys are taken as they are, never matched.
+    ``after`` and ``until`` are relative to ``prefix`` (which ends with ``/``); None: no bound.
+    The listing stops at the first key past ``until``, so several workers list one prefix in
+    ranges (``images.key_ranges``).
 
     Raises:
         ValueError: ``prefix`` is not on gs:// or s3://.

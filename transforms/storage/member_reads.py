@@ -1,19 +1,12 @@
 """Reading one member of a container input (``archives.members.MemberRef``): a tar or zip member, a
 ``.tar.gz`` member, a Parquet row's image.
 
-A tar member is one range read of its bytes (``RangeReader``: ``pread`` on
-local disk, one ranged request on gs:// and s3://); a zip member one range
-read from its local header, inflated and its CRC-32 checked. Neither is
-extracted to disk. A ``.tar.gz`` cannot be read from the middle: each
-process keeps one decompressing stream per archive, which reads on to the
-member (members read in listing order cost one pass; an earlier member
-restarts the stream). A Parquet row's image is read with its row group's
-image column, which each process keeps for the next rows (a few row groups,
-at most ``PARQUET_CACHE_BYTES``); a row group whose image column holds more
-than ``PARQUET_GROUP_BYTES`` (or twice ``--max_image_mb``) uncompressed, by
-the file's footer, is not read: each of its rows is a ``too_large`` dead
-letter. Each process keeps a few Parquet files open (``PARQUET_OPEN_FILES``,
-their footers read once) until its next bundle starts.
+A tar member is one range read; a zip member one range read from its local header, inflated and
+its CRC-32 checked. A ``.tar.gz`` cannot be read from the middle: each process keeps one
+decompressing stream per archive, which reads on to the member (an earlier member restarts it).
+A Parquet row's image is read with its row group's image column, which each process keeps for
+the next rows; a row group whose image column is larger than ``PARQUET_GROUP_BYTES`` (or twice
+``--max_image_mb``) is not read: each of its rows is a ``too_large`` dead letter.
 """
 
 from __future__ import annotations
@@ -94,8 +87,8 @@ def forget_cached(streams: bool = True) -> None:
     """Drops the Parquet row groups kept and closes the Parquet files kept open, and with ``streams``
     closes the ``.tar.gz`` streams kept open.
 
-    Called as a reader's bundle starts (Parquet: a later job may read a file
-    of the same name) and as it is torn down (everything).
+    Called as a reader's bundle starts (a later job may read a file of the same name) and as it is
+    torn down (everything).
     """
     with _LOCK:
         _GROUPS.clear()

@@ -1,26 +1,7 @@
 """The output folder of a publishing run: checks at start, staging, what the folder holds, before and after.
 
-The I/O around ``transforms.shardset.ownership`` and ``transforms.shardset.replacing``
-(the rules are there), on local disk, gs:// and s3:// alike:
-
-- ``check_output_dir``: the folder is not a file, does not lie below a file,
-  its own folders (``.staging``, ``index``) are real folders and not links,
-  and it can be written (a probe file is created and deleted);
-- ``folder_state``: the files, manifest and journal a run finds;
-- ``read_manifest``: a manifest and, for format 2, its shard list, read line
-  by line and checked (``shardset.shard_list``);
-- ``clear_staging``: earlier attempts' staging, or the run's own;
-  ``clear_staging_keeping``: the same, but the staging of interrupted runs a
-  build may resume (``shardset.resume``), and ``resumable_runs``: those runs;
-- ``run_files_folder`` / ``run_files_of``: where a run's run files lie, in
-  its staging folder or, with ``--staging_dir``, in a folder of its own
-  there (named for the output folder and the run), which the run's staging
-  folder names (``RUN_FILES_NAME``) so that it is kept or removed with it;
-- ``prepare_output`` / ``finish_output``: all of it before any input is read
-  (with the run's lock, ``storage.run_lock_files``), and the clean-up after the run;
-- ``published_manifest`` / ``check_replaced_splits``: the published set's
-  ``manifest.json`` alone, and the refusal, before any input is read, of a run
-  that would replace a split other inputs built (``shardset.replacing``).
+The I/O around the rules of ``transforms.shardset.ownership``, ``replacing`` and ``resume``;
+``prepare_output`` does all of it before any input is read, ``finish_output`` cleans up after.
 """
 
 from __future__ import annotations
@@ -50,10 +31,9 @@ from transforms.tfrecord.record_index import INDEX_DIR
 from transforms.tfrecord.run_files import RUNS_DIR
 
 __all__ = ["STAGING_DIR", "FolderState", "check_output_dir", "check_own_folders", "folder_state",
-           "read_manifest", "check_unlisted", "clear_staging", "clear_staging_keeping", "mark_run",
-           "resumable_runs", "staging_folder", "run_files_folder", "run_files_of", "prepare_output",
-           "finish_output", "published_shards", "published_shard_sizes", "published_manifest",
-           "check_replaced_splits"]
+           "read_manifest", "clear_staging", "clear_staging_keeping", "resumable_runs", "staging_folder",
+           "run_files_folder", "run_files_of", "prepare_output", "finish_output", "published_shards",
+           "published_shard_sizes", "published_manifest", "check_replaced_splits"]
 
 STAGING_DIR = ".staging"
 # In a run's staging folder: where its run files lie when that is not beside it (--staging_dir).
@@ -78,10 +58,8 @@ def _output_key(output_dir: str) -> str:
 def run_files_folder(output_dir: str, run_id: str, staging_dir: str | None = None) -> str:
     """Where the run ``run_id`` writes its run files and their done lists.
 
-    ``OUTPUT/.staging/<run id>/runs``; with ``staging_dir`` (``--staging_dir``),
-    ``STAGING_DIR/tfrecord-shards-<output key>-<run id>``: a folder of its own,
-    named for the output folder and the run, so that builds sharing a staging
-    folder never mix.
+    ``OUTPUT/.staging/<run id>/runs``; with ``staging_dir`` (``--staging_dir``), a folder of its
+    own there named for the output folder and the run, so that builds sharing it never mix.
     """
     if not staging_dir:
         return join_path(staging_folder(output_dir, run_id), RUNS_DIR)
@@ -91,8 +69,7 @@ def run_files_folder(output_dir: str, run_id: str, staging_dir: str | None = Non
 def _run_files_elsewhere(output_dir: str, run_id: str) -> str | None:
     """The run's folder in a ``--staging_dir`` as its staging folder names it, or None.
 
-    A named folder is used only if its name is the one this output folder and
-    run give (``run_files_folder``): the file cannot send a deletion elsewhere.
+    Only the name ``run_files_folder`` gives is used: the file cannot send a deletion elsewhere.
     """
     data = read_if_present(join_path(staging_folder(output_dir, run_id), RUN_FILES_NAME))
     if data is None:
@@ -145,12 +122,10 @@ def _delete_run_files_elsewhere(output_dir: str, runs: Iterable[str]) -> None:
 
 
 def check_own_folders(output_dir: str) -> str | None:
-    """Why the tool's own folders in ``output_dir`` cannot be used, or None.
+    """Why the tool's own folders in ``output_dir`` cannot be used (a link or a file there), or None.
 
-    The tool deletes and renames inside ``OUTPUT/.staging`` and ``OUTPUT/index``;
-    a link there (or a file of that name) would send those deletions elsewhere,
-    so it is refused, never followed. Object stores have no links: their
-    folders are key prefixes, so only local folders are checked.
+    The tool deletes and renames inside ``.staging`` and ``index``: a link is refused, never
+    followed. Object stores have no links, so only local folders are checked.
     """
     if not is_local(output_dir):
         return None
@@ -163,8 +138,8 @@ def check_own_folders(output_dir: str) -> str | None:
 
 
 def check_output_dir(output_dir: str, run_id: str) -> None:
-    """Refuses an output folder that is a file, lies below a file, holds a link
-    where the tool's own folders go, or cannot be written.
+    """Refuses an output folder that is a file, lies below one, holds a link where the tool's own
+    folders go, or cannot be written.
 
     Raises:
         UsageError: One line saying which.
@@ -196,8 +171,7 @@ class FolderState:
     """What a run finds in its output folder.
 
     Attributes:
-        present: Name -> size of every file directly in the folder (names not
-            starting with ``.``).
+        present: Name -> size of every file directly in the folder (not names starting with ``.``).
         manifest: The folder's manifest, if there is a readable one.
         manifest_problem: Why ``manifest.json`` could not be read, if it is there.
         journal: The journal of an unfinished publish, if any.
@@ -222,18 +196,12 @@ def _listing(output_dir: str) -> dict[str, int]:
     return present
 
 
-def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool = False) -> Manifest:
+def read_manifest(output_dir: str, data: bytes | None = None) -> Manifest:
     """The folder's manifest with every shard listed (format 2: read from its shard list).
 
-    The shard list is streamed and checked against ``manifest.json`` (sha256,
-    size, lines, split totals). By default shard entries come without label
-    counts (the splits' totals keep them), so memory grows with shards, not
-    shards x labels.
-
-    Args:
-        output_dir: The shard set's folder.
-        data: ``manifest.json``'s bytes, if already read.
-        label_counts: Keep each shard's label counts.
+    The shard list is streamed and checked against ``manifest.json``. Shard entries come without
+    label counts (the splits' totals keep them): memory grows with shards, not x labels. ``data``:
+    ``manifest.json``'s bytes, if already read.
 
     Raises:
         ManifestError: The manifest or its shard list cannot be read, or they disagree.
@@ -246,7 +214,7 @@ def read_manifest(output_dir: str, data: bytes | None = None, label_counts: bool
     if manifest.complete:
         return manifest
     with open_lines(join_path(output_dir, manifest.shards_file.file)) as lines:
-        return with_shard_list(manifest, lines, label_counts)
+        return with_shard_list(manifest, lines, label_counts=False)
 
 
 def folder_state(output_dir: str) -> FolderState:
@@ -269,17 +237,11 @@ def folder_state(output_dir: str) -> FolderState:
     return FolderState(present, manifest, problem, journal)
 
 
-def check_unlisted(output_dir: str, policy: PublishPolicy) -> None:
-    """Refuses to start if the folder holds shard-named files this tool did not publish.
-
-    Raises:
-        UsageError: One line naming one such file and how many more.
-    """
-    state = folder_state(output_dir)
-    unlisted = unlisted_shard_files(state.present, state.owned())
-    problem = unlisted_problem(output_dir, unlisted, state.manifest_problem)
-    if problem and not policy.overwrite_unlisted:
-        raise UsageError(problem)
+def _refuse_linked_staging(output_dir: str) -> None:
+    """Raises PublishError if the local staging folder is a link (never followed)."""
+    problem = link_problem(staging_folder(output_dir)) if is_local(output_dir) else None
+    if problem:
+        raise PublishError(f"{problem}; refusing to delete through it")
 
 
 def clear_staging(output_dir: str, run_id: str | None = None) -> None:
@@ -288,9 +250,7 @@ def clear_staging(output_dir: str, run_id: str | None = None) -> None:
     Raises:
         PublishError: The staging folder is a link (never followed).
     """
-    problem = link_problem(staging_folder(output_dir)) if is_local(output_dir) else None
-    if problem:
-        raise PublishError(f"{problem}; refusing to delete through it")
+    _refuse_linked_staging(output_dir)
     _delete_run_files_elsewhere(output_dir, [run_id] if run_id else resumable_runs(output_dir, marked=False))
     delete_tree(staging_folder(output_dir, run_id))
     if run_id and is_local(output_dir):
@@ -309,14 +269,11 @@ def _run_of(path: str, root: str) -> str | None:
 def clear_staging_keeping(output_dir: str, mine: RunMarker) -> list[str]:
     """Clears ``OUTPUT/.staging`` but the folders of earlier runs with this run's fingerprint; returns their ids.
 
-    Only the run holding the folder's lock calls this, so no other run is
-    using any of it. A folder of a run with other flags is removed, with one
-    log line naming the flags that differ.
+    Only the run holding the folder's lock calls this. A folder of a run with other flags is
+    removed, with one log line naming the flags that differ.
     """
+    _refuse_linked_staging(output_dir)
     root = staging_folder(output_dir)
-    problem = link_problem(root) if is_local(output_dir) else None
-    if problem:
-        raise PublishError(f"{problem}; refusing to delete through it")
     if is_local(output_dir) and not os.path.isdir(root):
         return []
     files = list_below(root)
@@ -345,12 +302,6 @@ def clear_staging_keeping(output_dir: str, mine: RunMarker) -> list[str]:
     return sorted(kept)
 
 
-def mark_run(output_dir: str, marker: RunMarker) -> None:
-    """Writes the run's ``resume.json`` in its staging folder (through a rename: never half written)."""
-    staging = staging_folder(output_dir, marker.run_id)
-    write_atomic(join_path(staging, RESUME_NAME), marker.dumps(), staging)
-
-
 def resumable_runs(output_dir: str, marked: bool = True) -> list[str]:
     """The ids of the runs whose staging folder in ``output_dir`` holds a marker (``resume.json``);
     with ``marked`` False, of every run with a staging folder there."""
@@ -365,14 +316,11 @@ def resumable_runs(output_dir: str, marked: bool = True) -> list[str]:
 def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     """Everything a publishing run does to its output folder before reading any input.
 
-    Checks the folder can be written, takes the lock, finishes a publish a
-    crash interrupted after its journal was written (before any staging is
-    cleared, ``--fresh`` included: the journal needs it), refuses shard-named files
-    this tool did not publish, and clears staging left by earlier attempts
-    (no other run can be using it: the lock is this run's). A run that may
-    resume (``policy.resume``, a build) keeps the staging of interrupted or
-    failed runs with its fingerprint, unless ``policy.fresh``, and marks its
-    own staging folder.
+    Checks the folder can be written, takes the lock, finishes a publish a crash interrupted
+    (before any staging is cleared, ``--fresh`` too: the journal needs it), refuses shard-named
+    files this tool did not publish, and clears staging left by earlier attempts. A run that may
+    resume (``policy.resume``, a build) keeps the staging of runs with its fingerprint, unless
+    ``policy.fresh``, and marks its own (``resume.json``, written whole).
 
     Raises:
         UsageError: One line saying what to fix; the lock is not left behind.
@@ -380,14 +328,19 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     check_output_dir(output_dir, policy.run_id)
     acquire_lock(output_dir, policy, job)
     try:
-        finish_interrupted(output_dir)  # a publish a crash stopped half way is finished first (--fresh too)
-        check_unlisted(output_dir, policy)
+        finish_interrupted(output_dir)
+        state = folder_state(output_dir)
+        problem = unlisted_problem(output_dir, unlisted_shard_files(state.present, state.owned()),
+                                   state.manifest_problem)
+        if problem and not policy.overwrite_unlisted:
+            raise UsageError(problem)
         if policy.resume is None or policy.fresh:
             clear_staging(output_dir)
         else:
             clear_staging_keeping(output_dir, policy.resume)
         if policy.resume is not None:
-            mark_run(output_dir, policy.resume)
+            staging = staging_folder(output_dir, policy.resume.run_id)
+            write_atomic(join_path(staging, RESUME_NAME), policy.resume.dumps(), staging)
         if policy.staging_dir:
             _mark_run_files(output_dir, policy.run_id, policy.staging_dir)
     except BaseException:
@@ -399,10 +352,8 @@ def published_shards(output_dir: str,
                      policy: PublishPolicy) -> tuple[list[tuple[str, str, str | None]], str]:
     """The shards of the splits published in ``output_dir`` that a run may keep, and their compression.
 
-    ``(split, shard path, CRC32C of its keys file or None without one)`` of
-    every shard of the folder's manifest; none
-    without a manifest or with ``--drop_other_splits`` (no split is kept).
-    Which of them are kept depends on the splits the run writes.
+    ``(split, shard path, CRC32C of its keys file or None)`` of every shard of the folder's
+    manifest; none without a manifest or with ``--drop_other_splits``.
 
     Raises:
         ManifestError: The manifest or its shard list cannot be read.
@@ -429,8 +380,7 @@ def published_shard_sizes(output_dir: str) -> dict[str, tuple[int, ...]]:
 def published_manifest(output_dir: str) -> Manifest | None:
     """The folder's ``manifest.json`` (its splits' totals, without the shard list), or None.
 
-    None when there is none, or when it cannot be read: the checks that need
-    it whole (``check_unlisted``, publishing) say why.
+    None when there is none, or when it cannot be read: the checks that need it whole say why.
     """
     try:
         data = read_if_present(join_path(output_dir, MANIFEST_NAME))
@@ -444,17 +394,11 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
                           splits: Callable[[], Iterable[str]]) -> None:
     """Refuses, before any input is read, a run that would replace a split other inputs built.
 
-    Args:
-        output_dir: The output folder.
-        inputs: The run's ``--input`` values.
-        splits: Gives the splits the run is known to write (called only when
-            the folder holds a split that other inputs built; it may list the
-            inputs' top folders). Splits known only once the inputs are listed
-            are checked again when the run publishes.
+    ``splits`` gives the splits the run is known to write (called only when the folder holds a
+    split that other inputs built); the run's publish checks again.
 
     Raises:
-        UsageError: One line naming the split, its records, the inputs that
-            built it and ``--replace``.
+        UsageError: One line naming the split, its records, the inputs that built it and ``--replace``.
     """
     old = published_manifest(output_dir)
     if old is None or replace_problem(output_dir, old, old.splits, inputs) is None:
@@ -468,22 +412,15 @@ def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted:
                   resumed: Sequence[str] = (), refused: bool = False) -> bool:
     """After the run: releases its lock if it holds it; returns True if a failed run's staging was kept.
 
-    A run that did not publish (it failed on any runner, or was interrupted)
-    keeps its staging for the next run when that run can use it: a build's
-    (``policy.resume``: the next build with its flags resumes it, or
-    ``--fresh`` removes it), and any run's once a publish journal with
-    renames still to do is in the folder (the next run finishes it forward
-    from the staged files, ``journal.finish_interrupted``). Otherwise the
-    run's own staging folder is cleared, and those of the runs it resumed;
-    only a successful publish clears a build's. Their run files in a
-    ``--staging_dir`` are kept exactly when their staging folders are: those
-    whose staging folder is gone (published, or cleared) go too.
+    A run that did not publish keeps its staging when the next run can use it: a build's (the
+    next build with its flags resumes it), and any run's once a publish journal with renames to
+    do is in the folder (the next run finishes it). Otherwise the run's own staging is cleared,
+    and those of the runs it resumed. Run files in a ``--staging_dir`` go with their staging folders.
 
     Args:
         interrupted: A Ctrl-C stopped the run (kept, like any failure).
-        refused: The run was refused as a usage error once its inputs were
-            listed, before any image was read: it staged nothing worth keeping,
-            and only its own staging is cleared (a pending journal still keeps it).
+        refused: The run was refused as a usage error before any image was read: only its own
+            staging is cleared (a pending journal still keeps it).
     """
     pending = not ok and _publish_pending(output_dir)
     kept = not ok and (pending or (policy.resume is not None and not refused))

@@ -1,9 +1,7 @@
 """What a path names before anything is read: local or on a store, readable by a file system, the same file.
 
-A local path is written without a scheme; anything with ``://`` is a URL of
-one of Beam's file systems (gs://, s3://, ...). Beam's file systems read
-``*``, ``?`` and ``[`` anywhere in a pattern as wildcards (``WILDCARDS``) and
-cannot quote them.
+A local path is written without a scheme; anything with ``://`` is a URL of one of Beam's file
+systems, which read ``WILDCARDS`` anywhere in a pattern and cannot quote them.
 """
 
 from __future__ import annotations
@@ -11,12 +9,10 @@ from __future__ import annotations
 import os
 import posixpath
 
-from transforms.filesystems import FileSystem
-from transforms.filesystems import FileSystems
-
+from transforms.filesystems import FileSystem, FileSystems
 from transforms.shardset.naming import WILDCARDS
 
-__all__ = ["WILDCARDS", "is_local", "has_wildcards", "path_problem", "same_file"]
+__all__ = ["WILDCARDS", "is_local", "bucket_key", "has_wildcards", "path_problem", "same_file"]
 
 _schemes: frozenset = frozenset()
 
@@ -24,6 +20,12 @@ _schemes: frozenset = frozenset()
 def is_local(path: str) -> bool:
     """True for a local path (no ``scheme://``)."""
     return "://" not in path
+
+
+def bucket_key(url: str) -> tuple[str, str]:
+    """The bucket and key of a gs:// or s3:// URL: ``s3://b/k/x`` -> ``("b", "k/x")``."""
+    bucket, _, key = url.split("://", 1)[1].partition("/")
+    return bucket, key
 
 
 def has_wildcards(path: str) -> bool:
@@ -42,9 +44,8 @@ def _has_file_system(scheme: str) -> bool:
 def path_problem(path: str) -> str | None:
     """Why no file system can open ``path``, whatever any store holds, or None.
 
-    A path holding a NUL byte (no operating system or store takes one), and a
-    URI whose scheme no file system of Beam's reads (``file://``, ``http://``):
-    Beam raises ``ValueError`` for both, not an ``OSError``.
+    A path holding a NUL byte, or a URI whose scheme no file system of Beam's reads: Beam raises
+    ``ValueError`` for both, not an ``OSError``.
     """
     if "\0" in path:
         return "path holds a NUL byte, which no file system accepts"

@@ -1,42 +1,24 @@
 """Publishing a run's staged shards into its output folder: one journal, carried forward.
 
-Every run that publishes (a build, a reshard, a resumed build, an append)
-does it the same way, once every shard is written to staging
-(``shard_files.write_shard``):
+Every run that publishes does it the same way, once every shard is written to staging:
 
-0. check that the folder's lock still holds this run, that no link stands
-   where the tool's folders go, and that the splits of the previous
-   manifest this run does not write (kept splits) are still as listed;
-   refuse otherwise, having changed nothing in the set;
-1. plan the new set (``shardset.publish_plan``): its splits, the renames
-   that bring staged shards (and published shards an append renames) to
-   their names, and the old set's files to delete;
-2. write every file of the new set that is not a shard (``dead_letters.jsonl``,
-   ``labels.txt``, ``shards.jsonl``, sidecars, ``manifest.json``) to the run's
-   staging folder;
-3. write the journal (``.publishing.json``): the renames in order,
-   ``manifest.json`` last, and the deletions after. From here on the publish
-   only goes forward: no process deletes what the journal names;
-4. carry it out (``journal.finish_journal``): delete the old ``manifest.json``
-   (readers see none), rename the shards (with ``folders.PARALLEL_MOVES`` or
-   more, handed to many workers in chunks, ``folders.move_chunk``, between
-   ``prepare_publish`` and ``commit_publish``), rename the set's files,
-   ``manifest.json`` last, then delete the old set's files, the journal and
-   the staging folder.
+0. check that the folder's lock still holds this run, that no link stands where the tool's
+   folders go, and that the kept splits are still as listed; refuse otherwise, changing nothing;
+1. plan the new set (``shardset.publish_plan``): its splits, the renames, the files to delete;
+2. stage every file of the new set that is not a shard, ``manifest.json`` among them;
+3. write the journal (``.publishing.json``): the renames in order, ``manifest.json`` last, and
+   the deletions after. From here on the publish only goes forward;
+4. carry it out (``journal.finish_journal``): delete the old ``manifest.json``, rename the shards
+   (from ``folders.PARALLEL_MOVES`` of them, on many workers between ``prepare_publish`` and
+   ``commit_publish``), rename the set's files, ``manifest.json`` last, then delete the old
+   set's files, the journal and the staging folder.
 
-A crash before 3 leaves the old set as it was. A crash after 3 leaves the
-journal: the next run into the folder, or the same run's retried step,
-finishes it first (``journal.finish_interrupted``), so the folder ends with
-the old set or the new one, whole. Readers see the old manifest, none, or the
-new one, never one that names a missing or partial file.
+A crash after 3 leaves the journal: the next run into the folder, or the same run's retried
+step, finishes it first, so the folder ends with the old set or the new one, whole. Readers see
+the old manifest, none, or the new one, never one that names a missing or partial file.
 
-Nothing it is given grows with shards: its side inputs are counts and the
-staged parts of the shard list (a path, counts and label totals per part of
-up to ``PART_SHARDS`` shards). It keeps one small entry per shard and the
-splits' label totals, copies the shard list from the staged parts line by
-line, and is given the dead letters as staged parts with their counts.
-Running out of space while writing fails with one line naming the folder
-and the space the run's shards need.
+Nothing it is given grows with shards: its side inputs are counts and the staged parts of the
+shard list and of the dead letters; it keeps one small entry per shard.
 """
 
 from __future__ import annotations
@@ -54,7 +36,7 @@ from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFE
                                           Manifest, SplitEntry)
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import (JOURNAL_NAME, Journal, PublishPolicy, kept_split_problem, kept_splits,
-                                           merge_labels)
+                                           labels_conflict, merge_labels)
 from transforms.shardset.planning import SplitTotals
 from transforms.shardset.publish_plan import (SET_FILES, new_manifest, plan_journal, plan_publish, relative_name,
                                               staged_name, unwritten_shards)
@@ -124,11 +106,6 @@ def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state: FolderSt
     return None
 
 
-def _handed_out(output_dir: str, journal: Journal) -> list[Move]:
-    """The journal's shard renames as full paths, for the workers."""
-    return [(join_path(output_dir, a), join_path(output_dir, b), None) for a, b in shard_moves(journal)]
-
-
 def _hand_out(output_dir: str, journal: Journal, parallel_from: int | None) -> list[Move]:
     """The shard renames the caller's workers do (none below ``parallel_from``); the old manifest goes first."""
     renames = shard_moves(journal)
@@ -137,7 +114,7 @@ def _hand_out(output_dir: str, journal: Journal, parallel_from: int | None) -> l
     retire_manifest(output_dir, journal)  # before any published shard is renamed
     if any(target.startswith(INDEX_DIR + "/") for _, target in renames):
         make_folder(join_path(output_dir, INDEX_DIR))
-    return _handed_out(output_dir, journal)
+    return [(join_path(output_dir, a), join_path(output_dir, b), None) for a, b in renames]
 
 
 def _prepared_before(output_dir: str, journal: Journal | None, run_id: str,
@@ -170,10 +147,7 @@ def _build_checks(output_dir: str, state: FolderState, staging: str, kept: Mappi
     if refusal is None and kept:
         merged = merge_labels(state.manifest.labels, labels)
         if merged is None:
-            refusal = (f"the classes of this run ({', '.join(labels) or 'none'}) and those of the "
-                       f"kept splits {', '.join(sorted(kept))} ({', '.join(state.manifest.labels)}) "
-                       "give some index two meanings; fix the class list (--class_names), rebuild "
-                       "those splits too, or pass --drop_other_splits")
+            refusal = labels_conflict(labels, kept, state.manifest.labels)
         else:
             labels = merged
     if refusal is not None:
@@ -215,9 +189,8 @@ def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLe
                     new_bad: RejectionSummary | None = None) -> str | None:
     """Why an append is not published (too many bad inputs), or None; raises when it has nothing new.
 
-    ``repeated`` of the inputs were dead-lettered by the set already (same
-    path, same reason): like the inputs the set holds, they are not judged
-    again; ``new_bad`` is the summary of the other bad inputs.
+    ``repeated`` of the inputs were dead-lettered by the set already (same path, same reason) and
+    are not judged again; ``new_bad`` is the summary of the other bad inputs.
     """
     everything = RejectionSummary.merged(part.summary for part in dead_letters)
     bad = RejectionSummary.merged(part.summary if part.bad is None else part.bad for part in dead_letters)
@@ -244,8 +217,7 @@ def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str
     (too many bad inputs, counts that disagree), leaving its dead letters to read.
 
     Returns the appended splits' merged published shard entries (by split), the set's dead-letter count
-    and how many of an append's inputs the set had dead-lettered already (same path and reason: neither
-    judged nor listed again).
+    and how many of an append's inputs the set had dead-lettered already.
     """
     staged_letters = join_path(output_dir, staged_name(relative_name(output_dir, staging), DEAD_LETTERS_NAME))
     if appending:
@@ -280,19 +252,15 @@ def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
                      plan: Any, run_id: str) -> Journal:
     """Stages the sidecar files and ``manifest.json``, then writes the journal that renames them, the
     shards and the set's files staged before into place and removes the sidecars the new set does not have."""
-    staging_name = relative_name(output_dir, staging)
-
-    def staged_copy(name: str) -> str:
-        return join_path(output_dir, staged_name(staging_name, name))
-
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     names = list(SET_FILES)
     for name, data in sorted(sidecars.items()):
         if data is not None:
-            write_atomic(staged_copy(name), data, staging)
+            write_atomic(_staged_copy(output_dir, staging, name), data, staging)
             names.append(name)
-    write_atomic(staged_copy(MANIFEST_NAME), manifest.dumps(), staging)
+    write_atomic(_staged_copy(output_dir, staging, MANIFEST_NAME), manifest.dumps(), staging)
     names.append(MANIFEST_NAME)
+    staging_name = relative_name(output_dir, staging)
     journal = plan_journal(run_id, plan, [(staged_name(staging_name, name), name) for name in names],
                            removed=[name for name, data in sorted(sidecars.items()) if data is None])
     check_lock(output_dir, run_id)
@@ -300,10 +268,14 @@ def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
     return journal
 
 
+def _staged_copy(output_dir: str, staging: str, name: str) -> str:
+    """Where the set file ``name`` is staged (``publish_plan.staged_name``), as a full path."""
+    return join_path(output_dir, staged_name(relative_name(output_dir, staging), name))
+
+
 def _write_empty_shards(output_dir: str, totals: Sequence[SplitTotals], staged: dict[tuple[str, int], StagedShard],
                         compression: str, run_id: str, file_format: str) -> dict[tuple[str, int], StagedShard]:
-    """Writes the planned shards no worker wrote, empty, so that the set is complete; adds them to ``staged``
-    and returns them."""
+    """Writes the planned shards no worker wrote, empty; adds them to ``staged`` and returns them."""
     empty = {}
     for split, index, count in unwritten_shards(totals, staged):
         result = StagedShard.of(write_shard(output_dir, (split, index, count), [], compression, run_id,
@@ -329,16 +301,12 @@ def _stage_manifest(output_dir: str, staging: str, plan: Any, labels: Sequence[s
                     dead_count: int, manifest_fields: Mapping[str, Any], compression: str,
                     appending: bool, known_dead_letters: int = 0) -> Manifest:
     """Stages ``labels.txt`` and ``shards.jsonl``; returns the new manifest (refused: staging cleared)."""
-    staging_name = relative_name(output_dir, staging)
-
-    def staged_copy(name: str) -> str:
-        return join_path(output_dir, staged_name(staging_name, name))
-
-    write_atomic(staged_copy(LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"), staging)
+    write_atomic(_staged_copy(output_dir, staging, LABELS_NAME), "".join(f"{l}\n" for l in labels).encode("utf-8"),
+                 staging)
     entries = {key: plan.splits[key[0]].shards[key[1]] for key in empty}
     shards_file = write_shard_list(output_dir, staging, plan.splits, kept, old, {(p.split, p.part): p for p in parts},
                                    entries, appended={t.split: t for t in totals} if appending else None,
-                                   compression=compression, target=staged_copy("shards.jsonl"))
+                                   compression=compression, target=_staged_copy(output_dir, staging, "shards.jsonl"))
     try:
         manifest = new_manifest(manifest_fields, compression, labels, plan, old, kept, written_splits, dead_count,
                                 shards_file, input_values(manifest_fields["options"]), appending=appending,
@@ -359,30 +327,19 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
 
     Args:
         output_dir: Output folder.
-        parts: The staged parts of the shard list (``write_shard_list_part``)
-            covering every written shard: their label counts and record
-            counts, and the staged files of their shards' lines and rows.
-        totals: The plan of every split written (empty shards are created);
-            an appended split's carries its published shards
-            (``SplitTotals.published``, ``merged``).
-        dead_letters: The staged parts of the dead letters
-            (``dead_letter_files.write_dead_letter_part``).
+        parts: The staged parts of the shard list covering every written shard.
+        totals: The plan of every split written (empty shards are created).
+        dead_letters: The staged parts of the dead letters.
         labels: Class names in index order.
         inputs: Number of inputs (records written + dead letters must equal it).
         compression: Shard compression.
-        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec``
-            and, for builds, ``images``, ``object_labels``, ``near_duplicates``.
-        max_bad_fraction: Refuse to publish when more inputs than this fraction
-            were rejected; None for no limit.
-        policy: The run's id and how it treats what the folder already holds
-            (``policy.append``: the written splits keep their published shards).
-        sidecar_files: Gives further files to publish beside the shards
-            (name -> bytes) from the manifest about to be written; a name
-            mapped to None is a file of an earlier run the new set does not
-            have: it is removed if present.
-        parallel_from: With at least this many shard renames they are returned
-            (full paths) for the caller to do (``folders.move_chunk``, on many
-            workers) before ``commit_publish``; None: never.
+        manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and a job's own.
+        max_bad_fraction: ``--max_bad_fraction``; None for no limit.
+        policy: The run's id and how it treats what the folder already holds.
+        sidecar_files: Gives further files to publish beside the shards (name -> bytes) from the
+            manifest about to be written; a name mapped to None is removed if present.
+        parallel_from: With at least this many shard renames they are returned (full paths) for
+            the caller to do (``folders.move_chunk``) before ``commit_publish``; None: never.
 
     Returns:
         The commit record, and the renames left to the caller.
@@ -432,8 +389,7 @@ def commit_publish(commit: PublishCommit, moved: int) -> Manifest:
     """Step 4 of a publish once every handed-out shard rename is done: the rest of the journal, ``manifest.json``
     last, then the old set's files, the journal and staging are deleted.
 
-    Repeated after it finished (a retried bundle), it finishes what is left
-    of its last steps and returns the published manifest.
+    Repeated after it finished (a retried bundle), it finishes what is left and returns the manifest.
 
     Args:
         commit: What ``prepare_publish`` decided.
@@ -469,10 +425,8 @@ COMMIT_RECORD_NAME = "publish.commit"
 def stage_commit_record(output_dir: str, run_id: str, record: Any) -> str:
     """Writes what the commit step needs in the run's staging folder; returns the file's path.
 
-    The commit record holds the journal (an entry per rename), so the step
-    that prepares a publish hands the step that commits it this file's path,
-    not the record: no element between them grows with the set. Both steps
-    run the same code, which pickled it; the file goes with staging.
+    The record holds the journal (an entry per rename): the steps pass this path, not the record,
+    so no element between them grows with the set.
     """
     staging = staging_folder(output_dir, run_id)
     path = join_path(staging, COMMIT_RECORD_NAME)

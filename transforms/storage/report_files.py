@@ -1,12 +1,8 @@
 """Verify's report on storage: problems staged in sorted parts by the workers, merged into the report.
 
-The steps that find problems stage them as they go, up to ``PART_PROBLEMS``
-sorted to a file (``write_problem_part``: a retried bundle writes its own
-copy), in a folder of the run's own beside the report (``parts_folder``).
-The report step merges the parts in ``Problem.sort_key`` order into the
-JSON report a problem at a time (``write_report``, with
-``sorted_parts.merged_parts``: at most ``MERGE_FAN_IN`` parts open at
-once), then deletes the folder: nothing it holds grows with the problems.
+Parts of up to ``PART_PROBLEMS`` lie in a folder of the run's own beside the report (a retried
+bundle writes its own copy); the report step merges them a problem at a time, then deletes the
+folder: nothing it holds grows with the problems.
 """
 
 from __future__ import annotations
@@ -48,10 +44,7 @@ def write_report(path: str, files: int, records: int, size: int, parts: Sequence
     """Writes the JSON report (``Report.dumps``'s bytes) from the staged parts; returns the problems.
 
     Args:
-        path: Where the report goes.
-        files: Shard files checked.
-        records: Records read.
-        size: Total size of the files checked.
+        files, records, size: Shard files checked, records read and the files' total size.
         parts: The staged parts of every problem found.
         folder: The folder they were staged in (``parts_folder``), deleted once merged.
 

@@ -1,18 +1,6 @@
 """Resuming an interrupted build on storage: staging kept or cleared, done lists and done shards.
 
-The I/O around ``transforms.shardset.resume`` (formats and rules are there),
-on local disk, gs:// and s3:// alike:
-
-- ``adopted_work``: what the staging folders of interrupted runs with this
-  run's flags hold (``output_folder.prepare_output`` kept them): their run
-  files' done lists and their finished staged shards;
-- ``input_stamp``: a local input's size, mtime and inode, taken before it is read;
-- ``write_done_list`` and ``read_done_inputs``: a run file's done list;
-- ``record_done_shard`` and ``adopt_shard``: a staged shard's done record,
-  and a finished shard of an earlier run moved into this run's staging once
-  its sha256 is checked again; or, when that run's publish journal already
-  renamed it into the folder (finished by this run's start), copied from
-  there (the published file stays: the set it belongs to stays whole).
+The I/O around ``transforms.shardset.resume`` (formats and rules are there).
 """
 
 from __future__ import annotations
@@ -46,8 +34,7 @@ _LOG = logging.getLogger(__name__)
 def resumable_bytes(output_dir: str, fingerprint: str) -> int:
     """Bytes of the run files an interrupted run with ``fingerprint`` left in ``output_dir``.
 
-    A read-only look before the run takes the lock, for the choice of local
-    workers: what a resumed run will not read again. 0 when there is none.
+    A read-only look before the run takes the lock, for the choice of local workers.
     """
     root = staging_folder(output_dir)
     try:
@@ -82,8 +69,7 @@ class AdoptedWork:
 def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
     """Lists the done lists and finished shards in the staging folders of runs other than ``run_id``.
 
-    Called once the run holds the lock and its start cleared every other
-    run's staging but those with its fingerprint (``prepare_output``).
+    Called once the run holds the lock and ``prepare_output`` kept the runs with its fingerprint.
     """
     runs = [run for run in resumable_runs(output_dir) if run != run_id]
     done_lists, shards = [], {}
@@ -131,9 +117,8 @@ def _listed(output_dir: str) -> dict[str, tuple[str, int]]:
 def input_stamp(path: str) -> Stamp | None:
     """``(size, mtime_ns, inode)`` of a local input, or None (it cannot be stated, or it is on a store).
 
-    An input on gs:// or s3:// gets none: stating it would cost one more
-    request per input in every build, so a resumed run reads it again (the
-    finished shards it went into are still reused).
+    An input on a store gets none (a request more per input in every build): a resumed run reads
+    it again, and still reuses the finished shards it went into.
     """
     if not is_local(path):
         return None
@@ -145,11 +130,7 @@ def input_stamp(path: str) -> Stamp | None:
 
 
 def write_done_list(run_path: str, lines: Iterable[bytes]) -> None:
-    """Writes a closed run file's done list beside it, through a rename (never half written).
-
-    ``lines`` (its header, then its lines in pieces of any size) are written
-    one after the other, never joined.
-    """
+    """Writes a closed run file's done list beside it, through a rename; ``lines`` never joined."""
     folder = run_path.rsplit("/", 1)[0]
     write_atomic(run_path + DONE_SUFFIX, lines, folder)
 
@@ -182,8 +163,8 @@ def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | 
     """Moves an earlier run's finished staged shard into this run's staging, once its CRC32C checks;
     copies it there from the folder when that run's journal published it (it stays published).
 
-    Returns its ``ShardResult`` (without tallies), or None when it cannot be
-    used (gone, or its bytes are not those recorded): the caller writes it.
+    Returns its ``ShardResult`` (without tallies), or None when it cannot be used (gone, or its
+    bytes are not those recorded): the caller writes it.
     """
     try:
         staging = staging_folder(output_dir, run_id)

@@ -1,13 +1,8 @@
 """The output folder's lock on storage: taken, checked and released by a publishing run.
 
-The I/O around ``transforms.shardset.run_lock`` (the lock's content, when it
-is stale, the messages). The lock is created exclusively
-(``writing.create_exclusive``): ``O_EXCL`` on local disk; on gs:// an upload
-with ``if_generation_match=0``; on s3:// a put with ``If-None-Match: *``. A
-store that ignores the condition (some S3-compatible stores; the GCS
-emulator the tests use) still gets an existence check first and a read-back
-of the run id after, which leaves a short race between two runs starting
-together; the check before the manifest is written catches the loser then.
+The I/O around ``transforms.shardset.run_lock``. The lock is created exclusively
+(``writing.create_exclusive``) and read back; on a store that ignores the condition two runs
+starting together race, and the check before the manifest is written catches the loser.
 """
 
 from __future__ import annotations
@@ -44,15 +39,14 @@ def _process_start(pid: int) -> str | None:
     except ProcessLookupError:
         return None
     except PermissionError:
-        return ""
+        pass
     return ""
 
 
 def pid_space() -> str:
     """Where this process's pid means this process: the boot id and pid namespace ('' if unknown).
 
-    Host names repeat (containers, cloned machines); a boot id is the
-    machine's (Linux: ``/proc/sys/kernel/random/boot_id``) and the pid
+    Host names repeat (containers, cloned machines); the boot id is the machine's and the pid
     namespace's inode tells containers on it apart.
     """
     try:
@@ -62,10 +56,6 @@ def pid_space() -> str:
     except OSError:
         return ""
 
-
-def _my_lock(policy: PublishPolicy, job: str) -> LockInfo:
-    return LockInfo(policy.run_id, job, socket.gethostname(), os.getpid(),
-                    _process_start(os.getpid()) or "", pid_space())
 
 
 def _lock_path(output_dir: str) -> str:
@@ -83,11 +73,6 @@ def _read_lock(path: str) -> tuple[bool, LockInfo | None]:
         return True, None
 
 
-def _remove_stale(path: str, info: LockInfo, run_id: str) -> None:
-    _LOG.warning("removing the stale lock %s of run %s (pid %d on %s is gone)", path, info.run_id,
-                 info.pid, info.host)
-    delete_claimed(path, f"{path}.stale-{run_id}")  # of two runs breaking the lock, one removes it
-
 
 def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
     """Takes the folder's lock for this run, breaking a stale one.
@@ -96,7 +81,8 @@ def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
         UsageError: Another run holds the lock (one line naming it and how to clear it).
     """
     path = _lock_path(output_dir)
-    mine = _my_lock(policy, job)
+    mine = LockInfo(policy.run_id, job, socket.gethostname(), os.getpid(), _process_start(os.getpid()) or "",
+                    pid_space())
     for _ in range(3):
         try:
             created = create_exclusive(path, mine.dumps())
@@ -113,7 +99,9 @@ def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
             continue  # removed in the meantime: try again
         if created or found is None or not is_stale(found, mine.pid_space, _process_start):
             raise UsageError(held_message(path, found))
-        _remove_stale(path, found, policy.run_id)
+        _LOG.warning("removing the stale lock %s of run %s (pid %d on %s is gone)", path, found.run_id,
+                     found.pid, found.host)
+        delete_claimed(path, f"{path}.stale-{policy.run_id}")  # of two runs breaking it, one removes it
     raise UsageError(held_message(path, None))
 
 

@@ -1,22 +1,15 @@
 """A run's shards and shard list on storage: staged by the workers, joined when publishing.
 
-Each shard is written with its ``.idx`` (uncompressed shards) and its keys
-file (``shardset.key_files``: its records' keys, 32 bytes each) to a unique
-name in the run's staging folder (``write_shard``: a retried or speculative
-bundle writes its own copy), and the shard-list lines of up to
-``staged.PART_SHARDS`` written shards to one staged part
-(``write_shard_list_part``), with a file of their staged names beside it
-(read back by ``staged_shards``). Publishing writes ``shards.jsonl`` from the
-parts, line by line, with the lines of the splits it keeps from the
-previous list (``write_shard_list``): nothing it holds grows with shards x
-labels.
+Each shard is written with its ``.idx`` and keys file to a unique name in the run's staging
+folder (a retried or speculative bundle writes its own copy), and the shard-list lines of up to
+``staged.PART_SHARDS`` shards to one staged part. Publishing writes ``shards.jsonl`` from the
+parts line by line (``write_shard_list``): nothing it holds grows with shards x labels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import tempfile
 import uuid
@@ -53,15 +46,10 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
                 file_format: str = "tfrecord", sha256: bool = False) -> ShardResult:
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
-    A record is its bytes, a sequence of pieces whose concatenation is its bytes,
-    or a ``FramedRecord`` (its bytes already framed, copied as they are). The
-    shard's CRC32C (and its ``.idx``'s) is computed as it is written; its
-    sha256 too with ``sha256``. The records' keys are collected as they pass
-    and staged as the shard's keys file once it is written (none when a
-    record has no ``image/key/sha256`` of 64 hex digits). An ``array_record`` shard holds the same
-    records (unframed) in an ArrayRecord file, written to a local temporary
-    file (its writer takes local paths only) and then copied to its staged
-    name, local or on a store, hashed as it is copied.
+    A record is its bytes, a sequence of pieces whose concatenation is its bytes, or a
+    ``FramedRecord`` (copied as it is). The shard's CRC32C (and its ``.idx``'s; sha256 with
+    ``sha256``) is computed as it is written. The records' keys are staged as the shard's keys
+    file (none when a record has no usable ``image/key/sha256``).
 
     Raises:
         PublishError: The disk is full (the message names the folder and the
@@ -83,13 +71,7 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
         index_fh = create(staged_index) if staged_index else None
         try:
             writer = ShardWriter(fh, compression, index_fh, sha256=sha256)
-            for record, label in records:
-                if isinstance(record, FramedRecord):  # copied from a run file as it is
-                    writer.write_framed(record.data, label)
-                elif isinstance(record, bytes):
-                    writer.write(record, label)
-                else:  # the pieces a record is made of, written without joining them
-                    writer.write_parts(record, label)
+            _write_records(writer, records)
             stats = writer.close()
         finally:
             close_written_file(fh)
@@ -97,6 +79,17 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
                 close_written_file(index_fh)
     return _with_keys(output_dir, ShardResult(split, index, count, name, staged, staged_index, stats),
                       collector.keys(), attempt)
+
+
+def _write_records(writer: ShardWriter | ArrayRecordShardWriter,
+                   records: Iterable[tuple[bytes | Sequence[bytes] | FramedRecord, int | None]]) -> None:
+    for record, label in records:
+        if isinstance(record, FramedRecord):  # copied from a run file as it is
+            writer.write_framed(record.data, label)
+        elif isinstance(record, bytes):
+            writer.write(record, label)
+        else:  # the pieces a record is made of, written without joining them
+            writer.write_parts(record, label)
 
 
 def _collecting_keys(records: Iterable[tuple[Any, Any]], collector: KeyCollector,
@@ -123,21 +116,14 @@ def _with_keys(output_dir: str, result: ShardResult, keys: bytes | None, attempt
 def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: str, staged: str,
                               records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
                               planned_bytes: int | None, sha256: bool = False) -> ShardResult:
-    """``write_shard`` of an ArrayRecord shard: written to a local temporary file, then copied to
-    ``staged`` (local or on a store), its size and CRC32C (and sha256 with ``sha256``) taken from
-    the bytes copied."""
+    """``write_shard`` of an ArrayRecord shard: written to a local temporary file (its writer takes
+    local paths only), then copied to ``staged``, hashed as it is copied."""
     split, index, count = key
     with tempfile.TemporaryDirectory(prefix="array-record-") as folder, \
             reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
         local = os.path.join(folder, name)
         writer = ArrayRecordShardWriter(local)
-        for record, label in records:
-            if isinstance(record, FramedRecord):  # a run file's framed record
-                writer.write_framed(record.data, label)
-            elif isinstance(record, bytes):
-                writer.write(record, label)
-            else:
-                writer.write_parts(record, label)
+        _write_records(writer, records)
         stats = writer.close()
         digest = FileHash(sha256=sha256)
         fh = create(staged)
@@ -157,10 +143,9 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
                  compression: str) -> Iterator[tuple[FramedRecord, int | tuple[int, ...] | None]]:
     """The records of the merged published shard that begin shard ``index`` of an appended split.
 
-    The merged shard's records lie first on the split's byte line
-    (``planning.append_layout``); those whose midpoint falls in the planned
-    shard's share are yielded in their published order, framed, with their
-    label, their CRCs checked as they are read.
+    The merged shard's records lie first on the split's byte line (``planning.append_layout``);
+    those whose midpoint falls in the planned shard's share are yielded in order, framed, with
+    their label, their CRCs checked as they are read.
     """
     local = totals.planned_shard(index)
     if totals.merged is None or local is None:
@@ -187,12 +172,7 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
 
 def _lead_share(path: str, totals: SplitTotals, local: int) -> tuple[int, int] | None:
     """The bytes ``[start, end)`` of the merged shard ``path`` whose records go to planned shard ``local``,
-    from its ``.idx``; None when it has no usable one (the shard is read from its start).
-
-    Each new shard that the merged shard's records begin then reads only its
-    own records (on a store, bounded requests within them), not the shard
-    from its start each.
-    """
+    from its ``.idx``; None when it has no usable one (the shard is read from its start)."""
     for index_path in index_names(path):
         data = read_if_present(index_path)
         if data is not None:
@@ -218,14 +198,10 @@ def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], o
                           run_id: str) -> ShardListPart:
     """Stages the shard-list lines of one part's written shards, in index order.
 
-    The rows publishing needs of those shards (staged names, sizes, hashes)
-    are staged beside them, so that the part, with its counts, is all the
-    publish step is given.
+    The rows publishing needs of those shards are staged beside them: the part, with its counts,
+    is all the publish step is given.
 
-    Args:
-        item: ``((split, part), [ShardResult])``.
-        output_dir: Output folder (the part goes to the run's staging folder).
-        run_id: The run's id.
+    ``item`` is ``((split, part), [ShardResult])``; the part goes to the run's staging folder.
     """
     (split, part), results = item
     results = sorted(results, key=lambda r: r.index)
@@ -271,9 +247,8 @@ def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: 
                     staging: str, compression: str) -> dict[tuple[str, int], StagedShard]:
     """``(split, index) -> StagedShard`` of every shard the parts cover, read from their staged files.
 
-    A part whose file is gone belongs to a retried publish whose first attempt
-    finished: its shards are taken from the published shard list, under staged
-    names that no longer exist (the journal then finds them at their final names).
+    A part whose file is gone belongs to a retried publish whose first attempt finished: its
+    shards are taken from the published shard list (the journal finds them at their final names).
 
     Raises:
         PublishError: A part's file is gone and the published set does not list its split.
@@ -318,11 +293,6 @@ def published_entries(output_dir: str, old: Manifest, split: str) -> Iterator[tu
         except ManifestError as err:
             raise PublishError(f"cannot keep split {split!r}: {err}") from err
 
-
-def _kept_lines(output_dir: str, old: Manifest, split: str) -> Iterator[bytes]:
-    """The shard-list lines of a kept split, from the previous manifest (or its shard list)."""
-    for index, entry in published_entries(output_dir, old, split):
-        yield shard_line(split, index, entry)
 
 
 def _appended_lines(output_dir: str, old: Manifest, totals: SplitTotals, compression: str,
@@ -404,7 +374,7 @@ def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEn
             if name in appended:
                 pieces = _appended_lines(output_dir, old, appended[name], compression, parts, empty)
             elif name in kept or _published_before(name):
-                pieces = _kept_lines(output_dir, old, name)
+                pieces = (shard_line(name, index, entry) for index, entry in published_entries(output_dir, old, name))
             else:
                 pieces = _part_lines(name, splits[name].num_shards, parts, empty)
             for line in pieces:

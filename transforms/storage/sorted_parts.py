@@ -1,12 +1,7 @@
 """Sorted parts on storage: files of sorted lines staged by workers, merged into one ordered stream.
 
-Workers stage what they find in parts, each a file of lines sorted by the
-same key. ``merged_parts`` merges any number of them with at most
-``fan_in`` files open at once: with more parts, groups of them are first
-merged into staged files of their own, round after round, so nothing it
-holds grows with the lines or their parts beyond one line and a read buffer
-of ``MERGE_BUFFER`` bytes per open part. Used by the dead letters
-(``dead_letter_files``) and verify's report (``report_files``).
+Nothing ``merged_parts`` holds grows with the lines or their parts beyond one line and a read
+buffer of ``MERGE_BUFFER`` bytes per open part. Used by the dead letters and verify's report.
 """
 
 from __future__ import annotations
@@ -63,22 +58,20 @@ def merged_parts(paths: Sequence[str], *, key: Callable[[T], Any], gone: Callabl
                  free_parts: bool = False) -> Iterator[Merged[T]]:
     """The items of sorted staged parts, merged in ``key`` order, at most ``fan_in`` files open at once.
 
-    More than ``fan_in`` parts are merged in rounds, each writing merged
-    groups to staged files of its own (deleted once merged again; the last
-    round's when the block exits without an error).
+    More than ``fan_in`` parts are merged in rounds, each writing merged groups to staged files of
+    its own (deleted once merged again; the last round's when the block exits without an error).
 
     Args:
         paths: The staged parts (merged in this order where keys tie).
         key: The sort key of an item.
         gone: The error to raise for a part that is gone.
-        staged_name: The path of a round's merged group, given the round
-            (from 1) and the group's first index in that round.
+        staged_name: The path of a round's merged group, given the round (from 1) and the group's
+            first index in that round.
         fan_in: Files open at once.
         read: An item from a line (without it, the items are the lines).
         line: A line from an item (the inverse of ``read``).
         write: Writes a staged file from its lines.
-        free_parts: Delete ``paths`` as soon as a round has merged them
-            (by default they stay, for the caller to delete).
+        free_parts: Delete ``paths`` as soon as a round has merged them (else the caller does).
 
     Yields:
         The merged items (``Merged``: ``count`` says how many were read).

@@ -1,10 +1,8 @@
 """Writing files on local disk, gs:// and s3:// alike: created whole, written atomically, created exclusively.
 
-Every file is created through Beam's file system for its path and closed so
-that an empty one is stored too (``clients.close_written_file``); S3's
-refusals name the object (``clients.naming_s3_errors``). A write that runs
-out of space inside an output folder fails with one line naming the folder,
-what the run needs and what was free (``reporting_full_disk``).
+Every file is closed so that an empty one is stored too (``close_written_file``). A write that
+runs out of space fails with one line naming the folder, what the run needs and what was free
+(``reporting_full_disk``).
 """
 
 from __future__ import annotations
@@ -16,22 +14,17 @@ import shutil
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
-from transforms.filesystems import CompressionTypes
-from transforms.filesystems import filesystem_of
-
 from transforms.errors import PublishError
+from transforms.filesystems import CompressionTypes, close_written_file, filesystem_of, naming_s3_errors, store_client
 from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB
-from transforms.filesystems import (close_written_file, gcs_storage_client, naming_s3_errors,
-                                        s3_boto3_client, store_client)
 from transforms.storage.files import exists
 from transforms.storage.folders import delete_files, rename_files
-from transforms.storage.paths import is_local
+from transforms.storage.paths import bucket_key, is_local
 
 __all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
            "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
-           "create_exclusive_s3",
-           "check_writable"]
+           "create_exclusive_s3", "check_writable"]
 
 # What a disk-full message asks for when the space a write needs is not known.
 FREE_SOME_SPACE = "free some space"
@@ -58,9 +51,8 @@ def written(path: str) -> Iterator[BinaryIO]:
 def write_file(path: str, data: bytes | Iterable[bytes]) -> None:
     """Writes ``path`` whole: the bytes, or pieces written one after the other (never joined).
 
-    Bytes go to gs:// and s3:// in one request (``put_object``); pieces are
-    streamed through Beam's writer (on S3 a multipart upload: three requests
-    or more).
+    Bytes go to gs:// and s3:// in one request (``put_object``); pieces are streamed through
+    Beam's writer (on S3 a multipart upload: three requests or more).
     """
     if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
         put_object(path, data)
@@ -119,7 +111,7 @@ def put_object(path: str, data: bytes) -> None:
     Raises:
         OSError: The store refused it (the message names the object and the answer).
     """
-    bucket, key = _bucket_key(path)
+    bucket, key = bucket_key(path)
     if path.startswith("s3://"):
         import botocore.exceptions
 
@@ -145,11 +137,9 @@ def put_object(path: str, data: bytes) -> None:
 def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
     """Writes ``path`` through a temporary file in ``staging`` and a rename.
 
-    ``data`` is the bytes, or pieces written one after the other (never
-    joined). A crash before the rename leaves the temporary file in the
-    staging folder, which the next publish clears, not beside the shards.
-    Bytes on gs:// and s3:// are put in one request instead: a store's put
-    is all or nothing, and its rename is a copy and a delete.
+    ``data`` is the bytes, or pieces written one after the other. A crash before the rename
+    leaves the temporary file in staging, not beside the shards. Bytes on gs:// and s3:// are put
+    in one request instead: a store's put is all or nothing.
 
     Raises:
         PublishError: The disk is full.
@@ -176,18 +166,11 @@ def check_writable(probe: str) -> None:
         delete_files([probe])
 
 
-def _bucket_key(path: str) -> tuple[str, str]:
-    bucket, _, key = path.split("://", 1)[1].partition("/")
-    return bucket, key
-
-
 def create_exclusive(path: str, data: bytes) -> bool:
     """Creates ``path`` holding ``data`` unless it exists; True if this call created it.
 
-    ``O_EXCL`` on local disk; on gs:// an upload with ``if_generation_match=0``;
-    on s3:// a put with ``If-None-Match: *``. A store that ignores the
-    condition (some S3-compatible stores; the GCS emulator the tests use)
-    still gets an existence check first.
+    ``O_EXCL`` on local disk; a conditional put on gs:// and s3://, after an existence check (some
+    stores ignore the condition).
     """
     if is_local(path):
         try:
@@ -211,8 +194,8 @@ def create_exclusive_s3(path: str, data: bytes) -> bool:
     """Puts an s3:// object with ``If-None-Match: *``; True if this call created it."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, key = _bucket_key(path)
-    client = s3_boto3_client()
+    bucket, key = bucket_key(path)
+    client = store_client("s3")
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
     except BotoCoreError as err:  # no HTTP answer, after the client's tries
@@ -232,8 +215,8 @@ def create_exclusive_s3(path: str, data: bytes) -> bool:
 def _create_exclusive_gcs(path: str, data: bytes) -> bool:
     from google.api_core.exceptions import PreconditionFailed
 
-    bucket, key = _bucket_key(path)
-    blob = gcs_storage_client().bucket(bucket).blob(key)
+    bucket, key = bucket_key(path)
+    blob = store_client("gs").bucket(bucket).blob(key)
     try:
         blob.upload_from_string(data, if_generation_match=0)
     except PreconditionFailed:
