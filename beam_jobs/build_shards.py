@@ -662,7 +662,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     plan = distinct["main"] | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
-        published=published_shard_sizes(cfg.output_dir) if appending else None)
+        published=published_shard_sizes(cfg.output_dir) if appending else None,
+        expected=inputs)  # groups of about GROUP_RECORDS images: a bundle's images of one travel packed together
     dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS], *near_dead)
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.
