@@ -569,9 +569,11 @@ def _listing_steps(tmp_path, *inputs: str) -> list[str]:
 
 
 def test_one_folder_input_is_not_checked_for_duplicate_paths(tmp_path):
+    import random
+
     # A folder lists each relative path once: the check, a shuffle of every input, could find none.
     for folder in ("a", "b"):
-        write(str(tmp_path / folder / "rose" / "x.jpg"), image_bytes("rose", "JPEG", __import__("random").Random(1)))
+        write(str(tmp_path / folder / "rose" / "x.jpg"), image_bytes("rose", "JPEG", random.Random(1)))
     assert not any("RejectDuplicatePaths" in label for label in _listing_steps(tmp_path, str(tmp_path / "a")))
     assert any("RejectDuplicatePaths" in label
                for label in _listing_steps(tmp_path, str(tmp_path / "a"), str(tmp_path / "b")))
