@@ -512,7 +512,7 @@ def _class_names(facts, fixed: list[str] | None, published: list[str] | None, ch
 
 
 def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
-    """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``.
+    """Wires the listing of the inputs, their facts and the duplicate-path check (not for one folder) into ``p``.
 
     ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
     """
@@ -533,8 +533,16 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
+    if _one_folder(inputs):  # it lists each relative path once: no input to check, no shuffle of them all
+        return Listing(facts, labels, layout, sources, sources, (listing_dead,))
     unique = sources | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     return Listing(facts, labels, layout, sources, unique.main, (listing_dead, unique[DEAD_LETTERS]))
+
+
+def _one_folder(inputs: Sequence[str]) -> bool:
+    """True if the inputs are one folder (of images): its listing gives each relative path once, so no two
+    of its inputs share a relative path in a split (``RejectDuplicatePaths`` would find none)."""
+    return len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0])
 
 
 def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, ...],
@@ -589,7 +597,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     plan = distinct["main"] | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
-        published=published_shard_sizes(cfg.output_dir) if appending else None)
+        published=published_shard_sizes(cfg.output_dir) if appending else None,
+        expected=inputs)  # groups of about GROUP_RECORDS images: a bundle's images of one travel packed together
     dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS], *near_dead)
     # Every input is rejected or planned before a shard is written: over --max_bad_fraction
     # (inputs less planned records), publishing refuses the run, so no shard is written at all.

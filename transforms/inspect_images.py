@@ -451,7 +451,7 @@ class ImageRecordMaker:
 
     Each record was written to a run file when its image was read
     (``meta.run``); it is copied from there as it is (a ``FramedRecord``, its
-    CRCs checked), so the image is not read again.
+    CRCs checked, its key the image's sha256), so the image is not read again.
     """
 
     def __init__(self) -> None:
@@ -474,4 +474,4 @@ class ImageRecordMaker:
         if len(framed.data) != meta.record_size:
             raise ShardsError(f"{meta.source.path}: record is {len(framed.data)} bytes, "
                               f"planned {meta.record_size}")
-        return framed, label
+        return FramedRecord(framed.data, meta.sha256), label  # its key: the shard's keys file reads no record

@@ -27,7 +27,8 @@ from apache_beam.metrics import Metrics
 
 from transforms.errors import PlanError
 from transforms.packed_groups import PackFn, in_global_window, unpack_groups
-from transforms.shardset.planning import BUCKET_BITS, SplitLayout, bucket_of, lay_out_split, place_bucket
+from transforms.shardset.planning import (BUCKET_BITS, SplitLayout, bucket_of, group_bits, lay_out_split,
+                                          place_bucket)
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["PlanShards", "ShardKey", "LeadRecords", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
@@ -63,6 +64,9 @@ _BUCKET_TOTALS = "bucket_totals"
 class _PackByBucketFn(PackFn):
     """item -> ((split, bucket), pack of items); and each bundle's totals per bucket.
 
+    Side input ``expected`` (optional): at least the number of items; the
+    buckets then have ``group_bits(expected, bits)`` bits.
+
     Main output: the items packed by (split, bucket) (``PackFn``). Output
     ``_BUCKET_TOTALS``: ``(split, [(bucket, records, bytes, largest)])`` once per
     split a bundle holds items of, as the bundle ends: at most ``2 **
@@ -79,9 +83,12 @@ class _PackByBucketFn(PackFn):
     def start_bundle(self):
         super().start_bundle()
         self._totals: dict[tuple[str, int], list[int]] = {}
+        self._group = (None, self._bits)  # (expected items, bits of the groups)
 
-    def process(self, item):
-        key = (self._split_of(item), bucket_of(self._order_of(item)[0], self._bits))
+    def process(self, item, expected=None):
+        if self._group[0] != expected:  # the bits for the expected count, found once
+            self._group = (expected, self._bits if expected is None else group_bits(expected, self._bits))
+        key = (self._split_of(item), bucket_of(self._order_of(item)[0], self._group[1]))
         size = self._size_of(item)
         totals = self._totals.get(key)
         if totals is None:
@@ -199,12 +206,17 @@ class PlanShards(beam.PTransform):
             a shard key then holds the index and count the split will be
             published with, and each shard that begins with the merged shard's
             records gets a ``LeadRecords`` item.
+        expected: ``PCollection`` with one element, at least the number of
+            items (a build's inputs), or None. Given, the groups are the
+            buckets of ``planning.group_bits(expected, bucket_bits)`` bits:
+            about ``GROUP_RECORDS`` items each, so that each bundle's items of
+            a group cross the shuffle in a few packs, not one element each.
     """
 
     def __init__(self, split_of: Callable[[Any], str], order_of: Callable[[Any], tuple],
                  size_of: Callable[[Any], int], target_bytes: int,
                  num_shards: int | None = None, bucket_bits: int = BUCKET_BITS,
-                 published: Mapping[str, Sequence[int]] | None = None) -> None:
+                 published: Mapping[str, Sequence[int]] | None = None, expected=None) -> None:
         super().__init__()
         if not 0 <= bucket_bits <= 63:
             raise PlanError(f"bucket_bits must be in 0..63, got {bucket_bits}")
@@ -215,19 +227,24 @@ class PlanShards(beam.PTransform):
         self._num_shards = num_shards
         self._bits = bucket_bits
         self._published = {split: tuple(sizes) for split, sizes in (published or {}).items()}
+        self._expected = expected
 
     def expand(self, items):
         split_of, order_of, size_of = self._split_of, self._order_of, self._size_of
         target, num_shards, bits, published = self._target, self._num_shards, self._bits, self._published
         coder = coders.registry.get_coder(items.element_type or typing.Any)
+        # The bits of the groups: bucket_bits, or fewer for the expected number of items.
+        side = {} if self._expected is None else {"expected": beam.pvalue.AsSingleton(self._expected)}
         packed = items | "PackByBucket" >> beam.ParDo(_PackByBucketFn(
-            split_of, order_of, size_of, bits, coder)).with_outputs(
+            split_of, order_of, size_of, bits, coder), **side).with_outputs(
                 _BUCKET_TOTALS, main="packs")  # ((split, bucket), pack of items); (split, bucket totals)
         layouts = (
             packed[_BUCKET_TOTALS]
             | "SumBuckets" >> beam.CombinePerKey(_BucketTotalsFn())  # (split, [(bucket, records, bytes, largest)])
             | "LayOutSplit" >> beam.MapTuple(
-                lambda split, totals: (split, lay_out_split(split, totals, target, num_shards, bits, published.get(split)))))
+                lambda split, totals, expected=None: (split, lay_out_split(
+                    split, totals, target, num_shards, bits if expected is None else group_bits(expected, bits),
+                    published.get(split))), **side))
         assigned = (
             packed.packs
             | "GroupByBucket" >> beam.GroupByKey()  # ((split, bucket), [pack])

@@ -179,10 +179,11 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
         # else publishing refuses the run: no shard is read, made or written
 
     def _write(self, keyed, totals) -> ShardResult:
-        key, items = keyed
-        leads = [item for item in items if isinstance(item, LeadRecords)]
-        items = sorted((item for item in items if not isinstance(item, LeadRecords)),
-                       key=self._records_of.order_of)
+        key, grouped = keyed
+        leads, items = [], []
+        for item in grouped:  # read once: each read of packed items decodes every one
+            (leads if isinstance(item, LeadRecords) else items).append(item)
+        items.sort(key=self._records_of.order_of)
         # A shard that starts with a published shard's records (appending) is not resumed.
         reuse = self._reuse
         content = reuse.content_of(key, items) if reuse is not None and not leads else None

@@ -541,3 +541,39 @@ def test_validate_decode_keeps_damage_structure_refuses(tmp_path, capsys):
     dead = {os.path.relpath(d["path"], root): d["reason"] for d in dead_letters(out)}
     assert dead == {"a/cut.jpg": "truncated"}  # Pillow notices a missing EOI in this small file
     assert sum(len(records(os.path.join(out, name))) for name in shard_files(out)) == 3
+
+
+def _listing_steps(tmp_path, *inputs: str) -> list[str]:
+    """The labels of the steps ``list_inputs`` wires for these inputs (the pipeline is not run)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_jobs import build_shards
+    from beam_jobs.cli import jobs
+    from beam_jobs.cli.config import BuildConfig
+    from beam_jobs.cli.declared import flag_parser
+
+    argv = [arg for path in inputs for arg in ("--input", path)] + ["--output_dir", str(tmp_path / "out")]
+    cfg = build_shards.make_config(BuildConfig.from_flags(vars(flag_parser(jobs.BUILD).parse_args(argv))),
+                                   PipelineOptions([]))
+    p = beam.Pipeline()
+    build_shards.list_inputs(p, cfg)
+    labels = []
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def enter_composite_transform(self, node):
+            labels.append(node.full_label)
+
+    p.visit(Visitor())
+    return labels
+
+
+def test_one_folder_input_is_not_checked_for_duplicate_paths(tmp_path):
+    import random
+
+    # A folder lists each relative path once: the check, a shuffle of every input, could find none.
+    for folder in ("a", "b"):
+        write(str(tmp_path / folder / "rose" / "x.jpg"), image_bytes("rose", "JPEG", random.Random(1)))
+    assert not any("RejectDuplicatePaths" in label for label in _listing_steps(tmp_path, str(tmp_path / "a")))
+    assert any("RejectDuplicatePaths" in label
+               for label in _listing_steps(tmp_path, str(tmp_path / "a"), str(tmp_path / "b")))

@@ -70,3 +70,14 @@ def test_a_keys_file_of_a_broken_size_is_refused_naming_it():
 ])
 def test_keys_problem_names_the_file_and_the_first_difference(data, keys, problem):
     assert keys_problem(data, keys, "k.keys") == problem
+
+
+def test_a_framed_record_that_says_its_key_is_not_read_for_it():
+    # The shard writer's records copied from run files carry their image's sha256: the keys file takes
+    # it as it is, with no parse of the record (here not even an Example).
+    collector = KeyCollector()
+    collector.add(FramedRecord(frame_record(b"not an example"), key=KEYS[0]))
+    collector.add(FramedRecord(frame_record(_record(KEYS[1]))))
+    assert list(parse_keys(collector.keys())) == KEYS[:2]
+    collector.add(FramedRecord(frame_record(_record(KEYS[2])), key="not-a-sha256"))
+    assert collector.keys() is None

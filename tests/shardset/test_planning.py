@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from transforms.errors import PlanError
 from transforms.shardset.naming import SHARD_NAME_RE, check_split_name, shard_file_name
-from transforms.shardset.planning import (BUCKET_BITS, NUM_BUCKETS, SplitTotals, bucket_of,
-                                          choose_num_shards, cut_records, lay_out_split, order_key,
+from transforms.shardset.planning import (BUCKET_BITS, GROUP_RECORDS, NUM_BUCKETS, SplitTotals, bucket_of,
+                                          choose_num_shards, group_bits, cut_records, lay_out_split, order_key,
                                           parse_split_fractions, place_bucket, shard_of_offset,
                                           split_by_content, split_rank)
 from tests.helpers import plan_in_memory
@@ -554,3 +554,19 @@ def test_check_split_name_accepts(name: str) -> None:
 def test_check_split_name_rejects(name) -> None:
     with pytest.raises(PlanError):
         check_split_name(name)
+
+
+@pytest.mark.parametrize("records, most, bits", [
+    (0, 16, 0), (1, 16, 0), (GROUP_RECORDS, 16, 0), (GROUP_RECORDS + 1, 16, 1), (4 * GROUP_RECORDS, 16, 2),
+    (4 * GROUP_RECORDS + 1, 16, 3), (10**12, 16, 16), (10**12, 5, 5), (10**6, 0, 0),
+])
+def test_group_bits_table(records: int, most: int, bits: int) -> None:
+    assert group_bits(records, most) == bits
+
+
+@given(st.integers(0, 10**13))
+def test_group_bits_give_groups_of_at_most_group_records_up_to_the_most(records: int) -> None:
+    bits = group_bits(records)
+    assert 0 <= bits <= BUCKET_BITS
+    assert bits == BUCKET_BITS or records <= GROUP_RECORDS << bits
+    assert bits == 0 or records > GROUP_RECORDS << (bits - 1)

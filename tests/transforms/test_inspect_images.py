@@ -46,6 +46,7 @@ def test_the_record_copied_from_the_run_file_is_the_image_example(tmp_path, mode
     maker.close()
     assert isinstance(framed, FramedRecord) and label == 1
     assert len(framed.data) == meta.record_size
+    assert framed.key == meta.sha256  # the shard's keys file takes it without reading the record
     record = framed.data[12:-4]  # the framing's length and CRCs around it
     assert framed_size(len(record)) == meta.record_size
     [stored] = decode_example(record)["image/encoded"][1]

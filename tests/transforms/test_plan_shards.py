@@ -83,3 +83,19 @@ def test_rejects_bad_bucket_bits():
     with pytest.raises(PlanError, match="bucket_bits"):
         PlanShards(split_of=lambda it: it, order_of=lambda it: (0,), size_of=lambda it: 1,
                    target_bytes=10, bucket_bits=64)
+
+
+def test_a_known_record_count_makes_few_groups_and_the_same_plan():
+    # 1,200 records known ahead are one group (group_bits), not one per occupied bucket of 65,536.
+    items = _items(1_200, 5, "train") + _items(300, 6, "test")
+    target = 400_000
+    p = TestPipeline()
+    count = p | "Count" >> beam.Create([len(items)])
+    planned = (p | beam.Create(items)
+               | PlanShards(split_of=lambda it: it[0], order_of=lambda it: (it[1], it[2]),
+                            size_of=lambda it: it[3], target_bytes=target, expected=count))
+    assert_that(planned[ASSIGNED] | beam.MapTuple(lambda key, it: (key, it[2])),
+                equal_to(_expected(items[:1_200], target) + _expected(items[1_200:], target)))
+    result = p.run()
+    result.wait_until_finish()
+    assert _largest_group(result) == 1_200

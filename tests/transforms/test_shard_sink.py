@@ -95,3 +95,29 @@ def test_without_extras_the_manifest_has_no_images_or_object_labels(tmp_path) ->
     manifest = _publish(str(tmp_path / "out"), lambda p: None)
     assert not manifest.get("images") and not manifest.get("object_labels")
     assert manifest["splits"]["train"]["records"] == 3
+
+
+class _ReadCounted:
+    """A shard's grouped items that count how often they are read (each read decodes every item)."""
+
+    def __init__(self, items) -> None:
+        self.items, self.reads = list(items), 0
+
+    def __iter__(self):
+        self.reads += 1
+        return iter(self.items)
+
+
+def test_a_shard_s_items_are_read_once(tmp_path) -> None:
+    from transforms.shard_sink import _WriteShardFn
+
+    os.makedirs(tmp_path / ".staging" / _RUN_ID)
+    fn = _WriteShardFn(ShardOutput(str(tmp_path), "none"), ShardRecords(_record, _order, tally_of=_count_labels), _RUN_ID)
+    fn.setup()
+    items = _ReadCounted(_RECORDS[::-1])
+    try:
+        result = fn._write((("train", 0, 1), items), [SplitTotals("train", 100, 3, 21, 1)])
+    finally:
+        fn.teardown()
+    assert items.reads == 1
+    assert result.stats.records == 3 and dict(result.tallies) == {("label", "0"): 2, ("label", "1"): 1}

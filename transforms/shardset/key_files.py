@@ -52,11 +52,15 @@ class KeyCollector:
         self._digests: list[bytes] | None = []
 
     def add(self, record: bytes | FramedRecord | Sequence[bytes], where: str = "") -> None:
-        """Notes the key of one record: its bytes, a ``FramedRecord``, or the pieces it is made of.
+        """Notes the key of one record: its bytes, a ``FramedRecord`` (its ``key`` if it says it), or the
+        pieces it is made of.
 
         A record given in pieces is joined to be read; a record that is not an Example has no key.
         """
         if self._digests is None:
+            return
+        if isinstance(record, FramedRecord) and record.key is not None:
+            self._note(_digest(record.key))
             return
         if isinstance(record, FramedRecord):
             data = memoryview(record.data)[OVERHEAD - 4:-4]  # header (12 bytes) and footer (4) off
@@ -68,6 +72,9 @@ class KeyCollector:
             digest = _digest(record_key(bytes(data), where))
         except ShardsError:
             digest = None
+        self._note(digest)
+
+    def _note(self, digest: bytes | None) -> None:
         if digest is None:
             self._digests = None
         else:

@@ -29,7 +29,11 @@ split never has to be in one place (``transforms/plan_shards.py``):
   records are grouped by bucket while the totals are still being summed.
 
 A bucket holds about ``n / NUM_BUCKETS`` of a split's ``n`` records: at most
-50,000 up to about 3 billion records in a split. The tests plan a split held
+50,000 up to about 3 billion records in a split. Where the number of records
+is known before they are grouped (a build knows its inputs), fewer bits make
+the buckets (``group_bits``): about ``GROUP_RECORDS`` records a group, so
+that a bundle's records of one group travel together (a few packs, not one
+element per record) while no group holds more. The tests plan a split held
 in memory with the same functions, the reference the distributed plan must equal.
 """
 
@@ -46,7 +50,7 @@ from transforms.errors import PlanError
 from transforms.shardset.naming import check_split_name
 
 __all__ = [
-    "BUCKET_BITS", "NUM_BUCKETS", "MIB", "SplitTotals", "SplitLayout",
+    "BUCKET_BITS", "NUM_BUCKETS", "GROUP_RECORDS", "group_bits", "MIB", "SplitTotals", "SplitLayout",
     "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
     "lay_out_split", "place_bucket", "split_by_content", "split_rank",
     "parse_split_fractions",
@@ -58,6 +62,8 @@ _KEY_BITS = 63
 # about n / 65,536 records per group: at most 50,000 up to about 3 billion records.
 BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
+# The most records a group holds when the number of records is known ahead (``group_bits``).
+GROUP_RECORDS = 50_000
 
 
 def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
@@ -100,6 +106,15 @@ def order_key(seed: int, identity: bytes) -> int:
 def bucket_of(key: int, bits: int = BUCKET_BITS) -> int:
     """Returns the bucket (0..2**bits - 1) of an order key: its top ``bits`` of 63 bits."""
     return key >> (_KEY_BITS - bits)
+
+
+def group_bits(records: int, most: int = BUCKET_BITS) -> int:
+    """The fewest bits of the order key (at most ``most``) whose buckets hold ``records`` in groups of
+    at most about ``GROUP_RECORDS`` (evenly spread keys: each bucket gets ``records >> bits``)."""
+    bits = 0
+    while bits < most and records > GROUP_RECORDS << bits:
+        bits += 1
+    return bits
 
 
 def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) -> int:
