@@ -61,7 +61,7 @@ class _TwiceFn(beam.DoFn):
 
 
 def test_a_dofns_methods_are_inspected_once_however_often_beam_asks_for_its_specs() -> None:
-    beam_compat.introspect_once()
+    beam_compat.install_construction_memos()
     fn = _CountFn()
     with mock.patch.object(inspect, "signature", wraps=inspect.signature) as signature:
         assert userstate.is_stateful_dofn(fn)
@@ -78,7 +78,7 @@ def test_a_dofns_methods_are_inspected_once_however_often_beam_asks_for_its_spec
 
 
 def test_a_dofn_whose_specs_are_invalid_is_refused_each_time() -> None:
-    beam_compat.introspect_once()
+    beam_compat.install_construction_memos()
     fn = _TwiceFn()
     for _ in range(2):
         with pytest.raises(ValueError, match="duplicate"):
@@ -86,7 +86,7 @@ def test_a_dofn_whose_specs_are_invalid_is_refused_each_time() -> None:
 
 
 def test_a_functions_arguments_are_read_again_once_its_defaults_change() -> None:
-    beam_compat.introspect_once()
+    beam_compat.install_construction_memos()
 
     def f(element, scale=2, *, extra=None):
         return element
@@ -100,3 +100,19 @@ def test_a_functions_arguments_are_read_again_once_its_defaults_change() -> None
     args.append("changed")  # each answer is the caller's own
     assert core.get_function_args_defaults(_CountFn().process)[0] == ["element", "count"]
     assert core.get_function_args_defaults(str.upper) == (["self"], [])  # no Python function: asked each time
+
+
+def test_a_view_of_the_options_is_made_once_and_reads_and_writes_their_shared_values() -> None:
+    from apache_beam.options.pipeline_options import StandardOptions, TypeOptions
+
+    beam_compat.install_construction_memos()
+    options = PipelineOptions(["--runner", "DirectRunner", "--no_pipeline_type_check"])
+    view = options.view_as(TypeOptions)
+    assert options.view_as(TypeOptions) is view  # Beam 2.77 alone: a new parser and parse each time
+    assert view.pipeline_type_check is False
+    options.view_as(StandardOptions).runner = "SomeRunner"  # a write through one view
+    assert options.view_as(StandardOptions).runner == "SomeRunner" == options.get_all_options()["runner"]
+    other = PipelineOptions(["--pipeline_type_check"])  # other options: their own views
+    assert other.view_as(TypeOptions).pipeline_type_check is True and view.pipeline_type_check is False
+    options._all_options = dict(options._all_options, pipeline_type_check=True)  # the values replaced
+    assert options.view_as(TypeOptions) is not view and options.view_as(TypeOptions).pipeline_type_check is True
