@@ -69,7 +69,7 @@ def test_a_dofns_methods_are_inspected_once_however_often_beam_asks_for_its_spec
         for _ in range(7):  # as ParDo, each visit of the pipeline and its translation ask
             assert userstate.is_stateful_dofn(fn)
             userstate.validate_stateful_dofn(fn)
-        assert first > 10 and signature.call_count == first  # Beam 2.77 alone: 8 times as many
+        assert signature.call_count == first  # Beam 2.77 alone: about 35 more at each question
     states, timers = userstate.get_dofn_specs(fn)
     assert states == {_CountFn.COUNT} and timers == set()
     states.clear()  # each answer is the caller's own
