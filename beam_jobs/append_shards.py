@@ -14,7 +14,12 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from beam_jobs import build_shards
+from beam_jobs.cli import loading
+
+if __name__ == "__main__":  # a command: its modules load with the collector paused (cli/loading.py)
+    loading.pause()
+
+from beam_jobs import build_shards  # noqa: E402
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -26,5 +31,6 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 if __name__ == "__main__":
     from beam_jobs.cli.logs import set_up_command
 
+    loading.resume()
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.append_shards"))

@@ -12,7 +12,12 @@ the run's own, removed once read.
 
 from __future__ import annotations
 
-import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
+from beam_jobs.cli import loading
+
+if __name__ == "__main__":  # a command: its modules load with the collector paused (cli/loading.py)
+    loading.pause()
+
+import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
 import sys
 from typing import Sequence
@@ -182,5 +187,6 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 if __name__ == "__main__":
     from beam_jobs.cli.logs import set_up_command
 
+    loading.resume()
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.plan_build"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -426,7 +426,8 @@ class DiscoverImages(beam.PTransform):
         if not listed:
             return pbegin | "ListNothing" >> beam.Create([])
         elements = listed[0] if len(listed) == 1 else listed | "AllListed" >> beam.Flatten()
-        return elements | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side)
+        # Declared: Beam's inference from process's code finds Any too, for 0.05 CPU s at every build.
+        return elements | "ResolveInputs" >> beam.ParDo(_ResolveInputFn(self._rules), **side).with_output_types(Any)
 
 
 class _ListingFactsFn(CarriesStorageOptions, beam.CombineFn):

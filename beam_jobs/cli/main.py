@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Sequence
 
+from beam_jobs.cli import loading
 from beam_jobs.cli.config import known_flag_names, usage_problem
 from beam_jobs.cli.declared import format_job_help, respelt, wants_help
 from beam_jobs.cli.jobs import JOBS
@@ -64,9 +65,10 @@ def set_up_command(argv: Sequence[str]) -> None:
     logs.set_up_command(argv)
 
 
-def run_command(command: str, argv: Sequence[str], prog: str) -> int:
+def run_command(command: str, argv: Sequence[str], prog: str, process: bool = False) -> int:
     """Runs one job as a command; returns its exit status (``--help`` and a usage error of the job's
-    declared flags answered from the declarations alone)."""
+    declared flags answered from the declarations alone). ``process``: the command is this process's
+    (its job's modules load with the collector paused, ``beam_jobs/cli/loading.py``)."""
     job = JOBS[command]
     argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):
@@ -76,8 +78,13 @@ def run_command(command: str, argv: Sequence[str], prog: str) -> int:
     if problem is not None:
         print(f"{job.name}: error: {problem}", file=sys.stderr)
         return 2
-    set_up_command(argv)
-    module = importlib.import_module(COMMANDS[command][0])
+    if process:
+        loading.pause()
+    try:
+        set_up_command(argv)  # imports Beam
+        module = importlib.import_module(COMMANDS[command][0])
+    finally:
+        loading.resume()
     return module.run(list(argv), prog=prog)
 
 
@@ -88,10 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``argv`` (called as a function), from this call.
     """
     with command_running(None if argv is None else time.monotonic()):
-        return _main(sys.argv[1:] if argv is None else list(argv))
+        return _main(sys.argv[1:] if argv is None else list(argv), process=argv is None)
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], process: bool) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
@@ -101,7 +108,7 @@ def _main(argv: list[str]) -> int:
               f"(see {PROG} --help)", file=sys.stderr)
         return 2
     try:
-        return run_command(command, argv[1:], f"{PROG} {command}")
+        return run_command(command, argv[1:], f"{PROG} {command}", process)
     except KeyboardInterrupt:  # while the job's modules load; the job itself reports its own
         print(f"{PROG}: interrupted: nothing was published", file=sys.stderr)
         return 130

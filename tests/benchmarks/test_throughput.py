@@ -79,3 +79,22 @@ def test_build_baselines_write_every_file_once(baseline, tmp_path):
             label.encode() for label in ("daisy", "rose", "tulip") for _ in range(2))
     if baseline == "beam_build":
         assert result["example_classes"].startswith("tensorflow")  # protobuf's generated classes
+
+
+@pytest.mark.slow
+def test_the_beam_baseline_writes_the_same_examples_without_tensorflow(tmp_path):
+    """``fixed_cost``'s Beam pipeline: the project's Example classes, so it pays no TensorFlow import."""
+    make_class_tree(str(tmp_path / "in"), per_class=1, broken=False)
+    probe = ("import sys; from benchmarks.throughput import baseline_main; baseline_main(sys.argv[1:]); "
+             "print('TF', 'tensorflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe, "beam_build", "--input", str(tmp_path / "in"),
+                           "--output_dir", str(tmp_path / "out"), "--num_shards", "1", "--example_classes",
+                           "project"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert json.loads(lines[-2][len("RESULT "):]) == {"example_classes": "transforms.example.messages",
+                                                      "records": 3}
+    assert lines[-1] == "TF False"
+    with open(glob.glob(str(tmp_path / "out" / "*.tfrecord"))[0], "rb") as fh:
+        records = [data for _, data in iter_records(fh, "out")]
+    assert sorted(decode_example(r)["image/class/text"][1][0] for r in records) == [b"daisy", b"rose", b"tulip"]

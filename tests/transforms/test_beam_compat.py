@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
+from unittest import mock
 
+import apache_beam as beam
 import pytest
+from apache_beam.coders import VarIntCoder
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.transforms import core, userstate
 
 from transforms import beam_compat
 
@@ -34,3 +39,80 @@ def test_an_instruction_of_a_worker_whose_control_stream_breaks_fails_instead_of
     later = connection.push(beam_fn_api_pb2.InstructionRequest())  # sent once the stream is gone
     with pytest.raises(RuntimeError, match="SDK worker was lost"):
         later.get(timeout=10)
+
+
+class _CountFn(beam.DoFn):
+    """A DoFn with user state: Beam finds its spec among its methods' default arguments."""
+
+    COUNT = userstate.BagStateSpec("count", VarIntCoder())
+
+    def process(self, element, count=beam.DoFn.StateParam(COUNT)):
+        count.add(1)
+        yield element
+
+
+class _TwiceFn(beam.DoFn):
+    """A DoFn that names the same state twice: Beam refuses it."""
+
+    COUNT = userstate.BagStateSpec("count", VarIntCoder())
+
+    def process(self, element, a=beam.DoFn.StateParam(COUNT), b=beam.DoFn.StateParam(COUNT)):
+        yield element
+
+
+def test_a_dofns_methods_are_inspected_once_however_often_beam_asks_for_its_specs() -> None:
+    beam_compat.install_construction_memos()
+    fn = _CountFn()
+    with mock.patch.object(inspect, "signature", wraps=inspect.signature) as signature:
+        assert userstate.is_stateful_dofn(fn)
+        first = signature.call_count
+        for _ in range(7):  # as ParDo, each visit of the pipeline and its translation ask
+            assert userstate.is_stateful_dofn(fn)
+            userstate.validate_stateful_dofn(fn)
+        assert signature.call_count == first  # Beam 2.77 alone: about 35 more at each question
+    states, timers = userstate.get_dofn_specs(fn)
+    assert states == {_CountFn.COUNT} and timers == set()
+    states.clear()  # each answer is the caller's own
+    assert userstate.get_dofn_specs(fn)[0] == {_CountFn.COUNT}
+    assert not userstate.is_stateful_dofn(beam.Map(str).fn)  # another DoFn: its own answer
+
+
+def test_a_dofn_whose_specs_are_invalid_is_refused_each_time() -> None:
+    beam_compat.install_construction_memos()
+    fn = _TwiceFn()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="duplicate"):
+            userstate.get_dofn_specs(fn)
+
+
+def test_a_functions_arguments_are_read_again_once_its_defaults_change() -> None:
+    beam_compat.install_construction_memos()
+
+    def f(element, scale=2, *, extra=None):
+        return element
+
+    assert core.get_function_args_defaults(f) == (["element", "scale"], [2])
+    f.__defaults__ = (3,)
+    assert core.get_function_args_defaults(f) == (["element", "scale"], [3])
+    fn = _CountFn()
+    args, defaults = core.get_function_args_defaults(fn.process)  # bound: without self
+    assert args == ["element", "count"] and len(defaults) == 1
+    args.append("changed")  # each answer is the caller's own
+    assert core.get_function_args_defaults(_CountFn().process)[0] == ["element", "count"]
+    assert core.get_function_args_defaults(str.upper) == (["self"], [])  # no Python function: asked each time
+
+
+def test_a_view_of_the_options_is_made_once_and_reads_and_writes_their_shared_values() -> None:
+    from apache_beam.options.pipeline_options import StandardOptions, TypeOptions
+
+    beam_compat.install_construction_memos()
+    options = PipelineOptions(["--runner", "DirectRunner", "--no_pipeline_type_check"])
+    view = options.view_as(TypeOptions)
+    assert options.view_as(TypeOptions) is view  # Beam 2.77 alone: a new parser and parse each time
+    assert view.pipeline_type_check is False
+    options.view_as(StandardOptions).runner = "SomeRunner"  # a write through one view
+    assert options.view_as(StandardOptions).runner == "SomeRunner" == options.get_all_options()["runner"]
+    other = PipelineOptions(["--pipeline_type_check"])  # other options: their own views
+    assert other.view_as(TypeOptions).pipeline_type_check is True and view.pipeline_type_check is False
+    options._all_options = dict(options._all_options, pipeline_type_check=True)  # the values replaced
+    assert options.view_as(TypeOptions) is not view and options.view_as(TypeOptions).pipeline_type_check is True
