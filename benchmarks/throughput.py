@@ -985,8 +985,9 @@ def per_gb_table_main(argv: list[str] | None = None) -> int:
     one = ["--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
 
     def build(folder: str, checkout: str | None):
+        # -P: the current folder (this checkout) does not come before PYTHONPATH's checkout
         env = ["env", f"PYTHONPATH={checkout}"] if checkout else []
-        return lambda out: [*env, sys.executable, "-m", "beam_jobs.build_shards", "--input", folder,
+        return lambda out: [*env, sys.executable, "-P", "-m", "beam_jobs.build_shards", "--input", folder,
                             "--output_dir", out, *one]
 
     def baseline(name: str, folder: str, *extra: str):
