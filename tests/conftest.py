@@ -9,5 +9,4 @@ os.environ.setdefault("NO_GCE_CHECK", "true")
 
 from tests.servers import gcs_server, job_server, s3_server, worker_pool  # noqa: E402,F401  session-wide servers
 
-# CPU budget of the fast tier; shared trees and builds; the costliest modules first
-pytest_plugins = ["tests.cpu_budget", "tests.trees", "tests.ordering"]
+pytest_plugins = ["tests.cpu_budget", "tests.trees"]  # CPU budget of the fast tier; shared trees and builds
