@@ -1,8 +1,13 @@
 """The command line as a person meets it: help, the tfrecord-shards command, failures, progress.
 
-Jobs run in subprocesses through ``python -m beam_jobs.cli.main`` (what the
-``tfrecord-shards`` console script calls; the installed script points at the
-main checkout, so tests use the module) with the real runner and real files.
+Jobs run through ``beam_jobs.cli.main.main`` (what the ``tfrecord-shards``
+console script calls) with the real runner and real files, in the test's
+process (``tfrs``: its file descriptors 1 and 2 captured, so what worker
+processes print is seen too). Where the process itself is the point (the
+exit status as the shell sees it, Ctrl-C, ``python -m``, help answered before
+Beam is imported, a run in a fresh process) they run as subprocesses through
+``python -m beam_jobs.cli.main`` (``command``; the installed script points at
+the main checkout, so tests use the module).
 """
 
 from __future__ import annotations
@@ -31,6 +36,22 @@ def command(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "beam_jobs.cli.main", *argv], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
+
+
+@pytest.fixture()
+def tfrs(capfd):
+    """Runs ``tfrecord-shards ARGV`` in this process (``cli.main``) and returns how it ended, as ``command`` does."""
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        capfd.readouterr()
+        try:
+            status = cli.main(list(argv))
+        except SystemExit as stop:  # what the console script would exit with
+            status = stop.code if isinstance(stop.code, int) else 1
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["tfrecord-shards", *argv], status, out, err)
+
+    return run
 
 
 def real_flags(*classes, only: tuple[str, ...] | None = None) -> list[argparse.Action]:
@@ -164,9 +185,9 @@ MULTI_PROCESSING = ["--direct_num_workers", "2", "--direct_running_mode", "multi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], MULTI_PROCESSING], ids=["in_process", "multi_processing"])
-def test_refusal_ends_with_one_line_and_lists_reasons(broken_tree, tmp_path, extra):
+def test_refusal_ends_with_one_line_and_lists_reasons(broken_tree, tmp_path, extra, tfrs):
     """Worker processes print a failing bundle's traceback to their stderr: it must not show."""
-    done = command("build", "--input", broken_tree, "--output_dir", str(tmp_path / "out"), *extra)
+    done = tfrs("build", "--input", broken_tree, "--output_dir", str(tmp_path / "out"), *extra)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -184,17 +205,17 @@ def test_refusal_ends_with_one_line_and_lists_reasons(broken_tree, tmp_path, ext
 
 
 @pytest.mark.slow
-def test_failure_shows_traceback_only_when_asked(tmp_path):
+def test_failure_shows_traceback_only_when_asked(tmp_path, tfrs):
     """A failure inside the pipeline: one line by default, Beam's traceback with --verbose."""
     bad = tmp_path / "rows.csv"
     bad.write_text("path,label\nmissing.jpg,a\n")
     args = ("build", "--input", str(bad), "--output_dir", str(tmp_path / "out"))
-    quiet = command(*args)
+    quiet = tfrs(*args)
     assert quiet.returncode == 1
     assert "Traceback" not in quiet.stderr and "ERROR apache_beam" not in quiet.stderr
     *_, cause, kept = quiet.stderr.strip().splitlines()
     assert cause.startswith("build_shards: failed: ") and kept.startswith("build_shards: staged work kept in ")
-    loud = command(*args, "--verbose")
+    loud = tfrs(*args, "--verbose")
     assert loud.returncode == 1 and "Traceback" in loud.stderr
     *_, cause, kept = loud.stderr.strip().splitlines()
     assert cause.startswith("build_shards: failed: ") and kept.startswith("build_shards: staged work kept in ")
@@ -202,10 +223,10 @@ def test_failure_shows_traceback_only_when_asked(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], MULTI_PROCESSING], ids=["in_process", "multi_processing"])
-def test_build_reports_progress_before_it_finishes(tmp_path, extra):
+def test_build_reports_progress_before_it_finishes(tmp_path, extra, tfrs):
     data, out = tmp_path / "data", tmp_path / "out"
-    assert command("sample", "--output", str(data), "--size_mb", "3").returncode == 0
-    done = command("build", "--input", str(data), "--output_dir", str(out), "--shard_size_mb", "1",
+    assert tfrs("sample", "--output", str(data), "--size_mb", "3").returncode == 0
+    done = tfrs("build", "--input", str(data), "--output_dir", str(out), "--shard_size_mb", "1",
                    "--progress_interval", "0.2", *extra)
     assert done.returncode == 0, done.stderr
     progress = [line for line in done.stderr.splitlines() if PROGRESS.match(line)]
@@ -219,12 +240,12 @@ def test_build_reports_progress_before_it_finishes(tmp_path, extra):
 
 
 @pytest.mark.slow
-def test_verify_and_reshard_report_progress(tmp_path):
+def test_verify_and_reshard_report_progress(tmp_path, tfrs):
     data, out, again = tmp_path / "data", tmp_path / "out", tmp_path / "again"
-    assert command("sample", "--output", str(data), "--size_mb", "3").returncode == 0
-    assert command("build", "--input", str(data), "--output_dir", str(out), "--shard_size_mb", "1",
+    assert tfrs("sample", "--output", str(data), "--size_mb", "3").returncode == 0
+    assert tfrs("build", "--input", str(data), "--output_dir", str(out), "--shard_size_mb", "1",
                    "--progress_interval", "30").returncode == 0
-    verify = command("verify", "--output_dir", str(out), "--decode_images", "--progress_interval", "0.2")
+    verify = tfrs("verify", "--output_dir", str(out), "--decode_images", "--progress_interval", "0.2")
     assert verify.returncode == 0, verify.stderr
     checking = [line for line in verify.stderr.splitlines() if line.startswith("verify: checking records: ")]
     assert checking, verify.stderr
@@ -232,7 +253,7 @@ def test_verify_and_reshard_report_progress(tmp_path):
     total = load_manifest(str(out))["records"]
     assert all(re.match(rf"verify: checking records: \d+ of {total} records \(\d+%\)", line)
                for line in checking), checking
-    reshard = command("reshard", "--input", str(out / "train-*"), "--output_dir", str(again),
+    reshard = tfrs("reshard", "--input", str(out / "train-*"), "--output_dir", str(again),
                       "--progress_interval", "0.2")
     assert reshard.returncode == 0, reshard.stderr
     assert any(PROGRESS.match(line) and line.startswith("reshard: ") for line in reshard.stderr.splitlines())
@@ -285,10 +306,10 @@ def _bad_flags(root) -> list[tuple[list[str], str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", range(8))
-def test_bad_flag_is_one_line_and_exit_2_before_reading(small_tree, case):
+def test_bad_flag_is_one_line_and_exit_2_before_reading(small_tree, case, tfrs):
     """A13: each bad flag is refused before the job reads anything, in one line naming it."""
     argv, flag = _bad_flags(small_tree)[case]
-    done = command(*argv)
+    done = tfrs(*argv)
     assert done.returncode == 2, (argv, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "error: " in lines[0] and flag in lines[0], (argv, done.stderr)
@@ -296,11 +317,11 @@ def test_bad_flag_is_one_line_and_exit_2_before_reading(small_tree, case):
 
 
 @pytest.mark.slow
-def test_lock_path_that_is_a_folder_is_one_line(small_tree, tmp_path):
+def test_lock_path_that_is_a_folder_is_one_line(small_tree, tmp_path, tfrs):
     """A12: a folder where the run's lock goes is refused in one line, not a traceback."""
     out = tmp_path / "out"
     (out / ".tfrecord-shards.lock").mkdir(parents=True)
-    done = command("build", "--input", str(small_tree / "data"), "--output_dir", str(out))
+    done = tfrs("build", "--input", str(small_tree / "data"), "--output_dir", str(out))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -309,9 +330,9 @@ def test_lock_path_that_is_a_folder_is_one_line(small_tree, tmp_path):
 
 
 @pytest.mark.slow
-def test_sample_with_more_broken_files_than_images(tmp_path):
+def test_sample_with_more_broken_files_than_images(tmp_path, tfrs):
     """A12: broken files go into class folders no image went to."""
-    done = command("sample", "--output", str(tmp_path / "s"), "--size_mb", "0.001", "--broken", "4")
+    done = tfrs("sample", "--output", str(tmp_path / "s"), "--size_mb", "0.001", "--broken", "4")
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "s")) == ["daisy", "rose", "tulip"]
     assert sum(len(files) for _, _, files in os.walk(tmp_path / "s")) == 1 + 4
@@ -366,7 +387,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("job", ["reshard", "verify"])
-def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
+def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job, tfrs):
     """Beam ignores --dry_run on the DirectRunner: the job ran and republished.
 
     A build is refused too, naming tfrecord-shards plan (tests/e2e/test_plan_build.py).
@@ -377,7 +398,7 @@ def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job):
     out = tmp_path / "out"
     argv = {"reshard": ["--input", str(tmp_path / "in" / "rose" / "*"), "--output_dir", str(out)],
             "verify": ["--output_dir", str(tmp_path / "in")]}[job]
-    done = command(job, *argv, "--dry_run", "True")
+    done = tfrs(job, *argv, "--dry_run", "True")
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--dry_run" in lines[0] and "DataflowRunner" in lines[0], done.stderr

@@ -47,11 +47,21 @@ TREES = {
 
 
 @pytest.fixture()
-def published(trees, tmp_path, capsys) -> str:
-    """A set built from day1/ into a fresh folder."""
+def published(shared, trees, tmp_path) -> str:
+    """A set built from day1/ (once per process, ``tests/trees.py``), copied into a fresh folder ``out``."""
     out = str(tmp_path / "out")
-    status, _, err = run_build(capsys, "--input", trees["day1"], "--output_dir", out, *FLAGS)
-    assert status == 0, err
+    shutil.copytree(shared.build(trees["day1"], *FLAGS), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def appended(shared, trees, tmp_path_factory) -> str:
+    """What an uninterrupted append of day2/ makes of that set, in a folder ``out`` (read only)."""
+    from beam_jobs import append_shards
+
+    out = str(tmp_path_factory.mktemp("appended") / "out")
+    shutil.copytree(shared.build(trees["day1"], *FLAGS), out)
+    assert append_shards.run(["--input", trees["day2"], "--output_dir", out, *FLAGS]) == 0
     return out
 
 
@@ -263,15 +273,12 @@ PAUSES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, op, pattern, nth, manifest", PAUSES, ids=[p[0] for p in PAUSES])
-def test_a_crash_while_publishing_is_finished_by_the_next_run(trees, tmp_path, capsys, name, op, pattern,
-                                                               nth, manifest) -> None:
-    base = str(tmp_path / "base")
-    assert run_build(capsys, "--input", trees["day1"], "--output_dir", base, *FLAGS)[0] == 0
-    reference, out = str(tmp_path / "reference"), str(tmp_path / "out")
-    shutil.copytree(base, reference)
+def test_a_crash_while_publishing_is_finished_by_the_next_run(shared, trees, appended, tmp_path, capsys, name, op,
+                                                               pattern, nth, manifest) -> None:
+    base = shared.build(trees["day1"], *FLAGS)
+    reference, out = appended, str(tmp_path / "out")
     shutil.copytree(base, out)
     argv = ["--input", trees["day2"], "--output_dir", "OUT", *FLAGS]
-    assert _append(capsys, *[reference if a == "OUT" else a for a in argv])[0] == 0
     marker, log = str(tmp_path / "stopped.json"), str(tmp_path / "job.log")
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, str(nth), marker, "--",
@@ -316,20 +323,16 @@ def test_plan_of_an_append(trees, published, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as_it_was(trees, published, tmp_path,
-                                                                                       capsys) -> None:
+def test_an_append_with_staging_dir_writes_the_same_set_and_leaves_the_folder_as_it_was(trees, published, appended,
+                                                                                       tmp_path, capsys) -> None:
     from tests.reliability_support import folder_bytes
 
-    plain = str(tmp_path / "plain")
-    shutil.copytree(published, plain)
     stage = str(tmp_path / "stage")
     write(os.path.join(stage, "other.txt"), b"not the append's")
     status, _, err = _append(capsys, "--input", trees["day2"], "--output_dir", published, "--staging_dir", stage,
                              *FLAGS)
     assert status == 0, err
-    status, _, err = _append(capsys, "--input", trees["day2"], "--output_dir", plain, *FLAGS)
-    assert status == 0, err
-    assert folder_bytes(published) == folder_bytes(plain)
+    assert folder_bytes(published) == folder_bytes(appended)  # the same append without --staging_dir
     assert os.listdir(stage) == ["other.txt"]
     assert not os.path.exists(os.path.join(published, ".staging"))
 

@@ -76,8 +76,9 @@ def test_format_seconds():
     assert [format_seconds(s) for s in (5, 75, 3725)] == ["5 s", "1 min 15 s", "1 h 02 min"]
 
 
-def test_an_unchanged_progress_line_is_printed_once(tmp_path):
+def test_an_unchanged_progress_line_is_printed_once(tmp_path, monkeypatch):
     """G4: while the counts stand still (e.g. a shuffle), the plain log gets no repeated line."""
+    monkeypatch.setattr(progress, "_BAR_SECONDS", 0.001)  # the shortest interval: 20 polls, not 20 s
     stream = io.StringIO()
     polls = []
 

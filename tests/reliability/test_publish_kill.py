@@ -5,10 +5,18 @@ it (other shard names, a split dropped), a reshard (other shard count) and an
 append (published shards renamed, one merged). ``STEPS`` lists every create,
 rename and delete the publish makes in the folder, from the first file of the
 new set it stages to the end (``test_the_steps_are_every_step_of_the_publish``
-traces an uninterrupted run and checks the list is whole). For each step the
-job runs as a subprocess, stops before that operation (``tests.pause_at``:
-a ``FileSystems`` operation, a path pattern and which matching call) and is
-killed with SIGKILL. Then:
+checks the list is whole against a traced uninterrupted run).
+
+What a SIGKILL before a step leaves is the folder as the job had written it
+then, with a lock naming a process that has ended. One uninterrupted run of
+each publish in a subprocess (``tests.publish_snapshots``) copies its folder
+aside just before each step of ``CASES``, then ends; each case starts from
+its copy (``test_killed_before_a_publish_step_then_run_again``). That the copy
+is what a kill leaves is checked by really killing the job, a subprocess
+stopped before the step (``tests.pause_at``: a ``FileSystems`` operation, a
+path pattern and which matching call) with SIGKILL, at one step of each
+publish (``test_a_real_kill_leaves_what_the_snapshot_holds``: the same files,
+by name and size, and the same run again from there). Then:
 
 - a reader finds the old manifest, none, or the new one, each naming whole files;
 - the job run again into the folder ends with the new set, byte-identical to
@@ -20,7 +28,6 @@ killed with SIGKILL. Then:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -30,10 +37,11 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import pytest
-from apache_beam.io.filesystems import FileSystems
 
+from tests.publish_snapshots import generic
 from tests.reliability_support import assert_only_shard_set, folder_bytes, manifest_problems
 from tests.shard_fixtures import make_class_tree
 
@@ -52,84 +60,13 @@ def _job(command: str):
     return {"build": build_shards, "reshard": reshard, "append": append_shards}[command]
 
 
-@pytest.fixture(scope="module")
-def scenarios(tmp_path_factory):
-    """Name -> (command, argv with OUT for the folder, the older folder, reference: the uninterrupted result)."""
-    base = tmp_path_factory.mktemp("kill_publish")
-    tree, day2 = str(base / "in"), str(base / "day2")
-    make_class_tree(tree, per_class=3)
-    make_class_tree(day2, classes=("lily",), per_class=3, broken=False, seed=2)
-    from beam_jobs import append_shards, build_shards, reshard
-
-    built_old, src = str(base / "built_old"), str(base / "src")
-    assert build_shards.run(["--input", tree, "--output_dir", built_old, *BUILD_OLD]) == 0
-    assert build_shards.run(["--input", tree, "--output_dir", src, "--num_shards", "2", "--seed", "1",
-                             "--max_bad_fraction", "0.5"]) == 0
-    resharded_old = str(base / "resharded_old")
-    assert reshard.run(["--input", src + "/train-*", "--output_dir", resharded_old, "--num_shards", "3",
-                        "--split", "train"]) == 0
-    appended_old = str(base / "appended_old")
-    assert build_shards.run(["--input", tree, "--output_dir", appended_old, "--max_bad_fraction", "0.5",
-                             *APPEND]) == 0
-    found = {
-        "build": ("build", ["--input", tree, "--output_dir", "OUT", *BUILD_NEW], built_old),
-        "reshard": ("reshard", ["--input", src + "/train-*", "--output_dir", "OUT", "--num_shards", "2",
-                                "--split", "train"], resharded_old),
-        "append": ("append", ["--input", day2, "--output_dir", "OUT", *APPEND], appended_old),
-    }
-    out = {}
-    for name, (command, argv, old) in found.items():
-        reference = str(base / f"{name}_reference")
-        shutil.copytree(old, reference)
-        assert _job(command).run(_argv(argv, reference)) == 0
-        out[name] = (command, argv, old, reference)
-    return out
-
-
 def _argv(argv: list[str], out: str) -> list[str]:
     return [out if a == "OUT" else a for a in argv]
 
 
-def _generic(rel: str) -> str:
-    """A name in the folder with its run ids and temporary names as ``*``."""
-    return re.sub("[0-9a-f]{32}", "*", rel)
-
-
 def _pattern(out: str, name: str) -> str:
-    """The regular expression of a ``_generic`` name in ``out`` (``*``: 32 hex digits)."""
+    """The regular expression of a ``generic`` name in ``out`` (``*``: 32 hex digits)."""
     return "^" + re.escape(out + "/") + re.escape(name).replace(r"\*", HEX) + "$"
-
-
-@contextlib.contextmanager
-def _traced(out: str):
-    """Records ``(op, name in the folder)`` of every create, rename (each file) and delete call in ``out``."""
-    seen: list[tuple[str, str]] = []
-    create, delete, rename = FileSystems.create, FileSystems.delete, os.rename
-
-    def traced_create(path, *args, **kwargs):
-        if path.startswith(out + "/"):
-            seen.append(("create", path[len(out) + 1:]))
-        return create(path, *args, **kwargs)
-
-    def traced_delete(paths, *args, **kwargs):
-        mine = [p for p in paths if p.startswith(out + "/")]
-        if mine:
-            seen.append(("delete", min(_generic(p[len(out) + 1:]) for p in mine)))  # one call: one moment
-        return delete(paths, *args, **kwargs)
-
-    def traced_rename(source, target, *args, **kwargs):
-        target = os.fspath(target)
-        if target.startswith(out + "/"):
-            seen.append(("os.rename", target[len(out) + 1:]))
-        return rename(source, target, *args, **kwargs)
-
-    FileSystems.create, FileSystems.delete = staticmethod(traced_create), staticmethod(traced_delete)
-    os.rename = traced_rename
-    try:
-        yield seen
-    finally:
-        FileSystems.create, FileSystems.delete = staticmethod(create), staticmethod(delete)
-        os.rename = rename
 
 
 def _publish_steps(seen: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
@@ -138,19 +75,11 @@ def _publish_steps(seen: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
                  if op == "create" and re.match(r"\.staging/[0-9a-f]{32}/dead_letters\.jsonl\.next\.", rel))
     steps, count = [], {}
     for i, (op, rel) in enumerate(seen):
-        key = (op, _generic(rel))
+        key = (op, generic(rel))
         count[key] = count.get(key, 0) + 1
         if i >= start:
             steps.append((*key, count[key]))
     return steps
-
-
-def trace(command: str, argv: list[str], old: str, out: str) -> list[tuple[str, str, int]]:
-    """The publish steps of the job run into a copy of ``old`` at ``out`` (left with the result)."""
-    shutil.copytree(old, out)
-    with _traced(out) as seen:
-        assert _job(command).run(_argv(argv, out)) == 0
-    return _publish_steps(seen)
 
 
 def _staged_set_files(*sidecars: str) -> list[tuple[str, str, int]]:
@@ -222,7 +151,7 @@ def _journal_phase_starts(steps: list[tuple[str, str, int]]) -> list[tuple[str, 
             if step in ends and (step == steps[start] or _phase(steps[steps.index(step) - 1][1]) != _phase(step[1]))]
 
 
-# Every step of the three publishes is killed with TFRS_EVERY_PUBLISH_STEP=1 (103 cases). By default,
+# Every step of the three publishes is replayed with TFRS_EVERY_PUBLISH_STEP=1 (103 cases). By default,
 # the build's first and last step of each phase (staged files, journal, commit record, old manifest,
 # shards, set files, manifest, deletions), which are where one phase hands over to the next; reshard
 # and append publish through the same executor, so for them the first step of each phase the journal
@@ -230,15 +159,79 @@ def _journal_phase_starts(steps: list[tuple[str, str, int]]) -> list[tuple[str, 
 EVERY_STEP = os.environ.get("TFRS_EVERY_PUBLISH_STEP") == "1"
 CASES = [(name, *step) for name, steps in STEPS.items()
          for step in (steps if EVERY_STEP else _phase_ends(steps) if name == "build" else _journal_phase_starts(steps))]
+# One step of each publish is also really killed: the journal just put in place, where every later
+# step starts from.
+KILLED = [(name, "os.rename", ".publishing.json", 1) for name in sorted(STEPS)]
+
+
+class Scenario(NamedTuple):
+    """A publish: its job, argv (``OUT`` for the folder), the older folder, the uninterrupted result,
+    and what its traced uninterrupted run left: the folder, every step, and a copy before each case."""
+
+    command: str
+    argv: list[str]
+    old: str
+    reference: str
+    traced: str
+    steps: list[tuple[str, str, int]]
+    snapshots: dict[tuple[str, str, int], str]
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory) -> dict[str, Scenario]:
+    """Name -> ``Scenario``: each publish run uninterrupted, and once traced with copies of its folder."""
+    base = tmp_path_factory.mktemp("kill_publish")
+    tree, day2 = str(base / "in"), str(base / "day2")
+    make_class_tree(tree, per_class=3)
+    make_class_tree(day2, classes=("lily",), per_class=3, broken=False, seed=2)
+    from beam_jobs import build_shards, reshard
+
+    built_old, src = str(base / "built_old"), str(base / "src")
+    assert build_shards.run(["--input", tree, "--output_dir", built_old, *BUILD_OLD]) == 0
+    assert build_shards.run(["--input", tree, "--output_dir", src, "--num_shards", "2", "--seed", "1",
+                             "--max_bad_fraction", "0.5"]) == 0
+    resharded_old = str(base / "resharded_old")
+    assert reshard.run(["--input", src + "/train-*", "--output_dir", resharded_old, "--num_shards", "3",
+                        "--split", "train"]) == 0
+    appended_old = str(base / "appended_old")
+    assert build_shards.run(["--input", tree, "--output_dir", appended_old, "--max_bad_fraction", "0.5",
+                             *APPEND]) == 0
+    found = {
+        "build": ("build", ["--input", tree, "--output_dir", "OUT", *BUILD_NEW], built_old),
+        "reshard": ("reshard", ["--input", src + "/train-*", "--output_dir", "OUT", "--num_shards", "2",
+                                "--split", "train"], resharded_old),
+        "append": ("append", ["--input", day2, "--output_dir", "OUT", *APPEND], appended_old),
+    }
+    plan = []
+    for name, (command, argv, old) in found.items():
+        reference = str(base / f"{name}_reference")
+        shutil.copytree(old, reference)
+        assert _job(command).run(_argv(argv, reference)) == 0
+        traced = str(base / f"{name}_traced" / "out")  # its name goes into dataset_info.json
+        shutil.copytree(old, traced)
+        plan.append({"command": command, "argv": _argv(argv, traced), "out": traced,
+                     "snapshots": str(base / f"{name}_snapshots"), "trace": str(base / f"{name}_trace.json"),
+                     "steps": [step[1:] for step in CASES if step[0] == name]})
+    with open(base / "plan.json", "w", encoding="utf-8") as fh:
+        json.dump(plan, fh)
+    done = subprocess.run([sys.executable, "-m", "tests.publish_snapshots", str(base / "plan.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = {}
+    for (name, (command, argv, old)), run in zip(found.items(), plan):
+        with open(run["trace"], encoding="utf-8") as fh:
+            steps = _publish_steps([tuple(entry) for entry in json.load(fh)])
+        snapshots = {tuple(step): os.path.join(run["snapshots"], str(i)) for i, step in enumerate(run["steps"])}
+        out[name] = Scenario(command, argv, old, str(base / f"{name}_reference"), run["out"], steps, snapshots)
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STEPS))
-def test_the_steps_are_every_step_of_the_publish(scenarios, tmp_path, name) -> None:
-    command, argv, old, reference = scenarios[name]
-    out = str(tmp_path / "out")
-    assert trace(command, argv, old, out) == STEPS[name]
-    assert folder_bytes(out) == folder_bytes(reference)
+def test_the_steps_are_every_step_of_the_publish(scenarios, name) -> None:
+    scenario = scenarios[name]
+    assert scenario.steps == STEPS[name]
+    assert folder_bytes(scenario.traced) == folder_bytes(scenario.reference)  # tracing changed nothing
 
 
 def _start(command: str, argv: list[str], op: str, pattern: str, nth: int, marker: str,
@@ -282,26 +275,28 @@ def _reader_sees(out: str, old: str, reference: str) -> str:
     raise AssertionError(f"manifest.json is neither the old set's nor the new one's: {hashlib.sha256(data).hexdigest()}")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name, op, step, nth", CASES,
-                         ids=[f"{c[0]}-{i:02d}-{c[1]}-{c[2].rsplit('/', 1)[-1]}" for i, c in enumerate(CASES)])
-def test_killed_before_a_publish_step_then_run_again(scenarios, tmp_path, capsys, monkeypatch, name, op, step,
-                                                     nth) -> None:
-    command, argv, old, reference = scenarios[name]
-    out = str(tmp_path / "out")
-    shutil.copytree(old, out)
-    marker, log = str(tmp_path / "stopped.json"), str(tmp_path / "job.log")
-    proc = _start(command, _argv(argv, out), op, _pattern(out, step), nth, marker, log)
-    try:
-        stopped = _wait_for(marker, proc, log)
-        assert stopped["op"] == op and re.match(_pattern(out, step), stopped["path"])
-        seen = _reader_sees(out, old, reference)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    assert _reader_sees(out, old, reference) == seen  # the kill changed nothing
+def _files(folder: str) -> list[tuple[str, int | None]]:
+    """``(generic name, size)`` of every file below ``folder``; the size of shards and their index files
+    only (other files name the folder, whose path is another in another run)."""
+    found = []
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            rel = generic(os.path.relpath(path, folder))
+            sized = re.search(r"\.tfrecord(\.idx|\.keys)?$", rel)
+            found.append((rel, os.lstat(path).st_size if sized else None))
+    return sorted(found)
+
+
+def _snapshot(scenario: Scenario, op: str, step: str, nth: int) -> str:
+    snapshot = scenario.snapshots[(op, step, nth)]
+    assert os.path.isdir(snapshot), (
+        f"the traced run made no {op} of {step} (#{nth}): test_the_steps_are_every_step_of_the_publish says why")
+    return snapshot
+
+
+def _run_again(scenario: Scenario, out: str, seen: str, capsys, monkeypatch) -> None:
+    """Runs the job again into ``out`` (``seen``: the manifest a reader found there) and checks the result."""
     staged = os.path.isdir(os.path.join(out, ".staging"))
 
     from transforms import inspect_images
@@ -311,13 +306,48 @@ def test_killed_before_a_publish_step_then_run_again(scenarios, tmp_path, capsys
     monkeypatch.setattr(inspect_images, "open_for_read", lambda path, *a, **k: reads.append(path) or
                         opened(path, *a, **k))
     capsys.readouterr()
-    status = _job(command).run(_argv(argv, out))
+    status = _job(scenario.command).run(_argv(scenario.argv, out))
     stdout, err = capsys.readouterr()
     assert status == 0, err
     assert_only_shard_set(out)  # no staging, no journal, no temporary file
-    assert folder_bytes(out) == folder_bytes(reference)
-    if command == "build" and staged:  # the killed run's work is reused: only the rejected inputs are read
+    assert folder_bytes(out) == folder_bytes(scenario.reference)
+    if scenario.command == "build" and staged:  # the killed run's work is reused: only the rejected inputs are read
         assert sorted(os.path.basename(p) for p in reads) == ["cut.jpg", "empty.png", "notes.jpg"], stdout
         assert re.search(r"^  resumed: reused 9 of 12 inputs .* and 2 finished shards from", stdout, re.M), stdout
-    if command == "append" and seen != "old":  # the journal was finished first: every input is there
+    if scenario.command == "append" and seen != "old":  # the journal was finished first: every input is there
         assert "Nothing to append" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, op, step, nth", CASES,
+                         ids=[f"{c[0]}-{i:02d}-{c[1]}-{c[2].rsplit('/', 1)[-1]}" for i, c in enumerate(CASES)])
+def test_killed_before_a_publish_step_then_run_again(scenarios, tmp_path, capsys, monkeypatch, name, op, step,
+                                                     nth) -> None:
+    scenario = scenarios[name]
+    out = str(tmp_path / "out")
+    shutil.copytree(_snapshot(scenario, op, step, nth), out, symlinks=True)  # the folder as a kill leaves it
+    seen = _reader_sees(out, scenario.old, scenario.reference)
+    _run_again(scenario, out, seen, capsys, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, op, step, nth", KILLED, ids=[k[0] for k in KILLED])
+def test_a_real_kill_leaves_what_the_snapshot_holds(scenarios, tmp_path, capsys, monkeypatch, name, op, step,
+                                                    nth) -> None:
+    scenario = scenarios[name]
+    out = str(tmp_path / "out")
+    shutil.copytree(scenario.old, out)
+    marker, log = str(tmp_path / "stopped.json"), str(tmp_path / "job.log")
+    proc = _start(scenario.command, _argv(scenario.argv, out), op, _pattern(out, step), nth, marker, log)
+    try:
+        stopped = _wait_for(marker, proc, log)
+        assert stopped["op"] == op and re.match(_pattern(out, step), stopped["path"])
+        seen = _reader_sees(out, scenario.old, scenario.reference)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert _reader_sees(out, scenario.old, scenario.reference) == seen  # the kill changed nothing
+    assert _files(out) == _files(_snapshot(scenario, op, step, nth))  # the replayed cases start from this
+    _run_again(scenario, out, seen, capsys, monkeypatch)
