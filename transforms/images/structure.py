@@ -335,6 +335,13 @@ def check_jpeg(data: bytes) -> None:
         pos = end
 
 
+# A component's sampling factors (1-4 each) and quantization table ids (0-3) that libjpeg accepts.
+_SAMPLINGS = bytes(h << 4 | v for h in range(1, 5) for v in range(1, 5))
+_TABLES = bytes(range(4))
+# A DC table's symbols (bit counts 0-15).
+_DC_SYMBOLS = bytes(range(16))
+
+
 def _check_sof(body: bytes, name: str, at: int) -> bytes:
     """Checks a frame header; returns its component ids."""
     if len(body) < 6:
@@ -346,11 +353,12 @@ def _check_sof(body: bytes, name: str, at: int) -> bytes:
     if len(body) != 6 + 3 * count:
         raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {len(body) + 2} for "
                        f"{count} components (needs {8 + 3 * count})")
-    for index in range(count):
-        ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
-        if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
-            raise _corrupt(f"JPEG marker {name} at offset {at}: component {ident} has sampling "
-                           f"0x{sampling:02X} and quantization table {table}")
+    if body[7::3].translate(None, _SAMPLINGS) or body[8::3].translate(None, _TABLES):  # name the first
+        for index in range(count):
+            ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
+            if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
+                raise _corrupt(f"JPEG marker {name} at offset {at}: component {ident} has sampling "
+                               f"0x{sampling:02X} and quantization table {table}")
     return body[6::3]
 
 
@@ -410,7 +418,8 @@ def _check_dht(body: bytes, at: int) -> None:
                     raise _corrupt(f"JPEG marker DHT at offset {at}: table 0x{kind:02X} has more "
                                    f"codes of up to {bits} bits than fit")
                 code <<= 1
-        if kind < 0x10 and pos + 17 + count <= size and max(body[pos + 17:pos + 17 + count], default=0) > 15:
+        if kind < 0x10 and pos + 17 + count <= size and \
+                body[pos + 17:pos + 17 + count].translate(None, _DC_SYMBOLS):  # a symbol over 15
             raise _corrupt(f"JPEG marker DHT at offset {at}: DC table 0x{kind:02X} has a symbol over 15")
         pos += 17 + count
     if pos != size:
@@ -471,8 +480,9 @@ class _ScanMarkers:
     def __init__(self, data: bytes, start: int) -> None:
         self._data = data
         self._numpy = len(data) - start >= _NUMPY_FROM
+        self._bytes = np.frombuffer(data, np.uint8) if self._numpy else None
         self._low = self._high = 0  # the window [low, high) that _flags covers
-        self._flags = np.zeros(0, np.bool_)
+        self._flags: np.ndarray | None = None
 
     def next(self, pos: int) -> int:
         """Offset of the first marker at or after ``pos``, or -1 if there is none."""
@@ -506,8 +516,8 @@ class _ScanMarkers:
         high = min(low + _NUMPY_WINDOW, len(self._data) - 1)
         count = high - low
         flags = _flag_array(count)
-        np.equal(np.frombuffer(self._data, np.uint8, count=count, offset=low), 0xFF, out=flags)
-        following = np.frombuffer(self._data, np.uint8, count=count, offset=low + 1)
+        np.equal(self._bytes[low:high], 0xFF, out=flags)
+        following = self._bytes[low + 1:high + 1]
         self._flags = np.logical_and(flags.view(np.uint8), following, out=flags)  # and not 0x00
         self._low, self._high = low, high
 
