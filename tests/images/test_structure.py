@@ -705,9 +705,28 @@ def test_apng_is_also_decoded() -> None:
 # --- The JPEG check against the one it replaced, on a real corpus ----------------------------
 
 
+def _reference_check_sof(body: bytes, name: str, at: int) -> bytes:
+    """The frame header check as it was: a loop over the components."""
+    if len(body) < 6:
+        raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: segment length {len(body) + 2}, "
+                         "under 8")
+    count, width = body[5], int.from_bytes(body[3:5], "big")
+    if count == 0 or width == 0:
+        raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: {count} components, width {width}")
+    if len(body) != 6 + 3 * count:
+        raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: segment length {len(body) + 2} "
+                         f"for {count} components (needs {8 + 3 * count})")
+    for index in range(count):
+        ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
+        if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
+            raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: component {ident} has "
+                             f"sampling 0x{sampling:02X} and quantization table {table}")
+    return body[6::3]
+
+
 def _reference_check_jpeg(data: bytes) -> None:
     """``check_jpeg`` as it was before its marker search used numpy flags and its header loop was
-    trimmed, with the plain scan-end loop and Huffman check above (the same verdicts as its regex
+    trimmed, with the plain scan-end loop, frame and Huffman checks above (the same verdicts as its regex
     and numpy search, ``test_marker_search_gives_the_plain_loops_verdicts``)."""
     from transforms.images import structure as s
 
@@ -751,7 +770,7 @@ def _reference_check_jpeg(data: bytes) -> None:
         if marker in s._SOF:
             if components is not None:
                 raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: a second frame header")
-            components = s._check_sof(body, name, at)
+            components = _reference_check_sof(body, name, at)
             progressive = marker in s._PROGRESSIVE
         elif marker == 0xC4:
             _reference_check_dht(body, at)
@@ -795,11 +814,12 @@ def test_jpeg_check_gives_the_replaced_checks_verdicts_on_pillows_images(monkeyp
         for cut in sorted(set(rng.integers(2, len(data), 40).tolist())):
             cases.append((f"{name}[:{cut}]", data[:cut]))
         tables = [m.start() for m in re.finditer(rb"\xff\xc4", data)]
+        frame = re.search(rb"\xff[\xc0\xc1\xc2]", data).start()
         for _ in range(80):
             damaged = bytearray(data)
             for _ in range(int(rng.integers(1, 4))):
                 at = int(rng.integers(0, len(damaged)))
-                action = int(rng.integers(0, 5))
+                action = int(rng.integers(0, 6))
                 if action == 0:  # a bit flipped
                     damaged[at] ^= 1 << int(rng.integers(0, 8))
                 elif action == 1:  # a byte replaced, often by a marker's 0xFF
@@ -813,6 +833,10 @@ def test_jpeg_check_gives_the_replaced_checks_verdicts_on_pillows_images(monkeyp
                     damaged[at] = int(rng.integers(0, 20))
                 elif action == 4:
                     del damaged[at:at + int(rng.integers(1, 4))]
+                elif action == 5:  # a component's sampling factors or quantization table
+                    table = int(rng.integers(0, 2))
+                    at = min(frame + 11 + 3 * int(rng.integers(0, 3)) + table, len(damaged) - 1)
+                    damaged[at] = int(rng.integers(0, 6 if table else 0x50))
             cases.append((f"{name} damaged", bytes(damaged)))
     reference = [_verdict(_reference_check_jpeg, data) for _, data in cases]
     for search, numpy_from in (("default", structure._NUMPY_FROM), ("regex", 2**62), ("numpy", 0)):
