@@ -700,3 +700,150 @@ def test_apng_is_also_decoded() -> None:
     with pytest.raises(ImageError) as structure:
         images.read_image_info(damaged, "structure")
     assert structure.value.detail == decoded.value.detail
+
+
+# --- The JPEG check against the one it replaced, on a real corpus ----------------------------
+
+
+def _reference_check_sof(body: bytes, name: str, at: int) -> bytes:
+    """The frame header check as it was: a loop over the components."""
+    if len(body) < 6:
+        raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: segment length {len(body) + 2}, "
+                         "under 8")
+    count, width = body[5], int.from_bytes(body[3:5], "big")
+    if count == 0 or width == 0:
+        raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: {count} components, width {width}")
+    if len(body) != 6 + 3 * count:
+        raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: segment length {len(body) + 2} "
+                         f"for {count} components (needs {8 + 3 * count})")
+    for index in range(count):
+        ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
+        if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
+            raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: component {ident} has "
+                             f"sampling 0x{sampling:02X} and quantization table {table}")
+    return body[6::3]
+
+
+def _reference_check_jpeg(data: bytes) -> None:
+    """``check_jpeg`` as it was before its marker search used numpy flags and its header loop was
+    trimmed, with the plain scan-end loop, frame and Huffman checks above (the same verdicts as its regex
+    and numpy search, ``test_marker_search_gives_the_plain_loops_verdicts``)."""
+    from transforms.images import structure as s
+
+    size = len(data)
+    if data[:2] != b"\xff\xd8":
+        raise ImageError("corrupt_image", "JPEG does not start with SOI (0xFFD8)")
+    pos, components, progressive, scanned = 2, None, False, False
+    while True:
+        if pos + 2 > size:
+            raise ImageError("truncated", f"JPEG ends at byte {size} without EOI")
+        if data[pos] != 0xFF or data[pos + 1] == 0x00:
+            if scanned:
+                raise ImageError("corrupt_image", f"JPEG byte 0x{data[pos]:02X} at offset {pos} where a "
+                                 "marker should start")
+            pos = s._next_marker(data, pos)
+        while data[pos + 1] == 0xFF:
+            pos += 1
+            if pos + 2 > size:
+                raise ImageError("truncated", f"JPEG ends at byte {size} without EOI")
+        marker, at = data[pos + 1], pos
+        pos += 2
+        if marker == 0xD9:
+            return
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:
+            continue
+        name = s._marker_name(marker)
+        if marker not in s._SKIPPED and marker not in s._SOF and marker not in (0xC4, 0xCC, 0xDA, 0xDB, 0xDD):
+            raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: not a marker libjpeg "
+                             "reads here")
+        if pos + 2 > size:
+            raise ImageError("truncated", f"JPEG ends at byte {size} inside marker {name} at offset {at}, "
+                             "without EOI")
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        end = pos + length
+        if length < 2:
+            raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: segment length {length}")
+        if end > size:
+            raise ImageError("truncated", f"JPEG ends at byte {size} inside marker {name} at offset {at}, "
+                             f"which declares {length} bytes, without EOI")
+        body = data[pos + 2:end] if marker not in s._SKIPPED else b""
+        if marker in s._SOF:
+            if components is not None:
+                raise ImageError("corrupt_image", f"JPEG marker {name} at offset {at}: a second frame header")
+            components = _reference_check_sof(body, name, at)
+            progressive = marker in s._PROGRESSIVE
+        elif marker == 0xC4:
+            _reference_check_dht(body, at)
+        elif marker == 0xDB:
+            s._check_dqt(body, at)
+        elif marker == 0xDD and length != 4:
+            raise ImageError("corrupt_image", f"JPEG marker DRI at offset {at}: segment length {length}, not 4")
+        elif marker == 0xDA:
+            if components is None:
+                raise ImageError("corrupt_image", f"JPEG marker SOS at offset {at}: no frame header (SOF) "
+                                 "before the scan")
+            s._check_sos(body, components, progressive, at)
+            end = _reference_scan_end(data, end, at)
+            scanned = True
+        pos = end
+
+
+# Pillow test JPEGs to damage: progressive, CMYK, 16-bit tables, MPO, junk and 0xFF00 in headers,
+# APP markers after SOF, a file cut short.
+_DAMAGED = ("hopper.jpg", "hopper_gray.jpg", "hopper_16bit_qtables.jpg", "pil_sample_cmyk.jpg",
+            "flower.jpg", "frame_size.mpo", "icc-after-SOF.jpg", "jpeg_ff00_header.jpg",
+            "junk_jpeg_header.jpg", "truncated_jpeg.jpg", "app13.jpg", "rgb.jpg")
+
+
+def test_jpeg_check_gives_the_replaced_checks_verdicts_on_pillows_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file of Pillow's test images, and cuts and flipped bytes of a dozen of its JPEGs:
+    the same verdict, reason and message as the check before, with each marker search forced."""
+    from tests.messy_corpus import pillow_test_images
+    from transforms.images import structure
+
+    root = pillow_test_images()
+    cases = []
+    for folder, _, names in os.walk(root):
+        for name in sorted(names):
+            with open(os.path.join(folder, name), "rb") as fh:
+                cases.append((name, fh.read()))
+    rng = np.random.default_rng(7)
+    for name in _DAMAGED:
+        with open(os.path.join(root, name), "rb") as fh:
+            data = fh.read()
+        for cut in sorted(set(rng.integers(2, len(data), 40).tolist())):
+            cases.append((f"{name}[:{cut}]", data[:cut]))
+        tables = [m.start() for m in re.finditer(rb"\xff\xc4", data)]
+        frame = re.search(rb"\xff[\xc0\xc1\xc2]", data).start()
+        for _ in range(80):
+            damaged = bytearray(data)
+            for _ in range(int(rng.integers(1, 4))):
+                at = int(rng.integers(0, len(damaged)))
+                action = int(rng.integers(0, 6))
+                if action == 0:  # a bit flipped
+                    damaged[at] ^= 1 << int(rng.integers(0, 8))
+                elif action == 1:  # a byte replaced, often by a marker's 0xFF
+                    damaged[at] = 0xFF if rng.random() < 0.5 else int(rng.integers(0, 256))
+                elif action == 2:  # stuffed, fill and restart bytes inserted
+                    damaged[at:at] = (b"\xff", b"\xff\xff", b"\xff\xff\x00", b"\xff\x00", b"\xff\xd0")[
+                        int(rng.integers(0, 5))]
+                elif action == 3 and tables:  # a Huffman table's count or symbol, around 15-16
+                    at = min(tables[int(rng.integers(0, len(tables)))] + int(rng.integers(4, 40)),
+                             len(damaged) - 1)
+                    damaged[at] = int(rng.integers(0, 20))
+                elif action == 4:
+                    del damaged[at:at + int(rng.integers(1, 4))]
+                elif action == 5:  # a component's sampling factors or quantization table
+                    table = int(rng.integers(0, 2))
+                    at = min(frame + 11 + 3 * int(rng.integers(0, 3)) + table, len(damaged) - 1)
+                    damaged[at] = int(rng.integers(0, 6 if table else 0x50))
+            cases.append((f"{name} damaged", bytes(damaged)))
+    reference = [_verdict(_reference_check_jpeg, data) for _, data in cases]
+    for search, numpy_from in (("default", structure._NUMPY_FROM), ("regex", 2**62), ("numpy", 0)):
+        monkeypatch.setattr(structure, "_NUMPY_FROM", numpy_from)
+        for (name, data), expected in zip(cases, reference):
+            assert _verdict(check_jpeg, data) == expected, (search, name)
+    jpegs = [v for (_, data), v in zip(cases, reference) if data[:2] == b"\xff\xd8"]
+    assert len(jpegs) > 1000 and jpegs.count(None) >= 60
+    assert sum(v is not None and v[0] == "truncated" for v in jpegs) >= 300
+    assert sum(v is not None and v[0] == "corrupt_image" for v in jpegs) >= 50

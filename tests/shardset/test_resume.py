@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from transforms.archives.members import MemberRef
 from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.shardset.resume import context_key, done_list, parse_done_list, source_key
+from transforms.shardset.resume import context_key, done_list, done_list_line, parse_done_list, source_key
 from transforms.tfrecord.run_files import RunSlice
 
 
@@ -44,3 +45,30 @@ def test_a_done_list_keeps_every_field_of_the_image_info() -> None:
     assert entry.meta.info == meta.info  # orientation and upright too: the manifest counts them
     for name in ("label_index", "sha256", "record_size", "order_key", "extra", "run", "phash"):
         assert getattr(entry.meta, name) == getattr(meta, name), name
+
+
+def _json_line(key: str, stamp: tuple[int, int, int], meta: ImageMeta) -> bytes:
+    """A done-list line as json.dumps writes it: the format ``done_list_line`` must keep, byte for byte."""
+    from transforms.shardset.resume import _INFO_TYPES
+
+    fields = {"path": meta.source.path, "source": key, "stamp": list(stamp), "split": meta.source.split,
+              "label_index": meta.label_index, "sha256": meta.sha256,
+              "info": [getattr(meta.info, name) for name in _INFO_TYPES], "record_size": meta.record_size,
+              "order_key": meta.order_key, "extra": repr(meta.extra) if meta.extra else "",
+              "offset": meta.run.offset, "length": meta.run.length}
+    if meta.phash is not None:
+        fields["phash"] = meta.phash
+    return (json.dumps(fields) + "\n").encode("utf-8")
+
+
+def test_a_done_list_line_is_the_json_of_its_fields_byte_for_byte() -> None:
+    """Odd paths (quotes, backslashes, control characters, non-ASCII, undecodable bytes), every
+    field set or left default, with and without a perceptual hash."""
+    plain = ImageMeta(source=SourceImage("/in/a.jpg", "a.jpg", "train", "a"), label_index=0, sha256="0" * 64,
+                      info=ImageInfo("jpeg", 480, 640, 3), record_size=99, order_key=0,
+                      run=RunSlice("/out/r.run", 0, 99))
+    full = _meta(SourceImage('/in/ro"se\\\t\n\x00é雪\udcff.jpg', "x", "val\u2028", "rose"))
+    for meta in (plain, full, dataclasses.replace(full, phash=None), dataclasses.replace(plain, phash=0),
+                 dataclasses.replace(full, order_key=(1 << 63) - 1, label_index=12345)):
+        for stamp in ((0, 0, 0), (123456789, 1_764_000_000_123_456_789, 2**63 - 1)):
+            assert done_list_line("k" * 32, stamp, meta) == _json_line("k" * 32, stamp, meta)

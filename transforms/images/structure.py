@@ -11,6 +11,7 @@ corruption", has the speed.
 from __future__ import annotations
 
 import re
+import threading
 import zlib
 from operator import mul
 
@@ -243,6 +244,9 @@ class _PngStream:
 _SKIPPED = frozenset((*range(0xE0, 0xF0), 0xFE, 0xDC, 0xDE, 0xDF, *range(0xF0, 0xFE)))
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # DHT, JPG and DAC are not frames
 _PROGRESSIVE = frozenset((0xC2, 0xC6, 0xCA, 0xCE))
+# Markers with a length that libjpeg reads in a file's headers: the skipped ones, frames, DHT, DAC,
+# SOS, DQT and DRI.
+_READ = _SKIPPED | _SOF | {0xC4, 0xCC, 0xDA, 0xDB, 0xDD}
 _MARKER_NAMES = {0xC4: "DHT", 0xCC: "DAC", 0xD8: "SOI", 0xD9: "EOI", 0xDA: "SOS", 0xDB: "DQT",
                  0xDC: "DNL", 0xDD: "DRI", 0xFE: "COM"}
 
@@ -294,39 +298,48 @@ def check_jpeg(data: bytes) -> None:
             return
         if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, or RST outside a scan: no length
             continue
-        name = _NAMES[marker]
-        if marker not in _SKIPPED and marker not in _SOF and marker not in (0xC4, 0xCC, 0xDA, 0xDB, 0xDD):
-            raise _corrupt(f"JPEG marker {name} at offset {at}: not a marker libjpeg reads here")
+        if marker not in _READ:
+            raise _corrupt(f"JPEG marker {_NAMES[marker]} at offset {at}: not a marker libjpeg reads here")
         if pos + 2 > size:
-            raise _truncated(f"JPEG ends at byte {size} inside marker {name} at offset {at}, without EOI")
-        length = int.from_bytes(data[pos:pos + 2], "big")
+            raise _truncated(f"JPEG ends at byte {size} inside marker {_NAMES[marker]} at offset {at}, "
+                             "without EOI")
+        length = data[pos] << 8 | data[pos + 1]
         end = pos + length
         if length < 2:
-            raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {length}")
+            raise _corrupt(f"JPEG marker {_NAMES[marker]} at offset {at}: segment length {length}")
         if end > size:
-            raise _truncated(f"JPEG ends at byte {size} inside marker {name} at offset {at}, "
+            raise _truncated(f"JPEG ends at byte {size} inside marker {_NAMES[marker]} at offset {at}, "
                              f"which declares {length} bytes, without EOI")
-        body = data[pos + 2:end] if marker not in _SKIPPED else b""
-        if marker in _SOF:
-            if components is not None:
-                raise _corrupt(f"JPEG marker {name} at offset {at}: a second frame header")
-            components = _check_sof(body, name, at)
-            progressive = marker in _PROGRESSIVE
-        elif marker == 0xC4:
-            _check_dht(body, at)
+        if marker in _SKIPPED:
+            pos = end
+            continue
+        if marker == 0xC4:
+            _check_dht(data[pos + 2:end], at)
         elif marker == 0xDB:
-            _check_dqt(body, at)
+            _check_dqt(data[pos + 2:end], at)
+        elif marker in _SOF:
+            if components is not None:
+                raise _corrupt(f"JPEG marker {_NAMES[marker]} at offset {at}: a second frame header")
+            components = _check_sof(data[pos + 2:end], _NAMES[marker], at)
+            progressive = marker in _PROGRESSIVE
         elif marker == 0xDD and length != 4:
             raise _corrupt(f"JPEG marker DRI at offset {at}: segment length {length}, not 4")
         elif marker == 0xDA:
             if components is None:
                 raise _corrupt(f"JPEG marker SOS at offset {at}: no frame header (SOF) before the scan")
-            _check_sos(body, components, progressive, at)
+            _check_sos(data[pos + 2:end], components, progressive, at)
             if markers is None:
                 markers = _ScanMarkers(data, end)
             end = _scan_end(data, end, at, markers)
             scanned = True
         pos = end
+
+
+# A component's sampling factors (1-4 each) and quantization table ids (0-3) that libjpeg accepts.
+_SAMPLINGS = bytes(h << 4 | v for h in range(1, 5) for v in range(1, 5))
+_TABLES = bytes(range(4))
+# A DC table's symbols (bit counts 0-15).
+_DC_SYMBOLS = bytes(range(16))
 
 
 def _check_sof(body: bytes, name: str, at: int) -> bytes:
@@ -340,11 +353,12 @@ def _check_sof(body: bytes, name: str, at: int) -> bytes:
     if len(body) != 6 + 3 * count:
         raise _corrupt(f"JPEG marker {name} at offset {at}: segment length {len(body) + 2} for "
                        f"{count} components (needs {8 + 3 * count})")
-    for index in range(count):
-        ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
-        if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
-            raise _corrupt(f"JPEG marker {name} at offset {at}: component {ident} has sampling "
-                           f"0x{sampling:02X} and quantization table {table}")
+    if body[7::3].translate(None, _SAMPLINGS) or body[8::3].translate(None, _TABLES):  # name the first
+        for index in range(count):
+            ident, sampling, table = body[6 + 3 * index:9 + 3 * index]
+            if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 0x0F <= 4) or table > 3:
+                raise _corrupt(f"JPEG marker {name} at offset {at}: component {ident} has sampling "
+                               f"0x{sampling:02X} and quantization table {table}")
     return body[6::3]
 
 
@@ -371,34 +385,46 @@ def _check_sos(body: bytes, components: bytes, progressive: bool, at: int) -> No
 _CODE_SPACE = tuple(1 << (16 - bits) for bits in range(1, 17))
 
 
+# A DHT table's 16 code-length counts -> (codes, whether they fit): tables repeat from file to file
+# (an encoder's defaults), so the sums are made once per kind of table; cleared when full.
+_COUNTS: dict[bytes, tuple[int, bool]] = {}
+_COUNTS_MAX = 1024
+
+
 def _check_dht(body: bytes, at: int) -> None:
     """Checks Huffman tables as libjpeg builds them (``jpeg_make_d_derived_tbl``)."""
     pos = 0
-    while pos < len(body):
-        if pos + 17 > len(body):
+    size = len(body)
+    while pos < size:
+        if pos + 17 > size:
             raise _corrupt(f"JPEG marker DHT at offset {at}: table at byte {pos} of the segment is cut short")
-        if body[pos] & 0x0F > 3 or body[pos] >> 4 > 1:
-            raise _corrupt(f"JPEG marker DHT at offset {at}: table class/id 0x{body[pos]:02X}")
+        kind = body[pos]
+        if kind & 0x0F > 3 or kind >> 4 > 1:
+            raise _corrupt(f"JPEG marker DHT at offset {at}: table class/id 0x{kind:02X}")
         counts = body[pos + 1:pos + 17]
-        count = sum(counts)
+        known = _COUNTS.get(counts)
+        if known is None:
+            if len(_COUNTS) >= _COUNTS_MAX:
+                _COUNTS.clear()
+            known = _COUNTS[counts] = (sum(counts), sum(map(mul, counts, _CODE_SPACE)) < 1 << 16)
+        count, fits = known
         if count > 256:
             raise _corrupt(f"JPEG marker DHT at offset {at}: a table of {count} codes (at most 256)")
-        if sum(map(mul, counts, _CODE_SPACE)) >= 1 << 16:  # codes overflow their lengths: name the first
+        if not fits:  # codes overflow their lengths: name the first
             code = 0
             for bits, n in enumerate(counts, 1):  # canonical codes must fit their lengths, all-ones unused
                 code += n
                 if n and code >= 1 << bits:
-                    raise _corrupt(f"JPEG marker DHT at offset {at}: table 0x{body[pos]:02X} has more "
+                    raise _corrupt(f"JPEG marker DHT at offset {at}: table 0x{kind:02X} has more "
                                    f"codes of up to {bits} bits than fit")
                 code <<= 1
-        if body[pos] >> 4 == 0 and pos + 17 + count <= len(body) and \
-                max(body[pos + 17:pos + 17 + count], default=0) > 15:
-            raise _corrupt(f"JPEG marker DHT at offset {at}: DC table 0x{body[pos]:02X} has a "
-                           "symbol over 15")
+        if kind < 0x10 and pos + 17 + count <= size and \
+                body[pos + 17:pos + 17 + count].translate(None, _DC_SYMBOLS):  # a symbol over 15
+            raise _corrupt(f"JPEG marker DHT at offset {at}: DC table 0x{kind:02X} has a symbol over 15")
         pos += 17 + count
-    if pos != len(body):
+    if pos != size:
         raise _corrupt(f"JPEG marker DHT at offset {at}: tables need {pos + 2} bytes, "
-                       f"the segment length is {len(body) + 2}")
+                       f"the segment length is {size + 2}")
 
 
 def _check_dqt(body: bytes, at: int) -> None:
@@ -427,45 +453,72 @@ def _next_marker(data: bytes, pos: int) -> int:
 
 # A marker inside entropy-coded data: 0xFF, then neither a stuffed 0x00 nor a fill 0xFF.
 _MARKER = re.compile(rb"\xff[^\x00\xff]")
+# A run of 0xFF bytes: only its last byte can start a marker.
+_FILL = re.compile(rb"\xff+")
 # From this many bytes of scan data on, numpy finds the markers faster than the regex.
-_NUMPY_FROM = 128 * 1024
-# Bytes numpy looks at in one pass: its arrays (flags per byte, an offset per 0xFF) stay under
-# 20 bytes per byte of the window whatever the file holds, even nothing but 0xFF bytes.
+_NUMPY_FROM = 8 * 1024
+# Bytes numpy looks at in one pass: its flags (one byte per byte) stay the window's size whatever
+# the file holds, even nothing but 0xFF bytes.
 _NUMPY_WINDOW = 256 * 1024
+# Each thread's flags, made once: a new array for every file costs more than the search.
+_BUFFERS = threading.local()
+
+
+def _flag_array(count: int) -> np.ndarray:
+    """This thread's flags, ``count`` (at most ``_NUMPY_WINDOW``) long."""
+    flags = getattr(_BUFFERS, "flags", None)
+    if flags is None or len(flags) < count:
+        flags = _BUFFERS.flags = np.empty(max(count, _NUMPY_WINDOW), np.bool_)
+    return flags[:count]
 
 
 class _ScanMarkers:
     """Finds the markers (``_MARKER``) in a JPEG's entropy-coded data, from the first scan's data on:
-    a regex search per marker, or from ``_NUMPY_FROM`` bytes on, one numpy pass per window."""
+    a regex search per marker, or from ``_NUMPY_FROM`` bytes on, flags set in two numpy passes per
+    window (0xFF, then a byte other than 0x00) and searched with ``argmax``."""
 
     def __init__(self, data: bytes, start: int) -> None:
         self._data = data
         self._numpy = len(data) - start >= _NUMPY_FROM
-        self._low = self._high = 0  # the window [low, high) of 0xFF offsets in _offsets
-        self._offsets = np.empty(0, np.int64)
+        self._bytes = np.frombuffer(data, np.uint8) if self._numpy else None
+        self._low = self._high = 0  # the window [low, high) that _flags covers
+        self._flags: np.ndarray | None = None
 
     def next(self, pos: int) -> int:
         """Offset of the first marker at or after ``pos``, or -1 if there is none."""
+        data = self._data
         if not self._numpy:
-            found = _MARKER.search(self._data, pos)
+            found = _MARKER.search(data, pos)
             return -1 if found is None else found.start()
-        last = len(self._data) - 1  # a marker needs the byte after its 0xFF
+        last = len(data) - 1  # a marker needs the byte after its 0xFF
         while pos < last:
             if not self._low <= pos < self._high:
                 self._load(pos)
-            index = int(np.searchsorted(self._offsets, pos))
-            if index < len(self._offsets):
-                return int(self._offsets[index])
-            pos = self._high
+            at = pos - self._low
+            at += int(self._flags[at:].argmax())
+            if not self._flags[at]:  # none in the rest of the window
+                pos = self._high
+                continue
+            ff = self._low + at
+            if data[ff + 1] != 0xFF:
+                return ff
+            end = _FILL.match(data, ff).end()  # fill bytes: the last one may start a marker
+            if end > last:
+                return -1
+            if data[end] != 0x00:
+                return end - 1
+            pos = end + 1
         return -1
 
     def _load(self, low: int) -> None:
-        """Lists the markers whose 0xFF lies in ``[low, low + _NUMPY_WINDOW)``."""
+        """Flags the bytes in ``[low, low + _NUMPY_WINDOW)`` that are 0xFF followed by a byte other
+        than 0x00."""
         high = min(low + _NUMPY_WINDOW, len(self._data) - 1)
-        window = np.frombuffer(self._data, np.uint8, count=high + 1 - low, offset=low)  # and one more
-        ff = np.flatnonzero(window[:-1] == 0xFF)
-        following = window[ff + 1]
-        self._offsets = ff[(following != 0x00) & (following != 0xFF)] + low
+        count = high - low
+        flags = _flag_array(count)
+        np.equal(self._bytes[low:high], 0xFF, out=flags)
+        following = self._bytes[low + 1:high + 1]
+        self._flags = np.logical_and(flags.view(np.uint8), following, out=flags)  # and not 0x00
         self._low, self._high = low, high
 
 

@@ -164,14 +164,14 @@ _INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "sou
                "tf_decodes": bool, "png_fix": str, "orientation": int, "upright": str}
 
 
-def _meta_fields(meta: ImageMeta) -> dict[str, Any]:
-    info = meta.info
-    return {"split": meta.source.split, "label_index": meta.label_index, "sha256": meta.sha256,
-            "info": [getattr(info, name) for name in _INFO_TYPES],
-            "record_size": meta.record_size, "order_key": meta.order_key,
-            "extra": repr(meta.extra) if meta.extra else "",
-            "offset": meta.run.offset, "length": meta.run.length,
-            **({"phash": meta.phash} if meta.phash is not None else {})}  # --near_duplicates
+# What json.dumps writes a str as (ensure_ascii), and a done-list line as it writes the object
+# {"path", "source", "stamp", "split", "label_index", "sha256", "info" (``_INFO_TYPES``' order),
+# "record_size", "order_key", "extra", "offset", "length"[, "phash" with --near_duplicates]}: formatted
+# at once rather than built as a dict and encoded, for every record of a build.
+_JSON_STRING = json.encoder.encode_basestring_ascii
+_LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_index": %d, "sha256": %s, '
+         '"info": [%s, %d, %d, %d, %s, %s, %s, %d, %s], "record_size": %d, "order_key": %d, "extra": %s, '
+         '"offset": %d, "length": %d')
 
 
 def done_list(run_name: str, run_size: int, context: str,
@@ -241,10 +241,19 @@ class DoneLines:
 def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:
     """The line of a done list for one record (``done_list``): a few hundred bytes, where the
     ``ImageMeta`` it is made from takes a few kilobytes as objects."""
-    if meta.run is None:
+    run = meta.run
+    if run is None:
         raise ValueError(f"{meta.source.path}: a done list names records in its run file only")
-    return (json.dumps({"path": meta.source.path, "source": key, "stamp": list(stamp),
-                        **_meta_fields(meta)}) + "\n").encode("utf-8")
+    info, string = meta.info, _JSON_STRING
+    size, mtime, inode = stamp
+    line = _LINE % (string(meta.source.path), string(key), size, mtime, inode, string(meta.source.split),
+                    meta.label_index, string(meta.sha256), string(info.format), info.height, info.width,
+                    info.channels, string(info.source_format), "true" if info.tf_decodes else "false",
+                    string(info.png_fix), info.orientation, string(info.upright), meta.record_size,
+                    meta.order_key, string(repr(meta.extra) if meta.extra else ""), run.offset, run.length)
+    if meta.phash is not None:  # --near_duplicates
+        line += ', "phash": %d' % meta.phash
+    return (line + "}\n").encode("ascii")
 
 
 def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
