@@ -113,3 +113,9 @@ def test_the_tracker_check_catches_citations_and_spares_anchors(tmp_path) -> Non
     (tmp_path / "a.py").write_text('"""Fixed (issue 38)."""\n# see Issue #14 items 3-5\nx = 1  # was #26\n')
     (tmp_path / "b.md").write_text("[link](#section-2) colour #fff #1a2b3c &#39; step 3 of 4\n")
     assert [line.split(":")[1] for line in tracker_citations(tmp_path)] == ["1", "2", "3"]
+
+
+def test_benchmarks_md_stays_a_page_of_current_figures():
+    """BENCHMARKS.md holds each benchmark's current figures (history stays in git): under 350 lines."""
+    lines = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8").count("\n")
+    assert lines < 350, f"BENCHMARKS.md has {lines} lines: keep the current figures, drop the history"
