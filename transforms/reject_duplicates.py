@@ -1,13 +1,9 @@
 """Beam steps of the build job that reject duplicates: one relative path, or one image's bytes, twice.
 
 ``RejectDuplicatePaths`` rejects inputs that share a relative path in a
-split; ``RejectDuplicateImages`` keeps one copy of identical image bytes,
-also against the images already published in splits of the output folder
-that the run keeps (``ReadPublishedKeys``), with a combine: no step holds
-the copies of one image together. With a ``NearDuplicateRule`` it also finds
-near-duplicates across splits by bands of perceptual hashes
-(``images.near_duplicates``): the buckets of the bands are combined in the
-same step as the copies.
+split; ``RejectDuplicateImages`` keeps one copy of identical image bytes
+(also against published ones, ``ReadPublishedKeys``) and, with a
+``NearDuplicateRule``, finds near-duplicates across splits.
 """
 
 from __future__ import annotations
@@ -56,11 +52,8 @@ _LOG = logging.getLogger(__name__)
 
 
 def _reject_same_path(keyed):
-    """(split, path bucket), [SourceImage] -> per relative path the image, or dead letters for all of them.
-
-    See ``same_path_choices``: the group is read twice and only its relative
-    paths are held.
-    """
+    """(split, path bucket), [SourceImage] -> per relative path the image, or dead letters for all
+    of them (``same_path_choices``)."""
     for kept, dead in same_path_choices(keyed[1]):
         if kept is not None:
             yield kept
@@ -99,11 +92,9 @@ def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
 def _shard_keys(item: tuple[str, str, str | None], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
     """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record.
 
-    The keys come from the shard's keys file when the set lists one (32
-    bytes a record), else from its records. A shard that is missing or
-    damaged gives the keys read before the damage: whether it matters is
-    publishing's to say (a kept split that changed stops the run there,
-    naming the shard; a split this run writes is replaced).
+    The keys come from the shard's keys file when the set lists one, else
+    from its records. A shard that is missing or damaged gives the keys read
+    before the damage: whether it matters is publishing's to say.
     """
     split, path, keys_crc32c = item
     listed = _listed_keys(path, keys_crc32c) if keys_crc32c is not None else None
@@ -150,22 +141,6 @@ class ReadPublishedKeys(beam.PTransform):
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
 
 
-class _TallyCopiesFn(CarriesStorageOptions, beam.CombineFn):
-    """ImageMeta or PublishedCopy -> the ``CopyTally`` of one image's copies (the best copy and counts)."""
-
-    def create_accumulator(self) -> CopyTally:
-        return CopyTally()
-
-    def add_input(self, acc: CopyTally, value) -> CopyTally:
-        return acc.add(value)
-
-    def merge_accumulators(self, accs) -> CopyTally:
-        return CopyTally.merged(accs)
-
-    def extract_output(self, acc: CopyTally) -> CopyTally:
-        return acc
-
-
 def _kept_copy(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
     """(sha256, CopyTally) -> the copy of this run kept, if one is."""
     kept = keyed[1].kept(written, appending)
@@ -188,13 +163,8 @@ _COPY_REF_CODER = coders.TupleCoder([coders.StrUtf8Coder()] * 4)
 
 
 class _PackCopyRefsFn(PackFn):
-    """ImageMeta -> ``(None, pack)``: a bundle's ``CopyRef`` tuples, packed and compressed (``Packer``).
-
-    What a copy's dead letter needs crosses to ``RejectOtherCopies`` in packs
-    of about ``PACK_BYTES`` (zlib level 1: paths under one folder and the
-    sha256s of copies repeat), so a runner moves and holds one compressed
-    element per few thousand images, not one element per image.
-    """
+    """ImageMeta -> ``(None, pack)``: a bundle's ``CopyRef`` tuples, packed and compressed (``Packer``):
+    one element per few thousand images crosses to ``RejectOtherCopies``."""
 
     def __init__(self) -> None:
         super().__init__(_COPY_REF_CODER, compress=True)
@@ -259,12 +229,8 @@ def _content_and_bands(meta: ImageMeta, distance: int):
 
 
 class _TallyOrBucketFn(CarriesStorageOptions, beam.CombineFn):
-    """Per sha256, the ``CopyTally`` of its copies; per band of the hashes, its ``CappedBucket``.
-
-    A key holds copies (ImageMeta or PublishedCopy) or hashes (HashedImage),
-    never both: the accumulator becomes the one or the other with its first
-    value.
-    """
+    """Per sha256, the ``CopyTally`` of its copies (ImageMeta or PublishedCopy); per band of the
+    hashes, its ``CappedBucket`` of HashedImage. A key holds the one or the other, never both."""
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
@@ -294,12 +260,8 @@ class _TallyOrBucketFn(CarriesStorageOptions, beam.CombineFn):
 
 def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] | None = None,
                         appending: bool = False):
-    """(sha256, CopyTally) -> (sha256, the copy of this run kept); (band, CappedBucket) -> its pairs.
-
-    A bucket gives (sha256 of the later copy, NearPair) per pair of its
-    members (``bucket_pairs``), and (its key, ``_OverCap``) when it held more
-    than its cap: all keyed for ``_JudgeNearCopiesFn``.
-    """
+    """(sha256, CopyTally) -> (sha256, the copy of this run kept); (band, CappedBucket) -> (sha256 of
+    the later copy, NearPair) per pair of its members, and (its key, ``_OverCap``) over its cap."""
     key, acc = keyed
     if not isinstance(acc, CappedBucket):
         for kept in _kept_copy(keyed, written, appending):
@@ -316,9 +278,7 @@ def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] |
 class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
     """(sha256, [the copy kept, NearPair or _OverCap]) -> the copy, or its dead letter (``near_choice``).
 
-    Outputs: main (ImageMeta), NEAR_DEAD_LETTERS (``cross_split_near_duplicate``),
-    NEAR_DUPLICATES (NearPair), OVER_CAP ((members, cap)), UNHASHED (the
-    path of a copy kept without a hash).
+    Outputs: main, and those ``RejectDuplicateImages`` lists.
     """
 
     def __init__(self, rule: NearDuplicateRule) -> None:
@@ -387,11 +347,8 @@ class RejectDuplicatePaths(beam.PTransform):
     """Two inputs with one relative path in one split: both become dead letters.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (SourceImage)
-    and ``DEAD_LETTERS`` (DeadLetter).
-
-    Inputs are grouped by (split, bucket of their relative path's hash:
-    ``duplicates.path_bucket``), packed and compressed across the shuffle
-    (``GroupPacked``): a few elements per bucket, not one per input.
+    and ``DEAD_LETTERS`` (DeadLetter). Inputs are grouped, packed, by (split,
+    ``duplicates.path_bucket``).
     """
 
     def expand(self, sources):
@@ -415,12 +372,9 @@ class RejectDuplicateImages(beam.PTransform):
     ``cross_split_duplicate``. ``image/key/sha256`` is then unique in the
     whole shard set, so no image is in two splits.
 
-    The copies are tallied per sha256 with a combine (``CopyTally``: the best
-    copy, counts), so no step holds the copies of one image, however many;
-    each copy's dead letter is then made from the choice of its image (a
-    side input read by key, holding images with copies to reject only), in
-    a step that gets what the letters need of the copies in compressed packs
-    (``_PackCopyRefsFn``): no element per copy crosses a stage.
+    The copies are tallied per sha256 with a combine (``CopyTally``), so no
+    step holds the copies of one image; each copy's dead letter is made from
+    its image's choice (a side input read by key) in packs (``_PackCopyRefsFn``).
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
     ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter); with ``near``
     also ``NEAR_DEAD_LETTERS``, ``NEAR_DUPLICATES``, ``OVER_CAP`` and
@@ -459,7 +413,8 @@ class RejectDuplicateImages(beam.PTransform):
             if self._written is not None:
                 side = {"written": self._written}
         if near is None:
-            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyCopiesFn())  # (sha256, CopyTally)
+            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(
+                _TallyOrBucketFn(DEFAULT_BUCKET_CAP))  # (sha256, CopyTally)
             kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
         else:  # and ((band, value), CappedBucket)
             tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyOrBucketFn(near.cap))
