@@ -4,11 +4,6 @@ A *pack* is the concatenation of frames ``length (4 bytes, little-endian) |
 value``. ``Packer`` gathers the encoded values of many keys and hands out a
 key's pack when it reaches ``pack_bytes``, or every pack when all it holds
 reaches ``held_bytes``; ``unpack`` reads a pack's values back in order.
-
-Shuffling one pack of a few thousand values instead of each value alone cuts
-the per-element cost of a runner (its bookkeeping, and on the local runner
-the decoded object it keeps for every grouped value until the group is read)
-to a few bytes per value.
 """
 
 from __future__ import annotations
@@ -67,11 +62,8 @@ class Packer:
 
     ``add`` returns the key's pack when it is full; once the packer is
     ``full`` (it holds ``held_bytes``), and at the end, ``drain`` hands out
-    every pack. What a packer holds stays below about ``held_bytes`` plus one
-    value (one ``bytearray`` per key). With ``compress`` each pack of at
-    least ``COMPRESS_MIN_BYTES`` is handed out zlib-compressed (level 1), for
-    values that repeat themselves, such as paths under one folder; a first
-    byte says whether it is.
+    every pack. With ``compress`` each pack of at least ``COMPRESS_MIN_BYTES``
+    is handed out zlib-compressed (level 1); a first byte says whether it is.
     """
 
     def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
