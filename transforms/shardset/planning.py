@@ -28,13 +28,9 @@ split never has to be in one place (``transforms/plan_shards.py``):
   (``place_bucket``). A record's bucket follows from its order key alone, so
   records are grouped by bucket while the totals are still being summed.
 
-A bucket holds about ``n / NUM_BUCKETS`` of a split's ``n`` records: at most
-50,000 up to about 3 billion records in a split. Where the number of records
-is known before they are grouped (a build knows its inputs), fewer bits make
-the buckets (``group_bits``): about ``GROUP_RECORDS`` records a group, so
-that a bundle's records of one group travel together (a few packs, not one
-element per record) while no group holds more. The tests plan a split held
-in memory with the same functions, the reference the distributed plan must equal.
+Where the number of records is known before they are grouped (a build knows
+its inputs), fewer bits make the buckets (``group_bits``): about
+``GROUP_RECORDS`` records a group.
 """
 
 from __future__ import annotations
@@ -58,8 +54,7 @@ __all__ = [
 
 MIB = 1024 * 1024
 _KEY_BITS = 63
-# Buckets per split: each is one group of the distributed plan. A split of n records holds
-# about n / 65,536 records per group: at most 50,000 up to about 3 billion records.
+# Buckets per split: at most 50,000 records a group up to about 3 billion records.
 BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
 # The most records a group holds when the number of records is known ahead (``group_bits``).
@@ -222,9 +217,6 @@ class SplitTotals:
 class SplitLayout:
     """A split's plan before any record is placed: its totals and where each bucket starts.
 
-    Every occupied bucket is placed on its own (one group of the distributed
-    plan): its records lie on the split's byte line from ``offsets[i]`` on.
-
     Attributes:
         totals: The split's totals and shard count.
         bucket_bits: Bits of the order key that name a bucket (``bucket_of``).
@@ -269,12 +261,9 @@ def append_layout(published: Sequence[int], new_bytes: int, target_bytes: int) -
     """Where records appended to a published split go: ``(merged shard or None, lead bytes)``.
 
     New records get shards of their own when they fill at least the band's
-    lower end (``2T/3``); published shards are then kept as they are. Fewer
-    new bytes would make a shard under the band: they join the smallest
-    published shard (the last of equals), whose records come first on the
-    line that is cut into shards (``lead`` bytes), so at most that one
-    published shard is rewritten and every shard stays in the band (a split
-    smaller than the band's lower end is one shard, as in a build).
+    lower end (``2T/3``). Fewer new bytes join the smallest published shard
+    (the last of equals), whose records come first on the line that is cut
+    into shards (``lead`` bytes): at most that one shard is rewritten.
 
     Args:
         published: Bytes of each published shard of the split, in index order.
@@ -291,9 +280,6 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
                   num_shards: int | None = None, bucket_bits: int = BUCKET_BITS,
                   published: Sequence[int] | None = None) -> SplitLayout:
     """Turns a split's per-bucket totals into its shard count and the offset of every bucket.
-
-    Holds four integers per occupied bucket (at most ``2 ** bucket_bits``),
-    whatever the size of the split.
 
     Args:
         split: Split name.
@@ -386,10 +372,9 @@ def parse_split_fractions(text: str) -> dict[str, float]:
 def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
     """Picks the split of an image from its content, in proportion to ``fractions``.
 
-    The first 64 bits of the image's sha256 (``image/key/sha256``), read as a
-    fraction of 2**64, fall into one of the cumulative ranges of the split
-    names in sorted order. Identical bytes therefore always share a split,
-    whatever their names, and the choice is the same on every run and machine.
+    The first 64 bits of the image's sha256, read as a fraction of 2**64, fall
+    into one of the cumulative ranges of the split names in sorted order:
+    identical bytes always share a split, on every run and machine.
 
     Args:
         sha256_hex: Hex sha256 of the image's source bytes.
@@ -405,8 +390,6 @@ def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
     return names[-1]
 
 
-# Which split keeps an image found in several: evaluation splits first, so that an
-# image in both train and test is evaluated on and never trained on.
 _SPLIT_PRIORITY = {"test": 0, "validation": 1, "val": 2}
 _TRAIN = "train"
 
