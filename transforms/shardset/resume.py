@@ -16,12 +16,10 @@ its staging folder (``OUTPUT/.staging/<run id>/``):
   ``ShardDone``): the key of the items it holds (``shard_content_key``), its
   size and sha256.
 
-A killed or interrupted run leaves these; the next run with the same
-fingerprint keeps its staging folder and reuses an input's record when the
-input's path, listing, stamp and context are the same as when it was read
-(``DoneInput.matches``), and a staged shard whose content key is the same,
-once its sha256 is checked again. Anything else is made again. A run with
-another fingerprint removes the staging folder, as every run did before.
+The next run with the same fingerprint reuses an input's record when its
+path, listing, stamp and context are the same (``DoneInput.matches``), and a
+staged shard whose content key is the same, once its sha256 is checked again.
+A run with another fingerprint removes the staging folder.
 """
 
 from __future__ import annotations
@@ -61,12 +59,8 @@ DONE_PIECE_BYTES = 1 << 20
 
 
 def fingerprint(options: Mapping[str, Any], version: str) -> str:
-    """The hex sha256 of the flags that change what a build writes, and of the tool's version.
-
-    ``options`` is the manifest's ``options`` object (every flag that changes
-    the output, ``--input`` values in their order); ``--max_bad_fraction`` is
-    left out: it decides whether a run publishes, not what it writes.
-    """
+    """The hex sha256 of the flags that change what a build writes (the manifest's ``options``, less
+    ``_NOT_IN_FINGERPRINT``), and of the tool's version."""
     kept = {key: value for key, value in options.items() if key not in _NOT_IN_FINGERPRINT}
     text = json.dumps({"format": _FORMAT, "version": version, "options": kept}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -196,12 +190,8 @@ def done_list_header(run_name: str, run_size: int, context: str) -> bytes:
 
 
 class DoneLines:
-    """A bundle's done-list lines, held zlib-compressed (level 1) until its run file is closed.
-
-    They come back in pieces (``pieces``), so the list is never whole in
-    memory: a bundle of n inputs holds its lines' compressed bytes, not
-    ~400 bytes per input twice over.
-    """
+    """A bundle's done-list lines, held zlib-compressed (level 1) until its run file is closed, and
+    given back in pieces (``pieces``): the list is never whole in memory."""
 
     def __init__(self) -> None:
         self._zip = zlib.compressobj(1)
@@ -304,13 +294,8 @@ def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -
 
 
 def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterable[ImageMeta]) -> str:
-    """A digest of what decides a shard's bytes: its key, compression and records in order.
-
-    A record's bytes follow from what ``records.image_example_parts`` takes
-    (the stored image, which the source's sha256 and the fingerprint's flags
-    decide, its info, label, name and extras), its size and order; where it
-    lies in a run file does not count.
-    """
+    """A digest of what decides a shard's bytes: its key, compression and records in order (what
+    ``records.image_example_parts`` takes; not where a record lies in a run file)."""
     digest = hashlib.sha256(repr((tuple(key), compression)).encode("utf-8"))
     for meta in items:
         info, source = meta.info, meta.source
