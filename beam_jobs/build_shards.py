@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import functools
 import importlib.metadata
+import operator
 import os
 import re
 import sys
@@ -280,11 +281,12 @@ def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
 def _check_folders(cfg: BuildConfig) -> None:
     """Raises ``UsageError`` for an input folder that holds --output_dir or --staging_dir (or lies in the output)."""
     for path in cfg.input:
-        problem = (None if is_manifest_path(path) or is_container_input(path)
-                   else opt.overlap_problem(path, cfg.output_dir))
+        if is_manifest_path(path) or is_container_input(path):
+            continue
+        problem = opt.overlap_problem(path, cfg.output_dir)
         if problem:
             raise UsageError(problem)
-        if cfg.staging_dir and not is_manifest_path(path) and not is_container_input(path):
+        if cfg.staging_dir:
             source, staging = opt.resolved_path(path), opt.resolved_path(cfg.staging_dir)
             if staging == source or staging.startswith(source.rstrip("/") + "/"):
                 raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
@@ -478,12 +480,8 @@ def _content_key(key: tuple, items, compression: str, file_format: str = "tfreco
                              items)
 
 
-def _split_of(meta) -> str:
-    return meta.source.split
-
-
-def _size_of(meta) -> int:
-    return meta.record_size
+_split_of = operator.attrgetter("source.split")
+_size_of = operator.attrgetter("record_size")
 
 
 def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -555,10 +553,8 @@ def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, 
     """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built,
     or the run would keep splits of the other shard file format (a set has one)."""
     written = listed_splits(facts.splits, fractions)
-    problem = replace_problem(output_dir, old, written, inputs)
-    if problem:
-        raise UsageError(problem)
-    problem = kept_format_problem(output_dir, old, written, file_format, drop_other_splits)
+    problem = (replace_problem(output_dir, old, written, inputs)
+               or kept_format_problem(output_dir, old, written, file_format, drop_other_splits))
     if problem:
         raise UsageError(problem)
 
@@ -632,23 +628,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         max_bad_fraction=cfg.max_bad_fraction, manifest_extras=extras,
         sidecars=functools.partial(build_sidecars, name=cfg.tfds_name))
 
-def _disk_need(cfg: BuildConfig) -> str:
-    """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
-    '' when its inputs' size is not known without reading them (manifests, stores)."""
-    archives = [path for path in cfg.input if is_container_input(path)]
-    size = local_bytes_at_least([path for path in cfg.input if path not in archives and not is_manifest_path(path)],
-                                1 << 62, archives)
-    if not size:
-        return ""
-    if cfg.staging_dir:
-        kept = local_bytes_at_least([run_files_folder(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir)],
-                                    1 << 62) or 0  # kept for the rerun
-        return apart_shortfall_clause(size, cfg.staging_dir, free_bytes(cfg.staging_dir), cfg.output_dir,
-                                      free_bytes(cfg.output_dir), kept)
-    kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
-    return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
-
-
 class BuildJob(PublishingJob):
     """The build job as the harness runs it: its summary says what a build adds (``images.build_summary``)
     and, for a resumed run, what it reused."""
@@ -657,7 +636,20 @@ class BuildJob(PublishingJob):
         super().__init__("build_shards", BuildConfig, make_config, build_pipeline, progress=build_progress)
 
     def disk_need(self, cfg: BuildConfig) -> str:
-        return _disk_need(cfg)
+        """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
+        '' when its inputs' size is not known without reading them (manifests, stores)."""
+        archives = [path for path in cfg.input if is_container_input(path)]
+        size = local_bytes_at_least(
+            [path for path in cfg.input if path not in archives and not is_manifest_path(path)], 1 << 62, archives)
+        if not size:
+            return ""
+        if cfg.staging_dir:
+            runs = run_files_folder(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir)
+            kept = local_bytes_at_least([runs], 1 << 62) or 0  # kept for the rerun
+            return apart_shortfall_clause(size, cfg.staging_dir, free_bytes(cfg.staging_dir), cfg.output_dir,
+                                          free_bytes(cfg.output_dir), kept)
+        kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
+        return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
 
     def summary_lines(self, cfg: BuildConfig, manifest: Manifest) -> list[str]:
         return build_lines(cfg.output_dir, manifest, cfg.near_duplicates == "off")
