@@ -372,14 +372,11 @@ class ShardDone:
                 raise ValueError("a staged name is not a plain name")
             crc, index_crc = str(obj["crc32c"]), obj["index_crc32c"]
             crc32c_value(crc)
-            if (index_crc is None) != (obj["staged_index"] is None):
-                raise ValueError("the .idx and its CRC32C are not both given")
-            if index_crc is not None:
-                crc32c_value(index_crc)
-            if (keys_crc is None) != (keys is None):
-                raise ValueError("the .keys file and its CRC32C are not both given")
-            if keys_crc is not None:
-                crc32c_value(keys_crc)
+            for what, name, named_crc in ((".idx", obj["staged_index"], index_crc), (".keys file", keys, keys_crc)):
+                if (named_crc is None) != (name is None):
+                    raise ValueError(f"the {what} and its CRC32C are not both given")
+                if named_crc is not None:
+                    crc32c_value(named_crc)
             at = folder.rstrip("/")
             return cls(str(obj["content"]), (str(split), int(index), int(count)), str(obj["file"]),
                        f"{at}/{obj['staged']}", f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,
