@@ -62,15 +62,10 @@ GROUP_RECORDS = 50_000
 
 
 def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
-    """Returns the shard count whose average shard size is closest to the target.
+    """Returns the shard count whose average shard size is closest to the target T.
 
-    Only counts whose average lies in ``[2T/3, 4T/3]`` are considered; such a
-    count always exists when ``total_bytes >= 2T/3``. A split smaller than that
-    is one shard. Ties go to the larger average (fewer shards).
-
-    Args:
-        total_bytes: Framed bytes of the split.
-        target_bytes: Target shard size T.
+    Only counts whose average lies in ``[2T/3, 4T/3]`` are considered; a split
+    smaller than ``2T/3`` is one shard. Ties go to the larger average.
     """
     if target_bytes <= 0:
         raise PlanError(f"target shard size must be positive, got {target_bytes}")
@@ -113,18 +108,8 @@ def group_bits(records: int, most: int = BUCKET_BITS) -> int:
 
 
 def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) -> int:
-    """Returns the shard of a record from where it lies on the split's byte line.
-
-    The record covers ``[start, start + size)``; it belongs to the shard whose
-    share ``[i * total / n, (i + 1) * total / n)`` holds its midpoint. Exact
-    integer arithmetic, so every machine agrees.
-
-    Args:
-        start: Bytes of the split before this record in shuffled order.
-        size: The record's framed size.
-        total_bytes: Framed bytes of the whole split.
-        num_shards: Shard count n.
-    """
+    """Returns the shard of the record covering ``[start, start + size)`` of the split's byte line:
+    the one whose share ``[i * total / n, (i + 1) * total / n)`` holds its midpoint (exact integers)."""
     if num_shards < 1:
         raise PlanError(f"num_shards must be >= 1, got {num_shards}")
     if total_bytes <= 0:
@@ -134,14 +119,8 @@ def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) ->
 
 def cut_records(sizes_in_order: Iterable[int], num_shards: int, total_bytes: int,
                 start: int = 0) -> list[int]:
-    """Returns a shard per record for a run of records that begins ``start`` bytes in.
-
-    Args:
-        sizes_in_order: Framed size of each record, in shuffled order.
-        num_shards: Shard count of the split.
-        total_bytes: Framed bytes of the whole split.
-        start: Bytes of the split before the first of these records.
-    """
+    """Returns a shard per record (framed sizes in shuffled order) for a run of records that begins
+    ``start`` bytes into the split."""
     shards = []
     for size in sizes_in_order:
         shards.append(shard_of_offset(start, size, total_bytes, num_shards))
@@ -188,12 +167,8 @@ class SplitTotals:
         return self.published + self.num_shards - (1 if self.merged is not None else 0)
 
     def final_index(self, shard: int) -> int:
-        """The published index of planned shard ``shard`` (0..num_shards-1).
-
-        Without published shards it is ``shard``. Appending, planned shards
-        follow the published ones; the first takes the place of the merged
-        shard, if any (``append_layout``).
-        """
+        """The published index of planned shard ``shard``: after the published ones, the first in
+        place of the merged shard, if any (``append_layout``)."""
         if self.merged is None:
             return self.published + shard
         return self.merged if shard == 0 else self.published + shard - 1
@@ -244,12 +219,7 @@ class SplitLayout:
         return self.totals.split
 
     def index_of(self, bucket: int) -> int:
-        """Returns the position of an occupied bucket in ``buckets``.
-
-        Raises:
-            PlanError: No record was counted in that bucket (an input changed
-                between two reads of it).
-        """
+        """Returns the position of an occupied bucket in ``buckets``; ``PlanError`` if none was counted."""
         index = bisect.bisect_left(self.buckets, bucket)
         if index == len(self.buckets) or self.buckets[index] != bucket:
             raise PlanError(f"split {self.split!r} bucket {bucket}: records but none were counted; "
@@ -320,17 +290,10 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
 
 
 def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]) -> list[int]:
-    """Returns the shard of each record of one bucket.
-
-    Args:
-        layout: The split's layout.
-        bucket: The bucket.
-        sizes_in_order: Framed sizes of the bucket's records in shuffled order
-            (by order key, then size).
+    """Returns the shard of each record of one bucket, given their framed sizes in shuffled order.
 
     Raises:
-        PlanError: The bucket holds a different number of records than counted
-            (an input that changed between two reads of it).
+        PlanError: The bucket holds a different number of records than counted.
     """
     index = layout.index_of(bucket)
     expected = layout.records[index]
@@ -370,15 +333,11 @@ def parse_split_fractions(text: str) -> dict[str, float]:
 
 
 def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
-    """Picks the split of an image from its content, in proportion to ``fractions``.
+    """Picks the split of an image from its sha256, in proportion to ``fractions`` (summing to 1).
 
-    The first 64 bits of the image's sha256, read as a fraction of 2**64, fall
-    into one of the cumulative ranges of the split names in sorted order:
-    identical bytes always share a split, on every run and machine.
-
-    Args:
-        sha256_hex: Hex sha256 of the image's source bytes.
-        fractions: Split name -> fraction (summing to 1).
+    The hash's first 64 bits, read as a fraction of 2**64, fall into one of the
+    cumulative ranges of the split names in sorted order: identical bytes
+    always share a split, on every run and machine.
     """
     point = int(sha256_hex[:16], 16) / 2.0**64
     cumulative = 0.0
