@@ -80,11 +80,7 @@ class RunMarker:
 
     @classmethod
     def loads(cls, data: bytes) -> "RunMarker":
-        """Parses a marker.
-
-        Raises:
-            ManifestError: Not a marker this version of the tool wrote.
-        """
+        """Parses a marker; ``ManifestError`` when this version of the tool did not write it."""
         try:
             obj = json.loads(data)
         except (ValueError, UnicodeDecodeError, RecursionError) as err:
@@ -138,10 +134,8 @@ class DoneInput:
     meta: ImageMeta
 
     def matches(self, source: SourceImage, stamp: Stamp | None, context: str, key: str | None = None) -> bool:
-        """True if the record may stand for ``source`` now: same listing, stamp and context.
-
-        ``key`` is ``source_key(source)`` when the caller has it.
-        """
+        """True if the record may stand for ``source`` now: same listing (``key``, if given, is its
+        ``source_key``), stamp and context."""
         return (stamp is not None and tuple(stamp) == tuple(self.stamp) and context == self.context
                 and source.path == self.path and (key or source_key(source)) == self.source)
 
@@ -170,14 +164,8 @@ _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_
 
 def done_list(run_name: str, run_size: int, context: str,
               entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
-    """A run file's done list: a header line, then one line per record it holds.
-
-    Args:
-        run_name: The run file's name (in the same folder).
-        run_size: Its size once closed.
-        context: ``context_key`` of the records.
-        entries: ``(source_key, stamp, meta)`` per record, ``meta.run`` set.
-    """
+    """A run file's done list: a header line (``done_list_header``), then one line per
+    ``(source_key, stamp, meta)`` of a record it holds."""
     yield done_list_header(run_name, run_size, context)
     for key, stamp, meta in entries:
         yield done_list_line(key, stamp, meta)
@@ -267,13 +255,9 @@ def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
 
 
 def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -> Iterator[DoneInput]:
-    """The inputs a done list names, their run file in ``folder``.
-
-    Nothing is given when the header is not this format's, or when the run
-    file's size (``run_size``; None: it is gone) is not the one the header
-    recorded. A line that cannot be read ends the list (the lines before it
-    stand).
-    """
+    """The inputs a done list names, their run file in ``folder``: none when the header is not this
+    format's or the run file's size (``run_size``; None: gone) is not the one it recorded. A line
+    that cannot be read ends the list."""
     lines = iter(lines)
     try:
         header = json.loads(next(lines, b"") or b"null")
