@@ -178,8 +178,7 @@ class _LetterCopiesFn(CarriesStorageOptions, beam.DoFn):
     bytes stays (``copy_letter``).
 
     Side inputs: ``choices``, (sha256, CopyChoice) read by key, and ``chosen``,
-    the ``copy_choice_key`` of each of those images, read once a bundle: a copy
-    whose image is not among them (most) asks the runner for nothing.
+    their ``copy_choice_key``s, so that most copies ask the runner for nothing.
     """
 
     def start_bundle(self):
@@ -362,15 +361,10 @@ class RejectDuplicatePaths(beam.PTransform):
 class RejectDuplicateImages(beam.PTransform):
     """Identical image bytes twice, in one split or in several: one copy is kept.
 
-    The copy kept is in the split that ranks first (``planning.split_rank``:
-    test, validation, val, other splits by name, train), and within it the
-    one with the smallest relative path. Copies in that split become
-    ``duplicate_image`` dead letters, copies in other splits
-    ``cross_split_duplicate`` ones naming both splits. An image already
-    published in a split of the output folder that this run keeps (one it
-    writes no image to) keeps its place: every copy of this run is a
-    ``cross_split_duplicate``. ``image/key/sha256`` is then unique in the
-    whole shard set, so no image is in two splits.
+    The copy kept is in the split that ranks first (``planning.split_rank``),
+    and within it the one with the smallest relative path (``images.duplicates``);
+    an image published in a split this run keeps keeps its place.
+    ``image/key/sha256`` is then unique in the whole shard set.
 
     The copies are tallied per sha256 with a combine (``CopyTally``), so no
     step holds the copies of one image; each copy's dead letter is made from
