@@ -124,12 +124,8 @@ def _read_stored_source(path: str, max_bytes: int) -> bytes:
 
 
 def read_input(source: SourceImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
-    """The bytes of an input: its file (``read_source``), or its member of an archive or Parquet file.
-
-    Raises:
-        OSError: As ``open_for_read``, or while reading.
-        ImageError: ``too_large``, ``not_an_image``, or ``unreadable`` for a damaged member.
-    """
+    """The bytes of an input: its file (``read_source``), or its member of an archive or Parquet file
+    (``ImageError`` ``unreadable`` for a damaged one)."""
     if source.member is None:
         return read_source(source.path, max_bytes)
     return read_member(source.member, max_bytes)
@@ -145,8 +141,7 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     Side inputs: ``labels`` (class names in index order) and ``layout``.
 
     Subclasses set ``_threads`` and ``THREAD_NAME`` and define ``_work_on``
-    (runs on any thread, no Beam calls) and ``_emit``; ``_bundle_ends`` runs
-    before a bundle ends and when a failed one is dropped.
+    (runs on any thread, no Beam calls) and ``_emit``.
     """
 
     THREAD_NAME = "image"
@@ -194,8 +189,7 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         raise NotImplementedError
 
     def _one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
-             where: tuple) -> tuple:
-        """Runs on a pool thread: ``_work_on``'s result, and ``where`` it is emitted."""
+             where: tuple) -> tuple:  # on a pool thread
         return self._work_on(source, index_of, layout), where
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
@@ -212,11 +206,9 @@ class ImageRules:
     """What decides an image's outcome beside how it is encoded.
 
     Attributes:
-        split_fractions: Split name -> fraction (``--split_fractions``): the
-            split of each image whose input names none, chosen from its sha256.
+        split_fractions: Split name -> fraction (``--split_fractions``).
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
-        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels
-            (``ImageMeta.phash``), for ``RejectDuplicateImages``.
+        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels (``ImageMeta.phash``).
     """
 
     split_fractions: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -236,10 +228,9 @@ class RecordStaging:
         output_dir: The output folder (the run's staging folder is inside it).
         run_id: The run's id.
         staging_dir: ``--staging_dir``, or None (the run's staging folder).
-        done_lists: Write each run file's done list, so that a rerun after an
-            interruption may reuse its records.
+        done_lists: Write each run file's done list.
         resume: The done lists of the interrupted runs this run resumes
-            (``storage.resume_files.AdoptedWork.done_lists``); each worker reads them once.
+            (``storage.resume_files.AdoptedWork.done_lists``).
     """
 
     output_dir: str
@@ -354,10 +345,7 @@ class _InspectImageFn(OrderedImageFn):
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
                  layout: RecordLayout | None) -> tuple[Inspected, tuple | None]:
         """Reads and inspects one input, or takes its record from an interrupted run; no Beam calls.
-
-        Returns the inspection and, where the input may be resumed later,
-        ``(source key, stamp, reused)``.
-        """
+        Returns the inspection and, where the input may be resumed later, ``(source key, stamp, reused)``."""
         dead = unknown_label(source, index_of)
         if dead is not None:
             return Inspected(dead, None), None
@@ -384,15 +372,13 @@ class InspectImages(beam.PTransform):
     """Reads, validates and measures every image.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (ImageMeta)
-    and ``DEAD_LETTERS`` (DeadLetter with the reason). The outputs do not
-    depend on ``threads``.
+    and ``DEAD_LETTERS`` (DeadLetter), whatever ``threads``.
 
     Args:
         settings: Image options of the build.
         seed: Shuffle seed for the order key.
         labels: Singleton side input with the class names in index order.
-        rules: Splits by content, the largest input read, perceptual hashes
-            (``ImageRules``; default: none, ``DEFAULT_MAX_IMAGE_BYTES``, none).
+        rules: Splits by content, the largest input read, perceptual hashes.
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
         threads: Images inspected at once by each worker; 0 for one per core
@@ -420,22 +406,17 @@ def image_order(meta: ImageMeta) -> tuple[int, str]:
 
 
 class ImageRecordMaker:
-    """ImageMeta -> (the record, label index), as the shard writer needs.
-
-    Each record was written to a run file when its image was read
-    (``meta.run``); it is copied from there as it is (a ``FramedRecord``, its
-    CRCs checked, its key the image's sha256), so the image is not read again.
-    """
+    """ImageMeta -> (the record, label index), as the shard writer needs: the ``FramedRecord``
+    copied from its run file (``meta.run``), its CRCs checked, its key the image's sha256."""
 
     def __init__(self) -> None:
         self._runs = RecordCopier()
 
     def close(self) -> None:
-        """Closes the run files kept open."""
         self._runs.close()
 
     def plan(self, metas: Sequence[ImageMeta]) -> None:
-        """The shard's records about to be made: they are copied in batches (``RecordCopier.plan``)."""
+        """The shard's records about to be made (``RecordCopier.plan``)."""
         self._runs.plan(meta.run for meta in metas if meta.run is not None)
 
     def __call__(self, meta: ImageMeta) -> tuple[FramedRecord, int]:
