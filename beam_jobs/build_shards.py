@@ -111,8 +111,7 @@ def _input_problem(path: str) -> str | None:
         if not exists(path):
             return f"--input {path} does not exist"
         return None if archive_kind(path) == PARQUET else _archive_problem(path, archive_kind(path))
-    # Object stores have no folder objects, only keys below the prefix.
-    if has_files_below(path):
+    if has_files_below(path):  # object stores have no folder objects, only keys below the prefix
         return None
     if "://" in path:  # an object under that exact name is a file; no key below it: nothing to read
         found = exists(path)
@@ -217,8 +216,7 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
-# A COCO file's first images, looked for before the job when --image_root is not given, and the
-# most entries read to find them (a file may list its annotations first).
+# A COCO file's first images looked for without --image_root, and the most entries read to find them.
 _COCO_PROBE_IMAGES = 8
 _COCO_PROBE_ENTRIES = 100_000
 
@@ -319,10 +317,7 @@ def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
 
 def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     """Checks the inputs and files the flags name; returns ``cfg`` with what the build found before its
-    pipeline (``found``: ``transforms/images/build_survey.py`` decides it from what is read here).
-
-    ``options`` say how many workers a local run has. Raises ``UsageError`` on a wrong flag or input.
-    """
+    pipeline (``found``: ``images/build_survey.py``). Raises ``UsageError`` on a wrong flag or input."""
     offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
     _check_inputs(cfg, offline)
     fixed = fixed_class_names(_fixed_names(cfg))
@@ -449,8 +444,7 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
 
 def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
     """The splits a build writes whatever its inputs hold, known before they are listed (``_unsplit``;
-    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells).
-    Split folders and JSON Lines rows may name their own: the publish step checks those."""
+    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells)."""
     for path in inputs:
         if _unsplit(path, layouts):
             return set(rules.split_fractions) or {rules.split}
@@ -515,10 +509,8 @@ def _class_names(facts, fixed: list[str] | None, published: list[str] | None, ch
 
 
 def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
-    """Wires the listing of the inputs, their facts and the duplicate-path check (not for one folder) into ``p``.
-
-    ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
-    """
+    """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``; ``check``,
+    given the ``ListingFacts``, may refuse the run (raise) before any image is read."""
     found = cfg.found
     names = _index_names(found.labels, found.append_to)
     inputs = _with_parquet_files(cfg.input, found.parquet_folders)  # each folder of Parquet files as its files
@@ -543,8 +535,7 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
 
 
 def _one_folder(inputs: Sequence[str]) -> bool:
-    """True if the inputs are one folder (of images): its listing gives each relative path once, so no two
-    of its inputs share a relative path in a split (``RejectDuplicatePaths`` would find none)."""
+    """True if the inputs are one folder (of images): its listing gives each relative path once."""
     return len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0])
 
 
@@ -601,8 +592,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         published=published_shard_sizes(cfg.output_dir) if appending else None,
         expected=inputs)  # groups of about GROUP_RECORDS images: a bundle's images of one travel packed together
     dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS], *near_dead)
-    # Every input is rejected or planned before a shard is written: over --max_bad_fraction
-    # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
     records = ShardRecords(ImageRecordMaker(), image_order, cfg.found.write_threads,
                            tally_of=record_count_keys)  # each shard counts its image formats, channels, boxes skipped
@@ -615,9 +604,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
-    # Object classes, image counts (from each shard's tallies) and, looking for them, near-duplicates.
-    # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
-    # Made in the publish step from these side inputs: no step of their own (one stage fewer).
+    # Object classes, image counts and, when hashed, near-duplicates, made in the publish step.
     views = {"layout": beam.pvalue.AsSingleton(layout), **({} if not near else {
         name: beam.pvalue.AsList(distinct[tag])
         for name, tag in (("near_pairs", NEAR_DUPLICATES), ("over_cap", OVER_CAP), ("unhashed", UNHASHED))})}
