@@ -13,8 +13,7 @@ from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["SPLIT_BY_CONTENT", "SourceImage", "ImageMeta"]
 
-# The split of an input that ``--split_fractions`` places: it is chosen from the
-# image's sha256 once the file has been read (``planning.split_by_content``).
+# The split of an input that ``--split_fractions`` places (``planning.split_by_content``).
 SPLIT_BY_CONTENT = ""
 
 
@@ -28,13 +27,11 @@ class SourceImage:
         split: Split the file belongs to; ``SPLIT_BY_CONTENT`` until the
             image's bytes choose it (``--split_fractions``).
         label: Class name (the first one when ``labels`` is set; "" when none).
-        origin: ``MANIFEST:LINE`` of the manifest row that named it; empty for
-            a file found by listing a folder (its path says where it came from).
+        origin: ``MANIFEST:LINE`` of the manifest row that named it; empty for a listed file.
         labels: Every class name of a multi-label input (possibly none), or None.
         features: ``(name, type, values)`` of the input's extra features.
         objects: The input's boxes (``objects.SourceBox``), or None when it gives none.
-        member: Where its bytes are in a container input (``archives.members.MemberRef``),
-            or None for a file of its own (``path``).
+        member: Where its bytes are in a container input (``archives.members.MemberRef``), or None.
     """
 
     path: str
