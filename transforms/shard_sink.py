@@ -71,10 +71,8 @@ class ShardOutput:
     Attributes:
         output_dir: Final output folder (staging lives inside it).
         compression: ``none``, ``gzip`` or ``zlib``.
-        file_format: ``tfrecord`` or ``array_record`` (the same records in an
-            ArrayRecord file, uncompressed, no ``.idx``).
-        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``);
-            its CRC32C always is.
+        file_format: ``tfrecord`` or ``array_record`` (uncompressed, no ``.idx``).
+        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``).
     """
 
     output_dir: str
@@ -272,7 +270,7 @@ def _singleton(found, default: Any) -> Any:
 
 
 class MovesDone(NamedTuple):
-    """What one bundle of ``MoveStaged`` renamed: the worker process (its random id) and how many files."""
+    """What one bundle of ``MoveStaged`` renamed: the worker process (``counters.worker_id``) and how many files."""
 
     worker: str
     moves: int
