@@ -14,8 +14,7 @@ from typing import Hashable, Iterator
 
 __all__ = ["PACK_BYTES", "HELD_BYTES", "COMPRESS_MIN_BYTES", "Packer", "pack", "unpack"]
 
-# A pack is handed out once it holds this many bytes: large enough that a frame's cost is
-# small, small enough that a group of packs is read a pack at a time.
+# A pack is handed out once it holds this many bytes.
 PACK_BYTES = 1 << 20
 # Everything a Packer holds is handed out once it reaches this many bytes.
 HELD_BYTES = 16 << 20
@@ -33,11 +32,7 @@ def pack(values: list[bytes]) -> bytes:
 
 
 def unpack(packed: bytes, compressed: bool = False) -> Iterator[bytes]:
-    """Yields the values of a pack, in the order they were packed.
-
-    Args:
-        packed: The pack.
-        compressed: The pack is zlib-compressed (``Packer(compress=True)``).
+    """Yields the values of a pack (``compressed``: made by ``Packer(compress=True)``), in order.
 
     Raises:
         ValueError: The pack ends inside a frame.
