@@ -152,10 +152,7 @@ _INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "sou
                "tf_decodes": bool, "png_fix": str, "orientation": int, "upright": str}
 
 
-# What json.dumps writes a str as (ensure_ascii), and a done-list line as it writes the object
-# {"path", "source", "stamp", "split", "label_index", "sha256", "info" (``_INFO_TYPES``' order),
-# "record_size", "order_key", "extra", "offset", "length"[, "phash" with --near_duplicates]}: formatted
-# at once rather than built as a dict and encoded, for every record of a build.
+# A done-list line as json.dumps (ensure_ascii) writes it, formatted at once for every record of a build.
 _JSON_STRING = json.encoder.encode_basestring_ascii
 _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_index": %d, "sha256": %s, '
          '"info": [%s, %d, %d, %d, %s, %s, %s, %d, %s], "record_size": %d, "order_key": %d, "extra": %s, '
@@ -187,7 +184,6 @@ class DoneLines:
         self.count = 0
 
     def append(self, line: bytes) -> None:
-        """Adds one line (``done_list_line``)."""
         chunk = self._zip.compress(line)
         if chunk:
             self._chunks.append(chunk)
