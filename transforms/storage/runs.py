@@ -33,17 +33,16 @@ BATCH_BYTES = 8 << 20
 # Bytes of fetched batches a copier holds at once.
 HELD_BYTES = 64 << 20
 
-# What a disk-full message says a run needs while it writes run files.
+# What a disk-full message says a run needs while it writes run files (in --staging_dir: apart).
 _RUN_NEEDS = ("a run needs free space for about twice its shards while it runs (each record is staged "
               "once, then copied into its shard)")
-# The same, when the run files lie in --staging_dir (the shards still need their own space at the output).
 _RUN_NEEDS_APART = ("the run's run files need free space in --staging_dir for about its shards' size while "
                     "it runs (each record is staged there once, then copied into its shard in --output_dir)")
 
 
 class BundleRunFile:
-    """The run file of one bundle: opened at the first record, closed when the bundle ends
-    (or before, when the bundle writes its done list: its next record opens a new one).
+    """The run file of one bundle: opened at the first record, closed when the bundle ends (or
+    when it writes its done list).
 
     Args:
         output_dir: The output folder (for a disk-full message).
