@@ -95,9 +95,7 @@ def _input_problem(path: str) -> str | None:
             names = expand_braces(path)
         except PlanError as err:
             return f"--input {err}"
-        # The first shard (or the first pattern's files) must be there; a later missing shard is its
-        # own dead letter.
-        found = match_files(names[:1])[0]
+        found = match_files(names[:1])[0]  # a later missing shard is its own dead letter
         if not found:
             return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
         return _archive_problem(found[0].path, TAR)
@@ -127,8 +125,7 @@ def _input_problem(path: str) -> str | None:
 
 
 def _pattern_files(pattern: str) -> list[str]:
-    """The files a pattern of Parquet files names: its braces expanded (``PlanError`` when they do not
-    pair up), its wildcards matched once."""
+    """The files a pattern of Parquet files names: braces expanded (else ``PlanError``), wildcards matched."""
     return [meta.path for found in match_files(expand_braces(pattern))
             for meta in sorted(found, key=lambda meta: meta.path)]
 
@@ -171,8 +168,7 @@ def _archive_problem(path: str, kind: str) -> str | None:
 
 
 def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:
-    """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None.
-    ``UsageError`` when a file is not Parquet, lacks a column, or files name their classes differently."""
+    """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None."""
     names: set[tuple[str, ...] | None] = set()
     for path in paths:
         try:
@@ -200,8 +196,7 @@ _MANIFEST_HEAD_BYTES = 64 * 1024
 
 
 def _check_manifest(path: str) -> None:
-    """Refuses an input manifest whose header cannot work (``Path,Label``), reading only its first bytes:
-    a usage error at once, not one dead letter under the bad-input threshold."""
+    """Refuses an input manifest whose header cannot work (``Path,Label``), from its first bytes."""
     try:
         with open_for_read(path) as fh:
             size = file_size(fh)
@@ -238,7 +233,7 @@ def _check_coco_images(path: str) -> None:
 
 def _fixed_names(cfg: BuildConfig) -> list[str] | None:
     """The names --class_names gives or --labels_file holds (one per line), unchecked; None without either
-    (and for a Dataflow dry run's labels file on gs:// or s3://: it stays offline)."""
+    (or for a dry run's labels file on a store: it stays offline)."""
     if cfg.class_names is not None:
         return cfg.class_name_list
     if not cfg.labels_file or (cfg.dataflow_dry_run and not is_local(cfg.labels_file)):
