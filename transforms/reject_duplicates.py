@@ -39,14 +39,11 @@ from transforms.worker_options import CarriesStorageOptions
 __all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames",
            "NearDuplicateRule", "NEAR_DEAD_LETTERS", "NEAR_DUPLICATES", "OVER_CAP", "UNHASHED"]
 
-# Outputs of RejectDuplicateImages with a NearDuplicateRule, beside "main" and DEAD_LETTERS: the
-# cross_split_near_duplicate dead letters; the pairs (NearPair) whose later copy is an image kept
-# by the exact check; (members, cap) of each bucket of hashes over its cap; the path of each image
-# kept whose pixels were not hashed.
-NEAR_DEAD_LETTERS = "near_dead_letters"
-NEAR_DUPLICATES = "near_duplicates"
-OVER_CAP = "over_cap"
-UNHASHED = "unhashed"
+# Outputs of RejectDuplicateImages with a NearDuplicateRule, beside "main" and DEAD_LETTERS.
+NEAR_DEAD_LETTERS = "near_dead_letters"  # cross_split_near_duplicate dead letters
+NEAR_DUPLICATES = "near_duplicates"  # NearPair whose later copy is an image kept by the exact check
+OVER_CAP = "over_cap"  # (members, cap) of each bucket of hashes over its cap
+UNHASHED = "unhashed"  # the path of each image kept whose pixels were not hashed
 
 _LOG = logging.getLogger(__name__)
 
@@ -122,7 +119,7 @@ class ReadPublishedKeys(beam.PTransform):
     """The keys of the images already published in the output folder's splits.
 
     Input: the pipeline (``PBegin``). Output: ``(sha256, PublishedCopy)`` per
-    record of the given shards, one element per shard read (spread over workers).
+    record of the given shards, each shard read by one worker.
 
     Args:
         shards: ``(split, shard path, keys CRC32C or None)`` (``storage.output_folder.published_shards``).
@@ -326,11 +323,7 @@ class _SplitNamesFn(CarriesStorageOptions, beam.CombineFn):
 
 
 class CollectSplitNames(beam.PTransform):
-    """Items -> one sorted list of the splits they are in (no item: no element), in one combine.
-
-    Args:
-        split_of: item -> split name.
-    """
+    """Items -> one sorted list of the splits (``split_of(item)``) they are in; no item: no element."""
 
     def __init__(self, split_of) -> None:
         super().__init__()
@@ -369,10 +362,8 @@ class RejectDuplicateImages(beam.PTransform):
     The copies are tallied per sha256 with a combine (``CopyTally``), so no
     step holds the copies of one image; each copy's dead letter is made from
     its image's choice (a side input read by key) in packs (``_PackCopyRefsFn``).
-    Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
-    ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter); with ``near``
-    also ``NEAR_DEAD_LETTERS``, ``NEAR_DUPLICATES``, ``OVER_CAP`` and
-    ``UNHASHED``.
+    Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
+    (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
 
     Args:
         published: ``(sha256, PublishedCopy)`` of the output folder's published
