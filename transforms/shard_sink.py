@@ -443,8 +443,7 @@ class PublishShards(beam.PTransform):
         manifest_extras: Optional ``PCollection`` with one element, a mapping
             merged into the manifest or a ``ManifestExtras``; or an ``ExtrasFrom``.
         sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of
-            further files to publish beside the shards (None: a file of an
-            earlier run the set does not have, removed if present).
+            further files to publish beside the shards (None: removed if present).
         parallel_from: Shard renames from which the workers do them (default
             ``folders.PARALLEL_MOVES``).
     """
