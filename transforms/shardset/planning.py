@@ -45,12 +45,9 @@ from typing import Iterable, Mapping, Sequence
 from transforms.errors import PlanError
 from transforms.shardset.naming import check_split_name
 
-__all__ = [
-    "BUCKET_BITS", "NUM_BUCKETS", "GROUP_RECORDS", "group_bits", "MIB", "SplitTotals", "SplitLayout",
-    "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
-    "lay_out_split", "place_bucket", "split_by_content", "split_rank",
-    "parse_split_fractions",
-]
+__all__ = ["BUCKET_BITS", "NUM_BUCKETS", "GROUP_RECORDS", "group_bits", "MIB", "SplitTotals", "SplitLayout",
+           "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
+           "lay_out_split", "place_bucket", "split_by_content", "split_rank", "parse_split_fractions"]
 
 MIB = 1024 * 1024
 _KEY_BITS = 63
@@ -264,7 +261,8 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
     """
-    _check_bucket_bits(bucket_bits)
+    if not 0 <= bucket_bits <= _KEY_BITS:
+        raise PlanError(f"bucket_bits must be in 0..{_KEY_BITS}, got {bucket_bits}")
     rows = sorted(bucket_totals)
     buckets, offsets, counts = array("q"), array("q"), array("q")
     offset = records = largest = 0
@@ -302,11 +300,6 @@ def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]
                         f"{expected} were counted")
     totals = layout.totals
     return cut_records(sizes_in_order, totals.num_shards, totals.total_bytes, layout.offsets[index])
-
-
-def _check_bucket_bits(bits: int) -> None:
-    if not 0 <= bits <= _KEY_BITS:
-        raise PlanError(f"bucket_bits must be in 0..{_KEY_BITS}, got {bits}")
 
 
 def parse_split_fractions(text: str) -> dict[str, float]:
