@@ -174,14 +174,12 @@ class PlanShards(beam.PTransform):
         num_shards: Fixed shard count per split, or None to choose.
         bucket_bits: Bits of the order key that make a group; the plan does
             not depend on it.
-        published: Appending: split -> bytes of each of its published shards,
-            in index order (``planning.append_layout``); a shard key then holds
-            the index and count the split will be published with, and each
-            shard that begins with the merged shard's records gets a
-            ``LeadRecords`` item.
+        published: Appending: split -> bytes of each of its published shards
+            (``planning.append_layout``); shard keys then hold the final index
+            and count, and a shard that begins with the merged shard's records
+            gets a ``LeadRecords`` item.
         expected: ``PCollection`` with one element, at least the number of
-            items (a build's inputs), or None. Given, the groups have
-            ``planning.group_bits(expected, bucket_bits)`` bits.
+            items, or None (``planning.group_bits``).
     """
 
     def __init__(self, split_of: Callable[[Any], str], order_of: Callable[[Any], tuple],
