@@ -214,14 +214,12 @@ class WriteShards(beam.PTransform):
         output: Where the shards go and how their files are made.
         records: How each shard's items become its records, in which order.
         run_id: The run's id (its staging folder).
-        totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,
-            for a disk-full message).
+        totals: ``PCollection[SplitTotals]`` of the plan (for a disk-full message).
         inputs: ``PCollection`` with one element, the number of inputs: when
             those the plan leaves out are over ``max_bad_fraction``, publishing
             will refuse the run, so no shard is written.
         max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
-        reuse: The finished shards of interrupted runs this run resumes, or
-            None (no done records are written).
+        reuse: The finished shards of interrupted runs this run resumes, or None.
     """
 
     def __init__(self, output: ShardOutput, records: ShardRecords, run_id: str, totals, *, inputs=None,
