@@ -231,11 +231,7 @@ def append_layout(published: Sequence[int], new_bytes: int, target_bytes: int) -
     lower end (``2T/3``). Fewer new bytes join the smallest published shard
     (the last of equals), whose records come first on the line that is cut
     into shards (``lead`` bytes): at most that one shard is rewritten.
-
-    Args:
-        published: Bytes of each published shard of the split, in index order.
-        new_bytes: Framed bytes of the new records.
-        target_bytes: Target shard size T.
+    ``published``: bytes of each published shard of the split, in index order.
     """
     if not published or 3 * new_bytes >= 2 * target_bytes:
         return None, 0
@@ -255,8 +251,7 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
         target_bytes: Target shard size, used when ``num_shards`` is None.
         num_shards: Fixed shard count (``--num_shards``), or None.
         bucket_bits: Bits of the order key that name a bucket.
-        published: Appending: bytes of each published shard of the split, in
-            index order (``append_layout`` says which one the new records join).
+        published: Appending: bytes of each published shard (``append_layout``).
 
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
