@@ -167,8 +167,10 @@ def _archive_problem(path: str, kind: str) -> str | None:
     return f"--input {path}: {problem}" if problem else None
 
 
-def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:
-    """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None."""
+def _parquet_class_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] | None:
+    """Checks the Parquet inputs' columns (their footers); the ``ClassLabel`` names they all give, or None."""
+    paths = [each for path in inputs if archive_kind(path) == PARQUET
+             for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
     names: set[tuple[str, ...] | None] = set()
     for path in paths:
         try:
@@ -178,11 +180,11 @@ def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: 
             raise UsageError(f"--input {path} cannot be read: {type(err).__name__}: {err}") from err
         except ImageError as err:
             raise UsageError(f"--input {path}: {err.detail}") from err
-        problem = columns_problem(schema, image_column, label_column)
+        problem = columns_problem(schema, cfg.image_column, cfg.label_column)
         if problem:
             raise UsageError(f"--input {path} {problem}")
         try:
-            names.add(class_names_of(schema, label_column))
+            names.add(class_names_of(schema, cfg.label_column))
         except ManifestError as err:
             raise UsageError(f"--input {path}: {err}") from err
     if len(names) > 1 and any(names):
@@ -286,13 +288,6 @@ def _check_folders(cfg: BuildConfig) -> None:
                                  "read the run files as images; choose a folder outside the inputs")
 
 
-def _parquet_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] | None:
-    """Checks the Parquet inputs' columns (their footers); the ``ClassLabel`` names they all give, or None."""
-    files = [each for path in inputs if archive_kind(path) == PARQUET
-             for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
-    return _parquet_class_names(files, cfg.image_column, cfg.label_column) if files else None
-
-
 def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
             layouts: dict[str, str | None]) -> tuple[PublishPolicy, tuple[str, ...] | None]:
     """The run's publishing policy, and with --append the published set's class names (else None);
@@ -318,14 +313,15 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     fixed = fixed_class_names(_fixed_names(cfg))
     parquet_folders = () if offline else _parquet_folders(cfg.input)
     inputs = _with_parquet_files(cfg.input, parquet_folders)  # each folder of Parquet files as its files
-    parquet_names = None if offline else _parquet_names(cfg, inputs)
+    parquet_names = None if offline else _parquet_class_names(cfg, inputs)
     _check_folders(cfg)
     tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
                   for task in folder_tasks(path, cfg.layout, offline=offline))
     layouts = {task.root: task.layout for task in tasks}
-    # The check across splits hashes each image's pixels, unless the images all go to one split.
+    # The check across splits hashes each image's pixels, unless the images all go to one split
+    # (known before they are listed).
     near = cfg.near_duplicates != "off" and not offline
-    one_split = near and _one_split(inputs, layouts, cfg.rules)
+    one_split = near and len(cfg.rules.split_fractions) <= 1 and all(_unsplit(path, layouts) for path in inputs)
     policy, append_to = _policy(cfg, offline, inputs, layouts)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # patterns of WebDataset shards or Parquet files do not.
@@ -455,12 +451,6 @@ def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
     if is_manifest_path(path):
         return path.lower().endswith(".csv") and "split" not in (_csv_columns(path) or ["split"])
     return layouts.get(path.rstrip("/")) == "classes"
-
-
-def _one_split(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> bool:
-    """True if the build's images all go to one split, known before they are listed: no image has
-    a near-duplicate in another split, so none is hashed."""
-    return len(rules.split_fractions) <= 1 and all(_unsplit(path, layouts) for path in inputs)
 
 
 def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
