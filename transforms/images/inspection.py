@@ -49,11 +49,8 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     """Inspects one input whose bytes are ``data``; a ``SPLIT_BY_CONTENT`` split is chosen here.
 
     Args:
-        source: The input.
-        data: Its bytes.
         index_of: Class name -> index.
         layout: The build's ``RecordLayout``, or None for plain image records.
-        settings: Image options of the build.
         seed: Shuffle seed for the order key.
         fractions: Split name -> fraction (``--split_fractions``).
         hashed: The metadata carries the perceptual hash of the pixels
