@@ -42,13 +42,7 @@ _RUN_NEEDS_APART = ("the run's run files need free space in --staging_dir for ab
 
 class BundleRunFile:
     """The run file of one bundle: opened at the first record, closed when the bundle ends (or
-    when it writes its done list).
-
-    Args:
-        output_dir: The output folder (for a disk-full message).
-        run_id: The run's id (its staging folder).
-        staging_dir: ``--staging_dir``, or None: where the run files lie.
-    """
+    when it writes its done list), in the run's staging folder or ``staging_dir``."""
 
     def __init__(self, output_dir: str, run_id: str, staging_dir: str | None = None) -> None:
         self._folder = run_files_folder(output_dir, run_id, staging_dir)
