@@ -34,11 +34,7 @@ def in_global_window(value):
 
 
 class PackedValues:
-    """The values of one group, decoded from their packs on each iteration.
-
-    Iterating twice decodes twice and holds one value at a time (and the
-    packs the runner gave), never every decoded value of the group.
-    """
+    """The values of one group, decoded from their packs on each iteration, one value at a time."""
 
     def __init__(self, packs: typing.Iterable[bytes], coder: coders.Coder, compressed: bool = False) -> None:
         self._packs = packs
@@ -53,11 +49,8 @@ class PackedValues:
 
 
 class PackFn(CarriesStorageOptions, beam.DoFn):
-    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey.
-
-    A subclass's ``process`` calls ``self.add(key, value)`` and yields what it
-    returns; ``finish_bundle`` hands out the rest.
-    """
+    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey: a
+    subclass's ``process`` returns what ``self.add(key, value)`` does; ``finish_bundle`` hands out the rest."""
 
     def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES,
                  compress: bool = False) -> None:
