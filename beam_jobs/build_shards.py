@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import functools
 import importlib.metadata
+import operator
 import os
 import re
 import sys
@@ -94,9 +95,7 @@ def _input_problem(path: str) -> str | None:
             names = expand_braces(path)
         except PlanError as err:
             return f"--input {err}"
-        # The first shard (or the first pattern's files) must be there; a later missing shard is its
-        # own dead letter.
-        found = match_files(names[:1])[0]
+        found = match_files(names[:1])[0]  # a later missing shard is its own dead letter
         if not found:
             return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
         return _archive_problem(found[0].path, TAR)
@@ -110,8 +109,7 @@ def _input_problem(path: str) -> str | None:
         if not exists(path):
             return f"--input {path} does not exist"
         return None if archive_kind(path) == PARQUET else _archive_problem(path, archive_kind(path))
-    # Object stores have no folder objects, only keys below the prefix.
-    if has_files_below(path):
+    if has_files_below(path):  # object stores have no folder objects, only keys below the prefix
         return None
     if "://" in path:  # an object under that exact name is a file; no key below it: nothing to read
         found = exists(path)
@@ -127,8 +125,7 @@ def _input_problem(path: str) -> str | None:
 
 
 def _pattern_files(pattern: str) -> list[str]:
-    """The files a pattern of Parquet files names: its braces expanded (``PlanError`` when they do not
-    pair up), its wildcards matched once."""
+    """The files a pattern of Parquet files names: braces expanded (else ``PlanError``), wildcards matched."""
     return [meta.path for found in match_files(expand_braces(pattern))
             for meta in sorted(found, key=lambda meta: meta.path)]
 
@@ -170,9 +167,10 @@ def _archive_problem(path: str, kind: str) -> str | None:
     return f"--input {path}: {problem}" if problem else None
 
 
-def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: str) -> tuple[str, ...] | None:
-    """Checks Parquet inputs' columns (from their footers); the ``ClassLabel`` names they all give, or None.
-    ``UsageError`` when a file is not Parquet, lacks a column, or files name their classes differently."""
+def _parquet_class_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] | None:
+    """Checks the Parquet inputs' columns (their footers); the ``ClassLabel`` names they all give, or None."""
+    paths = [each for path in inputs if archive_kind(path) == PARQUET
+             for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
     names: set[tuple[str, ...] | None] = set()
     for path in paths:
         try:
@@ -182,11 +180,11 @@ def _parquet_class_names(paths: Sequence[str], image_column: str, label_column: 
             raise UsageError(f"--input {path} cannot be read: {type(err).__name__}: {err}") from err
         except ImageError as err:
             raise UsageError(f"--input {path}: {err.detail}") from err
-        problem = columns_problem(schema, image_column, label_column)
+        problem = columns_problem(schema, cfg.image_column, cfg.label_column)
         if problem:
             raise UsageError(f"--input {path} {problem}")
         try:
-            names.add(class_names_of(schema, label_column))
+            names.add(class_names_of(schema, cfg.label_column))
         except ManifestError as err:
             raise UsageError(f"--input {path}: {err}") from err
     if len(names) > 1 and any(names):
@@ -200,8 +198,7 @@ _MANIFEST_HEAD_BYTES = 64 * 1024
 
 
 def _check_manifest(path: str) -> None:
-    """Refuses an input manifest whose header cannot work (``Path,Label``), reading only its first bytes:
-    a usage error at once, not one dead letter under the bad-input threshold."""
+    """Refuses an input manifest whose header cannot work (``Path,Label``), from its first bytes."""
     try:
         with open_for_read(path) as fh:
             size = file_size(fh)
@@ -216,8 +213,7 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
-# A COCO file's first images, looked for before the job when --image_root is not given, and the
-# most entries read to find them (a file may list its annotations first).
+# A COCO file's first images looked for without --image_root, and the most entries read to find them.
 _COCO_PROBE_IMAGES = 8
 _COCO_PROBE_ENTRIES = 100_000
 
@@ -239,7 +235,7 @@ def _check_coco_images(path: str) -> None:
 
 def _fixed_names(cfg: BuildConfig) -> list[str] | None:
     """The names --class_names gives or --labels_file holds (one per line), unchecked; None without either
-    (and for a Dataflow dry run's labels file on gs:// or s3://: it stays offline)."""
+    (or for a dry run's labels file on a store: it stays offline)."""
     if cfg.class_names is not None:
         return cfg.class_name_list
     if not cfg.labels_file or (cfg.dataflow_dry_run and not is_local(cfg.labels_file)):
@@ -280,22 +276,16 @@ def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
 def _check_folders(cfg: BuildConfig) -> None:
     """Raises ``UsageError`` for an input folder that holds --output_dir or --staging_dir (or lies in the output)."""
     for path in cfg.input:
-        problem = (None if is_manifest_path(path) or is_container_input(path)
-                   else opt.overlap_problem(path, cfg.output_dir))
+        if is_manifest_path(path) or is_container_input(path):
+            continue
+        problem = opt.overlap_problem(path, cfg.output_dir)
         if problem:
             raise UsageError(problem)
-        if cfg.staging_dir and not is_manifest_path(path) and not is_container_input(path):
+        if cfg.staging_dir:
             source, staging = opt.resolved_path(path), opt.resolved_path(cfg.staging_dir)
             if staging == source or staging.startswith(source.rstrip("/") + "/"):
                 raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
                                  "read the run files as images; choose a folder outside the inputs")
-
-
-def _parquet_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, ...] | None:
-    """Checks the Parquet inputs' columns (their footers); the ``ClassLabel`` names they all give, or None."""
-    files = [each for path in inputs if archive_kind(path) == PARQUET
-             for each in (_pattern_files(path) if is_parquet_pattern(path) else [path])]
-    return _parquet_class_names(files, cfg.image_column, cfg.label_column) if files else None
 
 
 def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
@@ -317,23 +307,21 @@ def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
 
 def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
     """Checks the inputs and files the flags name; returns ``cfg`` with what the build found before its
-    pipeline (``found``: ``transforms/images/build_survey.py`` decides it from what is read here).
-
-    ``options`` say how many workers a local run has. Raises ``UsageError`` on a wrong flag or input.
-    """
+    pipeline (``found``: ``images/build_survey.py``). Raises ``UsageError`` on a wrong flag or input."""
     offline = cfg.dataflow_dry_run  # a dry run stays offline: gs:// would need credentials
     _check_inputs(cfg, offline)
     fixed = fixed_class_names(_fixed_names(cfg))
     parquet_folders = () if offline else _parquet_folders(cfg.input)
     inputs = _with_parquet_files(cfg.input, parquet_folders)  # each folder of Parquet files as its files
-    parquet_names = None if offline else _parquet_names(cfg, inputs)
+    parquet_names = None if offline else _parquet_class_names(cfg, inputs)
     _check_folders(cfg)
     tasks = tuple(task for path in inputs if not is_manifest_path(path) and not is_container_input(path)
                   for task in folder_tasks(path, cfg.layout, offline=offline))
     layouts = {task.root: task.layout for task in tasks}
-    # The check across splits hashes each image's pixels, unless the images all go to one split.
+    # The check across splits hashes each image's pixels, unless the images all go to one split
+    # (known before they are listed).
     near = cfg.near_duplicates != "off" and not offline
-    one_split = near and _one_split(inputs, layouts, cfg.rules)
+    one_split = near and len(cfg.rules.split_fractions) <= 1 and all(_unsplit(path, layouts) for path in inputs)
     policy, append_to = _policy(cfg, offline, inputs, layouts)
     # Archives that are read by range count as folders do; a .tar.gz (one stream per process) and
     # patterns of WebDataset shards or Parquet files do not.
@@ -447,8 +435,7 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
 
 def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
     """The splits a build writes whatever its inputs hold, known before they are listed (``_unsplit``;
-    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells).
-    Split folders and JSON Lines rows may name their own: the publish step checks those."""
+    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells)."""
     for path in inputs:
         if _unsplit(path, layouts):
             return set(rules.split_fractions) or {rules.split}
@@ -466,24 +453,14 @@ def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
     return layouts.get(path.rstrip("/")) == "classes"
 
 
-def _one_split(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> bool:
-    """True if the build's images all go to one split, known before they are listed: no image has
-    a near-duplicate in another split, so none is hashed."""
-    return len(rules.split_fractions) <= 1 and all(_unsplit(path, layouts) for path in inputs)
-
-
 def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
     # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
     return shard_content_key(key, compression if file_format == "tfrecord" else f"{file_format}:{compression}",
                              items)
 
 
-def _split_of(meta) -> str:
-    return meta.source.split
-
-
-def _size_of(meta) -> int:
-    return meta.record_size
+_split_of = operator.attrgetter("source.split")
+_size_of = operator.attrgetter("record_size")
 
 
 def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -517,10 +494,8 @@ def _class_names(facts, fixed: list[str] | None, published: list[str] | None, ch
 
 
 def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
-    """Wires the listing of the inputs, their facts and the duplicate-path check (not for one folder) into ``p``.
-
-    ``check``, given the ``ListingFacts``, may refuse the run (raise) before any image is read.
-    """
+    """Wires the listing of the inputs, their facts and the duplicate-path check into ``p``; ``check``,
+    given the ``ListingFacts``, may refuse the run (raise) before any image is read."""
     found = cfg.found
     names = _index_names(found.labels, found.append_to)
     inputs = _with_parquet_files(cfg.input, found.parquet_folders)  # each folder of Parquet files as its files
@@ -545,8 +520,7 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
 
 
 def _one_folder(inputs: Sequence[str]) -> bool:
-    """True if the inputs are one folder (of images): its listing gives each relative path once, so no two
-    of its inputs share a relative path in a split (``RejectDuplicatePaths`` would find none)."""
+    """True if the inputs are one folder (of images): its listing gives each relative path once."""
     return len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0])
 
 
@@ -555,10 +529,8 @@ def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, 
     """Raises ``UsageError`` when the listed inputs' splits would replace a split other inputs built,
     or the run would keep splits of the other shard file format (a set has one)."""
     written = listed_splits(facts.splits, fractions)
-    problem = replace_problem(output_dir, old, written, inputs)
-    if problem:
-        raise UsageError(problem)
-    problem = kept_format_problem(output_dir, old, written, file_format, drop_other_splits)
+    problem = (replace_problem(output_dir, old, written, inputs)
+               or kept_format_problem(output_dir, old, written, file_format, drop_other_splits))
     if problem:
         raise UsageError(problem)
 
@@ -605,8 +577,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         published=published_shard_sizes(cfg.output_dir) if appending else None,
         expected=inputs)  # groups of about GROUP_RECORDS images: a bundle's images of one travel packed together
     dead = (*listing_dead, inspected[DEAD_LETTERS], distinct[DEAD_LETTERS], *near_dead)
-    # Every input is rejected or planned before a shard is written: over --max_bad_fraction
-    # (inputs less planned records), publishing refuses the run, so no shard is written at all.
     output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
     records = ShardRecords(ImageRecordMaker(), image_order, cfg.found.write_threads,
                            tally_of=record_count_keys)  # each shard counts its image formats, channels, boxes skipped
@@ -619,9 +589,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     fields = {"created_by": "build_shards", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     own_spec = orientation_spec(settings)  # image/orientation with --exif_orientation keep
     spec = layout | "FeatureSpec" >> beam.Map(lambda lay: {**IMAGE_FEATURES, **lay.feature_spec(), **own_spec})
-    # Object classes, image counts (from each shard's tallies) and, looking for them, near-duplicates.
-    # Not hashed (one split): as with off, no near_duplicates.jsonl (an earlier one removed), no summary.
-    # Made in the publish step from these side inputs: no step of their own (one stage fewer).
+    # Object classes, image counts and, when hashed, near-duplicates, made in the publish step.
     views = {"layout": beam.pvalue.AsSingleton(layout), **({} if not near else {
         name: beam.pvalue.AsList(distinct[tag])
         for name, tag in (("near_pairs", NEAR_DUPLICATES), ("over_cap", OVER_CAP), ("unhashed", UNHASHED))})}
@@ -632,23 +600,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         max_bad_fraction=cfg.max_bad_fraction, manifest_extras=extras,
         sidecars=functools.partial(build_sidecars, name=cfg.tfds_name))
 
-def _disk_need(cfg: BuildConfig) -> str:
-    """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
-    '' when its inputs' size is not known without reading them (manifests, stores)."""
-    archives = [path for path in cfg.input if is_container_input(path)]
-    size = local_bytes_at_least([path for path in cfg.input if path not in archives and not is_manifest_path(path)],
-                                1 << 62, archives)
-    if not size:
-        return ""
-    if cfg.staging_dir:
-        kept = local_bytes_at_least([run_files_folder(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir)],
-                                    1 << 62) or 0  # kept for the rerun
-        return apart_shortfall_clause(size, cfg.staging_dir, free_bytes(cfg.staging_dir), cfg.output_dir,
-                                      free_bytes(cfg.output_dir), kept)
-    kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
-    return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
-
-
 class BuildJob(PublishingJob):
     """The build job as the harness runs it: its summary says what a build adds (``images.build_summary``)
     and, for a resumed run, what it reused."""
@@ -657,7 +608,20 @@ class BuildJob(PublishingJob):
         super().__init__("build_shards", BuildConfig, make_config, build_pipeline, progress=build_progress)
 
     def disk_need(self, cfg: BuildConfig) -> str:
-        return _disk_need(cfg)
+        """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
+        '' when its inputs' size is not known without reading them (manifests, stores)."""
+        archives = [path for path in cfg.input if is_container_input(path)]
+        size = local_bytes_at_least(
+            [path for path in cfg.input if path not in archives and not is_manifest_path(path)], 1 << 62, archives)
+        if not size:
+            return ""
+        if cfg.staging_dir:
+            runs = run_files_folder(cfg.output_dir, cfg.policy.run_id, cfg.policy.staging_dir)
+            kept = local_bytes_at_least([runs], 1 << 62) or 0  # kept for the rerun
+            return apart_shortfall_clause(size, cfg.staging_dir, free_bytes(cfg.staging_dir), cfg.output_dir,
+                                          free_bytes(cfg.output_dir), kept)
+        kept = local_bytes_at_least([staging_folder(cfg.output_dir)], 1 << 62) or 0  # kept for the rerun
+        return shortfall_clause(size, free_bytes(cfg.output_dir), kept)
 
     def summary_lines(self, cfg: BuildConfig, manifest: Manifest) -> list[str]:
         return build_lines(cfg.output_dir, manifest, cfg.near_duplicates == "off")

@@ -42,14 +42,12 @@ __all__ = ["ImageRules", "RecordStaging",
            "DEFAULT_MAX_IMAGE_BYTES", "InspectImages", "ImageRecordMaker", "image_order", "read_source",
            "read_input", "REUSED_INPUTS", "REUSED_INPUT_BYTES"]
 
-# Largest input file read (--max_image_mb); larger ones are ``too_large`` dead letters.
 # Counters (namespace ``build``) of the inputs whose records a resumed run took from an
 # interrupted run's run files, and of their bytes.
 REUSED_INPUTS = "images_reused"
 REUSED_INPUT_BYTES = "image_bytes_reused"
-# A bundle that keeps done lists closes its run file and writes the file's done list once it
-# holds this many records or bytes, so that a run stopped mid-bundle (Ctrl-C, a kill) leaves
-# the inputs it finished to a rerun; a few hundred files per 10,000 inputs at most.
+# A bundle that keeps done lists closes its run file and writes its done list at this many
+# records or bytes, so that a run stopped mid-bundle leaves the inputs it finished to a rerun.
 DONE_LIST_RECORDS = 256
 DONE_LIST_BYTES = 64 * MIB
 # The first bytes of an input on a store asked for in one request: a smaller file is read whole with it.
@@ -59,15 +57,11 @@ FIRST_READ_BYTES = 1 << 20
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     """Reads an input file that may be an image, through Beam's file systems (local, gs://, s3://).
 
-    Only a regular file is opened (``open_for_read``). A file over ``max_bytes``
-    is refused from its size, or after ``max_bytes`` bytes when the store cannot
-    tell it; a file longer than ``HEAD_BYTES`` is read whole only if its first
-    bytes could start an image (``could_be_image``), so a video or an archive
-    costs one small read. One open per file; a local image with a magic number
-    (JPEG, PNG, ...) costs one 16-byte ``pread`` more than reading it whole.
-
-    On gs:// and s3:// a file is read in bounded ranges with no metadata
-    request (``_read_stored_source``).
+    A file over ``max_bytes`` is refused from its size, or after ``max_bytes``
+    bytes when the store cannot tell it; a file longer than ``HEAD_BYTES`` is
+    read whole only if its first bytes could start an image (``could_be_image``),
+    so a video or an archive costs one small read. On gs:// and s3:// a file is
+    read in bounded ranges with no metadata request (``_read_stored_source``).
 
     Raises:
         OSError: As ``open_for_read``, or while reading.
@@ -78,8 +72,7 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     with open_for_read(path) as fh, naming_s3_errors(path):
         size = file_size(fh)
         if size is not None and size > max_bytes:
-            raise ImageError("too_large", f"file has {size} bytes, over --max_image_mb "
-                                          f"({max_bytes / MIB:g} MiB); not read")
+            raise _too_large(f"{size}", max_bytes, "not read")
         if size is not None and size <= HEAD_BYTES:
             return fh.read()
         if size is not None:
@@ -88,16 +81,27 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
                 return fh.read()
         head = read_at_most(fh, HEAD_BYTES)
         if len(head) == HEAD_BYTES and not could_be_image(head):
-            shown = f"{size} bytes" if size is not None else f"over {HEAD_BYTES} bytes"
-            raise ImageError("not_an_image", f"not a recognised image format ({shown}; "
-                                             f"judged from the first {HEAD_BYTES} bytes)")
+            raise _not_an_image(size, HEAD_BYTES)
         if size is not None:
             return head + fh.read(size - len(head)) if len(head) == HEAD_BYTES else head
-        data = head + read_at_most(fh, max_bytes + 1 - len(head))
-        if len(data) > max_bytes:
-            raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
-                                          f"({max_bytes / MIB:g} MiB); read no further")
-        return data
+        return _at_most(head + read_at_most(fh, max_bytes + 1 - len(head)), max_bytes)
+
+
+def _too_large(size: str, max_bytes: int, what: str) -> ImageError:
+    return ImageError("too_large", f"file has {size} bytes, over --max_image_mb ({max_bytes / MIB:g} MiB); {what}")
+
+
+def _at_most(data: bytes, max_bytes: int) -> bytes:
+    """``data``, or ``too_large`` when it holds more than ``max_bytes``."""
+    if len(data) > max_bytes:
+        raise _too_large(f"over {max_bytes}", max_bytes, "read no further")
+    return data
+
+
+def _not_an_image(size: int | None, read: int) -> ImageError:
+    shown = f"{size} bytes" if size is not None else f"over {read} bytes"
+    return ImageError("not_an_image", f"not a recognised image format ({shown}; "
+                                      f"judged from the first {HEAD_BYTES} bytes)")
 
 
 def _read_stored_source(path: str, max_bytes: int) -> bytes:
@@ -109,32 +113,19 @@ def _read_stored_source(path: str, max_bytes: int) -> bytes:
     """
     first, size = read_prefix(path, min(FIRST_READ_BYTES, max_bytes + 1))
     if size is not None and size > max_bytes:
-        raise ImageError("too_large", f"file has {size} bytes, over --max_image_mb "
-                                      f"({max_bytes / MIB:g} MiB); read no further")
-    if len(first) > max_bytes:
-        raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
-                                      f"({max_bytes / MIB:g} MiB); read no further")
+        raise _too_large(f"{size}", max_bytes, "read no further")
+    _at_most(first, max_bytes)
     if len(first) < FIRST_READ_BYTES or (size is not None and size == len(first)):
         return first
     if not could_be_image(first[:HEAD_BYTES]):
-        shown = f"{size} bytes" if size is not None else f"over {len(first)} bytes"
-        raise ImageError("not_an_image", f"not a recognised image format ({shown}; "
-                                         f"judged from the first {HEAD_BYTES} bytes)")
+        raise _not_an_image(size, len(first))
     rest = read_range(path, len(first), (size if size is not None else max_bytes + 1) - len(first))
-    data = first + rest
-    if len(data) > max_bytes:
-        raise ImageError("too_large", f"file has over {max_bytes} bytes, over --max_image_mb "
-                                      f"({max_bytes / MIB:g} MiB); read no further")
-    return data
+    return _at_most(first + rest, max_bytes)
 
 
 def read_input(source: SourceImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
-    """The bytes of an input: its file (``read_source``), or its member of an archive or Parquet file.
-
-    Raises:
-        OSError: As ``open_for_read``, or while reading.
-        ImageError: ``too_large``, ``not_an_image``, or ``unreadable`` for a damaged member.
-    """
+    """The bytes of an input: its file (``read_source``), or its member of an archive or Parquet file
+    (``ImageError`` ``unreadable`` for a damaged one)."""
     if source.member is None:
         return read_source(source.path, max_bytes)
     return read_member(source.member, max_bytes)
@@ -144,15 +135,13 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     """Base of the DoFns that read each input image on a pool of threads, outputs in input order.
 
     ``SourceImage`` -> what ``_emit`` yields for ``_work_on``'s result. Inputs
-    are worked on by ``threads`` threads (``worker_threads``; 0: one per usable
-    core), at most ``window_for(threads)`` at a time; the outputs, counters and
-    progress follow in input order on the bundle's thread, each output in its
-    own input's window, and ``finish_bundle`` emits what is still in flight.
+    are worked on by ``threads`` threads (0: one per usable core), at most
+    ``window_for(threads)`` at a time; outputs follow in input order on the
+    bundle's thread, each in its own input's window.
     Side inputs: ``labels`` (class names in index order) and ``layout``.
 
     Subclasses set ``_threads`` and ``THREAD_NAME`` and define ``_work_on``
-    (runs on any thread, no Beam calls) and ``_emit``; ``_bundle_ends`` runs
-    before a bundle ends and when a failed one is dropped.
+    (runs on any thread, no Beam calls) and ``_emit``.
     """
 
     THREAD_NAME = "image"
@@ -200,8 +189,7 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         raise NotImplementedError
 
     def _one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
-             where: tuple) -> tuple:
-        """Runs on a pool thread: ``_work_on``'s result, and ``where`` it is emitted."""
+             where: tuple) -> tuple:  # on a pool thread
         return self._work_on(source, index_of, layout), where
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
@@ -218,11 +206,9 @@ class ImageRules:
     """What decides an image's outcome beside how it is encoded.
 
     Attributes:
-        split_fractions: Split name -> fraction (``--split_fractions``): the
-            split of each image whose input names none, chosen from its sha256.
+        split_fractions: Split name -> fraction (``--split_fractions``).
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
-        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels
-            (``ImageMeta.phash``), for ``RejectDuplicateImages``.
+        hashed: Each ``ImageMeta`` carries the perceptual hash of its pixels (``ImageMeta.phash``).
     """
 
     split_fractions: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -242,10 +228,9 @@ class RecordStaging:
         output_dir: The output folder (the run's staging folder is inside it).
         run_id: The run's id.
         staging_dir: ``--staging_dir``, or None (the run's staging folder).
-        done_lists: Write each run file's done list, so that a rerun after an
-            interruption may reuse its records.
+        done_lists: Write each run file's done list.
         resume: The done lists of the interrupted runs this run resumes
-            (``storage.resume_files.AdoptedWork.done_lists``); each worker reads them once.
+            (``storage.resume_files.AdoptedWork.done_lists``).
     """
 
     output_dir: str
@@ -259,31 +244,18 @@ class _InspectImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
     An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
-    sha256 and the split fractions.
+    sha256 and the split fractions. Each accepted image's framed record is
+    appended to the bundle's run file (``tfrecord.run_files``) in input order,
+    and its ``ImageMeta`` says where (``run``): the image is read once per
+    build. The run file is closed before the bundle ends, so no output names
+    a record that is not on storage.
 
-    With ``staging`` (a ``RecordStaging``: the output folder, the run's id, ``--staging_dir``), each accepted
-    image's framed record is appended to the bundle's run file in the run's
-    staging folder (``tfrecord.run_files``), on the bundle's thread in
-    input order, and its ``ImageMeta`` says where (``run``): the image is read
-    once per build, and its bytes never travel with the metadata. The run
-    file is closed before the bundle ends, so no output names a record that is
-    not on storage; a failed bundle's run file is named by no output that
-    survives it, and goes with the staging folder.
-
-    Inputs are inspected on a pool of ``threads`` threads (``worker_threads``;
-    0: one per usable core), at most ``window_for(threads)`` at a time; the
-    outputs, counters and progress follow in input order, each output in its
-    own input's window, and ``finish_bundle`` emits what is still in flight.
-
-    With ``done_lists``, each input's stamp (size, mtime, inode) is taken
-    before it is read, and once a run file is closed, its done list is
-    written beside it (``shardset.resume``): when the bundle finishes, and
-    every ``DONE_LIST_RECORDS`` records or ``DONE_LIST_BYTES`` bytes before
-    (the bundle's next records go to a new run file), so that a run stopped
-    mid-bundle keeps what it finished. ``resume``, the
-    done lists of interrupted runs (read once per DoFn instance, when its
-    first input comes), then gives the record of an input whose path,
-    listing, stamp and context match, without reading it.
+    With ``done_lists``, each input's stamp is taken before it is read, and
+    each closed run file gets its done list (``shardset.resume``), also every
+    ``DONE_LIST_RECORDS`` records or ``DONE_LIST_BYTES`` bytes. ``resume``,
+    the done lists of interrupted runs (read once, at the first input), then
+    gives the record of an input whose path, listing, stamp and context
+    match, without reading it.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, rules: ImageRules | None = None, threads: int = 1,
@@ -326,9 +298,7 @@ class _InspectImageFn(OrderedImageFn):
         yield from super().process(source, window, timestamp, labels=labels, layout=layout)
 
     def _bundle_ends(self, finished: bool) -> None:
-        if getattr(self, "_run", None) is not None:
-            # Before the bundle ends every output names a whole record; a failed bundle's run
-            # file is named by no surviving output, and gets no done list.
+        if getattr(self, "_run", None) is not None:  # a failed bundle's run file gets no done list
             self._close_run_file(finished)
 
     def _close_run_file(self, done_list: bool) -> None:
@@ -375,10 +345,7 @@ class _InspectImageFn(OrderedImageFn):
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
                  layout: RecordLayout | None) -> tuple[Inspected, tuple | None]:
         """Reads and inspects one input, or takes its record from an interrupted run; no Beam calls.
-
-        Returns the inspection and, where the input may be resumed later,
-        ``(source key, stamp, reused)``.
-        """
+        Returns the inspection and, where the input may be resumed later, ``(source key, stamp, reused)``."""
         dead = unknown_label(source, index_of)
         if dead is not None:
             return Inspected(dead, None), None
@@ -405,26 +372,18 @@ class InspectImages(beam.PTransform):
     """Reads, validates and measures every image.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (ImageMeta)
-    and ``DEAD_LETTERS`` (DeadLetter with the reason). The outputs do not
-    depend on ``threads``.
+    and ``DEAD_LETTERS`` (DeadLetter), whatever ``threads``.
 
     Args:
         settings: Image options of the build.
         seed: Shuffle seed for the order key.
         labels: Singleton side input with the class names in index order.
-        rules: Splits by content, the largest input read, perceptual hashes
-            (``ImageRules``; default: none, ``DEFAULT_MAX_IMAGE_BYTES``, none).
+        rules: Splits by content, the largest input read, perceptual hashes.
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
         threads: Images inspected at once by each worker; 0 for one per core
-            the worker may use. Threads pay when Pillow decodes or encodes each
-            image (it releases the GIL) or reads wait on a network; the
-            ``structure`` and ``header`` checks hold the GIL.
-        staging: Each accepted image's record is written to a run file in the
-            run's staging folder (or its folder in ``--staging_dir``) and its
-            metadata says where (``ImageMeta.run``), so the writer copies it
-            instead of reading the image again; with ``done_lists``, each run
-            file gets its done list.
+            the worker may use.
+        staging: Where each accepted image's record is written (``RecordStaging``).
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels, rules: ImageRules | None = None,
@@ -447,22 +406,17 @@ def image_order(meta: ImageMeta) -> tuple[int, str]:
 
 
 class ImageRecordMaker:
-    """ImageMeta -> (the record, label index), as the shard writer needs.
-
-    Each record was written to a run file when its image was read
-    (``meta.run``); it is copied from there as it is (a ``FramedRecord``, its
-    CRCs checked, its key the image's sha256), so the image is not read again.
-    """
+    """ImageMeta -> (the record, label index), as the shard writer needs: the ``FramedRecord``
+    copied from its run file (``meta.run``), its CRCs checked, its key the image's sha256."""
 
     def __init__(self) -> None:
         self._runs = RecordCopier()
 
     def close(self) -> None:
-        """Closes the run files kept open."""
         self._runs.close()
 
     def plan(self, metas: Sequence[ImageMeta]) -> None:
-        """The shard's records about to be made: they are copied in batches (``RecordCopier.plan``)."""
+        """The shard's records about to be made (``RecordCopier.plan``)."""
         self._runs.plan(meta.run for meta in metas if meta.run is not None)
 
     def __call__(self, meta: ImageMeta) -> tuple[FramedRecord, int]:

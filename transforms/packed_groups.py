@@ -3,16 +3,11 @@
 ``GroupPacked`` groups ``(key, value)`` like ``beam.GroupByKey`` and gives
 ``(key, PackedValues)``, an iterable that decodes the key's values each time
 it is iterated. Before the shuffle each bundle packs its values by key
-(``shardset.packing.Packer``: a pack per key of at most about 1 MiB, everything
-handed out at 16 MiB), so the runner moves one element per pack instead of
-one per value. On Beam's local runner, which keeps every grouped value as a
-decoded object until the group is read, that is the difference between a
-pack's bytes and a few hundred bytes per value (BENCHMARKS.md, "Nothing big at
-a billion items"); on a distributed runner it saves per-element overhead.
+(``shardset.packing.Packer``), so the runner moves one element per pack instead
+of one per value (BENCHMARKS.md, "Nothing big at a billion items").
 
-What is grouped, and each group's values, are the same as with a
-``GroupByKey``; only the order of a group's values may differ (it never was
-defined). Elements must be in the global window (batch jobs).
+Groups are those of a ``GroupByKey``; only the order of a group's values may
+differ. Elements must be in the global window (batch jobs).
 """
 
 from __future__ import annotations
@@ -39,11 +34,7 @@ def in_global_window(value):
 
 
 class PackedValues:
-    """The values of one group, decoded from their packs on each iteration.
-
-    Iterating twice decodes twice and holds one value at a time (and the
-    packs the runner gave), never every decoded value of the group.
-    """
+    """The values of one group, decoded from their packs on each iteration, one value at a time."""
 
     def __init__(self, packs: typing.Iterable[bytes], coder: coders.Coder, compressed: bool = False) -> None:
         self._packs = packs
@@ -58,11 +49,8 @@ class PackedValues:
 
 
 class PackFn(CarriesStorageOptions, beam.DoFn):
-    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey.
-
-    A subclass's ``process`` calls ``self.add(key, value)`` and yields what it
-    returns; ``finish_bundle`` hands out the rest.
-    """
+    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey: a
+    subclass's ``process`` returns what ``self.add(key, value)`` does; ``finish_bundle`` hands out the rest."""
 
     def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES,
                  compress: bool = False) -> None:
@@ -99,12 +87,6 @@ class _PackByKeyFn(PackFn):
         return self.add(*keyed)
 
 
-def _value_type(keyed_type) -> Any:
-    """The value type of a ``Tuple[K, V]`` element type, else ``Any``."""
-    args = getattr(keyed_type, "tuple_types", None)
-    return args[1] if args and len(args) == 2 else typing.Any
-
-
 class GroupPacked(beam.PTransform):
     """``(key, value)`` -> ``(key, PackedValues)``: a GroupByKey whose values cross the shuffle packed.
 
@@ -122,7 +104,8 @@ class GroupPacked(beam.PTransform):
         self._compress = compress
 
     def expand(self, keyed):
-        coder = coders.registry.get_coder(_value_type(keyed.element_type))
+        args = getattr(keyed.element_type, "tuple_types", None)  # Tuple[K, V]: V's coder
+        coder = coders.registry.get_coder(args[1] if args and len(args) == 2 else typing.Any)
         return (keyed
                 | "Pack" >> beam.ParDo(_PackByKeyFn(coder, self._pack_bytes, self._held_bytes, self._compress)
                                        ).with_output_types(typing.Tuple[typing.Any, bytes])  # (key, pack)

@@ -1,19 +1,10 @@
 """Beam transform that assigns every record to a byte-balanced shard of its split.
 
-See ``transforms/shardset/planning.py`` for the rule. Items are carried along
-untouched; only their order keys and sizes travel to the planner, and no step
-holds a number of records that grows with the split:
-
-1. every item is keyed by its (split, bucket), the top bits of its order key:
-   items are grouped by bucket at once, each bundle's items of a bucket
-   packed into one element (``packed_groups``), while
-2. per split, one combine sums records and bytes per occupied bucket (at most
-   ``2 ** bucket_bits``) and lays them end to end (``lay_out_split``): the
-   shard count and the byte offset of each bucket; the layouts (a few numbers
-   per bucket) reach the next step as a side input;
-3. each bucket's items are sorted and cut at shard boundaries (``place_bucket``).
-
-Two fused stages on Beam's runners: the combine's, and the placing one.
+See ``transforms/shardset/planning.py`` for the rule and its distributed
+form. Items are grouped, packed, by (split, bucket) while one combine per split
+sums the buckets' totals (``lay_out_split``); each bucket's items are then
+sorted and cut at shard boundaries (``place_bucket``). Items are carried along
+untouched, and no step holds a number of records that grows with the split.
 """
 
 from __future__ import annotations
@@ -62,15 +53,11 @@ _BUCKET_TOTALS = "bucket_totals"
 
 
 class _PackByBucketFn(PackFn):
-    """item -> ((split, bucket), pack of items); and each bundle's totals per bucket.
+    """item -> ((split, bucket), pack of items) (``PackFn``); and, as the bundle ends,
+    ``_BUCKET_TOTALS``: ``(split, [(bucket, records, bytes, largest)])`` per split.
 
     Side input ``expected`` (optional): at least the number of items; the
     buckets then have ``group_bits(expected, bits)`` bits.
-
-    Main output: the items packed by (split, bucket) (``PackFn``). Output
-    ``_BUCKET_TOTALS``: ``(split, [(bucket, records, bytes, largest)])`` once per
-    split a bundle holds items of, as the bundle ends: at most ``2 **
-    bucket_bits`` entries, whatever the bundle's size.
     """
 
     def __init__(self, split_of, order_of, size_of, bits: int, coder: coders.Coder) -> None:
@@ -90,14 +77,7 @@ class _PackByBucketFn(PackFn):
             self._group = (expected, self._bits if expected is None else group_bits(expected, self._bits))
         key = (self._split_of(item), bucket_of(self._order_of(item)[0], self._group[1]))
         size = self._size_of(item)
-        totals = self._totals.get(key)
-        if totals is None:
-            self._totals[key] = [1, size, size]
-        else:
-            totals[0] += 1
-            totals[1] += size
-            if size > totals[2]:
-                totals[2] = size
+        _add_bucket_totals(self._totals, key, 1, size, size)
         return self.add(key, item)
 
     def finish_bundle(self):
@@ -110,7 +90,7 @@ class _PackByBucketFn(PackFn):
         self._totals = {}
 
 
-def _add_bucket_totals(acc: dict[int, list[int]], bucket: int, count: int, size: int, biggest: int) -> None:
+def _add_bucket_totals(acc: dict, bucket, count: int, size: int, biggest: int) -> None:
     """Adds a bucket's records and bytes to ``acc`` and keeps its largest record."""
     totals = acc.get(bucket)
     if totals is None:
@@ -123,10 +103,7 @@ def _add_bucket_totals(acc: dict[int, list[int]], bucket: int, count: int, size:
 
 
 class _BucketTotalsFn(CarriesStorageOptions, beam.CombineFn):
-    """Bundles' ``[(bucket, records, bytes, largest)]`` -> the same, summed per bucket, of one split.
-
-    The accumulator holds one entry per occupied bucket: at most ``2 ** bucket_bits``.
-    """
+    """Bundles' ``[(bucket, records, bytes, largest)]`` -> the same, summed per bucket, of one split."""
 
     def create_accumulator(self) -> dict[int, list[int]]:
         return {}
@@ -159,9 +136,7 @@ def _layout_of(layouts: dict[str, SplitLayout], split: str) -> SplitLayout:
 class _PlaceInShardsFn(CarriesStorageOptions, beam.DoFn):
     """((split, bucket), [item]) -> ((split, shard, count), item) per item.
 
-    Reads the group twice and holds only sort keys and sizes, never the items
-    (which may carry re-encoded images): the items arrive packed
-    (``GroupPacked``) and are decoded one at a time on each pass.
+    Reads the packed group twice, holding only sort keys and sizes, never the items.
     """
 
     def __init__(self, order_of: Callable[[Any], tuple], size_of: Callable[[Any], int]) -> None:
@@ -197,20 +172,14 @@ class PlanShards(beam.PTransform):
         size_of: item -> framed record size in bytes.
         target_bytes: Target shard size.
         num_shards: Fixed shard count per split, or None to choose.
-        bucket_bits: Bits of the order key that make a group (``2 **
-            bucket_bits`` groups per split at most); the plan does not depend
-            on it.
-        published: Appending: split -> bytes of each of its published shards,
-            in index order. New records of such a split get shards after the
-            published ones, or join its smallest shard (``planning.append_layout``);
-            a shard key then holds the index and count the split will be
-            published with, and each shard that begins with the merged shard's
-            records gets a ``LeadRecords`` item.
+        bucket_bits: Bits of the order key that make a group; the plan does
+            not depend on it.
+        published: Appending: split -> bytes of each of its published shards
+            (``planning.append_layout``); shard keys then hold the final index
+            and count, and a shard that begins with the merged shard's records
+            gets a ``LeadRecords`` item.
         expected: ``PCollection`` with one element, at least the number of
-            items (a build's inputs), or None. Given, the groups are the
-            buckets of ``planning.group_bits(expected, bucket_bits)`` bits:
-            about ``GROUP_RECORDS`` items each, so that each bundle's items of
-            a group cross the shuffle in a few packs, not one element each.
+            items, or None (``planning.group_bits``).
     """
 
     def __init__(self, split_of: Callable[[Any], str], order_of: Callable[[Any], tuple],

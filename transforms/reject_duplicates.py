@@ -1,13 +1,9 @@
 """Beam steps of the build job that reject duplicates: one relative path, or one image's bytes, twice.
 
 ``RejectDuplicatePaths`` rejects inputs that share a relative path in a
-split; ``RejectDuplicateImages`` keeps one copy of identical image bytes,
-also against the images already published in splits of the output folder
-that the run keeps (``ReadPublishedKeys``), with a combine: no step holds
-the copies of one image together. With a ``NearDuplicateRule`` it also finds
-near-duplicates across splits by bands of perceptual hashes
-(``images.near_duplicates``): the buckets of the bands are combined in the
-same step as the copies.
+split; ``RejectDuplicateImages`` keeps one copy of identical image bytes
+(also against published ones, ``ReadPublishedKeys``) and, with a
+``NearDuplicateRule``, finds near-duplicates across splits.
 """
 
 from __future__ import annotations
@@ -43,24 +39,18 @@ from transforms.worker_options import CarriesStorageOptions
 __all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames",
            "NearDuplicateRule", "NEAR_DEAD_LETTERS", "NEAR_DUPLICATES", "OVER_CAP", "UNHASHED"]
 
-# Outputs of RejectDuplicateImages with a NearDuplicateRule, beside "main" and DEAD_LETTERS: the
-# cross_split_near_duplicate dead letters; the pairs (NearPair) whose later copy is an image kept
-# by the exact check; (members, cap) of each bucket of hashes over its cap; the path of each image
-# kept whose pixels were not hashed.
-NEAR_DEAD_LETTERS = "near_dead_letters"
-NEAR_DUPLICATES = "near_duplicates"
-OVER_CAP = "over_cap"
-UNHASHED = "unhashed"
+# Outputs of RejectDuplicateImages with a NearDuplicateRule, beside "main" and DEAD_LETTERS.
+NEAR_DEAD_LETTERS = "near_dead_letters"  # cross_split_near_duplicate dead letters
+NEAR_DUPLICATES = "near_duplicates"  # NearPair whose later copy is an image kept by the exact check
+OVER_CAP = "over_cap"  # (members, cap) of each bucket of hashes over its cap
+UNHASHED = "unhashed"  # the path of each image kept whose pixels were not hashed
 
 _LOG = logging.getLogger(__name__)
 
 
 def _reject_same_path(keyed):
-    """(split, path bucket), [SourceImage] -> per relative path the image, or dead letters for all of them.
-
-    See ``same_path_choices``: the group is read twice and only its relative
-    paths are held.
-    """
+    """(split, path bucket), [SourceImage] -> per relative path the image, or dead letters for all
+    of them (``same_path_choices``)."""
     for kept, dead in same_path_choices(keyed[1]):
         if kept is not None:
             yield kept
@@ -99,11 +89,9 @@ def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
 def _shard_keys(item: tuple[str, str, str | None], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
     """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record.
 
-    The keys come from the shard's keys file when the set lists one (32
-    bytes a record), else from its records. A shard that is missing or
-    damaged gives the keys read before the damage: whether it matters is
-    publishing's to say (a kept split that changed stops the run there,
-    naming the shard; a split this run writes is replaced).
+    The keys come from the shard's keys file when the set lists one, else
+    from its records. A shard that is missing or damaged gives the keys read
+    before the damage: whether it matters is publishing's to say.
     """
     split, path, keys_crc32c = item
     listed = _listed_keys(path, keys_crc32c) if keys_crc32c is not None else None
@@ -131,7 +119,7 @@ class ReadPublishedKeys(beam.PTransform):
     """The keys of the images already published in the output folder's splits.
 
     Input: the pipeline (``PBegin``). Output: ``(sha256, PublishedCopy)`` per
-    record of the given shards, one element per shard read (spread over workers).
+    record of the given shards, each shard read by one worker.
 
     Args:
         shards: ``(split, shard path, keys CRC32C or None)`` (``storage.output_folder.published_shards``).
@@ -148,22 +136,6 @@ class ReadPublishedKeys(beam.PTransform):
                 | "ListPublishedShards" >> beam.Create(self._shards)  # (split, path, keys CRC32C)
                 | "SpreadPublishedShards" >> beam.Reshuffle()
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
-
-
-class _TallyCopiesFn(CarriesStorageOptions, beam.CombineFn):
-    """ImageMeta or PublishedCopy -> the ``CopyTally`` of one image's copies (the best copy and counts)."""
-
-    def create_accumulator(self) -> CopyTally:
-        return CopyTally()
-
-    def add_input(self, acc: CopyTally, value) -> CopyTally:
-        return acc.add(value)
-
-    def merge_accumulators(self, accs) -> CopyTally:
-        return CopyTally.merged(accs)
-
-    def extract_output(self, acc: CopyTally) -> CopyTally:
-        return acc
 
 
 def _kept_copy(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
@@ -188,13 +160,8 @@ _COPY_REF_CODER = coders.TupleCoder([coders.StrUtf8Coder()] * 4)
 
 
 class _PackCopyRefsFn(PackFn):
-    """ImageMeta -> ``(None, pack)``: a bundle's ``CopyRef`` tuples, packed and compressed (``Packer``).
-
-    What a copy's dead letter needs crosses to ``RejectOtherCopies`` in packs
-    of about ``PACK_BYTES`` (zlib level 1: paths under one folder and the
-    sha256s of copies repeat), so a runner moves and holds one compressed
-    element per few thousand images, not one element per image.
-    """
+    """ImageMeta -> ``(None, pack)``: a bundle's ``CopyRef`` tuples, packed and compressed (``Packer``):
+    one element per few thousand images crosses to ``RejectOtherCopies``."""
 
     def __init__(self) -> None:
         super().__init__(_COPY_REF_CODER, compress=True)
@@ -208,8 +175,7 @@ class _LetterCopiesFn(CarriesStorageOptions, beam.DoFn):
     bytes stays (``copy_letter``).
 
     Side inputs: ``choices``, (sha256, CopyChoice) read by key, and ``chosen``,
-    the ``copy_choice_key`` of each of those images, read once a bundle: a copy
-    whose image is not among them (most) asks the runner for nothing.
+    their ``copy_choice_key``s, so that most copies ask the runner for nothing.
     """
 
     def start_bundle(self):
@@ -259,12 +225,8 @@ def _content_and_bands(meta: ImageMeta, distance: int):
 
 
 class _TallyOrBucketFn(CarriesStorageOptions, beam.CombineFn):
-    """Per sha256, the ``CopyTally`` of its copies; per band of the hashes, its ``CappedBucket``.
-
-    A key holds copies (ImageMeta or PublishedCopy) or hashes (HashedImage),
-    never both: the accumulator becomes the one or the other with its first
-    value.
-    """
+    """Per sha256, the ``CopyTally`` of its copies (ImageMeta or PublishedCopy); per band of the
+    hashes, its ``CappedBucket`` of HashedImage. A key holds the one or the other, never both."""
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
@@ -294,12 +256,8 @@ class _TallyOrBucketFn(CarriesStorageOptions, beam.CombineFn):
 
 def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] | None = None,
                         appending: bool = False):
-    """(sha256, CopyTally) -> (sha256, the copy of this run kept); (band, CappedBucket) -> its pairs.
-
-    A bucket gives (sha256 of the later copy, NearPair) per pair of its
-    members (``bucket_pairs``), and (its key, ``_OverCap``) when it held more
-    than its cap: all keyed for ``_JudgeNearCopiesFn``.
-    """
+    """(sha256, CopyTally) -> (sha256, the copy of this run kept); (band, CappedBucket) -> (sha256 of
+    the later copy, NearPair) per pair of its members, and (its key, ``_OverCap``) over its cap."""
     key, acc = keyed
     if not isinstance(acc, CappedBucket):
         for kept in _kept_copy(keyed, written, appending):
@@ -316,9 +274,7 @@ def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] |
 class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
     """(sha256, [the copy kept, NearPair or _OverCap]) -> the copy, or its dead letter (``near_choice``).
 
-    Outputs: main (ImageMeta), NEAR_DEAD_LETTERS (``cross_split_near_duplicate``),
-    NEAR_DUPLICATES (NearPair), OVER_CAP ((members, cap)), UNHASHED (the
-    path of a copy kept without a hash).
+    Outputs: main, and those ``RejectDuplicateImages`` lists.
     """
 
     def __init__(self, rule: NearDuplicateRule) -> None:
@@ -367,11 +323,7 @@ class _SplitNamesFn(CarriesStorageOptions, beam.CombineFn):
 
 
 class CollectSplitNames(beam.PTransform):
-    """Items -> one sorted list of the splits they are in (no item: no element), in one combine.
-
-    Args:
-        split_of: item -> split name.
-    """
+    """Items -> one sorted list of the splits (``split_of(item)``) they are in; no item: no element."""
 
     def __init__(self, split_of) -> None:
         super().__init__()
@@ -387,11 +339,8 @@ class RejectDuplicatePaths(beam.PTransform):
     """Two inputs with one relative path in one split: both become dead letters.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (SourceImage)
-    and ``DEAD_LETTERS`` (DeadLetter).
-
-    Inputs are grouped by (split, bucket of their relative path's hash:
-    ``duplicates.path_bucket``), packed and compressed across the shuffle
-    (``GroupPacked``): a few elements per bucket, not one per input.
+    and ``DEAD_LETTERS`` (DeadLetter). Inputs are grouped, packed, by (split,
+    ``duplicates.path_bucket``).
     """
 
     def expand(self, sources):
@@ -405,26 +354,16 @@ class RejectDuplicatePaths(beam.PTransform):
 class RejectDuplicateImages(beam.PTransform):
     """Identical image bytes twice, in one split or in several: one copy is kept.
 
-    The copy kept is in the split that ranks first (``planning.split_rank``:
-    test, validation, val, other splits by name, train), and within it the
-    one with the smallest relative path. Copies in that split become
-    ``duplicate_image`` dead letters, copies in other splits
-    ``cross_split_duplicate`` ones naming both splits. An image already
-    published in a split of the output folder that this run keeps (one it
-    writes no image to) keeps its place: every copy of this run is a
-    ``cross_split_duplicate``. ``image/key/sha256`` is then unique in the
-    whole shard set, so no image is in two splits.
+    The copy kept is in the split that ranks first (``planning.split_rank``),
+    and within it the one with the smallest relative path (``images.duplicates``);
+    an image published in a split this run keeps keeps its place.
+    ``image/key/sha256`` is then unique in the whole shard set.
 
-    The copies are tallied per sha256 with a combine (``CopyTally``: the best
-    copy, counts), so no step holds the copies of one image, however many;
-    each copy's dead letter is then made from the choice of its image (a
-    side input read by key, holding images with copies to reject only), in
-    a step that gets what the letters need of the copies in compressed packs
-    (``_PackCopyRefsFn``): no element per copy crosses a stage.
-    Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections,
-    ``main`` (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter); with ``near``
-    also ``NEAR_DEAD_LETTERS``, ``NEAR_DUPLICATES``, ``OVER_CAP`` and
-    ``UNHASHED``.
+    The copies are tallied per sha256 with a combine (``CopyTally``), so no
+    step holds the copies of one image; each copy's dead letter is made from
+    its image's choice (a side input read by key) in packs (``_PackCopyRefsFn``).
+    Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
+    (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
 
     Args:
         published: ``(sha256, PublishedCopy)`` of the output folder's published
@@ -459,7 +398,8 @@ class RejectDuplicateImages(beam.PTransform):
             if self._written is not None:
                 side = {"written": self._written}
         if near is None:
-            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyCopiesFn())  # (sha256, CopyTally)
+            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(
+                _TallyOrBucketFn(DEFAULT_BUCKET_CAP))  # (sha256, CopyTally)
             kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
         else:  # and ((band, value), CappedBucket)
             tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyOrBucketFn(near.cap))

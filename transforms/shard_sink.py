@@ -1,27 +1,11 @@
 """The shard sink: write each planned shard once, then publish them all atomically.
 
 ``WriteShards`` groups records by shard and writes every shard with one worker
-to a unique staging name (``storage.shard_files.write_shard``; a retried or
-speculative bundle writes its own copy; only the attempt Beam commits reaches
-the publish step). ``PublishShards`` has the workers stage the shard list in
-parts (``WriteShardListParts``), then, once every shard is written, makes the
-result visible in an order that never lets ``manifest.json`` name a missing or
-partial file (``storage.publish``, where the steps are listed; one protocol
-for builds, reshards and appends): one step prepares (checks, the new set's
-files staged, the journal written) and hands out the shard renames in chunks,
-the workers rename them (``MoveStaged``), and one step commits (the rest of
-the journal, ``manifest.json`` last).
-
-No side input of the publish step grows with shards: it is given the staged
-parts of the shard list (``WriteShardListParts``: a path, counts, label and
-tally totals per part of up to ``PART_SHARDS`` shards, with a staged file of
-the part's shards' staged names), reads the shards' rows from those files,
-keeps one small entry per shard and the splits' label totals, and copies the
-shard list from the staged parts line by line. The workers
-that reject inputs stage their dead letters in sorted parts
-(``StageDeadLetters``, fused into the rejecting step: no shuffle); the
-publish step gets the parts with their counts and merges them into
-``dead_letters.jsonl``.
+to a unique staging name (``storage.shard_files.write_shard``: only the attempt
+Beam commits reaches the publish step). ``PublishShards`` publishes them in an
+order that never lets ``manifest.json`` name a missing or partial file
+(``storage.publish``, one protocol for builds, reshards and appends); no side
+input of its steps grows with the number of shards.
 """
 
 from __future__ import annotations
@@ -60,12 +44,10 @@ __all__ = ["WriteShards", "PublishShards", "ShardOutput", "ShardRecords", "Shard
            "ManifestExtras", "ExtrasFrom", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone"]
 
 _LOG = logging.getLogger(__name__)
-# Metrics of the sink, the same for every job that writes shards (build, reshard).
 _NAMESPACE = "shard_sink"
 # Counter of the finished shards of an interrupted run that a resumed run published as they were.
 REUSED_SHARDS = "shards_reused"
-# Counter of the worker processes that renamed a publish's staged files (0: the publish step did),
-# told apart by their random ``counters.worker_id`` (pids repeat across machines).
+# Counter of the worker processes (``counters.worker_id``) that renamed a publish's staged files.
 MOVE_PROCESSES = "move_processes"
 # The tag of the publish's renames, handed out in chunks by the step that prepares it.
 MOVES = "moves"
@@ -89,10 +71,8 @@ class ShardOutput:
     Attributes:
         output_dir: Final output folder (staging lives inside it).
         compression: ``none``, ``gzip`` or ``zlib``.
-        file_format: ``tfrecord`` or ``array_record`` (the same records in an
-            ArrayRecord file, uncompressed, no ``.idx``).
-        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``);
-            its CRC32C always is.
+        file_format: ``tfrecord`` or ``array_record`` (uncompressed, no ``.idx``).
+        shard_sha256: Also compute each shard's sha256 (``--shard_sha256``).
     """
 
     output_dir: str
@@ -106,21 +86,15 @@ class ShardRecords:
     """How a shard's items become its records.
 
     Attributes:
-        to_record: item -> (serialized record, or a sequence of pieces whose
-            concatenation is the record, or a ``FramedRecord``; label index or
-            None). If it has a ``close()``, that is called after each shard,
-            once no record of it is being made (files it keeps open are closed);
-            if it has a ``plan(items)``, that is called with each shard's items,
-            in order, before the first is made.
+        to_record: item -> (serialized record, a sequence of its pieces, or a
+            ``FramedRecord``; label index or None). Its ``close()``, if any, is
+            called after each shard; its ``plan(items)``, if any, before it.
         order_of: item -> sort key; the write order within a shard.
         threads: Records each worker makes at once with ``to_record`` (0: one
-            per usable core), for a ``to_record`` that reads or encodes images
-            (``inspect_images.ImageRecordMaker``); records are still written in
-            order, at most ``2 * threads`` of them made ahead.
+            per usable core); they are still written in order.
         tally_of: item -> keys it counts towards; each ``ShardResult`` then
-            carries its shard's ``(key, items)`` in ``tallies``, summed per
-            shard-list part for the publish step (``ManifestExtras.from_tallies``),
-            so no separate count step is needed.
+            carries its shard's ``(key, items)`` in ``tallies``
+            (``ManifestExtras.from_tallies``).
     """
 
     to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]]
@@ -135,12 +109,9 @@ class ShardReuse:
 
     Attributes:
         content_of: ``(shard key, items in order) -> content key``
-            (``shardset.resume.shard_content_key``): each written shard gets
-            a done record, so that a rerun after an interruption may reuse it.
-        done_shards: Content key -> ``ShardDone`` of the finished shards of
-            interrupted runs this run resumes: a shard whose items have that
-            key is moved into this run's staging once its CRC32C checks,
-            instead of being written.
+            (``shardset.resume.shard_content_key``) of each written shard's done record.
+        done_shards: Content key -> ``ShardDone`` of the interrupted runs'
+            finished shards: one whose items have that key is adopted, not written.
     """
 
     content_of: Callable[[tuple, Sequence[Any]], str]
@@ -243,15 +214,12 @@ class WriteShards(beam.PTransform):
         output: Where the shards go and how their files are made.
         records: How each shard's items become its records, in which order.
         run_id: The run's id (its staging folder).
-        totals: ``PCollection[SplitTotals]`` of the plan (the space the run needs,
-            for a disk-full message).
-        inputs: ``PCollection`` with one element, the number of inputs, with
-            ``max_bad_fraction``: when the inputs the plan leaves out (rejected
-            ones: inputs less planned records) are over that share, publishing
-            will refuse the run, and no shard is read, made or written.
+        totals: ``PCollection[SplitTotals]`` of the plan (for a disk-full message).
+        inputs: ``PCollection`` with one element, the number of inputs: when
+            those the plan leaves out are over ``max_bad_fraction``, publishing
+            will refuse the run, so no shard is written.
         max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
-        reuse: The finished shards of interrupted runs this run resumes, or
-            None (no done records are written).
+        reuse: The finished shards of interrupted runs this run resumes, or None.
     """
 
     def __init__(self, output: ShardOutput, records: ShardRecords, run_id: str, totals, *, inputs=None,
@@ -300,7 +268,7 @@ def _singleton(found, default: Any) -> Any:
 
 
 class MovesDone(NamedTuple):
-    """What one bundle of ``MoveStaged`` renamed: the worker process (its random id) and how many files."""
+    """What one bundle of ``MoveStaged`` renamed: the worker process (``counters.worker_id``) and how many files."""
 
     worker: str
     moves: int
@@ -330,11 +298,7 @@ class PublishInputs:
 
 @dataclasses.dataclass(frozen=True)
 class ExtrasFrom:
-    """Manifest extras made in the publish step itself from side inputs: ``make(**views)``.
-
-    For extras that need what late steps found (a build's near-duplicates):
-    a step of their own would wait for those steps and run as one more stage;
-    here they are read where the publish step reads its other side inputs.
+    """Manifest extras made in the publish step itself from side inputs: ``make(**views)`` (one stage fewer).
 
     Attributes:
         make: Picklable; given each view's value by its name, returns a
@@ -350,7 +314,7 @@ class ExtrasFrom:
 _VIEW = "extras_"
 
 
-def _given(extras: ManifestExtras | Mapping[str, Any] | None) -> ManifestExtras | Mapping[str, Any] | None:
+def _given(extras):
     """The extras of a ``manifest_extras`` PCollection's one element, as they are."""
     return extras
 
@@ -394,8 +358,7 @@ class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
 
 
 class _CommitRef(NamedTuple):
-    """Where the commit step finds what the prepare step decided (``stage_commit_record``): a few
-    hundred bytes, however many shards the set has."""
+    """Where the commit step finds what the prepare step decided (``stage_commit_record``)."""
 
     output_dir: str
     run_id: str
@@ -446,7 +409,6 @@ class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
             manifest = commit_publish(staged, moved)
         self._processes.inc(len({d.worker for d in done}))
         self._dead.inc(manifest.dead_letters)
-        # The job's summary says as much, read back from the manifest: here only for --log_level DEBUG.
         _LOG.debug("published %s with %s to %s (%s renamed by %s)", plural(manifest.num_shards, "shard"),
                    plural(manifest.records, "record"), ref.output_dir, plural(moved, "file"),
                    plural(len({d.worker for d in done}), "worker process"))
@@ -458,21 +420,16 @@ class PublishShards(beam.PTransform):
 
     Applied to the pipeline (``p | PublishShards(...)``); every other input is
     a PCollection given to the constructor and read as a side input. The
-    shard list's lines are staged in parts by the workers first
-    (``WriteShardListParts``), and the dead letters in sorted parts
-    (``StageDeadLetters``); the publish step's side inputs are those parts
-    (paths and counts, one per ``PART_SHARDS`` shards) and counts, never
-    one element per shard.
+    workers stage the shard list in parts (``WriteShardListParts``, one per
+    ``PART_SHARDS`` shards) and the dead letters in sorted parts
+    (``StageDeadLetters``, fused into the rejecting steps); the publish step
+    reads those parts, never one element per shard.
 
-    Three steps: ``PreparePublish`` runs once (checks, the new set's files
-    staged, the journal written) and, for a set with ``parallel_from`` or
-    more shard renames, deletes the old manifest and hands them out in
-    chunks of ``RENAME_CHUNK``; ``MoveStaged`` renames them on every worker
-    (after ``SpreadMoves``); ``CommitPublish`` runs once, given the commit
-    record and how many files each bundle renamed, checks that all were,
-    and carries out the rest of the journal, ``manifest.json`` last. A set
-    with fewer shard renames has them all done by ``CommitPublish`` (the
-    graph is the same).
+    ``PreparePublish`` runs once (checks, the new set's files staged, the
+    journal written) and, from ``parallel_from`` shard renames, hands them
+    out in chunks of ``RENAME_CHUNK`` to ``MoveStaged`` on every worker;
+    ``CommitPublish`` runs once, checks every rename was done (doing them
+    itself for a smaller set) and finishes the journal, ``manifest.json`` last.
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
@@ -481,16 +438,12 @@ class PublishShards(beam.PTransform):
         inputs: The shards written, the plan, the dead letters and the set's facts.
         manifest_fields: ``created_by``, ``options``, ``seed``, ``file_format``.
         max_bad_fraction: Bad-input limit, or None.
-        manifest_extras: Optional ``PCollection`` with one element: a mapping
-            merged into the manifest, or a ``ManifestExtras`` (fields, files
-            found by the pipeline, fields from the shards' summed tallies),
-            e.g. a build's image counts, object classes and near-duplicates;
-            or an ``ExtrasFrom``, made in the publish step from side inputs.
+        manifest_extras: Optional ``PCollection`` with one element, a mapping
+            merged into the manifest or a ``ManifestExtras``; or an ``ExtrasFrom``.
         sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of
-            further files to publish beside the shards (None: a file of an
-            earlier run the set does not have, removed if present).
+            further files to publish beside the shards (None: removed if present).
         parallel_from: Shard renames from which the workers do them (default
-            ``folders.PARALLEL_MOVES``); fewer are done by the commit step.
+            ``folders.PARALLEL_MOVES``).
     """
 
     def __init__(self, output: ShardOutput, policy: PublishPolicy, inputs: PublishInputs,

@@ -46,22 +46,15 @@ def unknown_label(source: SourceImage, index_of: Mapping[str, int]) -> DeadLette
 def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int], layout: RecordLayout | None,
                   settings: EncodeSettings, seed: int, fractions: Mapping[str, float],
                   hashed: bool = False) -> Inspected:
-    """Inspects one input whose bytes are ``data``.
-
-    An input whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
-    sha256 and ``fractions``.
+    """Inspects one input whose bytes are ``data``; a ``SPLIT_BY_CONTENT`` split is chosen here.
 
     Args:
-        source: The input.
-        data: Its bytes.
         index_of: Class name -> index.
         layout: The build's ``RecordLayout``, or None for plain image records.
-        settings: Image options of the build.
         seed: Shuffle seed for the order key.
         fractions: Split name -> fraction (``--split_fractions``).
         hashed: The metadata carries the perceptual hash of the pixels
-            (``perceptual.perceptual_hash``; None for pixels that do not
-            decode), for the near-duplicate check.
+            (None for pixels that do not decode).
     """
     index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
     try:
@@ -90,6 +83,4 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     return Inspected(ImageMeta(
         source=source, label_index=index, sha256=digest.hex(), info=info,
         record_size=framed_size(len(head) + len(stored) + len(tail)),
-        order_key=order_key(seed, digest),
-        extra=extra, phash=phash), len(data),
-        (head, stored, tail))
+        order_key=order_key(seed, digest), extra=extra, phash=phash), len(data), (head, stored, tail))

@@ -13,8 +13,7 @@ from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["SPLIT_BY_CONTENT", "SourceImage", "ImageMeta"]
 
-# The split of an input that ``--split_fractions`` places: it is chosen from the
-# image's sha256 once the file has been read (``planning.split_by_content``).
+# The split of an input that ``--split_fractions`` places (``planning.split_by_content``).
 SPLIT_BY_CONTENT = ""
 
 
@@ -28,13 +27,11 @@ class SourceImage:
         split: Split the file belongs to; ``SPLIT_BY_CONTENT`` until the
             image's bytes choose it (``--split_fractions``).
         label: Class name (the first one when ``labels`` is set; "" when none).
-        origin: ``MANIFEST:LINE`` of the manifest row that named it; empty for
-            a file found by listing a folder (its path says where it came from).
+        origin: ``MANIFEST:LINE`` of the manifest row that named it; empty for a listed file.
         labels: Every class name of a multi-label input (possibly none), or None.
         features: ``(name, type, values)`` of the input's extra features.
         objects: The input's boxes (``objects.SourceBox``), or None when it gives none.
-        member: Where its bytes are in a container input (``archives.members.MemberRef``),
-            or None for a file of its own (``path``).
+        member: Where its bytes are in a container input (``archives.members.MemberRef``), or None.
     """
 
     path: str
@@ -73,11 +70,9 @@ class ImageMeta:
         extra: ``(name, kind, values)`` of the record's keys beyond the plain
             image schema (``annotations.record_extras``).
         run: Where the framed record was written when the image was read
-            (``tfrecord.run_files``); the shard writer copies it from there.
-            None only before it is written (``plan_build``'s survey).
-        phash: The 64-bit perceptual hash of its pixels (``perceptual``),
-            when the build looks for near-duplicates and the pixels decode;
-            None otherwise.
+            (``tfrecord.run_files``); None only before it is written.
+        phash: The 64-bit perceptual hash of its pixels (``perceptual``) with
+            --near_duplicates, or None.
     """
 
     source: SourceImage
@@ -91,15 +86,8 @@ class ImageMeta:
     phash: int | None = None
 
     def __reduce__(self):
-        """Pickles as one call with tuples of plain values, in the order of the fields.
-
-        Beam pickles every ImageMeta each time it crosses a shuffle (five times
-        in a build). As plain tuples it takes half the bytes and half the time
-        of the default pickle of three nested dataclasses, and the runner's
-        buffers hold half as much (measured: 21 MiB less peak RSS, 14% less
-        user CPU for a build of 9,298 images). The tuples are made from
-        ``dataclasses.fields``, so a new field is pickled without a change here.
-        """
+        """Pickles as one call with tuples of plain values, in the order of the fields: half the bytes
+        and time of the default pickle, at every shuffle it crosses."""
         return _image_meta, tuple(_plain(getattr(self, name)) if name in _NESTED else getattr(self, name)
                                   for name in _META_FIELDS)
 

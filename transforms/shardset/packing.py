@@ -4,11 +4,6 @@ A *pack* is the concatenation of frames ``length (4 bytes, little-endian) |
 value``. ``Packer`` gathers the encoded values of many keys and hands out a
 key's pack when it reaches ``pack_bytes``, or every pack when all it holds
 reaches ``held_bytes``; ``unpack`` reads a pack's values back in order.
-
-Shuffling one pack of a few thousand values instead of each value alone cuts
-the per-element cost of a runner (its bookkeeping, and on the local runner
-the decoded object it keeps for every grouped value until the group is read)
-to a few bytes per value.
 """
 
 from __future__ import annotations
@@ -19,8 +14,7 @@ from typing import Hashable, Iterator
 
 __all__ = ["PACK_BYTES", "HELD_BYTES", "COMPRESS_MIN_BYTES", "Packer", "pack", "unpack"]
 
-# A pack is handed out once it holds this many bytes: large enough that a frame's cost is
-# small, small enough that a group of packs is read a pack at a time.
+# A pack is handed out once it holds this many bytes.
 PACK_BYTES = 1 << 20
 # Everything a Packer holds is handed out once it reaches this many bytes.
 HELD_BYTES = 16 << 20
@@ -38,11 +32,7 @@ def pack(values: list[bytes]) -> bytes:
 
 
 def unpack(packed: bytes, compressed: bool = False) -> Iterator[bytes]:
-    """Yields the values of a pack, in the order they were packed.
-
-    Args:
-        packed: The pack.
-        compressed: The pack is zlib-compressed (``Packer(compress=True)``).
+    """Yields the values of a pack (``compressed``: made by ``Packer(compress=True)``), in order.
 
     Raises:
         ValueError: The pack ends inside a frame.
@@ -67,11 +57,8 @@ class Packer:
 
     ``add`` returns the key's pack when it is full; once the packer is
     ``full`` (it holds ``held_bytes``), and at the end, ``drain`` hands out
-    every pack. What a packer holds stays below about ``held_bytes`` plus one
-    value (one ``bytearray`` per key). With ``compress`` each pack of at
-    least ``COMPRESS_MIN_BYTES`` is handed out zlib-compressed (level 1), for
-    values that repeat themselves, such as paths under one folder; a first
-    byte says whether it is.
+    every pack. With ``compress`` each pack of at least ``COMPRESS_MIN_BYTES``
+    is handed out zlib-compressed (level 1); a first byte says whether it is.
     """
 
     def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:

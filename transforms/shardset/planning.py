@@ -28,13 +28,9 @@ split never has to be in one place (``transforms/plan_shards.py``):
   (``place_bucket``). A record's bucket follows from its order key alone, so
   records are grouped by bucket while the totals are still being summed.
 
-A bucket holds about ``n / NUM_BUCKETS`` of a split's ``n`` records: at most
-50,000 up to about 3 billion records in a split. Where the number of records
-is known before they are grouped (a build knows its inputs), fewer bits make
-the buckets (``group_bits``): about ``GROUP_RECORDS`` records a group, so
-that a bundle's records of one group travel together (a few packs, not one
-element per record) while no group holds more. The tests plan a split held
-in memory with the same functions, the reference the distributed plan must equal.
+Where the number of records is known before they are grouped (a build knows
+its inputs), fewer bits make the buckets (``group_bits``): about
+``GROUP_RECORDS`` records a group.
 """
 
 from __future__ import annotations
@@ -49,17 +45,13 @@ from typing import Iterable, Mapping, Sequence
 from transforms.errors import PlanError
 from transforms.shardset.naming import check_split_name
 
-__all__ = [
-    "BUCKET_BITS", "NUM_BUCKETS", "GROUP_RECORDS", "group_bits", "MIB", "SplitTotals", "SplitLayout",
-    "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
-    "lay_out_split", "place_bucket", "split_by_content", "split_rank",
-    "parse_split_fractions",
-]
+__all__ = ["BUCKET_BITS", "NUM_BUCKETS", "GROUP_RECORDS", "group_bits", "MIB", "SplitTotals", "SplitLayout",
+           "choose_num_shards", "append_layout", "order_key", "bucket_of", "shard_of_offset", "cut_records",
+           "lay_out_split", "place_bucket", "split_by_content", "split_rank", "parse_split_fractions"]
 
 MIB = 1024 * 1024
 _KEY_BITS = 63
-# Buckets per split: each is one group of the distributed plan. A split of n records holds
-# about n / 65,536 records per group: at most 50,000 up to about 3 billion records.
+# Buckets per split: at most 50,000 records a group up to about 3 billion records.
 BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
 # The most records a group holds when the number of records is known ahead (``group_bits``).
@@ -67,15 +59,10 @@ GROUP_RECORDS = 50_000
 
 
 def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
-    """Returns the shard count whose average shard size is closest to the target.
+    """Returns the shard count whose average shard size is closest to the target T.
 
-    Only counts whose average lies in ``[2T/3, 4T/3]`` are considered; such a
-    count always exists when ``total_bytes >= 2T/3``. A split smaller than that
-    is one shard. Ties go to the larger average (fewer shards).
-
-    Args:
-        total_bytes: Framed bytes of the split.
-        target_bytes: Target shard size T.
+    Only counts whose average lies in ``[2T/3, 4T/3]`` are considered; a split
+    smaller than ``2T/3`` is one shard. Ties go to the larger average.
     """
     if target_bytes <= 0:
         raise PlanError(f"target shard size must be positive, got {target_bytes}")
@@ -118,18 +105,8 @@ def group_bits(records: int, most: int = BUCKET_BITS) -> int:
 
 
 def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) -> int:
-    """Returns the shard of a record from where it lies on the split's byte line.
-
-    The record covers ``[start, start + size)``; it belongs to the shard whose
-    share ``[i * total / n, (i + 1) * total / n)`` holds its midpoint. Exact
-    integer arithmetic, so every machine agrees.
-
-    Args:
-        start: Bytes of the split before this record in shuffled order.
-        size: The record's framed size.
-        total_bytes: Framed bytes of the whole split.
-        num_shards: Shard count n.
-    """
+    """Returns the shard of the record covering ``[start, start + size)`` of the split's byte line:
+    the one whose share ``[i * total / n, (i + 1) * total / n)`` holds its midpoint (exact integers)."""
     if num_shards < 1:
         raise PlanError(f"num_shards must be >= 1, got {num_shards}")
     if total_bytes <= 0:
@@ -139,14 +116,8 @@ def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) ->
 
 def cut_records(sizes_in_order: Iterable[int], num_shards: int, total_bytes: int,
                 start: int = 0) -> list[int]:
-    """Returns a shard per record for a run of records that begins ``start`` bytes in.
-
-    Args:
-        sizes_in_order: Framed size of each record, in shuffled order.
-        num_shards: Shard count of the split.
-        total_bytes: Framed bytes of the whole split.
-        start: Bytes of the split before the first of these records.
-    """
+    """Returns a shard per record (framed sizes in shuffled order) for a run of records that begins
+    ``start`` bytes into the split."""
     shards = []
     for size in sizes_in_order:
         shards.append(shard_of_offset(start, size, total_bytes, num_shards))
@@ -193,12 +164,8 @@ class SplitTotals:
         return self.published + self.num_shards - (1 if self.merged is not None else 0)
 
     def final_index(self, shard: int) -> int:
-        """The published index of planned shard ``shard`` (0..num_shards-1).
-
-        Without published shards it is ``shard``. Appending, planned shards
-        follow the published ones; the first takes the place of the merged
-        shard, if any (``append_layout``).
-        """
+        """The published index of planned shard ``shard``: after the published ones, the first in
+        place of the merged shard, if any (``append_layout``)."""
         if self.merged is None:
             return self.published + shard
         return self.merged if shard == 0 else self.published + shard - 1
@@ -221,9 +188,6 @@ class SplitTotals:
 @dataclass(frozen=True)
 class SplitLayout:
     """A split's plan before any record is placed: its totals and where each bucket starts.
-
-    Every occupied bucket is placed on its own (one group of the distributed
-    plan): its records lie on the split's byte line from ``offsets[i]`` on.
 
     Attributes:
         totals: The split's totals and shard count.
@@ -252,12 +216,7 @@ class SplitLayout:
         return self.totals.split
 
     def index_of(self, bucket: int) -> int:
-        """Returns the position of an occupied bucket in ``buckets``.
-
-        Raises:
-            PlanError: No record was counted in that bucket (an input changed
-                between two reads of it).
-        """
+        """Returns the position of an occupied bucket in ``buckets``; ``PlanError`` if none was counted."""
         index = bisect.bisect_left(self.buckets, bucket)
         if index == len(self.buckets) or self.buckets[index] != bucket:
             raise PlanError(f"split {self.split!r} bucket {bucket}: records but none were counted; "
@@ -269,17 +228,10 @@ def append_layout(published: Sequence[int], new_bytes: int, target_bytes: int) -
     """Where records appended to a published split go: ``(merged shard or None, lead bytes)``.
 
     New records get shards of their own when they fill at least the band's
-    lower end (``2T/3``); published shards are then kept as they are. Fewer
-    new bytes would make a shard under the band: they join the smallest
-    published shard (the last of equals), whose records come first on the
-    line that is cut into shards (``lead`` bytes), so at most that one
-    published shard is rewritten and every shard stays in the band (a split
-    smaller than the band's lower end is one shard, as in a build).
-
-    Args:
-        published: Bytes of each published shard of the split, in index order.
-        new_bytes: Framed bytes of the new records.
-        target_bytes: Target shard size T.
+    lower end (``2T/3``). Fewer new bytes join the smallest published shard
+    (the last of equals), whose records come first on the line that is cut
+    into shards (``lead`` bytes): at most that one shard is rewritten.
+    ``published``: bytes of each published shard of the split, in index order.
     """
     if not published or 3 * new_bytes >= 2 * target_bytes:
         return None, 0
@@ -292,9 +244,6 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
                   published: Sequence[int] | None = None) -> SplitLayout:
     """Turns a split's per-bucket totals into its shard count and the offset of every bucket.
 
-    Holds four integers per occupied bucket (at most ``2 ** bucket_bits``),
-    whatever the size of the split.
-
     Args:
         split: Split name.
         bucket_totals: ``(bucket, records, bytes, largest record)`` per
@@ -302,13 +251,13 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
         target_bytes: Target shard size, used when ``num_shards`` is None.
         num_shards: Fixed shard count (``--num_shards``), or None.
         bucket_bits: Bits of the order key that name a bucket.
-        published: Appending: bytes of each published shard of the split, in
-            index order (``append_layout`` says which one the new records join).
+        published: Appending: bytes of each published shard (``append_layout``).
 
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
     """
-    _check_bucket_bits(bucket_bits)
+    if not 0 <= bucket_bits <= _KEY_BITS:
+        raise PlanError(f"bucket_bits must be in 0..{_KEY_BITS}, got {bucket_bits}")
     rows = sorted(bucket_totals)
     buckets, offsets, counts = array("q"), array("q"), array("q")
     offset = records = largest = 0
@@ -334,17 +283,10 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
 
 
 def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]) -> list[int]:
-    """Returns the shard of each record of one bucket.
-
-    Args:
-        layout: The split's layout.
-        bucket: The bucket.
-        sizes_in_order: Framed sizes of the bucket's records in shuffled order
-            (by order key, then size).
+    """Returns the shard of each record of one bucket, given their framed sizes in shuffled order.
 
     Raises:
-        PlanError: The bucket holds a different number of records than counted
-            (an input that changed between two reads of it).
+        PlanError: The bucket holds a different number of records than counted.
     """
     index = layout.index_of(bucket)
     expected = layout.records[index]
@@ -353,11 +295,6 @@ def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]
                         f"{expected} were counted")
     totals = layout.totals
     return cut_records(sizes_in_order, totals.num_shards, totals.total_bytes, layout.offsets[index])
-
-
-def _check_bucket_bits(bits: int) -> None:
-    if not 0 <= bits <= _KEY_BITS:
-        raise PlanError(f"bucket_bits must be in 0..{_KEY_BITS}, got {bits}")
 
 
 def parse_split_fractions(text: str) -> dict[str, float]:
@@ -384,16 +321,11 @@ def parse_split_fractions(text: str) -> dict[str, float]:
 
 
 def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
-    """Picks the split of an image from its content, in proportion to ``fractions``.
+    """Picks the split of an image from its sha256, in proportion to ``fractions`` (summing to 1).
 
-    The first 64 bits of the image's sha256 (``image/key/sha256``), read as a
-    fraction of 2**64, fall into one of the cumulative ranges of the split
-    names in sorted order. Identical bytes therefore always share a split,
-    whatever their names, and the choice is the same on every run and machine.
-
-    Args:
-        sha256_hex: Hex sha256 of the image's source bytes.
-        fractions: Split name -> fraction (summing to 1).
+    The hash's first 64 bits, read as a fraction of 2**64, fall into one of the
+    cumulative ranges of the split names in sorted order: identical bytes
+    always share a split, on every run and machine.
     """
     point = int(sha256_hex[:16], 16) / 2.0**64
     cumulative = 0.0
@@ -405,8 +337,6 @@ def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
     return names[-1]
 
 
-# Which split keeps an image found in several: evaluation splits first, so that an
-# image in both train and test is evaluated on and never trained on.
 _SPLIT_PRIORITY = {"test": 0, "validation": 1, "val": 2}
 _TRAIN = "train"
 

@@ -16,12 +16,10 @@ its staging folder (``OUTPUT/.staging/<run id>/``):
   ``ShardDone``): the key of the items it holds (``shard_content_key``), its
   size and sha256.
 
-A killed or interrupted run leaves these; the next run with the same
-fingerprint keeps its staging folder and reuses an input's record when the
-input's path, listing, stamp and context are the same as when it was read
-(``DoneInput.matches``), and a staged shard whose content key is the same,
-once its sha256 is checked again. Anything else is made again. A run with
-another fingerprint removes the staging folder, as every run did before.
+The next run with the same fingerprint reuses an input's record when its
+path, listing, stamp and context are the same (``DoneInput.matches``), and a
+staged shard whose content key is the same, once its sha256 is checked again.
+A run with another fingerprint removes the staging folder.
 """
 
 from __future__ import annotations
@@ -61,12 +59,8 @@ DONE_PIECE_BYTES = 1 << 20
 
 
 def fingerprint(options: Mapping[str, Any], version: str) -> str:
-    """The hex sha256 of the flags that change what a build writes, and of the tool's version.
-
-    ``options`` is the manifest's ``options`` object (every flag that changes
-    the output, ``--input`` values in their order); ``--max_bad_fraction`` is
-    left out: it decides whether a run publishes, not what it writes.
-    """
+    """The hex sha256 of the flags that change what a build writes (the manifest's ``options``, less
+    ``_NOT_IN_FINGERPRINT``), and of the tool's version."""
     kept = {key: value for key, value in options.items() if key not in _NOT_IN_FINGERPRINT}
     text = json.dumps({"format": _FORMAT, "version": version, "options": kept}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -86,11 +80,7 @@ class RunMarker:
 
     @classmethod
     def loads(cls, data: bytes) -> "RunMarker":
-        """Parses a marker.
-
-        Raises:
-            ManifestError: Not a marker this version of the tool wrote.
-        """
+        """Parses a marker; ``ManifestError`` when this version of the tool did not write it."""
         try:
             obj = json.loads(data)
         except (ValueError, UnicodeDecodeError, RecursionError) as err:
@@ -144,10 +134,8 @@ class DoneInput:
     meta: ImageMeta
 
     def matches(self, source: SourceImage, stamp: Stamp | None, context: str, key: str | None = None) -> bool:
-        """True if the record may stand for ``source`` now: same listing, stamp and context.
-
-        ``key`` is ``source_key(source)`` when the caller has it.
-        """
+        """True if the record may stand for ``source`` now: same listing (``key``, if given, is its
+        ``source_key``), stamp and context."""
         return (stamp is not None and tuple(stamp) == tuple(self.stamp) and context == self.context
                 and source.path == self.path and (key or source_key(source)) == self.source)
 
@@ -164,10 +152,7 @@ _INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "sou
                "tf_decodes": bool, "png_fix": str, "orientation": int, "upright": str}
 
 
-# What json.dumps writes a str as (ensure_ascii), and a done-list line as it writes the object
-# {"path", "source", "stamp", "split", "label_index", "sha256", "info" (``_INFO_TYPES``' order),
-# "record_size", "order_key", "extra", "offset", "length"[, "phash" with --near_duplicates]}: formatted
-# at once rather than built as a dict and encoded, for every record of a build.
+# A done-list line as json.dumps (ensure_ascii) writes it, formatted at once for every record of a build.
 _JSON_STRING = json.encoder.encode_basestring_ascii
 _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_index": %d, "sha256": %s, '
          '"info": [%s, %d, %d, %d, %s, %s, %s, %d, %s], "record_size": %d, "order_key": %d, "extra": %s, '
@@ -176,14 +161,8 @@ _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_
 
 def done_list(run_name: str, run_size: int, context: str,
               entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
-    """A run file's done list: a header line, then one line per record it holds.
-
-    Args:
-        run_name: The run file's name (in the same folder).
-        run_size: Its size once closed.
-        context: ``context_key`` of the records.
-        entries: ``(source_key, stamp, meta)`` per record, ``meta.run`` set.
-    """
+    """A run file's done list: a header line (``done_list_header``), then one line per
+    ``(source_key, stamp, meta)`` of a record it holds."""
     yield done_list_header(run_name, run_size, context)
     for key, stamp, meta in entries:
         yield done_list_line(key, stamp, meta)
@@ -196,12 +175,8 @@ def done_list_header(run_name: str, run_size: int, context: str) -> bytes:
 
 
 class DoneLines:
-    """A bundle's done-list lines, held zlib-compressed (level 1) until its run file is closed.
-
-    They come back in pieces (``pieces``), so the list is never whole in
-    memory: a bundle of n inputs holds its lines' compressed bytes, not
-    ~400 bytes per input twice over.
-    """
+    """A bundle's done-list lines, held zlib-compressed (level 1) until its run file is closed, and
+    given back in pieces (``pieces``): the list is never whole in memory."""
 
     def __init__(self) -> None:
         self._zip = zlib.compressobj(1)
@@ -209,7 +184,6 @@ class DoneLines:
         self.count = 0
 
     def append(self, line: bytes) -> None:
-        """Adds one line (``done_list_line``)."""
         chunk = self._zip.compress(line)
         if chunk:
             self._chunks.append(chunk)
@@ -277,13 +251,9 @@ def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
 
 
 def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -> Iterator[DoneInput]:
-    """The inputs a done list names, their run file in ``folder``.
-
-    Nothing is given when the header is not this format's, or when the run
-    file's size (``run_size``; None: it is gone) is not the one the header
-    recorded. A line that cannot be read ends the list (the lines before it
-    stand).
-    """
+    """The inputs a done list names, their run file in ``folder``: none when the header is not this
+    format's or the run file's size (``run_size``; None: gone) is not the one it recorded. A line
+    that cannot be read ends the list."""
     lines = iter(lines)
     try:
         header = json.loads(next(lines, b"") or b"null")
@@ -304,13 +274,8 @@ def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -
 
 
 def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterable[ImageMeta]) -> str:
-    """A digest of what decides a shard's bytes: its key, compression and records in order.
-
-    A record's bytes follow from what ``records.image_example_parts`` takes
-    (the stored image, which the source's sha256 and the fingerprint's flags
-    decide, its info, label, name and extras), its size and order; where it
-    lies in a run file does not count.
-    """
+    """A digest of what decides a shard's bytes: its key, compression and records in order (what
+    ``records.image_example_parts`` takes; not where a record lies in a run file)."""
     digest = hashlib.sha256(repr((tuple(key), compression)).encode("utf-8"))
     for meta in items:
         info, source = meta.info, meta.source
@@ -387,14 +352,11 @@ class ShardDone:
                 raise ValueError("a staged name is not a plain name")
             crc, index_crc = str(obj["crc32c"]), obj["index_crc32c"]
             crc32c_value(crc)
-            if (index_crc is None) != (obj["staged_index"] is None):
-                raise ValueError("the .idx and its CRC32C are not both given")
-            if index_crc is not None:
-                crc32c_value(index_crc)
-            if (keys_crc is None) != (keys is None):
-                raise ValueError("the .keys file and its CRC32C are not both given")
-            if keys_crc is not None:
-                crc32c_value(keys_crc)
+            for what, name, named_crc in ((".idx", obj["staged_index"], index_crc), (".keys file", keys, keys_crc)):
+                if (named_crc is None) != (name is None):
+                    raise ValueError(f"the {what} and its CRC32C are not both given")
+                if named_crc is not None:
+                    crc32c_value(named_crc)
             at = folder.rstrip("/")
             return cls(str(obj["content"]), (str(split), int(index), int(count)), str(obj["file"]),
                        f"{at}/{obj['staged']}", f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,

@@ -1,25 +1,14 @@
 """Run files on storage: a bundle's run file written, and records copied back out of run files.
 
 The I/O around ``transforms.tfrecord.run_files`` (the format is there), on
-local disk, gs:// and s3:// alike. A step that reads inputs writes each
-record once, framed, to the run file of its bundle in the run's staging
-folder (``OUTPUT/.staging/<run id>/runs/``, or its folder in ``--staging_dir``:
-``output_folder.run_files_folder``) and passes on only where the record lies;
-the shard writer copies it from there (``RecordCopier``).
+local disk, gs:// and s3:// alike: a step that reads inputs writes each record
+once to its bundle's run file (``output_folder.run_files_folder``) and passes
+on only where it lies; the shard writer copies it from there (``RecordCopier``,
+which reads neighbouring records on a store in one request).
 
-Copying on gs:// and s3://: every read of a run file is one bounded request
-(``files.read_range``). Before a shard is written, ``RecordCopier.plan`` is
-given the records it will copy; records that lie next to each other in a run
-file are read together, in one request of at most ``BATCH_BYTES``, and a
-fetched batch is held until its last record is copied, at most
-``HELD_BYTES`` of them at once (a record whose batch would go over is read
-alone).
-
-Retries: a bundle's run file has a fresh random name and is closed before the
-bundle ends, so every output that names it was written in full; a retried
-bundle writes a new file, and the failed attempt's file, named by no
-surviving output, is deleted with the staging folder when the run publishes
-or fails.
+A bundle's run file has a fresh random name and is closed before the bundle
+ends; a failed attempt's file, named by no surviving output, goes with the
+staging folder.
 """
 
 from __future__ import annotations
@@ -37,38 +26,26 @@ from transforms.storage.output_folder import run_files_folder
 from transforms.storage.writing import create, reporting_full_disk
 from transforms.tfrecord.run_files import FramedRecord, RunFileWriter, RunSlice, checked_record
 
-__all__ = ["BundleRunFile", "RecordCopier", "runs_folder", "BATCH_BYTES", "HELD_BYTES"]
+__all__ = ["BundleRunFile", "RecordCopier", "BATCH_BYTES", "HELD_BYTES"]
 
 # Largest read of neighbouring records of a run file on a store, in bytes (one request).
 BATCH_BYTES = 8 << 20
 # Bytes of fetched batches a copier holds at once.
 HELD_BYTES = 64 << 20
 
-# What a disk-full message says a run needs while it writes run files.
+# What a disk-full message says a run needs while it writes run files (in --staging_dir: apart).
 _RUN_NEEDS = ("a run needs free space for about twice its shards while it runs (each record is staged "
               "once, then copied into its shard)")
-# The same, when the run files lie in --staging_dir (the shards still need their own space at the output).
 _RUN_NEEDS_APART = ("the run's run files need free space in --staging_dir for about its shards' size while "
                     "it runs (each record is staged there once, then copied into its shard in --output_dir)")
 
 
-def runs_folder(output_dir: str, run_id: str, staging_dir: str | None = None) -> str:
-    """Where a run's run files lie (``output_folder.run_files_folder``)."""
-    return run_files_folder(output_dir, run_id, staging_dir)
-
-
 class BundleRunFile:
-    """The run file of one bundle: opened at the first record, closed when the bundle ends
-    (or before, when the bundle writes its done list: its next record opens a new one).
-
-    Args:
-        output_dir: The output folder (for a disk-full message).
-        run_id: The run's id (its staging folder).
-        staging_dir: ``--staging_dir``, or None: where the run files lie.
-    """
+    """The run file of one bundle: opened at the first record, closed when the bundle ends (or
+    when it writes its done list), in the run's staging folder or ``staging_dir``."""
 
     def __init__(self, output_dir: str, run_id: str, staging_dir: str | None = None) -> None:
-        self._folder = runs_folder(output_dir, run_id, staging_dir)
+        self._folder = run_files_folder(output_dir, run_id, staging_dir)
         self._full = (staging_dir, _RUN_NEEDS_APART) if staging_dir else (output_dir, _RUN_NEEDS)
         self._open: tuple | None = None  # (file object, RunFileWriter)
 
