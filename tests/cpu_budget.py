@@ -4,7 +4,10 @@ Registered as a pytest plugin by ``conftest.py``. A test's CPU time is the
 CPU seconds its setup, call and teardown took in the test process plus those
 of the child processes it waited for (``RUSAGE_CHILDREN``): a job run on
 external workers or in a subprocess counts as much as one in process. Set-up
-of a session-wide server (``scope="session"``) is left out, and so is the
+of a session-wide server (``scope="session"``) is left out, and so are the
+CPU seconds of children reaped during a test that started no process (a
+child an earlier test left running reaches ``RUSAGE_CHILDREN`` only when it
+is waited for, whoever waits), and so is the
 first import of TensorFlow in the process (a few CPU seconds, done before the
 first test of a module that names it): every test that happens to come first
 would pay them.
@@ -52,13 +55,47 @@ failing a run that an idle one passes."""
 
 _KEY = pytest.StashKey[float]()
 _EXCLUDED = pytest.StashKey[float]()
+_CHILDREN = pytest.StashKey[tuple]()
 
 
 def cpu_seconds() -> float:
     """CPU seconds of this process and of its waited-for children so far."""
+    return _own_seconds() + _children_seconds()
+
+
+def _own_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+def _children_seconds() -> float:
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return children.ru_utime + children.ru_stime
+
+
+_started = [0]  # processes started so far: subprocess.Popen and multiprocessing
+
+
+def _count_process_starts() -> None:
+    """Counts each process this one starts (``subprocess`` and ``multiprocessing``), once per process."""
+    import multiprocessing.process
+    import subprocess
+
+    if getattr(subprocess.Popen._execute_child, "_counted", False):
+        return
+    execute, start = subprocess.Popen._execute_child, multiprocessing.process.BaseProcess.start
+
+    def counted_execute(self, *args, **kwargs):
+        _started[0] += 1
+        return execute(self, *args, **kwargs)
+
+    def counted_start(self):
+        _started[0] += 1
+        return start(self)
+
+    counted_execute._counted = True  # type: ignore[attr-defined]
+    subprocess.Popen._execute_child = counted_execute
+    multiprocessing.process.BaseProcess.start = counted_start
 
 
 _current: list[pytest.Item] = []
@@ -100,8 +137,10 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Starts the CPU clock of the test's setup, call and teardown."""
+    _count_process_starts()
     _current.append(item)
     item.stash[_KEY] = cpu_seconds()
+    item.stash[_CHILDREN] = (_children_seconds(), _started[0])
     _import_heavy_first(item)
     try:
         yield
@@ -116,6 +155,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     if call.when != "teardown" or _KEY not in item.stash:
         return
     used = cpu_seconds() - item.stash[_KEY] - item.stash.get(_EXCLUDED, 0.0)
+    children_before, started_before = item.stash[_CHILDREN]
+    if _started[0] == started_before:  # what children it reaped, an earlier test started
+        used -= _children_seconds() - children_before
     slow = item.get_closest_marker("slow") is not None
     log = os.environ.get("TEST_CPU_LOG")
     if log:

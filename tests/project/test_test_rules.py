@@ -77,3 +77,31 @@ def test_writes(tree):
     result = pytester.runpytest_inprocess("-p", "tests.trees", "-q")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*is shared by the tests of this process and changed: copy it before changing it*"])
+
+
+_LEFTOVER = """
+import subprocess, sys
+
+BURN = "import resource\\nwhile sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) < 0.3: pass"
+held = []
+
+def test_starts_a_child_and_leaves_it_running():
+    held.append(subprocess.Popen([sys.executable, "-c", BURN]))
+
+def test_that_reaps_a_child_it_did_not_start():
+    held[0].wait()  # the child's CPU seconds reach this process now
+
+def test_runs_its_own_child():
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+"""
+
+
+def test_a_child_an_earlier_test_left_is_not_charged_to_the_test_that_reaps_it(pytester: pytest.Pytester,
+                                                                             monkeypatch) -> None:
+    monkeypatch.setenv("TEST_CPU_BUDGET", "0.1")
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    cpu_budget: budget\n")
+    pytester.makepyfile(test_leftover=_LEFTOVER)
+    result = pytester.runpytest_inprocess("-p", "tests.cpu_budget", "-q")
+    result.assert_outcomes(passed=3, errors=1)  # only the test that ran its own child is over budget
+    result.stdout.fnmatch_lines(["*test_runs_its_own_child took * CPU s*"])
+    assert "test_that_reaps_a_child_it_did_not_start took" not in result.stdout.str()
