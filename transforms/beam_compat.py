@@ -36,9 +36,7 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     standard = options.view_as(StandardOptions)
     if standard.runner in _DASK_NAMES and not standard.streaming:
         return dask_runner()
-    if standard.runner not in _DIRECT_NAMES or standard.streaming:
-        return None
-    if options.get_all_options().get("prism_location"):
+    if standard.runner not in _DIRECT_NAMES or standard.streaming or options.get_all_options().get("prism_location"):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner

@@ -183,8 +183,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
             listing = ((path, False) for path in list_store_below(task.folder))
         else:
             keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
-            listing = ((path, False if found is None else found)
-                       for path, found in walk_local_tree(task.folder, keep))
+            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder, keep))
         for path, found in listing:
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
@@ -335,8 +334,7 @@ def folder_tasks(path: str, layout: str, offline: bool = False,
         return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
     if "://" in root:
         return plan_folder_listing(root, layout, scan_store)
-    return spread_large_folders(plan_folder_listing(root, layout, scan_local_folder), count_local_files,
-                                names_per_part)
+    return spread_large_folders(plan_folder_listing(root, layout, scan_local_folder), count_local_files, names_per_part)
 
 
 class DiscoverImages(beam.PTransform):

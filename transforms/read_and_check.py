@@ -49,8 +49,7 @@ def _is_array_record(shard: ShardFile) -> bool:
 def _by_record(shard: ShardFile) -> bool:
     """True for a local ArrayRecord shard whose record count its entry gives: read in ranges of record
     numbers (a shard on a store is read whole, from one local copy)."""
-    return (_is_array_record(shard) and shard.entry is not None and shard.entry.records > 0
-            and is_local(shard.path))
+    return (_is_array_record(shard) and shard.entry is not None and shard.entry.records > 0 and is_local(shard.path))
 
 
 def _whole_file(shard: ShardFile) -> bool:

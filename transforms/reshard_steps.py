@@ -20,8 +20,7 @@ from transforms.storage.listing import FileMetadata, is_folder, match_files
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split,
-                                              record_item)
+from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split, record_item)
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord_source import ERRORS, RECORDS, keeps_errors
 from transforms.worker_options import CarriesStorageOptions

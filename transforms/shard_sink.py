@@ -218,8 +218,7 @@ class WriteShards(beam.PTransform):
         self._inputs = inputs
 
     def expand(self, assigned):
-        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs,
-                                                                                    default_value=0)}
+        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs, default_value=0)}
         return (assigned
                 | "GroupByShard" >> GroupPacked()  # (ShardKey, [item]), the items packed across the shuffle
                 | "WriteShard" >> beam.ParDo(self._fn, beam.pvalue.AsList(self._totals), **side))

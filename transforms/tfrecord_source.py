@@ -48,8 +48,7 @@ class _ReadSettings:
 
     def __post_init__(self) -> None:
         if self.compression not in READ_COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, "
-                             f"got {self.compression!r}")
+            raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, got {self.compression!r}")
         if self.min_bundle_size < 0:
             raise ValueError(f"min_bundle_size must be >= 0, got {self.min_bundle_size}")
         if self.max_record_bytes < 1:
@@ -59,8 +58,7 @@ class _ReadSettings:
         if self.keep_errors:  # records and RecordError objects, split apart downstream
             return coders.FastPrimitivesCoder()
         if self.with_offsets:
-            return coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder(),
-                                      coders.BytesCoder()])
+            return coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder(), coders.BytesCoder()])
         return coders.BytesCoder()
 
 
@@ -110,15 +108,13 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
                           stop_position: int | None) -> iobase.RangeTracker:
         start = self._start if start_position is None else start_position
         if not self.splittable:
-            return UnsplittableRangeTracker(
-                OffsetRangeTracker(start, OffsetRangeTracker.OFFSET_INFINITY))
+            return UnsplittableRangeTracker(OffsetRangeTracker(start, OffsetRangeTracker.OFFSET_INFINITY))
         return OffsetRangeTracker(start, self._stop if stop_position is None else stop_position)
 
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
             index = _load_index(self._path, self._size) if self._settings.use_index else None
-            return read_range(fh, self._size, range_tracker, self._path, index,
-                              self._settings.max_record_bytes)
+            return read_range(fh, self._size, range_tracker, self._path, index, self._settings.max_record_bytes)
         return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker,
                            self._settings.max_record_bytes)
 
@@ -258,8 +254,7 @@ class ReadFromTFRecords(beam.PTransform):
         patterns = (file_pattern,) if one else tuple(file_pattern)
         if not patterns or not all((isinstance(p, str) and p) or isinstance(p, FileMetadata)
                                    for p in patterns):
-            raise ValueError(f"file_pattern must be a non-empty path or list of paths, "
-                             f"got {file_pattern!r}")
+            raise ValueError(f"file_pattern must be a non-empty path or list of paths, got {file_pattern!r}")
         self._settings = _ReadSettings(compression, with_offsets, use_index,
                                        keeps_errors(errors), min_bundle_size, max_record_bytes)
         if validate:
