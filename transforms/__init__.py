@@ -12,33 +12,21 @@ import importlib
 from typing import Any
 
 # Public name -> the module that defines it.
-_EXPORTS = {
+_EXPORTS = {name: module for module, names in {
     # Reading TFRecord files, split inside files by byte range.
-    "ReadFromTFRecords": "transforms.tfrecord_source",
-    "ReadAllFromTFRecords": "transforms.tfrecord_source",
-    "RECORDS": "transforms.tfrecord_source",
-    "ERRORS": "transforms.tfrecord_source",
+    "transforms.tfrecord_source": ("ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS"),
     # Planning and writing byte-balanced shards, and publishing them atomically.
-    "PlanShards": "transforms.plan_shards",
-    "ASSIGNED": "transforms.plan_shards",
-    "TOTALS": "transforms.plan_shards",
-    "WriteShards": "transforms.shard_sink",
-    "PublishShards": "transforms.shard_sink",
+    "transforms.plan_shards": ("PlanShards", "ASSIGNED", "TOTALS"),
+    "transforms.shard_sink": ("WriteShards", "PublishShards"),
     # The build job's steps.
-    "DiscoverImages": "transforms.discover_images",
-    "InspectImages": "transforms.inspect_images",
-    "RejectDuplicatePaths": "transforms.reject_duplicates",
-    "RejectDuplicateImages": "transforms.reject_duplicates",
-    "DEAD_LETTERS": "transforms.shardset.dead_letters",
-    # The verify job's steps.
-    "CheckAcrossRanges": "transforms.verify_steps",
-    "WriteReport": "transforms.verify_steps",
-    "WritePreview": "transforms.verify_steps",
-    "PROBLEMS": "transforms.verify_steps",
-    "SAMPLES": "transforms.verify_steps",
-    # The reshard job's steps.
-    "ToRecordItems": "transforms.reshard_steps",
-}
+    "transforms.discover_images": ("DiscoverImages",),
+    "transforms.inspect_images": ("InspectImages",),
+    "transforms.reject_duplicates": ("RejectDuplicatePaths", "RejectDuplicateImages"),
+    "transforms.shardset.dead_letters": ("DEAD_LETTERS",),
+    # The verify and reshard jobs' steps.
+    "transforms.verify_steps": ("CheckAcrossRanges", "WriteReport", "WritePreview", "PROBLEMS", "SAMPLES"),
+    "transforms.reshard_steps": ("ToRecordItems",),
+}.items() for name in names}
 
 __all__ = sorted(_EXPORTS)
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 import os
 import types
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
-           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "local_workers_for",
-           "bytes_worth_counting", "workers_given", "choose_local_workers", "dask_runner", "wants_dask",
-           "register_dask_options", "install_construction_memos"]
+           "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "bytes_worth_counting",
+           "choose_local_workers", "dask_runner", "wants_dask", "register_dask_options", "install_construction_memos"]
 
 CHECKED_BEAM_VERSION = "2.77.0"
 
@@ -37,9 +36,7 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     standard = options.view_as(StandardOptions)
     if standard.runner in _DASK_NAMES and not standard.streaming:
         return dask_runner()
-    if standard.runner not in _DIRECT_NAMES or standard.streaming:
-        return None
-    if options.get_all_options().get("prism_location"):
+    if standard.runner not in _DIRECT_NAMES or standard.streaming or options.get_all_options().get("prism_location"):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
@@ -74,24 +71,9 @@ WORKER_BYTES = 256 << 20
 VERIFY_MIN_CORES = 4
 
 
-def local_workers_for(input_bytes: int, cores: int) -> int:
-    """Worker processes for a local run of ``input_bytes`` (at least 2, at most ``cores``)."""
-    return max(2, min(cores, input_bytes // WORKER_BYTES))
-
-
 def bytes_worth_counting(cores: int) -> int:
     """How many input bytes a job need count to choose its workers: past this, one per core."""
     return max(AUTO_WORKERS_MIN_BYTES, cores * WORKER_BYTES)
-
-
-def workers_given(options: PipelineOptions) -> bool:
-    """True if the command line set ``--direct_num_workers`` or ``--direct_running_mode``.
-
-    A value equal to Beam's default still counts as given. Reads ``PipelineOptions._flags`` (Beam 2.77.0).
-    """
-    flags = getattr(options, "_flags", None) or ()
-    return any(str(flag).split("=", 1)[0] in ("--direct_num_workers", "--direct_running_mode")
-               for flag in flags)
 
 
 # The rule ``choose_local_workers`` follows, as --help_beam's --direct_num_workers and the docs say it.
@@ -116,10 +98,12 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
     Returns:
         One line saying what was chosen, or None when nothing was changed.
     """
-    if (local_workers(options) is None or workers_given(options) or input_bytes is None
-            or input_bytes < AUTO_WORKERS_MIN_BYTES or cores < max(2, min_cores)):
+    # Flags given, even at Beam's default, choose: PipelineOptions._flags (Beam 2.77.0).
+    given = {str(flag).split("=", 1)[0] for flag in getattr(options, "_flags", None) or ()}
+    if (local_workers(options) is None or given & {"--direct_num_workers", "--direct_running_mode"}
+            or input_bytes is None or input_bytes < AUTO_WORKERS_MIN_BYTES or cores < max(2, min_cores)):
         return None
-    workers = local_workers_for(input_bytes, cores)
+    workers = max(2, min(cores, input_bytes // WORKER_BYTES))
     direct = options.view_as(DirectOptions)
     direct.direct_running_mode = "multi_processing"
     direct.direct_num_workers = workers
@@ -183,41 +167,49 @@ def _fail_bundles_of_lost_workers() -> None:
 def install_construction_memos() -> None:
     """Makes Beam keep what it works out again and again while it builds, translates and starts a pipeline.
 
-    Beam 2.77 takes ``inspect.signature`` of a function each time it asks for
-    its arguments (``core.get_function_args_defaults``), and looks for a
-    DoFn's state and timer specs (``userstate.get_dofn_specs``) by taking the
-    signature of every one of its methods (about 35, ``dir(dofn)``). It asks
-    about eight times per ``ParDo`` while a pipeline is built and translated
-    (``ParDo.__init__``, ``runner_api_requires_keyed_input`` at each visit,
-    ``to_runner_api_parameter``) and again for every DoFn a worker unpickles:
-    a 20-photo build's 53 DoFns took 418 spec look-ups and about 14,000
-    signatures, a quarter of its CPU. It also makes a new view of the
-    pipeline's options (``PipelineOptions.view_as``: an argument parser built
-    and the flags parsed again, 0.4-0.8 ms) at every step applied, every type
-    check and every DoFn pickled: about 500 views, a tenth of the CPU.
-
-    What they find does not change while a pipeline is built and run: a
-    function's arguments come from its code and defaults (checked at each use,
-    with its ``__signature__`` and ``__wrapped__``), a DoFn's specs from its
-    methods, and a view only reads and writes the options' shared values. So
-    each answer is kept: a function's arguments per function, a DoFn's specs
-    per DoFn object and a view per options object and view class (both dropped
-    with the object; a view made again if the options' values or flags were
-    replaced). Arguments and specs are handed out as fresh lists and sets, and
-    a DoFn whose specs are invalid raises each time.
+    Beam 2.77 takes ``inspect.signature`` of a function each time it asks for its arguments
+    (``core.get_function_args_defaults``) and of each of a DoFn's ~35 methods each time it asks for
+    its state and timer specs (``userstate.get_dofn_specs``): about eight times per ``ParDo`` while
+    a pipeline is built and translated, and again for every DoFn a worker unpickles (a 20-photo
+    build: 14,000 signatures, a quarter of its CPU). It also builds a new view of the options
+    (``PipelineOptions.view_as``: a parser, the flags parsed again) at every step applied, type
+    check and DoFn pickled (a tenth of the CPU). None of these answers changes while a pipeline is
+    built and run, so each is kept: a function's arguments per function (asked again if its code,
+    defaults, ``__signature__`` or ``__wrapped__`` change), a DoFn's specs per DoFn object, a view
+    per options object and view class (made again if the options' values or flags were replaced).
+    Lists and sets are handed out fresh, and a DoFn whose specs are invalid raises each time.
     """
-    _function_args_once()
-    _dofn_specs_once()
-    _options_views_once()
+    from apache_beam.transforms import core, userstate
+
+    _replace_once(core, "get_function_args_defaults", _function_args_once)
+    _replace_once(userstate, "get_dofn_specs", _dofn_specs_once)
+    _replace_once(PipelineOptions, "view_as", _options_views_once)
 
 
-def _function_args_once() -> None:
-    """Keeps ``core.get_function_args_defaults``'s answer per Python function (``install_construction_memos``)."""
-    from apache_beam.transforms import core
+def _replace_once(owner: Any, name: str, keeping: Callable[[Any], Any]) -> None:
+    """Sets ``owner.<name>`` to ``keeping(<its function>)``, unless an earlier call did."""
+    found = getattr(owner, name)
+    if not getattr(found, "_found_once", False):
+        replacement = keeping(found)
+        replacement._found_once = True
+        setattr(owner, name, replacement)
 
-    find = core.get_function_args_defaults
-    if getattr(find, "_found_once", False):
-        return
+
+def _kept_for(kept: dict[int, tuple[Any, dict]], obj: Any) -> dict | None:
+    """What ``kept`` holds for ``obj`` (by id, dropped with ``obj``), or None for an object without weak references."""
+    key = id(obj)
+    found = kept.get(key)
+    if found is None or found[0]() is not obj:
+        try:
+            ref = weakref.ref(obj, lambda _, key=key: kept.pop(key, None))
+        except TypeError:
+            return None
+        found = kept[key] = (ref, {})
+    return found[1]
+
+
+def _function_args_once(find: Callable[[Any], tuple[list, list]]) -> Callable[[Any], tuple[list, list]]:
+    """``core.get_function_args_defaults``, its answer kept per Python function."""
     found: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> {bound: (state, args, defaults)}
 
     def get_function_args_defaults(f: Any) -> tuple[list, list]:
@@ -234,60 +226,37 @@ def _function_args_once() -> None:
             args, defaults = find(f)
             kept = found[func][bound] = (state, tuple(args), tuple(defaults))
         return list(kept[1]), list(kept[2])
-
-    get_function_args_defaults._found_once = True  # type: ignore[attr-defined]
-    core.get_function_args_defaults = get_function_args_defaults
+    return get_function_args_defaults
 
 
-def _dofn_specs_once() -> None:
-    """Keeps ``userstate.get_dofn_specs``'s answer per DoFn object (``install_construction_memos``)."""
-    from apache_beam.transforms import userstate
-
-    find = userstate.get_dofn_specs
-    if getattr(find, "_found_once", False):
-        return
-    found: dict[int, tuple[Any, frozenset, frozenset]] = {}
+def _dofn_specs_once(find: Callable[[Any], tuple[set, set]]) -> Callable[[Any], tuple[set, set]]:
+    """``userstate.get_dofn_specs``, its answer kept per DoFn object."""
+    found: dict[int, tuple[Any, dict]] = {}
 
     def get_dofn_specs(dofn: Any) -> tuple[set, set]:
-        key = id(dofn)
-        kept = found.get(key)
-        if kept is not None and kept[0]() is dofn:
-            return set(kept[1]), set(kept[2])
-        states, timers = find(dofn)
-        try:
-            ref = weakref.ref(dofn, lambda _, key=key: found.pop(key, None))
-        except TypeError:  # a DoFn that takes no weak reference: asked each time
-            return states, timers
-        found[key] = (ref, frozenset(states), frozenset(timers))
-        return states, timers
-
-    get_dofn_specs._found_once = True  # type: ignore[attr-defined]
-    userstate.get_dofn_specs = get_dofn_specs
+        kept = _kept_for(found, dofn)
+        if kept is None:  # a DoFn that takes no weak reference: asked each time
+            return find(dofn)
+        if "specs" not in kept:
+            states, timers = find(dofn)
+            kept["specs"] = (frozenset(states), frozenset(timers))
+        return set(kept["specs"][0]), set(kept["specs"][1])
+    return get_dofn_specs
 
 
-def _options_views_once() -> None:
-    """Keeps ``PipelineOptions.view_as``'s view per options object and class (``install_construction_memos``)."""
-    view_as = PipelineOptions.view_as
-    if getattr(view_as, "_found_once", False):
-        return
-    found: dict[int, tuple[Any, dict[type, PipelineOptions]]] = {}
+def _options_views_once(view_as: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:
+    """``PipelineOptions.view_as``, its view kept per options object and view class."""
+    found: dict[int, tuple[Any, dict]] = {}
 
     def kept_view_as(self: PipelineOptions, cls: type) -> Any:
-        key = id(self)
-        kept = found.get(key)
-        if kept is None or kept[0]() is not self:
-            try:
-                ref = weakref.ref(self, lambda _, key=key: found.pop(key, None))
-            except TypeError:  # options that take no weak reference: a new view each time
-                return view_as(self, cls)
-            kept = found[key] = (ref, {})
-        view = kept[1].get(cls)
+        views = _kept_for(found, self)
+        if views is None:  # options that take no weak reference: a new view each time
+            return view_as(self, cls)
+        view = views.get(cls)
         if view is None or view._all_options is not self._all_options or view._flags is not self._flags:
-            view = kept[1][cls] = view_as(self, cls)
+            view = views[cls] = view_as(self, cls)
         return view
-
-    kept_view_as._found_once = True  # type: ignore[attr-defined]
-    PipelineOptions.view_as = kept_view_as  # type: ignore[method-assign]
+    return kept_view_as
 
 
 def use_anonymous_gcp_credentials() -> None:

@@ -1,8 +1,6 @@
 """Beam steps of the build job that list container inputs: tar and zip archives, WebDataset shards, Parquet.
 
-``ListArchives`` lists every member (every Parquet row) as one input, never reading an image: a
-first pass over each archive's headers decides its layout and cuts it into parts (its own members,
-each inner tar, each WebDataset shard, ranges of row groups), listed in parallel by workers.
+Every member (every Parquet row) is one input, listed without reading an image.
 """
 
 from __future__ import annotations
@@ -175,8 +173,7 @@ class _StartArchiveFn(CarriesStorageOptions, beam.DoFn):
     def _parquet(self, path: str):
         with open_for_read(path) as fh, naming_s3_errors(path):
             parquet = open_parquet(fh)
-        problem = columns_problem(parquet.schema_arrow, self._containers.image_column,
-                                  self._containers.label_column)
+        problem = columns_problem(parquet.schema_arrow, self._containers.image_column, self._containers.label_column)
         if problem:
             yield DeadLetter(path, "unreadable", f"Parquet file {problem}")
             return
@@ -295,8 +292,7 @@ class _ListPartFn(CarriesStorageOptions, beam.DoFn):
     def _rows(self, part: ArchivePart, fh):
         parquet = open_rows(fh, self._containers.image_column, self._containers.label_column)
         try:
-            names = self._containers.class_names or class_names_of(parquet.schema_arrow,
-                                                                   self._containers.label_column)
+            names = self._containers.class_names or class_names_of(parquet.schema_arrow, self._containers.label_column)
         except ManifestError as err:
             raise ManifestError(f"{part.container}: {err}") from err
         first = part.first_row
@@ -309,12 +305,13 @@ class _ListPartFn(CarriesStorageOptions, beam.DoFn):
 class ListArchives(beam.PTransform):
     """Lists the members of container inputs, spread over workers by part.
 
+    A first pass over each archive's headers decides its layout and cuts it into parts (its own
+    members, each inner tar, each WebDataset shard, ranges of row groups) that workers list.
     Applied to the pipeline. Output: ``PCollection`` of ``SourceImage`` and ``DeadLetter``.
 
     Args:
         inputs: Archives, Parquet files, patterns of WebDataset shards (``shard-{000..099}.tar``)
             and of Parquet files (``hf/*.parquet``).
-        rules: How labels and splits are read.
         containers: Parquet columns and the names of integer class indices.
     """
 

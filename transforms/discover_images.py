@@ -86,7 +86,6 @@ def _unwire(value: str | bytes) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
-
 class _StartInputFn(CarriesStorageOptions, beam.DoFn):
     """Manifest input -> its byte ranges (_RANGES), or its entries (_COCO, _COCO_NAMES) when it is COCO.
 
@@ -156,10 +155,8 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     """FolderTask -> ("file", root, relpath, layout) per file, ("unreadable", root, relative folder,
     why, layout) per folder it cannot list; with ``key_ranges``, also ``_KeyRangeTask``s (_KEY_RANGES).
 
-    Folders met by a task that lists one level are tasks of their own. With ``key_ranges``, a task
-    listing everything below a gs:// or s3:// prefix lists its first ``FIRST_KEYS`` keys and cuts
-    the rest into ranges that other workers list (``_ListKeyRangeFn``). Hidden files are counted
-    and dropped here. A task without a layout lists its whole input and decides the layout.
+    Folders met by a task that lists one level are tasks of their own; hidden files are counted and
+    dropped. A task without a layout lists its whole input and decides the layout.
     """
 
     def __init__(self, layout: str, key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> None:
@@ -186,8 +183,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
             listing = ((path, False) for path in list_store_below(task.folder))
         else:
             keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
-            listing = ((path, False if found is None else found)
-                       for path, found in walk_local_tree(task.folder, keep))
+            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder, keep))
         for path, found in listing:
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
@@ -225,12 +221,17 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     def _files(self, root: str, paths, layout: str):
         """("file", root, relpath, layout) of each path that is not hidden."""
         key, prefix = _tree_prefix(root)
+        for rel in self._visible(prefix, paths):
+            yield ("file", key, _wire(rel), layout)
+
+    def _visible(self, prefix: str, paths):
+        """The paths below ``prefix`` relative to it, hidden ones counted and left out."""
         for path in paths:
-            rel = path[len(prefix):]
+            rel = path[len(prefix):] if path.startswith(prefix) else path
             if is_hidden(rel):
                 self._hidden.inc()
             else:
-                yield ("file", key, _wire(rel), layout)
+                yield rel
 
     @staticmethod
     def _level(where: str, local: bool):
@@ -245,13 +246,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
 
     def _list_whole(self, key: str, prefix: str, layout: str | None):
         """Every file of the input at once, and the layout they show when none is given."""
-        rels = []
-        for path in list_below(key):
-            rel = path[len(prefix):] if path.startswith(prefix) else path
-            if is_hidden(rel):
-                self._hidden.inc()
-                continue
-            rels.append(rel)
+        rels = list(self._visible(prefix, list_below(key)))
         if layout is None:
             layout = self._layout if self._layout != "auto" else layout_of_levels(levels_of_paths(rels))
         for rel in rels:
@@ -332,30 +327,18 @@ def folder_tasks(path: str, layout: str, offline: bool = False,
     """The listing tasks of a folder input (``inputs.plan_folder_listing``), found before the job runs.
 
     Offline (a Dataflow dry run) or on a store listed only whole, the one task lists the whole
-    input on a worker. A local folder with more than ``names_per_part`` files is listed in parts.
-
-    Args:
-        layout: ``--layout``.
-        offline: Touch no storage.
-        names_per_part: Files below one local folder that one task lists.
+    input on a worker; a local folder of more than ``names_per_part`` files is listed in parts.
     """
     root = path.rstrip("/")
     if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
         return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
     if "://" in root:
         return plan_folder_listing(root, layout, scan_store)
-    return spread_large_folders(plan_folder_listing(root, layout, scan_local_folder), count_local_files,
-                                names_per_part)
+    return spread_large_folders(plan_folder_listing(root, layout, scan_local_folder), count_local_files, names_per_part)
 
 
 class DiscoverImages(beam.PTransform):
     """Lists every input file or manifest row, spread over many elements.
-
-    A folder input comes as ``FolderTask``s planned before the job, spread over workers; with
-    ``key_ranges``, a large gs:// or s3:// class folder is listed in key ranges by several workers
-    (one fused stage more). An input manifest is read in byte ranges of ``range_bytes``, one row
-    per line; a COCO ``.json`` as a stream, each image grouped with its annotations. Containers
-    are listed member by member (``ListArchives``).
 
     Applied to the pipeline. Output: one ``PCollection`` of ``SourceImage``, ``DeadLetter`` and
     ``str`` (the class name of an unreadable class folder), so that the steps that count them and
@@ -363,13 +346,13 @@ class DiscoverImages(beam.PTransform):
 
     Args:
         rules: How labels and splits are read.
-        folder_tasks: The listing tasks of every folder input.
-        manifests: The manifest inputs (``.csv``, ``.jsonl``, COCO ``.json``).
+        folder_tasks: The listing tasks of every folder input, spread over workers.
+        manifests: The manifest inputs (``.csv``, ``.jsonl``; a COCO ``.json`` is read as a stream).
         range_bytes: Bytes of an input manifest read as one element.
-        archives: The container inputs (``archives.members.is_container_input``).
+        archives: The container inputs (``ListArchives``).
         containers: How container inputs give images and labels.
-        key_ranges: Key ranges a large gs:// or s3:// class folder is cut into (0: none).
-        first_keys: Keys of such a folder listed before the rest is cut.
+        key_ranges: Key ranges a large gs:// or s3:// class folder is cut into, listed by other
+            workers after its first ``first_keys`` keys (0: none; one fused stage more).
     """
 
     def __init__(self, rules: LabelRules, folder_tasks: Sequence[FolderTask] = (),
@@ -433,13 +416,8 @@ class DiscoverImages(beam.PTransform):
 class _ListingFactsFn(CarriesStorageOptions, beam.CombineFn):
     """SourceImage, DeadLetter, class name or ObjectClasses -> ``ListingFacts`` (a ``ListingTally``)."""
 
-    def __init__(self, multi_label: bool, label_offset: int | None, fixed: Sequence[str] | None,
-                 boxes_outside: str, declared: Mapping[str, str] | None = None) -> None:
-        self._multi_label = multi_label
-        self._label_offset = label_offset
-        self._fixed = None if fixed is None else tuple(fixed)
-        self._boxes_outside = boxes_outside
-        self._declared = dict(declared or {})
+    def __init__(self, *facts_args: Any) -> None:
+        self._facts_args = facts_args  # ListingTally.facts's arguments
 
     def create_accumulator(self):
         return ListingTally()
@@ -451,14 +429,13 @@ class _ListingFactsFn(CarriesStorageOptions, beam.CombineFn):
         return ListingTally.merged(accs)
 
     def extract_output(self, acc):
-        return acc.facts(self._multi_label, self._label_offset, self._fixed, self._boxes_outside, self._declared)
+        return acc.facts(*self._facts_args)
 
 
 class CollectListingFacts(beam.PTransform):
     """Everything listed (``SourceImage``, ``DeadLetter``, class names, ``ObjectClasses``) -> one ``ListingFacts``.
 
-    One combine gives the input count, the class list and the record layout together. Nothing
-    listed gives no element (readers of it as a side input give their defaults).
+    One combine; nothing listed gives no element (readers of it as a side input give their defaults).
 
     Args:
         multi_label: Lists of class labels even if every input has one (``--multi_label``).
@@ -474,7 +451,8 @@ class CollectListingFacts(beam.PTransform):
                  fixed: Sequence[str] | None = None, boxes_outside: str = "skip",
                  declared: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        self._fn = _ListingFactsFn(multi_label, label_offset, fixed, boxes_outside, declared)
+        self._fn = _ListingFactsFn(multi_label, label_offset, None if fixed is None else tuple(fixed), boxes_outside,
+                                   dict(declared or {}))
 
     def expand(self, listed):
         return listed | "CombineFacts" >> beam.CombineGlobally(self._fn).without_defaults()

@@ -1,15 +1,11 @@
 """Everything the storage package takes from Beam: its file systems, their S3 and GCS clients.
 
-``transforms/storage/`` imports nothing of Beam itself: it takes Beam's public file system API
-from here, and the functions here work around gaps in it, each naming what of Beam it touches
-(checked against apache-beam 2.77.0, ``transforms.beam_compat.CHECKED_BEAM_VERSION``).
-
-Every storage call uses one client per worker process (``store_client``; Beam 2.77 makes a new
-boto3 session and client, about 0.28 s of CPU, or a new ``GcsIO`` per call). The clients are keyed
-by process id and options, and dropped in a forked child. Every S3 client Beam makes is bounded
-in time and tries: a call that gets no HTTP answer after ``S3_READ_ATTEMPTS`` tries raises
-``S3NoAnswerError``, which Beam's retry decorators do not retry, so an unreachable S3 endpoint
-ends the job in seconds or minutes instead of Beam's ten minutes of retries per input.
+``transforms/storage/`` imports nothing of Beam itself; the functions here work around gaps in
+Beam's file system API, each naming what of Beam it touches (apache-beam 2.77.0). Every storage
+call uses one client per worker process (``store_client``: Beam 2.77 makes a boto3 client, about
+0.28 s of CPU, or a ``GcsIO`` per call). Every S3 client Beam makes is bounded in time and tries:
+a call with no HTTP answer after ``S3_READ_ATTEMPTS`` tries raises ``S3NoAnswerError``, which
+Beam does not retry, so an unreachable S3 endpoint ends the job in minutes, not ten per input.
 """
 
 from __future__ import annotations
@@ -113,9 +109,9 @@ def store_client(scheme: str, options: PipelineOptions | None = None):
     """The client of this worker process for a store, made once per process and store settings.
 
     Args:
-        scheme: ``"s3"``: a boto3 S3 client, made as Beam's from ``S3Options``, its calls bounded
-            in time and tries; ``"gs"``: the ``google.cloud.storage`` client Beam's GCS file
-            system makes. Both may be used from any thread.
+        scheme: ``"s3"``: a boto3 S3 client, made as Beam's from ``S3Options``, its calls bounded;
+            ``"gs"``: the ``google.cloud.storage`` client Beam's GCS file system makes. Both may be
+            used from any thread.
         options: The pipeline options; default: those Beam's file systems use.
 
     Raises:
@@ -180,7 +176,7 @@ class S3NoAnswerError(OSError, PermanentException):
 
 
 def s3_read_client(options: PipelineOptions):
-    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries (see the module's docstring).
+    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries.
 
     Beam 2.77's ``S3Downloader._get_object_metadata`` retries an error without an HTTP status 7
     more times; reads of object bytes keep Beam's retries, each try bounded by the same timeouts.
@@ -336,7 +332,6 @@ def unbuffered(fh: BinaryIO) -> BinaryIO:
     """
     raw = getattr(fh, "raw", None)
     return raw if raw is not None and hasattr(raw, "readinto") and hasattr(raw, "seek") else fh
-
 
 
 @contextlib.contextmanager

@@ -1,19 +1,14 @@
 """Beam steps of the plan: survey each input from its header, and tally what a build would do.
 
-A plan lists its inputs and rejects duplicates with the build's own steps
-(``discover_images``); these steps replace the build's inspecting, writing and
-publishing. ``SurveyImages`` reads each input once, checks its header
-(``images.survey``) and hashes it (duplicates and ``--split_fractions`` need
-the sha256); nothing is staged or written. ``TallyPlan`` gathers everything
-in one combine (``shardset.plan_report.PlanTally``) and writes it as JSON to
-a path of the caller's choosing.
+A plan lists its inputs and rejects duplicates with the build's own steps; these steps replace the
+build's inspecting, writing and publishing: nothing is staged or written but the tally.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -48,8 +43,7 @@ __all__ = ["SurveyImages", "TallyPlan", "READS"]
 READS = "reads"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Surveyed:
+class _Surveyed(NamedTuple):
     """What surveying one input gave: its ImageMeta or DeadLetter, the bytes read (None: unread),
     and whether the record's size is exact."""
 
@@ -61,12 +55,8 @@ class _Surveyed:
 class _SurveyImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS).
 
-    The ``ImageMeta`` is the one a build would plan with: its sha256, order
-    key and record size (exact or estimated, ``images.survey``); it names no
-    run file and carries no bytes. Inputs are surveyed on a pool of
-    ``threads`` threads (``worker_threads``; reading and hashing release the
-    GIL), the outputs, counters and progress following in input order, each
-    in its own input's window, as the build's inspection does.
+    Inputs are surveyed on ``threads`` threads, the outputs, counters and progress following in
+    input order, each in its own input's window, as the build's inspection does.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, split_fractions: Mapping[str, float],
@@ -118,10 +108,9 @@ class _SurveyImageFn(OrderedImageFn):
             extra = tuple(sorted(extra + orientation_extra(self._settings, surveyed.info)))
         except ImageError as err:
             return _Surveyed(DeadLetter(source.path, err.reason, err.detail), len(data))
-        except BoxError as err:
-            return _Surveyed(DeadLetter(source.path, "bad_box", str(err)), len(data))
-        except FeatureValueError as err:
-            return _Surveyed(DeadLetter(source.path, "bad_feature", str(err)), len(data))
+        except (BoxError, FeatureValueError) as err:
+            reason = "bad_box" if isinstance(err, BoxError) else "bad_feature"
+            return _Surveyed(DeadLetter(source.path, reason, str(err)), len(data))
         digest = hashlib.sha256(data).digest()
         if source.split == SPLIT_BY_CONTENT:
             source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))
@@ -134,12 +123,12 @@ class _SurveyImageFn(OrderedImageFn):
 
 
 class SurveyImages(beam.PTransform):
-    """Reads each input once, checks its header and measures the record a build would make.
+    """Reads each input once, checks its header (``images.survey``) and measures the record a build would make.
 
-    Input: ``PCollection[SourceImage]``. Outputs: ``main`` (``ImageMeta``, as a
-    build would plan with it, with no run file), ``DEAD_LETTERS``
-    (``DeadLetter``: the inputs header checks reject) and ``READS``
-    (``("read", bytes, exact)`` per file read).
+    Input: ``PCollection[SourceImage]``. Outputs: ``main`` (``ImageMeta`` as a build would plan
+    with it: sha256, order key, exact or estimated record size; no run file, no bytes),
+    ``DEAD_LETTERS`` (the inputs header checks reject) and ``READS`` (``("read", bytes, exact)``
+    per file read).
 
     Args:
         settings: Image options of the build.
@@ -148,8 +137,8 @@ class SurveyImages(beam.PTransform):
         split_fractions: ``--split_fractions``: the split of inputs that name none.
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
         layout: Singleton side input with the build's ``RecordLayout``, or None.
-        threads: Inputs surveyed at once by each worker; 0 for one per core the
-            worker may use. The outputs do not depend on it.
+        threads: Inputs surveyed at once by each worker (0: one per usable core); the outputs do
+            not depend on it.
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels,
@@ -185,8 +174,7 @@ def _record(meta: ImageMeta) -> tuple:
 
 def _listing(facts: ListingFacts, fixed_labels: tuple[str, ...] | None, settings_spec: dict[str, str]) -> tuple:
     classes = fixed_labels if fixed_labels is not None else facts.classes
-    return ("listing", facts.inputs, list(classes),
-            {**IMAGE_FEATURES, **facts.layout.feature_spec(), **settings_spec})
+    return ("listing", facts.inputs, list(classes), {**IMAGE_FEATURES, **facts.layout.feature_spec(), **settings_spec})
 
 
 class _PlanTallyFn(CarriesStorageOptions, beam.CombineFn):
@@ -213,17 +201,16 @@ def _write_tally(tally: dict, path: str) -> None:
 class TallyPlan(beam.PTransform):
     """Gathers what the plan saw into one ``PlanTally`` and writes it as JSON to ``path``.
 
-    Input: a dict of PCollections: ``listed`` (``SourceImage``), ``records``
-    (``ImageMeta`` a build would write), ``reads`` (``SurveyImages``'
-    ``READS``), ``facts`` (``ListingFacts``) and ``dead`` (a tuple of
-    PCollections of ``DeadLetter``). One combine; with nothing listed at all
-    it writes an empty tally (a missing tally is an error: a worker that could not write it).
+    Input: a dict of PCollections: ``listed`` (``SourceImage``), ``records`` (``ImageMeta`` a build
+    would write), ``reads`` (``SurveyImages``' ``READS``), ``facts`` (``ListingFacts``) and ``dead``
+    (a tuple of PCollections of ``DeadLetter``). One combine; with nothing listed at all it writes
+    an empty tally (a missing tally is an error: a worker that could not write it).
 
     Args:
         path: Where the tally goes (a local, gs:// or s3:// path every worker reaches).
         fixed_labels: ``--class_names``/``--labels_file``, or None for the listed classes.
-        settings: The build's image options (``image/orientation`` is in the spec
-            with ``--exif_orientation keep``).
+        settings: The build's image options (``image/orientation`` is in the spec with
+            ``--exif_orientation keep``).
     """
 
     def __init__(self, path: str, fixed_labels: tuple[str, ...] | None = None,

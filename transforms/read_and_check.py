@@ -49,8 +49,7 @@ def _is_array_record(shard: ShardFile) -> bool:
 def _by_record(shard: ShardFile) -> bool:
     """True for a local ArrayRecord shard whose record count its entry gives: read in ranges of record
     numbers (a shard on a store is read whole, from one local copy)."""
-    return (_is_array_record(shard) and shard.entry is not None and shard.entry.records > 0
-            and is_local(shard.path))
+    return (_is_array_record(shard) and shard.entry is not None and shard.entry.records > 0 and is_local(shard.path))
 
 
 def _whole_file(shard: ShardFile) -> bool:
@@ -152,13 +151,8 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
 
     def __init__(self, schema: Mapping[str, str] | None, labels: Sequence[str] | None, checks: RecordChecks) -> None:
         self._schema = schema
-        self._decode_with = tuple(checks.decode_with)
-        self._max_record_bytes = checks.max_record_bytes
-        self._decode_images = checks.decode_images
-        self._preview = checks.preview
         self._labels = list(labels) if labels else None
-        self._hash_files = checks.hash_files
-        self._index_required = checks.index_required
+        self._checks = checks
         self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_hash")
 
     def _records(self, fh, shard: ShardFile, claims: _Claims, index: tuple[str, bytes] | None):
@@ -166,11 +160,11 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
             if not claims.try_claim(0):
                 return iter(())
             return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path,
-                               max_length=self._max_record_bytes)
+                               max_length=self._checks.max_record_bytes)
         starts = index_starts(shard.path, shard.size, index)
         if index is not None and starts is None:
             Metrics.counter("tfrecord_source", "unusable_indexes").inc()
-        return read_range(fh, shard.size, claims, shard.path, starts, self._max_record_bytes)
+        return read_range(fh, shard.size, claims, shard.path, starts, self._checks.max_record_bytes)
 
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
                 labels: Sequence[str] | None = None,
@@ -180,8 +174,9 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         claims = _Claims(tracker)
         # One range of each file starts at byte 0 (splitting keeps the start): it checks the whole file.
         first = claims.start_position() == 0
-        checker = RangeChecker(shard.path, shard.split, schema, self._decode_images, labels,
-                               self._preview, self._decode_with)
+        checks = self._checks
+        checker = RangeChecker(shard.path, shard.split, schema, checks.decode_images, labels, checks.preview,
+                               tuple(checks.decode_with))
         tally = progress.Tally(progress.RECORDS_READ)
         if _is_array_record(shard):
             yield self._check_array_record(shard, claims, checker, tally)
@@ -191,7 +186,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         digest = None
         with open_file(shard.path) as fh:
             hashing = (HashingReader(fh, sha256=shard.entry.sha256 is not None)
-                       if self._hash_files and shard.entry is not None and first else None)
+                       if checks.hash_files and shard.entry is not None and first else None)
             try:
                 for offset, data in self._records(hashing or fh, shard, claims, index):
                     checker.add(offset, data)
@@ -207,7 +202,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
         result = _range_result(shard, claims, checker, first, digest, _whole_file(shard), index)
         if first and uncompressed:
             result.problems.extend(index_problems(shard.path, index[1] if index else None,
-                                                  shard.size, self._index_required))
+                                                  shard.size, checks.index_required))
         yield result
 
     def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
@@ -236,7 +231,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                     share = _ShardRanges().restriction_size(shard, claims.current()) if by_record else shard.size
                     tally.add(0, max(0, share - read))
                     tally.flush()
-                if first and self._hash_files and shard.entry is not None:
+                if first and self._checks.hash_files and shard.entry is not None:
                     digest = _file_hash(local, shard.entry.sha256 is not None)
         return _range_result(shard, claims, checker, first, digest, not by_record)
 
@@ -283,11 +278,9 @@ class ReadAndCheckRecords(beam.PTransform):
     """Reads every record of each shard and checks it as it is read; one tally per byte range.
 
     Input ``ShardFile``; output ``RangeTally`` (``transforms.verify.ranges``). Uncompressed shards
-    are split into byte ranges, which the runner may split further while they are read; compressed
-    ones are read whole. Both CRCs of every record are checked and the Example as ``check_record``
-    checks it; a damaged record ends its range with a problem. The reader of each shard's range at
-    byte 0 also checks the whole file: its ``.idx`` and, with ``hash_files``, the hashes its entry
-    states.
+    are split into byte ranges, which the runner may split further; compressed ones are read whole.
+    A damaged record ends its range with a problem. The range at byte 0 also checks the whole file:
+    its ``.idx`` and, with ``hash_files``, the hashes its entry states.
 
     Args:
         schema, labels: The manifest's feature spec and class names (values or singleton side

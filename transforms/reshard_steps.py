@@ -20,10 +20,9 @@ from transforms.storage.listing import FileMetadata, is_folder, match_files
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split,
-                                              record_item)
+from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split, record_item)
 from transforms.tfrecord.run_files import FramedRecord
-from transforms.tfrecord_source import ERRORS, RECORDS
+from transforms.tfrecord_source import ERRORS, RECORDS, keeps_errors
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems",
@@ -127,9 +126,7 @@ class ReadAllFromArrayRecords(beam.PTransform):
 
     def __init__(self, errors: str = "raise") -> None:
         super().__init__()
-        if errors not in ("raise", "output"):
-            raise ValueError(f"errors must be 'raise' or 'output', got {errors!r}")
-        self._keep_errors = errors == "output"
+        self._keep_errors = keeps_errors(errors)
 
     def expand(self, files):
         read = beam.ParDo(_ReadArrayRecordFileFn(self._keep_errors))

@@ -1,11 +1,7 @@
-"""The shard sink: write each planned shard once, then publish them all atomically.
+"""The shard sink: write each planned shard once, then publish them all atomically (docs/code-layout.md).
 
-``WriteShards`` groups records by shard and writes every shard with one worker
-to a unique staging name (``storage.shard_files.write_shard``: only the attempt
-Beam commits reaches the publish step). ``PublishShards`` publishes them in an
-order that never lets ``manifest.json`` name a missing or partial file
-(``storage.publish``, one protocol for builds, reshards and appends); no side
-input of its steps grows with the number of shards.
+Shards are staged under unique names (only the attempt Beam commits reaches publishing);
+``storage.publish`` never lets ``manifest.json`` name a missing or partial file.
 """
 
 from __future__ import annotations
@@ -86,15 +82,11 @@ class ShardRecords:
     """How a shard's items become its records.
 
     Attributes:
-        to_record: item -> (serialized record, a sequence of its pieces, or a
-            ``FramedRecord``; label index or None). Its ``close()``, if any, is
-            called after each shard; its ``plan(items)``, if any, before it.
+        to_record: item -> (serialized record, a sequence of its pieces, or a ``FramedRecord``; label
+            index or None). Its ``plan(items)`` and ``close()``, if any, are called before and after each shard.
         order_of: item -> sort key; the write order within a shard.
-        threads: Records each worker makes at once with ``to_record`` (0: one
-            per usable core); they are still written in order.
-        tally_of: item -> keys it counts towards; each ``ShardResult`` then
-            carries its shard's ``(key, items)`` in ``tallies``
-            (``ManifestExtras.from_tallies``).
+        threads: Records each worker makes at once (0: one per usable core); still written in order.
+        tally_of: item -> keys it counts towards, summed per shard in ``ShardResult.tallies``.
     """
 
     to_record: Callable[[Any], tuple[bytes | Sequence[bytes], int | None]]
@@ -108,10 +100,8 @@ class ShardReuse:
     """The finished shards of interrupted runs a resumed run may publish as they are.
 
     Attributes:
-        content_of: ``(shard key, items in order) -> content key``
-            (``shardset.resume.shard_content_key``) of each written shard's done record.
-        done_shards: Content key -> ``ShardDone`` of the interrupted runs'
-            finished shards: one whose items have that key is adopted, not written.
+        content_of: ``(shard key, items in order) -> content key`` (``shardset.resume.shard_content_key``).
+        done_shards: Content key -> ``ShardDone`` of a finished shard, adopted instead of written.
     """
 
     content_of: Callable[[tuple, Sequence[Any]], str]
@@ -211,14 +201,11 @@ class WriteShards(beam.PTransform):
     Output: ``PCollection[ShardResult]``.
 
     Args:
-        output: Where the shards go and how their files are made.
-        records: How each shard's items become its records, in which order.
         run_id: The run's id (its staging folder).
         totals: ``PCollection[SplitTotals]`` of the plan (for a disk-full message).
-        inputs: ``PCollection`` with one element, the number of inputs: when
-            those the plan leaves out are over ``max_bad_fraction``, publishing
-            will refuse the run, so no shard is written.
-        max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
+        inputs: ``PCollection`` with one element, the number of inputs: when those the plan leaves
+            out are over ``max_bad_fraction`` (None: no limit), publishing will refuse the run, so
+            no shard is written.
         reuse: The finished shards of interrupted runs this run resumes, or None.
     """
 
@@ -231,8 +218,7 @@ class WriteShards(beam.PTransform):
         self._inputs = inputs
 
     def expand(self, assigned):
-        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs,
-                                                                                    default_value=0)}
+        side = {} if self._inputs is None else {"inputs": beam.pvalue.AsSingleton(self._inputs, default_value=0)}
         return (assigned
                 | "GroupByShard" >> GroupPacked()  # (ShardKey, [item]), the items packed across the shuffle
                 | "WriteShard" >> beam.ParDo(self._fn, beam.pvalue.AsList(self._totals), **side))
@@ -281,11 +267,9 @@ class PublishInputs:
     Attributes:
         results: ``PCollection[ShardResult]`` (``WriteShards``).
         totals: ``PCollection[SplitTotals]`` of the plan.
-        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (none: an
-            empty tuple).
-        labels: ``PCollection`` with one element, the class list (None: []).
-        inputs: ``PCollection`` with one element, the number of inputs (None: 0).
-        feature_spec: ``PCollection`` with one element, feature name -> kind (None: {}).
+        dead_letters: ``PCollection[DeadLetter]``, or a tuple of them (none: an empty tuple).
+        labels, inputs, feature_spec: ``PCollection`` with one element, the class list, the number
+            of inputs, feature name -> kind (None: [], 0, {}).
     """
 
     results: Any
@@ -301,8 +285,8 @@ class ExtrasFrom:
     """Manifest extras made in the publish step itself from side inputs: ``make(**views)`` (one stage fewer).
 
     Attributes:
-        make: Picklable; given each view's value by its name, returns a
-            ``ManifestExtras`` or a mapping of manifest fields.
+        make: Picklable; given each view's value by its name, returns a ``ManifestExtras`` or a
+            mapping of manifest fields.
         views: Name -> side input (``beam.pvalue.AsSingleton``, ``AsList``).
     """
 
@@ -407,43 +391,32 @@ class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
             manifest = published_already(ref.output_dir, ref.run_id)
         else:
             manifest = commit_publish(staged, moved)
-        self._processes.inc(len({d.worker for d in done}))
+        processes = len({d.worker for d in done})
+        self._processes.inc(processes)
         self._dead.inc(manifest.dead_letters)
         _LOG.debug("published %s with %s to %s (%s renamed by %s)", plural(manifest.num_shards, "shard"),
                    plural(manifest.records, "record"), ref.output_dir, plural(moved, "file"),
-                   plural(len({d.worker for d in done}), "worker process"))
+                   plural(processes, "worker process"))
         yield manifest.to_dict()
 
 
 class PublishShards(beam.PTransform):
     """Publishes the written shards once all are staged.
 
-    Applied to the pipeline (``p | PublishShards(...)``); every other input is
-    a PCollection given to the constructor and read as a side input. The
-    workers stage the shard list in parts (``WriteShardListParts``, one per
-    ``PART_SHARDS`` shards) and the dead letters in sorted parts
-    (``StageDeadLetters``, fused into the rejecting steps); the publish step
-    reads those parts, never one element per shard.
-
-    ``PreparePublish`` runs once (checks, the new set's files staged, the
-    journal written) and, from ``parallel_from`` shard renames, hands them
-    out in chunks of ``RENAME_CHUNK`` to ``MoveStaged`` on every worker;
-    ``CommitPublish`` runs once, checks every rename was done (doing them
-    itself for a smaller set) and finishes the journal, ``manifest.json`` last.
+    Applied to the pipeline (``p | PublishShards(...)``); every other input is read as a side
+    input. The shard list and the dead letters are staged in parts by the workers, never one
+    element per shard. ``PreparePublish`` runs once and, from ``parallel_from`` shard renames
+    (default ``folders.PARALLEL_MOVES``), hands them out in chunks to ``MoveStaged`` on every
+    worker; ``CommitPublish`` runs once and finishes, ``manifest.json`` last.
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
-        output: The output folder and its shards' compression and format.
         policy: The run's id and how it treats what the folder already holds.
-        inputs: The shards written, the plan, the dead letters and the set's facts.
         manifest_fields: ``created_by``, ``options``, ``seed``, ``file_format``.
-        max_bad_fraction: Bad-input limit, or None.
-        manifest_extras: Optional ``PCollection`` with one element, a mapping
-            merged into the manifest or a ``ManifestExtras``; or an ``ExtrasFrom``.
-        sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of
-            further files to publish beside the shards (None: removed if present).
-        parallel_from: Shard renames from which the workers do them (default
-            ``folders.PARALLEL_MOVES``).
+        manifest_extras: Optional ``PCollection`` with one element, a mapping merged into the
+            manifest or a ``ManifestExtras``; or an ``ExtrasFrom``.
+        sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of further files to
+            publish beside the shards (None: removed if present).
     """
 
     def __init__(self, output: ShardOutput, policy: PublishPolicy, inputs: PublishInputs,

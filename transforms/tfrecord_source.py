@@ -1,17 +1,7 @@
-"""Beam transforms that read TFRecord files, splitting inside files by byte range.
+"""Beam transforms that read TFRecord files, splitting inside files by byte range (docs/reading.md).
 
-``ReadFromTFRecords`` reads a file pattern (or a list of them) and ``ReadAllFromTFRecords`` a
-PCollection of patterns, local, gs:// or s3://; either also takes files already matched
-(``FileMetadata``), read as they are, never matched again.
-
-Unlike Beam's ``ReadFromTFRecord``, an uncompressed file is split into byte ranges read in
-parallel, which the runner may split further (dynamic work rebalancing). A range owns the records
-that start inside it; record starts come from the file's ``.idx`` when it is usable, else from
-scanning (``transforms.tfrecord.record_ranges``). gzip and zlib files are read whole.
-
-Both CRCs of every record are checked. A damaged record fails the pipeline with a ``RecordError``
-naming the file and offset; with ``errors="output"`` it goes to the ``errors`` output instead and
-reading of that range stops there.
+A range owns the records that start inside it; record starts come from the file's ``.idx`` when it
+is usable, else from scanning (``transforms.tfrecord.record_ranges``). gzip and zlib files are read whole.
 """
 
 from __future__ import annotations
@@ -58,8 +48,7 @@ class _ReadSettings:
 
     def __post_init__(self) -> None:
         if self.compression not in READ_COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, "
-                             f"got {self.compression!r}")
+            raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, got {self.compression!r}")
         if self.min_bundle_size < 0:
             raise ValueError(f"min_bundle_size must be >= 0, got {self.min_bundle_size}")
         if self.max_record_bytes < 1:
@@ -69,8 +58,7 @@ class _ReadSettings:
         if self.keep_errors:  # records and RecordError objects, split apart downstream
             return coders.FastPrimitivesCoder()
         if self.with_offsets:
-            return coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder(),
-                                      coders.BytesCoder()])
+            return coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder(), coders.BytesCoder()])
         return coders.BytesCoder()
 
 
@@ -120,15 +108,13 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
                           stop_position: int | None) -> iobase.RangeTracker:
         start = self._start if start_position is None else start_position
         if not self.splittable:
-            return UnsplittableRangeTracker(
-                OffsetRangeTracker(start, OffsetRangeTracker.OFFSET_INFINITY))
+            return UnsplittableRangeTracker(OffsetRangeTracker(start, OffsetRangeTracker.OFFSET_INFINITY))
         return OffsetRangeTracker(start, self._stop if stop_position is None else stop_position)
 
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
             index = _load_index(self._path, self._size) if self._settings.use_index else None
-            return read_range(fh, self._size, range_tracker, self._path, index,
-                              self._settings.max_record_bytes)
+            return read_range(fh, self._size, range_tracker, self._path, index, self._settings.max_record_bytes)
         return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker,
                            self._settings.max_record_bytes)
 
@@ -207,7 +193,8 @@ class _TFRecordSource(CarriesStorageOptions, iobase.BoundedSource):
         return self._settings.output_coder()
 
 
-def _check_errors_mode(errors: str) -> bool:
+def keeps_errors(errors: str) -> bool:
+    """True for ``errors="output"``, False for ``"raise"``; any other value is refused."""
     if errors not in _ERROR_MODES:
         raise ValueError(f"errors must be 'raise' or 'output', got {errors!r}")
     return errors == "output"
@@ -236,30 +223,26 @@ def _separate(read: beam.PCollection, settings: _ReadSettings):
 class ReadFromTFRecords(beam.PTransform):
     """Reads the records of every file matching a pattern (or a list of patterns).
 
-    Outputs each record's bytes, or ``(file, offset, record)`` with
-    ``with_offsets=True`` (``offset`` is the byte offset of the record's
-    header; in the decompressed stream for gzip/zlib files). With
-    ``errors="output"`` the result has two outputs, ``records`` and
-    ``errors`` (``RecordError`` objects), e.g.::
+    Outputs each record's bytes, or ``(file, offset, record)`` with ``with_offsets=True`` (``offset``
+    is the byte offset of the record's header; in the decompressed stream for gzip/zlib files). With
+    ``errors="output"`` the result has two outputs, ``records`` and ``errors`` (``RecordError``
+    objects), e.g.::
 
         read = p | ReadFromTFRecords("out/*.tfrecord", errors="output")
         read.records, read.errors
 
     Args:
-        file_pattern: A file pattern or path, a ``FileMetadata`` of a file
-            already matched (read as it is, with its size), or a list of
-            them; files are de-duplicated and empty files skipped.
+        file_pattern: A file pattern or path, a ``FileMetadata`` of a file already matched (read as
+            it is, with its size), or a list of them; files are de-duplicated and empty files skipped.
         with_offsets: Output ``(file, offset, record)`` instead of ``record``.
-        compression: ``auto`` (by suffix: ``.gz`` gzip; ``.zz`` and
-            ``.deflate`` zlib; else none), ``none``, ``gzip`` or ``zlib``.
-        use_index: Use ``{file}.idx`` sidecars for record starts when present
-            and consistent with the file.
+        compression: ``auto`` (by suffix: ``.gz`` gzip; ``.zz`` and ``.deflate`` zlib; else none),
+            ``none``, ``gzip`` or ``zlib``.
+        use_index: Use ``{file}.idx`` sidecars for record starts when present and consistent with the file.
         errors: ``raise`` to fail on a damaged record, ``output`` to emit it.
         validate: Fail at construction if a pattern matches no file.
         min_bundle_size: Smallest byte range a file is split into initially.
-        max_record_bytes: The largest record data read; a record declaring
-            more is damaged (``bad_length`` at its offset), found before its
-            bytes are read or inflated.
+        max_record_bytes: The largest record data read; a record declaring more is damaged
+            (``bad_length`` at its offset), found before its bytes are read or inflated.
     """
 
     def __init__(self, file_pattern: Files | Sequence[Files], with_offsets: bool = False,
@@ -271,10 +254,9 @@ class ReadFromTFRecords(beam.PTransform):
         patterns = (file_pattern,) if one else tuple(file_pattern)
         if not patterns or not all((isinstance(p, str) and p) or isinstance(p, FileMetadata)
                                    for p in patterns):
-            raise ValueError(f"file_pattern must be a non-empty path or list of paths, "
-                             f"got {file_pattern!r}")
+            raise ValueError(f"file_pattern must be a non-empty path or list of paths, got {file_pattern!r}")
         self._settings = _ReadSettings(compression, with_offsets, use_index,
-                                       _check_errors_mode(errors), min_bundle_size, max_record_bytes)
+                                       keeps_errors(errors), min_bundle_size, max_record_bytes)
         if validate:
             strings = [p for p in patterns if isinstance(p, str)]
             for pattern, found in zip(strings, match_files(strings) if strings else []):
@@ -300,7 +282,7 @@ class ReadAllFromTFRecords(beam.PTransform):
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         super().__init__()
         self._settings = _ReadSettings(compression, with_offsets, use_index,
-                                       _check_errors_mode(errors), min_bundle_size, max_record_bytes)
+                                       keeps_errors(errors), min_bundle_size, max_record_bytes)
 
     def _source_of(self, pattern: Files) -> iobase.BoundedSource:
         return _TFRecordSource((pattern,), self._settings)

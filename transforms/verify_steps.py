@@ -1,9 +1,7 @@
 """Beam transforms of the verify job: thin wrappers around ``transforms.verify.checks``.
 
-A ``ShardFile`` per shard is read and checked in byte ranges by ``ReadAndCheckRecords``
-(``transforms.read_and_check``: a ``RangeTally`` per range); the steps here read the manifest, check
-across ranges, and write the report (``Problem`` objects) and the preview (``(label, PreviewSample)``).
-They are laid out for few fused stages, and no step holds every problem.
+Shards are read and checked by ``transforms.read_and_check``; the steps here read the manifest, check
+across ranges, and write the report and the preview, in few fused stages; no step holds every problem.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from transforms.storage.files import open_lines, read_file
 from transforms.storage.listing import list_folder
 from transforms.storage.report_files import PART_PROBLEMS, parts_folder, write_problem_part, write_report
 from transforms.storage.writing import write_file
-from transforms.verify.checks import (Problem, ProblemPart, labels_problems, listing_problems,
-                                      shard_label_problems)
+from transforms.verify.checks import (Problem, ProblemPart, labels_problems, listing_problems, shard_label_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, render_preview
 from transforms.verify.ranges import KEY_BUCKETS, RangeTally, ShardFile, group_parts, group_problems
 from transforms.worker_options import CarriesStorageOptions
@@ -95,10 +92,9 @@ def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], fol
 class ReadManifest(beam.PTransform):
     """Reads a shard set's ``manifest.json`` (and ``shards.jsonl``) and lists its ``folder``, in one step.
 
-    The job graph holds only the folder's name, and the shard list is read line by line: no element
-    holds every shard's label counts. Outputs (indexed by tag): ``MANIFEST``: the ``Manifest`` (none
-    when it cannot be parsed; for format 2 without shard entries); ``SHARDS``: a ``ShardFile`` per
-    listed shard that exists; ``PROBLEMS``: what ``_read_shard_set`` finds.
+    No element holds every shard's label counts. Outputs (by tag): ``MANIFEST``: the ``Manifest``
+    (none when it cannot be parsed; for format 2 without shard entries); ``SHARDS``: a ``ShardFile``
+    per listed shard that exists; ``PROBLEMS``: what ``_read_shard_set`` finds.
     """
 
     def __init__(self, folder: str) -> None:
@@ -115,14 +111,12 @@ class ReadManifest(beam.PTransform):
 class CheckAcrossRanges(beam.PTransform):
     """Checks what no single range shows: each listed shard's counts, and image keys seen twice.
 
-    Input ``RangeTally``; output ``Problem``. Both checks share one ``GroupByKey`` (``ranges.group_parts``),
-    so no step holds the whole manifest or every key.
+    Input ``RangeTally``; output ``Problem``. Both checks share one ``GroupByKey`` (``ranges.group_parts``).
 
     Args:
-        compare_counts: Compare each shard's counts with its manifest entry
-            (a shard set); without, only repeated keys are looked for.
-        buckets: Buckets for the keys: a number, or a singleton side input
-            of one (from the manifest's record count).
+        compare_counts: Compare each shard's counts with its manifest entry (a shard set); without,
+            only repeated keys are looked for.
+        buckets: Buckets for the keys: a number, or a singleton side input of one.
     """
 
     def __init__(self, compare_counts: bool = True, buckets: Any = KEY_BUCKETS) -> None:
@@ -178,10 +172,8 @@ class WriteReport(beam.PTransform):
     """Writes the JSON report to ``path`` once every problem is known.
 
     Input: a tuple ``(tallies, sizes, *problems)`` of PCollections: the ``RangeTally`` of every range,
-    the size of every shard file checked, and any number of PCollections of ``Problem``. The steps
-    that find problems stage them in sorted parts (fused into them); one step, started once, takes
-    the counts and the parts as side inputs (no flatten, no shuffle) and merges the parts into the
-    report.
+    the size of every shard file checked, and any number of PCollections of ``Problem``, staged in
+    sorted parts where they are found and merged by one step (no flatten, no shuffle).
     """
 
     def __init__(self, path: str) -> None:
@@ -219,8 +211,7 @@ class WritePreview(beam.PTransform):
     """Draws the contact sheet from a few samples per class and writes it as PNG to ``path``.
 
     Input: a pair ``(samples, details)`` of PCollections: ``(label, PreviewSample)`` per sample, and
-    one ``(title, shard sizes, class counts)`` (``render_preview``'s arguments). Nothing is drawn
-    without details (an unreadable manifest).
+    one ``(title, shard sizes, class counts)``, without which (an unreadable manifest) nothing is drawn.
     """
 
     def __init__(self, path: str) -> None:

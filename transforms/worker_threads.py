@@ -1,10 +1,8 @@
 """Per-element work of a DoFn overlapped on a few threads, in order, with a bounded backlog.
 
-Pillow decodes and encodes with the GIL released, and file reads release it too, so a DoFn whose
-elements are images gets close to one core per thread from a small pool. Results come back in the
-order the elements were given: the thread count changes when work is done, never what is emitted.
-At most ``window`` elements are in flight, which bounds the memory the step holds. Metrics and
-outputs stay on the bundle's thread (Beam's metrics count only there).
+Pillow and file reads release the GIL, so a DoFn whose elements are images gets close to one core
+per thread. Results come back in the order the elements were given, at most ``window`` in flight;
+metrics and outputs stay on the bundle's thread (Beam's metrics count only there).
 """
 
 from __future__ import annotations
@@ -52,15 +50,10 @@ def new_pool(threads: int, name: str) -> ThreadPoolExecutor | None:
 
 
 class OrderedWork:
-    """Runs ``fn(*args)`` on a pool and gives the results back in submission order.
+    """Runs ``fn(*args)`` on a pool (None: inline) and gives the results back in submission order.
 
-    Without a pool (one thread), ``submit`` runs the call at once. An exception raised by a call is
-    raised again where its result is taken back, in order; ``close`` waits for the calls after it,
-    so that nothing outlives the bundle.
-
-    Args:
-        pool: The executor, or None to run every call inline.
-        window: Most calls submitted and not yet taken back (>= 1).
+    At most ``window`` (>= 1) calls are submitted and not yet taken back. A call's exception is raised
+    where its result is taken back; ``close`` waits for the calls after it, so nothing outlives the bundle.
     """
 
     def __init__(self, pool: ThreadPoolExecutor | None, window: int) -> None:
@@ -105,8 +98,7 @@ def ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], pool: ThreadPoolExe
                 window: int) -> Iterator[_R]:
     """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight.
 
-    Items are drawn only as the window allows. If the consumer stops early, the calls in flight
-    are cancelled or waited for before the generator closes.
+    If the consumer stops early, the calls in flight are cancelled or waited for before the generator closes.
     """
     if pool is None:
         yield from map(fn, items)
