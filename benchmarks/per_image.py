@@ -2,6 +2,7 @@
 
     python -m benchmarks.per_image structure [--size_mb 150] [--input DIR] [--rounds 5]
     python -m benchmarks.per_image done_lines [--size_mb 150] [--input DIR] [--rounds 5]
+    python -m benchmarks.per_image meta_coding [--size_mb 150] [--input DIR] [--rounds 5]
 
 Each case prints milliseconds of CPU per image (``time.thread_time``), the best of
 ``--rounds`` passes over every photo. To compare two versions, run it from each
@@ -74,21 +75,28 @@ def structure_main(argv: Sequence[str]) -> None:
 _DONE_LINES_DOC = """The input stamp, the done-list line and its append (``DoneLines``) per photo."""
 
 
-def done_lines_main(argv: Sequence[str]) -> None:
+def _metas(files: Sequence[str]) -> list:
+    """An ImageMeta per photo, as inspection makes them (the fields a build of photos sets)."""
     from transforms.images.image_codec import ImageInfo
     from transforms.images.items import ImageMeta, SourceImage
-    from transforms.shardset.resume import DoneLines, done_list_line, source_key
-    from transforms.storage.resume_files import input_stamp
     from transforms.tfrecord.run_files import RunSlice
 
-    files, rounds = _photos(argv, _DONE_LINES_DOC)
     sources = [SourceImage(path, os.path.basename(path), "train", path.split(os.sep)[-2]) for path in files]
-    metas = [ImageMeta(source=source, label_index=index % 100,
-                       sha256=hashlib.sha256(source.path.encode()).hexdigest(),
-                       info=ImageInfo("jpeg", 480, 640, 3), record_size=100_000 + index,
-                       order_key=index * 0x9E3779B97F4A7C15 % (1 << 63),
-                       run=RunSlice("/out/.staging/r/runs/w-1.run", index * 100_000, 100_000 + index))
-             for index, source in enumerate(sources)]
+    return [ImageMeta(source=source, label_index=index % 100,
+                      sha256=hashlib.sha256(source.path.encode()).hexdigest(),
+                      info=ImageInfo("jpeg", 480, 640, 3), record_size=100_000 + index,
+                      order_key=index * 0x9E3779B97F4A7C15 % (1 << 63),
+                      run=RunSlice("/out/.staging/r/runs/w-1.run", index * 100_000, 100_000 + index))
+            for index, source in enumerate(sources)]
+
+
+def done_lines_main(argv: Sequence[str]) -> None:
+    from transforms.shardset.resume import DoneLines, done_list_line, source_key
+    from transforms.storage.resume_files import input_stamp
+
+    files, rounds = _photos(argv, _DONE_LINES_DOC)
+    metas = _metas(files)
+    sources = [meta.source for meta in metas]
     keys = [source_key(source) for source in sources]
     stamps = [input_stamp(source.path) for source in sources]
     clock = time.thread_time
@@ -119,9 +127,45 @@ def done_lines_main(argv: Sequence[str]) -> None:
           f"DoneLines.append {_best(rounds, count, append_pass):.4f}")
 
 
+_META_CODING_DOC = """An ImageMeta per photo encoded and decoded by Beam's coder of the packs it crosses.
+
+A build's ImageMeta crosses three groupings packed (the duplicate check, the plan, the
+shards), each an encoding and a decoding by ``FastPrimitivesCoder`` (pickle, through
+``ImageMeta.__reduce__``). Prints ms/image of each, the best of ``--rounds``.
+"""
+
+
+def meta_coding_main(argv: Sequence[str]) -> None:
+    from apache_beam.coders.coders import FastPrimitivesCoder
+
+    files, rounds = _photos(argv, _META_CODING_DOC)
+    metas = _metas(files)
+    coder = FastPrimitivesCoder().get_impl()
+    encoded = [coder.encode(meta) for meta in metas]
+    assert [coder.decode(data) for data in encoded] == metas
+    clock = time.thread_time
+
+    def encode_pass() -> float:
+        start = clock()
+        for meta in metas:
+            coder.encode(meta)
+        return clock() - start
+
+    def decode_pass() -> float:
+        start = clock()
+        for data in encoded:
+            coder.decode(data)
+        return clock() - start
+
+    count = len(metas)
+    print(f"{count} photos, ms/image: encode {_best(rounds, count, encode_pass):.4f}, "
+          f"decode {_best(rounds, count, decode_pass):.4f}, bytes {sum(map(len, encoded)) / count:.0f}")
+
+
 CASES = {
     "structure": Case(structure_main, _STRUCTURE_DOC, ("--size_mb", "2", "--rounds", "1")),
     "done_lines": Case(done_lines_main, _DONE_LINES_DOC, ("--size_mb", "2", "--rounds", "1")),
+    "meta_coding": Case(meta_coding_main, _META_CODING_DOC, ("--size_mb", "2", "--rounds", "1")),
 }
 
 

