@@ -1,11 +1,9 @@
 """Structural checks of JPEG and PNG files: every part in place, without decoding a pixel.
 
-``--validate structure`` runs these after Pillow has parsed the header
-(``image_codec.read_image_info``); other formats, and an animated PNG's first frame, are decoded.
+``--validate structure`` runs these after Pillow has parsed the header (``image_codec.read_image_info``).
 docs/images.md lists what is checked (as libpng and libjpeg, inside TensorFlow, read the file) and
-what cannot be seen. Bytes after IEND or EOI are accepted, as they are. No Python step runs per byte
-or per row (``_ScanMarkers``, ``_PngStream``); BENCHMARKS.md, "Validation levels against
-corruption", has the speed.
+what cannot be seen. No Python step runs per byte or per row (``_ScanMarkers``, ``_PngStream``);
+BENCHMARKS.md, "Validation levels against corruption", has the speed.
 """
 
 from __future__ import annotations
@@ -39,10 +37,6 @@ def _truncated(detail: str) -> ImageError:
     return ImageError("truncated", detail)
 
 
-def _chunk_name(kind: bytes) -> str:
-    return kind.decode("ascii") if kind.isalpha() and kind.isascii() else repr(kind)
-
-
 def check_png(data: bytes, crcs: bool = True) -> None:
     """Checks a PNG file's chunks and image data (see the module docstring).
 
@@ -60,19 +54,17 @@ def check_png(data: bytes, crcs: bool = True) -> None:
     view = memoryview(data)
     crc32 = zlib.crc32
     pos = 8
-    first = True
     idat = "none"  # none -> in (consecutive IDATs) -> after
     palette = False
-    color = -1
-    stream: _PngStream | None = None
+    stream: _PngStream | None = None  # made from IHDR, the first chunk
     while True:
         if pos + 8 > size:
             raise _truncated(f"PNG ends at byte {size} without IEND (next chunk header at offset {pos})")
         length = int.from_bytes(data[pos:pos + 4], "big")
         kind = data[pos + 4:pos + 8]
-        name = _chunk_name(kind)
         if not (kind.isascii() and kind.isalpha()):
             raise _corrupt(f"PNG chunk at offset {pos}: type {kind!r} is not four ASCII letters")
+        name = kind.decode("ascii")
         if length > _MAX_CHUNK:
             raise _corrupt(f"PNG chunk {name} at offset {pos}: length {length} is over 2^31-1")
         end = pos + 12 + length
@@ -85,18 +77,16 @@ def check_png(data: bytes, crcs: bool = True) -> None:
             if stored != computed:
                 raise _corrupt(f"PNG chunk {name} at offset {pos}: CRC mismatch "
                                f"(stored 0x{stored:08x}, computed 0x{computed:08x})")
-        if first:
+        if stream is None:
             if kind != b"IHDR":
                 raise _corrupt(f"PNG chunk {name} at offset {pos}: the first chunk must be IHDR")
             stream = _check_ihdr(data[pos + 8:end - 4], pos)
-            color = stream.color
-            first = False
         elif kind == b"IHDR":
             raise _corrupt(f"PNG chunk IHDR at offset {pos}: a second IHDR")
         elif kind == b"IDAT":
             if idat == "after":
                 raise _corrupt(f"PNG chunk IDAT at offset {pos}: IDAT chunks are not consecutive")
-            if color == 3 and not palette:
+            if stream.color == 3 and not palette:
                 raise _corrupt(f"PNG chunk IDAT at offset {pos}: palette image without PLTE before it")
             idat = "in"
             stream.feed(view[pos + 8:end - 4], pos)
