@@ -53,7 +53,7 @@ class SourceImage:
         return tuple(box.label for box in self.objects or ())
 
     def __reduce__(self):
-        return _source_image, _plain(self)
+        return SourceImage, _plain(self)
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,6 @@ class ImageMeta:
 def _plain(value) -> tuple | None:
     """A nested dataclass's field values, in order (None stays None)."""
     return None if value is None else tuple(getattr(value, name) for name in _FIELDS[type(value)])
-
-
-def _source_image(*values) -> SourceImage:
-    """Unpickles a SourceImage (see ``SourceImage.__reduce__``)."""
-    return SourceImage(*values)
 
 
 def _image_meta(*values) -> ImageMeta:

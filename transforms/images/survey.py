@@ -26,13 +26,8 @@ PNG_BYTES_PER_RAW_BYTE = 0.5
 
 @dataclass(frozen=True)
 class SurveyedImage:
-    """The record a build would make of one input, as far as its header tells.
-
-    Attributes:
-        info: The stored image's ``ImageInfo``, as the build would record it.
-        stored_bytes: Bytes of ``image/encoded``: exact when ``exact``, else an estimate.
-        exact: Whether ``stored_bytes`` is what the build stores.
-    """
+    """The record a build would make of one input, as far as its header tells: the stored image's
+    ``ImageInfo`` and the bytes of its ``image/encoded``, ``exact`` or an estimate."""
 
     info: ImageInfo
     stored_bytes: int
@@ -47,11 +42,9 @@ def stored_size(width: int, height: int, resize: tuple[int, int] | None,
                 resize_mode: str = "stretch") -> tuple[int, int]:
     """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize``
     (``image_codec.resized``)."""
-    if resize is None:
-        return width, height
+    if resize is None or resize_mode != "fit":
+        return resize or (width, height)
     box_w, box_h = resize
-    if resize_mode != "fit":
-        return box_w, box_h
     if width / height > box_w / box_h:
         return box_w, max(1, round(height / width * box_w))
     if width / height < box_w / box_h:
