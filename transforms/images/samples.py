@@ -63,18 +63,12 @@ def sample_images(total_bytes: int, classes: tuple[str, ...] = ("daisy", "rose",
                   max_side: int = 640, quality: int = 90) -> Iterator[SampleImage]:
     """Yields class-folder images until about ``total_bytes`` have been produced.
 
-    Args:
-        total_bytes: Stop once this many image bytes were yielded.
-        classes: Class names; images are dealt to classes in turn.
-        seed: Everything is a function of the seed.
-        png_every: Every n-th image is a PNG, the rest JPEG (0 for JPEG only).
-        min_side: Smallest image side in pixels.
-        max_side: Largest image side in pixels.
-        quality: JPEG quality.
+    Images are dealt to ``classes`` in turn, each side ``min_side`` to ``max_side`` pixels; every
+    ``png_every``-th image is a PNG (0: none), the rest JPEG at ``quality``. Everything is a function of
+    ``seed``.
     """
     rng = random.Random(seed)
-    produced = 0
-    index = 0
+    produced = index = 0
     while produced < total_bytes:
         label = classes[index % len(classes)]
         width, height = rng.randint(min_side, max_side), rng.randint(min_side, max_side)

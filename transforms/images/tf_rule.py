@@ -34,14 +34,8 @@ __all__ = ["TfShape", "tf_shape", "tf_format"]
 
 @dataclass(frozen=True)
 class TfShape:
-    """The tensor ``tf.io.decode_image(..., channels=0, expand_animations=False)`` returns.
-
-    Attributes:
-        format: ``jpeg``, ``png``, ``gif``, ``bmp`` or ``webp``.
-        height: Rows.
-        width: Columns.
-        channels: Channels with ``channels=0``.
-    """
+    """The tensor ``tf.io.decode_image(..., channels=0, expand_animations=False)`` returns, and the
+    format (``jpeg``, ``png``, ``gif``, ``bmp`` or ``webp``) it decoded."""
 
     format: str
     height: int
