@@ -1,9 +1,8 @@
 """Members of container inputs: how they are located, named and labelled.
 
-Each member (each Parquet row) is one input, named ``CONTAINER!MEMBER`` in dead letters (a member
-of an inner tar: ``inner.tar!path``); its ``image/filename`` is ``BASENAME!MEMBER``. Its split and
-class come from its path as from a folder's, an inner tar counting as the folder of its name
-without ``.tar`` (ImageNet's tar of class tars).
+Each member (each Parquet row) is one input, named ``CONTAINER!MEMBER`` (``inner.tar!path`` in an
+inner tar); its ``image/filename`` is ``BASENAME!MEMBER``. Its split and class come from its path as
+from a folder's, an inner tar counting as the folder of its name without ``.tar`` (``label_path``).
 """
 
 from __future__ import annotations

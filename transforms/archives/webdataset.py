@@ -1,9 +1,7 @@
 """WebDataset shards: brace ranges of shard names, members grouped into samples, and their labels.
 
-Adjacent members sharing a key (the path up to the first ``.`` of the file name) form one sample,
-one input: its image is its ``jpg``, ``jpeg``, ``png`` or ``webp`` member, its label its ``cls``
-member or the ``label`` of its ``json`` member, whose other keys become typed features as an
-input manifest's do.
+Adjacent members sharing a key (the path up to the first ``.`` of the file name) form one sample, one
+input; docs/inputs.md says which members give its image, label and features.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Typed extra features: their types and parsing from manifests (pure; ``wire`` encodes them).
 
-A feature type is one of ``FEATURE_TYPES``: ``bytes``, ``int64`` and ``float`` hold exactly one
-value, the ``_list`` types any number. JSON Lines values are typed by their JSON value; CSV cells
-are text, their column's type declared (``--feature name:type``), list items separated by ``;``.
-A feature some inputs lack (declared ``name:type?``, or found so by the listing) is held as a list
-of 0 or 1 values (``optional_type``).
+docs/annotations.md says how JSON values and CSV cells (``--feature name:type``) are typed. A feature
+some inputs lack is held as a list of 0 or 1 values (``optional_type``).
 """
 
 from __future__ import annotations

@@ -418,9 +418,7 @@ def _csv_row(line: str, fields: Sequence[str]) -> tuple[Mapping | None, str] | N
         return None
     if len(values) > len(fields):
         return None, "row has more columns than the header"
-    row = dict(zip(fields, values))
-    for name in fields[len(values):]:
-        row[name] = None
+    row = {name: values[i] if i < len(values) else None for i, name in enumerate(fields)}
     if any(_UNDECODED.search(v) for v in values):
         shown = ",".join(shown_name(v) for v in values)
         return None, f"row is not valid UTF-8: {shown[:200]!r}"

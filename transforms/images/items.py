@@ -61,8 +61,6 @@ class ImageMeta:
     """An image that passed inspection, with everything needed to write its record.
 
     Attributes:
-        source: The input file it came from.
-        label_index: Class index.
         sha256: Hex sha256 of the source file's bytes.
         info: Format and size of the image as stored in the record.
         record_size: Exact framed size of the record in bytes.

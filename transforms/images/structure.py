@@ -137,14 +137,8 @@ _FILTER_TYPES = bytes(range(5))
 
 
 class _PngStream:
-    """Checks a PNG's image data as libpng reads it, in bounded memory.
-
-    The IDAT chunks' data must be one zlib stream (Adler-32 valid) that ends inside them and
-    inflates to at least the rows IHDR declares (of each Adam7 pass, if interlaced), each row
-    starting with filter type 0-4. More data than the rows need, and bytes after the stream's end,
-    are accepted, as libpng does. Each inflated piece is dropped once its filter bytes are read,
-    one strided slice per pass.
-    """
+    """Checks a PNG's image data as libpng reads it (docs/images.md lists what), in bounded memory: each
+    inflated piece is dropped once its filter bytes are read, one strided slice per pass."""
 
     def __init__(self, width: int, height: int, depth: int, color: int, interlace: int) -> None:
         self.color = color
