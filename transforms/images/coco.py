@@ -14,14 +14,13 @@ import math
 import re
 from typing import IO, Any, Iterable, Iterator, Mapping
 
-from transforms.errors import ManifestError, PlanError
+from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules, check_label, image_path
 from transforms.images.annotations import SOURCE_ID
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import ObjectClasses
 from transforms.images.objects import BoxError, SourceBox
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.naming import check_split_name
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
            "image_key_of", "image_folder", "image_path", "first_image_paths"]
@@ -238,10 +237,6 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
                              f"annotation names image_id {image_id!r}, which is not in images")
         return
     folder = image_folder(annotations_path, image_root)
-    try:
-        check_split_name(rules.split)
-    except PlanError as err:
-        raise ManifestError(str(err)) from err
     if len(images) > 1 and isinstance(images[0][1], dict):  # one id, several images: whose annotations?
         shown = ", ".join(f"images[{number}]" for number, _ in images[:3]) + (", ..." if len(images) > 3 else "")
         image_id = images[0][1].get("id")

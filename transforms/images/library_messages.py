@@ -1,11 +1,9 @@
 """Messages the image library prints about an input, caught and given to that input's dead letter.
 
-Pillow reports some problems of a file it still opens as Python warnings and others on its
-loggers; printed bare, they name no input. Within ``captured_messages()`` they are collected for
-the calling thread (``message_stack``) instead: ``collected`` adds them to an ``ImageError``'s
-detail, and they are dropped when the image turns out fine. Pillow's warnings are set to ``always``
-so that a repeated message is not swallowed. libtiff's messages are routed the same way
-(``libtiff.py``).
+Pillow reports some problems of a file it still opens as Python warnings and others on its loggers,
+naming no input; libtiff prints them (``libtiff.py``). Within ``captured_messages()`` they are collected
+for the calling thread (``message_stack``): ``collected`` adds them to an ``ImageError``'s detail; they
+are dropped when the image turns out fine. Pillow's warnings are set to ``always`` so none is swallowed.
 """
 
 from __future__ import annotations
@@ -37,14 +35,9 @@ def _route_warning(message, category, filename, lineno, file=None, line=None):
         _previous_showwarning(message, category, filename, lineno, file, line)
 
 
-class _RouteRecords(logging.Filter):
-    """Takes Pillow's log records into the thread's capture, if one is open."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not note_message(f"{record.levelname.lower()}: {record.getMessage()}")
-
-
-_ROUTE_RECORDS = _RouteRecords()
+def _route_record(record: logging.LogRecord) -> bool:
+    """Takes one of Pillow's log records into the thread's capture, if one is open (a logger filter)."""
+    return not note_message(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
 def _installed() -> bool:
@@ -67,7 +60,7 @@ def _install() -> None:
         Image.init()  # imports the format plugins, which make their loggers
         for name in list(logging.root.manager.loggerDict):
             if (name == "PIL" or name.startswith("PIL.")) and name not in _filtered_loggers:
-                logging.getLogger(name).addFilter(_ROUTE_RECORDS)
+                logging.getLogger(name).addFilter(_route_record)
                 _filtered_loggers.add(name)
         _logger_count = len(logging.root.manager.loggerDict)
 

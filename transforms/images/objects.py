@@ -83,13 +83,12 @@ def _corners(bbox: object, bbox_format: str, what: str) -> tuple[float, float, f
 
 
 def parse_objects(value: object, bbox_format: str) -> tuple[SourceBox, ...]:
-    """Parses a JSON Lines ``objects`` value: ``[{"bbox": [...], "label": ...}, ...]``.
+    """Parses a JSON Lines ``objects`` value: ``[{"bbox": [...], "label": ...}, ...]`` (``bbox_format``
+    checked by ``inputs.LabelRules``).
 
     Raises:
         BoxError: The value is malformed; the message names the object.
     """
-    if bbox_format not in BBOX_FORMATS:
-        raise ValueError(f"bbox format must be one of {', '.join(BBOX_FORMATS)}, got {bbox_format!r}")
     if not isinstance(value, list):
         raise BoxError(f"objects {value!r} is not a list")
     boxes = []

@@ -59,26 +59,23 @@ def render_image(label: str, width: int, height: int, rng: random.Random, noise:
 
 
 def sample_images(total_bytes: int, classes: tuple[str, ...] = ("daisy", "rose", "tulip"),
-                  seed: int = 0, png_every: int = 5, min_side: int = 160,
-                  max_side: int = 640, quality: int = 90) -> Iterator[SampleImage]:
+                  seed: int = 0) -> Iterator[SampleImage]:
     """Yields class-folder images until about ``total_bytes`` have been produced.
 
-    Images are dealt to ``classes`` in turn, each side ``min_side`` to ``max_side`` pixels; every
-    ``png_every``-th image is a PNG (0: none), the rest JPEG at ``quality``. Everything is a function of
-    ``seed``.
+    Images are dealt to ``classes`` in turn, each side 160 to 640 pixels; every fifth image is a PNG,
+    the rest JPEG at quality 90. Everything is a function of ``seed``.
     """
     rng = random.Random(seed)
     produced = index = 0
     while produced < total_bytes:
         label = classes[index % len(classes)]
-        width, height = rng.randint(min_side, max_side), rng.randint(min_side, max_side)
-        img = render_image(label, width, height, rng)
+        img = render_image(label, rng.randint(160, 640), rng.randint(160, 640), rng)
         out = io.BytesIO()
-        if png_every and index % png_every == png_every - 1:
+        if index % 5 == 4:
             img.save(out, format="PNG")
             name = f"{label}/{label}_{index:06d}.png"
         else:
-            img.save(out, format="JPEG", quality=quality)
+            img.save(out, format="JPEG", quality=90)
             name = f"{label}/{label}_{index:06d}.jpg"
         data = out.getvalue()
         produced += len(data)

@@ -262,13 +262,13 @@ def check_jpeg(data: bytes) -> None:
     pos = 2
     components: bytes | None = None  # the frame's component ids, once SOF is read
     progressive = False
-    scanned = False  # a scan was read: from there on, every segment must end at a marker
-    markers: _ScanMarkers | None = None  # found once, at the first scan, for every scan
+    # Made at the first scan, for every scan; from there on, every segment must end at a marker.
+    markers: _ScanMarkers | None = None
     while True:
         if pos + 2 > size:
             raise _truncated(f"JPEG ends at byte {size} without EOI")
         if data[pos] != 0xFF or data[pos + 1] == 0x00:
-            if scanned:
+            if markers is not None:
                 raise _corrupt(f"JPEG byte 0x{data[pos]:02X} at offset {pos} where a marker should start")
             pos = _next_marker(data, pos)  # extraneous header bytes: libjpeg and Pillow skip them
         while data[pos + 1] == 0xFF:  # fill bytes before a marker
@@ -315,7 +315,6 @@ def check_jpeg(data: bytes) -> None:
             if markers is None:
                 markers = _ScanMarkers(data, end)
             end = _scan_end(data, end, at, markers)
-            scanned = True
         pos = end
 
 
