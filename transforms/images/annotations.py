@@ -161,7 +161,6 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
     """``(name, kind, values)`` of the keys a record carries beyond the plain image schema.
 
     Args:
-        source: The ``SourceImage``.
         layout: The build's layout (its ``object_labels`` name every object's class).
         index_of: Image class name -> index (every image class of the source is in it).
         boxes: The source's boxes placed on the stored image.

@@ -42,9 +42,7 @@ class ImageInfo:
     """What a record says about its image.
 
     Attributes:
-        format: ``image/format`` value (``jpeg``, ``png``, ..., or ``raw``).
-        height: Height in pixels.
-        width: Width in pixels.
+        format: ``image/format`` value (``jpeg``, ``png``, ..., or ``raw``); height and width in pixels.
         channels: Channels a decoder yields (see ``channels_of``).
         source_format: Format of the source file; empty when it is ``format``.
         tf_decodes: Whether ``tf.io.decode_image`` decodes the stored bytes to this size (``tf_rule``).
@@ -175,11 +173,7 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     """Recognises an image by content and returns its stored format and size.
 
     Args:
-        data: The image file's bytes.
-        validate: A ``VALIDATE_LEVELS`` name (docs/images.md says what each checks): ``structure``
-            checks a JPEG's or PNG's structure without decoding (``structure.check_structure``)
-            and decodes other formats and APNG; ``decode`` decodes, JPEG at 1/8 scale, and checks
-            a PNG's image data without its CRCs; ``full`` decodes every frame at full resolution.
+        validate: A ``VALIDATE_LEVELS`` name (docs/images.md, "Validation levels", says what each checks).
 
     Returns:
         The image's ``ImageInfo`` (format as TensorFlow names it, size as the file stores it).

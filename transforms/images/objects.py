@@ -36,7 +36,6 @@ class SourceBox:
 
     Attributes:
         xmin, ymin, xmax, ymax: Corners in source pixels, or in [0, 1] if ``normalized``.
-        label: Class name.
         normalized: Corners are fractions of the source's width and height.
         area: Area in source pixels as the input states it (COCO), or None.
         is_crowd: COCO's ``iscrowd`` (0 or 1).

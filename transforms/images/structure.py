@@ -41,7 +41,6 @@ def check_png(data: bytes, crcs: bool = True) -> None:
     """Checks a PNG file's chunks and image data (see the module docstring).
 
     Args:
-        data: The file's bytes.
         crcs: Compare each chunk's CRC (``--validate decode`` leaves them out, as Pillow does).
 
     Raises:
