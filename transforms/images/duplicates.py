@@ -48,11 +48,6 @@ class CopyRef(NamedTuple):
         return cls(meta.sha256, meta.source.path, meta.source.relpath, meta.source.split)
 
 
-def _where(source: SourceImage) -> str:
-    """Where an input came from: its manifest row, or its path for a listed file."""
-    return source.origin or source.path
-
-
 def _input_order(source: SourceImage) -> tuple[str, str, int]:
     """Sort key of inputs: path, then manifest and row number (``list.csv:9`` before ``:10``)."""
     manifest, _, line = source.origin.rpartition(":")
@@ -95,7 +90,7 @@ def same_path_choice(sources: Iterable[SourceImage]) -> tuple[SourceImage | None
     named = sources[:NAMED_DUPLICATES + 1]
     dead = []
     for source in sources:
-        others = [_where(s) for s in named if s is not source][:NAMED_DUPLICATES]
+        others = [s.origin or s.path for s in named if s is not source][:NAMED_DUPLICATES]  # row, or file
         more = len(sources) - 1 - len(others)
         listed = ", ".join(others) + (f" and {more} more" if more else "")
         row = f" (row {source.origin})" if source.origin else ""

@@ -40,17 +40,11 @@ def _route_record(record: logging.LogRecord) -> bool:
     return not note_message(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
-def _installed() -> bool:
-    """True when the router is in place and no logger has appeared since Pillow's were filtered."""
-    return warnings.showwarning is _route_warning and \
-        len(logging.root.manager.loggerDict) == _logger_count
-
-
 def _install() -> None:
     # Runs for every image: the check is two lookups, the walk over every logger happens only
     # when a logger was added (or a harness swapped ``showwarning``) since the last one.
     global _previous_showwarning, _logger_count
-    if _installed():
+    if warnings.showwarning is _route_warning and len(logging.root.manager.loggerDict) == _logger_count:
         return
     with _install_lock:
         if warnings.showwarning is not _route_warning:

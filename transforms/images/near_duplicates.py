@@ -73,10 +73,6 @@ class NearPair:
                            "rejected": rejected}, ensure_ascii=False, sort_keys=True)
 
 
-def _pair(a: HashedImage, b: HashedImage, distance: int) -> NearPair:
-    return NearPair(a, b, distance) if a.rank() <= b.rank() else NearPair(b, a, distance)
-
-
 class CappedBucket:
     """The members of one bucket: at most ``cap`` kept (the smallest, whatever order they arrive in),
     all of them counted."""
@@ -126,7 +122,8 @@ def bucket_pairs(members: Sequence[HashedImage], distance: int) -> list[NearPair
             for row, col in zip(*np.nonzero(apart <= distance)):
                 a, b = block[row], rest[col]
                 if a.sha256 != b.sha256:
-                    pairs.append(_pair(a, b, int(apart[row, col])))
+                    first, later = (a, b) if a.rank() <= b.rank() else (b, a)
+                    pairs.append(NearPair(first, later, int(apart[row, col])))
     return pairs
 
 
