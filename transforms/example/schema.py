@@ -33,10 +33,9 @@ def schema_problems(decoded: Mapping[str, tuple[str, list]], lists: Collection[s
     one message per problem; ``lists`` are keys that hold a list of any length (multi-label class keys)."""
     problems = []
     for name, kind in IMAGE_FEATURES.items():
-        if name in _OPTIONAL and name not in decoded:
-            continue
         if name not in decoded:
-            problems.append(f"missing feature {name}")
+            if name not in _OPTIONAL:
+                problems.append(f"missing feature {name}")
             continue
         got_kind, values = decoded[name]
         if name in lists:

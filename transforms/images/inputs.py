@@ -365,9 +365,7 @@ def check_manifest_head(head: bytes, manifest: str, whole: bool) -> None:
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         fields = next(reader, None)
-        row = next(reader, None)
-        while row is not None and not row:
-            row = next(reader, None)
+        row = next(filter(None, reader), None)  # the first row that is not blank
     except csv.Error as err:
         raise ManifestError(f"{manifest}:{reader.line_num}: CSV cannot be read: {err}") from err
     if fields is None:
