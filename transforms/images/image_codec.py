@@ -347,8 +347,7 @@ def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
         img.save(out, format="JPEG", quality=quality)
     else:
         img.save(out, format="PNG")
-    width, height = img.size
-    return out.getvalue(), ImageInfo(image_format, height, width, 1 if grayscale else 3,
+    return out.getvalue(), ImageInfo(image_format, img.height, img.width, 1 if grayscale else 3,
                                      source_format=source_format)
 
 
@@ -358,6 +357,4 @@ def raw_pixels(data: bytes, grayscale: bool = False, resize: tuple[int, int] | N
     """Decodes an image's first frame, EXIF orientation applied, to uint8 pixels (row-major height x width x
     channels: RGB, or one if ``grayscale``), resized to ``resize`` (``resized``), and their ``ImageInfo``."""
     img, source_format = _decoded(data, grayscale, resize, resize_mode)
-    width, height = img.size
-    return img.tobytes(), ImageInfo("raw", height, width, 1 if grayscale else 3,
-                                    source_format=source_format)
+    return img.tobytes(), ImageInfo("raw", img.height, img.width, 1 if grayscale else 3, source_format=source_format)

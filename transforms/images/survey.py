@@ -72,11 +72,9 @@ def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
                     # re-encoded upright, with the source's tables: about as long
                     return SurveyedImage(replace(kept, height=height, width=width, upright="jpeg_reencoded"),
                                          len(data), False)
-                if turn == 1 and kept.format == "png":  # a colour chunk libpng warns about is fixed, as a build does
-                    stored, kept = with_png_chunks_fixed(data, kept)
+                if turn == 1:  # a PNG's colour chunk libpng warns about is fixed, as a build does
+                    stored, kept = with_png_chunks_fixed(data, kept) if kept.format == "png" else (data, kept)
                     return SurveyedImage(kept, len(stored), True)
-                if turn == 1:
-                    return SurveyedImage(kept, len(data), True)
         raw = info.width * info.height * info.channels
         return SurveyedImage(ImageInfo("png", height, width, info.channels, source_format=info.format,
                                        orientation=info.orientation, upright="lossless" if turn != 1 else ""),
