@@ -20,7 +20,6 @@ __all__ = ["ZipMember", "zip_members", "LOCAL_HEADER", "local_span", "compressed
 
 LOCAL_HEADER = 30  # the fixed part of a local file header
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
-_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 _DATA_DESCRIPTOR = 0x08  # flag bit 3: the local header's CRC-32 and sizes are zero, given after the data
 _ZIP64 = 0xFFFFFFFF  # a local header's size that stands for its zip64 extra field
 
