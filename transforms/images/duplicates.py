@@ -18,12 +18,11 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
-from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter, in_appended_set
+from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter
 from transforms.shardset.planning import split_rank
 
-__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "IN_APPENDED_SET",
-           "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice", "same_path_choice", "copy_letter",
-           "in_appended_set", "copy_choice_key", "ChosenImages"]
+__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "PublishedCopy", "CopyRef",
+           "CopyTally", "CopyChoice", "same_path_choice", "copy_letter", "copy_choice_key", "ChosenImages"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
