@@ -23,10 +23,8 @@ class BuildSurvey:
     Attributes:
         labels: The class names of ``--class_names``, ``--labels_file`` or Parquet's metadata, or None
             (classes from the listing).
-        folder_tasks: The listing of the folder inputs, cut into tasks.
         parquet_folders: ``(folder, its Parquet files)`` of each folder input of Parquet files.
         append_to: With ``--append``, the published set's class names.
-        inspect_threads, write_threads: Threads of the inspect and write steps.
         near_hashes: ``--near_duplicates`` is on and the images may fall in two splits: each is hashed.
     """
 
