@@ -1,9 +1,8 @@
 """Members of container inputs: how they are located, named and labelled.
 
-Each member (each Parquet row) is one input, named ``CONTAINER!MEMBER`` in dead letters (a member
-of an inner tar: ``inner.tar!path``); its ``image/filename`` is ``BASENAME!MEMBER``. Its split and
-class come from its path as from a folder's, an inner tar counting as the folder of its name
-without ``.tar`` (ImageNet's tar of class tars).
+Each member (each Parquet row) is one input, named ``CONTAINER!MEMBER`` (``inner.tar!path`` in an
+inner tar); its ``image/filename`` is ``BASENAME!MEMBER``. Its split and class come from its path as
+from a folder's, an inner tar counting as the folder of its name without ``.tar`` (``label_path``).
 """
 
 from __future__ import annotations
@@ -123,13 +122,8 @@ def unsafe_entry(container: str, member: str, problem: str) -> DeadLetter:
 
 def member_entry(container: str, member: str, ref: MemberRef | None, layout: str,
                  rules: LabelRules) -> SourceImage | DeadLetter:
-    """Resolves one member of an archive as ``inputs.tree_entry`` resolves a file under a folder.
-
-    Args:
-        member: Its path in the archive (``inner.tar!path`` inside an inner tar).
-        ref: Where its bytes are; None for a member that is not a regular file.
-        layout: ``classes`` or ``splits``.
-    """
+    """Resolves ``member`` (``inner.tar!path`` inside an inner tar) as ``inputs.tree_entry`` resolves a
+    file under a folder; ``ref`` is None for a member that is not a regular file."""
     name = member_name(container, member)
     rel = f"{posixpath.basename(container)}{SEPARATOR}{member}"
     if ref is None:
@@ -158,14 +152,9 @@ class ContainerRules:
 
 
 def container_problem(fh, kind: str) -> str | None:
-    """Why an archive cannot be read at all, from its start (a tar's first header) or end (a zip's), or None.
-
-    A tar that holds no member cannot give an input: it is refused as an empty folder is.
-
-    Args:
-        fh: The archive, opened (seekable, except a ``.tar.gz``).
-        kind: ``tar``, ``tgz`` or ``zip`` (``archive_kind``).
-    """
+    """Why an archive (``fh``, seekable unless ``kind`` is ``tgz``) cannot be read at all, from its start
+    (a tar's first header) or end (a zip's), or None. A tar that holds no member is refused as an empty
+    folder is."""
     from transforms.archives.tar_index import MemberDamage, tar_members  # here: tar_index is below this module
     from transforms.errors import ImageError
 

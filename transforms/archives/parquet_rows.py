@@ -36,16 +36,12 @@ MAX_LABEL_CHARS = 4096
 LISTED_GROUP_BYTES = 256 << 20
 
 
-def open_parquet(fh: BinaryIO) -> pq.ParquetFile:
+def open_parquet(fh: BinaryIO, **options) -> pq.ParquetFile:
     """The Parquet file read from the seekable ``fh`` (only its footer is read here).
 
     Raises:
         ImageError: ``unreadable``, the file is not Parquet or its footer is damaged.
     """
-    return _parquet_file(fh)
-
-
-def _parquet_file(fh: BinaryIO, **options) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(fh, **options)
     except (pa.ArrowException, OSError, ValueError) as err:
@@ -120,20 +116,12 @@ def class_names_of(schema: pa.Schema, label_column: str) -> tuple[str, ...] | No
 
 def open_rows(fh: BinaryIO, image_column: str, label_column: str) -> pq.ParquetFile:
     """The Parquet file read from the seekable ``fh`` to list its rows (``row_group_entries``): its
-    label column and its images' paths are read as dictionary arrays (each distinct value once).
-
-    Raises:
-        ImageError: ``unreadable``, as ``open_parquet``.
-    """
+    label column and its images' paths are read as dictionary arrays (each distinct value once)."""
     parquet = open_parquet(fh)
     label = _field_type(parquet.schema_arrow, label_column)
     leaves = [label_column] if label is not None and not pa.types.is_integer(label) else []
-    path_leaf = _image_path_leaf(parquet.schema_arrow, image_column)
-    if path_leaf is not None:
-        leaves.append(path_leaf)
-    if not leaves:
-        return parquet
-    return _parquet_file(fh, metadata=parquet.metadata, read_dictionary=leaves)
+    leaves += filter(None, [_image_path_leaf(parquet.schema_arrow, image_column)])
+    return open_parquet(fh, metadata=parquet.metadata, read_dictionary=leaves) if leaves else parquet
 
 
 def _values(column: pa.ChunkedArray | pa.Array) -> Iterator[object]:
@@ -173,19 +161,13 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
     where the image struct keeps the image file's ``path``.
 
     Args:
-        path: The Parquet file (path or URI).
-        parquet: It, opened (``open_parquet``).
-        group: The row group.
-        first_row: Row number in the file of the group's first row.
-        image_column: ``--image_column``.
-        label_column: ``--label_column``.
-        rules: Labelling rules (``--split``).
+        path: The Parquet file (path or URI), opened as ``parquet`` (``open_rows``).
+        first_row: Row number in the file of the first row of row ``group``.
         class_names: Names of integer labels, in index order (``--class_names`` or the file's
             ``ClassLabel`` names); None: an index is named by its number.
     """
     path_leaf = _image_path_leaf(parquet.schema_arrow, image_column)
-    has_path = path_leaf is not None
-    listed = [label_column] + ([path_leaf] if has_path else [])
+    listed = [label_column] + ([path_leaf] if path_leaf else [])
     problem = next(filter(None, (group_problem(parquet, group, column, LISTED_GROUP_BYTES) for column in listed)), None)
     if problem:
         for row in range(parquet.metadata.row_group(group).num_rows):
@@ -194,15 +176,13 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
     table = _read_group(parquet, group, listed)
     try:
         labels = _values(table.column(0))
-        paths = _values(table.column(1).combine_chunks().field("path")) if has_path else iter(())
+        paths = _values(table.column(1).combine_chunks().field("path")) if path_leaf else iter(())
     except (pa.ArrowException, OSError, ValueError) as err:
         raise ImageError("unreadable", f"row group {group} cannot be read: {type(err).__name__}: {err}") from err
     base = posixpath.basename(path)
     for row, value in enumerate(labels):
         number = first_row + row
         image_path = next(paths, None)
-        if isinstance(image_path, _TooLong):
-            image_path = None
         filename = f"{base}!{number}" + (f"!{image_path}" if isinstance(image_path, str) and image_path else "")
         name = member_name(path, str(number))
         if isinstance(value, _TooLong):
@@ -224,17 +204,13 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
 
 def open_images(fh: BinaryIO, column: str) -> pq.ParquetFile:
     """The Parquet file read from the seekable ``fh`` to read its image ``column``: its image bytes
-    are read as a dictionary array (each distinct image once), as the file stores them.
-
-    Raises:
-        ImageError: ``unreadable``, as ``open_parquet``.
-    """
+    are read as a dictionary array (each distinct image once), as the file stores them."""
     parquet = open_parquet(fh)
     image = _field_type(parquet.schema_arrow, column)
     if image is None:
         return parquet
     leaf = f"{column}.bytes" if pa.types.is_struct(image) else column
-    return _parquet_file(fh, metadata=parquet.metadata, read_dictionary=[leaf])
+    return open_parquet(fh, metadata=parquet.metadata, read_dictionary=[leaf])
 
 
 def group_problem(parquet: pq.ParquetFile, group: int, column: str, limit: int) -> str | None:
@@ -251,11 +227,7 @@ def group_problem(parquet: pq.ParquetFile, group: int, column: str, limit: int) 
 
 
 def image_column(parquet: pq.ParquetFile, group: int, column: str) -> tuple[pa.ChunkedArray, int]:
-    """One row group's image values (``image_at`` gives each row's image) and the bytes they hold.
-
-    Raises:
-        ImageError: ``unreadable``, the row group cannot be read.
-    """
+    """One row group's image values (``image_at`` gives each row's image) and the bytes they hold."""
     table = _read_group(parquet, group, [column])
     return table.column(0), table.nbytes
 

@@ -1,9 +1,7 @@
 """WebDataset shards: brace ranges of shard names, members grouped into samples, and their labels.
 
-Adjacent members sharing a key (the path up to the first ``.`` of the file name) form one sample,
-one input: its image is its ``jpg``, ``jpeg``, ``png`` or ``webp`` member, its label its ``cls``
-member or the ``label`` of its ``json`` member, whose other keys become typed features as an
-input manifest's do.
+Adjacent members sharing a key (the path up to the first ``.`` of the file name) form one sample, one
+input; docs/inputs.md says which members give its image, label and features.
 """
 
 from __future__ import annotations
@@ -110,10 +108,8 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
     """The input of one sample: its image member, label and features, or the dead letter saying why not.
 
     Args:
-        shard: The shard (path or URI).
-        sample: Its members.
+        shard: The shard (path or URI) holding ``sample``.
         read: Reads a (small) member's bytes: its ``cls`` or ``json``.
-        rules: Labelling rules (``--split``, ``--feature``, ``--multi_label``).
         typing: The build's feature types, shared by the samples of a shard.
         class_names: ``--class_names``/``--labels_file``, naming integer class indices.
     """
@@ -142,7 +138,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             return DeadLetter(name, "bad_label", f"sample's cls member is not UTF-8 text (byte {err.start}: "
                                                  f"{data[err.start:err.start + 1]!r}); a label is a class index "
                                                  "or a class name")
-        label, why = _label_value(text, class_names)
+        label, why = class_label(text, class_names)
         why = why and f"sample's cls member: {why}"
     elif "json" in sample.members:
         try:
@@ -163,7 +159,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
             labels, why = class_labels_of(labels, class_names)
             label = None if why else labels[0] if labels else ""
         else:
-            label, why = _label_value(row.get("label"), class_names)
+            label, why = class_label(row.get("label"), class_names)
     else:
         return DeadLetter(name, "no_label", "sample has no cls or json member to give its label")
     if label is None:
@@ -180,9 +176,3 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
     return SourceImage(path=name, relpath=rel, split=split or rules.unsplit(), label=label,
                        labels=labels, features=features, objects=objects, member=ref)
 
-
-def _label_value(value, class_names: Sequence[str] | None) -> tuple[str | None, str]:
-    """``(class name or None, why not)`` of a ``cls`` or JSON ``label`` value (``class_labels.class_label``)."""
-    if value is None:
-        return None, "label None is neither a class index nor a class name"
-    return class_label(value, class_names)

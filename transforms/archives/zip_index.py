@@ -20,16 +20,13 @@ __all__ = ["ZipMember", "zip_members", "LOCAL_HEADER", "local_span", "compressed
 
 LOCAL_HEADER = 30  # the fixed part of a local file header
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
-_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 _DATA_DESCRIPTOR = 0x08  # flag bit 3: the local header's CRC-32 and sizes are zero, given after the data
 _ZIP64 = 0xFFFFFFFF  # a local header's size that stands for its zip64 extra field
 
 
 class ZipMember(NamedTuple):
-    """One central directory entry: name, local header offset, sizes, method, CRC-32, if a file.
-
-    ``damage`` says why its bytes cannot be where the directory says, or is "".
-    """
+    """One central directory entry: name, local header offset, sizes, method, CRC-32, if a file, and
+    why its bytes cannot be where the directory says ("" if they can)."""
 
     name: str
     header_offset: int
@@ -63,10 +60,8 @@ def zip_members(fh: BinaryIO) -> Iterator[ZipMember]:
 
 
 def local_span(compressed: int) -> int:
-    """Bytes to read from a local header on: enough for a member whose name and extra field fit 1 KiB.
-
-    A longer header costs a second read (``member_bytes`` says how many bytes).
-    """
+    """Bytes to read from a local header on: enough for a member whose name and extra field fit 1 KiB (a
+    longer header costs a second read, of as many bytes as ``member_bytes`` says)."""
     return LOCAL_HEADER + 1024 + compressed
 
 

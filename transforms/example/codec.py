@@ -1,9 +1,4 @@
-"""Decode ``tf.train.Example`` records without TensorFlow.
-
-Values are plain Python: a feature is a list of ``bytes``, of ``int`` or of
-``float``. Serialization is deterministic (map keys sorted), so the same
-features always give the same bytes.
-"""
+"""Decode ``tf.train.Example`` records without TensorFlow, to plain Python values (``wire`` encodes them)."""
 
 from __future__ import annotations
 
@@ -18,11 +13,8 @@ BYTES, INT64, FLOAT = "bytes", "int64", "float"
 
 
 def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
-    """Parses a serialized ``tf.train.Example``.
-
-    Returns:
-        Feature name to ``(kind, values)``, kind being ``bytes``, ``int64``,
-        ``float`` or ``none`` (a feature with no list set).
+    """Parses a serialized ``tf.train.Example`` into feature name -> ``(kind, values)``, kind being
+    ``bytes``, ``int64``, ``float`` or ``none`` (a feature with no list set).
 
     Raises:
         ExampleError: The bytes are not a valid Example.

@@ -1,10 +1,7 @@
 """Typed extra features: their types and parsing from manifests (pure; ``wire`` encodes them).
 
-A feature type is one of ``FEATURE_TYPES``: ``bytes``, ``int64`` and ``float`` hold exactly one
-value, the ``_list`` types any number. JSON Lines values are typed by their JSON value; CSV cells
-are text, their column's type declared (``--feature name:type``), list items separated by ``;``.
-A feature some inputs lack (declared ``name:type?``, or found so by the listing) is held as a list
-of 0 or 1 values (``optional_type``).
+docs/annotations.md says how JSON values and CSV cells (``--feature name:type``) are typed. A feature
+some inputs lack is held as a list of 0 or 1 values (``optional_type``).
 """
 
 from __future__ import annotations
@@ -91,28 +88,20 @@ def parse_feature_flags(flags: Sequence[str]) -> dict[str, str]:
     return declared
 
 
-def _scalar_type(value: object) -> str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "bytes"
-    return None
+# The feature type of a decoded JSON scalar (``json.loads`` gives these types exactly; a bool has none).
+_JSON_SCALARS = {int: "int64", float: "float", str: "bytes"}
 
 
 def json_type(value: object) -> str | None:
     """The feature type a JSON value implies; None if it implies none (bool, object, [])."""
     if isinstance(value, list):
-        kinds = {_scalar_type(v) for v in value}
+        kinds = {_JSON_SCALARS.get(type(v)) for v in value}
         if not value or None in kinds:
             return None
         if kinds == {"int64", "float"}:
             return "float_list"
         return f"{kinds.pop()}_list" if len(kinds) == 1 else None
-    return _scalar_type(value)
+    return _JSON_SCALARS.get(type(value))
 
 
 def _check_scalar(kind: str, value: object) -> object:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["FILE_DESCRIPTOR", "Example", "Features", "Feature", "BytesList",
-           "FloatList", "Int64List", "SequenceExample"]
+__all__ = ["FILE_DESCRIPTOR", "Example", "SequenceExample"]
 
 _F = descriptor_pb2.FieldDescriptorProto
 _PACKAGE = "tensorflow"
@@ -93,10 +92,5 @@ def _message_class(name: str):
     return message_factory.MessageFactory(_POOL).GetPrototype(descriptor)  # protobuf 3.20
 
 
-BytesList = _message_class("BytesList")
-FloatList = _message_class("FloatList")
-Int64List = _message_class("Int64List")
-Feature = _message_class("Feature")
-Features = _message_class("Features")
 Example = _message_class("Example")
 SequenceExample = _message_class("SequenceExample")

@@ -148,17 +148,9 @@ def _scan(data: bytes, views: Collection[str]) -> dict[str, tuple[str, list]]:
 
 
 def scan_example(data: bytes, views: Collection[str] = ()) -> dict[str, tuple[str, list]] | None:
-    """Reads an Example in the usual layout, as ``codec.decode_example`` would.
-
-    Args:
-        data: The serialized Example.
-        views: Names of bytes features whose values are returned as ``memoryview`` slices of
-            ``data`` instead of ``bytes`` copies.
-
-    Returns:
-        Feature name to ``(kind, values)`` as ``decode_example`` returns it, or None when the bytes
-        are not in the usual layout (then ``decode_example`` must decide).
-    """
+    """Reads an Example in the usual layout as ``codec.decode_example`` would, or returns None when the
+    bytes are not in it (then ``decode_example`` must decide). ``views`` names bytes features whose values
+    are returned as ``memoryview`` slices of ``data`` instead of ``bytes`` copies."""
     try:
         return _scan(data, views)
     except (_Unusual, UnicodeDecodeError):

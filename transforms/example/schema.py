@@ -29,18 +29,13 @@ IMAGE_FORMATS = ("jpeg", "png", "gif", "bmp", "tiff", "webp", "raw")
 
 
 def schema_problems(decoded: Mapping[str, tuple[str, list]], lists: Collection[str] = ()) -> list[str]:
-    """Returns what is wrong with a decoded Example against ``IMAGE_FEATURES``, one message per problem.
-
-    Args:
-        decoded: Output of ``codec.decode_example``.
-        lists: Keys of the schema that hold a list of any length (multi-label class keys).
-    """
+    """Returns what is wrong with a decoded Example (``codec.decode_example``) against ``IMAGE_FEATURES``,
+    one message per problem; ``lists`` are keys that hold a list of any length (multi-label class keys)."""
     problems = []
     for name, kind in IMAGE_FEATURES.items():
-        if name in _OPTIONAL and name not in decoded:
-            continue
         if name not in decoded:
-            problems.append(f"missing feature {name}")
+            if name not in _OPTIONAL:
+                problems.append(f"missing feature {name}")
             continue
         got_kind, values = decoded[name]
         if name in lists:

@@ -38,14 +38,8 @@ def format_value(kind: str, value) -> str:
 
 
 def format_record(number: int | None, offset: int | None, data: bytes) -> str:
-    """Returns a record as text: a header line, then one line per feature.
-
-    Args:
-        number: Position of the record in its file (0-based), or None if unknown.
-        offset: Byte offset of the record in the file, or None (an ArrayRecord file's records
-            are known by their number).
-        data: The record's data.
-    """
+    """Returns a record's ``data`` as text: a header line, then one line per feature. ``number`` (its
+    0-based position) and ``offset`` (its byte offset: None in an ArrayRecord file) may be unknown."""
     ordinal = "record" if number is None else f"record {number}"
     lines = [f"{ordinal}{'' if offset is None else f' at byte {offset}'}: {len(data)} bytes"]
     try:

@@ -91,11 +91,7 @@ def map_entry(name: str, value: EntryValue) -> bytes:
     """One map entry: ``FeatureValues``, or a single int64 (an ``int``) or bytes value."""
     if isinstance(value, FeatureValues):
         return feature_entry(name, value.kind, value.values)
-    if isinstance(value, int):
-        feature = _field(_INT64_LIST, _field(_ONE, varint(value & _INT64_MASK)))
-    else:
-        feature = _field(_BYTES_LIST, _field(_ONE, value.encode("utf-8") if isinstance(value, str) else value))
-    return _field(_ONE, _key_field(name) + _field(_VALUE, feature))
+    return feature_entry(name, "int64" if isinstance(value, int) else "bytes", (value,))
 
 
 def map_entries(features: Mapping[str, EntryValue]) -> bytes:

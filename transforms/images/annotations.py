@@ -141,14 +141,9 @@ def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inp
     (``optional_type``), and every feature declared optional (``name:type?``) in it.
 
     A key missing from some inputs would otherwise have no value to write there. A key declared
-    with ``--feature`` keeps its declared type; ``SOURCE_ID`` stays single (an image without one
-    gets "").
-
-    Args:
-        layout: The merged layout of the inputs.
-        present: Feature name -> inputs that give it.
-        inputs: Inputs listed (``SourceImage``s).
-        declared: ``--feature`` name -> type (``features.parse_feature_flags``).
+    with ``--feature`` (``declared``, ``features.parse_feature_flags``) keeps its declared type;
+    ``SOURCE_ID`` stays single (an image without one gets ""). ``present``: feature name -> inputs
+    (of ``inputs`` ``SourceImage``s) that give it.
     """
     declared = declared or {}
     types = {name: optional_type(t) if (present.get(name, 0) < inputs and name != SOURCE_ID
@@ -166,7 +161,6 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
     """``(name, kind, values)`` of the keys a record carries beyond the plain image schema.
 
     Args:
-        source: The ``SourceImage``.
         layout: The build's layout (its ``object_labels`` name every object's class).
         index_of: Image class name -> index (every image class of the source is in it).
         boxes: The source's boxes placed on the stored image.
@@ -227,9 +221,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
     """The extra keys of one image's record (``record_extras``), its boxes placed on the stored image.
 
     Args:
-        source: The ``SourceImage``.
         layout: The build's layout, or None for plain image records.
-        index_of: Class name -> index (every name of the source is in it).
         data: The source file's bytes (its header gives the size boxes refer to).
         stored_width, stored_height: Size of the image as the record stores it.
         pixels_transformed: The stored pixels are decoded ones, EXIF orientation applied.
@@ -240,7 +232,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
 
     Raises:
         BoxError: Boxes cannot follow a crop.
-        FeatureValueError: An extra feature is missing or has another type.
+        FeatureValueError: As ``record_extras``.
     """
     if layout is None or layout.plain:
         return PlacedExtras()
@@ -268,13 +260,9 @@ def object_ids_problem(object_labels: Sequence[tuple[int, str]]) -> str | None:
 
 
 def build_sidecars(manifest, name: str | None = None) -> dict[str, bytes | None]:
-    """Files a build publishes beside ``labels.txt``: tfds metadata and, when records carry boxes
-    and every id is 1 or more, ``label_map.pbtxt``; None for a file this set does not have.
-
-    Args:
-        manifest: The ``shardset.manifest.Manifest`` about to be written.
-        name: The dataset's name for tfds (``tfds_metadata.tfds_files``).
-    """
+    """Files a build publishes beside ``labels.txt`` with ``manifest``: tfds metadata (``name``: the
+    dataset's, ``tfds_metadata.tfds_files``) and, when records carry boxes and every id is 1 or more,
+    ``label_map.pbtxt``; None for a file this set does not have."""
     files = {**tfds_files(manifest, name), LABEL_MAP_NAME: None}
     classes = manifest.object_labels
     if "image/object/class/label" in manifest.feature_spec and not object_ids_problem(classes):

@@ -22,16 +22,11 @@ def image_count_fields(counted) -> dict[str, Any]:
 
 def build_manifest_extras(layout: Any, near_mode: str, distance: int = 0, near_pairs: Sequence[NearPair] = (),
                           over_cap: Sequence[tuple[int, int]] = (), unhashed: Sequence[str] = ()) -> ManifestExtras:
-    """A build's manifest extras.
+    """A build's manifest extras, from its ``RecordLayout`` and its near-duplicate check
+    (``near_duplicates.near_duplicates_summary``; ``near_pairs``: those of the copies kept).
 
-    Args:
-        layout: The build's ``RecordLayout`` (its ``object_labels``: ``(id, name)`` pairs).
-        near_mode: ``off`` (an earlier ``near_duplicates.jsonl`` is removed), ``report`` (as ``off``
-            when no pair was found and every image compared) or ``reject``.
-        distance: ``--near_duplicate_distance``.
-        near_pairs: The pairs of the copies kept (``RejectDuplicateImages``).
-        over_cap: ``(members, cap)`` of the buckets over their cap.
-        unhashed: The images whose pixels were not hashed.
+    ``near_mode`` ``off`` removes an earlier ``near_duplicates.jsonl``, as ``report`` does when no pair
+    was found and every image compared.
     """
     fields: dict[str, Any] = {"object_labels": tuple(tuple(pair) for pair in layout.object_labels)}
     lines = None

@@ -21,13 +21,9 @@ __all__ = ["build_lines", "image_lines", "object_lines", "near_duplicate_lines"]
 
 
 def build_lines(output_dir: str, manifest: Manifest, near_unchecked: bool = False) -> list[str]:
-    """A build's summary lines after its splits' (the class count and manifest line come last).
-
-    Args:
-        output_dir: The folder the build published into.
-        manifest: Its published manifest.
-        near_unchecked: The build could have looked for near-duplicates across splits and did not.
-    """
+    """A build's summary lines after its splits' (the class count and manifest line come last), from the
+    manifest it published into ``output_dir``; ``near_unchecked``: the build could have looked for
+    near-duplicates across splits and did not."""
     lines = image_lines(manifest.images, manifest.options.get("image_mode"),
                         manifest.options.get("exif_orientation") == "keep")
     lines += object_lines(manifest)

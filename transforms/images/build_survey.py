@@ -23,10 +23,8 @@ class BuildSurvey:
     Attributes:
         labels: The class names of ``--class_names``, ``--labels_file`` or Parquet's metadata, or None
             (classes from the listing).
-        folder_tasks: The listing of the folder inputs, cut into tasks.
         parquet_folders: ``(folder, its Parquet files)`` of each folder input of Parquet files.
         append_to: With ``--append``, the published set's class names.
-        inspect_threads, write_threads: Threads of the inspect and write steps.
         near_hashes: ``--near_duplicates`` is on and the images may fall in two splits: each is hashed.
     """
 
@@ -62,24 +60,16 @@ def fixed_class_names(names: Sequence[str] | None) -> tuple[str, ...] | None:
 def image_threads(requested: int, workers: int | None, cores: int, remote: bool, decodes: bool) -> tuple[int, int]:
     """Threads of the inspect and write steps: ``(inspect_threads, write_threads)``.
 
-    A requested count is used for both. With 0, threads are used where they pay: inspecting, when
-    Pillow decodes every image (without the GIL) or inputs are remote; writing, for remote inputs
-    only. The ``structure`` and ``header`` checks hold the GIL (BENCHMARKS.md, "Using every core").
+    A requested count (``--image_threads``) is used for both. With 0, threads are used where they
+    pay: inspecting, when Pillow decodes (or encodes, or hashes) every image without the GIL
+    (``decodes``) or inputs are ``remote``; writing, for remote inputs only. The ``structure`` and
+    ``header`` checks hold the GIL (BENCHMARKS.md, "Using every core").
 
     Args:
-        requested: ``--image_threads`` (0: choose).
         workers: The local runner's worker processes, which share ``cores``; None elsewhere (0 is
             passed on: each worker counts its own cores).
-        cores: The CPU cores this process may use.
-        remote: An input is on gs:// or s3://.
-        decodes: Every image is decoded or encoded (or hashed).
     """
-    if requested:
-        threads = requested
-    elif workers is None:
-        threads = 0
-    else:
-        threads = max(1, cores // workers)
+    threads = requested or (0 if workers is None else max(1, cores // workers))
     return (threads if requested or remote or decodes else 1, threads if requested or remote else 1)
 
 
@@ -90,13 +80,10 @@ def survey_build(*, fixed: Sequence[str] | None, parquet_names: tuple[str, ...] 
     """What the build takes from what it read before its pipeline.
 
     Args:
-        fixed: The checked class names of ``--class_names`` or ``--labels_file`` (``fixed_class_names``),
-            or None.
+        fixed: ``fixed_class_names``' answer.
         parquet_names: The ``ClassLabel`` names the Parquet inputs all give, or None.
         only_parquet: Every input is a Parquet file (their class indices stay the build's).
         append_to: With ``--append``, the published set's class names (an append keeps them); else None.
-        folder_tasks: The folder inputs' listing tasks.
-        parquet_folders: ``(folder, its Parquet files)`` of each folder input of Parquet files.
         near_duplicates: ``--near_duplicates`` is on (and the run is not offline).
         one_split: Every image goes to one split, known before the listing (nothing to compare).
         threads: ``image_threads``'s answer.

@@ -91,11 +91,8 @@ def index_order_problem(names: Sequence[str]) -> str | None:
 
 
 def class_list(names: AbstractSet[str], inputs: int) -> tuple[str, ...]:
-    """The classes of a listing without ``--class_names``: the names sorted, or ``0`` to the largest index.
-
-    Args:
-        names: The class names its inputs gave (``class_label`` of each label).
-        inputs: Its number of inputs.
+    """The classes of a listing of ``inputs`` inputs without ``--class_names``, from the names they gave
+    (``class_label`` of each label): the names sorted, or ``0`` to the largest index.
 
     Raises:
         UsageError: Some labels are indices and others names; or the largest index is

@@ -1,12 +1,9 @@
 """COCO annotation files (``instances_*.json``) as build inputs (pure, no file access).
 
-Each entry of ``images`` becomes one input image, its ``annotations`` its objects, its ``id`` the
-record's ``image/source_id`` (as text); images carry no image-level label. The file's
-``categories`` become one ``ObjectClasses``.
-
-A file is read as a stream (``coco_items``), one entry of at most ``MAX_ENTRY_CHARS`` held at a
-time; a file that is not JSON is one error naming it. A build then groups each image with its
-annotations by image id (``coco_key``) and resolves each group (``coco_image_entries``).
+Each entry of ``images`` becomes one input image without an image-level label, its ``annotations``
+its objects, its ``id`` the record's ``image/source_id``; ``categories`` become one ``ObjectClasses``.
+A file is read as a stream (``coco_items``), one entry of at most ``MAX_ENTRY_CHARS`` at a time; a
+build groups each image with its annotations by image id (``coco_key``, ``coco_image_entries``).
 """
 
 from __future__ import annotations
@@ -17,14 +14,13 @@ import math
 import re
 from typing import IO, Any, Iterable, Iterator, Mapping
 
-from transforms.errors import ManifestError, PlanError
+from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules, check_label, image_path
 from transforms.images.annotations import SOURCE_ID
 from transforms.images.items import SourceImage
 from transforms.images.object_classes import ObjectClasses
 from transforms.images.objects import BoxError, SourceBox
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.naming import check_split_name
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
            "image_key_of", "image_folder", "image_path", "first_image_paths"]
@@ -51,8 +47,7 @@ def _box(ann: dict, category: str) -> SourceBox:
     x, y, w, h = (float(v) for v in bbox)
     if not all(math.isfinite(v) for v in (x, y, w, h)):
         raise BoxError(f"annotation {ann.get('id')!r}: bbox {bbox!r} holds a number that is not finite")
-    area = ann.get("area")
-    crowd = ann.get("iscrowd", 0)
+    area, crowd = ann.get("area"), ann.get("iscrowd", 0)
     if crowd not in (0, 1) or isinstance(crowd, bool):
         raise BoxError(f"annotation {ann.get('id')!r}: iscrowd {crowd!r} is not 0 or 1")
     if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))
@@ -172,9 +167,7 @@ def coco_items(fh: IO[bytes], where: str) -> Iterator[tuple[str, int, Any]]:
 
 def coco_key(value: Any) -> str:
     """An image id as a key (``1``, ``1.0`` and ``true`` are one id, as Python compares them)."""
-    if isinstance(value, bool):
-        value = int(value)
-    elif isinstance(value, float) and value.is_integer():
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
         value = int(value)
     return json.dumps(value, sort_keys=True)
 
@@ -227,8 +220,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         images: ``(index in images, entry)`` of the images with this id.
         annotations: ``(index in annotations, entry)`` of the annotations naming it.
         names: ``coco_categories``' names of the file.
-        annotations_path: The file's path or URI.
-        image_root: Folder the ``file_name``s are relative to; None for the file's own folder.
+        image_root: ``image_folder``'s ``image_root``.
         rules: Labelling rules (their split is every image's).
 
     Yields:
@@ -236,7 +228,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         annotation, ``bad_manifest_row`` per unusable image entry, per image when several share
         the id, and per annotation when no image has its id.
     """
-    where = annotations_path
+    where = annotations_path  # the file's path or URI
     images, annotations = sorted(images, key=lambda i: i[0]), sorted(annotations, key=lambda a: a[0])
     if not images:
         for number, ann in annotations:
@@ -245,10 +237,6 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
                              f"annotation names image_id {image_id!r}, which is not in images")
         return
     folder = image_folder(annotations_path, image_root)
-    try:
-        check_split_name(rules.split)
-    except PlanError as err:
-        raise ManifestError(str(err)) from err
     if len(images) > 1 and isinstance(images[0][1], dict):  # one id, several images: whose annotations?
         shown = ", ".join(f"images[{number}]" for number, _ in images[:3]) + (", ..." if len(images) > 3 else "")
         image_id = images[0][1].get("id")

@@ -1,18 +1,11 @@
 """Which input a build keeps when several share a relative path, or an image's bytes, and why the rest go.
 
-- One relative path in one split from several inputs: none is kept, each is
-  a ``duplicate_path`` dead letter naming a few of the others
-  (``same_path_choice``).
-- One image's bytes several times: the copy in the split that ranks first
-  (``planning.split_rank``), then with the smallest relative path, is kept;
-  the others are ``duplicate_image`` (same split) or ``cross_split_duplicate``
-  dead letters. A copy already published in a split the run keeps wins over
-  every copy of the run (``CopyTally.choice``).
-
-A build decides among the copies of an image without holding them: a ``CopyTally`` is combined
-copy by copy, its ``CopyChoice`` says which copy stays, and each copy's dead letter is made from
-the choice alone (``copy_letter``). A copy looks its image's choice up only when its key is among
-those of the few images with copies to reject (``ChosenImages``).
+One relative path in one split from several inputs: none is kept (``same_path_choice``). One image's
+bytes several times: the copy in the split that ranks first (``planning.split_rank``), then with the
+smallest relative path, is kept, unless a copy is already published in a split the run keeps
+(``CopyTally.choice``). A ``CopyTally`` is combined copy by copy without holding the copies; each
+copy's dead letter is made from its ``CopyChoice`` alone (``copy_letter``), looked up only for the
+few images with copies to reject (``ChosenImages``).
 """
 
 from __future__ import annotations
@@ -25,12 +18,11 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
-from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter, in_appended_set
+from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter
 from transforms.shardset.planning import split_rank
 
-__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "IN_APPENDED_SET",
-           "PublishedCopy", "CopyRef", "CopyTally", "CopyChoice", "same_path_choice", "copy_letter",
-           "in_appended_set", "copy_choice_key", "ChosenImages"]
+__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "PublishedCopy", "CopyRef",
+           "CopyTally", "CopyChoice", "same_path_choice", "copy_letter", "copy_choice_key", "ChosenImages"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
@@ -53,15 +45,6 @@ class CopyRef(NamedTuple):
     @classmethod
     def of(cls, meta: ImageMeta) -> "CopyRef":
         return cls(meta.sha256, meta.source.path, meta.source.relpath, meta.source.split)
-
-
-def _split_named(split: str) -> str:
-    return "chosen by content" if split == SPLIT_BY_CONTENT else repr(split)
-
-
-def _where(source: SourceImage) -> str:
-    """Where an input came from: its manifest row, or its path for a listed file."""
-    return source.origin or source.path
 
 
 def _input_order(source: SourceImage) -> tuple[str, str, int]:
@@ -106,13 +89,14 @@ def same_path_choice(sources: Iterable[SourceImage]) -> tuple[SourceImage | None
     named = sources[:NAMED_DUPLICATES + 1]
     dead = []
     for source in sources:
-        others = [_where(s) for s in named if s is not source][:NAMED_DUPLICATES]
+        others = [s.origin or s.path for s in named if s is not source][:NAMED_DUPLICATES]  # row, or file
         more = len(sources) - 1 - len(others)
         listed = ", ".join(others) + (f" and {more} more" if more else "")
         row = f" (row {source.origin})" if source.origin else ""
+        split = "chosen by content" if source.split == SPLIT_BY_CONTENT else repr(source.split)
         dead.append(DeadLetter(
             source.path, "duplicate_path",
-            f"relative path {source.relpath!r} in split {_split_named(source.split)}{row} also "
+            f"relative path {source.relpath!r} in split {split}{row} also "
             f"comes from {len(sources) - 1} other input{'s' if len(sources) > 2 else ''}: {listed}"))
     return None, dead
 
@@ -127,10 +111,8 @@ class CopyChoice:
     """Which copy of an image's bytes stays: enough to write every other copy's dead letter.
 
     Attributes:
-        kept: ``_copy_rank`` of the copy kept (split rank, relative path, path), or
-            None when a published copy stays.
-        split: The split of the copy kept, or the first kept split that has the
-            image published (``kept`` None).
+        kept: ``_copy_rank`` of the copy kept, or None when a published copy stays.
+        split: The split of the copy kept, or the first kept split that has the image published.
         relpath: The relative path of the copy kept ('' for a published one).
         appended: The published copy that stays is in the set this run appends to.
     """
@@ -143,13 +125,9 @@ class CopyChoice:
 
 @dataclass(frozen=True)
 class CopyTally:
-    """The copies of one image's bytes, seen so far: the best, how many, where published.
-
-    Attributes:
-        best: The copy of this run that ranks first (``_copy_rank``), or None.
-        copies: Copies of this run seen.
-        published: Splits of the output folder that already have the image.
-    """
+    """The copies of one image's bytes seen so far: the copy of this run that ranks first
+    (``_copy_rank``, None before one), how many of this run, and the splits of the output folder that
+    already have the image."""
 
     best: ImageMeta | None = None
     copies: int = 0

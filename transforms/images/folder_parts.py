@@ -46,16 +46,11 @@ def names_in_part(part: int, parts: int) -> Callable[[bytes], Callable[[bytes], 
 
 def spread_large_folders(tasks: Iterable[FolderTask], count: Callable[[str, int], int],
                          names_per_part: int = NAMES_PER_PART, max_parts: int = MAX_PARTS) -> tuple[FolderTask, ...]:
-    """The tasks, each one that lists everything below a large folder cut into parts.
+    """The listing tasks (``inputs.plan_folder_listing``) of a local folder input in order, each one that
+    lists everything below a large folder (``parts_for``) followed by its other parts.
 
     Args:
-        tasks: Listing tasks (``inputs.plan_folder_listing``) of a local folder input.
         count: ``(folder, limit) -> files below it``, counted up to ``limit``.
-        names_per_part: Files one task lists; a folder with more is cut.
-        max_parts: The most parts of one folder.
-
-    Returns:
-        The tasks in order; a cut task is followed by its other parts.
     """
     limit = names_per_part * max_parts
     out: list[FolderTask] = []

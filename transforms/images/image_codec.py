@@ -31,10 +31,7 @@ __all__ = [
 HEAD_BYTES = 64 * 1024
 
 # Pillow format name -> image/format value. MPO is camera JPEG with extra frames.
-_FORMATS = {
-    "JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "GIF": "gif", "BMP": "bmp",
-    "TIFF": "tiff", "WEBP": "webp",
-}
+_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff", "WEBP": "webp"}
 _CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1,
              "LA": 2, "La": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3,
              "RGBA": 4, "RGBa": 4, "CMYK": 4}
@@ -45,9 +42,7 @@ class ImageInfo:
     """What a record says about its image.
 
     Attributes:
-        format: ``image/format`` value (``jpeg``, ``png``, ..., or ``raw``).
-        height: Height in pixels.
-        width: Width in pixels.
+        format: ``image/format`` value (``jpeg``, ``png``, ..., or ``raw``); height and width in pixels.
         channels: Channels a decoder yields (see ``channels_of``).
         source_format: Format of the source file; empty when it is ``format``.
         tf_decodes: Whether ``tf.io.decode_image`` decodes the stored bytes to this size (``tf_rule``).
@@ -178,11 +173,7 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     """Recognises an image by content and returns its stored format and size.
 
     Args:
-        data: The image file's bytes.
-        validate: A ``VALIDATE_LEVELS`` name (docs/images.md says what each checks): ``structure``
-            checks a JPEG's or PNG's structure without decoding (``structure.check_structure``)
-            and decodes other formats and APNG; ``decode`` decodes, JPEG at 1/8 scale, and checks
-            a PNG's image data without its CRCs; ``full`` decodes every frame at full resolution.
+        validate: A ``VALIDATE_LEVELS`` name (docs/images.md, "Validation levels", says what each checks).
 
     Returns:
         The image's ``ImageInfo`` (format as TensorFlow names it, size as the file stores it).
@@ -260,20 +251,12 @@ def _png_writable(img: Image.Image) -> Image.Image:
 @_naming_library_messages
 def upright_first_frame_png(data: bytes, upright: bool) -> tuple[bytes, int]:
     """Converts an image's first frame to PNG (no EXIF block), keeping its pixel values, turned upright
-    if asked. Palette images stay palette PNG, 16-bit images 16-bit.
-
-    Args:
-        data: The source image's bytes.
-        upright: Turn the pixels as ``ImageOps.exif_transpose`` does for the
-            EXIF orientation the decoded image still has.
+    (as ``ImageOps.exif_transpose`` does) if ``upright``. Palette images stay palette PNG, 16-bit
+    images 16-bit.
 
     Returns:
-        The PNG, and the EXIF orientation its pixels still need to be shown
-        upright: 1 when turned, or when the decoder applied it (Pillow's TIFF
-        decoder does); else the source's.
-
-    Raises:
-        ImageError: The source cannot be decoded.
+        The PNG, and the EXIF orientation its pixels still need to be shown upright: 1 when turned,
+        or when the decoder applied it (Pillow's TIFF decoder does); else the source's.
     """
     img = _open(data)
     _load(img)
@@ -353,38 +336,25 @@ def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
                    grayscale: bool = False,
                    resize: tuple[int, int] | None = None,
                    resize_mode: str = "stretch") -> tuple[bytes, ImageInfo]:
-    """Decodes an image and encodes it again as JPEG or PNG.
-
-    Args:
-        data: Source image bytes.
-        image_format: ``jpeg`` or ``png``.
-        quality: JPEG quality (1-100).
-        grayscale: Convert to one channel instead of RGB.
-        resize: ``(width, height)`` to resize to, or None.
-        resize_mode: ``stretch``, ``fit`` or ``crop`` (see ``RESIZE_MODES``).
-
-    Returns:
-        The encoded bytes and their ``ImageInfo``.
-    """
+    """Decodes an image as ``raw_pixels`` does and encodes it again as ``jpeg`` (at ``quality``, 1-100)
+    or ``png``; returns the encoded bytes and their ``ImageInfo``."""
+    if image_format not in ("jpeg", "png"):
+        raise ValueError(f"image_format must be jpeg or png, got {image_format!r}")
     img, source_format = _decoded(data, grayscale, resize, resize_mode)
     img.info.pop("transparency", None)  # composited over white; a kept key breaks PNG's writer
     out = io.BytesIO()
     if image_format == "jpeg":
         img.save(out, format="JPEG", quality=quality)
-    elif image_format == "png":
-        img.save(out, format="PNG")
     else:
-        raise ValueError(f"image_format must be jpeg or png, got {image_format!r}")
-    width, height = img.size
-    return out.getvalue(), ImageInfo(image_format, height, width, 1 if grayscale else 3,
+        img.save(out, format="PNG")
+    return out.getvalue(), ImageInfo(image_format, img.height, img.width, 1 if grayscale else 3,
                                      source_format=source_format)
 
 
 @_naming_library_messages
 def raw_pixels(data: bytes, grayscale: bool = False, resize: tuple[int, int] | None = None,
                resize_mode: str = "stretch") -> tuple[bytes, ImageInfo]:
-    """Decodes an image to uint8 pixels, row-major height x width x channels, and their ``ImageInfo``."""
+    """Decodes an image's first frame, EXIF orientation applied, to uint8 pixels (row-major height x width x
+    channels: RGB, or one if ``grayscale``), resized to ``resize`` (``resized``), and their ``ImageInfo``."""
     img, source_format = _decoded(data, grayscale, resize, resize_mode)
-    width, height = img.size
-    return img.tobytes(), ImageInfo("raw", height, width, 1 if grayscale else 3,
-                                    source_format=source_format)
+    return img.tobytes(), ImageInfo("raw", img.height, img.width, 1 if grayscale else 3, source_format=source_format)

@@ -1,14 +1,8 @@
-"""Which split and class each input file belongs to (pure, no file access).
+"""Which split and class each input file belongs to, from names alone (pure, no file access).
 
-Three ways to give inputs, all resolved here from names alone:
-
-1. A folder of class folders, ``ROOT/<class>/<image>`` (the ImageFolder
-   convention), or of split folders, ``ROOT/<split>/<class>/<image>``.
-2. An input manifest, ``.csv`` (header ``path,label[,split]``) or ``.jsonl``
-   (objects with ``path``, ``label`` and optionally ``split``).
-3. Labels from file names with a regular expression (``--label_regex``).
-
-The storage package (``transforms.storage``) lists files and the Beam layer passes relative paths in.
+Inputs are a folder of class folders (``ROOT/<class>/<image>``) or of split folders
+(``ROOT/<split>/<class>/<image>``), an input manifest (``.csv`` with header ``path,label[,split]``, or
+``.jsonl``), or files labelled by name (``--label_regex``). ``transforms.storage`` lists the files.
 """
 
 from __future__ import annotations
@@ -199,7 +193,7 @@ class FolderTask:
 
 
 def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
-    """Decides a folder input's layout from its top levels and cuts its listing into tasks.
+    """Decides a folder input's layout (``--layout``) from its top levels and cuts its listing into tasks.
 
     Only the root, the top folders (for ``auto``, until a file shows the layout is ``classes``)
     and a ``splits`` layout's split folders are scanned here. The tasks list the root's own
@@ -209,7 +203,6 @@ def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
 
     Args:
         root: The folder input, without a trailing ``/``.
-        layout: ``auto``, ``classes`` or ``splits`` (``--layout``).
         scan: ``folder -> iterable of (path, is_folder)`` of one level (a store prefix given back with
             its ``/``); raises ``OSError`` when the folder cannot be listed.
     """
@@ -250,7 +243,7 @@ def _top_levels(tops: Sequence[str], scan, rel_of, root_files: bool) -> tuple[bo
     """``(top_files, deeper)`` of ``TreeLevels``, scanning only until a file makes the layout ``classes``."""
     deeper = False
     if root_files:
-        return False, deeper
+        return False, False
     for top in tops:
         if is_hidden(rel_of(top)):
             continue
@@ -269,21 +262,12 @@ def _top_levels(tops: Sequence[str], scan, rel_of, root_files: bool) -> tuple[bo
 def layout_of_levels(levels: TreeLevels) -> str:
     """``splits`` if a top folder is a known split name, or if files lie only three or more levels deep
     (``<split>/<class>/<file>``); else ``classes``."""
-    if levels.tops & set(KNOWN_SPLITS):
-        return "splits"
-    if levels.deeper and not levels.root_files and not levels.top_files:
-        return "splits"
-    return "classes"
+    deep_only = levels.deeper and not levels.root_files and not levels.top_files
+    return "splits" if levels.tops & set(KNOWN_SPLITS) or deep_only else "classes"
 
 
 def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceImage | DeadLetter:
-    """Resolves one file listed under a folder input.
-
-    Args:
-        root: The folder as given (local path or URI), without a trailing ``/``.
-        rel: The file's path relative to it, ``/``-separated, not hidden.
-        layout: ``classes`` or ``splits``.
-        rules: Labelling rules.
+    """Resolves file ``rel`` (``/``-separated, not hidden) of folder input ``root`` (no trailing ``/``).
 
     Returns:
         A ``SourceImage``, or a ``DeadLetter`` if its split or class cannot be known or its name is
@@ -322,17 +306,11 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
 
 def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
                             rules: LabelRules) -> tuple[DeadLetter, str | None]:
-    """Resolves one folder a listing could not read: ``(dead letter, class name or None)``.
+    """Resolves folder ``rel`` of ``root`` (``""``: ``root`` itself) that a listing could not read
+    (``why``): ``(dead letter, class name or None)``.
 
     The folder counts as one input (its files cannot be counted). A class folder's name is still a
     class, so the other classes keep their indices.
-
-    Args:
-        root: The folder input as given, without a trailing ``/``.
-        rel: The folder relative to it; ``""`` is the input folder itself.
-        why: The error.
-        layout: ``classes`` or ``splits``.
-        rules: Labelling rules.
     """
     path = join_path(root, rel) if rel else root
     dead = DeadLetter(shown_name(path), "unreadable",
@@ -363,12 +341,8 @@ def _csv_header_problem(fields: Sequence[str]) -> str | None:
 
 
 def check_manifest_head(head: bytes, manifest: str, whole: bool) -> None:
-    """Checks an input manifest's header and that it has a row, from its first bytes.
-
-    Args:
-        head: The manifest's first bytes (a few KiB are enough for any header).
-        manifest: Its path, for the message.
-        whole: True if ``head`` is the whole file.
+    """Checks an input manifest's header and that it has a row, from its first bytes ``head`` (a few
+    KiB are enough for any header; ``whole``: the whole file).
 
     Raises:
         ManifestError: ``FILE:LINE: why`` for an unusable header (or first line) or no row.
@@ -391,9 +365,7 @@ def check_manifest_head(head: bytes, manifest: str, whole: bool) -> None:
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         fields = next(reader, None)
-        row = next(reader, None)
-        while row is not None and not row:
-            row = next(reader, None)
+        row = next(filter(None, reader), None)  # the first row that is not blank
     except csv.Error as err:
         raise ManifestError(f"{manifest}:{reader.line_num}: CSV cannot be read: {err}") from err
     if fields is None:
@@ -444,9 +416,7 @@ def _csv_row(line: str, fields: Sequence[str]) -> tuple[Mapping | None, str] | N
         return None
     if len(values) > len(fields):
         return None, "row has more columns than the header"
-    row = dict(zip(fields, values))
-    for name in fields[len(values):]:
-        row[name] = None
+    row = {name: values[i] if i < len(values) else None for i, name in enumerate(fields)}
     if any(_UNDECODED.search(v) for v in values):
         shown = ",".join(shown_name(v) for v in values)
         return None, f"row is not valid UTF-8: {shown[:200]!r}"
@@ -475,15 +445,12 @@ def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str
                           fields: Sequence[str] = ()) -> Iterator[SourceImage | DeadLetter]:
     """Resolves manifest rows, each from its own line.
 
-    Relative paths are resolved against the manifest's folder; absolute paths and URIs are used as
-    they are. Blank lines are skipped; a line that cannot be a row is a ``bad_manifest_row`` dead
-    letter named ``MANIFEST:LINE``.
+    Relative paths are resolved against the manifest's folder (``image_path``). Blank lines are
+    skipped; a line that cannot be a row is a ``bad_manifest_row`` dead letter named ``MANIFEST:LINE``.
 
     Args:
         lines: ``(1-based line number, line)``: the line as text (``decode_line``, without its
             break), or None for a line too long to read; not a CSV manifest's header line.
-        manifest: Path or URI of the manifest.
-        rules: Labelling rules.
         fields: A CSV manifest's columns (``csv_header``); unused for JSON Lines.
     """
     jsonl = manifest.lower().endswith(".jsonl")

@@ -1,9 +1,4 @@
-"""Inspecting one input image once its bytes are read: checked, encoded, measured, placed in a split.
-
-``inspect_image`` gives the input's ``ImageMeta`` and the pieces of its
-record (for the run file), or the ``DeadLetter`` saying why
-it is rejected. It takes the bytes; reading them is the caller's.
-"""
+"""Inspecting one input image once its bytes are read: checked, encoded, measured, placed in a split."""
 
 from __future__ import annotations
 
@@ -49,12 +44,10 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     """Inspects one input whose bytes are ``data``; a ``SPLIT_BY_CONTENT`` split is chosen here.
 
     Args:
-        index_of: Class name -> index.
         layout: The build's ``RecordLayout``, or None for plain image records.
         seed: Shuffle seed for the order key.
         fractions: Split name -> fraction (``--split_fractions``).
-        hashed: The metadata carries the perceptual hash of the pixels
-            (None for pixels that do not decode).
+        hashed: The metadata carries the perceptual hash of the pixels (None for pixels that do not decode).
     """
     index = index_of.get(source.label, 0)  # an image with no label of its own: see extras
     try:

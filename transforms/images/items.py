@@ -54,7 +54,7 @@ class SourceImage:
         return tuple(box.label for box in self.objects or ())
 
     def __reduce__(self):
-        return _source_image, _VALUES[SourceImage](self)
+        return SourceImage, _VALUES[SourceImage](self)
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,6 @@ class ImageMeta:
     """An image that passed inspection, with everything needed to write its record.
 
     Attributes:
-        source: The input file it came from.
-        label_index: Class index.
         sha256: Hex sha256 of the source file's bytes.
         info: Format and size of the image as stored in the record.
         record_size: Exact framed size of the record in bytes.
@@ -103,11 +101,6 @@ def _rebuilt(cls: type, values: tuple):
     made = object.__new__(cls)
     made.__dict__.update(zip(_NAMES[cls], values))
     return made
-
-
-def _source_image(*values) -> SourceImage:
-    """Unpickles a SourceImage (see ``SourceImage.__reduce__``)."""
-    return _rebuilt(SourceImage, values)
 
 
 def _image_meta(*values) -> ImageMeta:

@@ -40,10 +40,7 @@ def key_between(lo: str, hi: str | None) -> str | None:
     i = 0
     while True:
         a = ord(lo[i]) if i < len(lo) else -1
-        if hi is None:
-            b = _end_of(a)
-        else:
-            b = ord(hi[i]) if i < len(hi) else -1
+        b = _end_of(a) if hi is None else ord(hi[i]) if i < len(hi) else -1
         if a == b:
             if a < 0:
                 return None  # equal strings
@@ -73,13 +70,11 @@ def split_keys_after(lo: str, first_after: Callable[[str], str | None], parts: i
         lo: A key already listed: the ranges hold the keys after it.
         first_after: ``name -> the first key after it``, or None when there is none
             (one listing request of one key).
-        parts: How many ranges to aim for.
         max_probes: Calls of ``first_after`` allowed (default ``8 * parts + 32``);
             when they run out, fewer, larger ranges are given.
 
     Returns:
-        Ranges in key order that together hold every key after ``lo``: the
-        first starts after ``lo``, the last has no upper bound.
+        Ranges in key order that together hold every key after ``lo``, the last without an upper bound.
     """
     if parts < 1:
         raise ValueError(f"parts must be >= 1, got {parts}")

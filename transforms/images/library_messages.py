@@ -1,11 +1,9 @@
 """Messages the image library prints about an input, caught and given to that input's dead letter.
 
-Pillow reports some problems of a file it still opens as Python warnings and others on its
-loggers; printed bare, they name no input. Within ``captured_messages()`` they are collected for
-the calling thread (``message_stack``) instead: ``collected`` adds them to an ``ImageError``'s
-detail, and they are dropped when the image turns out fine. Pillow's warnings are set to ``always``
-so that a repeated message is not swallowed. libtiff's messages are routed the same way
-(``libtiff.py``).
+Pillow reports some problems of a file it still opens as Python warnings and others on its loggers,
+naming no input; libtiff prints them (``libtiff.py``). Within ``captured_messages()`` they are collected
+for the calling thread (``message_stack``): ``collected`` adds them to an ``ImageError``'s detail; they
+are dropped when the image turns out fine. Pillow's warnings are set to ``always`` so none is swallowed.
 """
 
 from __future__ import annotations
@@ -37,27 +35,16 @@ def _route_warning(message, category, filename, lineno, file=None, line=None):
         _previous_showwarning(message, category, filename, lineno, file, line)
 
 
-class _RouteRecords(logging.Filter):
-    """Takes Pillow's log records into the thread's capture, if one is open."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not note_message(f"{record.levelname.lower()}: {record.getMessage()}")
-
-
-_ROUTE_RECORDS = _RouteRecords()
-
-
-def _installed() -> bool:
-    """True when the router is in place and no logger has appeared since Pillow's were filtered."""
-    return warnings.showwarning is _route_warning and \
-        len(logging.root.manager.loggerDict) == _logger_count
+def _route_record(record: logging.LogRecord) -> bool:
+    """Takes one of Pillow's log records into the thread's capture, if one is open (a logger filter)."""
+    return not note_message(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
 def _install() -> None:
     # Runs for every image: the check is two lookups, the walk over every logger happens only
     # when a logger was added (or a harness swapped ``showwarning``) since the last one.
     global _previous_showwarning, _logger_count
-    if _installed():
+    if warnings.showwarning is _route_warning and len(logging.root.manager.loggerDict) == _logger_count:
         return
     with _install_lock:
         if warnings.showwarning is not _route_warning:
@@ -67,7 +54,7 @@ def _install() -> None:
         Image.init()  # imports the format plugins, which make their loggers
         for name in list(logging.root.manager.loggerDict):
             if (name == "PIL" or name.startswith("PIL.")) and name not in _filtered_loggers:
-                logging.getLogger(name).addFilter(_ROUTE_RECORDS)
+                logging.getLogger(name).addFilter(_route_record)
                 _filtered_loggers.add(name)
         _logger_count = len(logging.root.manager.loggerDict)
 

@@ -45,12 +45,8 @@ class ListingTally:
     ``ObjectClasses`` (a COCO file's categories) are not inputs.
 
     Attributes:
-        inputs: Inputs added.
-        classes: Image class names seen.
         layout: The union of the inputs' layouts.
-        object_names: Object class names seen.
         declared: ``(id, name)`` of the object classes COCO files declare.
-        splits: Splits the inputs name.
         images: ``SourceImage``s added (inputs that are not dead letters).
         present: Extra feature name -> ``SourceImage``s that give it.
     """

@@ -1,13 +1,9 @@
 """Reading an input manifest's lines by byte range, with their 1-based line numbers (pure).
 
-The range ``[start, end)`` owns the lines whose first byte lies in it, so no worker holds more
-than one range's lines. A JSON Lines manifest breaks lines at ``"\\n"`` only; a CSV manifest at
-``"\\r\\n"``, ``"\\n"`` or a lone ``"\\r"``, as Python's csv module does; line numbers are counted
-the same way, so ``MANIFEST:LINE`` is what an editor shows.
-
-Line numbers take two passes: ``count_line_starts`` counts the lines that start in each range,
-``first_line_numbers`` adds them up, and ``lines_in_range`` then reads a range's lines. A line
-longer than ``MAX_LINE_BYTES`` is never held whole: it is yielded as None.
+The range ``[start, end)`` owns the lines whose first byte lies in it. A JSON Lines manifest breaks
+lines at ``"\\n"`` only; a CSV manifest at ``"\\r\\n"``, ``"\\n"`` or a lone ``"\\r"``, as Python's csv
+module does, so ``MANIFEST:LINE`` is what an editor shows. ``count_line_starts`` counts the lines that
+start in each range, ``first_line_numbers`` adds them up, and ``lines_in_range`` reads a range's lines.
 """
 
 from __future__ import annotations
@@ -49,14 +45,8 @@ def byte_ranges(size: int, range_bytes: int) -> list[tuple[int, int]]:
 
 
 def count_line_starts(fh: BinaryIO, start: int, end: int, size: int, cr: bool, name: str = "") -> int:
-    """How many lines start in ``[start, end)`` of a file of ``size`` bytes (reading ``[start - 1, end)``).
-
-    Args:
-        fh: The file, seekable.
-        start, end: The range ``[start, end)``.
-        size: The file's size.
-        cr: A lone ``"\\r"`` ends a line (``breaks_at_cr``).
-        name: The file, for errors.
+    """How many lines start in ``[start, end)`` of the seekable file ``fh`` (named ``name``) of ``size``
+    bytes, reading ``[start - 1, end)``; ``cr``: a lone ``"\\r"`` ends a line (``breaks_at_cr``).
 
     Raises:
         ManifestError: The file ended before ``size`` bytes (it changed while read).

@@ -1,13 +1,10 @@
 """Near-duplicate images across splits: pairs of perceptual hashes within a distance, found by bands.
 
-Each hashed image goes to ``distance + 1`` buckets, one per band of its hash
-(``perceptual.hash_bands``): two images within ``distance`` bits share a bucket, so only the
-members of one bucket, in different splits, are compared. A bucket keeps at most ``cap`` members
-(``CappedBucket``); the rest are counted, not compared there.
-
-Of a pair, the copy that ranks first keeps the image, as for identical bytes
-(``duplicates.CopyTally``); with ``reject`` the later copy is a ``cross_split_near_duplicate``
-dead letter (``near_choice``).
+Each hashed image goes to ``distance + 1`` buckets, one per band of its hash (``perceptual.hash_bands``):
+two images within ``distance`` bits share a bucket, so only the members of one bucket, in different
+splits, are compared. A bucket keeps at most ``cap`` members (``CappedBucket``); the rest are counted,
+not compared there. Of a pair, the copy that ranks first keeps the image, as for identical bytes; with
+``reject`` the later copy is a ``cross_split_near_duplicate`` dead letter (``near_choice``).
 """
 
 from __future__ import annotations
@@ -60,7 +57,6 @@ class HashedImage:
 
 
 def hashed_image(meta: ImageMeta) -> HashedImage:
-    """The ``HashedImage`` of an image with a perceptual hash."""
     return HashedImage(meta.sha256, meta.phash, meta.source.split, meta.source.relpath, meta.source.path)
 
 
@@ -75,10 +71,6 @@ class NearPair:
     def to_json(self, rejected: bool) -> str:
         return json.dumps({"distance": self.distance, "kept": self.kept.to_dict(), "later": self.later.to_dict(),
                            "rejected": rejected}, ensure_ascii=False, sort_keys=True)
-
-
-def _pair(a: HashedImage, b: HashedImage, distance: int) -> NearPair:
-    return NearPair(a, b, distance) if a.rank() <= b.rank() else NearPair(b, a, distance)
 
 
 class CappedBucket:
@@ -130,7 +122,8 @@ def bucket_pairs(members: Sequence[HashedImage], distance: int) -> list[NearPair
             for row, col in zip(*np.nonzero(apart <= distance)):
                 a, b = block[row], rest[col]
                 if a.sha256 != b.sha256:
-                    pairs.append(_pair(a, b, int(apart[row, col])))
+                    first, later = (a, b) if a.rank() <= b.rank() else (b, a)
+                    pairs.append(NearPair(first, later, int(apart[row, col])))
     return pairs
 
 
@@ -183,15 +176,8 @@ def split_pairs(pairs: Iterable[NearPair]) -> list[dict]:
 
 def near_duplicates_summary(mode: str, distance: int, pairs: Sequence[NearPair],
                             over_cap: Sequence[tuple[int, int]], unhashed: int) -> dict:
-    """The manifest's ``near_duplicates`` object.
-
-    Args:
-        mode: ``report`` or ``reject``.
-        distance: ``--near_duplicate_distance``.
-        pairs: The pairs found (counted, and by splits: ``split_pairs``).
-        over_cap: ``(members, cap)`` of each bucket that held more than its cap.
-        unhashed: Images whose pixels could not be hashed (not compared).
-    """
+    """The manifest's ``near_duplicates`` object (``mode``: ``report`` or ``reject``) from the pairs
+    found, ``(members, cap)`` of each bucket over its cap, and the images whose pixels were not hashed."""
     return {"mode": mode, "distance": distance, "pairs": len(pairs), "file": NEAR_DUPLICATES_NAME,
             "buckets_over_cap": len(over_cap),
             "images_not_compared_in_a_bucket": sum(count - cap for count, cap in over_cap),

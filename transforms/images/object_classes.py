@@ -19,13 +19,8 @@ DEFAULT_OBJECT_OFFSET = 1
 
 @dataclass(frozen=True)
 class ObjectClasses:
-    """The object classes one input declares (a COCO file's ``categories``), a listed item.
-
-    Attributes:
-        source: The file that declares them (for messages).
-        classes: ``(id, name)`` per class, in the file's order; ``id`` is None
-            where the build numbers the classes itself (``--coco_ids renumber``).
-    """
+    """The object classes one input (``source``) declares, a COCO file's ``categories``: ``(id, name)``
+    per class, in the file's order; ``id`` is None where the build numbers them (``--coco_ids renumber``)."""
 
     source: str
     classes: tuple[tuple[int | None, str], ...]
@@ -33,10 +28,9 @@ class ObjectClasses:
 
 def object_label_map(names: Iterable[str], declared: Iterable[tuple[int | None, str]], offset: int,
                      fixed: Sequence[str] | None = None) -> tuple[tuple[int, str], ...]:
-    """``(id, name)`` of every object class of a build, sorted by id.
+    """``(id, name)`` of every object class of a build (``names``: those its objects use), sorted by id.
 
     Args:
-        names: The class names the build's objects use.
         declared: ``(id or None, name)`` of the classes its COCO files declare; a class declared
             with an id keeps it (the smallest, if files disagree).
         offset: Added to the index of a numbered class (``--label_offset``).

@@ -36,7 +36,6 @@ class SourceBox:
 
     Attributes:
         xmin, ymin, xmax, ymax: Corners in source pixels, or in [0, 1] if ``normalized``.
-        label: Class name.
         normalized: Corners are fractions of the source's width and height.
         area: Area in source pixels as the input states it (COCO), or None.
         is_crowd: COCO's ``iscrowd`` (0 or 1).
@@ -83,13 +82,12 @@ def _corners(bbox: object, bbox_format: str, what: str) -> tuple[float, float, f
 
 
 def parse_objects(value: object, bbox_format: str) -> tuple[SourceBox, ...]:
-    """Parses a JSON Lines ``objects`` value: ``[{"bbox": [...], "label": ...}, ...]``.
+    """Parses a JSON Lines ``objects`` value: ``[{"bbox": [...], "label": ...}, ...]`` (``bbox_format``
+    checked by ``inputs.LabelRules``).
 
     Raises:
         BoxError: The value is malformed; the message names the object.
     """
-    if bbox_format not in BBOX_FORMATS:
-        raise ValueError(f"bbox format must be one of {', '.join(BBOX_FORMATS)}, got {bbox_format!r}")
     if not isinstance(value, list):
         raise BoxError(f"objects {value!r} is not a list")
     boxes = []
@@ -102,8 +100,7 @@ def parse_objects(value: object, bbox_format: str) -> tuple[SourceBox, ...]:
             label = str(label)
         if not isinstance(label, str) or not label:
             raise BoxError(f"{what} has no usable label: {label!r}")
-        area = obj.get("area")
-        crowd = obj.get("is_crowd", obj.get("iscrowd", 0))
+        area, crowd = obj.get("area"), obj.get("is_crowd", obj.get("iscrowd", 0))
         if crowd not in (0, 1) or isinstance(crowd, float):
             raise BoxError(f"{what}: is_crowd {crowd!r} is not 0 or 1")
         boxes.append(SourceBox(*_corners(obj.get("bbox"), bbox_format, what), label=label,
@@ -149,11 +146,9 @@ def place_boxes(boxes: Sequence[SourceBox], width: int, height: int, orientation
     clipped to the image; one without width or height is skipped.
 
     Args:
-        boxes: The boxes as the input gives them.
         width, height: Size of the source image as stored in its file.
         orientation: EXIF orientation applied to the pixels (1 when none is).
         out_width, out_height: Size of the stored image (after orientation and resize).
-        outside: What to do with a box outside the image (``BOX_POLICIES``).
     """
     if outside not in BOX_POLICIES:
         raise ValueError(f"outside must be one of {', '.join(BOX_POLICIES)}, got {outside!r}")

@@ -1,11 +1,7 @@
 """EXIF orientation: read it from a header, and turn an image upright for ``--image_mode tf`` (pure).
 
-``tf.io.decode_image`` ignores EXIF orientation. With ``--exif_orientation apply`` (the default),
-``tf`` mode stores such images upright: a JPEG re-encoded with the source's own quantization tables
-and chroma subsampling where the turned image can keep them (``upright_jpeg``: Pillow gives no
-lossless rotation), any other image as a PNG of its first frame
-(``image_codec.upright_first_frame_png``). ``--exif_orientation keep`` stores the bytes as they are
-and writes the orientation in ``image/orientation``.
+docs/images.md, "Upright images", says what each ``--exif_orientation`` stores. Pillow gives no
+lossless JPEG rotation: ``upright_jpeg`` re-encodes with the source's own tables and subsampling.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A perceptual hash of an image's pixels (a 64-bit DCT pHash), its Hamming distances and its bands.
 
 ``perceptual_hash`` decodes the image small (a JPEG at a reduced libjpeg scale), makes it a
-``HASH_SIDE``-square greyscale image, upright, takes the 2-D DCT's 8 x 8 lowest frequencies above
-the DC term, as the original pHash does, and sets a bit for each coefficient above their median
-(BENCHMARKS.md, "Near-duplicates across splits").
-
-``hash_bands`` cuts a hash into ``distance + 1`` bands: two hashes within ``distance`` bits of each
-other agree on at least one band (pigeonhole).
+``HASH_SIDE``-square greyscale image, upright, and sets a bit for each of the 2-D DCT's 8 x 8 lowest
+frequencies above the DC term that is above their median, as the original pHash does. Two hashes within
+``distance`` bits agree on at least one of their ``distance + 1`` bands (``hash_bands``, pigeonhole).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """PNG colour chunks that make libpng print warnings, fixed without touching a pixel.
 
-libpng (``tf.io.decode_png``) prints a ``PNG warning`` for some colour chunks each time it decodes
-the image. ``fix_png_chunks`` rewrites the one chunk at fault where libpng then reads the file
-exactly as before, less the warning (docs/images.md, "No decoder noise"):
-
-- ``iccp_to_srgb``: an ``iCCP`` chunk holding one of the HP/Microsoft sRGB profiles libpng knows
-  to be incorrect becomes an ``sRGB`` chunk with the profile's rendering intent, which libpng
-  replaces it by itself (``png_icc_set_sRGB``);
-- ``iccp_dropped``: an ``iCCP`` chunk whose profile libpng rejects is removed, when it is the only
-  colour chunk before the image data (libpng ignores it, and has no colour information either way).
-
-Every other byte is kept; a file whose chunks cannot be walked is left as it is. The table of known
-profiles is libpng's ``png_sRGB_checks`` (``png.c``, libpng 1.6.38); the checks of a profile follow
-``png_handle_iCCP`` (``pngrutil.c``), ``png_icc_check_length``, ``png_icc_check_header`` and
-``png_icc_check_tag_table`` (``png.c``).
+docs/images.md, "No decoder noise", says which chunk ``fix_png_chunks`` rewrites and why libpng then
+reads the file as before, less the warning. The table of known profiles is libpng's
+``png_sRGB_checks`` (``png.c``, libpng 1.6.38); the checks of a profile follow ``png_handle_iCCP``
+(``pngrutil.c``), ``png_icc_check_length``, ``png_icc_check_header`` and ``png_icc_check_tag_table``
+(``png.c``).
 """
 
 from __future__ import annotations

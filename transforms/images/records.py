@@ -23,8 +23,7 @@ __all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example_parts
            "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
            "with_png_chunks_fixed", "orientation_spec", "orientation_extra"]
 
-# Source formats the passthrough mode accepts (others: unsupported_format; tf mode takes
-# every format Pillow decodes).
+# Source formats the passthrough mode accepts (check_kept_format).
 passthrough_formats = ("jpeg", "png", "gif", "bmp", "tiff", "webp")
 # Formats the tf mode stores as they are when TensorFlow decodes them (tf_rule);
 # every other image becomes a PNG of its first frame.
@@ -188,7 +187,7 @@ def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, di
 
 
 def _described(info: ImageInfo, label_index: int, label_text: str, filename: str,
-               sha256_hex: str, extra: tuple = ()) -> dict[str, EntryValue]:
+               sha256_hex: str, extra: tuple) -> dict[str, EntryValue]:
     """Every feature of an image record but ``image/encoded``."""
     return {
         "image/format": info.format,
@@ -206,7 +205,8 @@ def _described(info: ImageInfo, label_index: int, label_text: str, filename: str
 
 def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
                         filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
-    """Returns ``(head, tail)``: ``head + image + tail`` is the image's serialized ``tf.train.Example``."""
+    """Returns ``(head, tail)``: ``head + image + tail`` is the image's serialized ``tf.train.Example``
+    (``extra``: ``annotations.record_extras``)."""
     return example_parts(_described(info, label_index, label_text, filename, sha256_hex, extra),
                          _ENCODED_KEY, len(image))
 

@@ -59,32 +59,23 @@ def render_image(label: str, width: int, height: int, rng: random.Random, noise:
 
 
 def sample_images(total_bytes: int, classes: tuple[str, ...] = ("daisy", "rose", "tulip"),
-                  seed: int = 0, png_every: int = 5, min_side: int = 160,
-                  max_side: int = 640, quality: int = 90) -> Iterator[SampleImage]:
+                  seed: int = 0) -> Iterator[SampleImage]:
     """Yields class-folder images until about ``total_bytes`` have been produced.
 
-    Args:
-        total_bytes: Stop once this many image bytes were yielded.
-        classes: Class names; images are dealt to classes in turn.
-        seed: Everything is a function of the seed.
-        png_every: Every n-th image is a PNG, the rest JPEG (0 for JPEG only).
-        min_side: Smallest image side in pixels.
-        max_side: Largest image side in pixels.
-        quality: JPEG quality.
+    Images are dealt to ``classes`` in turn, each side 160 to 640 pixels; every fifth image is a PNG,
+    the rest JPEG at quality 90. Everything is a function of ``seed``.
     """
     rng = random.Random(seed)
-    produced = 0
-    index = 0
+    produced = index = 0
     while produced < total_bytes:
         label = classes[index % len(classes)]
-        width, height = rng.randint(min_side, max_side), rng.randint(min_side, max_side)
-        img = render_image(label, width, height, rng)
+        img = render_image(label, rng.randint(160, 640), rng.randint(160, 640), rng)
         out = io.BytesIO()
-        if png_every and index % png_every == png_every - 1:
+        if index % 5 == 4:
             img.save(out, format="PNG")
             name = f"{label}/{label}_{index:06d}.png"
         else:
-            img.save(out, format="JPEG", quality=quality)
+            img.save(out, format="JPEG", quality=90)
             name = f"{label}/{label}_{index:06d}.jpg"
         data = out.getvalue()
         produced += len(data)

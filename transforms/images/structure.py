@@ -1,11 +1,9 @@
 """Structural checks of JPEG and PNG files: every part in place, without decoding a pixel.
 
-``--validate structure`` runs these after Pillow has parsed the header
-(``image_codec.read_image_info``); other formats, and an animated PNG's first frame, are decoded.
+``--validate structure`` runs these after Pillow has parsed the header (``image_codec.read_image_info``).
 docs/images.md lists what is checked (as libpng and libjpeg, inside TensorFlow, read the file) and
-what cannot be seen. Bytes after IEND or EOI are accepted, as they are. No Python step runs per byte
-or per row (``_ScanMarkers``, ``_PngStream``); BENCHMARKS.md, "Validation levels against
-corruption", has the speed.
+what cannot be seen. No Python step runs per byte or per row (``_ScanMarkers``, ``_PngStream``);
+BENCHMARKS.md, "Validation levels against corruption", has the speed.
 """
 
 from __future__ import annotations
@@ -39,15 +37,10 @@ def _truncated(detail: str) -> ImageError:
     return ImageError("truncated", detail)
 
 
-def _chunk_name(kind: bytes) -> str:
-    return kind.decode("ascii") if kind.isalpha() and kind.isascii() else repr(kind)
-
-
 def check_png(data: bytes, crcs: bool = True) -> None:
     """Checks a PNG file's chunks and image data (see the module docstring).
 
     Args:
-        data: The file's bytes.
         crcs: Compare each chunk's CRC (``--validate decode`` leaves them out, as Pillow does).
 
     Raises:
@@ -60,19 +53,17 @@ def check_png(data: bytes, crcs: bool = True) -> None:
     view = memoryview(data)
     crc32 = zlib.crc32
     pos = 8
-    first = True
     idat = "none"  # none -> in (consecutive IDATs) -> after
     palette = False
-    color = -1
-    stream: _PngStream | None = None
+    stream: _PngStream | None = None  # made from IHDR, the first chunk
     while True:
         if pos + 8 > size:
             raise _truncated(f"PNG ends at byte {size} without IEND (next chunk header at offset {pos})")
         length = int.from_bytes(data[pos:pos + 4], "big")
         kind = data[pos + 4:pos + 8]
-        name = _chunk_name(kind)
         if not (kind.isascii() and kind.isalpha()):
             raise _corrupt(f"PNG chunk at offset {pos}: type {kind!r} is not four ASCII letters")
+        name = kind.decode("ascii")
         if length > _MAX_CHUNK:
             raise _corrupt(f"PNG chunk {name} at offset {pos}: length {length} is over 2^31-1")
         end = pos + 12 + length
@@ -85,18 +76,16 @@ def check_png(data: bytes, crcs: bool = True) -> None:
             if stored != computed:
                 raise _corrupt(f"PNG chunk {name} at offset {pos}: CRC mismatch "
                                f"(stored 0x{stored:08x}, computed 0x{computed:08x})")
-        if first:
+        if stream is None:
             if kind != b"IHDR":
                 raise _corrupt(f"PNG chunk {name} at offset {pos}: the first chunk must be IHDR")
             stream = _check_ihdr(data[pos + 8:end - 4], pos)
-            color = stream.color
-            first = False
         elif kind == b"IHDR":
             raise _corrupt(f"PNG chunk IHDR at offset {pos}: a second IHDR")
         elif kind == b"IDAT":
             if idat == "after":
                 raise _corrupt(f"PNG chunk IDAT at offset {pos}: IDAT chunks are not consecutive")
-            if color == 3 and not palette:
+            if stream.color == 3 and not palette:
                 raise _corrupt(f"PNG chunk IDAT at offset {pos}: palette image without PLTE before it")
             idat = "in"
             stream.feed(view[pos + 8:end - 4], pos)
@@ -147,14 +136,8 @@ _FILTER_TYPES = bytes(range(5))
 
 
 class _PngStream:
-    """Checks a PNG's image data as libpng reads it, in bounded memory.
-
-    The IDAT chunks' data must be one zlib stream (Adler-32 valid) that ends inside them and
-    inflates to at least the rows IHDR declares (of each Adam7 pass, if interlaced), each row
-    starting with filter type 0-4. More data than the rows need, and bytes after the stream's end,
-    are accepted, as libpng does. Each inflated piece is dropped once its filter bytes are read,
-    one strided slice per pass.
-    """
+    """Checks a PNG's image data as libpng reads it (docs/images.md lists what), in bounded memory: each
+    inflated piece is dropped once its filter bytes are read, one strided slice per pass."""
 
     def __init__(self, width: int, height: int, depth: int, color: int, interlace: int) -> None:
         self.color = color
@@ -278,13 +261,13 @@ def check_jpeg(data: bytes) -> None:
     pos = 2
     components: bytes | None = None  # the frame's component ids, once SOF is read
     progressive = False
-    scanned = False  # a scan was read: from there on, every segment must end at a marker
-    markers: _ScanMarkers | None = None  # found once, at the first scan, for every scan
+    # Made at the first scan, for every scan; from there on, every segment must end at a marker.
+    markers: _ScanMarkers | None = None
     while True:
         if pos + 2 > size:
             raise _truncated(f"JPEG ends at byte {size} without EOI")
         if data[pos] != 0xFF or data[pos + 1] == 0x00:
-            if scanned:
+            if markers is not None:
                 raise _corrupt(f"JPEG byte 0x{data[pos]:02X} at offset {pos} where a marker should start")
             pos = _next_marker(data, pos)  # extraneous header bytes: libjpeg and Pillow skip them
         while data[pos + 1] == 0xFF:  # fill bytes before a marker
@@ -331,7 +314,6 @@ def check_jpeg(data: bytes) -> None:
             if markers is None:
                 markers = _ScanMarkers(data, end)
             end = _scan_end(data, end, at, markers)
-            scanned = True
         pos = end
 
 

@@ -26,13 +26,8 @@ PNG_BYTES_PER_RAW_BYTE = 0.5
 
 @dataclass(frozen=True)
 class SurveyedImage:
-    """The record a build would make of one input, as far as its header tells.
-
-    Attributes:
-        info: The stored image's ``ImageInfo``, as the build would record it.
-        stored_bytes: Bytes of ``image/encoded``: exact when ``exact``, else an estimate.
-        exact: Whether ``stored_bytes`` is what the build stores.
-    """
+    """The record a build would make of one input, as far as its header tells: the stored image's
+    ``ImageInfo`` and the bytes of its ``image/encoded``, ``exact`` or an estimate."""
 
     info: ImageInfo
     stored_bytes: int
@@ -47,11 +42,9 @@ def stored_size(width: int, height: int, resize: tuple[int, int] | None,
                 resize_mode: str = "stretch") -> tuple[int, int]:
     """``(width, height)`` of an image of ``width`` x ``height`` after ``--resize``
     (``image_codec.resized``)."""
-    if resize is None:
-        return width, height
+    if resize is None or resize_mode != "fit":
+        return resize or (width, height)
     box_w, box_h = resize
-    if resize_mode != "fit":
-        return box_w, box_h
     if width / height > box_w / box_h:
         return box_w, max(1, round(height / width * box_w))
     if width / height < box_w / box_h:
@@ -79,11 +72,9 @@ def survey_image(data: bytes, settings: EncodeSettings) -> SurveyedImage:
                     # re-encoded upright, with the source's tables: about as long
                     return SurveyedImage(replace(kept, height=height, width=width, upright="jpeg_reencoded"),
                                          len(data), False)
-                if turn == 1 and kept.format == "png":  # a colour chunk libpng warns about is fixed, as a build does
-                    stored, kept = with_png_chunks_fixed(data, kept)
+                if turn == 1:  # a PNG's colour chunk libpng warns about is fixed, as a build does
+                    stored, kept = with_png_chunks_fixed(data, kept) if kept.format == "png" else (data, kept)
                     return SurveyedImage(kept, len(stored), True)
-                if turn == 1:
-                    return SurveyedImage(kept, len(data), True)
         raw = info.width * info.height * info.channels
         return SurveyedImage(ImageInfo("png", height, width, info.channels, source_format=info.format,
                                        orientation=info.orientation, upright="lossless" if turn != 1 else ""),

@@ -1,25 +1,11 @@
 """What ``tf.io.decode_image(data, expand_animations=False)`` yields, predicted from the bytes.
 
 No TensorFlow needed: the build job decides with it which images keep their bytes, the verify job
-checks that a stored image decodes to the size its record states. ``tests/images/test_tf_rule.py``
-checks it against real TensorFlow. What TensorFlow 2.21 does:
-
-- JPEG: baseline, extended and progressive JPEG, Huffman or arithmetic-coded
-  (SOF0-2, SOF9-10), with 8-bit samples and 1, 3 or 4 components decode;
-  4-component (CMYK, YCCK) JPEG decodes to 3 channels. Lossless, hierarchical
-  or 12-bit JPEG: refused here (conservatively).
-- PNG: every bit depth and colour type; 16-bit decodes scaled to 8 bits.
-  Channels: gray 1, gray+alpha 2, RGB 3, RGBA 4, palette 3 (4 with a
-  ``tRNS`` chunk).
-- GIF: the first frame's own rectangle (not the logical screen), 3 channels;
-  refused when the first frame has no colour map or an LZW code size over 8,
-  or an extension before it has an empty first sub-block.
-- BMP: only 24- and 32-bit images (no compression, or bit fields) whose file
-  is exactly as long as its pixel data ends decode as recorded (3 and 4
-  channels); 8-bit images decode to their palette indices as one gray
-  channel, and other depths, compressions and OS/2 headers fail.
-- WebP: 3 channels, or 4 with alpha, which ``channels=3`` refuses.
-- TIFF and anything else: refused.
+checks that a stored image decodes to the size its record states; ``tests/images/test_tf_rule.py``
+checks it against real TensorFlow 2.21. docs/images.md, "Image modes", says what decodes; beyond it:
+PNG channels are gray 1, gray+alpha 2, RGB 3, RGBA 4, palette 3 (4 with a ``tRNS`` chunk); a GIF is
+also refused for an LZW code size over 8, or an extension with an empty first sub-block before its
+first frame; a BMP decodes only if its file ends where its pixels do, never with an OS/2 header.
 """
 
 from __future__ import annotations
@@ -34,14 +20,8 @@ __all__ = ["TfShape", "tf_shape", "tf_format"]
 
 @dataclass(frozen=True)
 class TfShape:
-    """The tensor ``tf.io.decode_image(..., channels=0, expand_animations=False)`` returns.
-
-    Attributes:
-        format: ``jpeg``, ``png``, ``gif``, ``bmp`` or ``webp``.
-        height: Rows.
-        width: Columns.
-        channels: Channels with ``channels=0``.
-    """
+    """The tensor ``tf.io.decode_image(..., channels=0, expand_animations=False)`` returns, and the
+    format (``jpeg``, ``png``, ``gif``, ``bmp`` or ``webp``) it decoded."""
 
     format: str
     height: int
