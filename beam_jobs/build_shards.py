@@ -36,7 +36,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import values as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import EncodeSettings, orientation_spec
@@ -281,10 +281,8 @@ def _check_folders(cfg: BuildConfig) -> None:
         problem = opt.overlap_problem(path, cfg.output_dir)
         if problem:
             raise UsageError(problem)
-        if cfg.staging_dir:
-            source, staging = opt.resolved_path(path), opt.resolved_path(cfg.staging_dir)
-            if staging == source or staging.startswith(source.rstrip("/") + "/"):
-                raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
+        if cfg.staging_dir and opt.lies_in(cfg.staging_dir, path):
+            raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
                                  "read the run files as images; choose a folder outside the inputs")
 
 

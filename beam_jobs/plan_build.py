@@ -26,7 +26,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs import build_shards
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import values as opt
 from beam_jobs.cli.config import PlanConfig
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
 from beam_jobs.cli.progress import report_progress
@@ -47,18 +47,13 @@ from transforms.shardset.plan_report import Plan, PlanTally, folder_change, fold
 _NAME = "plan_build"
 
 
-def _inside(path: str, folder: str) -> bool:
-    path, folder = opt.resolved_path(path), opt.resolved_path(folder)
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
     """Raises ``UsageError`` for a ``--plan_json`` path inside the output folder or an input, or naming a folder."""
-    if _inside(path, output_dir):
+    if opt.lies_in(path, output_dir):
         raise UsageError(f"--plan_json {path} lies inside --output_dir {output_dir}, which a plan "
                          "never writes to; write the plan elsewhere")
     for source in inputs:
-        if _inside(path, source):
+        if opt.lies_in(path, source):
             what = "is the input manifest" if is_manifest_path(source) else "lies inside --input " + source
             raise UsageError(f"--plan_json {path} {what}; write the plan elsewhere")
     if is_folder(path):

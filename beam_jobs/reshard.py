@@ -28,7 +28,7 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import values as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ShardsError, UsageError
 from beam_jobs.cli.config import ReshardConfig

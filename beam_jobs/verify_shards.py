@@ -48,10 +48,9 @@ from transforms.read_and_check import ReadAndCheckRecords, RecordChecks
 from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadManifest, WritePreview,
                                      WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
-from transforms.verify.checks import Problem, Report
+from transforms.verify.checks import Report
 from transforms.verify.decoders import missing_decoders, parse_decoders
-from transforms.verify.preview import PreviewSample
-from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, RangeTally, ShardFile, key_bucket_count
+from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, ShardFile, key_bucket_count
 
 _NAME = "verify_shards"
 
@@ -184,26 +183,6 @@ def _size_row(shard: ShardFile) -> tuple[str, str, int]:
     return shard.split or "(no split)", posixpath.basename(shard.path), shard.size
 
 
-def _problems_of(tally: RangeTally) -> list[Problem]:
-    return tally.problems
-
-
-def _samples_of(tally: RangeTally) -> list[tuple[int, PreviewSample]]:
-    return [(sample.label, sample) for sample in tally.samples]
-
-
-def _feature_spec(manifest: Manifest) -> dict[str, str]:
-    return dict(manifest.feature_spec)
-
-
-def _labels(manifest: Manifest) -> list[str]:
-    return list(manifest.labels)
-
-
-def _key_buckets(manifest: Manifest) -> int:
-    return key_bucket_count(manifest.records)
-
-
 def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     """Wires the verify job into ``p``; the last steps write the report (and preview).
 
@@ -216,11 +195,12 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     if with_manifest:
         loaded = p | "ReadManifest" >> ReadManifest(cfg.folder)
         manifest, shards, problems = loaded[MANIFEST], loaded[SHARDS], [loaded[PROBLEMS]]
-        schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(_feature_spec),
+        schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(lambda m: dict(m.feature_spec)),
                                           default_value=None)
-        labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(_labels), default_value=None)
-        buckets = beam.pvalue.AsSingleton(manifest | "KeyBuckets" >> beam.Map(_key_buckets),
-                                          default_value=KEY_BUCKETS)  # more as the records grow
+        labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(lambda m: list(m.labels)),
+                                          default_value=None)
+        buckets = beam.pvalue.AsSingleton(  # more as the records grow
+            manifest | "KeyBuckets" >> beam.Map(lambda m: key_bucket_count(m.records)), default_value=KEY_BUCKETS)
     else:
         shards, problems = p | "ShardFiles" >> beam.Create(list(cfg.shards)), []
         schema = labels = None
@@ -233,7 +213,7 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
                           decode_with=tuple(cfg.decoders))
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
         schema, labels, checks, split_ranges=cfg.split_ranges)  # RangeTally
-    problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
+    problems.append(tallies | "RangeProblems" >> beam.FlatMap(lambda tally: tally.problems))
     problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest,
                                                                             buckets=buckets))
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
@@ -246,7 +226,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
             details = (p
                        | "PreviewTitle" >> beam.Create([f"{cfg.target}: {plural(len(cfg.shards), 'file')}"])
                        | "PreviewDetails" >> beam.Map(lambda title, sizes: (title, sizes, None), rows))
-        samples = tallies | "Samples" >> beam.FlatMap(_samples_of)  # (label, PreviewSample)
+        samples = tallies | "Samples" >> beam.FlatMap(  # (label, PreviewSample)
+            lambda tally: [(sample.label, sample) for sample in tally.samples])
         _ = (samples, details) | "WritePreview" >> WritePreview(cfg.preview)
 
 
@@ -291,9 +272,6 @@ def _read_report(cfg: VerifyConfig) -> Report:
     return Report.loads(data)
 
 
-_POSITIONAL_HINT = "give a shard set as --output_dir or a pattern as --files"
-
-
 def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
     """The summary of the report the pipeline wrote (a Dataflow dry run's: the graph's), and 0 when
     nothing is wrong, else 1."""
@@ -312,7 +290,7 @@ HELP = VerifyConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
     job = Job(_NAME, VerifyConfig, make_config, build_pipeline, _outcome, progress=verify_progress,
-              positional_hint=_POSITIONAL_HINT)
+              positional_hint="give a shard set as --output_dir or a pattern as --files")
     return run_job(job, argv, prog)
 
 

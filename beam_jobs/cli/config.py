@@ -271,8 +271,7 @@ class BuildConfig(PublishingConfig):
         if self.near_duplicate_distance > MAX_NEAR_DUPLICATE_DISTANCE:
             raise UsageError(f"--near_duplicate_distance must be 0-{MAX_NEAR_DUPLICATE_DISTANCE} bits, got "
                              f"{self.near_duplicate_distance}")
-        if self.staging_dir and self.output_dir and (values.resolved_path(self.staging_dir) + "/").startswith(
-                values.resolved_path(self.output_dir).rstrip("/") + "/"):
+        if self.staging_dir and self.output_dir and values.lies_in(self.staging_dir, self.output_dir):
             raise UsageError(f"--staging_dir {self.staging_dir} lies in --output_dir {self.output_dir}; "
                              "give a folder elsewhere (or leave the flag out: the run stages in "
                              f"{self.output_dir}/.staging)")

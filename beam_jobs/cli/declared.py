@@ -17,7 +17,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
 
-__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "job_parser", "format_job_help", "flag_parser",
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser",
            "wants_help", "wants_beam_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
@@ -127,10 +127,6 @@ class Job:
         """The names of the flags whose values the manifest records, in ``flags()`` order."""
         return tuple(flag.name for flag in self.flags() if flag.recorded)
 
-    def group_of(self, flag: Flag) -> str:
-        """The title ``flag`` is listed under in this job's ``--help``."""
-        return self.regroup.get(flag.name, flag.group)
-
     def flag_names(self) -> tuple[str, ...]:
         """The names of the job's flags (without ``--``; positional arguments left out)."""
         return tuple(flag.name for flag in self.flags() if not flag.positional)
@@ -211,14 +207,13 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return lines
 
 
-def job_parser(job: Job, prog: str) -> argparse.ArgumentParser:
-    """Returns a parser holding every flag of the job in its group (``GROUP_ORDER``, then the others),
-    for printing help."""
+def format_job_help(job: Job, prog: str) -> str:
+    """Returns the help text of a job: every flag in its group (``GROUP_ORDER``, then the others)."""
     parser = argparse.ArgumentParser(
         prog=prog, usage=job.usage, description=job.summary, add_help=False, epilog=job.epilog or None,
         formatter_class=_HelpFormatter)
     flags = job.flags()
-    titles = {flag.name: job.group_of(flag) for flag in flags}
+    titles = {flag.name: job.regroup.get(flag.name, flag.group) for flag in flags}
     order = [t for t in GROUP_ORDER if t in titles.values()]
     order += sorted({t for t in titles.values() if t not in order})
     groups = {title: parser.add_argument_group(title) for title in order}
@@ -231,12 +226,7 @@ def job_parser(job: Job, prog: str) -> argparse.ArgumentParser:
         general.add_argument(BEAM_HELP_FLAG, action="store_true",
                              help="Show Beam's own options (--runner, --direct_num_workers, "
                                   "cloud options), which every job takes as well.")
-    return parser
-
-
-def format_job_help(job: Job, prog: str) -> str:
-    """Returns the help text of a job."""
-    return job_parser(job, prog).format_help()
+    return parser.format_help()
 
 
 def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
@@ -249,4 +239,3 @@ def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
     for flag in job.flags():
         parser.add_argument(flag.option, **flag.argparse_kwargs(enforce_required=not job.beam))
     return parser
-

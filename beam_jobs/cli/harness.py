@@ -24,10 +24,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli import logs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
 from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
-from beam_jobs.cli.declared import respelt, unknown_flag_problem
+from beam_jobs.cli.declared import format_job_help, respelt, unknown_flag_problem, wants_beam_help, wants_help
 from beam_jobs.cli.started import run_started
 from beam_jobs.cli.flags import flag_values
-from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_help, wants_help
+from beam_jobs.cli.help import format_beam_help
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.shardset.manifest import Manifest
@@ -248,37 +248,26 @@ def dry_run_summary(p: beam.Pipeline) -> str:
 class Job:
     """A job the harness runs (``run_job``): its name (for messages), config class and steps.
 
-    A job subclasses it (``PublishingJob``) or instantiates it with its functions; the optional
-    hooks are methods with defaults. ``positional_hint`` says what to do with an argument given
-    without a flag.
+    Args:
+        make_config: Given the config and Beam's options (for the local runner's workers), checks the
+            inputs the flags name and returns the config with what the job found before its pipeline;
+            raises ``UsageError`` on a bad flag or path.
+        build_pipeline: Wires the job into a pipeline, given it and the config.
+        finish, progress: Replace the methods of these names.
+        positional_hint: What to do with an argument given without a flag.
     """
 
     positional_hint = "every value needs its flag, e.g. --input PATH"
 
-    def __init__(self, name: str, config: type[JobConfig],
-                 make_config: Callable[[Any, PipelineOptions], Any] | None = None,
-                 build_pipeline: Callable[[beam.Pipeline, Any], Any] | None = None,
+    def __init__(self, name: str, config: type[JobConfig], make_config: Callable[[Any, PipelineOptions], Any],
+                 build_pipeline: Callable[[beam.Pipeline, Any], Any],
                  finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]] | None = None, *,
                  progress: Callable[[Any], Any] | None = None, positional_hint: str | None = None) -> None:
-        self.name = name
-        self.config = config
-        given = {"make_config": make_config, "build_pipeline": build_pipeline, "finish": finish,
-                 "progress": progress}
-        for hook, function in given.items():
+        self.name, self.config = name, config
+        self.make_config, self.build_pipeline = make_config, build_pipeline
+        for hook, function in (("finish", finish), ("progress", progress), ("positional_hint", positional_hint)):
             if function is not None:
                 setattr(self, hook, function)
-        if positional_hint is not None:
-            self.positional_hint = positional_hint
-
-    def make_config(self, flags: Any, options: PipelineOptions) -> Any:
-        """Given the config and Beam's options (for the local runner's workers), checks the inputs the
-        flags name and returns the config with what the job found before its pipeline; raises
-        ``UsageError`` on a bad flag or path."""
-        raise NotImplementedError(f"{self.name}: no make_config")
-
-    def build_pipeline(self, p: beam.Pipeline, cfg: Any) -> Any:
-        """Wires the job into ``p``."""
-        raise NotImplementedError(f"{self.name}: no build_pipeline")
 
     def finish(self, p: beam.Pipeline, cfg: Any, seconds: float) -> tuple[str, int]:
         """After the pipeline ran, given the seconds since the command started
@@ -288,10 +277,9 @@ class Job:
     def prepare(self, cfg: Any) -> Callable[[bool, bool, bool], str | None] | None:
         """Called with the config before the pipeline is built (may raise ``UsageError``).
 
-        Returns None or a function called once the job succeeded or failed,
-        with ``ok``, whether a Ctrl-C stopped it and whether it was refused as
-        a usage error once running; it returns what to say after the job's
-        name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it
+        Returns None or a function called once the job succeeded or failed, with ``ok``, whether a
+        Ctrl-C stopped it and whether it was refused as a usage error once running; it returns what
+        to say after the job's name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it
         failed (None: nothing more).
         """
         return None

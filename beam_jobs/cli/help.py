@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from beam_jobs.cli.declared import (BEAM_HELP_FLAG, Job, format_job_help, job_parser, wants_beam_help,
-                                    wants_help)
-
-__all__ = ["Job", "wants_help", "wants_beam_help", "job_parser", "format_job_help", "format_beam_help",
-           "BEAM_HELP_FLAG"]
+__all__ = ["format_beam_help"]
 
 
 def format_beam_help(prog: str) -> str:

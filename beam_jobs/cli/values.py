@@ -18,7 +18,7 @@ from transforms.shardset.tfds_metadata import dataset_name_problem
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
            "input_path", "folder_path", "tfds_name", "wildcard_problem", "WILDCARDS", "shard_size_mb", "seed",
-           "resolved_path", "overlap_problem", "record_size_mb", "max_record_bytes",
+           "resolved_path", "lies_in", "overlap_problem", "record_size_mb", "max_record_bytes",
            "MIN_SHARD_MB", "MAX_SHARD_MB", "MAX_SIDE", "MAX_RECORD_MB", "DEFAULT_MAX_BAD_FRACTION",
            "finite_positive_float", "LOG_LEVELS"]
 
@@ -139,19 +139,20 @@ def resolved_path(path: str) -> str:
     return os.path.realpath(path)
 
 
-def _within(path: str, folder: str) -> bool:
+def lies_in(path: str, folder: str) -> bool:
+    """True if ``path`` is ``folder`` or lies below it, both resolved (``resolved_path``)."""
+    path, folder = resolved_path(path), resolved_path(folder)
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def overlap_problem(input_folder: str, output_dir: str) -> str | None:
     """Why a folder input and the output folder cannot be used together (one is, or holds, the other),
     or None."""
-    source, target = resolved_path(input_folder), resolved_path(output_dir)
-    if source == target:
+    if resolved_path(input_folder) == resolved_path(output_dir):
         where = "is the --input folder"
-    elif _within(target, source):
+    elif lies_in(output_dir, input_folder):
         where = f"lies inside --input {input_folder}"
-    elif _within(source, target):
+    elif lies_in(input_folder, output_dir):
         where = f"contains --input {input_folder}"
     else:
         return None

@@ -80,6 +80,4 @@ def open_decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
     the file; returned as is for ``none``)."""
     if compression == "none":
         return raw
-    if compression not in WBITS:
-        raise ValueError(f"compression must be none, gzip or zlib, got {compression!r}")
     return io.BufferedReader(_InflateReader(raw, WBITS[compression]), buffer_size=_READ_SIZE)

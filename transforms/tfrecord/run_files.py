@@ -8,19 +8,16 @@ are (``transforms.storage.runs`` opens the files).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Sequence
 
 from transforms.errors import RecordError
-from transforms.tfrecord.framing import HEADER_SIZE, OVERHEAD, frame_parts, masked_crc32c
+from transforms.tfrecord.framing import HEADER_SIZE, OVERHEAD, frame_parts, masked_crc32c, parse_header
 
 __all__ = ["RUNS_DIR", "RunSlice", "RunFileWriter", "FramedRecord", "checked_record"]
 
 # The folder below a run's staging folder that holds its run files.
 RUNS_DIR = "runs"
-_HEADER = struct.Struct("<QI")
-_CRC = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
@@ -61,12 +58,8 @@ class RunFileWriter:
 
     def __init__(self, fh: BinaryIO, path: str) -> None:
         self._fh = fh
-        self._path = path
+        self.path = path
         self._offset = 0
-
-    @property
-    def path(self) -> str:
-        return self._path
 
     @property
     def size(self) -> int:
@@ -81,7 +74,7 @@ class RunFileWriter:
             if piece:
                 self._fh.write(piece)
                 self._offset += len(piece)
-        return RunSlice(self._path, start, self._offset - start)
+        return RunSlice(self.path, start, self._offset - start)
 
 
 def checked_record(framed: bytes, where: RunSlice) -> bytes:
@@ -94,10 +87,9 @@ def checked_record(framed: bytes, where: RunSlice) -> bytes:
     if len(framed) != where.length or len(framed) < OVERHEAD:
         raise RecordError(where.path, where.offset, "truncated",
                           f"run file gave {len(framed)} of {where.length} bytes")
-    length, crc = _HEADER.unpack_from(framed, 0)
-    if masked_crc32c(framed[:8]) != crc or length + OVERHEAD != len(framed):
+    length = parse_header(framed[:HEADER_SIZE])
+    if length is None or length + OVERHEAD != len(framed):
         raise RecordError(where.path, where.offset, "bad_length", "run file record header does not match")
-    data = memoryview(framed)[HEADER_SIZE:HEADER_SIZE + length]
-    if masked_crc32c(data) != _CRC.unpack_from(framed, HEADER_SIZE + length)[0]:
+    if masked_crc32c(memoryview(framed)[HEADER_SIZE:-4]) != int.from_bytes(framed[-4:], "little"):
         raise RecordError(where.path, where.offset, "crc_mismatch", "run file record data CRC does not match")
     return framed
