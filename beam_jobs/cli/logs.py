@@ -78,11 +78,7 @@ class _TerminalHandler(logging.StreamHandler):
         pass
 
     def emit(self, record: logging.LogRecord) -> None:
-        display = _progress_display
-        if display is None:
-            super().emit(record)
-            return
-        with display():
+        with (_progress_display or contextlib.nullcontext)():
             super().emit(record)
 
 
@@ -152,7 +148,7 @@ class _WorkerRecords(logging.Filter):
         location = _ENTRY_LOCATION.search(entry)
         own = _OWN_PATH.search(location.group(1)) if location else None
         if own is None:
-            return self._settings.verbose or record.levelno >= logging.ERROR or self._settings.level == "DEBUG"
+            return self._settings.tracebacks or record.levelno >= logging.ERROR
         message = _ENTRY_MESSAGE.search(entry)
         text = message.group(1) if message else entry
         try:
@@ -165,7 +161,6 @@ class _WorkerRecords(logging.Filter):
 
 
 _kept: _KeptRecords | None = None
-_terminal: logging.StreamHandler | None = None
 _settings: LogSettings | None = None
 _worker_output = ""
 
@@ -176,9 +171,9 @@ def configure_logging(settings: LogSettings) -> None:
     ``force=True``: Beam's ``PipelineOptions()`` calls ``logging.basicConfig()`` at WARNING, and a
     plain call would then do nothing.
     """
-    global _kept, _terminal, _settings
+    global _kept, _settings
     terminal = _TerminalHandler()
-    _terminal, _settings = terminal, settings
+    _settings = settings
     if settings.tracebacks:
         terminal.setFormatter(logging.Formatter(LOG_FORMAT))
     else:
@@ -229,7 +224,7 @@ def worker_stderr_captured() -> Iterator[None]:
     nothing unless logging was set up for a command run without ``--verbose``/``--log_level DEBUG``.
     """
     global _worker_output
-    if _terminal is None or _settings is None or _settings.tracebacks:
+    if _settings is None or _settings.tracebacks:
         yield
         return
     previous = sys.stderr

@@ -36,9 +36,7 @@ from transforms.errors import RecordError
 from transforms.tfrecord.framing import (DEFAULT_MAX_RECORD_BYTES, HEADER_SIZE, OVERHEAD, masked_crc32c,
                                          parse_header, read_record)
 
-__all__ = [
-    "CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range",
-    "read_stream", ]
+__all__ = ["CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range", "read_stream"]
 
 # Headers that must chain validly after a candidate record start found by scanning.
 CONFIRM_RECORDS = 16
@@ -62,12 +60,8 @@ class Claims(Protocol):
 
 @dataclass
 class ByteRange:
-    """A fixed byte range, for reading without a Beam range tracker.
-
-    Attributes:
-        start: First byte of the range.
-        stop: First byte after the range (``math.inf`` for the rest of the file).
-    """
+    """A fixed byte range ``[start, stop)`` (``stop``: ``math.inf`` for the rest of the file), for reading
+    without a Beam range tracker."""
 
     start: int = 0
     stop: int | float = math.inf
@@ -158,9 +152,7 @@ def find_record_start(fh: BinaryIO, size: int, position: int,
     docstring says what passes), or ``size`` when there is none.
 
     Args:
-        fh: Seekable binary file-like object of the (uncompressed) file.
-        size: Size of the file in bytes.
-        position: Where to start looking.
+        fh: Seekable binary file-like object of the (uncompressed) file, of ``size`` bytes.
         limit: Look only at positions before this one (a range's end); None for the rest of the file.
         max_length: The most data bytes a record may hold; a longer one is not a record start.
     """
@@ -246,10 +238,9 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
     """Yields ``(offset, data)`` for each record of an uncompressed file that the range owns.
 
     Args:
-        fh: Seekable binary file-like object of the whole file.
-        size: Size of the file in bytes.
+        fh: Seekable binary file-like object of the whole file, of ``size`` bytes.
         claims: The range; ``try_claim`` is called with each record start before it is read.
-        path: File name, used in error messages.
+        path: File name, for error messages.
         index: Record starts from a usable ``.idx`` (``IndexCheck.starts``), or None to scan.
         max_length: The most data bytes a record may hold; more is ``bad_length``.
 
@@ -283,8 +274,7 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
     offsets in the decompressed stream).
 
     Args:
-        fh: Binary file-like object.
-        path: File name, used in error messages.
+        path: File name, for error messages.
         claims: Optional tracker; each record start is claimed after it is read.
         max_length: The most data bytes a record may declare; more is ``bad_length``, found before
             any of its data is inflated.

@@ -27,14 +27,10 @@ from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.record_index import check_index, index_name
 from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_problems
 
-__all__ = [
-    "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report",
-    "check_record", "check_features", "image_problem", "label_problem", "listing_problems",
-    "labels_problems", "shard_label_problems",
-    "index_problems", "hash_problems", "index_hash_problem", "keys_file_problems",
-    "shard_problems", "duplicate_key_problems",
-    "report_pieces", "problem_line", "read_problem_line", "ProblemPart",
-]
+__all__ = ["PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report", "check_record", "check_features",
+           "image_problem", "label_problem", "listing_problems", "labels_problems", "shard_label_problems",
+           "index_problems", "hash_problems", "index_hash_problem", "keys_file_problems", "shard_problems",
+           "duplicate_key_problems", "report_pieces", "problem_line", "read_problem_line", "ProblemPart"]
 
 PROBLEM_KINDS = (
     "crc_mismatch", "truncated", "bad_length", "parse_error", "schema", "count_mismatch",
@@ -228,13 +224,8 @@ class ShardTally:
 
 
 def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]) -> list[Problem]:
-    """Compares the folder's files (``present``: name -> size) with the manifest's shard list.
-
-    Returns:
-        ``missing_file`` for listed shards that are absent, ``extra_file`` for
-        shard-named files the manifest does not list, ``size_mismatch`` for
-        listed shards of the wrong size.
-    """
+    """Compares the folder's files (``present``: name -> size) with the manifest's shard list: listed shards
+    absent or of the wrong size, shard-named files it does not list."""
     problems = []
     listed = {entry.file: entry for split in manifest.splits.values() for entry in split.shards}
     for name, entry in sorted(listed.items()):
@@ -253,15 +244,8 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
 
 
 def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -> list[Problem]:
-    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its own label counts.
-
-    Returns:
-        ``missing_file`` when ``labels.txt`` is absent; ``label_mismatch`` when
-        its lines are not the manifest's labels, and for every shard whose
-        label counts name a label outside ``0..len(labels)-1`` (only checked
-        when the manifest has labels: a reshard of records without consistent
-        class names has none).
-    """
+    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its shards' label counts
+    (only when it has labels: a reshard of records without consistent class names has none)."""
     problems = []
     path = join_path(folder, LABELS_NAME)
     if labels_txt is None:
