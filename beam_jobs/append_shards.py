@@ -1,12 +1,8 @@
 """Append job: new images and labels join a published shard set; its shards are kept.
 
-Usage::
-
-    tfrecord-shards append --input data/new_photos --output_dir out/flowers
-    python -m beam_jobs.append_shards --input data/new_photos --output_dir out/flowers
-
-The build job with ``--append`` (see ``beam_jobs.build_shards`` and docs/next-day.md,
-"Add images to a published set"): every flag is the build's.
+Usage: ``tfrecord-shards append --input data/new_photos --output_dir out/flowers``. The build job with
+``--append`` (see ``beam_jobs.build_shards`` and docs/next-day.md, "Add images to a published set"):
+every flag is the build's.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Build job: images and labels -> balanced, shuffled, deterministic TFRecord shards.
 
-Usage::
-
-    python -m beam_jobs.build_shards --input data/flowers --output_dir out/flowers
-    python -m beam_jobs.build_shards --input gs://bucket/raw --output_dir gs://bucket/shards \\
-        --runner DataflowRunner --project p --region r --temp_location gs://bucket/tmp \\
-        --setup_file ./setup.py
-
-Beam's own options (``--runner``, ``--direct_num_workers``, cloud options) pass
-straight through. See docs/building.md for every flag, docs/output.md for the output layout and the schema.
+Usage: ``python -m beam_jobs.build_shards --input data/flowers --output_dir out/flowers``. Beam's own
+options (``--runner``, ``--direct_num_workers``, cloud options) pass straight through. See
+docs/building.md for every flag (and Dataflow), docs/output.md for the output layout and the schema.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Inspect: print the records of one TFRecord (or ArrayRecord) file as readable text.
 
-Usage::
-
-    python -m beam_jobs.inspect_shard out/flowers/train-00000-of-00004.tfrecord
-    python -m beam_jobs.inspect_shard gs://bucket/shards/train-00003-of-00004.tfrecord.gz --limit 2
-    python -m beam_jobs.inspect_shard SHARD --offset 1048576   # from the first record at or after it
-
-Each record is shown as its features (docs/verify.md, "Inspect one shard"); ``--offset`` is a byte offset
-(an ArrayRecord file's: a record number). Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
+Usage: ``python -m beam_jobs.inspect_shard SHARD [--limit 2] [--offset 1048576]``. Each record is shown
+as its features (docs/verify.md, "Inspect one shard"); ``--offset`` is a byte offset (an ArrayRecord
+file's: a record number). Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Writes a deterministic sample dataset of procedural images in class folders.
 
-Usage::
-
-    python -m beam_jobs.make_sample_data --output data/sample --size_mb 24 [--broken 2]
-
-``--broken N`` adds N damaged files (a truncated JPEG, a text file named .jpg)
-so that a demo run shows dead letters. Local folders only; no Beam needed.
+Usage: ``python -m beam_jobs.make_sample_data --output data/sample --size_mb 24 [--broken 2]``; ``--broken N``
+adds N damaged files (a truncated JPEG, a text file named .jpg) so that a demo run shows dead letters.
+Local folders only; no Beam needed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Reshard job: regenerate any set of TFRecord (or ArrayRecord) files as balanced shards.
 
-Usage::
-
-    python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME] \\
-        [--shard_size_mb 150] [--num_shards N] [--compression none|gzip|zlib] [--seed 0] \\
-        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] \\
-        [--format tfrecord|array_record] [Beam options]
+Usage: ``python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME]`` (``--help``: every flag).
 
 Records are read with the splittable source, planned as the build plans them and written, byte
 for byte, by the same sink; each input file keeps the split its shard name states unless

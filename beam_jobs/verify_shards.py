@@ -1,11 +1,6 @@
 """Verify job: check a shard set against its manifest, or check any TFRecord files.
 
-Usage::
-
-    python -m beam_jobs.verify_shards --output_dir out/flowers [--decode_images] \\
-        [--report report.json] [--preview preview.png] [Beam options]
-    python -m beam_jobs.verify_shards --files 'somewhere/*.tfrecord'
-
+Usage: ``python -m beam_jobs.verify_shards --output_dir out/flowers`` or ``--files 'somewhere/*.tfrecord'``.
 What is checked, the report and the preview: docs/verify.md. Exits 0 when nothing is wrong, 1 when
 something is, 2 on a bad flag or path.
 """

@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.verify.ranges import ShardFile
 
 __all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
-           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run",
-           "known_flag_names", "flag_fields", "field_type"]
+           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "known_flag_names", "flag_fields",
+           "field_type"]
 
 # Beam's flags the jobs read (Beam's own options classes define them).
 BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
@@ -50,11 +50,6 @@ LOCAL_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner", "FnApi
                  "BundleBasedDirectRunner")
 # The split of a build's unsplit inputs without --split.
 DEFAULT_SPLIT = "train"
-
-
-def is_dataflow_dry_run(runner: str | None, dry_run: Any) -> bool:
-    """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it)."""
-    return (runner or "").lower() in ("dataflow", "dataflowrunner") and bool(dry_run)
 
 
 def _field_value(flag: Flag, value: Any) -> Any:
@@ -152,8 +147,9 @@ class JobConfig:
 
     @property
     def dataflow_dry_run(self) -> bool:
-        """True if DataflowRunner only translates the job: it stays offline and writes nothing."""
-        return is_dataflow_dry_run(self.runner, self.dry_run)
+        """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it): it stays offline
+        and writes nothing."""
+        return (self.runner or "").lower() in ("dataflow", "dataflowrunner") and bool(self.dry_run)
 
     @property
     def local(self) -> bool:
@@ -167,7 +163,7 @@ class JobConfig:
         return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
 
 
-@flag_fields(*(jobs.SHARED[name] for name in jobs.PUBLISHING))
+@flag_fields(*jobs.SHARED.flags)
 class PublishingConfig(JobConfig):
     """The flags of a job that publishes a shard set (``jobs.PUBLISHING``): build, plan, reshard;
     ``policy``, found by the job: how the run treats what its output folder holds."""

@@ -248,9 +248,8 @@ VERIFY_FLAGS = FlagSet("VerifyOptions", (
 ))
 
 
-# The shared flags of the jobs that publish a shard set (build, plan, reshard).
-PUBLISHING = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-               "shard_sha256", "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name")
+# The shared flags of the jobs that publish a shard set (build, plan, reshard): all of them.
+PUBLISHING = tuple(flag.name for flag in SHARED.flags)
 
 BUILD = Job(
     name="build_shards",

@@ -1,17 +1,8 @@
 """The ``tfrecord-shards`` command: one entry point with a subcommand per job.
 
-Usage::
-
-    tfrecord-shards build --input data/flowers --output_dir out/flowers
-    tfrecord-shards plan --input data/flowers --output_dir out/flowers
-    tfrecord-shards verify --output_dir out/flowers
-    tfrecord-shards reshard --input 'old/train-*' --output_dir new/
-    tfrecord-shards inspect out/flowers/train-00000-of-00004.tfrecord
-    tfrecord-shards sample --output data/sample
-    tfrecord-shards build --help
-
-``python -m beam_jobs.build_shards`` and the other job modules run the same
-code: ``set_up_command``, then their own ``run``.
+Usage: ``tfrecord-shards COMMAND [flags]`` (``tfrecord-shards --help``: the commands; each command's
+``--help``: its flags). ``python -m beam_jobs.build_shards`` and the other job modules run the same
+code: ``logs.set_up_command``, then their own ``run``.
 
 A command's ``--help``, and a usage error its declared flags and config show, are answered here
 before the job's modules, Beam, Pillow and numpy are imported (BENCHMARKS.md, "Instant help").
