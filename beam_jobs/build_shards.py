@@ -50,8 +50,7 @@ from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
 from transforms.inspect_images import (REUSED_INPUT_BYTES, REUSED_INPUTS, ImageRecordMaker, ImageRules, InspectImages,
                                       RecordStaging, image_order)
-from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED,
-                                          CollectSplitNames,
+from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, CollectSplitNames,
                                           NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
@@ -527,6 +526,18 @@ def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, 
         raise UsageError(problem)
 
 
+def published_keys(p: beam.Pipeline, shards: Sequence[tuple[str, str]], compression: str, metas: beam.PCollection,
+                   appending: bool) -> tuple[beam.PCollection | None, Any]:
+    """The duplicate check's view of the published ``shards``: their images' keys, and unless appending
+    (every published image then stays where it is) the splits ``metas`` (ImageMeta) go to; Nones without shards."""
+    if not shards:
+        return None, None
+    published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
+    written = None if appending else beam.pvalue.AsSingleton(  # the splits this run writes to
+        metas | "CollectSplits" >> CollectSplitNames(_split_of), default_value=[])
+    return published, written
+
+
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     """Wires the build job into ``p``; returns the PCollection holding the manifest."""
     old = None if cfg.append or cfg.replace or cfg.dataflow_dry_run else published_manifest(cfg.output_dir)
@@ -552,13 +563,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if cfg.dataflow_dry_run else published_shards(
         cfg.output_dir, cfg.policy)
-    published = written = None
     appending = cfg.policy.append
-    if shards:
-        published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
-        if not appending:  # appending, every published image stays where it is
-            written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
-                                              default_value=[])  # the splits this run writes to
+    published, written = published_keys(p, shards, compression, inspected.main, appending)
     # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
     rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)

@@ -28,7 +28,7 @@ from beam_jobs.cli.config import PlanConfig
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
-from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
+from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ManifestError, UsageError
 from transforms.storage.handback import check_handback, handback_folder, read_handed_back, remove_handback
@@ -89,24 +89,15 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
         threads=cfg.found.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
-    published = written = None
-    appending = cfg.policy.append
-    if cfg.published_shards:
-        published = p | "ReadPublished" >> ReadPublishedKeys(*cfg.published_shards)
-        if not appending:  # appending, every published image stays where it is
-            written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
-                                              default_value=[])  # the splits this run writes to
-    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
+    published, written = build_shards.published_keys(p, *(cfg.published_shards or ((), "none")), surveyed.main,
+                                                     cfg.policy.append)
+    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, cfg.policy.append)
     seen = {"listed": listing.sources,  # SourceImage
             "records": distinct["main"],  # ImageMeta a build would write
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
     _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.found.labels, cfg.settings)  # writes one PlanTally to cfg.tally
-
-
-def _split_of(meta) -> str:
-    return meta.source.split
 
 
 def _read_tally(cfg: PlanConfig) -> PlanTally:

@@ -140,14 +140,12 @@ def report_failure(name: str, err: BaseException, settings: logs.LogSettings, mo
     print(f"{name}: failed: {message}{where}", file=sys.stderr)
 
 
-class _ProjectErrorsWithoutTraceback(logging.Filter):
-    """Drops the traceback Beam logs with a failing element when the error is one of ours: its message
-    says what went wrong and where, and the job prints that line anyway."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], ShardsError):
-            record.exc_info, record.exc_text = None, None
-        return True
+def _project_errors_without_traceback(record: logging.LogRecord) -> bool:
+    """A filter that drops the traceback Beam logs with a failing element when the error is one of ours:
+    its message says what went wrong and where, and the job prints that line anyway."""
+    if record.exc_info and isinstance(record.exc_info[1], ShardsError):
+        record.exc_info, record.exc_text = None, None
+    return True
 
 
 # Beam's loggers that log a failing element's error with its traceback (Beam 2.77).
@@ -373,9 +371,8 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
     """Builds and runs the pipeline, then says how it ended; returns the exit status."""
     name, cfg, done = job.name, set_up.cfg, set_up.done
     ok, ran, said, failed, full = False, False, None, None, None
-    quiet = _ProjectErrorsWithoutTraceback()
     for logger in _ELEMENT_ERROR_LOGGERS:
-        logging.getLogger(logger).addFilter(quiet)
+        logging.getLogger(logger).addFilter(_project_errors_without_traceback)
     try:
         beam_compat.install_construction_memos()  # else a third of a small build's CPU
         p = beam.Pipeline(runner=beam_compat.local_runner(set_up.options), options=set_up.options)
@@ -394,7 +391,7 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
             failed, full = _failure(name, err, settings)
     finally:
         for logger in _ELEMENT_ERROR_LOGGERS:
-            logging.getLogger(logger).removeFilter(quiet)
+            logging.getLogger(logger).removeFilter(_project_errors_without_traceback)
         if done is not None:
             with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
                 said = done(ok, interrupts.seen, failed == 2)
