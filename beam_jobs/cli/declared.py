@@ -61,15 +61,10 @@ class Flag:
 
     def argparse_kwargs(self, enforce_required: bool = False) -> dict[str, Any]:
         """The keyword arguments of ``parser.add_argument`` for this flag."""
-        kwargs: dict[str, Any] = {"help": self.help}
-        if self.action is not None:
-            kwargs["action"] = self.action
+        given = {"help": self.help, "action": self.action, "type": self.type, "choices": self.choices}
+        kwargs = {key: value for key, value in given.items() if value is not None}
         if not self.positional:
             kwargs["default"] = self.default
-        if self.type is not None:
-            kwargs["type"] = self.type
-        if self.choices is not None:
-            kwargs["choices"] = self.choices
         if enforce_required and self.required and not self.positional:
             kwargs["required"] = True
         return kwargs
@@ -83,10 +78,7 @@ class FlagSet:
     flags: tuple[Flag, ...]
 
     def __getitem__(self, name: str) -> Flag:
-        for flag in self.flags:
-            if flag.name == name:
-                return flag
-        raise KeyError(name)
+        return {flag.name: flag for flag in self.flags}[name]
 
     def _add_argparse_args(self, parser: Any) -> None:
         """Adds every flag to ``parser``, as Beam calls an options class's method of this name."""

@@ -1,8 +1,5 @@
-"""``--help`` of the jobs: every flag of a job, grouped, with its default and meaning.
-
-A job answers ``--help`` before Beam (whose parser has none of its flags) sees the arguments, from
-the declarations its options classes are made from, so it cannot miss a flag and needs no Beam;
-``--help_beam`` prints Beam's own options.
+"""``--help_beam``: Beam's own options. A job's own ``--help`` needs no Beam: it comes from its flags'
+declarations (``declared.format_job_help``), so it cannot miss a flag.
 """
 
 from __future__ import annotations

@@ -31,8 +31,6 @@ DEFAULT_MAX_BAD_FRACTION = 0.01
 MAX_RECORD_MB = 2048
 # --resize bound per side (JPEG's limit is 65535; PNG allows more, nothing reads it).
 MAX_SIDE = 65535
-# The seed keys a hash as a signed 64-bit integer, and Beam's coders carry it as one.
-_SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
 def _raise_usage(message: str) -> NoReturn:
@@ -68,8 +66,8 @@ def shard_size_mb(text: str) -> float:
 
 
 def seed(text: str) -> int:
-    """argparse type: a signed 64-bit integer."""
-    low, high = _SEED_RANGE
+    """argparse type: a signed 64-bit integer (the seed keys a hash as one, and Beam's coders carry it as one)."""
+    low, high = -(1 << 63), (1 << 63) - 1
     return _number(text, int, lambda v: low <= v <= high, f"between {low} and {high} (64 bits)")
 
 

@@ -22,13 +22,8 @@ RUNS_DIR = "runs"
 
 @dataclass(frozen=True)
 class RunSlice:
-    """Where one framed record lies in a run file.
-
-    Attributes:
-        path: The run file.
-        offset: Byte offset of the record's header.
-        length: Framed size of the record (header, data and footer).
-    """
+    """Where one framed record lies in a run file (``path``): the byte ``offset`` of its header and its
+    framed ``length`` (header, data and footer)."""
 
     path: str
     offset: int
@@ -49,12 +44,7 @@ class FramedRecord:
 
 
 class RunFileWriter:
-    """Appends framed records to one run file and says where each one lies.
-
-    Args:
-        fh: Writable binary file object, positioned at the file's start.
-        path: The file's path, recorded in each ``RunSlice``.
-    """
+    """Appends framed records to one run file (``fh``, at its start; ``path``) and says where each one lies."""
 
     def __init__(self, fh: BinaryIO, path: str) -> None:
         self._fh = fh
@@ -79,11 +69,7 @@ class RunFileWriter:
 
 def checked_record(framed: bytes, where: RunSlice) -> bytes:
     """Returns ``framed`` after checking its length and CRCs, so that a run file damaged on disk
-    never reaches a shard.
-
-    Raises:
-        RecordError: The bytes are short, or a length or CRC does not match.
-    """
+    never reaches a shard; ``RecordError`` when the bytes are short or a length or CRC does not match."""
     if len(framed) != where.length or len(framed) < OVERHEAD:
         raise RecordError(where.path, where.offset, "truncated",
                           f"run file gave {len(framed)} of {where.length} bytes")

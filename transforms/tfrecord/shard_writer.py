@@ -23,7 +23,6 @@ class ShardStats:
     """What was written to a shard.
 
     Attributes:
-        records: Records written.
         bytes: Bytes in the file (after compression).
         sha256: Hex sha256 of the file's bytes, or None when not computed.
         label_counts: Label index (as a string) -> records.
@@ -45,8 +44,6 @@ class ShardWriter:
     """Writes records to a shard file and, for uncompressed shards, its ``.idx`` (``record_index``).
 
     Args:
-        fh: Writable binary file object for the shard.
-        compression: ``none``, ``gzip`` or ``zlib``.
         index_fh: Writable binary file object for the ``.idx`` sidecar, or None.
         sha256: Also compute the shard's sha256 (its CRC32C always is).
     """
