@@ -419,9 +419,8 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
         return
     undeclared = undeclared_columns(header, declared)
     if undeclared:
-        raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; "
-                         f"declare it with --feature {undeclared[0]}:TYPE (TYPE one of "
-                         f"{', '.join(FEATURE_TYPES)}) or remove it")
+        raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; declare it with "
+                         f"--feature {undeclared[0]}:TYPE (TYPE one of {', '.join(FEATURE_TYPES)}) or remove it")
 
 
 def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:

@@ -228,10 +228,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
 
 def _preview_details(manifest: Manifest, sizes: list[tuple[str, str, int]], target: str):
     """(title, shard sizes, class counts) of the preview of a shard set."""
-    title = (f"{target}: {plural(manifest.records, 'record')} in "
-             f"{plural(manifest.num_shards, 'shard')}, "
-             f"{plural(len(manifest.labels), 'class')}, splits "
-             f"{', '.join(sorted(manifest.splits))} (manifest)")
+    title = (f"{target}: {plural(manifest.records, 'record')} in {plural(manifest.num_shards, 'shard')}, "
+             f"{plural(len(manifest.labels), 'class')}, splits {', '.join(sorted(manifest.splits))} (manifest)")
     return title, sizes, _class_counts(manifest)
 
 

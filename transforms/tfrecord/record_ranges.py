@@ -226,8 +226,7 @@ def _read_indexed(fh: BinaryIO, size: int, claims: Claims, path: str,
         if len(data) + OVERHEAD != end - position:
             raise RecordError(
                 path, position, "bad_length",
-                f"record is {len(data) + OVERHEAD} bytes framed but the .idx index "
-                f"says {end - position}")
+                f"record is {len(data) + OVERHEAD} bytes framed but the .idx index says {end - position}")
         here = position + len(data) + OVERHEAD
         yield position, data
 

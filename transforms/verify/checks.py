@@ -116,8 +116,7 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     if fmt == "raw":
         expected = height * width * channels
         if len(encoded) != expected:
-            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} "
-                    f"needs {expected}")
+            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} needs {expected}")
         return None
     stated = f"the record says {fmt} {height}x{width}x{channels}"
     try:
@@ -250,8 +249,7 @@ def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -
     path = join_path(folder, LABELS_NAME)
     if labels_txt is None:
         problems.append(Problem(path, None, "missing_file",
-                                f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; "
-                                f"{LABELS_NAME} is absent"))
+                                f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; {LABELS_NAME} is absent"))
     else:
         text = labels_txt.decode("utf-8", "replace")
         lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
@@ -259,9 +257,8 @@ def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -
             first = next((i for i, (a, b) in enumerate(zip(lines, manifest.labels)) if a != b),
                          min(len(lines), len(manifest.labels)))
             problems.append(Problem(path, None, "label_mismatch",
-                                    f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} "
-                                    f"{len(manifest.labels)} labels; they first differ at "
-                                    f"line {first + 1}"))
+                                    f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} {len(manifest.labels)} "
+                                    f"labels; they first differ at line {first + 1}"))
     if manifest.labels:
         for split in manifest.splits.values():
             for entry in split.shards:
@@ -275,8 +272,7 @@ def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Pro
     if not outside:
         return []
     return [Problem(join_path(folder, entry.file), None, "label_mismatch",
-                    f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; "
-                    f"labels run 0..{count - 1}")]
+                    f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; labels run 0..{count - 1}")]
 
 
 def _label_in_range(label: str, count: int) -> bool:
