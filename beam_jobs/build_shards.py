@@ -362,8 +362,7 @@ def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
             raise UsageError(f"--append: the set in {cfg.output_dir} was built with --{flag} {recorded}, "
                              f"this run has {own.get(flag)}; an append uses the set's settings: pass --{flag} "
                              f"{recorded}" if recorded not in (None, False) else
-                             f"--append: the set in {cfg.output_dir} was built without --{flag}; "
-                             "leave it out")
+                             f"--append: the set in {cfg.output_dir} was built without --{flag}; leave it out")
     if old.options.get("num_shards"):
         raise UsageError(f"--append: the set in {cfg.output_dir} was built with --num_shards "
                          f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")

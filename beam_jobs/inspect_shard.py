@@ -116,8 +116,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
                              f"{args.shard.rstrip('/')}/train-00000-of-00001.tfrecord")
         shard = exact_file(args.shard)  # the file named, never a match of it as a pattern
         if shard is None and "://" not in args.shard and os.path.exists(args.shard):
-            raise UsageError(f"{args.shard} is not a regular file (a device, pipe or socket); "
-                             "give a TFRecord file")
+            raise UsageError(f"{args.shard} is not a regular file (a device, pipe or socket); give a TFRecord file")
         if shard is None:
             raise UsageError(f"{args.shard} does not exist")
     except UsageError as err:

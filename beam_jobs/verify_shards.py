@@ -106,8 +106,7 @@ def _refuse_overwriting(flags: VerifyConfig, read: Sequence[str], why: str) -> N
             raise UsageError(f"{flag} {path}: {problem}")
         for other in read:
             if same_file(path, other):
-                raise UsageError(f"{flag} {path} would replace {other}, {why}; "
-                                 "write it elsewhere")
+                raise UsageError(f"{flag} {path} would replace {other}, {why}; write it elsewhere")
     if len(outputs) == 2 and same_file(outputs[0][1], outputs[1][1]):
         raise UsageError(f"--report and --preview both name {flags.report}; give two paths")
 

@@ -124,9 +124,8 @@ def wildcard_problem(path: str) -> str | None:
     found = sorted({c for c in path if c in WILDCARDS})
     if not found:
         return None
-    return (f"{path!r} holds the wildcard character{'s' if len(found) > 1 else ''} "
-            f"{' '.join(found)}; Beam cannot list such a folder without also matching "
-            "other folders, so rename it")
+    return (f"{path!r} holds the wildcard character{'s' if len(found) > 1 else ''} {' '.join(found)}; Beam cannot "
+            "list such a folder without also matching other folders, so rename it")
 
 
 def resolved_path(path: str) -> str:

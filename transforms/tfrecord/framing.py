@@ -142,9 +142,8 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
                           f"{max(remaining - OVERHEAD, 0)} remain in the file")
     if length > max_length:
         raise RecordError(path, offset, "bad_length",
-                          f"record declares {length} data bytes, over the {max_length}-byte record-size "
-                          f"limit (--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise "
-                          "the limit")
+                          f"record declares {length} data bytes, over the {max_length}-byte record-size limit "
+                          f"(--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise the limit")
     # The data and its CRC are read apart, so the data is never copied out of a larger buffer.
     data = _read_exact(fh, length, remaining)
     footer = fh.read(FOOTER_SIZE) if len(data) == length else b""
