@@ -146,9 +146,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
               "that pays (--validate decode or full, --image_mode reencode or raw, gs:// or s3:// inputs), else 1. "
               "Outputs do not depend on it."),
     Flag("feature", action="append", group="inputs", recorded=True,
-         help="Extra manifest key or CSV column as name:type, type one of "
-              f"{', '.join(FEATURE_TYPES)}; name:type? for a key that may be missing "
-              "(stored as a list of 0 or 1 values, e.g. caption:bytes?); repeatable."),
+         help=f"Extra manifest key or CSV column as name:type, type one of {', '.join(FEATURE_TYPES)}; name:type? "
+              "for a key that may be missing (stored as a list of 0 or 1 values, e.g. caption:bytes?); repeatable."),
     Flag("multi_label", action="store_true", default=False, group="labels and splits", recorded=True,
          help="image/class/label is a list; a CSV label holds labels split by ';'."),
     Flag("bbox_format", default="xyxy_pixels", choices=BBOX_FORMATS, group="inputs", recorded=True,
@@ -218,9 +217,8 @@ VERIFY_FLAGS = FlagSet("VerifyOptions", (
     Flag("decode_images", action="store_true", default=False, group="checks",
          help="Decode every image and compare it with its record's size fields."),
     Flag("decode_with", group="checks",
-         help="Decode every image with these decoders, separated by commas, among "
-              f"{', '.join(DECODERS)}; report each that refuses an image or "
-              "decodes it to another size than image/height and image/width."),
+         help=f"Decode every image with these decoders, separated by commas, among {', '.join(DECODERS)}; report "
+              "each that refuses an image or decodes it to another size than image/height and image/width."),
     Flag("report", group="output", help="Write the problems as JSON to this path."),
     Flag("preview", group="output", help="Write a PNG contact sheet of sample images and shard sizes here."),
 ))
