@@ -103,9 +103,8 @@ def _read_inputs(p: beam.Pipeline, cfg: ReshardConfig):
 
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     """Wires the reshard job into ``p``; returns the PCollection holding the manifest."""
-    # The files are matched again inside the pipeline, so the job graph holds only the
-    # patterns, whatever their number (make_config matched them to check them; a dry run
-    # stays offline).
+    # The files are matched again inside the pipeline, so the job graph holds only the patterns, whatever their
+    # number (make_config matched them to check them; a dry run stays offline).
     records, errors = _read_inputs(p, cfg)  # (path, offset or record number, record); RecordError
     dead = None if errors is None else errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
     items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped

@@ -25,9 +25,8 @@ def _options_class(flags: FlagSet, doc: str) -> type[PipelineOptions]:
         "__doc__": doc, "_add_argparse_args": classmethod(lambda cls, parser: flags._add_argparse_args(parser))})
 
 
-# Each options class parses one declared flag set (beam_jobs/cli/jobs.py). They live here, in one
-# module, so that running a job module as a script never defines one twice (Beam's parser refuses
-# a flag defined twice).
+# Each options class parses one declared flag set (beam_jobs/cli/jobs.py). They live here, in one module, so
+# that running a job module as a script never defines one twice (Beam's parser refuses a flag defined twice).
 ShardingOptions = _options_class(jobs.SHARED, "Inputs, output folder and shard layout, common to build, "
                                               "reshard and verify.")
 RecordReadingOptions = _options_class(jobs.RECORD_READING, "How reshard and verify bound a record.")

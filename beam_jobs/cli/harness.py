@@ -181,10 +181,9 @@ KEPT_FOR_JOURNAL_LINE = "staged work kept in {staging}: the next run into the fo
 class _Interrupts:
     """Notes a Ctrl-C (SIGINT) while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
 
-    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job
-    asks whether one came instead. Where SIGINT is ignored (a shell's background job) it stays
-    ignored. Once a Ctrl-C was seen, what the runner's threads raise (its workers stopped too) is
-    not printed: the job prints its one line.
+    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether
+    one came instead. Where SIGINT is ignored (a shell's background job) it stays ignored. Once a Ctrl-C was
+    seen, what the runner's threads raise (its workers stopped too) is not printed: the job prints its one line.
     """
 
     def __init__(self) -> None:
@@ -275,10 +274,9 @@ class Job:
     def prepare(self, cfg: Any) -> Callable[[bool, bool, bool], str | None] | None:
         """Called with the config before the pipeline is built (may raise ``UsageError``).
 
-        Returns None or a function called once the job succeeded or failed, with ``ok``, whether a
-        Ctrl-C stopped it and whether it was refused as a usage error once running; it returns what
-        to say after the job's name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it
-        failed (None: nothing more).
+        Returns None or a function called once the job succeeded or failed, with ``ok``, whether a Ctrl-C
+        stopped it and whether it was refused as a usage error once running; it returns what to say after the
+        job's name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it failed (None: nothing more).
         """
         return None
 

@@ -110,11 +110,10 @@ class _Reporter:
     def _report(self) -> None:
         """Reads the counts and reports where the job is.
 
-        A stage is taken to start at the last report before it was seen (the
-        first one too: the job's start-up before it is no part of its rate); its
-        rate is measured up to the last report at which its counts moved. The
-        time left is guessed only once the stage was watched for
-        ETA_AFTER_SECONDS: on its first report its rate is one sighting's guess.
+        A stage is taken to start at the last report before it was seen (the first one too: the job's start-up
+        before it is no part of its rate); its rate is measured up to the last report at which its counts moved.
+        The time left is guessed only once the stage was watched for ETA_AFTER_SECONDS: on its first report its
+        rate is one sighting's guess.
         """
         stage = self._stage_of(c.read_counts(self._folder))
         now, before = self._clock(), self._polled

@@ -143,8 +143,7 @@ def lies_in(path: str, folder: str) -> bool:
 
 
 def overlap_problem(input_folder: str, output_dir: str) -> str | None:
-    """Why a folder input and the output folder cannot be used together (one is, or holds, the other),
-    or None."""
+    """Why a folder input and the output folder cannot be used together (one is, or holds, the other), or None."""
     if resolved_path(input_folder) == resolved_path(output_dir):
         where = "is the --input folder"
     elif lies_in(output_dir, input_folder):

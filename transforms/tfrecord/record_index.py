@@ -1,8 +1,7 @@
 """``.idx`` sidecars: where each record of an uncompressed TFRecord file starts.
 
-An index has one ``offset length`` line per record, ``length`` being the framed size, the format
-NVIDIA DALI's ``tfrecord2idx`` writes. Readers use it to split a file by byte range without
-searching for record boundaries.
+An index has one ``offset length`` line per record, ``length`` being the framed size, the format NVIDIA DALI's
+``tfrecord2idx`` writes. Readers use it to split a file by byte range without searching for record boundaries.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Reading the TFRecord records that start inside a byte range of a file.
 
-A file is split by byte range: the range ``[start, stop)`` owns the records
-whose first byte lies in it. TFRecord has no sync markers, so a reader that
-starts in the middle of a file must find the first record start at or after
-``start``:
+A file is split by byte range: the range ``[start, stop)`` owns the records whose first byte lies in it.
+TFRecord has no sync markers, so a reader that starts in the middle of a file must find the first record start
+at or after ``start``:
 
 - with a ``.idx`` sidecar (see ``record_index``) the starts are known;
 - without one, a position is a record start when its 12-byte header has a valid masked CRC and
@@ -11,14 +10,13 @@ starts in the middle of a file must find the first record start at or after
   ends exactly at the end of the file), and its data CRC matches. This rejects a valid-looking
   header inside image bytes, and a short run of records embedded in a record's data.
 
-Whether a position is a record start depends on that position alone, so every reader that scans a
-byte finds the same starts. A range scans only its own bytes: one that holds no record start owns
-no record.
+Whether a position is a record start depends on that position alone, so every reader that scans a byte finds the
+same starts. A range scans only its own bytes: one that holds no record start owns no record.
 
-Every range reader also checks the hand-off to the next range (``_check_hand_off``), so a damaged
-record between the two is reported by exactly one range, and a file that cannot be split safely
-without an index fails loudly instead of yielding a record twice. Each byte is read a small constant
-number of times whatever the ranges (``tests/reliability/test_resync.py``).
+Every range reader also checks the hand-off to the next range (``_check_hand_off``), so a damaged record between
+the two is reported by exactly one range, and a file that cannot be split safely without an index fails loudly
+instead of yielding a record twice. Each byte is read a small constant number of times whatever the ranges
+(``tests/reliability/test_resync.py``).
 """
 
 from __future__ import annotations
@@ -79,9 +77,8 @@ class ByteRange:
 def _header_candidates(window: bytes, base: int, size: int, limit: int) -> list[int]:
     """Returns the file offsets in ``window[:limit]`` where a valid header that fits starts.
 
-    Vectorized with numpy: a length that fits has zero high bytes, which rules out almost every
-    position of image data at once; length 0 has one CRC; the few others' masked CRCs are computed
-    once per distinct length.
+    Vectorized with numpy: a length that fits has zero high bytes, which rules out almost every position of
+    image data at once; length 0 has one CRC; the few others' masked CRCs are computed once per distinct length.
     """
     count = min(len(window) - HEADER_SIZE + 1, limit)
     longest = size - base - OVERHEAD  # the longest data any header in the window may declare

@@ -34,9 +34,8 @@ class RunSlice:
 class FramedRecord:
     """A record's bytes already in the TFRecord framing (header, data, footer), as a writer copies them.
 
-    ``key``: the record's ``image/key/sha256`` where its maker knows it (the
-    image's sha256 it was made with), so that the shard's keys file takes it
-    without reading the record; None: read from the record.
+    ``key``: the record's ``image/key/sha256`` where its maker knows it (the image's sha256 it was made with),
+    so that the shard's keys file takes it without reading the record; None: read from the record.
     """
 
     data: bytes

@@ -418,8 +418,7 @@ class Report:
     def _stops(self) -> list[Problem]:
         """The first damage of each compressed file: reading its stream stopped there.
 
-        An uncompressed file is read on after a damaged record, from the next
-        record start found.
+        An uncompressed file is read on after a damaged record, from the next record start found.
         """
         first: dict[str, Problem] = {}
         for problem in self.problems:

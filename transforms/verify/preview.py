@@ -1,8 +1,7 @@
 """The verify job's preview: a contact sheet of sample images per class, and shard sizes.
 
-Pure code: takes decoded record features and sizes, returns PNG bytes. A person
-looking at the picture should see at once whether labels match images and
-whether the shards came out balanced.
+Pure code: takes decoded record features and sizes, returns PNG bytes. A person looking at the picture should
+see at once whether labels match images and whether the shards came out balanced.
 """
 
 from __future__ import annotations
