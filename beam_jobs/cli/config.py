@@ -10,7 +10,6 @@ What a job finds before its pipeline fills the fields after the flags', in its `
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 import uuid
@@ -69,16 +68,10 @@ def field_type(flag: Flag) -> str:
         return "bool"
     if flag.action == "append":
         return "tuple[str, ...] | None"
-    kind = "str"
-    if flag.type is not None:
-        try:
-            returned = inspect.signature(flag.type).return_annotation
-        except (TypeError, ValueError):  # a builtin without a signature
-            returned = inspect.Signature.empty
-        if returned is not inspect.Signature.empty:
-            kind = returned if isinstance(returned, str) else getattr(returned, "__name__", str(returned))
-        elif isinstance(flag.type, type):
-            kind = flag.type.__name__
+    returned = getattr(flag.type, "__annotations__", {}).get("return")
+    if returned is None:  # no parser, or a builtin (``int``, ``str.upper``) without annotations
+        returned = flag.type if isinstance(flag.type, type) else str
+    kind = returned if isinstance(returned, str) else returned.__name__
     return f"{kind} | None" if flag.default is None else kind
 
 

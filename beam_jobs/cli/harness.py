@@ -203,11 +203,10 @@ class _Interrupts:
         self.seen = True
 
     def _install(self, handler) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            return None
-        return signal.signal(signal.SIGINT, handler)
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # else it stays ignored
+            return signal.signal(signal.SIGINT, handler)
+        return None
 
     def __enter__(self) -> "_Interrupts":
         self._previous = self._install(self._raise)

@@ -66,9 +66,6 @@ class _TerminalHandler(logging.StreamHandler):
     """Writes to ``sys.stderr`` as it is at each record (as ``logging.lastResort`` does: it follows
     ``worker_stderr_captured``), on a line above the progress display, if any."""
 
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
     @property
     def stream(self):  # type: ignore[override]
         return sys.stderr

@@ -213,8 +213,6 @@ def group_problems(group: tuple[str, Any], parts: Iterable[tuple]) -> list[Probl
     kind, name = group
     if kind == KEY_GROUP:
         return bucket_duplicates(parts)
-    tallies, entry = [], None
-    for tally, part_entry in parts:
-        tallies.append(tally)
-        entry = part_entry if part_entry is not None else entry
-    return shard_problems(name, entry, merge_tallies(tallies)) if entry is not None else []
+    parts = list(parts)
+    entry = next((part_entry for _, part_entry in parts if part_entry is not None), None)  # the range at 0's
+    return shard_problems(name, entry, merge_tallies(tally for tally, _ in parts)) if entry is not None else []
