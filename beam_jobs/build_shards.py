@@ -45,6 +45,7 @@ from transforms.archives.parquet_rows import class_names_of, columns_problem, op
 from transforms.archives.webdataset import expand_braces
 from beam_jobs.cli.config import BuildConfig
 from beam_jobs.cli.harness import PublishingJob, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
@@ -662,8 +663,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.build_shards"))
+    run_as_command(run, "beam_jobs.build_shards")

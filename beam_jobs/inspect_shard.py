@@ -15,6 +15,7 @@ from typing import Iterator, Sequence, TextIO
 from beam_jobs.cli import jobs
 from beam_jobs.cli import values as opt
 from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
+from beam_jobs.cli.logs import run_as_command
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError, UsageError
 from transforms.arrayrecord.shard_file import missing_module, read_records, record_count
@@ -133,7 +134,4 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.inspect_shard"))
+    run_as_command(run, "beam_jobs.inspect_shard")

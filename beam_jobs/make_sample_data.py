@@ -86,7 +86,6 @@ run = main
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
+    from beam_jobs.cli.logs import run_as_command  # here: the sample itself needs no Beam
 
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.make_sample_data"))
+    run_as_command(run, "beam_jobs.make_sample_data")

@@ -16,7 +16,6 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
-import sys
 from typing import Sequence
 
 import apache_beam as beam
@@ -26,6 +25,7 @@ from beam_jobs import build_shards
 from beam_jobs.cli import values as opt
 from beam_jobs.cli.config import PlanConfig
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
 from transforms.reject_duplicates import RejectDuplicateImages
@@ -168,8 +168,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.plan_build"))
+    run_as_command(run, "beam_jobs.plan_build")

@@ -17,7 +17,6 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
 import functools
-import sys
 from typing import Sequence
 
 import apache_beam as beam
@@ -34,6 +33,7 @@ from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadA
 from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import PublishingJob, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import reshard_progress
 from transforms.shardset.replacing import kept_format_problem
 from transforms.storage.output_folder import check_replaced_splits, published_manifest
@@ -136,8 +136,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.reshard"))
+    run_as_command(run, "beam_jobs.reshard")

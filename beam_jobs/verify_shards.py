@@ -37,6 +37,7 @@ from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
 from transforms.read_and_check import ReadAndCheckRecords, RecordChecks
@@ -287,8 +288,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.verify_shards"))
+    run_as_command(run, "beam_jobs.verify_shards")

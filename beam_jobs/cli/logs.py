@@ -21,14 +21,15 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, NoReturn, Sequence
 
+from beam_jobs.cli import loading
 from beam_jobs.cli.declared import respelt
 from beam_jobs.cli.started import mark_command_start
 from beam_jobs.cli.values import LOG_LEVELS
 
 __all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS",
-           "LOG_FORMAT", "worker_stderr_captured", "set_progress_display", "set_up_command"]
+           "LOG_FORMAT", "worker_stderr_captured", "set_progress_display", "set_up_command", "run_as_command"]
 
 OWN_LOGGERS = ("transforms", "beam_jobs")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -253,3 +254,11 @@ def set_up_command(argv: Sequence[str]) -> None:
     start its summary counts from (the process's, unless ``tfrecord-shards`` noted one)."""
     mark_command_start()
     configure_logging(log_settings(argv))
+
+
+def run_as_command(run: Callable[..., int], module: str) -> NoReturn:
+    """Runs a job module as ``python -m MODULE``, once its modules are loaded (``loading.resume``): sets up
+    the command (``set_up_command``), then ``run``s the job and exits with its status."""
+    loading.resume()
+    set_up_command(sys.argv[1:])
+    sys.exit(run(sys.argv[1:], prog=f"python -m {module}"))
