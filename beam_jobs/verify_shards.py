@@ -31,8 +31,7 @@ from transforms.storage.listing import exact_file, is_folder, list_folder, match
 from transforms.storage.paths import same_file
 from transforms.storage.writing import write_file
 from beam_jobs.cli.config import VerifyConfig
-from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
-                                          Manifest)
+from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file

@@ -38,9 +38,8 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.storage.output_folder import FolderState
     from transforms.verify.ranges import ShardFile
 
-__all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
-           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "known_flag_names", "flag_fields",
-           "field_type"]
+__all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig", "CONFIGS",
+           "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "known_flag_names", "flag_fields", "field_type"]
 
 # Beam's flags the jobs read (Beam's own options classes define them).
 BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
