@@ -503,15 +503,11 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
-    if _one_folder(inputs):  # it lists each relative path once: no input to check, no shuffle of them all
+    if len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0]):
+        # one folder of images: it lists each relative path once; no input to check, no shuffle of them all
         return Listing(facts, labels, layout, sources, sources, (listing_dead,))
     unique = sources | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     return Listing(facts, labels, layout, sources, unique.main, (listing_dead, unique[DEAD_LETTERS]))
-
-
-def _one_folder(inputs: Sequence[str]) -> bool:
-    """True if the inputs are one folder (of images): its listing gives each relative path once."""
-    return len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0])
 
 
 def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, ...],

@@ -155,16 +155,14 @@ def _plan_stage(counts) -> Stage | None:
     return None
 
 
-def _progress(cfg: PlanConfig):
-    return report_progress("plan", cfg, _plan_stage)
-
-
 HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags)."""
-    return run_job(Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome, progress=_progress), argv, prog)
+    job = Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome,
+              progress=lambda cfg: report_progress("plan", cfg, _plan_stage))
+    return run_job(job, argv, prog)
 
 
 if __name__ == "__main__":

@@ -173,10 +173,6 @@ def _decoders(text: str | None) -> tuple[str, ...]:
     return tuple(name for name in names if not missing_decoders([name]))
 
 
-def _size_row(shard: ShardFile) -> tuple[str, str, int]:
-    return shard.split or "(no split)", posixpath.basename(shard.path), shard.size
-
-
 def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     """Wires the verify job into ``p``; the last steps write the report (and preview).
 
@@ -213,7 +209,8 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
     _ = (tallies, sizes, *problems) | "WriteReport" >> WriteReport(cfg.report_path)
     if cfg.preview:
-        rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(_size_row))
+        rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(  # (split, file name, bytes)
+            lambda s: (s.split or "(no split)", posixpath.basename(s.path), s.size)))
         if with_manifest:
             details = manifest | "PreviewDetails" >> beam.Map(_preview_details, rows, cfg.target)
         else:

@@ -109,10 +109,6 @@ def _one_storage_error(err: BaseException) -> str | None:
     return f"{path}: {cause.strerror or cause}" if isinstance(cause, OSError) else None
 
 
-def _is_project_error(err: BaseException) -> bool:
-    return isinstance(err, ShardsError) or bool(_PROJECT_ERROR.search(str(err)))
-
-
 def _raised(err: BaseException, kind: type[ShardsError]) -> bool:
     """True if a pipeline failed on the project's error ``kind`` (inside a runner's wrapper: the last one
     named in the text, as ``error_lines`` reads it)."""
@@ -134,7 +130,8 @@ def report_failure(name: str, err: BaseException, settings: logs.LogSettings, mo
         where = ""
     else:
         path = logs.write_failure_log(name, err)
-        where = f" (traceback in {path})" if path and not _is_project_error(err) else ""
+        ours = isinstance(err, ShardsError) or _PROJECT_ERROR.search(str(err))
+        where = f" (traceback in {path})" if path and not ours else ""
     for line in details:
         print(line, file=sys.stderr)
     print(f"{name}: failed: {message}{where}", file=sys.stderr)

@@ -168,13 +168,6 @@ def find_record_start(fh: BinaryIO, size: int, position: int,
     return size
 
 
-def _ambiguous(path: str, position: int, stop: int) -> RecordError:
-    return RecordError(
-        path, position, "bad_length",
-        f"bytes at {position} inside a record look like a run of valid records, so the "
-        f"file cannot be split at byte {stop} without a .idx index; read it unsplit")
-
-
 def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
                     path: str, max_length: int) -> None:
     """Checks that the next range's reader, which starts at the first record start found from
@@ -199,7 +192,9 @@ def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
     while True:
         found = find_record_start(fh, size, scan_from, position, max_length)
         if found < position:  # the next reader would start inside this range's record
-            raise _ambiguous(path, found, int(stop))
+            raise RecordError(path, found, "bad_length", f"bytes at {found} inside a record look like a run of "
+                              f"valid records, so the file cannot be split at byte {int(stop)} without a .idx "
+                              "index; read it unsplit")
         if position >= size or _is_record_start(fh, position, size, max_length):
             return
         fh.seek(position)

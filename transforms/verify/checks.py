@@ -268,15 +268,12 @@ def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -
 
 def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Problem]:
     """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1``."""
-    outside = sorted((k for k in entry.label_counts if not _label_in_range(k, count)), key=_label_order)
+    outside = sorted((k for k in entry.label_counts if not (k.isascii() and k.isdigit() and int(k) < count)),
+                     key=_label_order)
     if not outside:
         return []
     return [Problem(join_path(folder, entry.file), None, "label_mismatch",
                     f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; labels run 0..{count - 1}")]
-
-
-def _label_in_range(label: str, count: int) -> bool:
-    return label.isascii() and label.isdigit() and int(label) < count
 
 
 def index_problems(shard_path: str, index: bytes | None, shard_size: int,
