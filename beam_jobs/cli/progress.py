@@ -19,15 +19,14 @@ import time
 from typing import Callable, Iterator, Mapping, TextIO
 
 from beam_jobs.cli import logs
-from beam_jobs.cli.config import LOCAL_RUNNERS, JobConfig, ReshardConfig, VerifyConfig
+from beam_jobs.cli.config import JobConfig, ReshardConfig, VerifyConfig
 from transforms.errors import ManifestError
 from transforms.progress import counters as c
 from transforms.progress.report import ETA_AFTER_SECONDS, Stage, progress_bar, progress_line
 from transforms.storage import output_folder
 from transforms.tfrecord.compression import compression_of
 
-__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
-           "LOCAL_RUNNERS"]
+__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage"]
 
 # A terminal's bar is redrawn this often; nothing is reported more often.
 _BAR_SECONDS = 1.0
