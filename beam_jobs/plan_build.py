@@ -100,14 +100,6 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.found.labels, cfg.settings)  # writes one PlanTally to cfg.tally
 
 
-def _read_tally(cfg: PlanConfig) -> PlanTally:
-    """The tally the pipeline wrote, its folder removed once read; ``ShardsError`` when it is missing."""
-    try:
-        return PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
-    finally:
-        remove_handback(cfg.handback)
-
-
 def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
     state = cfg.state
     written = sorted({split for split, _ in tally.records})
@@ -137,7 +129,11 @@ def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, in
     """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
     if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
-    plan = _plan(cfg, _read_tally(cfg), seconds)
+    try:  # the tally the pipeline wrote (ShardsError when it is missing); its folder is removed once read
+        tally = PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
+    finally:
+        remove_handback(cfg.handback)
+    plan = _plan(cfg, tally, seconds)
     text = plan.text()
     if cfg.plan_json:
         write_file(cfg.plan_json, plan.to_json())

@@ -32,9 +32,7 @@ class Flag:
         name: The flag without ``--`` (and its attribute name), e.g. ``shard_size_mb``;
             for a positional argument, its name (``shard``).
         help: What it means, for ``--help``; the default is added there.
-        default: Its value when not given.
         type: Parses its text (an argparse type from ``beam_jobs.cli.values``), or None for text.
-        choices: The values it takes, or None for any.
         action: ``store_true`` for a switch, ``append`` for a repeatable flag, None for a value.
         group: The title it is listed under in ``--help``.
         recorded: The manifest records its value (it shapes the output, not how the run goes).

@@ -107,10 +107,7 @@ class RangeChecker:
     def __init__(self, file: str, split: str | None, schema: Mapping[str, str] | bool | None,
                  decode_images: bool = False, labels: Sequence[str] | None = None,
                  preview: bool = False, decode_with: Sequence[str] = ()) -> None:
-        self._schema = schema
-        self._decode_images = decode_images
-        self._decode_with = tuple(decode_with)
-        self._labels = labels
+        self._how = (schema, decode_images, labels, tuple(decode_with))  # check_record's settings
         self._preview = preview
         # The image is only measured unless it is decoded or drawn: it need not be copied.
         self._views = () if decode_images or preview or decode_with else ("image/encoded",)
@@ -121,11 +118,10 @@ class RangeChecker:
         """Checks the record at ``offset``."""
         tally = self.tally
         features = scan_example(data, self._views)
-        how = (self._schema, self._decode_images, self._labels, self._decode_with)
         if features is None:
-            check, features = check_record(tally.file, offset, data, *how)
+            check, features = check_record(tally.file, offset, data, *self._how)
         else:
-            check = check_features(tally.file, offset, features, *how)
+            check = check_features(tally.file, offset, features, *self._how)
         tally.records += 1
         for label in record_labels(check.label):
             tally.label_counts[str(label)] = tally.label_counts.get(str(label), 0) + 1
