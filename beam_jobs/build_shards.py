@@ -277,7 +277,7 @@ def _check_folders(cfg: BuildConfig) -> None:
             raise UsageError(problem)
         if cfg.staging_dir and opt.lies_in(cfg.staging_dir, path):
             raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
-                                 "read the run files as images; choose a folder outside the inputs")
+                             "read the run files as images; choose a folder outside the inputs")
 
 
 def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],

@@ -258,9 +258,9 @@ class Job:
                  progress: Callable[[Any], Any] | None = None, positional_hint: str | None = None) -> None:
         self.name, self.config = name, config
         self.make_config, self.build_pipeline = make_config, build_pipeline
-        for name, given in (("finish", finish), ("progress", progress), ("positional_hint", positional_hint)):
+        for hook, given in (("finish", finish), ("progress", progress), ("positional_hint", positional_hint)):
             if given is not None:
-                setattr(self, name, given)
+                setattr(self, hook, given)
 
     def finish(self, p: beam.Pipeline, cfg: Any, seconds: float) -> tuple[str, int]:
         """After the pipeline ran, given the seconds since the command started
