@@ -120,10 +120,6 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
             raise UsageError(f"{args.shard} is not a regular file (a device, pipe or socket); give a TFRecord file")
         if shard is None:
             raise UsageError(f"{args.shard} does not exist")
-    except UsageError as err:
-        print(f"{_NAME}: error: {err}", file=sys.stderr)
-        return 2
-    try:
         return inspect(shard.path, shard.size_in_bytes, args.limit, args.offset, args.compression, out,
                        opt.max_record_bytes(args.max_record_mb))
     except BrokenPipeError:  # e.g. piped into head
