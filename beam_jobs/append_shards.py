@@ -1,12 +1,8 @@
 """Append job: new images and labels join a published shard set; its shards are kept.
 
-Usage::
-
-    tfrecord-shards append --input data/new_photos --output_dir out/flowers
-    python -m beam_jobs.append_shards --input data/new_photos --output_dir out/flowers
-
-The build job with ``--append`` (see ``beam_jobs.build_shards`` and docs/next-day.md,
-"Add images to a published set"): every flag is the build's.
+Usage: ``tfrecord-shards append --input data/new_photos --output_dir out/flowers``. The build job with
+``--append`` (see ``beam_jobs.build_shards`` and docs/next-day.md, "Add images to a published set"):
+every flag is the build's.
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
     loading.pause()
 
 from beam_jobs import build_shards  # noqa: E402
+from beam_jobs.cli.logs import run_as_command  # noqa: E402
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -29,8 +26,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.append_shards"))
+    run_as_command(run, "beam_jobs.append_shards")

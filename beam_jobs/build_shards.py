@@ -1,14 +1,8 @@
 """Build job: images and labels -> balanced, shuffled, deterministic TFRecord shards.
 
-Usage::
-
-    python -m beam_jobs.build_shards --input data/flowers --output_dir out/flowers
-    python -m beam_jobs.build_shards --input gs://bucket/raw --output_dir gs://bucket/shards \\
-        --runner DataflowRunner --project p --region r --temp_location gs://bucket/tmp \\
-        --setup_file ./setup.py
-
-Beam's own options (``--runner``, ``--direct_num_workers``, cloud options) pass
-straight through. See docs/building.md for every flag, docs/output.md for the output layout and the schema.
+Usage: ``python -m beam_jobs.build_shards --input data/flowers --output_dir out/flowers``. Beam's own
+options (``--runner``, ``--direct_num_workers``, cloud options) pass straight through. See
+docs/building.md for every flag (and Dataflow), docs/output.md for the output layout and the schema.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import values as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import EncodeSettings, orientation_spec
@@ -51,13 +45,13 @@ from transforms.archives.parquet_rows import class_names_of, columns_problem, op
 from transforms.archives.webdataset import expand_braces
 from beam_jobs.cli.config import BuildConfig
 from beam_jobs.cli.harness import PublishingJob, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import build_progress
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.discover_images import CollectListingFacts, DiscoverImages, folder_tasks
 from transforms.inspect_images import (REUSED_INPUT_BYTES, REUSED_INPUTS, ImageRecordMaker, ImageRules, InspectImages,
                                       RecordStaging, image_order)
-from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED,
-                                          CollectSplitNames,
+from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, CollectSplitNames,
                                           NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
 from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
@@ -281,11 +275,9 @@ def _check_folders(cfg: BuildConfig) -> None:
         problem = opt.overlap_problem(path, cfg.output_dir)
         if problem:
             raise UsageError(problem)
-        if cfg.staging_dir:
-            source, staging = opt.resolved_path(path), opt.resolved_path(cfg.staging_dir)
-            if staging == source or staging.startswith(source.rstrip("/") + "/"):
-                raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
-                                 "read the run files as images; choose a folder outside the inputs")
+        if cfg.staging_dir and opt.lies_in(cfg.staging_dir, path):
+            raise UsageError(f"--staging_dir {cfg.staging_dir} lies in --input {path}: a later run would "
+                             "read the run files as images; choose a folder outside the inputs")
 
 
 def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
@@ -371,8 +363,7 @@ def _append_checks(cfg: BuildConfig) -> tuple[str, ...]:
             raise UsageError(f"--append: the set in {cfg.output_dir} was built with --{flag} {recorded}, "
                              f"this run has {own.get(flag)}; an append uses the set's settings: pass --{flag} "
                              f"{recorded}" if recorded not in (None, False) else
-                             f"--append: the set in {cfg.output_dir} was built without --{flag}; "
-                             "leave it out")
+                             f"--append: the set in {cfg.output_dir} was built without --{flag}; leave it out")
     if old.options.get("num_shards"):
         raise UsageError(f"--append: the set in {cfg.output_dir} was built with --num_shards "
                          f"{old.options['num_shards']}; appending would change the count: rebuild with --replace")
@@ -428,9 +419,8 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
         return
     undeclared = undeclared_columns(header, declared)
     if undeclared:
-        raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; "
-                         f"declare it with --feature {undeclared[0]}:TYPE (TYPE one of "
-                         f"{', '.join(FEATURE_TYPES)}) or remove it")
+        raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; declare it with "
+                         f"--feature {undeclared[0]}:TYPE (TYPE one of {', '.join(FEATURE_TYPES)}) or remove it")
 
 
 def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
@@ -513,15 +503,11 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
-    if _one_folder(inputs):  # it lists each relative path once: no input to check, no shuffle of them all
+    if len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0]):
+        # one folder of images: it lists each relative path once; no input to check, no shuffle of them all
         return Listing(facts, labels, layout, sources, sources, (listing_dead,))
     unique = sources | "RejectDuplicatePaths" >> RejectDuplicatePaths()
     return Listing(facts, labels, layout, sources, unique.main, (listing_dead, unique[DEAD_LETTERS]))
-
-
-def _one_folder(inputs: Sequence[str]) -> bool:
-    """True if the inputs are one folder (of images): its listing gives each relative path once."""
-    return len(inputs) == 1 and not is_manifest_path(inputs[0]) and not is_container_input(inputs[0])
 
 
 def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, ...],
@@ -533,6 +519,18 @@ def _refuse_replacing(facts, output_dir: str, old: Manifest, inputs: tuple[str, 
                or kept_format_problem(output_dir, old, written, file_format, drop_other_splits))
     if problem:
         raise UsageError(problem)
+
+
+def published_keys(p: beam.Pipeline, shards: Sequence[tuple[str, str]], compression: str, metas: beam.PCollection,
+                   appending: bool) -> tuple[beam.PCollection | None, Any]:
+    """The duplicate check's view of the published ``shards``: their images' keys, and unless appending
+    (every published image then stays where it is) the splits ``metas`` (ImageMeta) go to; Nones without shards."""
+    if not shards:
+        return None, None
+    published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
+    written = None if appending else beam.pvalue.AsSingleton(  # the splits this run writes to
+        metas | "CollectSplits" >> CollectSplitNames(_split_of), default_value=[])
+    return published, written
 
 
 def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
@@ -560,13 +558,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     # keys join the duplicate check (a dry run stays offline and reads none).
     shards, compression = ([], "none") if cfg.dataflow_dry_run else published_shards(
         cfg.output_dir, cfg.policy)
-    published = written = None
     appending = cfg.policy.append
-    if shards:
-        published = p | "ReadPublished" >> ReadPublishedKeys(shards, compression)
-        if not appending:  # appending, every published image stays where it is
-            written = beam.pvalue.AsSingleton(inspected.main | "CollectSplits" >> CollectSplitNames(_split_of),
-                                              default_value=[])  # the splits this run writes to
+    published, written = published_keys(p, shards, compression, inspected.main, appending)
     # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
     rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
     distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)
@@ -666,8 +659,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.build_shards"))
+    run_as_command(run, "beam_jobs.build_shards")

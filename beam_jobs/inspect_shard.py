@@ -1,13 +1,8 @@
 """Inspect: print the records of one TFRecord (or ArrayRecord) file as readable text.
 
-Usage::
-
-    python -m beam_jobs.inspect_shard out/flowers/train-00000-of-00004.tfrecord
-    python -m beam_jobs.inspect_shard gs://bucket/shards/train-00003-of-00004.tfrecord.gz --limit 2
-    python -m beam_jobs.inspect_shard SHARD --offset 1048576   # from the first record at or after it
-
-Each record is shown as its features (docs/verify.md, "Inspect one shard"); ``--offset`` is a byte offset
-(an ArrayRecord file's: a record number). Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
+Usage: ``python -m beam_jobs.inspect_shard SHARD [--limit 2] [--offset 1048576]``. Each record is shown
+as its features (docs/verify.md, "Inspect one shard"); ``--offset`` is a byte offset (an ArrayRecord
+file's: a record number). Exits 0, 1 if a damaged record is met, 2 on a bad flag or path.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ from typing import Iterator, Sequence, TextIO
 from beam_jobs.cli import jobs
 from beam_jobs.cli import values as opt
 from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
+from beam_jobs.cli.logs import run_as_command
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError, UsageError
 from transforms.arrayrecord.shard_file import missing_module, read_records, record_count
@@ -121,14 +117,9 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
                              f"{args.shard.rstrip('/')}/train-00000-of-00001.tfrecord")
         shard = exact_file(args.shard)  # the file named, never a match of it as a pattern
         if shard is None and "://" not in args.shard and os.path.exists(args.shard):
-            raise UsageError(f"{args.shard} is not a regular file (a device, pipe or socket); "
-                             "give a TFRecord file")
+            raise UsageError(f"{args.shard} is not a regular file (a device, pipe or socket); give a TFRecord file")
         if shard is None:
             raise UsageError(f"{args.shard} does not exist")
-    except UsageError as err:
-        print(f"{_NAME}: error: {err}", file=sys.stderr)
-        return 2
-    try:
         return inspect(shard.path, shard.size_in_bytes, args.limit, args.offset, args.compression, out,
                        opt.max_record_bytes(args.max_record_mb))
     except BrokenPipeError:  # e.g. piped into head
@@ -139,7 +130,4 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.inspect_shard"))
+    run_as_command(run, "beam_jobs.inspect_shard")

@@ -1,11 +1,8 @@
 """Writes a deterministic sample dataset of procedural images in class folders.
 
-Usage::
-
-    python -m beam_jobs.make_sample_data --output data/sample --size_mb 24 [--broken 2]
-
-``--broken N`` adds N damaged files (a truncated JPEG, a text file named .jpg)
-so that a demo run shows dead letters. Local folders only; no Beam needed.
+Usage: ``python -m beam_jobs.make_sample_data --output data/sample --size_mb 24 [--broken 2]``; ``--broken N``
+adds N damaged files (a truncated JPEG, a text file named .jpg) so that a demo run shows dead letters.
+Local folders only; no Beam needed.
 """
 
 from __future__ import annotations
@@ -89,7 +86,6 @@ run = main
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
+    from beam_jobs.cli.logs import run_as_command  # here: the sample itself needs no Beam
 
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.make_sample_data"))
+    run_as_command(run, "beam_jobs.make_sample_data")

@@ -1,13 +1,10 @@
 """Plan job: what a build with the same flags would find, reject and write; nothing is written.
 
-Usage::
-
-    tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]
-
-Takes every flag of the build, checked as the build checks them, lists the inputs with the build's
-own steps, reads each input's header once and prints a plan (docs/next-day.md, "Plan before
-running"). ``--output_dir`` is only read; the tally the workers hand back goes through a folder of
-the run's own, removed once read.
+Usage: ``tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]``.
+Takes every flag of the build, checked as the build checks them, lists the inputs with the build's own
+steps, reads each input's header once and prints a plan (docs/next-day.md, "Plan before running").
+``--output_dir`` is only read; the tally the workers hand back goes through a folder of the run's own,
+removed once read.
 """
 
 from __future__ import annotations
@@ -19,19 +16,19 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
-import sys
 from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs import build_shards
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import values as opt
 from beam_jobs.cli.config import PlanConfig
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import report_progress
 from transforms.storage import output_folder
-from transforms.reject_duplicates import CollectSplitNames, ReadPublishedKeys, RejectDuplicateImages
+from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ManifestError, UsageError
 from transforms.storage.handback import check_handback, handback_folder, read_handed_back, remove_handback
@@ -47,18 +44,13 @@ from transforms.shardset.plan_report import Plan, PlanTally, folder_change, fold
 _NAME = "plan_build"
 
 
-def _inside(path: str, folder: str) -> bool:
-    path, folder = opt.resolved_path(path), opt.resolved_path(folder)
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
     """Raises ``UsageError`` for a ``--plan_json`` path inside the output folder or an input, or naming a folder."""
-    if _inside(path, output_dir):
+    if opt.lies_in(path, output_dir):
         raise UsageError(f"--plan_json {path} lies inside --output_dir {output_dir}, which a plan "
                          "never writes to; write the plan elsewhere")
     for source in inputs:
-        if _inside(path, source):
+        if opt.lies_in(path, source):
             what = "is the input manifest" if is_manifest_path(source) else "lies inside --input " + source
             raise UsageError(f"--plan_json {path} {what}; write the plan elsewhere")
     if is_folder(path):
@@ -97,32 +89,15 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
         max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
         threads=cfg.found.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
-    published = written = None
-    appending = cfg.policy.append
-    if cfg.published_shards:
-        published = p | "ReadPublished" >> ReadPublishedKeys(*cfg.published_shards)
-        if not appending:  # appending, every published image stays where it is
-            written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
-                                              default_value=[])  # the splits this run writes to
-    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
+    published, written = build_shards.published_keys(p, *(cfg.published_shards or ((), "none")), surveyed.main,
+                                                     cfg.policy.append)
+    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, cfg.policy.append)
     seen = {"listed": listing.sources,  # SourceImage
             "records": distinct["main"],  # ImageMeta a build would write
             "reads": surveyed[READS],  # ("read", bytes, exact)
             "facts": listing.facts,  # one ListingFacts
             "dead": (*listing.dead, surveyed[DEAD_LETTERS], distinct[DEAD_LETTERS])}  # DeadLetter
     _ = seen | "Tally" >> TallyPlan(cfg.tally, cfg.found.labels, cfg.settings)  # writes one PlanTally to cfg.tally
-
-
-def _split_of(meta) -> str:
-    return meta.source.split
-
-
-def _read_tally(cfg: PlanConfig) -> PlanTally:
-    """The tally the pipeline wrote, its folder removed once read; ``ShardsError`` when it is missing."""
-    try:
-        return PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
-    finally:
-        remove_handback(cfg.handback)
 
 
 def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
@@ -154,7 +129,11 @@ def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, in
     """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
     if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
-    plan = _plan(cfg, _read_tally(cfg), seconds)
+    try:  # the tally the pipeline wrote (ShardsError when it is missing); its folder is removed once read
+        tally = PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
+    finally:
+        remove_handback(cfg.handback)
+    plan = _plan(cfg, tally, seconds)
     text = plan.text()
     if cfg.plan_json:
         write_file(cfg.plan_json, plan.to_json())
@@ -172,21 +151,15 @@ def _plan_stage(counts) -> Stage | None:
     return None
 
 
-def _progress(cfg: PlanConfig):
-    return report_progress("plan", cfg, _plan_stage)
-
-
 HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags)."""
-    return run_job(Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome, progress=_progress), argv, prog)
+    job = Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome,
+              progress=lambda cfg: report_progress("plan", cfg, _plan_stage))
+    return run_job(job, argv, prog)
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.plan_build"))
+    run_as_command(run, "beam_jobs.plan_build")

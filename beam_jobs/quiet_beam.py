@@ -5,37 +5,24 @@ time; the jobs use no BigQuery. Every module of ``beam_jobs`` that imports Beam 
 module first; the filter is on the root logger only while Beam is imported.
 """
 
-import contextlib
 import logging
 import sys
-from typing import Iterator
 
 __all__ = ["apache_beam", "PipelineOptions", "all_options"]
 
 
-class _DropBigQueryClientWarning(logging.Filter):
-    """Drops Beam's import-time warning about its absent BigQuery client."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("apitools not found")
-
-
-@contextlib.contextmanager
-def _without_bigquery_client_warning() -> Iterator[None]:
-    """Drops Beam's BigQuery client warning from the root logger inside the block."""
-    drop = _DropBigQueryClientWarning()
-    root = logging.getLogger()
-    root.addFilter(drop)
-    try:
-        yield
-    finally:
-        root.removeFilter(drop)
+def _not_bigquery_client_warning(record: logging.LogRecord) -> bool:
+    """A root logger filter: False for Beam's import-time warning about its absent BigQuery client."""
+    return not str(record.msg).startswith("apitools not found")
 
 
 try:
-    with _without_bigquery_client_warning():
+    logging.getLogger().addFilter(_not_bigquery_client_warning)
+    try:
         import apache_beam  # imported here so its import-time warning is dropped
         from apache_beam.options.pipeline_options import PipelineOptions
+    finally:
+        logging.getLogger().removeFilter(_not_bigquery_client_warning)
 except KeyboardInterrupt:  # Ctrl-C in a command's first seconds, while Beam loads: one line, as later
     sys.stderr.write("tfrecord-shards: interrupted: nothing was published\n")
     raise SystemExit(130) from None

@@ -1,11 +1,6 @@
 """Reshard job: regenerate any set of TFRecord (or ArrayRecord) files as balanced shards.
 
-Usage::
-
-    python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME] \\
-        [--shard_size_mb 150] [--num_shards N] [--compression none|gzip|zlib] [--seed 0] \\
-        [--skip_corrupt] [--max_bad_fraction 0.01] [--max_record_mb 512] \\
-        [--format tfrecord|array_record] [Beam options]
+Usage: ``python -m beam_jobs.reshard --input 'old/*' --output_dir new/ [--split NAME]`` (``--help``: every flag).
 
 Records are read with the splittable source, planned as the build plans them and written, byte
 for byte, by the same sink; each input file keeps the split its shard name states unless
@@ -22,13 +17,12 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
 import functools
-import sys
 from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_jobs.cli import flags as opt
+from beam_jobs.cli import values as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import ShardsError, UsageError
 from beam_jobs.cli.config import ReshardConfig
@@ -39,6 +33,7 @@ from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadA
 from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import PublishingJob, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import reshard_progress
 from transforms.shardset.replacing import kept_format_problem
 from transforms.storage.output_folder import check_replaced_splits, published_manifest
@@ -108,9 +103,8 @@ def _read_inputs(p: beam.Pipeline, cfg: ReshardConfig):
 
 def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     """Wires the reshard job into ``p``; returns the PCollection holding the manifest."""
-    # The files are matched again inside the pipeline, so the job graph holds only the
-    # patterns, whatever their number (make_config matched them to check them; a dry run
-    # stays offline).
+    # The files are matched again inside the pipeline, so the job graph holds only the patterns, whatever their
+    # number (make_config matched them to check them; a dry run stays offline).
     records, errors = _read_inputs(p, cfg)  # (path, offset or record number, record); RecordError
     dead = None if errors is None else errors | "DamagedSpans" >> beam.Map(damaged_span)  # DeadLetter
     items = records | "Items" >> ToRecordItems(  # records go to run files: no bytes are grouped
@@ -142,8 +136,4 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.reshard"))
+    run_as_command(run, "beam_jobs.reshard")

@@ -1,11 +1,6 @@
 """Verify job: check a shard set against its manifest, or check any TFRecord files.
 
-Usage::
-
-    python -m beam_jobs.verify_shards --output_dir out/flowers [--decode_images] \\
-        [--report report.json] [--preview preview.png] [Beam options]
-    python -m beam_jobs.verify_shards --files 'somewhere/*.tfrecord'
-
+Usage: ``python -m beam_jobs.verify_shards --output_dir out/flowers`` or ``--files 'somewhere/*.tfrecord'``.
 What is checked, the report and the preview: docs/verify.md. Exits 0 when nothing is wrong, 1 when
 something is, 2 on a bad flag or path.
 """
@@ -36,22 +31,21 @@ from transforms.storage.listing import exact_file, is_folder, list_folder, match
 from transforms.storage.paths import same_file
 from transforms.storage.writing import write_file
 from beam_jobs.cli.config import VerifyConfig
-from transforms.shardset.manifest import (DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME,
-                                          Manifest)
+from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import verify_progress
 from transforms.progress.report import plural
 from transforms.read_and_check import ReadAndCheckRecords, RecordChecks
 from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadManifest, WritePreview,
                                      WriteReport)
 from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
-from transforms.verify.checks import Problem, Report
+from transforms.verify.checks import Report
 from transforms.verify.decoders import missing_decoders, parse_decoders
-from transforms.verify.preview import PreviewSample
-from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, RangeTally, ShardFile, key_bucket_count
+from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, ShardFile, key_bucket_count
 
 _NAME = "verify_shards"
 
@@ -112,8 +106,7 @@ def _refuse_overwriting(flags: VerifyConfig, read: Sequence[str], why: str) -> N
             raise UsageError(f"{flag} {path}: {problem}")
         for other in read:
             if same_file(path, other):
-                raise UsageError(f"{flag} {path} would replace {other}, {why}; "
-                                 "write it elsewhere")
+                raise UsageError(f"{flag} {path} would replace {other}, {why}; write it elsewhere")
     if len(outputs) == 2 and same_file(outputs[0][1], outputs[1][1]):
         raise UsageError(f"--report and --preview both name {flags.report}; give two paths")
 
@@ -180,30 +173,6 @@ def _decoders(text: str | None) -> tuple[str, ...]:
     return tuple(name for name in names if not missing_decoders([name]))
 
 
-def _size_row(shard: ShardFile) -> tuple[str, str, int]:
-    return shard.split or "(no split)", posixpath.basename(shard.path), shard.size
-
-
-def _problems_of(tally: RangeTally) -> list[Problem]:
-    return tally.problems
-
-
-def _samples_of(tally: RangeTally) -> list[tuple[int, PreviewSample]]:
-    return [(sample.label, sample) for sample in tally.samples]
-
-
-def _feature_spec(manifest: Manifest) -> dict[str, str]:
-    return dict(manifest.feature_spec)
-
-
-def _labels(manifest: Manifest) -> list[str]:
-    return list(manifest.labels)
-
-
-def _key_buckets(manifest: Manifest) -> int:
-    return key_bucket_count(manifest.records)
-
-
 def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     """Wires the verify job into ``p``; the last steps write the report (and preview).
 
@@ -216,11 +185,12 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
     if with_manifest:
         loaded = p | "ReadManifest" >> ReadManifest(cfg.folder)
         manifest, shards, problems = loaded[MANIFEST], loaded[SHARDS], [loaded[PROBLEMS]]
-        schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(_feature_spec),
+        schema = beam.pvalue.AsSingleton(manifest | "FeatureSpec" >> beam.Map(lambda m: dict(m.feature_spec)),
                                           default_value=None)
-        labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(_labels), default_value=None)
-        buckets = beam.pvalue.AsSingleton(manifest | "KeyBuckets" >> beam.Map(_key_buckets),
-                                          default_value=KEY_BUCKETS)  # more as the records grow
+        labels = beam.pvalue.AsSingleton(manifest | "Labels" >> beam.Map(lambda m: list(m.labels)),
+                                          default_value=None)
+        buckets = beam.pvalue.AsSingleton(  # more as the records grow
+            manifest | "KeyBuckets" >> beam.Map(lambda m: key_bucket_count(m.records)), default_value=KEY_BUCKETS)
     else:
         shards, problems = p | "ShardFiles" >> beam.Create(list(cfg.shards)), []
         schema = labels = None
@@ -233,29 +203,29 @@ def build_pipeline(p: beam.Pipeline, cfg: VerifyConfig) -> None:
                           decode_with=tuple(cfg.decoders))
     tallies = shards | "ReadAndCheckRecords" >> ReadAndCheckRecords(
         schema, labels, checks, split_ranges=cfg.split_ranges)  # RangeTally
-    problems.append(tallies | "RangeProblems" >> beam.FlatMap(_problems_of))
+    problems.append(tallies | "RangeProblems" >> beam.FlatMap(lambda tally: tally.problems))
     problems.append(tallies | "CheckAcrossRanges" >> CheckAcrossRanges(compare_counts=with_manifest,
                                                                             buckets=buckets))
     sizes = shards | "ShardSizes" >> beam.Map(lambda s: s.size)
     _ = (tallies, sizes, *problems) | "WriteReport" >> WriteReport(cfg.report_path)
     if cfg.preview:
-        rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(_size_row))
+        rows = beam.pvalue.AsList(shards | "SizeRows" >> beam.Map(  # (split, file name, bytes)
+            lambda s: (s.split or "(no split)", posixpath.basename(s.path), s.size)))
         if with_manifest:
             details = manifest | "PreviewDetails" >> beam.Map(_preview_details, rows, cfg.target)
         else:
             details = (p
                        | "PreviewTitle" >> beam.Create([f"{cfg.target}: {plural(len(cfg.shards), 'file')}"])
                        | "PreviewDetails" >> beam.Map(lambda title, sizes: (title, sizes, None), rows))
-        samples = tallies | "Samples" >> beam.FlatMap(_samples_of)  # (label, PreviewSample)
+        samples = tallies | "Samples" >> beam.FlatMap(  # (label, PreviewSample)
+            lambda tally: [(sample.label, sample) for sample in tally.samples])
         _ = (samples, details) | "WritePreview" >> WritePreview(cfg.preview)
 
 
 def _preview_details(manifest: Manifest, sizes: list[tuple[str, str, int]], target: str):
     """(title, shard sizes, class counts) of the preview of a shard set."""
-    title = (f"{target}: {plural(manifest.records, 'record')} in "
-             f"{plural(manifest.num_shards, 'shard')}, "
-             f"{plural(len(manifest.labels), 'class')}, splits "
-             f"{', '.join(sorted(manifest.splits))} (manifest)")
+    title = (f"{target}: {plural(manifest.records, 'record')} in {plural(manifest.num_shards, 'shard')}, "
+             f"{plural(len(manifest.labels), 'class')}, splits {', '.join(sorted(manifest.splits))} (manifest)")
     return title, sizes, _class_counts(manifest)
 
 
@@ -291,9 +261,6 @@ def _read_report(cfg: VerifyConfig) -> Report:
     return Report.loads(data)
 
 
-_POSITIONAL_HINT = "give a shard set as --output_dir or a pattern as --files"
-
-
 def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
     """The summary of the report the pipeline wrote (a Dataflow dry run's: the graph's), and 0 when
     nothing is wrong, else 1."""
@@ -312,13 +279,9 @@ HELP = VerifyConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
     job = Job(_NAME, VerifyConfig, make_config, build_pipeline, _outcome, progress=verify_progress,
-              positional_hint=_POSITIONAL_HINT)
+              positional_hint="give a shard set as --output_dir or a pattern as --files")
     return run_job(job, argv, prog)
 
 
 if __name__ == "__main__":
-    from beam_jobs.cli.logs import set_up_command
-
-    loading.resume()
-    set_up_command(sys.argv[1:])
-    sys.exit(run(sys.argv[1:], prog="python -m beam_jobs.verify_shards"))
+    run_as_command(run, "beam_jobs.verify_shards")

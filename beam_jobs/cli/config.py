@@ -10,7 +10,6 @@ What a job finds before its pipeline fills the fields after the flags', in its `
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 import uuid
@@ -39,9 +38,8 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.storage.output_folder import FolderState
     from transforms.verify.ranges import ShardFile
 
-__all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig",
-           "CONFIGS", "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "is_dataflow_dry_run",
-           "known_flag_names", "flag_fields", "field_type"]
+__all__ = ["JobConfig", "PublishingConfig", "BuildConfig", "PlanConfig", "ReshardConfig", "VerifyConfig", "CONFIGS",
+           "LOCAL_RUNNERS", "DEFAULT_SPLIT", "usage_problem", "known_flag_names", "flag_fields", "field_type"]
 
 # Beam's flags the jobs read (Beam's own options classes define them).
 BEAM_FLAGS = ("runner", "dry_run", "direct_num_workers", "max_num_workers", "temp_location", "no_auth")
@@ -50,11 +48,6 @@ LOCAL_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner", "FnApi
                  "BundleBasedDirectRunner")
 # The split of a build's unsplit inputs without --split.
 DEFAULT_SPLIT = "train"
-
-
-def is_dataflow_dry_run(runner: str | None, dry_run: Any) -> bool:
-    """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it)."""
-    return (runner or "").lower() in ("dataflow", "dataflowrunner") and bool(dry_run)
 
 
 def _field_value(flag: Flag, value: Any) -> Any:
@@ -74,16 +67,10 @@ def field_type(flag: Flag) -> str:
         return "bool"
     if flag.action == "append":
         return "tuple[str, ...] | None"
-    kind = "str"
-    if flag.type is not None:
-        try:
-            returned = inspect.signature(flag.type).return_annotation
-        except (TypeError, ValueError):  # a builtin without a signature
-            returned = inspect.Signature.empty
-        if returned is not inspect.Signature.empty:
-            kind = returned if isinstance(returned, str) else getattr(returned, "__name__", str(returned))
-        elif isinstance(flag.type, type):
-            kind = flag.type.__name__
+    returned = getattr(flag.type, "__annotations__", {}).get("return")
+    if returned is None:  # no parser, or a builtin (``int``, ``str.upper``) without annotations
+        returned = flag.type if isinstance(flag.type, type) else str
+    kind = returned if isinstance(returned, str) else returned.__name__
     return f"{kind} | None" if flag.default is None else kind
 
 
@@ -152,8 +139,9 @@ class JobConfig:
 
     @property
     def dataflow_dry_run(self) -> bool:
-        """True if DataflowRunner only translates the job: it stays offline and writes nothing."""
-        return is_dataflow_dry_run(self.runner, self.dry_run)
+        """True if DataflowRunner only translates the job (``--dry_run``, as Beam reads it): it stays offline
+        and writes nothing."""
+        return (self.runner or "").lower() in ("dataflow", "dataflowrunner") and bool(self.dry_run)
 
     @property
     def local(self) -> bool:
@@ -167,7 +155,7 @@ class JobConfig:
         return {name: list(value) if isinstance(value, tuple) else value for name, value in values.items()}
 
 
-@flag_fields(*(jobs.SHARED[name] for name in jobs.PUBLISHING))
+@flag_fields(*jobs.SHARED.flags)
 class PublishingConfig(JobConfig):
     """The flags of a job that publishes a shard set (``jobs.PUBLISHING``): build, plan, reshard;
     ``policy``, found by the job: how the run treats what its output folder holds."""
@@ -271,8 +259,7 @@ class BuildConfig(PublishingConfig):
         if self.near_duplicate_distance > MAX_NEAR_DUPLICATE_DISTANCE:
             raise UsageError(f"--near_duplicate_distance must be 0-{MAX_NEAR_DUPLICATE_DISTANCE} bits, got "
                              f"{self.near_duplicate_distance}")
-        if self.staging_dir and self.output_dir and (values.resolved_path(self.staging_dir) + "/").startswith(
-                values.resolved_path(self.output_dir).rstrip("/") + "/"):
+        if self.staging_dir and self.output_dir and values.lies_in(self.staging_dir, self.output_dir):
             raise UsageError(f"--staging_dir {self.staging_dir} lies in --output_dir {self.output_dir}; "
                              "give a folder elsewhere (or leave the flag out: the run stages in "
                              f"{self.output_dir}/.staging)")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
 
-__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "job_parser", "format_job_help", "flag_parser",
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser",
            "wants_help", "wants_beam_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
@@ -32,9 +32,7 @@ class Flag:
         name: The flag without ``--`` (and its attribute name), e.g. ``shard_size_mb``;
             for a positional argument, its name (``shard``).
         help: What it means, for ``--help``; the default is added there.
-        default: Its value when not given.
         type: Parses its text (an argparse type from ``beam_jobs.cli.values``), or None for text.
-        choices: The values it takes, or None for any.
         action: ``store_true`` for a switch, ``append`` for a repeatable flag, None for a value.
         group: The title it is listed under in ``--help``.
         recorded: The manifest records its value (it shapes the output, not how the run goes).
@@ -61,15 +59,10 @@ class Flag:
 
     def argparse_kwargs(self, enforce_required: bool = False) -> dict[str, Any]:
         """The keyword arguments of ``parser.add_argument`` for this flag."""
-        kwargs: dict[str, Any] = {"help": self.help}
-        if self.action is not None:
-            kwargs["action"] = self.action
+        given = {"help": self.help, "action": self.action, "type": self.type, "choices": self.choices}
+        kwargs = {key: value for key, value in given.items() if value is not None}
         if not self.positional:
             kwargs["default"] = self.default
-        if self.type is not None:
-            kwargs["type"] = self.type
-        if self.choices is not None:
-            kwargs["choices"] = self.choices
         if enforce_required and self.required and not self.positional:
             kwargs["required"] = True
         return kwargs
@@ -83,10 +76,7 @@ class FlagSet:
     flags: tuple[Flag, ...]
 
     def __getitem__(self, name: str) -> Flag:
-        for flag in self.flags:
-            if flag.name == name:
-                return flag
-        raise KeyError(name)
+        return {flag.name: flag for flag in self.flags}[name]
 
     def _add_argparse_args(self, parser: Any) -> None:
         """Adds every flag to ``parser``, as Beam calls an options class's method of this name."""
@@ -126,10 +116,6 @@ class Job:
     def recorded(self) -> tuple[str, ...]:
         """The names of the flags whose values the manifest records, in ``flags()`` order."""
         return tuple(flag.name for flag in self.flags() if flag.recorded)
-
-    def group_of(self, flag: Flag) -> str:
-        """The title ``flag`` is listed under in this job's ``--help``."""
-        return self.regroup.get(flag.name, flag.group)
 
     def flag_names(self) -> tuple[str, ...]:
         """The names of the job's flags (without ``--``; positional arguments left out)."""
@@ -211,14 +197,13 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return lines
 
 
-def job_parser(job: Job, prog: str) -> argparse.ArgumentParser:
-    """Returns a parser holding every flag of the job in its group (``GROUP_ORDER``, then the others),
-    for printing help."""
+def format_job_help(job: Job, prog: str) -> str:
+    """Returns the help text of a job: every flag in its group (``GROUP_ORDER``, then the others)."""
     parser = argparse.ArgumentParser(
         prog=prog, usage=job.usage, description=job.summary, add_help=False, epilog=job.epilog or None,
         formatter_class=_HelpFormatter)
     flags = job.flags()
-    titles = {flag.name: job.group_of(flag) for flag in flags}
+    titles = {flag.name: job.regroup.get(flag.name, flag.group) for flag in flags}
     order = [t for t in GROUP_ORDER if t in titles.values()]
     order += sorted({t for t in titles.values() if t not in order})
     groups = {title: parser.add_argument_group(title) for title in order}
@@ -231,12 +216,7 @@ def job_parser(job: Job, prog: str) -> argparse.ArgumentParser:
         general.add_argument(BEAM_HELP_FLAG, action="store_true",
                              help="Show Beam's own options (--runner, --direct_num_workers, "
                                   "cloud options), which every job takes as well.")
-    return parser
-
-
-def format_job_help(job: Job, prog: str) -> str:
-    """Returns the help text of a job."""
-    return job_parser(job, prog).format_help()
+    return parser.format_help()
 
 
 def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
@@ -249,4 +229,3 @@ def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
     for flag in job.flags():
         parser.add_argument(flag.option, **flag.argparse_kwargs(enforce_required=not job.beam))
     return parser
-

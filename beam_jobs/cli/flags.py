@@ -14,18 +14,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import jobs
 from beam_jobs.cli.declared import FlagSet
-from beam_jobs.cli.values import (DEFAULT_MAX_BAD_FRACTION, LOG_LEVELS, MAX_SHARD_MB, MAX_SIDE,  # noqa: F401
-                                  MIN_SHARD_MB, WILDCARDS, fraction, folder_path,
-                                  input_path, max_record_bytes, non_negative_int, one_line_errors, overlap_problem,
-                                  parse_size, positive_float, positive_int, record_size_mb, resolved_path, seed,
-                                  shard_size_mb, tfds_name, wildcard_problem)
 
-__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int",
-           "fraction", "input_path", "folder_path", "wildcard_problem", "WILDCARDS", "ShardingOptions",
-           "shard_size_mb", "seed", "flag_values", "resolved_path", "overlap_problem", "MIN_SHARD_MB",
-           "MAX_SHARD_MB", "MAX_SIDE", "RunOptions", "LOG_LEVELS", "record_size_mb",
-           "max_record_bytes", "RecordReadingOptions", "BuildOptions", "PlanOptions", "ReshardOptions",
-           "VerifyOptions", "DEFAULT_MAX_BAD_FRACTION", "tfds_name"]
+__all__ = ["ShardingOptions", "RecordReadingOptions", "RunOptions", "ShardFormatOptions", "BuildOptions",
+           "PlanOptions", "ReshardOptions", "VerifyOptions", "flag_values"]
 
 
 def _options_class(flags: FlagSet, doc: str) -> type[PipelineOptions]:
@@ -34,9 +25,8 @@ def _options_class(flags: FlagSet, doc: str) -> type[PipelineOptions]:
         "__doc__": doc, "_add_argparse_args": classmethod(lambda cls, parser: flags._add_argparse_args(parser))})
 
 
-# Each options class parses one declared flag set (beam_jobs/cli/jobs.py). They live here, in one
-# module, so that running a job module as a script never defines one twice (Beam's parser refuses
-# a flag defined twice).
+# Each options class parses one declared flag set (beam_jobs/cli/jobs.py). They live here, in one module, so
+# that running a job module as a script never defines one twice (Beam's parser refuses a flag defined twice).
 ShardingOptions = _options_class(jobs.SHARED, "Inputs, output folder and shard layout, common to build, "
                                               "reshard and verify.")
 RecordReadingOptions = _options_class(jobs.RECORD_READING, "How reshard and verify bound a record.")

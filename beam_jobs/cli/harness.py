@@ -24,10 +24,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs.cli import logs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
 from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
-from beam_jobs.cli.declared import respelt, unknown_flag_problem
+from beam_jobs.cli.declared import format_job_help, respelt, unknown_flag_problem, wants_beam_help, wants_help
 from beam_jobs.cli.started import run_started
 from beam_jobs.cli.flags import flag_values
-from beam_jobs.cli.help import format_beam_help, format_job_help, wants_beam_help, wants_help
+from beam_jobs.cli.help import format_beam_help
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.shardset.manifest import Manifest
@@ -109,10 +109,6 @@ def _one_storage_error(err: BaseException) -> str | None:
     return f"{path}: {cause.strerror or cause}" if isinstance(cause, OSError) else None
 
 
-def _is_project_error(err: BaseException) -> bool:
-    return isinstance(err, ShardsError) or bool(_PROJECT_ERROR.search(str(err)))
-
-
 def _raised(err: BaseException, kind: type[ShardsError]) -> bool:
     """True if a pipeline failed on the project's error ``kind`` (inside a runner's wrapper: the last one
     named in the text, as ``error_lines`` reads it)."""
@@ -134,20 +130,19 @@ def report_failure(name: str, err: BaseException, settings: logs.LogSettings, mo
         where = ""
     else:
         path = logs.write_failure_log(name, err)
-        where = f" (traceback in {path})" if path and not _is_project_error(err) else ""
+        ours = isinstance(err, ShardsError) or _PROJECT_ERROR.search(str(err))
+        where = f" (traceback in {path})" if path and not ours else ""
     for line in details:
         print(line, file=sys.stderr)
     print(f"{name}: failed: {message}{where}", file=sys.stderr)
 
 
-class _ProjectErrorsWithoutTraceback(logging.Filter):
-    """Drops the traceback Beam logs with a failing element when the error is one of ours: its message
-    says what went wrong and where, and the job prints that line anyway."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], ShardsError):
-            record.exc_info, record.exc_text = None, None
-        return True
+def _project_errors_without_traceback(record: logging.LogRecord) -> bool:
+    """A filter that drops the traceback Beam logs with a failing element when the error is one of ours:
+    its message says what went wrong and where, and the job prints that line anyway."""
+    if record.exc_info and isinstance(record.exc_info[1], ShardsError):
+        record.exc_info, record.exc_text = None, None
+    return True
 
 
 # Beam's loggers that log a failing element's error with its traceback (Beam 2.77).
@@ -183,10 +178,9 @@ KEPT_FOR_JOURNAL_LINE = "staged work kept in {staging}: the next run into the fo
 class _Interrupts:
     """Notes a Ctrl-C (SIGINT) while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
 
-    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job
-    asks whether one came instead. Where SIGINT is ignored (a shell's background job) it stays
-    ignored. Once a Ctrl-C was seen, what the runner's threads raise (its workers stopped too) is
-    not printed: the job prints its one line.
+    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether
+    one came instead. Where SIGINT is ignored (a shell's background job) it stays ignored. Once a Ctrl-C was
+    seen, what the runner's threads raise (its workers stopped too) is not printed: the job prints its one line.
     """
 
     def __init__(self) -> None:
@@ -206,11 +200,10 @@ class _Interrupts:
         self.seen = True
 
     def _install(self, handler) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            return None
-        return signal.signal(signal.SIGINT, handler)
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # else it stays ignored
+            return signal.signal(signal.SIGINT, handler)
+        return None
 
     def __enter__(self) -> "_Interrupts":
         self._previous = self._install(self._raise)
@@ -248,37 +241,26 @@ def dry_run_summary(p: beam.Pipeline) -> str:
 class Job:
     """A job the harness runs (``run_job``): its name (for messages), config class and steps.
 
-    A job subclasses it (``PublishingJob``) or instantiates it with its functions; the optional
-    hooks are methods with defaults. ``positional_hint`` says what to do with an argument given
-    without a flag.
+    Args:
+        make_config: Given the config and Beam's options (for the local runner's workers), checks the
+            inputs the flags name and returns the config with what the job found before its pipeline;
+            raises ``UsageError`` on a bad flag or path.
+        build_pipeline: Wires the job into a pipeline, given it and the config.
+        finish, progress: Replace the methods of these names.
+        positional_hint: What to do with an argument given without a flag.
     """
 
     positional_hint = "every value needs its flag, e.g. --input PATH"
 
-    def __init__(self, name: str, config: type[JobConfig],
-                 make_config: Callable[[Any, PipelineOptions], Any] | None = None,
-                 build_pipeline: Callable[[beam.Pipeline, Any], Any] | None = None,
+    def __init__(self, name: str, config: type[JobConfig], make_config: Callable[[Any, PipelineOptions], Any],
+                 build_pipeline: Callable[[beam.Pipeline, Any], Any],
                  finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]] | None = None, *,
                  progress: Callable[[Any], Any] | None = None, positional_hint: str | None = None) -> None:
-        self.name = name
-        self.config = config
-        given = {"make_config": make_config, "build_pipeline": build_pipeline, "finish": finish,
-                 "progress": progress}
-        for hook, function in given.items():
-            if function is not None:
-                setattr(self, hook, function)
-        if positional_hint is not None:
-            self.positional_hint = positional_hint
-
-    def make_config(self, flags: Any, options: PipelineOptions) -> Any:
-        """Given the config and Beam's options (for the local runner's workers), checks the inputs the
-        flags name and returns the config with what the job found before its pipeline; raises
-        ``UsageError`` on a bad flag or path."""
-        raise NotImplementedError(f"{self.name}: no make_config")
-
-    def build_pipeline(self, p: beam.Pipeline, cfg: Any) -> Any:
-        """Wires the job into ``p``."""
-        raise NotImplementedError(f"{self.name}: no build_pipeline")
+        self.name, self.config = name, config
+        self.make_config, self.build_pipeline = make_config, build_pipeline
+        for hook, given in (("finish", finish), ("progress", progress), ("positional_hint", positional_hint)):
+            if given is not None:
+                setattr(self, hook, given)
 
     def finish(self, p: beam.Pipeline, cfg: Any, seconds: float) -> tuple[str, int]:
         """After the pipeline ran, given the seconds since the command started
@@ -288,11 +270,9 @@ class Job:
     def prepare(self, cfg: Any) -> Callable[[bool, bool, bool], str | None] | None:
         """Called with the config before the pipeline is built (may raise ``UsageError``).
 
-        Returns None or a function called once the job succeeded or failed,
-        with ``ok``, whether a Ctrl-C stopped it and whether it was refused as
-        a usage error once running; it returns what to say after the job's
-        name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it
-        failed (None: nothing more).
+        Returns None or a function called once the job succeeded or failed, with ``ok``, whether a Ctrl-C
+        stopped it and whether it was refused as a usage error once running; it returns what to say after the
+        job's name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it failed (None: nothing more).
         """
         return None
 
@@ -385,9 +365,8 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
     """Builds and runs the pipeline, then says how it ended; returns the exit status."""
     name, cfg, done = job.name, set_up.cfg, set_up.done
     ok, ran, said, failed, full = False, False, None, None, None
-    quiet = _ProjectErrorsWithoutTraceback()
     for logger in _ELEMENT_ERROR_LOGGERS:
-        logging.getLogger(logger).addFilter(quiet)
+        logging.getLogger(logger).addFilter(_project_errors_without_traceback)
     try:
         beam_compat.install_construction_memos()  # else a third of a small build's CPU
         p = beam.Pipeline(runner=beam_compat.local_runner(set_up.options), options=set_up.options)
@@ -406,7 +385,7 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
             failed, full = _failure(name, err, settings)
     finally:
         for logger in _ELEMENT_ERROR_LOGGERS:
-            logging.getLogger(logger).removeFilter(quiet)
+            logging.getLogger(logger).removeFilter(_project_errors_without_traceback)
         if done is not None:
             with interrupts.held():  # a second Ctrl-C does not stop the cleaning up
                 said = done(ok, interrupts.seen, failed == 2)

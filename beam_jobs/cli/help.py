@@ -1,19 +1,12 @@
-"""``--help`` of the jobs: every flag of a job, grouped, with its default and meaning.
-
-A job answers ``--help`` before Beam (whose parser has none of its flags) sees the arguments, from
-the declarations its options classes are made from, so it cannot miss a flag and needs no Beam;
-``--help_beam`` prints Beam's own options.
+"""``--help_beam``: Beam's own options. A job's own ``--help`` needs no Beam: it comes from its flags'
+declarations (``declared.format_job_help``), so it cannot miss a flag.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from beam_jobs.cli.declared import (BEAM_HELP_FLAG, Job, format_job_help, job_parser, wants_beam_help,
-                                    wants_help)
-
-__all__ = ["Job", "wants_help", "wants_beam_help", "job_parser", "format_job_help", "format_beam_help",
-           "BEAM_HELP_FLAG"]
+__all__ = ["format_beam_help"]
 
 
 def format_beam_help(prog: str) -> str:

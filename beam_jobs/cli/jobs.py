@@ -34,17 +34,14 @@ SAMPLE_CLASSES = ("daisy", "rose", "tulip", "sunflower", "dandelion")
 # flags several jobs share are here, once; each job says which it takes (Job.shared).
 SHARED = FlagSet("ShardingOptions", (
     Flag("input", action="append", type=v.input_path, group="inputs", recorded=True, required=True,
-         help="build: folder of class (or split) folders, a .csv/.jsonl input "
-              "manifest, a .tar/.tar.gz/.tgz/.zip archive, WebDataset shards "
-              "('shard-{000..099}.tar'), .parquet files ('hf/*.parquet', or a folder "
-              "of them); reshard: TFRecord files "
-              "or a pattern. Local, gs:// or s3://. Repeatable."),
+         help="build: folder of class (or split) folders, a .csv/.jsonl input manifest, a .tar/.tar.gz/.tgz/.zip "
+              "archive, WebDataset shards ('shard-{000..099}.tar'), .parquet files ('hf/*.parquet', or a folder of "
+              "them); reshard: TFRecord files or a pattern. Local, gs:// or s3://. Repeatable."),
     Flag("output_dir", type=v.folder_path, group="output", required=True,
          help="Folder of the shard set (no *, ? or [ in its path)."),
     Flag("split", group="labels and splits", recorded=True,
-         help="build: split of unsplit inputs (default train); reshard: put "
-              "every record in this split (default: keep each file's split, "
-              "from its shard name)."),
+         help="build: split of unsplit inputs (default train); reshard: put every record in this split (default: "
+              "keep each file's split, from its shard name)."),
     Flag("shard_size_mb", type=v.shard_size_mb, default=150.0, group="sharding", recorded=True,
          help="Target shard size in MiB; shards land within [2/3, 4/3] of it."),
     Flag("num_shards", type=v.positive_int, group="sharding", recorded=True,
@@ -53,11 +50,9 @@ SHARED = FlagSet("ShardingOptions", (
          help="Compression of the shards written."),
     Flag("seed", type=v.seed, default=0, group="sharding", recorded=True, help="Shuffle seed (signed 64-bit)."),
     Flag("shard_sha256", action="store_true", default=False, group="output", recorded=True,
-         help="build, reshard: also list each shard's sha256 in shards.jsonl "
-              "(about 2.6 CPU s more per GB on a core without SHA extensions, "
-              "0.6 with them). "
-              "Each shard's CRC32C is always listed, as GCS's crc32c metadata "
-              "and gsutil ls -L give it, and verify checks it."),
+         help="build, reshard: also list each shard's sha256 in shards.jsonl (about 2.6 CPU s more per GB on a "
+              "core without SHA extensions, 0.6 with them). Each shard's CRC32C is always listed, as GCS's crc32c "
+              "metadata and gsutil ls -L give it, and verify checks it."),
     # How to publish, not what: not recorded.
     Flag("overwrite_unlisted_shards", action="store_true", default=False, group="output",
          help="build, reshard: delete shard-named files in --output_dir that no "
@@ -66,17 +61,15 @@ SHARED = FlagSet("ShardingOptions", (
          help="build, reshard: remove the listed shards of splits this run does "
               "not write (else they are kept and listed again)."),
     Flag("replace", action="store_true", default=False, group="output",
-         help="build, reshard: rebuild a split --output_dir holds from these "
-              "inputs although other --input values built it (else the run "
-              "refuses)."),
+         help="build, reshard: rebuild a split --output_dir holds from these inputs although other --input values "
+              "built it (else the run refuses)."),
     Flag("name", type=v.tfds_name, group="output", recorded=True,
          help="build, reshard: the dataset's name for tensorflow-datasets "
               "(default: the output folder's name, as tfds spells names)."),
     Flag("max_bad_fraction", type=v.fraction, default=v.DEFAULT_MAX_BAD_FRACTION, group="failures",
          recorded=True,
-         help="build, reshard: fail (publishing nothing) if more inputs than "
-              "this fraction are rejected (reshard: damaged stretches, with "
-              "--skip_corrupt, against records read)."),
+         help="build, reshard: fail (publishing nothing) if more inputs than this fraction are rejected (reshard: "
+              "damaged stretches, with --skip_corrupt, against records read)."),
 ))
 
 RUN = FlagSet("RunOptions", (
@@ -91,18 +84,16 @@ RUN = FlagSet("RunOptions", (
 
 _MAX_RECORD_MB = Flag(
     "max_record_mb", type=v.record_size_mb, default=DEFAULT_MAX_RECORD_BYTES >> 20, group="inputs",
-    help="Largest record read, in MiB; a record declaring more is reported "
-         "as damaged (bad_length) before its bytes are read, so a damaged "
-         "length in a small compressed file cannot exhaust memory.")
+    help="Largest record read, in MiB; a record declaring more is reported as damaged (bad_length) before its "
+         "bytes are read, so a damaged length in a small compressed file cannot exhaust memory.")
 RECORD_READING = FlagSet("RecordReadingOptions", (_MAX_RECORD_MB,))
 
 # The build's and the reshard's (one FlagSet: Beam holds each option once).
 SHARD_FORMAT = FlagSet("ShardFormatOptions", (
     Flag("format", default="tfrecord", choices=FILE_FORMATS, group="output", recorded=True,
-         help="File format of the shards: tfrecord, or array_record (the same records in "
-              "ArrayRecord files, group_size:1 and uncompressed, for random access with Grain "
-              "or tfds's as_data_source; needs the array_record package; not with --append or "
-              "--compression)."),
+         help="File format of the shards: tfrecord, or array_record (the same records in ArrayRecord files, "
+              "group_size:1 and uncompressed, for random access with Grain or tfds's as_data_source; needs the "
+              "array_record package; not with --append or --compression)."),
 ))
 
 BUILD_FLAGS = FlagSet("BuildOptions", (
@@ -110,9 +101,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="Folder layout: class folders, split folders, or auto-detect."),
     # How fast, not what: not recorded.
     Flag("list_key_ranges", type=v.non_negative_int, default=0, group="inputs",
-         help="Cut each gs:// or s3:// class folder of more than 1,000 objects "
-              "into this many key ranges, listed by several workers (one fused "
-              "stage more). 0: one worker lists each class folder."),
+         help="Cut each gs:// or s3:// class folder of more than 1,000 objects into this many key ranges, listed "
+              "by several workers (one fused stage more). 0: one worker lists each class folder."),
     Flag("label_regex", group="labels and splits", recorded=True,
          help="Take the class from the first group of this regex in the file name."),
     # Beam reserves --labels for Dataflow job labels, hence --class_names.
@@ -128,9 +118,8 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="tf: JPEG and PNG that TensorFlow decodes as they are, other "
               "images as PNG; passthrough: every source byte unchanged."),
     Flag("exif_orientation", default="apply", choices=EXIF_ORIENTATION_MODES, group="images", recorded=True,
-         help="apply: --image_mode tf stores images with an EXIF orientation "
-              "upright; keep: tf and passthrough keep the pixels as the file "
-              "holds them and write image/orientation (int64, 1-8)."),
+         help="apply: --image_mode tf stores images with an EXIF orientation upright; keep: tf and passthrough "
+              "keep the pixels as the file holds them and write image/orientation (int64, 1-8)."),
     Flag("validate", default="structure", choices=VALIDATE_LEVELS, group="images", recorded=True,
          help="How images are checked (docs/images.md: Validation levels):\n"
               "header: the header only (format, size, bombs)\n"
@@ -146,22 +135,19 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
     Flag("resize", type=v.parse_size, group="images", recorded=True,
          help="Resize to WIDTHxHEIGHT (reencode, raw); see --resize_mode."),
     Flag("resize_mode", default="stretch", choices=RESIZE_MODES, group="images", recorded=True,
-         help="stretch to WIDTHxHEIGHT, fit inside it keeping the aspect ratio, "
-              "or crop the centre to fill it."),
+         help="stretch to WIDTHxHEIGHT, fit inside it keeping the aspect ratio, or crop the centre to fill it."),
     Flag("max_image_mb", type=v.positive_float, default=DEFAULT_MAX_IMAGE_BYTES / _MIB, group="checks",
          recorded=True,
          help="Largest input file read, in MiB; larger ones are too_large dead "
               "letters, refused without being read whole."),
     # How fast, not what: not recorded (outputs do not depend on it).
     Flag("image_threads", type=v.non_negative_int, default=0, group="images",
-         help="Images each worker reads, checks and encodes at once. 0: one per "
-              "CPU core the worker may use where that pays (--validate decode or "
-              "full, --image_mode reencode or raw, gs:// or s3:// inputs), else "
-              "1. Outputs do not depend on it."),
+         help="Images each worker reads, checks and encodes at once. 0: one per CPU core the worker may use where "
+              "that pays (--validate decode or full, --image_mode reencode or raw, gs:// or s3:// inputs), else 1. "
+              "Outputs do not depend on it."),
     Flag("feature", action="append", group="inputs", recorded=True,
-         help="Extra manifest key or CSV column as name:type, type one of "
-              f"{', '.join(FEATURE_TYPES)}; name:type? for a key that may be missing "
-              "(stored as a list of 0 or 1 values, e.g. caption:bytes?); repeatable."),
+         help=f"Extra manifest key or CSV column as name:type, type one of {', '.join(FEATURE_TYPES)}; name:type? "
+              "for a key that may be missing (stored as a list of 0 or 1 values, e.g. caption:bytes?); repeatable."),
     Flag("multi_label", action="store_true", default=False, group="labels and splits", recorded=True,
          help="image/class/label is a list; a CSV label holds labels split by ';'."),
     Flag("bbox_format", default="xyxy_pixels", choices=BBOX_FORMATS, group="inputs", recorded=True,
@@ -179,21 +165,17 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="A box not inside its image: skip it (as the Object Detection "
               "API's create_coco_tf_record does) or clip it; counted either way."),
     Flag("append", action="store_true", default=False, group="output",
-         help="Add these inputs to the set published in --output_dir: its shards are "
-              "kept, images it holds are duplicate_image dead letters, new classes "
-              "get the next indexes (tfrecord-shards append)."),
+         help="Add these inputs to the set published in --output_dir: its shards are kept, images it holds are "
+              "duplicate_image dead letters, new classes get the next indexes (tfrecord-shards append)."),
     Flag("fresh", action="store_true", default=False, group="output",
-         help="Start over: remove the work an interrupted or failed build left in "
-              "--output_dir/.staging (else a build with the same flags resumes it). A "
-              "publish whose journal was written is finished first."),
+         help="Start over: remove the work an interrupted or failed build left in --output_dir/.staging (else a "
+              "build with the same flags resumes it). A publish whose journal was written is finished first."),
     # Where, not what: not recorded (outputs do not depend on it).
     Flag("staging_dir", type=v.folder_path, group="output",
-         help="Write the run files (each record staged once, about the size of the "
-              "records, with their done lists for a resumed build) under this "
-              "folder (local, gs:// or s3://) instead of --output_dir/.staging, "
-              "e.g. a local SSD while the output is a NAS or a bucket; the shards "
-              "are still staged in --output_dir and published by renames. Each "
-              "run writes only its own folder there and removes it once it "
+         help="Write the run files (each record staged once, about the size of the records, with their done lists "
+              "for a resumed build) under this folder (local, gs:// or s3://) instead of --output_dir/.staging, "
+              "e.g. a local SSD while the output is a NAS or a bucket; the shards are still staged in --output_dir "
+              "and published by renames. Each run writes only its own folder there and removes it once it "
               "published; a rerun with the same flags resumes from it."),
     Flag("image_column", default=PARQUET_COLUMNS[0], group="inputs", recorded=True,
          help="Parquet inputs: the column of image bytes (or of {bytes, path} structs)."),
@@ -201,15 +183,12 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="Parquet inputs: the column of class indices or class names."),
     # Recorded by the build only when on (off, the default, leaves the manifest as before the check).
     Flag("near_duplicates", default=DEFAULT_NEAR_DUPLICATES, choices=NEAR_DUPLICATE_MODES, group="checks",
-         help="Look for the same photo in two splits (resized, re-saved) by a "
-              "perceptual hash of each image's pixels: report the pairs in "
-              "near_duplicates.jsonl and the summary (report), or also "
-              "reject the copy in the split that ranks later as a "
-              "cross_split_near_duplicate dead letter. A build whose images all go to "
-              "one split hashes nothing; otherwise it decodes every image (JPEG at "
-              "1/2-1/8 scale): about 10 CPU s per GB of JPEGs, on top of a build's "
-              "6 (BENCHMARKS.md): off (the default) skips it, and a build of two "
-              "splits or more says so in its summary."),
+         help="Look for the same photo in two splits (resized, re-saved) by a perceptual hash of each image's "
+              "pixels: report the pairs in near_duplicates.jsonl and the summary (report), or also reject the copy "
+              "in the split that ranks later as a cross_split_near_duplicate dead letter. A build whose images all "
+              "go to one split hashes nothing; otherwise it decodes every image (JPEG at 1/2-1/8 scale): about 10 "
+              "CPU s per GB of JPEGs, on top of a build's 6 (BENCHMARKS.md): off (the default) skips it, and a "
+              "build of two splits or more says so in its summary."),
     Flag("near_duplicate_distance", type=v.non_negative_int, default=DEFAULT_NEAR_DUPLICATE_DISTANCE,
          group="checks",
          help="The most bits (of 64) two images' perceptual hashes may differ in to "
@@ -220,11 +199,9 @@ PLAN_FLAGS = FlagSet("PlanOptions", (
     Flag("plan_json", group="output",
          help="Also write the plan as JSON to this path (not inside --output_dir or an --input folder)."),
     Flag("rate_mb_s", type=v.positive_float, group="output",
-         help="Build speed, in MiB of input per second after the start-up "
-              "every build pays (about 4 s), for the run-time estimate "
-              "(default: the build's measured rate and cost per input on 2 "
-              "cores, one process, default image flags; BENCHMARKS.md, 'Plan "
-              "before running')."),
+         help="Build speed, in MiB of input per second after the start-up every build pays (about 4 s), for the "
+              "run-time estimate (default: the build's measured rate and cost per input on 2 cores, one process, "
+              "default image flags; BENCHMARKS.md, 'Plan before running')."),
 ))
 
 RESHARD_FLAGS = FlagSet("ReshardOptions", (
@@ -240,17 +217,15 @@ VERIFY_FLAGS = FlagSet("VerifyOptions", (
     Flag("decode_images", action="store_true", default=False, group="checks",
          help="Decode every image and compare it with its record's size fields."),
     Flag("decode_with", group="checks",
-         help="Decode every image with these decoders, separated by commas, among "
-              f"{', '.join(DECODERS)}; report each that refuses an image or "
-              "decodes it to another size than image/height and image/width."),
+         help=f"Decode every image with these decoders, separated by commas, among {', '.join(DECODERS)}; report "
+              "each that refuses an image or decodes it to another size than image/height and image/width."),
     Flag("report", group="output", help="Write the problems as JSON to this path."),
     Flag("preview", group="output", help="Write a PNG contact sheet of sample images and shard sizes here."),
 ))
 
 
-# The shared flags of the jobs that publish a shard set (build, plan, reshard).
-PUBLISHING = ("input", "output_dir", "split", "shard_size_mb", "num_shards", "compression", "seed",
-               "shard_sha256", "overwrite_unlisted_shards", "drop_other_splits", "replace", "max_bad_fraction", "name")
+# The shared flags of the jobs that publish a shard set (build, plan, reshard): all of them.
+PUBLISHING = tuple(flag.name for flag in SHARED.flags)
 
 BUILD = Job(
     name="build_shards",

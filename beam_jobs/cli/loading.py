@@ -1,14 +1,11 @@
 """A command's modules load with Python's cyclic garbage collector paused; no Beam.
 
-Loading Beam and a job's modules makes some 285,000 objects that live as
-long as the process, and almost no garbage. Left on, the collector runs
-about 420 times while they load, walking them again and again: a fifth of
-the CPU the loading takes (0.3 of 1.6 CPU s measured, most of it Beam's).
-A command's process (``tfrecord-shards``, ``python -m beam_jobs.build_shards``)
-pauses it before its job's modules load (``pause``); once they are loaded,
-what they made is moved out of its reach (``gc.freeze``) and it runs again
-(``resume``), so the pipeline's garbage is collected as before. A job called
-as a function (tests, a notebook) leaves the collector alone.
+Loading Beam and a job's modules makes some 285,000 objects that live as long as the process, and
+almost no garbage. Left on, the collector runs about 420 times while they load, walking them again
+and again: a fifth of the CPU the loading takes (0.3 of 1.6 CPU s measured, most of it Beam's). A
+command's process pauses it before its job's modules load (``pause``); once they are loaded, what
+they made is moved out of its reach (``gc.freeze``) and it runs again (``resume``), so the
+pipeline's garbage is collected as before. A job called as a function leaves the collector alone.
 """
 
 from __future__ import annotations

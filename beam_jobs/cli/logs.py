@@ -21,14 +21,15 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, NoReturn, Sequence
 
+from beam_jobs.cli import loading
 from beam_jobs.cli.declared import respelt
 from beam_jobs.cli.started import mark_command_start
 from beam_jobs.cli.values import LOG_LEVELS
 
 __all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS",
-           "LOG_FORMAT", "worker_stderr_captured", "set_progress_display", "set_up_command"]
+           "LOG_FORMAT", "worker_stderr_captured", "set_progress_display", "set_up_command", "run_as_command"]
 
 OWN_LOGGERS = ("transforms", "beam_jobs")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -66,9 +67,6 @@ class _TerminalHandler(logging.StreamHandler):
     """Writes to ``sys.stderr`` as it is at each record (as ``logging.lastResort`` does: it follows
     ``worker_stderr_captured``), on a line above the progress display, if any."""
 
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
     @property
     def stream(self):  # type: ignore[override]
         return sys.stderr
@@ -78,11 +76,7 @@ class _TerminalHandler(logging.StreamHandler):
         pass
 
     def emit(self, record: logging.LogRecord) -> None:
-        display = _progress_display
-        if display is None:
-            super().emit(record)
-            return
-        with display():
+        with (_progress_display or contextlib.nullcontext)():
             super().emit(record)
 
 
@@ -152,7 +146,7 @@ class _WorkerRecords(logging.Filter):
         location = _ENTRY_LOCATION.search(entry)
         own = _OWN_PATH.search(location.group(1)) if location else None
         if own is None:
-            return self._settings.verbose or record.levelno >= logging.ERROR or self._settings.level == "DEBUG"
+            return self._settings.tracebacks or record.levelno >= logging.ERROR
         message = _ENTRY_MESSAGE.search(entry)
         text = message.group(1) if message else entry
         try:
@@ -165,7 +159,6 @@ class _WorkerRecords(logging.Filter):
 
 
 _kept: _KeptRecords | None = None
-_terminal: logging.StreamHandler | None = None
 _settings: LogSettings | None = None
 _worker_output = ""
 
@@ -176,9 +169,9 @@ def configure_logging(settings: LogSettings) -> None:
     ``force=True``: Beam's ``PipelineOptions()`` calls ``logging.basicConfig()`` at WARNING, and a
     plain call would then do nothing.
     """
-    global _kept, _terminal, _settings
+    global _kept, _settings
     terminal = _TerminalHandler()
-    _terminal, _settings = terminal, settings
+    _settings = settings
     if settings.tracebacks:
         terminal.setFormatter(logging.Formatter(LOG_FORMAT))
     else:
@@ -229,7 +222,7 @@ def worker_stderr_captured() -> Iterator[None]:
     nothing unless logging was set up for a command run without ``--verbose``/``--log_level DEBUG``.
     """
     global _worker_output
-    if _terminal is None or _settings is None or _settings.tracebacks:
+    if _settings is None or _settings.tracebacks:
         yield
         return
     previous = sys.stderr
@@ -261,3 +254,11 @@ def set_up_command(argv: Sequence[str]) -> None:
     start its summary counts from (the process's, unless ``tfrecord-shards`` noted one)."""
     mark_command_start()
     configure_logging(log_settings(argv))
+
+
+def run_as_command(run: Callable[..., int], module: str) -> NoReturn:
+    """Runs a job module as ``python -m MODULE``, once its modules are loaded (``loading.resume``): sets up
+    the command (``set_up_command``), then ``run``s the job and exits with its status."""
+    loading.resume()
+    set_up_command(sys.argv[1:])
+    sys.exit(run(sys.argv[1:], prog=f"python -m {module}"))

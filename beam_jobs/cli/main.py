@@ -1,17 +1,8 @@
 """The ``tfrecord-shards`` command: one entry point with a subcommand per job.
 
-Usage::
-
-    tfrecord-shards build --input data/flowers --output_dir out/flowers
-    tfrecord-shards plan --input data/flowers --output_dir out/flowers
-    tfrecord-shards verify --output_dir out/flowers
-    tfrecord-shards reshard --input 'old/train-*' --output_dir new/
-    tfrecord-shards inspect out/flowers/train-00000-of-00004.tfrecord
-    tfrecord-shards sample --output data/sample
-    tfrecord-shards build --help
-
-``python -m beam_jobs.build_shards`` and the other job modules run the same
-code: ``set_up_command``, then their own ``run``.
+Usage: ``tfrecord-shards COMMAND [flags]`` (``tfrecord-shards --help``: the commands; each command's
+``--help``: its flags). ``python -m beam_jobs.build_shards`` and the other job modules run the same
+code: ``logs.set_up_command``, then their own ``run``.
 
 A command's ``--help``, and a usage error its declared flags and config show, are answered here
 before the job's modules, Beam, Pillow and numpy are imported (BENCHMARKS.md, "Instant help").
@@ -30,7 +21,7 @@ from beam_jobs.cli.declared import format_job_help, respelt, wants_help
 from beam_jobs.cli.jobs import JOBS
 from beam_jobs.cli.started import command_running
 
-__all__ = ["COMMANDS", "main", "run_command", "set_up_command", "usage"]
+__all__ = ["COMMANDS", "main", "run_command", "usage"]
 
 PROG = "tfrecord-shards"
 
@@ -58,13 +49,6 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def set_up_command(argv: Sequence[str]) -> None:
-    """Sets up what a job run as a command needs before it runs: logging, as ``argv`` asks."""
-    from beam_jobs.cli import logs  # here: Ctrl-C while importing is one line, and --help needs no Beam
-
-    logs.set_up_command(argv)
-
-
 def run_command(command: str, argv: Sequence[str], prog: str, process: bool = False) -> int:
     """Runs one job as a command; returns its exit status (``--help`` and a usage error of the job's
     declared flags answered from the declarations alone). ``process``: the command is this process's
@@ -81,7 +65,9 @@ def run_command(command: str, argv: Sequence[str], prog: str, process: bool = Fa
     if process:
         loading.pause()
     try:
-        set_up_command(argv)  # imports Beam
+        from beam_jobs.cli import logs  # here: Ctrl-C while importing is one line, and --help needs no Beam
+
+        logs.set_up_command(argv)  # logging as argv asks; imports Beam
         module = importlib.import_module(COMMANDS[command][0])
     finally:
         loading.resume()

@@ -19,15 +19,14 @@ import time
 from typing import Callable, Iterator, Mapping, TextIO
 
 from beam_jobs.cli import logs
-from beam_jobs.cli.config import LOCAL_RUNNERS, JobConfig, ReshardConfig, VerifyConfig
+from beam_jobs.cli.config import JobConfig, ReshardConfig, VerifyConfig
 from transforms.errors import ManifestError
 from transforms.progress import counters as c
 from transforms.progress.report import ETA_AFTER_SECONDS, Stage, progress_bar, progress_line
 from transforms.storage import output_folder
 from transforms.tfrecord.compression import compression_of
 
-__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
-           "LOCAL_RUNNERS"]
+__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage"]
 
 # A terminal's bar is redrawn this often; nothing is reported more often.
 _BAR_SECONDS = 1.0
@@ -110,11 +109,10 @@ class _Reporter:
     def _report(self) -> None:
         """Reads the counts and reports where the job is.
 
-        A stage is taken to start at the last report before it was seen (the
-        first one too: the job's start-up before it is no part of its rate); its
-        rate is measured up to the last report at which its counts moved. The
-        time left is guessed only once the stage was watched for
-        ETA_AFTER_SECONDS: on its first report its rate is one sighting's guess.
+        A stage is taken to start at the last report before it was seen (the first one too: the job's start-up
+        before it is no part of its rate); its rate is measured up to the last report at which its counts moved.
+        The time left is guessed only once the stage was watched for ETA_AFTER_SECONDS: on its first report its
+        rate is one sighting's guess.
         """
         stage = self._stage_of(c.read_counts(self._folder))
         now, before = self._clock(), self._polled
@@ -148,11 +146,10 @@ def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage
     if not cfg.local:
         yield
         return
-    interval = cfg.progress_interval
     folder = tempfile.mkdtemp(prefix="tfrecord-shards-progress-")
     previous = os.environ.get(c.PROGRESS_ENV)
     os.environ[c.PROGRESS_ENV] = folder
-    reporter = _Reporter(job, folder, stage_of, interval, stream or sys.stderr)
+    reporter = _Reporter(job, folder, stage_of, cfg.progress_interval, stream or sys.stderr)
     reporter.start()
     try:
         yield
@@ -165,16 +162,12 @@ def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _count(counts: Counts, kind: str) -> tuple[int, int]:
-    return counts.get(kind, (0, 0))
-
-
 def _build_stage(counts: Counts) -> Stage | None:
-    listed, _ = _count(counts, c.INPUTS_LISTED)
-    read, read_bytes = _count(counts, c.IMAGES_READ)
-    accepted, _ = _count(counts, c.IMAGES_ACCEPTED)
-    duplicates, _ = _count(counts, c.IMAGES_DUPLICATE)  # dropped before planning: not to be written
-    written, written_bytes = _count(counts, c.RECORDS_WRITTEN)
+    listed, _ = counts.get(c.INPUTS_LISTED, (0, 0))
+    read, read_bytes = counts.get(c.IMAGES_READ, (0, 0))
+    accepted, _ = counts.get(c.IMAGES_ACCEPTED, (0, 0))
+    duplicates, _ = counts.get(c.IMAGES_DUPLICATE, (0, 0))  # dropped before planning: not to be written
+    written, written_bytes = counts.get(c.RECORDS_WRITTEN, (0, 0))
     if written:
         return Stage("writing shards", "records", written, accepted - duplicates or None, written_bytes)
     if read:
@@ -206,7 +199,7 @@ def verify_progress(cfg: VerifyConfig) -> contextlib.AbstractContextManager:
         records, total_bytes = _manifest_totals(cfg.folder)
 
     def stage(counts: Counts) -> Stage | None:
-        done, nbytes = _count(counts, c.RECORDS_READ)
+        done, nbytes = counts.get(c.RECORDS_READ, (0, 0))
         return Stage("checking records", "records", done, records, nbytes, total_bytes) if done else None
 
     return report_progress("verify", cfg, stage)
@@ -225,8 +218,8 @@ def _manifest_totals(folder: str) -> tuple[int | None, int | None]:
 
 def reshard_stage(counts: Counts, total_bytes: int | None) -> Stage | None:
     """Where a reshard is: reading records, shuffling them (all read, none written), writing shards."""
-    read, read_bytes = _count(counts, c.RECORDS_READ)
-    written, written_bytes = _count(counts, c.RECORDS_WRITTEN)
+    read, read_bytes = counts.get(c.RECORDS_READ, (0, 0))
+    written, written_bytes = counts.get(c.RECORDS_WRITTEN, (0, 0))
     if written:
         return Stage("writing shards", "records", written, read, written_bytes)
     if read and total_bytes and read_bytes >= total_bytes:

@@ -1,9 +1,8 @@
 """When a command started, for the time its summary reports; no Beam.
 
-A job's summary (``Published ... in N s``) counts from the start of the command, not of its
-pipeline: importing Beam and checking the inputs take seconds a person waits through too. A
-command run as a process notes its process's start time; a job called as a function counts from
-the call.
+A job's summary (``Published ... in N s``) counts from the start of the command, not of its pipeline: importing
+Beam and checking the inputs take seconds a person waits through too. A command run as a process notes its
+process's start time; a job called as a function counts from the call.
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ _marked: float | None = None
 def process_started() -> float:
     """When this process started, on the ``time.monotonic`` clock; now where that cannot be read.
 
-    Linux gives a process's start in clock ticks since boot (``/proc/self/stat``,
-    field 22) and the seconds since boot (``/proc/uptime``); both count from
-    boot, so their difference is the process's age.
+    Linux gives a process's start in clock ticks since boot (``/proc/self/stat``, field 22) and the seconds
+    since boot (``/proc/uptime``); both count from boot, so their difference is the process's age.
     """
     now = time.monotonic()
     try:

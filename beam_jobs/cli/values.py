@@ -18,7 +18,7 @@ from transforms.shardset.tfds_metadata import dataset_name_problem
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
            "input_path", "folder_path", "tfds_name", "wildcard_problem", "WILDCARDS", "shard_size_mb", "seed",
-           "resolved_path", "overlap_problem", "record_size_mb", "max_record_bytes",
+           "resolved_path", "lies_in", "overlap_problem", "record_size_mb", "max_record_bytes",
            "MIN_SHARD_MB", "MAX_SHARD_MB", "MAX_SIDE", "MAX_RECORD_MB", "DEFAULT_MAX_BAD_FRACTION",
            "finite_positive_float", "LOG_LEVELS"]
 
@@ -31,8 +31,6 @@ DEFAULT_MAX_BAD_FRACTION = 0.01
 MAX_RECORD_MB = 2048
 # --resize bound per side (JPEG's limit is 65535; PNG allows more, nothing reads it).
 MAX_SIDE = 65535
-# The seed keys a hash as a signed 64-bit integer, and Beam's coders carry it as one.
-_SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
 def _raise_usage(message: str) -> NoReturn:
@@ -68,8 +66,8 @@ def shard_size_mb(text: str) -> float:
 
 
 def seed(text: str) -> int:
-    """argparse type: a signed 64-bit integer."""
-    low, high = _SEED_RANGE
+    """argparse type: a signed 64-bit integer (the seed keys a hash as one, and Beam's coders carry it as one)."""
+    low, high = -(1 << 63), (1 << 63) - 1
     return _number(text, int, lambda v: low <= v <= high, f"between {low} and {high} (64 bits)")
 
 
@@ -126,9 +124,8 @@ def wildcard_problem(path: str) -> str | None:
     found = sorted({c for c in path if c in WILDCARDS})
     if not found:
         return None
-    return (f"{path!r} holds the wildcard character{'s' if len(found) > 1 else ''} "
-            f"{' '.join(found)}; Beam cannot list such a folder without also matching "
-            "other folders, so rename it")
+    return (f"{path!r} holds the wildcard character{'s' if len(found) > 1 else ''} {' '.join(found)}; Beam cannot "
+            "list such a folder without also matching other folders, so rename it")
 
 
 def resolved_path(path: str) -> str:
@@ -139,19 +136,19 @@ def resolved_path(path: str) -> str:
     return os.path.realpath(path)
 
 
-def _within(path: str, folder: str) -> bool:
+def lies_in(path: str, folder: str) -> bool:
+    """True if ``path`` is ``folder`` or lies below it, both resolved (``resolved_path``)."""
+    path, folder = resolved_path(path), resolved_path(folder)
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def overlap_problem(input_folder: str, output_dir: str) -> str | None:
-    """Why a folder input and the output folder cannot be used together (one is, or holds, the other),
-    or None."""
-    source, target = resolved_path(input_folder), resolved_path(output_dir)
-    if source == target:
+    """Why a folder input and the output folder cannot be used together (one is, or holds, the other), or None."""
+    if resolved_path(input_folder) == resolved_path(output_dir):
         where = "is the --input folder"
-    elif _within(target, source):
+    elif lies_in(output_dir, input_folder):
         where = f"lies inside --input {input_folder}"
-    elif _within(source, target):
+    elif lies_in(input_folder, output_dir):
         where = f"contains --input {input_folder}"
     else:
         return None

@@ -226,7 +226,7 @@ def test_an_output_folder_overlapping_the_input_is_refused(tmp_path, capsys, out
 
 
 def test_overlapping_urls_are_refused():
-    from beam_jobs.cli.flags import overlap_problem
+    from beam_jobs.cli.values import overlap_problem
 
     assert "lies inside" in overlap_problem("gs://b/raw", "gs://b/raw/../raw/shards")
     assert "is the --input" in overlap_problem("s3://b/raw/", "s3://b/raw")

@@ -1,9 +1,8 @@
 """TFRecord compression: the names, file suffixes and zlib settings, and reading compressed files.
 
-The reader checks the gzip/zlib checksums and notices a stream cut before its end marker, so
-damage to a compressed shard is always an error: ``EOFError`` when the stream is cut short,
-``zlib.error`` when the compressed bytes are corrupt, as in the ``gzip`` module. Concatenated
-streams are read in turn.
+The reader checks the gzip/zlib checksums and notices a stream cut before its end marker, so damage to a
+compressed shard is always an error: ``EOFError`` when the stream is cut short, ``zlib.error`` when the
+compressed bytes are corrupt, as in the ``gzip`` module. Concatenated streams are read in turn.
 """
 
 from __future__ import annotations
@@ -80,6 +79,4 @@ def open_decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
     the file; returned as is for ``none``)."""
     if compression == "none":
         return raw
-    if compression not in WBITS:
-        raise ValueError(f"compression must be none, gzip or zlib, got {compression!r}")
     return io.BufferedReader(_InflateReader(raw, WBITS[compression]), buffer_size=_READ_SIZE)

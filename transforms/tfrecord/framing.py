@@ -19,9 +19,8 @@ import crc32c as _crc32c
 
 from transforms.errors import RecordError
 
-__all__ = ["not_tfrecord", "HEADER_SIZE", "DEFAULT_MAX_RECORD_BYTES", "FOOTER_SIZE", "OVERHEAD",
-           "masked_crc32c", "frame_record", "frame_parts", "framed_size", "parse_header", "read_record",
-           "iter_records"]
+__all__ = ["not_tfrecord", "HEADER_SIZE", "DEFAULT_MAX_RECORD_BYTES", "FOOTER_SIZE", "OVERHEAD", "masked_crc32c",
+           "frame_record", "frame_parts", "framed_size", "parse_header", "read_record", "iter_records"]
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked crc of the length
 FOOTER_SIZE = 4  # uint32 masked crc of the data
@@ -83,13 +82,9 @@ def _read_exact(fh: BinaryIO, n: int, remaining: int | None) -> bytes:
     if remaining is not None or n <= _STREAM_CHUNK:
         return fh.read(n)
     pieces = []
-    left = n
-    while left > 0:
-        piece = fh.read(min(left, _STREAM_CHUNK))
-        if not piece:
-            break
+    while n > 0 and (piece := fh.read(min(n, _STREAM_CHUNK))):
         pieces.append(piece)
-        left -= len(piece)
+        n -= len(piece)
     return b"".join(pieces)
 
 
@@ -113,8 +108,7 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
 
     Args:
         fh: Binary file-like object positioned at a record start.
-        path: Name of the file, used in error messages.
-        offset: Byte offset of the current position, used in error messages.
+        path, offset: The file's name and the position's byte offset, for error messages.
         remaining: Bytes left in the file from the current position, when known; None
             (compressed streams): data is read in bounded pieces.
         max_length: The most data bytes a record may declare.
@@ -148,9 +142,8 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
                           f"{max(remaining - OVERHEAD, 0)} remain in the file")
     if length > max_length:
         raise RecordError(path, offset, "bad_length",
-                          f"record declares {length} data bytes, over the {max_length}-byte record-size "
-                          f"limit (--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise "
-                          "the limit")
+                          f"record declares {length} data bytes, over the {max_length}-byte record-size limit "
+                          f"(--max_record_mb {max_length / 2**20:g}); the length is damaged, or raise the limit")
     # The data and its CRC are read apart, so the data is never copied out of a larger buffer.
     data = _read_exact(fh, length, remaining)
     footer = fh.read(FOOTER_SIZE) if len(data) == length else b""
@@ -170,8 +163,6 @@ def iter_records(fh: BinaryIO, path: str = "", start: int = 0, size: int | None 
 
     Args:
         fh: Binary file-like object positioned at ``start``.
-        path: Name of the file, used in error messages.
-        start: Byte offset of the current position.
         size: Total size of the file when known (enables the length check).
         max_length: The most data bytes a record may declare (see ``read_record``).
 
@@ -179,10 +170,6 @@ def iter_records(fh: BinaryIO, path: str = "", start: int = 0, size: int | None 
         RecordError: On the first damaged record.
     """
     offset = start
-    while True:
-        remaining = None if size is None else size - offset
-        data = read_record(fh, path, offset, remaining, max_length)
-        if data is None:
-            return
+    while (data := read_record(fh, path, offset, None if size is None else size - offset, max_length)) is not None:
         yield offset, data
         offset += len(data) + OVERHEAD

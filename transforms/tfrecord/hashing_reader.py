@@ -16,12 +16,8 @@ _FINISH_CHUNK = 8 << 20
 
 
 class HashingReader:
-    """Wraps ``fh`` (positioned at byte 0): ``read``/``seek``/``tell`` as the file's, hashing as it goes.
-
-    Args:
-        fh: Seekable binary file object positioned at the start of the file.
-        sha256: Also compute the sha256 (the CRC32C always is).
-    """
+    """Wraps ``fh`` (seekable, positioned at byte 0): ``read``/``seek``/``tell`` as the file's, hashing
+    its CRC32C (and with ``sha256`` its sha256) as it goes."""
 
     def __init__(self, fh: BinaryIO, sha256: bool = False) -> None:
         self._fh = fh

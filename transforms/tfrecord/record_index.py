@@ -1,8 +1,7 @@
 """``.idx`` sidecars: where each record of an uncompressed TFRecord file starts.
 
-An index has one ``offset length`` line per record, ``length`` being the framed size, the format
-NVIDIA DALI's ``tfrecord2idx`` writes. Readers use it to split a file by byte range without
-searching for record boundaries.
+An index has one ``offset length`` line per record, ``length`` being the framed size, the format NVIDIA DALI's
+``tfrecord2idx`` writes. Readers use it to split a file by byte range without searching for record boundaries.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Callable
 
 from transforms.tfrecord.framing import OVERHEAD
 
-__all__ = ["INDEX_SUFFIX", "INDEX_DIR", "IndexCheck", "index_name", "legacy_index_name", "index_names",
+__all__ = ["INDEX_SUFFIX", "INDEX_DIR", "IndexCheck", "index_name", "index_names",
            "indexed_shards", "check_index", "read_index", "index_starts"]
 
 INDEX_SUFFIX = ".idx"
@@ -32,14 +31,10 @@ def index_name(shard: str) -> str:
     return f"{folder}{sep}{INDEX_DIR}/{base}{INDEX_SUFFIX}"
 
 
-def legacy_index_name(shard: str) -> str:
-    """Where shard sets written before the ``index/`` folder keep the index: beside the shard."""
-    return shard + INDEX_SUFFIX
-
-
 def index_names(shard: str) -> tuple[str, str]:
-    """Where a reader looks for the index of ``shard``, in order."""
-    return index_name(shard), legacy_index_name(shard)
+    """Where a reader looks for the index of ``shard``, in order: in ``index/``, then beside the shard
+    (where shard sets written before the ``index/`` folder keep it)."""
+    return index_name(shard), shard + INDEX_SUFFIX
 
 
 def indexed_shards(index_path: str) -> tuple[str, ...]:

@@ -1,9 +1,8 @@
 """Reading the TFRecord records that start inside a byte range of a file.
 
-A file is split by byte range: the range ``[start, stop)`` owns the records
-whose first byte lies in it. TFRecord has no sync markers, so a reader that
-starts in the middle of a file must find the first record start at or after
-``start``:
+A file is split by byte range: the range ``[start, stop)`` owns the records whose first byte lies in it.
+TFRecord has no sync markers, so a reader that starts in the middle of a file must find the first record start
+at or after ``start``:
 
 - with a ``.idx`` sidecar (see ``record_index``) the starts are known;
 - without one, a position is a record start when its 12-byte header has a valid masked CRC and
@@ -11,14 +10,13 @@ starts in the middle of a file must find the first record start at or after
   ends exactly at the end of the file), and its data CRC matches. This rejects a valid-looking
   header inside image bytes, and a short run of records embedded in a record's data.
 
-Whether a position is a record start depends on that position alone, so every reader that scans a
-byte finds the same starts. A range scans only its own bytes: one that holds no record start owns
-no record.
+Whether a position is a record start depends on that position alone, so every reader that scans a byte finds the
+same starts. A range scans only its own bytes: one that holds no record start owns no record.
 
-Every range reader also checks the hand-off to the next range (``_check_hand_off``), so a damaged
-record between the two is reported by exactly one range, and a file that cannot be split safely
-without an index fails loudly instead of yielding a record twice. Each byte is read a small constant
-number of times whatever the ranges (``tests/reliability/test_resync.py``).
+Every range reader also checks the hand-off to the next range (``_check_hand_off``), so a damaged record between
+the two is reported by exactly one range, and a file that cannot be split safely without an index fails loudly
+instead of yielding a record twice. Each byte is read a small constant number of times whatever the ranges
+(``tests/reliability/test_resync.py``).
 """
 
 from __future__ import annotations
@@ -36,9 +34,7 @@ from transforms.errors import RecordError
 from transforms.tfrecord.framing import (DEFAULT_MAX_RECORD_BYTES, HEADER_SIZE, OVERHEAD, masked_crc32c,
                                          parse_header, read_record)
 
-__all__ = [
-    "CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range",
-    "read_stream", ]
+__all__ = ["CONFIRM_RECORDS", "Claims", "ByteRange", "find_record_start", "read_range", "read_stream"]
 
 # Headers that must chain validly after a candidate record start found by scanning.
 CONFIRM_RECORDS = 16
@@ -62,12 +58,8 @@ class Claims(Protocol):
 
 @dataclass
 class ByteRange:
-    """A fixed byte range, for reading without a Beam range tracker.
-
-    Attributes:
-        start: First byte of the range.
-        stop: First byte after the range (``math.inf`` for the rest of the file).
-    """
+    """A fixed byte range ``[start, stop)`` (``stop``: ``math.inf`` for the rest of the file), for reading
+    without a Beam range tracker."""
 
     start: int = 0
     stop: int | float = math.inf
@@ -85,9 +77,8 @@ class ByteRange:
 def _header_candidates(window: bytes, base: int, size: int, limit: int) -> list[int]:
     """Returns the file offsets in ``window[:limit]`` where a valid header that fits starts.
 
-    Vectorized with numpy: a length that fits has zero high bytes, which rules out almost every
-    position of image data at once; length 0 has one CRC; the few others' masked CRCs are computed
-    once per distinct length.
+    Vectorized with numpy: a length that fits has zero high bytes, which rules out almost every position of
+    image data at once; length 0 has one CRC; the few others' masked CRCs are computed once per distinct length.
     """
     count = min(len(window) - HEADER_SIZE + 1, limit)
     longest = size - base - OVERHEAD  # the longest data any header in the window may declare
@@ -158,9 +149,7 @@ def find_record_start(fh: BinaryIO, size: int, position: int,
     docstring says what passes), or ``size`` when there is none.
 
     Args:
-        fh: Seekable binary file-like object of the (uncompressed) file.
-        size: Size of the file in bytes.
-        position: Where to start looking.
+        fh: Seekable binary file-like object of the (uncompressed) file, of ``size`` bytes.
         limit: Look only at positions before this one (a range's end); None for the rest of the file.
         max_length: The most data bytes a record may hold; a longer one is not a record start.
     """
@@ -177,13 +166,6 @@ def find_record_start(fh: BinaryIO, size: int, position: int,
         position = end
         step = min(step * 2, _SCAN_WINDOW)
     return size
-
-
-def _ambiguous(path: str, position: int, stop: int) -> RecordError:
-    return RecordError(
-        path, position, "bad_length",
-        f"bytes at {position} inside a record look like a run of valid records, so the "
-        f"file cannot be split at byte {stop} without a .idx index; read it unsplit")
 
 
 def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
@@ -210,7 +192,9 @@ def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
     while True:
         found = find_record_start(fh, size, scan_from, position, max_length)
         if found < position:  # the next reader would start inside this range's record
-            raise _ambiguous(path, found, int(stop))
+            raise RecordError(path, found, "bad_length", f"bytes at {found} inside a record look like a run of "
+                              f"valid records, so the file cannot be split at byte {int(stop)} without a .idx "
+                              "index; read it unsplit")
         if position >= size or _is_record_start(fh, position, size, max_length):
             return
         fh.seek(position)
@@ -234,8 +218,7 @@ def _read_indexed(fh: BinaryIO, size: int, claims: Claims, path: str,
         if len(data) + OVERHEAD != end - position:
             raise RecordError(
                 path, position, "bad_length",
-                f"record is {len(data) + OVERHEAD} bytes framed but the .idx index "
-                f"says {end - position}")
+                f"record is {len(data) + OVERHEAD} bytes framed but the .idx index says {end - position}")
         here = position + len(data) + OVERHEAD
         yield position, data
 
@@ -246,10 +229,9 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
     """Yields ``(offset, data)`` for each record of an uncompressed file that the range owns.
 
     Args:
-        fh: Seekable binary file-like object of the whole file.
-        size: Size of the file in bytes.
+        fh: Seekable binary file-like object of the whole file, of ``size`` bytes.
         claims: The range; ``try_claim`` is called with each record start before it is read.
-        path: File name, used in error messages.
+        path: File name, for error messages.
         index: Record starts from a usable ``.idx`` (``IndexCheck.starts``), or None to scan.
         max_length: The most data bytes a record may hold; more is ``bad_length``.
 
@@ -283,8 +265,7 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
     offsets in the decompressed stream).
 
     Args:
-        fh: Binary file-like object.
-        path: File name, used in error messages.
+        path: File name, for error messages.
         claims: Optional tracker; each record start is claimed after it is read.
         max_length: The most data bytes a record may declare; more is ``bad_length``, found before
             any of its data is inflated.

@@ -8,30 +8,22 @@ are (``transforms.storage.runs`` opens the files).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Sequence
 
 from transforms.errors import RecordError
-from transforms.tfrecord.framing import HEADER_SIZE, OVERHEAD, frame_parts, masked_crc32c
+from transforms.tfrecord.framing import HEADER_SIZE, OVERHEAD, frame_parts, masked_crc32c, parse_header
 
 __all__ = ["RUNS_DIR", "RunSlice", "RunFileWriter", "FramedRecord", "checked_record"]
 
 # The folder below a run's staging folder that holds its run files.
 RUNS_DIR = "runs"
-_HEADER = struct.Struct("<QI")
-_CRC = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
 class RunSlice:
-    """Where one framed record lies in a run file.
-
-    Attributes:
-        path: The run file.
-        offset: Byte offset of the record's header.
-        length: Framed size of the record (header, data and footer).
-    """
+    """Where one framed record lies in a run file (``path``): the byte ``offset`` of its header and its
+    framed ``length`` (header, data and footer)."""
 
     path: str
     offset: int
@@ -42,9 +34,8 @@ class RunSlice:
 class FramedRecord:
     """A record's bytes already in the TFRecord framing (header, data, footer), as a writer copies them.
 
-    ``key``: the record's ``image/key/sha256`` where its maker knows it (the
-    image's sha256 it was made with), so that the shard's keys file takes it
-    without reading the record; None: read from the record.
+    ``key``: the record's ``image/key/sha256`` where its maker knows it (the image's sha256 it was made with),
+    so that the shard's keys file takes it without reading the record; None: read from the record.
     """
 
     data: bytes
@@ -52,21 +43,12 @@ class FramedRecord:
 
 
 class RunFileWriter:
-    """Appends framed records to one run file and says where each one lies.
-
-    Args:
-        fh: Writable binary file object, positioned at the file's start.
-        path: The file's path, recorded in each ``RunSlice``.
-    """
+    """Appends framed records to one run file (``fh``, at its start; ``path``) and says where each one lies."""
 
     def __init__(self, fh: BinaryIO, path: str) -> None:
         self._fh = fh
-        self._path = path
+        self.path = path
         self._offset = 0
-
-    @property
-    def path(self) -> str:
-        return self._path
 
     @property
     def size(self) -> int:
@@ -81,23 +63,18 @@ class RunFileWriter:
             if piece:
                 self._fh.write(piece)
                 self._offset += len(piece)
-        return RunSlice(self._path, start, self._offset - start)
+        return RunSlice(self.path, start, self._offset - start)
 
 
 def checked_record(framed: bytes, where: RunSlice) -> bytes:
     """Returns ``framed`` after checking its length and CRCs, so that a run file damaged on disk
-    never reaches a shard.
-
-    Raises:
-        RecordError: The bytes are short, or a length or CRC does not match.
-    """
+    never reaches a shard; ``RecordError`` when the bytes are short or a length or CRC does not match."""
     if len(framed) != where.length or len(framed) < OVERHEAD:
         raise RecordError(where.path, where.offset, "truncated",
                           f"run file gave {len(framed)} of {where.length} bytes")
-    length, crc = _HEADER.unpack_from(framed, 0)
-    if masked_crc32c(framed[:8]) != crc or length + OVERHEAD != len(framed):
+    length = parse_header(framed[:HEADER_SIZE])
+    if length is None or length + OVERHEAD != len(framed):
         raise RecordError(where.path, where.offset, "bad_length", "run file record header does not match")
-    data = memoryview(framed)[HEADER_SIZE:HEADER_SIZE + length]
-    if masked_crc32c(data) != _CRC.unpack_from(framed, HEADER_SIZE + length)[0]:
+    if masked_crc32c(memoryview(framed)[HEADER_SIZE:-4]) != int.from_bytes(framed[-4:], "little"):
         raise RecordError(where.path, where.offset, "crc_mismatch", "run file record data CRC does not match")
     return framed

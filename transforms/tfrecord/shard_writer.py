@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO, Sequence
 
-from transforms.tfrecord.compression import COMPRESSIONS, WBITS
+from transforms.tfrecord.compression import WBITS
 from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import frame_parts
 
@@ -23,7 +23,6 @@ class ShardStats:
     """What was written to a shard.
 
     Attributes:
-        records: Records written.
         bytes: Bytes in the file (after compression).
         sha256: Hex sha256 of the file's bytes, or None when not computed.
         label_counts: Label index (as a string) -> records.
@@ -45,16 +44,12 @@ class ShardWriter:
     """Writes records to a shard file and, for uncompressed shards, its ``.idx`` (``record_index``).
 
     Args:
-        fh: Writable binary file object for the shard.
-        compression: ``none``, ``gzip`` or ``zlib``.
         index_fh: Writable binary file object for the ``.idx`` sidecar, or None.
         sha256: Also compute the shard's sha256 (its CRC32C always is).
     """
 
     def __init__(self, fh: BinaryIO, compression: str = "none",
                  index_fh: BinaryIO | None = None, sha256: bool = False) -> None:
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
         self._fh = fh
         self._index_fh = index_fh
         self._compressor = (zlib.compressobj(6, zlib.DEFLATED, WBITS[compression])

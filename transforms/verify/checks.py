@@ -27,14 +27,10 @@ from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.record_index import check_index, index_name
 from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_problems
 
-__all__ = [
-    "PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report",
-    "check_record", "check_features", "image_problem", "label_problem", "listing_problems",
-    "labels_problems", "shard_label_problems",
-    "index_problems", "hash_problems", "index_hash_problem", "keys_file_problems",
-    "shard_problems", "duplicate_key_problems",
-    "report_pieces", "problem_line", "read_problem_line", "ProblemPart",
-]
+__all__ = ["PROBLEM_KINDS", "Problem", "RecordCheck", "ShardTally", "Report", "check_record", "check_features",
+           "image_problem", "label_problem", "listing_problems", "labels_problems", "shard_label_problems",
+           "index_problems", "hash_problems", "index_hash_problem", "keys_file_problems", "shard_problems",
+           "duplicate_key_problems", "report_pieces", "problem_line", "read_problem_line", "ProblemPart"]
 
 PROBLEM_KINDS = (
     "crc_mismatch", "truncated", "bad_length", "parse_error", "schema", "count_mismatch",
@@ -120,8 +116,7 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     if fmt == "raw":
         expected = height * width * channels
         if len(encoded) != expected:
-            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} "
-                    f"needs {expected}")
+            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} needs {expected}")
         return None
     stated = f"the record says {fmt} {height}x{width}x{channels}"
     try:
@@ -228,13 +223,8 @@ class ShardTally:
 
 
 def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]) -> list[Problem]:
-    """Compares the folder's files (``present``: name -> size) with the manifest's shard list.
-
-    Returns:
-        ``missing_file`` for listed shards that are absent, ``extra_file`` for
-        shard-named files the manifest does not list, ``size_mismatch`` for
-        listed shards of the wrong size.
-    """
+    """Compares the folder's files (``present``: name -> size) with the manifest's shard list: listed shards
+    absent or of the wrong size, shard-named files it does not list."""
     problems = []
     listed = {entry.file: entry for split in manifest.splits.values() for entry in split.shards}
     for name, entry in sorted(listed.items()):
@@ -253,21 +243,13 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
 
 
 def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -> list[Problem]:
-    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its own label counts.
-
-    Returns:
-        ``missing_file`` when ``labels.txt`` is absent; ``label_mismatch`` when
-        its lines are not the manifest's labels, and for every shard whose
-        label counts name a label outside ``0..len(labels)-1`` (only checked
-        when the manifest has labels: a reshard of records without consistent
-        class names has none).
-    """
+    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its shards' label counts
+    (only when it has labels: a reshard of records without consistent class names has none)."""
     problems = []
     path = join_path(folder, LABELS_NAME)
     if labels_txt is None:
         problems.append(Problem(path, None, "missing_file",
-                                f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; "
-                                f"{LABELS_NAME} is absent"))
+                                f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; {LABELS_NAME} is absent"))
     else:
         text = labels_txt.decode("utf-8", "replace")
         lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
@@ -275,9 +257,8 @@ def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -
             first = next((i for i, (a, b) in enumerate(zip(lines, manifest.labels)) if a != b),
                          min(len(lines), len(manifest.labels)))
             problems.append(Problem(path, None, "label_mismatch",
-                                    f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} "
-                                    f"{len(manifest.labels)} labels; they first differ at "
-                                    f"line {first + 1}"))
+                                    f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} {len(manifest.labels)} "
+                                    f"labels; they first differ at line {first + 1}"))
     if manifest.labels:
         for split in manifest.splits.values():
             for entry in split.shards:
@@ -287,16 +268,12 @@ def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -
 
 def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Problem]:
     """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1``."""
-    outside = sorted((k for k in entry.label_counts if not _label_in_range(k, count)), key=_label_order)
+    outside = sorted((k for k in entry.label_counts if not (k.isascii() and k.isdigit() and int(k) < count)),
+                     key=_label_order)
     if not outside:
         return []
     return [Problem(join_path(folder, entry.file), None, "label_mismatch",
-                    f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; "
-                    f"labels run 0..{count - 1}")]
-
-
-def _label_in_range(label: str, count: int) -> bool:
-    return label.isascii() and label.isdigit() and int(label) < count
+                    f"{MANIFEST_NAME} counts labels {', '.join(outside)} for this shard; labels run 0..{count - 1}")]
 
 
 def index_problems(shard_path: str, index: bytes | None, shard_size: int,
@@ -438,8 +415,7 @@ class Report:
     def _stops(self) -> list[Problem]:
         """The first damage of each compressed file: reading its stream stopped there.
 
-        An uncompressed file is read on after a damaged record, from the next
-        record start found.
+        An uncompressed file is read on after a damaged record, from the next record start found.
         """
         first: dict[str, Problem] = {}
         for problem in self.problems:

@@ -1,8 +1,7 @@
 """The verify job's preview: a contact sheet of sample images per class, and shard sizes.
 
-Pure code: takes decoded record features and sizes, returns PNG bytes. A person
-looking at the picture should see at once whether labels match images and
-whether the shards came out balanced.
+Pure code: takes decoded record features and sizes, returns PNG bytes. A person looking at the picture should
+see at once whether labels match images and whether the shards came out balanced.
 """
 
 from __future__ import annotations
@@ -83,10 +82,6 @@ def _thumbnail(sample: PreviewSample) -> Image.Image | None:
     return ImageOps.contain(img.convert("RGB"), (_THUMB, _THUMB))
 
 
-def _font() -> ImageFont.ImageFont:
-    return ImageFont.load_default()
-
-
 def _size_text(size: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale:
@@ -97,7 +92,7 @@ def _size_text(size: int) -> str:
 def _draw_sheet(draw: ImageDraw.ImageDraw, canvas: Image.Image, top: int,
                 rows: list[tuple[int, str, list[PreviewSample]]],
                 class_counts: Mapping[int, int]) -> int:
-    font = _font()
+    font = ImageFont.load_default()
     y = top
     for label, text, samples in rows:
         draw.text((_PAD, y + 4), f"{label}: {text}", fill="black", font=font)
@@ -130,7 +125,7 @@ def _short_names(name: str) -> list[str]:
 
 def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
                 shard_sizes: Sequence[tuple[str, str, int]]) -> None:
-    font = _font()
+    font = ImageFont.load_default()
     sizes = [size for _, _, size in shard_sizes]
     splits = sorted({split for split, _, _ in shard_sizes})
     colors = {split: _SPLIT_COLORS[i % len(_SPLIT_COLORS)] for i, split in enumerate(splits)}
@@ -177,23 +172,22 @@ def render_preview(samples: Sequence[PreviewSample], shard_sizes: Sequence[tuple
         title: First line of the picture, e.g. the shard set's folder.
         class_counts: Label -> records with it (from the manifest), if known.
     """
-    per_class = PREVIEW_PER_CLASS
     by_label: dict[int, list[PreviewSample]] = {}
     for sample in sorted(samples, key=lambda s: (s.label, s.key)):
-        by_label.setdefault(sample.label, [])
-        if len(by_label[sample.label]) < per_class:
-            by_label[sample.label].append(sample)
+        kept = by_label.setdefault(sample.label, [])
+        if len(kept) < PREVIEW_PER_CLASS:
+            kept.append(sample)
     rows = [(label, group[0].text, group) for label, group in sorted(by_label.items())]
-    width = max(_LABEL_WIDTH + per_class * (_THUMB + _PAD) + _PAD, 640)
+    width = max(_LABEL_WIDTH + PREVIEW_PER_CLASS * (_THUMB + _PAD) + _PAD, 640)
     sheet_height = len(rows) * (_THUMB + 18 + _PAD) if rows else 20
     height = 30 + sheet_height + 20 + 36 + _CHART_HEIGHT + 24
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
-    draw.text((_PAD, 8), title, fill="black", font=_font())
+    draw.text((_PAD, 8), title, fill="black", font=ImageFont.load_default())
     if rows:
         y = _draw_sheet(draw, canvas, 30, rows, class_counts or {})
     else:
-        draw.text((_PAD, 30), "No decodable image records to show.", fill="black", font=_font())
+        draw.text((_PAD, 30), "No decodable image records to show.", fill="black", font=ImageFont.load_default())
         y = 50
     _draw_chart(draw, y + 10, width, shard_sizes)
     out = io.BytesIO()

@@ -8,6 +8,7 @@ bucket's keys at a time, never every key of the shard set.
 
 from __future__ import annotations
 
+import collections
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -21,8 +22,8 @@ from transforms.verify.checks import (Problem, ShardTally, check_features, check
 from transforms.verify.preview import PREVIEW_PER_CLASS, PreviewSample, preview_sample
 
 __all__ = ["ShardFile", "KEY_BUCKETS", "BUCKET_KEYS", "RECORD_BYTES_GUESS", "key_bucket_count", "SHARD_GROUP",
-           "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies", "key_bucket", "key_buckets",
-           "bucket_duplicates", "group_parts", "group_problems"]
+           "KEY_GROUP", "RangeTally", "RangeChecker", "merge_tallies", "key_bucket", "key_buckets", "bucket_duplicates",
+           "group_parts", "group_problems"]
 
 # Buckets the image keys are dealt into for the duplicate check, at least: a bucket holds
 # about 1/KEY_BUCKETS of a small shard set's keys (ImageNet's 1.28M: 20,000 a bucket).
@@ -106,10 +107,7 @@ class RangeChecker:
     def __init__(self, file: str, split: str | None, schema: Mapping[str, str] | bool | None,
                  decode_images: bool = False, labels: Sequence[str] | None = None,
                  preview: bool = False, decode_with: Sequence[str] = ()) -> None:
-        self._schema = schema
-        self._decode_images = decode_images
-        self._decode_with = tuple(decode_with)
-        self._labels = labels
+        self._how = (schema, decode_images, labels, tuple(decode_with))  # check_record's settings
         self._preview = preview
         # The image is only measured unless it is decoded or drawn: it need not be copied.
         self._views = () if decode_images or preview or decode_with else ("image/encoded",)
@@ -121,19 +119,15 @@ class RangeChecker:
         tally = self.tally
         features = scan_example(data, self._views)
         if features is None:
-            check, features = check_record(tally.file, offset, data, self._schema,
-                                           self._decode_images, self._labels, self._decode_with)
+            check, features = check_record(tally.file, offset, data, *self._how)
         else:
-            check = check_features(tally.file, offset, features, self._schema,
-                                   self._decode_images, self._labels, self._decode_with)
+            check = check_features(tally.file, offset, features, *self._how)
         tally.records += 1
-        counts = tally.label_counts
         for label in record_labels(check.label):
-            counts[str(label)] = counts.get(str(label), 0) + 1
+            tally.label_counts[str(label)] = tally.label_counts.get(str(label), 0) + 1
         if check.key is not None:
             tally.keys.append((check.key, offset))
-        if check.problems:
-            tally.problems.extend(check.problems)
+        tally.problems.extend(check.problems)
         if self._preview:
             self._keep_sample(preview_sample(features))
 
@@ -159,13 +153,11 @@ class RangeChecker:
 
 def merge_tallies(tallies: Iterable[ShardTally]) -> ShardTally:
     """Adds up the tallies of one shard's ranges."""
-    records, counts, damaged = 0, {}, False
+    tallies = list(tallies)
+    counts: collections.Counter[str] = collections.Counter()
     for tally in tallies:
-        records += tally.records
-        for label, count in tally.label_counts.items():
-            counts[label] = counts.get(label, 0) + count
-        damaged = damaged or tally.damaged
-    return ShardTally(records, counts, damaged)
+        counts.update(tally.label_counts)
+    return ShardTally(sum(t.records for t in tallies), dict(counts), any(t.damaged for t in tallies))
 
 
 def key_bucket(key: str, buckets: int = KEY_BUCKETS) -> int:
@@ -217,8 +209,6 @@ def group_problems(group: tuple[str, Any], parts: Iterable[tuple]) -> list[Probl
     kind, name = group
     if kind == KEY_GROUP:
         return bucket_duplicates(parts)
-    tallies, entry = [], None
-    for tally, part_entry in parts:
-        tallies.append(tally)
-        entry = part_entry if part_entry is not None else entry
-    return shard_problems(name, entry, merge_tallies(tallies)) if entry is not None else []
+    parts = list(parts)
+    entry = next((part_entry for _, part_entry in parts if part_entry is not None), None)  # the range at 0's
+    return shard_problems(name, entry, merge_tallies(tally for tally, _ in parts)) if entry is not None else []
