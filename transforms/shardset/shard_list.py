@@ -1,8 +1,6 @@
 """``shards.jsonl``: the shard list of a version-2 manifest, one JSON line per shard (pure).
 
-Lines run split by split (sorted by name), each split's shards by index. ``read_shard_list``
-checks the lines against what ``manifest.json`` states while it streams them, so no reader holds
-every shard's label counts at once.
+Lines run split by split (sorted by name), each split's shards by index.
 """
 
 from __future__ import annotations
@@ -29,11 +27,7 @@ def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
 
 
 def parse_shard_line(line: bytes, where: str) -> tuple[str, int, ShardEntry]:
-    """``(split, index, entry)`` of one line.
-
-    Raises:
-        ManifestError: Not JSON, or a field missing or wrong (``where`` names the line).
-    """
+    """``(split, index, entry)`` of one line (``ManifestError`` naming ``where``: not JSON, or a field wrong)."""
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError) as err:
@@ -64,18 +58,12 @@ class LineDigest:
         return ShardsFile(self._name, self._sha.hexdigest(), self.bytes, self.lines)
 
 
-
 def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
                     label_counts: bool = True) -> Iterator[tuple[str, ShardEntry]]:
-    """Streams ``(split, entry)`` from the lines of a version-2 manifest's shard list.
+    """Streams ``(split, entry)`` from the lines (newlines included) of a version-2 manifest's shard list.
 
     Each line must be the next shard in order; once the lines end, their count, size and sha256
     must be those ``manifest.json`` states, and each split's shards must add up to its totals.
-
-    Args:
-        manifest: The version-2 manifest (``Manifest.loads``).
-        lines: The file's lines, newlines included (e.g. ``iter(fh.readline, b"")``).
-        label_counts: False to give entries without their label counts.
 
     Raises:
         ManifestError: One line naming the file and the line or total that disagrees.
@@ -130,14 +118,8 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
 
 def with_shard_list(manifest: Manifest, lines: Iterable[bytes] | None,
                     label_counts: bool = True) -> Manifest:
-    """The manifest with its shard entries read from its shard list (checked as in ``read_shard_list``).
-
-    A version-1 manifest lists its shards itself and is returned as it is.
-
-    Args:
-        manifest: From ``Manifest.loads``.
-        lines: The shard list's lines, or None if the file is absent.
-        label_counts: False to keep shard entries without label counts (the splits' totals keep them).
+    """The manifest with its shard entries read from its shard list's ``lines`` (None: absent), checked as
+    in ``read_shard_list``; a version-1 manifest as it is.
 
     Raises:
         ManifestError: The shard list is absent or disagrees with the manifest.

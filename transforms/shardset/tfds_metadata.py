@@ -1,12 +1,8 @@
 """tensorflow-datasets metadata for a shard set, so ``tfds.builder_from_directory(OUT)`` loads it (pure).
 
-tfds reads ``dataset_info.json`` (per split the record count of every shard and the file-name
-template, which is our own shard naming), ``features.json`` and one ``<feature>.labels.txt`` per
-class-label feature. Every feature is named by its Example key, at the top level, so that
-``as_supervised=True`` gives ``(image/encoded, image/class/label)``. ``image/encoded`` is an
-``Image`` feature when every record holds a JPEG or PNG the last run counted; class labels are
-``ClassLabel`` features (object classes where their ids are ``0..n-1``). tfds reads uncompressed
-shards only: for gzip/zlib sets no tfds files are written.
+Every feature is named by its Example key, at the top level, so that ``as_supervised=True`` gives
+``(image/encoded, image/class/label)``; ``image/encoded`` is an ``Image`` feature when every record
+holds a JPEG or PNG the last run counted. tfds reads uncompressed shards only.
 """
 
 from __future__ import annotations
@@ -40,12 +36,9 @@ _LABELS_SUFFIX = ".labels.txt"
 
 
 def labels_file_name(key: str) -> str:
-    """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``.
-
-    As ``tfds.features.feature.convert_feature_name_to_filename`` names it.
-    """
+    """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``
+    (as ``tfds.features.feature.convert_feature_name_to_filename`` names it)."""
     return key.replace("/", ".") + _LABELS_SUFFIX
-
 
 
 def is_tfds_file(name: str) -> bool:
@@ -94,11 +87,8 @@ def _class_label(count: int, feature_type: str) -> dict[str, Any]:
 
 
 def _image(images: Mapping[str, Mapping[str, int]]) -> dict[str, Any] | None:
-    """tfds's ``Image`` feature for the records' images, or None where tfds cannot decode them all.
-
-    Args:
-        images: The manifest's ``images`` counts (``stored_formats`` and ``channels``: value -> records).
-    """
+    """tfds's ``Image`` feature for the records' images (the manifest's ``images`` counts), or None
+    where tfds cannot decode them all."""
     formats = {fmt for fmt, n in images.get("stored_formats", {}).items() if n}
     channels = {c for c, n in images.get("channels", {}).items() if n}
     if not formats or not formats <= set(_IMAGE_CHANNELS) or images.get("tf_undecodable"):
@@ -144,16 +134,8 @@ def _json(obj: Any) -> bytes:
 
 
 def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
-    """tfds's files for a shard set, name -> bytes.
-
-    Every name this module can write is in the result: None marks one this set does not have, for
-    the publisher to remove an earlier run's copy.
-
-    Args:
-        manifest: The ``shardset.manifest.Manifest`` of the set.
-        name: The dataset's name (``--name``, else ``dataset_name`` of the output folder); None for
-            ``DATASET_NAME``.
-    """
+    """tfds's files for a shard set's ``Manifest``, name -> bytes (None: one this set does not have, for
+    the publisher to remove); ``name``: the dataset's (None: ``DATASET_NAME``)."""
     none: dict[str, bytes | None] = {name: None for name in (
         DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
         # the names files of sets written before features were top-level (removed when rebuilt)

@@ -49,11 +49,7 @@ def written(path: str) -> Iterator[BinaryIO]:
 
 
 def write_file(path: str, data: bytes | Iterable[bytes]) -> None:
-    """Writes ``path`` whole: the bytes, or pieces written one after the other (never joined).
-
-    Bytes go to gs:// and s3:// in one request (``put_object``); pieces are streamed through
-    Beam's writer (on S3 a multipart upload: three requests or more).
-    """
+    """Writes ``path`` whole: the bytes (one request on a store), or pieces streamed one after the other."""
     if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
         put_object(path, data)
         return
@@ -104,13 +100,7 @@ def reporting_full_disk(folder: str, path: str, need: str = FREE_SOME_SPACE) -> 
 
 
 def put_object(path: str, data: bytes) -> None:
-    """Writes an s3:// or gs:// object whole in one request, on the process's client.
-
-    A store makes the object visible whole or not at all.
-
-    Raises:
-        OSError: The store refused it (the message names the object and the answer).
-    """
+    """Writes an s3:// or gs:// object whole in one request (``OSError`` naming the store's answer)."""
     bucket, key = bucket_key(path)
     if path.startswith("s3://"):
         import botocore.exceptions
@@ -135,14 +125,10 @@ def put_object(path: str, data: bytes) -> None:
 
 
 def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
-    """Writes ``path`` through a temporary file in ``staging`` and a rename.
+    """Writes ``path`` through a temporary file in ``staging`` and a rename (``PublishError``: the disk is full).
 
-    ``data`` is the bytes, or pieces written one after the other. A crash before the rename
-    leaves the temporary file in staging, not beside the shards. Bytes on gs:// and s3:// are put
-    in one request instead: a store's put is all or nothing.
-
-    Raises:
-        PublishError: The disk is full.
+    A crash before the rename leaves the temporary file in staging, not beside the shards. Bytes on
+    a store are put in one request instead: a store's put is all or nothing.
     """
     if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
         put_object(path, data)
@@ -155,11 +141,7 @@ def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None
 
 
 def check_writable(probe: str) -> None:
-    """Creates ``probe``, writes a line to it and deletes it.
-
-    Raises:
-        OSError, BeamIOError: Storage refused one of the calls.
-    """
+    """Creates ``probe``, writes a line to it and deletes it (``OSError``, ``BeamIOError``: refused)."""
     with written(probe) as fh:
         fh.write(b"probe\n")
     with naming_s3_errors(probe):
@@ -167,11 +149,8 @@ def check_writable(probe: str) -> None:
 
 
 def create_exclusive(path: str, data: bytes) -> bool:
-    """Creates ``path`` holding ``data`` unless it exists; True if this call created it.
-
-    ``O_EXCL`` on local disk; a conditional put on gs:// and s3://, after an existence check (some
-    stores ignore the condition).
-    """
+    """Creates ``path`` holding ``data`` unless it exists; True if this call created it (``O_EXCL``, or a
+    conditional put after an existence check: some stores ignore the condition)."""
     if is_local(path):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
