@@ -1,7 +1,6 @@
 """A publish journal with renames still to do: carried out, by the run that wrote it or the next one.
 
-The protocol is ``storage.publish``'s; ``finish_journal`` may be repeated: a rename whose source
-is gone was done. The next run into the folder finishes a journal a crash left
+The protocol is ``storage.publish``'s; the next run into the folder finishes a journal a crash left
 (``finish_interrupted``) before anything else.
 """
 
@@ -24,21 +23,14 @@ _LOG = logging.getLogger(__name__)
 
 
 def shard_moves(journal: Journal) -> list[tuple[str, str]]:
-    """The renames of a journal that bring shards and ``.idx`` files to their names (``(from, to)``).
-
-    They may be done in any order, by many workers at once, before ``finish_journal``.
-    """
+    """The renames of a journal that bring shards and ``.idx`` files to their names, in any order."""
     return [(source, target) for source, target in journal.moves if is_shard_named(target)]
 
 
 def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False) -> None:
-    """Carries out a journal's renames and deletions; safe to repeat after a crash.
+    """Carries out a journal's renames (in order, ``manifest.json`` last) and deletions; safe to repeat.
 
-    A rename whose source is gone was done (its target must be there); the rest are done in the
-    journal's order, ``manifest.json`` last.
-
-    Args:
-        shards_moved: Every rename of ``shard_moves`` is known done: they are not looked at again.
+    A rename whose source is gone was done; with ``shards_moved``, those of ``shard_moves`` are not looked at.
 
     Raises:
         PublishError: A file to rename is gone and its target is not there.
@@ -75,8 +67,7 @@ def retire_manifest(output_dir: str, journal: Journal) -> None:
 def finish_interrupted(output_dir: str) -> bool:
     """Finishes the publish a crash interrupted after its journal was written; True if there was one.
 
-    Called by a run holding the folder's lock, before staging (which holds the files still to
-    rename) is cleared; the interrupted run's staging is left to the caller.
+    Called by a run holding the lock, before staging (the files still to rename) is cleared.
     """
     data = read_if_present(join_path(output_dir, JOURNAL_NAME))
     if data is None:

@@ -159,7 +159,6 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
             yield os.fsdecode(err.filename) if err.filename else root, err
 
 
-
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
     """The entries of one local folder as ``(path, is_folder)`` (``OSError``: it cannot be listed).
 

@@ -42,10 +42,9 @@ def _has_file_system(scheme: str) -> bool:
 
 
 def path_problem(path: str) -> str | None:
-    """Why no file system can open ``path``, whatever any store holds, or None.
+    """Why no file system can open ``path`` (a NUL byte, or a scheme no file system reads), or None.
 
-    A path holding a NUL byte, or a URI whose scheme no file system of Beam's reads: Beam raises
-    ``ValueError`` for both, not an ``OSError``.
+    Beam raises ``ValueError`` for both, not an ``OSError``.
     """
     if "\0" in path:
         return "path holds a NUL byte, which no file system accepts"
