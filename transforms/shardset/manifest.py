@@ -53,12 +53,9 @@ class ShardEntry:
     """One published shard file: it states a ``crc32c``, a ``sha256`` (``--shard_sha256``, or older versions), or both.
 
     Attributes:
-        file: Name relative to the output folder.
-        bytes: Size of the file as written (compressed size for gzip/zlib).
         label_counts: Label index (as a string) -> records with that label.
-        crc32c: CRC32C of the file as written, as GCS states it (``gsutil ls -L``), or None.
-        index_crc32c: The same of its ``.idx`` (uncompressed shards), or None.
-        keys_crc32c: The same of its ``.keys`` file (``key_files``), or None without one.
+        crc32c: CRC32C of the file as written, as GCS states it (``gsutil ls -L``), or None; ``index_crc32c``
+            and ``keys_crc32c`` the same of its ``.idx`` and ``.keys`` file, or None without one.
     """
 
     file: str

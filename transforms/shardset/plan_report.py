@@ -25,6 +25,8 @@ __all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "F
 PLAN_VERSION = 1
 # How many rejected inputs a plan names per reason.
 _EXAMPLES = 3
+# The tally's mappings keyed by a string, as ``PlanTally.to_dict`` writes them.
+_MAPPINGS = ("kinds", "record_bytes", "largest", "formats", "converted", "feature_spec")
 # Dead-letter reasons that mean "the same input twice" (reject_duplicates' checks).
 DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate")
 # The split shown for inputs whose split their bytes choose (--split_fractions).
@@ -156,34 +158,24 @@ class PlanTally:
 
     def to_dict(self) -> dict[str, Any]:
         """The tally as JSON-ready values (``from_dict`` reads them back)."""
-        return {"found": [[s, label, n] for (s, label), n in sorted(self.found.items())],
-                "kinds": dict(sorted(self.kinds.items())),
+        return {**{name: [[s, label, n] for (s, label), n in sorted(getattr(self, name).items())]
+                   for name in ("found", "records")},
+                **{name: dict(sorted(getattr(self, name).items())) for name in _MAPPINGS},
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
-                "in_set": self.in_set,
-                "files_read": self.files_read, "bytes_read": self.bytes_read,
-                "estimated_sizes": self.estimated_sizes,
-                "records": [[s, label, n] for (s, label), n in sorted(self.records.items())],
-                "record_bytes": dict(sorted(self.record_bytes.items())),
-                "largest": dict(sorted(self.largest.items())),
-                "formats": dict(sorted(self.formats.items())),
-                "converted": dict(sorted(self.converted.items())),
-                "inputs": self.inputs, "classes": list(self.classes),
-                "feature_spec": dict(sorted(self.feature_spec.items()))}
+                "in_set": self.in_set, "files_read": self.files_read, "bytes_read": self.bytes_read,
+                "estimated_sizes": self.estimated_sizes, "inputs": self.inputs, "classes": list(self.classes)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> "PlanTally":
         tally = cls()
-        tally.found = {(s, label): n for s, label, n in obj["found"]}
-        tally.kinds = dict(obj.get("kinds", {}))
+        tally.found, tally.records = ({(s, label): n for s, label, n in obj[name]} for name in ("found", "records"))
+        for name in _MAPPINGS:  # a tally without "kinds" has none
+            setattr(tally, name, dict(obj.get(name, {}) if name == "kinds" else obj[name]))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
         tally.in_set = obj.get("in_set", 0)
-        tally.files_read, tally.bytes_read = obj["files_read"], obj["bytes_read"]
-        tally.estimated_sizes = obj["estimated_sizes"]
-        tally.records = {(s, label): n for s, label, n in obj["records"]}
-        tally.record_bytes, tally.largest = dict(obj["record_bytes"]), dict(obj["largest"])
-        tally.formats, tally.converted = dict(obj["formats"]), dict(obj["converted"])
+        tally.files_read, tally.bytes_read, tally.estimated_sizes = (obj["files_read"], obj["bytes_read"],
+                                                                     obj["estimated_sizes"])
         tally.inputs, tally.classes = obj["inputs"], tuple(obj["classes"])
-        tally.feature_spec = dict(obj["feature_spec"])
         return tally
 
     def dumps(self) -> bytes:
@@ -217,15 +209,9 @@ class SplitPlan:
 
 @dataclass(frozen=True)
 class FolderChange:
-    """What a run would do to the shard set published in its output folder.
-
-    Attributes:
-        published: Split -> records of the set there now (empty: none).
-        kept: Splits there now that the run keeps and lists again.
-        dropped: Splits there now that the run removes (``--drop_other_splits``).
-        problems: Why the build would refuse to start or to publish, one line each.
-        appending: The run appends: ``replaced`` are the splits it adds records to.
-    """
+    """What a run would do to the shard set published in its output folder (``published``: split ->
+    records there now): the splits it adds, replaces (``appending``: adds records to), keeps and drops
+    (``--drop_other_splits``), and why it would refuse to start or to publish, one line each."""
 
     published: Mapping[str, int]
     new: tuple[str, ...]

@@ -101,11 +101,9 @@ def cut_records(sizes_in_order: Iterable[int], num_shards: int, total_bytes: int
 
 @dataclass(frozen=True)
 class SplitTotals:
-    """The plan's facts about one split.
+    """The plan's facts about one split: its records' framed bytes, count and largest, its planned shards.
 
     Attributes:
-        total_bytes: Framed bytes of all records in the split.
-        num_shards: Shard count chosen for the split's records (planned shards).
         published: Appending: shards the split already has (0: none, a new set).
         merged: Appending: the published shard whose records join the new ones
             (rewritten as planned shard 0), or None.

@@ -136,14 +136,8 @@ def _read_all(read: Callable[[int], bytes], length: int) -> bytes:
 
 
 def open_file(path: str, decompress: bool = False, size: int | None = None, until: int | None = None) -> BinaryIO:
-    """Opens ``path`` through Beam's file system for it, for reading.
-
-    Args:
-        path: A local path or a URL.
-        decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed; else the bytes as they are.
-        size: The file's size, when known (``open_store``).
-        until: Where the reader's byte range ends (``open_store``).
-    """
+    """Opens ``path`` for reading (``decompress``: a name ending ``.gz``, ``.bz2``, ... decompressed);
+    ``size`` and ``until`` as ``open_store``'s."""
     if path.startswith(_STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
         return open_store(path, size=size, until=until)
@@ -439,15 +433,9 @@ def _store_size(path: str) -> int:
 def open_store(path: str, size: int | None = None, until: int | None = None) -> BinaryIO:
     """Opens an s3:// or gs:// object for reading in ranges of ``STORE_READ_CHUNK`` bytes, one request each.
 
-    Opening reads the first chunk in one ``GET``, which also tells the size on S3 (no ``HEAD``).
-
-    Args:
-        size: Its size, when known (a matched file): nothing is read on opening.
-        until: Where the reader's byte range ends (a split of a shard): no request reaches past
-            it unless the reader reads past it, and then in requests from ``PAST_RANGE_CHUNK`` up.
-
-    Raises:
-        OSError: As ``read_range`` (``FileNotFoundError`` when missing).
+    Opening reads the first chunk in one ``GET``, which also tells the size on S3 (no ``HEAD``), unless
+    ``size`` is known. With ``until`` (where a shard's split ends) no request reaches past it unless
+    the reader reads past it, and then from ``PAST_RANGE_CHUNK`` up. ``OSError`` as ``read_range``.
     """
     chunk = STORE_READ_CHUNK
     if size is not None:

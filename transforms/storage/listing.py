@@ -57,7 +57,8 @@ def is_folder(path: str) -> bool:
     if has_wildcards(path) or exists(path):
         return False
     if path.startswith(LEVEL_SCHEMES):  # the objects right below it, as the match of ``path/*`` finds them
-        return _has_objects_at_level(path + "/")
+        with _listing_errors(path + "/"):  # pages of _PROBE_PAGE keys, until one
+            return any(not sub for _, sub in _list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
     return bool(_matched(path + "/*", limit=1))
 
 
@@ -283,11 +284,6 @@ def _gcs_entries(bucket: str, page) -> Iterator[tuple[str, bool]]:
     for sub in sorted(getattr(page, "prefixes", ())):
         yield f"gs://{bucket}/{sub}", True
 
-
-def _has_objects_at_level(prefix: str) -> bool:
-    """True if an object lies right below a gs:// or s3:// prefix; pages of ``_PROBE_PAGE`` keys, until one."""
-    with _listing_errors(prefix):
-        return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
 
 
 @contextlib.contextmanager

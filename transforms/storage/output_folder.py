@@ -48,18 +48,13 @@ def staging_folder(output_dir: str, run_id: str | None = None) -> str:
     return join_path(root, run_id) if run_id else root
 
 
-def _output_key(output_dir: str) -> str:
-    """12 hex digits of the sha256 of the output folder's URL (a local one made absolute)."""
-    url = os.path.abspath(output_dir) if is_local(output_dir) else output_dir.rstrip("/")
-    return hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
-
-
 def run_files_folder(output_dir: str, run_id: str, staging_dir: str | None = None) -> str:
     """Where the run ``run_id`` writes its run files: ``OUTPUT/.staging/<run id>/runs``, or a folder
     of ``--staging_dir`` named for the output folder and the run (builds sharing it never mix)."""
     if not staging_dir:
         return join_path(staging_folder(output_dir, run_id), RUNS_DIR)
-    return join_path(staging_dir, f"{_RUN_FILES_PREFIX}{_output_key(output_dir)}-{run_id}")
+    url = os.path.abspath(output_dir) if is_local(output_dir) else output_dir.rstrip("/")  # 12 hex digits of it
+    return join_path(staging_dir, f"{_RUN_FILES_PREFIX}{hashlib.sha256(url.encode('utf-8')).hexdigest()[:12]}-{run_id}")
 
 
 def _run_files_elsewhere(output_dir: str, run_id: str) -> str | None:

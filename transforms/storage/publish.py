@@ -1,17 +1,9 @@
 """Publishing a run's staged shards into its output folder: one journal, carried forward.
 
-Every run that publishes, once every shard is staged:
-
-0. checks the lock is still this run's, no link stands where the tool's folders go, and the
-   kept splits are as listed; refuses otherwise, changing nothing;
-1. plans the new set (``shardset.publish_plan``);
-2. stages every file of the new set that is not a shard, ``manifest.json`` among them;
-3. writes the journal (``.publishing.json``); from here on the publish only goes forward;
-4. carries it out (``journal.finish_journal``), the shard renames on many workers between
-   ``prepare_publish`` and ``commit_publish`` from ``folders.PARALLEL_MOVES`` of them on.
-
-A crash after 3 leaves the journal: the next run into the folder, or the retried step, finishes
-it first. Readers see the old manifest, none, or the new one, never one naming a missing file.
+Steps (RELIABILITY.md, "Publishing is atomic; a kill at any moment converges"):
+checks (0), a plan (1, ``shardset.publish_plan``), the set's other files staged (2), the journal
+written (3), then carried out (4, ``journal.finish_journal``), the shard renames on many workers
+between ``prepare_publish`` and ``commit_publish`` from ``folders.PARALLEL_MOVES`` of them on.
 Nothing it is given grows with shards: counts and the staged parts of the shard list and dead letters.
 """
 
@@ -157,16 +149,6 @@ def _append_checks(output_dir: str, state: FolderState, staging: str, kept: Mapp
                 f"split {t.split!r} has {listed.num_shards if listed else 0} shards in {output_dir}, not the "
                 f"{t.published} this run planned for: another run changed the set; append again"))
 
-
-def _checked_labels(output_dir: str, state: FolderState, staging: str, kept: Mapping[str, SplitEntry],
-                    totals: Sequence[SplitTotals], labels: Sequence[str], compression: str,
-                    manifest_fields: Mapping[str, Any], policy: PublishPolicy) -> list[str]:
-    """The checks of an append or of a run that replaces the splits it writes; returns the set's class names."""
-    if policy.append:
-        _append_checks(output_dir, state, staging, kept, totals, compression, manifest_fields)
-        return list(labels)
-    return _build_checks(output_dir, state, staging, kept, {t.split for t in totals}, list(labels), compression,
-                         manifest_fields, policy)
 
 
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
@@ -333,7 +315,12 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     old = state.manifest
     written_splits = {t.split for t in totals}
     kept = kept_splits(old, written_splits, policy)
-    labels = _checked_labels(output_dir, state, staging, kept, totals, labels, compression, manifest_fields, policy)
+    if policy.append:
+        _append_checks(output_dir, state, staging, kept, totals, compression, manifest_fields)
+        labels = list(labels)
+    else:
+        labels = _build_checks(output_dir, state, staging, kept, written_splits, list(labels), compression,
+                               manifest_fields, policy)
     # One small entry per shard, read from the parts' staged files (the side input is the parts only).
     staged = staged_of_parts(output_dir, parts, old, staging, compression)
     merged, dead_count, repeated = _stage_dead_letters(output_dir, staging, staged, parts, totals, dead_letters, inputs,

@@ -125,11 +125,8 @@ def put_object(path: str, data: bytes) -> None:
 
 
 def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
-    """Writes ``path`` through a temporary file in ``staging`` and a rename (``PublishError``: the disk is full).
-
-    A crash before the rename leaves the temporary file in staging, not beside the shards. Bytes on
-    a store are put in one request instead: a store's put is all or nothing.
-    """
+    """Writes ``path`` through a temporary file in ``staging`` (a crash leaves it there, not beside the shards)
+    and a rename; bytes on a store in one request (all or nothing). ``PublishError``: the disk is full."""
     if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
         put_object(path, data)
         return
