@@ -46,13 +46,8 @@ def shortfall(need: int, free: int | None) -> int | None:
 
 
 def shortfall_clause(input_bytes: int, free: int | None, kept: int = 0) -> str:
-    """What a build that ran out of space says of its need: the estimate, the free space, the difference.
-
-    Args:
-        input_bytes: Bytes of its inputs (its records are about as large).
-        free: Free bytes where its output lies now, or None.
-        kept: Bytes of the staging it kept for the rerun to resume (they count toward the peak).
-    """
+    """What a build that ran out of space says of its need (about its ``input_bytes``), the ``free`` space
+    now and the difference; ``kept``: bytes of the staging it kept for the rerun (they count toward the peak)."""
     need = build_disk_need(input_bytes).peak
     text = f"this build needs about {size_text(need)} free there at its peak (twice its inputs' {size_text(input_bytes)})"
     return text if free is None else f"{text} and {_free_now(need, free, kept, ' are')}"

@@ -17,7 +17,7 @@ from transforms.errors import ManifestError
 from transforms.tfrecord.file_hash import crc32c_value
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
-           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME",
+           "ShardsFile", "Manifest", "sorted_label_counts", "parse_json", "MANIFEST_NAME", "LABELS_NAME",
            "DEAD_LETTERS_NAME", "SHARDS_NAME", "REFUSED_DEAD_LETTERS_NAME"]
 
 FORMAT_NAME = "tfrecord-shards"
@@ -30,6 +30,14 @@ DEAD_LETTERS_NAME = "dead_letters.jsonl"
 REFUSED_DEAD_LETTERS_NAME = "dead_letters.refused_append.jsonl"
 SHARDS_NAME = "shards.jsonl"
 _HEX = frozenset("0123456789abcdef")
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """The JSON value of ``data``; ``ManifestError`` (``what: why``) when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ManifestError(f"{what}: {err}") from err
 
 
 def _require(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
@@ -338,10 +346,7 @@ class Manifest:
             ManifestError: Not JSON, wrong format or version, or a field is missing, of the wrong type,
                 or disagrees with another.
         """
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"manifest is not valid JSON: {err}") from err
+        obj = parse_json(data, "manifest is not valid JSON")
         if not isinstance(obj, dict):
             raise ManifestError("manifest must be a JSON object")
         if obj.get("format") != FORMAT_NAME:

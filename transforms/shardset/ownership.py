@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import ManifestError
-from transforms.shardset.manifest import REFUSED_DEAD_LETTERS_NAME, Manifest, SplitEntry
+from transforms.shardset.manifest import REFUSED_DEAD_LETTERS_NAME, Manifest, SplitEntry, parse_json
 from transforms.shardset.naming import SHARD_NAME_RE
 from transforms.shardset.resume import RunMarker
 from transforms.shardset.key_files import KEYS_SUFFIX, keys_name
@@ -65,10 +65,7 @@ class Journal:
     @classmethod
     def loads(cls, data: bytes) -> "Journal":
         """Parses a journal (``ManifestError``: not one this tool wrote)."""
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"{JOURNAL_NAME} is not JSON: {err}") from err
+        obj = parse_json(data, f"{JOURNAL_NAME} is not JSON")
         claimed = obj.get("claimed") if isinstance(obj, dict) else None
         if (not isinstance(claimed, list) or not all(isinstance(n, str) for n in claimed)
                 or not isinstance(obj.get("run_id"), str)):

@@ -204,11 +204,8 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
                   published: Sequence[int] | None = None) -> SplitLayout:
     """Turns a split's per-bucket totals into its shard count and the offset of every bucket.
 
-    Args:
-        bucket_totals: ``(bucket, records, bytes, largest record)`` per
-            occupied bucket, in any order, each bucket once.
-        target_bytes: Target shard size, used when ``num_shards`` is None.
-        published: Appending: bytes of each published shard (``append_layout``).
+    ``bucket_totals``: ``(bucket, records, bytes, largest record)`` per occupied bucket, in any order;
+    ``published``: appending, the bytes of each published shard (``append_layout``).
 
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
@@ -240,11 +237,8 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
 
 
 def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]) -> list[int]:
-    """Returns the shard of each record of one bucket, given their framed sizes in shuffled order.
-
-    Raises:
-        PlanError: The bucket holds a different number of records than counted.
-    """
+    """Returns the shard of each record of one bucket, given their framed sizes in shuffled order
+    (``PlanError``: not as many records as counted)."""
     index = layout.index_of(bucket)
     expected = layout.records[index]
     if len(sizes_in_order) != expected:

@@ -32,12 +32,8 @@ def _features(data: bytes, where: str) -> dict:
 
 
 def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
-    """The ``image/key/sha256`` of every record of a shard (``fh``: decompressed, at its start) that has one.
-
-    Raises:
-        RecordError: A record is damaged.
-        ShardsError: A record is not a ``tf.train.Example``.
-    """
+    """The ``image/key/sha256`` of every record of a shard (``fh``: decompressed, at its start) that has one
+    (``RecordError``: a record is damaged; ``ShardsError``: not an Example)."""
     for offset, data in iter_records(fh, path):
         key = record_key(data, f"{path}: record at byte {offset}")
         if key is not None:

@@ -82,11 +82,8 @@ def record_item(data: bytes, seed: int, split: str = "") -> RecordItem:
 
 
 def input_split(path: str, split: str | None) -> str:
-    """The split a record read from ``path`` is written to: ``--split``, else the one its shard name states.
-
-    Raises:
-        ShardsError: ``split`` is None and the file's name states no split.
-    """
+    """The split a record read from ``path`` is written to: ``--split``, else the one its shard name states
+    (``ShardsError``: none)."""
     if split is not None:
         return split
     found = split_of_shard(path)

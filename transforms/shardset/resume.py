@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from transforms.errors import ManifestError
 from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
+from transforms.shardset.manifest import parse_json
 from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice
 
@@ -66,10 +67,7 @@ class RunMarker:
     @classmethod
     def loads(cls, data: bytes) -> "RunMarker":
         """Parses a marker; ``ManifestError`` when this version of the tool did not write it."""
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"resume marker is not JSON: {err}") from err
+        obj = parse_json(data, "resume marker is not JSON")
         if not (isinstance(obj, dict) and obj.get("format") == _FORMAT and isinstance(obj.get("run_id"), str)
                 and isinstance(obj.get("fingerprint"), str) and isinstance(obj.get("options"), dict)):
             raise ManifestError("resume marker lacks format, run_id, fingerprint or options")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from transforms.errors import ManifestError
+from transforms.shardset.manifest import parse_json
 
 __all__ = ["LOCK_NAME", "LockInfo", "is_stale", "held_message", "lost_message"]
 
@@ -42,10 +43,7 @@ class LockInfo:
     @classmethod
     def loads(cls, data: bytes) -> "LockInfo":
         """Parses a lock's bytes (``ManifestError``: not a lock this tool wrote)."""
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"lock is not JSON: {err}") from err
+        obj = parse_json(data, "lock is not JSON")
         if not isinstance(obj, dict):
             raise ManifestError("lock is not a JSON object")
         run_id, job, host = obj.get("run_id"), obj.get("job"), obj.get("host")

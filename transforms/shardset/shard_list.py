@@ -12,8 +12,7 @@ from typing import Iterable, Iterator
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import (MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry, ShardsFile,
-                                          SplitEntry, _label_sort, _require,
-                                          sorted_label_counts)
+                                          SplitEntry, _label_sort, _require, parse_json, sorted_label_counts)
 
 __all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list", "LineDigest"]
 
@@ -28,10 +27,7 @@ def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
 
 def parse_shard_line(line: bytes, where: str) -> tuple[str, int, ShardEntry]:
     """``(split, index, entry)`` of one line (``ManifestError`` naming ``where``: not JSON, or a field wrong)."""
-    try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:
-        raise ManifestError(f"{where}: not a JSON line: {err}") from err
+    obj = parse_json(line, f"{where}: not a JSON line")
     if not isinstance(obj, dict):
         raise ManifestError(f"{where}: expected an object, got {type(obj).__name__}")
     return (_require(obj, "split", str, where), _require(obj, "index", int, where),

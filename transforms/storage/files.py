@@ -280,11 +280,8 @@ def _remote_range(path: str, offset: int, length: int) -> tuple[bytes, int | Non
 
 
 def read_range(path: str, offset: int, length: int) -> bytes:
-    """The ``length`` bytes at ``offset`` (fewer only if the file ends first); one request on a store.
-
-    Raises:
-        OSError: Missing (``FileNotFoundError``), denied (``PermissionError``) or the store failed (``EIO``).
-    """
+    """The ``length`` bytes at ``offset`` (fewer only if the file ends first); one request on a store
+    (``OSError``: ``FileNotFoundError``, ``PermissionError``, or ``EIO`` where the store failed)."""
     if is_local(path):
         with open(path, "rb") as fh:
             return _pread_all(fh.fileno(), offset, length)
@@ -292,11 +289,8 @@ def read_range(path: str, offset: int, length: int) -> bytes:
 
 
 def read_prefix(path: str, length: int) -> tuple[bytes, int | None]:
-    """The first ``length`` bytes of a file (all of a shorter one) and its size (None: gs:// does not tell).
-
-    Raises:
-        OSError: As ``read_range``; a local path as ``open_for_read``.
-    """
+    """The first ``length`` bytes of a file (all of a shorter one) and its size (None: gs:// does not tell);
+    ``OSError`` as ``read_range``, a local path as ``open_for_read``."""
     if is_local(path):
         with open_for_read(path) as fh:
             return read_at_most(fh, length), os.fstat(fh.fileno()).st_size

@@ -285,7 +285,6 @@ def _gcs_entries(bucket: str, page) -> Iterator[tuple[str, bool]]:
         yield f"gs://{bucket}/{sub}", True
 
 
-
 @contextlib.contextmanager
 def _listing_errors(prefix: str) -> Iterator[None]:
     """Raises a refused or unanswered listing of ``prefix`` as an ``OSError`` naming it."""

@@ -123,12 +123,8 @@ def check_own_folders(output_dir: str) -> str | None:
 
 
 def check_output_dir(output_dir: str, run_id: str) -> None:
-    """Refuses an output folder that is a file, lies below one, holds a link where the tool's own
-    folders go, or cannot be written.
-
-    Raises:
-        UsageError: One line saying which.
-    """
+    """Refuses (``UsageError``) an output folder that is a file, lies below one, holds a link where the
+    tool's own folders go, or cannot be written."""
     problem = check_own_folders(output_dir)
     if problem:
         raise UsageError(problem)
@@ -176,11 +172,8 @@ def _listing(output_dir: str) -> dict[str, int]:
 
 
 def read_manifest(output_dir: str, data: bytes | None = None) -> Manifest:
-    """The folder's manifest with every shard listed, without label counts (``data``: its bytes, if read).
-
-    Raises:
-        ManifestError: The manifest or its shard list cannot be read, or they disagree.
-    """
+    """The folder's manifest with every shard listed, without label counts (``data``: its bytes, if read);
+    ``ManifestError``: the manifest or its shard list cannot be read, or they disagree."""
     if data is None:
         data = read_if_present(join_path(output_dir, MANIFEST_NAME))
         if data is None:
@@ -317,11 +310,7 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
 def published_shards(output_dir: str,
                      policy: PublishPolicy) -> tuple[list[tuple[str, str, str | None]], str]:
     """``(split, shard path, keys file's CRC32C or None)`` of the published shards a run may keep, and
-    their compression; none without a manifest or with ``--drop_other_splits``.
-
-    Raises:
-        ManifestError: The manifest or its shard list cannot be read.
-    """
+    their compression; none without a manifest or with ``--drop_other_splits`` (``ManifestError``: unreadable)."""
     data = None if policy.drop_other_splits else read_if_present(join_path(output_dir, MANIFEST_NAME))
     if data is None:
         return [], "none"
@@ -332,11 +321,7 @@ def published_shards(output_dir: str,
 
 
 def published_shard_sizes(output_dir: str) -> dict[str, tuple[int, ...]]:
-    """Split -> bytes of each of its published shards, in index order (an append's plan starts from it).
-
-    Raises:
-        ManifestError: The manifest or its shard list cannot be read.
-    """
+    """Split -> bytes of each of its published shards, in index order (``ManifestError``: unreadable)."""
     manifest = read_manifest(output_dir)
     return {name: tuple(shard.bytes for shard in split.shards) for name, split in sorted(manifest.splits.items())}
 

@@ -345,9 +345,7 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
 
 def commit_publish(commit: PublishCommit, moved: int) -> Manifest:
     """Step 4 of a publish once every handed-out shard rename is done (``moved`` of them); safe to repeat.
-
-    Returns:
-        The published manifest (its shard entries without label counts).
+    Returns the published manifest (its shard entries without label counts).
 
     Raises:
         PublishError: Renames are missing, a file to rename is gone, or the lock is no longer this run's.
@@ -389,11 +387,8 @@ def staged_commit_record(path: str) -> Any | None:
 
 
 def published_already(output_dir: str, run_id: str) -> Manifest:
-    """A commit step run again after its run published: finishes clearing and returns the manifest.
-
-    Raises:
-        PublishError: The lock is not this run's, or no ``manifest.json`` is there.
-    """
+    """A commit step run again after its run published: finishes clearing and returns the manifest
+    (``PublishError``: the lock is not this run's, or no ``manifest.json`` is there)."""
     check_lock(output_dir, run_id)
     published = read_if_present(join_path(output_dir, MANIFEST_NAME))
     if published is None:

@@ -23,12 +23,12 @@ from transforms.storage.folders import delete_files, rename_files
 from transforms.storage.paths import bucket_key, is_local
 
 __all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
-           "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
+           "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
            "create_exclusive_s3", "check_writable"]
 
 # What a disk-full message asks for when the space a write needs is not known.
 FREE_SOME_SPACE = "free some space"
-# How a disk-full message starts (``no_space_message``).
+# How a disk-full message starts (``reporting_full_disk``).
 _NO_SPACE = "no space left in "
 
 
@@ -76,27 +76,23 @@ def shards_need(needed: int | None) -> str:
     return f"this run's shards need about {needed / MIB:.1f} MiB" if needed else FREE_SOME_SPACE
 
 
-def no_space_message(folder: str, path: str, need: str = FREE_SOME_SPACE) -> str:
-    """One line for a write that ran out of space: the folder, what the run needs, what is free."""
-    free = free_bytes(folder)
-    have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
-    return f"{_NO_SPACE}{folder} writing {path}: {need}{have}"
-
-
 def is_no_space(message: str) -> bool:
-    """True for a failure's line that ``no_space_message`` wrote."""
+    """True for a failure's line that ``reporting_full_disk`` wrote."""
     return message.startswith(_NO_SPACE)
 
 
 @contextlib.contextmanager
 def reporting_full_disk(folder: str, path: str, need: str = FREE_SOME_SPACE) -> Iterator[None]:
-    """Raises a full disk inside the block (``ENOSPC``) as a ``PublishError`` (``no_space_message``)."""
+    """Raises a full disk inside the block (``ENOSPC``) as a ``PublishError`` of one line: the folder,
+    what the run needs, what is free."""
     try:
         yield
     except OSError as err:
-        if err.errno == errno.ENOSPC:
-            raise PublishError(no_space_message(folder, path, need)) from err
-        raise
+        if err.errno != errno.ENOSPC:
+            raise
+        free = free_bytes(folder)
+        have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
+        raise PublishError(f"{_NO_SPACE}{folder} writing {path}: {need}{have}") from err
 
 
 def put_object(path: str, data: bytes) -> None:
