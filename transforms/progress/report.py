@@ -12,13 +12,11 @@ __all__ = ["Stage", "progress_line", "progress_bar", "format_bytes", "format_sec
 ETA_AFTER_SECONDS = 5.0
 
 
-def plural(count: int, noun: str, many: str | None = None) -> str:
+def plural(count: int, noun: str) -> str:
     """Returns ``"1 shard"``, ``"2 shards"``, ``"0 classes"``: the count with its noun agreeing."""
     if count == 1:
         return f"{count} {noun}"
-    if many is None:
-        many = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
-    return f"{count} {many}"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
 
 
 @dataclass(frozen=True)

@@ -392,8 +392,7 @@ class Plan:
     def text(self) -> str:
         """The summary a person reads."""
         tally = self.tally
-        where = ", ".join(self.inputs)
-        lines = [f"Plan of a build of {where} into {self.output_dir}, in {self.plan_seconds:.1f} s "
+        lines = [f"Plan of a build of {', '.join(self.inputs)} into {self.output_dir}, in {self.plan_seconds:.1f} s "
                  "(an estimate; nothing was written)"]
         found = self.found_by_split()
         listing_rejects = self.inputs_found - sum(tally.found.values())
@@ -436,9 +435,7 @@ class Plan:
                      + (f" + {plural(self.inputs_found, 'input')} at {per_input * 1000:g} ms" if per_input else "")
                      + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
                      + f"; {self.rate.source})")
-        refusals = self.refusals()
-        for line in refusals:
-            lines.append(f"  the build would refuse: {line}")
+        lines += [f"  the build would refuse: {line}" for line in self.refusals()]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 

@@ -90,8 +90,7 @@ def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) ->
 
 def cut_records(sizes_in_order: Iterable[int], num_shards: int, total_bytes: int,
                 start: int = 0) -> list[int]:
-    """Returns a shard per record (framed sizes in shuffled order) for a run of records that begins
-    ``start`` bytes into the split."""
+    """A shard per record (framed sizes in shuffled order) of a run of records ``start`` bytes into the split."""
     shards = []
     for size in sizes_in_order:
         shards.append(shard_of_offset(start, size, total_bytes, num_shards))
@@ -140,8 +139,7 @@ class SplitTotals:
         return self.merged if shard == 0 else self.published + shard - 1
 
     def planned_shard(self, index: int) -> int | None:
-        """The planned shard published as ``index`` (inverse of ``final_index``), or None for a
-        published shard that is kept as it is."""
+        """The planned shard published as ``index`` (inverse of ``final_index``); None: a kept published one."""
         if self.merged is not None and index == self.merged:
             return 0
         local = index - self.published + (1 if self.merged is not None else 0)

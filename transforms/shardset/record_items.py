@@ -82,8 +82,7 @@ def record_item(data: bytes, seed: int, split: str = "") -> RecordItem:
 
 
 def input_split(path: str, split: str | None) -> str:
-    """The split a record read from ``path`` is written to: ``--split``, else the one its shard name states
-    (``ShardsError``: none)."""
+    """The split a record of ``path`` goes to: ``--split``, else the one its shard name states (or ``ShardsError``)."""
     if split is not None:
         return split
     found = split_of_shard(path)

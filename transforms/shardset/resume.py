@@ -116,8 +116,7 @@ class DoneInput:
     meta: ImageMeta
 
     def matches(self, source: SourceImage, stamp: Stamp | None, context: str, key: str | None = None) -> bool:
-        """True if the record may stand for ``source`` now: same listing (``key``, if given, is its
-        ``source_key``), stamp and context."""
+        """True if the record may stand for ``source``: same listing (``key``: its ``source_key``), stamp, context."""
         return (stamp is not None and tuple(stamp) == tuple(self.stamp) and context == self.context
                 and source.path == self.path and (key or source_key(source)) == self.source)
 
@@ -252,8 +251,7 @@ def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -
 
 
 def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterable[ImageMeta]) -> str:
-    """A digest of what decides a shard's bytes: its key, compression and records in order (what
-    ``records.image_example_parts`` takes)."""
+    """A digest of what decides a shard's bytes: key, compression and records (``records.image_example_parts``)."""
     digest = hashlib.sha256(repr((tuple(key), compression)).encode("utf-8"))
     for meta in items:
         info, source = meta.info, meta.source

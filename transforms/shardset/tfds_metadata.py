@@ -87,8 +87,7 @@ def _class_label(count: int, feature_type: str) -> dict[str, Any]:
 
 
 def _image(images: Mapping[str, Mapping[str, int]]) -> dict[str, Any] | None:
-    """tfds's ``Image`` feature for the records' images (the manifest's ``images`` counts), or None
-    where tfds cannot decode them all."""
+    """tfds's ``Image`` feature for the manifest's ``images`` counts, or None where tfds cannot decode them all."""
     formats = {fmt for fmt, n in images.get("stored_formats", {}).items() if n}
     channels = {c for c, n in images.get("channels", {}).items() if n}
     if not formats or not formats <= set(_IMAGE_CHANNELS) or images.get("tf_undecodable"):

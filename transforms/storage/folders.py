@@ -102,8 +102,7 @@ def delete_tree(folder: str) -> None:
 
 
 def delete_claimed(path: str, aside: str) -> bool:
-    """Deletes ``path`` so that of two callers doing it at once, one does (locally: renamed to ``aside``
-    first); True if this one did."""
+    """Deletes ``path`` so that of two callers at once one does (locally renamed to ``aside`` first); True: this one."""
     if is_local(path):
         try:
             os.rename(path, aside)
@@ -128,8 +127,7 @@ def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
 
 
 def rename_all(pairs: Sequence[tuple[str, str]]) -> None:
-    """Renames ``(from, to)`` pairs, ``RENAME_THREADS`` chunks of ``RENAME_CHUNK`` at a time (a failure
-    raised once the others ended)."""
+    """Renames ``(from, to)`` pairs, ``RENAME_THREADS`` chunks of ``RENAME_CHUNK`` at a time (failures raised after)."""
     chunks = [pairs[i:i + RENAME_CHUNK] for i in range(0, len(pairs), RENAME_CHUNK)]
     if len(chunks) == 1:
         rename_files(chunks[0])

@@ -45,8 +45,7 @@ def _first_missing(folder: str) -> str | None:
 
 
 def handback_folder(output_dir: str | None, temp_location: str | None, job: str) -> HandBack:
-    """A new folder of this run: under ``temp_location``, else in ``output_dir``'s staging folder
-    (``ShardsError``: neither is given)."""
+    """A new folder of this run under ``temp_location``, else in ``output_dir``'s staging (``ShardsError``: neither)."""
     root = temp_location or (staging_folder(output_dir) if output_dir else None)
     if root is None:
         raise ShardsError(f"{job} has nowhere its workers can hand back what they found: give "

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists
-from transforms.storage.paths import has_wildcards, is_local
+from transforms.storage.paths import bucket_key, has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
            "has_files_below", "walk_local_tree", "scan_local_folder",
@@ -233,39 +233,38 @@ LEVEL_SCHEMES = ("gs://", "s3://")
 _PROBE_PAGE = 20
 
 
-def _list_store(prefix: str, by_level: bool, page_size: int | None = None,
-                first_page: int | None = None) -> Iterator[tuple[str, bool]]:
-    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it;
-    ``page_size`` keys a request (None: the store's most), ``first_page`` keys the first one."""
+def _list_store(prefix: str, by_level: bool, page_size: int | None = None, first_page: int | None = None,
+                start: str | None = None) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it (from the
+    key ``start`` on, when given); ``page_size`` keys a request (None: the store's most), ``first_page``
+    keys the first one."""
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
-    delimiter = {"Delimiter": "/"} if by_level else {}
     if scheme == "s3":
         client = store_client("s3")
+        extra = {**({"Delimiter": "/"} if by_level else {}), **({} if start is None else {"StartAfter": start})}
         paging: dict = {} if page_size is None else {"PageSize": page_size}
         if first_page is not None:
-            page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=first_page, **delimiter)
+            page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=first_page, **extra)
             yield from _s3_entries(bucket, page)
             if not page.get("IsTruncated"):
                 return
             paging["StartingToken"] = page["NextContinuationToken"]
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
-                                                                  PaginationConfig=paging, **delimiter)
+                                                                  PaginationConfig=paging, **extra)
         for page in pages:
             yield from _s3_entries(bucket, page)
         return
     if scheme == "gs":
         token = None
+        listing = dict(prefix=key_prefix, delimiter="/" if by_level else None, start_offset=start)
         if first_page is not None:
-            blobs = store_client("gs").list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
-                                                    page_size=first_page)
+            blobs = store_client("gs").list_blobs(bucket, page_size=first_page, **listing)
             yield from _gcs_entries(bucket, next(blobs.pages, []))
             token = blobs.next_page_token
             if not token:
                 return
-        blobs = store_client("gs").list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
-                                                page_size=page_size, page_token=token)
-        for page in blobs.pages:
+        for page in store_client("gs").list_blobs(bucket, page_size=page_size, page_token=token, **listing).pages:
             yield from _gcs_entries(bucket, page)
         return
     raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
@@ -330,28 +329,13 @@ def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
 
 
 def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:
-    """Keys (relative to ``prefix``) of every object below a gs:// or s3:// prefix after ``after``, in order.
-
-    S3 starts after ``after``, GCS at it: keys not after it are dropped here as well.
-    """
-    scheme, _, rest = prefix.partition("://")
-    bucket, _, key_prefix = rest.partition("/")
+    """Keys (relative to ``prefix``) of every object below a gs:// or s3:// prefix after ``after``, in order
+    (S3 starts after ``after``, GCS at it: keys not after it are dropped here as well)."""
+    key_prefix = bucket_key(prefix)[1]
     start = None if after is None else key_prefix + after
-    if scheme == "s3":
-        extra: dict = {} if start is None else {"StartAfter": start}
-        if page_size is not None:
-            extra["PaginationConfig"] = {"PageSize": page_size}
-        pages = store_client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
-                                                                             **extra)
-        names = (item["Key"] for page in pages for item in page.get("Contents", []))
-    elif scheme == "gs":
-        names = (blob.name for page in store_client("gs").list_blobs(
-            bucket, prefix=key_prefix, start_offset=start, page_size=page_size).pages for blob in page)
-    else:
-        raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
-    for name in names:
-        if start is None or name > start:
-            yield name[len(key_prefix):]
+    for key in (bucket_key(path)[1] for path, _ in _list_store(prefix, False, page_size, start=start)):
+        if start is None or key > start:
+            yield key[len(key_prefix):]
 
 
 def list_store_range(prefix: str, after: str | None = None, until: str | None = None) -> Iterator[str]:

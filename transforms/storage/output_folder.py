@@ -78,8 +78,7 @@ def run_files_of(output_dir: str, run_id: str) -> str:
 
 
 def _mark_run_files(output_dir: str, run_id: str, staging_dir: str) -> None:
-    """Checks the run's folder in ``staging_dir`` can be written (``UsageError``), and names it in the
-    run's staging folder."""
+    """Checks the run's folder in ``staging_dir`` can be written (``UsageError``); names it in its staging folder."""
     folder = run_files_folder(output_dir, run_id, staging_dir)
     _check_writable("--staging_dir", staging_dir, join_path(folder, ".probe"))
     staging = staging_folder(output_dir, run_id)

@@ -64,8 +64,7 @@ def _normal(path: str) -> str:
 
 
 def same_file(a: str, b: str) -> bool:
-    """True if the paths name one file: the same path once normalized, or (locally) one file
-    through a symbolic or hard link."""
+    """True if the paths name one file: the same path once normalized, or (locally) one through a link."""
     if _normal(a) == _normal(b):
         return True
     if is_local(a) and is_local(b) and os.path.exists(a) and os.path.exists(b):

@@ -237,15 +237,6 @@ def _staged_copy(output_dir: str, staging: str, name: str) -> str:
     return join_path(output_dir, staged_name(relative_name(output_dir, staging), name))
 
 
-def _write_empty_shards(output_dir: str, totals: Sequence[SplitTotals], staged: dict[tuple[str, int], StagedShard],
-                        compression: str, run_id: str, file_format: str) -> dict[tuple[str, int], StagedShard]:
-    """Writes the planned shards no worker wrote, empty; adds them to ``staged`` and returns them."""
-    empty = {(split, index): StagedShard.of(write_shard(output_dir, (split, index, count), [], compression, run_id,
-                                                        file_format=file_format))
-             for split, index, count in unwritten_shards(totals, staged)}
-    staged.update(empty)
-    return empty
-
 
 def _label_counts(parts: Sequence[ShardListPart]) -> dict[str, dict[str, int]]:
     """Split -> label -> records, summed over the shard-list parts."""
@@ -325,8 +316,11 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     staged = staged_of_parts(output_dir, parts, old, staging, compression)
     merged, dead_count, repeated = _stage_dead_letters(output_dir, staging, staged, parts, totals, dead_letters, inputs,
                                                        max_bad_fraction, old, policy.append)
-    empty = _write_empty_shards(output_dir, totals, staged, compression, policy.run_id,
-                                manifest_fields.get("file_format", "tfrecord"))
+    file_format = manifest_fields.get("file_format", "tfrecord")
+    empty = {(split, index): StagedShard.of(write_shard(output_dir, (split, index, count), [], compression,
+                                                        policy.run_id, file_format=file_format))
+             for split, index, count in unwritten_shards(totals, staged)}  # the planned shards no worker wrote
+    staged.update(empty)
     try:
         plan = plan_publish(output_dir, old, staged, totals, kept, _label_counts(parts), state.present, state.owned(),
                             compression, overwrite_unlisted=policy.overwrite_unlisted and not policy.append,

@@ -163,28 +163,26 @@ def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | 
             source = join_path(output_dir, done.file)
             source_index = index_name(source) if done.staged_index else None
             source_keys = keys_name(source) if done.staged_keys else None
-        if (not hashes_match(source, done.crc32c)
-                or (source_index and not hashes_match(source_index, done.index_crc32c))
-                or (source_keys and not hashes_match(source_keys, done.keys_crc32c))):
+        if any(path and not hashes_match(path, crc) for path, crc in (
+                (source, done.crc32c), (source_index, done.index_crc32c), (source_keys, done.keys_crc32c))):
             _LOG.warning("not reusing %s: its CRC32C is not the one recorded when it was written", source)
             return None
-        moves = [(source, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
-        staged_index = staged_keys = None
-        if done.staged_index:
-            staged_index = join_path(staging, done.staged_index.rsplit("/", 1)[-1])
-            moves.append((source_index, staged_index))
-        if done.staged_keys:
-            staged_keys = join_path(staging, done.staged_keys.rsplit("/", 1)[-1])
-            moves.append((source_keys, staged_keys))
-        (copy_files if published else rename_files)(moves)
+
+        def here(path: str | None) -> str | None:
+            """Where a staged file of ``done`` goes in this run's staging."""
+            return join_path(staging, path.rsplit("/", 1)[-1]) if path else None
+
+        staged, staged_index, staged_keys = here(done.staged), here(done.staged_index), here(done.staged_keys)
+        (copy_files if published else rename_files)(
+            [(a, b) for a, b in ((source, staged), (source_index, staged_index), (source_keys, staged_keys)) if b])
     except STORAGE_ERRORS as err:  # e.g. another attempt of the same shard moved it first
         _LOG.info("not reusing %s: %s", done.staged, error_reason(err))
         return None
     split, index, count = done.key
-    result = ShardResult(split, index, count, done.file, moves[0][1], staged_index,
+    result = ShardResult(split, index, count, done.file, staged, staged_index,
                          ShardStats(done.records, done.bytes, done.sha256, dict(done.label_counts), done.crc32c,
                                     done.index_crc32c, done.keys_crc32c), staged_keys=staged_keys)
-    moved = dataclasses.replace(done, staged=result.staged, staged_index=staged_index, staged_keys=staged_keys)
+    moved = dataclasses.replace(done, staged=staged, staged_index=staged_index, staged_keys=staged_keys)
     try:
         delete_files([done.staged + DONE_SUFFIX])
         _write_done_shard(moved)  # a run killed after this reuses it again

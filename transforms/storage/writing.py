@@ -83,8 +83,7 @@ def is_no_space(message: str) -> bool:
 
 @contextlib.contextmanager
 def reporting_full_disk(folder: str, path: str, need: str = FREE_SOME_SPACE) -> Iterator[None]:
-    """Raises a full disk inside the block (``ENOSPC``) as a ``PublishError`` of one line: the folder,
-    what the run needs, what is free."""
+    """Raises a full disk (``ENOSPC``) as a one-line ``PublishError``: the folder, what the run needs, what is free."""
     try:
         yield
     except OSError as err:
