@@ -121,15 +121,10 @@ def too_many_rejected(rejected: int, inputs: int, max_bad_fraction: float | None
 
 @dataclass(frozen=True)
 class Verdict:
-    """What ``--max_bad_fraction`` makes of a run's rejections (``rejection_verdict``).
-
-    Attributes:
-        kind: ``publish``; ``nothing_new`` (an append whose inputs are all in the set already, or
-            rejected within the fraction: it changes nothing and succeeds); ``no_inputs``;
-            ``all_rejected``; ``too_many`` (more bad inputs than the fraction).
-        inputs: The inputs judged: all but those already in the set appended to.
-        bad: The bad inputs among them.
-    """
+    """What ``--max_bad_fraction`` makes of a run's rejections: the inputs judged (all but those already
+    in the set appended to), the bad ones among them, and the ``kind``: ``publish``; ``nothing_new`` (an
+    append whose inputs are all in the set already, or rejected within the fraction: it changes nothing
+    and succeeds); ``no_inputs``; ``all_rejected``; ``too_many`` (more bad inputs than the fraction)."""
 
     kind: str
     inputs: int
@@ -138,13 +133,9 @@ class Verdict:
 
 def rejection_verdict(inputs: int, rejected: int, present: int = 0,
                       max_bad_fraction: float | None = None) -> Verdict:
-    """The one rule of ``--max_bad_fraction``, for a build, an append and their plans.
-
-    Args:
-        rejected: Inputs rejected, those already in the set included.
-        present: Inputs rejected as already in the set the run appends to (0 for a build): neither
-            inputs nor bad inputs for the fraction (appending a folder that grew is the usual case).
-    """
+    """The one rule of ``--max_bad_fraction``, for a build, an append and their plans. ``present`` of the
+    ``rejected`` inputs are already in the set the run appends to (0 for a build): neither inputs nor bad
+    inputs for the fraction (appending a folder that grew is the usual case)."""
     judged, bad = inputs - present, rejected - present
     if inputs == 0:
         return Verdict("no_inputs", 0, 0)

@@ -167,12 +167,8 @@ class SplitCounts:
 
 @dataclass(frozen=True)
 class SplitEntry:
-    """The shards of one split, in index order, and the split's totals.
-
-    Attributes:
-        shards: Its shards; empty for a version-2 manifest whose shard list was not read.
-        counts: The totals stated by a version-2 manifest (or computed by the publisher); None: the shards' sums.
-    """
+    """The shards of one split, in index order (none for a version-2 manifest whose shard list was not
+    read), and its totals as a version-2 manifest (or the publisher) states them (None: the shards' sums)."""
 
     name: str
     shards: Sequence[ShardEntry] = ()

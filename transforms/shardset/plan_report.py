@@ -270,7 +270,6 @@ class Plan:
         splits: Split -> its ``SplitPlan``, for the splits with records.
         shard_rule: The sharding flags, as the plan names them.
         change: What the run would do to the output folder; None when it holds no shard set.
-        notes: Lines the plan adds at its end.
         free_bytes: Free bytes in the file system of ``output_dir`` (None: not known).
         staging: The folder the build stages its records and shards in.
         staging_dir: ``--staging_dir``, where the build's run files lie instead ('': in ``staging``).

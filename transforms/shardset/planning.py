@@ -1,13 +1,7 @@
 """Shard planning: how many shards a split gets and which shard each record goes to (pure math).
 
-The method is in docs/building.md ("Shard size, balance, shuffle, determinism"). A record's order
-key is a 63-bit seeded hash of its identity (63 bits fit Beam's signed integer coder); the shard
-count is the one whose average shard is closest to the target within [2T/3, 4T/3]
-(``choose_num_shards``); shard ``i`` holds the records whose midpoint on the split's byte line,
-in shuffled order, falls in ``[i * total / n, (i + 1) * total / n)`` (``shard_of_offset``). No
-step holds the split: records are counted per bucket of the order key's top bits (``bucket_of``,
-``group_bits``), ``lay_out_split`` turns those totals into each bucket's byte offset, and each
-bucket cuts its own records (``place_bucket``).
+The method is docs/building.md's ("Shard size, balance, shuffle, determinism"); no step holds a whole
+split. Order keys are 63 bits: they fit Beam's signed integer coder.
 """
 
 from __future__ import annotations

@@ -40,15 +40,10 @@ def relative_name(output_dir: str, path: str) -> str:
 
 @dataclass(frozen=True)
 class PublishPlan:
-    """What a publish changes, decided before anything is renamed.
-
-    Attributes:
-        splits: Every split of the new set (kept splits first, then the written ones by name).
-        shard_moves: ``(from, to)`` names relative to the folder: staged shards and their files,
-            and published shards an append renames; in any order.
-        keep: Shard and ``.idx`` names of the new set.
-        remove: Names of the old set's files to delete once the new ``manifest.json`` is in place.
-    """
+    """What a publish changes, decided before anything is renamed: every split of the new set (kept ones
+    first), the renames (names relative to the folder, in any order) of staged shards and their files and
+    of the published shards an append renames, the new set's shard and ``.idx`` names, and the old set's
+    files to delete once the new ``manifest.json`` is in place."""
 
     splits: Mapping[str, SplitEntry]
     shard_moves: tuple[tuple[str, str], ...]

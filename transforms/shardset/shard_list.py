@@ -5,6 +5,7 @@ Lines run split by split (sorted by name), each split's shards by index.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -71,7 +72,7 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
     digest = LineDigest(name)
     positions = ((split_name, index) for split_name, split in sorted(manifest.splits.items())
                  for index in range(split.num_shards))
-    totals = {split: [0, 0, 0, {}] for split in manifest.splits}
+    totals = {split: [0, 0, collections.Counter()] for split in manifest.splits}  # records, bytes, labels
     for line in lines:
         digest.add(line)
         where = f"{name} line {digest.lines}"
@@ -85,18 +86,15 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
         total = totals[split]
         total[0] += entry.records
         total[1] += entry.bytes
-        total[2] += 1
-        for label, count in entry.label_counts.items():
-            total[3][label] = total[3].get(label, 0) + count
+        total[2].update(entry.label_counts)
         yield split, entry if label_counts else dataclasses.replace(entry, label_counts={})
-    if digest.lines != stated.lines:
-        raise ManifestError(f"{name} has {digest.lines} lines, {MANIFEST_NAME} says {stated.lines}")
-    if digest.bytes != stated.bytes:
-        raise ManifestError(f"{name} has {digest.bytes} bytes, {MANIFEST_NAME} says {stated.bytes}")
+    for what, got, want in (("lines", digest.lines, stated.lines), ("bytes", digest.bytes, stated.bytes)):
+        if got != want:
+            raise ManifestError(f"{name} has {got} {what}, {MANIFEST_NAME} says {want}")
     found = digest.summary().sha256
     if found != stated.sha256:
         raise ManifestError(f"{name} has sha256 {found}, {MANIFEST_NAME} says {stated.sha256}")
-    for split_name, (records, size, _, labels) in sorted(totals.items()):
+    for split_name, (records, size, labels) in sorted(totals.items()):
         counts = manifest.splits[split_name].to_counts()
         for what, got, want in (("records", records, counts.records), ("bytes", size, counts.bytes)):
             if got != want:

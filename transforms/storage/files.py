@@ -229,9 +229,7 @@ def _s3_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
             status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status == 416:  # the range starts at or past the end
                 return b"", None
-            code = {403: errno.EACCES, 404: errno.ENOENT}.get(status, errno.EIO)
-            raise (FileNotFoundError if code == errno.ENOENT else PermissionError if code == errno.EACCES
-                   else OSError)(code, f"S3 answered {status}: {err}", path) from err
+            raise _answered("S3", status, err, path) from err
         except botocore.exceptions.BotoCoreError as err:
             raise OSError(errno.EIO, f"S3 gave no answer ({type(err).__name__}: {err})", path) from err
         try:
@@ -258,12 +256,14 @@ def _gcs_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
                                       checksum=None), None
     except exceptions.RequestRangeNotSatisfiable:
         return b"", None
-    except exceptions.NotFound as err:
-        raise FileNotFoundError(errno.ENOENT, f"GCS answered 404: {err}", path) from err
-    except exceptions.Forbidden as err:
-        raise PermissionError(errno.EACCES, f"GCS answered 403: {err}", path) from err
     except exceptions.GoogleAPICallError as err:
-        raise OSError(errno.EIO, f"GCS answered {err.code}: {err}", path) from err
+        raise _answered("GCS", err.code, err, path) from err
+
+
+def _answered(store: str, status: int | None, err: Exception, path: str) -> OSError:
+    """A store's refusal as an ``OSError``: ``FileNotFoundError`` for 404, ``PermissionError`` for 403, else ``EIO``."""
+    return OSError({403: errno.EACCES, 404: errno.ENOENT}.get(status, errno.EIO), f"{store} answered {status}: {err}",
+                   path)
 
 
 def _remote_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:

@@ -90,11 +90,8 @@ def _delete_local_tree(folder: str) -> None:
 
 
 def delete_tree(folder: str) -> None:
-    """Deletes ``folder`` and every file below it; nothing if it is not there.
-
-    No link is followed: one below the folder is removed as a link; ``folder`` itself a link or a
-    file raises ``PublishError``.
-    """
+    """Deletes ``folder`` and every file below it, if it is there, following no link: one below it is
+    removed as a link; ``folder`` itself a link or a file raises ``PublishError``."""
     if is_local(folder):
         _delete_local_tree(folder)
         return

@@ -143,13 +143,9 @@ def check_output_dir(output_dir: str, run_id: str) -> None:
 
 @dataclass(frozen=True)
 class FolderState:
-    """What a run finds in its output folder.
-
-    Attributes:
-        present: Name -> size of every file directly in the folder (not names starting with ``.``).
-        manifest_problem: Why ``manifest.json`` could not be read, if it is there.
-        journal: The journal of an unfinished publish, if any.
-    """
+    """What a run finds in its output folder: name -> size of every file directly in it (names starting
+    with ``.`` left out), its manifest if readable, why ``manifest.json`` could not be read if it is
+    there, and the journal of an unfinished publish, if any."""
 
     present: dict[str, int]
     manifest: Manifest | None

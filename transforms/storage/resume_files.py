@@ -52,12 +52,8 @@ def resumable_bytes(output_dir: str, fingerprint: str) -> int:
 
 @dataclass(frozen=True)
 class AdoptedWork:
-    """What the staging folders of interrupted runs hold for this run.
-
-    Attributes:
-        done_lists: ``(done list path, runs folder, size of its run file or None)``.
-        shards: Content key -> the finished staged shard with it.
-    """
+    """What the staging folders of interrupted runs hold for this run: their ids, their done lists as
+    ``(path, runs folder, size of its run file or None)``, and content key -> a finished staged shard."""
 
     runs: tuple[str, ...] = ()
     done_lists: tuple[tuple[str, str, int | None], ...] = ()
