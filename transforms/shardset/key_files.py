@@ -48,21 +48,18 @@ class KeyCollector:
         if self._digests is None:
             return
         if isinstance(record, FramedRecord) and record.key is not None:
-            self._note(_digest(record.key))
-            return
-        if isinstance(record, FramedRecord):
-            data = memoryview(record.data)[OVERHEAD - 4:-4]  # header (12 bytes) and footer (4) off
-        elif isinstance(record, (bytes, bytearray, memoryview)):
-            data = record
+            digest = _digest(record.key)
         else:
-            data = b"".join(record)
-        try:
-            digest = _digest(record_key(bytes(data), where))
-        except ShardsError:
-            digest = None
-        self._note(digest)
-
-    def _note(self, digest: bytes | None) -> None:
+            if isinstance(record, FramedRecord):
+                data = memoryview(record.data)[OVERHEAD - 4:-4]  # header (12 bytes) and footer (4) off
+            elif isinstance(record, (bytes, bytearray, memoryview)):
+                data = record
+            else:
+                data = b"".join(record)
+            try:
+                digest = _digest(record_key(bytes(data), where))
+            except ShardsError:
+                digest = None
         if digest is None:
             self._digests = None
         else:

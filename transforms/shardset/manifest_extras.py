@@ -36,9 +36,7 @@ class ManifestExtras:
 
 def as_extras(found: ManifestExtras | Mapping[str, Any] | None) -> ManifestExtras:
     """The extras a ``manifest_extras`` element gives: a ``ManifestExtras``, or a mapping of fields."""
-    if isinstance(found, ManifestExtras):
-        return found
-    return ManifestExtras(fields=dict(found or {}))
+    return found if isinstance(found, ManifestExtras) else ManifestExtras(fields=dict(found or {}))
 
 
 def with_files(sidecars: Sidecars | None, files: Mapping[str, bytes | None]) -> Sidecars | None:

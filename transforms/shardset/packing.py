@@ -90,6 +90,4 @@ class Packer:
         self._held -= len(packed)
         if not self._compress:
             return bytes(packed)
-        if len(packed) < COMPRESS_MIN_BYTES:
-            return _RAW + packed
-        return _ZLIB + zlib.compress(packed, 1)
+        return _RAW + packed if len(packed) < COMPRESS_MIN_BYTES else _ZLIB + zlib.compress(packed, 1)

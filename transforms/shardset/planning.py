@@ -280,7 +280,6 @@ def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
 
 
 _SPLIT_PRIORITY = {"test": 0, "validation": 1, "val": 2}
-_TRAIN = "train"
 
 
 def split_rank(split: str) -> tuple[int, str]:
@@ -288,4 +287,4 @@ def split_rank(split: str) -> tuple[int, str]:
     ``validation``, ``val``, others by name, ``train`` last (never trained on and evaluated on)."""
     if split in _SPLIT_PRIORITY:
         return (_SPLIT_PRIORITY[split], "")
-    return (4, "") if split == _TRAIN else (3, split)
+    return (4, "") if split == "train" else (3, split)

@@ -87,12 +87,9 @@ def _published_moves(split: str, shard: ShardEntry, final_name: str, present: se
 
 def _staged_moves(output_dir: str, result: StagedShard) -> list[tuple[str, str]]:
     """The renames that publish a staged shard with its ``.idx`` and keys file, where it has them."""
-    moves = [(relative_name(output_dir, result.staged), result.file)]
-    if result.staged_index:
-        moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
-    if result.staged_keys:
-        moves.append((relative_name(output_dir, result.staged_keys), keys_name(result.file)))
-    return moves
+    return [(relative_name(output_dir, staged), name) for staged, name in (
+        (result.staged, result.file), (result.staged_index, index_name(result.file)),
+        (result.staged_keys, keys_name(result.file))) if staged]
 
 
 def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[str, int], StagedShard],

@@ -110,9 +110,7 @@ def labels_from_pairs(pairs: Iterable[tuple[int, str]]) -> list[str]:
     for label, text in pairs:
         if names.setdefault(label, text) != text:
             return []
-    if sorted(names) != list(range(len(names))):
-        return []
-    return [names[i] for i in range(len(names))]
+    return [names[i] for i in range(len(names))] if sorted(names) == list(range(len(names))) else []
 
 
 @dataclass

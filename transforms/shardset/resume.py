@@ -134,7 +134,6 @@ _INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "sou
 
 
 # A done-list line as json.dumps (ensure_ascii) writes it, formatted at once for every record of a build.
-_JSON_STRING = json.encoder.encode_basestring_ascii
 _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_index": %d, "sha256": %s, '
          '"info": [%s, %d, %d, %d, %s, %s, %s, %d, %s], "record_size": %d, "order_key": %d, "extra": %s, '
          '"offset": %d, "length": %d')
@@ -196,7 +195,7 @@ def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:
     run = meta.run
     if run is None:
         raise ValueError(f"{meta.source.path}: a done list names records in its run file only")
-    info, string = meta.info, _JSON_STRING
+    info, string = meta.info, json.encoder.encode_basestring_ascii
     size, mtime, inode = stamp
     line = _LINE % (string(meta.source.path), string(key), size, mtime, inode, string(meta.source.split),
                     meta.label_index, string(meta.sha256), string(info.format), info.height, info.width,

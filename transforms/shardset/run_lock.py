@@ -63,9 +63,7 @@ def is_stale(info: LockInfo, pid_space: str, process_start_of: Callable[[int], s
     if not info.pid_space or info.pid_space != pid_space:
         return False
     now = process_start_of(info.pid)
-    if now is None:
-        return True
-    return bool(info.process_start and now and now != info.process_start)
+    return now is None or bool(info.process_start and now and now != info.process_start)
 
 
 def held_message(path: str, info: LockInfo | None) -> str:

@@ -13,15 +13,15 @@ from typing import Any, Mapping
 
 from transforms.example.features import base_kind, is_list_type
 
-__all__ = ["DATASET_INFO_NAME", "FEATURES_NAME", "DATASET_NAME", "TEMPLATE", "tfds_files",
+__all__ = ["DATASET_INFO_NAME", "FEATURES_NAME", "DATASET_NAME", "tfds_files",
            "TEMPLATES", "labels_file_name", "is_tfds_file", "dataset_name", "dataset_name_problem", "tfds_problem"]
 
 DATASET_INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
 DATASET_NAME = "tfrecord_shards"  # the name of a set whose folder name gives none
-TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"
 # Each shard file format's template, our shard names in tfds's terms (naming.shard_file_name).
-TEMPLATES = {"tfrecord": TEMPLATE, "array_record": "{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}
+TEMPLATES = {"tfrecord": "{SPLIT}-{SHARD_X_OF_Y}.tfrecord",
+             "array_record": "{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}
 _VERSION = "1.0.0"
 _PACKAGE = "tensorflow_datasets.core.features."
 _DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
@@ -48,10 +48,8 @@ def is_tfds_file(name: str) -> bool:
 
 def dataset_name_problem(name: str) -> str | None:
     """Why ``name`` is not a tfds dataset name (snake_case: ``flowers_2024``), or None."""
-    if not _NAME.match(name):
-        return (f"{name!r} is not a tensorflow-datasets name: use lower-case letters, digits and _, "
-                "starting with a letter")
-    return None
+    return None if _NAME.match(name) else (f"{name!r} is not a tensorflow-datasets name: use lower-case "
+                                           "letters, digits and _, starting with a letter")
 
 
 def dataset_name(folder: str) -> str:
@@ -65,10 +63,9 @@ def dataset_name(folder: str) -> str:
 
 def tfds_problem(compression: str) -> str | None:
     """Why tfds cannot read a set of ``compression`` shards, or None."""
-    if compression != "none":
-        return (f"tensorflow-datasets cannot read {compression} shards (its reader opens TFRecords "
-                "uncompressed): no tfds files written; --compression none for tfds")
-    return None
+    return None if compression == "none" else (f"tensorflow-datasets cannot read {compression} shards (its "
+                                               "reader opens TFRecords uncompressed): no tfds files written; "
+                                               "--compression none for tfds")
 
 
 def _tensor(feature_type: str) -> dict[str, Any]:

@@ -463,9 +463,7 @@ class RangeReader:
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         """The ``length`` bytes at ``offset`` (fewer only if the file ends first)."""
-        if not is_local(path):
-            return _remote_range(path, offset, length)[0]
-        return _pread_all(self._fd(path), offset, length)
+        return _pread_all(self._fd(path), offset, length) if is_local(path) else _remote_range(path, offset, length)[0]
 
     def _fd(self, path: str) -> int:
         fds = getattr(self._local, "fds", None)

@@ -44,9 +44,7 @@ def link_problem(path: str) -> str | None:
         except OSError:
             target = "?"
         return f"{path} is a link (to {target})"
-    if os.path.lexists(path) and not os.path.isdir(path):
-        return f"{path} is a file, not a folder"
-    return None
+    return f"{path} is a file, not a folder" if os.path.lexists(path) and not os.path.isdir(path) else None
 
 
 def delete_files(paths: Sequence[str]) -> None:

@@ -12,7 +12,6 @@ from transforms.errors import PublishError
 from transforms.shardset.manifest import MANIFEST_NAME
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import JOURNAL_NAME, Journal, is_shard_named
-from transforms.shardset.publish_plan import relative_name
 from transforms.storage.files import exists, read_if_present
 from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, rename_all, rename_files
 from transforms.tfrecord.record_index import INDEX_DIR
@@ -35,19 +34,18 @@ def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False
     Raises:
         PublishError: A file to rename is gone and its target is not there.
     """
-    pending = []
+    shards, metadata = [], []  # (from, to) renames still to do
     retire_manifest(output_dir, journal)
-    moves = [(a, b) for a, b in journal.moves if not (shards_moved and is_shard_named(b))]
-    for source, target in moves:
+    for source, target in journal.moves:
+        if shards_moved and is_shard_named(target):
+            continue
         src, dst = join_path(output_dir, source), join_path(output_dir, target)
         if exists(src):
-            pending.append((src, dst))
+            (shards if is_shard_named(target) else metadata).append((src, dst))
         elif not exists(dst):
             raise PublishError(f"{src} is gone and {dst} is not there: the publish of run "
                                f"{journal.run_id} cannot be finished; rebuild the set")
-    metadata = [pair for pair in pending if not is_shard_named(relative_name(output_dir, pair[1]))]
-    shards = [pair for pair in pending if is_shard_named(relative_name(output_dir, pair[1]))]
-    if any(relative_name(output_dir, dst).startswith(INDEX_DIR + "/") for _, dst in shards):
+    if any(dst.startswith(join_path(output_dir, INDEX_DIR) + "/") for _, dst in shards):
         make_folder(join_path(output_dir, INDEX_DIR))
     if shards:
         rename_all(shards)  # in chunks, many at once

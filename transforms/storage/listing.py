@@ -11,6 +11,7 @@ import contextlib
 import errno
 import itertools
 import os
+import stat
 from typing import Callable, Iterator, Sequence
 
 from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
@@ -37,14 +38,11 @@ def exact_file(path: str) -> FileMetadata | None:
             found = os.stat(path)
         except OSError:
             return None
-        if not os.path.isfile(path):
-            return None
-        return FileMetadata(path, found.st_size, found.st_mtime)
+        return FileMetadata(path, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) else None
     if path.endswith("/") or not exists(path):
         return None
-    if path.startswith(("s3://", "gs://")):
-        return filesystem_of(path).metadata(path)
-    return FileSystems.get_filesystem(path).metadata(path)
+    on_store = path.startswith(("s3://", "gs://"))
+    return (filesystem_of(path) if on_store else FileSystems.get_filesystem(path)).metadata(path)
 
 
 def is_folder(path: str) -> bool:

@@ -5,6 +5,7 @@ The I/O around the rules of ``transforms.shardset.ownership``, ``replacing`` and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -96,9 +97,7 @@ def _check_writable(flag: str, folder: str, probe: str) -> None:
 def _has_staging(output_dir: str, run_id: str) -> bool:
     """Whether the run's staging folder in ``output_dir`` holds anything."""
     folder = staging_folder(output_dir, run_id)
-    if is_local(output_dir):
-        return os.path.isdir(folder)
-    return bool(list_below(folder))
+    return os.path.isdir(folder) if is_local(output_dir) else bool(list_below(folder))
 
 
 def _delete_run_files_elsewhere(output_dir: str, runs: Iterable[str]) -> None:
@@ -213,10 +212,8 @@ def clear_staging(output_dir: str, run_id: str | None = None) -> None:
     _delete_run_files_elsewhere(output_dir, [run_id] if run_id else resumable_runs(output_dir, marked=False))
     delete_tree(staging_folder(output_dir, run_id))
     if run_id and is_local(output_dir):
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(staging_folder(output_dir))  # the shared folder, once empty
-        except OSError:
-            pass
 
 
 def _run_of(path: str, root: str) -> str | None:

@@ -58,15 +58,10 @@ def path_problem(path: str) -> str | None:
 
 def _normal(path: str) -> str:
     scheme, sep, rest = path.partition("://")
-    if not sep:
-        return os.path.realpath(path)
-    return f"{scheme}://{posixpath.normpath(rest)}"
+    return f"{scheme}://{posixpath.normpath(rest)}" if sep else os.path.realpath(path)
 
 
 def same_file(a: str, b: str) -> bool:
     """True if the paths name one file: the same path once normalized, or (locally) one through a link."""
-    if _normal(a) == _normal(b):
-        return True
-    if is_local(a) and is_local(b) and os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return False
+    return _normal(a) == _normal(b) or (is_local(a) and is_local(b) and os.path.exists(a) and os.path.exists(b)
+                                        and os.path.samefile(a, b))

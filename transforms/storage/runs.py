@@ -159,9 +159,7 @@ class RecordCopier:
                 batch.data = None
                 with self._lock:
                     self._held -= size
-        if data is None:
-            return None
-        return data[where.offset - batch.start:where.offset - batch.start + where.length]
+        return None if data is None else data[where.offset - batch.start:where.offset - batch.start + where.length]
 
     def close(self) -> None:
         with self._lock:
