@@ -1,9 +1,8 @@
 """Progress counters that a job's process reads while its local runner's workers count.
 
-Beam's metrics cannot be read while the local runner runs, so the steps also count here: each
-worker process adds to its own counts and writes them at most once every ``WRITE_SECONDS`` (a timer,
-or the process's exit, writes the rest) to its own file in the folder ``PROGRESS_ENV`` names. The
-job's process sums the files. Without the variable (Dataflow, Flink) ``note`` does nothing.
+Beam's metrics cannot be read while the local runner runs, so each worker process also writes its
+counts, at most once every ``WRITE_SECONDS``, to its own file in the folder ``PROGRESS_ENV`` names;
+the job's process sums the files. Without the variable (Dataflow, Flink) ``note`` does nothing.
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def note(kind: str, items: int = 1, nbytes: int = 0) -> None:
 
 
 def flush(now: bool = False) -> None:
-    """Writes this process's counts (e.g. at the end of a bundle): if none were written this last
-    second, else once it is up; with ``now`` (the job's process, when the run is over), now."""
+    """Writes this process's counts (e.g. at the end of a bundle) once ``WRITE_SECONDS`` are up; with ``now``, now."""
     folder = os.environ.get(PROGRESS_ENV)
     if not folder:
         return
@@ -150,8 +148,7 @@ def read_counts(folder: str) -> dict[str, tuple[int, int]]:
 
 
 class Tally:
-    """Counts of one kind added up locally and passed to ``note`` every ``every`` items (for many
-    small items, such as records); call ``flush`` when the step is done."""
+    """Counts of one kind added up locally and passed to ``note`` every ``every`` items (records)."""
 
     def __init__(self, kind: str, every: int = 256) -> None:
         self._kind = kind

@@ -12,27 +12,17 @@ __all__ = ["Stage", "progress_line", "progress_bar", "format_bytes", "format_sec
 ETA_AFTER_SECONDS = 5.0
 
 
-def plural(count: int, noun: str, many: str | None = None) -> str:
+def plural(count: int, noun: str) -> str:
     """Returns ``"1 shard"``, ``"2 shards"``, ``"0 classes"``: the count with its noun agreeing."""
     if count == 1:
         return f"{count} {noun}"
-    if many is None:
-        many = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
-    return f"{count} {many}"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
 
 
 @dataclass(frozen=True)
 class Stage:
-    """Where a job is: one stage of its work and how far along it is.
-
-    Attributes:
-        label: What the stage does, e.g. ``reading images``.
-        unit: What ``items`` counts, plural, e.g. ``images``.
-        items: Items done.
-        items_total: Items the stage will do, when known.
-        nbytes: Bytes done.
-        bytes_total: Bytes the stage will do, when known.
-    """
+    """Where a job is: one stage of its work (``reading images``), counting ``unit`` (``images``) and bytes,
+    done of their totals when known."""
 
     label: str
     unit: str
@@ -70,11 +60,8 @@ def format_seconds(seconds: float) -> str:
 
 
 def _parts(stage: Stage, seconds: float, eta: bool = True) -> list[str]:
-    if stage.items_total is not None:
-        done = f"{stage.items:,} of {stage.items_total:,} {stage.unit}"
-    else:
-        done = f"{stage.items:,} {stage.unit}"
-    parts = [done]
+    total = f" of {stage.items_total:,}" if stage.items_total is not None else ""
+    parts = [f"{stage.items:,}{total} {stage.unit}"]
     if stage.nbytes or stage.bytes_total:
         parts.append(format_bytes(stage.nbytes) + (f" of {format_bytes(stage.bytes_total)}"
                                                    if stage.bytes_total else ""))
@@ -90,11 +77,7 @@ def _parts(stage: Stage, seconds: float, eta: bool = True) -> list[str]:
 def progress_line(job: str, stage: Stage, seconds: float, eta: bool = True) -> str:
     """One plain progress line, e.g. ``build: reading images: 120 of 400 images (30%), ...``.
 
-    Args:
-        job: Job name.
-        stage: The stage and its counts.
-        seconds: Time spent in the stage so far (the time left is shown from ``ETA_AFTER_SECONDS`` on).
-        eta: Whether the rate is known well enough to guess the time left.
+    ``seconds`` in the stage so far (the time left is shown from ``ETA_AFTER_SECONDS`` on, with ``eta``).
     """
     fraction = stage.fraction()
     percent = f" ({100 * fraction:.0f}%)" if fraction is not None else ""
@@ -103,10 +86,7 @@ def progress_line(job: str, stage: Stage, seconds: float, eta: bool = True) -> s
 
 
 def progress_bar(job: str, stage: Stage, seconds: float, width: int = 24, eta: bool = True) -> str:
-    """A progress bar line for a terminal, e.g. ``build [#####.....] 50% reading images ...``.
-
-    ``seconds`` and ``eta`` are as for ``progress_line``.
-    """
+    """A progress bar line for a terminal, e.g. ``build [#####.....] 50% reading images ...`` (as ``progress_line``)."""
     fraction = stage.fraction()
     if fraction is None:
         bar = "[" + "?" * width + "]"

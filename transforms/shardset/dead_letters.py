@@ -63,14 +63,8 @@ def line_order(line: bytes) -> tuple[str, str, str]:
 
 @dataclass(frozen=True)
 class RejectionSummary:
-    """What the refusal checks need of a set of dead letters, whatever their number.
-
-    Attributes:
-        count: Dead letters.
-        by_reason: ``(reason, count)``, by reason.
-        firsts: The first dead letter (``letter_order``) of each reason, by reason.
-        earliest: The first ``2 * EXAMPLES`` dead letters (``letter_order``).
-    """
+    """What the refusal checks need of a set of dead letters, whatever their number: the count, the
+    count per reason, the first letter (``letter_order``) of each reason and the first ``2 * EXAMPLES``."""
 
     count: int = 0
     by_reason: tuple[tuple[str, int], ...] = ()
@@ -112,13 +106,8 @@ class RejectionSummary:
 
 @dataclass(frozen=True)
 class DeadLetterPart:
-    """Up to ``PART_LETTERS`` dead letters, sorted (``letter_order``) and staged by a worker.
-
-    Attributes:
-        path: The staged file: one ``to_json`` line per dead letter, in order.
-        summary: Its count, count per reason and examples.
-        bad: The same of those that are bad inputs (not ``in_appended_set``).
-    """
+    """Up to ``PART_LETTERS`` dead letters, sorted (``letter_order``) and staged by a worker as
+    ``to_json`` lines; ``bad`` summarises those that are bad inputs (not ``in_appended_set``)."""
 
     path: str
     summary: RejectionSummary
@@ -132,15 +121,10 @@ def too_many_rejected(rejected: int, inputs: int, max_bad_fraction: float | None
 
 @dataclass(frozen=True)
 class Verdict:
-    """What ``--max_bad_fraction`` makes of a run's rejections (``rejection_verdict``).
-
-    Attributes:
-        kind: ``publish``; ``nothing_new`` (an append whose inputs are all in the set already, or
-            rejected within the fraction: it changes nothing and succeeds); ``no_inputs``;
-            ``all_rejected``; ``too_many`` (more bad inputs than the fraction).
-        inputs: The inputs judged: all but those already in the set appended to.
-        bad: The bad inputs among them.
-    """
+    """What ``--max_bad_fraction`` makes of a run's rejections: the inputs judged (all but those already
+    in the set appended to), the bad ones among them, and the ``kind``: ``publish``; ``nothing_new`` (an
+    append whose inputs are all in the set already, or rejected within the fraction: it changes nothing
+    and succeeds); ``no_inputs``; ``all_rejected``; ``too_many`` (more bad inputs than the fraction)."""
 
     kind: str
     inputs: int
@@ -149,14 +133,9 @@ class Verdict:
 
 def rejection_verdict(inputs: int, rejected: int, present: int = 0,
                       max_bad_fraction: float | None = None) -> Verdict:
-    """The one rule of ``--max_bad_fraction``, for a build, an append and their plans.
-
-    Args:
-        rejected: Inputs rejected, those already in the set included.
-        present: Inputs rejected as already in the set the run appends to (0 for a build): neither
-            inputs nor bad inputs for the fraction (appending a folder that grew is the usual case).
-        max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
-    """
+    """The one rule of ``--max_bad_fraction``, for a build, an append and their plans. ``present`` of the
+    ``rejected`` inputs are already in the set the run appends to (0 for a build): neither inputs nor bad
+    inputs for the fraction (appending a folder that grew is the usual case)."""
     judged, bad = inputs - present, rejected - present
     if inputs == 0:
         return Verdict("no_inputs", 0, 0)
@@ -174,10 +153,8 @@ def _summary(dead: RejectionSummary | Sequence[DeadLetter]) -> RejectionSummary:
 
 
 def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter]) -> list[str]:
-    """Lines saying why inputs were rejected: the count per reason, then ``EXAMPLES`` examples at most.
-
-    The examples are the first dead letter of each of the most frequent reasons, then further ones.
-    """
+    """Lines saying why inputs were rejected: the count per reason, then at most ``EXAMPLES`` examples
+    (the first of each of the most frequent reasons first)."""
     summary = _summary(dead_letters)
     counts = dict(summary.by_reason)
     ranked = sorted(counts, key=lambda r: (-counts[r], r))
@@ -191,14 +168,7 @@ def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter]) -> 
 
 def rejection_problem(inputs: int, written: int, dead: RejectionSummary | Sequence[DeadLetter], dead_path: str,
                       max_bad_fraction: float | None) -> str | None:
-    """Why a run's shards may not be published, from its counts of inputs and rejections; or None.
-
-    Args:
-        written: Records its shards hold.
-        dead: Its dead letters, or their summary.
-        dead_path: Where they are written (named in the refusal).
-        max_bad_fraction: ``--max_bad_fraction``, or None for no limit.
-    """
+    """Why a run's shards (``written`` records) may not be published, or None; ``dead_path`` is named."""
     summary = _summary(dead)
     rejected = summary.count
     verdict = rejection_verdict(inputs, rejected, 0, max_bad_fraction).kind

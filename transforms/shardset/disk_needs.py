@@ -1,8 +1,7 @@
 """The disk space a build needs where its output lies, and what to say when there is too little (pure).
 
-A build stages each record in a run file, then copies the records into shards, staged there too,
-and publishes them by renames: at its peak it needs free space for about twice its records where
-``--output_dir`` lies. With ``--staging_dir`` each place needs about its records once.
+A build stages each record in a run file, then copies it into a shard, staged there too: at its peak
+it needs about twice its records where ``--output_dir`` lies; with ``--staging_dir`` each place once.
 """
 
 from __future__ import annotations
@@ -16,12 +15,7 @@ __all__ = ["DiskNeed", "build_disk_need", "size_text", "shortfall", "shortfall_c
 
 @dataclass(frozen=True)
 class DiskNeed:
-    """The free space a build needs at its peak.
-
-    Attributes:
-        staged: Bytes of its records staged in run files.
-        shards: Bytes of the shards it writes (staged, then published by renames).
-    """
+    """The free space a build needs at its peak: for its records staged in run files, and its shards."""
 
     staged: int
     shards: int
@@ -52,44 +46,28 @@ def shortfall(need: int, free: int | None) -> int | None:
 
 
 def shortfall_clause(input_bytes: int, free: int | None, kept: int = 0) -> str:
-    """What a build that ran out of space says of its need: the estimate, the free space, the difference.
-
-    Args:
-        input_bytes: Bytes of its inputs (its records are about as large).
-        free: Free bytes where its output lies now, or None.
-        kept: Bytes of the staging it kept for the rerun to resume (they count toward the peak).
-    """
+    """What a build that ran out of space says of its need (about its ``input_bytes``), the ``free`` space
+    now and the difference; ``kept``: bytes of the staging it kept for the rerun (they count toward the peak)."""
     need = build_disk_need(input_bytes).peak
     text = f"this build needs about {size_text(need)} free there at its peak (twice its inputs' {size_text(input_bytes)})"
-    if free is None:
-        return text
+    return text if free is None else f"{text} and {_free_now(need, free, kept, ' are')}"
+
+
+def _free_now(need: int, free: int, kept: int = 0, are: str = "") -> str:
+    """``1 GiB are free now besides the 1 GiB it staged: free about 1 GiB more``."""
     more = shortfall(need - kept, free)
     besides = f" besides the {size_text(kept)} it staged" if kept else ""
-    return text + (f" and {size_text(free)} are free now{besides}: free about {size_text(more)} more" if more
-                   else f" and {size_text(free)} are free now{besides}")
+    return f"{size_text(free)}{are} free now{besides}" + (f": free about {size_text(more)} more" if more else "")
 
 
 def _free_text(need: int, free: int | None, kept: int = 0) -> str:
-    if free is None:
-        return ""
-    more = shortfall(need - kept, free)
-    besides = f" besides the {size_text(kept)} it staged" if kept else ""
-    return (f" ({size_text(free)} free now{besides}: free about {size_text(more)} more)" if more
-            else f" ({size_text(free)} free now{besides})")
+    return "" if free is None else f" ({_free_now(need, free, kept)})"
 
 
 def apart_shortfall_clause(input_bytes: int, staging_dir: str, staging_free: int | None, output_dir: str,
                            output_free: int | None, kept: int = 0) -> str:
-    """``shortfall_clause`` for a build with ``--staging_dir``: what each place needs against what is free.
-
-    Args:
-        input_bytes: Bytes of its inputs (its records are about as large).
-        staging_dir: ``--staging_dir``, where its run files lie.
-        staging_free: Free bytes there now, or None.
-        output_dir: ``--output_dir``, where its shards are staged and published.
-        output_free: Free bytes there now, or None.
-        kept: Bytes of run files it kept in ``staging_dir`` for the rerun (they count toward its need).
-    """
+    """``shortfall_clause`` for a build with ``--staging_dir``: what each place needs against what is free
+    (``kept``: bytes of run files kept in ``staging_dir`` for the rerun)."""
     need = build_disk_need(input_bytes)
     return (f"this build needs about {size_text(need.staged)} free in {staging_dir} for its run files"
             f"{_free_text(need.staged, staging_free, kept)} and about {size_text(need.shards)} in {output_dir} "

@@ -1,10 +1,7 @@
-"""``.keys`` sidecars: the image keys of a shard's records, in record order (pure).
+"""``.keys`` sidecars: the raw 32 bytes of each record's ``image/key/sha256``, in record order (pure).
 
-A keys file holds the raw 32 bytes of each record's ``image/key/sha256``, in record order,
-nothing else. It lives beside the shard's ``.idx`` in ``index/``, so the usual shard globs match
-shards only; the shard list states its CRC32C. A build that keeps published splits, or appends,
-reads the keys files instead of the shards. A shard with a record whose key is missing or not 64
-hex digits has no keys file.
+It lives beside the shard's ``.idx`` in ``index/``, so the usual shard globs match shards only. A
+shard with a record whose key is missing or not 64 hex digits has no keys file.
 """
 
 from __future__ import annotations
@@ -24,10 +21,7 @@ KEY_BYTES = 32
 
 
 def keys_name(shard: str) -> str:
-    """Where the keys file of ``shard`` (a path or a file name) is written.
-
-    ``out/train-00000-of-00004.tfrecord`` -> ``out/index/train-00000-of-00004.tfrecord.keys``.
-    """
+    """``out/train-00000-of-00004.tfrecord`` -> ``out/index/train-00000-of-00004.tfrecord.keys``."""
     folder, sep, base = shard.rpartition("/")
     return f"{folder}{sep}{INDEX_DIR}/{base}{KEYS_SUFFIX}"
 
@@ -43,38 +37,29 @@ def _digest(key: str | None) -> bytes | None:
 
 
 class KeyCollector:
-    """Collects the keys of the records of one shard as they are written, in order.
-
-    ``keys()`` is the keys file's bytes, or None once a record had no usable key.
-    """
+    """Collects the keys of the records of one shard as they are written, in order."""
 
     def __init__(self) -> None:
         self._digests: list[bytes] | None = []
 
     def add(self, record: bytes | FramedRecord | Sequence[bytes], where: str = "") -> None:
         """Notes the key of one record: its bytes, a ``FramedRecord`` (its ``key`` if it says it), or the
-        pieces it is made of.
-
-        A record given in pieces is joined to be read; a record that is not an Example has no key.
-        """
+        pieces it is made of (joined to be read); a record that is not an Example has no key."""
         if self._digests is None:
             return
         if isinstance(record, FramedRecord) and record.key is not None:
-            self._note(_digest(record.key))
-            return
-        if isinstance(record, FramedRecord):
-            data = memoryview(record.data)[OVERHEAD - 4:-4]  # header (12 bytes) and footer (4) off
-        elif isinstance(record, (bytes, bytearray, memoryview)):
-            data = record
+            digest = _digest(record.key)
         else:
-            data = b"".join(record)
-        try:
-            digest = _digest(record_key(bytes(data), where))
-        except ShardsError:
-            digest = None
-        self._note(digest)
-
-    def _note(self, digest: bytes | None) -> None:
+            if isinstance(record, FramedRecord):
+                data = memoryview(record.data)[OVERHEAD - 4:-4]  # header (12 bytes) and footer (4) off
+            elif isinstance(record, (bytes, bytearray, memoryview)):
+                data = record
+            else:
+                data = b"".join(record)
+            try:
+                digest = _digest(record_key(bytes(data), where))
+            except ShardsError:
+                digest = None
         if digest is None:
             self._digests = None
         else:
@@ -86,11 +71,7 @@ class KeyCollector:
 
 
 def parse_keys(data: bytes, where: str = "") -> Iterator[str]:
-    """The hex keys of a keys file's bytes, in order.
-
-    Raises:
-        ShardsError: Its size is not a multiple of 32 bytes (``where`` names the file).
-    """
+    """The hex keys of a keys file's bytes, in order (``ShardsError``: not a multiple of 32 bytes)."""
     if len(data) % KEY_BYTES:
         raise ShardsError(f"{where}: {len(data)} bytes is not a whole number of {KEY_BYTES}-byte keys")
     for start in range(0, len(data), KEY_BYTES):

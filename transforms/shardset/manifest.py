@@ -17,7 +17,7 @@ from transforms.errors import ManifestError
 from transforms.tfrecord.file_hash import crc32c_value
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READ_VERSIONS", "ShardEntry", "SplitCounts", "SplitEntry",
-           "ShardsFile", "Manifest", "sorted_label_counts", "MANIFEST_NAME", "LABELS_NAME",
+           "ShardsFile", "Manifest", "sorted_label_counts", "parse_json", "MANIFEST_NAME", "LABELS_NAME",
            "DEAD_LETTERS_NAME", "SHARDS_NAME", "REFUSED_DEAD_LETTERS_NAME"]
 
 FORMAT_NAME = "tfrecord-shards"
@@ -30,6 +30,14 @@ DEAD_LETTERS_NAME = "dead_letters.jsonl"
 REFUSED_DEAD_LETTERS_NAME = "dead_letters.refused_append.jsonl"
 SHARDS_NAME = "shards.jsonl"
 _HEX = frozenset("0123456789abcdef")
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """The JSON value of ``data``; ``ManifestError`` (``what: why``) when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ManifestError(f"{what}: {err}") from err
 
 
 def _require(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
@@ -50,19 +58,12 @@ def _require(obj: Mapping[str, Any], key: str, kind: type | tuple, where: str) -
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One published shard file.
-
-    An entry has a ``crc32c``, a ``sha256`` (``--shard_sha256``, or written by older versions), or both.
+    """One published shard file: it states a ``crc32c``, a ``sha256`` (``--shard_sha256``, or older versions), or both.
 
     Attributes:
-        file: Name relative to the output folder.
-        records: Number of records.
-        bytes: Size of the file as written (compressed size for gzip/zlib).
-        sha256: Hex sha256 of the file as written, or None.
         label_counts: Label index (as a string) -> records with that label.
-        crc32c: CRC32C of the file as written, as GCS states it (``gsutil ls -L``), or None.
-        index_crc32c: The same of its ``.idx`` (uncompressed shards), or None.
-        keys_crc32c: The same of its ``.keys`` file (``key_files``), or None without one.
+        crc32c: CRC32C of the file as written, as GCS states it (``gsutil ls -L``), or None; ``index_crc32c``
+            and ``keys_crc32c`` the same of its ``.idx`` and ``.keys`` file, or None without one.
     """
 
     file: str
@@ -147,14 +148,7 @@ def _label_sort(label: str) -> tuple[int, int | str]:
 
 @dataclass(frozen=True)
 class SplitCounts:
-    """A split's totals as a version-2 ``manifest.json`` states them.
-
-    Attributes:
-        records: Records in the split.
-        bytes: Bytes of its shard files.
-        num_shards: Number of shards.
-        label_counts: Label index (as a string) -> records with that label.
-    """
+    """A split's totals as a version-2 ``manifest.json`` states them (label counts as ``ShardEntry``'s)."""
 
     records: int
     bytes: int
@@ -173,14 +167,8 @@ class SplitCounts:
 
 @dataclass(frozen=True)
 class SplitEntry:
-    """The shards of one split, in index order, and the split's totals.
-
-    Attributes:
-        name: The split.
-        shards: Its shards; empty for a version-2 manifest whose shard list was not read.
-        counts: The totals stated by a version-2 manifest (or computed by the publisher), else
-            None: then the shards' sums are the totals.
-    """
+    """The shards of one split, in index order (none for a version-2 manifest whose shard list was not
+    read), and its totals as a version-2 manifest (or the publisher) states them (None: the shards' sums)."""
 
     name: str
     shards: Sequence[ShardEntry] = ()
@@ -220,14 +208,7 @@ class SplitEntry:
 
 @dataclass(frozen=True)
 class ShardsFile:
-    """The shard list a version-2 manifest names, and what it must hold.
-
-    Attributes:
-        file: Its name in the output folder (``shards.jsonl``).
-        sha256: Hex sha256 of its bytes.
-        bytes: Its size.
-        lines: Its number of lines (one per shard).
-    """
+    """The shard list a version-2 manifest names (``shards.jsonl``): its sha256, size and lines (one per shard)."""
 
     file: str
     sha256: str
@@ -257,31 +238,15 @@ def _images(obj: Any) -> dict[str, dict[str, int]]:
 
 @dataclass(frozen=True)
 class Manifest:
-    """The whole manifest.
+    """The whole manifest: the fields of ``docs/output.md``; an empty optional one is not written.
 
     Attributes:
-        created_by: Job that wrote it (``build_shards`` or ``reshard``).
-        options: The job's own options (not the runner's), as given.
-        seed: Shuffle seed.
-        compression: ``none``, ``gzip`` or ``zlib``.
-        feature_spec: Feature name -> kind, for readers.
-        labels: Image class names in index order (may be empty: reshard, a COCO build).
-        splits: Split name -> its shards.
-        dead_letters: Number of rejected inputs.
         images: For builds: counter -> format (or fix) -> records (``images.records.image_counts``).
         shards_file: The shard list a version-2 manifest names; None for version 1 and for a
             manifest whose list is not written yet.
         format_version: The version it was read as (or is written as).
-        built_from: Split name -> the ``--input`` values that built it (as given).
-        appended: The splits the last run appended records to, each with the records it held before.
-        known_dead_letters: The last run's (an append's) inputs that the set's dead letters held
-            already (same path, same reason): neither judged nor listed again.
         written_splits: The splits the last run wrote (the others it kept); None in older manifests.
         object_labels: ``(id, name)`` of the object classes, sorted by id (``label_map.pbtxt``).
-        near_duplicates: A build's near-duplicate summary
-            (``images.near_duplicates.near_duplicates_summary``).
-
-    The fields of ``docs/output.md``; an empty optional one is not written.
     """
 
     created_by: str
@@ -321,11 +286,7 @@ class Manifest:
         return all(split.complete for split in self.splits.values())
 
     def shard_files(self) -> list[str]:
-        """Every shard's file name, split by split.
-
-        Raises:
-            ManifestError: The manifest's shard list was not read.
-        """
+        """Every shard's file name, split by split (``ManifestError``: the shard list was not read)."""
         if not self.complete:
             name = self.shards_file.file if self.shards_file else SHARDS_NAME
             raise ManifestError(f"{MANIFEST_NAME} lists its shards in {name}, which was not read")
@@ -375,18 +336,13 @@ class Manifest:
 
     @classmethod
     def loads(cls, data: bytes | str) -> "Manifest":
-        """Parses and validates ``manifest.json``.
-
-        A version-2 manifest comes back without shard entries (``shard_list.with_shard_list``).
+        """Parses and validates ``manifest.json``; version 2 without shard entries (``shard_list.with_shard_list``).
 
         Raises:
-            ManifestError: Not JSON, wrong format or version, or a field is
-                missing, of the wrong type, or disagrees with another.
+            ManifestError: Not JSON, wrong format or version, or a field is missing, of the wrong type,
+                or disagrees with another.
         """
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"manifest is not valid JSON: {err}") from err
+        obj = parse_json(data, "manifest is not valid JSON")
         if not isinstance(obj, dict):
             raise ManifestError("manifest must be a JSON object")
         if obj.get("format") != FORMAT_NAME:
@@ -409,9 +365,9 @@ class Manifest:
             shards_file = ShardsFile.from_dict(_require(obj, "shards", dict, "manifest"), "manifest.shards")
             if shards_file.file != SHARDS_NAME:
                 raise ManifestError(f"manifest.shards.file is {shards_file.file!r}, expected {SHARDS_NAME!r}")
-            if shards_file.lines != sum(split.num_shards for split in splits.values()):
-                raise ManifestError(f"manifest.shards.lines is {shards_file.lines} but its splits have "
-                                    f"{sum(split.num_shards for split in splits.values())} shards")
+            shards = sum(split.num_shards for split in splits.values())
+            if shards_file.lines != shards:
+                raise ManifestError(f"manifest.shards.lines is {shards_file.lines} but its splits have {shards} shards")
         built_from = {name: _built_from(split, f"manifest.splits[{name!r}]")
                       for name, split in splits_obj.items() if "built_from" in split}
         written = obj.get("written_splits")
@@ -427,10 +383,9 @@ class Manifest:
         seed = obj.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ManifestError(f"manifest.seed: expected an integer, got {seed!r}")
-        stated = _require(obj, "records", int, "manifest")
-        if stated != sum(split.records for split in splits.values()):
-            raise ManifestError(f"manifest.records is {stated} but its splits add up to "
-                                f"{sum(split.records for split in splits.values())}")
+        stated, records = _require(obj, "records", int, "manifest"), sum(split.records for split in splits.values())
+        if stated != records:
+            raise ManifestError(f"manifest.records is {stated} but its splits add up to {records}")
         return cls(
             created_by=_require(obj, "created_by", str, "manifest"),
             options=_require(obj, "options", dict, "manifest"),

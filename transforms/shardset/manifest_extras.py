@@ -19,13 +19,8 @@ Sidecars = Callable[[Any], Mapping[str, "bytes | None"]]
 
 @dataclasses.dataclass(frozen=True)
 class ManifestExtras:
-    """What a job adds to its set's manifest and publishes beside it.
-
-    Attributes:
-        fields: Merged into the manifest's fields (e.g. ``object_labels``).
-        files: Further files published with the set, name -> bytes (None: removed if present).
-        from_tallies: Further manifest fields from the shards' summed tallies (``FromTallies``).
-    """
+    """What a job adds to its set's manifest (``fields``, and ``from_tallies`` of the shards' summed tallies)
+    and publishes beside it (``files``: name -> bytes, None: removed if present)."""
 
     fields: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     files: Mapping[str, bytes | None] = dataclasses.field(default_factory=dict)
@@ -41,9 +36,7 @@ class ManifestExtras:
 
 def as_extras(found: ManifestExtras | Mapping[str, Any] | None) -> ManifestExtras:
     """The extras a ``manifest_extras`` element gives: a ``ManifestExtras``, or a mapping of fields."""
-    if isinstance(found, ManifestExtras):
-        return found
-    return ManifestExtras(fields=dict(found or {}))
+    return found if isinstance(found, ManifestExtras) else ManifestExtras(fields=dict(found or {}))
 
 
 def with_files(sidecars: Sidecars | None, files: Mapping[str, bytes | None]) -> Sidecars | None:

@@ -28,11 +28,7 @@ MAX_SPLIT_NAME = 100
 
 
 def check_split_name(name: str) -> str:
-    """Returns ``name`` if it matches ``[A-Za-z0-9_-]+`` with at most ``MAX_SPLIT_NAME`` characters.
-
-    Raises:
-        PlanError: It does not.
-    """
+    """Returns ``name`` if it matches ``[A-Za-z0-9_-]+`` within ``MAX_SPLIT_NAME`` characters, else ``PlanError``."""
     if not _SPLIT_NAME_RE.match(name or "") or len(name) > MAX_SPLIT_NAME:
         raise PlanError(f"split name {name!r} must match [A-Za-z0-9_-]+ and have at most "
                         f"{MAX_SPLIT_NAME} characters")

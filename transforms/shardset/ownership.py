@@ -1,11 +1,9 @@
 """Which files of an output folder a publishing run may remove, and which splits it keeps.
 
-Pure code. A run only ever removes files this tool published there: those the folder's
-``manifest.json`` lists and, while a publish is under way, those its journal
-(``.publishing.json``) claims. A shard-named file that neither lists is the user's: a run
-refuses to start unless told to replace such files (``--overwrite_unlisted_shards``). A run
-replaces only the splits it writes; the others are kept and listed again, after checking they are
-still as listed, unless ``--drop_other_splits``.
+Pure code. A run only ever removes files this tool published there: those ``manifest.json``
+lists and those a publish's journal claims. A shard-named file that neither lists is the user's
+(``--overwrite_unlisted_shards``). A run replaces only the splits it writes; the others are kept,
+once checked, unless ``--drop_other_splits``.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import ManifestError
-from transforms.shardset.manifest import REFUSED_DEAD_LETTERS_NAME, Manifest, SplitEntry
+from transforms.shardset.manifest import REFUSED_DEAD_LETTERS_NAME, Manifest, SplitEntry, parse_json
 from transforms.shardset.naming import SHARD_NAME_RE
 from transforms.shardset.resume import RunMarker
 from transforms.shardset.key_files import KEYS_SUFFIX, keys_name
@@ -30,17 +28,12 @@ JOURNAL_NAME = ".publishing.json"
 
 @dataclass(frozen=True)
 class PublishPolicy:
-    """How one run treats what is already in its output folder.
+    """How one run treats what is already in its output folder (the flags of the same names).
 
     Attributes:
         run_id: The run's id (32 hex digits): its lock and its staging folder.
-        overwrite_unlisted: Replace (delete) shard-named files no manifest lists.
-        drop_other_splits: Remove the listed shards of splits this run does not write.
         replace: Replace a published split this run writes though other inputs built it.
-        append: Add this run's records to the published set, keeping its shards.
         resume: The marker of a run that may resume an interrupted one (a build); else None.
-        fresh: Start over: remove the staging earlier runs left instead of resuming it.
-        staging_dir: ``--staging_dir``, the folder of the run's run files; None: its staging folder.
     """
 
     run_id: str
@@ -55,15 +48,8 @@ class PublishPolicy:
 
 @dataclass(frozen=True)
 class Journal:
-    """What a publish under way may remove: the old set's files and the new set's.
-
-    Attributes:
-        run_id: The publishing run.
-        claimed: Every file name the tool owns in the folder while it publishes.
-        moves: Renames still to do, in order, as ``(from, to)`` names relative to the folder
-            (``manifest.json`` last); any run that finds them finishes them.
-        remove: Names to delete once the renames are done.
-    """
+    """What a publish under way may remove (``claimed``), the renames still to do in order
+    (``manifest.json`` last; any run that finds them finishes them), and what to delete after."""
 
     run_id: str
     claimed: tuple[str, ...]
@@ -78,15 +64,8 @@ class Journal:
 
     @classmethod
     def loads(cls, data: bytes) -> "Journal":
-        """Parses a journal.
-
-        Raises:
-            ManifestError: Not a journal this tool wrote.
-        """
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"{JOURNAL_NAME} is not JSON: {err}") from err
+        """Parses a journal (``ManifestError``: not one this tool wrote)."""
+        obj = parse_json(data, f"{JOURNAL_NAME} is not JSON")
         claimed = obj.get("claimed") if isinstance(obj, dict) else None
         if (not isinstance(claimed, list) or not all(isinstance(n, str) for n in claimed)
                 or not isinstance(obj.get("run_id"), str)):
@@ -170,11 +149,8 @@ def kept_split_problem(split: SplitEntry, present: Mapping[str, int], old: Manif
 
 
 def merge_labels(kept: Sequence[str], new: Sequence[str]) -> list[str] | None:
-    """The class list of a set with kept splits, or None if the two disagree.
-
-    Indices must mean the same class in every split, so one list must be the
-    start of the other (a split may lack the last classes); the longer wins.
-    """
+    """The class list of a set with kept splits, or None if the two disagree: one must start the other
+    (an index means one class in every split), and the longer wins."""
     kept, new = list(kept), list(new)
     short, long = (kept, new) if len(kept) <= len(new) else (new, kept)
     return long if long[:len(short)] == short else None

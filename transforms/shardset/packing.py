@@ -1,9 +1,6 @@
 """Many encoded values in one bytes object: how grouped values travel packed (pure, no Beam).
 
-A *pack* is the concatenation of frames ``length (4 bytes, little-endian) |
-value``. ``Packer`` gathers the encoded values of many keys and hands out a
-key's pack when it reaches ``pack_bytes``, or every pack when all it holds
-reaches ``held_bytes``; ``unpack`` reads a pack's values back in order.
+A *pack* is the concatenation of frames ``length (4 bytes, little-endian) | value``.
 """
 
 from __future__ import annotations
@@ -32,11 +29,7 @@ def pack(values: list[bytes]) -> bytes:
 
 
 def unpack(packed: bytes, compressed: bool = False) -> Iterator[bytes]:
-    """Yields the values of a pack (``compressed``: made by ``Packer(compress=True)``), in order.
-
-    Raises:
-        ValueError: The pack ends inside a frame.
-    """
+    """Yields the values of a pack (``compressed``: by ``Packer(compress=True)``), in order (``ValueError``: cut)."""
     if compressed:  # a marker byte, then the pack, zlib-compressed or as it is
         packed = zlib.decompress(memoryview(packed)[1:]) if packed[:1] == _ZLIB else packed[1:]
     at, end = 0, len(packed)
@@ -55,10 +48,8 @@ def unpack(packed: bytes, compressed: bool = False) -> Iterator[bytes]:
 class Packer:
     """Gathers encoded values by key into packs of at most about ``pack_bytes``.
 
-    ``add`` returns the key's pack when it is full; once the packer is
-    ``full`` (it holds ``held_bytes``), and at the end, ``drain`` hands out
-    every pack. With ``compress`` each pack of at least ``COMPRESS_MIN_BYTES``
-    is handed out zlib-compressed (level 1); a first byte says whether it is.
+    ``add`` returns the key's pack when it is full; once the packer is ``full``, and at the end,
+    ``drain`` hands out every pack. With ``compress`` a first byte says whether it is zlib-compressed.
     """
 
     def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
@@ -83,9 +74,7 @@ class Packer:
         packed += _LENGTH.pack(len(value))
         packed += value
         self._held += 4 + len(value)
-        if len(packed) < self._pack_bytes:
-            return None
-        return self._take(key)
+        return self._take(key) if len(packed) >= self._pack_bytes else None
 
     def full(self) -> bool:
         """True when the packer holds ``held_bytes`` or more: time to ``drain`` it."""
@@ -101,6 +90,4 @@ class Packer:
         self._held -= len(packed)
         if not self._compress:
             return bytes(packed)
-        if len(packed) < COMPRESS_MIN_BYTES:
-            return _RAW + packed
-        return _ZLIB + zlib.compress(packed, 1)
+        return _RAW + packed if len(packed) < COMPRESS_MIN_BYTES else _ZLIB + zlib.compress(packed, 1)

@@ -1,9 +1,6 @@
 """A build's plan: what a run would find, reject and write, and what it would do to the output folder (pure).
 
-``PlanTally`` gathers what the plan's pipeline saw (a combine's accumulator); ``make_plan`` turns
-it into a ``Plan``: shards per split by the build's own rule, what the output folder's set would
-gain, keep and lose, what would stop the build, and its run time. Everything is an estimate:
-inputs are checked from their headers only (``images.survey``).
+Everything is an estimate: inputs are checked from their headers only (``images.survey``).
 """
 
 from __future__ import annotations
@@ -28,6 +25,8 @@ __all__ = ["START_UP_SECONDS", "SECONDS_PER_INPUT", "PlanTally", "SplitPlan", "F
 PLAN_VERSION = 1
 # How many rejected inputs a plan names per reason.
 _EXAMPLES = 3
+# The tally's mappings keyed by a string, as ``PlanTally.to_dict`` writes them.
+_MAPPINGS = ("kinds", "record_bytes", "largest", "formats", "converted", "feature_spec")
 # Dead-letter reasons that mean "the same input twice" (reject_duplicates' checks).
 DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate")
 # The split shown for inputs whose split their bytes choose (--split_fractions).
@@ -42,14 +41,7 @@ SECONDS_PER_INPUT = 0.001
 
 @dataclass(frozen=True)
 class BuildRate:
-    """How fast a build runs: a fixed start-up cost, plus seconds per input and per GiB of input.
-
-    Attributes:
-        seconds_per_gib: Marginal seconds per GiB of input images.
-        fixed_seconds: Start-up and publish, whatever the input.
-        source: Where the figures come from, as the plan says it.
-        seconds_per_input: Marginal seconds per input (file or manifest row), beyond its bytes.
-    """
+    """How fast a build runs: a fixed start-up cost, plus seconds per input and per GiB of input."""
 
     seconds_per_gib: float
     fixed_seconds: float
@@ -63,8 +55,7 @@ class BuildRate:
 
     @classmethod
     def of_mib_per_second(cls, rate_mib_s: float) -> "BuildRate":
-        """A rate a person gives (``--rate_mb_s``): MiB of input per second, after the start-up every
-        build pays (``START_UP_SECONDS``)."""
+        """A rate a person gives (``--rate_mb_s``): MiB of input per second, after ``START_UP_SECONDS``."""
         return cls(1024.0 / rate_mib_s, START_UP_SECONDS, f"--rate_mb_s {rate_mib_s:g}")
 
     def seconds(self, input_bytes: int, inputs: int = 0) -> float:
@@ -118,9 +109,7 @@ class PlanTally:
             _add(self.found, (fact[1], fact[2]))
             _add(self.kinds, fact[3] if len(fact) > 3 else "file")
         elif kind == "rejected":
-            entry = self.rejected.setdefault(fact[1], [0, []])
-            entry[0] += 1
-            entry[1] = sorted(entry[1] + [(fact[2], fact[3])])[:_EXAMPLES]
+            self._reject(fact[1], 1, [(fact[2], fact[3])])
             self.in_set += in_appended_set(DeadLetter(fact[2], fact[1], fact[3]))
         elif kind == "read":
             self.files_read += 1
@@ -130,7 +119,7 @@ class PlanTally:
             _, split, label, source_format, converted, size = fact
             _add(self.records, (split, label))
             _add(self.record_bytes, split, size)
-            self.largest[split] = max(self.largest.get(split, 0), size)
+            self._largest(split, size)
             _add(self.formats, source_format)
             if converted:
                 _add(self.converted, source_format)
@@ -148,49 +137,45 @@ class PlanTally:
                     _add(getattr(self, name), key, count)
             self.in_set += other.in_set
             for reason, (count, examples) in other.rejected.items():
-                entry = self.rejected.setdefault(reason, [0, []])
-                entry[0] += count
-                entry[1] = sorted(entry[1] + list(examples))[:_EXAMPLES]
+                self._reject(reason, count, examples)
             self.files_read += other.files_read
             self.bytes_read += other.bytes_read
             self.estimated_sizes += other.estimated_sizes
             for split, size in other.largest.items():
-                self.largest[split] = max(self.largest.get(split, 0), size)
+                self._largest(split, size)
             if other.inputs is not None:
                 self.inputs, self.classes = other.inputs, other.classes
                 self.feature_spec = dict(other.feature_spec)
         return self
 
+    def _reject(self, reason: str, count: int, examples: Iterable[tuple[str, str]]) -> None:
+        entry = self.rejected.setdefault(reason, [0, []])
+        entry[0] += count
+        entry[1] = sorted(entry[1] + list(examples))[:_EXAMPLES]
+
+    def _largest(self, split: str, size: int) -> None:
+        self.largest[split] = max(self.largest.get(split, 0), size)
+
     def to_dict(self) -> dict[str, Any]:
         """The tally as JSON-ready values (``from_dict`` reads them back)."""
-        return {"found": [[s, label, n] for (s, label), n in sorted(self.found.items())],
-                "kinds": dict(sorted(self.kinds.items())),
+        return {**{name: [[s, label, n] for (s, label), n in sorted(getattr(self, name).items())]
+                   for name in ("found", "records")},
+                **{name: dict(sorted(getattr(self, name).items())) for name in _MAPPINGS},
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
-                "in_set": self.in_set,
-                "files_read": self.files_read, "bytes_read": self.bytes_read,
-                "estimated_sizes": self.estimated_sizes,
-                "records": [[s, label, n] for (s, label), n in sorted(self.records.items())],
-                "record_bytes": dict(sorted(self.record_bytes.items())),
-                "largest": dict(sorted(self.largest.items())),
-                "formats": dict(sorted(self.formats.items())),
-                "converted": dict(sorted(self.converted.items())),
-                "inputs": self.inputs, "classes": list(self.classes),
-                "feature_spec": dict(sorted(self.feature_spec.items()))}
+                "in_set": self.in_set, "files_read": self.files_read, "bytes_read": self.bytes_read,
+                "estimated_sizes": self.estimated_sizes, "inputs": self.inputs, "classes": list(self.classes)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> "PlanTally":
         tally = cls()
-        tally.found = {(s, label): n for s, label, n in obj["found"]}
-        tally.kinds = dict(obj.get("kinds", {}))
+        tally.found, tally.records = ({(s, label): n for s, label, n in obj[name]} for name in ("found", "records"))
+        for name in _MAPPINGS:  # a tally without "kinds" has none
+            setattr(tally, name, dict(obj.get(name, {}) if name == "kinds" else obj[name]))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
         tally.in_set = obj.get("in_set", 0)
-        tally.files_read, tally.bytes_read = obj["files_read"], obj["bytes_read"]
-        tally.estimated_sizes = obj["estimated_sizes"]
-        tally.records = {(s, label): n for s, label, n in obj["records"]}
-        tally.record_bytes, tally.largest = dict(obj["record_bytes"]), dict(obj["largest"])
-        tally.formats, tally.converted = dict(obj["formats"]), dict(obj["converted"])
+        tally.files_read, tally.bytes_read, tally.estimated_sizes = (obj["files_read"], obj["bytes_read"],
+                                                                     obj["estimated_sizes"])
         tally.inputs, tally.classes = obj["inputs"], tuple(obj["classes"])
-        tally.feature_spec = dict(obj["feature_spec"])
         return tally
 
     def dumps(self) -> bytes:
@@ -207,16 +192,7 @@ def _add(counts: dict, key: Any, count: int = 1) -> None:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """The records and shards one split would get.
-
-    Attributes:
-        name: The split.
-        records: Records that would be written.
-        classes: Class name -> records.
-        record_bytes: Framed bytes of those records (approximate).
-        largest: The largest record's framed bytes.
-        num_shards: Shards the build's planner gives the split for these bytes.
-    """
+    """The records (class name -> records), framed bytes, largest record and shards one split would get."""
 
     name: str
     records: int
@@ -233,17 +209,9 @@ class SplitPlan:
 
 @dataclass(frozen=True)
 class FolderChange:
-    """What a run would do to the shard set published in its output folder.
-
-    Attributes:
-        published: Split -> records of the set there now (empty: none).
-        new: Splits the run adds.
-        replaced: Splits the run writes that are there now.
-        kept: Splits there now that the run keeps and lists again.
-        dropped: Splits there now that the run removes (``--drop_other_splits``).
-        problems: Why the build would refuse to start or to publish, one line each.
-        appending: The run appends: ``replaced`` are the splits it adds records to.
-    """
+    """What a run would do to the shard set published in its output folder (``published``: split ->
+    records there now): the splits it adds, replaces (``appending``: adds records to), keeps and drops
+    (``--drop_other_splits``), and why it would refuse to start or to publish, one line each."""
 
     published: Mapping[str, int]
     new: tuple[str, ...]
@@ -256,13 +224,7 @@ class FolderChange:
 
 def folder_change(published: Mapping[str, int], written: Iterable[str], kept: Iterable[str],
                   problems: Sequence[str] = (), appending: bool = False) -> FolderChange:
-    """Compares the splits a run writes with those published in its output folder.
-
-    Args:
-        written: The splits the run would write.
-        kept: The published splits publishing would keep (``ownership.kept_splits``).
-        The others: as ``FolderChange``'s attributes.
-    """
+    """Compares the splits a run writes with those published (``kept``: ``ownership.kept_splits``)."""
     written, kept = set(written), set(kept)
     return FolderChange(dict(published), tuple(sorted(written - set(published))),
                         tuple(sorted(written & set(published))), tuple(sorted(kept & set(published))),
@@ -275,11 +237,8 @@ def folder_problems(output_dir: str, present: Mapping[str, int], manifest: Manif
                     labels: Sequence[str], inputs: Sequence[str]) -> list[str]:
     """Why a build would refuse to start or to publish into its output folder, one line each.
 
-    Args:
-        present, manifest, manifest_problem, owned: What the folder holds (``output_folder.FolderState``).
-        policy: The run's publishing policy.
-        written: The splits the run would write.
-        compression, feature_spec, labels, inputs: The run's, as publishing checks them.
+    ``present``, ``manifest``, ``manifest_problem`` and ``owned`` are as ``output_folder.FolderState``
+    says; the rest are the run's, as publishing checks them.
     """
     problems = []
     unlisted = unlisted_problem(output_dir, unlisted_shard_files(present, owned), manifest_problem)
@@ -308,18 +267,9 @@ class Plan:
     """What a build with these flags would do, estimated (see the module docstring).
 
     Attributes:
-        inputs: The ``--input`` values.
-        output_dir: The ``--output_dir``.
-        tally: What the plan's pipeline saw.
         splits: Split -> its ``SplitPlan``, for the splits with records.
         shard_rule: The sharding flags, as the plan names them.
         change: What the run would do to the output folder; None when it holds no shard set.
-        output_exists: Whether the output folder exists.
-        rate: How the run time is estimated.
-        max_bad_fraction: ``--max_bad_fraction``.
-        plan_seconds: How long the plan ran.
-        notes: Lines the plan adds at its end.
-        validate: The build's ``--validate`` level (the plan checks headers only).
         free_bytes: Free bytes in the file system of ``output_dir`` (None: not known).
         staging: The folder the build stages its records and shards in.
         staging_dir: ``--staging_dir``, where the build's run files lie instead ('': in ``staging``).
@@ -397,6 +347,7 @@ class Plan:
         """The plan as JSON (what ``--plan_json`` writes)."""
         tally = self.tally
         found = self.found_by_split()
+        change = self.change or FolderChange({}, tuple(sorted(self.splits)), (), (), ())
         obj = {
             "plan_version": PLAN_VERSION,
             "estimate": True,
@@ -416,15 +367,10 @@ class Plan:
                        for name, s in sorted(self.splits.items())},
             "record_sizes_estimated": tally.estimated_sizes,
             "shard_rule": self.shard_rule,
-            "output_folder": {
-                "exists": self.output_exists,
-                "published": dict(self.change.published) if self.change else {},
-                "new": list(self.change.new) if self.change else sorted(self.splits),
-                "replaced": list(self.change.replaced) if self.change and not self.change.appending else [],
-                **({"appended": list(self.change.replaced)} if self.change and self.change.appending else {}),
-                "kept": list(self.change.kept) if self.change else [],
-                "dropped": list(self.change.dropped) if self.change else [],
-            },
+            "output_folder": {"exists": self.output_exists, "published": dict(change.published),
+                              "new": list(change.new), "kept": list(change.kept), "dropped": list(change.dropped),
+                              "replaced": [] if change.appending else list(change.replaced),
+                              **({"appended": list(change.replaced)} if change.appending else {})},
             "disk": {"peak_bytes": self.disk.peak, "staged_bytes": self.disk.staged,
                      "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
                      "more_bytes": shortfall(self.disk.peak, self.free_bytes)} if not self.staging_dir else
@@ -445,8 +391,7 @@ class Plan:
     def text(self) -> str:
         """The summary a person reads."""
         tally = self.tally
-        where = ", ".join(self.inputs)
-        lines = [f"Plan of a build of {where} into {self.output_dir}, in {self.plan_seconds:.1f} s "
+        lines = [f"Plan of a build of {', '.join(self.inputs)} into {self.output_dir}, in {self.plan_seconds:.1f} s "
                  "(an estimate; nothing was written)"]
         found = self.found_by_split()
         listing_rejects = self.inputs_found - sum(tally.found.values())
@@ -489,9 +434,7 @@ class Plan:
                      + (f" + {plural(self.inputs_found, 'input')} at {per_input * 1000:g} ms" if per_input else "")
                      + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
                      + f"; {self.rate.source})")
-        refusals = self.refusals()
-        for line in refusals:
-            lines.append(f"  the build would refuse: {line}")
+        lines += [f"  the build would refuse: {line}" for line in self.refusals()]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -545,13 +488,8 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
               max_bad_fraction: float | None, plan_seconds: float = 0.0,
               notes: Sequence[str] = (), validate: str = "structure", free_bytes: int | None = None,
               staging: str = "", staging_dir: str = "", staging_free: int | None = None) -> Plan:
-    """Turns a tally into a plan: shards per split by the build's rule, and the rest as given.
-
-    Args:
-        target_bytes: ``--shard_size_mb`` in bytes.
-        num_shards: ``--num_shards``, or None.
-        The others: as ``Plan``'s attributes of the same names.
-    """
+    """Turns a tally into a plan: shards per split by the build's rule (``--shard_size_mb`` in bytes,
+    ``--num_shards`` or None), and the rest as ``Plan``'s attributes."""
     classes: dict[str, dict[str, int]] = {}
     for (split, label), count in sorted(tally.records.items()):
         classes.setdefault(split, {})[label] = count

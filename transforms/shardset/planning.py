@@ -1,36 +1,7 @@
-"""Shard planning: how many shards a split gets and which shard each record goes to.
+"""Shard planning: how many shards a split gets and which shard each record goes to (pure math).
 
-Pure math, no Beam.
-
-1. Every record gets an *order key*, a 63-bit hash of the seed and the record's
-   identity (63 bits fit Beam's signed integer coder). Sorting a split by
-   ``(order key, size)`` is its global shuffle.
-2. The shard count is the one whose average shard is closest to the target
-   while lying within [2T/3, 4T/3] (``choose_num_shards``), and never more
-   than the split has records.
-3. Laid end to end in shuffled order, the records cover a line of
-   ``total_bytes`` bytes. Shard ``i`` is the contiguous run of records whose
-   midpoint falls in ``[i * total / n, (i + 1) * total / n)``
-   (``shard_of_offset``). So every shard is a contiguous run of a uniformly
-   shuffled order, a uniform sample of the split, and holds the average
-   ``total / n`` to within one largest record either way: the fullest and
-   emptiest shard differ by less than two largest records.
-
-A record's shard depends only on the bytes before it in shuffled order, so the
-split never has to be in one place (``transforms/plan_shards.py``):
-
-- records are counted per *bucket*, the top ``BUCKET_BITS`` bits of the order
-  key (``bucket_of``), with a combiner: one ``(records, bytes, largest)`` per
-  occupied bucket, at most ``NUM_BUCKETS`` per split whatever its size;
-- one small step per split (``lay_out_split``) turns those totals into the
-  shard count and the byte offset of each bucket's first record;
-- each bucket sorts its own records and cuts them at shard boundaries
-  (``place_bucket``). A record's bucket follows from its order key alone, so
-  records are grouped by bucket while the totals are still being summed.
-
-Where the number of records is known before they are grouped (a build knows
-its inputs), fewer bits make the buckets (``group_bits``): about
-``GROUP_RECORDS`` records a group.
+The method is docs/building.md's ("Shard size, balance, shuffle, determinism"); no step holds a whole
+split. Order keys are 63 bits: they fit Beam's signed integer coder.
 """
 
 from __future__ import annotations
@@ -59,10 +30,9 @@ GROUP_RECORDS = 50_000
 
 
 def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
-    """Returns the shard count whose average shard size is closest to the target T.
+    """Returns the shard count whose average shard size in ``[2T/3, 4T/3]`` is closest to the target T.
 
-    Only counts whose average lies in ``[2T/3, 4T/3]`` are considered; a split
-    smaller than ``2T/3`` is one shard. Ties go to the larger average.
+    A split smaller than ``2T/3`` is one shard. Ties go to the larger average.
     """
     if target_bytes <= 0:
         raise PlanError(f"target shard size must be positive, got {target_bytes}")
@@ -79,9 +49,7 @@ def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
         distance = abs(total_bytes - target_bytes * n) / n
         if best is None or distance < best[0]:
             best = (distance, n)
-    if best is None:  # unreachable for total >= 2T/3, kept as a guard
-        raise PlanError(f"no shard count fits {total_bytes} bytes at target {target_bytes}")
-    return best[1]
+    return best[1]  # some n fits: total >= 2T/3
 
 
 def order_key(seed: int, identity: bytes) -> int:
@@ -116,8 +84,7 @@ def shard_of_offset(start: int, size: int, total_bytes: int, num_shards: int) ->
 
 def cut_records(sizes_in_order: Iterable[int], num_shards: int, total_bytes: int,
                 start: int = 0) -> list[int]:
-    """Returns a shard per record (framed sizes in shuffled order) for a run of records that begins
-    ``start`` bytes into the split."""
+    """A shard per record (framed sizes in shuffled order) of a run of records ``start`` bytes into the split."""
     shards = []
     for size in sizes_in_order:
         shards.append(shard_of_offset(start, size, total_bytes, num_shards))
@@ -127,14 +94,9 @@ def cut_records(sizes_in_order: Iterable[int], num_shards: int, total_bytes: int
 
 @dataclass(frozen=True)
 class SplitTotals:
-    """The plan's facts about one split.
+    """The plan's facts about one split: its records' framed bytes, count and largest, its planned shards.
 
     Attributes:
-        split: Split name.
-        total_bytes: Framed bytes of all records in the split.
-        records: Number of records.
-        max_record: Largest framed record.
-        num_shards: Shard count chosen for the split's records (planned shards).
         published: Appending: shards the split already has (0: none, a new set).
         merged: Appending: the published shard whose records join the new ones
             (rewritten as planned shard 0), or None.
@@ -171,8 +133,7 @@ class SplitTotals:
         return self.merged if shard == 0 else self.published + shard - 1
 
     def planned_shard(self, index: int) -> int | None:
-        """The planned shard published as ``index`` (inverse of ``final_index``), or None for a
-        published shard that is kept as it is."""
+        """The planned shard published as ``index`` (inverse of ``final_index``); None: a kept published one."""
         if self.merged is not None and index == self.merged:
             return 0
         local = index - self.published + (1 if self.merged is not None else 0)
@@ -187,15 +148,8 @@ class SplitTotals:
 
 @dataclass(frozen=True)
 class SplitLayout:
-    """A split's plan before any record is placed: its totals and where each bucket starts.
-
-    Attributes:
-        totals: The split's totals and shard count.
-        bucket_bits: Bits of the order key that name a bucket (``bucket_of``).
-        buckets: The occupied buckets, ascending.
-        offsets: Bytes of the split before each bucket's first record.
-        records: Records in each bucket.
-    """
+    """A split's plan before any record is placed: its totals and, per occupied bucket (ascending),
+    the split's bytes before its first record and its records."""
 
     totals: SplitTotals
     bucket_bits: int
@@ -227,11 +181,9 @@ class SplitLayout:
 def append_layout(published: Sequence[int], new_bytes: int, target_bytes: int) -> tuple[int | None, int]:
     """Where records appended to a published split go: ``(merged shard or None, lead bytes)``.
 
-    New records get shards of their own when they fill at least the band's
-    lower end (``2T/3``). Fewer new bytes join the smallest published shard
-    (the last of equals), whose records come first on the line that is cut
-    into shards (``lead`` bytes): at most that one shard is rewritten.
-    ``published``: bytes of each published shard of the split, in index order.
+    New records of at least ``2T/3`` get shards of their own. Fewer join the smallest published
+    shard (the last of equals; ``published``: their bytes in index order), whose records come first
+    on the line cut into shards: at most that one shard is rewritten.
     """
     if not published or 3 * new_bytes >= 2 * target_bytes:
         return None, 0
@@ -244,14 +196,8 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
                   published: Sequence[int] | None = None) -> SplitLayout:
     """Turns a split's per-bucket totals into its shard count and the offset of every bucket.
 
-    Args:
-        split: Split name.
-        bucket_totals: ``(bucket, records, bytes, largest record)`` per
-            occupied bucket, in any order, each bucket once.
-        target_bytes: Target shard size, used when ``num_shards`` is None.
-        num_shards: Fixed shard count (``--num_shards``), or None.
-        bucket_bits: Bits of the order key that name a bucket.
-        published: Appending: bytes of each published shard (``append_layout``).
+    ``bucket_totals``: ``(bucket, records, bytes, largest record)`` per occupied bucket, in any order;
+    ``published``: appending, the bytes of each published shard (``append_layout``).
 
     Raises:
         PlanError: A bucket given twice or out of range, or a bad count.
@@ -283,11 +229,8 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
 
 
 def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]) -> list[int]:
-    """Returns the shard of each record of one bucket, given their framed sizes in shuffled order.
-
-    Raises:
-        PlanError: The bucket holds a different number of records than counted.
-    """
+    """Returns the shard of each record of one bucket, given their framed sizes in shuffled order
+    (``PlanError``: not as many records as counted)."""
     index = layout.index_of(bucket)
     expected = layout.records[index]
     if len(sizes_in_order) != expected:
@@ -323,9 +266,8 @@ def parse_split_fractions(text: str) -> dict[str, float]:
 def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
     """Picks the split of an image from its sha256, in proportion to ``fractions`` (summing to 1).
 
-    The hash's first 64 bits, read as a fraction of 2**64, fall into one of the
-    cumulative ranges of the split names in sorted order: identical bytes
-    always share a split, on every run and machine.
+    The hash's first 64 bits, as a fraction of 2**64, fall in the cumulative range of a split (by
+    name): identical bytes always share a split.
     """
     point = int(sha256_hex[:16], 16) / 2.0**64
     cumulative = 0.0
@@ -338,15 +280,11 @@ def split_by_content(sha256_hex: str, fractions: Mapping[str, float]) -> str:
 
 
 _SPLIT_PRIORITY = {"test": 0, "validation": 1, "val": 2}
-_TRAIN = "train"
 
 
 def split_rank(split: str) -> tuple[int, str]:
-    """Sort key of the split that keeps an image found in several splits (smallest wins).
-
-    ``test``, then ``validation``, then ``val``, then any other split by name,
-    and ``train`` last: an image must never be trained on and evaluated on.
-    """
+    """Sort key of the split that keeps an image found in several splits (smallest wins): ``test``,
+    ``validation``, ``val``, others by name, ``train`` last (never trained on and evaluated on)."""
     if split in _SPLIT_PRIORITY:
         return (_SPLIT_PRIORITY[split], "")
-    return (4, "") if split == _TRAIN else (3, split)
+    return (4, "") if split == "train" else (3, split)

@@ -1,8 +1,6 @@
 """What publishing a set does to its folder: the new manifest, the renames in order, the deletions after.
 
-Pure code: names, entries and counts in; a plan out. One protocol serves every run that
-publishes: a build is an append that keeps no published shard of the splits it writes.
-``storage.publish`` carries the plan out through a journal.
+Pure code; a build is an append that keeps no published shard of the splits it writes.
 """
 
 from __future__ import annotations
@@ -33,11 +31,7 @@ SET_FILES = (DEAD_LETTERS_NAME, LABELS_NAME, "shards.jsonl")
 
 
 def relative_name(output_dir: str, path: str) -> str:
-    """A path in ``output_dir`` as a name relative to it.
-
-    Raises:
-        PublishError: The path is not in ``output_dir``.
-    """
+    """A path in ``output_dir`` as a name relative to it (``PublishError``: not in it)."""
     prefix = output_dir.rstrip("/") + "/"
     if not path.startswith(prefix):
         raise PublishError(f"{path} is not in {output_dir}")
@@ -46,16 +40,10 @@ def relative_name(output_dir: str, path: str) -> str:
 
 @dataclass(frozen=True)
 class PublishPlan:
-    """What a publish changes, decided before anything is renamed.
-
-    Attributes:
-        splits: Every split of the new set (kept splits first, then the written ones by name).
-        shard_moves: ``(from, to)`` names relative to the folder: staged shards and their files,
-            and published shards an append renames; in any order.
-        keep: Shard and ``.idx`` names of the new set.
-        remove: Names of the old set's files to delete once the new ``manifest.json`` is in place.
-        claimed: Every name the tool owns while the publish is under way.
-    """
+    """What a publish changes, decided before anything is renamed: every split of the new set (kept ones
+    first), the renames (names relative to the folder, in any order) of staged shards and their files and
+    of the published shards an append renames, the new set's shard and ``.idx`` names, and the old set's
+    files to delete once the new ``manifest.json`` is in place."""
 
     splits: Mapping[str, SplitEntry]
     shard_moves: tuple[tuple[str, str], ...]
@@ -99,12 +87,9 @@ def _published_moves(split: str, shard: ShardEntry, final_name: str, present: se
 
 def _staged_moves(output_dir: str, result: StagedShard) -> list[tuple[str, str]]:
     """The renames that publish a staged shard with its ``.idx`` and keys file, where it has them."""
-    moves = [(relative_name(output_dir, result.staged), result.file)]
-    if result.staged_index:
-        moves.append((relative_name(output_dir, result.staged_index), index_name(result.file)))
-    if result.staged_keys:
-        moves.append((relative_name(output_dir, result.staged_keys), keys_name(result.file)))
-    return moves
+    return [(relative_name(output_dir, staged), name) for staged, name in (
+        (result.staged, result.file), (result.staged_index, index_name(result.file)),
+        (result.staged_keys, keys_name(result.file))) if staged]
 
 
 def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[str, int], StagedShard],
@@ -115,20 +100,14 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
     """Plans the publish of a new set over ``old`` (or into a folder without a set).
 
     Args:
-        output_dir: The folder (the staged paths lie below it).
         old: The published manifest, with its shard list, or None.
         staged: ``(split, index) -> StagedShard`` of every planned shard (``unwritten_shards``
             written empty first).
-        totals: The plan of every split the run writes; an appended split's carry its published shards.
         kept: The splits of ``old`` listed again as they are.
         label_counts: Split -> label -> records this run wrote to it.
-        present: Names of the files in the folder (relative to it).
-        owned: Names the tool owns there (manifest and journal).
-        compression: The shards' compression.
-        overwrite_unlisted: Shard-named files no manifest lists are deleted too.
+        present: Names of the files in the folder (relative to it); ``owned``: those the tool owns.
         appending: An append: the written splits keep the old label counts (less the merged
-            shard's), zeros dropped.
-        merged_counts: Appending: split -> label counts of its merged shard.
+            shard's, ``merged_counts``), zeros dropped.
 
     Raises:
         PublishError: A published shard to rename lacks its ``.idx``.
@@ -196,11 +175,8 @@ def new_manifest(fields: Mapping[str, Any], compression: str, labels: Sequence[s
     Args:
         fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and a job's own.
         dead_letters: This run's dead letters (an append adds the set's).
-        inputs_given: The run's ``--input`` values, or None.
         appending: An append: counts, inputs and object classes add to ``old``'s.
-        where: The folder, for messages.
-        known_dead_letters: Appending: this run's inputs that ``old``'s dead letters held already
-            (same path and reason), not counted in ``dead_letters`` again.
+        known_dead_letters: Appending: this run's inputs that ``old``'s dead letters held already.
 
     Raises:
         PublishError: Appending, an object class id names another class than in ``old``.
@@ -235,10 +211,8 @@ def plan_journal(run_id: str, plan: PublishPlan, staged_files: Sequence[tuple[st
                  removed: Sequence[str] = ()) -> Journal:
     """The journal of a plan: shard renames, then the set's staged files (``manifest.json`` last), then deletions.
 
-    Args:
-        staged_files: ``(staged, name)`` of the set's files that are not shards, relative to the
-            folder, ``manifest.json`` among them.
-        removed: More names to delete after (sidecars the new set does not have).
+    ``staged_files``: ``(staged, name)`` of the set's files that are not shards, ``manifest.json``
+    among them; ``removed``: more names to delete after.
 
     Raises:
         PublishError: ``manifest.json`` is not among ``staged_files``.

@@ -20,11 +20,8 @@ LABEL_FEATURE = "image/class/label"
 
 
 def _features(data: bytes, where: str) -> dict:
-    """A record's features (the image's bytes not copied), by the fast scan or the full parse.
-
-    Raises:
-        ShardsError: The record is not a ``tf.train.Example`` (``where`` it is, in the message).
-    """
+    """A record's features (the image's bytes not copied), by the fast scan or the full parse (``ShardsError``
+    naming ``where``: not a ``tf.train.Example``)."""
     features = scan_example(data, views=("image/encoded",))
     if features is not None:
         return features
@@ -35,16 +32,8 @@ def _features(data: bytes, where: str) -> dict:
 
 
 def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
-    """The ``image/key/sha256`` of every record of a shard that has one, in order.
-
-    Args:
-        fh: The shard's records, decompressed, positioned at its start.
-        path: The shard, for errors.
-
-    Raises:
-        RecordError: A record is damaged.
-        ShardsError: A record is not a ``tf.train.Example``.
-    """
+    """The ``image/key/sha256`` of every record of a shard (``fh``: decompressed, at its start) that has one
+    (``RecordError``: a record is damaged; ``ShardsError``: not an Example)."""
     for offset, data in iter_records(fh, path):
         key = record_key(data, f"{path}: record at byte {offset}")
         if key is not None:
@@ -52,21 +41,13 @@ def record_keys(fh: BinaryIO, path: str = "") -> Iterator[str]:
 
 
 def record_key(data: bytes, where: str = "") -> str | None:
-    """A record's ``image/key/sha256``, or None where it has none.
-
-    Raises:
-        ShardsError: The record is not a ``tf.train.Example`` (``where`` it is, in the message).
-    """
+    """A record's ``image/key/sha256``, or None where it has none (``ShardsError``: not an Example)."""
     kind, values = _features(data, where).get(KEY_FEATURE, ("bytes", []))
     return bytes(values[0]).decode("ascii", "replace") if kind == "bytes" and len(values) == 1 else None
 
 
 def record_label(data: bytes, where: str = "") -> int | tuple[int, ...] | None:
-    """A record's ``image/class/label``: its one value, its values (multi-label), or None.
-
-    Raises:
-        ShardsError: The record is not a ``tf.train.Example``.
-    """
+    """A record's ``image/class/label``: its one value, its values (multi-label), or None (``ShardsError``)."""
     kind, values = _features(data, f"{where}: record").get(LABEL_FEATURE, ("int64", []))
     if kind != "int64" or not values:
         return None

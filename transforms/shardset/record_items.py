@@ -24,13 +24,10 @@ class RecordItem:
 
     Attributes:
         order_key: Shuffle key, a seeded hash of the record's bytes.
-        data: The record's bytes, written unchanged.
         label: ``image/class/label`` when the record is an Example carrying it (a tuple when it
-            holds other than one value).
-        text: ``image/class/text`` when present (a tuple likewise).
+            holds other than one value); ``text``: ``image/class/text`` likewise.
         features: Feature name -> kind (``<kind>_list`` for other than one value); empty when the
             record is not an Example.
-        split: Split the record is written to.
         run: Where the record was written, framed, when it was read (``data`` is then empty).
         digest: A 16-byte BLAKE2b of the record's bytes, with ``run``: it breaks ties of
             ``order_key`` as the bytes themselves would.
@@ -85,15 +82,7 @@ def record_item(data: bytes, seed: int, split: str = "") -> RecordItem:
 
 
 def input_split(path: str, split: str | None) -> str:
-    """The split a record read from ``path`` is written to.
-
-    Args:
-        path: The input file.
-        split: ``--split``: every record goes there; None to keep the split the file's shard name states.
-
-    Raises:
-        ShardsError: ``split`` is None and the file's name states no split.
-    """
+    """The split a record of ``path`` goes to: ``--split``, else the one its shard name states (or ``ShardsError``)."""
     if split is not None:
         return split
     found = split_of_shard(path)
@@ -116,25 +105,17 @@ def label_pairs(item: RecordItem) -> list[tuple[int, str]]:
 
 
 def labels_from_pairs(pairs: Iterable[tuple[int, str]]) -> list[str]:
-    """Class names in index order from (label, text) pairs; empty unless they are consistent.
-
-    Consistent means every index 0..K-1 appears with exactly one name.
-    """
+    """Class names in index order from (label, text) pairs; empty unless every index 0..K-1 has one name."""
     names: dict[int, str] = {}
     for label, text in pairs:
         if names.setdefault(label, text) != text:
             return []
-    if sorted(names) != list(range(len(names))):
-        return []
-    return [names[i] for i in range(len(names))]
+    return [names[i] for i in range(len(names))] if sorted(names) == list(range(len(names))) else []
 
 
 @dataclass
 class FeatureTally:
-    """Counts which features records carry, to derive the feature spec of a shard set.
-
-    The spec lists the features every record has, each with a single kind.
-    """
+    """Counts which features records carry, to derive the feature spec of a shard set."""
 
     records: int = 0
     seen: dict[tuple[str, str], int] | None = None
@@ -167,14 +148,8 @@ class FeatureTally:
 
 @dataclass(frozen=True)
 class RecordFacts:
-    """What all the records read say together, for the manifest.
-
-    Attributes:
-        records: Records read.
-        dead_letters: Damaged stretches of the inputs, when counted; each is one input.
-        class_names: Class names in index order (``labels_from_pairs``), or empty.
-        feature_spec: Feature name -> kind (``FeatureTally.spec``).
-    """
+    """What all the records read say together, for the manifest (``dead_letters``: damaged stretches of
+    the inputs, when counted; each is one input)."""
 
     records: int = 0
     dead_letters: int = 0
@@ -193,13 +168,9 @@ class RecordFacts:
 
 @dataclass
 class RecordTally:
-    """Gathers ``RecordFacts`` one record at a time: the count, the class names and the features.
-
-    ``add`` and ``merge`` change this tally and return it (a combine's accumulator); it holds one
-    name per class index and one count per feature, whatever the number of records.
+    """Gathers ``RecordFacts`` one record at a time (a combine's accumulator: ``add`` and ``merge`` change it).
 
     Attributes:
-        records: Records added.
         names: Class index -> name from the records' ``label_pairs``; None once
             two records give one index different names (no class names then).
         features: ``(name, kind)`` -> records carrying it (as ``FeatureTally``).
@@ -229,8 +200,7 @@ class RecordTally:
         return self
 
     def facts(self) -> RecordFacts:
-        """The facts gathered: the same class names and feature spec as ``labels_from_pairs``
-        and ``FeatureTally`` give for these records."""
+        """The facts gathered (as ``labels_from_pairs`` and ``FeatureTally`` give them)."""
         names = labels_from_pairs(self.names.items()) if self.names is not None else []
         return RecordFacts(self.records, 0, tuple(names),
                            FeatureTally(self.records, dict(self.features)).spec())

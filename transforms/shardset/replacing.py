@@ -1,9 +1,7 @@
 """Which published splits a run replaces, and whether it may (pure).
 
-A published split built from other inputs than this run's holds records the run does not have (a
-second day's photos built into ``train`` would replace the first day's): such a run is refused
-unless it passes ``--replace``. Each split records the ``--input`` values that built it
-(``Manifest.built_from``); in an older manifest the last run's options stand for every split.
+A published split built from other inputs than this run's (``Manifest.built_from``; in an older
+manifest the last run's options) holds records the run does not have: the run needs ``--replace``.
 """
 
 from __future__ import annotations
@@ -55,17 +53,8 @@ def _flags(inputs: Sequence[str]) -> str:
 
 def replace_problem(output_dir: str, old: Manifest | None, splits: Iterable[str],
                     inputs: Sequence[str] | None) -> str | None:
-    """Why a run may not replace the published splits it writes (one line), or None.
-
-    Args:
-        old: The folder's manifest (None: nothing is published).
-        splits: The splits the run writes.
-        inputs: The run's ``--input`` values (None: not known, nothing is checked).
-
-    Returns:
-        A line naming the first published split (by name) that the run writes and that other
-        inputs built; None if there is none (a split whose inputs are not recorded is not refused).
-    """
+    """A line naming the first published split (by name) the run writes (``splits``) that other inputs
+    built, or None (``inputs`` None: nothing is checked; a split whose inputs are not recorded is not refused)."""
     if old is None or not inputs:
         return None
     for name in sorted(set(splits) & set(old.splits)):
@@ -92,25 +81,15 @@ def kept_format_problem(output_dir: str, old: Manifest | None, splits: Iterable[
 
 
 def listed_splits(named: Iterable[str], split_fractions: Iterable[str] = ()) -> set[str]:
-    """The splits a build writes, from those its listed inputs name (``ListingFacts.splits``).
-
-    An input that names none (``""``: its bytes choose) may go to any of ``split_fractions``.
-    """
+    """The splits a build writes, from those its listed inputs name (``""``: any of ``split_fractions``)."""
     named = set(named)
     return (named - {""}) | (set(split_fractions) if "" in named else set())
 
 
 @dataclass(frozen=True)
 class SplitChange:
-    """What a run did to one split of the set it published into.
-
-    Attributes:
-        split: The split.
-        kind: ``replaced`` (written again), ``appended`` (records added), ``kept`` (not written,
-            listed again) or ``removed``.
-        before: Its records before the run (None for a split that is new).
-        after: Its records after the run (None for a removed split).
-    """
+    """What a run did to one split of the set it published into (``kind``: ``replaced``, ``appended``,
+    ``kept`` or ``removed``), and its records before and after (None: none)."""
 
     split: str
     kind: str
@@ -119,10 +98,7 @@ class SplitChange:
 
 
 def split_changes(old: Manifest | None, new: Manifest) -> list[SplitChange]:
-    """The splits of ``old`` that ``new`` (the manifest a run published) replaced, kept or removed.
-
-    A manifest without ``written_splits`` counts every one of its splits as written.
-    """
+    """The splits of ``old`` that ``new`` (without ``written_splits``: all written) replaced, kept or removed."""
     if old is None:
         return []
     written = set(new.splits) if new.written_splits is None else set(new.written_splits)
@@ -130,12 +106,9 @@ def split_changes(old: Manifest | None, new: Manifest) -> list[SplitChange]:
     for name, split in sorted(old.splits.items()):
         if name not in new.splits:
             changes.append(SplitChange(name, "removed", split.records, None))
-        elif name in new.appended:
-            changes.append(SplitChange(name, "appended", split.records, new.splits[name].records))
-        elif name in written:
-            changes.append(SplitChange(name, "replaced", split.records, new.splits[name].records))
-        else:
-            changes.append(SplitChange(name, "kept", split.records, new.splits[name].records))
+            continue
+        kind = "appended" if name in new.appended else "replaced" if name in written else "kept"
+        changes.append(SplitChange(name, kind, split.records, new.splits[name].records))
     return changes
 
 

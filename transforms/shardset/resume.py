@@ -1,25 +1,10 @@
 """Resuming an interrupted build: what a run leaves for a rerun with the same flags, and when it is reused.
 
-Pure code; the I/O is in ``transforms.storage.resume_files``. A build writes, in
-its staging folder (``OUTPUT/.staging/<run id>/``):
-
-- ``resume.json`` when it starts (``RunMarker``): the run's id, the
-  fingerprint of every flag that changes what it writes (``fingerprint``),
-  and those flags;
-- beside each closed run file, its *done list* (``<run file>.done``,
-  ``done_list``): the run file's size and the context its records were made
-  in (class list and record layout, ``context_key``), then one line per
-  record it holds: the input's path, what its listing said of it
-  (``source_key``), its size, mtime and inode when it was read (``Stamp``),
-  and the record's metadata and place;
-- beside each staged shard, its *done shard* (``<staged shard>.done``,
-  ``ShardDone``): the key of the items it holds (``shard_content_key``), its
-  size and sha256.
-
-The next run with the same fingerprint reuses an input's record when its
-path, listing, stamp and context are the same (``DoneInput.matches``), and a
-staged shard whose content key is the same, once its sha256 is checked again.
-A run with another fingerprint removes the staging folder.
+Pure code; the I/O is in ``transforms.storage.resume_files``. A build writes, in its staging folder,
+``resume.json`` (``RunMarker``) when it starts, a *done list* beside each closed run file
+(``done_list``) and a *done shard* beside each staged shard (``ShardDone``). The next run with the
+same ``fingerprint`` reuses an input's record when its path, listing, stamp and context are the same
+(``DoneInput.matches``), and a staged shard with the same content key once its hash is checked again.
 """
 
 from __future__ import annotations
@@ -35,6 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from transforms.errors import ManifestError
 from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
+from transforms.shardset.manifest import parse_json
 from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice
 
@@ -81,10 +67,7 @@ class RunMarker:
     @classmethod
     def loads(cls, data: bytes) -> "RunMarker":
         """Parses a marker; ``ManifestError`` when this version of the tool did not write it."""
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"resume marker is not JSON: {err}") from err
+        obj = parse_json(data, "resume marker is not JSON")
         if not (isinstance(obj, dict) and obj.get("format") == _FORMAT and isinstance(obj.get("run_id"), str)
                 and isinstance(obj.get("fingerprint"), str) and isinstance(obj.get("options"), dict)):
             raise ManifestError("resume marker lacks format, run_id, fingerprint or options")
@@ -119,9 +102,8 @@ class DoneInput:
     """An input whose record a run wrote to a run file, as its done list says.
 
     Attributes:
-        path: The input's path.
         source: ``source_key`` of the input as listed.
-        stamp: Its ``Stamp`` when it was read (taken before reading).
+        stamp: Its ``Stamp``, taken before reading it.
         context: ``context_key`` of the run that read it.
         meta: Its metadata, ``meta.run`` naming the record in the run file;
             ``meta.source`` is rebuilt from the rerun's listing (``for_source``).
@@ -134,8 +116,7 @@ class DoneInput:
     meta: ImageMeta
 
     def matches(self, source: SourceImage, stamp: Stamp | None, context: str, key: str | None = None) -> bool:
-        """True if the record may stand for ``source`` now: same listing (``key``, if given, is its
-        ``source_key``), stamp and context."""
+        """True if the record may stand for ``source``: same listing (``key``: its ``source_key``), stamp, context."""
         return (stamp is not None and tuple(stamp) == tuple(self.stamp) and context == self.context
                 and source.path == self.path and (key or source_key(source)) == self.source)
 
@@ -153,7 +134,6 @@ _INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "sou
 
 
 # A done-list line as json.dumps (ensure_ascii) writes it, formatted at once for every record of a build.
-_JSON_STRING = json.encoder.encode_basestring_ascii
 _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_index": %d, "sha256": %s, '
          '"info": [%s, %d, %d, %d, %s, %s, %s, %d, %s], "record_size": %d, "order_key": %d, "extra": %s, '
          '"offset": %d, "length": %d')
@@ -161,8 +141,7 @@ _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_
 
 def done_list(run_name: str, run_size: int, context: str,
               entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
-    """A run file's done list: a header line (``done_list_header``), then one line per
-    ``(source_key, stamp, meta)`` of a record it holds."""
+    """A run file's done list: a header line, then one line per ``(source_key, stamp, meta)`` of its records."""
     yield done_list_header(run_name, run_size, context)
     for key, stamp, meta in entries:
         yield done_list_line(key, stamp, meta)
@@ -190,8 +169,7 @@ class DoneLines:
         self.count += 1
 
     def pieces(self, piece_bytes: int = DONE_PIECE_BYTES) -> Iterator[bytes]:
-        """Every line added, in order, in pieces of at most ``piece_bytes``; the lines can be added no
-        more, and each compressed chunk is let go once it is given back."""
+        """Every line added, in order, in pieces of at most ``piece_bytes``; no line can be added after."""
         self._chunks.append(self._zip.flush())
         chunks, self._chunks = self._chunks, []
         unzip = zlib.decompressobj()
@@ -213,12 +191,11 @@ class DoneLines:
 
 
 def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:
-    """The line of a done list for one record (``done_list``): a few hundred bytes, where the
-    ``ImageMeta`` it is made from takes a few kilobytes as objects."""
+    """The line of a done list for one record: a few hundred bytes (its ``ImageMeta`` takes kilobytes)."""
     run = meta.run
     if run is None:
         raise ValueError(f"{meta.source.path}: a done list names records in its run file only")
-    info, string = meta.info, _JSON_STRING
+    info, string = meta.info, json.encoder.encode_basestring_ascii
     size, mtime, inode = stamp
     line = _LINE % (string(meta.source.path), string(key), size, mtime, inode, string(meta.source.split),
                     meta.label_index, string(meta.sha256), string(info.format), info.height, info.width,
@@ -252,8 +229,7 @@ def _entry(obj: Mapping[str, Any], run_path: str, context: str) -> DoneInput:
 
 def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -> Iterator[DoneInput]:
     """The inputs a done list names, their run file in ``folder``: none when the header is not this
-    format's or the run file's size (``run_size``; None: gone) is not the one it recorded. A line
-    that cannot be read ends the list."""
+    format's or ``run_size`` (None: gone) not the one recorded; an unreadable line ends the list."""
     lines = iter(lines)
     try:
         header = json.loads(next(lines, b"") or b"null")
@@ -274,8 +250,7 @@ def parse_done_list(lines: Iterable[bytes], folder: str, run_size: int | None) -
 
 
 def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterable[ImageMeta]) -> str:
-    """A digest of what decides a shard's bytes: its key, compression and records in order (what
-    ``records.image_example_parts`` takes; not where a record lies in a run file)."""
+    """A digest of what decides a shard's bytes: key, compression and records (``records.image_example_parts``)."""
     digest = hashlib.sha256(repr((tuple(key), compression)).encode("utf-8"))
     for meta in items:
         info, source = meta.info, meta.source
@@ -289,22 +264,8 @@ def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterab
 
 @dataclass(frozen=True)
 class ShardDone:
-    """A staged shard that a run finished writing, as its done record says.
-
-    Attributes:
-        content: ``shard_content_key`` of its items.
-        key: ``(split, index, count)``.
-        file: The shard's final name.
-        staged: Its staged path.
-        staged_index: Its staged ``.idx`` path, or None.
-        records, bytes: What was written.
-        sha256: Its sha256 (``--shard_sha256``), or None.
-        crc32c: Its CRC32C (``file_hash.crc32c_text``).
-        index_crc32c: The CRC32C of the staged ``.idx``, or None without one.
-        label_counts: Label index (as a string) -> records.
-        staged_keys: Its staged ``.keys`` file (``key_files``), or None without one.
-        keys_crc32c: The CRC32C of the staged ``.keys`` file, or None without one.
-    """
+    """A staged shard that a run finished writing, as its done record says (``content``:
+    ``shard_content_key`` of its items; ``key``: ``(split, index, count)``; the rest as ``ShardEntry``)."""
 
     content: str
     key: tuple[str, int, int]
@@ -334,12 +295,7 @@ class ShardDone:
 
     @classmethod
     def loads(cls, data: bytes, folder: str) -> "ShardDone":
-        """Parses a done record whose staged files lie in ``folder``.
-
-        Raises:
-            ManifestError: Not a record this version of the tool wrote (one
-                without a CRC32C included).
-        """
+        """Parses a done record whose staged files lie in ``folder`` (``ManifestError``: not this version's)."""
         try:
             obj = json.loads(data)
             if obj.get("format") != _FORMAT:

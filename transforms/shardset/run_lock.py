@@ -1,10 +1,7 @@
 """The lock a publishing run holds on its output folder: its content and the rules around it.
 
-A run that writes a shard set creates ``OUTPUT/.tfrecord-shards.lock`` exclusively when it starts,
-holding its run id, checks before it writes the manifest that the lock still holds its id, and
-deletes it when it ends (the I/O: ``transforms.storage.run_lock_files``). Only a lock taken in this
-pid namespace (never judged by host name) can be seen to be stale: its process is gone, or
-another has its pid. Any other lock is cleared by hand.
+The I/O is in ``transforms.storage.run_lock_files``. Only a lock taken in this pid namespace (never
+judged by host name) can be seen to be stale: its process is gone, or another has its pid.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from transforms.errors import ManifestError
+from transforms.shardset.manifest import parse_json
 
 __all__ = ["LOCK_NAME", "LockInfo", "is_stale", "held_message", "lost_message"]
 
@@ -22,13 +20,9 @@ LOCK_NAME = ".tfrecord-shards.lock"
 
 @dataclass(frozen=True)
 class LockInfo:
-    """Who holds an output folder.
+    """Who holds an output folder: the run, its job, and the host and pid of the process that took it.
 
     Attributes:
-        run_id: The holding run's id (32 hex digits).
-        job: The job's name (``build_shards``, ``reshard``).
-        host: Host name of the process that took the lock.
-        pid: Its process id.
         process_start: Its start time as the OS tells it ('' if unknown), so a reused pid is not
             taken for the holder.
         pid_space: Where ``pid`` means that process ('' if the OS does not tell: never stale).
@@ -48,15 +42,8 @@ class LockInfo:
 
     @classmethod
     def loads(cls, data: bytes) -> "LockInfo":
-        """Parses a lock's bytes.
-
-        Raises:
-            ManifestError: Not a lock this tool wrote.
-        """
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"lock is not JSON: {err}") from err
+        """Parses a lock's bytes (``ManifestError``: not a lock this tool wrote)."""
+        obj = parse_json(data, "lock is not JSON")
         if not isinstance(obj, dict):
             raise ManifestError("lock is not a JSON object")
         run_id, job, host = obj.get("run_id"), obj.get("job"), obj.get("host")
@@ -69,20 +56,14 @@ class LockInfo:
 
 
 def is_stale(info: LockInfo, pid_space: str, process_start_of: Callable[[int], str | None]) -> bool:
-    """True if the lock's run is known to be gone.
+    """True if the lock's run is known to be gone (a lock of another ``pid_space`` never is).
 
-    Args:
-        info: The lock found.
-        pid_space: This process's pid namespace; a lock of another is never stale.
-        process_start_of: pid -> that process's start time ('' if the OS does not tell), or None
-            if no such process runs.
+    ``process_start_of``: pid -> that process's start time ('' if the OS does not tell), None if none runs.
     """
     if not info.pid_space or info.pid_space != pid_space:
         return False
     now = process_start_of(info.pid)
-    if now is None:
-        return True
-    return bool(info.process_start and now and now != info.process_start)
+    return now is None or bool(info.process_start and now and now != info.process_start)
 
 
 def held_message(path: str, info: LockInfo | None) -> str:

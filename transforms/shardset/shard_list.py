@@ -1,12 +1,11 @@
 """``shards.jsonl``: the shard list of a version-2 manifest, one JSON line per shard (pure).
 
-Lines run split by split (sorted by name), each split's shards by index. ``read_shard_list``
-checks the lines against what ``manifest.json`` states while it streams them, so no reader holds
-every shard's label counts at once.
+Lines run split by split (sorted by name), each split's shards by index.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -14,8 +13,7 @@ from typing import Iterable, Iterator
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import (MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry, ShardsFile,
-                                          SplitEntry, _label_sort, _require,
-                                          sorted_label_counts)
+                                          SplitEntry, _label_sort, _require, parse_json, sorted_label_counts)
 
 __all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list", "LineDigest"]
 
@@ -29,15 +27,8 @@ def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
 
 
 def parse_shard_line(line: bytes, where: str) -> tuple[str, int, ShardEntry]:
-    """``(split, index, entry)`` of one line.
-
-    Raises:
-        ManifestError: Not JSON, or a field missing or wrong (``where`` names the line).
-    """
-    try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:
-        raise ManifestError(f"{where}: not a JSON line: {err}") from err
+    """``(split, index, entry)`` of one line (``ManifestError`` naming ``where``: not JSON, or a field wrong)."""
+    obj = parse_json(line, f"{where}: not a JSON line")
     if not isinstance(obj, dict):
         raise ManifestError(f"{where}: expected an object, got {type(obj).__name__}")
     return (_require(obj, "split", str, where), _require(obj, "index", int, where),
@@ -64,18 +55,12 @@ class LineDigest:
         return ShardsFile(self._name, self._sha.hexdigest(), self.bytes, self.lines)
 
 
-
 def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
                     label_counts: bool = True) -> Iterator[tuple[str, ShardEntry]]:
-    """Streams ``(split, entry)`` from the lines of a version-2 manifest's shard list.
+    """Streams ``(split, entry)`` from the lines (newlines included) of a version-2 manifest's shard list.
 
     Each line must be the next shard in order; once the lines end, their count, size and sha256
     must be those ``manifest.json`` states, and each split's shards must add up to its totals.
-
-    Args:
-        manifest: The version-2 manifest (``Manifest.loads``).
-        lines: The file's lines, newlines included (e.g. ``iter(fh.readline, b"")``).
-        label_counts: False to give entries without their label counts.
 
     Raises:
         ManifestError: One line naming the file and the line or total that disagrees.
@@ -87,7 +72,7 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
     digest = LineDigest(name)
     positions = ((split_name, index) for split_name, split in sorted(manifest.splits.items())
                  for index in range(split.num_shards))
-    totals = {split: [0, 0, 0, {}] for split in manifest.splits}
+    totals = {split: [0, 0, collections.Counter()] for split in manifest.splits}  # records, bytes, labels
     for line in lines:
         digest.add(line)
         where = f"{name} line {digest.lines}"
@@ -101,18 +86,15 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
         total = totals[split]
         total[0] += entry.records
         total[1] += entry.bytes
-        total[2] += 1
-        for label, count in entry.label_counts.items():
-            total[3][label] = total[3].get(label, 0) + count
+        total[2].update(entry.label_counts)
         yield split, entry if label_counts else dataclasses.replace(entry, label_counts={})
-    if digest.lines != stated.lines:
-        raise ManifestError(f"{name} has {digest.lines} lines, {MANIFEST_NAME} says {stated.lines}")
-    if digest.bytes != stated.bytes:
-        raise ManifestError(f"{name} has {digest.bytes} bytes, {MANIFEST_NAME} says {stated.bytes}")
+    for what, got, want in (("lines", digest.lines, stated.lines), ("bytes", digest.bytes, stated.bytes)):
+        if got != want:
+            raise ManifestError(f"{name} has {got} {what}, {MANIFEST_NAME} says {want}")
     found = digest.summary().sha256
     if found != stated.sha256:
         raise ManifestError(f"{name} has sha256 {found}, {MANIFEST_NAME} says {stated.sha256}")
-    for split_name, (records, size, _, labels) in sorted(totals.items()):
+    for split_name, (records, size, labels) in sorted(totals.items()):
         counts = manifest.splits[split_name].to_counts()
         for what, got, want in (("records", records, counts.records), ("bytes", size, counts.bytes)):
             if got != want:
@@ -130,14 +112,8 @@ def read_shard_list(manifest: Manifest, lines: Iterable[bytes],
 
 def with_shard_list(manifest: Manifest, lines: Iterable[bytes] | None,
                     label_counts: bool = True) -> Manifest:
-    """The manifest with its shard entries read from its shard list (checked as in ``read_shard_list``).
-
-    A version-1 manifest lists its shards itself and is returned as it is.
-
-    Args:
-        manifest: From ``Manifest.loads``.
-        lines: The shard list's lines, or None if the file is absent.
-        label_counts: False to keep shard entries without label counts (the splits' totals keep them).
+    """The manifest with its shard entries read from its shard list's ``lines`` (None: absent), checked as
+    in ``read_shard_list``; a version-1 manifest as it is.
 
     Raises:
         ManifestError: The shard list is absent or disagrees with the manifest.

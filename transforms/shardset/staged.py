@@ -42,13 +42,10 @@ class ShardListPart:
     """Lines of the shard list for up to ``PART_SHARDS`` shards of a split, staged by a worker.
 
     Attributes:
-        split: The split.
         part: Its shards ``part * PART_SHARDS`` up to the next part's first.
         path: The staged file: one line per written shard, in index order.
         indexes: The shard indexes it has lines for, ascending.
-        label_counts: Label -> records over those shards.
         staged_path: The staged file of those shards' ``StagedShard`` rows (``staged_line``).
-        records: Records over those shards.
         tallies: ``(key, items)`` of ``WriteShards``' ``tally_of`` summed over those shards, sorted.
     """
 

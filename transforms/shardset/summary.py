@@ -25,11 +25,8 @@ def published_summary(output_dir: str, manifest: Manifest, seconds: float, befor
     """Returns the human summary of a published shard set, from its manifest.
 
     Args:
-        manifest: Its published manifest (shard entries without label counts will do).
-        before: The folder's manifest before the run, if it had one: the summary then names each
-            split the run replaced, kept or removed.
-        details: The lines after the splits' (a job's own, ``images.build_summary``); None:
-            ``reader_lines``.
+        before: The folder's manifest before the run, if it had one (the splits replaced, kept or removed).
+        details: The lines after the splits' (a job's own, ``images.build_summary``); None: ``reader_lines``.
     """
     changes = {change.split: change for change in split_changes(before, manifest)}
     kept = {name for name, change in changes.items() if change.kind == "kept"}

@@ -1,12 +1,8 @@
 """tensorflow-datasets metadata for a shard set, so ``tfds.builder_from_directory(OUT)`` loads it (pure).
 
-tfds reads ``dataset_info.json`` (per split the record count of every shard and the file-name
-template, which is our own shard naming), ``features.json`` and one ``<feature>.labels.txt`` per
-class-label feature. Every feature is named by its Example key, at the top level, so that
-``as_supervised=True`` gives ``(image/encoded, image/class/label)``. ``image/encoded`` is an
-``Image`` feature when every record holds a JPEG or PNG the last run counted; class labels are
-``ClassLabel`` features (object classes where their ids are ``0..n-1``). tfds reads uncompressed
-shards only: for gzip/zlib sets no tfds files are written.
+Every feature is named by its Example key, at the top level, so that ``as_supervised=True`` gives
+``(image/encoded, image/class/label)``; ``image/encoded`` is an ``Image`` feature when every record
+holds a JPEG or PNG the last run counted. tfds reads uncompressed shards only.
 """
 
 from __future__ import annotations
@@ -17,15 +13,15 @@ from typing import Any, Mapping
 
 from transforms.example.features import base_kind, is_list_type
 
-__all__ = ["DATASET_INFO_NAME", "FEATURES_NAME", "DATASET_NAME", "TEMPLATE", "tfds_files",
+__all__ = ["DATASET_INFO_NAME", "FEATURES_NAME", "DATASET_NAME", "tfds_files",
            "TEMPLATES", "labels_file_name", "is_tfds_file", "dataset_name", "dataset_name_problem", "tfds_problem"]
 
 DATASET_INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
 DATASET_NAME = "tfrecord_shards"  # the name of a set whose folder name gives none
-TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.tfrecord"
 # Each shard file format's template, our shard names in tfds's terms (naming.shard_file_name).
-TEMPLATES = {"tfrecord": TEMPLATE, "array_record": "{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}
+TEMPLATES = {"tfrecord": "{SPLIT}-{SHARD_X_OF_Y}.tfrecord",
+             "array_record": "{SPLIT}-{SHARD_INDEX}-of-{NUM_SHARDS}.array_record"}
 _VERSION = "1.0.0"
 _PACKAGE = "tensorflow_datasets.core.features."
 _DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
@@ -40,12 +36,9 @@ _LABELS_SUFFIX = ".labels.txt"
 
 
 def labels_file_name(key: str) -> str:
-    """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``.
-
-    As ``tfds.features.feature.convert_feature_name_to_filename`` names it.
-    """
+    """tfds's names file of a top-level class-label feature: ``image/class/label`` -> ``image.class.label.labels.txt``
+    (as ``tfds.features.feature.convert_feature_name_to_filename`` names it)."""
     return key.replace("/", ".") + _LABELS_SUFFIX
-
 
 
 def is_tfds_file(name: str) -> bool:
@@ -55,10 +48,8 @@ def is_tfds_file(name: str) -> bool:
 
 def dataset_name_problem(name: str) -> str | None:
     """Why ``name`` is not a tfds dataset name (snake_case: ``flowers_2024``), or None."""
-    if not _NAME.match(name):
-        return (f"{name!r} is not a tensorflow-datasets name: use lower-case letters, digits and _, "
-                "starting with a letter")
-    return None
+    return None if _NAME.match(name) else (f"{name!r} is not a tensorflow-datasets name: use lower-case "
+                                           "letters, digits and _, starting with a letter")
 
 
 def dataset_name(folder: str) -> str:
@@ -72,10 +63,9 @@ def dataset_name(folder: str) -> str:
 
 def tfds_problem(compression: str) -> str | None:
     """Why tfds cannot read a set of ``compression`` shards, or None."""
-    if compression != "none":
-        return (f"tensorflow-datasets cannot read {compression} shards (its reader opens TFRecords "
-                "uncompressed): no tfds files written; --compression none for tfds")
-    return None
+    return None if compression == "none" else (f"tensorflow-datasets cannot read {compression} shards (its "
+                                               "reader opens TFRecords uncompressed): no tfds files written; "
+                                               "--compression none for tfds")
 
 
 def _tensor(feature_type: str) -> dict[str, Any]:
@@ -94,11 +84,7 @@ def _class_label(count: int, feature_type: str) -> dict[str, Any]:
 
 
 def _image(images: Mapping[str, Mapping[str, int]]) -> dict[str, Any] | None:
-    """tfds's ``Image`` feature for the records' images, or None where tfds cannot decode them all.
-
-    Args:
-        images: The manifest's ``images`` counts (``stored_formats`` and ``channels``: value -> records).
-    """
+    """tfds's ``Image`` feature for the manifest's ``images`` counts, or None where tfds cannot decode them all."""
     formats = {fmt for fmt, n in images.get("stored_formats", {}).items() if n}
     channels = {c for c, n in images.get("channels", {}).items() if n}
     if not formats or not formats <= set(_IMAGE_CHANNELS) or images.get("tf_undecodable"):
@@ -144,16 +130,8 @@ def _json(obj: Any) -> bytes:
 
 
 def tfds_files(manifest, name: str | None = None) -> dict[str, bytes | None]:
-    """tfds's files for a shard set, name -> bytes.
-
-    Every name this module can write is in the result: None marks one this set does not have, for
-    the publisher to remove an earlier run's copy.
-
-    Args:
-        manifest: The ``shardset.manifest.Manifest`` of the set.
-        name: The dataset's name (``--name``, else ``dataset_name`` of the output folder); None for
-            ``DATASET_NAME``.
-    """
+    """tfds's files for a shard set's ``Manifest``, name -> bytes (None: one this set does not have, for
+    the publisher to remove); ``name``: the dataset's (None: ``DATASET_NAME``)."""
     none: dict[str, bytes | None] = {name: None for name in (
         DATASET_INFO_NAME, FEATURES_NAME, *(labels_file_name(key) for key in _CLASS_KEYS),
         # the names files of sets written before features were top-level (removed when rebuilt)

@@ -51,10 +51,7 @@ def _published_before(output_dir: str, paths: Sequence[str], count: int) -> bool
 
 
 def dead_lettered_inputs(path: str) -> set[tuple[str, str]]:
-    """``(path, reason)`` of every dead letter of a published ``dead_letters.jsonl`` (none if it is absent).
-
-    Held in memory: a few hundred bytes per dead letter of the set (not per input).
-    """
+    """``(path, reason)`` of every dead letter of a published ``dead_letters.jsonl`` (none if it is absent)."""
     found: set[tuple[str, str]] = set()
     with open_lines(path) as lines:
         for line in lines or ():
@@ -67,11 +64,7 @@ def dead_lettered_inputs(path: str) -> set[tuple[str, str]]:
 def repeated_letters(parts: Sequence[DeadLetterPart],
                      known: set[tuple[str, str]]) -> tuple[int, RejectionSummary]:
     """How many of the parts' dead letters ``known`` holds (same path, same reason), and the summary of
-    the bad inputs among the others: an append's new bad inputs.
-
-    Raises:
-        PublishError: A staged part is gone.
-    """
+    an append's new bad inputs among the others (``PublishError``: a staged part is gone)."""
     repeated = 0
 
     def new_bad() -> Iterable[DeadLetter]:
@@ -102,16 +95,12 @@ def write_dead_letters(output_dir: str, staging: str, parts: Sequence[DeadLetter
                        known: set[tuple[str, str]] | None = None) -> RejectionSummary:
     """Writes ``dead_letters.jsonl`` from the staged parts, merged in ``letter_order``; returns their summary.
 
-    The bytes depend only on the dead letters, not on how they were dealt into parts. A retried
-    publish whose first attempt finished finds every part gone and the file in place with as many
-    lines as the parts counted: it is kept as it is.
+    Without ``target``, a retried publish whose first attempt finished (every part gone, the file
+    holding as many lines as counted) keeps the file as it is.
 
     Args:
-        target: Where the file goes (default: ``dead_letters.jsonl`` of ``output_dir``; then a
-            retried publish is recognised as above).
         before: A file whose lines go first (an appended set's dead letters), if present.
-        known: ``(path, reason)`` of dead letters ``before`` holds (``dead_lettered_inputs``): the
-            parts' letters among them are left out, so no input is in the file twice.
+        known: ``(path, reason)`` of dead letters ``before`` holds: the parts' letters among them are left out.
 
     Raises:
         PublishError: A staged part is gone (and the file is not in place), or the parts hold

@@ -1,12 +1,9 @@
 """Reading files on local disk, gs:// and s3:// alike: opening, whole reads, sizes, byte ranges, sha256.
 
-``open_for_read`` reads inputs and published shards as they are: a local path directly (17 us
-less per file than through Beam's local file system) and only if it is a regular file.
-``open_file`` reads the tool's own files through Beam's file system. Both read s3:// and gs://
-in bounded ranges on the process's client (``open_store``): Beam's readers ask for ``bytes=a-``
-(the store sends the rest of the object, paid for even when the reader stops early), and its
-gs:// reader sends a metadata request per open and reads 16 MiB ahead. Byte ranges are one
-``pread`` locally, one bounded request (``Range: bytes=a-b``) on a store.
+``open_for_read`` opens a local path directly (17 us less per file than through Beam) and only if
+it is a regular file. s3:// and gs:// are read in bounded ranges (``Range: bytes=a-b``) on the
+process's client (``open_store``): Beam's readers ask for ``bytes=a-`` (the rest of the object,
+paid for even when the reader stops early), and its gs:// reader reads 16 MiB ahead.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import io
 import os
 import stat
 import threading
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of, naming_s3_errors, shared_s3io,
                                     store_client, unbuffered)
@@ -56,8 +53,8 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
 def _open_local(path: str) -> BinaryIO:
     """Opens a local regular file; anything else is refused before a byte is read.
 
-    One ``open`` with ``O_NONBLOCK`` (so a FIFO with no writer cannot block it)
-    and one ``fstat`` of the opened descriptor (so what is checked is what is read).
+    ``O_NONBLOCK``: a FIFO with no writer cannot block it; ``fstat`` of the descriptor: what is
+    checked is what is read.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -75,10 +72,8 @@ def open_for_read(path: str) -> BinaryIO:
     """Opens a file for reading its bytes as they are (no decompression).
 
     Raises:
-        OSError: The file is missing or unreadable (``FileNotFoundError`` when missing,
-            ``PermissionError`` when access is denied, ``NotRegularFileError`` for a local
-            FIFO, device or folder; ``EINVAL`` for a path no file system can open,
-            ``path_problem``).
+        OSError: Missing (``FileNotFoundError``), denied (``PermissionError``), a local FIFO, device or
+            folder (``NotRegularFileError``), or a path no file system can open (``EINVAL``).
         apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
     problem = path_problem(path)
@@ -98,10 +93,7 @@ def read_bytes(path: str) -> bytes:
 
 
 def file_size(fh: BinaryIO) -> int | None:
-    """Size of an opened file without reading it, or None if the stream cannot tell.
-
-    Local files answer from ``fstat``; a store's reader answers a seek to the end without a download.
-    """
+    """Size of an opened file without reading it (``fstat``, or a seek to the end), or None."""
     try:
         return os.fstat(fh.fileno()).st_size
     except (AttributeError, OSError, io.UnsupportedOperation):
@@ -128,26 +120,24 @@ def peek_local(fh: BinaryIO, length: int) -> bytes | None:
 
 def read_at_most(fh: BinaryIO, limit: int) -> bytes:
     """Reads until the end of ``fh`` or ``limit`` bytes, whichever comes first."""
-    parts = []
-    left = limit
-    while left > 0:
-        chunk = fh.read(min(left, 1 << 24))
+    return _read_all(lambda done: fh.read(min(limit - done, 1 << 24)), limit)
+
+
+def _read_all(read: Callable[[int], bytes], length: int) -> bytes:
+    """Calls ``read(bytes done)`` until ``length`` bytes are read or it gives none; the bytes, joined."""
+    parts, done = [], 0
+    while done < length:
+        chunk = read(done)
         if not chunk:
             break
         parts.append(chunk)
-        left -= len(chunk)
+        done += len(chunk)
     return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
 def open_file(path: str, decompress: bool = False, size: int | None = None, until: int | None = None) -> BinaryIO:
-    """Opens ``path`` through Beam's file system for it, for reading.
-
-    Args:
-        path: A local path or a URL.
-        decompress: Read a name ending ``.gz``, ``.bz2``, ... decompressed; else the bytes as they are.
-        size: The file's size, when known (``open_store``).
-        until: Where the reader's byte range ends (``open_store``).
-    """
+    """Opens ``path`` for reading (``decompress``: a name ending ``.gz``, ``.bz2``, ... decompressed);
+    ``size`` and ``until`` as ``open_store``'s."""
     if path.startswith(_STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
         return open_store(path, size=size, until=until)
@@ -167,10 +157,7 @@ def exists(path: str) -> bool:
 
 
 def read_if_present(path: str) -> bytes | None:
-    """A small file's bytes, or None if it does not exist; S3's errors name the file.
-
-    Existence is asked first: opening a missing object raises another error type on every store.
-    """
+    """A small file's bytes, or None if it does not exist (asked first: stores raise differing errors)."""
     if not exists(path):
         return None
     try:
@@ -184,10 +171,7 @@ def read_if_present(path: str) -> bytes | None:
 def open_lines(path: str, buffer_bytes: int | None = None) -> Iterator[Iterator[bytes] | None]:
     """The lines of a text file, read as they are used (newlines kept); None if it does not exist.
 
-    Args:
-        path: A local path or a URL.
-        buffer_bytes: Read ahead at most this many bytes (Beam's store readers otherwise buffer
-            16 MiB each); None: as Beam opens it.
+    ``buffer_bytes``: read ahead at most this many bytes (Beam's store readers buffer 16 MiB).
     """
     if not exists(path):
         yield None
@@ -208,10 +192,7 @@ def sha256_of(path: str) -> str:
 
 
 def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bool:
-    """Whether a file's bytes have the CRC32C (``file_hash``'s form) and sha256 given, read once.
-
-    Those given as None are not computed; with neither, only the file is read.
-    """
+    """Whether a file's bytes have the CRC32C (``file_hash``'s form) and sha256 given (None: not checked)."""
     digest = FileHash(sha256=sha256 is not None)
     with open_file(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -221,10 +202,7 @@ def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bo
 
 @contextlib.contextmanager
 def local_copy(path: str) -> Iterator[str]:
-    """A local path holding the file's bytes, for readers that open local paths only (ArrayRecord's).
-
-    A local file is its own path; a store's is copied to a temporary file, removed on leaving.
-    """
+    """A local path holding the file's bytes (a store's copied to a temporary file), for ArrayRecord's reader."""
     if is_local(path):
         yield path
         return
@@ -251,9 +229,7 @@ def _s3_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
             status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status == 416:  # the range starts at or past the end
                 return b"", None
-            code = {403: errno.EACCES, 404: errno.ENOENT}.get(status, errno.EIO)
-            raise (FileNotFoundError if code == errno.ENOENT else PermissionError if code == errno.EACCES
-                   else OSError)(code, f"S3 answered {status}: {err}", path) from err
+            raise _answered("S3", status, err, path) from err
         except botocore.exceptions.BotoCoreError as err:
             raise OSError(errno.EIO, f"S3 gave no answer ({type(err).__name__}: {err})", path) from err
         try:
@@ -280,12 +256,14 @@ def _gcs_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
                                       checksum=None), None
     except exceptions.RequestRangeNotSatisfiable:
         return b"", None
-    except exceptions.NotFound as err:
-        raise FileNotFoundError(errno.ENOENT, f"GCS answered 404: {err}", path) from err
-    except exceptions.Forbidden as err:
-        raise PermissionError(errno.EACCES, f"GCS answered 403: {err}", path) from err
     except exceptions.GoogleAPICallError as err:
-        raise OSError(errno.EIO, f"GCS answered {err.code}: {err}", path) from err
+        raise _answered("GCS", err.code, err, path) from err
+
+
+def _answered(store: str, status: int | None, err: Exception, path: str) -> OSError:
+    """A store's refusal as an ``OSError``: ``FileNotFoundError`` for 404, ``PermissionError`` for 403, else ``EIO``."""
+    return OSError({403: errno.EACCES, 404: errno.ENOENT}.get(status, errno.EIO), f"{store} answered {status}: {err}",
+                   path)
 
 
 def _remote_range(path: str, offset: int, length: int) -> tuple[bytes, int | None]:
@@ -302,12 +280,8 @@ def _remote_range(path: str, offset: int, length: int) -> tuple[bytes, int | Non
 
 
 def read_range(path: str, offset: int, length: int) -> bytes:
-    """The ``length`` bytes at ``offset`` (fewer only if the file ends first); one request on a store.
-
-    Raises:
-        OSError: The file is missing (``FileNotFoundError``), may not be read
-            (``PermissionError``) or the store failed (``EIO``); the error names ``path``.
-    """
+    """The ``length`` bytes at ``offset`` (fewer only if the file ends first); one request on a store
+    (``OSError``: ``FileNotFoundError``, ``PermissionError``, or ``EIO`` where the store failed)."""
     if is_local(path):
         with open(path, "rb") as fh:
             return _pread_all(fh.fileno(), offset, length)
@@ -315,13 +289,8 @@ def read_range(path: str, offset: int, length: int) -> bytes:
 
 
 def read_prefix(path: str, length: int) -> tuple[bytes, int | None]:
-    """The first ``length`` bytes of a file (all of a shorter one) and its size, if the read told it.
-
-    One bounded request on a store; S3 tells the size, gs:// does not (None).
-
-    Raises:
-        OSError: As ``read_range``; a local path as ``open_for_read``.
-    """
+    """The first ``length`` bytes of a file (all of a shorter one) and its size (None: gs:// does not tell);
+    ``OSError`` as ``read_range``, a local path as ``open_for_read``."""
     if is_local(path):
         with open_for_read(path) as fh:
             return read_at_most(fh, length), os.fstat(fh.fileno()).st_size
@@ -332,22 +301,13 @@ def read_prefix(path: str, length: int) -> tuple[bytes, int | None]:
 
 
 def _pread_all(fd: int, offset: int, length: int) -> bytes:
-    parts, done = [], 0
-    while done < length:
-        chunk = os.pread(fd, length - done, offset + done)
-        if not chunk:
-            break
-        parts.append(chunk)
-        done += len(chunk)
-    return b"".join(parts) if len(parts) != 1 else parts[0]
+    return _read_all(lambda done: os.pread(fd, length - done, offset + done), length)
 
 
 # The stores whose files are read in bounded ranges on this process's client (``open_store``).
 _STORES = ("s3://", "gs://")
 # What an s3:// or gs:// file opened for reading asks for at a time (``open_store``): one bounded request each.
 STORE_READ_CHUNK = 4 << 20
-
-
 # What a file opened to read a byte range asks for first past it (``_StoreFile``).
 PAST_RANGE_CHUNK = 4 << 10
 # Fetched blocks a file opened to read a byte range keeps (a scan confirms a record start past
@@ -467,17 +427,9 @@ def _store_size(path: str) -> int:
 def open_store(path: str, size: int | None = None, until: int | None = None) -> BinaryIO:
     """Opens an s3:// or gs:// object for reading in ranges of ``STORE_READ_CHUNK`` bytes, one request each.
 
-    Opening reads the first chunk (the whole of a small object) in one ``GET``, which also tells
-    the size, no ``HEAD`` (on gs://, an object of a chunk or more needs a metadata request).
-
-    Args:
-        path: The s3:// or gs:// object.
-        size: Its size, when known (a matched file): nothing is read on opening.
-        until: Where the reader's byte range ends (a split of a shard): no request reaches past
-            it unless the reader reads past it, and then in requests from ``PAST_RANGE_CHUNK`` up.
-
-    Raises:
-        OSError: As ``read_range`` (``FileNotFoundError`` when missing).
+    Opening reads the first chunk in one ``GET``, which also tells the size on S3 (no ``HEAD``), unless
+    ``size`` is known. With ``until`` (where a shard's split ends) no request reaches past it unless
+    the reader reads past it, and then from ``PAST_RANGE_CHUNK`` up. ``OSError`` as ``read_range``.
     """
     chunk = STORE_READ_CHUNK
     if size is not None:
@@ -493,11 +445,8 @@ def open_store(path: str, size: int | None = None, until: int | None = None) -> 
 class RangeReader:
     """Reads byte ranges of files, from any thread, reading no byte outside the range.
 
-    Local files stay open, up to ``max_open`` of them per thread (the oldest closed first), and
-    are read with ``os.pread``; a remote range is one bounded request (``read_range``).
-
-    Args:
-        max_open: Local files kept open at once by each thread.
+    Local files stay open, up to ``max_open`` per thread (the oldest closed first), read with
+    ``os.pread``; a remote range is one bounded request (``read_range``).
     """
 
     def __init__(self, max_open: int = 64) -> None:
@@ -514,9 +463,7 @@ class RangeReader:
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         """The ``length`` bytes at ``offset`` (fewer only if the file ends first)."""
-        if not is_local(path):
-            return _remote_range(path, offset, length)[0]
-        return _pread_all(self._fd(path), offset, length)
+        return _pread_all(self._fd(path), offset, length) if is_local(path) else _remote_range(path, offset, length)[0]
 
     def _fd(self, path: str) -> int:
         fds = getattr(self._local, "fds", None)

@@ -44,9 +44,7 @@ def link_problem(path: str) -> str | None:
         except OSError:
             target = "?"
         return f"{path} is a link (to {target})"
-    if os.path.lexists(path) and not os.path.isdir(path):
-        return f"{path} is a file, not a folder"
-    return None
+    return f"{path} is a file, not a folder" if os.path.lexists(path) and not os.path.isdir(path) else None
 
 
 def delete_files(paths: Sequence[str]) -> None:
@@ -90,15 +88,8 @@ def _delete_local_tree(folder: str) -> None:
 
 
 def delete_tree(folder: str) -> None:
-    """Deletes ``folder`` and every file below it; nothing if it is not there.
-
-    On local disk no link is followed: a link below the folder is removed as a link, and a folder
-    that is itself a link is refused. On a store (no links, no folder objects) the files below it
-    are deleted by name.
-
-    Raises:
-        PublishError: ``folder`` is a link or a file.
-    """
+    """Deletes ``folder`` and every file below it, if it is there, following no link: one below it is
+    removed as a link; ``folder`` itself a link or a file raises ``PublishError``."""
     if is_local(folder):
         _delete_local_tree(folder)
         return
@@ -106,10 +97,7 @@ def delete_tree(folder: str) -> None:
 
 
 def delete_claimed(path: str, aside: str) -> bool:
-    """Deletes ``path`` so that of two callers doing it at once, one does; True if this one did.
-
-    Locally it is renamed to ``aside`` first (the second rename finds nothing); on a store it is deleted.
-    """
+    """Deletes ``path`` so that of two callers at once one does (locally renamed to ``aside`` first); True: this one."""
     if is_local(path):
         try:
             os.rename(path, aside)
@@ -134,10 +122,7 @@ def rename_files(pairs: Sequence[tuple[str, str]]) -> None:
 
 
 def rename_all(pairs: Sequence[tuple[str, str]]) -> None:
-    """Renames ``(from, to)`` pairs, ``RENAME_THREADS`` chunks of ``RENAME_CHUNK`` at a time.
-
-    Returns once every rename is done (or raises the first failure after the others ended).
-    """
+    """Renames ``(from, to)`` pairs, ``RENAME_THREADS`` chunks of ``RENAME_CHUNK`` at a time (failures raised after)."""
     chunks = [pairs[i:i + RENAME_CHUNK] for i in range(0, len(pairs), RENAME_CHUNK)]
     if len(chunks) == 1:
         rename_files(chunks[0])
@@ -150,12 +135,8 @@ def rename_all(pairs: Sequence[tuple[str, str]]) -> None:
 def move_chunk(moves: Sequence[Move]) -> int:
     """Renames staged files to their final names in one call; safe to repeat. Returns how many moves.
 
-    Many workers each move a chunk of one publish, without listing the staging folder: when the
-    call fails, each staged file still there is a failure, and each one gone must be at its final
-    name (a retried chunk's; checked by sha256 where known).
-
-    Raises:
-        PublishError: A rename failed, or a staged file is gone and its final name does not hold it.
+    When the call fails, a staged file still there is a failure, and one gone must be at its final
+    name (a retried chunk's; checked by sha256 where known), else ``PublishError``.
     """
     try:
         rename_files([(staged, final) for staged, final, _ in moves])
@@ -208,10 +189,7 @@ def file_above(path: str) -> str | None:
 
 
 def local_write_problem(path: str) -> str | None:
-    """Why a local file cannot be written at ``path`` (its folder refuses new files), or None.
-
-    The writer creates missing folders, so the nearest folder that exists is tried.
-    """
+    """Why a local file cannot be written at ``path`` (its nearest existing folder refuses new files), or None."""
     if not is_local(path):
         return None
     folder = os.path.dirname(os.path.abspath(path))

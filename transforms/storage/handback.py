@@ -1,8 +1,7 @@
 """What a job's workers hand back to the launcher (a plan's tally, verify's report), through storage.
 
-Workers may run on other machines: what the launcher reads back goes to a folder of the run's
-own on storage, under ``--temp_location`` when given, else in ``OUTPUT/.staging``, never the
-launcher's temporary folder. A missing file is an error, never read as empty.
+Workers may run on other machines: it goes to a folder of the run's own under ``--temp_location``,
+else in ``OUTPUT/.staging``. A missing file is an error, never read as empty.
 """
 
 from __future__ import annotations
@@ -23,13 +22,8 @@ __all__ = ["HandBack", "handback_folder", "check_handback", "read_handed_back", 
 
 @dataclass(frozen=True)
 class HandBack:
-    """A run's folder for what its workers hand back.
-
-    Attributes:
-        folder: The folder (a local path or a URL).
-        created: The highest local folder that holding ``folder`` creates, removed with it; None
-            on object stores, or when every folder above existed.
-    """
+    """A run's folder for what its workers hand back (``created``: the highest local folder that holding
+    it creates, removed with it; None on object stores, or when every folder above existed)."""
 
     folder: str
     created: str | None = None
@@ -51,11 +45,7 @@ def _first_missing(folder: str) -> str | None:
 
 
 def handback_folder(output_dir: str | None, temp_location: str | None, job: str) -> HandBack:
-    """A new folder of this run: under ``temp_location``, else in ``output_dir``'s staging folder.
-
-    Raises:
-        ShardsError: Neither is given (verify ``--files`` without ``--temp_location``).
-    """
+    """A new folder of this run under ``temp_location``, else in ``output_dir``'s staging (``ShardsError``: neither)."""
     root = temp_location or (staging_folder(output_dir) if output_dir else None)
     if root is None:
         raise ShardsError(f"{job} has nowhere its workers can hand back what they found: give "
@@ -65,11 +55,7 @@ def handback_folder(output_dir: str | None, temp_location: str | None, job: str)
 
 
 def check_handback(handback: HandBack, job: str) -> None:
-    """Writes and deletes a probe in the folder before the pipeline runs (and removes what it created).
-
-    Raises:
-        UsageError: The folder cannot be written; one line asking for ``--temp_location``.
-    """
+    """Writes and deletes a probe in the folder before the pipeline runs (``UsageError``: it cannot be written)."""
     probe = handback.path("probe")
     try:
         check_writable(probe)
@@ -81,11 +67,7 @@ def check_handback(handback: HandBack, job: str) -> None:
 
 
 def read_handed_back(path: str, what: str) -> bytes:
-    """The bytes of a file the workers wrote.
-
-    Raises:
-        ShardsError: It is not there (one line naming it, and why it may be missing).
-    """
+    """The bytes of a file the workers wrote (``ShardsError``: it is not there)."""
     data = read_if_present(path)
     if data is None:
         raise ShardsError(f"the {what} the workers write is missing: {path} (a worker that cannot "

@@ -1,7 +1,6 @@
 """A publish journal with renames still to do: carried out, by the run that wrote it or the next one.
 
-The protocol is ``storage.publish``'s; ``finish_journal`` may be repeated: a rename whose source
-is gone was done. The next run into the folder finishes a journal a crash left
+The protocol is ``storage.publish``'s; the next run into the folder finishes a journal a crash left
 (``finish_interrupted``) before anything else.
 """
 
@@ -13,7 +12,6 @@ from transforms.errors import PublishError
 from transforms.shardset.manifest import MANIFEST_NAME
 from transforms.shardset.naming import join_path
 from transforms.shardset.ownership import JOURNAL_NAME, Journal, is_shard_named
-from transforms.shardset.publish_plan import relative_name
 from transforms.storage.files import exists, read_if_present
 from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, rename_all, rename_files
 from transforms.tfrecord.record_index import INDEX_DIR
@@ -24,38 +22,30 @@ _LOG = logging.getLogger(__name__)
 
 
 def shard_moves(journal: Journal) -> list[tuple[str, str]]:
-    """The renames of a journal that bring shards and ``.idx`` files to their names (``(from, to)``).
-
-    They may be done in any order, by many workers at once, before ``finish_journal``.
-    """
+    """The renames of a journal that bring shards and ``.idx`` files to their names, in any order."""
     return [(source, target) for source, target in journal.moves if is_shard_named(target)]
 
 
 def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False) -> None:
-    """Carries out a journal's renames and deletions; safe to repeat after a crash.
+    """Carries out a journal's renames (in order, ``manifest.json`` last) and deletions; safe to repeat.
 
-    A rename whose source is gone was done (its target must be there); the rest are done in the
-    journal's order, ``manifest.json`` last.
-
-    Args:
-        shards_moved: Every rename of ``shard_moves`` is known done: they are not looked at again.
+    A rename whose source is gone was done; with ``shards_moved``, those of ``shard_moves`` are not looked at.
 
     Raises:
         PublishError: A file to rename is gone and its target is not there.
     """
-    pending = []
+    shards, metadata = [], []  # (from, to) renames still to do
     retire_manifest(output_dir, journal)
-    moves = [(a, b) for a, b in journal.moves if not (shards_moved and is_shard_named(b))]
-    for source, target in moves:
+    for source, target in journal.moves:
+        if shards_moved and is_shard_named(target):
+            continue
         src, dst = join_path(output_dir, source), join_path(output_dir, target)
         if exists(src):
-            pending.append((src, dst))
+            (shards if is_shard_named(target) else metadata).append((src, dst))
         elif not exists(dst):
             raise PublishError(f"{src} is gone and {dst} is not there: the publish of run "
                                f"{journal.run_id} cannot be finished; rebuild the set")
-    metadata = [pair for pair in pending if not is_shard_named(relative_name(output_dir, pair[1]))]
-    shards = [pair for pair in pending if is_shard_named(relative_name(output_dir, pair[1]))]
-    if any(relative_name(output_dir, dst).startswith(INDEX_DIR + "/") for _, dst in shards):
+    if any(dst.startswith(join_path(output_dir, INDEX_DIR) + "/") for _, dst in shards):
         make_folder(join_path(output_dir, INDEX_DIR))
     if shards:
         rename_all(shards)  # in chunks, many at once
@@ -75,8 +65,7 @@ def retire_manifest(output_dir: str, journal: Journal) -> None:
 def finish_interrupted(output_dir: str) -> bool:
     """Finishes the publish a crash interrupted after its journal was written; True if there was one.
 
-    Called by a run holding the folder's lock, before staging (which holds the files still to
-    rename) is cleared; the interrupted run's staging is left to the caller.
+    Called by a run holding the lock, before staging (the files still to rename) is cleared.
     """
     data = read_if_present(join_path(output_dir, JOURNAL_NAME))
     if data is None:

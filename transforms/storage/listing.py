@@ -1,22 +1,23 @@
 """Finding files: paths matched once, a folder's files, local trees, store prefixes by level or key range.
 
-A path that came out of a match is never matched again (Beam's file systems cannot quote wildcard
-characters: ``b[1].tfrecord`` matched again is ``b1.tfrecord``). Local trees are walked as Beam's
-local file system lists them, but folders that cannot be listed are reported; gs:// and s3://
-prefixes are listed with the stores' clients, keys taken as they are.
+A path that came out of a match is never matched again (Beam cannot quote wildcard characters:
+``b[1].tfrecord`` matched again is ``b1.tfrecord``). gs:// and s3:// prefixes are listed with the
+stores' clients, keys taken as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
+import stat
 from typing import Callable, Iterator, Sequence
 
 from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists
-from transforms.storage.paths import has_wildcards, is_local
+from transforms.storage.paths import bucket_key, has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
            "has_files_below", "walk_local_tree", "scan_local_folder",
@@ -37,22 +38,16 @@ def exact_file(path: str) -> FileMetadata | None:
             found = os.stat(path)
         except OSError:
             return None
-        if not os.path.isfile(path):
-            return None
-        return FileMetadata(path, found.st_size, found.st_mtime)
+        return FileMetadata(path, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) else None
     if path.endswith("/") or not exists(path):
         return None
-    if path.startswith(("s3://", "gs://")):
-        return filesystem_of(path).metadata(path)
-    return FileSystems.get_filesystem(path).metadata(path)
+    on_store = path.startswith(("s3://", "gs://"))
+    return (filesystem_of(path) if on_store else FileSystems.get_filesystem(path)).metadata(path)
 
 
 def is_folder(path: str) -> bool:
-    """True if ``path`` names a folder: a local directory, or a prefix with objects below it.
-
-    A bucket path is a folder when it ends with ``/`` or when no object has its name but some lies
-    right below it; a path holding wildcard characters is only a folder locally.
-    """
+    """True if ``path`` names a folder: a local directory, or a prefix ending with ``/`` or with objects
+    right below it and none of its name (with wildcard characters: only locally)."""
     if is_local(path):
         return os.path.isdir(path)
     if path.endswith("/"):
@@ -60,16 +55,16 @@ def is_folder(path: str) -> bool:
     if has_wildcards(path) or exists(path):
         return False
     if path.startswith(LEVEL_SCHEMES):  # the objects right below it, as the match of ``path/*`` finds them
-        return _has_objects_at_level(path + "/")
+        with _listing_errors(path + "/"):  # pages of _PROBE_PAGE keys, until one
+            return any(not sub for _, sub in _list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
     return bool(_matched(path + "/*", limit=1))
 
 
 def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
     """Returns, per path or pattern, the files it names; each path is matched at most once.
 
-    A path that names an existing file is that file, whatever characters it holds; a path without
-    wildcard characters that names no file names nothing (a folder included); anything else is
-    matched once. Keep the returned metadata: never match its paths again.
+    An existing file is itself, whatever characters it holds; a path without wildcard characters
+    that names no file names nothing. Never match the returned paths again.
     """
     found: list[list[FileMetadata] | None] = []
     to_match: list[str] = []
@@ -93,21 +88,9 @@ def list_folder(folder: str) -> dict[str, tuple[str, int]]:
 
 
 def files_all_of_suffix(folder: str, suffix: str, ignored: Callable[[str], bool]) -> list[str] | None:
-    """The files directly in ``folder``, sorted, when each entry (but those ``ignored`` passes over)
-    is a file ending with ``suffix``; listing stops at the first that is not.
-
-    Args:
-        folder: A local folder or a gs:// or s3:// prefix (without wildcard characters).
-        suffix: The files' suffix, compared in lower case (``.parquet``).
-        ignored: Passes over an entry by its name (hidden ones, a ``README.md``).
-
-    Returns:
-        The paths, or None when an entry is a folder or a file not ending with ``suffix``, or none is.
-    """
-    if is_local(folder):
-        entries = scan_local_folder(folder)
-    else:
-        entries = scan_store(folder.rstrip("/") + "/")
+    """The files directly in ``folder``, sorted, when each entry (but those ``ignored`` passes over by
+    name) is a file ending with ``suffix`` (lower case); else None, the listing stopped at the first."""
+    entries = scan_local_folder(folder) if is_local(folder) else scan_store(folder.rstrip("/") + "/")
     found = []
     for path, is_prefix in entries:
         name = path.rstrip("/").rsplit("/", 1)[-1]
@@ -125,10 +108,8 @@ def list_below(folder: str) -> list[str]:
 
 
 def has_files_below(folder: str) -> bool:
-    """True if some file lies below ``folder``, at any depth; one listing call, stopped at the first.
-
-    On gs:// and s3:// one request for one key (Beam's match lists every key, whatever its limit).
-    """
+    """True if some file lies below ``folder``, at any depth; on a store one request for one key
+    (Beam's match lists every key, whatever its limit)."""
     if folder.startswith(LEVEL_SCHEMES) and not has_wildcards(folder):
         prefix = folder.rstrip("/") + "/"
         with _listing_errors(prefix):
@@ -140,9 +121,8 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
                     ) -> Iterator[tuple[str, OSError | None]]:
     """Every file below a local folder as ``(path, None)``, every folder it cannot list as ``(folder, error)``.
 
-    Walks as Beam's local file system lists: ``os.walk`` over bytes (a name is tested without
-    decoding it), links to folders not followed, entries that cannot be stat-ed (dangling links)
-    left out as Beam leaves them out. One folder's names are held at a time.
+    Walks as Beam's local file system lists (``os.walk`` over bytes, links to folders not followed,
+    entries that cannot be stat-ed left out).
 
     Args:
         keep: Only some entries: ``keep(folder)`` for each folder walked (its path relative to
@@ -150,7 +130,7 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
             only the files and unreadable folders it passes are given and stat-ed. The root, if it
             cannot be listed, is tested as ``b""`` in ``b""``. None: every entry.
     """
-    keep = keep or _keep_all
+    keep = keep or (lambda folder: lambda name: True)
     top = os.fsencode(root)
     start = len(top) + 1
 
@@ -178,18 +158,10 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
             yield os.fsdecode(err.filename) if err.filename else root, err
 
 
-def _keep_all(folder: bytes) -> Callable[[bytes], bool]:
-    """``walk_local_tree``'s test when every entry is kept."""
-    return lambda name: True
-
-
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
-    """The entries of one local folder as ``(path, is_folder)``, as ``walk_local_tree`` sees them.
+    """The entries of one local folder as ``(path, is_folder)`` (``OSError``: it cannot be listed).
 
     A link to a folder is neither (it is not followed); an entry that cannot be stat-ed is left out.
-
-    Raises:
-        OSError: The folder cannot be listed.
     """
     with os.scandir(folder) as entries:
         for entry in entries:
@@ -211,8 +183,7 @@ def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
 def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str] = ()) -> int | None:
     """Bytes of the files below local ``folders`` and of local ``files``, counted until ``limit`` is reached.
 
-    Links are not followed. None when a path is not a local folder (a URL, a manifest) or ``files``
-    holds one that is not a local file: its size is not known without reading it.
+    Links are not followed. None when a path is not a local folder or file (its size is not known).
     """
     total = 0
     for path in files:
@@ -234,8 +205,7 @@ def local_bytes_at_least(folders: Sequence[str], limit: int, files: Sequence[str
 
 
 def _entries_below(folders: Sequence[str]) -> Iterator[os.DirEntry]:
-    """Every entry but folders below local ``folders`` (no ``stat``; links to folders not followed,
-    a folder that cannot be read gives nothing)."""
+    """Every entry but folders below local ``folders`` (no ``stat``; links not followed, unreadable folders skipped)."""
     stack = list(folders)
     while stack:
         try:
@@ -250,60 +220,49 @@ def _entries_below(folders: Sequence[str]) -> Iterator[os.DirEntry]:
 
 
 def count_local_files(folder: str, limit: int) -> int:
-    """Entries other than folders below a local folder, counted until ``limit`` is reached.
-
-    So that a huge folder can be listed in parts (``images.folder_parts``).
-    """
-    count = 0
-    for _ in _entries_below([folder]):
-        count += 1
-        if count >= limit:
-            break
-    return count
+    """Entries other than folders below a local folder, counted until ``limit`` (``images.folder_parts``)."""
+    return sum(1 for _ in itertools.islice(_entries_below([folder]), limit))
 
 
 # Object stores whose keys this module can list one level at a time (with a delimiter).
 LEVEL_SCHEMES = ("gs://", "s3://")
-
-
 # Keys (and sub-prefixes) a page of a probing listing asks for (``is_folder``): a folder of many
 # files costs one small page, not a listing of all of them.
 _PROBE_PAGE = 20
 
 
-def _list_store(prefix: str, by_level: bool, page_size: int | None = None,
-                first_page: int | None = None) -> Iterator[tuple[str, bool]]:
-    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it;
-    ``page_size`` keys a request (None: the store's most), ``first_page`` keys the first one."""
+def _list_store(prefix: str, by_level: bool, page_size: int | None = None, first_page: int | None = None,
+                start: str | None = None) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it (from the
+    key ``start`` on, when given); ``page_size`` keys a request (None: the store's most), ``first_page``
+    keys the first one."""
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
-    delimiter = {"Delimiter": "/"} if by_level else {}
     if scheme == "s3":
         client = store_client("s3")
+        extra = {**({"Delimiter": "/"} if by_level else {}), **({} if start is None else {"StartAfter": start})}
         paging: dict = {} if page_size is None else {"PageSize": page_size}
         if first_page is not None:
-            page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=first_page, **delimiter)
+            page = client.list_objects_v2(Bucket=bucket, Prefix=key_prefix, MaxKeys=first_page, **extra)
             yield from _s3_entries(bucket, page)
             if not page.get("IsTruncated"):
                 return
             paging["StartingToken"] = page["NextContinuationToken"]
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
-                                                                  PaginationConfig=paging, **delimiter)
+                                                                  PaginationConfig=paging, **extra)
         for page in pages:
             yield from _s3_entries(bucket, page)
         return
     if scheme == "gs":
         token = None
+        listing = dict(prefix=key_prefix, delimiter="/" if by_level else None, start_offset=start)
         if first_page is not None:
-            blobs = store_client("gs").list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
-                                                    page_size=first_page)
+            blobs = store_client("gs").list_blobs(bucket, page_size=first_page, **listing)
             yield from _gcs_entries(bucket, next(blobs.pages, []))
             token = blobs.next_page_token
             if not token:
                 return
-        blobs = store_client("gs").list_blobs(bucket, prefix=key_prefix, delimiter="/" if by_level else None,
-                                                page_size=page_size, page_token=token)
-        for page in blobs.pages:
+        for page in store_client("gs").list_blobs(bucket, page_size=page_size, page_token=token, **listing).pages:
             yield from _gcs_entries(bucket, page)
         return
     raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
@@ -321,16 +280,6 @@ def _gcs_entries(bucket: str, page) -> Iterator[tuple[str, bool]]:
         yield f"gs://{bucket}/{blob.name}", False
     for sub in sorted(getattr(page, "prefixes", ())):
         yield f"gs://{bucket}/{sub}", True
-
-
-def _has_objects_at_level(prefix: str) -> bool:
-    """True if an object lies right below a gs:// or s3:// prefix; pages of ``_PROBE_PAGE`` keys, until one.
-
-    Raises:
-        OSError: The store refused the listing (naming the prefix).
-    """
-    with _listing_errors(prefix):
-        return any(not sub for _, sub in _list_store(prefix, by_level=True, page_size=_PROBE_PAGE))
 
 
 @contextlib.contextmanager
@@ -360,70 +309,38 @@ def _client_errors() -> tuple[type[Exception], ...]:
 
 
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
-    """The objects and sub-prefixes directly below a gs:// or s3:// prefix, as ``(path, is_prefix)``.
-
-    ``prefix`` ends with ``/``; a sub-prefix is yielded with its ``/``. A level costs one listing
-    of its own keys (a ``/`` delimiter), not of everything below it.
-
-    Raises:
-        ValueError: ``prefix`` is not on gs:// or s3://.
-    """
+    """The objects and sub-prefixes (with their ``/``) directly below a gs:// or s3:// prefix ending
+    with ``/``, as ``(path, is_prefix)``: one listing of its own keys, not of everything below."""
     return _list_store(prefix, by_level=True)
 
 
 def list_store_below(prefix: str) -> Iterator[str]:
-    """Every object below a gs:// or s3:// prefix (ending with ``/``), without wildcard matching.
-
-    Raises:
-        ValueError: ``prefix`` is not on gs:// or s3://.
-    """
+    """Every object below a gs:// or s3:// prefix (ending with ``/``), without wildcard matching."""
     return (path for path, _ in _list_store(prefix, by_level=False))
 
 
 def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
-    """``list_store_level``, with S3's client errors raised as ``OSError``s naming the prefix.
-
-    Its first request asks for ``_PROBE_PAGE`` keys: planning reads a level until its first file,
-    and a page of 1,000 keys is 270 KB on S3.
-    """
+    """``list_store_level``, S3's errors raised as ``OSError``s naming the prefix; its first request asks
+    for ``_PROBE_PAGE`` keys (planning reads a level until its first file; 1,000 keys are 270 KB on S3)."""
     with naming_s3_errors(prefix):
         yield from _list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
 
 
 def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:
-    """Keys (relative to ``prefix``) of every object below a gs:// or s3:// prefix after ``after``, in order.
-
-    S3 starts after ``after``, GCS at it: keys not after it are dropped here as well.
-    """
-    scheme, _, rest = prefix.partition("://")
-    bucket, _, key_prefix = rest.partition("/")
+    """Keys (relative to ``prefix``) of every object below a gs:// or s3:// prefix after ``after``, in order
+    (S3 starts after ``after``, GCS at it: keys not after it are dropped here as well)."""
+    key_prefix = bucket_key(prefix)[1]
     start = None if after is None else key_prefix + after
-    if scheme == "s3":
-        extra: dict = {} if start is None else {"StartAfter": start}
-        if page_size is not None:
-            extra["PaginationConfig"] = {"PageSize": page_size}
-        pages = store_client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix,
-                                                                             **extra)
-        names = (item["Key"] for page in pages for item in page.get("Contents", []))
-    elif scheme == "gs":
-        names = (blob.name for page in store_client("gs").list_blobs(
-            bucket, prefix=key_prefix, start_offset=start, page_size=page_size).pages for blob in page)
-    else:
-        raise ValueError(f"{prefix}: only gs:// and s3:// prefixes are listed without matching")
-    for name in names:
-        if start is None or name > start:
-            yield name[len(key_prefix):]
+    for key in (bucket_key(path)[1] for path, _ in _list_store(prefix, False, page_size, start=start)):
+        if start is None or key > start:
+            yield key[len(key_prefix):]
 
 
 def list_store_range(prefix: str, after: str | None = None, until: str | None = None) -> Iterator[str]:
     """The path of every object below a gs:// or s3:// prefix whose key lies in ``(after, until]``.
 
-    ``after`` and ``until`` are relative to ``prefix`` (which ends with ``/``); None: no bound.
-    The listing stops at the first key past ``until``, so several workers list one prefix in
-    ranges (``images.key_ranges``).
-
-    Raises:
-        ValueError: ``prefix`` is not on gs:// or s3://.
+    ``after`` and ``until`` are relative to ``prefix`` (ending with ``/``); None: no bound. The
+    listing stops past ``until``: workers list one prefix in ranges (``images.key_ranges``).
     """
     for name in _store_keys_from(prefix, after):
         if until is not None and name > until:
@@ -432,9 +349,6 @@ def list_store_range(prefix: str, after: str | None = None, until: str | None = 
 
 
 def first_store_key_after(prefix: str, after: str) -> str | None:
-    """The first key (relative to ``prefix``) below a gs:// or s3:// prefix after ``after``, or None.
-
-    One small listing request: a probe that ``images.key_ranges`` cuts ranges with.
-    """
+    """The first key (relative to ``prefix``) below a gs:// or s3:// prefix after ``after``, or None (one request)."""
     with naming_s3_errors(prefix):
         return next(_store_keys_from(prefix, after, page_size=1), None)

@@ -1,12 +1,10 @@
 """Reading one member of a container input (``archives.members.MemberRef``): a tar or zip member, a
 ``.tar.gz`` member, a Parquet row's image.
 
-A tar member is one range read; a zip member one range read from its local header, inflated and
-its CRC-32 checked. A ``.tar.gz`` cannot be read from the middle: each process keeps one
-decompressing stream per archive, which reads on to the member (an earlier member restarts it).
-A Parquet row's image is read with its row group's image column, which each process keeps for
-the next rows; a row group whose image column is larger than ``PARQUET_GROUP_BYTES`` (or twice
-``--max_image_mb``) is not read: each of its rows is a ``too_large`` dead letter.
+A ``.tar.gz`` cannot be read from the middle: each process keeps one decompressing stream per
+archive, which reads on to the member (an earlier member restarts it). A Parquet row's image is read
+with its row group's image column, kept for the next rows; a row group whose image column is larger
+than ``PARQUET_GROUP_BYTES`` (or twice ``--max_image_mb``) is not read: its rows are ``too_large``.
 """
 
 from __future__ import annotations
@@ -36,12 +34,7 @@ _PARQUETS: collections.OrderedDict = collections.OrderedDict()  # (file, column)
 
 
 def read_member(ref: MemberRef, max_bytes: int) -> bytes:
-    """The bytes of one member.
-
-    Raises:
-        OSError: As ``open_for_read``, or while reading.
-        ImageError: ``too_large``, or ``unreadable`` for a damaged member or archive.
-    """
+    """The bytes of one member (``OSError`` as ``open_for_read``; ``ImageError``: too large, unreadable)."""
     if ref.length > max_bytes:
         raise ImageError("too_large", f"archive member has {ref.length} bytes, over --max_image_mb "
                                       f"({max_bytes / _MIB:g} MiB); not read")
@@ -84,12 +77,8 @@ def _check_compressed_size(ref: MemberRef, max_bytes: int) -> None:
 
 
 def forget_cached(streams: bool = True) -> None:
-    """Drops the Parquet row groups kept and closes the Parquet files kept open, and with ``streams``
-    closes the ``.tar.gz`` streams kept open.
-
-    Called as a reader's bundle starts (a later job may read a file of the same name) and as it is
-    torn down (everything).
-    """
+    """Drops the Parquet row groups kept, closes the Parquet files and, with ``streams``, the ``.tar.gz``
+    streams kept open (a later job may read a file of the same name)."""
     with _LOCK:
         _GROUPS.clear()
         files = list(_PARQUETS.values())
@@ -97,13 +86,8 @@ def forget_cached(streams: bool = True) -> None:
         kept = list(_STREAMS.values()) if streams else []
         if streams:
             _STREAMS.clear()
-    for lock, slot in files:
-        _close_parquet(lock, slot)
-    for lock, slot in kept:
-        with lock:
-            if slot[0] is not None:
-                slot[0].close()
-                slot[0] = None
+    for lock, slot in files + kept:
+        _close(lock, slot)
 
 
 def _stream_read(ref: MemberRef) -> bytes:
@@ -154,9 +138,8 @@ def _row_image(ref: MemberRef, max_bytes: int) -> bytes:
 
 
 def _open_parquet(path: str, column: str) -> tuple[threading.Lock, list]:
-    """The lock and ``[fh, ParquetFile]`` of a Parquet file this process keeps open to read ``column``
-    (the ParquetFile None until opened, under the lock); the least recently used one closed past
-    ``PARQUET_OPEN_FILES``."""
+    """The lock and ``[fh, ParquetFile]`` (None until opened, under the lock) of a Parquet file kept open to
+    read ``column``; the least recently used one closed past ``PARQUET_OPEN_FILES``."""
     key = (path, column)
     with _LOCK:
         entry = _PARQUETS.get(key)
@@ -166,12 +149,13 @@ def _open_parquet(path: str, column: str) -> tuple[threading.Lock, list]:
         entry = _PARQUETS[key] = (threading.Lock(), [None, None])
         closed = [_PARQUETS.popitem(last=False)[1] for _ in range(len(_PARQUETS) - PARQUET_OPEN_FILES)]
     for lock, slot in closed:
-        _close_parquet(lock, slot)
+        _close(lock, slot)
     return entry
 
 
-def _close_parquet(lock: threading.Lock, slot: list) -> None:
+def _close(lock: threading.Lock, slot: list) -> None:
+    """Closes the file or stream a slot holds (its first item) and empties the slot."""
     with lock:
         if slot[0] is not None:
             slot[0].close()
-        slot[0] = slot[1] = None
+        slot[:] = [None] * len(slot)

@@ -1,11 +1,11 @@
 """The output folder of a publishing run: checks at start, staging, what the folder holds, before and after.
 
-The I/O around the rules of ``transforms.shardset.ownership``, ``replacing`` and ``resume``;
-``prepare_output`` does all of it before any input is read, ``finish_output`` cleans up after.
+The I/O around the rules of ``transforms.shardset.ownership``, ``replacing`` and ``resume``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -49,28 +49,18 @@ def staging_folder(output_dir: str, run_id: str | None = None) -> str:
     return join_path(root, run_id) if run_id else root
 
 
-def _output_key(output_dir: str) -> str:
-    """12 hex digits of the sha256 of the output folder's URL (a local one made absolute)."""
-    url = os.path.abspath(output_dir) if is_local(output_dir) else output_dir.rstrip("/")
-    return hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
-
-
 def run_files_folder(output_dir: str, run_id: str, staging_dir: str | None = None) -> str:
-    """Where the run ``run_id`` writes its run files and their done lists.
-
-    ``OUTPUT/.staging/<run id>/runs``; with ``staging_dir`` (``--staging_dir``), a folder of its
-    own there named for the output folder and the run, so that builds sharing it never mix.
-    """
+    """Where the run ``run_id`` writes its run files: ``OUTPUT/.staging/<run id>/runs``, or a folder
+    of ``--staging_dir`` named for the output folder and the run (builds sharing it never mix)."""
     if not staging_dir:
         return join_path(staging_folder(output_dir, run_id), RUNS_DIR)
-    return join_path(staging_dir, f"{_RUN_FILES_PREFIX}{_output_key(output_dir)}-{run_id}")
+    url = os.path.abspath(output_dir) if is_local(output_dir) else output_dir.rstrip("/")  # 12 hex digits of it
+    return join_path(staging_dir, f"{_RUN_FILES_PREFIX}{hashlib.sha256(url.encode('utf-8')).hexdigest()[:12]}-{run_id}")
 
 
 def _run_files_elsewhere(output_dir: str, run_id: str) -> str | None:
-    """The run's folder in a ``--staging_dir`` as its staging folder names it, or None.
-
-    Only the name ``run_files_folder`` gives is used: the file cannot send a deletion elsewhere.
-    """
+    """The run's folder in a ``--staging_dir`` as its staging folder names it (only the name
+    ``run_files_folder`` gives: the file cannot send a deletion elsewhere), or None."""
     data = read_if_present(join_path(staging_folder(output_dir, run_id), RUN_FILES_NAME))
     if data is None:
         return None
@@ -89,28 +79,25 @@ def run_files_of(output_dir: str, run_id: str) -> str:
 
 
 def _mark_run_files(output_dir: str, run_id: str, staging_dir: str) -> None:
-    """Checks the run's folder in ``staging_dir`` can be written, and names it in the run's staging folder.
-
-    Raises:
-        UsageError: ``staging_dir`` cannot be written.
-    """
+    """Checks the run's folder in ``staging_dir`` can be written (``UsageError``); names it in its staging folder."""
     folder = run_files_folder(output_dir, run_id, staging_dir)
-    probe = join_path(folder, ".probe")
+    _check_writable("--staging_dir", staging_dir, join_path(folder, ".probe"))
+    staging = staging_folder(output_dir, run_id)
+    write_atomic(join_path(staging, RUN_FILES_NAME), folder.encode("utf-8") + b"\n", staging)
+
+
+def _check_writable(flag: str, folder: str, probe: str) -> None:
+    """Raises ``UsageError`` naming ``flag`` when ``probe`` in ``folder`` cannot be written."""
     try:
         check_writable(probe)
     except STORAGE_ERRORS as err:
-        raise UsageError(f"--staging_dir {staging_dir} cannot be written: {error_reason(err)} "
-                         f"(creating {probe})") from err
-    staging = staging_folder(output_dir, run_id)
-    write_atomic(join_path(staging, RUN_FILES_NAME), folder.encode("utf-8") + b"\n", staging)
+        raise UsageError(f"{flag} {folder} cannot be written: {error_reason(err)} (creating {probe})") from err
 
 
 def _has_staging(output_dir: str, run_id: str) -> bool:
     """Whether the run's staging folder in ``output_dir`` holds anything."""
     folder = staging_folder(output_dir, run_id)
-    if is_local(output_dir):
-        return os.path.isdir(folder)
-    return bool(list_below(folder))
+    return os.path.isdir(folder) if is_local(output_dir) else bool(list_below(folder))
 
 
 def _delete_run_files_elsewhere(output_dir: str, runs: Iterable[str]) -> None:
@@ -122,11 +109,7 @@ def _delete_run_files_elsewhere(output_dir: str, runs: Iterable[str]) -> None:
 
 
 def check_own_folders(output_dir: str) -> str | None:
-    """Why the tool's own folders in ``output_dir`` cannot be used (a link or a file there), or None.
-
-    The tool deletes and renames inside ``.staging`` and ``index``: a link is refused, never
-    followed. Object stores have no links, so only local folders are checked.
-    """
+    """Why the tool's own folders in a local ``output_dir`` cannot be used (a link or a file there), or None."""
     if not is_local(output_dir):
         return None
     for name in (STAGING_DIR, INDEX_DIR):
@@ -138,12 +121,8 @@ def check_own_folders(output_dir: str) -> str | None:
 
 
 def check_output_dir(output_dir: str, run_id: str) -> None:
-    """Refuses an output folder that is a file, lies below one, holds a link where the tool's own
-    folders go, or cannot be written.
-
-    Raises:
-        UsageError: One line saying which.
-    """
+    """Refuses (``UsageError``) an output folder that is a file, lies below one, holds a link where the
+    tool's own folders go, or cannot be written."""
     problem = check_own_folders(output_dir)
     if problem:
         raise UsageError(problem)
@@ -158,24 +137,14 @@ def check_output_dir(output_dir: str, run_id: str) -> None:
             parent = os.path.dirname(parent)
     elif exists(output_dir):
         raise UsageError(f"--output_dir {output_dir} is an object (a file), not a folder")
-    probe = join_path(output_dir, f".probe-{run_id}")
-    try:
-        check_writable(probe)
-    except STORAGE_ERRORS as err:
-        raise UsageError(f"--output_dir {output_dir} cannot be written: {error_reason(err)} "
-                         f"(creating {probe})") from err
+    _check_writable("--output_dir", output_dir, join_path(output_dir, f".probe-{run_id}"))
 
 
 @dataclass(frozen=True)
 class FolderState:
-    """What a run finds in its output folder.
-
-    Attributes:
-        present: Name -> size of every file directly in the folder (not names starting with ``.``).
-        manifest: The folder's manifest, if there is a readable one.
-        manifest_problem: Why ``manifest.json`` could not be read, if it is there.
-        journal: The journal of an unfinished publish, if any.
-    """
+    """What a run finds in its output folder: name -> size of every file directly in it (names starting
+    with ``.`` left out), its manifest if readable, why ``manifest.json`` could not be read if it is
+    there, and the journal of an unfinished publish, if any."""
 
     present: dict[str, int]
     manifest: Manifest | None
@@ -197,15 +166,8 @@ def _listing(output_dir: str) -> dict[str, int]:
 
 
 def read_manifest(output_dir: str, data: bytes | None = None) -> Manifest:
-    """The folder's manifest with every shard listed (format 2: read from its shard list).
-
-    The shard list is streamed and checked against ``manifest.json``. Shard entries come without
-    label counts (the splits' totals keep them): memory grows with shards, not x labels. ``data``:
-    ``manifest.json``'s bytes, if already read.
-
-    Raises:
-        ManifestError: The manifest or its shard list cannot be read, or they disagree.
-    """
+    """The folder's manifest with every shard listed, without label counts (``data``: its bytes, if read);
+    ``ManifestError``: the manifest or its shard list cannot be read, or they disagree."""
     if data is None:
         data = read_if_present(join_path(output_dir, MANIFEST_NAME))
         if data is None:
@@ -245,19 +207,13 @@ def _refuse_linked_staging(output_dir: str) -> None:
 
 
 def clear_staging(output_dir: str, run_id: str | None = None) -> None:
-    """Deletes the staging folder (earlier attempts' too), or only the run's own.
-
-    Raises:
-        PublishError: The staging folder is a link (never followed).
-    """
+    """Deletes the staging folder (earlier attempts' too), or only the run's own (``PublishError``: a link)."""
     _refuse_linked_staging(output_dir)
     _delete_run_files_elsewhere(output_dir, [run_id] if run_id else resumable_runs(output_dir, marked=False))
     delete_tree(staging_folder(output_dir, run_id))
     if run_id and is_local(output_dir):
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(staging_folder(output_dir))  # the shared folder, once empty
-        except OSError:
-            pass
 
 
 def _run_of(path: str, root: str) -> str | None:
@@ -269,8 +225,7 @@ def _run_of(path: str, root: str) -> str | None:
 def clear_staging_keeping(output_dir: str, mine: RunMarker) -> list[str]:
     """Clears ``OUTPUT/.staging`` but the folders of earlier runs with this run's fingerprint; returns their ids.
 
-    Only the run holding the folder's lock calls this. A folder of a run with other flags is
-    removed, with one log line naming the flags that differ.
+    Called by the run holding the lock; a run with other flags is removed with a line naming them.
     """
     _refuse_linked_staging(output_dir)
     root = staging_folder(output_dir)
@@ -316,11 +271,7 @@ def resumable_runs(output_dir: str, marked: bool = True) -> list[str]:
 def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
     """Everything a publishing run does to its output folder before reading any input.
 
-    Checks the folder can be written, takes the lock, finishes a publish a crash interrupted
-    (before any staging is cleared, ``--fresh`` too: the journal needs it), refuses shard-named
-    files this tool did not publish, and clears staging left by earlier attempts. A run that may
-    resume (``policy.resume``, a build) keeps the staging of runs with its fingerprint, unless
-    ``policy.fresh``, and marks its own (``resume.json``, written whole).
+    A crash's publish is finished before any staging is cleared (``--fresh`` too: the journal needs it).
 
     Raises:
         UsageError: One line saying what to fix; the lock is not left behind.
@@ -350,14 +301,8 @@ def prepare_output(output_dir: str, policy: PublishPolicy, job: str) -> None:
 
 def published_shards(output_dir: str,
                      policy: PublishPolicy) -> tuple[list[tuple[str, str, str | None]], str]:
-    """The shards of the splits published in ``output_dir`` that a run may keep, and their compression.
-
-    ``(split, shard path, CRC32C of its keys file or None)`` of every shard of the folder's
-    manifest; none without a manifest or with ``--drop_other_splits``.
-
-    Raises:
-        ManifestError: The manifest or its shard list cannot be read.
-    """
+    """``(split, shard path, keys file's CRC32C or None)`` of the published shards a run may keep, and
+    their compression; none without a manifest or with ``--drop_other_splits`` (``ManifestError``: unreadable)."""
     data = None if policy.drop_other_splits else read_if_present(join_path(output_dir, MANIFEST_NAME))
     if data is None:
         return [], "none"
@@ -368,20 +313,13 @@ def published_shards(output_dir: str,
 
 
 def published_shard_sizes(output_dir: str) -> dict[str, tuple[int, ...]]:
-    """Split -> bytes of each of its published shards, in index order (an append's plan starts from it).
-
-    Raises:
-        ManifestError: The manifest or its shard list cannot be read.
-    """
+    """Split -> bytes of each of its published shards, in index order (``ManifestError``: unreadable)."""
     manifest = read_manifest(output_dir)
     return {name: tuple(shard.bytes for shard in split.shards) for name, split in sorted(manifest.splits.items())}
 
 
 def published_manifest(output_dir: str) -> Manifest | None:
-    """The folder's ``manifest.json`` (its splits' totals, without the shard list), or None.
-
-    None when there is none, or when it cannot be read: the checks that need it whole say why.
-    """
+    """The folder's ``manifest.json`` without the shard list, or None (none, or unreadable: later checks say why)."""
     try:
         data = read_if_present(join_path(output_dir, MANIFEST_NAME))
         return None if data is None else Manifest.loads(data)
@@ -394,8 +332,7 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
                           splits: Callable[[], Iterable[str]]) -> None:
     """Refuses, before any input is read, a run that would replace a split other inputs built.
 
-    ``splits`` gives the splits the run is known to write (called only when the folder holds a
-    split that other inputs built); the run's publish checks again.
+    ``splits`` (called only when such a split is there) gives the splits the run writes.
 
     Raises:
         UsageError: One line naming the split, its records, the inputs that built it and ``--replace``.
@@ -412,15 +349,11 @@ def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted:
                   resumed: Sequence[str] = (), refused: bool = False) -> bool:
     """After the run: releases its lock if it holds it; returns True if a failed run's staging was kept.
 
-    A run that did not publish keeps its staging when the next run can use it: a build's (the
-    next build with its flags resumes it), and any run's once a publish journal with renames to
-    do is in the folder (the next run finishes it). Otherwise the run's own staging is cleared,
-    and those of the runs it resumed. Run files in a ``--staging_dir`` go with their staging folders.
+    A failed run keeps its staging when the next can use it: a build's (resumed), and any run's
+    while a publish journal has renames to do. Otherwise its own and its resumed runs' go.
 
     Args:
-        interrupted: A Ctrl-C stopped the run (kept, like any failure).
-        refused: The run was refused as a usage error before any image was read: only its own
-            staging is cleared (a pending journal still keeps it).
+        refused: A usage error before any image was read: only the run's own staging is cleared.
     """
     pending = not ok and _publish_pending(output_dir)
     kept = not ok and (pending or (policy.resume is not None and not refused))

@@ -42,10 +42,9 @@ def _has_file_system(scheme: str) -> bool:
 
 
 def path_problem(path: str) -> str | None:
-    """Why no file system can open ``path``, whatever any store holds, or None.
+    """Why no file system can open ``path`` (a NUL byte, or a scheme no file system reads), or None.
 
-    A path holding a NUL byte, or a URI whose scheme no file system of Beam's reads: Beam raises
-    ``ValueError`` for both, not an ``OSError``.
+    Beam raises ``ValueError`` for both, not an ``OSError``.
     """
     if "\0" in path:
         return "path holds a NUL byte, which no file system accepts"
@@ -59,16 +58,10 @@ def path_problem(path: str) -> str | None:
 
 def _normal(path: str) -> str:
     scheme, sep, rest = path.partition("://")
-    if not sep:
-        return os.path.realpath(path)
-    return f"{scheme}://{posixpath.normpath(rest)}"
+    return f"{scheme}://{posixpath.normpath(rest)}" if sep else os.path.realpath(path)
 
 
 def same_file(a: str, b: str) -> bool:
-    """True if the paths name one file: the same path once normalized, or (locally) one file
-    through a symbolic or hard link."""
-    if _normal(a) == _normal(b):
-        return True
-    if is_local(a) and is_local(b) and os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
-    return False
+    """True if the paths name one file: the same path once normalized, or (locally) one through a link."""
+    return _normal(a) == _normal(b) or (is_local(a) and is_local(b) and os.path.exists(a) and os.path.exists(b)
+                                        and os.path.samefile(a, b))

@@ -1,24 +1,10 @@
 """Publishing a run's staged shards into its output folder: one journal, carried forward.
 
-Every run that publishes does it the same way, once every shard is written to staging:
-
-0. check that the folder's lock still holds this run, that no link stands where the tool's
-   folders go, and that the kept splits are still as listed; refuse otherwise, changing nothing;
-1. plan the new set (``shardset.publish_plan``): its splits, the renames, the files to delete;
-2. stage every file of the new set that is not a shard, ``manifest.json`` among them;
-3. write the journal (``.publishing.json``): the renames in order, ``manifest.json`` last, and
-   the deletions after. From here on the publish only goes forward;
-4. carry it out (``journal.finish_journal``): delete the old ``manifest.json``, rename the shards
-   (from ``folders.PARALLEL_MOVES`` of them, on many workers between ``prepare_publish`` and
-   ``commit_publish``), rename the set's files, ``manifest.json`` last, then delete the old
-   set's files, the journal and the staging folder.
-
-A crash after 3 leaves the journal: the next run into the folder, or the same run's retried
-step, finishes it first, so the folder ends with the old set or the new one, whole. Readers see
-the old manifest, none, or the new one, never one that names a missing or partial file.
-
-Nothing it is given grows with shards: its side inputs are counts and the staged parts of the
-shard list and of the dead letters; it keeps one small entry per shard.
+Steps (RELIABILITY.md, "Publishing is atomic; a kill at any moment converges"):
+checks (0), a plan (1, ``shardset.publish_plan``), the set's other files staged (2), the journal
+written (3), then carried out (4, ``journal.finish_journal``), the shard renames on many workers
+between ``prepare_publish`` and ``commit_publish`` from ``folders.PARALLEL_MOVES`` of them on.
+Nothing it is given grows with shards: counts and the staged parts of the shard list and dead letters.
 """
 
 from __future__ import annotations
@@ -65,14 +51,8 @@ KEPT_SHA256_BUDGET = 1 << 30
 
 @dataclasses.dataclass(frozen=True)
 class PublishCommit:
-    """What the rest of a publish needs once its journal is written: the journal names every rename.
-
-    Attributes:
-        output_dir: Output folder.
-        journal: The journal written (renames in order, ``manifest.json`` last).
-        manifest: The manifest it publishes.
-        moves: Shard renames handed to the caller (0: none; ``finish_journal`` does them all).
-    """
+    """What the rest of a publish needs once its journal is written (``moves``: shard renames handed
+    to the caller; 0: ``finish_journal`` does them all)."""
 
     output_dir: str
     journal: Journal
@@ -82,11 +62,8 @@ class PublishCommit:
 
 def _check_kept(output_dir: str, kept: Mapping[str, SplitEntry], state: FolderState, compression: str,
                 feature_spec: Mapping[str, str], hashed: bool) -> str | None:
-    """Why the kept splits cannot be listed again (one line), or None.
-
-    Sizes are checked always; with ``hashed``, CRC32C (or sha256 where a shard has none) too when
-    the kept shards add up to at most ``KEPT_SHA256_BUDGET`` bytes (reading more would cost as much as the run).
-    """
+    """Why the kept splits cannot be listed again (one line), or None; sizes are checked, and with
+    ``hashed`` their hashes too, up to ``KEPT_SHA256_BUDGET`` bytes."""
     for split in sorted(kept.values(), key=lambda s: s.name):
         problem = kept_split_problem(split, state.present, state.manifest, compression, feature_spec)
         if problem:
@@ -173,24 +150,13 @@ def _append_checks(output_dir: str, state: FolderState, staging: str, kept: Mapp
                 f"{t.published} this run planned for: another run changed the set; append again"))
 
 
-def _checked_labels(output_dir: str, state: FolderState, staging: str, kept: Mapping[str, SplitEntry],
-                    totals: Sequence[SplitTotals], labels: Sequence[str], compression: str,
-                    manifest_fields: Mapping[str, Any], policy: PublishPolicy) -> list[str]:
-    """The checks of an append or of a run that replaces the splits it writes; returns the set's class names."""
-    if policy.append:
-        _append_checks(output_dir, state, staging, kept, totals, compression, manifest_fields)
-        return list(labels)
-    return _build_checks(output_dir, state, staging, kept, {t.split for t in totals}, list(labels), compression,
-                         manifest_fields, policy)
-
 
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
                     written: int, max_bad_fraction: float | None, repeated: int = 0,
                     new_bad: RejectionSummary | None = None) -> str | None:
     """Why an append is not published (too many bad inputs), or None; raises when it has nothing new.
 
-    ``repeated`` of the inputs were dead-lettered by the set already (same path, same reason) and
-    are not judged again; ``new_bad`` is the summary of the other bad inputs.
+    ``repeated``: inputs the set dead-lettered already (not judged again); ``new_bad``: the others' summary.
     """
     everything = RejectionSummary.merged(part.summary for part in dead_letters)
     bad = RejectionSummary.merged(part.summary if part.bad is None else part.bad for part in dead_letters)
@@ -216,8 +182,7 @@ def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str
     """Stages the set's ``dead_letters.jsonl`` (an append's: the set's, then this run's), or refuses the run
     (too many bad inputs, counts that disagree), leaving its dead letters to read.
 
-    Returns the appended splits' merged published shard entries (by split), the set's dead-letter count
-    and how many of an append's inputs the set had dead-lettered already.
+    Returns the merged published shard entries (by split), the dead-letter count and the repeated ones.
     """
     staged_letters = join_path(output_dir, staged_name(relative_name(output_dir, staging), DEAD_LETTERS_NAME))
     if appending:
@@ -250,8 +215,7 @@ def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str
 def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
                      sidecar_files: Callable[[Manifest], Mapping[str, bytes | None]] | None,
                      plan: Any, run_id: str) -> Journal:
-    """Stages the sidecar files and ``manifest.json``, then writes the journal that renames them, the
-    shards and the set's files staged before into place and removes the sidecars the new set does not have."""
+    """Stages the sidecar files and ``manifest.json``, then writes the journal."""
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     names = list(SET_FILES)
     for name, data in sorted(sidecars.items()):
@@ -272,17 +236,6 @@ def _staged_copy(output_dir: str, staging: str, name: str) -> str:
     """Where the set file ``name`` is staged (``publish_plan.staged_name``), as a full path."""
     return join_path(output_dir, staged_name(relative_name(output_dir, staging), name))
 
-
-def _write_empty_shards(output_dir: str, totals: Sequence[SplitTotals], staged: dict[tuple[str, int], StagedShard],
-                        compression: str, run_id: str, file_format: str) -> dict[tuple[str, int], StagedShard]:
-    """Writes the planned shards no worker wrote, empty; adds them to ``staged`` and returns them."""
-    empty = {}
-    for split, index, count in unwritten_shards(totals, staged):
-        result = StagedShard.of(write_shard(output_dir, (split, index, count), [], compression, run_id,
-                                            file_format=file_format))
-        staged[(split, index)] = result
-        empty[(split, index)] = result
-    return empty
 
 
 def _label_counts(parts: Sequence[ShardListPart]) -> dict[str, dict[str, int]]:
@@ -326,23 +279,14 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     """Steps 0-3 of a publish (checks, plan, staged set files, journal); hands out the shard renames if many.
 
     Args:
-        output_dir: Output folder.
         parts: The staged parts of the shard list covering every written shard.
         totals: The plan of every split written (empty shards are created).
-        dead_letters: The staged parts of the dead letters.
-        labels: Class names in index order.
         inputs: Number of inputs (records written + dead letters must equal it).
-        compression: Shard compression.
         manifest_fields: ``created_by``, ``options``, ``seed``, ``feature_spec`` and a job's own.
-        max_bad_fraction: ``--max_bad_fraction``; None for no limit.
-        policy: The run's id and how it treats what the folder already holds.
         sidecar_files: Gives further files to publish beside the shards (name -> bytes) from the
             manifest about to be written; a name mapped to None is removed if present.
         parallel_from: With at least this many shard renames they are returned (full paths) for
             the caller to do (``folders.move_chunk``) before ``commit_publish``; None: never.
-
-    Returns:
-        The commit record, and the renames left to the caller.
 
     Raises:
         PublishError: The lock is not this run's, a link stands where its own folders go, a kept split changed or does
@@ -362,13 +306,21 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
     old = state.manifest
     written_splits = {t.split for t in totals}
     kept = kept_splits(old, written_splits, policy)
-    labels = _checked_labels(output_dir, state, staging, kept, totals, labels, compression, manifest_fields, policy)
+    if policy.append:
+        _append_checks(output_dir, state, staging, kept, totals, compression, manifest_fields)
+        labels = list(labels)
+    else:
+        labels = _build_checks(output_dir, state, staging, kept, written_splits, list(labels), compression,
+                               manifest_fields, policy)
     # One small entry per shard, read from the parts' staged files (the side input is the parts only).
     staged = staged_of_parts(output_dir, parts, old, staging, compression)
     merged, dead_count, repeated = _stage_dead_letters(output_dir, staging, staged, parts, totals, dead_letters, inputs,
                                                        max_bad_fraction, old, policy.append)
-    empty = _write_empty_shards(output_dir, totals, staged, compression, policy.run_id,
-                                manifest_fields.get("file_format", "tfrecord"))
+    file_format = manifest_fields.get("file_format", "tfrecord")
+    empty = {(split, index): StagedShard.of(write_shard(output_dir, (split, index, count), [], compression,
+                                                        policy.run_id, file_format=file_format))
+             for split, index, count in unwritten_shards(totals, staged)}  # the planned shards no worker wrote
+    staged.update(empty)
     try:
         plan = plan_publish(output_dir, old, staged, totals, kept, _label_counts(parts), state.present, state.owned(),
                             compression, overwrite_unlisted=policy.overwrite_unlisted and not policy.append,
@@ -386,17 +338,8 @@ def prepare_publish(output_dir: str, parts: Sequence[ShardListPart],
 
 
 def commit_publish(commit: PublishCommit, moved: int) -> Manifest:
-    """Step 4 of a publish once every handed-out shard rename is done: the rest of the journal, ``manifest.json``
-    last, then the old set's files, the journal and staging are deleted.
-
-    Repeated after it finished (a retried bundle), it finishes what is left and returns the manifest.
-
-    Args:
-        commit: What ``prepare_publish`` decided.
-        moved: How many of its handed-out shard renames were done (each must be).
-
-    Returns:
-        The published manifest (its shard entries without label counts).
+    """Step 4 of a publish once every handed-out shard rename is done (``moved`` of them); safe to repeat.
+    Returns the published manifest (its shard entries without label counts).
 
     Raises:
         PublishError: Renames are missing, a file to rename is gone, or the lock is no longer this run's.
@@ -423,11 +366,8 @@ COMMIT_RECORD_NAME = "publish.commit"
 
 
 def stage_commit_record(output_dir: str, run_id: str, record: Any) -> str:
-    """Writes what the commit step needs in the run's staging folder; returns the file's path.
-
-    The record holds the journal (an entry per rename): the steps pass this path, not the record,
-    so no element between them grows with the set.
-    """
+    """Writes what the commit step needs in the run's staging folder; returns the path the steps pass
+    (the record, an entry per rename, grows with the set)."""
     staging = staging_folder(output_dir, run_id)
     path = join_path(staging, COMMIT_RECORD_NAME)
     write_atomic(path, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL), staging)
@@ -441,12 +381,8 @@ def staged_commit_record(path: str) -> Any | None:
 
 
 def published_already(output_dir: str, run_id: str) -> Manifest:
-    """A commit step run again after its run published: finishes clearing and returns the manifest.
-
-    Raises:
-        PublishError: The lock is not this run's, or no ``manifest.json`` is there (the staged
-            record is gone, yet the run did not publish).
-    """
+    """A commit step run again after its run published: finishes clearing and returns the manifest
+    (``PublishError``: the lock is not this run's, or no ``manifest.json`` is there)."""
     check_lock(output_dir, run_id)
     published = read_if_present(join_path(output_dir, MANIFEST_NAME))
     if published is None:

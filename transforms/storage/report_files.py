@@ -43,10 +43,8 @@ def write_report(path: str, files: int, records: int, size: int, parts: Sequence
                  folder: str) -> int:
     """Writes the JSON report (``Report.dumps``'s bytes) from the staged parts; returns the problems.
 
-    Args:
-        files, records, size: Shard files checked, records read and the files' total size.
-        parts: The staged parts of every problem found.
-        folder: The folder they were staged in (``parts_folder``), deleted once merged.
+    ``files``, ``records``, ``size``: shard files checked, records read and their size; ``folder``
+    (``parts_folder``) is deleted once merged.
 
     Raises:
         ShardsError: A part is gone or holds other than the problems it counted.

@@ -5,6 +5,7 @@ The I/O around ``transforms.shardset.resume`` (formats and rules are there).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -32,10 +33,8 @@ _LOG = logging.getLogger(__name__)
 
 
 def resumable_bytes(output_dir: str, fingerprint: str) -> int:
-    """Bytes of the run files an interrupted run with ``fingerprint`` left in ``output_dir``.
-
-    A read-only look before the run takes the lock, for the choice of local workers.
-    """
+    """Bytes of the run files an interrupted run with ``fingerprint`` left in ``output_dir`` (read before
+    the run takes the lock, for the choice of local workers)."""
     root = staging_folder(output_dir)
     try:
         if is_local(output_dir) and not os.path.isdir(root):
@@ -53,13 +52,8 @@ def resumable_bytes(output_dir: str, fingerprint: str) -> int:
 
 @dataclass(frozen=True)
 class AdoptedWork:
-    """What the staging folders of interrupted runs hold for this run.
-
-    Attributes:
-        runs: Their run ids.
-        done_lists: ``(done list path, runs folder, size of its run file or None)``.
-        shards: Content key -> the finished staged shard with it.
-    """
+    """What the staging folders of interrupted runs hold for this run: their ids, their done lists as
+    ``(path, runs folder, size of its run file or None)``, and content key -> a finished staged shard."""
 
     runs: tuple[str, ...] = ()
     done_lists: tuple[tuple[str, str, int | None], ...] = ()
@@ -67,10 +61,8 @@ class AdoptedWork:
 
 
 def adopted_work(output_dir: str, run_id: str) -> AdoptedWork:
-    """Lists the done lists and finished shards in the staging folders of runs other than ``run_id``.
-
-    Called once the run holds the lock and ``prepare_output`` kept the runs with its fingerprint.
-    """
+    """Lists the done lists and finished shards in the staging folders of runs other than ``run_id``
+    (those ``prepare_output`` kept)."""
     runs = [run for run in resumable_runs(output_dir) if run != run_id]
     done_lists, shards = [], {}
     published = None  # the folder's files, listed once if a finished shard is no longer staged
@@ -115,11 +107,8 @@ def _listed(output_dir: str) -> dict[str, tuple[str, int]]:
 
 
 def input_stamp(path: str) -> Stamp | None:
-    """``(size, mtime_ns, inode)`` of a local input, or None (it cannot be stated, or it is on a store).
-
-    An input on a store gets none (a request more per input in every build): a resumed run reads
-    it again, and still reuses the finished shards it went into.
-    """
+    """``(size, mtime_ns, inode)`` of a local input, or None (it cannot be stated, or it is on a store:
+    a request more per input; a resumed run reads it again, and still reuses its finished shards)."""
     if not is_local(path):
         return None
     try:
@@ -160,12 +149,8 @@ def _write_done_shard(done: ShardDone) -> None:
 
 
 def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | None:
-    """Moves an earlier run's finished staged shard into this run's staging, once its CRC32C checks;
-    copies it there from the folder when that run's journal published it (it stays published).
-
-    Returns its ``ShardResult`` (without tallies), or None when it cannot be used (gone, or its
-    bytes are not those recorded): the caller writes it.
-    """
+    """Moves an earlier run's finished staged shard into this run's staging, once its CRC32C checks
+    (copies it when that run's journal published it); its ``ShardResult``, or None: the caller writes it."""
     try:
         staging = staging_folder(output_dir, run_id)
         source, source_index, source_keys = done.staged, done.staged_index, done.staged_keys
@@ -174,30 +159,26 @@ def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | 
             source = join_path(output_dir, done.file)
             source_index = index_name(source) if done.staged_index else None
             source_keys = keys_name(source) if done.staged_keys else None
-        if (not hashes_match(source, done.crc32c)
-                or (source_index and not hashes_match(source_index, done.index_crc32c))
-                or (source_keys and not hashes_match(source_keys, done.keys_crc32c))):
+        if any(path and not hashes_match(path, crc) for path, crc in (
+                (source, done.crc32c), (source_index, done.index_crc32c), (source_keys, done.keys_crc32c))):
             _LOG.warning("not reusing %s: its CRC32C is not the one recorded when it was written", source)
             return None
-        moves = [(source, join_path(staging, done.staged.rsplit("/", 1)[-1]))]
-        staged_index = staged_keys = None
-        if done.staged_index:
-            staged_index = join_path(staging, done.staged_index.rsplit("/", 1)[-1])
-            moves.append((source_index, staged_index))
-        if done.staged_keys:
-            staged_keys = join_path(staging, done.staged_keys.rsplit("/", 1)[-1])
-            moves.append((source_keys, staged_keys))
-        (copy_files if published else rename_files)(moves)
+
+        def here(path: str | None) -> str | None:
+            """Where a staged file of ``done`` goes in this run's staging."""
+            return join_path(staging, path.rsplit("/", 1)[-1]) if path else None
+
+        staged, staged_index, staged_keys = here(done.staged), here(done.staged_index), here(done.staged_keys)
+        (copy_files if published else rename_files)(
+            [(a, b) for a, b in ((source, staged), (source_index, staged_index), (source_keys, staged_keys)) if b])
     except STORAGE_ERRORS as err:  # e.g. another attempt of the same shard moved it first
         _LOG.info("not reusing %s: %s", done.staged, error_reason(err))
         return None
     split, index, count = done.key
-    result = ShardResult(split, index, count, done.file, moves[0][1], staged_index,
+    result = ShardResult(split, index, count, done.file, staged, staged_index,
                          ShardStats(done.records, done.bytes, done.sha256, dict(done.label_counts), done.crc32c,
                                     done.index_crc32c, done.keys_crc32c), staged_keys=staged_keys)
-    moved = ShardDone(done.content, done.key, done.file, result.staged, result.staged_index, done.records,
-                      done.bytes, done.sha256, done.crc32c, done.index_crc32c, done.label_counts, staged_keys,
-                      done.keys_crc32c)
+    moved = dataclasses.replace(done, staged=staged, staged_index=staged_index, staged_keys=staged_keys)
     try:
         delete_files([done.staged + DONE_SUFFIX])
         _write_done_shard(moved)  # a run killed after this reuses it again

@@ -1,7 +1,6 @@
 """The output folder's lock on storage: taken, checked and released by a publishing run.
 
-The I/O around ``transforms.shardset.run_lock``. The lock is created exclusively
-(``writing.create_exclusive``) and read back; on a store that ignores the condition two runs
+The lock is created exclusively and read back; on a store that ignores the condition two runs
 starting together race, and the check before the manifest is written catches the loser.
 """
 
@@ -44,22 +43,14 @@ def _process_start(pid: int) -> str | None:
 
 
 def pid_space() -> str:
-    """Where this process's pid means this process: the boot id and pid namespace ('' if unknown).
-
-    Host names repeat (containers, cloned machines); the boot id is the machine's and the pid
-    namespace's inode tells containers on it apart.
-    """
+    """Where this process's pid means this process: the boot id and pid namespace inode ('' if unknown);
+    host names repeat (containers, cloned machines)."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
             boot = fh.read().strip()
         return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}" if boot else ""
     except OSError:
         return ""
-
-
-
-def _lock_path(output_dir: str) -> str:
-    return join_path(output_dir, LOCK_NAME)
 
 
 def _read_lock(path: str) -> tuple[bool, LockInfo | None]:
@@ -73,14 +64,9 @@ def _read_lock(path: str) -> tuple[bool, LockInfo | None]:
         return True, None
 
 
-
 def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
-    """Takes the folder's lock for this run, breaking a stale one.
-
-    Raises:
-        UsageError: Another run holds the lock (one line naming it and how to clear it).
-    """
-    path = _lock_path(output_dir)
+    """Takes the folder's lock for this run, breaking a stale one (``UsageError``: another run holds it)."""
+    path = join_path(output_dir, LOCK_NAME)
     mine = LockInfo(policy.run_id, job, socket.gethostname(), os.getpid(), _process_start(os.getpid()) or "",
                     pid_space())
     for _ in range(3):
@@ -107,7 +93,7 @@ def acquire_lock(output_dir: str, policy: PublishPolicy, job: str) -> None:
 
 def _holder(output_dir: str, run_id: str) -> tuple[str, LockInfo | None, bool]:
     """(the lock's path, its content if readable, whether it holds ``run_id``)."""
-    path = _lock_path(output_dir)
+    path = join_path(output_dir, LOCK_NAME)
     _, found = _read_lock(path)
     return path, found, found is not None and found.run_id == run_id
 

@@ -1,14 +1,8 @@
 """Run files on storage: a bundle's run file written, and records copied back out of run files.
 
-The I/O around ``transforms.tfrecord.run_files`` (the format is there), on
-local disk, gs:// and s3:// alike: a step that reads inputs writes each record
-once to its bundle's run file (``output_folder.run_files_folder``) and passes
-on only where it lies; the shard writer copies it from there (``RecordCopier``,
-which reads neighbouring records on a store in one request).
-
-A bundle's run file has a fresh random name and is closed before the bundle
-ends; a failed attempt's file, named by no surviving output, goes with the
-staging folder.
+The I/O around ``transforms.tfrecord.run_files``: a step that reads inputs writes each record once
+to its bundle's run file and passes on only where it lies; the shard writer copies it from there.
+A failed attempt's run file, named by no surviving output, goes with the staging folder.
 """
 
 from __future__ import annotations
@@ -41,8 +35,8 @@ _RUN_NEEDS_APART = ("the run's run files need free space in --staging_dir for ab
 
 
 class BundleRunFile:
-    """The run file of one bundle: opened at the first record, closed when the bundle ends (or
-    when it writes its done list), in the run's staging folder or ``staging_dir``."""
+    """The run file of one bundle, in the run's staging folder or ``staging_dir``: opened at the first
+    record, closed when the bundle ends (or when it writes its done list)."""
 
     def __init__(self, output_dir: str, run_id: str, staging_dir: str | None = None) -> None:
         self._folder = run_files_folder(output_dir, run_id, staging_dir)
@@ -50,11 +44,7 @@ class BundleRunFile:
         self._open: tuple | None = None  # (file object, RunFileWriter)
 
     def append(self, parts: Sequence[bytes]) -> RunSlice:
-        """Appends the record ``b"".join(parts)``, framed; says where it lies.
-
-        Raises:
-            PublishError: The disk is full (one line naming the folder).
-        """
+        """Appends the record ``b"".join(parts)``, framed; says where it lies (``PublishError``: disk full)."""
         path = self._open[1].path if self._open else join_path(self._folder, f"{uuid.uuid4().hex}.run")
         with reporting_full_disk(self._full[0], path, self._full[1]), naming_s3_errors(path):
             if self._open is None:
@@ -112,9 +102,7 @@ def batches(slices: Iterable[RunSlice], limit: int = BATCH_BYTES) -> list[_Batch
 class RecordCopier:
     """Reads framed records back out of run files, their CRCs checked; safe from any thread.
 
-    Args:
-        batch_bytes: Largest read of neighbouring records on a store (``plan``).
-        held_bytes: Bytes of fetched batches held at once.
+    ``batch_bytes``: the largest read of neighbouring records on a store (``plan``).
     """
 
     def __init__(self, batch_bytes: int = BATCH_BYTES, held_bytes: int = HELD_BYTES) -> None:
@@ -141,11 +129,7 @@ class RecordCopier:
                 self._batch_of.update(((batch.path, offset), batch) for offset in batch.offsets)
 
     def copy(self, where: RunSlice, what: str) -> FramedRecord:
-        """The record at ``where``; ``what`` names its input in an error.
-
-        Raises:
-            ShardsError: The record in the run file is short or damaged.
-        """
+        """The record at ``where`` (``ShardsError`` naming its input ``what``: short or damaged)."""
         with self._lock:
             batch = self._batch_of.pop((where.path, where.offset), None)
         framed = self._from_batch(batch, where) if batch is not None else None
@@ -175,9 +159,7 @@ class RecordCopier:
                 batch.data = None
                 with self._lock:
                     self._held -= size
-        if data is None:
-            return None
-        return data[where.offset - batch.start:where.offset - batch.start + where.length]
+        return None if data is None else data[where.offset - batch.start:where.offset - batch.start + where.length]
 
     def close(self) -> None:
         with self._lock:

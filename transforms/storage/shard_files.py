@@ -2,12 +2,12 @@
 
 Each shard is written with its ``.idx`` and keys file to a unique name in the run's staging
 folder (a retried or speculative bundle writes its own copy), and the shard-list lines of up to
-``staged.PART_SHARDS`` shards to one staged part. Publishing writes ``shards.jsonl`` from the
-parts line by line (``write_shard_list``): nothing it holds grows with shards x labels.
+``staged.PART_SHARDS`` shards to one staged part, joined line by line when publishing.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -47,13 +47,11 @@ def write_shard(output_dir: str, key: tuple[str, int, int],
     """Writes one shard's records, in order, to a unique name in the run's staging folder.
 
     A record is its bytes, a sequence of pieces whose concatenation is its bytes, or a
-    ``FramedRecord`` (copied as it is). The shard's CRC32C (and its ``.idx``'s; sha256 with
-    ``sha256``) is computed as it is written. The records' keys are staged as the shard's keys
-    file (none when a record has no usable ``image/key/sha256``).
+    ``FramedRecord`` (copied as it is). Hashes are computed as it is written; the records' keys are
+    staged as its keys file (none when a record has no usable ``image/key/sha256``).
 
     Raises:
-        PublishError: The disk is full (the message names the folder and the
-            space the run's shards need, ``planned_bytes``).
+        PublishError: The disk is full (naming the space the run's shards need, ``planned_bytes``).
     """
     split, index, count = key
     name = shard_file_name(split, index, count, compression, file_format)
@@ -117,7 +115,7 @@ def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: 
                               records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
                               planned_bytes: int | None, sha256: bool = False) -> ShardResult:
     """``write_shard`` of an ArrayRecord shard: written to a local temporary file (its writer takes
-    local paths only), then copied to ``staged``, hashed as it is copied."""
+    local paths only), then copied to ``staged`` and hashed."""
     split, index, count = key
     with tempfile.TemporaryDirectory(prefix="array-record-") as folder, \
             reporting_full_disk(output_dir, staged, shards_need(planned_bytes)), naming_s3_errors(staged):
@@ -141,12 +139,8 @@ def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: 
 
 def lead_records(output_dir: str, totals: SplitTotals, index: int,
                  compression: str) -> Iterator[tuple[FramedRecord, int | tuple[int, ...] | None]]:
-    """The records of the merged published shard that begin shard ``index`` of an appended split.
-
-    The merged shard's records lie first on the split's byte line (``planning.append_layout``);
-    those whose midpoint falls in the planned shard's share are yielded in order, framed, with
-    their label, their CRCs checked as they are read.
-    """
+    """The records (framed, with their label) of the merged published shard that begin shard
+    ``index`` of an appended split (``planning.append_layout``), their CRCs checked."""
     local = totals.planned_shard(index)
     if totals.merged is None or local is None:
         return
@@ -196,40 +190,28 @@ def _lead_share(path: str, totals: SplitTotals, local: int) -> tuple[int, int] |
 
 def write_shard_list_part(item: tuple[tuple[str, int], Iterable[ShardResult]], output_dir: str,
                           run_id: str) -> ShardListPart:
-    """Stages the shard-list lines of one part's written shards, in index order.
-
-    The rows publishing needs of those shards are staged beside them: the part, with its counts,
-    is all the publish step is given.
-
-    ``item`` is ``((split, part), [ShardResult])``; the part goes to the run's staging folder.
-    """
+    """Stages the shard-list lines of one part's written shards (``((split, part), [ShardResult])``), in
+    index order, and beside them the rows publishing needs: the part is all the publish step is given."""
     (split, part), results = item
     results = sorted(results, key=lambda r: r.index)
     attempt = uuid.uuid4().hex
     path = join_path(staging_folder(output_dir, run_id), f"{SHARDS_NAME}.{split}.{part}.{attempt}.tmp")
     staged_path = join_path(staging_folder(output_dir, run_id), f"staged.{split}.{part}.{attempt}.tmp")
-    totals: dict[str, int] = {}
+    totals: collections.Counter = collections.Counter()
     for result in results:
-        for label, count in result.stats.label_counts.items():
-            totals[label] = totals.get(label, 0) + count
-    lines = (shard_line(split, r.index, ShardEntry(r.file, r.stats.records, r.stats.bytes, r.stats.sha256,
-                                                   r.stats.label_counts, r.stats.crc32c, r.stats.index_crc32c,
-                                                   r.stats.keys_crc32c if r.staged_keys else None))
-             for r in results)
+        totals.update(result.stats.label_counts)
+    lines = (shard_line(split, r.index, dataclasses.replace(StagedShard.of(r).entry(),
+                                                            label_counts=r.stats.label_counts)) for r in results)
     with reporting_full_disk(output_dir, path):
         write_file(path, lines)
     with reporting_full_disk(output_dir, staged_path):
         write_file(staged_path, (staged_line(r.index, StagedShard.of(r)) for r in results))
-    return ShardListPart(split, part, path, tuple(r.index for r in results), totals, staged_path,
+    return ShardListPart(split, part, path, tuple(r.index for r in results), dict(totals), staged_path,
                          sum(r.stats.records for r in results), part_tallies(results))
 
 
 def staged_shards(part: ShardListPart) -> Iterator[tuple[int, StagedShard]]:
-    """``(index, StagedShard)`` of every shard of a staged part, in index order.
-
-    Raises:
-        PublishError: The part's file is gone or ends early.
-    """
+    """``(index, StagedShard)`` of every shard of a staged part, in index order (``PublishError``: gone or short)."""
     with open_lines(part.staged_path) as lines:
         if lines is None:
             raise PublishError(f"staged part {part.staged_path} is gone")
@@ -248,10 +230,7 @@ def staged_of_parts(output_dir: str, parts: Sequence[ShardListPart], published: 
     """``(split, index) -> StagedShard`` of every shard the parts cover, read from their staged files.
 
     A part whose file is gone belongs to a retried publish whose first attempt finished: its
-    shards are taken from the published shard list (the journal finds them at their final names).
-
-    Raises:
-        PublishError: A part's file is gone and the published set does not list its split.
+    shards are taken from the published shard list (``PublishError`` if it does not list the split).
     """
     staged: dict[tuple[str, int], StagedShard] = {}
     gone: dict[str, set[int]] = {}
@@ -292,7 +271,6 @@ def published_entries(output_dir: str, old: Manifest, split: str) -> Iterator[tu
                     index += 1
         except ManifestError as err:
             raise PublishError(f"cannot keep split {split!r}: {err}") from err
-
 
 
 def _appended_lines(output_dir: str, old: Manifest, totals: SplitTotals, compression: str,
@@ -346,14 +324,8 @@ def write_shard_list(output_dir: str, staging: str, splits: Mapping[str, SplitEn
                      empty: Mapping[tuple[str, int], ShardEntry],
                      appended: Mapping[str, SplitTotals] | None = None, compression: str = "none",
                      target: str | None = None) -> ShardsFile:
-    """Writes ``shards.jsonl`` line by line while hashing it; returns what ``manifest.json`` says of it.
-
-    Args:
-        appended: Appending: the plan of each split that new records joined
-            (its published shards are listed under their new names).
-        compression: The shards' compression (their names), with ``appended``.
-        target: Where to write it (default: ``shards.jsonl`` in the folder).
-    """
+    """Writes ``shards.jsonl`` (to ``target``) line by line while hashing it; returns what ``manifest.json``
+    says of it. ``appended``: the plan of each split new records joined (its shards renamed)."""
     appended = appended or {}
     digest = LineDigest(SHARDS_NAME)
 

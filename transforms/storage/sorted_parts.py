@@ -63,21 +63,11 @@ def merged_parts(paths: Sequence[str], *, key: Callable[[T], Any], gone: Callabl
 
     Args:
         paths: The staged parts (merged in this order where keys tie).
-        key: The sort key of an item.
         gone: The error to raise for a part that is gone.
         staged_name: The path of a round's merged group, given the round (from 1) and the group's
             first index in that round.
-        fan_in: Files open at once.
-        read: An item from a line (without it, the items are the lines).
-        line: A line from an item (the inverse of ``read``).
-        write: Writes a staged file from its lines.
+        read: An item from a line (without it, the items are the lines); ``line`` is its inverse.
         free_parts: Delete ``paths`` as soon as a round has merged them (else the caller does).
-
-    Yields:
-        The merged items (``Merged``: ``count`` says how many were read).
-
-    Raises:
-        Whatever ``gone`` makes: a part is gone.
     """
     paths = list(paths)
     rounds = 0

@@ -23,12 +23,12 @@ from transforms.storage.folders import delete_files, rename_files
 from transforms.storage.paths import bucket_key, is_local
 
 __all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
-           "no_space_message", "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
+           "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
            "create_exclusive_s3", "check_writable"]
 
 # What a disk-full message asks for when the space a write needs is not known.
 FREE_SOME_SPACE = "free some space"
-# How a disk-full message starts (``no_space_message``).
+# How a disk-full message starts (``reporting_full_disk``).
 _NO_SPACE = "no space left in "
 
 
@@ -49,11 +49,7 @@ def written(path: str) -> Iterator[BinaryIO]:
 
 
 def write_file(path: str, data: bytes | Iterable[bytes]) -> None:
-    """Writes ``path`` whole: the bytes, or pieces written one after the other (never joined).
-
-    Bytes go to gs:// and s3:// in one request (``put_object``); pieces are streamed through
-    Beam's writer (on S3 a multipart upload: three requests or more).
-    """
+    """Writes ``path`` whole: the bytes (one request on a store), or pieces streamed one after the other."""
     if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
         put_object(path, data)
         return
@@ -80,37 +76,26 @@ def shards_need(needed: int | None) -> str:
     return f"this run's shards need about {needed / MIB:.1f} MiB" if needed else FREE_SOME_SPACE
 
 
-def no_space_message(folder: str, path: str, need: str = FREE_SOME_SPACE) -> str:
-    """One line for a write that ran out of space: the folder, what the run needs, what is free."""
-    free = free_bytes(folder)
-    have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
-    return f"{_NO_SPACE}{folder} writing {path}: {need}{have}"
-
-
 def is_no_space(message: str) -> bool:
-    """True for a failure's line that ``no_space_message`` wrote."""
+    """True for a failure's line that ``reporting_full_disk`` wrote."""
     return message.startswith(_NO_SPACE)
 
 
 @contextlib.contextmanager
 def reporting_full_disk(folder: str, path: str, need: str = FREE_SOME_SPACE) -> Iterator[None]:
-    """Raises a full disk inside the block (``ENOSPC``) as a ``PublishError`` (``no_space_message``)."""
+    """Raises a full disk (``ENOSPC``) as a one-line ``PublishError``: the folder, what the run needs, what is free."""
     try:
         yield
     except OSError as err:
-        if err.errno == errno.ENOSPC:
-            raise PublishError(no_space_message(folder, path, need)) from err
-        raise
+        if err.errno != errno.ENOSPC:
+            raise
+        free = free_bytes(folder)
+        have = f"; {free / MIB:.1f} MiB were free when writing failed" if free is not None else ""
+        raise PublishError(f"{_NO_SPACE}{folder} writing {path}: {need}{have}") from err
 
 
 def put_object(path: str, data: bytes) -> None:
-    """Writes an s3:// or gs:// object whole in one request, on the process's client.
-
-    A store makes the object visible whole or not at all.
-
-    Raises:
-        OSError: The store refused it (the message names the object and the answer).
-    """
+    """Writes an s3:// or gs:// object whole in one request (``OSError`` naming the store's answer)."""
     bucket, key = bucket_key(path)
     if path.startswith("s3://"):
         import botocore.exceptions
@@ -135,15 +120,8 @@ def put_object(path: str, data: bytes) -> None:
 
 
 def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
-    """Writes ``path`` through a temporary file in ``staging`` and a rename.
-
-    ``data`` is the bytes, or pieces written one after the other. A crash before the rename
-    leaves the temporary file in staging, not beside the shards. Bytes on gs:// and s3:// are put
-    in one request instead: a store's put is all or nothing.
-
-    Raises:
-        PublishError: The disk is full.
-    """
+    """Writes ``path`` through a temporary file in ``staging`` (a crash leaves it there, not beside the shards)
+    and a rename; bytes on a store in one request (all or nothing). ``PublishError``: the disk is full."""
     if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
         put_object(path, data)
         return
@@ -155,11 +133,7 @@ def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None
 
 
 def check_writable(probe: str) -> None:
-    """Creates ``probe``, writes a line to it and deletes it.
-
-    Raises:
-        OSError, BeamIOError: Storage refused one of the calls.
-    """
+    """Creates ``probe``, writes a line to it and deletes it (``OSError``, ``BeamIOError``: refused)."""
     with written(probe) as fh:
         fh.write(b"probe\n")
     with naming_s3_errors(probe):
@@ -167,11 +141,8 @@ def check_writable(probe: str) -> None:
 
 
 def create_exclusive(path: str, data: bytes) -> bool:
-    """Creates ``path`` holding ``data`` unless it exists; True if this call created it.
-
-    ``O_EXCL`` on local disk; a conditional put on gs:// and s3://, after an existence check (some
-    stores ignore the condition).
-    """
+    """Creates ``path`` holding ``data`` unless it exists; True if this call created it (``O_EXCL``, or a
+    conditional put after an existence check: some stores ignore the condition)."""
     if is_local(path):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
