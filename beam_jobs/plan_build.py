@@ -104,7 +104,9 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
         if not appending:  # appending, every published image stays where it is
             written = beam.pvalue.AsSingleton(surveyed.main | "CollectSplits" >> CollectSplitNames(_split_of),
                                               default_value=[])  # the splits this run writes to
-    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending)
+    inputs = listing.facts | "InputCount" >> beam.Map(lambda f: f.inputs)  # groups of about GROUP_RECORDS images
+    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(
+        published, written, appending, expected=inputs)
     seen = {"listed": listing.sources,  # SourceImage
             "records": distinct["main"],  # ImageMeta a build would write
             "reads": surveyed[READS],  # ("read", bytes, exact)
