@@ -343,7 +343,8 @@ class RejectDuplicateImages(beam.PTransform):
     The copies travel packed, grouped by a bucket of their sha256 (about
     ``planning.GROUP_RECORDS`` images a group with ``expected``); each group
     is decided where it is read, holding one ``CopyTally`` per image, never
-    the copies of one (``_KeepOneCopyFn``). Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
+    the copies of one (``_KeepOneCopyFn``).
+    Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
     (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
 
     Args:

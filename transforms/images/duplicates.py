@@ -237,6 +237,9 @@ def copy_choices(tallies: dict[str, CopyTally], written: Sequence[str] | None = 
     """
     kept, choices = [], {}
     for sha256, tally in tallies.items():
+        if tally.copies == 1 and not tally.published:  # one copy, nowhere published: it stays
+            kept.append(tally.best)
+            continue
         choice = tally.choice(written, appending)
         if choice is None:  # published copies only
             continue
