@@ -356,7 +356,8 @@ class RejectDuplicateImages(beam.PTransform):
             in any split wins over this run's copies (``duplicate_image``).
         near: Also looks for near-duplicates across splits, or None.
         expected: ``PCollection`` with one element, at least the number of
-            images, or None (``planning.group_bits``).
+            images, or None (``planning.group_bits``); the published keys are
+            counted beside it.
     """
 
     def __init__(self, published=None, written=None, appending: bool = False,
@@ -380,8 +381,15 @@ class RejectDuplicateImages(beam.PTransform):
             if self._written is not None:
                 side = {"written": self._written}
         coder = coders.registry.get_coder(typing.Any)
-        # The bits of the buckets: CONTENT_BUCKET_BITS, or fewer for the expected number of images.
-        expected = {} if self._expected is None else {"expected": beam.pvalue.AsSingleton(self._expected)}
+        # The bits of the buckets: CONTENT_BUCKET_BITS, or fewer for the expected number of copies.
+        expected = {}
+        if self._expected is not None:
+            total = self._expected
+            if self._published is not None:  # the published keys share the groups
+                keys = self._published | "CountPublishedKeys" >> beam.combiners.Count.Globally()
+                total = total | "CountWithPublishedKeys" >> beam.Map(
+                    lambda n, more: n + more, beam.pvalue.AsSingleton(keys))
+            expected = {"expected": beam.pvalue.AsSingleton(total)}
         exact = (copies
                  | "PackByContent" >> beam.ParDo(_PackByContentFn(coder), **expected).with_output_types(
                      typing.Tuple[typing.Any, bytes])  # (bucket, pack of ImageMeta or (sha256, PublishedCopy))

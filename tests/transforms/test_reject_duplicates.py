@@ -189,3 +189,19 @@ def test_published_keys_come_from_the_keys_file_or_else_from_the_shard(tmp_path)
     assert copies("AAAAAA==") == keys  # not the listed keys file: the records
     os.remove(tmp_path / "index" / (shard.name + ".keys"))
     assert copies(_crc32c_of(data)) == keys  # gone: the records
+
+
+@pytest.mark.slow
+def test_published_keys_count_toward_the_groups() -> None:
+    # 60,010 copies in all (10 images, 60,000 published keys): two groups, as group_bits gives.
+    metas = [_meta(f"in/{i}.png", "train", f"{i:064x}") for i in range(10)]
+    p = TestPipeline()
+    count = p | "Count" >> beam.Create([len(metas)])
+    published = p | "Published" >> beam.Create([(f"{i + 100:064x}"[::-1], PublishedCopy("test")) for i in range(60_000)])
+    out = p | beam.Create(metas) | RejectDuplicateImages(published, appending=True, expected=count)
+    assert_that(out["main"] | beam.Map(lambda m: m.source.path), equal_to([m.source.path for m in metas]))
+    result = p.run()
+    result.wait_until_finish()
+    query = MetricsFilter().with_namespace(METRICS_NAMESPACE).with_name("images_per_group")
+    (dist,) = result.metrics().query(query)["distributions"]
+    assert (dist.committed.count, dist.committed.sum) == (2, 10)
