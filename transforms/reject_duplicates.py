@@ -20,7 +20,7 @@ from transforms.errors import ShardsError
 from transforms.images.duplicates import (CONTENT_BUCKET_BITS, PublishedCopy, content_bucket, copy_choices,
                                          copy_letters, path_bucket, same_path_choices, tally_copies)
 from transforms.images.items import ImageMeta
-from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, HashedImage, NearPair,
+from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, NearPair,
                                                bucket_pairs, hashed_image, near_choice)
 from transforms.images.perceptual import band_widths, hash_bands
 from transforms.packed_groups import GroupPacked, PackFn, unpack_groups
@@ -146,24 +146,33 @@ METRICS_NAMESPACE = "reject_duplicates"
 class _PackByContentFn(PackFn):
     """ImageMeta, or ``(sha256, PublishedCopy)`` -> ``(bucket, pack)``: a bundle's copies, packed and
     compressed per bucket of their sha256 (``content_bucket``), so one element per few thousand
-    images crosses the grouping.
+    images crosses the grouping. With ``distance`` (near-duplicates), also each hashed image's
+    ``HashedImage`` per band of its hash, keyed by the band (a tuple, never a bucket).
 
-    Side input ``expected`` (optional): at least the number of images; the
+    Side input ``expected`` (optional): at least the number of copies; the
     buckets then have ``group_bits(expected, CONTENT_BUCKET_BITS)`` bits.
     """
 
-    def __init__(self, coder: coders.Coder) -> None:
+    def __init__(self, coder: coders.Coder, distance: int | None = None) -> None:
         super().__init__(coder, compress=True)
+        self._distance = distance
 
     def start_bundle(self):
         super().start_bundle()
-        self._group = (None, CONTENT_BUCKET_BITS)  # (expected images, bits of the buckets)
+        self._group = (None, CONTENT_BUCKET_BITS)  # (expected copies, bits of the buckets)
 
     def process(self, copy, expected=None):
         if self._group[0] != expected:  # the bits for the expected count, found once
             self._group = (expected, group_bits(expected, CONTENT_BUCKET_BITS))
-        sha256 = copy.sha256 if isinstance(copy, ImageMeta) else copy[0]
-        return self.add(content_bucket(sha256, self._group[1]), copy)
+        if not isinstance(copy, ImageMeta):  # (sha256, PublishedCopy)
+            return self.add(content_bucket(copy[0], self._group[1]), copy)
+        out = self.add(content_bucket(copy.sha256, self._group[1]), copy)
+        if self._distance is None or copy.phash is None:
+            return out
+        out = list(out or ())
+        for band, member in _bands(copy, self._distance):
+            out.extend(self.add(band, member) or ())
+        return out
 
 
 class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
@@ -173,19 +182,32 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
     Reads the group twice (``tally_copies``, then ``copy_letters`` when an
     image has copies to reject), holding one ``CopyTally`` per image.
     Side input ``written`` (optional): the splits this run has images in.
+    With ``near``, the copy kept comes keyed by its sha256, and a band's
+    ``(band, [HashedImage])`` gives its pairs (``_bucket_pairs``).
     """
 
-    def __init__(self, appending: bool) -> None:
+    def __init__(self, appending: bool, near: NearDuplicateRule | None = None) -> None:
         self._appending = appending
+        self._near = near
         self._group_images = Metrics.distribution(METRICS_NAMESPACE, "images_per_group")
 
     def process(self, keyed, written=None):
-        copies = keyed[1]
+        key, copies = keyed
+        if isinstance(key, tuple):  # a band of the hashes: its members, at most 2 * cap held
+            bucket = CappedBucket(self._near.cap)
+            for member in copies:
+                bucket.add(member)
+            yield from _bucket_pairs(key, bucket, self._near)
+            return
         tallies = tally_copies(copies)
         self._group_images.update(sum(tally.copies for tally in tallies.values()))
         kept, choices = copy_choices(tallies, written, self._appending)
         del tallies
-        yield from kept
+        if self._near is None:
+            yield from kept
+        else:
+            for meta in kept:
+                yield meta.sha256, meta
         for letter in copy_letters(copies, choices):
             progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
@@ -217,33 +239,9 @@ def _bands(meta: ImageMeta, distance: int):
             yield band, member
 
 
-class _BucketFn(CarriesStorageOptions, beam.CombineFn):
-    """HashedImage of one band of the hashes -> their ``CappedBucket``."""
-
-    def __init__(self, cap: int) -> None:
-        self._cap = cap
-
-    def create_accumulator(self) -> CappedBucket:
-        return CappedBucket(self._cap)
-
-    def add_input(self, acc: CappedBucket, member: HashedImage) -> CappedBucket:
-        return acc.add(member)
-
-    def merge_accumulators(self, accs) -> CappedBucket:
-        accs = iter(accs)
-        merged = next(accs)
-        for bucket in accs:
-            merged = merged.merge(bucket)
-        return merged
-
-    def extract_output(self, acc: CappedBucket) -> CappedBucket:
-        return acc
-
-
-def _bucket_pairs(keyed, rule: NearDuplicateRule):
-    """(band, CappedBucket) -> (sha256 of the later copy, NearPair) per pair of its members, and
-    (its key, ``_OverCap``) over its cap."""
-    key, bucket = keyed
+def _bucket_pairs(key, bucket: CappedBucket, rule: NearDuplicateRule):
+    """A band's key and CappedBucket -> (sha256 of the later copy, NearPair) per pair of its members,
+    and (its key, ``_OverCap``) over its cap."""
     members = bucket.members()
     if bucket.count > len(members):
         yield f"over cap {key}", _OverCap(bucket.count, bucket.cap)
@@ -386,27 +384,24 @@ class RejectDuplicateImages(beam.PTransform):
         if self._expected is not None:
             total = self._expected
             if self._published is not None:  # the published keys share the groups
-                keys = self._published | "CountPublishedKeys" >> beam.combiners.Count.Globally()
+                keys = self._published | "CountPublishedKeys" >> beam.CombineGlobally(
+                    beam.combiners.CountCombineFn()).without_defaults()  # no keys: no element
                 total = total | "CountWithPublishedKeys" >> beam.Map(
-                    lambda n, more: n + more, beam.pvalue.AsSingleton(keys))
+                    lambda n, more: n + more, beam.pvalue.AsSingleton(keys, default_value=0))
             expected = {"expected": beam.pvalue.AsSingleton(total)}
+        keep = beam.ParDo(_KeepOneCopyFn(self._appending, near), **side)
+        if near is not None:  # (sha256, ImageMeta), (sha256, NearPair), (key, _OverCap): grouped next
+            keep = keep.with_output_types(typing.Tuple[typing.Any, typing.Any])
         exact = (copies
-                 | "PackByContent" >> beam.ParDo(_PackByContentFn(coder), **expected).with_output_types(
-                     typing.Tuple[typing.Any, bytes])  # (bucket, pack of ImageMeta or (sha256, PublishedCopy))
-                 | "GroupByContent" >> beam.GroupByKey()  # (bucket, [pack])
+                 | "PackByContent" >> beam.ParDo(_PackByContentFn(
+                     coder, None if near is None else near.distance), **expected).with_output_types(
+                     typing.Tuple[typing.Any, bytes])  # (bucket or band, pack)
+                 | "GroupByContent" >> beam.GroupByKey()  # (bucket or band, [pack])
                  | "Unpack" >> unpack_groups(coder, compressed=True)  # (bucket, [ImageMeta or (sha256, ...)])
-                 | "KeepOneCopy" >> beam.ParDo(_KeepOneCopyFn(self._appending), **side).with_outputs(
-                     DEAD_LETTERS, main="main"))  # ImageMeta; DeadLetter
+                 | "KeepOneCopy" >> keep.with_outputs(DEAD_LETTERS, main="main"))  # ImageMeta; DeadLetter
         if near is None:
             return {"main": exact.main, DEAD_LETTERS: exact[DEAD_LETTERS]}
-        pairs = (metas
-                 | "KeyByBands" >> beam.FlatMap(_bands, near.distance)  # ((band, value), HashedImage)
-                 | "BucketBands" >> beam.CombinePerKey(_BucketFn(near.cap))  # ((band, value), CappedBucket)
-                 | "PairsInBuckets" >> beam.FlatMap(_bucket_pairs, near).with_output_types(
-                     typing.Tuple[typing.Any, typing.Any]))  # (sha256, NearPair), (key, _OverCap)
-        kept = exact.main | "KeyByContent" >> beam.Map(lambda meta: (meta.sha256, meta))
-        judged = ((kept, pairs)
-                  | "AddKeptCopies" >> beam.Flatten()
+        judged = (exact.main
                   | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta, NearPair or _OverCap])
                   | "JudgeNearCopies" >> beam.ParDo(_JudgeNearCopiesFn(near)).with_outputs(
                       NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, main="main"))
