@@ -562,7 +562,8 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     published, written = published_keys(p, shards, compression, inspected.main, appending)
     # With --near_duplicates, the buckets of the hashes' bands share the grouping by content.
     rule = NearDuplicateRule(cfg.near_duplicates == "reject", cfg.near_duplicate_distance) if near else None
-    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, appending, rule)
+    distinct = inspected.main | "RejectDuplicateImages" >> RejectDuplicateImages(  # groups of about GROUP_RECORDS
+        published, written, appending, rule, expected=inputs)
     near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(
         split_of=_split_of, order_of=image_order, size_of=_size_of,

@@ -91,7 +91,9 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published, written = build_shards.published_keys(p, *(cfg.published_shards or ((), "none")), surveyed.main,
                                                      cfg.policy.append)
-    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(published, written, cfg.policy.append)
+    inputs = listing.facts | "InputCount" >> beam.Map(lambda f: f.inputs)  # groups of about GROUP_RECORDS images
+    distinct = surveyed.main | "RejectDuplicateImages" >> RejectDuplicateImages(
+        published, written, cfg.policy.append, expected=inputs)
     seen = {"listed": listing.sources,  # SourceImage
             "records": distinct["main"],  # ImageMeta a build would write
             "reads": surveyed[READS],  # ("read", bytes, exact)

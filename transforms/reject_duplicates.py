@@ -14,20 +14,21 @@ from typing import Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
 from apache_beam import coders
+from apache_beam.metrics import Metrics
 
 from transforms.errors import ShardsError
-from transforms.images.duplicates import (ChosenImages, CopyRef, CopyTally, PublishedCopy, copy_choice_key, copy_letter,
-                                         path_bucket, same_path_choices)
+from transforms.images.duplicates import (CONTENT_BUCKET_BITS, PublishedCopy, content_bucket, copy_choices,
+                                         copy_letters, path_bucket, same_path_choices, tally_copies)
 from transforms.images.items import ImageMeta
-from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, HashedImage, NearPair,
+from transforms.images.near_duplicates import (DEFAULT_BUCKET_CAP, CappedBucket, NearPair,
                                                bucket_pairs, hashed_image, near_choice)
 from transforms.images.perceptual import band_widths, hash_bands
-from transforms.packed_groups import GroupPacked, PackFn
+from transforms.packed_groups import GroupPacked, PackFn, unpack_groups
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DEAD_LETTERS
-from transforms.shardset.packing import unpack
 from transforms.arrayrecord.shard_file import read_records
 from transforms.shardset.naming import FILE_SUFFIXES
+from transforms.shardset.planning import group_bits
 from transforms.shardset.published_keys import record_key, record_keys
 from transforms.filesystems import naming_s3_errors
 from transforms.shardset.key_files import keys_name, parse_keys
@@ -37,7 +38,7 @@ from transforms.tfrecord.compression import open_decompressed
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["RejectDuplicatePaths", "RejectDuplicateImages", "ReadPublishedKeys", "CollectSplitNames",
-           "NearDuplicateRule", "NEAR_DEAD_LETTERS", "NEAR_DUPLICATES", "OVER_CAP", "UNHASHED"]
+           "NearDuplicateRule", "NEAR_DEAD_LETTERS", "NEAR_DUPLICATES", "OVER_CAP", "UNHASHED", "METRICS_NAMESPACE"]
 
 # Outputs of RejectDuplicateImages with a NearDuplicateRule, beside "main" and DEAD_LETTERS.
 NEAR_DEAD_LETTERS = "near_dead_letters"  # cross_split_near_duplicate dead letters
@@ -138,63 +139,78 @@ class ReadPublishedKeys(beam.PTransform):
                 | "ReadKeys" >> beam.FlatMap(_shard_keys, self._compression))  # (sha256, PublishedCopy)
 
 
-def _kept_copy(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
-    """(sha256, CopyTally) -> the copy of this run kept, if one is."""
-    kept = keyed[1].kept(written, appending)
-    if kept is not None:
-        yield kept
+# Namespace of the exact check's metrics: the distribution ``images_per_group``.
+METRICS_NAMESPACE = "reject_duplicates"
 
 
-def _choice_for_copies(keyed: tuple[str, CopyTally], written: Sequence[str] | None = None, appending: bool = False):
-    """(sha256, CopyTally) -> (sha256, CopyChoice) when some copy of this run is rejected."""
-    sha256, tally = keyed
-    if not isinstance(tally, CopyTally):  # a bucket of hashes (--near_duplicates)
-        return
-    choice = tally.choice(written, appending)
-    if choice is not None and (tally.copies > 1 or choice.kept is None):
-        yield sha256, choice
+class _PackByContentFn(PackFn):
+    """ImageMeta, or ``(sha256, PublishedCopy)`` -> ``(bucket, pack)``: a bundle's copies, packed and
+    compressed per bucket of their sha256 (``content_bucket``), so one element per few thousand
+    images crosses the grouping. With ``distance`` (near-duplicates), also each hashed image's
+    ``HashedImage`` per band of its hash, keyed by the band (a tuple, never a bucket).
 
-
-# The coder of a ``CopyRef`` as a plain tuple: four strings, encoded small and without pickling.
-_COPY_REF_CODER = coders.TupleCoder([coders.StrUtf8Coder()] * 4)
-
-
-class _PackCopyRefsFn(PackFn):
-    """ImageMeta -> ``(None, pack)``: a bundle's ``CopyRef`` tuples, packed and compressed (``Packer``):
-    one element per few thousand images crosses to ``RejectOtherCopies``."""
-
-    def __init__(self) -> None:
-        super().__init__(_COPY_REF_CODER, compress=True)
-
-    def process(self, meta):
-        return self.add(None, tuple(CopyRef.of(meta)))
-
-
-class _LetterCopiesFn(CarriesStorageOptions, beam.DoFn):
-    """``(None, pack)`` of ``CopyRef`` tuples -> the dead letter of each copy when another copy of its
-    bytes stays (``copy_letter``).
-
-    Side inputs: ``choices``, (sha256, CopyChoice) read by key, and ``chosen``,
-    their ``copy_choice_key``s, so that most copies ask the runner for nothing.
+    Side input ``expected`` (optional): at least the number of copies; the
+    buckets then have ``group_bits(expected, CONTENT_BUCKET_BITS)`` bits.
     """
 
-    def start_bundle(self):
-        self._chosen = None
-        self._decode = _COPY_REF_CODER.get_impl().decode
+    def __init__(self, coder: coders.Coder, distance: int | None = None) -> None:
+        super().__init__(coder, compress=True)
+        self._distance = distance
 
-    def process(self, keyed, choices, chosen):
-        if self._chosen is None:
-            self._chosen = ChosenImages(chosen)
-        for value in unpack(keyed[1], compressed=True):
-            ref = self._decode(value)
-            if ref[0] not in self._chosen:  # ref[0]: the sha256
-                continue
-            ref = CopyRef(*ref)
-            for choice in choices[ref.sha256]:  # none: the image has one copy, kept
-                letter = copy_letter(ref, choice)
-                if letter is not None:
-                    progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
-                    yield letter
+    def start_bundle(self):
+        super().start_bundle()
+        self._group = (None, CONTENT_BUCKET_BITS)  # (expected copies, bits of the buckets)
+
+    def process(self, copy, expected=None):
+        if self._group[0] != expected:  # the bits for the expected count, found once
+            self._group = (expected, group_bits(expected, CONTENT_BUCKET_BITS))
+        if not isinstance(copy, ImageMeta):  # (sha256, PublishedCopy)
+            return self.add(content_bucket(copy[0], self._group[1]), copy)
+        out = self.add(content_bucket(copy.sha256, self._group[1]), copy)
+        if self._distance is None or copy.phash is None:
+            return out
+        out = list(out or ())
+        for band, member in _bands(copy, self._distance):
+            out.extend(self.add(band, member) or ())
+        return out
+
+
+class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
+    """``(bucket, [ImageMeta or (sha256, PublishedCopy)])`` -> the copy kept of each image, and the
+    dead letter (``DEAD_LETTERS``) of each other copy of this run.
+
+    Reads the group twice (``tally_copies``, then ``copy_letters`` when an
+    image has copies to reject), holding one ``CopyTally`` per image.
+    Side input ``written`` (optional): the splits this run has images in.
+    With ``near``, the copy kept comes keyed by its sha256, and a band's
+    ``(band, [HashedImage])`` gives its pairs (``_bucket_pairs``).
+    """
+
+    def __init__(self, appending: bool, near: NearDuplicateRule | None = None) -> None:
+        self._appending = appending
+        self._near = near
+        self._group_images = Metrics.distribution(METRICS_NAMESPACE, "images_per_group")
+
+    def process(self, keyed, written=None):
+        key, copies = keyed
+        if isinstance(key, tuple):  # a band of the hashes: its members, at most 2 * cap held
+            bucket = CappedBucket(self._near.cap)
+            for member in copies:
+                bucket.add(member)
+            yield from _bucket_pairs(key, bucket, self._near)
+            return
+        tallies = tally_copies(copies)
+        self._group_images.update(sum(tally.copies for tally in tallies.values()))
+        kept, choices = copy_choices(tallies, written, self._appending)
+        del tallies
+        if self._near is None:
+            yield from kept
+        else:
+            for meta in kept:
+                yield meta.sha256, meta
+        for letter in copy_letters(copies, choices):
+            progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here
@@ -215,57 +231,20 @@ class _OverCap(NamedTuple):
     cap: int
 
 
-def _content_and_bands(meta: ImageMeta, distance: int):
-    """ImageMeta -> (sha256, it), and ((band index, band value), HashedImage) per band of its hash."""
-    yield meta.sha256, meta
+def _bands(meta: ImageMeta, distance: int):
+    """ImageMeta -> ((band index, band value), HashedImage) per band of its hash (none unhashed)."""
     if meta.phash is not None:
         member = hashed_image(meta)
         for band in hash_bands(meta.phash, distance):
             yield band, member
 
 
-class _TallyOrBucketFn(CarriesStorageOptions, beam.CombineFn):
-    """Per sha256, the ``CopyTally`` of its copies (ImageMeta or PublishedCopy); per band of the
-    hashes, its ``CappedBucket`` of HashedImage. A key holds the one or the other, never both."""
-
-    def __init__(self, cap: int) -> None:
-        self._cap = cap
-
-    def create_accumulator(self):
-        return None
-
-    def add_input(self, acc, value):
-        if isinstance(value, HashedImage):
-            return (acc if acc is not None else CappedBucket(self._cap)).add(value)
-        return (acc if acc is not None else CopyTally()).add(value)
-
-    def merge_accumulators(self, accs):
-        accs = [acc for acc in accs if acc is not None]
-        if not accs:
-            return None
-        if isinstance(accs[0], CappedBucket):
-            merged = accs[0]
-            for bucket in accs[1:]:
-                merged = merged.merge(bucket)
-            return merged
-        return CopyTally.merged(accs)
-
-    def extract_output(self, acc):
-        return acc
-
-
-def _kept_copy_or_pairs(keyed, rule: NearDuplicateRule, written: Sequence[str] | None = None,
-                        appending: bool = False):
-    """(sha256, CopyTally) -> (sha256, the copy of this run kept); (band, CappedBucket) -> (sha256 of
-    the later copy, NearPair) per pair of its members, and (its key, ``_OverCap``) over its cap."""
-    key, acc = keyed
-    if not isinstance(acc, CappedBucket):
-        for kept in _kept_copy(keyed, written, appending):
-            yield key, kept
-        return
-    members = acc.members()
-    if acc.count > len(members):
-        yield f"over cap {key}", _OverCap(acc.count, acc.cap)
+def _bucket_pairs(key, bucket: CappedBucket, rule: NearDuplicateRule):
+    """A band's key and CappedBucket -> (sha256 of the later copy, NearPair) per pair of its members,
+    and (its key, ``_OverCap``) over its cap."""
+    members = bucket.members()
+    if bucket.count > len(members):
+        yield f"over cap {key}", _OverCap(bucket.count, bucket.cap)
     if len(members) > 1:
         for pair in bucket_pairs(members, rule.distance):
             yield pair.later.sha256, pair
@@ -359,9 +338,10 @@ class RejectDuplicateImages(beam.PTransform):
     an image published in a split this run keeps keeps its place.
     ``image/key/sha256`` is then unique in the whole shard set.
 
-    The copies are tallied per sha256 with a combine (``CopyTally``), so no
-    step holds the copies of one image; each copy's dead letter is made from
-    its image's choice (a side input read by key) in packs (``_PackCopyRefsFn``).
+    The copies travel packed, grouped by a bucket of their sha256 (about
+    ``planning.GROUP_RECORDS`` images a group with ``expected``); each group
+    is decided where it is read, holding one ``CopyTally`` per image, never
+    the copies of one (``_KeepOneCopyFn``).
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
     (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
 
@@ -372,10 +352,14 @@ class RejectDuplicateImages(beam.PTransform):
             has images in.
         appending: The run appends to the published set: an image published
             in any split wins over this run's copies (``duplicate_image``).
+        near: Also looks for near-duplicates across splits, or None.
+        expected: ``PCollection`` with one element, at least the number of
+            images, or None (``planning.group_bits``); the published keys are
+            counted beside it.
     """
 
     def __init__(self, published=None, written=None, appending: bool = False,
-                 near: NearDuplicateRule | None = None) -> None:
+                 near: NearDuplicateRule | None = None, expected=None) -> None:
         super().__init__()
         if near is not None:
             band_widths(near.distance)  # refuses a distance out of range here, not on a worker
@@ -384,42 +368,42 @@ class RejectDuplicateImages(beam.PTransform):
         self._written = written
         self._appending = appending
         self._near = near
+        self._expected = expected
 
     def expand(self, metas):
         near = self._near
-        if near is None:
-            keyed = metas | "KeyByContent" >> beam.Map(lambda m: (m.sha256, m))
-        else:  # (sha256, ImageMeta), and ((band, value), HashedImage) per band of its hash
-            keyed = metas | "KeyByContentAndBands" >> beam.FlatMap(
-                _content_and_bands, near.distance).with_output_types(typing.Tuple[typing.Any, typing.Any])
+        copies = metas
         side = {}
         if self._published is not None:
-            keyed = (keyed, self._published) | "AddPublishedKeys" >> beam.Flatten()
+            copies = (metas, self._published) | "AddPublishedKeys" >> beam.Flatten()
             if self._written is not None:
                 side = {"written": self._written}
+        coder = coders.registry.get_coder(typing.Any)
+        # The bits of the buckets: CONTENT_BUCKET_BITS, or fewer for the expected number of copies.
+        expected = {}
+        if self._expected is not None:
+            total = self._expected
+            if self._published is not None:  # the published keys share the groups
+                keys = self._published | "CountPublishedKeys" >> beam.CombineGlobally(
+                    beam.combiners.CountCombineFn()).without_defaults()  # no keys: no element
+                total = total | "CountWithPublishedKeys" >> beam.Map(
+                    lambda n, more: n + more, beam.pvalue.AsSingleton(keys, default_value=0))
+            expected = {"expected": beam.pvalue.AsSingleton(total)}
+        keep = beam.ParDo(_KeepOneCopyFn(self._appending, near), **side)
+        if near is not None:  # (sha256, ImageMeta), (sha256, NearPair), (key, _OverCap): grouped next
+            keep = keep.with_output_types(typing.Tuple[typing.Any, typing.Any])
+        exact = (copies
+                 | "PackByContent" >> beam.ParDo(_PackByContentFn(
+                     coder, None if near is None else near.distance), **expected).with_output_types(
+                     typing.Tuple[typing.Any, bytes])  # (bucket or band, pack)
+                 | "GroupByContent" >> beam.GroupByKey()  # (bucket or band, [pack])
+                 | "Unpack" >> unpack_groups(coder, compressed=True)  # (bucket, [ImageMeta or (sha256, ...)])
+                 | "KeepOneCopy" >> keep.with_outputs(DEAD_LETTERS, main="main"))  # ImageMeta; DeadLetter
         if near is None:
-            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(
-                _TallyOrBucketFn(DEFAULT_BUCKET_CAP))  # (sha256, CopyTally)
-            kept = tallies | "KeepOneCopy" >> beam.FlatMap(_kept_copy, appending=self._appending, **side)  # ImageMeta
-        else:  # and ((band, value), CappedBucket)
-            tallies = keyed | "TallyCopies" >> beam.CombinePerKey(_TallyOrBucketFn(near.cap))
-            judged = (tallies
-                      | "KeepOneCopy" >> beam.FlatMap(_kept_copy_or_pairs, near, appending=self._appending,
-                                                      **side).with_output_types(
-                          typing.Tuple[typing.Any, typing.Any])  # (sha256, ImageMeta or NearPair)
-                      | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta or NearPair])
-                      | "JudgeNearCopies" >> beam.ParDo(_JudgeNearCopiesFn(near)).with_outputs(
-                          NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, main="main"))
-            kept = judged.main
-        choices = tallies | "ChooseAmongCopies" >> beam.FlatMap(
-            _choice_for_copies, appending=self._appending, **side)  # (sha256, CopyChoice)
-        chosen = choices | "ChosenImages" >> beam.Map(lambda kv: copy_choice_key(kv[0]))  # int
-        dead = (metas
-                | "CopyRefs" >> beam.ParDo(_PackCopyRefsFn()).with_output_types(
-                    typing.Tuple[typing.Any, bytes])  # (None, pack of (sha256, path, relpath, split))
-                | "RejectOtherCopies" >> beam.ParDo(_LetterCopiesFn(), beam.pvalue.AsMultiMap(choices),
-                                                    beam.pvalue.AsIter(chosen)))
-        if near is None:
-            return {"main": kept, DEAD_LETTERS: dead}
-        return {"main": kept, DEAD_LETTERS: dead, **{tag: judged[tag] for tag in (
+            return {"main": exact.main, DEAD_LETTERS: exact[DEAD_LETTERS]}
+        judged = (exact.main
+                  | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta, NearPair or _OverCap])
+                  | "JudgeNearCopies" >> beam.ParDo(_JudgeNearCopiesFn(near)).with_outputs(
+                      NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, main="main"))
+        return {"main": judged.main, DEAD_LETTERS: exact[DEAD_LETTERS], **{tag: judged[tag] for tag in (
             NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED)}}

@@ -276,16 +276,15 @@ def _stages(tmp_path, *argv: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_plan_runs_few_stages(tmp_path, capsys):
-    """9 fused stages (the build: 13); 13 when it also reads a published set's keys.
+    """8 fused stages (the build: 12); 13 when it also reads and counts a published set's keys.
 
-    One of them makes the dead letters of duplicated images' copies once the copies are tallied;
-    one writes the tally to storage even when nothing was listed (a missing tally is an error, so
+    One writes the tally to storage even when nothing was listed (a missing tally is an error, so
     the combine keeps its default: Beam runs that as a stage of its own).
     """
     root = str(tmp_path / "in")
     make_class_tree(root, per_class=2, broken=False)
     out = str(tmp_path / "out")
-    assert len(_stages(tmp_path, "--input", root, "--output_dir", out)) <= 9
+    assert len(_stages(tmp_path, "--input", root, "--output_dir", out)) <= 8
     assert _build(capsys, "--input", root, "--output_dir", out) == 0
     assert len(_stages(tmp_path, "--input", root, "--output_dir", out, "--split", "test")) <= 13
 

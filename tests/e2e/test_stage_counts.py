@@ -40,17 +40,16 @@ def _images(root, layout: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["classes", "splits"])
-def test_a_folder_build_runs_at_most_thirteen_stages(tmp_path, layout) -> None:
+def test_a_folder_build_runs_at_most_twelve_stages(tmp_path, layout) -> None:
     _images(tmp_path / "in", layout)
     names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in"),
                     "--output_dir", str(tmp_path / "out"), "--num_shards", "3")
-    # The eleventh: each copy of a duplicated image gets its dead letter after the copies are
-    # tallied (RejectOtherCopies), so no step holds the copies of one image. The twelfth and
-    # thirteenth: publishing's renames run on every worker (MoveStaged, after the step that
-    # writes the journal hands them out) before one step writes the manifest (CommitPublish,
-    # which must wait for every rename), where one publish worker did them all. The
-    # near-duplicate check (off by default) would add one (below).
-    assert len(names) <= 13, "\n".join(names)
+    # The copies of an image are decided, kept or dead-lettered, in the one stage that reads
+    # their packed group (KeepOneCopy). The eleventh and twelfth: publishing's renames run on
+    # every worker (MoveStaged, after the step that writes the journal hands them out) before
+    # one step writes the manifest (CommitPublish, which must wait for every rename), where one
+    # publish worker did them all. The near-duplicate check (off by default) would add one (below).
+    assert len(names) <= 12, "\n".join(names)
     assert not any("GroupNearPairs" in name for name in names)
     assert sum("MoveStaged" in name for name in names) == 1 and "CommitPublish" in names[-1]
     assert (tmp_path / "out" / "manifest.json").exists()
@@ -69,8 +68,8 @@ def test_a_build_from_a_manifest_and_with_published_splits_stays_small(tmp_path)
     names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "list.csv"),
                     "--output_dir", str(tmp_path / "out"), "--split", "train",
                     "--class_names", "daisy,rose,tulip")
-    # Beside the folder build's 13: the manifest's ranges (3), the splits written and the
-    # published keys (3).
+    # Beside the folder build's 12: the manifest's ranges (3), the splits written and the
+    # published keys, read and counted (4).
     assert len(names) <= 19, "\n".join(names)
 
 
@@ -83,8 +82,8 @@ def test_a_build_from_an_archive_runs_one_stage_more_than_from_a_folder(tmp_path
         archive.add(tmp_path / "in", arcname=".")
     names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in.tar"),
                     "--output_dir", str(tmp_path / "out"), "--num_shards", "3")
-    # Beside the folder build's 13: the archive's parts spread over workers (1).
-    assert len(names) <= 14, "\n".join(names)
+    # Beside the folder build's 12: the archive's parts spread over workers (1).
+    assert len(names) <= 13, "\n".join(names)
     assert (tmp_path / "out" / "manifest.json").exists()
 
 
@@ -93,7 +92,7 @@ def test_a_build_looking_for_near_duplicates_runs_one_stage_more(tmp_path) -> No
     _images(tmp_path / "in", "splits")
     names = _stages(tmp_path, "beam_jobs.build_shards", "--input", str(tmp_path / "in"),
                     "--output_dir", str(tmp_path / "out"), "--num_shards", "3", "--near_duplicates", "report")
-    # Beside the folder build's 13: the pairs brought to their later copies (1).
-    assert len(names) <= 14, "\n".join(names)
+    # Beside the folder build's 12: the pairs brought to their later copies (1).
+    assert len(names) <= 13, "\n".join(names)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["options"]["near_duplicates"] == "report"

@@ -7,8 +7,8 @@ import pytest
 
 from transforms.images.annotations import RecordLayout
 from transforms.images.image_codec import ImageInfo
-from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, path_bucket, same_path_choice,
-                                          same_path_choices)
+from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, content_bucket, path_bucket,
+                                          same_path_choice, same_path_choices)
 from tests.helpers import copy_choice
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.listing_facts import ListingFacts, ListingTally
@@ -130,3 +130,18 @@ _DEAD = [DeadLetter(f"in/{i}.png", "not_an_image", "text") for i in range(3)]
 def test_publishing_refuses_from_the_counts(inputs, written, dead, limit, starts) -> None:
     problem = rejection_problem(inputs, written, dead, "out/dead_letters.jsonl", limit)
     assert problem == starts if starts is None else problem.startswith(starts)
+
+
+@pytest.mark.parametrize("sha256, bits, bucket", [
+    ("ab" * 32, 0, 0), ("ab" * 32, 1, 1), ("ab" * 32, 8, 0xab), ("0f" + "00" * 31, 4, 0), ("0f" + "00" * 31, 8, 0x0f),
+    ("ff" * 32, 16, 0xffff),
+])
+def test_a_content_bucket_is_the_top_bits_of_the_sha256(sha256, bits, bucket) -> None:
+    assert content_bucket(sha256, bits) == bucket
+
+
+def test_a_key_that_is_not_hex_still_has_one_bucket() -> None:
+    # A published record's image/key/sha256 may be anything: it is hashed, the same each time.
+    buckets = {content_bucket(key, 12) for key in ("not a sha256", "not a sha256")}
+    assert len(buckets) == 1 and 0 <= buckets.pop() < 4096
+    assert content_bucket("", 12) == content_bucket("", 12)

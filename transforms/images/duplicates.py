@@ -3,9 +3,10 @@
 One relative path in one split from several inputs: none is kept (``same_path_choice``). One image's
 bytes several times: the copy in the split that ranks first (``planning.split_rank``), then with the
 smallest relative path, is kept, unless a copy is already published in a split the run keeps
-(``CopyTally.choice``). A ``CopyTally`` is combined copy by copy without holding the copies; each
-copy's dead letter is made from its ``CopyChoice`` alone (``copy_letter``), looked up only for the
-few images with copies to reject (``ChosenImages``).
+(``CopyTally.choice``). Images are grouped by a bucket of their sha256 (``content_bucket``); a group
+is read twice: ``tally_copies`` keeps one ``CopyTally`` per image (the best copy, a count), and
+``copy_letters`` reads it again for each other copy's dead letter, made from the image's
+``CopyChoice`` alone (``copy_choices``, ``copy_letter``).
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
-import numpy as np
-
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.shardset.dead_letters import IN_APPENDED_SET, DeadLetter
 from transforms.shardset.planning import split_rank
 
-__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "PublishedCopy", "CopyRef",
-           "CopyTally", "CopyChoice", "same_path_choice", "copy_letter", "copy_choice_key", "ChosenImages"]
+__all__ = ["PATH_BUCKET_BITS", "path_bucket", "same_path_choices", "NAMED_DUPLICATES", "PublishedCopy",
+           "CopyTally", "CopyChoice", "same_path_choice", "copy_letter", "CONTENT_BUCKET_BITS", "content_bucket",
+           "tally_copies", "copy_choices", "copy_letters"]
 
 # How many other inputs a duplicate_path dead letter names before it only counts them.
 NAMED_DUPLICATES = 3
@@ -32,19 +32,6 @@ class PublishedCopy(NamedTuple):
     """An image already published in a split of the output folder, keyed by its sha256."""
 
     split: str
-
-
-class CopyRef(NamedTuple):
-    """What a copy's dead letter needs of its ImageMeta (a plain tuple on the wire: small, no pickling)."""
-
-    sha256: str
-    path: str
-    relpath: str
-    split: str
-
-    @classmethod
-    def of(cls, meta: ImageMeta) -> "CopyRef":
-        return cls(meta.sha256, meta.source.path, meta.source.relpath, meta.source.split)
 
 
 def _input_order(source: SourceImage) -> tuple[str, str, int]:
@@ -140,14 +127,6 @@ class CopyTally:
         best = value if self.best is None or _copy_rank(value) < _copy_rank(self.best) else self.best
         return CopyTally(best, self.copies + 1, self.published)
 
-    @classmethod
-    def merged(cls, tallies: Iterable["CopyTally"]) -> "CopyTally":
-        """One tally of the copies of several."""
-        tallies = list(tallies)
-        best = min((tally.best for tally in tallies if tally.best is not None), key=_copy_rank, default=None)
-        return cls(best, sum(tally.copies for tally in tallies),
-                   frozenset().union(*(tally.published for tally in tallies)))
-
     def choice(self, written: Sequence[str] | None = None, appending: bool = False) -> CopyChoice | None:
         """Which copy stays (None: no copy of this run).
 
@@ -169,50 +148,97 @@ class CopyTally:
         return self.best if choice is not None and choice.kept is not None else None
 
 
-def copy_letter(copy: ImageMeta | CopyRef, choice: CopyChoice) -> DeadLetter | None:
+def copy_letter(copy: ImageMeta, choice: CopyChoice) -> DeadLetter | None:
     """The dead letter of one copy of an image, given which copy stays; None for the copy kept."""
-    meta = copy if isinstance(copy, CopyRef) else CopyRef.of(copy)
+    sha256, source = copy.sha256, copy.source
     if choice.appended:
-        return DeadLetter(meta.path, "duplicate_image", f"same bytes (sha256 {meta.sha256[:16]}...) as an image "
+        return DeadLetter(source.path, "duplicate_image", f"same bytes (sha256 {sha256[:16]}...) as an image "
                           f"already in split {choice.split!r} " + IN_APPENDED_SET)
     if choice.kept is None:
         return DeadLetter(
-            meta.path, "cross_split_duplicate",
-            f"same bytes (sha256 {meta.sha256[:16]}...) as an image already published in split "
+            source.path, "cross_split_duplicate",
+            f"same bytes (sha256 {sha256[:16]}...) as an image already published in split "
             f"{choice.split!r} of the output folder, which this run keeps; this copy is in split "
-            f"{meta.split!r}, and an image belongs to one split only (rebuild both splits "
+            f"{source.split!r}, and an image belongs to one split only (rebuild both splits "
             "together, or pass --drop_other_splits)")
-    if (split_rank(meta.split), meta.relpath, meta.path) == choice.kept:
+    if (split_rank(source.split), source.relpath, source.path) == choice.kept:
         return None
-    same = f"same bytes (sha256 {meta.sha256[:16]}...) as {choice.relpath!r}"
-    if meta.split == choice.split:
-        return DeadLetter(meta.path, "duplicate_image", f"{same} in split {meta.split!r}")
+    same = f"same bytes (sha256 {sha256[:16]}...) as {choice.relpath!r}"
+    if source.split == choice.split:
+        return DeadLetter(source.path, "duplicate_image", f"{same} in split {source.split!r}")
     return DeadLetter(
-        meta.path, "cross_split_duplicate",
-        f"{same}: this copy is in split {meta.split!r}, that one in split "
+        source.path, "cross_split_duplicate",
+        f"{same}: this copy is in split {source.split!r}, that one in split "
         f"{choice.split!r}; an image belongs to one split only, and "
         f"{choice.split!r} keeps it (test, validation, val, other splits, train)")
 
 
-def copy_choice_key(sha256: str) -> int:
-    """An image's sha256 (hex) -> its first 60 bits: what ``ChosenImages`` holds of it (an int
-    Beam's integer coder carries, which stops at 63 bits)."""
-    return int(sha256[:15], 16)
+# Images are grouped by at most this many top bits of their sha256: 65,536 groups of about
+# ``planning.GROUP_RECORDS`` images hold 3 billion of them.
+CONTENT_BUCKET_BITS = 16
 
 
-class ChosenImages:
-    """The images that have copies to reject, as the sorted first 60 bits of their sha256s (8 bytes
-    an image); a key two images share only costs a lookup that finds nothing."""
+def content_bucket(sha256: str, bits: int = CONTENT_BUCKET_BITS) -> int:
+    """Returns the bucket (0..2**bits - 1) of an image's sha256 (hex): its top bits. A published
+    record's key that is not hex is hashed (blake2b) instead."""
+    try:
+        top = int(sha256[:16], 16)
+    except ValueError:
+        top = int.from_bytes(hashlib.blake2b(sha256.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+    return top >> (64 - bits)
 
-    def __init__(self, keys: Iterable[int]) -> None:
-        self._keys = np.sort(np.fromiter(keys, dtype=np.int64))
 
-    def __len__(self) -> int:
-        return len(self._keys)
+_NO_COPY = CopyTally()
 
-    def __contains__(self, sha256: str) -> bool:
-        if not len(self._keys):
-            return False
-        key = np.int64(copy_choice_key(sha256))
-        at = int(np.searchsorted(self._keys, key))
-        return at < len(self._keys) and self._keys[at] == key
+
+def tally_copies(copies: Iterable[ImageMeta | tuple[str, PublishedCopy]]) -> dict[str, CopyTally]:
+    """The copies of a group of images (ImageMeta, or ``(sha256, PublishedCopy)``) -> their
+    ``CopyTally`` per sha256: one entry per image, however many copies it has."""
+    tallies: dict[str, CopyTally] = {}
+    get = tallies.get
+    for copy in copies:
+        if isinstance(copy, ImageMeta):
+            sha256 = copy.sha256
+        else:
+            sha256, copy = copy
+        tallies[sha256] = get(sha256, _NO_COPY).add(copy)
+    return tallies
+
+
+def copy_choices(tallies: dict[str, CopyTally], written: Sequence[str] | None = None,
+                 appending: bool = False) -> tuple[list[ImageMeta], dict[str, CopyChoice]]:
+    """The copies kept (``CopyTally.kept``), and the choice of each image with copies to reject.
+
+    Args:
+        tallies: Per sha256, its copies' tally (``tally_copies``).
+        written: The splits this run has images in (``CopyTally.choice``).
+        appending: The run appends to the published set.
+    """
+    kept, choices = [], {}
+    for sha256, tally in tallies.items():
+        if tally.copies == 1 and not tally.published:  # one copy, nowhere published: it stays
+            kept.append(tally.best)
+            continue
+        choice = tally.choice(written, appending)
+        if choice is None:  # published copies only
+            continue
+        if choice.kept is not None:
+            kept.append(tally.best)
+        if tally.copies > 1 or choice.kept is None:
+            choices[sha256] = choice
+    return kept, choices
+
+
+def copy_letters(copies: Iterable[ImageMeta | tuple[str, PublishedCopy]],
+                 choices: dict[str, CopyChoice]) -> Iterator[DeadLetter]:
+    """The dead letter of each copy of this run that another copy of its bytes replaces, one at a
+    time (``copy_letter``), given the choices of the images with copies to reject (``copy_choices``)."""
+    if not choices:
+        return
+    for copy in copies:
+        if isinstance(copy, ImageMeta):
+            choice = choices.get(copy.sha256)
+            if choice is not None:
+                letter = copy_letter(copy, choice)
+                if letter is not None:
+                    yield letter
