@@ -74,11 +74,6 @@ class RecordLayout:
             spec.update(OBJECT_FEATURES)
         return spec
 
-    def with_flags(self, multi_label: bool, label_offset: int, object_labels: tuple[tuple[int, str], ...] = (),
-                   boxes_outside: str = "skip") -> "RecordLayout":
-        return replace(self, multi_label=self.multi_label or multi_label, label_offset=label_offset,
-                       object_labels=tuple(object_labels), boxes_outside=boxes_outside)
-
     def object_id(self) -> dict[str, int]:
         """Object class name -> the id its boxes carry."""
         return {name: class_id for class_id, name in self.object_labels}

@@ -7,7 +7,7 @@ accumulator): the number of inputs, the class names and the record layout.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import UsageError
@@ -104,8 +104,9 @@ class ListingTally:
             self.layout.objects or self.declared) else ()
         classes = tuple(fixed) if fixed is not None else class_list(self.classes, self.inputs)
         layout = with_optional_features(self.layout, self.present, self.images, declared)
-        return ListingFacts(self.inputs, classes, layout.with_flags(multi_label, offset, objects, boxes_outside),
-                            tuple(sorted(self.splits)))
+        layout = replace(layout, multi_label=layout.multi_label or multi_label, label_offset=offset,
+                         object_labels=objects, boxes_outside=boxes_outside)
+        return ListingFacts(self.inputs, classes, layout, tuple(sorted(self.splits)))
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:
