@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import UsageError
-from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, with_optional_features
+from transforms.images.annotations import (DEFAULT_OBJECT_OFFSET, ObjectClasses, RecordLayout, layout_of, merge_layouts,
+                                           object_label_map, with_optional_features)
 from transforms.images.class_labels import class_list, is_index
 from transforms.images.items import SourceImage
-from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
 
 __all__ = ["ListingFacts", "ListingTally", "appended_classes"]
 
