@@ -35,8 +35,7 @@ from transforms import beam_compat, worker_threads
 from transforms.errors import ImageError, ManifestError, PlanError, UsageError
 from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_survey import fixed_class_names, image_threads, survey_build
-from transforms.images.build_counts import record_count_keys
-from transforms.images.build_manifest import build_manifest_extras
+from transforms.images.build_manifest import build_manifest_extras, record_count_keys
 from transforms.images.build_summary import build_lines
 from transforms.images.inputs import LabelRules, check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,

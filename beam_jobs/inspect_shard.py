@@ -22,7 +22,7 @@ from transforms.arrayrecord.shard_file import missing_module, read_records, reco
 from transforms.shardset.naming import FILE_SUFFIXES
 from transforms.storage.files import local_copy, open_file
 from transforms.storage.listing import exact_file, is_folder
-from transforms.example.text import format_record
+from transforms.example.codec import format_record
 from transforms.progress.report import plural
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream

@@ -25,7 +25,7 @@ from transforms.images.inputs import (LabelRules, csv_header, is_manifest_path, 
 from transforms.images.folder_parts import NAMES_PER_PART
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.key_ranges import KeyRange
-from transforms.images.object_classes import ObjectClasses
+from transforms.images.annotations import ObjectClasses
 from transforms.images.png_chunks import SrgbProfile, _iccp_verdict
 from transforms.images.records import image_example_parts
 from transforms.images.coco import coco_categories, coco_image_entries, coco_items, image_key_of

@@ -15,7 +15,7 @@ from transforms.archives.members import (PARQUET, SEPARATOR, TAR, TGZ, WEBDATASE
                                          listed_member, member_entry, member_name, unsafe_entry, unsafe_member)
 from transforms.archives.parquet_rows import (class_names_of, columns_problem, open_parquet, open_rows,
                                               row_group_entries)
-from transforms.archives.tar_index import MemberDamage, Window, is_inner_tar, tar_members
+from transforms.archives.tar_index import MemberDamage, is_inner_tar, tar_members
 from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, expand_braces, key_and_extension,
                                             sample_entry, samples_of)
 from transforms.archives.zip_index import zip_members
@@ -241,8 +241,7 @@ class _ListPartFn(CarriesStorageOptions, beam.DoFn):
 
     def _tar(self, part: ArchivePart, fh):
         inner = bool(part.prefix)
-        source = Window(fh, part.start, part.size) if inner else fh
-        for member in tar_members(source, base=part.start if inner else 0):
+        for member in tar_members(fh, start=part.start, size=part.size) if inner else tar_members(fh):
             problem = unsafe_member(member.name)
             if problem:
                 yield unsafe_entry(part.container, part.prefix + member.name, problem)

@@ -17,7 +17,7 @@ from transforms.images.inputs import (FolderTask, LabelRules, csv_header, decode
 from transforms.images.items import SourceImage
 from transforms.images.key_ranges import KeyRange, split_keys_after
 from transforms.images.listing_facts import ListingTally
-from transforms.images.object_classes import ObjectClasses
+from transforms.images.annotations import ObjectClasses
 from transforms.images.manifest_lines import (MANIFEST_RANGE_BYTES, breaks_at_cr, byte_ranges, count_line_starts,
                                               first_line_numbers, lines_in_range)
 from transforms.progress import counters as progress
@@ -440,7 +440,7 @@ class CollectListingFacts(beam.PTransform):
     Args:
         multi_label: Lists of class labels even if every input has one (``--multi_label``).
         label_offset: Added to numbered object classes' indices (``--label_offset``;
-            None: ``object_classes.DEFAULT_OBJECT_OFFSET``).
+            None: ``annotations.DEFAULT_OBJECT_OFFSET``).
         fixed: ``--class_names``/``--labels_file``, or None.
         boxes_outside: What a box outside its image becomes (``--boxes_outside``).
         declared: ``--feature`` name -> type: declared keys keep their type, optional

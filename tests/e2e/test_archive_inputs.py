@@ -27,7 +27,7 @@ from tests.shard_fixtures import dead_letters, examples, load_manifest, make_cla
 from tests.trees import Part
 from transforms.archives.members import MemberRef, archive_kind, is_parquet_pattern, is_shard_pattern, label_path
 from transforms.archives.parquet_rows import class_names_of, columns_problem
-from transforms.archives.tar_index import Window, member_path, tar_members
+from transforms.archives.tar_index import member_path, tar_members
 from transforms.archives.webdataset import expand_braces, samples_of
 from transforms.archives.zip_index import member_bytes, zip_members
 from transforms.errors import ImageError, PlanError
@@ -365,7 +365,7 @@ def test_tar_offsets_point_at_the_members_bytes_also_inside_an_inner_tar(tree, t
     with open(path, "rb") as fh:
         outer = list(tar_members(fh))
         inner = outer[0]
-        members = list(tar_members(Window(fh, inner.offset, inner.size), base=inner.offset))
+        members = list(tar_members(fh, start=inner.offset, size=inner.size))
     assert [m.name for m in outer] == ["daisy.tar", "rose.tar", "tulip.tar"]
     first = sorted(os.listdir(os.path.join(tree, "daisy")))[0]
     found = next(m for m in members if m.name == first)
@@ -522,7 +522,7 @@ def _walk_bounded(data: bytes, how: str) -> list[str]:
         members = tar_members(_Bounded(gzip.compress(data)), stream=True)
     elif how == "inner":
         outer = _Bounded(b"\0" * 1024 + data + b"\0" * 1024)
-        members = tar_members(Window(outer, 1024, len(data)), base=1024)
+        members = tar_members(outer, start=1024, size=len(data))
     else:
         members = tar_members(_Bounded(data))
     for member in members:

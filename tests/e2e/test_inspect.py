@@ -11,7 +11,7 @@ from PIL import Image
 from beam_jobs import inspect_shard as inspect_job
 from tests.tfrecord_fixtures import write_file, write_shard_set, write_tfrecords
 from tests.helpers import encode_example
-from transforms.example.text import format_record, format_value
+from transforms.example.codec import format_record, format_value
 from transforms.tfrecord.framing import frame_record
 
 

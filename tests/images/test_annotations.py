@@ -19,7 +19,7 @@ from transforms.example.schema import IMAGE_FEATURES, record_problems
 from transforms.example.wire import feature_entry
 from transforms.images import image_codec as codec
 from transforms.images.annotations import RecordLayout, merge_layouts
-from transforms.images.object_classes import ObjectClasses, label_map_pbtxt, object_label_map
+from transforms.images.annotations import ObjectClasses, label_map_pbtxt, object_label_map
 from transforms.images.image_codec import ImageInfo
 from transforms.images.inputs import LabelRules
 from transforms.images.items import SourceImage

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from transforms.images.annotations import RecordLayout
-from transforms.images.build_counts import build_image_counts
-from transforms.images.build_manifest import build_manifest_extras
+from transforms.images.build_manifest import build_image_counts, build_manifest_extras
 from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME, HashedImage, NearPair
 
 

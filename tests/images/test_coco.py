@@ -11,7 +11,7 @@ import pytest
 from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules
 from transforms.images.items import SourceImage
-from transforms.images.object_classes import ObjectClasses
+from transforms.images.annotations import ObjectClasses
 from transforms.images import coco as coco
 from transforms.images.coco import coco_items, coco_key
 from tests.helpers import coco_entries

@@ -12,7 +12,7 @@ from transforms.images.duplicates import (NAMED_DUPLICATES, PublishedCopy, conte
 from tests.helpers import copy_choice
 from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.listing_facts import ListingFacts, ListingTally
-from transforms.images.object_classes import ObjectClasses
+from transforms.images.annotations import ObjectClasses
 from transforms.images.objects import SourceBox
 from transforms.shardset.dead_letters import DeadLetter, rejection_problem
 

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from transforms.images.build_counts import build_image_counts
+from transforms.images.build_manifest import build_image_counts
 from transforms.images.near_duplicates import near_duplicates_summary
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
 from tests.helpers import shard_list_bytes

@@ -26,7 +26,7 @@ from transforms.tfrecord.compression import open_decompressed
 from transforms.errors import ExampleError, ImageError, RecordError
 from transforms.example.codec import decode_example
 from tests.helpers import encode_example
-from transforms.example.text import format_record
+from transforms.example.codec import format_record
 from transforms.tfrecord.framing import HEADER_SIZE, frame_record, iter_records, masked_crc32c, read_record
 from transforms.images.items import SourceImage
 from transforms.shardset.dead_letters import DeadLetter

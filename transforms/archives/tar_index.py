@@ -3,7 +3,7 @@
 ``tar_members`` walks a tar's 512-byte headers itself (ustar, GNU long names, pax ``path`` and
 ``size``, base-256 sizes), one read per header, seeking over each member's bytes and keeping
 nothing (``tarfile`` is several times slower and keeps every header). A ``.tar.gz`` is walked
-through its decompressed stream; ``Window`` lets an inner tar be walked in place.
+through its decompressed stream; an inner tar is walked in place, its reads kept inside its bytes.
 
 A hostile tar is bounded: each step reads one header and moves strictly forward, holding at most
 ``MAX_EXTENDED_BYTES`` of a pax or long-name header. A size that is negative or runs past the
@@ -19,8 +19,7 @@ from typing import BinaryIO, Iterator, NamedTuple
 
 from transforms.errors import ImageError
 
-__all__ = ["TarMember", "MemberDamage", "MAX_EXTENDED_BYTES", "Window", "tar_members", "member_path",
-           "is_inner_tar"]
+__all__ = ["TarMember", "MemberDamage", "MAX_EXTENDED_BYTES", "tar_members", "member_path", "is_inner_tar"]
 
 # The most bytes of one pax extended header or GNU long name that are read (held) at once.
 MAX_EXTENDED_BYTES = 1 << 20
@@ -47,41 +46,6 @@ class MemberDamage(ImageError):
         return (type(self), (self.member, self.detail))
 
 
-class Window(io.RawIOBase):
-    """``size`` bytes of ``fh`` from ``start``, read as a file of their own (seekable, read-only)."""
-
-    def __init__(self, fh: BinaryIO, start: int, size: int) -> None:
-        super().__init__()
-        self._fh = fh
-        self._start = start
-        self._size = size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        want = min(len(buffer), self._size - self._pos)
-        if want <= 0:
-            return 0
-        self._fh.seek(self._start + self._pos)
-        data = self._fh.read(want)
-        buffer[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
 def member_path(name: str) -> str:
     """A member's name without the ``./`` a tar made of ``.`` starts with (an absolute name stays absolute)."""
     while name.startswith("./"):
@@ -94,17 +58,18 @@ def is_inner_tar(name: str) -> bool:
     return name.lower().endswith(".tar")
 
 
-def tar_members(fh: BinaryIO, stream: bool = False, base: int = 0) -> Iterator[TarMember]:
+def tar_members(fh: BinaryIO, stream: bool = False, start: int = 0, size: int | None = None) -> Iterator[TarMember]:
     """Every member of the tar read from the seekable ``fh`` (with ``stream``, a ``.tar.gz`` read as one
-    stream, offsets in the decompressed bytes), in archive order; ``base`` is added to every offset.
+    stream, offsets in the decompressed bytes), in archive order. With ``size``, the tar is the ``size``
+    bytes of ``fh`` from ``start`` (an inner tar), offsets still ``fh``'s.
 
     Raises:
         ImageError: ``unreadable``, the archive is not a tar or is damaged (naming the last member read).
     """
-    if not stream:
-        yield from _walk(fh, base, fh.seek(0, io.SEEK_END))
-        return
-    yield from _walk(gzip.GzipFile(fileobj=fh, mode="rb"), base, None)
+    if stream:
+        yield from _walk(gzip.GzipFile(fileobj=fh, mode="rb"), 0, None)
+    else:
+        yield from _walk(fh, start, fh.seek(0, io.SEEK_END) if size is None else start + size)
 
 
 _BLOCK = 512
@@ -147,16 +112,20 @@ def _pax(data: bytes) -> dict[str, str]:
     return records
 
 
-def _walk(fh: BinaryIO, base: int, end: int | None) -> Iterator[TarMember]:
-    """``tar_members`` of a tar whose size is ``end`` (None: a stream, read to its end): one read per header,
-    the members' bytes seeked over, every step strictly forward."""
-    at, last = 0, None
+def _walk(fh: BinaryIO, start: int, end: int | None) -> Iterator[TarMember]:
+    """``tar_members`` of a tar from ``start`` to ``end`` of ``fh`` (None: a stream, read to its end): one
+    read per header, never past ``end``, the members' bytes seeked over, every step strictly forward."""
+
+    def read(at: int, length: int) -> bytes:
+        return fh.read(length if end is None else max(0, min(length, end - at)))
+
+    at, last = start, None
     name = size = None  # from a GNU long-name or pax header, for the next member
     need = 0  # where the last member's bytes end: the archive must reach it
     while True:
         try:
             reached = fh.seek(at)
-            header = fh.read(_BLOCK)
+            header = read(at, _BLOCK)
         except (EOFError, zlib.error, gzip.BadGzipFile) as err:  # a damaged or cut .tar.gz
             where = f" after member {last!r}" if last is not None else ""
             raise ImageError("unreadable", f"archive cannot be read{where}: {type(err).__name__}: {err}") from err
@@ -183,7 +152,7 @@ def _walk(fh: BinaryIO, base: int, end: int | None) -> Iterator[TarMember]:
                     raise ValueError(f"a pax or long-name header of {length} bytes (at most "
                                      f"{MAX_EXTENDED_BYTES} are read)")
                 fh.seek(data_at)
-                data = fh.read(length)
+                data = read(data_at, length)
                 if kind == b"L":
                     name = _text(data)
                 elif kind == b"x":
@@ -206,10 +175,10 @@ def _walk(fh: BinaryIO, base: int, end: int | None) -> Iterator[TarMember]:
                                              + ("(no archive is that large)" if end is None else
                                                 f"({max(end - data_at, 0)} bytes follow the header)"))
                 last, need = full, data_at + length
-                yield TarMember(full, base + data_at, length, kind in _REGULAR)
+                yield TarMember(full, data_at, length, kind in _REGULAR)
                 name = size = None
         except ValueError as err:  # a field that is no number, a pax record that cannot be read
-            if last is None and at == 0:
+            if last is None and at == start:
                 raise ImageError("unreadable", f"archive is not a tar: its first 512 bytes are no tar header "
                                                f"({err})") from err
             raise ImageError("unreadable", f"archive cannot be read after member {last!r}: {err}") from err

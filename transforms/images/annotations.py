@@ -2,6 +2,11 @@
 
 Every record of a build has one ``RecordLayout`` (TensorFlow and tfds need one schema), merged
 from every input's own: one image with several labels makes ``image/class/label`` a list for all.
+
+Object classes are a space of their own, apart from the image classes of ``labels.txt``. Ids come
+from a COCO file's ``categories`` (``--coco_ids keep``); else from the index in
+``--class_names``/``--labels_file``, or in sorted names, plus ``--label_offset``. A name none of
+these numbers gets the next ids after the largest one, by sorted name (``object_label_map``).
 """
 
 from __future__ import annotations
@@ -11,13 +16,12 @@ from typing import Iterable, Mapping, Sequence
 
 from transforms.example.features import (EMPTY_LIST, LIST_SEPARATOR, OPTIONAL, FeatureValueError,
                                          ManifestTyping, base_kind, is_list_type, optional_type)
-from transforms.images.object_classes import label_map_pbtxt
 from transforms.images.objects import BoxError, PlacedBox, SourceBox, parse_objects, place_boxes, source_geometry
 from transforms.shardset.tfds_metadata import tfds_files
 
 __all__ = ["OBJECT_FEATURES", "MULTI_LABEL_FEATURES", "SOURCE_ID", "RecordLayout", "row_annotations", "layout_of",
            "merge_layouts", "with_optional_features", "record_extras", "image_extras", "PlacedExtras", "LABEL_MAP_NAME", "build_sidecars",
-           "object_ids_problem"]
+           "object_ids_problem", "ObjectClasses", "object_label_map", "label_map_pbtxt", "DEFAULT_OBJECT_OFFSET"]
 
 LABEL_MAP_NAME = "label_map.pbtxt"
 
@@ -49,7 +53,7 @@ class RecordLayout:
         features: ``(name, type)`` of the extra features, sorted by name.
         label_offset: Added to numbered object classes' indices (``--label_offset``).
         object_labels: ``(id, name)`` of every object class, sorted by id
-            (``object_classes.object_label_map``).
+            (``object_label_map``).
         boxes_outside: What a box outside its image becomes (``objects.BOX_POLICIES``).
     """
 
@@ -73,11 +77,6 @@ class RecordLayout:
         if self.objects:
             spec.update(OBJECT_FEATURES)
         return spec
-
-    def with_flags(self, multi_label: bool, label_offset: int, object_labels: tuple[tuple[int, str], ...] = (),
-                   boxes_outside: str = "skip") -> "RecordLayout":
-        return replace(self, multi_label=self.multi_label or multi_label, label_offset=label_offset,
-                       object_labels=tuple(object_labels), boxes_outside=boxes_outside)
 
     def object_id(self) -> dict[str, int]:
         """Object class name -> the id its boxes carry."""
@@ -268,3 +267,53 @@ def build_sidecars(manifest, name: str | None = None) -> dict[str, bytes | None]
     if "image/object/class/label" in manifest.feature_spec and not object_ids_problem(classes):
         files[LABEL_MAP_NAME] = label_map_pbtxt(classes)
     return files
+
+
+# The first id of numbered object classes unless --label_offset says otherwise.
+DEFAULT_OBJECT_OFFSET = 1
+
+
+@dataclass(frozen=True)
+class ObjectClasses:
+    """The object classes one input (``source``) declares, a COCO file's ``categories``: ``(id, name)``
+    per class, in the file's order; ``id`` is None where the build numbers them (``--coco_ids renumber``)."""
+
+    source: str
+    classes: tuple[tuple[int | None, str], ...]
+
+
+def object_label_map(names: Iterable[str], declared: Iterable[tuple[int | None, str]], offset: int,
+                     fixed: Sequence[str] | None = None) -> tuple[tuple[int, str], ...]:
+    """``(id, name)`` of every object class of a build (``names``: those its objects use), sorted by id.
+
+    Args:
+        declared: ``(id or None, name)`` of the classes its COCO files declare; a class declared
+            with an id keeps it (the smallest, if files disagree).
+        offset: Added to the index of a numbered class (``--label_offset``).
+        fixed: ``--class_names``/``--labels_file``; None to number by sorted name.
+    """
+    kept: dict[str, int] = {}
+    numbered = set(names)
+    for class_id, name in declared:
+        if class_id is None:
+            numbered.add(name)
+        elif name not in kept or class_id < kept[name]:
+            kept[name] = class_id
+    numbered -= set(kept)
+    ids = dict(kept)
+    if not kept:
+        order = list(fixed) if fixed is not None else sorted(numbered)
+        ids.update((name, index + offset) for index, name in enumerate(order) if name in numbered)
+        numbered -= set(ids)
+    start = max(ids.values(), default=offset - 1) + 1
+    ids.update((name, start + index) for index, name in enumerate(sorted(numbered)))
+    return tuple(sorted((class_id, name) for name, class_id in ids.items()))
+
+
+def label_map_pbtxt(classes: Sequence[tuple[int, str]]) -> bytes:
+    """The Object Detection API's ``label_map.pbtxt``: one ``item`` per ``(id, name)``."""
+    items = []
+    for class_id, name in classes:
+        quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+        items.append(f'item {{\n  id: {class_id}\n  name: "{quoted}"\n}}\n')
+    return "".join(items).encode("utf-8")

@@ -1,18 +1,47 @@
 """What a build adds to the shard sink's manifest: object classes, image counts, near-duplicates (no Beam).
 
-``build_manifest_extras`` makes the ``ManifestExtras`` a build hands to ``PublishShards``.
+``build_manifest_extras`` makes the ``ManifestExtras`` a build hands to ``PublishShards``. Besides
+``records.image_counts``, a build counts the stored images' formats and channels (tfds's ``Image``
+feature is declared from them) and the boxes not inside their image (``record_count_keys``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
-from transforms.images.build_counts import build_image_counts
 from transforms.images.near_duplicates import (NEAR_DUPLICATES_NAME, NearPair, near_duplicates_lines,
                                                near_duplicates_summary)
+from transforms.images.records import image_count_keys, image_counts
 from transforms.shardset.manifest_extras import ManifestExtras
 
-__all__ = ["build_manifest_extras", "image_count_fields"]
+__all__ = ["build_manifest_extras", "image_count_fields", "record_count_keys", "build_image_counts"]
+
+_OWN = ("stored_formats", "channels", "boxes")
+_OBJECT_LABEL_KEY = "image/object/class/label"
+
+
+def record_count_keys(meta) -> list[tuple[str, str]]:
+    """The ``images`` counters one ``ImageMeta`` adds to, a key once per count."""
+    info = meta.info
+    keys = image_count_keys(info) + [("stored_formats", info.format), ("channels", str(info.channels))]
+    given = len(meta.source.objects or ())
+    if given:
+        written = next((len(values) for name, _, values in meta.extra if name == _OBJECT_LABEL_KEY), 0)
+        keys += [("boxes", "skipped")] * (given - written)
+        keys += [("boxes", "clipped")] * getattr(meta.extra, "clipped", 0)  # annotations.PlacedExtras
+    return keys
+
+
+def build_image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, dict[str, int]]:
+    """The manifest's ``images`` object from ``((counter, value), count)`` pairs (``record_count_keys``)."""
+    counted = list(counted)
+    out = image_counts(item for item in counted if item[0][0] not in _OWN)
+    own: dict[str, dict[str, int]] = {name: {} for name in _OWN}
+    for (counter, value), count in counted:
+        if counter in own:
+            own[counter][value] = own[counter].get(value, 0) + count
+    out.update((name, dict(sorted(values.items()))) for name, values in own.items() if values)
+    return out
 
 
 def image_count_fields(counted) -> dict[str, Any]:

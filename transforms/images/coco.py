@@ -16,9 +16,8 @@ from typing import IO, Any, Iterable, Iterator, Mapping
 
 from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules, check_label, image_path
-from transforms.images.annotations import SOURCE_ID
+from transforms.images.annotations import SOURCE_ID, ObjectClasses
 from transforms.images.items import SourceImage
-from transforms.images.object_classes import ObjectClasses
 from transforms.images.objects import BoxError, SourceBox
 from transforms.shardset.dead_letters import DeadLetter
 

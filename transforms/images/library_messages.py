@@ -1,15 +1,21 @@
 """Messages the image library prints about an input, caught and given to that input's dead letter.
 
 Pillow reports some problems of a file it still opens as Python warnings and others on its loggers,
-naming no input; libtiff prints them (``libtiff.py``). Within ``captured_messages()`` they are collected
-for the calling thread (``message_stack``): ``collected`` adds them to an ``ImageError``'s detail; they
-are dropped when the image turns out fine. Pillow's warnings are set to ``always`` so none is swallowed.
+naming no input; libtiff prints them to file descriptor 2. Within ``captured_messages()`` they are
+collected for the calling thread: ``collected`` adds them to an ``ImageError``'s detail; they are
+dropped when the image turns out fine. Pillow's warnings are set to ``always`` so none is swallowed.
+libtiff's handlers are installed through ctypes in the libtiff Pillow loaded
+(``TIFFSetWarningHandler``, ``TIFFSetErrorHandler``), checked with Pillow 12.3's wheels (libtiff 4.7)
+on Linux x86-64; where the library cannot be set up, libtiff prints as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
+import os
 import threading
 import warnings
 from typing import Iterator
@@ -17,19 +23,39 @@ from typing import Iterator
 from PIL import Image
 
 from transforms.errors import ImageError
-from transforms.images.libtiff import route_libtiff_messages
-from transforms.images.message_stack import note_message, open_captures
 
-__all__ = ["captured_messages", "collected", "note_message"]
+__all__ = ["captured_messages", "collected"]
 
+_LOG = logging.getLogger("transforms.images")
+_local = threading.local()  # ``stack``: the thread's open captures, innermost last
 _install_lock = threading.Lock()
 _previous_showwarning = None
 _filtered_loggers: set[str] = set()
 _logger_count = -1  # loggers that existed when Pillow's were last filtered
+_TIFF_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p)
+_tiff_handlers: list = []  # the callbacks, kept alive for as long as libtiff may call them
+_tiff_tried = False
+
+
+def _open_captures() -> list[list[str]]:
+    """The calling thread's stack of open captures, innermost last."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def _note_message(text: str) -> bool:
+    """Adds ``text`` to the calling thread's innermost capture; False if none is open."""
+    stack = _open_captures()
+    if not stack:
+        return False
+    stack[-1].append(text)
+    return True
 
 
 def _route_warning(message, category, filename, lineno, file=None, line=None):
-    if note_message(f"{category.__name__}: {message}"):
+    if _note_message(f"{category.__name__}: {message}"):
         return
     if _previous_showwarning is not None:
         _previous_showwarning(message, category, filename, lineno, file, line)
@@ -37,7 +63,7 @@ def _route_warning(message, category, filename, lineno, file=None, line=None):
 
 def _route_record(record: logging.LogRecord) -> bool:
     """Takes one of Pillow's log records into the thread's capture, if one is open (a logger filter)."""
-    return not note_message(f"{record.levelname.lower()}: {record.getMessage()}")
+    return not _note_message(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
 def _install() -> None:
@@ -59,13 +85,72 @@ def _install() -> None:
         _logger_count = len(logging.root.manager.loggerDict)
 
 
+def _libtiff() -> ctypes.CDLL | None:
+    """The libtiff Pillow loaded (its wheels bundle one), else the system's."""
+    import PIL
+
+    libs = os.path.join(os.path.dirname(os.path.dirname(PIL.__file__)), "pillow.libs")
+    candidates = sorted(os.path.join(libs, n) for n in os.listdir(libs)
+                        if n.startswith("libtiff")) if os.path.isdir(libs) else []
+    system = ctypes.util.find_library("tiff")
+    for path in candidates + ([system] if system else []):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _formatter():
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return None
+    vsnprintf = ctypes.CDLL(libc_name).vsnprintf
+    vsnprintf.argtypes = (ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p)
+    vsnprintf.restype = ctypes.c_int
+    return vsnprintf
+
+
+def _make_tiff_handler(level: str, vsnprintf):
+    def handle(module: bytes | None, fmt: bytes | None, args: int | None) -> None:
+        buffer = ctypes.create_string_buffer(1024)
+        text = fmt or b""
+        if vsnprintf is not None and fmt:
+            if vsnprintf(buffer, len(buffer), fmt, args) >= 0:
+                text = buffer.value
+        message = f"libtiff {level}: {text.decode('utf-8', 'replace').strip()}"
+        if not _note_message(message):
+            _LOG.debug("%s (module %s)", message, (module or b"").decode("utf-8", "replace"))
+
+    return _TIFF_HANDLER(handle)
+
+
+def _route_libtiff_messages() -> None:
+    """Installs libtiff's handlers once per process, where the library can be found."""
+    global _tiff_tried
+    with _install_lock:
+        if _tiff_tried:
+            return
+        _tiff_tried = True
+        lib = _libtiff()
+        if lib is None or not hasattr(lib, "TIFFSetWarningHandler"):
+            return
+        vsnprintf = _formatter()
+        for setter, level in ((lib.TIFFSetWarningHandler, "warning"), (lib.TIFFSetErrorHandler, "error")):
+            setter.argtypes = (_TIFF_HANDLER,)
+            setter.restype = ctypes.c_void_p
+            handler = _make_tiff_handler(level, vsnprintf)
+            setter(handler)
+            _tiff_handlers.append(handler)
+
+
 @contextlib.contextmanager
 def captured_messages() -> Iterator[list[str]]:
     """Collects the image library's messages raised in this thread while the block runs."""
     _install()
-    route_libtiff_messages()
+    _route_libtiff_messages()
     messages: list[str] = []
-    stack = open_captures()
+    stack = _open_captures()
     stack.append(messages)
     try:
         yield messages

@@ -7,14 +7,14 @@ accumulator): the number of inputs, the class names and the record layout.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import UsageError
-from transforms.images.annotations import RecordLayout, layout_of, merge_layouts, with_optional_features
+from transforms.images.annotations import (DEFAULT_OBJECT_OFFSET, ObjectClasses, RecordLayout, layout_of, merge_layouts,
+                                           object_label_map, with_optional_features)
 from transforms.images.class_labels import class_list, is_index
 from transforms.images.items import SourceImage
-from transforms.images.object_classes import DEFAULT_OBJECT_OFFSET, ObjectClasses, object_label_map
 
 __all__ = ["ListingFacts", "ListingTally", "appended_classes"]
 
@@ -104,8 +104,9 @@ class ListingTally:
             self.layout.objects or self.declared) else ()
         classes = tuple(fixed) if fixed is not None else class_list(self.classes, self.inputs)
         layout = with_optional_features(self.layout, self.present, self.images, declared)
-        return ListingFacts(self.inputs, classes, layout.with_flags(multi_label, offset, objects, boxes_outside),
-                            tuple(sorted(self.splits)))
+        layout = replace(layout, multi_label=layout.multi_label or multi_label, label_offset=offset,
+                         object_labels=objects, boxes_outside=boxes_outside)
+        return ListingFacts(self.inputs, classes, layout, tuple(sorted(self.splits)))
 
 
 def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[str]:

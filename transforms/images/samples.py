@@ -35,14 +35,14 @@ class SampleImage:
     data: bytes
 
 
-def render_image(label: str, width: int, height: int, rng: random.Random, noise: float = 12.0) -> Image.Image:
+def render_image(label: str, width: int, height: int, rng: random.Random) -> Image.Image:
     """Draws one image of a class: a tinted gradient, the class's shape, and noise."""
     base, shape = CLASS_STYLES.get(label, ((128, 128, 128), "ellipse"))
     nprng = np.random.default_rng(rng.getrandbits(32))
     y = np.linspace(0.6, 1.2, height, dtype=np.float32)[:, None, None]
     x = np.linspace(0.8, 1.1, width, dtype=np.float32)[None, :, None]
     pixels = np.asarray(base, dtype=np.float32)[None, None, :] * y * x
-    pixels = pixels + nprng.normal(0.0, noise, size=(height, width, 3)).astype(np.float32)
+    pixels = pixels + nprng.normal(0.0, 12.0, size=(height, width, 3)).astype(np.float32)
     img = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")
     draw = ImageDraw.Draw(img)
     for _ in range(rng.randint(1, 4)):

@@ -33,10 +33,6 @@ class SurveyedImage:
     stored_bytes: int
     exact: bool
 
-    def __post_init__(self) -> None:
-        if self.stored_bytes < 0:
-            raise ValueError(f"stored_bytes must be >= 0, got {self.stored_bytes}")
-
 
 def stored_size(width: int, height: int, resize: tuple[int, int] | None,
                 resize_mode: str = "stretch") -> tuple[int, int]:
