@@ -185,10 +185,6 @@ class DoneLines:
         if rest:
             yield rest
 
-    def joined(self) -> bytes:
-        """Every line added, in order, as one bytes object; the lines can be added no more."""
-        return b"".join(self.pieces())
-
 
 def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:
     """The line of a done list for one record: a few hundred bytes (its ``ImageMeta`` takes kilobytes)."""

@@ -345,8 +345,8 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
         raise UsageError(problem)
 
 
-def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False,
-                  resumed: Sequence[str] = (), refused: bool = False) -> bool:
+def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, resumed: Sequence[str] = (),
+                  refused: bool = False) -> bool:
     """After the run: releases its lock if it holds it; returns True if a failed run's staging was kept.
 
     A failed run keeps its staging when the next can use it: a build's (resumed), and any run's
