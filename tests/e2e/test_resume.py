@@ -33,10 +33,11 @@ from tests.shard_fixtures import run_build
 from tests.trees import Part
 from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.shardset.resume import (DONE_PIECE_BYTES, DoneLines, RunMarker, ShardDone, changed_flags, context_key, done_list,
+from transforms.shardset.resume import (DONE_PIECE_BYTES, DoneLines, RunMarker, ShardDone, changed_flags, context_key,
                                         done_list_header, done_list_line,
                                         fingerprint, parse_done_list, shard_content_key, source_key)
 from transforms.storage.resume_files import write_done_list
+from tests.helpers import done_list
 from transforms.tfrecord.run_files import RunSlice
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

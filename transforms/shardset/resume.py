@@ -25,7 +25,7 @@ from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["RESUME_NAME", "DONE_SUFFIX", "Stamp", "RunMarker", "fingerprint", "changed_flags", "source_key",
-           "context_key", "DoneInput", "DoneLines", "DONE_PIECE_BYTES", "done_list", "done_list_header", "done_list_line",
+           "context_key", "DoneInput", "DoneLines", "DONE_PIECE_BYTES", "done_list_header", "done_list_line",
            "parse_done_list", "ShardDone", "shard_content_key"]
 
 # The marker a run writes in its staging folder when it starts.
@@ -137,14 +137,6 @@ _INFO_TYPES = {"format": str, "height": int, "width": int, "channels": int, "sou
 _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_index": %d, "sha256": %s, '
          '"info": [%s, %d, %d, %d, %s, %s, %s, %d, %s], "record_size": %d, "order_key": %d, "extra": %s, '
          '"offset": %d, "length": %d')
-
-
-def done_list(run_name: str, run_size: int, context: str,
-              entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
-    """A run file's done list: a header line, then one line per ``(source_key, stamp, meta)`` of its records."""
-    yield done_list_header(run_name, run_size, context)
-    for key, stamp, meta in entries:
-        yield done_list_line(key, stamp, meta)
 
 
 def done_list_header(run_name: str, run_size: int, context: str) -> bytes:

@@ -150,7 +150,6 @@ def _append_checks(output_dir: str, state: FolderState, staging: str, kept: Mapp
                 f"{t.published} this run planned for: another run changed the set; append again"))
 
 
-
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
                     written: int, max_bad_fraction: float | None, repeated: int = 0,
                     new_bad: RejectionSummary | None = None) -> str | None:
@@ -235,7 +234,6 @@ def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
 def _staged_copy(output_dir: str, staging: str, name: str) -> str:
     """Where the set file ``name`` is staged (``publish_plan.staged_name``), as a full path."""
     return join_path(output_dir, staged_name(relative_name(output_dir, staging), name))
-
 
 
 def _label_counts(parts: Sequence[ShardListPart]) -> dict[str, dict[str, int]]:
