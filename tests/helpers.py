@@ -34,6 +34,7 @@ from transforms.shardset.manifest import LABELS_NAME, Manifest, ShardEntry, Spli
 from transforms.shardset.naming import join_path, split_of_shard
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.planning import SplitTotals, choose_num_shards, cut_records
+from transforms.shardset.resume import Stamp, done_list_header, done_list_line
 from transforms.shardset.shard_list import LineDigest, shard_line, with_shard_list
 from transforms.shardset.staged import ShardListPart
 from transforms.storage.listing import walk_local_tree
@@ -309,6 +310,14 @@ def shard_list_bytes(manifest: Manifest) -> tuple[bytes, bytes]:
               for name, split in manifest.splits.items()}
     full = dataclasses.replace(manifest, splits=splits, shards_file=digest.summary())
     return full.dumps(), lines
+
+
+def done_list(run_name: str, run_size: int, context: str,
+              entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
+    """A run file's done list: a header line, then one line per ``(source_key, stamp, meta)`` of its records."""
+    yield done_list_header(run_name, run_size, context)
+    for key, stamp, meta in entries:
+        yield done_list_line(key, stamp, meta)
 
 
 def list_local_tree(root: str) -> LocalListing:

@@ -432,7 +432,7 @@ class PublishingJob(Job):
             self.resumed = tuple(r for r in output_folder.resumable_runs(cfg.output_dir) if r != cfg.policy.run_id)
 
         def done(ok: bool, interrupted: bool, refused: bool = False) -> str | None:
-            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, interrupted, self.resumed, refused)
+            kept = output_folder.finish_output(cfg.output_dir, cfg.policy, ok, self.resumed, refused)
             staging = output_folder.staging_folder(cfg.output_dir)
             if cfg.policy.staging_dir:  # its run files lie there
                 staging = f"{staging} and {cfg.policy.staging_dir}"

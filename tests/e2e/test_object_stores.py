@@ -28,7 +28,8 @@ from tests.trees import Part
 from transforms import beam_compat
 from transforms import filesystems as clients
 from transforms.storage import folders
-from transforms.storage.files import read_bytes
+from transforms.filesystems import naming_s3_errors
+from transforms.storage.files import open_for_read
 from transforms.tfrecord.file_hash import crc32c_text
 from transforms.images.inputs import LabelRules, is_hidden
 from tests.helpers import tree_entries
@@ -41,6 +42,12 @@ gcs = pytest.importorskip("google.cloud.storage", reason="needs apache-beam[gcp]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUCKET = "shards-test"
 BUILD_FLAGS = ("--num_shards", "3", "--seed", "5")
+
+
+def read_bytes(path: str) -> bytes:
+    """Reads a whole file as the product opens it (``open_for_read``)."""
+    with open_for_read(path) as fh, naming_s3_errors(path):
+        return fh.read()
 
 
 def _s3_flags(url: str) -> list[str]:

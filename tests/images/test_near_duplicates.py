@@ -458,7 +458,8 @@ def test_a_reshard_of_every_file_of_a_set_leaves_its_near_duplicates_out(tmp_pat
 
 
 def test_a_resumed_run_keeps_the_hash_of_an_image_it_does_not_read_again() -> None:
-    from transforms.shardset.resume import context_key, done_list, parse_done_list, source_key
+    from tests.helpers import done_list
+    from transforms.shardset.resume import context_key, parse_done_list, source_key
     from transforms.tfrecord.run_files import RunSlice
 
     source = SourceImage("/in/train/a.jpg", "train/a.jpg", "train", "a")

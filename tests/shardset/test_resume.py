@@ -8,7 +8,8 @@ import json
 from transforms.archives.members import MemberRef
 from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
-from transforms.shardset.resume import context_key, done_list, done_list_line, parse_done_list, source_key
+from tests.helpers import done_list
+from transforms.shardset.resume import context_key, done_list_line, parse_done_list, source_key
 from transforms.tfrecord.run_files import RunSlice
 
 

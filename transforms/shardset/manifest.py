@@ -75,14 +75,12 @@ class ShardEntry:
     index_crc32c: str | None = None
     keys_crc32c: str | None = None
 
-    def hashes(self) -> dict[str, str]:
-        """The hashes the entry states, in the order they are written."""
-        named = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("keys_crc32c", self.keys_crc32c),
-                 ("sha256", self.sha256))
-        return {name: value for name, value in named if value is not None}
-
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "records": self.records, "bytes": self.bytes, **self.hashes(),
+        """The entry's JSON object: the hashes it states, in this order, between its sizes and label counts."""
+        hashes = (("crc32c", self.crc32c), ("index_crc32c", self.index_crc32c), ("keys_crc32c", self.keys_crc32c),
+                  ("sha256", self.sha256))
+        return {"file": self.file, "records": self.records, "bytes": self.bytes,
+                **{name: value for name, value in hashes if value is not None},
                 "label_counts": sorted_label_counts(self.label_counts)}
 
     @classmethod

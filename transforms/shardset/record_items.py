@@ -14,7 +14,7 @@ from transforms.tfrecord.run_files import RunSlice
 from transforms.shardset.naming import split_of_shard
 from transforms.shardset.planning import order_key
 
-__all__ = ["RecordItem", "record_item", "input_split", "label_pairs", "labels_from_pairs", "FeatureTally",
+__all__ = ["RecordItem", "record_item", "input_split", "label_pairs", "labels_from_pairs", "feature_spec",
            "RecordFacts", "RecordTally"]
 
 
@@ -113,37 +113,18 @@ def labels_from_pairs(pairs: Iterable[tuple[int, str]]) -> list[str]:
     return [names[i] for i in range(len(names))] if sorted(names) == list(range(len(names))) else []
 
 
-@dataclass
-class FeatureTally:
-    """Counts which features records carry, to derive the feature spec of a shard set."""
-
-    records: int = 0
-    seen: dict[tuple[str, str], int] | None = None
-
-    def add(self, features: tuple[tuple[str, str], ...]) -> "FeatureTally":
-        seen = dict(self.seen or {})
-        for pair in features:
-            seen[pair] = seen.get(pair, 0) + 1
-        return FeatureTally(self.records + 1, seen)
-
-    def merge(self, other: "FeatureTally") -> "FeatureTally":
-        seen = dict(self.seen or {})
-        for pair, count in (other.seen or {}).items():
-            seen[pair] = seen.get(pair, 0) + count
-        return FeatureTally(self.records + other.records, seen)
-
-    def spec(self) -> dict[str, str]:
-        """Feature name -> type, for features present in every record with one kind (``<kind>_list``
-        where some records hold other than one value)."""
-        if not self.records:
-            return {}
-        merged: dict[tuple[str, str], tuple[int, bool]] = {}
-        for (name, kind), count in (self.seen or {}).items():
-            base, many = (kind[:-5], True) if kind.endswith("_list") else (kind, False)
-            total, listed = merged.get((name, base), (0, False))
-            merged[(name, base)] = (total + count, listed or many)
-        return {name: f"{base}_list" if listed else base
-                for (name, base), (count, listed) in sorted(merged.items()) if count == self.records}
+def feature_spec(records: int, seen: Mapping[tuple[str, str], int]) -> dict[str, str]:
+    """Feature name -> type, for features present in every one of ``records`` records with one kind
+    (``<kind>_list`` where some records hold other than one value); ``seen``: ``(name, kind)`` -> records."""
+    if not records:
+        return {}
+    merged: dict[tuple[str, str], tuple[int, bool]] = {}
+    for (name, kind), count in seen.items():
+        base, many = (kind[:-5], True) if kind.endswith("_list") else (kind, False)
+        total, listed = merged.get((name, base), (0, False))
+        merged[(name, base)] = (total + count, listed or many)
+    return {name: f"{base}_list" if listed else base
+            for (name, base), (count, listed) in sorted(merged.items()) if count == records}
 
 
 @dataclass(frozen=True)
@@ -173,7 +154,7 @@ class RecordTally:
     Attributes:
         names: Class index -> name from the records' ``label_pairs``; None once
             two records give one index different names (no class names then).
-        features: ``(name, kind)`` -> records carrying it (as ``FeatureTally``).
+        features: ``(name, kind)`` -> records carrying it (as ``feature_spec`` takes them).
     """
 
     records: int = 0
@@ -200,10 +181,10 @@ class RecordTally:
         return self
 
     def facts(self) -> RecordFacts:
-        """The facts gathered (as ``labels_from_pairs`` and ``FeatureTally`` give them)."""
+        """The facts gathered (as ``labels_from_pairs`` and ``feature_spec`` give them)."""
         names = labels_from_pairs(self.names.items()) if self.names is not None else []
         return RecordFacts(self.records, 0, tuple(names),
-                           FeatureTally(self.records, dict(self.features)).spec())
+                           feature_spec(self.records, self.features))
 
     def _add_names(self, pairs: Iterable[tuple[int, str]]) -> None:
         if self.names is None:

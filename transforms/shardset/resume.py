@@ -25,7 +25,7 @@ from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice
 
 __all__ = ["RESUME_NAME", "DONE_SUFFIX", "Stamp", "RunMarker", "fingerprint", "changed_flags", "source_key",
-           "context_key", "DoneInput", "DoneLines", "DONE_PIECE_BYTES", "done_list", "done_list_header", "done_list_line",
+           "context_key", "DoneInput", "DoneLines", "DONE_PIECE_BYTES", "done_list_header", "done_list_line",
            "parse_done_list", "ShardDone", "shard_content_key"]
 
 # The marker a run writes in its staging folder when it starts.
@@ -139,14 +139,6 @@ _LINE = ('{"path": %s, "source": %s, "stamp": [%d, %d, %d], "split": %s, "label_
          '"offset": %d, "length": %d')
 
 
-def done_list(run_name: str, run_size: int, context: str,
-              entries: Iterable[tuple[str, Stamp, ImageMeta]]) -> Iterator[bytes]:
-    """A run file's done list: a header line, then one line per ``(source_key, stamp, meta)`` of its records."""
-    yield done_list_header(run_name, run_size, context)
-    for key, stamp, meta in entries:
-        yield done_list_line(key, stamp, meta)
-
-
 def done_list_header(run_name: str, run_size: int, context: str) -> bytes:
     """The first line of a run file's done list (``done_list``)."""
     return (json.dumps({"format": _FORMAT, "run_file": run_name, "size": run_size, "context": context})
@@ -184,10 +176,6 @@ class DoneLines:
         rest = unzip.flush()
         if rest:
             yield rest
-
-    def joined(self) -> bytes:
-        """Every line added, in order, as one bytes object; the lines can be added no more."""
-        return b"".join(self.pieces())
 
 
 def done_list_line(key: str, stamp: Stamp, meta: ImageMeta) -> bytes:

@@ -13,17 +13,15 @@ from typing import Iterable, Iterator
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import (MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry, ShardsFile,
-                                          SplitEntry, _label_sort, _require, parse_json, sorted_label_counts)
+                                          SplitEntry, _label_sort, _require, parse_json)
 
 __all__ = ["shard_line", "parse_shard_line", "read_shard_list", "with_shard_list", "LineDigest"]
 
 
 def shard_line(split: str, index: int, entry: ShardEntry) -> bytes:
     """One line of the shard list (newline included)."""
-    return (json.dumps({"split": split, "index": index, "file": entry.file, "records": entry.records,
-                        "bytes": entry.bytes, **entry.hashes(),
-                        "label_counts": sorted_label_counts(entry.label_counts)},
-                       ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    return (json.dumps({"split": split, "index": index, **entry.to_dict()}, ensure_ascii=False,
+                       separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def parse_shard_line(line: bytes, where: str) -> tuple[str, int, ShardEntry]:

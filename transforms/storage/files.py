@@ -22,10 +22,10 @@ from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of
 from transforms.storage.paths import bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
-__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "read_bytes",
-           "file_size", "peek_local", "read_at_most", "open_file", "read_file", "read_if_present",
-           "open_lines", "exists", "sha256_of", "hashes_match", "local_copy", "read_range", "read_prefix",
-           "open_store", "STORE_READ_CHUNK", "PAST_RANGE_CHUNK", "RangeReader"]
+__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "file_size",
+           "peek_local", "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
+           "sha256_of", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
+           "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
 # error named by ``naming_s3_errors``), or Beam's own error wrapping one per path.
@@ -84,12 +84,6 @@ def open_for_read(path: str) -> BinaryIO:
     if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
         return _open_local(path)
     return open_file(path)
-
-
-def read_bytes(path: str) -> bytes:
-    """Reads a whole file (see ``open_for_read``; errors while reading are raised the same way)."""
-    with open_for_read(path) as fh, naming_s3_errors(path):
-        return fh.read()
 
 
 def file_size(fh: BinaryIO) -> int | None:

@@ -16,9 +16,15 @@ from transforms.storage.files import exists, read_if_present
 from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, rename_all, rename_files
 from transforms.tfrecord.record_index import INDEX_DIR
 
-__all__ = ["shard_moves", "retire_manifest", "finish_journal", "finish_interrupted", "pending_manifest"]
+__all__ = ["read_journal", "shard_moves", "retire_manifest", "finish_journal", "finish_interrupted", "pending_manifest"]
 
 _LOG = logging.getLogger(__name__)
+
+
+def read_journal(output_dir: str) -> Journal | None:
+    """The folder's publish journal, or None (``ManifestError``: not one this tool wrote)."""
+    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
+    return None if data is None else Journal.loads(data)
 
 
 def shard_moves(journal: Journal) -> list[tuple[str, str]]:
@@ -67,11 +73,8 @@ def finish_interrupted(output_dir: str) -> bool:
 
     Called by a run holding the lock, before staging (the files still to rename) is cleared.
     """
-    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-    if data is None:
-        return False
-    journal = Journal.loads(data)
-    if not journal.moves:
+    journal = read_journal(output_dir)
+    if journal is None or not journal.moves:
         return False
     _LOG.warning("finishing the publish of run %s in %s, which was interrupted", journal.run_id, output_dir)
     finish_journal(output_dir, journal)
@@ -81,9 +84,6 @@ def finish_interrupted(output_dir: str) -> bool:
 
 def pending_manifest(output_dir: str) -> bytes | None:
     """The manifest an interrupted publish will publish (``finish_interrupted``), or None."""
-    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-    if data is None:
-        return None
-    journal = Journal.loads(data)
-    staged = [source for source, target in journal.moves if target == MANIFEST_NAME]
+    journal = read_journal(output_dir)
+    staged = [source for source, target in journal.moves if target == MANIFEST_NAME] if journal else []
     return read_if_present(join_path(output_dir, staged[0])) if staged else None

@@ -23,7 +23,7 @@ from transforms.shardset.shard_list import with_shard_list
 from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, open_lines, read_if_present
 from transforms.storage.folders import delete_files, delete_tree, link_problem
 from transforms.storage.listing import list_below, list_folder
-from transforms.storage.journal import finish_interrupted
+from transforms.storage.journal import finish_interrupted, read_journal
 from transforms.storage.run_lock_files import acquire_lock, release_lock
 from transforms.storage.paths import is_local
 from transforms.storage.writing import check_writable, write_atomic
@@ -189,13 +189,11 @@ def folder_state(output_dir: str) -> FolderState:
             manifest = read_manifest(output_dir, data)
         except ManifestError as err:
             problem = str(err)
-    journal = None
-    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-    if data is not None:
-        try:
-            journal = Journal.loads(data)
-        except ManifestError as err:
-            _LOG.warning("ignoring %s: %s", join_path(output_dir, JOURNAL_NAME), err)
+    try:
+        journal = read_journal(output_dir)
+    except ManifestError as err:
+        journal = None
+        _LOG.warning("ignoring %s: %s", join_path(output_dir, JOURNAL_NAME), err)
     return FolderState(present, manifest, problem, journal)
 
 
@@ -345,8 +343,8 @@ def check_replaced_splits(output_dir: str, inputs: Sequence[str],
         raise UsageError(problem)
 
 
-def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted: bool = False,
-                  resumed: Sequence[str] = (), refused: bool = False) -> bool:
+def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, resumed: Sequence[str] = (),
+                  refused: bool = False) -> bool:
     """After the run: releases its lock if it holds it; returns True if a failed run's staging was kept.
 
     A failed run keeps its staging when the next can use it: a build's (resumed), and any run's
@@ -374,8 +372,8 @@ def finish_output(output_dir: str, policy: PublishPolicy, ok: bool, interrupted:
 def _publish_pending(output_dir: str) -> bool:
     """True if the folder holds a publish journal with renames to do (from staging), or one that cannot be read."""
     try:
-        data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-        return data is not None and bool(Journal.loads(data).moves)
+        journal = read_journal(output_dir)
+        return journal is not None and bool(journal.moves)
     except ManifestError:
         return True
     except STORAGE_ERRORS as err:

@@ -32,7 +32,7 @@ from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_
 from transforms.storage.files import hashes_match, read_if_present
 from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
     moves_problem, rename_files
-from transforms.storage.journal import finish_journal, pending_manifest, retire_manifest, shard_moves
+from transforms.storage.journal import finish_journal, pending_manifest, read_journal, retire_manifest, shard_moves
 from transforms.storage.run_lock_files import check_lock
 from transforms.storage.output_folder import (STAGING_DIR, FolderState, check_own_folders, folder_state,
                                              read_manifest, staging_folder)
@@ -150,7 +150,6 @@ def _append_checks(output_dir: str, state: FolderState, staging: str, kept: Mapp
                 f"{t.published} this run planned for: another run changed the set; append again"))
 
 
-
 def _append_refusal(output_dir: str, staging: str, dead_letters: Sequence[DeadLetterPart], inputs: int,
                     written: int, max_bad_fraction: float | None, repeated: int = 0,
                     new_bad: RejectionSummary | None = None) -> str | None:
@@ -235,7 +234,6 @@ def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
 def _staged_copy(output_dir: str, staging: str, name: str) -> str:
     """Where the set file ``name`` is staged (``publish_plan.staged_name``), as a full path."""
     return join_path(output_dir, staged_name(relative_name(output_dir, staging), name))
-
 
 
 def _label_counts(parts: Sequence[ShardListPart]) -> dict[str, dict[str, int]]:
@@ -346,8 +344,8 @@ def commit_publish(commit: PublishCommit, moved: int) -> Manifest:
     """
     output_dir = commit.output_dir
     check_lock(output_dir, commit.journal.run_id)
-    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-    if data is None or Journal.loads(data).run_id != commit.journal.run_id:
+    journal = read_journal(output_dir)
+    if journal is None or journal.run_id != commit.journal.run_id:
         return published_already(output_dir, commit.journal.run_id)  # a retried bundle, after the journal went
     problem = moves_problem(output_dir, commit.moves, moved)
     if problem:
@@ -388,8 +386,7 @@ def published_already(output_dir: str, run_id: str) -> Manifest:
     if published is None:
         raise PublishError(f"the staged publish record of run {run_id} is gone from {output_dir} and no "
                            "manifest.json was written: run the job again")
-    data = read_if_present(join_path(output_dir, JOURNAL_NAME))
-    journal = None if data is None else Journal.loads(data)
+    journal = read_journal(output_dir)
     if journal is None or journal.run_id == run_id:
         if journal is not None:  # its last steps: forward, never dropped half done
             finish_journal(output_dir, journal)

@@ -35,10 +35,7 @@ _LOG = logging.getLogger(__name__)
 def resumable_bytes(output_dir: str, fingerprint: str) -> int:
     """Bytes of the run files an interrupted run with ``fingerprint`` left in ``output_dir`` (read before
     the run takes the lock, for the choice of local workers)."""
-    root = staging_folder(output_dir)
     try:
-        if is_local(output_dir) and not os.path.isdir(root):
-            return 0
         total = 0
         for run in resumable_runs(output_dir):
             marker = RunMarker.loads(read_if_present(join_path(staging_folder(output_dir, run), RESUME_NAME)) or b"")

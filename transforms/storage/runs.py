@@ -105,19 +105,18 @@ class RecordCopier:
     ``batch_bytes``: the largest read of neighbouring records on a store (``plan``).
     """
 
-    def __init__(self, batch_bytes: int = BATCH_BYTES, held_bytes: int = HELD_BYTES) -> None:
+    def __init__(self, batch_bytes: int = BATCH_BYTES) -> None:
         self._reader = RangeReader()
         self._batch_bytes = batch_bytes
-        self._held_bytes = held_bytes
         self._lock = threading.Lock()
         self._batch_of: dict[tuple[str, int], _Batch] = {}
         self._held = 0
 
     def __getstate__(self) -> dict:
-        return {"_batch_bytes": self._batch_bytes, "_held_bytes": self._held_bytes}
+        return {"_batch_bytes": self._batch_bytes}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["_batch_bytes"], state["_held_bytes"])
+        self.__init__(state["_batch_bytes"])
 
     def plan(self, slices: Iterable[RunSlice]) -> None:
         """Says which records will be copied next (a shard's): neighbours on a store are then read together."""
@@ -146,7 +145,7 @@ class RecordCopier:
         with batch.lock:
             if batch.data is None and batch.left > 0:
                 with self._lock:
-                    room = self._held + size <= self._held_bytes
+                    room = self._held + size <= HELD_BYTES
                     if room:
                         self._held += size
                 if not room:
