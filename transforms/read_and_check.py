@@ -20,9 +20,8 @@ from transforms.shardset.naming import FILE_SUFFIXES
 from transforms.storage.files import local_copy, open_file, read_if_present
 from transforms.storage.paths import is_local
 from transforms.tfrecord.compression import compression_of, open_decompressed
-from transforms.tfrecord.file_hash import FileHash
+from transforms.tfrecord.file_hash import FileHash, HashingReader
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
-from transforms.tfrecord.hashing_reader import HashingReader
 from transforms.tfrecord.record_index import index_starts, read_index
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.verify.checks import hash_problems, index_hash_problem, index_problems, keys_file_problems

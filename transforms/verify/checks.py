@@ -397,17 +397,6 @@ class Report:
         return not self.problems
 
     @classmethod
-    def build(cls, files: int, records: int, size: int, problems: Iterable[Problem]) -> "Report":
-        return cls(files, records, size, tuple(sorted(problems, key=Problem.sort_key)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "files": self.files, "records": self.records, "bytes": self.bytes,
-                "problems": [p.to_dict() for p in self.problems]}
-
-    def dumps(self) -> bytes:
-        return b"".join(report_pieces(self.files, self.records, self.bytes, len(self.problems), self.problems))
-
-    @classmethod
     def loads(cls, data: bytes) -> "Report":
         obj = json.loads(data)
         return cls(obj["files"], obj["records"], obj["bytes"], tuple(Problem(**p) for p in obj["problems"]))
@@ -448,7 +437,7 @@ class Report:
 
 def report_pieces(files: int, records: int, size: int, count: int,
                   problems: Iterable[Problem]) -> Iterator[bytes]:
-    """The bytes of the JSON report (``Report.dumps``), a problem at a time.
+    """The bytes of the JSON report (``Report.loads`` reads it), a problem at a time.
 
     ``count`` is how many problems ``problems`` (sorted, read once) yields: ``ok`` is written first.
     """
