@@ -17,6 +17,7 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
 import functools
+from operator import attrgetter
 from typing import Sequence
 
 import apache_beam as beam
@@ -28,8 +29,7 @@ from transforms.errors import ShardsError, UsageError
 from beam_jobs.cli.config import ReshardConfig
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadAllFromArrayRecords, ToRecordItems,
-                                      damaged_span, input_files, is_array_record, item_order, item_size,
-                                      item_split, RecordCopy)
+                                      damaged_span, input_files, is_array_record, RecordCopy)
 from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import PublishingJob, run_job
@@ -116,10 +116,11 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     spec = facts | "FeatureSpec" >> beam.Map(lambda f: dict(f.feature_spec))
     plan = (items
             | "ForPlanning" >> beam.Map(RecordItem.for_planning)  # planning groups hold no more
-            | "Plan" >> PlanShards(split_of=item_split, order_of=item_order, size_of=item_size,
-                                   target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
+            | "Plan" >> PlanShards(split_of=attrgetter("split"), order_of=RecordItem.sort_key,
+                                   size_of=attrgetter("size"), target_bytes=cfg.target_bytes,
+                                   num_shards=cfg.num_shards))
     output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
-    results = plan[ASSIGNED] | "Write" >> WriteShards(output, ShardRecords(RecordCopy(), item_order),
+    results = plan[ASSIGNED] | "Write" >> WriteShards(output, ShardRecords(RecordCopy(), RecordItem.sort_key),
                                                         cfg.policy.run_id, plan[TOTALS])
     fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     return p | "Publish" >> PublishShards(

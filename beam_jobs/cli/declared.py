@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
 
-__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser",
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser", "parsed_flags",
            "wants_help", "wants_beam_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
@@ -229,3 +230,12 @@ def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
     for flag in job.flags():
         parser.add_argument(flag.option, **flag.argparse_kwargs(enforce_required=not job.beam))
     return parser
+
+
+def parsed_flags(job: Job, argv: Sequence[str] | None, prog: str) -> argparse.Namespace | None:
+    """The flags of a command without Beam (None: ``sys.argv[1:]``), parsed; None once its ``--help`` is printed."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if wants_help(argv):
+        print(format_job_help(job, prog))
+        return None
+    return flag_parser(job, prog).parse_args(argv)
