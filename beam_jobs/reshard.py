@@ -49,6 +49,7 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
     dry_run = cfg.dataflow_dry_run
     files = () if dry_run else input_files(cfg.input)
     target = opt.resolved_path(cfg.output_dir)
+    splits = set()  # each file's split is known: checked before any is read
     for path in (list(cfg.input) if dry_run else [f.path for f in files]):
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
@@ -57,15 +58,14 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
             if problem:
                 raise UsageError(f"--input {path} is an ArrayRecord file: {problem}")
             try:
-                input_split(path, cfg.split)
+                splits.add(input_split(path, cfg.split))
             except ShardsError as err:
                 raise UsageError(f"--input {err}") from err
-    if not dry_run and not cfg.replace:  # each file's split is known: checked before any is read
-        check_replaced_splits(cfg.output_dir, cfg.input, lambda: {input_split(f.path, cfg.split) for f in files})
-    if not dry_run:  # a set has one format
-        problem = kept_format_problem(cfg.output_dir, published_manifest(cfg.output_dir),
-                                      {input_split(f.path, cfg.split) for f in files}, cfg.format,
-                                      cfg.drop_other_splits)
+    if not dry_run:
+        if not cfg.replace:
+            check_replaced_splits(cfg.output_dir, cfg.input, lambda: splits)
+        problem = kept_format_problem(cfg.output_dir, published_manifest(cfg.output_dir), splits, cfg.format,
+                                      cfg.drop_other_splits)  # a set has one format
         if problem:
             raise UsageError(problem)
     note = beam_compat.choose_local_workers(options, None if dry_run else sum(f.size_in_bytes for f in files),
