@@ -19,7 +19,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 from beam_jobs.cli.values import one_line_errors
 
 __all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser", "parsed_flags",
-           "wants_help", "wants_beam_help", "respelt", "unknown_flag_problem", "flag_name"]
+           "wants_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
 GROUP_ORDER = ("inputs", "labels and splits", "images", "checks", "output", "sharding", "failures", "messages")
@@ -75,9 +75,6 @@ class FlagSet:
 
     name: str
     flags: tuple[Flag, ...]
-
-    def __getitem__(self, name: str) -> Flag:
-        return {flag.name: flag for flag in self.flags}[name]
 
     def _add_argparse_args(self, parser: Any) -> None:
         """Adds every flag to ``parser``, as Beam calls an options class's method of this name."""
@@ -168,11 +165,6 @@ def unknown_flag_problem(arg: str, own: Iterable[str], beam: Iterable[str] = ())
 def wants_help(argv: Sequence[str]) -> bool:
     """True if the arguments ask for the job's help."""
     return any(a in ("-h", "--help") for a in argv)
-
-
-def wants_beam_help(argv: Sequence[str]) -> bool:
-    """True if the arguments ask for Beam's options."""
-    return BEAM_HELP_FLAG in argv
 
 
 def _describe(flag: Flag) -> str:
