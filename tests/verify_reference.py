@@ -69,7 +69,7 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
         count, damaged = 0, False
         for item in _read_records(path, data, index, ranges):
             if isinstance(item, RecordError):
-                problems.append(Problem.from_error(item))
+                problems.append(Problem(item.path, item.offset, item.kind, item.detail))
                 damaged = True
                 continue
             offset, record = item

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from transforms.tfrecord.compression import compression_of
-from transforms.errors import ExampleError, ImageError, RecordError
+from transforms.errors import ExampleError, ImageError
 from transforms.verify.decoders import decoder_problems
 from transforms.progress.report import plural
 from transforms.example.codec import decode_example
@@ -55,10 +55,6 @@ class Problem:
     def __post_init__(self) -> None:
         if self.kind not in PROBLEM_KINDS:
             raise ValueError(f"unknown problem kind {self.kind!r}")
-
-    @classmethod
-    def from_error(cls, err: RecordError) -> "Problem":
-        return cls(err.path, err.offset, err.kind, err.detail)
 
     def sort_key(self) -> tuple:
         return (self.file, -1 if self.offset is None else self.offset, self.kind, self.detail)
