@@ -14,7 +14,7 @@ from typing import Iterator, Sequence, TextIO
 
 from beam_jobs.cli import jobs
 from beam_jobs.cli import values as opt
-from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
+from beam_jobs.cli.declared import parsed_flags
 from beam_jobs.cli.logs import run_as_command
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError, UsageError
@@ -28,11 +28,6 @@ from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
 
 _NAME = "inspect_shard"
-
-
-def _parser(prog: str | None = None):
-    """The command's parser, from its declared flags (``jobs.INSPECT``); a bad flag raises ``UsageError``."""
-    return flag_parser(jobs.INSPECT, prog or "python -m beam_jobs.inspect_shard")
 
 
 def _records(fh, path: str, size: int, compression: str, offset: int, out: TextIO,
@@ -107,11 +102,9 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
     """Runs inspect; returns the exit status (0 ok, 1 damaged record, 2 bad flags)."""
     out = out or sys.stdout
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
-        if wants_help(argv):
-            print(format_job_help(jobs.INSPECT, prog or "python -m beam_jobs.inspect_shard"))
+        args = parsed_flags(jobs.INSPECT, argv, prog or "python -m beam_jobs.inspect_shard")
+        if args is None:
             return 0
-        args = _parser(prog).parse_args(argv)
         if is_folder(args.shard):
             raise UsageError(f"{args.shard} is a folder; give one TFRecord file in it, e.g. "
                              f"{args.shard.rstrip('/')}/train-00000-of-00001.tfrecord")

@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from beam_jobs.cli import jobs
-from beam_jobs.cli.declared import flag_parser, format_job_help, wants_help
+from beam_jobs.cli.declared import parsed_flags
 from transforms.errors import UsageError
 from transforms.images.samples import sample_images
 
@@ -45,11 +45,6 @@ def write_sample(output: str, size_mb: float, classes: Sequence[str], seed: int,
     return count
 
 
-def _parser(prog: str | None = None):
-    """The command's parser, from its declared flags (``jobs.SAMPLE``); a bad flag raises ``UsageError``."""
-    return flag_parser(jobs.SAMPLE, prog or "python -m beam_jobs.make_sample_data")
-
-
 def _checked(args: argparse.Namespace) -> list[str]:
     """The class names; raises ``UsageError`` for an --output that is not a folder or no class."""
     if os.path.exists(args.output) and not os.path.isdir(args.output):
@@ -63,11 +58,9 @@ def _checked(args: argparse.Namespace) -> list[str]:
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Writes the sample dataset; returns the exit status."""
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
-        if wants_help(argv):
-            print(format_job_help(jobs.SAMPLE, prog or "python -m beam_jobs.make_sample_data"))
+        args = parsed_flags(jobs.SAMPLE, argv, prog or "python -m beam_jobs.make_sample_data")
+        if args is None:
             return 0
-        args = _parser(prog).parse_args(argv)
         classes = _checked(args)
     except UsageError as err:
         print(f"{_NAME}: error: {err}", file=sys.stderr)

@@ -17,6 +17,7 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
 import functools
+from operator import attrgetter
 from typing import Sequence
 
 import apache_beam as beam
@@ -28,8 +29,7 @@ from transforms.errors import ShardsError, UsageError
 from beam_jobs.cli.config import ReshardConfig
 from transforms.plan_shards import ASSIGNED, TOTALS, PlanShards
 from transforms.reshard_steps import (CollectRecordFacts, MatchInputFiles, ReadAllFromArrayRecords, ToRecordItems,
-                                      damaged_span, input_files, is_array_record, item_order, item_size,
-                                      item_split, RecordCopy)
+                                      damaged_span, input_files, is_array_record, RecordCopy)
 from transforms.arrayrecord.shard_file import missing_module
 from transforms.shardset.record_items import RecordItem, input_split
 from beam_jobs.cli.harness import PublishingJob, run_job
@@ -49,6 +49,7 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
     dry_run = cfg.dataflow_dry_run
     files = () if dry_run else input_files(cfg.input)
     target = opt.resolved_path(cfg.output_dir)
+    splits = set()  # each file's split is known: checked before any is read
     for path in (list(cfg.input) if dry_run else [f.path for f in files]):
         if opt.resolved_path(path.rsplit("/", 1)[0] or "/") == target:
             raise UsageError(f"--input {path} lies in --output_dir; reshard into another folder")
@@ -57,15 +58,14 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
             if problem:
                 raise UsageError(f"--input {path} is an ArrayRecord file: {problem}")
             try:
-                input_split(path, cfg.split)
+                splits.add(input_split(path, cfg.split))
             except ShardsError as err:
                 raise UsageError(f"--input {err}") from err
-    if not dry_run and not cfg.replace:  # each file's split is known: checked before any is read
-        check_replaced_splits(cfg.output_dir, cfg.input, lambda: {input_split(f.path, cfg.split) for f in files})
-    if not dry_run:  # a set has one format
-        problem = kept_format_problem(cfg.output_dir, published_manifest(cfg.output_dir),
-                                      {input_split(f.path, cfg.split) for f in files}, cfg.format,
-                                      cfg.drop_other_splits)
+    if not dry_run:
+        if not cfg.replace:
+            check_replaced_splits(cfg.output_dir, cfg.input, lambda: splits)
+        problem = kept_format_problem(cfg.output_dir, published_manifest(cfg.output_dir), splits, cfg.format,
+                                      cfg.drop_other_splits)  # a set has one format
         if problem:
             raise UsageError(problem)
     note = beam_compat.choose_local_workers(options, None if dry_run else sum(f.size_in_bytes for f in files),
@@ -116,10 +116,11 @@ def build_pipeline(p: beam.Pipeline, cfg: ReshardConfig):
     spec = facts | "FeatureSpec" >> beam.Map(lambda f: dict(f.feature_spec))
     plan = (items
             | "ForPlanning" >> beam.Map(RecordItem.for_planning)  # planning groups hold no more
-            | "Plan" >> PlanShards(split_of=item_split, order_of=item_order, size_of=item_size,
-                                   target_bytes=cfg.target_bytes, num_shards=cfg.num_shards))
+            | "Plan" >> PlanShards(split_of=attrgetter("split"), order_of=RecordItem.sort_key,
+                                   size_of=attrgetter("size"), target_bytes=cfg.target_bytes,
+                                   num_shards=cfg.num_shards))
     output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
-    results = plan[ASSIGNED] | "Write" >> WriteShards(output, ShardRecords(RecordCopy(), item_order),
+    results = plan[ASSIGNED] | "Write" >> WriteShards(output, ShardRecords(RecordCopy(), RecordItem.sort_key),
                                                         cfg.policy.run_id, plan[TOTALS])
     fields = {"created_by": "reshard", "options": cfg.recorded, "seed": cfg.seed, "file_format": cfg.format}
     return p | "Publish" >> PublishShards(

@@ -23,8 +23,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms import beam_compat, worker_threads
-from transforms.errors import ManifestError, UsageError
-from transforms.storage import output_folder
+from transforms.errors import UsageError
 from transforms.storage.folders import file_above, local_write_problem
 from transforms.storage.handback import check_handback, handback_folder, read_handed_back, remove_handback
 from transforms.storage.listing import exact_file, is_folder, list_folder, match_files
@@ -37,7 +36,7 @@ from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
 from beam_jobs.cli.harness import Job, dry_run_summary, run_job
 from beam_jobs.cli.logs import run_as_command
-from beam_jobs.cli.progress import verify_progress
+from beam_jobs.cli.progress import manifest_totals, verify_progress
 from transforms.progress.report import plural
 from transforms.read_and_check import ReadAndCheckRecords, RecordChecks
 from transforms.verify_steps import (MANIFEST, PROBLEMS, SHARDS, CheckAcrossRanges, ReadManifest, WritePreview,
@@ -238,17 +237,6 @@ def _class_counts(manifest: Manifest) -> dict[int, int]:
     return counts
 
 
-def _listed_records(cfg: VerifyConfig) -> int | None:
-    """The records the shard set's manifest lists; None with --files or an unreadable manifest
-    (the report has that problem)."""
-    if cfg.folder is None:
-        return None
-    try:
-        return output_folder.read_manifest(cfg.folder).records
-    except (ManifestError, OSError):
-        return None
-
-
 def _read_report(cfg: VerifyConfig) -> Report:
     """The report the pipeline wrote (its folder removed once read), written to ``--report`` if asked;
     ``ShardsError`` when it is missing (a worker that could not write it)."""
@@ -267,7 +255,7 @@ def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, 
     if cfg.dataflow_dry_run:
         return dry_run_summary(p), 0
     report = _read_report(cfg)
-    text = report.summary(cfg.target, listed_records=_listed_records(cfg))
+    text = report.summary(cfg.target, listed_records=manifest_totals(cfg.folder)[0] if cfg.folder else None)
     if cfg.preview:
         text += f"\npreview: {cfg.preview}"
     return text, 0 if report.ok else 1

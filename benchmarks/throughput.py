@@ -147,7 +147,7 @@ def validate_levels() -> tuple[str, list[str]]:
     from beam_jobs.cli.jobs import BUILD_FLAGS
     from transforms.images.image_codec import VALIDATE_LEVELS
 
-    default = BUILD_FLAGS["validate"].default
+    default = next(flag for flag in BUILD_FLAGS.flags if flag.name == "validate").default
     return default, [level for level in VALIDATE_LEVELS if level != default]
 
 

@@ -44,8 +44,8 @@ from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, HEADER_SIZE, OVERHEAD, _HEADER, masked_crc32c
 from transforms.tfrecord.record_index import INDEX_SUFFIX, check_index, index_names
 from transforms.tfrecord.record_ranges import ByteRange, ReadItem, read_range, read_stream
-from tests.verify_reference import read_in_ranges, verify_in_memory  # noqa: F401 (re-exported)
-from transforms.verify.checks import (Problem, Report, ShardTally, check_record,
+from tests.verify_reference import build_report, read_in_ranges, verify_in_memory  # noqa: F401 (re-exported)
+from transforms.verify.checks import (Problem, Report, ShardTally, check_record, report_pieces,
                                       duplicate_key_problems, hash_problems, index_hash_problem,
                                       index_problems, labels_problems, listing_problems, record_labels,
                                       shard_problems)
@@ -442,3 +442,14 @@ def discover_images_of(inputs: Sequence[str], rules: LabelRules, offline: bool =
                   for task in folder_tasks(path, rules.layout, offline, names_per_part))
     return DiscoverImages(rules, tasks, manifests=[path for path in inputs if is_manifest_path(path)],
                           archives=[path for path in inputs if is_container_input(path)], **options)
+
+
+def report_bytes(report: Report) -> bytes:
+    """The JSON report the verify job writes of ``report``."""
+    return b"".join(report_pieces(report.files, report.records, report.bytes, len(report.problems), report.problems))
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """``report`` as the JSON report's object."""
+    return {"ok": report.ok, "files": report.files, "records": report.records, "bytes": report.bytes,
+            "problems": [p.to_dict() for p in report.problems]}

@@ -7,7 +7,7 @@ memory imports only pure modules (no Beam).
 from __future__ import annotations
 
 import io
-from typing import BinaryIO, Iterator, Mapping, Sequence
+from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 from transforms.errors import RecordError
 from transforms.shardset.manifest import LABELS_NAME, Manifest, ShardEntry
@@ -69,7 +69,7 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
         count, damaged = 0, False
         for item in _read_records(path, data, index, ranges):
             if isinstance(item, RecordError):
-                problems.append(Problem.from_error(item))
+                problems.append(Problem(item.path, item.offset, item.kind, item.detail))
                 damaged = True
                 continue
             offset, record = item
@@ -97,7 +97,7 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
     for key, locations in keys.items():
         problems += duplicate_key_problems(key, locations)
     size = sum(len(files[name]) for name in shard_names)
-    return Report.build(len(shard_names), records, size, problems)
+    return build_report(len(shard_names), records, size, problems)
 
 
 def _read_records(path: str, data: bytes, index: bytes | None, ranges: int):
@@ -135,3 +135,8 @@ def read_in_ranges(fh: BinaryIO, size: int, cuts: Sequence[int], path: str = "",
             yield from read_range(fh, size, ByteRange(start, stop), path, index, max_length)
         except RecordError as err:
             yield err
+
+
+def build_report(files: int, records: int, size: int, problems: Iterable[Problem]) -> Report:
+    """A ``Report`` of these totals, its problems sorted as the verify job sorts them."""
+    return Report(files, records, size, tuple(sorted(problems, key=Problem.sort_key)))

@@ -20,11 +20,11 @@ from transforms.shardset.naming import FILE_SUFFIXES
 from transforms.storage.files import local_copy, open_file, read_if_present
 from transforms.storage.paths import is_local
 from transforms.tfrecord.compression import compression_of, open_decompressed
-from transforms.tfrecord.file_hash import FileHash
+from transforms.tfrecord.file_hash import FileHash, HashingReader
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, OVERHEAD
-from transforms.tfrecord.hashing_reader import HashingReader
-from transforms.tfrecord.record_index import index_starts, read_index
+from transforms.tfrecord.record_index import read_index
 from transforms.tfrecord.record_ranges import read_range, read_stream
+from transforms.tfrecord_source import usable_starts
 from transforms.verify.checks import hash_problems, index_hash_problem, index_problems, keys_file_problems
 from transforms.verify.ranges import RangeChecker, ShardFile
 from transforms.worker_options import CarriesStorageOptions
@@ -161,9 +161,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                 return iter(())
             return read_stream(open_decompressed(fh, compression_of(shard.path)), shard.path,
                                max_length=self._checks.max_record_bytes)
-        starts = index_starts(shard.path, shard.size, index)
-        if index is not None and starts is None:
-            Metrics.counter("tfrecord_source", "unusable_indexes").inc()
+        starts = usable_starts(shard.path, shard.size, index)
         return read_range(fh, shard.size, claims, shard.path, starts, self._checks.max_record_bytes)
 
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,

@@ -26,7 +26,7 @@ from transforms.tfrecord_source import ERRORS, RECORDS, keeps_errors
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems",
-           "CollectRecordFacts", "damaged_span", "RecordCopy", "item_order", "item_size", "item_split"]
+           "CollectRecordFacts", "damaged_span", "RecordCopy"]
 
 
 # A shard set's own companions, which a pattern such as ``old/*`` also matches.
@@ -152,18 +152,6 @@ class RecordCopy:
         if item.run is None:
             raise ShardsError(f"a record of {item.split or 'the input'} is in no run file")
         return self._copier.copy(item.run, f"a record of {item.split or 'the input'}"), item.label
-
-
-def item_order(item: RecordItem) -> tuple[int, bytes]:
-    return item.sort_key()
-
-
-def item_size(item: RecordItem) -> int:
-    return item.size
-
-
-def item_split(item: RecordItem) -> str:
-    return item.split
 
 
 def damaged_span(error: RecordError) -> DeadLetter:

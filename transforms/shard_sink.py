@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
@@ -34,10 +35,10 @@ from transforms.storage.resume_files import adopt_shard, record_done_shard
 from transforms.storage.shard_files import lead_records, write_shard, write_shard_list_part
 from transforms.tfrecord.framing import framed_size
 from transforms.tfrecord.run_files import FramedRecord
-from transforms.worker_options import CarriesStorageOptions
+from transforms.worker_options import CarriesStorageOptions, StageInPartsFn
 
-__all__ = ["WriteShards", "PublishShards", "ShardOutput", "ShardRecords", "ShardReuse", "PublishInputs",
-           "ManifestExtras", "ExtrasFrom", "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone"]
+__all__ = ["WriteShards", "PublishShards", "ShardOutput", "ShardRecords", "ShardReuse", "PublishInputs", "ExtrasFrom",
+           "REUSED_SHARDS", "MOVE_PROCESSES", "MOVES", "MovesDone"]
 
 _LOG = logging.getLogger(__name__)
 _NAMESPACE = "shard_sink"
@@ -224,28 +225,9 @@ class WriteShards(beam.PTransform):
                 | "WriteShard" >> beam.ParDo(self._fn, beam.pvalue.AsList(self._totals), **side))
 
 
-class _StageDeadLettersFn(CarriesStorageOptions, beam.DoFn):
-    """DeadLetter -> DeadLetterPart: each bundle's dead letters, staged in sorted parts of at most ``PART_LETTERS``."""
-
-    def __init__(self, output_dir: str, run_id: str) -> None:
-        self._output_dir = output_dir
-        self._run_id = run_id
-
-    def start_bundle(self):
-        self._letters = []
-
-    def process(self, letter):
-        self._letters.append(letter)
-        if len(self._letters) >= PART_LETTERS:
-            yield self._stage()
-
-    def finish_bundle(self):
-        if self._letters:
-            yield GlobalWindows.windowed_value(self._stage())
-
-    def _stage(self):
-        letters, self._letters = self._letters, []
-        return write_dead_letter_part(letters, self._output_dir, self._run_id)
+def _stage_dead_letters(letters: list, output_dir: str, run_id: str):
+    """``write_dead_letter_part``, looked up on the worker when called (tests record it)."""
+    return write_dead_letter_part(letters, output_dir, run_id)
 
 
 def _singleton(found, default: Any) -> Any:
@@ -296,18 +278,6 @@ class ExtrasFrom:
 
 # The publish step's keyword side inputs of ``ExtrasFrom.views`` start with this.
 _VIEW = "extras_"
-
-
-def _given(extras):
-    """The extras of a ``manifest_extras`` PCollection's one element, as they are."""
-    return extras
-
-
-def _extras_from(extras) -> ExtrasFrom | None:
-    """``manifest_extras`` as an ``ExtrasFrom``: a PCollection's one element is a view like any other."""
-    if extras is None or isinstance(extras, ExtrasFrom):
-        return extras
-    return ExtrasFrom(_given, {"extras": beam.pvalue.AsSingleton(extras, default_value=None)})
 
 
 class _PreparePublishFn(CarriesStorageOptions, beam.DoFn):
@@ -413,24 +383,23 @@ class PublishShards(beam.PTransform):
     Args:
         policy: The run's id and how it treats what the folder already holds.
         manifest_fields: ``created_by``, ``options``, ``seed``, ``file_format``.
-        manifest_extras: Optional ``PCollection`` with one element, a mapping merged into the
-            manifest or a ``ManifestExtras``; or an ``ExtrasFrom``.
+        manifest_extras: What the publish step merges into the manifest, or None.
         sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of further files to
             publish beside the shards (None: removed if present).
     """
 
     def __init__(self, output: ShardOutput, policy: PublishPolicy, inputs: PublishInputs,
                  manifest_fields: Mapping[str, Any], *, max_bad_fraction: float | None = None,
-                 manifest_extras=None, sidecars: Sidecars | None = None,
+                 manifest_extras: ExtrasFrom | None = None, sidecars: Sidecars | None = None,
                  parallel_from: int | None = None) -> None:
         super().__init__()
-        made = _extras_from(manifest_extras)
         self._prepare = _PreparePublishFn(output, policy, manifest_fields, max_bad_fraction, sidecars,
                                           (PARALLEL_MOVES if parallel_from is None else parallel_from, RENAME_CHUNK),
-                                          made.make if made is not None else None)
+                                          manifest_extras.make if manifest_extras is not None else None)
         self._output_dir, self._run_id = output.output_dir, policy.run_id
         self._inputs = inputs
-        self._views = {} if made is None else {f"{_VIEW}{name}": view for name, view in made.views.items()}
+        views = manifest_extras.views if manifest_extras is not None else {}
+        self._views = {f"{_VIEW}{name}": view for name, view in views.items()}
 
     def expand(self, pbegin):
         found, output_dir, run_id = self._inputs, self._output_dir, self._run_id
@@ -440,7 +409,8 @@ class PublishShards(beam.PTransform):
                  | "GroupListParts" >> beam.GroupByKey()  # ((split, part), [ShardResult])
                  | "WriteShardListParts" >> beam.Map(write_shard_list_part, output_dir, run_id))  # ShardListPart
         dead = found.dead_letters if isinstance(found.dead_letters, (tuple, list)) else (found.dead_letters,)
-        dead_parts = [letters | f"StageDeadLetters{i}" >> beam.ParDo(_StageDeadLettersFn(output_dir, run_id))
+        stage = functools.partial(_stage_dead_letters, output_dir=output_dir, run_id=run_id)
+        dead_parts = [letters | f"StageDeadLetters{i}" >> beam.ParDo(StageInPartsFn(stage, PART_LETTERS))
                       for i, letters in enumerate(dead)]  # DeadLetterPart, in the steps that reject
         prepared = (pbegin
                     | "Once" >> beam.Create([None])

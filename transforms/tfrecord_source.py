@@ -27,7 +27,7 @@ from transforms.tfrecord.record_index import index_starts, read_index
 from transforms.tfrecord.record_ranges import read_range, read_stream
 from transforms.worker_options import CarriesStorageOptions
 
-__all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS"]
+__all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS", "usable_starts"]
 
 RECORDS = "records"
 ERRORS = "errors"
@@ -62,9 +62,9 @@ class _ReadSettings:
         return coders.BytesCoder()
 
 
-def _load_index(path: str, size: int) -> tuple[int, ...] | None:
-    """The record starts from ``path``'s ``.idx`` if it exists and fits the file."""
-    index = read_index(path, read_if_present)
+def usable_starts(path: str, size: int, index: tuple[str, bytes] | None) -> tuple[int, ...] | None:
+    """The record starts of ``path``'s ``.idx`` (``read_index``'s, None: absent) if it fits the file; an
+    unusable one is counted."""
     starts = index_starts(path, size, index)
     if index is not None and starts is None:
         Metrics.counter(_NAMESPACE, "unusable_indexes").inc()
@@ -113,8 +113,9 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
 
     def _records(self, fh, range_tracker) -> Iterator[tuple[int, bytes]]:
         if self.splittable:
-            index = _load_index(self._path, self._size) if self._settings.use_index else None
-            return read_range(fh, self._size, range_tracker, self._path, index, self._settings.max_record_bytes)
+            index = read_index(self._path, read_if_present) if self._settings.use_index else None
+            starts = usable_starts(self._path, self._size, index)
+            return read_range(fh, self._size, range_tracker, self._path, starts, self._settings.max_record_bytes)
         return read_stream(open_decompressed(fh, self._compression), self._path, range_tracker,
                            self._settings.max_record_bytes)
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+from operator import attrgetter, itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms.errors import ManifestError
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, Manifest, ShardEntry, SplitEntry
@@ -24,8 +25,8 @@ from transforms.storage.report_files import PART_PROBLEMS, parts_folder, write_p
 from transforms.storage.writing import write_file
 from transforms.verify.checks import (Problem, ProblemPart, labels_problems, listing_problems, shard_label_problems)
 from transforms.verify.preview import PREVIEW_PER_CLASS, render_preview
-from transforms.verify.ranges import KEY_BUCKETS, RangeTally, ShardFile, group_parts, group_problems
-from transforms.worker_options import CarriesStorageOptions
+from transforms.verify.ranges import KEY_BUCKETS, ShardFile, group_parts, group_problems
+from transforms.worker_options import StageInPartsFn
 
 __all__ = ["ReadManifest", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST",
            "SHARDS", "PROBLEMS", "SAMPLES"]
@@ -132,10 +133,6 @@ class CheckAcrossRanges(beam.PTransform):
                 | "Check" >> beam.FlatMapTuple(group_problems))
 
 
-def _records_of(tally: RangeTally) -> int:
-    return tally.records
-
-
 def _write_report(path: str, records: Iterable[int], sizes: Iterable[int], folder: str,
                   *parts: Iterable[ProblemPart]) -> None:
     files = size = 0
@@ -143,29 +140,6 @@ def _write_report(path: str, records: Iterable[int], sizes: Iterable[int], folde
         files, size = files + 1, size + one
     found = write_report(path, files, sum(records), size, [part for group in parts for part in group], folder)
     Metrics.counter(_NAMESPACE, "problems").inc(found)
-
-
-class _StageProblemsFn(CarriesStorageOptions, beam.DoFn):
-    """Problem -> ProblemPart: each bundle's problems, staged in sorted parts of at most ``PART_PROBLEMS``."""
-
-    def __init__(self, folder: str) -> None:
-        self._folder = folder
-
-    def start_bundle(self):
-        self._problems = []
-
-    def process(self, problem):
-        self._problems.append(problem)
-        if len(self._problems) >= PART_PROBLEMS:
-            yield self._stage()
-
-    def finish_bundle(self):
-        if self._problems:
-            yield GlobalWindows.windowed_value(self._stage())
-
-    def _stage(self) -> ProblemPart:
-        problems, self._problems = self._problems, []
-        return write_problem_part(problems, self._folder)
 
 
 class WriteReport(beam.PTransform):
@@ -183,22 +157,15 @@ class WriteReport(beam.PTransform):
 
     def expand(self, inputs):
         tallies, sizes, *problems = inputs
-        records = tallies | "RangeRecords" >> beam.Map(_records_of)
-        parts = [found | f"StageProblems{i}" >> beam.ParDo(_StageProblemsFn(self._folder))
+        records = tallies | "RangeRecords" >> beam.Map(attrgetter("records"))
+        parts = [found | f"StageProblems{i}" >> beam.ParDo(StageInPartsFn(
+                     functools.partial(write_problem_part, folder=self._folder), PART_PROBLEMS))
                  for i, found in enumerate(problems)]  # ProblemPart, in the steps that find them
         side = [beam.pvalue.AsIter(records), beam.pvalue.AsIter(sizes), self._folder,
                 *[beam.pvalue.AsList(found) for found in parts]]
         return (tallies.pipeline
                 | "Once" >> beam.Create([self._path])
                 | "Write" >> beam.Map(_write_report, *side))
-
-
-def _sample_key(sample) -> str:
-    return sample.key
-
-
-def _values(item):
-    return item[1]
 
 
 def _write_preview(details: tuple[str, Sequence[tuple[str, str, int]], Mapping[int, int] | None],
@@ -221,6 +188,6 @@ class WritePreview(beam.PTransform):
     def expand(self, inputs):
         samples, details = inputs
         chosen = (samples
-                  | "FewPerClass" >> beam.combiners.Top.SmallestPerKey(PREVIEW_PER_CLASS, key=_sample_key)
-                  | "Samples" >> beam.FlatMap(_values))
+                  | "FewPerClass" >> beam.combiners.Top.SmallestPerKey(PREVIEW_PER_CLASS, key=attrgetter("key"))
+                  | "Samples" >> beam.FlatMap(itemgetter(1)))
         return details | "Draw" >> beam.Map(_write_preview, beam.pvalue.AsList(chosen), self._path)

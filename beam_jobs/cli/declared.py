@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
 
-__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser",
-           "wants_help", "wants_beam_help", "respelt", "unknown_flag_problem", "flag_name"]
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser", "parsed_flags",
+           "wants_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
 GROUP_ORDER = ("inputs", "labels and splits", "images", "checks", "output", "sharding", "failures", "messages")
@@ -74,9 +75,6 @@ class FlagSet:
 
     name: str
     flags: tuple[Flag, ...]
-
-    def __getitem__(self, name: str) -> Flag:
-        return {flag.name: flag for flag in self.flags}[name]
 
     def _add_argparse_args(self, parser: Any) -> None:
         """Adds every flag to ``parser``, as Beam calls an options class's method of this name."""
@@ -169,11 +167,6 @@ def wants_help(argv: Sequence[str]) -> bool:
     return any(a in ("-h", "--help") for a in argv)
 
 
-def wants_beam_help(argv: Sequence[str]) -> bool:
-    """True if the arguments ask for Beam's options."""
-    return BEAM_HELP_FLAG in argv
-
-
 def _describe(flag: Flag) -> str:
     default = flag.default
     if flag.required:
@@ -229,3 +222,12 @@ def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
     for flag in job.flags():
         parser.add_argument(flag.option, **flag.argparse_kwargs(enforce_required=not job.beam))
     return parser
+
+
+def parsed_flags(job: Job, argv: Sequence[str] | None, prog: str) -> argparse.Namespace | None:
+    """The flags of a command without Beam (None: ``sys.argv[1:]``), parsed; None once its ``--help`` is printed."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if wants_help(argv):
+        print(format_job_help(job, prog))
+        return None
+    return flag_parser(job, prog).parse_args(argv)

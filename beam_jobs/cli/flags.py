@@ -2,21 +2,19 @@
 
 Beam parses every subclass of ``PipelineOptions`` with one argparse parser, so two jobs cannot
 each define ``--input``: the flags they share are one class (``ShardingOptions``). A job reads its
-flags from its config (``beam_jobs/cli/config.py``), built from ``flag_values``.
+flags from its config (``beam_jobs/cli/config.py``).
 """
 
 from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
-from typing import Any
-
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_jobs.cli import jobs
 from beam_jobs.cli.declared import FlagSet
 
 __all__ = ["ShardingOptions", "RecordReadingOptions", "RunOptions", "ShardFormatOptions", "BuildOptions",
-           "PlanOptions", "ReshardOptions", "VerifyOptions", "flag_values"]
+           "PlanOptions", "ReshardOptions", "VerifyOptions"]
 
 
 def _options_class(flags: FlagSet, doc: str) -> type[PipelineOptions]:
@@ -37,7 +35,3 @@ PlanOptions = _options_class(jobs.PLAN_FLAGS, "Flags of the plan job beyond the 
 ReshardOptions = _options_class(jobs.RESHARD_FLAGS, "Flags of the reshard job.")
 VerifyOptions = _options_class(jobs.VERIFY_FLAGS, "Flags of the verify job.")
 
-
-def flag_values(options: PipelineOptions) -> dict[str, Any]:
-    """Every flag's value, by name: the jobs' declared flags and Beam's own (a job's config takes its own)."""
-    return beam_jobs.quiet_beam.all_options(options)

@@ -8,6 +8,7 @@ of its outcome. The build and reshard jobs share ``PublishingJob``.
 from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
+import argparse
 import contextlib
 import logging
 import re
@@ -21,13 +22,12 @@ from typing import Any, Callable, ContextManager, Iterator, NamedTuple, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+import beam_jobs.cli.flags  # noqa: F401  (defines the options classes Beam parses)
 from beam_jobs.cli import logs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
 from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
-from beam_jobs.cli.declared import format_job_help, respelt, unknown_flag_problem, wants_beam_help, wants_help
+from beam_jobs.cli.declared import BEAM_HELP_FLAG, format_job_help, respelt, unknown_flag_problem, wants_help
 from beam_jobs.cli.started import run_started
-from beam_jobs.cli.flags import flag_values
-from beam_jobs.cli.help import format_beam_help
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.shardset.manifest import Manifest
@@ -36,7 +36,7 @@ from transforms.storage import output_folder
 from transforms.storage.writing import is_no_space
 from transforms.filesystems import set_options
 
-__all__ = ["prepare_options", "unknown_flags", "error_lines", "report_failure",
+__all__ = ["format_beam_help", "prepare_options", "unknown_flags", "error_lines", "report_failure",
            "Job", "PublishingJob", "run_job", "dry_run_summary", "refuse_unknown_flags",
            "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE"]
 
@@ -59,6 +59,21 @@ def prepare_options(options: PipelineOptions, no_auth: bool) -> PipelineOptions:
     if no_auth:
         beam_compat.use_anonymous_gcp_credentials()
     return options
+
+
+def format_beam_help(prog: str) -> str:
+    """Returns ``--help_beam``: the help of Beam's own pipeline options (a job's own ``--help`` needs no
+    Beam: ``declared.format_job_help``)."""
+    parsers: list[argparse.ArgumentParser] = []
+    beam_jobs.quiet_beam.all_options(PipelineOptions([]), add_extra_args_fn=parsers.append)
+    parser = parsers[0]
+    for action in parser._actions:  # Beam's own help line, with how the jobs choose when it is left out
+        if action.dest == "direct_num_workers":
+            action.help = f"{action.help} {beam_compat.WORKERS_RULE}"
+    parser.prog = prog
+    parser.description = ("Apache Beam's pipeline options; the job's own flags are in --help. "
+                          "Beam's documentation: https://beam.apache.org/documentation/runners/")
+    return parser.format_help()
 
 
 def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
@@ -301,7 +316,7 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
     if wants_help(argv):
         print(format_job_help(job.config.JOB, prog))
         return 0
-    if wants_beam_help(argv):
+    if BEAM_HELP_FLAG in argv:
         beam_compat.register_dask_options()  # Beam's --dask_* flags too
         print(format_beam_help(prog))
         return 0
@@ -329,7 +344,7 @@ def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp
             beam_compat.register_dask_options()
         options = PipelineOptions(argv)
         refuse_unknown_flags(options, argv, job.positional_hint, job.config.JOB.flag_names())
-        flags = job.config.from_flags(flag_values(options))
+        flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
         cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
         if cfg.workers_note:  # the workers a large local run was given
             print(f"{name}: {cfg.workers_note}", file=sys.stderr)

@@ -28,7 +28,7 @@ from beam_jobs.cli.declared import respelt
 from beam_jobs.cli.started import mark_command_start
 from beam_jobs.cli.values import LOG_LEVELS
 
-__all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS",
+__all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS", "not_beam_error",
            "LOG_FORMAT", "worker_stderr_captured", "set_progress_display", "set_up_command", "run_as_command"]
 
 OWN_LOGGERS = ("transforms", "beam_jobs")
@@ -90,14 +90,12 @@ def set_progress_display(line_above: Callable[[], ContextManager[None]] | None) 
     _progress_display = line_above
 
 
-class _Quiet(logging.Filter):
-    """Keeps Beam's error records (a failing step, with its traceback) off the terminal, also those
-    Beam logs through the root logger (``S3Uploader._start_upload``'s traceback, Beam 2.77.0)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from_beam = record.name.startswith("apache_beam") or (
-            record.name == "root" and f"{os.sep}apache_beam{os.sep}" in (record.pathname or ""))
-        return not (from_beam and record.levelno >= logging.ERROR)
+def not_beam_error(record: logging.LogRecord) -> bool:
+    """A filter that keeps Beam's error records (a failing step, with its traceback) off the terminal, also
+    those Beam logs through the root logger (``S3Uploader._start_upload``'s traceback, Beam 2.77.0)."""
+    from_beam = record.name.startswith("apache_beam") or (
+        record.name == "root" and f"{os.sep}apache_beam{os.sep}" in (record.pathname or ""))
+    return not (from_beam and record.levelno >= logging.ERROR)
 
 
 class _NoTraceback(logging.Formatter):
@@ -176,7 +174,7 @@ def configure_logging(settings: LogSettings) -> None:
         terminal.setFormatter(logging.Formatter(LOG_FORMAT))
     else:
         terminal.setFormatter(_NoTraceback(LOG_FORMAT))
-        terminal.addFilter(_Quiet())
+        terminal.addFilter(not_beam_error)
     _kept = _KeptRecords()
     logging.basicConfig(level=logging.INFO if settings.verbose else logging.WARNING,
                         handlers=[terminal, _kept], force=True)

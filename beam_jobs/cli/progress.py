@@ -26,7 +26,8 @@ from transforms.progress.report import ETA_AFTER_SECONDS, Stage, progress_bar, p
 from transforms.storage import output_folder
 from transforms.tfrecord.compression import compression_of
 
-__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage"]
+__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
+           "manifest_totals"]
 
 # A terminal's bar is redrawn this often; nothing is reported more often.
 _BAR_SECONDS = 1.0
@@ -196,7 +197,7 @@ def verify_progress(cfg: VerifyConfig) -> contextlib.AbstractContextManager:
     if cfg.shards:
         total_bytes = _uncompressed_bytes({s.path: s.size for s in cfg.shards})
     elif cfg.folder is not None and cfg.local:
-        records, total_bytes = _manifest_totals(cfg.folder)
+        records, total_bytes = manifest_totals(cfg.folder)
 
     def stage(counts: Counts) -> Stage | None:
         done, nbytes = counts.get(c.RECORDS_READ, (0, 0))
@@ -205,9 +206,9 @@ def verify_progress(cfg: VerifyConfig) -> contextlib.AbstractContextManager:
     return report_progress("verify", cfg, stage)
 
 
-def _manifest_totals(folder: str) -> tuple[int | None, int | None]:
+def manifest_totals(folder: str) -> tuple[int | None, int | None]:
     """(records, bytes of uncompressed shards) a shard set's manifest lists; Nones if unreadable (the
-    verify job reports that)."""
+    verify job's report has that problem)."""
     try:
         manifest = output_folder.read_manifest(folder)
     except (ManifestError, OSError):

@@ -17,7 +17,7 @@ from transforms.shardset.naming import WILDCARDS
 from transforms.shardset.tfds_metadata import dataset_name_problem
 
 __all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
-           "input_path", "folder_path", "tfds_name", "wildcard_problem", "WILDCARDS", "shard_size_mb", "seed",
+           "input_path", "folder_path", "tfds_name", "wildcard_problem", "shard_size_mb", "seed",
            "resolved_path", "lies_in", "overlap_problem", "record_size_mb", "max_record_bytes",
            "MIN_SHARD_MB", "MAX_SHARD_MB", "MAX_SIDE", "MAX_RECORD_MB", "DEFAULT_MAX_BAD_FRACTION",
            "finite_positive_float", "LOG_LEVELS"]

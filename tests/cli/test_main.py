@@ -23,7 +23,8 @@ import sys
 
 import pytest
 
-from beam_jobs.cli import main as cli
+from beam_jobs.cli import jobs, main as cli
+from beam_jobs.cli.declared import flag_parser
 from beam_jobs.cli.flags import RunOptions, ShardingOptions
 from tests.shard_fixtures import load_manifest, make_class_tree
 
@@ -108,7 +109,7 @@ def test_help_of_argparse_commands_lists_every_flag(name, capsys):
     module = __import__(cli.COMMANDS[name][0], fromlist=["_parser"])
     assert module.run(["--help"], prog=f"tfrecord-shards {name}") == 0
     text = capsys.readouterr().out
-    for action in module._parser(None)._actions:
+    for action in flag_parser({"inspect": jobs.INSPECT, "sample": jobs.SAMPLE}[name])._actions:
         label = action.option_strings[0] if action.option_strings else action.dest
         assert label in text
         if action.option_strings and shown_default(action) and action.dest != "help":

@@ -281,14 +281,14 @@ def _graph_bytes(folder, files: int) -> int:
 
     from beam_jobs import reshard
     from beam_jobs.cli.config import ReshardConfig
-    from beam_jobs.cli.flags import flag_values
+    from beam_jobs.quiet_beam import all_options
 
     folder.mkdir()
     for i in range(files):
         (folder / f"train-{i:05d}.tfrecord").touch()
     options = PipelineOptions(["--input", str(folder / "train-*"), "--output_dir",
                                str(folder.parent / f"out-{files}"), "--split", "train"])
-    cfg = reshard.make_config(ReshardConfig.from_flags(flag_values(options)), options)
+    cfg = reshard.make_config(ReshardConfig.from_flags(all_options(options)), options)
     assert len(cfg.files) == files  # matched to check them
     p = beam.Pipeline(options=options)
     reshard.build_pipeline(p, cfg)

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tests.helpers import build_report, report_bytes, report_dict
 from tests.tfrecord_fixtures import write_file, write_shard_set
 from transforms.errors import ShardsError
 from transforms.verify.checks import PROBLEM_KINDS, Problem, Report
@@ -21,9 +22,9 @@ def _problems(count: int) -> list[Problem]:
 
 @pytest.mark.parametrize("count", [0, 1, 2, 9])
 def test_report_pieces_give_the_bytes_of_the_report_json(count) -> None:
-    report = Report.build(3, 10, 1234, _problems(count))
-    assert report.dumps() == (json.dumps(report.to_dict(), indent=2) + "\n").encode("utf-8")
-    assert Report.loads(report.dumps()) == report
+    report = build_report(3, 10, 1234, _problems(count))
+    assert report_bytes(report) == (json.dumps(report_dict(report), indent=2) + "\n").encode("utf-8")
+    assert Report.loads(report_bytes(report)) == report
 
 
 @pytest.mark.parametrize("cuts,fan_in", [([], 32), ([40], 32), ([3, 10, 11, 20, 33], 2), ([1] * 9, 3)])
@@ -42,7 +43,7 @@ def test_the_report_is_the_same_however_the_problems_were_dealt_into_parts(tmp_p
     found = report_files.write_report(path, 4, 99, 2048, parts, folder)
     assert found == len(problems)
     with open(path, "rb") as fh:
-        assert fh.read() == Report.build(4, 99, 2048, problems).dumps()
+        assert fh.read() == report_bytes(build_report(4, 99, 2048, problems))
     assert os.listdir(tmp_path) == ["report.json"]  # the parts' folder is gone
 
 

@@ -8,8 +8,8 @@ import os
 import apache_beam as beam
 import pytest
 
-from transforms.shard_sink import (ExtrasFrom, ManifestExtras, PublishInputs, PublishShards, ShardOutput,
-                                   ShardRecords, WriteShards)
+from transforms.shard_sink import ExtrasFrom, PublishInputs, PublishShards, ShardOutput, ShardRecords, WriteShards
+from transforms.shardset.manifest_extras import ManifestExtras
 from transforms.shardset.ownership import PublishPolicy
 from transforms.shardset.planning import SplitTotals
 from transforms.storage.run_lock_files import acquire_lock
@@ -51,6 +51,10 @@ def _publish(folder: str, extras, sidecars=None) -> dict:
         return json.load(f)
 
 
+def _given(extras):
+    return extras
+
+
 def _sidecars(manifest) -> dict[str, bytes | None]:
     return {"classes.txt": f"{len(manifest.labels)} classes\n".encode()}
 
@@ -67,7 +71,8 @@ def test_one_element_of_extras_is_merged_into_the_manifest_with_its_files_and_th
     folder = str(tmp_path / "out")
     extras = ManifestExtras(fields={"object_labels": ((1, "cat"),)}, files={"found.txt": b"found\n"},
                             from_tallies=_tally_fields)
-    manifest = _publish(folder, lambda p: p | "Extras" >> beam.Create([extras]), _sidecars)
+    manifest = _publish(folder, lambda p: ExtrasFrom(_given, {
+        "extras": beam.pvalue.AsSingleton(p | "Extras" >> beam.Create([extras]))}), _sidecars)
     assert manifest["object_labels"] == [{"id": 1, "name": "cat"}]
     assert manifest["images"] == {"by_label": {"0": 2, "1": 1}}  # summed over both shards' tallies
     assert (tmp_path / "out" / "found.txt").read_bytes() == b"found\n"

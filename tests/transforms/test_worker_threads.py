@@ -340,10 +340,10 @@ def test_default_image_threads_go_where_they_pay_and_share_the_cores(tmp_path, f
 
     from beam_jobs import build_shards
     from beam_jobs.cli.config import BuildConfig
-    from beam_jobs.cli.flags import flag_values
+    from beam_jobs.quiet_beam import all_options
 
     root = str(tmp_path / "in") if inputs == "local" else "s3://bucket/in"
     options = PipelineOptions(["--input", root, "--output_dir", str(tmp_path / "out")] + flags)
-    cfg = BuildConfig.from_flags(flag_values(options))
+    cfg = BuildConfig.from_flags(all_options(options))
     got = build_shards._image_threads(options, cfg.image_threads, cfg.settings, [root])
     assert (got["inspect_threads"], got["write_threads"]) == expected(worker_threads.usable_cores())

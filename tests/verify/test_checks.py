@@ -22,7 +22,7 @@ from transforms.example.schema import IMAGE_FEATURES
 from transforms.verify.checks import (PROBLEM_KINDS, Problem, Report, ShardTally, check_record,
                                       duplicate_key_problems, index_problems, listing_problems,
                                       shard_problems)
-from tests.helpers import verify_in_memory
+from tests.helpers import build_report, report_bytes, verify_in_memory
 
 
 def _files(folder: str) -> dict[str, bytes]:
@@ -136,19 +136,19 @@ def test_duplicate_key_across_splits_names_both_splits() -> None:
 
 def test_report_json_and_summary() -> None:
     problems = [Problem("b", 5, "crc_mismatch", "bad"), Problem("a", None, "missing_file", "gone")]
-    report = Report.build(2, 7, 1 << 20, problems)
-    obj = json.loads(report.dumps())
+    report = build_report(2, 7, 1 << 20, problems)
+    obj = json.loads(report_bytes(report))
     assert obj == {"ok": False, "files": 2, "records": 7, "bytes": 1 << 20, "problems": [
         {"file": "a", "offset": None, "kind": "missing_file", "detail": "gone"},
         {"file": "b", "offset": 5, "kind": "crc_mismatch", "detail": "bad"}]}
-    assert Report.loads(report.dumps()) == report
+    assert Report.loads(report_bytes(report)) == report
     text = report.summary("out", max_listed=1)
     assert text.splitlines() == [
         "FAILED: out: 2 problems in 2 files, 7 records, 1.0 MiB",
         "  by kind: crc_mismatch 1, missing_file 1",
         "  missing_file: a: gone",
         "  ... and 1 more (see --report)"]
-    assert Report.build(1, 1, 0, []).summary("x").startswith("OK: x:")
+    assert build_report(1, 1, 0, []).summary("x").startswith("OK: x:")
     with pytest.raises(ValueError):
         Problem("a", None, "oops", "")
     assert len(PROBLEM_KINDS) == 17  # with not_tfrecord, decoder_mismatch, crc32c_mismatch, keys_mismatch
@@ -288,12 +288,12 @@ def test_summary_counts_damaged_files_of_all_and_what_was_not_read() -> None:
     """G3: one damaged file of two is "in 1 of 2 files"; records not read are said."""
     problems = [Problem("s/a.tfrecord.gz", 40, "crc_mismatch", "bad"),
                 Problem("s/a.tfrecord.gz", None, "sha256_mismatch", "differs")]
-    lines = Report.build(2, 7, 1 << 20, problems).summary("s", listed_records=10).splitlines()
+    lines = build_report(2, 7, 1 << 20, problems).summary("s", listed_records=10).splitlines()
     assert lines[0] == "FAILED: s: 2 problems in 1 of 2 files, 7 records, 1.0 MiB"
     assert "  not read: 3 of the 10 records manifest.json lists (damaged, or after a damage point)" in lines
     assert ("  s/a.tfrecord.gz: the records after the damage at byte 40 were not read (a gzip stream "
             "cannot be read past it)") in lines
-    plain = Report.build(2, 9, 1 << 20, [Problem("s/a.tfrecord", 40, "crc_mismatch", "bad")])
+    plain = build_report(2, 9, 1 << 20, [Problem("s/a.tfrecord", 40, "crc_mismatch", "bad")])
     assert not any("were not read" in line for line in plain.summary("s").splitlines())
 
 

@@ -1,7 +1,8 @@
 """A whole file's CRC32C (and, when asked, sha256), computed from the bytes as they pass.
 
 The CRC32C is the one Google Cloud Storage keeps of every object (unmasked, over the whole file),
-written as GCS's ``crc32c`` metadata and ``gsutil hash -c`` give it (``crc32c_text``).
+written as GCS's ``crc32c`` metadata and ``gsutil hash -c`` give it (``crc32c_text``). ``HashingReader``
+hashes a file as it is read, so a file is checked and hashed in one read.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from typing import BinaryIO
 
 import crc32c as _crc32c
 
-__all__ = ["FileHash", "crc32c_text", "crc32c_value"]
+__all__ = ["FileHash", "HashingReader", "crc32c_text", "crc32c_value"]
+
+_FINISH_CHUNK = 8 << 20
 
 
 def crc32c_text(value: int) -> str:
@@ -59,3 +63,46 @@ class FileHash:
     def sha256(self) -> str | None:
         """The hex sha256 so far, or None when it is not computed."""
         return self._sha.hexdigest() if self._sha is not None else None
+
+
+class HashingReader:
+    """Wraps ``fh`` (seekable, positioned at byte 0): ``read``/``seek``/``tell`` as the file's, hashing
+    its CRC32C (and with ``sha256`` its sha256) as it goes."""
+
+    def __init__(self, fh: BinaryIO, sha256: bool = False) -> None:
+        self._fh = fh
+        self._hash = FileHash(sha256=sha256)
+        self._pos = 0
+        self._hashed = 0  # the hash covers bytes [0, _hashed)
+        self.reread = 0  # bytes ``finish`` had to read again
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        end = self._pos + len(data)
+        if self._pos <= self._hashed < end:
+            self._hash.update(memoryview(data)[self._hashed - self._pos:])
+            self._hashed = end
+        self._pos = end
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = self._fh.seek(offset, whence)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def finish(self, size: int) -> FileHash:
+        """The hash of the file's first ``size`` bytes, reading what the hash has not seen (the file
+        is left positioned at its end)."""
+        if self._hashed < size:
+            self._fh.seek(self._hashed)
+            while self._hashed < size:
+                chunk = self._fh.read(min(_FINISH_CHUNK, size - self._hashed))
+                if not chunk:
+                    break
+                self._hash.update(chunk)
+                self._hashed += len(chunk)
+                self.reread += len(chunk)
+            self._pos = self._hashed
+        return self._hash

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from transforms.tfrecord.compression import compression_of
-from transforms.errors import ExampleError, ImageError, RecordError
+from transforms.errors import ExampleError, ImageError
 from transforms.verify.decoders import decoder_problems
 from transforms.progress.report import plural
 from transforms.example.codec import decode_example
@@ -55,10 +55,6 @@ class Problem:
     def __post_init__(self) -> None:
         if self.kind not in PROBLEM_KINDS:
             raise ValueError(f"unknown problem kind {self.kind!r}")
-
-    @classmethod
-    def from_error(cls, err: RecordError) -> "Problem":
-        return cls(err.path, err.offset, err.kind, err.detail)
 
     def sort_key(self) -> tuple:
         return (self.file, -1 if self.offset is None else self.offset, self.kind, self.detail)
@@ -397,17 +393,6 @@ class Report:
         return not self.problems
 
     @classmethod
-    def build(cls, files: int, records: int, size: int, problems: Iterable[Problem]) -> "Report":
-        return cls(files, records, size, tuple(sorted(problems, key=Problem.sort_key)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "files": self.files, "records": self.records, "bytes": self.bytes,
-                "problems": [p.to_dict() for p in self.problems]}
-
-    def dumps(self) -> bytes:
-        return b"".join(report_pieces(self.files, self.records, self.bytes, len(self.problems), self.problems))
-
-    @classmethod
     def loads(cls, data: bytes) -> "Report":
         obj = json.loads(data)
         return cls(obj["files"], obj["records"], obj["bytes"], tuple(Problem(**p) for p in obj["problems"]))
@@ -448,7 +433,7 @@ class Report:
 
 def report_pieces(files: int, records: int, size: int, count: int,
                   problems: Iterable[Problem]) -> Iterator[bytes]:
-    """The bytes of the JSON report (``Report.dumps``), a problem at a time.
+    """The bytes of the JSON report (``Report.loads`` reads it), a problem at a time.
 
     ``count`` is how many problems ``problems`` (sorted, read once) yields: ``ok`` is written first.
     """

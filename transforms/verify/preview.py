@@ -14,6 +14,7 @@ from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from transforms.errors import ImageError
 from transforms.images.image_codec import decode_rgb
+from transforms.progress.report import format_bytes
 from transforms.shardset.naming import SHARD_NAME_RE
 
 __all__ = ["PreviewSample", "preview_sample", "render_preview", "PREVIEW_CLASSES", "PREVIEW_PER_CLASS"]
@@ -82,13 +83,6 @@ def _thumbnail(sample: PreviewSample) -> Image.Image | None:
     return ImageOps.contain(img.convert("RGB"), (_THUMB, _THUMB))
 
 
-def _size_text(size: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
-
-
 def _draw_sheet(draw: ImageDraw.ImageDraw, canvas: Image.Image, top: int,
                 rows: list[tuple[int, str, list[PreviewSample]]],
                 class_counts: Mapping[int, int]) -> int:
@@ -130,8 +124,8 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
     splits = sorted({split for split, _, _ in shard_sizes})
     colors = {split: _SPLIT_COLORS[i % len(_SPLIT_COLORS)] for i, split in enumerate(splits)}
     largest = max(sizes) if sizes else 0
-    title = (f"Shard sizes: {len(sizes)} shards, smallest {_size_text(min(sizes))}, "
-             f"largest {_size_text(largest)}" if sizes else "Shard sizes: no shards")
+    title = (f"Shard sizes: {len(sizes)} shards, smallest {format_bytes(min(sizes))}, "
+             f"largest {format_bytes(largest)}" if sizes else "Shard sizes: no shards")
     draw.text((_PAD, top), title, fill="black", font=font)
     legend_x = _PAD
     for split in splits:
@@ -142,7 +136,7 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
     left, right = _PAD + 60, width - _PAD
     draw.line((left, base, right, base), fill="black")
     draw.line((left, base - _CHART_HEIGHT, left, base), fill="black")
-    draw.text((_PAD, base - _CHART_HEIGHT), _size_text(largest), fill="black", font=font)
+    draw.text((_PAD, base - _CHART_HEIGHT), format_bytes(largest), fill="black", font=font)
     draw.text((_PAD, base - 10), "0", fill="black", font=font)
     if not sizes or largest <= 0:
         return
@@ -159,7 +153,7 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
     y = base - int(_CHART_HEIGHT * mean / largest)
     for x in range(left, right, 8):
         draw.line((x, y, min(x + 4, right), y), fill=(60, 60, 60))
-    draw.text((right - 110, y - 14), f"mean {_size_text(int(mean))}", fill=(60, 60, 60), font=font)
+    draw.text((right - 110, y - 14), f"mean {format_bytes(int(mean))}", fill=(60, 60, 60), font=font)
 
 
 def render_preview(samples: Sequence[PreviewSample], shard_sizes: Sequence[tuple[str, str, int]],

@@ -143,7 +143,7 @@ class RangeChecker:
     def damage(self, err: RecordError) -> None:
         """Notes the damaged record that stopped the range."""
         self.tally.damaged = True
-        self.tally.problems.append(Problem.from_error(err))
+        self.tally.problems.append(Problem(err.path, err.offset, err.kind, err.detail))
 
     def result(self) -> RangeTally:
         """The range's tally, with its preview samples."""
