@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["FILE_DESCRIPTOR", "Example", "SequenceExample"]
+__all__ = ["FILE_DESCRIPTOR", "Example", "Features", "Feature", "BytesList", "FloatList", "Int64List",
+           "SequenceExample"]
 
 _F = descriptor_pb2.FieldDescriptorProto
 _PACKAGE = "tensorflow"
@@ -92,5 +93,12 @@ def _message_class(name: str):
     return message_factory.MessageFactory(_POOL).GetPrototype(descriptor)  # protobuf 3.20
 
 
+# The messages an Example is built from, for those who build one without TensorFlow (the plain
+# pipeline of benchmarks/throughput.py).
+BytesList = _message_class("BytesList")
+FloatList = _message_class("FloatList")
+Int64List = _message_class("Int64List")
+Feature = _message_class("Feature")
+Features = _message_class("Features")
 Example = _message_class("Example")
 SequenceExample = _message_class("SequenceExample")

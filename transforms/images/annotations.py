@@ -203,7 +203,7 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
 
 class PlacedExtras(tuple):
     """A record's extra keys (``record_extras``) that also know how many of its boxes were clipped
-    (tallied for the manifest by ``build_counts``; not a record key)."""
+    (tallied for the manifest by ``build_manifest``; not a record key)."""
 
     clipped: int = 0
 
