@@ -16,6 +16,7 @@ Cases:
 - ``consumer_decode``: Decodes every record of a shard set as TensorFlow does, then as torchvision does, and compares.
 - ``exif_upright``: What turning JPEGs upright for their EXIF orientation costs (``--image_mode tf``).
 - ``near_duplicate_cost``: What the near-duplicate check adds to a build, in CPU seconds per added GB of JPEG photos.
+- ``duplicate_check``: The exact-duplicate check's CPU per image, in one process, against another checkout's.
 """
 
 from __future__ import annotations
@@ -1970,6 +1971,84 @@ def near_duplicate_cost_main(argv: Sequence[str] | None = None) -> None:
                       "hash_alone": hashing, "runs": found}))
 
 
+# -- case duplicate_check ------------------------------------------------------------------------
+
+_DUPLICATE_CHECK_DOC = """The exact-duplicate check's CPU per image, in one process, against another checkout's.
+
+    python -m benchmarks.throughput duplicate_check [--images 30000] [--rounds 3] [--before CHECKOUT]
+
+Each run is a fresh process (``python -P``, the checkout on ``PYTHONPATH``) that makes
+``--images`` synthetic ImageMetas, 2% of them a second copy of the one before, and runs
+them through ``RejectDuplicateImages`` on the in-memory DirectRunner, then through a
+pipeline that only creates and counts them; the difference of their CPU seconds (user +
+system) is the check's. Prints microseconds per image, the median of ``--rounds``
+interleaved rounds, for this checkout and ``--before``.
+"""
+
+# The measured process: argv[1] images; prints the check's and the plain pipeline's CPU seconds.
+_DUPLICATE_RUN = """
+import hashlib, inspect, resource, sys
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from transforms.images.image_codec import ImageInfo
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.reject_duplicates import RejectDuplicateImages
+
+n = int(sys.argv[1])
+info = ImageInfo("jpeg", 640, 480, 3)
+metas = [ImageMeta(SourceImage(f"/data/c{i % 100}/img_{i:07d}.jpg", f"c{i % 100}/img_{i:07d}.jpg", "train",
+                               f"c{i % 100}"), i % 100, hashlib.sha256(str(i if i % 50 else i - 1).encode()).hexdigest(),
+                   info, 100_000 + i, (i * 11400714819323198485) % (1 << 63)) for i in range(n)]
+options = PipelineOptions(["--direct_num_workers", "1", "--direct_running_mode", "in_memory"])
+
+
+def cpu():
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def run(check):
+    start = cpu()
+    with beam.Pipeline(options=options) as p:
+        made = p | beam.Create(metas, reshuffle=False)
+        if check:
+            given = {"expected": p | "N" >> beam.Create([n])} if "expected" in inspect.signature(
+                RejectDuplicateImages.__init__).parameters else {}
+            made = made | RejectDuplicateImages(**given)
+            _ = made["dead_letters"] | "CountDead" >> beam.combiners.Count.Globally()
+            made = made["main"]
+        _ = made | "Count" >> beam.combiners.Count.Globally()
+    return cpu() - start
+
+
+run(False)  # modules loaded, caches warm
+print(run(True), run(False))
+"""
+
+
+def duplicate_check_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=_DUPLICATE_CHECK_DOC.splitlines()[0])
+    parser.add_argument("--images", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", default=None, help="Another checkout, measured in the same rounds.")
+    args = parser.parse_args(argv)
+    checkouts = {"this checkout": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    if args.before:
+        checkouts["--before"] = os.path.abspath(args.before)
+    found: dict[str, list[float]] = {name: [] for name in checkouts}
+    for _ in range(args.rounds):
+        for name, checkout in checkouts.items():
+            done = subprocess.run([sys.executable, "-P", "-c", _DUPLICATE_RUN, str(args.images)],
+                                  env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True,
+                                  check=True)
+            check, plain = map(float, done.stdout.split()[-2:])
+            found[name].append((check - plain) / args.images * 1e6)
+    for name, per_image in found.items():
+        print(f"{name}: {statistics.median(per_image):.1f} us per image "
+              f"(rounds: {', '.join(f'{value:.1f}' for value in per_image)})")
+    return 0
+
+
 CASES = {
     "cpu_per_gb": common.Case(cpu_per_gb_main, _CPU_PER_GB_DOC, ("--quick",)),
     "baseline": common.Case(baseline_main, _BASELINE_DOC, ()),
@@ -1987,6 +2066,7 @@ CASES = {
     "exif_upright": common.Case(exif_upright_main, _EXIF_UPRIGHT_DOC, ()),
     "near_duplicate_cost": common.Case(near_duplicate_cost_main, _NEAR_DUPLICATE_COST_DOC,
                                        ("--small_mb", "2", "--large_mb", "4", "--rounds", "1")),
+    "duplicate_check": common.Case(duplicate_check_main, _DUPLICATE_CHECK_DOC, ("--images", "300", "--rounds", "1")),
 }
 
 

@@ -6,6 +6,7 @@ import glob
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -98,3 +99,10 @@ def test_the_beam_baseline_writes_the_same_examples_without_tensorflow(tmp_path)
     with open(glob.glob(str(tmp_path / "out" / "*.tfrecord"))[0], "rb") as fh:
         records = [data for _, data in iter_records(fh, "out")]
     assert sorted(decode_example(r)["image/class/text"][1][0] for r in records) == [b"daisy", b"rose", b"tulip"]
+
+
+@pytest.mark.slow
+def test_the_duplicate_check_case_prints_its_cost_per_image(capsys):
+    assert throughput.duplicate_check_main(["--images", "200", "--rounds", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert re.fullmatch(r"this checkout: -?\d+\.\d us per image \(rounds: -?\d+\.\d\)\n", printed), printed
