@@ -15,14 +15,24 @@ from typing import Iterator
 __all__ = ["process_started", "mark_command_start", "command_running", "run_started"]
 
 _marked: float | None = None
+_start: tuple[int, float] | None = None  # (pid, process_started()) once read
 
 
 def process_started() -> float:
-    """When this process started, on the ``time.monotonic`` clock; now where that cannot be read.
+    """When this process started, on the ``time.monotonic`` clock (read once per process); now where that
+    cannot be read.
 
     Linux gives a process's start in clock ticks since boot (``/proc/self/stat``, field 22) and the seconds
-    since boot (``/proc/uptime``); both count from boot, so their difference is the process's age.
+    since boot (``/proc/uptime``); both count from boot, so their difference is the process's age. Both
+    count in hundredths, so a second reading could move the start by 0.01 s: the first one is kept.
     """
+    global _start
+    if _start is None or _start[0] != os.getpid():  # a forked child reads its own
+        _start = (os.getpid(), _read_start())
+    return _start[1]
+
+
+def _read_start() -> float:
     now = time.monotonic()
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:

@@ -44,3 +44,23 @@ def test_a_command_start_is_forgotten_after_the_command() -> None:
         pass
     before = time.monotonic()
     assert started.run_started() >= before
+
+
+def test_the_process_start_is_read_once_not_moved_by_a_coarser_clock(monkeypatch) -> None:
+    # /proc/uptime counts in hundredths: two readings a few ms apart can put the start 0.01 s apart,
+    # and a summary (which reads it) then says more seconds than the process had lived when asked.
+    ticks = iter([100.000, 100.004])
+    uptimes = iter(["50.00 1.0\n", "50.01 1.0\n"])
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/uptime":
+            import io
+            return io.StringIO(next(uptimes))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(started, "_start", None, raising=False)  # not read yet in this process
+    monkeypatch.setattr(started.time, "monotonic", lambda: next(ticks))
+    monkeypatch.setattr(started, "open", fake_open, raising=False)
+    first = started.process_started()
+    assert started.process_started() == first
