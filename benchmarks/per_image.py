@@ -31,6 +31,16 @@ def _photos(argv: Sequence[str], doc: str) -> tuple[list[str], int]:
     return sorted(glob.glob(os.path.join(root, "*", "*.jpg"))), args.rounds
 
 
+def _pass(call: Callable[[object], object], items: Sequence) -> Callable[[], float]:
+    """A pass that calls ``call`` on each item; it returns the CPU seconds the calls took."""
+    def one_pass() -> float:
+        start = time.thread_time()
+        for item in items:
+            call(item)
+        return time.thread_time() - start
+    return one_pass
+
+
 def _best(rounds: int, count: int, one_pass: Callable[[], float]) -> float:
     """Milliseconds per image of the fastest of ``rounds`` passes (each returns its CPU seconds)."""
     return min(one_pass() for _ in range(rounds)) / count * 1e3
@@ -53,11 +63,7 @@ def structure_main(argv: Sequence[str]) -> None:
             datas.append(fh.read())
     clock = time.thread_time
 
-    def cold() -> float:
-        start = clock()
-        for data in datas:
-            check_jpeg(data)
-        return clock() - start
+    cold = _pass(check_jpeg, datas)
 
     def warm() -> float:
         total = 0.0
@@ -101,11 +107,7 @@ def done_lines_main(argv: Sequence[str]) -> None:
     stamps = [input_stamp(source.path) for source in sources]
     clock = time.thread_time
 
-    def stamp_pass() -> float:
-        start = clock()
-        for source in sources:
-            input_stamp(source.path)
-        return clock() - start
+    stamp_pass = _pass(input_stamp, [source.path for source in sources])
 
     def line_pass() -> float:
         start = clock()
@@ -143,20 +145,7 @@ def meta_coding_main(argv: Sequence[str]) -> None:
     coder = FastPrimitivesCoder().get_impl()
     encoded = [coder.encode(meta) for meta in metas]
     assert [coder.decode(data) for data in encoded] == metas
-    clock = time.thread_time
-
-    def encode_pass() -> float:
-        start = clock()
-        for meta in metas:
-            coder.encode(meta)
-        return clock() - start
-
-    def decode_pass() -> float:
-        start = clock()
-        for data in encoded:
-            coder.decode(data)
-        return clock() - start
-
+    encode_pass, decode_pass = _pass(coder.encode, metas), _pass(coder.decode, encoded)
     count = len(metas)
     print(f"{count} photos, ms/image: encode {_best(rounds, count, encode_pass):.4f}, "
           f"decode {_best(rounds, count, decode_pass):.4f}, bytes {sum(map(len, encoded)) / count:.0f}")
