@@ -85,8 +85,8 @@ class ImageMeta:
     phash: int | None = None
 
     def __reduce__(self):
-        """Pickles as one call with tuples of plain values, in the order of the fields: a fifth of the
-        bytes' encoding time of the default pickle and under half its decoding, at every shuffle it crosses."""
+        """Pickles as one call with tuples of plain values, in the order of the fields, at every shuffle it
+        crosses (``python -m benchmarks.per_image meta_coding``: 3.3 us to encode, 4.5 to decode)."""
         values = list(_VALUES[ImageMeta](self))
         for at, cls in _NESTED_AT:
             if values[at] is not None:
