@@ -11,14 +11,16 @@ closest flag to a misspelt one (``unknown_flag_problem``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from beam_jobs.cli.values import one_line_errors
 
-__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "flag_parser", "parsed_flags",
+__all__ = ["Flag", "FlagSet", "Job", "BEAM_HELP_FLAG", "format_job_help", "print_help", "flag_parser", "parsed_flags",
            "wants_help", "respelt", "unknown_flag_problem", "flag_name"]
 
 BEAM_HELP_FLAG = "--help_beam"
@@ -212,6 +214,17 @@ def format_job_help(job: Job, prog: str) -> str:
     return parser.format_help()
 
 
+def print_help(text: str) -> None:
+    """Prints a help text to stdout; a reader that stops early (``--help | head``) ends it quietly,
+    with no traceback now nor when stdout is flushed at exit."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor: nothing to flush
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def flag_parser(job: Job, prog: str | None = None) -> argparse.ArgumentParser:
     """A parser of the job's flags with their types, raising ``UsageError`` on a bad one.
 
@@ -228,6 +241,6 @@ def parsed_flags(job: Job, argv: Sequence[str] | None, prog: str) -> argparse.Na
     """The flags of a command without Beam (None: ``sys.argv[1:]``), parsed; None once its ``--help`` is printed."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if wants_help(argv):
-        print(format_job_help(job, prog))
+        print_help(format_job_help(job, prog))
         return None
     return flag_parser(job, prog).parse_args(argv)

@@ -26,7 +26,8 @@ import beam_jobs.cli.flags  # noqa: F401  (defines the options classes Beam pars
 from beam_jobs.cli import logs
 from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
 from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
-from beam_jobs.cli.declared import BEAM_HELP_FLAG, format_job_help, respelt, unknown_flag_problem, wants_help
+from beam_jobs.cli.declared import (BEAM_HELP_FLAG, format_job_help, print_help, respelt, unknown_flag_problem,
+                                    wants_help)
 from beam_jobs.cli.started import run_started
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
@@ -314,7 +315,7 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
     argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(job.config.JOB))
     prog = prog or f"python -m beam_jobs.{job.name}"
     if wants_help(argv):
-        print(format_job_help(job.config.JOB, prog))
+        print_help(format_job_help(job.config.JOB, prog))
         return 0
     if BEAM_HELP_FLAG in argv:
         beam_compat.register_dask_options()  # Beam's --dask_* flags too

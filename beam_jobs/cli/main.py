@@ -17,7 +17,7 @@ from typing import Sequence
 
 from beam_jobs.cli import loading
 from beam_jobs.cli.config import known_flag_names, usage_problem
-from beam_jobs.cli.declared import format_job_help, respelt, wants_help
+from beam_jobs.cli.declared import format_job_help, print_help, respelt, wants_help
 from beam_jobs.cli.jobs import JOBS
 from beam_jobs.cli.started import command_running
 
@@ -56,7 +56,7 @@ def run_command(command: str, argv: Sequence[str], prog: str, process: bool = Fa
     job = JOBS[command]
     argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):
-        print(format_job_help(job, prog))
+        print_help(format_job_help(job, prog))
         return 0
     problem = usage_problem(job, argv)
     if problem is not None:
@@ -86,7 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str], process: bool) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
+        if argv:
+            print_help(usage())
+        else:
+            print(usage(), file=sys.stderr)
         return 0 if argv else 2
     command = argv[0]
     if command not in COMMANDS:

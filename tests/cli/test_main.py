@@ -432,3 +432,16 @@ def test_after_a_ctrl_c_the_runners_failing_threads_print_nothing():
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), check=True)
     assert "before the ctrl-c" in done.stderr  # a thread failing for another reason is still shown
     assert "return code -2" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["beam_jobs.cli.main", "build", "--help"], ["beam_jobs.cli.main", "--help"],
+                                     ["beam_jobs.build_shards", "--help"]])
+def test_help_read_by_a_reader_that_stops_early_ends_without_a_traceback(command):
+    # `tfrecord-shards build --help | head`: head closes the pipe; the help's writes then fail.
+    child = subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": ROOT})
+    child.stdout.close()  # the reader went away before a byte was written
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0, err
+    assert err == "", err
