@@ -192,16 +192,20 @@ KEPT_FOR_JOURNAL_LINE = "staged work kept in {staging}: the next run into the fo
 
 
 class _Interrupts:
-    """Notes a Ctrl-C (SIGINT) while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
+    """Notes a Ctrl-C (SIGINT) or a SIGTERM while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
 
-    Beam's runner wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether
-    one came instead. Where SIGINT is ignored (a shell's background job) it stays ignored. Once a Ctrl-C was
-    seen, what the runner's threads raise (its workers stopped too) is not printed: the job prints its one line.
+    SIGTERM is how ``timeout``, ``kill``, ``docker stop``, Kubernetes and Slurm stop a job: it ends as a
+    Ctrl-C does (the finished work kept, one line), with status 128 + the signal's number. Beam's runner
+    wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether one came
+    instead. A signal ignored when the job starts (SIGINT in a shell's background job) stays ignored. Once
+    one was seen, what the runner's threads raise (its workers stopped too) is not printed: the job prints
+    its one line.
     """
 
     def __init__(self) -> None:
         self.seen = False
-        self._previous = None
+        self.status = INTERRUPTED_STATUS  # 128 + the signal's number, once one came
+        self._previous: dict[int, Any] = {}
         self._excepthook = None
 
     def _thread_failed(self, args) -> None:
@@ -209,17 +213,23 @@ class _Interrupts:
             self._excepthook(args)
 
     def _raise(self, signum, frame) -> None:
-        self.seen = True
+        self._note(signum, frame)
         raise KeyboardInterrupt
 
     def _note(self, signum, frame) -> None:
-        self.seen = True
+        self.seen, self.status = True, 128 + signum
 
-    def _install(self, handler) -> Any:
-        main = threading.current_thread() is threading.main_thread()
-        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # else it stays ignored
-            return signal.signal(signal.SIGINT, handler)
-        return None
+    def _install(self, handler) -> dict[int, Any]:
+        """Installs ``handler`` for each stopping signal not ignored; returns the handlers it replaced."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
+
+    @staticmethod
+    def _restore(handlers: dict[int, Any]) -> None:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
     def __enter__(self) -> "_Interrupts":
         self._previous = self._install(self._raise)
@@ -227,20 +237,18 @@ class _Interrupts:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        self._restore(self._previous)
         threading.excepthook = self._excepthook
         return False
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Within the block, a Ctrl-C is noted but raises nothing."""
+        """Within the block, a stopping signal is noted but raises nothing."""
         before = self._install(self._note)
         try:
             yield
         finally:
-            if before is not None:
-                signal.signal(signal.SIGINT, before)
+            self._restore(before)
 
 
 def dry_run_summary(p: beam.Pipeline) -> str:
@@ -323,7 +331,7 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
-        set_up = _set_up(job, argv, settings)
+        set_up = _set_up(job, argv, settings, interrupts)
         if isinstance(set_up, int):
             return set_up
         return _run(job, set_up, settings, interrupts, started)
@@ -337,7 +345,7 @@ class _SetUp(NamedTuple):
     done: Callable[[bool, bool, bool], str | None] | None  # ``Job.prepare``'s
 
 
-def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp | int:
+def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings, interrupts: _Interrupts) -> _SetUp | int:
     """Flags, config and ``job.prepare``; the exit status where the job ends here."""
     name = job.name
     try:
@@ -358,7 +366,7 @@ def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp
         return 1
     except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
         print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return interrupts.status
 
 
 def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int, Exception | None]:
@@ -420,7 +428,7 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
             print(f"{name}: interrupted after the job published its output", file=sys.stderr)
         else:
             print(f"{name}: {said or INTERRUPTED_LINE}", file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return interrupts.status
     print(text)
     return status
 

@@ -339,13 +339,14 @@ def test_sample_with_more_broken_files_than_images(tmp_path, tfrs):
     assert sum(len(files) for _, _, files in os.walk(tmp_path / "s")) == 1 + 4
 
 
-def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str]) -> subprocess.CompletedProcess:
+def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str], sig: int = signal.SIGINT,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Runs ``tfrecord-shards ARGV`` paused before a file operation (``tests.pause_at``), sends
-    SIGINT there, lets it go on, and returns how it ended."""
+    ``sig`` there, lets it go on, and returns how it ended. ``env``: more environment."""
     marker = str(tmp_path / "paused.json")
     proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, "1", marker, "--",
                              *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True)
+                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
     try:
         while not os.path.exists(marker):
             try:
@@ -353,7 +354,7 @@ def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str]) -> subproc
                 pytest.fail(f"ended ({proc.returncode}) before pausing:\n{proc.stderr.read()}")
             except subprocess.TimeoutExpired:
                 pass
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         open(marker + ".go", "w").close()
         out, err = proc.communicate(timeout=120)
     finally:
@@ -384,6 +385,25 @@ def test_ctrl_c_prints_one_line_and_exits_130(small_tree, tmp_path, op, pattern)
         assert left == [".staging"], left
         assert [os.path.exists(os.path.join(out, ".staging", run, "resume.json"))
                 for run in os.listdir(out / ".staging")] == [True]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_build_as_ctrl_c_does_and_leaves_no_temporary_files(small_tree, tmp_path):
+    """``timeout``, ``kill``, ``docker stop``, Kubernetes and Slurm stop a job with SIGTERM: the job says
+    so in one line, keeps its finished work for the rerun, releases its lock, exits 143 (128 + 15) and
+    leaves nothing in the temporary folder."""
+    out, temp = tmp_path / "out", tmp_path / "temp"
+    temp.mkdir()
+    done = _interrupted_at(tmp_path, "create", "train-",
+                           ["build", "--input", str(small_tree / "data"), "--output_dir", str(out)],
+                           sig=signal.SIGTERM, env={"TMPDIR": str(temp)})
+    assert done.returncode == 143, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"build_shards: interrupted: nothing was published; the finished work is kept in "
+        f"{out}/.staging: run the same command again to resume")
+    assert sorted(os.listdir(out)) == [".staging"]  # no lock left
+    assert os.listdir(temp) == []
 
 
 @pytest.mark.slow
