@@ -88,3 +88,12 @@ def test_an_index_far_above_the_inputs_is_refused_without_building_the_list() ->
 def test_a_class_named_by_an_integer_must_be_at_that_index(names, problem) -> None:
     found = index_order_problem(names)
     assert found == problem if problem is None else problem in found
+
+
+def test_names_that_differ_only_in_the_white_space_around_them_are_refused_naming_both() -> None:
+    # "a.jpg,cat" and "b.jpg, cat" in one CSV: one class written two ways, not two classes.
+    with pytest.raises(UsageError) as err:
+        class_list({"cat", " cat", "dog", "dog "}, 4)
+    message = str(err.value)
+    assert "' cat' and 'cat' differ only in the white space around them" in message and "\n" not in message
+    assert class_list({" cat", " dog"}, 2) == (" cat", " dog")  # written one way each: kept as written

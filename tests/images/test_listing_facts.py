@@ -93,3 +93,9 @@ def test_appended_integer_classes_extend_a_numbered_set_in_numeric_order() -> No
 def test_names_appended_to_a_numbered_set_are_refused() -> None:
     with pytest.raises(UsageError, match="--append: the set's classes are indices"):
         appended_classes(["0", "1"], ["cat"])
+
+
+def test_an_append_naming_a_published_class_with_other_white_space_around_it_is_refused() -> None:
+    with pytest.raises(UsageError, match="'cat' and 'cat ' differ only in the white space around them"):
+        appended_classes(["cat", "dog"], ["cat ", "emu"])
+    assert appended_classes(["cat", "dog"], ["cat", "emu"]) == ["cat", "dog", "emu"]

@@ -490,6 +490,18 @@ def test_a_huge_class_index_is_refused_in_one_line(kind, index, tmp_path, capsys
     assert f"class index {index} is far above the 2 inputs listed" in _error_line(err)
 
 
+def test_one_class_written_with_and_without_a_space_in_a_csv_is_refused_before_any_image_is_read(
+        tmp_path, capsys) -> None:
+    # A hand-written CSV: "a.jpg,cat" and "b.jpg, cat" would make two classes, "cat" and " cat".
+    manifest = write(str(tmp_path / "m.csv"), b"path,label\na.jpg,cat\nb.jpg, cat\nc.jpg,dog\n")
+    status, _, err = run_build(capsys, "--input", manifest, "--output_dir", str(tmp_path / "out"))
+    assert status == 2, err
+    line = _error_line(err)
+    assert "class names ' cat' and 'cat' differ only in the white space around them" in line
+    assert err.strip().splitlines()[-1] == line and not os.path.exists(tmp_path / "out" / ".staging")
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
 def test_mixed_cls_labels_are_refused(tmp_path, capsys) -> None:
     mixed = _one_sample_shard(str(tmp_path / "mixed.tar"), "cls", b"cat")
     status, _, err = run_build(capsys, "--input", mixed, "--output_dir", str(tmp_path / "out1"))

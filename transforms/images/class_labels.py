@@ -10,12 +10,12 @@ index far above the number of inputs (before any list is built).
 from __future__ import annotations
 
 import re
-from typing import AbstractSet, Sequence
+from typing import AbstractSet, Iterable, Sequence
 
 from transforms.errors import UsageError
 
 __all__ = ["MIN_INDEX_BOUND", "INDICES_PER_INPUT", "class_label", "class_labels_of", "is_index", "index_bound",
-           "index_order_problem", "class_list"]
+           "index_order_problem", "refuse_white_space_twins", "class_list"]
 
 # An index at or above max(MIN_INDEX_BOUND, INDICES_PER_INPUT x inputs) is refused without --class_names.
 MIN_INDEX_BOUND = 1000
@@ -90,14 +90,33 @@ def index_order_problem(names: Sequence[str]) -> str | None:
     return None
 
 
+def refuse_white_space_twins(names: Iterable[str]) -> None:
+    """Refuses one class written two ways: names that differ only in the white space around them
+    (``cat`` and `` cat``, from the CSV rows ``a.jpg,cat`` and ``b.jpg, cat``). A name is kept as written,
+    so they would be two classes.
+
+    Raises:
+        UsageError: Naming the first such pair in sorted order.
+    """
+    first: dict[str, str] = {}
+    twins = [(first.setdefault(name.strip(), name), name) for name in sorted(names)]
+    twins = [pair for pair in twins if pair[0] != pair[1]]
+    if twins:
+        one, other = min(twins)
+        raise UsageError(f"class names {_shown(one)!r} and {_shown(other)!r} differ only in the white space around "
+                         "them: one class written two ways (a CSV row 'path, label'?); write each label the same way "
+                         "in every input")
+
+
 def class_list(names: AbstractSet[str], inputs: int) -> tuple[str, ...]:
     """The classes of a listing of ``inputs`` inputs without ``--class_names``, from the names they gave
     (``class_label`` of each label): the names sorted, or ``0`` to the largest index.
 
     Raises:
-        UsageError: Some labels are indices and others names; or the largest index is
-            ``index_bound(inputs)`` or more.
+        UsageError: Some labels are indices and others names; two names differ only in the white space
+            around them; or the largest index is ``index_bound(inputs)`` or more.
     """
+    refuse_white_space_twins(names)
     indices = [name for name in names if is_index(name)]
     if not indices:
         return tuple(sorted(names))

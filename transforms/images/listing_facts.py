@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 from transforms.errors import UsageError
 from transforms.images.annotations import (DEFAULT_OBJECT_OFFSET, ObjectClasses, RecordLayout, layout_of, merge_layouts,
                                            object_label_map, with_optional_features)
-from transforms.images.class_labels import class_list, is_index
+from transforms.images.class_labels import class_list, is_index, refuse_white_space_twins
 from transforms.images.items import SourceImage
 
 __all__ = ["ListingFacts", "ListingTally", "appended_classes"]
@@ -114,10 +114,12 @@ def appended_classes(published: Sequence[str], listed: Iterable[str]) -> list[st
     indexes, new ones follow, sorted; a set of indices ``0`` to ``k`` grows to the largest new index.
 
     Raises:
-        UsageError: New inputs name classes by text while the set's are indices.
+        UsageError: New inputs name classes by text while the set's are indices, or name a class with
+            other white space around it than the set (``class_labels.refuse_white_space_twins``).
     """
     known = set(published)
     new = {name for name in listed if name not in known}
+    refuse_white_space_twins(known | new)
     if published and all(name == str(i) for i, name in enumerate(published)) and new:
         words = sorted(name for name in new if not is_index(name))
         if words:
