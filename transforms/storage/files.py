@@ -315,22 +315,20 @@ class _StoreFile(io.RawIOBase):
 
     A request that starts before ``until`` ends there at the latest; past it, a request that jumps
     ahead asks for ``PAST_RANGE_CHUNK`` (a record header), and one that goes on from the last
-    asks for twice as much, up to ``chunk``. With ``until``, fetched blocks are kept (at most
+    asks for twice as much, up to ``STORE_READ_CHUNK``. With ``until``, fetched blocks are kept (at most
     ``_HELD_BYTES``), so a seek back into them reads no byte again.
     """
 
-    def __init__(self, path: str, first: bytes | None, size: int, chunk: int, until: int | None = None) -> None:
+    def __init__(self, path: str, first: bytes | None, size: int, until: int | None) -> None:
         super().__init__()
-        self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
-        self._first = first
-        self._until = until
+        self._path, self._size, self._pos, self._first, self._until = path, size, 0, first, until
         self._held: list[tuple[int, bytes]] = []  # blocks fetched (with ``until``), the newest last
 
     def readall(self) -> bytes:
-        """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
+        """The rest of the object, ``STORE_READ_CHUNK`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
         parts = []
         while True:
-            part = self.read(min(self._chunk, max(self._size - self._pos, 0)) or 1)
+            part = self.read(min(STORE_READ_CHUNK, max(self._size - self._pos, 0)) or 1)
             if not part:
                 return b"".join(parts)
             parts.append(part)
@@ -358,7 +356,7 @@ class _StoreFile(io.RawIOBase):
         for start, block in reversed(self._held):
             end = start + len(block)
             if start >= self._until and end <= self._pos <= end + len(block):
-                return min(2 * len(block), self._chunk)
+                return min(2 * len(block), STORE_READ_CHUNK)
         return PAST_RANGE_CHUNK
 
     def readinto(self, buffer) -> int:
@@ -425,15 +423,12 @@ def open_store(path: str, size: int | None = None, until: int | None = None) -> 
     ``size`` is known. With ``until`` (where a shard's split ends) no request reaches past it unless
     the reader reads past it, and then from ``PAST_RANGE_CHUNK`` up. ``OSError`` as ``read_range``.
     """
-    chunk = STORE_READ_CHUNK
-    if size is not None:
-        return io.BufferedReader(_StoreFile(path, None, size, chunk, until), chunk)
-    first, size = _remote_range(path, 0, chunk)
-    if size is None:  # an empty object (416), or a store that did not say: what the first read got
-        size = len(first) if len(first) < chunk else None
+    first = None
     if size is None:
-        size = _store_size(path)
-    return io.BufferedReader(_StoreFile(path, first, size, chunk), chunk)
+        first, size = _remote_range(path, 0, STORE_READ_CHUNK)
+        if size is None:  # an empty object (416), or a store that did not say: what the first read got
+            size = len(first) if len(first) < STORE_READ_CHUNK else _store_size(path)
+    return io.BufferedReader(_StoreFile(path, first, size, until), STORE_READ_CHUNK)
 
 
 class RangeReader:
