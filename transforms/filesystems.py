@@ -29,23 +29,31 @@ try:  # present with apache-beam[aws]
     from apache_beam.io.aws.s3filesystem import S3FileSystem as _S3FileSystem
     from apache_beam.io.aws.s3io import S3Uploader as _S3Uploader
     _S3_ERRORS: tuple[type[Exception], ...] = (_S3ClientError,)
+    _S3_CLIENT_ERRORS: tuple[type[Exception], ...] = (botocore.exceptions.ClientError,
+                                                      botocore.exceptions.BotoCoreError)
 except ImportError:  # pragma: no cover - depends on the installed extras
     _S3Uploader = _boto3_client = _S3FileSystem = None
-    _S3_ERRORS = ()
+    _S3_ERRORS = _S3_CLIENT_ERRORS = ()
 try:  # present with apache-beam[gcp]
     from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem as _GCSFileSystem
+    from google.api_core.exceptions import GoogleAPICallError
+    _GCS_CLIENT_ERRORS: tuple[type[Exception], ...] = (GoogleAPICallError,)
 except ImportError:  # pragma: no cover - depends on the installed extras
     _GCSFileSystem = None
+    _GCS_CLIENT_ERRORS = ()
 
 __all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options",
-           "options_set", "store_client", "filesystem_of", "shared_s3io", "S3NoAnswerError", "close_written_file", "unbuffered", "naming_s3_errors",
-           "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
+           "options_set", "store_client", "filesystem_of", "shared_s3io", "S3NoAnswerError", "STORE_CLIENT_ERRORS",
+           "close_written_file", "unbuffered", "naming_s3_errors", "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S",
+           "S3_READ_ATTEMPTS"]
 
 # Bounds on each S3 call: seconds to connect, seconds to wait for bytes, tries in all (botocore's
 # "standard" retries): about 4 minutes when every try times out, seconds when refused.
 S3_CONNECT_TIMEOUT_S = 10
 S3_READ_TIMEOUT_S = 60
 S3_READ_ATTEMPTS = 3
+# What the store clients raise when a call is refused or unanswered (as installed).
+STORE_CLIENT_ERRORS = _S3_CLIENT_ERRORS + _GCS_CLIENT_ERRORS
 
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT}
 _local = threading.local()

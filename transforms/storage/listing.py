@@ -14,7 +14,8 @@ import os
 import stat
 from typing import Callable, Iterator, Sequence
 
-from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
+from transforms.filesystems import (STORE_CLIENT_ERRORS, FileMetadata, FileSystems, filesystem_of, naming_s3_errors,
+                                    store_client)
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists
 from transforms.storage.paths import bucket_key, has_wildcards, is_local
@@ -288,24 +289,8 @@ def _listing_errors(prefix: str) -> Iterator[None]:
     with naming_s3_errors(prefix):
         try:
             yield
-        except _client_errors() as err:
+        except STORE_CLIENT_ERRORS as err:
             raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
-
-
-def _client_errors() -> tuple[type[Exception], ...]:
-    """What the store clients raise when a listing is refused or unanswered (as installed)."""
-    found: list[type[Exception]] = []
-    try:
-        from google.api_core import exceptions
-        found.append(exceptions.GoogleAPICallError)
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        pass
-    try:
-        import botocore.exceptions
-        found += [botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError]
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        pass
-    return tuple(found)
 
 
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
