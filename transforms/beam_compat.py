@@ -174,10 +174,7 @@ def install_construction_memos() -> None:
     build: 14,000 signatures, a quarter of its CPU). It also builds a new view of the options
     (``PipelineOptions.view_as``: a parser, the flags parsed again) at every step applied, type
     check and DoFn pickled (a tenth of the CPU). None of these answers changes while a pipeline is
-    built and run, so each is kept: a function's arguments per function (asked again if its code,
-    defaults, ``__signature__`` or ``__wrapped__`` change), a DoFn's specs per DoFn object, a view
-    per options object and view class (made again if the options' values or flags were replaced).
-    Lists and sets are handed out fresh, and a DoFn whose specs are invalid raises each time.
+    built and run, so each is kept; lists and sets are handed out fresh.
     """
     from apache_beam.transforms import core, userstate
 
@@ -209,7 +206,7 @@ def _kept_for(kept: dict[int, tuple[Any, dict]], obj: Any) -> dict | None:
 
 
 def _function_args_once(find: Callable[[Any], tuple[list, list]]) -> Callable[[Any], tuple[list, list]]:
-    """``core.get_function_args_defaults``, its answer kept per Python function."""
+    """``core.get_function_args_defaults``, its answer kept per Python function (asked again if it changed)."""
     found: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> {bound: (state, args, defaults)}
 
     def get_function_args_defaults(f: Any) -> tuple[list, list]:

@@ -79,8 +79,6 @@ def open_for_read(path: str) -> BinaryIO:
     problem = path_problem(path)
     if problem:
         raise OSError(errno.EINVAL, problem, path)
-    if path.startswith(_STORES):
-        return open_store(path)
     if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
         return _open_local(path)
     return open_file(path)
@@ -364,7 +362,7 @@ class _StoreFile(io.RawIOBase):
         if left <= 0:
             return 0
         want = min(len(buffer), left)
-        held = self._from_held(want) if self._until is not None else None
+        held = self._from_held(want)  # blocks are held only with ``until``
         if self._first is not None and self._pos < len(self._first):
             data = self._first[self._pos:self._pos + want]
             if self._pos + len(data) >= len(self._first):
@@ -372,15 +370,12 @@ class _StoreFile(io.RawIOBase):
         elif held is not None:
             data = held
         else:
-            past = self._until is not None and self._pos >= self._until
-            if self._until is not None and not past:
-                want = min(want, self._until - self._pos)
-            elif past:
-                want = min(self._past_step(), left)
+            if self._until is not None:
+                want = min(want, self._until - self._pos) if self._pos < self._until else min(self._past_step(), left)
             data = _remote_range(self._path, self._pos, want)[0]
             if self._until is not None:
                 self._hold(self._pos, data)
-                data = data[:min(len(buffer), len(data))]
+                data = data[:len(buffer)]
         buffer[:len(data)] = data
         self._pos += len(data)
         return len(data)

@@ -42,8 +42,7 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) else None
     if path.endswith("/") or not exists(path):
         return None
-    on_store = path.startswith(("s3://", "gs://"))
-    return (filesystem_of(path) if on_store else FileSystems.get_filesystem(path)).metadata(path)
+    return (filesystem_of(path) if path.startswith(LEVEL_SCHEMES) else FileSystems.get_filesystem(path)).metadata(path)
 
 
 def is_folder(path: str) -> bool:
@@ -67,19 +66,11 @@ def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
     An existing file is itself, whatever characters it holds; a path without wildcard characters
     that names no file names nothing. Never match the returned paths again.
     """
-    found: list[list[FileMetadata] | None] = []
-    to_match: list[str] = []
-    for pattern in patterns:
-        meta = exact_file(pattern)
-        if meta is not None:
-            found.append([meta])
-        elif has_wildcards(pattern):
-            found.append(None)
-            to_match.append(pattern)
-        else:
-            found.append([])
+    exact = [exact_file(pattern) for pattern in patterns]
+    to_match = [pattern for pattern, meta in zip(patterns, exact) if meta is None and has_wildcards(pattern)]
     matched = iter(FileSystems.match(to_match) if to_match else [])
-    return [metas if metas is not None else list(next(matched).metadata_list) for metas in found]
+    return [[meta] if meta is not None else list(next(matched).metadata_list) if has_wildcards(pattern) else []
+            for pattern, meta in zip(patterns, exact)]
 
 
 def list_folder(folder: str) -> dict[str, tuple[str, int]]:
