@@ -125,29 +125,26 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
     keep = keep or (lambda folder: lambda name: True)
     top = os.fsencode(root)
     start = len(top) + 1
-
-    def kept_error(err: OSError) -> bool:
-        path = os.fsencode(err.filename) if err.filename else top
-        if path == top:
-            return keep(b"")(b"")
-        folder, _, name = path[start:].rpartition(b"/")
-        return keep(folder)(name)
-
     errors: list[OSError] = []
-    for folder, _, names in os.walk(top, onerror=errors.append):
+
+    def unlisted() -> Iterator[tuple[str, OSError]]:
+        """The folders ``os.walk`` reported it could not list since last asked, those ``keep`` passes."""
         while errors:
             err = errors.pop(0)
-            if kept_error(err):
+            path = os.fsencode(err.filename) if err.filename else top
+            folder, _, name = path[start:].rpartition(b"/")
+            if (keep(b"")(b"") if path == top else keep(folder)(name)):
                 yield os.fsdecode(err.filename) if err.filename else root, err
+
+    for folder, _, names in os.walk(top, onerror=errors.append):
+        yield from unlisted()
         test = keep(folder[start:])
         for name in names:
             if test(name):
                 path = os.path.join(folder, name)
                 if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
                     yield os.fsdecode(path), None
-    for err in errors:
-        if kept_error(err):
-            yield os.fsdecode(err.filename) if err.filename else root, err
+    yield from unlisted()
 
 
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:

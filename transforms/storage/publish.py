@@ -31,8 +31,7 @@ from transforms.shardset.replacing import input_values, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_letters, write_dead_letters
 from transforms.storage.files import hashes_match, read_if_present
-from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
-    moves_problem, rename_files
+from transforms.storage.folders import PARALLEL_MOVES, Move, delete_tree, make_folder, moves_problem, rename_files
 from transforms.storage.journal import finish_journal, pending_manifest, read_journal, retire_manifest, shard_moves
 from transforms.storage.run_lock_files import check_lock
 from transforms.storage.output_folder import (STAGING_DIR, FolderState, check_own_folders, folder_state,
@@ -348,7 +347,6 @@ def commit_publish(commit: PublishCommit, moved: int) -> Manifest:
     if problem:
         raise PublishError(problem)
     finish_journal(output_dir, commit.journal, shards_moved=commit.moves > 0)
-    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
     delete_tree(join_path(output_dir, STAGING_DIR))  # the lock is this run's: all of it
     kept = sorted(set(commit.manifest.splits) - set(commit.manifest.written_splits))
     if kept:
@@ -388,6 +386,5 @@ def published_already(output_dir: str, run_id: str) -> Manifest:
         if journal is not None:  # its last steps: forward, never dropped half done
             finish_journal(output_dir, journal)
             published = read_if_present(join_path(output_dir, MANIFEST_NAME)) or published
-        delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
         delete_tree(join_path(output_dir, STAGING_DIR))
     return read_manifest(output_dir, published)
