@@ -2,10 +2,8 @@
 
 ``transforms/storage/`` imports nothing of Beam itself; the functions here work around gaps in
 Beam's file system API, each naming what of Beam it touches (apache-beam 2.77.0). Every storage
-call uses one client per worker process (``store_client``: Beam 2.77 makes a boto3 client, about
-0.28 s of CPU, or a ``GcsIO`` per call). Every S3 client Beam makes is bounded in time and tries:
-a call with no HTTP answer after ``S3_READ_ATTEMPTS`` tries raises ``S3NoAnswerError``, which
-Beam does not retry, so an unreachable S3 endpoint ends the job in minutes, not ten per input.
+call uses one client per worker process (``store_client``), and every S3 client Beam makes is
+bounded in time and tries (``S3NoAnswerError``): docs/runners.md, "S3", says why and what it costs.
 """
 
 from __future__ import annotations

@@ -28,8 +28,7 @@ __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folde
 
 def _matched(pattern: str, limit: int | None = None) -> list[FileMetadata]:
     """The files one pattern matches (at most ``limit``), in one call of Beam's ``match``."""
-    found = FileSystems.match([pattern], limits=None if limit is None else [limit])
-    return list(found[0].metadata_list)
+    return list(FileSystems.match([pattern], limits=None if limit is None else [limit])[0].metadata_list)
 
 
 def exact_file(path: str) -> FileMetadata | None:

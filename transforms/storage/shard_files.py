@@ -140,8 +140,7 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
     local = totals.planned_shard(index)
     if totals.merged is None or local is None:
         return
-    name = shard_file_name(totals.split, totals.merged, totals.published, compression)
-    path = join_path(output_dir, name)
+    path = join_path(output_dir, shard_file_name(totals.split, totals.merged, totals.published, compression))
     share = _lead_share(path, totals, local) if compression == "none" else None
     if share is not None and share[0] >= share[1]:
         return
