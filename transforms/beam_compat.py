@@ -24,13 +24,12 @@ _DIRECT_NAMES = (None, "DirectRunner", "direct", "SwitchingDirectRunner")
 
 
 def local_runner(options: PipelineOptions) -> PipelineRunner | None:
-    """Returns the runner object for a DirectRunner run, or None to let Beam pick.
+    """Returns the runner object for a DirectRunner or DaskRunner run, or None to let Beam pick.
 
     Beam 2.77's DirectRunner first tries to download the Prism runner (a network round trip, or
     a DNS time-out, offline) and falls back to its in-process FnApiRunner: batch jobs go straight
-    to that FnApiRunner, with the same options. ``--runner PrismRunner`` or ``--prism_location``
-    still selects Prism; ``--runner DaskRunner`` gets ``dask_runner()``. On every runner in this
-    process, a bundle whose worker dies fails the job (``_fail_bundles_of_lost_workers``).
+    to that FnApiRunner, with the same options. On every runner in this process, a bundle whose
+    worker dies fails the job (``_fail_bundles_of_lost_workers``).
     """
     _fail_bundles_of_lost_workers()
     standard = options.view_as(StandardOptions)
@@ -55,8 +54,7 @@ def local_workers(options: PipelineOptions) -> int | None:
     ``--direct_num_workers`` (0: one per CPU) in the ``multi_threading`` and ``multi_processing``
     modes; 1 ``in_memory``.
     """
-    standard = options.view_as(StandardOptions)
-    if standard.runner not in _DIRECT_NAMES or options.get_all_options().get("prism_location"):
+    if options.view_as(StandardOptions).runner not in _DIRECT_NAMES or options.get_all_options().get("prism_location"):
         return None
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "in_memory":
@@ -174,10 +172,7 @@ def install_construction_memos() -> None:
     build: 14,000 signatures, a quarter of its CPU). It also builds a new view of the options
     (``PipelineOptions.view_as``: a parser, the flags parsed again) at every step applied, type
     check and DoFn pickled (a tenth of the CPU). None of these answers changes while a pipeline is
-    built and run, so each is kept: a function's arguments per function (asked again if its code,
-    defaults, ``__signature__`` or ``__wrapped__`` change), a DoFn's specs per DoFn object, a view
-    per options object and view class (made again if the options' values or flags were replaced).
-    Lists and sets are handed out fresh, and a DoFn whose specs are invalid raises each time.
+    built and run, so each is kept; lists and sets are handed out fresh.
     """
     from apache_beam.transforms import core, userstate
 
@@ -209,7 +204,7 @@ def _kept_for(kept: dict[int, tuple[Any, dict]], obj: Any) -> dict | None:
 
 
 def _function_args_once(find: Callable[[Any], tuple[list, list]]) -> Callable[[Any], tuple[list, list]]:
-    """``core.get_function_args_defaults``, its answer kept per Python function."""
+    """``core.get_function_args_defaults``, its answer kept per Python function (asked again if it changed)."""
     found: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> {bound: (state, args, defaults)}
 
     def get_function_args_defaults(f: Any) -> tuple[list, list]:
@@ -294,11 +289,8 @@ def register_dask_options() -> None:
 def dask_runner() -> PipelineRunner:
     """Returns a runner that runs the jobs on a Dask ``distributed`` cluster.
 
-    Beam 2.77.0's ``DaskRunner`` loses output: it drops what ``finish_bundle`` emits, gives each
-    consumer of ``with_outputs`` every output, computes only the last transform's bag, and makes
-    ``beam.io.Read`` and ``ParDo`` subclasses no-ops. This runner keeps Beam's options, client and
-    result and translates the graph itself: a task per bundle through Beam's ``DoFnInvoker``, a
-    bag per output tag, side inputs computed once, sources split and read, every end computed.
+    Beam 2.77.0's ``DaskRunner`` loses output (docs/runners.md, "Dask", says how): this one keeps
+    Beam's options, client and result and translates the graph itself, side inputs computed once.
     Batch pipelines in the global window only.
     """
     from apache_beam.runners.dask.dask_runner import DaskRunner
@@ -376,8 +368,7 @@ def _run_on_dask(pipeline: Any, options: PipelineOptions) -> Any:
     ends = [bag.map_partitions(_nothing) for pcoll, bag in bags.items() if id(pcoll) not in consumed]
     client = ddist.Client(**dask_options)
     # Unoptimized, so that each PCollection is one set of keys, computed once for all its readers.
-    futures = client.compute(ends, optimize_graph=False)
-    return _dask_result(client, futures)
+    return _dask_result(client, client.compute(ends, optimize_graph=False))
 
 
 # A Create's elements are spread over this many bundles (Dask partitions) unless --dask_npartitions

@@ -2,10 +2,8 @@
 
 ``transforms/storage/`` imports nothing of Beam itself; the functions here work around gaps in
 Beam's file system API, each naming what of Beam it touches (apache-beam 2.77.0). Every storage
-call uses one client per worker process (``store_client``: Beam 2.77 makes a boto3 client, about
-0.28 s of CPU, or a ``GcsIO`` per call). Every S3 client Beam makes is bounded in time and tries:
-a call with no HTTP answer after ``S3_READ_ATTEMPTS`` tries raises ``S3NoAnswerError``, which
-Beam does not retry, so an unreachable S3 endpoint ends the job in minutes, not ten per input.
+call uses one client per worker process (``store_client``), and every S3 client Beam makes is
+bounded in time and tries (``S3NoAnswerError``): docs/runners.md, "S3", says why and what it costs.
 """
 
 from __future__ import annotations
@@ -29,24 +27,31 @@ try:  # present with apache-beam[aws]
     from apache_beam.io.aws.s3filesystem import S3FileSystem as _S3FileSystem
     from apache_beam.io.aws.s3io import S3Uploader as _S3Uploader
     _S3_ERRORS: tuple[type[Exception], ...] = (_S3ClientError,)
+    _S3_CLIENT_ERRORS: tuple[type[Exception], ...] = (botocore.exceptions.ClientError,
+                                                      botocore.exceptions.BotoCoreError)
 except ImportError:  # pragma: no cover - depends on the installed extras
     _S3Uploader = _boto3_client = _S3FileSystem = None
-    _S3_ERRORS = ()
+    _S3_ERRORS = _S3_CLIENT_ERRORS = ()
 try:  # present with apache-beam[gcp]
     from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem as _GCSFileSystem
+    from google.api_core.exceptions import GoogleAPICallError
+    _GCS_CLIENT_ERRORS: tuple[type[Exception], ...] = (GoogleAPICallError,)
 except ImportError:  # pragma: no cover - depends on the installed extras
     _GCSFileSystem = None
+    _GCS_CLIENT_ERRORS = ()
 
 __all__ = ["FileSystems", "FileSystem", "FileMetadata", "CompressionTypes", "BeamIOError", "set_options",
-           "filesystem_options", "options_set", "store_client", "filesystem_of", "shared_s3io", "s3_read_client",
-           "S3NoAnswerError", "close_written_file", "unbuffered", "naming_s3_errors",
-           "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S", "S3_READ_ATTEMPTS"]
+           "options_set", "store_client", "filesystem_of", "shared_s3io", "S3NoAnswerError", "STORE_CLIENT_ERRORS",
+           "close_written_file", "unbuffered", "naming_s3_errors", "S3_CONNECT_TIMEOUT_S", "S3_READ_TIMEOUT_S",
+           "S3_READ_ATTEMPTS"]
 
 # Bounds on each S3 call: seconds to connect, seconds to wait for bytes, tries in all (botocore's
 # "standard" retries): about 4 minutes when every try times out, seconds when refused.
 S3_CONNECT_TIMEOUT_S = 10
 S3_READ_TIMEOUT_S = 60
 S3_READ_ATTEMPTS = 3
+# What the store clients raise when a call is refused or unanswered (as installed).
+STORE_CLIENT_ERRORS = _S3_CLIENT_ERRORS + _GCS_CLIENT_ERRORS
 
 _ERRNO = {403: errno.EACCES, 404: errno.ENOENT}
 _local = threading.local()
@@ -79,11 +84,6 @@ def options_set() -> PipelineOptions | None:
     return getattr(FileSystems, "_pipeline_options", None)
 
 
-def filesystem_options() -> PipelineOptions:
-    """The pipeline options Beam's file systems are made from (``options_set``), or defaults."""
-    return options_set() or PipelineOptions([])
-
-
 def _options_key(scheme: str, options: PipelineOptions) -> tuple:
     """What a store's client is made from: the options it reads, by value."""
     if scheme == "s3":
@@ -96,7 +96,7 @@ def _options_key(scheme: str, options: PipelineOptions) -> tuple:
 
 def _per_process(kind: str, scheme: str, options: PipelineOptions | None, make):
     """The ``kind`` object of this process for ``options``' store settings, made by ``make(options)`` once."""
-    options = options if options is not None else filesystem_options()
+    options = options if options is not None else options_set() or PipelineOptions([])
     key = (kind, os.getpid(), _options_key(scheme, options))
     with _process_lock:
         found = _process.get(key)
@@ -117,11 +117,9 @@ def store_client(scheme: str, options: PipelineOptions | None = None):
     Raises:
         RuntimeError: ``s3``, and apache-beam[aws] is not installed.
     """
-    if scheme == "s3":
-        return _per_process("client", "s3", options, _new_s3_client)
-    if scheme == "gs":
-        return _per_process("client", "gs", options, _new_gcs_client)
-    raise ValueError(f"no client for {scheme}://")
+    if scheme not in ("s3", "gs"):
+        raise ValueError(f"no client for {scheme}://")
+    return _per_process("client", scheme, options, _new_s3_client if scheme == "s3" else _new_gcs_client)
 
 
 def _new_s3_client(options: PipelineOptions):
@@ -160,13 +158,13 @@ def filesystem_of(path: str):
 
 def shared_s3io():
     """Beam's S3IO for this thread (its client keeps a download's state) on this process's client,
-    rebuilt when the options change."""
+    its calls bounded in time and tries (``_BoundedS3Client``), rebuilt when the options change."""
     from apache_beam.io.aws import s3io
 
-    options = filesystem_options()
+    options = options_set() or PipelineOptions([])
     cached = getattr(_local, "s3io", None)
     if cached is None or cached[0] is not options:
-        cached = (options, s3io.S3IO(client=s3_read_client(options)))
+        cached = (options, s3io.S3IO(client=_BoundedS3Client(store_client("s3", options))))
         _local.s3io = cached
     return cached[1]
 
@@ -175,22 +173,12 @@ class S3NoAnswerError(OSError, PermanentException):
     """An S3 call that got no HTTP answer in ``S3_READ_ATTEMPTS`` tries: Beam's retry decorators do not retry it."""
 
 
-def s3_read_client(options: PipelineOptions):
-    """Returns Beam's S3 client for reading inputs, its calls bounded in time and tries.
-
-    Beam 2.77's ``S3Downloader._get_object_metadata`` retries an error without an HTTP status 7
-    more times; reads of object bytes keep Beam's retries, each try bounded by the same timeouts.
-
-    Raises:
-        RuntimeError: apache-beam[aws] is not installed.
-    """
-    return _BoundedS3Client(store_client("s3", options))
-
-
 if _boto3_client is not None:
     class _BoundedS3Client(_boto3_client.Client):
-        """Beam's S3 client with bounded timeouts and tries (``s3_read_client``), on a shared boto3 client.
+        """Beam's S3 client with bounded timeouts and tries, on a shared boto3 client.
 
+        Beam 2.77's ``S3Downloader._get_object_metadata`` retries an error without an HTTP status 7
+        more times; reads of object bytes keep Beam's retries, each try bounded by the same timeouts.
         Sets the attributes Beam's ``Client.__init__`` sets (Beam 2.77.0).
         """
 

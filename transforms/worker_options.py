@@ -37,7 +37,6 @@ class CarriesStorageOptions:
             set_options(options)
 
 
-
 class StageInPartsFn(CarriesStorageOptions, beam.DoFn):
     """item -> part: each bundle's items, staged by ``stage(items)`` in parts of at most ``size``."""
 

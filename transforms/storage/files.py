@@ -79,8 +79,6 @@ def open_for_read(path: str) -> BinaryIO:
     problem = path_problem(path)
     if problem:
         raise OSError(errno.EINVAL, problem, path)
-    if path.startswith(_STORES):
-        return open_store(path)
     if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
         return _open_local(path)
     return open_file(path)
@@ -315,22 +313,20 @@ class _StoreFile(io.RawIOBase):
 
     A request that starts before ``until`` ends there at the latest; past it, a request that jumps
     ahead asks for ``PAST_RANGE_CHUNK`` (a record header), and one that goes on from the last
-    asks for twice as much, up to ``chunk``. With ``until``, fetched blocks are kept (at most
+    asks for twice as much, up to ``STORE_READ_CHUNK``. With ``until``, fetched blocks are kept (at most
     ``_HELD_BYTES``), so a seek back into them reads no byte again.
     """
 
-    def __init__(self, path: str, first: bytes | None, size: int, chunk: int, until: int | None = None) -> None:
+    def __init__(self, path: str, first: bytes | None, size: int, until: int | None) -> None:
         super().__init__()
-        self._path, self._size, self._pos, self._chunk = path, size, 0, chunk
-        self._first = first
-        self._until = until
+        self._path, self._size, self._pos, self._first, self._until = path, size, 0, first, until
         self._held: list[tuple[int, bytes]] = []  # blocks fetched (with ``until``), the newest last
 
     def readall(self) -> bytes:
-        """The rest of the object, ``chunk`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
+        """The rest of the object, ``STORE_READ_CHUNK`` bytes a request (``RawIOBase`` would ask 8 KiB at a time)."""
         parts = []
         while True:
-            part = self.read(min(self._chunk, max(self._size - self._pos, 0)) or 1)
+            part = self.read(min(STORE_READ_CHUNK, max(self._size - self._pos, 0)) or 1)
             if not part:
                 return b"".join(parts)
             parts.append(part)
@@ -358,7 +354,7 @@ class _StoreFile(io.RawIOBase):
         for start, block in reversed(self._held):
             end = start + len(block)
             if start >= self._until and end <= self._pos <= end + len(block):
-                return min(2 * len(block), self._chunk)
+                return min(2 * len(block), STORE_READ_CHUNK)
         return PAST_RANGE_CHUNK
 
     def readinto(self, buffer) -> int:
@@ -366,7 +362,7 @@ class _StoreFile(io.RawIOBase):
         if left <= 0:
             return 0
         want = min(len(buffer), left)
-        held = self._from_held(want) if self._until is not None else None
+        held = self._from_held(want)  # blocks are held only with ``until``
         if self._first is not None and self._pos < len(self._first):
             data = self._first[self._pos:self._pos + want]
             if self._pos + len(data) >= len(self._first):
@@ -374,15 +370,12 @@ class _StoreFile(io.RawIOBase):
         elif held is not None:
             data = held
         else:
-            past = self._until is not None and self._pos >= self._until
-            if self._until is not None and not past:
-                want = min(want, self._until - self._pos)
-            elif past:
-                want = min(self._past_step(), left)
+            if self._until is not None:
+                want = min(want, self._until - self._pos) if self._pos < self._until else min(self._past_step(), left)
             data = _remote_range(self._path, self._pos, want)[0]
             if self._until is not None:
                 self._hold(self._pos, data)
-                data = data[:min(len(buffer), len(data))]
+                data = data[:len(buffer)]
         buffer[:len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -425,15 +418,12 @@ def open_store(path: str, size: int | None = None, until: int | None = None) -> 
     ``size`` is known. With ``until`` (where a shard's split ends) no request reaches past it unless
     the reader reads past it, and then from ``PAST_RANGE_CHUNK`` up. ``OSError`` as ``read_range``.
     """
-    chunk = STORE_READ_CHUNK
-    if size is not None:
-        return io.BufferedReader(_StoreFile(path, None, size, chunk, until), chunk)
-    first, size = _remote_range(path, 0, chunk)
-    if size is None:  # an empty object (416), or a store that did not say: what the first read got
-        size = len(first) if len(first) < chunk else None
+    first = None
     if size is None:
-        size = _store_size(path)
-    return io.BufferedReader(_StoreFile(path, first, size, chunk), chunk)
+        first, size = _remote_range(path, 0, STORE_READ_CHUNK)
+        if size is None:  # an empty object (416), or a store that did not say: what the first read got
+            size = len(first) if len(first) < STORE_READ_CHUNK else _store_size(path)
+    return io.BufferedReader(_StoreFile(path, first, size, until), STORE_READ_CHUNK)
 
 
 class RangeReader:

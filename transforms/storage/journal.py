@@ -33,9 +33,9 @@ def shard_moves(journal: Journal) -> list[tuple[str, str]]:
 
 
 def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False) -> None:
-    """Carries out a journal's renames (in order, ``manifest.json`` last) and deletions; safe to repeat.
+    """Carries out a journal's renames (in order, ``manifest.json`` last) and deletions, then deletes the journal.
 
-    A rename whose source is gone was done; with ``shards_moved``, those of ``shard_moves`` are not looked at.
+    Safe to repeat: a rename whose source is gone was done; with ``shards_moved``, ``shard_moves`` are not looked at.
 
     Raises:
         PublishError: A file to rename is gone and its target is not there.
@@ -60,6 +60,7 @@ def finish_journal(output_dir: str, journal: Journal, shards_moved: bool = False
     delete_if_exists([join_path(output_dir, name) for name in journal.remove])
     if any(name.startswith(INDEX_DIR + "/") for name in journal.remove):
         delete_empty_folder(join_path(output_dir, INDEX_DIR))  # the index folder of an older uncompressed set
+    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
 
 
 def retire_manifest(output_dir: str, journal: Journal) -> None:
@@ -78,7 +79,6 @@ def finish_interrupted(output_dir: str) -> bool:
         return False
     _LOG.warning("finishing the publish of run %s in %s, which was interrupted", journal.run_id, output_dir)
     finish_journal(output_dir, journal)
-    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
     return True
 
 

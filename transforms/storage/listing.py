@@ -14,7 +14,8 @@ import os
 import stat
 from typing import Callable, Iterator, Sequence
 
-from transforms.filesystems import FileMetadata, FileSystems, filesystem_of, naming_s3_errors, store_client
+from transforms.filesystems import (STORE_CLIENT_ERRORS, FileMetadata, FileSystems, filesystem_of, naming_s3_errors,
+                                    store_client)
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists
 from transforms.storage.paths import bucket_key, has_wildcards, is_local
@@ -27,8 +28,7 @@ __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folde
 
 def _matched(pattern: str, limit: int | None = None) -> list[FileMetadata]:
     """The files one pattern matches (at most ``limit``), in one call of Beam's ``match``."""
-    found = FileSystems.match([pattern], limits=None if limit is None else [limit])
-    return list(found[0].metadata_list)
+    return list(FileSystems.match([pattern], limits=None if limit is None else [limit])[0].metadata_list)
 
 
 def exact_file(path: str) -> FileMetadata | None:
@@ -41,8 +41,7 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) else None
     if path.endswith("/") or not exists(path):
         return None
-    on_store = path.startswith(("s3://", "gs://"))
-    return (filesystem_of(path) if on_store else FileSystems.get_filesystem(path)).metadata(path)
+    return (filesystem_of(path) if path.startswith(LEVEL_SCHEMES) else FileSystems.get_filesystem(path)).metadata(path)
 
 
 def is_folder(path: str) -> bool:
@@ -66,19 +65,11 @@ def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
     An existing file is itself, whatever characters it holds; a path without wildcard characters
     that names no file names nothing. Never match the returned paths again.
     """
-    found: list[list[FileMetadata] | None] = []
-    to_match: list[str] = []
-    for pattern in patterns:
-        meta = exact_file(pattern)
-        if meta is not None:
-            found.append([meta])
-        elif has_wildcards(pattern):
-            found.append(None)
-            to_match.append(pattern)
-        else:
-            found.append([])
+    exact = [exact_file(pattern) for pattern in patterns]
+    to_match = [pattern for pattern, meta in zip(patterns, exact) if meta is None and has_wildcards(pattern)]
     matched = iter(FileSystems.match(to_match) if to_match else [])
-    return [metas if metas is not None else list(next(matched).metadata_list) for metas in found]
+    return [[meta] if meta is not None else list(next(matched).metadata_list) if has_wildcards(pattern) else []
+            for pattern, meta in zip(patterns, exact)]
 
 
 def list_folder(folder: str) -> dict[str, tuple[str, int]]:
@@ -133,29 +124,26 @@ def walk_local_tree(root: str, keep: Callable[[bytes], Callable[[bytes], bool]] 
     keep = keep or (lambda folder: lambda name: True)
     top = os.fsencode(root)
     start = len(top) + 1
-
-    def kept_error(err: OSError) -> bool:
-        path = os.fsencode(err.filename) if err.filename else top
-        if path == top:
-            return keep(b"")(b"")
-        folder, _, name = path[start:].rpartition(b"/")
-        return keep(folder)(name)
-
     errors: list[OSError] = []
-    for folder, _, names in os.walk(top, onerror=errors.append):
+
+    def unlisted() -> Iterator[tuple[str, OSError]]:
+        """The folders ``os.walk`` reported it could not list since last asked, those ``keep`` passes."""
         while errors:
             err = errors.pop(0)
-            if kept_error(err):
+            path = os.fsencode(err.filename) if err.filename else top
+            folder, _, name = path[start:].rpartition(b"/")
+            if (keep(b"")(b"") if path == top else keep(folder)(name)):
                 yield os.fsdecode(err.filename) if err.filename else root, err
+
+    for folder, _, names in os.walk(top, onerror=errors.append):
+        yield from unlisted()
         test = keep(folder[start:])
         for name in names:
             if test(name):
                 path = os.path.join(folder, name)
                 if os.path.exists(path):  # Beam drops what os.path.getsize cannot stat
                     yield os.fsdecode(path), None
-    for err in errors:
-        if kept_error(err):
-            yield os.fsdecode(err.filename) if err.filename else root, err
+    yield from unlisted()
 
 
 def scan_local_folder(folder: str) -> Iterator[tuple[str, bool]]:
@@ -288,24 +276,8 @@ def _listing_errors(prefix: str) -> Iterator[None]:
     with naming_s3_errors(prefix):
         try:
             yield
-        except _client_errors() as err:
+        except STORE_CLIENT_ERRORS as err:
             raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
-
-
-def _client_errors() -> tuple[type[Exception], ...]:
-    """What the store clients raise when a listing is refused or unanswered (as installed)."""
-    found: list[type[Exception]] = []
-    try:
-        from google.api_core import exceptions
-        found.append(exceptions.GoogleAPICallError)
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        pass
-    try:
-        import botocore.exceptions
-        found += [botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError]
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        pass
-    return tuple(found)
 
 
 def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:

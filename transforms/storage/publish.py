@@ -9,6 +9,7 @@ Nothing it is given grows with shards: counts and the staged parts of the shard 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import pickle
@@ -30,8 +31,7 @@ from transforms.shardset.replacing import input_values, replace_problem
 from transforms.shardset.staged import ShardListPart, StagedShard, parts_problem
 from transforms.storage.dead_letter_files import dead_lettered_inputs, repeated_letters, write_dead_letters
 from transforms.storage.files import hashes_match, read_if_present
-from transforms.storage.folders import PARALLEL_MOVES, Move, delete_if_exists, delete_tree, make_folder, \
-    moves_problem, rename_files
+from transforms.storage.folders import PARALLEL_MOVES, Move, delete_tree, make_folder, moves_problem, rename_files
 from transforms.storage.journal import finish_journal, pending_manifest, read_journal, retire_manifest, shard_moves
 from transforms.storage.run_lock_files import check_lock
 from transforms.storage.output_folder import (STAGING_DIR, FolderState, check_own_folders, folder_state,
@@ -183,7 +183,7 @@ def _stage_dead_letters(output_dir: str, staging: str, staged: Mapping[tuple[str
 
     Returns the merged published shard entries (by split), the dead-letter count and the repeated ones.
     """
-    staged_letters = join_path(output_dir, staged_name(relative_name(output_dir, staging), DEAD_LETTERS_NAME))
+    staged_letters = _staged_copy(output_dir, staging, DEAD_LETTERS_NAME)
     if appending:
         merged = {t.split: next(e for i, e in published_entries(output_dir, old, t.split) if i == t.merged)
                   for t in totals if t.merged is not None}
@@ -217,12 +217,10 @@ def _stage_set_files(output_dir: str, staging: str, manifest: Manifest,
     """Stages the sidecar files and ``manifest.json``, then writes the journal."""
     sidecars = sidecar_files(manifest) if sidecar_files else {}
     names = list(SET_FILES)
-    for name, data in sorted(sidecars.items()):
+    for name, data in [*sorted(sidecars.items()), (MANIFEST_NAME, manifest.dumps())]:  # manifest.json last
         if data is not None:
             write_atomic(_staged_copy(output_dir, staging, name), data, staging)
             names.append(name)
-    write_atomic(_staged_copy(output_dir, staging, MANIFEST_NAME), manifest.dumps(), staging)
-    names.append(MANIFEST_NAME)
     staging_name = relative_name(output_dir, staging)
     journal = plan_journal(run_id, plan, [(staged_name(staging_name, name), name) for name in names],
                            removed=[name for name, data in sorted(sidecars.items()) if data is None])
@@ -238,12 +236,10 @@ def _staged_copy(output_dir: str, staging: str, name: str) -> str:
 
 def _label_counts(parts: Sequence[ShardListPart]) -> dict[str, dict[str, int]]:
     """Split -> label -> records, summed over the shard-list parts."""
-    label_counts: dict[str, dict[str, int]] = {}
+    label_counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for part in parts:
-        counts = label_counts.setdefault(part.split, {})
-        for label, count in part.label_counts.items():
-            counts[label] = counts.get(label, 0) + count
-    return label_counts
+        label_counts[part.split].update(part.label_counts)
+    return {split: dict(counts) for split, counts in label_counts.items()}
 
 
 def _stage_manifest(output_dir: str, staging: str, plan: Any, labels: Sequence[str],
@@ -351,7 +347,6 @@ def commit_publish(commit: PublishCommit, moved: int) -> Manifest:
     if problem:
         raise PublishError(problem)
     finish_journal(output_dir, commit.journal, shards_moved=commit.moves > 0)
-    delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
     delete_tree(join_path(output_dir, STAGING_DIR))  # the lock is this run's: all of it
     kept = sorted(set(commit.manifest.splits) - set(commit.manifest.written_splits))
     if kept:
@@ -391,6 +386,5 @@ def published_already(output_dir: str, run_id: str) -> Manifest:
         if journal is not None:  # its last steps: forward, never dropped half done
             finish_journal(output_dir, journal)
             published = read_if_present(join_path(output_dir, MANIFEST_NAME)) or published
-        delete_if_exists([join_path(output_dir, JOURNAL_NAME)])
         delete_tree(join_path(output_dir, STAGING_DIR))
     return read_manifest(output_dir, published)

@@ -117,8 +117,7 @@ def input_stamp(path: str) -> Stamp | None:
 
 def write_done_list(run_path: str, lines: Iterable[bytes]) -> None:
     """Writes a closed run file's done list beside it, through a rename; ``lines`` never joined."""
-    folder = run_path.rsplit("/", 1)[0]
-    write_atomic(run_path + DONE_SUFFIX, lines, folder)
+    write_atomic(run_path + DONE_SUFFIX, lines, run_path.rsplit("/", 1)[0])
 
 
 def read_done_inputs(done: tuple[str, str, int | None]) -> Iterator[tuple[str, DoneInput]]:
@@ -141,8 +140,7 @@ def record_done_shard(content: str, result: ShardResult) -> None:
 
 
 def _write_done_shard(done: ShardDone) -> None:
-    folder = done.staged.rsplit("/", 1)[0]
-    write_atomic(done.staged + DONE_SUFFIX, done.dumps(), folder)
+    write_atomic(done.staged + DONE_SUFFIX, done.dumps(), done.staged.rsplit("/", 1)[0])
 
 
 def adopt_shard(done: ShardDone, output_dir: str, run_id: str) -> ShardResult | None:

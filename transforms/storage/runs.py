@@ -161,7 +161,5 @@ class RecordCopier:
         return None if data is None else data[where.offset - batch.start:where.offset - batch.start + where.length]
 
     def close(self) -> None:
-        with self._lock:
-            self._batch_of.clear()
-            self._held = 0
+        self.plan(())  # drops the batches planned
         self._reader.close()

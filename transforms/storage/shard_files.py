@@ -25,7 +25,7 @@ from transforms.shardset.staged import (ShardListPart, ShardResult, StagedShard,
 from transforms.filesystems import close_written_file, naming_s3_errors
 from transforms.storage.files import exists, open_file, open_for_read, open_lines, read_if_present
 from transforms.storage.output_folder import staging_folder
-from transforms.storage.writing import create, reporting_full_disk, shards_need, write_atomic, write_file
+from transforms.storage.writing import create, reporting_full_disk, shards_need, write_atomic, write_file, written
 from transforms.shardset.planning import SplitTotals, shard_of_offset
 from transforms.shardset.published_keys import record_label
 from transforms.tfrecord.compression import open_decompressed
@@ -124,15 +124,11 @@ def _write_array_record_shard(output_dir: str, key: tuple[str, int, int], name: 
         _write_records(writer, records)
         stats = writer.close()
         digest = FileHash(sha256=sha256)
-        fh = create(staged)
-        try:
-            with open(local, "rb") as source:
-                for block in iter(lambda: source.read(1 << 22), b""):
-                    digest.update(block)
-                    stats.bytes += len(block)
-                    fh.write(block)
-        finally:
-            close_written_file(fh)
+        with written(staged) as fh, open(local, "rb") as source:
+            for block in iter(lambda: source.read(1 << 22), b""):
+                digest.update(block)
+                stats.bytes += len(block)
+                fh.write(block)
     stats.crc32c, stats.sha256 = digest.crc32c, digest.sha256
     return ShardResult(split, index, count, name, staged, None, stats)
 
@@ -144,8 +140,7 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
     local = totals.planned_shard(index)
     if totals.merged is None or local is None:
         return
-    name = shard_file_name(totals.split, totals.merged, totals.published, compression)
-    path = join_path(output_dir, name)
+    path = join_path(output_dir, shard_file_name(totals.split, totals.merged, totals.published, compression))
     share = _lead_share(path, totals, local) if compression == "none" else None
     if share is not None and share[0] >= share[1]:
         return

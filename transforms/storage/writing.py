@@ -187,9 +187,8 @@ def _create_exclusive_gcs(path: str, data: bytes) -> bool:
     from google.api_core.exceptions import PreconditionFailed
 
     bucket, key = bucket_key(path)
-    blob = store_client("gs").bucket(bucket).blob(key)
     try:
-        blob.upload_from_string(data, if_generation_match=0)
+        store_client("gs").bucket(bucket).blob(key).upload_from_string(data, if_generation_match=0)
     except PreconditionFailed:
         return False
     return True
