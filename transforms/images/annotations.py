@@ -78,10 +78,6 @@ class RecordLayout:
             spec.update(OBJECT_FEATURES)
         return spec
 
-    def object_id(self) -> dict[str, int]:
-        """Object class name -> the id its boxes carry."""
-        return {name: class_id for class_id, name in self.object_labels}
-
 
 def row_annotations(row: Mapping, is_csv: bool, typing: ManifestTyping, multi_label: bool,
                     bbox_format: str) -> tuple[tuple[str, ...] | None, tuple, tuple[SourceBox, ...] | None]:
@@ -182,22 +178,16 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
             raise FeatureValueError(f"key {name!r} ({feature_type}) has no value")
         out.append((name, base_kind(feature_type), tuple(values)))
     if layout.multi_label:
-        names = source.labels if source.labels is not None else (source.label,)
+        names = source.class_names()
         out.append(("image/class/label", "int64", tuple(index_of[n] for n in names)))
         out.append(("image/class/text", "bytes", tuple(n.encode("utf-8") for n in names)))
     if layout.objects:
-        object_id = layout.object_id()
-        columns = {
-            "image/object/bbox/xmin": ("float", tuple(b.xmin for b in boxes)),
-            "image/object/bbox/ymin": ("float", tuple(b.ymin for b in boxes)),
-            "image/object/bbox/xmax": ("float", tuple(b.xmax for b in boxes)),
-            "image/object/bbox/ymax": ("float", tuple(b.ymax for b in boxes)),
-            "image/object/class/label": ("int64", tuple(object_id[b.label] for b in boxes)),
-            "image/object/class/text": ("bytes", tuple(b.label.encode("utf-8") for b in boxes)),
-            "image/object/area": ("float", tuple(b.area for b in boxes)),
-            "image/object/is_crowd": ("int64", tuple(b.is_crowd for b in boxes)),
-        }
-        out.extend((name, kind, values) for name, (kind, values) in columns.items())
+        object_id = {name: class_id for class_id, name in layout.object_labels}
+        rows = [(b.xmin, b.ymin, b.xmax, b.ymax, object_id[b.label], b.label.encode("utf-8"), b.area, b.is_crowd)
+                for b in boxes]  # a value per key of OBJECT_FEATURES, in its order
+        columns = zip(*rows) if rows else [()] * len(OBJECT_FEATURES)
+        out.extend((name, base_kind(feature_type), tuple(values))
+                   for (name, feature_type), values in zip(OBJECT_FEATURES.items(), columns))
     return tuple(sorted(out))
 
 
