@@ -197,22 +197,15 @@ class PlacedExtras(tuple):
 
     clipped: int = 0
 
-    def plus(self, more: tuple) -> "PlacedExtras":
-        """These extras and ``more`` (sorted by key, as ``record_extras`` gives them), the count kept."""
-        joined = PlacedExtras(sorted(tuple(self) + tuple(more)))
-        joined.clipped = self.clipped
-        return joined
-
 
 def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int], data: bytes,
                  stored_width: int, stored_height: int, pixels_transformed: bool,
-                 cropped: bool = False) -> tuple[tuple[str, str, tuple], ...]:
-    """The extra keys of one image's record (``record_extras``), its boxes placed on the stored image.
+                 cropped: bool = False, more: tuple = ()) -> PlacedExtras:
+    """One image's record's extra keys (``record_extras`` and ``more``, sorted), its boxes placed on the stored image.
 
     Args:
         layout: The build's layout, or None for plain image records.
         data: The source file's bytes (its header gives the size boxes refer to).
-        stored_width, stored_height: Size of the image as the record stores it.
         pixels_transformed: The stored pixels are decoded ones, EXIF orientation applied.
         cropped: The stored image is a centre crop, which boxes cannot follow yet.
 
@@ -224,7 +217,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         FeatureValueError: As ``record_extras``.
     """
     if layout is None or layout.plain:
-        return PlacedExtras()
+        return PlacedExtras(sorted(more))
     boxes: tuple[PlacedBox, ...] = ()
     if layout.objects and source.objects:
         if cropped and pixels_transformed:
@@ -234,7 +227,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
             orientation = 1
         boxes = place_boxes(source.objects, width, height, orientation, stored_width, stored_height,
                             layout.boxes_outside)
-    extras = PlacedExtras(record_extras(source, layout, index_of, boxes))
+    extras = PlacedExtras(sorted(record_extras(source, layout, index_of, boxes) + tuple(more)))
     extras.clipped = sum(box.clipped for box in boxes)
     return extras
 

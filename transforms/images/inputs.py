@@ -202,7 +202,6 @@ def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
     be scanned here is left to its task, which reports it.
 
     Args:
-        root: The folder input, without a trailing ``/``.
         scan: ``folder -> iterable of (path, is_folder)`` of one level (a store prefix given back with
             its ``/``); raises ``OSError`` when the folder cannot be listed.
     """
@@ -267,12 +266,7 @@ def layout_of_levels(levels: TreeLevels) -> str:
 
 
 def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceImage | DeadLetter:
-    """Resolves file ``rel`` (``/``-separated, not hidden) of folder input ``root`` (no trailing ``/``).
-
-    Returns:
-        A ``SourceImage``, or a ``DeadLetter`` if its split or class cannot be known or its name is
-        not valid UTF-8.
-    """
+    """Resolves file ``rel`` (``/``-separated, not hidden) of folder input ``root`` (no trailing ``/``)."""
     path = join_path(root, rel)
     if _UNDECODED.search(path):
         return DeadLetter(shown_name(path), "bad_file_name",
@@ -451,7 +445,7 @@ def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str
     Args:
         lines: ``(1-based line number, line)``: the line as text (``decode_line``, without its
             break), or None for a line too long to read; not a CSV manifest's header line.
-        fields: A CSV manifest's columns (``csv_header``); unused for JSON Lines.
+        fields: A CSV manifest's columns (``csv_header``).
     """
     jsonl = manifest.lower().endswith(".jsonl")
     typing = ManifestTyping(rules.features)

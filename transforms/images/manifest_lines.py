@@ -34,11 +34,7 @@ def breaks_at_cr(manifest: str) -> bool:
 
 
 def byte_ranges(size: int, range_bytes: int) -> list[tuple[int, int]]:
-    """Splits ``[0, size)`` into ranges of ``range_bytes`` (the last one shorter); none for an empty file.
-
-    Raises:
-        ValueError: ``range_bytes`` is under 1.
-    """
+    """Splits ``[0, size)`` into ranges of ``range_bytes`` (the last one shorter); none for an empty file."""
     if range_bytes < 1:
         raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
     return [(start, min(start + range_bytes, size)) for start in range(0, size, range_bytes)]

@@ -90,11 +90,7 @@ def popcount(values: np.ndarray) -> np.ndarray:
 
 
 def band_widths(distance: int) -> tuple[int, ...]:
-    """The widths of the ``distance + 1`` bands a hash is cut into, as even as can be, wider ones first.
-
-    Raises:
-        ValueError: ``distance`` is not in 0..``MAX_DISTANCE``.
-    """
+    """The widths of the ``distance + 1`` bands a hash is cut into, as even as can be, wider ones first."""
     if not 0 <= distance <= MAX_DISTANCE:
         raise ValueError(f"near-duplicate distance must be in 0..{MAX_DISTANCE}, got {distance}")
     bands = distance + 1
