@@ -91,13 +91,6 @@ class LabelRules:
         """Split of a file whose input does not say: ``split``, or ``SPLIT_BY_CONTENT``."""
         return SPLIT_BY_CONTENT if self.split_fractions else self.split
 
-    def label_from_name(self, relpath: str) -> str | None:
-        """Class taken from the file name by ``label_regex``, or None if it does not match."""
-        match = re.search(self.label_regex or "", posixpath.basename(relpath))
-        if match is None:
-            return None
-        return match.group(1) if match.groups() else match.group(0)
-
 
 def check_label(label: str) -> str | None:
     """Why a class name is unusable (empty, or a character that breaks ``labels.txt``), or None."""
@@ -284,9 +277,10 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
     else:
         split, inner = "", parts
     if rules.label_regex is not None:
-        label = rules.label_from_name(rel)
-        if label is None:
+        match = re.search(rules.label_regex, posixpath.basename(rel))
+        if match is None:
             return DeadLetter(path, "no_label", f"file name does not match --label_regex {rules.label_regex!r}")
+        label = match.group(1) if match.groups() else match.group(0)
     elif len(inner) < 2:
         return DeadLetter(path, "no_label", "file is not inside a class folder")
     else:

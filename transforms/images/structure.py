@@ -446,14 +446,6 @@ _NUMPY_WINDOW = 256 * 1024
 _BUFFERS = threading.local()
 
 
-def _flag_array(count: int) -> np.ndarray:
-    """This thread's flags, ``count`` (at most ``_NUMPY_WINDOW``) long."""
-    flags = getattr(_BUFFERS, "flags", None)
-    if flags is None or len(flags) < count:
-        flags = _BUFFERS.flags = np.empty(max(count, _NUMPY_WINDOW), np.bool_)
-    return flags[:count]
-
-
 class _ScanMarkers:
     """Finds the markers (``_MARKER``) in a JPEG's entropy-coded data, from the first scan's data on:
     a regex search per marker, or from ``_NUMPY_FROM`` bytes on, flags set in two numpy passes per
@@ -496,8 +488,10 @@ class _ScanMarkers:
         """Flags the bytes in ``[low, low + _NUMPY_WINDOW)`` that are 0xFF followed by a byte other
         than 0x00."""
         high = min(low + _NUMPY_WINDOW, len(self._data) - 1)
-        count = high - low
-        flags = _flag_array(count)
+        flags = getattr(_BUFFERS, "flags", None)
+        if flags is None or len(flags) < high - low:
+            flags = _BUFFERS.flags = np.empty(max(high - low, _NUMPY_WINDOW), np.bool_)
+        flags = flags[:high - low]
         np.equal(self._bytes[low:high], 0xFF, out=flags)
         following = self._bytes[low + 1:high + 1]
         self._flags = np.logical_and(flags.view(np.uint8), following, out=flags)  # and not 0x00
