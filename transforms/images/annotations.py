@@ -158,7 +158,6 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
     Args:
         layout: The build's layout (its ``object_labels`` name every object's class).
         index_of: Image class name -> index (every image class of the source is in it).
-        boxes: The source's boxes placed on the stored image.
 
     Raises:
         FeatureValueError: An extra feature is missing or has another type than the layout's.

@@ -182,8 +182,8 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
         ManifestError: A category has no name, a name or id is given twice, or a kept id is below 1
             or above int64.
     """
-    categories = list(categories)
     classes: list[tuple[int | None, str]] = []
+    names: dict[str, str] = {}
     seen_ids: dict[object, str] = {}
     seen_names: set[str] = set()
     for cat in categories:
@@ -206,8 +206,9 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
                                 "an int64 record holds (--coco_ids renumber numbers classes by name)")
         seen_ids[class_id] = name
         seen_names.add(name)
+        names[coco_key(class_id)] = name
         classes.append((class_id if coco_ids == "keep" else None, name))
-    return ObjectClasses(where, tuple(classes)), {coco_key(cat.get("id")): cat["name"] for cat in categories}
+    return ObjectClasses(where, tuple(classes)), names
 
 
 def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[tuple[int, Any]],
@@ -219,7 +220,6 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         images: ``(index in images, entry)`` of the images with this id.
         annotations: ``(index in annotations, entry)`` of the annotations naming it.
         names: ``coco_categories``' names of the file.
-        image_root: ``image_folder``'s ``image_root``.
         rules: Labelling rules (their split is every image's).
 
     Yields:

@@ -304,12 +304,8 @@ def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
     dead = DeadLetter(shown_name(path), "unreadable",
                       f"folder cannot be listed ({shown_name(why)}); its files are not inputs "
                       "of this run and count as this one dead letter")
-    parts = rel.split("/") if rel else []
-    if layout == "splits":
-        parts = parts[1:]
-    label = parts[0] if parts and rules.label_regex is None else None
-    if label is not None:
-        label = class_label(label, rules.class_names)[0]
+    parts = (rel.split("/") if rel else [])[1 if layout == "splits" else 0:]
+    label = class_label(parts[0], rules.class_names)[0] if parts and rules.label_regex is None else None
     if label is not None and (check_label(label) or _UNDECODED.search(label)):
         label = None
     return dead, label

@@ -2,8 +2,7 @@
 
 The range ``[start, end)`` owns the lines whose first byte lies in it. A JSON Lines manifest breaks
 lines at ``"\\n"`` only; a CSV manifest at ``"\\r\\n"``, ``"\\n"`` or a lone ``"\\r"``, as Python's csv
-module does, so ``MANIFEST:LINE`` is what an editor shows. ``count_line_starts`` counts the lines that
-start in each range, ``first_line_numbers`` adds them up, and ``lines_in_range`` reads a range's lines.
+module does, so ``MANIFEST:LINE`` is what an editor shows.
 """
 
 from __future__ import annotations

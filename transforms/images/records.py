@@ -176,9 +176,8 @@ def image_count_keys(info: ImageInfo) -> list[tuple[str, str]]:
 def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, dict[str, int]]:
     """The manifest's ``images`` object (docs/output.md says what each counter counts) from
     ``((counter, format), records)`` pairs."""
-    out: dict[str, dict[str, int]] = {"source_formats": {}, "converted": {}, "tf_undecodable": {},
-                                      "png_chunks_fixed": {}, "exif_oriented": {},
-                                      "exif_orientation_kept": {}}
+    out: dict[str, dict[str, int]] = {name: {} for name in ("source_formats", "converted", "tf_undecodable",
+                                                            "png_chunks_fixed", "exif_oriented", "exif_orientation_kept")}
     for (counter, fmt), records in counted:
         out[counter][fmt] = out[counter].get(fmt, 0) + records
     return {name: dict(sorted(by_format.items())) for name, by_format in out.items()}
