@@ -8,6 +8,7 @@ BENCHMARKS.md, "Validation levels against corruption", has the speed.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import zlib
@@ -367,10 +368,11 @@ def _check_sos(body: bytes, components: bytes, progressive: bool, at: int) -> No
 _CODE_SPACE = tuple(1 << (16 - bits) for bits in range(1, 17))
 
 
-# A DHT table's 16 code-length counts -> (codes, whether they fit): tables repeat from file to file
-# (an encoder's defaults), so the sums are made once per kind of table; cleared when full.
-_COUNTS: dict[bytes, tuple[int, bool]] = {}
-_COUNTS_MAX = 1024
+@functools.lru_cache(maxsize=1024)
+def _code_counts(counts: bytes) -> tuple[int, bool]:
+    """A DHT table's 16 code-length counts -> (codes, whether they fit): tables repeat from file to file
+    (an encoder's defaults), so the sums are made once per kind of table."""
+    return sum(counts), sum(map(mul, counts, _CODE_SPACE)) < 1 << 16
 
 
 def _check_dht(body: bytes, at: int) -> None:
@@ -384,12 +386,7 @@ def _check_dht(body: bytes, at: int) -> None:
         if kind & 0x0F > 3 or kind >> 4 > 1:
             raise _corrupt(f"JPEG marker DHT at offset {at}: table class/id 0x{kind:02X}")
         counts = body[pos + 1:pos + 17]
-        known = _COUNTS.get(counts)
-        if known is None:
-            if len(_COUNTS) >= _COUNTS_MAX:
-                _COUNTS.clear()
-            known = _COUNTS[counts] = (sum(counts), sum(map(mul, counts, _CODE_SPACE)) < 1 << 16)
-        count, fits = known
+        count, fits = _code_counts(counts)
         if count > 256:
             raise _corrupt(f"JPEG marker DHT at offset {at}: a table of {count} codes (at most 256)")
         if not fits:  # codes overflow their lengths: name the first
