@@ -38,7 +38,11 @@ def is_coco_path(path: str) -> bool:
     return path.lower().endswith(".json")
 
 
-def _box(ann: dict, category: str) -> SourceBox:
+def _box(ann: dict, names: Mapping[str, str]) -> SourceBox:
+    """The box of one annotation; ``names``: ``coco_categories``' names."""
+    category = names.get(coco_key(ann.get("category_id")))
+    if category is None:
+        raise BoxError(f"annotation {ann.get('id')!r}: category_id {ann.get('category_id')!r} is not in categories")
     bbox = ann.get("bbox")
     if (not isinstance(bbox, list) or len(bbox) != 4
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
@@ -245,20 +249,13 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
                              f"{len(annotations)} annotations cannot be placed: give each image its own id")
         return
     for number, img in images:
-        entry = f"{where}:images[{number}]"
         name = img.get("file_name") if isinstance(img, dict) else None
         if not isinstance(name, str) or not name.strip():
-            yield DeadLetter(entry, "bad_manifest_row", "image has no file_name")
+            yield DeadLetter(f"{where}:images[{number}]", "bad_manifest_row", "image has no file_name")
             continue
         full, relative = image_path(folder, name)
         try:
-            boxes = []
-            for _, ann in annotations:
-                category = names.get(coco_key(ann.get("category_id")))
-                if category is None:
-                    raise BoxError(f"annotation {ann.get('id')!r}: category_id "
-                                   f"{ann.get('category_id')!r} is not in categories")
-                boxes.append(_box(ann, category))
+            boxes = [_box(ann, names) for _, ann in annotations]
         except BoxError as err:
             yield DeadLetter(full, "bad_box", str(err))
             continue
