@@ -18,7 +18,8 @@ from transforms.errors import ExampleError, RecordError
 from transforms.example.codec import BYTES, FLOAT, INT64
 from transforms.example.messages import Example
 from transforms.example.wire import EntryValue, _ONE, map_entries, varint
-from transforms.images.image_codec import ImageInfo, _naming_library_messages, upright_first_frame_png
+from transforms.images.image_codec import ImageInfo, upright_first_frame_png
+from transforms.images.library_messages import naming_library_messages
 from transforms.images.duplicates import CopyTally, PublishedCopy, _copy_rank, copy_letter
 from transforms.images.inputs import (LabelRules, csv_header, is_manifest_path, layout_of_levels, levels_of_paths,
                                       manifest_line_entries, tree_entry, unreadable_folder_entry)
@@ -114,7 +115,7 @@ def example_bytes(features: Mapping[str, EntryValue]) -> bytes:
     return b"".join((bytes((_ONE,)), varint(len(entries)), entries)) if entries else b""
 
 
-@_naming_library_messages
+@naming_library_messages
 def first_frame_png(data: bytes) -> bytes:
     """Converts an image's first frame to PNG, keeping its pixel values (see ``upright_first_frame_png``).
 
@@ -224,8 +225,7 @@ def iccp_verdict(body: bytes, color_type: int) -> tuple[str, SrgbProfile | None]
         it; "" when it accepts it), and the ``SRGB_PROFILES`` entry the profile
         is (None when it is none, or is refused).
     """
-    verdict = _iccp_verdict(body, color_type)
-    return verdict.rejected, verdict.profile
+    return _iccp_verdict(body, color_type)
 
 
 def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from transforms.images.annotations import RecordLayout
-from transforms.images.build_manifest import build_image_counts, build_manifest_extras
+from transforms.images.build_manifest import build_manifest_extras, image_count_fields
 from transforms.images.near_duplicates import NEAR_DUPLICATES_NAME, HashedImage, NearPair
 
 
@@ -42,5 +42,5 @@ def test_reject_always_has_its_summary_and_file_even_without_pairs() -> None:
 def test_the_image_counts_come_from_the_shards_summed_tallies() -> None:
     tallies = [(("stored_formats", "jpeg"), 3), (("channels", "3"), 3), (("boxes", "skipped"), 1)]
     fields = build_manifest_extras(RecordLayout(), "off").manifest_fields(tallies)
-    assert fields["images"] == build_image_counts(tallies)
+    assert fields["images"] == image_count_fields(tallies)["images"]
     assert fields["images"]["stored_formats"] == {"jpeg": 3} and fields["images"]["boxes"] == {"skipped": 1}

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from transforms.images.build_manifest import build_image_counts
+from transforms.images.build_manifest import image_count_fields
 from transforms.images.near_duplicates import near_duplicates_summary
 from transforms.shardset.manifest import Manifest, ShardEntry, SplitEntry
 from tests.helpers import shard_list_bytes
@@ -51,7 +51,7 @@ def full_manifest() -> Manifest:
     counted = [((counter, "png"), 1) for counter in
                ("source_formats", "converted", "tf_undecodable", "png_chunks_fixed", "exif_oriented",
                 "exif_orientation_kept", "stored_formats", "channels", "boxes")]
-    images = build_image_counts(counted)
+    images = image_count_fields(counted)["images"]
     near = near_duplicates_summary("report", 6, [], [(5, 3)], 1)
     return Manifest(created_by="build_shards", options={"format": "tfrecord"}, seed=1, compression="none",
                     feature_spec={"image/encoded": "bytes"}, labels=["cat"],

@@ -78,10 +78,6 @@ class RecordLayout:
             spec.update(OBJECT_FEATURES)
         return spec
 
-    def object_id(self) -> dict[str, int]:
-        """Object class name -> the id its boxes carry."""
-        return {name: class_id for class_id, name in self.object_labels}
-
 
 def row_annotations(row: Mapping, is_csv: bool, typing: ManifestTyping, multi_label: bool,
                     bbox_format: str) -> tuple[tuple[str, ...] | None, tuple, tuple[SourceBox, ...] | None]:
@@ -162,7 +158,6 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
     Args:
         layout: The build's layout (its ``object_labels`` name every object's class).
         index_of: Image class name -> index (every image class of the source is in it).
-        boxes: The source's boxes placed on the stored image.
 
     Raises:
         FeatureValueError: An extra feature is missing or has another type than the layout's.
@@ -182,22 +177,16 @@ def record_extras(source, layout: RecordLayout, index_of: Mapping[str, int],
             raise FeatureValueError(f"key {name!r} ({feature_type}) has no value")
         out.append((name, base_kind(feature_type), tuple(values)))
     if layout.multi_label:
-        names = source.labels if source.labels is not None else (source.label,)
+        names = source.class_names()
         out.append(("image/class/label", "int64", tuple(index_of[n] for n in names)))
         out.append(("image/class/text", "bytes", tuple(n.encode("utf-8") for n in names)))
     if layout.objects:
-        object_id = layout.object_id()
-        columns = {
-            "image/object/bbox/xmin": ("float", tuple(b.xmin for b in boxes)),
-            "image/object/bbox/ymin": ("float", tuple(b.ymin for b in boxes)),
-            "image/object/bbox/xmax": ("float", tuple(b.xmax for b in boxes)),
-            "image/object/bbox/ymax": ("float", tuple(b.ymax for b in boxes)),
-            "image/object/class/label": ("int64", tuple(object_id[b.label] for b in boxes)),
-            "image/object/class/text": ("bytes", tuple(b.label.encode("utf-8") for b in boxes)),
-            "image/object/area": ("float", tuple(b.area for b in boxes)),
-            "image/object/is_crowd": ("int64", tuple(b.is_crowd for b in boxes)),
-        }
-        out.extend((name, kind, values) for name, (kind, values) in columns.items())
+        object_id = {name: class_id for class_id, name in layout.object_labels}
+        rows = [(b.xmin, b.ymin, b.xmax, b.ymax, object_id[b.label], b.label.encode("utf-8"), b.area, b.is_crowd)
+                for b in boxes]  # a value per key of OBJECT_FEATURES, in its order
+        columns = zip(*rows) if rows else [()] * len(OBJECT_FEATURES)
+        out.extend((name, base_kind(feature_type), tuple(values))
+                   for (name, feature_type), values in zip(OBJECT_FEATURES.items(), columns))
     return tuple(sorted(out))
 
 
@@ -207,22 +196,15 @@ class PlacedExtras(tuple):
 
     clipped: int = 0
 
-    def plus(self, more: tuple) -> "PlacedExtras":
-        """These extras and ``more`` (sorted by key, as ``record_extras`` gives them), the count kept."""
-        joined = PlacedExtras(sorted(tuple(self) + tuple(more)))
-        joined.clipped = self.clipped
-        return joined
-
 
 def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int], data: bytes,
                  stored_width: int, stored_height: int, pixels_transformed: bool,
-                 cropped: bool = False) -> tuple[tuple[str, str, tuple], ...]:
-    """The extra keys of one image's record (``record_extras``), its boxes placed on the stored image.
+                 cropped: bool = False, more: tuple = ()) -> PlacedExtras:
+    """One image's record's extra keys (``record_extras`` and ``more``, sorted), its boxes placed on the stored image.
 
     Args:
         layout: The build's layout, or None for plain image records.
         data: The source file's bytes (its header gives the size boxes refer to).
-        stored_width, stored_height: Size of the image as the record stores it.
         pixels_transformed: The stored pixels are decoded ones, EXIF orientation applied.
         cropped: The stored image is a centre crop, which boxes cannot follow yet.
 
@@ -234,7 +216,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
         FeatureValueError: As ``record_extras``.
     """
     if layout is None or layout.plain:
-        return PlacedExtras()
+        return PlacedExtras(sorted(more))
     boxes: tuple[PlacedBox, ...] = ()
     if layout.objects and source.objects:
         if cropped and pixels_transformed:
@@ -244,7 +226,7 @@ def image_extras(source, layout: RecordLayout | None, index_of: Mapping[str, int
             orientation = 1
         boxes = place_boxes(source.objects, width, height, orientation, stored_width, stored_height,
                             layout.boxes_outside)
-    extras = PlacedExtras(record_extras(source, layout, index_of, boxes))
+    extras = PlacedExtras(sorted(record_extras(source, layout, index_of, boxes) + tuple(more)))
     extras.clipped = sum(box.clipped for box in boxes)
     return extras
 

@@ -14,7 +14,7 @@ from transforms.images.near_duplicates import (NEAR_DUPLICATES_NAME, NearPair, n
 from transforms.images.records import image_count_keys, image_counts
 from transforms.shardset.manifest_extras import ManifestExtras
 
-__all__ = ["build_manifest_extras", "image_count_fields", "record_count_keys", "build_image_counts"]
+__all__ = ["build_manifest_extras", "image_count_fields", "record_count_keys"]
 
 _OWN = ("stored_formats", "channels", "boxes")
 _OBJECT_LABEL_KEY = "image/object/class/label"
@@ -32,8 +32,9 @@ def record_count_keys(meta) -> list[tuple[str, str]]:
     return keys
 
 
-def build_image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, dict[str, int]]:
-    """The manifest's ``images`` object from ``((counter, value), count)`` pairs (``record_count_keys``)."""
+def image_count_fields(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, Any]:
+    """The manifest's ``images`` field from the shards' summed ``record_count_keys`` tallies, ``((counter,
+    value), count)`` pairs."""
     counted = list(counted)
     out = image_counts(item for item in counted if item[0][0] not in _OWN)
     own: dict[str, dict[str, int]] = {name: {} for name in _OWN}
@@ -41,12 +42,7 @@ def build_image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[s
         if counter in own:
             own[counter][value] = own[counter].get(value, 0) + count
     out.update((name, dict(sorted(values.items()))) for name, values in own.items() if values)
-    return out
-
-
-def image_count_fields(counted) -> dict[str, Any]:
-    """The manifest's ``images`` field from the shards' summed ``record_count_keys`` tallies."""
-    return {"images": build_image_counts(counted)}
+    return {"images": out}
 
 
 def build_manifest_extras(layout: Any, near_mode: str, distance: int = 0, near_pairs: Sequence[NearPair] = (),

@@ -34,7 +34,6 @@ def class_label(value, class_names: Sequence[str] | None = None) -> tuple[str | 
     """The class name of one label value, as every input kind reads it.
 
     Args:
-        value: The label: text, or an integer; other types name no class.
         class_names: The names integer labels index; None: an index is named by its number,
             without sign or leading zeros.
 

@@ -38,7 +38,11 @@ def is_coco_path(path: str) -> bool:
     return path.lower().endswith(".json")
 
 
-def _box(ann: dict, category: str) -> SourceBox:
+def _box(ann: dict, names: Mapping[str, str]) -> SourceBox:
+    """The box of one annotation; ``names``: ``coco_categories``' names."""
+    category = names.get(coco_key(ann.get("category_id")))
+    if category is None:
+        raise BoxError(f"annotation {ann.get('id')!r}: category_id {ann.get('category_id')!r} is not in categories")
     bbox = ann.get("bbox")
     if (not isinstance(bbox, list) or len(bbox) != 4
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
@@ -182,8 +186,8 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
         ManifestError: A category has no name, a name or id is given twice, or a kept id is below 1
             or above int64.
     """
-    categories = list(categories)
     classes: list[tuple[int | None, str]] = []
+    names: dict[str, str] = {}
     seen_ids: dict[object, str] = {}
     seen_names: set[str] = set()
     for cat in categories:
@@ -206,8 +210,9 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
                                 "an int64 record holds (--coco_ids renumber numbers classes by name)")
         seen_ids[class_id] = name
         seen_names.add(name)
+        names[coco_key(class_id)] = name
         classes.append((class_id if coco_ids == "keep" else None, name))
-    return ObjectClasses(where, tuple(classes)), {coco_key(cat.get("id")): cat["name"] for cat in categories}
+    return ObjectClasses(where, tuple(classes)), names
 
 
 def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[tuple[int, Any]],
@@ -219,7 +224,6 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
         images: ``(index in images, entry)`` of the images with this id.
         annotations: ``(index in annotations, entry)`` of the annotations naming it.
         names: ``coco_categories``' names of the file.
-        image_root: ``image_folder``'s ``image_root``.
         rules: Labelling rules (their split is every image's).
 
     Yields:
@@ -245,20 +249,13 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
                              f"{len(annotations)} annotations cannot be placed: give each image its own id")
         return
     for number, img in images:
-        entry = f"{where}:images[{number}]"
         name = img.get("file_name") if isinstance(img, dict) else None
         if not isinstance(name, str) or not name.strip():
-            yield DeadLetter(entry, "bad_manifest_row", "image has no file_name")
+            yield DeadLetter(f"{where}:images[{number}]", "bad_manifest_row", "image has no file_name")
             continue
         full, relative = image_path(folder, name)
         try:
-            boxes = []
-            for _, ann in annotations:
-                category = names.get(coco_key(ann.get("category_id")))
-                if category is None:
-                    raise BoxError(f"annotation {ann.get('id')!r}: category_id "
-                                   f"{ann.get('category_id')!r} is not in categories")
-                boxes.append(_box(ann, category))
+            boxes = [_box(ann, names) for _, ann in annotations]
         except BoxError as err:
             yield DeadLetter(full, "bad_box", str(err))
             continue

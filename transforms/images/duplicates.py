@@ -212,7 +212,6 @@ def copy_choices(tallies: dict[str, CopyTally], written: Sequence[str] | None = 
     Args:
         tallies: Per sha256, its copies' tally (``tally_copies``).
         written: The splits this run has images in (``CopyTally.choice``).
-        appending: The run appends to the published set.
     """
     kept, choices = [], {}
     for sha256, tally in tallies.items():

@@ -25,11 +25,7 @@ MAX_PARTS = 16
 
 
 def parts_for(count: int, names_per_part: int = NAMES_PER_PART, max_parts: int = MAX_PARTS) -> int:
-    """How many parts a folder of ``count`` files is listed in: 1 up to ``names_per_part``, at most ``max_parts``.
-
-    Raises:
-        ValueError: ``names_per_part`` or ``max_parts`` is under 1.
-    """
+    """How many parts a folder of ``count`` files is listed in: 1 up to ``names_per_part``, at most ``max_parts``."""
     if names_per_part < 1 or max_parts < 1:
         raise ValueError(f"names_per_part and max_parts must be >= 1, got {names_per_part}, {max_parts}")
     return max(1, min(max_parts, -(-count // names_per_part)))

@@ -6,21 +6,17 @@ The policies (decompression bombs, animations, 16-bit and transparent images) ar
 
 from __future__ import annotations
 
-import functools
 import io
 from dataclasses import dataclass
-from typing import Callable, TypeVar
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from transforms.errors import ImageError
 from transforms.images.choices import RESIZE_MODES, VALIDATE_LEVELS
-from transforms.images.library_messages import captured_messages, collected
+from transforms.images.library_messages import naming_library_messages
 from transforms.images.orientation import exif_orientation, turned_upright
 from transforms.images.structure import STRUCTURE_FORMATS, check_png, check_structure
-
-_F = TypeVar("_F", bound=Callable)
 
 __all__ = [
     "VALIDATE_LEVELS", "RESIZE_MODES", "resized", "HEAD_BYTES", "ImageInfo", "read_image_info", "could_be_image", "has_image_magic",
@@ -73,20 +69,6 @@ def channels_of(img: Image.Image) -> int:
     if img.mode in ("P", "PA"):
         return 4 if img.mode == "PA" or "transparency" in img.info else 3
     return _CHANNELS.get(img.mode, len(img.getbands()))
-
-
-def _naming_library_messages(fn: _F) -> _F:
-    """Makes Pillow's and libtiff's messages about an image part of the ImageError it raises."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with captured_messages() as messages:
-            try:
-                return fn(*args, **kwargs)
-            except ImageError as err:
-                raise collected(err, messages) from err
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _reason(err: Exception) -> str:
@@ -152,7 +134,7 @@ def _magic_checks() -> tuple:
     return _magic[1]
 
 
-@_naming_library_messages
+@naming_library_messages
 def could_be_image(head: bytes) -> bool:
     """Decides from a file's first bytes (``HEAD_BYTES``, or the whole file) whether reading the
     rest could yield an image: a magic number, or a header Pillow identifies. False rejects a video,
@@ -168,7 +150,7 @@ def could_be_image(head: bytes) -> bool:
         return True
 
 
-@_naming_library_messages
+@naming_library_messages
 def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     """Recognises an image by content and returns its stored format and size.
 
@@ -218,7 +200,7 @@ def _load_later_frames(img: Image.Image) -> None:
         raise ImageError(_reason(err), f"animation frame: {type(err).__name__}: {err}") from err
 
 
-@_naming_library_messages
+@naming_library_messages
 def decode_size(data: bytes) -> ImageInfo:
     """Decodes an image's first frame at full resolution; returns its format, size and EXIF orientation."""
     img = _open(data)
@@ -248,7 +230,7 @@ def _png_writable(img: Image.Image) -> Image.Image:
     return img.convert("RGBA" if "A" in img.getbands() else "RGB")
 
 
-@_naming_library_messages
+@naming_library_messages
 def upright_first_frame_png(data: bytes, upright: bool) -> tuple[bytes, int]:
     """Converts an image's first frame to PNG (no EXIF block), keeping its pixel values, turned upright
     (as ``ImageOps.exif_transpose`` does) if ``upright``. Palette images stay palette PNG, 16-bit
@@ -325,13 +307,13 @@ def _decoded(data: bytes, grayscale: bool, resize: tuple[int, int] | None,
     return img, source_format
 
 
-@_naming_library_messages
+@naming_library_messages
 def decode_rgb(data: bytes) -> Image.Image:
     """Decodes an image (first frame) to 8-bit RGB, EXIF orientation applied, for display."""
     return _decoded(data, grayscale=False, resize=None)[0]
 
 
-@_naming_library_messages
+@naming_library_messages
 def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
                    grayscale: bool = False,
                    resize: tuple[int, int] | None = None,
@@ -351,7 +333,7 @@ def reencode_image(data: bytes, image_format: str = "jpeg", quality: int = 95,
                                      source_format=source_format)
 
 
-@_naming_library_messages
+@naming_library_messages
 def raw_pixels(data: bytes, grayscale: bool = False, resize: tuple[int, int] | None = None,
                resize_mode: str = "stretch") -> tuple[bytes, ImageInfo]:
     """Decodes an image's first frame, EXIF orientation applied, to uint8 pixels (row-major height x width x

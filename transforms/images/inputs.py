@@ -91,13 +91,6 @@ class LabelRules:
         """Split of a file whose input does not say: ``split``, or ``SPLIT_BY_CONTENT``."""
         return SPLIT_BY_CONTENT if self.split_fractions else self.split
 
-    def label_from_name(self, relpath: str) -> str | None:
-        """Class taken from the file name by ``label_regex``, or None if it does not match."""
-        match = re.search(self.label_regex or "", posixpath.basename(relpath))
-        if match is None:
-            return None
-        return match.group(1) if match.groups() else match.group(0)
-
 
 def check_label(label: str) -> str | None:
     """Why a class name is unusable (empty, or a character that breaks ``labels.txt``), or None."""
@@ -202,7 +195,6 @@ def plan_folder_listing(root: str, layout: str, scan) -> tuple[FolderTask, ...]:
     be scanned here is left to its task, which reports it.
 
     Args:
-        root: The folder input, without a trailing ``/``.
         scan: ``folder -> iterable of (path, is_folder)`` of one level (a store prefix given back with
             its ``/``); raises ``OSError`` when the folder cannot be listed.
     """
@@ -267,12 +259,7 @@ def layout_of_levels(levels: TreeLevels) -> str:
 
 
 def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceImage | DeadLetter:
-    """Resolves file ``rel`` (``/``-separated, not hidden) of folder input ``root`` (no trailing ``/``).
-
-    Returns:
-        A ``SourceImage``, or a ``DeadLetter`` if its split or class cannot be known or its name is
-        not valid UTF-8.
-    """
+    """Resolves file ``rel`` (``/``-separated, not hidden) of folder input ``root`` (no trailing ``/``)."""
     path = join_path(root, rel)
     if _UNDECODED.search(path):
         return DeadLetter(shown_name(path), "bad_file_name",
@@ -290,9 +277,10 @@ def tree_entry(root: str, rel: str, layout: str, rules: LabelRules) -> SourceIma
     else:
         split, inner = "", parts
     if rules.label_regex is not None:
-        label = rules.label_from_name(rel)
-        if label is None:
+        match = re.search(rules.label_regex, posixpath.basename(rel))
+        if match is None:
             return DeadLetter(path, "no_label", f"file name does not match --label_regex {rules.label_regex!r}")
+        label = match.group(1) if match.groups() else match.group(0)
     elif len(inner) < 2:
         return DeadLetter(path, "no_label", "file is not inside a class folder")
     else:
@@ -316,12 +304,8 @@ def unreadable_folder_entry(root: str, rel: str, why: str, layout: str,
     dead = DeadLetter(shown_name(path), "unreadable",
                       f"folder cannot be listed ({shown_name(why)}); its files are not inputs "
                       "of this run and count as this one dead letter")
-    parts = rel.split("/") if rel else []
-    if layout == "splits":
-        parts = parts[1:]
-    label = parts[0] if parts and rules.label_regex is None else None
-    if label is not None:
-        label = class_label(label, rules.class_names)[0]
+    parts = (rel.split("/") if rel else [])[1 if layout == "splits" else 0:]
+    label = class_label(parts[0], rules.class_names)[0] if parts and rules.label_regex is None else None
     if label is not None and (check_label(label) or _UNDECODED.search(label)):
         label = None
     return dead, label
@@ -451,7 +435,7 @@ def manifest_line_entries(lines: Iterable[tuple[int, str | None]], manifest: str
     Args:
         lines: ``(1-based line number, line)``: the line as text (``decode_line``, without its
             break), or None for a line too long to read; not a CSV manifest's header line.
-        fields: A CSV manifest's columns (``csv_header``); unused for JSON Lines.
+        fields: A CSV manifest's columns (``csv_header``).
     """
     jsonl = manifest.lower().endswith(".jsonl")
     typing = ManifestTyping(rules.features)

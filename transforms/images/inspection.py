@@ -57,8 +57,8 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     try:
         extra = image_extras(source, layout, index_of, data, info.width, info.height,
                              pixels_transformed=settings.mode in ("reencode", "raw") or bool(info.upright),
-                             cropped=bool(settings.resize) and settings.resize_mode == "crop")
-        extra = extra.plus(orientation_extra(settings, info))  # the clipped boxes' count kept
+                             cropped=bool(settings.resize) and settings.resize_mode == "crop",
+                             more=orientation_extra(settings, info))
     except BoxError as err:
         return Inspected(DeadLetter(source.path, "bad_box", str(err)), len(data))
     except FeatureValueError as err:

@@ -2,8 +2,8 @@
 
 Pillow reports some problems of a file it still opens as Python warnings and others on its loggers,
 naming no input; libtiff prints them to file descriptor 2. Within ``captured_messages()`` they are
-collected for the calling thread: ``collected`` adds them to an ``ImageError``'s detail; they are
-dropped when the image turns out fine. Pillow's warnings are set to ``always`` so none is swallowed.
+collected for the calling thread: ``naming_library_messages`` adds them to an ``ImageError``'s detail;
+they are dropped when the image turns out fine. Pillow's warnings are set to ``always`` so none is swallowed.
 libtiff's handlers are installed through ctypes in the libtiff Pillow loaded
 (``TIFFSetWarningHandler``, ``TIFFSetErrorHandler``), checked with Pillow 12.3's wheels (libtiff 4.7)
 on Linux x86-64; where the library cannot be set up, libtiff prints as before.
@@ -14,17 +14,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import threading
 import warnings
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from PIL import Image
 
 from transforms.errors import ImageError
 
-__all__ = ["captured_messages", "collected"]
+__all__ = ["captured_messages", "naming_library_messages"]
+
+_F = TypeVar("_F", bound=Callable)
 
 _LOG = logging.getLogger("transforms.images")
 _local = threading.local()  # ``stack``: the thread's open captures, innermost last
@@ -158,9 +161,18 @@ def captured_messages() -> Iterator[list[str]]:
         stack.pop()
 
 
-def collected(err: ImageError, messages: list[str]) -> ImageError:
-    """Returns ``err`` with the library's messages about the same input added to its detail."""
-    if not messages:
-        return err
-    seen = list(dict.fromkeys(messages))
-    return ImageError(err.reason, f"{err.detail} (image library said: {'; '.join(seen)})")
+def naming_library_messages(fn: _F) -> _F:
+    """Makes the image library's messages about an image part of the ImageError ``fn`` raises."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with captured_messages() as messages:
+            try:
+                return fn(*args, **kwargs)
+            except ImageError as err:
+                if not messages:
+                    raise
+                said = "; ".join(dict.fromkeys(messages))
+                raise ImageError(err.reason, f"{err.detail} (image library said: {said})") from err
+
+    return wrapper  # type: ignore[return-value]

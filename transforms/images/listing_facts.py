@@ -21,7 +21,7 @@ __all__ = ["ListingFacts", "ListingTally", "appended_classes"]
 
 @dataclass(frozen=True)
 class ListingFacts:
-    """What the whole listing says, known before any image is read.
+    """What the whole listing says.
 
     Attributes:
         inputs: Inputs listed, the listing's dead letters included (an unreadable folder is one).
@@ -39,10 +39,7 @@ class ListingFacts:
 @dataclass
 class ListingTally:
     """Gathers ``ListingFacts`` from ``SourceImage``, ``DeadLetter``, class names (``str``) and
-    ``ObjectClasses``.
-
-    ``add`` changes this tally and returns it. A class name (of an unreadable class folder) and an
-    ``ObjectClasses`` (a COCO file's categories) are not inputs.
+    ``ObjectClasses``; ``add`` changes this tally and returns it.
 
     Attributes:
         layout: The union of the inputs' layouts.

@@ -2,8 +2,7 @@
 
 The range ``[start, end)`` owns the lines whose first byte lies in it. A JSON Lines manifest breaks
 lines at ``"\\n"`` only; a CSV manifest at ``"\\r\\n"``, ``"\\n"`` or a lone ``"\\r"``, as Python's csv
-module does, so ``MANIFEST:LINE`` is what an editor shows. ``count_line_starts`` counts the lines that
-start in each range, ``first_line_numbers`` adds them up, and ``lines_in_range`` reads a range's lines.
+module does, so ``MANIFEST:LINE`` is what an editor shows.
 """
 
 from __future__ import annotations
@@ -34,11 +33,7 @@ def breaks_at_cr(manifest: str) -> bool:
 
 
 def byte_ranges(size: int, range_bytes: int) -> list[tuple[int, int]]:
-    """Splits ``[0, size)`` into ranges of ``range_bytes`` (the last one shorter); none for an empty file.
-
-    Raises:
-        ValueError: ``range_bytes`` is under 1.
-    """
+    """Splits ``[0, size)`` into ranges of ``range_bytes`` (the last one shorter); none for an empty file."""
     if range_bytes < 1:
         raise ValueError(f"range_bytes must be >= 1, got {range_bytes}")
     return [(start, min(start + range_bytes, size)) for start in range(0, size, range_bytes)]

@@ -35,8 +35,7 @@ class SourceBox:
     """One object as an input gives it, corners as ``xmin, ymin, xmax, ymax``.
 
     Attributes:
-        xmin, ymin, xmax, ymax: Corners in source pixels, or in [0, 1] if ``normalized``.
-        normalized: Corners are fractions of the source's width and height.
+        xmin, ymin, xmax, ymax: Corners in source pixels, or fractions of its sides if ``normalized``.
         area: Area in source pixels as the input states it (COCO), or None.
         is_crowd: COCO's ``iscrowd`` (0 or 1).
     """

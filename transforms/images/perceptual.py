@@ -17,12 +17,11 @@ from transforms.errors import ImageError
 from transforms.images.choices import MAX_NEAR_DUPLICATE_DISTANCE
 from transforms.images.orientation import ORIENTATION_TAG
 
-__all__ = ["HASH_BITS", "HASH_SIDE", "DRAFT_SIDE", "MAX_DISTANCE", "perceptual_hash", "band_widths", "hash_bands", "popcount"]
+__all__ = ["HASH_BITS", "HASH_SIDE", "DRAFT_SIDE", "perceptual_hash", "band_widths", "hash_bands", "popcount"]
 
 HASH_BITS = 64
 HASH_SIDE = 32  # the greyscale image the DCT reads
 DRAFT_SIDE = 64  # a JPEG is decoded at the smallest scale leaving both sides >= this
-MAX_DISTANCE = MAX_NEAR_DUPLICATE_DISTANCE
 
 
 def _dct_rows(n: int) -> np.ndarray:
@@ -90,13 +89,9 @@ def popcount(values: np.ndarray) -> np.ndarray:
 
 
 def band_widths(distance: int) -> tuple[int, ...]:
-    """The widths of the ``distance + 1`` bands a hash is cut into, as even as can be, wider ones first.
-
-    Raises:
-        ValueError: ``distance`` is not in 0..``MAX_DISTANCE``.
-    """
-    if not 0 <= distance <= MAX_DISTANCE:
-        raise ValueError(f"near-duplicate distance must be in 0..{MAX_DISTANCE}, got {distance}")
+    """The widths of the ``distance + 1`` bands a hash is cut into, as even as can be, wider ones first."""
+    if not 0 <= distance <= MAX_NEAR_DUPLICATE_DISTANCE:
+        raise ValueError(f"near-duplicate distance must be in 0..{MAX_NEAR_DUPLICATE_DISTANCE}, got {distance}")
     bands = distance + 1
     base, wider = divmod(HASH_BITS, bands)
     return tuple(base + 1 if i < wider else base for i in range(bands))

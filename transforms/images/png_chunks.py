@@ -27,9 +27,6 @@ class SrgbProfile:
 
     Attributes:
         name: The profile's file name or description, as libpng's table gives it.
-        length: The profile's length in bytes.
-        adler32: Adler-32 of the profile.
-        crc32: CRC-32 of the profile.
         md5: The profile ID (header bytes 84-99) libpng compares first; zero
             for the profiles that have none.
         intent: The rendering intent in the profile's header.
@@ -111,12 +108,6 @@ def _be32(data: bytes, at: int) -> int:
     return int.from_bytes(data[at:at + 4], "big")
 
 
-@dataclass(frozen=True)
-class _Verdict:
-    rejected: str = ""  # why libpng refuses the profile; "" when it does not
-    profile: SrgbProfile | None = None  # the table's profile it is, when it is one
-
-
 class _Inflater:
     """The profile's zlib stream, inflated a part at a time as libpng reads it."""
 
@@ -136,41 +127,42 @@ class _Inflater:
         return out if len(out) == size else None
 
 
-def _iccp_verdict(body: bytes, color_type: int) -> _Verdict:
+def _iccp_verdict(body: bytes, color_type: int) -> tuple[str, SrgbProfile | None]:
+    """``(why libpng refuses the profile or "", the ``SRGB_PROFILES`` entry it is or None)``."""
     read_length = min(81, len(body))
     if len(body) < 14 or len(body) - read_length < 11:
-        return _Verdict("too short")
+        return "too short", None
     keyword = body[:min(80, read_length)]
     keyword_length = keyword.find(b"\0")
     keyword_length = len(keyword) if keyword_length < 0 else keyword_length
     if not 1 <= keyword_length <= 79:
-        return _Verdict("bad keyword")
+        return "bad keyword", None
     if not (keyword_length + 1 < read_length and body[keyword_length + 1] == 0):
-        return _Verdict("bad compression method")
+        return "bad compression method", None
     inflater = _Inflater(body[keyword_length + 2:])
     header = inflater.read(_HEADER)
     if header is None:
-        return _Verdict("profile truncated or not a zlib stream")
+        return "profile truncated or not a zlib stream", None
     length = _be32(header, 0)
     if length < _HEADER:
-        return _Verdict("profile too short")
+        return "profile too short", None
     if length > _PROFILE_LIMIT:
-        return _Verdict()  # refused for the build's limit: left alone
+        return "", None  # refused for the build's limit: left alone
     why = _header_problem(header, length, color_type)
     if why:
-        return _Verdict(why)
+        return why, None
     tag_count = _be32(header, 128)
     table = inflater.read(12 * tag_count)
     if table is None:
-        return _Verdict("tag table truncated")
+        return "tag table truncated", None
     for at in range(0, len(table), 12):
         start, size = _be32(table, at + 4), _be32(table, at + 8)
         if start > length or size > length - start:
-            return _Verdict("ICC profile tag outside profile")
+            return "ICC profile tag outside profile", None
     rest = inflater.read(length - _HEADER - len(table))
     if rest is None:
-        return _Verdict("profile truncated")
-    return _Verdict(profile=_known_profile(header + table + rest))
+        return "profile truncated", None
+    return "", _known_profile(header + table + rest)
 
 
 def _header_problem(header: bytes, length: int, color_type: int) -> str:
@@ -228,12 +220,11 @@ def fix_png_chunks(data: bytes) -> tuple[bytes, str]:
     if any(chunk.kind == b"PLTE" and chunk.start < iccp.start for chunk in chunks):
         return data, ""  # out of place: libpng says so whatever the chunk holds
     color_type = data[chunks[0].start + 8 + 9]
-    verdict = _iccp_verdict(data[iccp.start + 8:iccp.end - 4], color_type)
-    if verdict.rejected:
+    rejected, profile = _iccp_verdict(data[iccp.start + 8:iccp.end - 4], color_type)
+    if rejected:
         if any(chunk.kind in _COLOUR_CHUNKS for chunk in chunks if chunk is not iccp):
             return data, ""  # libpng ignores the gAMA or cHRM after a refused profile, not without it
         return data[:iccp.start] + data[iccp.end:], "iccp_dropped"
-    if verdict.profile is not None and verdict.profile.broken:
-        intent = verdict.profile.intent  # the header's, which the table entry matched
-        return data[:iccp.start] + _chunk(b"sRGB", bytes((intent,))) + data[iccp.end:], "iccp_to_srgb"
+    if profile is not None and profile.broken:  # its intent is the header's, which the entry matched
+        return data[:iccp.start] + _chunk(b"sRGB", bytes((profile.intent,))) + data[iccp.end:], "iccp_to_srgb"
     return data, ""

@@ -40,11 +40,9 @@ class EncodeSettings:
         mode: ``tf`` (what ``tf.io.decode_image`` decodes, as it is; the rest as PNG),
             ``passthrough``, ``reencode`` or ``raw``.
         validate: A ``VALIDATE_LEVELS`` name (``image_codec.read_image_info``).
-        image_format: ``jpeg`` or ``png`` for ``reencode``.
-        jpeg_quality: JPEG quality for ``reencode``.
+        image_format: ``jpeg`` or ``png`` for ``reencode``, at ``jpeg_quality``.
         grayscale: One channel instead of RGB (``reencode``/``raw``).
-        resize: ``(width, height)`` or None (``reencode``/``raw``).
-        resize_mode: A ``RESIZE_MODES`` name.
+        resize: ``(width, height)`` or None (``reencode``/``raw``), as ``resize_mode`` says.
         exif_orientation: ``apply``: ``tf`` mode stores images upright; ``keep``: ``tf`` and
             ``passthrough`` store the pixels as the file holds them and records carry
             ``image/orientation``. ``reencode`` and ``raw`` always apply it.
@@ -178,9 +176,8 @@ def image_count_keys(info: ImageInfo) -> list[tuple[str, str]]:
 def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, dict[str, int]]:
     """The manifest's ``images`` object (docs/output.md says what each counter counts) from
     ``((counter, format), records)`` pairs."""
-    out: dict[str, dict[str, int]] = {"source_formats": {}, "converted": {}, "tf_undecodable": {},
-                                      "png_chunks_fixed": {}, "exif_oriented": {},
-                                      "exif_orientation_kept": {}}
+    out: dict[str, dict[str, int]] = {name: {} for name in ("source_formats", "converted", "tf_undecodable",
+                                                            "png_chunks_fixed", "exif_oriented", "exif_orientation_kept")}
     for (counter, fmt), records in counted:
         out[counter][fmt] = out[counter].get(fmt, 0) + records
     return {name: dict(sorted(by_format.items())) for name, by_format in out.items()}

@@ -8,6 +8,7 @@ BENCHMARKS.md, "Validation levels against corruption", has the speed.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import zlib
@@ -367,10 +368,11 @@ def _check_sos(body: bytes, components: bytes, progressive: bool, at: int) -> No
 _CODE_SPACE = tuple(1 << (16 - bits) for bits in range(1, 17))
 
 
-# A DHT table's 16 code-length counts -> (codes, whether they fit): tables repeat from file to file
-# (an encoder's defaults), so the sums are made once per kind of table; cleared when full.
-_COUNTS: dict[bytes, tuple[int, bool]] = {}
-_COUNTS_MAX = 1024
+@functools.lru_cache(maxsize=1024)
+def _code_counts(counts: bytes) -> tuple[int, bool]:
+    """A DHT table's 16 code-length counts -> (codes, whether they fit): tables repeat from file to file
+    (an encoder's defaults), so the sums are made once per kind of table."""
+    return sum(counts), sum(map(mul, counts, _CODE_SPACE)) < 1 << 16
 
 
 def _check_dht(body: bytes, at: int) -> None:
@@ -384,12 +386,7 @@ def _check_dht(body: bytes, at: int) -> None:
         if kind & 0x0F > 3 or kind >> 4 > 1:
             raise _corrupt(f"JPEG marker DHT at offset {at}: table class/id 0x{kind:02X}")
         counts = body[pos + 1:pos + 17]
-        known = _COUNTS.get(counts)
-        if known is None:
-            if len(_COUNTS) >= _COUNTS_MAX:
-                _COUNTS.clear()
-            known = _COUNTS[counts] = (sum(counts), sum(map(mul, counts, _CODE_SPACE)) < 1 << 16)
-        count, fits = known
+        count, fits = _code_counts(counts)
         if count > 256:
             raise _corrupt(f"JPEG marker DHT at offset {at}: a table of {count} codes (at most 256)")
         if not fits:  # codes overflow their lengths: name the first
@@ -446,14 +443,6 @@ _NUMPY_WINDOW = 256 * 1024
 _BUFFERS = threading.local()
 
 
-def _flag_array(count: int) -> np.ndarray:
-    """This thread's flags, ``count`` (at most ``_NUMPY_WINDOW``) long."""
-    flags = getattr(_BUFFERS, "flags", None)
-    if flags is None or len(flags) < count:
-        flags = _BUFFERS.flags = np.empty(max(count, _NUMPY_WINDOW), np.bool_)
-    return flags[:count]
-
-
 class _ScanMarkers:
     """Finds the markers (``_MARKER``) in a JPEG's entropy-coded data, from the first scan's data on:
     a regex search per marker, or from ``_NUMPY_FROM`` bytes on, flags set in two numpy passes per
@@ -496,8 +485,10 @@ class _ScanMarkers:
         """Flags the bytes in ``[low, low + _NUMPY_WINDOW)`` that are 0xFF followed by a byte other
         than 0x00."""
         high = min(low + _NUMPY_WINDOW, len(self._data) - 1)
-        count = high - low
-        flags = _flag_array(count)
+        flags = getattr(_BUFFERS, "flags", None)
+        if flags is None or len(flags) < high - low:
+            flags = _BUFFERS.flags = np.empty(max(high - low, _NUMPY_WINDOW), np.bool_)
+        flags = flags[:high - low]
         np.equal(self._bytes[low:high], 0xFF, out=flags)
         following = self._bytes[low + 1:high + 1]
         self._flags = np.logical_and(flags.view(np.uint8), following, out=flags)  # and not 0x00

@@ -136,7 +136,10 @@ def _gif(data: bytes) -> TfShape:
     while data[pos] == 0x21:  # extensions before the first frame: label, then sub-blocks
         if data[pos + 2] == 0:
             raise _refuse("gif", f"extension at byte {pos} has an empty first sub-block")
-        pos = _skip_sub_blocks(data, pos + 2)
+        pos += 2
+        while data[pos]:  # data sub-blocks, ended by a zero length
+            pos += 1 + data[pos]
+        pos += 1
     if data[pos] != 0x2C:
         raise _refuse("gif", f"block 0x{data[pos]:02x} at byte {pos} where the first frame should be")
     width, height, local = struct.unpack("<HHB", data[pos + 5:pos + 10])
@@ -148,15 +151,6 @@ def _gif(data: bytes) -> TfShape:
     if width == 0 or height == 0:
         raise _refuse("gif", f"the first frame is {width}x{height}")
     return TfShape("gif", height, width, 3)
-
-
-def _skip_sub_blocks(data: bytes, pos: int) -> int:
-    """Position after the data sub-blocks starting at ``pos`` (ended by a zero length)."""
-    while True:
-        size = data[pos]
-        pos += 1 + size
-        if size == 0:
-            return pos
 
 
 def _bmp(data: bytes) -> TfShape:
