@@ -49,8 +49,9 @@ class PackedValues:
 
 
 class PackFn(CarriesStorageOptions, beam.DoFn):
-    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey: a
-    subclass's ``process`` returns what ``self.add(key, value)`` does; ``finish_bundle`` hands out the rest."""
+    """(key, value) -> (key, pack): a bundle's values, encoded and packed per key (``Packer``) before a
+    GroupByKey. A subclass whose ``process`` keys its own elements returns what ``self.add(key, value)``
+    does; ``finish_bundle`` hands out the rest."""
 
     def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES,
                  compress: bool = False) -> None:
@@ -63,6 +64,9 @@ class PackFn(CarriesStorageOptions, beam.DoFn):
     def start_bundle(self):
         self._packer = Packer(self._pack_bytes, self._held_bytes, self._compress)
         self._encode = self._coder.get_impl().encode
+
+    def process(self, keyed):
+        return self.add(*keyed)
 
     def add(self, key, value) -> list[tuple[Any, bytes]] | None:
         """Packs ``value`` under ``key``; returns the ``(key, pack)`` pairs to emit now, or None."""
@@ -78,13 +82,6 @@ class PackFn(CarriesStorageOptions, beam.DoFn):
         global_value = _IN_GLOBAL_WINDOW.with_value
         for keyed in self._packer.drain():
             yield global_value(keyed)
-
-
-class _PackByKeyFn(PackFn):
-    """(key, value) -> (key, pack): a bundle's values, encoded and packed per key."""
-
-    def process(self, keyed):
-        return self.add(*keyed)
 
 
 class GroupPacked(beam.PTransform):
@@ -107,7 +104,7 @@ class GroupPacked(beam.PTransform):
         args = getattr(keyed.element_type, "tuple_types", None)  # Tuple[K, V]: V's coder
         coder = coders.registry.get_coder(args[1] if args and len(args) == 2 else typing.Any)
         return (keyed
-                | "Pack" >> beam.ParDo(_PackByKeyFn(coder, self._pack_bytes, self._held_bytes, self._compress)
+                | "Pack" >> beam.ParDo(PackFn(coder, self._pack_bytes, self._held_bytes, self._compress)
                                        ).with_output_types(typing.Tuple[typing.Any, bytes])  # (key, pack)
                 | "Group" >> beam.GroupByKey()  # (key, [pack])
                 | "Unpack" >> unpack_groups(coder, self._compress))  # (key, PackedValues)
