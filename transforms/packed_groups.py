@@ -95,7 +95,6 @@ class GroupPacked(beam.PTransform):
 
     def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
         super().__init__()
-        Packer(pack_bytes, held_bytes)  # refuses a bad size here, not on a worker
         self._pack_bytes = pack_bytes
         self._held_bytes = held_bytes
         self._compress = compress

@@ -157,14 +157,6 @@ class SplitLayout:
     offsets: tuple[int, ...]
     records: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        count = len(self.buckets)
-        if len(self.offsets) != count or len(self.records) != count:
-            raise PlanError(f"split {self.totals.split}: {count} buckets but "
-                            f"{len(self.offsets)} offsets and {len(self.records)} counts")
-        if any(a >= b for a, b in zip(self.buckets, self.buckets[1:])):
-            raise PlanError(f"split {self.totals.split}: buckets must ascend")
-
     @property
     def split(self) -> str:
         return self.totals.split
