@@ -40,16 +40,11 @@ def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
         raise PlanError(f"total bytes must be >= 0, got {total_bytes}")
     if 3 * total_bytes < 2 * target_bytes:
         return 1
-    best = None
     base = max(total_bytes // target_bytes, 1)
-    for n in range(max(base - 1, 1), base + 3):
-        # average = total / n must satisfy 2T/3 <= average <= 4T/3
-        if not (3 * total_bytes >= 2 * target_bytes * n and 3 * total_bytes <= 4 * target_bytes * n):
-            continue
-        distance = abs(total_bytes - target_bytes * n) / n
-        if best is None or distance < best[0]:
-            best = (distance, n)
-    return best[1]  # some n fits: total >= 2T/3
+    # average = total / n must satisfy 2T/3 <= average <= 4T/3; some n does: total >= 2T/3
+    fitting = [n for n in range(max(base - 1, 1), base + 3)
+               if 2 * target_bytes * n <= 3 * total_bytes <= 4 * target_bytes * n]
+    return min(fitting, key=lambda n: abs(total_bytes - target_bytes * n) / n)
 
 
 def order_key(seed: int, identity: bytes) -> int:

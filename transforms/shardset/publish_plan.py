@@ -56,12 +56,8 @@ class PublishPlan:
 def unwritten_shards(totals: Iterable[SplitTotals],
                      staged: Mapping[tuple[str, int], StagedShard]) -> list[tuple[str, int, int]]:
     """``(split, index, shard count)`` of the planned shards that no worker wrote, sorted."""
-    out = []
-    for t in sorted(totals, key=lambda t: t.split):
-        for index in range(t.final_count):
-            if t.planned_shard(index) is not None and (t.split, index) not in staged:
-                out.append((t.split, index, t.final_count))
-    return out
+    return [(t.split, index, t.final_count) for t in sorted(totals, key=lambda t: t.split)
+            for index in range(t.final_count) if t.planned_shard(index) is not None and (t.split, index) not in staged]
 
 
 def _shard_files(name: str, indexed: bool, keyed: bool) -> tuple[str, ...]:
