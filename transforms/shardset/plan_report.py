@@ -294,10 +294,6 @@ class Plan:
     staging_free: int | None = None
 
     @property
-    def records(self) -> int:
-        return sum(s.records for s in self.splits.values())
-
-    @property
     def inputs_found(self) -> int:
         """Inputs the build would count: files and manifest rows, and the listing's rejects."""
         return self.tally.inputs if self.tally.inputs is not None else sum(self.tally.found.values())
