@@ -1,10 +1,8 @@
 """A GroupByKey whose values travel packed: many values of a key in one element.
 
-``GroupPacked`` groups ``(key, value)`` like ``beam.GroupByKey`` and gives
-``(key, PackedValues)``, an iterable that decodes the key's values each time
-it is iterated. Before the shuffle each bundle packs its values by key
-(``shardset.packing.Packer``), so the runner moves one element per pack instead
-of one per value (BENCHMARKS.md, "Nothing big at a billion items").
+Before the shuffle each bundle packs its values by key (``shardset.packing.Packer``), so the
+runner moves one element per pack instead of one per value (BENCHMARKS.md, "Nothing big at a
+billion items").
 
 Groups are those of a ``GroupByKey``; only the order of a group's values may
 differ. Elements must be in the global window (batch jobs).

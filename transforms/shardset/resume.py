@@ -261,7 +261,8 @@ class ShardDone(StagedShard):
     label_counts: Mapping[str, int]
 
     def dumps(self) -> bytes:
-        """The record, with the staged files' names only (they lie beside it)."""
+        """The record, with the staged files' names only (they lie beside it); its keys sorted, so that its
+        bytes do not depend on the order of the fields."""
         obj = dataclasses.asdict(self)
         for name in ("staged", "staged_index", "staged_keys"):
             obj[name] = obj[name].rsplit("/", 1)[-1] if obj[name] else None
