@@ -38,7 +38,6 @@ class LeadRecords(NamedTuple):
     split: str
 
 
-# The outputs of PlanShards (a dict): items with their shard, and each split's totals.
 ASSIGNED = "assigned"
 TOTALS = "totals"
 # Namespace of the planner's metrics: the distribution ``records_per_group``.
@@ -47,7 +46,6 @@ METRICS_NAMESPACE = "plan_shards"
 
 # Packs of items are zlib-compressed: items of one split share most of their bytes.
 _COMPRESS = True
-# The second output of _PackByBucketFn: (split, (bucket, records, bytes, largest)) of a bundle.
 _BUCKET_TOTALS = "bucket_totals"
 
 

@@ -39,7 +39,6 @@ from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["SurveyImages", "TallyPlan", "READS"]
 
-# The tag of SurveyImages' ("read", bytes read, record size exact) facts, one per file read.
 READS = "reads"
 
 
