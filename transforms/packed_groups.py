@@ -1,10 +1,8 @@
 """A GroupByKey whose values travel packed: many values of a key in one element.
 
-``GroupPacked`` groups ``(key, value)`` like ``beam.GroupByKey`` and gives
-``(key, PackedValues)``, an iterable that decodes the key's values each time
-it is iterated. Before the shuffle each bundle packs its values by key
-(``shardset.packing.Packer``), so the runner moves one element per pack instead
-of one per value (BENCHMARKS.md, "Nothing big at a billion items").
+Before the shuffle each bundle packs its values by key (``shardset.packing.Packer``), so the
+runner moves one element per pack instead of one per value (BENCHMARKS.md, "Nothing big at a
+billion items").
 
 Groups are those of a ``GroupByKey``; only the order of a group's values may
 differ. Elements must be in the global window (batch jobs).
@@ -49,8 +47,9 @@ class PackedValues:
 
 
 class PackFn(CarriesStorageOptions, beam.DoFn):
-    """Base of the DoFns that pack a bundle's values by key (``Packer``) before a GroupByKey: a
-    subclass's ``process`` returns what ``self.add(key, value)`` does; ``finish_bundle`` hands out the rest."""
+    """(key, value) -> (key, pack): a bundle's values, encoded and packed per key (``Packer``) before a
+    GroupByKey. A subclass whose ``process`` keys its own elements returns what ``self.add(key, value)``
+    does; ``finish_bundle`` hands out the rest."""
 
     def __init__(self, coder: coders.Coder, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES,
                  compress: bool = False) -> None:
@@ -63,6 +62,9 @@ class PackFn(CarriesStorageOptions, beam.DoFn):
     def start_bundle(self):
         self._packer = Packer(self._pack_bytes, self._held_bytes, self._compress)
         self._encode = self._coder.get_impl().encode
+
+    def process(self, keyed):
+        return self.add(*keyed)
 
     def add(self, key, value) -> list[tuple[Any, bytes]] | None:
         """Packs ``value`` under ``key``; returns the ``(key, pack)`` pairs to emit now, or None."""
@@ -80,13 +82,6 @@ class PackFn(CarriesStorageOptions, beam.DoFn):
             yield global_value(keyed)
 
 
-class _PackByKeyFn(PackFn):
-    """(key, value) -> (key, pack): a bundle's values, encoded and packed per key."""
-
-    def process(self, keyed):
-        return self.add(*keyed)
-
-
 class GroupPacked(beam.PTransform):
     """``(key, value)`` -> ``(key, PackedValues)``: a GroupByKey whose values cross the shuffle packed.
 
@@ -98,7 +93,6 @@ class GroupPacked(beam.PTransform):
 
     def __init__(self, pack_bytes: int = PACK_BYTES, held_bytes: int = HELD_BYTES, compress: bool = False) -> None:
         super().__init__()
-        Packer(pack_bytes, held_bytes)  # refuses a bad size here, not on a worker
         self._pack_bytes = pack_bytes
         self._held_bytes = held_bytes
         self._compress = compress
@@ -107,7 +101,7 @@ class GroupPacked(beam.PTransform):
         args = getattr(keyed.element_type, "tuple_types", None)  # Tuple[K, V]: V's coder
         coder = coders.registry.get_coder(args[1] if args and len(args) == 2 else typing.Any)
         return (keyed
-                | "Pack" >> beam.ParDo(_PackByKeyFn(coder, self._pack_bytes, self._held_bytes, self._compress)
+                | "Pack" >> beam.ParDo(PackFn(coder, self._pack_bytes, self._held_bytes, self._compress)
                                        ).with_output_types(typing.Tuple[typing.Any, bytes])  # (key, pack)
                 | "Group" >> beam.GroupByKey()  # (key, [pack])
                 | "Unpack" >> unpack_groups(coder, self._compress))  # (key, PackedValues)

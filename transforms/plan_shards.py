@@ -18,8 +18,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.errors import PlanError
 from transforms.packed_groups import PackFn, in_global_window, unpack_groups
-from transforms.shardset.planning import (BUCKET_BITS, SplitLayout, bucket_of, group_bits, lay_out_split,
-                                          place_bucket)
+from transforms.shardset.planning import BUCKET_BITS, bucket_of, group_bits, lay_out_split, place_bucket
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["PlanShards", "ShardKey", "LeadRecords", "ASSIGNED", "TOTALS", "METRICS_NAMESPACE"]
@@ -39,7 +38,6 @@ class LeadRecords(NamedTuple):
     split: str
 
 
-# The outputs of PlanShards (a dict): items with their shard, and each split's totals.
 ASSIGNED = "assigned"
 TOTALS = "totals"
 # Namespace of the planner's metrics: the distribution ``records_per_group``.
@@ -48,7 +46,6 @@ METRICS_NAMESPACE = "plan_shards"
 
 # Packs of items are zlib-compressed: items of one split share most of their bytes.
 _COMPRESS = True
-# The second output of _PackByBucketFn: (split, (bucket, records, bytes, largest)) of a bundle.
 _BUCKET_TOTALS = "bucket_totals"
 
 
@@ -125,14 +122,6 @@ class _BucketTotalsFn(CarriesStorageOptions, beam.CombineFn):
         return [(bucket, *totals) for bucket, totals in acc.items()]
 
 
-def _layout_of(layouts: dict[str, SplitLayout], split: str) -> SplitLayout:
-    try:
-        return layouts[split]
-    except KeyError:
-        raise PlanError(f"split {split!r} has records but no plan; was an input changed "
-                        "while the job ran?") from None
-
-
 class _PlaceInShardsFn(CarriesStorageOptions, beam.DoFn):
     """((split, bucket), [item]) -> ((split, shard, count), item) per item.
 
@@ -149,7 +138,9 @@ class _PlaceInShardsFn(CarriesStorageOptions, beam.DoFn):
         order_of, size_of = self._order_of, self._size_of
         placed = sorted((order_of(it)[0], size_of(it), order_of(it)) for it in items)
         self._group_records.update(len(placed))
-        layout = _layout_of(layouts, split)
+        layout = layouts.get(split)
+        if layout is None:
+            raise PlanError(f"split {split!r} has records but no plan; was an input changed while the job ran?")
         totals = layout.totals
         count = totals.final_count
         shards_of: dict[tuple, list[int]] = {}
@@ -166,11 +157,9 @@ class PlanShards(beam.PTransform):
     ``PCollection[(ShardKey, item)]``; ``TOTALS``: ``PCollection[SplitTotals]``.
 
     Args:
-        split_of: item -> split name.
         order_of: item -> sort key whose first element is the 63-bit order key;
             the rest breaks ties so that the write order is total.
         size_of: item -> framed record size in bytes.
-        target_bytes: Target shard size.
         num_shards: Fixed shard count per split, or None to choose.
         bucket_bits: Bits of the order key that make a group; the plan does
             not depend on it.

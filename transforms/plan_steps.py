@@ -39,7 +39,6 @@ from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["SurveyImages", "TallyPlan", "READS"]
 
-# The tag of SurveyImages' ("read", bytes read, record size exact) facts, one per file read.
 READS = "reads"
 
 
@@ -131,8 +130,6 @@ class SurveyImages(beam.PTransform):
     per file read).
 
     Args:
-        settings: Image options of the build.
-        seed: Shuffle seed (``--seed``).
         labels: Singleton side input with the class names in index order.
         split_fractions: ``--split_fractions``: the split of inputs that name none.
         max_bytes: Largest input read; larger ones are ``too_large`` dead letters.

@@ -357,10 +357,8 @@ class _CommitPublishFn(CarriesStorageOptions, beam.DoFn):
     def process(self, ref: _CommitRef, done):
         moved = sum(d.moves for d in done)
         staged = staged_commit_record(ref.record_path)
-        if staged is None:  # run again after the run published: its staging, with the record, is gone
-            manifest = published_already(ref.output_dir, ref.run_id)
-        else:
-            manifest = commit_publish(staged, moved)
+        # None: run again after the run published, its staging, with the record, is gone
+        manifest = published_already(ref.output_dir, ref.run_id) if staged is None else commit_publish(staged, moved)
         processes = len({d.worker for d in done})
         self._processes.inc(processes)
         self._dead.inc(manifest.dead_letters)
@@ -381,9 +379,7 @@ class PublishShards(beam.PTransform):
     Output: ``PCollection[dict]`` with ``manifest.json``'s object.
 
     Args:
-        policy: The run's id and how it treats what the folder already holds.
         manifest_fields: ``created_by``, ``options``, ``seed``, ``file_format``.
-        manifest_extras: What the publish step merges into the manifest, or None.
         sidecars: Optional picklable ``Manifest -> {name: bytes or None}`` of further files to
             publish beside the shards (None: removed if present).
     """

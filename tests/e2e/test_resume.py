@@ -155,8 +155,8 @@ def test_a_shard_content_key_ignores_where_records_lie_and_a_done_shard_round_tr
     assert shard_content_key(("train", 0, 4), "none", [b, a]) != key
     assert shard_content_key(("train", 0, 4), "gzip", [a, b]) != key
     assert shard_content_key(("train", 1, 4), "none", [a, b]) != key
-    done = ShardDone(key, ("train", 0, 4), "train-00000-of-00004.tfrecord", "/o/.staging/r/s.tmp", "/o/.staging/r/i.tmp",
-                     2, 2500, None, "4waSgw==", "AAAAAA==", {"1": 2})
+    done = ShardDone("train-00000-of-00004.tfrecord", "/o/.staging/r/s.tmp", "/o/.staging/r/i.tmp",
+                     2, 2500, None, "4waSgw==", "AAAAAA==", content=key, key=("train", 0, 4), label_counts={"1": 2})
     assert ShardDone.loads(done.dumps(), "/o/.staging/r") == done
 
 

@@ -14,7 +14,7 @@ from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
 from transforms.images.listing_facts import ListingFacts, ListingTally
 from transforms.images.annotations import ObjectClasses
 from transforms.images.objects import SourceBox
-from transforms.shardset.dead_letters import DeadLetter, rejection_problem
+from transforms.shardset.dead_letters import DeadLetter, RejectionSummary, rejection_problem
 
 _INFO = ImageInfo("png", 2, 2, 3)
 
@@ -128,7 +128,7 @@ _DEAD = [DeadLetter(f"in/{i}.png", "not_an_image", "text") for i in range(3)]
     (10, 7, _DEAD, 0.5, None),
 ])
 def test_publishing_refuses_from_the_counts(inputs, written, dead, limit, starts) -> None:
-    problem = rejection_problem(inputs, written, dead, "out/dead_letters.jsonl", limit)
+    problem = rejection_problem(inputs, written, RejectionSummary.of(dead), "out/dead_letters.jsonl", limit)
     assert problem == starts if starts is None else problem.startswith(starts)
 
 

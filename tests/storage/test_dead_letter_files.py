@@ -116,7 +116,7 @@ def test_the_refusal_from_a_summary_names_what_the_whole_list_named(seed, count)
         parts = [RejectionSummary.of(found[i::3]) for i in range(3)]
         assert rejection_details(RejectionSummary.merged(parts)) == _details_from_the_list(found)
         problem = rejection_problem(2 * count, count, RejectionSummary.merged(parts), "d.jsonl", 0.1)
-        assert problem == rejection_problem(2 * count, count, found, "d.jsonl", 0.1)
+        assert problem == rejection_problem(2 * count, count, RejectionSummary.of(found), "d.jsonl", 0.1)
         assert problem.startswith(f"{count} of {2 * count} inputs (50.0%) were rejected")
 
 

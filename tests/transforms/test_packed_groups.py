@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.images.items import SourceImage
-from transforms.packed_groups import GroupPacked, _PackByKeyFn
+from transforms.packed_groups import GroupPacked, PackFn
 
 
 def _pairs(n: int) -> list[tuple[str, SourceImage]]:
@@ -39,6 +39,6 @@ def test_a_bundle_sends_a_few_packs_per_key_not_one_element_per_value():
     pairs = _pairs(2_000)
     coder = coders.registry.get_coder(object)
     with TestPipeline() as p:
-        packs = p | beam.Create(pairs, reshuffle=False) | beam.ParDo(_PackByKeyFn(coder))
+        packs = p | beam.Create(pairs, reshuffle=False) | beam.ParDo(PackFn(coder))
         count = packs | beam.combiners.Count.Globally()
         assert_that(count, equal_to([5]))  # 5 keys, each pack under 1 MiB: one pack per key

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import json
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 __all__ = ["DEAD_LETTERS", "DeadLetter", "PART_LETTERS", "EXAMPLES", "IN_APPENDED_SET", "in_appended_set",
            "RejectionSummary", "DeadLetterPart", "letter_order", "line_order", "too_many_rejected", "Verdict",
@@ -148,14 +148,9 @@ def rejection_verdict(inputs: int, rejected: int, present: int = 0,
     return Verdict("publish", judged, bad)
 
 
-def _summary(dead: RejectionSummary | Sequence[DeadLetter]) -> RejectionSummary:
-    return dead if isinstance(dead, RejectionSummary) else RejectionSummary.of(dead)
-
-
-def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter]) -> list[str]:
+def rejection_details(summary: RejectionSummary) -> list[str]:
     """Lines saying why inputs were rejected: the count per reason, then at most ``EXAMPLES`` examples
     (the first of each of the most frequent reasons first)."""
-    summary = _summary(dead_letters)
     counts = dict(summary.by_reason)
     ranked = sorted(counts, key=lambda r: (-counts[r], r))
     lines = ["  rejected by reason: " + ", ".join(f"{r} {counts[r]}" for r in ranked)]
@@ -166,10 +161,9 @@ def rejection_details(dead_letters: RejectionSummary | Sequence[DeadLetter]) -> 
     return lines
 
 
-def rejection_problem(inputs: int, written: int, dead: RejectionSummary | Sequence[DeadLetter], dead_path: str,
+def rejection_problem(inputs: int, written: int, summary: RejectionSummary, dead_path: str,
                       max_bad_fraction: float | None) -> str | None:
     """Why a run's shards (``written`` records) may not be published, or None; ``dead_path`` is named."""
-    summary = _summary(dead)
     rejected = summary.count
     verdict = rejection_verdict(inputs, rejected, 0, max_bad_fraction).kind
     if verdict == "no_inputs":

@@ -31,13 +31,13 @@ def build_disk_need(record_bytes: int) -> DiskNeed:
     return DiskNeed(record_bytes, record_bytes)
 
 
-def size_text(nbytes: int) -> str:
-    """``635 MiB``, ``1.24 GiB``: a size as the disk lines say it."""
+def size_text(nbytes: int, places: int = 0) -> str:
+    """``635 MiB``, ``1.24 GiB``: a size as the disk lines say it (``places``: digits after the point below a GiB)."""
     if nbytes >= 1024 * MIB:
         return f"{nbytes / (1024 * MIB):.2f} GiB"
     if nbytes >= MIB:
-        return f"{nbytes / MIB:.0f} MiB"
-    return f"{nbytes / 1024:.0f} KiB"
+        return f"{nbytes / MIB:.{places}f} MiB"
+    return f"{nbytes / 1024:.{places}f} KiB"
 
 
 def shortfall(need: int, free: int | None) -> int | None:

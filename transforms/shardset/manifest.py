@@ -422,8 +422,7 @@ def _object_labels(value: Any) -> list[tuple[int, str]]:
         raise ManifestError(f"{where}: expected a list, got {type(value).__name__}")
     out = []
     for index, item in enumerate(value):
-        class_id = item.get("id") if isinstance(item, dict) else None
-        name = item.get("name") if isinstance(item, dict) else None
+        class_id, name = (item.get("id"), item.get("name")) if isinstance(item, dict) else (None, None)
         if isinstance(class_id, bool) or not isinstance(class_id, int) or not isinstance(name, str):
             raise ManifestError(f"{where}[{index}]: expected {{\"id\": integer, \"name\": string}}, "
                                 f"got {item!r}")

@@ -43,9 +43,4 @@ def with_files(sidecars: Sidecars | None, files: Mapping[str, bytes | None]) -> 
     """``sidecars`` (files made from the manifest) together with ``files`` (from the pipeline)."""
     if not files:
         return sidecars
-
-    def all_files(manifest) -> dict[str, bytes | None]:
-        found = dict(sidecars(manifest)) if sidecars else {}
-        found.update(files)
-        return found
-    return all_files
+    return lambda manifest: {**(sidecars(manifest) if sidecars else {}), **files}

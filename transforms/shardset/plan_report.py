@@ -294,10 +294,6 @@ class Plan:
     staging_free: int | None = None
 
     @property
-    def records(self) -> int:
-        return sum(s.records for s in self.splits.values())
-
-    @property
     def inputs_found(self) -> int:
         """Inputs the build would count: files and manifest rows, and the listing's rejects."""
         return self.tally.inputs if self.tally.inputs is not None else sum(self.tally.found.values())
@@ -397,7 +393,7 @@ class Plan:
         listing_rejects = self.inputs_found - sum(tally.found.values())
         lines.append(f"  inputs: {self.inputs_found} found"
                      + (f" ({listing_rejects} of them rejected by the listing)" if listing_rejects else "")
-                     + f", {_size(tally.bytes_read)} read in {plural(tally.files_read, 'file')}")
+                     + f", {size_text(tally.bytes_read, 1)} read in {plural(tally.files_read, 'file')}")
         if set(tally.kinds) - {"file"}:  # say where they are when not all are files of their own
             lines.append("    from: " + ", ".join(plural(n, kind) for kind, n in sorted(tally.kinds.items())))
         for split, classes in found.items():
@@ -422,14 +418,14 @@ class Plan:
                      + (f", {plural(tally.estimated_sizes, 'record')} estimated from the image's size"
                         if tally.estimated_sizes else "") + f"; {self.shard_rule}):")
         for name, split in sorted(self.splits.items()):
-            lines.append(f"    {name}: {plural(split.records, 'record')}, ~{_size(split.record_bytes)} -> "
-                         f"{plural(split.num_shards, 'shard')} of ~{_size(split.shard_bytes)}")
+            lines.append(f"    {name}: {plural(split.records, 'record')}, ~{size_text(split.record_bytes, 1)} -> "
+                         f"{plural(split.num_shards, 'shard')} of ~{size_text(split.shard_bytes, 1)}")
         if not self.splits:
             lines.append("    none: no record would be written")
         lines += self._folder_lines()
         lines.append(self._disk_line())
         per_input = self.rate.seconds_per_input
-        lines.append(f"  build time: ~{_duration(self.build_seconds)} ({_size(tally.bytes_read)} at "
+        lines.append(f"  build time: ~{_duration(self.build_seconds)} ({size_text(tally.bytes_read, 1)} at "
                      f"{self.rate.seconds_per_gib:.3g} s/GiB"
                      + (f" + {plural(self.inputs_found, 'input')} at {per_input * 1000:g} ms" if per_input else "")
                      + (f" + {self.rate.fixed_seconds:g} s start-up" if self.rate.fixed_seconds else "")
@@ -508,14 +504,6 @@ def make_plan(tally: PlanTally, *, inputs: Sequence[str], output_dir: str, targe
 
 def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{name or '(none)'} {count}" for name, count in counts.items())
-
-
-def _size(nbytes: int) -> str:
-    if nbytes >= 1024 * MIB:
-        return f"{nbytes / (1024 * MIB):.2f} GiB"
-    if nbytes >= MIB:
-        return f"{nbytes / MIB:.1f} MiB"
-    return f"{nbytes / 1024:.1f} KiB"
 
 
 def _duration(seconds: float) -> str:

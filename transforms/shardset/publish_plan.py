@@ -5,6 +5,7 @@ Pure code; a build is an append that keeps no published shard of the splits it w
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -55,12 +56,8 @@ class PublishPlan:
 def unwritten_shards(totals: Iterable[SplitTotals],
                      staged: Mapping[tuple[str, int], StagedShard]) -> list[tuple[str, int, int]]:
     """``(split, index, shard count)`` of the planned shards that no worker wrote, sorted."""
-    out = []
-    for t in sorted(totals, key=lambda t: t.split):
-        for index in range(t.final_count):
-            if t.planned_shard(index) is not None and (t.split, index) not in staged:
-                out.append((t.split, index, t.final_count))
-    return out
+    return [(t.split, index, t.final_count) for t in sorted(totals, key=lambda t: t.split)
+            for index in range(t.final_count) if t.planned_shard(index) is not None and (t.split, index) not in staged]
 
 
 def _shard_files(name: str, indexed: bool, keyed: bool) -> tuple[str, ...]:
@@ -124,11 +121,10 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
     moves: list[tuple[str, str]] = []
     for t in sorted(totals, key=lambda t: t.split):
         listed = old.splits.get(t.split) if old is not None else None
-        counts: dict[str, int] = {}
+        counts: collections.Counter[str] = collections.Counter()
         if appending and listed is not None:
-            counts = listed.label_counts()
-            for label, count in (merged_counts or {}).get(t.split, {}).items():
-                counts[label] = counts.get(label, 0) - count
+            counts.update(listed.label_counts())
+            counts.subtract((merged_counts or {}).get(t.split, {}))
         entries = []
         for index in range(t.final_count):
             final_name = shard_file_name(t.split, index, t.final_count, compression)
@@ -142,12 +138,11 @@ def plan_publish(output_dir: str, old: Manifest | None, staged: Mapping[tuple[st
             moves += _staged_moves(output_dir, result)
             keep.update(_shard_files(result.file, bool(result.staged_index), bool(result.staged_keys)))
             entries.append(result.entry())
-        for label, count in label_counts.get(t.split, {}).items():
-            counts[label] = counts.get(label, 0) + count
+        counts.update(label_counts.get(t.split, {}))
         if appending:
             counts = {label: count for label, count in counts.items() if count}
         splits[t.split] = SplitEntry(t.split, entries, SplitCounts(
-            sum(e.records for e in entries), sum(e.bytes for e in entries), len(entries), counts))
+            sum(e.records for e in entries), sum(e.bytes for e in entries), len(entries), dict(counts)))
     renamed_away = {source for source, _ in moves}
     remove = [name for name in files_to_remove(present, owned, keep, overwrite_unlisted)
               if name not in renamed_away]

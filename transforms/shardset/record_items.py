@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
@@ -159,14 +160,13 @@ class RecordTally:
 
     records: int = 0
     names: dict[int, str] | None = field(default_factory=dict)
-    features: dict[tuple[str, str], int] = field(default_factory=dict)
+    features: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
 
     def add(self, item: RecordItem) -> "RecordTally":
         """Counts ``item``, its class names and its features."""
         self.records += 1
         self._add_names(label_pairs(item))
-        for pair in item.features:
-            self.features[pair] = self.features.get(pair, 0) + 1
+        self.features.update(item.features)
         return self
 
     def merge(self, other: "RecordTally") -> "RecordTally":
@@ -176,8 +176,7 @@ class RecordTally:
             self.names = None
         else:
             self._add_names(other.names.items())
-        for pair, count in other.features.items():
-            self.features[pair] = self.features.get(pair, 0) + count
+        self.features.update(other.features)
         return self
 
     def facts(self) -> RecordFacts:

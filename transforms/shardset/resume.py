@@ -21,6 +21,7 @@ from transforms.errors import ManifestError
 from transforms.images.image_codec import ImageInfo
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.shardset.manifest import parse_json
+from transforms.shardset.staged import StagedShard
 from transforms.tfrecord.file_hash import crc32c_value
 from transforms.tfrecord.run_files import RunSlice
 
@@ -250,36 +251,22 @@ def shard_content_key(key: tuple[str, int, int], compression: str, items: Iterab
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class ShardDone:
+@dataclass(frozen=True, kw_only=True)
+class ShardDone(StagedShard):
     """A staged shard that a run finished writing, as its done record says (``content``:
-    ``shard_content_key`` of its items; ``key``: ``(split, index, count)``; the rest as ``ShardEntry``)."""
+    ``shard_content_key`` of its items; ``key``: ``(split, index, count)``)."""
 
     content: str
     key: tuple[str, int, int]
-    file: str
-    staged: str
-    staged_index: str | None
-    records: int
-    bytes: int
-    sha256: str | None
-    crc32c: str
-    index_crc32c: str | None
     label_counts: Mapping[str, int]
-    staged_keys: str | None = None
-    keys_crc32c: str | None = None
 
     def dumps(self) -> bytes:
-        """The record, with the staged files' names only (they lie beside it)."""
-        return (json.dumps({"format": _FORMAT, "content": self.content, "key": list(self.key), "file": self.file,
-                            "staged": self.staged.rsplit("/", 1)[-1],
-                            "staged_index": self.staged_index.rsplit("/", 1)[-1] if self.staged_index else None,
-                            "records": self.records, "bytes": self.bytes, "sha256": self.sha256,
-                            "crc32c": self.crc32c, "index_crc32c": self.index_crc32c,
-                            "label_counts": dict(self.label_counts),
-                            "staged_keys": self.staged_keys.rsplit("/", 1)[-1] if self.staged_keys else None,
-                            "keys_crc32c": self.keys_crc32c},
-                           sort_keys=True) + "\n").encode("utf-8")
+        """The record, with the staged files' names only (they lie beside it); its keys sorted, so that its
+        bytes do not depend on the order of the fields."""
+        obj = dataclasses.asdict(self)
+        for name in ("staged", "staged_index", "staged_keys"):
+            obj[name] = obj[name].rsplit("/", 1)[-1] if obj[name] else None
+        return (json.dumps({**obj, "format": _FORMAT}, sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
     def loads(cls, data: bytes, folder: str) -> "ShardDone":
@@ -302,11 +289,12 @@ class ShardDone:
                 if named_crc is not None:
                     crc32c_value(named_crc)
             at = folder.rstrip("/")
-            return cls(str(obj["content"]), (str(split), int(index), int(count)), str(obj["file"]),
-                       f"{at}/{obj['staged']}", f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,
+            return cls(str(obj["file"]), f"{at}/{obj['staged']}",
+                       f"{at}/{obj['staged_index']}" if obj["staged_index"] else None,
                        int(obj["records"]), int(obj["bytes"]),
                        None if obj["sha256"] is None else str(obj["sha256"]), crc, index_crc,
-                       {str(k): int(v) for k, v in obj["label_counts"].items()},
-                       f"{at}/{keys}" if keys else None, None if keys_crc is None else str(keys_crc))
+                       f"{at}/{keys}" if keys else None, None if keys_crc is None else str(keys_crc),
+                       content=str(obj["content"]), key=(str(split), int(index), int(count)),
+                       label_counts={str(k): int(v) for k, v in obj["label_counts"].items()})
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
             raise ManifestError(f"done shard record is not readable: {err}") from err

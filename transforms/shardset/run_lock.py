@@ -6,6 +6,7 @@ judged by host name) can be seen to be stale: its process is gone, or another ha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -36,9 +37,7 @@ class LockInfo:
     pid_space: str = ""
 
     def dumps(self) -> bytes:
-        return (json.dumps({"run_id": self.run_id, "job": self.job, "host": self.host,
-                            "pid": self.pid, "process_start": self.process_start, "pid_space": self.pid_space},
-                           sort_keys=True) + "\n").encode("utf-8")
+        return (json.dumps(dataclasses.asdict(self), sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
     def loads(cls, data: bytes) -> "LockInfo":

@@ -15,7 +15,7 @@ from transforms.errors import ManifestError
 from transforms.shardset.naming import join_path
 from transforms.shardset.resume import DONE_SUFFIX, RESUME_NAME, DoneInput, RunMarker, ShardDone, Stamp, \
     parse_done_list
-from transforms.shardset.staged import ShardResult
+from transforms.shardset.staged import ShardResult, StagedShard
 from transforms.storage.files import STORAGE_ERRORS, error_reason, exists, hashes_match, open_lines, read_if_present
 from transforms.storage.folders import copy_files, delete_files, rename_files
 from transforms.storage.listing import list_folder
@@ -132,11 +132,9 @@ def read_done_inputs(done: tuple[str, str, int | None]) -> Iterator[tuple[str, D
 
 def record_done_shard(content: str, result: ShardResult) -> None:
     """Writes the done record of a shard this run staged, beside it, through a rename."""
-    _write_done_shard(ShardDone(content, (result.split, result.index, result.count), result.file, result.staged,
-                                result.staged_index, result.stats.records, result.stats.bytes, result.stats.sha256,
-                                result.stats.crc32c, result.stats.index_crc32c if result.staged_index else None,
-                                dict(result.stats.label_counts), result.staged_keys,
-                                result.stats.keys_crc32c if result.staged_keys else None))
+    _write_done_shard(ShardDone(**vars(StagedShard.of(result)), content=content,
+                                key=(result.split, result.index, result.count),
+                                label_counts=dict(result.stats.label_counts)))
 
 
 def _write_done_shard(done: ShardDone) -> None:
