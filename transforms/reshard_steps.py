@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import apache_beam as beam
@@ -220,10 +221,7 @@ class _RecordFactsFn(CarriesStorageOptions, beam.CombineFn):
         return acc.add(item)
 
     def merge_accumulators(self, accs):
-        merged = RecordTally()
-        for acc in accs:
-            merged.merge(acc)
-        return merged
+        return functools.reduce(RecordTally.merge, accs, RecordTally())
 
     def extract_output(self, acc):
         return acc.facts()

@@ -135,10 +135,9 @@ class CheckAcrossRanges(beam.PTransform):
 
 def _write_report(path: str, records: Iterable[int], sizes: Iterable[int], folder: str,
                   *parts: Iterable[ProblemPart]) -> None:
-    files = size = 0
-    for one in sizes:
-        files, size = files + 1, size + one
-    found = write_report(path, files, sum(records), size, [part for group in parts for part in group], folder)
+    sizes = list(sizes)
+    found = write_report(path, len(sizes), sum(records), sum(sizes),
+                         [part for group in parts for part in group], folder)
     Metrics.counter(_NAMESPACE, "problems").inc(found)
 
 

@@ -164,7 +164,6 @@ def iter_records(fh: BinaryIO, path: str = "", start: int = 0, size: int | None 
     Args:
         fh: Binary file-like object positioned at ``start``.
         size: Total size of the file when known (enables the length check).
-        max_length: The most data bytes a record may declare (see ``read_record``).
 
     Raises:
         RecordError: On the first damaged record.

@@ -26,7 +26,7 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Protocol, Sequence, Union
+from typing import BinaryIO, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -126,20 +126,16 @@ def _chain_is_clean(fh: BinaryIO, position: int, size: int, steps: int) -> bool:
     return True
 
 
-def _data_is_intact(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
-    """True if the record at ``position`` reads with both CRCs correct (and is not over ``max_length``)."""
+def _is_record_start(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
+    """True if ``position`` passes the checks a scan applies to a candidate record start."""
+    if not _chain_is_clean(fh, position, size, CONFIRM_RECORDS):
+        return False
     fh.seek(position)
-    try:
+    try:  # the record reads with both CRCs correct, and is not over ``max_length``
         read_record(fh, "", position, size - position, max_length)
     except RecordError:  # the candidate is not a record start; scanning goes on
         return False
     return True
-
-
-def _is_record_start(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
-    """True if ``position`` passes the checks a scan applies to a candidate record start."""
-    return (_chain_is_clean(fh, position, size, CONFIRM_RECORDS)
-            and _data_is_intact(fh, position, size, max_length))
 
 
 def find_record_start(fh: BinaryIO, size: int, position: int,
@@ -288,6 +284,3 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
             return
         yield offset, data
         offset += len(data) + OVERHEAD
-
-
-ReadItem = Union[tuple[int, bytes], RecordError]

@@ -44,8 +44,7 @@ _READ_STOPPING = ("crc_mismatch", "truncated", "bad_length")
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a shard set: a file, the byte offset of the record concerned (None for a
-    whole file), one of ``PROBLEM_KINDS``, and what was found against what was expected."""
+    """One thing wrong with a shard set (the module docstring says what it names); ``offset`` None: a whole file."""
 
     file: str
     offset: int | None
@@ -191,20 +190,15 @@ def check_features(file: str, offset: int, features: Mapping[str, tuple[str, lis
     spec = IMAGE_FEATURES if schema is True else (schema or None)
     missing = schema_problems(features, [name for name in IMAGE_FEATURES
                                          if (spec or {}).get(name, "").endswith("_list")])
-    wrong = record_problems(features, spec) if spec else []
-    if wrong:
+    if spec and (wrong := record_problems(features, spec)):
         problems.append(Problem(file, offset, "schema", "; ".join(wrong)))
-    if decode_images and not missing:
-        wrong = image_problem(features)
-        if wrong:
-            problems.append(Problem(file, offset, "decode_error", wrong))
+    if decode_images and not missing and (wrong := image_problem(features)):
+        problems.append(Problem(file, offset, "decode_error", wrong))
     if decode_with and not missing:
         problems += [Problem(file, offset, "decoder_mismatch", wrong)
                      for wrong in decoder_problems(features, decode_with)]
-    if labels:
-        wrong = label_problem(features, labels)
-        if wrong:
-            problems.append(Problem(file, offset, "label_mismatch", wrong))
+    if labels and (wrong := label_problem(features, labels)):
+        problems.append(Problem(file, offset, "label_mismatch", wrong))
     return RecordCheck(file, offset, label, key, tuple(problems))
 
 
