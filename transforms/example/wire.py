@@ -128,6 +128,5 @@ def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -
 
 def example_size(others: Mapping[str, EntryValue], name: str, value_len: int) -> int:
     """The size of the serialized Example of ``{**others, name: value}``, ``value`` of ``value_len`` bytes."""
-    before, after = _entries_around(others, name)
-    features_len = len(before) + len(_bytes_entry_head(name, value_len)) + value_len + len(after)
-    return 1 + len(varint(features_len)) + features_len
+    head, tail = example_parts(others, name, value_len)
+    return len(head) + value_len + len(tail)
