@@ -176,7 +176,6 @@ def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
 
     Args:
         position: Where this range's chain of records continues (at or after ``stop``, or ``size``).
-        stop: End of this range.
 
     Raises:
         RecordError: The first damaged record between ``position`` and the next reader's start, or
@@ -227,7 +226,6 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
     Args:
         fh: Seekable binary file-like object of the whole file, of ``size`` bytes.
         claims: The range; ``try_claim`` is called with each record start before it is read.
-        path: File name, for error messages.
         index: Record starts from a usable ``.idx`` (``IndexCheck.starts``), or None to scan.
         max_length: The most data bytes a record may hold; more is ``bad_length``.
 
@@ -261,7 +259,6 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
     offsets in the decompressed stream).
 
     Args:
-        path: File name, for error messages.
         claims: Optional tracker; each record start is claimed after it is read.
         max_length: The most data bytes a record may declare; more is ``bad_length``, found before
             any of its data is inflated.

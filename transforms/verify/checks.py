@@ -233,31 +233,25 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
 
 
 def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -> list[Problem]:
-    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its shards' label counts
-    (only when it has labels: a reshard of records without consistent class names has none)."""
-    problems = []
+    """Reconciles the manifest's labels with ``labels.txt`` (None: absent); its shards' label counts are
+    ``shard_label_problems``'."""
     path = join_path(folder, LABELS_NAME)
     if labels_txt is None:
-        problems.append(Problem(path, None, "missing_file",
-                                f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; {LABELS_NAME} is absent"))
-    else:
-        text = labels_txt.decode("utf-8", "replace")
-        lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
-        if lines != list(manifest.labels):
-            first = next((i for i, (a, b) in enumerate(zip(lines, manifest.labels)) if a != b),
-                         min(len(lines), len(manifest.labels)))
-            problems.append(Problem(path, None, "label_mismatch",
-                                    f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} {len(manifest.labels)} "
-                                    f"labels; they first differ at line {first + 1}"))
-    if manifest.labels:
-        for split in manifest.splits.values():
-            for entry in split.shards:
-                problems += shard_label_problems(folder, len(manifest.labels), entry)
-    return problems
+        return [Problem(path, None, "missing_file",
+                        f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; {LABELS_NAME} is absent")]
+    text = labels_txt.decode("utf-8", "replace")
+    lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
+    if lines == list(manifest.labels):
+        return []
+    first = next((i for i, (a, b) in enumerate(zip(lines, manifest.labels)) if a != b),
+                 min(len(lines), len(manifest.labels)))
+    return [Problem(path, None, "label_mismatch", f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} "
+                    f"{len(manifest.labels)} labels; they first differ at line {first + 1}")]
 
 
 def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Problem]:
-    """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1``."""
+    """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1`` (checked only when
+    the manifest has labels: a reshard of records without consistent class names has none)."""
     outside = sorted((k for k in entry.label_counts if not (k.isascii() and k.isdigit() and int(k) < count)),
                      key=_label_order)
     if not outside:
