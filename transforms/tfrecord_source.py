@@ -248,8 +248,7 @@ class ReadFromTFRecords(beam.PTransform):
                  validate: bool = True, min_bundle_size: int = 0,
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         super().__init__()
-        one = isinstance(file_pattern, (str, FileMetadata))
-        patterns = (file_pattern,) if one else tuple(file_pattern)
+        patterns = (file_pattern,) if isinstance(file_pattern, (str, FileMetadata)) else tuple(file_pattern)
         if not patterns or not all((isinstance(p, str) and p) or isinstance(p, FileMetadata)
                                    for p in patterns):
             raise ValueError(f"file_pattern must be a non-empty path or list of paths, got {file_pattern!r}")

@@ -128,8 +128,7 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
                           f"file ends {len(header)} bytes into a {HEADER_SIZE}-byte record header")
     length, length_crc = _HEADER.unpack(header)
     if masked_crc32c(header[:8]) != length_crc:
-        what = not_tfrecord(header) if offset == 0 else None
-        if what:
+        if offset == 0 and (what := not_tfrecord(header)):
             raise RecordError(path, 0, "not_tfrecord",
                               f"not a TFRecord file: it starts like {what}")
         raise RecordError(path, offset, "crc_mismatch",

@@ -105,9 +105,7 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     """
     encoded = _single(features, "image/encoded", "bytes")
     fmt = _single(features, "image/format", "bytes").decode("utf-8", "replace")
-    height = _single(features, "image/height", "int64")
-    width = _single(features, "image/width", "int64")
-    channels = _single(features, "image/channels", "int64")
+    height, width, channels = (_single(features, f"image/{name}", "int64") for name in ("height", "width", "channels"))
     if fmt == "raw":
         expected = height * width * channels
         if len(encoded) != expected:
@@ -311,8 +309,7 @@ def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, byte
         return []
     if data is None:
         return [Problem(path, None, "missing_file", f"{SHARDS_NAME} states a keys file of {shard_path}")]
-    wrong = _crc32c_problem(path, data, entry.keys_crc32c, f"the keys of {shard_path}")
-    if wrong:
+    if wrong := _crc32c_problem(path, data, entry.keys_crc32c, f"the keys of {shard_path}"):
         return [wrong]
     problem = keys_problem(data, record_keys, path) if record_keys is not None else None
     return [Problem(path, None, "keys_mismatch", problem)] if problem else []

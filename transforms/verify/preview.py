@@ -146,8 +146,7 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
         x1 = max(left + int((i + 1) * step) - 1, x0)
         height = max(int(_CHART_HEIGHT * size / largest), 1)
         draw.rectangle((x0, base - height, x1, base - 1), fill=colors[split])
-        label = next((t for t in _short_names(name) if draw.textlength(t, font=font) < step - 2), None)
-        if label:
+        if label := next((t for t in _short_names(name) if draw.textlength(t, font=font) < step - 2), None):
             draw.text((x0 + 2, base + 3), label, fill="black", font=font)
     mean = sum(sizes) / len(sizes)
     y = base - int(_CHART_HEIGHT * mean / largest)
