@@ -47,9 +47,7 @@ def is_list_type(feature_type: str) -> bool:
 def optional_type(feature_type: str) -> str:
     """The type records hold a feature of ``feature_type`` in when some inputs lack it: a list
     (``bytes`` -> ``bytes_list``; a list type is itself, ``EMPTY_LIST`` too)."""
-    if feature_type == EMPTY_LIST or is_list_type(feature_type):
-        return feature_type
-    return feature_type + "_list"
+    return feature_type if is_list_type(feature_type) else feature_type + "_list"  # EMPTY_LIST ends in _list
 
 
 def name_problem(name: str) -> str | None:
