@@ -199,24 +199,19 @@ def keeps_errors(errors: str) -> bool:
     return errors == "output"
 
 
-class _SeparateErrorsFn(CarriesStorageOptions, beam.DoFn):
+def _separate_errors(item, with_offsets: bool):
     """Sends ``RecordError`` items to the ``errors`` output, records to the main one."""
-
-    def __init__(self, with_offsets: bool) -> None:
-        self._with_offsets = with_offsets
-
-    def process(self, item):
-        if isinstance(item, RecordError):
-            yield beam.pvalue.TaggedOutput(ERRORS, item)
-        else:
-            yield item if self._with_offsets else item[2]
+    if isinstance(item, RecordError):
+        yield beam.pvalue.TaggedOutput(ERRORS, item)
+    else:
+        yield item if with_offsets else item[2]
 
 
 def _separate(read: beam.PCollection, settings: _ReadSettings):
     if not settings.keep_errors:
         return read
-    return read | "SeparateErrors" >> beam.ParDo(
-        _SeparateErrorsFn(settings.with_offsets)).with_outputs(ERRORS, main=RECORDS)
+    return read | "SeparateErrors" >> beam.FlatMap(_separate_errors, settings.with_offsets).with_outputs(
+        ERRORS, main=RECORDS)
 
 
 class ReadFromTFRecords(beam.PTransform):

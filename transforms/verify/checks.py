@@ -108,9 +108,8 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     height, width, channels = (_single(features, f"image/{name}", "int64") for name in ("height", "width", "channels"))
     if fmt == "raw":
         expected = height * width * channels
-        if len(encoded) != expected:
-            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} needs {expected}")
-        return None
+        return (None if len(encoded) == expected
+                else f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} needs {expected}")
     stated = f"the record says {fmt} {height}x{width}x{channels}"
     try:
         info = decode_size(encoded)
