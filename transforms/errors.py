@@ -20,8 +20,7 @@ class RecordError(ShardsError):
         self.offset = offset
         self.kind = kind
         self.detail = detail
-        where = f"{path or '<stream>'} at byte {offset}"
-        super().__init__(f"{kind}: {where}: {detail}")
+        super().__init__(f"{kind}: {path or '<stream>'} at byte {offset}: {detail}")
 
     def __reduce__(self):  # keep the fields when pickled across Beam workers
         return (type(self), (self.path, self.offset, self.kind, self.detail))

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from crc32c import crc32c
+
 from transforms.tfrecord.compression import compression_of
 from transforms.errors import ExampleError, ImageError
 from transforms.verify.decoders import decoder_problems
@@ -23,7 +25,7 @@ from transforms.images.tf_rule import tf_shape
 from transforms.shardset.key_files import keys_problem
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry
 from transforms.shardset.naming import SHARD_NAME_RE, join_path
-from transforms.tfrecord.file_hash import FileHash
+from transforms.tfrecord.file_hash import FileHash, crc32c_text
 from transforms.tfrecord.record_index import check_index, index_name
 from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_problems
 
@@ -270,32 +272,28 @@ def index_problems(shard_path: str, index: bytes | None, shard_size: int,
 def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Problem]:
     """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes
     (``digest``) lack."""
-    problems = []
-    if entry.crc32c is not None and digest.crc32c != entry.crc32c:
-        problems.append(Problem(path, None, "crc32c_mismatch",
-                                f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.crc32c}: its bytes "
-                                "changed since it was written"))
+    problems = _crc32c_problems(path, digest.crc32c, entry.crc32c)
     if entry.sha256 is not None and digest.sha256 != entry.sha256:
         problems.append(Problem(path, None, "sha256_mismatch",
                                 f"file sha256 is {digest.sha256}; {MANIFEST_NAME} says {entry.sha256}"))
     return problems
 
 
-def _crc32c_problem(path: str, data: bytes, stated: int, what: str) -> Problem | None:
-    """A ``crc32c_mismatch`` if ``data`` (the file at ``path``, ``what`` of a shard) lacks the ``stated`` CRC32C."""
-    digest = FileHash()
-    digest.update(data)
-    if digest.crc32c == stated:
-        return None
-    return Problem(path, None, "crc32c_mismatch", f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {stated} "
-                                                  f"for {what}: its bytes changed since it was written")
+def _crc32c_problems(path: str, found: str, stated: str | None, what: str = "") -> list[Problem]:
+    """A ``crc32c_mismatch`` if the file at ``path`` (``what`` of a shard, when not the shard itself) has the
+    CRC32C ``found``, not the ``stated`` one (None: none is stated)."""
+    if stated is None or found == stated:
+        return []
+    return [Problem(path, None, "crc32c_mismatch", f"file CRC32C is {found}; {SHARDS_NAME} says {stated}"
+                    f"{f' for {what}' if what else ''}: its bytes changed since it was written")]
 
 
 def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, bytes] | None) -> Problem | None:
     """A ``crc32c_mismatch`` if the shard's ``.idx`` (``(path, bytes)``) lacks its entry's CRC32C."""
     if index is None or entry.index_crc32c is None:
         return None
-    return _crc32c_problem(index[0], index[1], entry.index_crc32c, f"the .idx of {shard_path}")
+    wrong = _crc32c_problems(index[0], crc32c_text(crc32c(index[1])), entry.index_crc32c, f"the .idx of {shard_path}")
+    return wrong[0] if wrong else None
 
 
 def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, bytes | None],
@@ -308,8 +306,8 @@ def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, byte
         return []
     if data is None:
         return [Problem(path, None, "missing_file", f"{SHARDS_NAME} states a keys file of {shard_path}")]
-    if wrong := _crc32c_problem(path, data, entry.keys_crc32c, f"the keys of {shard_path}"):
-        return [wrong]
+    if wrong := _crc32c_problems(path, crc32c_text(crc32c(data)), entry.keys_crc32c, f"the keys of {shard_path}"):
+        return wrong
     problem = keys_problem(data, record_keys, path) if record_keys is not None else None
     return [Problem(path, None, "keys_mismatch", problem)] if problem else []
 
