@@ -29,8 +29,6 @@ from transforms.worker_options import CarriesStorageOptions
 __all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems",
            "CollectRecordFacts", "damaged_span", "RecordCopy"]
 
-
-# A shard set's own companions, which a pattern such as ``old/*`` also matches.
 _SIDECARS = (MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME, NEAR_DUPLICATES_NAME)
 
 

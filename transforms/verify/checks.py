@@ -85,13 +85,6 @@ def record_labels(label: int | tuple[int, ...] | None) -> tuple[int, ...]:
     return () if label is None else label if isinstance(label, tuple) else (label,)
 
 
-def _labels(features: Mapping[str, tuple[str, list]]) -> int | tuple[int, ...] | None:
-    kind, values = features.get("image/class/label", ("none", []))
-    if kind != "int64":
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
 def _single(features: Mapping[str, tuple[str, list]], name: str, kind: str):
     got_kind, values = features.get(name, ("none", []))
     return values[0] if got_kind == kind and len(values) == 1 else None
@@ -182,7 +175,8 @@ def check_features(file: str, offset: int, features: Mapping[str, tuple[str, lis
                    schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
                    labels: Sequence[str] | None = None, decode_with: Sequence[str] = ()) -> RecordCheck:
     """Checks one record's decoded features: ``check_record`` after the parse (same arguments)."""
-    label = _labels(features)
+    kind, values = features.get("image/class/label", ("none", []))
+    label = None if kind != "int64" else values[0] if len(values) == 1 else tuple(values)
     key = _single(features, "image/key/sha256", "bytes")
     key = key.decode("utf-8", "replace") if key is not None else None
     problems = []

@@ -124,17 +124,12 @@ class RangeChecker:
         if check.key is not None:
             tally.keys.append((check.key, offset))
         tally.problems.extend(check.problems)
-        if self._preview:
-            self._keep_sample(preview_sample(features))
-
-    def _keep_sample(self, sample: PreviewSample | None) -> None:
-        if sample is None:
-            return
-        kept = self._samples.setdefault(sample.label, [])
-        if len(kept) < PREVIEW_PER_CLASS or sample.key < kept[-1].key:
-            kept.append(sample)
-            kept.sort(key=lambda s: s.key)
-            del kept[PREVIEW_PER_CLASS:]
+        if self._preview and (sample := preview_sample(features)) is not None:  # kept: each label's smallest keys
+            kept = self._samples.setdefault(sample.label, [])
+            if len(kept) < PREVIEW_PER_CLASS or sample.key < kept[-1].key:
+                kept.append(sample)
+                kept.sort(key=lambda s: s.key)
+                del kept[PREVIEW_PER_CLASS:]
 
     def damage(self, err: RecordError) -> None:
         """Notes the damaged record that stopped the range."""
