@@ -107,7 +107,6 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
     """Reads the record that starts at the current position of ``fh``.
 
     Args:
-        fh: Binary file-like object positioned at a record start.
         path, offset: The file's name and the position's byte offset, for error messages.
         remaining: Bytes left in the file from the current position, when known; None
             (compressed streams): data is read in bounded pieces.

@@ -50,7 +50,6 @@ class ShardWriter:
     """Writes records to a shard file and, for uncompressed shards, its ``.idx`` (``record_index``).
 
     Args:
-        index_fh: Writable binary file object for the ``.idx`` sidecar, or None.
         sha256: Also compute the shard's sha256 (its CRC32C always is).
     """
 
