@@ -44,7 +44,7 @@ from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES, HEADER_SIZE, OVERHEAD, _HEADER, masked_crc32c
 from transforms.tfrecord.record_index import INDEX_SUFFIX, check_index, index_names
-from transforms.tfrecord.record_ranges import ByteRange, ReadItem, read_range, read_stream
+from transforms.tfrecord.record_ranges import ByteRange, read_range, read_stream
 from tests.verify_reference import build_report, read_in_ranges, verify_in_memory  # noqa: F401 (re-exported)
 from transforms.verify.checks import (Problem, Report, ShardTally, check_record, report_pieces,
                                       duplicate_key_problems, hash_problems, index_hash_problem,

@@ -7,7 +7,7 @@ memory imports only pure modules (no Beam).
 from __future__ import annotations
 
 import io
-from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence, Union
 
 from transforms.errors import RecordError
 from transforms.shardset.manifest import LABELS_NAME, Manifest, ShardEntry
@@ -17,10 +17,13 @@ from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.tfrecord.record_index import INDEX_SUFFIX, check_index, index_names
-from transforms.tfrecord.record_ranges import ByteRange, ReadItem, read_range, read_stream
+from transforms.tfrecord.record_ranges import ByteRange, read_range, read_stream
 from transforms.verify.checks import (Problem, Report, ShardTally, check_record, duplicate_key_problems,
                                       hash_problems, index_hash_problem, index_problems, labels_problems,
-                                      listing_problems, record_labels, shard_problems)
+                                      listing_problems, record_labels, shard_label_problems, shard_problems)
+
+# What a range reader yields here: a record ``(offset, data)``, or the damage that stopped it.
+ReadItem = Union[tuple[int, bytes], RecordError]
 
 
 def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = None,
@@ -55,6 +58,8 @@ def verify_in_memory(files: Mapping[str, bytes], manifest: Manifest | None = Non
         entries = {e.file: (split, e) for split, s in manifest.splits.items() for e in s.shards}
         shard_names = sorted(name for name in entries if name in files)
         problems += labels_problems(folder, manifest, files.get(LABELS_NAME))
+        problems += [problem for _, entry in entries.values() if manifest.labels
+                     for problem in shard_label_problems(folder, len(manifest.labels), entry)]
     else:
         shard_names = sorted(name for name in files if not name.endswith(INDEX_SUFFIX))
     records = 0

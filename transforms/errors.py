@@ -12,22 +12,15 @@ class UsageError(ShardsError):
 
 
 class RecordError(ShardsError):
-    """A TFRecord record is damaged or cannot be read.
-
-    Attributes:
-        path: File the record was read from ('' when reading an anonymous stream).
-        offset: Byte offset of the start of the record in that file.
-        kind: Short machine-readable kind, e.g. ``crc_mismatch``.
-        detail: Human-readable description of what was wrong.
-    """
+    """A TFRecord record is damaged or cannot be read: the ``kind`` of damage (e.g. ``crc_mismatch``) and its
+    ``detail``, at ``offset`` (the record's start) of ``path`` ('' for an anonymous stream)."""
 
     def __init__(self, path: str, offset: int, kind: str, detail: str) -> None:
         self.path = path
         self.offset = offset
         self.kind = kind
         self.detail = detail
-        where = f"{path or '<stream>'} at byte {offset}"
-        super().__init__(f"{kind}: {where}: {detail}")
+        super().__init__(f"{kind}: {path or '<stream>'} at byte {offset}: {detail}")
 
     def __reduce__(self):  # keep the fields when pickled across Beam workers
         return (type(self), (self.path, self.offset, self.kind, self.detail))
@@ -38,12 +31,8 @@ class ExampleError(ShardsError):
 
 
 class ImageError(ShardsError):
-    """An input file is not a usable image.
-
-    Attributes:
-        reason: Short machine-readable reason used in dead letters, e.g. ``truncated``.
-        detail: Human-readable description.
-    """
+    """An input file is not a usable image: the ``reason`` its dead letter gives (e.g. ``truncated``),
+    and a ``detail``."""
 
     def __init__(self, reason: str, detail: str) -> None:
         self.reason = reason

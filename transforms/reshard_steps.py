@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import apache_beam as beam
@@ -28,8 +29,6 @@ from transforms.worker_options import CarriesStorageOptions
 __all__ = ["input_files", "MatchInputFiles", "is_array_record", "ReadAllFromArrayRecords", "ToRecordItems",
            "CollectRecordFacts", "damaged_span", "RecordCopy"]
 
-
-# A shard set's own companions, which a pattern such as ``old/*`` also matches.
 _SIDECARS = (MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME, NEAR_DUPLICATES_NAME)
 
 
@@ -220,10 +219,7 @@ class _RecordFactsFn(CarriesStorageOptions, beam.CombineFn):
         return acc.add(item)
 
     def merge_accumulators(self, accs):
-        merged = RecordTally()
-        for acc in accs:
-            merged.merge(acc)
-        return merged
+        return functools.reduce(RecordTally.merge, accs, RecordTally())
 
     def extract_output(self, acc):
         return acc.facts()

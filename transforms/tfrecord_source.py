@@ -17,7 +17,7 @@ from apache_beam.io.range_trackers import OffsetRangeTracker, UnsplittableRangeT
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.metrics import Metrics
 
-from transforms.tfrecord.compression import READ_COMPRESSIONS, compression_of, open_decompressed
+from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.errors import RecordError
 from transforms.progress import counters as progress
 from transforms.storage.files import open_file, read_if_present
@@ -31,7 +31,6 @@ __all__ = ["ReadFromTFRecords", "ReadAllFromTFRecords", "RECORDS", "ERRORS", "us
 
 RECORDS = "records"
 ERRORS = "errors"
-_ERROR_MODES = ("raise", "output")
 _NAMESPACE = "tfrecord_source"
 
 
@@ -47,8 +46,7 @@ class _ReadSettings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
-        if self.compression not in READ_COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, got {self.compression!r}")
+        compression_of("", self.compression)  # refuses a name not in READ_COMPRESSIONS
         if self.min_bundle_size < 0:
             raise ValueError(f"min_bundle_size must be >= 0, got {self.min_bundle_size}")
         if self.max_record_bytes < 1:
@@ -196,29 +194,24 @@ class _TFRecordSource(CarriesStorageOptions, iobase.BoundedSource):
 
 def keeps_errors(errors: str) -> bool:
     """True for ``errors="output"``, False for ``"raise"``; any other value is refused."""
-    if errors not in _ERROR_MODES:
+    if errors not in ("raise", "output"):
         raise ValueError(f"errors must be 'raise' or 'output', got {errors!r}")
     return errors == "output"
 
 
-class _SeparateErrorsFn(CarriesStorageOptions, beam.DoFn):
+def _separate_errors(item, with_offsets: bool):
     """Sends ``RecordError`` items to the ``errors`` output, records to the main one."""
-
-    def __init__(self, with_offsets: bool) -> None:
-        self._with_offsets = with_offsets
-
-    def process(self, item):
-        if isinstance(item, RecordError):
-            yield beam.pvalue.TaggedOutput(ERRORS, item)
-        else:
-            yield item if self._with_offsets else item[2]
+    if isinstance(item, RecordError):
+        yield beam.pvalue.TaggedOutput(ERRORS, item)
+    else:
+        yield item if with_offsets else item[2]
 
 
 def _separate(read: beam.PCollection, settings: _ReadSettings):
     if not settings.keep_errors:
         return read
-    return read | "SeparateErrors" >> beam.ParDo(
-        _SeparateErrorsFn(settings.with_offsets)).with_outputs(ERRORS, main=RECORDS)
+    return read | "SeparateErrors" >> beam.FlatMap(_separate_errors, settings.with_offsets).with_outputs(
+        ERRORS, main=RECORDS)
 
 
 class ReadFromTFRecords(beam.PTransform):
@@ -235,7 +228,6 @@ class ReadFromTFRecords(beam.PTransform):
     Args:
         file_pattern: A file pattern or path, a ``FileMetadata`` of a file already matched (read as
             it is, with its size), or a list of them; files are de-duplicated and empty files skipped.
-        with_offsets: Output ``(file, offset, record)`` instead of ``record``.
         compression: ``auto`` (by suffix: ``.gz`` gzip; ``.zz`` and ``.deflate`` zlib; else none),
             ``none``, ``gzip`` or ``zlib``.
         use_index: Use ``{file}.idx`` sidecars for record starts when present and consistent with the file.
@@ -251,8 +243,7 @@ class ReadFromTFRecords(beam.PTransform):
                  validate: bool = True, min_bundle_size: int = 0,
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         super().__init__()
-        one = isinstance(file_pattern, (str, FileMetadata))
-        patterns = (file_pattern,) if one else tuple(file_pattern)
+        patterns = (file_pattern,) if isinstance(file_pattern, (str, FileMetadata)) else tuple(file_pattern)
         if not patterns or not all((isinstance(p, str) and p) or isinstance(p, FileMetadata)
                                    for p in patterns):
             raise ValueError(f"file_pattern must be a non-empty path or list of paths, got {file_pattern!r}")

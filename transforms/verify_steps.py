@@ -66,10 +66,9 @@ def _list_shards(manifest: Manifest, present: Mapping[str, tuple[str, int]], fol
                 listed = ((name, e) for name, split in sorted(manifest.splits.items()) for e in split.shards)
             else:
                 name = manifest.shards_file.file
-                lines = (stack.enter_context(open_lines(present[name][0])) if name in present else None)
-                if lines is None:
+                if name not in present:
                     raise ManifestError(f"{name} is missing; {MANIFEST_NAME} lists its shards there")
-                listed = read_shard_list(manifest, lines)
+                listed = read_shard_list(manifest, stack.enter_context(open_lines(present[name][0])))
             for split, entry in listed:
                 if entry.file in present:
                     yield ShardFile(present[entry.file][0], present[entry.file][1], split, entry)
@@ -135,10 +134,9 @@ class CheckAcrossRanges(beam.PTransform):
 
 def _write_report(path: str, records: Iterable[int], sizes: Iterable[int], folder: str,
                   *parts: Iterable[ProblemPart]) -> None:
-    files = size = 0
-    for one in sizes:
-        files, size = files + 1, size + one
-    found = write_report(path, files, sum(records), size, [part for group in parts for part in group], folder)
+    sizes = list(sizes)
+    found = write_report(path, len(sizes), sum(records), sum(sizes),
+                         [part for group in parts for part in group], folder)
     Metrics.counter(_NAMESPACE, "problems").inc(found)
 
 

@@ -194,8 +194,7 @@ def row_group_entries(path: str, parquet: pq.ParquetFile, group: int, first_row:
         if label is None:
             yield DeadLetter(name, "no_label" if value is None else "bad_label", why)
             continue
-        problem = check_label(label)
-        if problem:
+        if problem := check_label(label):
             yield DeadLetter(name, "bad_label", problem)
             continue
         yield SourceImage(path=name, relpath=filename, split=rules.unsplit(), label=label,

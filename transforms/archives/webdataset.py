@@ -113,8 +113,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
         typing: The build's feature types, shared by the samples of a shard.
         class_names: ``--class_names``/``--labels_file``, naming integer class indices.
     """
-    ambiguous = ambiguity(sample)
-    if ambiguous:
+    if ambiguous := ambiguity(sample):
         return DeadLetter(shown_name(member_name(shard, sample.key)), "ambiguous_sample", ambiguous)
     ext = next((e for e in IMAGE_EXTENSIONS if e in sample.members), None)
     if ext is None:
@@ -164,8 +163,7 @@ def sample_entry(shard: str, sample: Sample, read: Callable[[TarMember], bytes],
         return DeadLetter(name, "no_label", "sample has no cls or json member to give its label")
     if label is None:
         return DeadLetter(name, "bad_label", why)
-    problem = next(filter(None, map(check_label, labels or (label,))), None)
-    if problem:
+    if problem := next(filter(None, map(check_label, labels or (label,))), None):
         return DeadLetter(name, "bad_label", problem)
     if split:
         try:

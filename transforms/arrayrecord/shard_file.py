@@ -50,10 +50,7 @@ class ArrayRecordShardWriter:
     def write(self, record: bytes, label: int | Sequence[int] | None = None) -> None:
         """Appends one record (a serialized Example)."""
         self._writer.write(record)
-        self.stats.records += 1
-        for each in (label if isinstance(label, (tuple, list)) else () if label is None else (label,)):
-            key = str(each)
-            self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
+        self.stats.count(label)
 
     def write_parts(self, parts: Sequence[bytes], label: int | Sequence[int] | None = None) -> None:
         """Appends one record whose bytes are ``b"".join(parts)``."""

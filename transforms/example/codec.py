@@ -17,6 +17,7 @@ from transforms.example.messages import Example
 __all__ = ["decode_example", "format_value", "format_record"]
 
 BYTES, INT64, FLOAT = "bytes", "int64", "float"
+_KINDS = {"bytes_list": BYTES, "int64_list": INT64, "float_list": FLOAT}  # a Feature's list -> its kind
 _MAX_TEXT = 64  # bytes shown as text at most
 _MAX_VALUES = 8  # values shown per feature at most
 
@@ -36,14 +37,7 @@ def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
     out: dict[str, tuple[str, list]] = {}
     for name, feature in example.features.feature.items():
         which = feature.WhichOneof("kind")
-        if which == "bytes_list":
-            out[name] = (BYTES, list(feature.bytes_list.value))
-        elif which == "int64_list":
-            out[name] = (INT64, list(feature.int64_list.value))
-        elif which == "float_list":
-            out[name] = (FLOAT, list(feature.float_list.value))
-        else:
-            out[name] = ("none", [])
+        out[name] = (_KINDS[which], list(getattr(feature, which).value)) if which else ("none", [])
     return out
 
 

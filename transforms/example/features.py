@@ -47,9 +47,7 @@ def is_list_type(feature_type: str) -> bool:
 def optional_type(feature_type: str) -> str:
     """The type records hold a feature of ``feature_type`` in when some inputs lack it: a list
     (``bytes`` -> ``bytes_list``; a list type is itself, ``EMPTY_LIST`` too)."""
-    if feature_type == EMPTY_LIST or is_list_type(feature_type):
-        return feature_type
-    return feature_type + "_list"
+    return feature_type if is_list_type(feature_type) else feature_type + "_list"  # EMPTY_LIST ends in _list
 
 
 def name_problem(name: str) -> str | None:
@@ -76,8 +74,7 @@ def parse_feature_flags(flags: Sequence[str]) -> dict[str, str]:
         name, sep, feature_type = flag.rpartition(":")
         if not sep:
             raise UsageError(f"--feature {flag!r} must be name:type, type one of {', '.join(FEATURE_TYPES)}")
-        problem = name_problem(name)
-        if problem:
+        if problem := name_problem(name):
             raise UsageError(f"--feature {flag!r}: {problem}")
         if feature_type.removesuffix(OPTIONAL) not in FEATURE_TYPES:
             raise UsageError(f"--feature {flag!r}: type must be one of {', '.join(FEATURE_TYPES)}, "
@@ -181,8 +178,7 @@ class ManifestTyping:
             value = row[name]
             if value is None:
                 continue
-            problem = name_problem(name)
-            if problem:
+            if problem := name_problem(name):
                 raise FeatureValueError(problem)
             feature_type = self.types.get(name) or json_type(value)
             if name in self._declared and is_list_type(feature_type) and not isinstance(value, list):

@@ -37,13 +37,7 @@ def schema_problems(decoded: Mapping[str, tuple[str, list]], lists: Collection[s
             if name not in _OPTIONAL:
                 problems.append(f"missing feature {name}")
             continue
-        got_kind, values = decoded[name]
-        if name in lists:
-            problems += feature_problems(name, f"{kind}_list", got_kind, values)
-        elif got_kind != kind:
-            problems.append(f"feature {name} is {got_kind}, expected {kind}")
-        elif len(values) != 1:
-            problems.append(f"feature {name} has {len(values)} values, expected 1")
+        problems += feature_problems(name, f"{kind}_list" if name in lists else kind, *decoded[name])
     if not problems:
         fmt = decoded["image/format"][1][0]
         if fmt.decode("utf-8", "replace") not in IMAGE_FORMATS:

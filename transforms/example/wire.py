@@ -110,17 +110,12 @@ def _bytes_entry_head(name: str, value_len: int) -> bytes:
     return b"".join((entry, entry_head, feature, value))
 
 
-def _entries_around(others: Mapping[str, EntryValue], name: str) -> tuple[bytes, bytes]:
-    """The map entries of ``others`` that sort before ``name`` and those after it."""
-    order = key_order(name)
-    return (map_entries({k: v for k, v in others.items() if key_order(k) < order}),
-            map_entries({k: v for k, v in others.items() if key_order(k) > order}))
-
-
 def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -> tuple[bytes, bytes]:
     """``(head, tail)``: ``head + value + tail`` is the serialized Example of ``{**others, name: value}``,
     ``value`` a single bytes value of ``value_len`` bytes."""
-    before, after = _entries_around(others, name)
+    order = key_order(name)  # the entries of ``others`` sort before ``name``'s or after it
+    before = map_entries({k: v for k, v in others.items() if key_order(k) < order})
+    after = map_entries({k: v for k, v in others.items() if key_order(k) > order})
     entry = _bytes_entry_head(name, value_len)
     features_len = len(before) + len(entry) + value_len + len(after)
     return b"".join((bytes((_ONE,)), varint(features_len), before, entry)), after
@@ -128,6 +123,5 @@ def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -
 
 def example_size(others: Mapping[str, EntryValue], name: str, value_len: int) -> int:
     """The size of the serialized Example of ``{**others, name: value}``, ``value`` of ``value_len`` bytes."""
-    before, after = _entries_around(others, name)
-    features_len = len(before) + len(_bytes_entry_head(name, value_len)) + value_len + len(after)
-    return 1 + len(varint(features_len)) + features_len
+    head, tail = example_parts(others, name, value_len)
+    return len(head) + value_len + len(tail)

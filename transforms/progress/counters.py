@@ -129,7 +129,7 @@ def _write(folder: str, counts: Mapping[str, list[int]]) -> None:
 
 def read_counts(folder: str) -> dict[str, tuple[int, int]]:
     """Returns kind -> (items, bytes), summed over every process's file in ``folder``."""
-    total: dict[str, list[int]] = {}
+    total: dict[str, tuple[int, int]] = {}
     try:
         names = [n for n in os.listdir(folder) if n.endswith(".json")]
     except OSError:
@@ -141,10 +141,9 @@ def read_counts(folder: str) -> dict[str, tuple[int, int]]:
         except (OSError, ValueError):  # replaced or removed while read: skipped this time
             continue
         for kind, (items, nbytes) in counts.items():
-            entry = total.setdefault(kind, [0, 0])
-            entry[0] += items
-            entry[1] += nbytes
-    return {kind: (items, nbytes) for kind, (items, nbytes) in total.items()}
+            before = total.get(kind, (0, 0))
+            total[kind] = (before[0] + items, before[1] + nbytes)
+    return total
 
 
 class Tally:

@@ -33,10 +33,7 @@ def compression_of(path: str, compression: str = "auto") -> str:
         raise ValueError(f"compression must be one of {', '.join(READ_COMPRESSIONS)}, got {compression!r}")
     if compression != "auto":
         return compression
-    for suffix, kind in _AUTO_SUFFIXES.items():
-        if path.endswith(suffix):
-            return kind
-    return "none"
+    return next((kind for suffix, kind in _AUTO_SUFFIXES.items() if path.endswith(suffix)), "none")
 
 
 class _InflateReader(io.RawIOBase):

@@ -107,7 +107,6 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
     """Reads the record that starts at the current position of ``fh``.
 
     Args:
-        fh: Binary file-like object positioned at a record start.
         path, offset: The file's name and the position's byte offset, for error messages.
         remaining: Bytes left in the file from the current position, when known; None
             (compressed streams): data is read in bounded pieces.
@@ -128,8 +127,7 @@ def read_record(fh: BinaryIO, path: str = "", offset: int = 0, remaining: int | 
                           f"file ends {len(header)} bytes into a {HEADER_SIZE}-byte record header")
     length, length_crc = _HEADER.unpack(header)
     if masked_crc32c(header[:8]) != length_crc:
-        what = not_tfrecord(header) if offset == 0 else None
-        if what:
+        if offset == 0 and (what := not_tfrecord(header)):
             raise RecordError(path, 0, "not_tfrecord",
                               f"not a TFRecord file: it starts like {what}")
         raise RecordError(path, offset, "crc_mismatch",
@@ -164,7 +162,6 @@ def iter_records(fh: BinaryIO, path: str = "", start: int = 0, size: int | None 
     Args:
         fh: Binary file-like object positioned at ``start``.
         size: Total size of the file when known (enables the length check).
-        max_length: The most data bytes a record may declare (see ``read_record``).
 
     Raises:
         RecordError: On the first damaged record.

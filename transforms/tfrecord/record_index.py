@@ -57,7 +57,6 @@ class IndexCheck:
         starts: Record start offsets in file order when the index is usable, else None.
         offset: Byte offset in the shard where the index first goes wrong.
         kind: ``parse_error``, ``bad_length`` (entries do not chain) or ``size_mismatch``.
-        problem: What is wrong.
     """
 
     starts: tuple[int, ...] | None

@@ -26,7 +26,7 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Protocol, Sequence, Union
+from typing import BinaryIO, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -126,20 +126,16 @@ def _chain_is_clean(fh: BinaryIO, position: int, size: int, steps: int) -> bool:
     return True
 
 
-def _data_is_intact(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
-    """True if the record at ``position`` reads with both CRCs correct (and is not over ``max_length``)."""
+def _is_record_start(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
+    """True if ``position`` passes the checks a scan applies to a candidate record start."""
+    if not _chain_is_clean(fh, position, size, CONFIRM_RECORDS):
+        return False
     fh.seek(position)
-    try:
+    try:  # the record reads with both CRCs correct, and is not over ``max_length``
         read_record(fh, "", position, size - position, max_length)
     except RecordError:  # the candidate is not a record start; scanning goes on
         return False
     return True
-
-
-def _is_record_start(fh: BinaryIO, position: int, size: int, max_length: int) -> bool:
-    """True if ``position`` passes the checks a scan applies to a candidate record start."""
-    return (_chain_is_clean(fh, position, size, CONFIRM_RECORDS)
-            and _data_is_intact(fh, position, size, max_length))
 
 
 def find_record_start(fh: BinaryIO, size: int, position: int,
@@ -180,7 +176,6 @@ def _check_hand_off(fh: BinaryIO, size: int, position: int, stop: int | float,
 
     Args:
         position: Where this range's chain of records continues (at or after ``stop``, or ``size``).
-        stop: End of this range.
 
     Raises:
         RecordError: The first damaged record between ``position`` and the next reader's start, or
@@ -231,7 +226,6 @@ def read_range(fh: BinaryIO, size: int, claims: Claims, path: str = "",
     Args:
         fh: Seekable binary file-like object of the whole file, of ``size`` bytes.
         claims: The range; ``try_claim`` is called with each record start before it is read.
-        path: File name, for error messages.
         index: Record starts from a usable ``.idx`` (``IndexCheck.starts``), or None to scan.
         max_length: The most data bytes a record may hold; more is ``bad_length``.
 
@@ -265,7 +259,6 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
     offsets in the decompressed stream).
 
     Args:
-        path: File name, for error messages.
         claims: Optional tracker; each record start is claimed after it is read.
         max_length: The most data bytes a record may declare; more is ``bad_length``, found before
             any of its data is inflated.
@@ -288,6 +281,3 @@ def read_stream(fh: BinaryIO, path: str = "", claims: Claims | None = None,
             return
         yield offset, data
         offset += len(data) + OVERHEAD
-
-
-ReadItem = Union[tuple[int, bytes], RecordError]

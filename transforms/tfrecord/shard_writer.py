@@ -39,12 +39,17 @@ class ShardStats:
     index_crc32c: str | None = None
     keys_crc32c: str | None = None
 
+    def count(self, label: int | Sequence[int] | None) -> None:
+        """Counts one record of ``label``: a class index, every index of a multi-label record, or None."""
+        self.records += 1
+        for each in (label if isinstance(label, (tuple, list)) else () if label is None else (label,)):
+            self.label_counts[str(each)] = self.label_counts.get(str(each), 0) + 1
+
 
 class ShardWriter:
     """Writes records to a shard file and, for uncompressed shards, its ``.idx`` (``record_index``).
 
     Args:
-        index_fh: Writable binary file object for the ``.idx`` sidecar, or None.
         sha256: Also compute the shard's sha256 (its CRC32C always is).
     """
 
@@ -63,8 +68,7 @@ class ShardWriter:
         self.stats = ShardStats()
 
     def write(self, record: bytes, label: int | Sequence[int] | None = None) -> None:
-        """Appends one record; ``label`` (a class index, or every index of a multi-label record) is
-        counted in ``label_counts``."""
+        """Appends one record, counting its ``label`` (``ShardStats.count``)."""
         self.write_parts((record,), label)
 
     def write_parts(self, parts: Sequence[bytes], label: int | Sequence[int] | None = None) -> None:
@@ -82,10 +86,7 @@ class ShardWriter:
         if self._index_fh is not None:
             self._index_lines.append(b"%d %d\n" % (self._offset, size))
         self._offset += size
-        self.stats.records += 1
-        for each in (label if isinstance(label, (tuple, list)) else () if label is None else (label,)):
-            key = str(each)
-            self.stats.label_counts[key] = self.stats.label_counts.get(key, 0) + 1
+        self.stats.count(label)
         self._pending_bytes += size
         if self._compressor is None:
             for piece in pieces:

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from crc32c import crc32c
+
 from transforms.tfrecord.compression import compression_of
 from transforms.errors import ExampleError, ImageError
 from transforms.verify.decoders import decoder_problems
@@ -23,7 +25,7 @@ from transforms.images.tf_rule import tf_shape
 from transforms.shardset.key_files import keys_problem
 from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry
 from transforms.shardset.naming import SHARD_NAME_RE, join_path
-from transforms.tfrecord.file_hash import FileHash
+from transforms.tfrecord.file_hash import FileHash, crc32c_text
 from transforms.tfrecord.record_index import check_index, index_name
 from transforms.example.schema import IMAGE_FEATURES, record_problems, schema_problems
 
@@ -44,8 +46,7 @@ _READ_STOPPING = ("crc_mismatch", "truncated", "bad_length")
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a shard set: a file, the byte offset of the record concerned (None for a
-    whole file), one of ``PROBLEM_KINDS``, and what was found against what was expected."""
+    """One thing wrong with a shard set (the module docstring says what it names); ``offset`` None: a whole file."""
 
     file: str
     offset: int | None
@@ -84,13 +85,6 @@ def record_labels(label: int | tuple[int, ...] | None) -> tuple[int, ...]:
     return () if label is None else label if isinstance(label, tuple) else (label,)
 
 
-def _labels(features: Mapping[str, tuple[str, list]]) -> int | tuple[int, ...] | None:
-    kind, values = features.get("image/class/label", ("none", []))
-    if kind != "int64":
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
 def _single(features: Mapping[str, tuple[str, list]], name: str, kind: str):
     got_kind, values = features.get(name, ("none", []))
     return values[0] if got_kind == kind and len(values) == 1 else None
@@ -106,14 +100,11 @@ def image_problem(features: Mapping[str, tuple[str, list]]) -> str | None:
     """
     encoded = _single(features, "image/encoded", "bytes")
     fmt = _single(features, "image/format", "bytes").decode("utf-8", "replace")
-    height = _single(features, "image/height", "int64")
-    width = _single(features, "image/width", "int64")
-    channels = _single(features, "image/channels", "int64")
+    height, width, channels = (_single(features, f"image/{name}", "int64") for name in ("height", "width", "channels"))
     if fmt == "raw":
         expected = height * width * channels
-        if len(encoded) != expected:
-            return (f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} needs {expected}")
-        return None
+        return (None if len(encoded) == expected
+                else f"raw image has {len(encoded)} bytes; {height}x{width}x{channels} needs {expected}")
     stated = f"the record says {fmt} {height}x{width}x{channels}"
     try:
         info = decode_size(encoded)
@@ -184,27 +175,23 @@ def check_features(file: str, offset: int, features: Mapping[str, tuple[str, lis
                    schema: Mapping[str, str] | bool | None = True, decode_images: bool = False,
                    labels: Sequence[str] | None = None, decode_with: Sequence[str] = ()) -> RecordCheck:
     """Checks one record's decoded features: ``check_record`` after the parse (same arguments)."""
-    label = _labels(features)
+    kind, values = features.get("image/class/label", ("none", []))
+    label = None if kind != "int64" else values[0] if len(values) == 1 else tuple(values)
     key = _single(features, "image/key/sha256", "bytes")
     key = key.decode("utf-8", "replace") if key is not None else None
     problems = []
     spec = IMAGE_FEATURES if schema is True else (schema or None)
     missing = schema_problems(features, [name for name in IMAGE_FEATURES
                                          if (spec or {}).get(name, "").endswith("_list")])
-    wrong = record_problems(features, spec) if spec else []
-    if wrong:
+    if spec and (wrong := record_problems(features, spec)):
         problems.append(Problem(file, offset, "schema", "; ".join(wrong)))
-    if decode_images and not missing:
-        wrong = image_problem(features)
-        if wrong:
-            problems.append(Problem(file, offset, "decode_error", wrong))
+    if decode_images and not missing and (wrong := image_problem(features)):
+        problems.append(Problem(file, offset, "decode_error", wrong))
     if decode_with and not missing:
         problems += [Problem(file, offset, "decoder_mismatch", wrong)
                      for wrong in decoder_problems(features, decode_with)]
-    if labels:
-        wrong = label_problem(features, labels)
-        if wrong:
-            problems.append(Problem(file, offset, "label_mismatch", wrong))
+    if labels and (wrong := label_problem(features, labels)):
+        problems.append(Problem(file, offset, "label_mismatch", wrong))
     return RecordCheck(file, offset, label, key, tuple(problems))
 
 
@@ -239,31 +226,25 @@ def listing_problems(folder: str, manifest: Manifest, present: Mapping[str, int]
 
 
 def labels_problems(folder: str, manifest: Manifest, labels_txt: bytes | None) -> list[Problem]:
-    """Reconciles the manifest's labels with ``labels.txt`` (None: absent) and with its shards' label counts
-    (only when it has labels: a reshard of records without consistent class names has none)."""
-    problems = []
+    """Reconciles the manifest's labels with ``labels.txt`` (None: absent); its shards' label counts are
+    ``shard_label_problems``'."""
     path = join_path(folder, LABELS_NAME)
     if labels_txt is None:
-        problems.append(Problem(path, None, "missing_file",
-                                f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; {LABELS_NAME} is absent"))
-    else:
-        text = labels_txt.decode("utf-8", "replace")
-        lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
-        if lines != list(manifest.labels):
-            first = next((i for i, (a, b) in enumerate(zip(lines, manifest.labels)) if a != b),
-                         min(len(lines), len(manifest.labels)))
-            problems.append(Problem(path, None, "label_mismatch",
-                                    f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} {len(manifest.labels)} "
-                                    f"labels; they first differ at line {first + 1}"))
-    if manifest.labels:
-        for split in manifest.splits.values():
-            for entry in split.shards:
-                problems += shard_label_problems(folder, len(manifest.labels), entry)
-    return problems
+        return [Problem(path, None, "missing_file",
+                        f"{MANIFEST_NAME} lists {len(manifest.labels)} labels; {LABELS_NAME} is absent")]
+    text = labels_txt.decode("utf-8", "replace")
+    lines = text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
+    if lines == list(manifest.labels):
+        return []
+    first = next((i for i, (a, b) in enumerate(zip(lines, manifest.labels)) if a != b),
+                 min(len(lines), len(manifest.labels)))
+    return [Problem(path, None, "label_mismatch", f"{LABELS_NAME} has {len(lines)} lines, {MANIFEST_NAME} "
+                    f"{len(manifest.labels)} labels; they first differ at line {first + 1}")]
 
 
 def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Problem]:
-    """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1``."""
+    """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1`` (checked only when
+    the manifest has labels: a reshard of records without consistent class names has none)."""
     outside = sorted((k for k in entry.label_counts if not (k.isascii() and k.isdigit() and int(k) < count)),
                      key=_label_order)
     if not outside:
@@ -285,32 +266,28 @@ def index_problems(shard_path: str, index: bytes | None, shard_size: int,
 def hash_problems(path: str, entry: ShardEntry, digest: FileHash) -> list[Problem]:
     """A ``crc32c_mismatch`` and a ``sha256_mismatch`` for each hash of the shard's entry its bytes
     (``digest``) lack."""
-    problems = []
-    if entry.crc32c is not None and digest.crc32c != entry.crc32c:
-        problems.append(Problem(path, None, "crc32c_mismatch",
-                                f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {entry.crc32c}: its bytes "
-                                "changed since it was written"))
+    problems = _crc32c_problems(path, digest.crc32c, entry.crc32c)
     if entry.sha256 is not None and digest.sha256 != entry.sha256:
         problems.append(Problem(path, None, "sha256_mismatch",
                                 f"file sha256 is {digest.sha256}; {MANIFEST_NAME} says {entry.sha256}"))
     return problems
 
 
-def _crc32c_problem(path: str, data: bytes, stated: int, what: str) -> Problem | None:
-    """A ``crc32c_mismatch`` if ``data`` (the file at ``path``, ``what`` of a shard) lacks the ``stated`` CRC32C."""
-    digest = FileHash()
-    digest.update(data)
-    if digest.crc32c == stated:
-        return None
-    return Problem(path, None, "crc32c_mismatch", f"file CRC32C is {digest.crc32c}; {SHARDS_NAME} says {stated} "
-                                                  f"for {what}: its bytes changed since it was written")
+def _crc32c_problems(path: str, found: str, stated: str | None, what: str = "") -> list[Problem]:
+    """A ``crc32c_mismatch`` if the file at ``path`` (``what`` of a shard, when not the shard itself) has the
+    CRC32C ``found``, not the ``stated`` one (None: none is stated)."""
+    if stated is None or found == stated:
+        return []
+    return [Problem(path, None, "crc32c_mismatch", f"file CRC32C is {found}; {SHARDS_NAME} says {stated}"
+                    f"{f' for {what}' if what else ''}: its bytes changed since it was written")]
 
 
 def index_hash_problem(shard_path: str, entry: ShardEntry, index: tuple[str, bytes] | None) -> Problem | None:
     """A ``crc32c_mismatch`` if the shard's ``.idx`` (``(path, bytes)``) lacks its entry's CRC32C."""
     if index is None or entry.index_crc32c is None:
         return None
-    return _crc32c_problem(index[0], index[1], entry.index_crc32c, f"the .idx of {shard_path}")
+    wrong = _crc32c_problems(index[0], crc32c_text(crc32c(index[1])), entry.index_crc32c, f"the .idx of {shard_path}")
+    return wrong[0] if wrong else None
 
 
 def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, bytes | None],
@@ -323,9 +300,8 @@ def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, byte
         return []
     if data is None:
         return [Problem(path, None, "missing_file", f"{SHARDS_NAME} states a keys file of {shard_path}")]
-    wrong = _crc32c_problem(path, data, entry.keys_crc32c, f"the keys of {shard_path}")
-    if wrong:
-        return [wrong]
+    if wrong := _crc32c_problems(path, crc32c_text(crc32c(data)), entry.keys_crc32c, f"the keys of {shard_path}"):
+        return wrong
     problem = keys_problem(data, record_keys, path) if record_keys is not None else None
     return [Problem(path, None, "keys_mismatch", problem)] if problem else []
 

@@ -43,11 +43,6 @@ class PreviewSample:
     channels: int
 
 
-def _value(features: Mapping[str, tuple[str, list]], name: str):
-    values = features.get(name, ("none", []))[1]
-    return values[0] if len(values) == 1 else None
-
-
 def preview_sample(features: Mapping[str, tuple[str, list]] | None,
                    max_label: int = PREVIEW_CLASSES) -> PreviewSample | None:
     """Returns the sample a record offers, or None (no image schema, or label >= max_label)."""
@@ -55,10 +50,10 @@ def preview_sample(features: Mapping[str, tuple[str, list]] | None,
         return None
     names = ("image/class/label", "image/class/text", "image/key/sha256", "image/encoded",
              "image/format", "image/height", "image/width", "image/channels")
-    values = [_value(features, name) for name in names]
-    if any(v is None for v in values):
+    found = [features.get(name, ("none", []))[1] for name in names]
+    if any(len(values) != 1 for values in found):
         return None
-    label, text, key, encoded, fmt, height, width, channels = values
+    label, text, key, encoded, fmt, height, width, channels = (values[0] for values in found)
     if not isinstance(label, int) or not 0 <= label < max_label:
         return None
     try:
@@ -146,8 +141,7 @@ def _draw_chart(draw: ImageDraw.ImageDraw, top: int, width: int,
         x1 = max(left + int((i + 1) * step) - 1, x0)
         height = max(int(_CHART_HEIGHT * size / largest), 1)
         draw.rectangle((x0, base - height, x1, base - 1), fill=colors[split])
-        label = next((t for t in _short_names(name) if draw.textlength(t, font=font) < step - 2), None)
-        if label:
+        if label := next((t for t in _short_names(name) if draw.textlength(t, font=font) < step - 2), None):
             draw.text((x0 + 2, base + 3), label, fill="black", font=font)
     mean = sum(sizes) / len(sizes)
     y = base - int(_CHART_HEIGHT * mean / largest)

@@ -52,7 +52,6 @@ class ShardFile:
 
     Attributes:
         path: Its path, as the match that found it spells it.
-        size: Its size in bytes.
         split: Its split (from the manifest, or the shard name), or None when its name states none.
         entry: Its manifest entry, or None without a manifest.
         read_whole: Read as one range, so that the reader hashes the bytes it checks (one read of the
@@ -97,11 +96,8 @@ class RangeTally:
 
 
 class RangeChecker:
-    """Checks records one at a time, as ``check_record`` does, and adds them to a ``RangeTally``.
-
-    Each record is read with ``scan_example`` (the full protobuf parse for bytes outside the usual
-    layout). ``schema``, ``decode_images``, ``labels`` and ``decode_with`` are ``check_record``'s;
-    ``preview`` keeps preview samples.
+    """Checks records one at a time, as ``check_record`` (with its settings) does, and adds them to a
+    ``RangeTally``; ``preview`` keeps preview samples. Bytes outside ``scan_example``'s layout get the full parse.
     """
 
     def __init__(self, file: str, split: str | None, schema: Mapping[str, str] | bool | None,
@@ -128,17 +124,12 @@ class RangeChecker:
         if check.key is not None:
             tally.keys.append((check.key, offset))
         tally.problems.extend(check.problems)
-        if self._preview:
-            self._keep_sample(preview_sample(features))
-
-    def _keep_sample(self, sample: PreviewSample | None) -> None:
-        if sample is None:
-            return
-        kept = self._samples.setdefault(sample.label, [])
-        if len(kept) < PREVIEW_PER_CLASS or sample.key < kept[-1].key:
-            kept.append(sample)
-            kept.sort(key=lambda s: s.key)
-            del kept[PREVIEW_PER_CLASS:]
+        if self._preview and (sample := preview_sample(features)) is not None:  # kept: each label's smallest keys
+            kept = self._samples.setdefault(sample.label, [])
+            if len(kept) < PREVIEW_PER_CLASS or sample.key < kept[-1].key:
+                kept.append(sample)
+                kept.sort(key=lambda s: s.key)
+                del kept[PREVIEW_PER_CLASS:]
 
     def damage(self, err: RecordError) -> None:
         """Notes the damaged record that stopped the range."""
@@ -180,11 +171,8 @@ def bucket_duplicates(parts: Iterable[tuple[str | None, str, Sequence[tuple[str,
     for split, file, keys in parts:
         for key, offset in keys:
             seen.setdefault(key, []).append((split, file, offset))
-    problems: list[Problem] = []
-    for key, locations in seen.items():
-        if len(locations) > 1:
-            problems += duplicate_key_problems(key, locations)
-    return problems
+    return [problem for key, locations in seen.items() if len(locations) > 1
+            for problem in duplicate_key_problems(key, locations)]
 
 
 def group_parts(tally: RangeTally, counts: bool = True,
