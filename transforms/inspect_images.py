@@ -138,7 +138,6 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     are worked on by ``threads`` threads (0: one per usable core), at most
     ``window_for(threads)`` at a time; outputs follow in input order on the
     bundle's thread, each in its own input's window.
-    Side inputs: ``labels`` (class names in index order) and ``layout``.
 
     Subclasses set ``_threads`` and ``THREAD_NAME`` and define ``_work_on``
     (runs on any thread, no Beam calls) and ``_emit``.
@@ -182,11 +181,15 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     def _bundle_ends(self, finished: bool) -> None:
         """Runs when a bundle ends (``finished``) or a failed one is dropped; nothing by default."""
 
-    def _work_on(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None):
-        raise NotImplementedError
-
-    def _emit(self, result, window, timestamp) -> Iterator:
-        raise NotImplementedError
+    def _output(self, value: ImageMeta | DeadLetter, window, timestamp) -> Iterator:
+        """An input's ImageMeta (main), or its DeadLetter (DEAD_LETTERS) counted by the subclass's ``_rejected``."""
+        output = WindowedValue(value, timestamp, (window,))
+        if isinstance(value, DeadLetter):
+            self._rejected.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
+        else:
+            progress.note(progress.IMAGES_ACCEPTED)
+            yield output
 
     def _one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
              where: tuple) -> tuple:  # on a pool thread
@@ -226,7 +229,6 @@ class RecordStaging:
 
     Attributes:
         output_dir: The output folder (the run's staging folder is inside it).
-        run_id: The run's id.
         staging_dir: ``--staging_dir``, or None (the run's staging folder).
         done_lists: Write each run file's done list.
         resume: The done lists of the interrupted runs this run resumes
@@ -260,16 +262,11 @@ class _InspectImageFn(OrderedImageFn):
 
     def __init__(self, settings: EncodeSettings, seed: int, rules: ImageRules | None = None, threads: int = 1,
                  *, staging: RecordStaging) -> None:
-        rules = rules or ImageRules()
         self._settings = settings
-        self._resume_lists = tuple(staging.resume)
-        self._hashed = rules.hashed
         self._seed = seed
-        self._fractions = dict(rules.split_fractions)
-        self._max_bytes = rules.max_bytes
+        self._rules = rules or ImageRules()
         self._threads = threads
-        self._staging = (staging.output_dir, staging.run_id, staging.staging_dir)
-        self._done_lists = staging.done_lists
+        self._staging = staging
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
@@ -280,7 +277,7 @@ class _InspectImageFn(OrderedImageFn):
 
     def setup(self):
         super().setup()
-        self._run = BundleRunFile(*self._staging)
+        self._run = BundleRunFile(self._staging.output_dir, self._staging.run_id, self._staging.staging_dir)
         self._done = DoneLines()  # the bundle's done-list lines, compressed: never its ImageMetas
         self._resume: dict[str, list[DoneInput]] | None = None
         self._context = ("", None)  # (context key, the labels it was computed for)
@@ -288,11 +285,11 @@ class _InspectImageFn(OrderedImageFn):
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
                 layout: RecordLayout | None = None):
-        if self._done_lists and self._context[1] is not labels:
+        if self._staging.done_lists and self._context[1] is not labels:
             self._context = (context_key(labels, layout), labels)
         if self._resume is None:  # before any thread reads it
             self._resume = {}
-            for done in self._resume_lists:
+            for done in self._staging.resume:
                 for path, entry in read_done_inputs(done):
                     self._resume.setdefault(path, []).append(entry)
         yield from super().process(source, window, timestamp, labels=labels, layout=layout)
@@ -334,13 +331,7 @@ class _InspectImageFn(OrderedImageFn):
                 self._done.append(done_list_line(done[0], done[1], value))
                 if self._done.count >= DONE_LIST_RECORDS or self._run.size >= DONE_LIST_BYTES:
                     self._close_run_file(True)  # the outputs before name a closed file
-        output = WindowedValue(value, timestamp, (window,))
-        if isinstance(inspected.output, DeadLetter):
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
-        else:
-            progress.note(progress.IMAGES_ACCEPTED)
-            yield output
+        yield from self._output(value, window, timestamp)
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
                  layout: RecordLayout | None) -> tuple[Inspected, tuple | None]:
@@ -350,7 +341,7 @@ class _InspectImageFn(OrderedImageFn):
         if dead is not None:
             return Inspected(dead, None), None
         done = None
-        if self._done_lists:
+        if self._staging.done_lists:
             stamp = input_stamp(source.path)  # before reading: a change while reading shows next time
             if stamp is not None:
                 key, context = source_key(source), self._context[0]
@@ -359,13 +350,13 @@ class _InspectImageFn(OrderedImageFn):
                         return Inspected(entry.for_source(source), None), (key, stamp, True)
                 done = (key, stamp, False)
         try:
-            data = read_input(source, self._max_bytes)
+            data = read_input(source, self._rules.max_bytes)
         except STORAGE_ERRORS as err:
             return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None), None
         except ImageError as err:
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
-        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
-                             self._hashed), done
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._rules.split_fractions,
+                             self._rules.hashed), done
 
 
 class InspectImages(beam.PTransform):
@@ -375,15 +366,12 @@ class InspectImages(beam.PTransform):
     and ``DEAD_LETTERS`` (DeadLetter), whatever ``threads``.
 
     Args:
-        settings: Image options of the build.
         seed: Shuffle seed for the order key.
         labels: Singleton side input with the class names in index order.
-        rules: Splits by content, the largest input read, perceptual hashes.
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
         threads: Images inspected at once by each worker; 0 for one per core
             the worker may use.
-        staging: Where each accepted image's record is written (``RecordStaging``).
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels, rules: ImageRules | None = None,

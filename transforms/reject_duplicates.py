@@ -124,10 +124,9 @@ class ReadPublishedKeys(beam.PTransform):
 
     Args:
         shards: ``(split, shard path, keys CRC32C or None)`` (``storage.output_folder.published_shards``).
-        compression: The shards' compression.
     """
 
-    def __init__(self, shards: Sequence[tuple[str, str]], compression: str) -> None:
+    def __init__(self, shards: Sequence[tuple[str, str, str | None]], compression: str) -> None:
         super().__init__()
         self._shards = list(shards)
         self._compression = compression
@@ -169,8 +168,8 @@ class _PackByContentFn(PackFn):
         out = self.add(content_bucket(copy.sha256, self._group[1]), copy)
         if self._distance is None or copy.phash is None:
             return out
-        out = list(out or ())
-        for band, member in _bands(copy, self._distance):
+        out, member = list(out or ()), hashed_image(copy)
+        for band in hash_bands(copy.phash, self._distance):  # ((band index, band value), HashedImage)
             out.extend(self.add(band, member) or ())
         return out
 
@@ -224,37 +223,19 @@ class NearDuplicateRule(NamedTuple):
     cap: int = DEFAULT_BUCKET_CAP  # the most members of one bucket compared
 
 
-class _OverCap(NamedTuple):
-    """A bucket that held more members than its cap."""
-
-    count: int
-    cap: int
-
-
-def _bands(meta: ImageMeta, distance: int):
-    """ImageMeta -> ((band index, band value), HashedImage) per band of its hash (none unhashed)."""
-    if meta.phash is not None:
-        member = hashed_image(meta)
-        for band in hash_bands(meta.phash, distance):
-            yield band, member
-
-
 def _bucket_pairs(key, bucket: CappedBucket, rule: NearDuplicateRule):
     """A band's key and CappedBucket -> (sha256 of the later copy, NearPair) per pair of its members,
-    and (its key, ``_OverCap``) over its cap."""
+    and (its key, (members, cap)) over its cap."""
     members = bucket.members()
     if bucket.count > len(members):
-        yield f"over cap {key}", _OverCap(bucket.count, bucket.cap)
+        yield f"over cap {key}", (bucket.count, bucket.cap)
     if len(members) > 1:
         for pair in bucket_pairs(members, rule.distance):
             yield pair.later.sha256, pair
 
 
 class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
-    """(sha256, [the copy kept, NearPair or _OverCap]) -> the copy, or its dead letter (``near_choice``).
-
-    Outputs: main, and those ``RejectDuplicateImages`` lists.
-    """
+    """(sha256, [the copy kept, NearPair or (members, cap)]) -> the copy, or its dead letter (``near_choice``)."""
 
     def __init__(self, rule: NearDuplicateRule) -> None:
         self._rule = rule
@@ -266,8 +247,8 @@ class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
                 kept = value
             elif isinstance(value, NearPair):
                 pairs.append(value)
-            else:
-                yield beam.pvalue.TaggedOutput(OVER_CAP, (value.count, value.cap))
+            else:  # a bucket over its cap
+                yield beam.pvalue.TaggedOutput(OVER_CAP, value)
         if kept is not None and kept.phash is None:
             yield beam.pvalue.TaggedOutput(UNHASHED, kept.source.path)
         kept, dead, found = near_choice(kept, pairs, self._rule.reject, self._rule.distance)
@@ -318,8 +299,7 @@ class RejectDuplicatePaths(beam.PTransform):
     """Two inputs with one relative path in one split: both become dead letters.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (SourceImage)
-    and ``DEAD_LETTERS`` (DeadLetter). Inputs are grouped, packed, by (split,
-    ``duplicates.path_bucket``).
+    and ``DEAD_LETTERS`` (DeadLetter).
     """
 
     def expand(self, sources):
@@ -338,10 +318,6 @@ class RejectDuplicateImages(beam.PTransform):
     an image published in a split this run keeps keeps its place.
     ``image/key/sha256`` is then unique in the whole shard set.
 
-    The copies travel packed, grouped by a bucket of their sha256 (about
-    ``planning.GROUP_RECORDS`` images a group with ``expected``); each group
-    is decided where it is read, holding one ``CopyTally`` per image, never
-    the copies of one (``_KeepOneCopyFn``).
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
     (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
 
@@ -390,7 +366,7 @@ class RejectDuplicateImages(beam.PTransform):
                     lambda n, more: n + more, beam.pvalue.AsSingleton(keys, default_value=0))
             expected = {"expected": beam.pvalue.AsSingleton(total)}
         keep = beam.ParDo(_KeepOneCopyFn(self._appending, near), **side)
-        if near is not None:  # (sha256, ImageMeta), (sha256, NearPair), (key, _OverCap): grouped next
+        if near is not None:  # (sha256, ImageMeta), (sha256, NearPair), (key, (members, cap)): grouped next
             keep = keep.with_output_types(typing.Tuple[typing.Any, typing.Any])
         exact = (copies
                  | "PackByContent" >> beam.ParDo(_PackByContentFn(
@@ -402,7 +378,7 @@ class RejectDuplicateImages(beam.PTransform):
         if near is None:
             return {"main": exact.main, DEAD_LETTERS: exact[DEAD_LETTERS]}
         judged = (exact.main
-                  | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta, NearPair or _OverCap])
+                  | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta, NearPair or (members, cap)])
                   | "JudgeNearCopies" >> beam.ParDo(_JudgeNearCopiesFn(near)).with_outputs(
                       NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, main="main"))
         return {"main": judged.main, DEAD_LETTERS: exact[DEAD_LETTERS], **{tag: judged[tag] for tag in (
