@@ -126,7 +126,6 @@ class RecordChecks:
     """What ``ReadAndCheckRecords`` checks of each record and shard beside its framing.
 
     Attributes:
-        decode_images: Decode every image.
         preview: Keep a few preview samples per class in each tally.
         hash_files: Check each listed shard's hashes (CRC32C, sha256) against its entry.
         max_record_bytes: The largest record data read; a record declaring more is a ``bad_length`` problem.
@@ -283,7 +282,6 @@ class ReadAndCheckRecords(beam.PTransform):
     Args:
         schema, labels: The manifest's feature spec and class names (values or singleton side
             inputs), as ``transforms.verify.checks.check_record`` takes them.
-        checks: What is checked beside the framing.
         split_ranges: Split shards into byte ranges at the start (for more readers than shards), or
             read each whole (each byte read once).
     """
