@@ -275,8 +275,7 @@ class _ResolveInputFn(CarriesStorageOptions, beam.DoFn):
     def process(self, element, first_lines=None):
         if isinstance(element, _ManifestRange):
             self._ranges.inc()
-            for entry in self._read_range(element, first_lines[(element.manifest, element.index)]):
-                yield self._emit(entry)
+            yield from map(self._emit, self._read_range(element, first_lines[(element.manifest, element.index)]))
             return
         if isinstance(element, (SourceImage, DeadLetter)):
             yield self._emit(element)

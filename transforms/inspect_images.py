@@ -383,8 +383,7 @@ class InspectImages(beam.PTransform):
         self._layout = layout
 
     def expand(self, sources):
-        extra = {} if self._layout is None else {"layout": self._layout}
-        return sources | "InspectImage" >> beam.ParDo(self._fn, labels=self._labels, **extra).with_outputs(
+        return sources | "InspectImage" >> beam.ParDo(self._fn, labels=self._labels, layout=self._layout).with_outputs(
             DEAD_LETTERS, main="main")
 
 

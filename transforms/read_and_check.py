@@ -148,9 +148,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     to the file's end for the hash alone. Its tally holds the shard's manifest entry.
     """
 
-    def __init__(self, schema: Mapping[str, str] | None, labels: Sequence[str] | None, checks: RecordChecks) -> None:
-        self._schema = schema
-        self._labels = list(labels) if labels else None
+    def __init__(self, checks: RecordChecks) -> None:
         self._checks = checks
         self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_hash")
 
@@ -166,8 +164,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
                 labels: Sequence[str] | None = None,
                 tracker=beam.DoFn.RestrictionParam(_ShardRanges())):
-        schema = self._schema if schema is None else schema
-        labels = self._labels if labels is None else (list(labels) or None)
+        labels = list(labels) if labels else None
         claims = _Claims(tracker)
         # One range of each file starts at byte 0 (splitting keeps the start): it checks the whole file.
         first = claims.start_position() == 0
@@ -290,11 +287,8 @@ class ReadAndCheckRecords(beam.PTransform):
                  labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
                  checks: RecordChecks | None = None, split_ranges: bool = True) -> None:
         super().__init__()
-        side = {name: value for name, value in (("schema", schema), ("labels", labels))
-                if isinstance(value, beam.pvalue.AsSingleton)}
-        self._fn = _ReadAndCheckFn(None if "schema" in side else schema, None if "labels" in side else labels,
-                                   checks or RecordChecks())
-        self._side = side
+        self._fn = _ReadAndCheckFn(checks or RecordChecks())
+        self._side = {"schema": schema, "labels": labels}  # values or side inputs
         self._split_ranges = split_ranges
 
     def expand(self, shards):
