@@ -70,21 +70,15 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     if not is_local(path):
         return _read_stored_source(path, max_bytes)
     with open_for_read(path) as fh, naming_s3_errors(path):
-        size = file_size(fh)
-        if size is not None and size > max_bytes:
+        size = file_size(fh)  # never None: open_for_read opens nothing local but a regular file
+        if size > max_bytes:
             raise _too_large(f"{size}", max_bytes, "not read")
-        if size is not None and size <= HEAD_BYTES:
+        if size <= HEAD_BYTES or has_image_magic(peek_local(fh, 16)):
             return fh.read()
-        if size is not None:
-            prefix = peek_local(fh, 16)
-            if prefix is not None and has_image_magic(prefix):
-                return fh.read()
         head = read_at_most(fh, HEAD_BYTES)
         if len(head) == HEAD_BYTES and not could_be_image(head):
             raise _not_an_image(size, HEAD_BYTES)
-        if size is not None:
-            return head + fh.read(size - len(head)) if len(head) == HEAD_BYTES else head
-        return _at_most(head + read_at_most(fh, max_bytes + 1 - len(head)), max_bytes)
+        return head + fh.read(size - len(head)) if len(head) == HEAD_BYTES else head
 
 
 def _too_large(size: str, max_bytes: int, what: str) -> ImageError:
