@@ -137,9 +137,6 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     (runs on any thread, no Beam calls) and ``_emit``.
     """
 
-    THREAD_NAME = "image"
-    _threads = 1
-
     def setup(self):
         threads = worker_threads.thread_count(self._threads)
         self._pool = worker_threads.new_pool(threads, self.THREAD_NAME)
@@ -224,7 +221,6 @@ class RecordStaging:
     Attributes:
         output_dir: The output folder (the run's staging folder is inside it).
         staging_dir: ``--staging_dir``, or None (the run's staging folder).
-        done_lists: Write each run file's done list.
         resume: The done lists of the interrupted runs this run resumes
             (``storage.resume_files.AdoptedWork.done_lists``).
     """

@@ -182,7 +182,7 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
     image has copies to reject), holding one ``CopyTally`` per image.
     Side input ``written`` (optional): the splits this run has images in.
     With ``near``, the copy kept comes keyed by its sha256, and a band's
-    ``(band, [HashedImage])`` gives its pairs (``_bucket_pairs``).
+    ``(band, [HashedImage])`` gives its pairs (``_band_pairs``).
     """
 
     def __init__(self, appending: bool, near: NearDuplicateRule | None = None) -> None:
@@ -192,11 +192,8 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
 
     def process(self, keyed, written=None):
         key, copies = keyed
-        if isinstance(key, tuple):  # a band of the hashes: its members, at most 2 * cap held
-            bucket = CappedBucket(self._near.cap)
-            for member in copies:
-                bucket.add(member)
-            yield from _bucket_pairs(key, bucket, self._near)
+        if isinstance(key, tuple):  # a band of the hashes
+            yield from self._band_pairs(key, copies)
             return
         tallies = tally_copies(copies)
         self._group_images.update(sum(tally.copies for tally in tallies.values()))
@@ -211,6 +208,18 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
             progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
 
+    def _band_pairs(self, key: tuple, members) -> Iterator[tuple]:
+        """A band's members -> (sha256 of the later copy, NearPair) per pair of them, and (its key,
+        (members, cap)) over its cap; at most 2 * cap members held."""
+        bucket = CappedBucket(self._near.cap)
+        for member in members:
+            bucket.add(member)
+        compared = bucket.members()
+        if bucket.count > len(compared):
+            yield f"over cap {key}", (bucket.count, bucket.cap)
+        for pair in bucket_pairs(compared, self._near.distance):
+            yield pair.later.sha256, pair
+
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here
 
@@ -221,17 +230,6 @@ class NearDuplicateRule(NamedTuple):
     reject: bool  # the later copy is a cross_split_near_duplicate dead letter; else only reported
     distance: int  # the most bits two hashes differ in (--near_duplicate_distance)
     cap: int = DEFAULT_BUCKET_CAP  # the most members of one bucket compared
-
-
-def _bucket_pairs(key, bucket: CappedBucket, rule: NearDuplicateRule):
-    """A band's key and CappedBucket -> (sha256 of the later copy, NearPair) per pair of its members,
-    and (its key, (members, cap)) over its cap."""
-    members = bucket.members()
-    if bucket.count > len(members):
-        yield f"over cap {key}", (bucket.count, bucket.cap)
-    if len(members) > 1:
-        for pair in bucket_pairs(members, rule.distance):
-            yield pair.later.sha256, pair
 
 
 class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
@@ -348,12 +346,8 @@ class RejectDuplicateImages(beam.PTransform):
 
     def expand(self, metas):
         near = self._near
-        copies = metas
-        side = {}
-        if self._published is not None:
-            copies = (metas, self._published) | "AddPublishedKeys" >> beam.Flatten()
-            if self._written is not None:
-                side = {"written": self._written}
+        copies = metas if self._published is None else (metas, self._published) | "AddPublishedKeys" >> beam.Flatten()
+        side = {} if self._written is None else {"written": self._written}  # given only with published
         coder = coders.registry.get_coder(typing.Any)
         # The bits of the buckets: CONTENT_BUCKET_BITS, or fewer for the expected number of copies.
         expected = {}
