@@ -276,21 +276,18 @@ class _ResolveInputFn(CarriesStorageOptions, beam.DoFn):
         if isinstance(element, _ManifestRange):
             self._ranges.inc()
             yield from map(self._emit, self._read_range(element, first_lines[(element.manifest, element.index)]))
-            return
-        if isinstance(element, (SourceImage, DeadLetter)):
+        elif isinstance(element, (SourceImage, DeadLetter)):
             yield self._emit(element)
-            return
-        if isinstance(element, ObjectClasses):  # a COCO file's categories: not an input
+        elif isinstance(element, ObjectClasses):  # a COCO file's categories: not an input
             yield element
-            return
-        kind, key, rel, layout = element[0], element[1], _unwire(element[2]), element[-1]
-        if kind == "file":
-            yield self._emit(tree_entry(key, rel, layout, self._rules))
-            return
-        dead, label = unreadable_folder_entry(key, rel, _unwire(element[3]), layout, self._rules)
-        if label is not None:
-            yield label
-        yield self._emit(dead)
+        elif element[0] == "file":  # ("file", root, relpath, layout)
+            yield self._emit(tree_entry(element[1], _unwire(element[2]), element[3], self._rules))
+        else:  # ("unreadable", root, relative folder, why, layout)
+            _, root, rel, why, layout = element
+            dead, label = unreadable_folder_entry(root, _unwire(rel), _unwire(why), layout, self._rules)
+            if label is not None:
+                yield label
+            yield self._emit(dead)
 
     def _read_range(self, rng: _ManifestRange, first: int):
         cr = breaks_at_cr(rng.manifest)

@@ -235,8 +235,7 @@ class RecordStaging:
 class _InspectImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
-    An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
-    sha256 and the split fractions. Each accepted image's framed record is
+    Each accepted image's framed record is
     appended to the bundle's run file (``tfrecord.run_files``) in input order,
     and its ``ImageMeta`` says where (``run``): the image is read once per
     build. The run file is closed before the bundle ends, so no output names
@@ -304,16 +303,13 @@ class _InspectImageFn(OrderedImageFn):
     def _emit(self, worked: tuple[Inspected, tuple | None], window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
         inspected, done = worked  # done: (source key, stamp, reused) when the input may be resumed
+        progress.note(progress.IMAGES_READ, 1, inspected.bytes_read or 0)
         if done is not None and done[2]:
             self._reused.inc()
             self._reused_bytes.inc(done[1][0])
-            progress.note(progress.IMAGES_READ)
-        elif inspected.bytes_read is None:
-            progress.note(progress.IMAGES_READ)
-        else:
+        elif inspected.bytes_read is not None:
             self._read.inc()
             self._read_bytes.inc(inspected.bytes_read)
-            progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
         value = inspected.output
         if inspected.parts is not None:  # the record goes to the run file
             value = dataclasses.replace(value, run=self._run.append(inspected.parts))

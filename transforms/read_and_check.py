@@ -202,8 +202,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
         """The tally of an ArrayRecord shard's records, by number (a problem's offset is a record's number).
 
-        A shard read whole (on a store: from a local copy) claims position 0; a local shard is
-        read in ranges of record numbers. The range that starts at record 0 also hashes the file.
+        The range that starts at record 0 also hashes the file.
         """
         digest = None
         first = claims.start_position() == 0

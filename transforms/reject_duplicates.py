@@ -90,8 +90,7 @@ def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
 def _shard_keys(item: tuple[str, str, str | None], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
     """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record.
 
-    The keys come from the shard's keys file when the set lists one, else
-    from its records. A shard that is missing or damaged gives the keys read
+    A shard that is missing or damaged gives the keys read
     before the damage: whether it matters is publishing's to say.
     """
     split, path, keys_crc32c = item
@@ -147,9 +146,6 @@ class _PackByContentFn(PackFn):
     compressed per bucket of their sha256 (``content_bucket``), so one element per few thousand
     images crosses the grouping. With ``distance`` (near-duplicates), also each hashed image's
     ``HashedImage`` per band of its hash, keyed by the band (a tuple, never a bucket).
-
-    Side input ``expected`` (optional): at least the number of copies; the
-    buckets then have ``group_bits(expected, CONTENT_BUCKET_BITS)`` bits.
     """
 
     def __init__(self, coder: coders.Coder, distance: int | None = None) -> None:
@@ -181,8 +177,6 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
     Reads the group twice (``tally_copies``, then ``copy_letters`` when an
     image has copies to reject), holding one ``CopyTally`` per image.
     Side input ``written`` (optional): the splits this run has images in.
-    With ``near``, the copy kept comes keyed by its sha256, and a band's
-    ``(band, [HashedImage])`` gives its pairs (``_band_pairs``).
     """
 
     def __init__(self, appending: bool, near: NearDuplicateRule | None = None) -> None:
