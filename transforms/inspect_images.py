@@ -60,8 +60,7 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     A file over ``max_bytes`` is refused from its size, or after ``max_bytes``
     bytes when the store cannot tell it; a file longer than ``HEAD_BYTES`` is
     read whole only if its first bytes could start an image (``could_be_image``),
-    so a video or an archive costs one small read. On gs:// and s3:// a file is
-    read in bounded ranges with no metadata request (``_read_stored_source``).
+    so a video or an archive costs one small read.
 
     Raises:
         OSError: As ``open_for_read``, or while reading.
@@ -168,9 +167,10 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         forget_cached()
+        self._bundle_ends(False)
 
     def _bundle_ends(self, finished: bool) -> None:
-        """Runs when a bundle ends (``finished``) or a failed one is dropped; nothing by default."""
+        """Runs when a bundle ends (``finished``) or a failed one is dropped (at the next, or teardown); no-op here."""
 
     def _output(self, value: ImageMeta | DeadLetter, window, timestamp) -> Iterator:
         """An input's ImageMeta (main), or its DeadLetter (DEAD_LETTERS) counted by the subclass's ``_rejected``."""
@@ -295,10 +295,6 @@ class _InspectImageFn(OrderedImageFn):
             path, size = closed
             header = done_list_header(path.rsplit("/", 1)[-1], size, self._context[0])
             write_done_list(path, itertools.chain([header], done.pieces()))  # never joined
-
-    def teardown(self):
-        super().teardown()
-        self._bundle_ends(False)
 
     def _emit(self, worked: tuple[Inspected, tuple | None], window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
