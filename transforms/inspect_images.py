@@ -141,6 +141,7 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         self._pool = worker_threads.new_pool(threads, self.THREAD_NAME)
         self._window = worker_threads.window_for(threads)
         self._work = None
+        self._index_cache: tuple = (None, {})  # (labels, class name -> index)
 
     def start_bundle(self):
         if self._work is not None:  # a bundle that failed: its calls are dropped
@@ -188,11 +189,9 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""
-        cached = getattr(self, "_index_cache", None)
-        if cached is None or cached[0] is not labels:
-            cached = (labels, {name: i for i, name in enumerate(labels)})
-            self._index_cache = cached
-        return cached[1]
+        if self._index_cache[0] is not labels:
+            self._index_cache = (labels, {name: i for i, name in enumerate(labels)})
+        return self._index_cache[1]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -193,11 +193,7 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
         self._group_images.update(sum(tally.copies for tally in tallies.values()))
         kept, choices = copy_choices(tallies, written, self._appending)
         del tallies
-        if self._near is None:
-            yield from kept
-        else:
-            for meta in kept:
-                yield meta.sha256, meta
+        yield from kept if self._near is None else ((meta.sha256, meta) for meta in kept)  # keyed: judged next
         for letter in copy_letters(copies, choices):
             progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
