@@ -146,24 +146,21 @@ class _StartArchiveFn(CarriesStorageOptions, beam.DoFn):
 
         A damaged stream gives the members before the damage and its dead letter.
         """
-        members, unsafe, damage = [], [], None
+        members, unsafe, damage = [], [], []
         with open_for_read(path) as fh, naming_s3_errors(path):
-            try:
-                for member in tar_members(fh, stream=True):
-                    problem = unsafe_member(member.name)
-                    if problem:
-                        unsafe.append(unsafe_entry(path, member.name, problem))
-                    elif listed_member(member.name):
-                        members.append(member)
-            except ImageError as err:
-                damage = _dead(path, err)
+            for member in _up_to_damage(tar_members(fh, stream=True), damage):
+                problem = unsafe_member(member.name)
+                if problem:
+                    unsafe.append(unsafe_entry(path, member.name, problem))
+                elif listed_member(member.name):
+                    members.append(member)
         layout = self._layout(m.name for m in members)
         yield from unsafe
         for member in members:
             ref = MemberRef(path, TGZ, member.offset, member.size, member.size) if member.is_file else None
             yield member_entry(path, member.name, ref, layout, self._rules)
-        if damage is not None:
-            yield damage
+        if damage:
+            yield _dead(path, damage[0])
 
     def _zip(self, path: str):
         with open_for_read(path) as fh, naming_s3_errors(path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -156,11 +157,10 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     why, layout) per folder it cannot list; with ``key_ranges``, also ``_KeyRangeTask``s (_KEY_RANGES).
 
     Folders met by a task that lists one level are tasks of their own; hidden files are counted and
-    dropped. A task without a layout lists its whole input and decides the layout.
+    dropped. A task without a layout (``--layout auto``) lists its whole input and decides the layout.
     """
 
-    def __init__(self, layout: str, key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> None:
-        self._layout = layout
+    def __init__(self, key_ranges: int = 0, first_keys: int = FIRST_KEYS) -> None:
         self._ranges = key_ranges
         self._first = first_keys
         self._hidden = Metrics.counter("build", "hidden_files_skipped")
@@ -199,20 +199,14 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
 
     def _list_store_below(self, task: FolderTask):
         """The first keys below the task's prefix as files; if there are more, the rest cut into ``_KeyRangeTask``s."""
-        last = None
-        first = []
         with naming_s3_errors(task.folder):
-            for path in list_store_range(task.folder):
-                if len(first) == self._first:
-                    break
-                first.append(path)
-                last = path
-            else:
-                last = None  # listed to the end
+            paths = list_store_range(task.folder)
+            first = list(itertools.islice(paths, self._first))
+            more = next(paths, None) is not None
             yield from self._files(task.root, first, task.layout)
-            if last is None:
+            if not more:  # listed to the end
                 return
-            ranges = split_keys_after(last[len(task.folder):],
+            ranges = split_keys_after(first[-1][len(task.folder):],
                                       lambda name: first_store_key_after(task.folder, name), self._ranges)
         self._cut.inc(len(ranges))
         for keys in ranges:
@@ -248,7 +242,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
         """Every file of the input at once, and the layout they show when none is given."""
         rels = list(self._visible(prefix, list_below(key)))
         if layout is None:
-            layout = self._layout if self._layout != "auto" else layout_of_levels(levels_of_paths(rels))
+            layout = layout_of_levels(levels_of_paths(rels))
         for rel in rels:
             yield ("file", key, _wire(rel), layout)
 
@@ -281,23 +275,19 @@ class _ResolveInputFn(CarriesStorageOptions, beam.DoFn):
     def process(self, element, first_lines=None):
         if isinstance(element, _ManifestRange):
             self._ranges.inc()
-            for entry in self._read_range(element, first_lines[(element.manifest, element.index)]):
-                yield self._emit(entry)
-            return
-        if isinstance(element, (SourceImage, DeadLetter)):
+            yield from map(self._emit, self._read_range(element, first_lines[(element.manifest, element.index)]))
+        elif isinstance(element, (SourceImage, DeadLetter)):
             yield self._emit(element)
-            return
-        if isinstance(element, ObjectClasses):  # a COCO file's categories: not an input
+        elif isinstance(element, ObjectClasses):  # a COCO file's categories: not an input
             yield element
-            return
-        kind, key, rel, layout = element[0], element[1], _unwire(element[2]), element[-1]
-        if kind == "file":
-            yield self._emit(tree_entry(key, rel, layout, self._rules))
-            return
-        dead, label = unreadable_folder_entry(key, rel, _unwire(element[3]), layout, self._rules)
-        if label is not None:
-            yield label
-        yield self._emit(dead)
+        elif element[0] == "file":  # ("file", root, relpath, layout)
+            yield self._emit(tree_entry(element[1], _unwire(element[2]), element[3], self._rules))
+        else:  # ("unreadable", root, relative folder, why, layout)
+            _, root, rel, why, layout = element
+            dead, label = unreadable_folder_entry(root, _unwire(rel), _unwire(why), layout, self._rules)
+            if label is not None:
+                yield label
+            yield self._emit(dead)
 
     def _read_range(self, rng: _ManifestRange, first: int):
         cr = breaks_at_cr(rng.manifest)
@@ -345,12 +335,10 @@ class DiscoverImages(beam.PTransform):
     the steps that read them share a stage.
 
     Args:
-        rules: How labels and splits are read.
         folder_tasks: The listing tasks of every folder input, spread over workers.
         manifests: The manifest inputs (``.csv``, ``.jsonl``; a COCO ``.json`` is read as a stream).
         range_bytes: Bytes of an input manifest read as one element.
         archives: The container inputs (``ListArchives``).
-        containers: How container inputs give images and labels.
         key_ranges: Key ranges a large gs:// or s3:// class folder is cut into, listed by other
             workers after its first ``first_keys`` keys (0: none; one fused stage more).
     """
@@ -377,13 +365,13 @@ class DiscoverImages(beam.PTransform):
         listed, side = [], {}
         if self._tasks:  # more than one task: Create spreads them over workers
             tasks = pbegin | "CreateFolderTasks" >> beam.Create(self._tasks)
-            lister = _ListFolderFn(self._rules.layout, self._key_ranges, self._first_keys)
+            lister = _ListFolderFn(self._key_ranges, self._first_keys)
             if self._key_ranges and any(task.below and task.folder.startswith(LEVEL_SCHEMES) for task in self._tasks):
                 found = tasks | "ListFolders" >> beam.ParDo(lister).with_outputs(_KEY_RANGES, main="files")
                 listed += [found.files,  # files, unreadable folders
                            found[_KEY_RANGES]
                            | "SpreadKeyRanges" >> beam.Reshuffle()  # _KeyRangeTask
-                           | "ListKeyRanges" >> beam.ParDo(_ListKeyRangeFn(self._rules.layout))]  # files
+                           | "ListKeyRanges" >> beam.ParDo(_ListKeyRangeFn())]  # files
             else:
                 listed.append(tasks | "ListFolders" >> beam.ParDo(lister))  # files, unreadable folders
         if self._manifests:

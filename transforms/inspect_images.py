@@ -60,8 +60,7 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     A file over ``max_bytes`` is refused from its size, or after ``max_bytes``
     bytes when the store cannot tell it; a file longer than ``HEAD_BYTES`` is
     read whole only if its first bytes could start an image (``could_be_image``),
-    so a video or an archive costs one small read. On gs:// and s3:// a file is
-    read in bounded ranges with no metadata request (``_read_stored_source``).
+    so a video or an archive costs one small read.
 
     Raises:
         OSError: As ``open_for_read``, or while reading.
@@ -70,21 +69,15 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     if not is_local(path):
         return _read_stored_source(path, max_bytes)
     with open_for_read(path) as fh, naming_s3_errors(path):
-        size = file_size(fh)
-        if size is not None and size > max_bytes:
+        size = file_size(fh)  # never None: open_for_read opens nothing local but a regular file
+        if size > max_bytes:
             raise _too_large(f"{size}", max_bytes, "not read")
-        if size is not None and size <= HEAD_BYTES:
+        if size <= HEAD_BYTES or has_image_magic(peek_local(fh, 16)):
             return fh.read()
-        if size is not None:
-            prefix = peek_local(fh, 16)
-            if prefix is not None and has_image_magic(prefix):
-                return fh.read()
         head = read_at_most(fh, HEAD_BYTES)
         if len(head) == HEAD_BYTES and not could_be_image(head):
             raise _not_an_image(size, HEAD_BYTES)
-        if size is not None:
-            return head + fh.read(size - len(head)) if len(head) == HEAD_BYTES else head
-        return _at_most(head + read_at_most(fh, max_bytes + 1 - len(head)), max_bytes)
+        return head + fh.read(size - len(head)) if len(head) == HEAD_BYTES else head
 
 
 def _too_large(size: str, max_bytes: int, what: str) -> ImageError:
@@ -138,20 +131,17 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     are worked on by ``threads`` threads (0: one per usable core), at most
     ``window_for(threads)`` at a time; outputs follow in input order on the
     bundle's thread, each in its own input's window.
-    Side inputs: ``labels`` (class names in index order) and ``layout``.
 
     Subclasses set ``_threads`` and ``THREAD_NAME`` and define ``_work_on``
     (runs on any thread, no Beam calls) and ``_emit``.
     """
-
-    THREAD_NAME = "image"
-    _threads = 1
 
     def setup(self):
         threads = worker_threads.thread_count(self._threads)
         self._pool = worker_threads.new_pool(threads, self.THREAD_NAME)
         self._window = worker_threads.window_for(threads)
         self._work = None
+        self._index_cache: tuple = (None, {})  # (labels, class name -> index)
 
     def start_bundle(self):
         if self._work is not None:  # a bundle that failed: its calls are dropped
@@ -178,15 +168,20 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         forget_cached()
+        self._bundle_ends(False)
 
     def _bundle_ends(self, finished: bool) -> None:
-        """Runs when a bundle ends (``finished``) or a failed one is dropped; nothing by default."""
+        """Runs when a bundle ends (``finished``) or a failed one is dropped (at the next, or teardown); no-op here."""
 
-    def _work_on(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None):
-        raise NotImplementedError
-
-    def _emit(self, result, window, timestamp) -> Iterator:
-        raise NotImplementedError
+    def _output(self, value: ImageMeta | DeadLetter, window, timestamp) -> Iterator:
+        """An input's ImageMeta (main), or its DeadLetter (DEAD_LETTERS) counted by the subclass's ``_rejected``."""
+        output = WindowedValue(value, timestamp, (window,))
+        if isinstance(value, DeadLetter):
+            self._rejected.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
+        else:
+            progress.note(progress.IMAGES_ACCEPTED)
+            yield output
 
     def _one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
              where: tuple) -> tuple:  # on a pool thread
@@ -194,11 +189,9 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
 
     def _index_of(self, labels: list[str]) -> dict[str, int]:
         """Class name -> index; the table is built once per side input."""
-        cached = getattr(self, "_index_cache", None)
-        if cached is None or cached[0] is not labels:
-            cached = (labels, {name: i for i, name in enumerate(labels)})
-            self._index_cache = cached
-        return cached[1]
+        if self._index_cache[0] is not labels:
+            self._index_cache = (labels, {name: i for i, name in enumerate(labels)})
+        return self._index_cache[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,9 +219,7 @@ class RecordStaging:
 
     Attributes:
         output_dir: The output folder (the run's staging folder is inside it).
-        run_id: The run's id.
         staging_dir: ``--staging_dir``, or None (the run's staging folder).
-        done_lists: Write each run file's done list.
         resume: The done lists of the interrupted runs this run resumes
             (``storage.resume_files.AdoptedWork.done_lists``).
     """
@@ -243,8 +234,7 @@ class RecordStaging:
 class _InspectImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
-    An image whose split is ``SPLIT_BY_CONTENT`` gets its split here, from its
-    sha256 and the split fractions. Each accepted image's framed record is
+    Each accepted image's framed record is
     appended to the bundle's run file (``tfrecord.run_files``) in input order,
     and its ``ImageMeta`` says where (``run``): the image is read once per
     build. The run file is closed before the bundle ends, so no output names
@@ -260,16 +250,11 @@ class _InspectImageFn(OrderedImageFn):
 
     def __init__(self, settings: EncodeSettings, seed: int, rules: ImageRules | None = None, threads: int = 1,
                  *, staging: RecordStaging) -> None:
-        rules = rules or ImageRules()
         self._settings = settings
-        self._resume_lists = tuple(staging.resume)
-        self._hashed = rules.hashed
         self._seed = seed
-        self._fractions = dict(rules.split_fractions)
-        self._max_bytes = rules.max_bytes
+        self._rules = rules or ImageRules()
         self._threads = threads
-        self._staging = (staging.output_dir, staging.run_id, staging.staging_dir)
-        self._done_lists = staging.done_lists
+        self._staging = staging
         self._read = Metrics.counter("build", "images_read")
         self._read_bytes = Metrics.counter("build", "image_bytes_read")
         self._rejected = Metrics.counter("build", "images_rejected")
@@ -280,7 +265,7 @@ class _InspectImageFn(OrderedImageFn):
 
     def setup(self):
         super().setup()
-        self._run = BundleRunFile(*self._staging)
+        self._run = BundleRunFile(self._staging.output_dir, self._staging.run_id, self._staging.staging_dir)
         self._done = DoneLines()  # the bundle's done-list lines, compressed: never its ImageMetas
         self._resume: dict[str, list[DoneInput]] | None = None
         self._context = ("", None)  # (context key, the labels it was computed for)
@@ -288,11 +273,11 @@ class _InspectImageFn(OrderedImageFn):
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
                 layout: RecordLayout | None = None):
-        if self._done_lists and self._context[1] is not labels:
+        if self._staging.done_lists and self._context[1] is not labels:
             self._context = (context_key(labels, layout), labels)
         if self._resume is None:  # before any thread reads it
             self._resume = {}
-            for done in self._resume_lists:
+            for done in self._staging.resume:
                 for path, entry in read_done_inputs(done):
                     self._resume.setdefault(path, []).append(entry)
         yield from super().process(source, window, timestamp, labels=labels, layout=layout)
@@ -310,23 +295,16 @@ class _InspectImageFn(OrderedImageFn):
             header = done_list_header(path.rsplit("/", 1)[-1], size, self._context[0])
             write_done_list(path, itertools.chain([header], done.pieces()))  # never joined
 
-    def teardown(self):
-        super().teardown()
-        self._bundle_ends(False)
-
     def _emit(self, worked: tuple[Inspected, tuple | None], window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
         inspected, done = worked  # done: (source key, stamp, reused) when the input may be resumed
+        progress.note(progress.IMAGES_READ, 1, inspected.bytes_read or 0)
         if done is not None and done[2]:
             self._reused.inc()
             self._reused_bytes.inc(done[1][0])
-            progress.note(progress.IMAGES_READ)
-        elif inspected.bytes_read is None:
-            progress.note(progress.IMAGES_READ)
-        else:
+        elif inspected.bytes_read is not None:
             self._read.inc()
             self._read_bytes.inc(inspected.bytes_read)
-            progress.note(progress.IMAGES_READ, 1, inspected.bytes_read)
         value = inspected.output
         if inspected.parts is not None:  # the record goes to the run file
             value = dataclasses.replace(value, run=self._run.append(inspected.parts))
@@ -334,13 +312,7 @@ class _InspectImageFn(OrderedImageFn):
                 self._done.append(done_list_line(done[0], done[1], value))
                 if self._done.count >= DONE_LIST_RECORDS or self._run.size >= DONE_LIST_BYTES:
                     self._close_run_file(True)  # the outputs before name a closed file
-        output = WindowedValue(value, timestamp, (window,))
-        if isinstance(inspected.output, DeadLetter):
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
-        else:
-            progress.note(progress.IMAGES_ACCEPTED)
-            yield output
+        yield from self._output(value, window, timestamp)
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
                  layout: RecordLayout | None) -> tuple[Inspected, tuple | None]:
@@ -350,7 +322,7 @@ class _InspectImageFn(OrderedImageFn):
         if dead is not None:
             return Inspected(dead, None), None
         done = None
-        if self._done_lists:
+        if self._staging.done_lists:
             stamp = input_stamp(source.path)  # before reading: a change while reading shows next time
             if stamp is not None:
                 key, context = source_key(source), self._context[0]
@@ -359,13 +331,13 @@ class _InspectImageFn(OrderedImageFn):
                         return Inspected(entry.for_source(source), None), (key, stamp, True)
                 done = (key, stamp, False)
         try:
-            data = read_input(source, self._max_bytes)
+            data = read_input(source, self._rules.max_bytes)
         except STORAGE_ERRORS as err:
             return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None), None
         except ImageError as err:
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
-        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
-                             self._hashed), done
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._rules.split_fractions,
+                             self._rules.hashed), done
 
 
 class InspectImages(beam.PTransform):
@@ -375,15 +347,12 @@ class InspectImages(beam.PTransform):
     and ``DEAD_LETTERS`` (DeadLetter), whatever ``threads``.
 
     Args:
-        settings: Image options of the build.
         seed: Shuffle seed for the order key.
         labels: Singleton side input with the class names in index order.
-        rules: Splits by content, the largest input read, perceptual hashes.
         layout: Singleton side input with the build's ``RecordLayout``, or
             None for plain image records.
         threads: Images inspected at once by each worker; 0 for one per core
             the worker may use.
-        staging: Where each accepted image's record is written (``RecordStaging``).
     """
 
     def __init__(self, settings: EncodeSettings, seed: int, labels, rules: ImageRules | None = None,
@@ -395,8 +364,7 @@ class InspectImages(beam.PTransform):
         self._layout = layout
 
     def expand(self, sources):
-        extra = {} if self._layout is None else {"layout": self._layout}
-        return sources | "InspectImage" >> beam.ParDo(self._fn, labels=self._labels, **extra).with_outputs(
+        return sources | "InspectImage" >> beam.ParDo(self._fn, labels=self._labels, layout=self._layout).with_outputs(
             DEAD_LETTERS, main="main")
 
 

@@ -77,13 +77,7 @@ class _SurveyImageFn(OrderedImageFn):
             self._read.inc()
             yield beam.pvalue.TaggedOutput(READS, WindowedValue(
                 ("read", surveyed.bytes_read, surveyed.exact), timestamp, (window,)))
-        output = WindowedValue(surveyed.output, timestamp, (window,))
-        if isinstance(surveyed.output, DeadLetter):
-            self._rejected.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
-        else:
-            progress.note(progress.IMAGES_ACCEPTED)
-            yield output
+        yield from self._output(surveyed.output, window, timestamp)
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
                 layout: RecordLayout | None) -> _Surveyed:

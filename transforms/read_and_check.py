@@ -126,7 +126,6 @@ class RecordChecks:
     """What ``ReadAndCheckRecords`` checks of each record and shard beside its framing.
 
     Attributes:
-        decode_images: Decode every image.
         preview: Keep a few preview samples per class in each tally.
         hash_files: Check each listed shard's hashes (CRC32C, sha256) against its entry.
         max_record_bytes: The largest record data read; a record declaring more is a ``bad_length`` problem.
@@ -149,9 +148,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     to the file's end for the hash alone. Its tally holds the shard's manifest entry.
     """
 
-    def __init__(self, schema: Mapping[str, str] | None, labels: Sequence[str] | None, checks: RecordChecks) -> None:
-        self._schema = schema
-        self._labels = list(labels) if labels else None
+    def __init__(self, checks: RecordChecks) -> None:
         self._checks = checks
         self._reread = Metrics.counter(_NAMESPACE, "bytes_read_again_for_hash")
 
@@ -167,8 +164,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     def process(self, shard: ShardFile, schema: Mapping[str, str] | None = None,
                 labels: Sequence[str] | None = None,
                 tracker=beam.DoFn.RestrictionParam(_ShardRanges())):
-        schema = self._schema if schema is None else schema
-        labels = self._labels if labels is None else (list(labels) or None)
+        labels = list(labels) if labels else None
         claims = _Claims(tracker)
         # One range of each file starts at byte 0 (splitting keeps the start): it checks the whole file.
         first = claims.start_position() == 0
@@ -206,8 +202,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
     def _check_array_record(self, shard: ShardFile, claims: _Claims, checker: RangeChecker, tally):
         """The tally of an ArrayRecord shard's records, by number (a problem's offset is a record's number).
 
-        A shard read whole (on a store: from a local copy) claims position 0; a local shard is
-        read in ranges of record numbers. The range that starts at record 0 also hashes the file.
+        The range that starts at record 0 also hashes the file.
         """
         digest = None
         first = claims.start_position() == 0
@@ -283,7 +278,6 @@ class ReadAndCheckRecords(beam.PTransform):
     Args:
         schema, labels: The manifest's feature spec and class names (values or singleton side
             inputs), as ``transforms.verify.checks.check_record`` takes them.
-        checks: What is checked beside the framing.
         split_ranges: Split shards into byte ranges at the start (for more readers than shards), or
             read each whole (each byte read once).
     """
@@ -292,11 +286,8 @@ class ReadAndCheckRecords(beam.PTransform):
                  labels: Sequence[str] | beam.pvalue.AsSingleton | None = None,
                  checks: RecordChecks | None = None, split_ranges: bool = True) -> None:
         super().__init__()
-        side = {name: value for name, value in (("schema", schema), ("labels", labels))
-                if isinstance(value, beam.pvalue.AsSingleton)}
-        self._fn = _ReadAndCheckFn(None if "schema" in side else schema, None if "labels" in side else labels,
-                                   checks or RecordChecks())
-        self._side = side
+        self._fn = _ReadAndCheckFn(checks or RecordChecks())
+        self._side = {"schema": schema, "labels": labels}  # values or side inputs
         self._split_ranges = split_ranges
 
     def expand(self, shards):

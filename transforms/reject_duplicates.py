@@ -90,8 +90,7 @@ def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
 def _shard_keys(item: tuple[str, str, str | None], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
     """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record.
 
-    The keys come from the shard's keys file when the set lists one, else
-    from its records. A shard that is missing or damaged gives the keys read
+    A shard that is missing or damaged gives the keys read
     before the damage: whether it matters is publishing's to say.
     """
     split, path, keys_crc32c = item
@@ -124,10 +123,9 @@ class ReadPublishedKeys(beam.PTransform):
 
     Args:
         shards: ``(split, shard path, keys CRC32C or None)`` (``storage.output_folder.published_shards``).
-        compression: The shards' compression.
     """
 
-    def __init__(self, shards: Sequence[tuple[str, str]], compression: str) -> None:
+    def __init__(self, shards: Sequence[tuple[str, str, str | None]], compression: str) -> None:
         super().__init__()
         self._shards = list(shards)
         self._compression = compression
@@ -148,9 +146,6 @@ class _PackByContentFn(PackFn):
     compressed per bucket of their sha256 (``content_bucket``), so one element per few thousand
     images crosses the grouping. With ``distance`` (near-duplicates), also each hashed image's
     ``HashedImage`` per band of its hash, keyed by the band (a tuple, never a bucket).
-
-    Side input ``expected`` (optional): at least the number of copies; the
-    buckets then have ``group_bits(expected, CONTENT_BUCKET_BITS)`` bits.
     """
 
     def __init__(self, coder: coders.Coder, distance: int | None = None) -> None:
@@ -169,8 +164,8 @@ class _PackByContentFn(PackFn):
         out = self.add(content_bucket(copy.sha256, self._group[1]), copy)
         if self._distance is None or copy.phash is None:
             return out
-        out = list(out or ())
-        for band, member in _bands(copy, self._distance):
+        out, member = list(out or ()), hashed_image(copy)
+        for band in hash_bands(copy.phash, self._distance):  # ((band index, band value), HashedImage)
             out.extend(self.add(band, member) or ())
         return out
 
@@ -182,8 +177,6 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
     Reads the group twice (``tally_copies``, then ``copy_letters`` when an
     image has copies to reject), holding one ``CopyTally`` per image.
     Side input ``written`` (optional): the splits this run has images in.
-    With ``near``, the copy kept comes keyed by its sha256, and a band's
-    ``(band, [HashedImage])`` gives its pairs (``_bucket_pairs``).
     """
 
     def __init__(self, appending: bool, near: NearDuplicateRule | None = None) -> None:
@@ -193,24 +186,29 @@ class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
 
     def process(self, keyed, written=None):
         key, copies = keyed
-        if isinstance(key, tuple):  # a band of the hashes: its members, at most 2 * cap held
-            bucket = CappedBucket(self._near.cap)
-            for member in copies:
-                bucket.add(member)
-            yield from _bucket_pairs(key, bucket, self._near)
+        if isinstance(key, tuple):  # a band of the hashes
+            yield from self._band_pairs(key, copies)
             return
         tallies = tally_copies(copies)
         self._group_images.update(sum(tally.copies for tally in tallies.values()))
         kept, choices = copy_choices(tallies, written, self._appending)
         del tallies
-        if self._near is None:
-            yield from kept
-        else:
-            for meta in kept:
-                yield meta.sha256, meta
+        yield from kept if self._near is None else ((meta.sha256, meta) for meta in kept)  # keyed: judged next
         for letter in copy_letters(copies, choices):
             progress.note(progress.IMAGES_DUPLICATE, 1)  # flushed as the bundle ends
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+
+    def _band_pairs(self, key: tuple, members) -> Iterator[tuple]:
+        """A band's members -> (sha256 of the later copy, NearPair) per pair of them, and (its key,
+        (members, cap)) over its cap; at most 2 * cap members held."""
+        bucket = CappedBucket(self._near.cap)
+        for member in members:
+            bucket.add(member)
+        compared = bucket.members()
+        if bucket.count > len(compared):
+            yield f"over cap {key}", (bucket.count, bucket.cap)
+        for pair in bucket_pairs(compared, self._near.distance):
+            yield pair.later.sha256, pair
 
     def finish_bundle(self):
         progress.flush()  # a worker process may note nothing more after its last bundle here
@@ -224,37 +222,8 @@ class NearDuplicateRule(NamedTuple):
     cap: int = DEFAULT_BUCKET_CAP  # the most members of one bucket compared
 
 
-class _OverCap(NamedTuple):
-    """A bucket that held more members than its cap."""
-
-    count: int
-    cap: int
-
-
-def _bands(meta: ImageMeta, distance: int):
-    """ImageMeta -> ((band index, band value), HashedImage) per band of its hash (none unhashed)."""
-    if meta.phash is not None:
-        member = hashed_image(meta)
-        for band in hash_bands(meta.phash, distance):
-            yield band, member
-
-
-def _bucket_pairs(key, bucket: CappedBucket, rule: NearDuplicateRule):
-    """A band's key and CappedBucket -> (sha256 of the later copy, NearPair) per pair of its members,
-    and (its key, ``_OverCap``) over its cap."""
-    members = bucket.members()
-    if bucket.count > len(members):
-        yield f"over cap {key}", _OverCap(bucket.count, bucket.cap)
-    if len(members) > 1:
-        for pair in bucket_pairs(members, rule.distance):
-            yield pair.later.sha256, pair
-
-
 class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
-    """(sha256, [the copy kept, NearPair or _OverCap]) -> the copy, or its dead letter (``near_choice``).
-
-    Outputs: main, and those ``RejectDuplicateImages`` lists.
-    """
+    """(sha256, [the copy kept, NearPair or (members, cap)]) -> the copy, or its dead letter (``near_choice``)."""
 
     def __init__(self, rule: NearDuplicateRule) -> None:
         self._rule = rule
@@ -266,8 +235,8 @@ class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
                 kept = value
             elif isinstance(value, NearPair):
                 pairs.append(value)
-            else:
-                yield beam.pvalue.TaggedOutput(OVER_CAP, (value.count, value.cap))
+            else:  # a bucket over its cap
+                yield beam.pvalue.TaggedOutput(OVER_CAP, value)
         if kept is not None and kept.phash is None:
             yield beam.pvalue.TaggedOutput(UNHASHED, kept.source.path)
         kept, dead, found = near_choice(kept, pairs, self._rule.reject, self._rule.distance)
@@ -318,8 +287,7 @@ class RejectDuplicatePaths(beam.PTransform):
     """Two inputs with one relative path in one split: both become dead letters.
 
     Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (SourceImage)
-    and ``DEAD_LETTERS`` (DeadLetter). Inputs are grouped, packed, by (split,
-    ``duplicates.path_bucket``).
+    and ``DEAD_LETTERS`` (DeadLetter).
     """
 
     def expand(self, sources):
@@ -338,10 +306,6 @@ class RejectDuplicateImages(beam.PTransform):
     an image published in a split this run keeps keeps its place.
     ``image/key/sha256`` is then unique in the whole shard set.
 
-    The copies travel packed, grouped by a bucket of their sha256 (about
-    ``planning.GROUP_RECORDS`` images a group with ``expected``); each group
-    is decided where it is read, holding one ``CopyTally`` per image, never
-    the copies of one (``_KeepOneCopyFn``).
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
     (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
 
@@ -372,12 +336,8 @@ class RejectDuplicateImages(beam.PTransform):
 
     def expand(self, metas):
         near = self._near
-        copies = metas
-        side = {}
-        if self._published is not None:
-            copies = (metas, self._published) | "AddPublishedKeys" >> beam.Flatten()
-            if self._written is not None:
-                side = {"written": self._written}
+        copies = metas if self._published is None else (metas, self._published) | "AddPublishedKeys" >> beam.Flatten()
+        side = {} if self._written is None else {"written": self._written}  # given only with published
         coder = coders.registry.get_coder(typing.Any)
         # The bits of the buckets: CONTENT_BUCKET_BITS, or fewer for the expected number of copies.
         expected = {}
@@ -390,7 +350,7 @@ class RejectDuplicateImages(beam.PTransform):
                     lambda n, more: n + more, beam.pvalue.AsSingleton(keys, default_value=0))
             expected = {"expected": beam.pvalue.AsSingleton(total)}
         keep = beam.ParDo(_KeepOneCopyFn(self._appending, near), **side)
-        if near is not None:  # (sha256, ImageMeta), (sha256, NearPair), (key, _OverCap): grouped next
+        if near is not None:  # (sha256, ImageMeta), (sha256, NearPair), (key, (members, cap)): grouped next
             keep = keep.with_output_types(typing.Tuple[typing.Any, typing.Any])
         exact = (copies
                  | "PackByContent" >> beam.ParDo(_PackByContentFn(
@@ -402,7 +362,7 @@ class RejectDuplicateImages(beam.PTransform):
         if near is None:
             return {"main": exact.main, DEAD_LETTERS: exact[DEAD_LETTERS]}
         judged = (exact.main
-                  | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta, NearPair or _OverCap])
+                  | "GroupNearPairs" >> beam.GroupByKey()  # (sha256, [ImageMeta, NearPair or (members, cap)])
                   | "JudgeNearCopies" >> beam.ParDo(_JudgeNearCopiesFn(near)).with_outputs(
                       NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, main="main"))
         return {"main": judged.main, DEAD_LETTERS: exact[DEAD_LETTERS], **{tag: judged[tag] for tag in (
