@@ -324,12 +324,11 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         inputs, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None,
         beam_compat.bytes_worth_counting(cores))
     note = beam_compat.choose_local_workers(options, size, cores)
-    threads = _image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near and not one_split)
     found = survey_build(
         fixed=fixed, parquet_names=parquet_names, only_parquet=len(inputs) == sum(
             archive_kind(path) == PARQUET for path in inputs), append_to=append_to, folder_tasks=tasks,
         parquet_folders=parquet_folders, near_duplicates=near, one_split=one_split,
-        threads=(threads["inspect_threads"], threads["write_threads"]))
+        threads=_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near and not one_split))
     return dataclasses.replace(cfg, found=found, policy=policy, workers_note=note)
 
 
@@ -392,13 +391,12 @@ def _version() -> str:
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
-                   inputs: Sequence[str], hashes: bool = False) -> dict[str, int]:
-    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``: ``build_survey.image_threads``),
-    given whether Pillow decodes or encodes every image (``hashes``: for near-duplicates)."""
+                   inputs: Sequence[str], hashes: bool = False) -> tuple[int, int]:
+    """Threads of the inspect and write steps (``build_survey.image_threads``), given whether Pillow decodes
+    or encodes every image (``hashes``: for near-duplicates)."""
     decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw") or hashes
-    inspect, write = image_threads(requested, beam_compat.local_workers(options), worker_threads.usable_cores(),
-                                   any("://" in path for path in inputs), decodes)
-    return {"inspect_threads": inspect, "write_threads": write}
+    return image_threads(requested, beam_compat.local_workers(options), worker_threads.usable_cores(),
+                         any("://" in path for path in inputs), decodes)
 
 
 def _csv_columns(path: str) -> list[str] | None:
@@ -598,7 +596,7 @@ class BuildJob(PublishingJob):
     and, for a resumed run, what it reused."""
 
     def __init__(self) -> None:
-        super().__init__("build_shards", BuildConfig, make_config, build_pipeline, progress=build_progress)
+        super().__init__(BuildConfig, make_config, build_pipeline, build_progress)
 
     def disk_need(self, cfg: BuildConfig) -> str:
         """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
@@ -619,11 +617,11 @@ class BuildJob(PublishingJob):
     def summary_lines(self, cfg: BuildConfig, manifest: Manifest) -> list[str]:
         return build_lines(cfg.output_dir, manifest, cfg.near_duplicates == "off")
 
-    def finish(self, p: beam.Pipeline, cfg: BuildConfig, seconds: float) -> tuple[str, int]:
-        text, status = super().finish(p, cfg, seconds)
-        if self.resumed and not cfg.dataflow_dry_run:
+    def finish(self, result: Any, cfg: BuildConfig, seconds: float) -> tuple[str, int]:
+        text, status = super().finish(result, cfg, seconds)
+        if self.resumed:
             first, rest = text.split("\n", 1) if "\n" in text else (text, "")
-            text = "\n".join(line for line in (first, "  " + resume_line(self.result, self.resumed, first), rest)
+            text = "\n".join(line for line in (first, "  " + resume_line(result, self.resumed, first), rest)
                              if line)
         return text, status
 

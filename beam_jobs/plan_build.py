@@ -16,7 +16,7 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
 
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -24,9 +24,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs import build_shards
 from beam_jobs.cli import values as opt
 from beam_jobs.cli.config import PlanConfig
-from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, run_job
 from beam_jobs.cli.logs import run_as_command
-from beam_jobs.cli.progress import report_progress
+from beam_jobs.cli.progress import plan_progress
 from transforms.storage import output_folder
 from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
@@ -36,8 +36,7 @@ from transforms.storage.listing import is_folder
 from transforms.storage.writing import free_bytes, write_file
 from transforms.images.inputs import is_manifest_path
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
-from transforms.progress import counters as c
-from transforms.progress.report import Stage, plural
+from transforms.progress.report import plural
 from transforms.shardset.ownership import kept_splits
 from transforms.shardset.plan_report import Plan, PlanTally, folder_change, folder_problems, make_plan
 
@@ -127,10 +126,8 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
                      staging_free=free_bytes(cfg.staging_dir) if cfg.staging_dir else None)
 
 
-def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, int]:
-    """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
-    if cfg.dataflow_dry_run:
-        return dry_run_summary(p), 0
+def _outcome(result: Any, cfg: PlanConfig, seconds: float) -> tuple[str, int]:
+    """The plan's summary, with the JSON written where asked."""
     try:  # the tally the pipeline wrote (ShardsError when it is missing); its folder is removed once read
         tally = PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
     finally:
@@ -143,24 +140,12 @@ def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, in
     return text, 0
 
 
-def _plan_stage(counts) -> Stage | None:
-    listed, _ = counts.get(c.INPUTS_LISTED, (0, 0))
-    read, read_bytes = counts.get(c.IMAGES_READ, (0, 0))
-    if read:
-        return Stage("reading headers", "inputs", read, listed or None, read_bytes)
-    if listed:
-        return Stage("listing inputs", "inputs", listed)
-    return None
-
-
 HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags)."""
-    job = Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome,
-              progress=lambda cfg: report_progress("plan", cfg, _plan_stage))
-    return run_job(job, argv, prog)
+    return run_job(Job(PlanConfig, make_config, build_pipeline, plan_progress, _outcome), argv, prog)
 
 
 if __name__ == "__main__":

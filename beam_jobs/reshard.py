@@ -132,8 +132,7 @@ HELP = ReshardConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the reshard job; returns the exit status (0 ok, 1 failed, 2 bad flags)."""
-    job = PublishingJob("reshard", ReshardConfig, make_config, build_pipeline, progress=reshard_progress)
-    return run_job(job, argv, prog)
+    return run_job(PublishingJob(ReshardConfig, make_config, build_pipeline, reshard_progress), argv, prog)
 
 
 if __name__ == "__main__":

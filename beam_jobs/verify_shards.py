@@ -17,7 +17,7 @@ import dataclasses
 import os
 import posixpath
 import sys
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -34,7 +34,7 @@ from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFES
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
-from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, run_job
 from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import manifest_totals, verify_progress
 from transforms.progress.report import plural
@@ -249,11 +249,8 @@ def _read_report(cfg: VerifyConfig) -> Report:
     return Report.loads(data)
 
 
-def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
-    """The summary of the report the pipeline wrote (a Dataflow dry run's: the graph's), and 0 when
-    nothing is wrong, else 1."""
-    if cfg.dataflow_dry_run:
-        return dry_run_summary(p), 0
+def _outcome(result: Any, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
+    """The summary of the report the pipeline wrote, and 0 when nothing is wrong, else 1."""
     report = _read_report(cfg)
     text = report.summary(cfg.target, listed_records=manifest_totals(cfg.folder)[0] if cfg.folder else None)
     if cfg.preview:
@@ -266,7 +263,7 @@ HELP = VerifyConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
-    job = Job(_NAME, VerifyConfig, make_config, build_pipeline, _outcome, progress=verify_progress,
+    job = Job(VerifyConfig, make_config, build_pipeline, verify_progress, _outcome,
               positional_hint="give a shard set as --output_dir or a pattern as --files")
     return run_job(job, argv, prog)
 

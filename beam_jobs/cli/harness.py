@@ -201,6 +201,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.seen = False
+        self._quiet = False
         self._previous = None
         self._excepthook = None
 
@@ -208,21 +209,15 @@ class _Interrupts:
         if not self.seen:
             self._excepthook(args)
 
-    def _raise(self, signum, frame) -> None:
+    def _interrupted(self, signum, frame) -> None:
         self.seen = True
-        raise KeyboardInterrupt
-
-    def _note(self, signum, frame) -> None:
-        self.seen = True
-
-    def _install(self, handler) -> Any:
-        main = threading.current_thread() is threading.main_thread()
-        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # else it stays ignored
-            return signal.signal(signal.SIGINT, handler)
-        return None
+        if not self._quiet:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> "_Interrupts":
-        self._previous = self._install(self._raise)
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # else it stays ignored
+            self._previous = signal.signal(signal.SIGINT, self._interrupted)
         self._excepthook, threading.excepthook = threading.excepthook, self._thread_failed
         return self
 
@@ -235,12 +230,11 @@ class _Interrupts:
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """Within the block, a Ctrl-C is noted but raises nothing."""
-        before = self._install(self._note)
+        self._quiet = True
         try:
             yield
         finally:
-            if before is not None:
-                signal.signal(signal.SIGINT, before)
+            self._quiet = False
 
 
 def dry_run_summary(p: beam.Pipeline) -> str:
@@ -255,33 +249,29 @@ def dry_run_summary(p: beam.Pipeline) -> str:
 
 
 class Job:
-    """A job the harness runs (``run_job``): its name (for messages), config class and steps.
+    """A job the harness runs (``run_job``): its config class (whose ``JOB`` names it) and steps.
 
     Args:
         make_config: Given the config and Beam's options (for the local runner's workers), checks the
             inputs the flags name and returns the config with what the job found before its pipeline;
             raises ``UsageError`` on a bad flag or path.
         build_pipeline: Wires the job into a pipeline, given it and the config.
-        finish, progress: Replace the methods of these names.
+        progress: Given the config, a context manager that reports progress while the pipeline runs
+            (``progress.py``).
+        finish: Once the pipeline ran (not for a Dataflow dry run, whose summary is the harness's), given its
+            ``PipelineResult``, the config and the seconds since the command started (``started.run_started``):
+            the text to print and the exit status. Replaces the method of this name.
         positional_hint: What to do with an argument given without a flag.
     """
 
-    positional_hint = "every value needs its flag, e.g. --input PATH"
-
-    def __init__(self, name: str, config: type[JobConfig], make_config: Callable[[Any, PipelineOptions], Any],
-                 build_pipeline: Callable[[beam.Pipeline, Any], Any],
-                 finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]] | None = None, *,
-                 progress: Callable[[Any], Any] | None = None, positional_hint: str | None = None) -> None:
-        self.name, self.config = name, config
-        self.make_config, self.build_pipeline = make_config, build_pipeline
-        for hook, given in (("finish", finish), ("progress", progress), ("positional_hint", positional_hint)):
-            if given is not None:
-                setattr(self, hook, given)
-
-    def finish(self, p: beam.Pipeline, cfg: Any, seconds: float) -> tuple[str, int]:
-        """After the pipeline ran, given the seconds since the command started
-        (``started.run_started``): the text to print and the exit status."""
-        raise NotImplementedError(f"{self.name}: no finish")
+    def __init__(self, config: type[JobConfig], make_config: Callable[[Any, PipelineOptions], Any],
+                 build_pipeline: Callable[[beam.Pipeline, Any], Any], progress: Callable[[Any], ContextManager[Any]],
+                 finish: Callable[[Any, Any, float], tuple[str, int]] | None = None,
+                 positional_hint: str = "every value needs its flag, e.g. --input PATH") -> None:
+        self.name, self.config, self.positional_hint = config.JOB.name, config, positional_hint
+        self.make_config, self.build_pipeline, self.progress = make_config, build_pipeline, progress
+        if finish is not None:
+            self.finish = finish
 
     def prepare(self, cfg: Any) -> Callable[[bool, bool, bool], str | None] | None:
         """Called with the config before the pipeline is built (may raise ``UsageError``).
@@ -291,13 +281,6 @@ class Job:
         job's name when interrupted (None: ``INTERRUPTED_LINE``) or, last, when it failed (None: nothing more).
         """
         return None
-
-    def progress(self, cfg: Any) -> ContextManager[Any]:
-        """A context manager that reports progress while the pipeline runs (see ``progress.py``)."""
-        return contextlib.nullcontext()
-
-    def on_result(self, result: Any) -> None:
-        """Given the ``PipelineResult`` once the pipeline finished (its metrics), before ``finish``."""
 
     def disk_need(self, cfg: Any) -> str:
         """Once the job failed on a full disk (and cleaned up): what it needs against what is free,
@@ -391,8 +374,8 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
             result = p.run()
             result.wait_until_finish()
         ran = True
-        job.on_result(result)
-        text, status = job.finish(p, cfg, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        text, status = (dry_run_summary(p), 0) if cfg.dataflow_dry_run else job.finish(result, cfg, seconds)
         ok = True
     except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
         if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
@@ -437,7 +420,6 @@ class PublishingJob(Job):
         super().__init__(*args, **kwargs)
         self.before: Manifest | None = None  # the folder's manifest when the run took its lock
         self.resumed: tuple[str, ...] = ()  # the interrupted runs whose staging this run found
-        self.result: Any = None  # the finished pipeline's PipelineResult
 
     def prepare(self, cfg: PublishingConfig) -> Callable[[bool, bool, bool], str | None] | None:
         if cfg.dataflow_dry_run:  # a dry run stays offline and writes nothing
@@ -459,16 +441,11 @@ class PublishingJob(Job):
             return None
         return done
 
-    def on_result(self, result: Any) -> None:
-        self.result = result
-
     def summary_lines(self, cfg: PublishingConfig, manifest: Manifest) -> list[str] | None:
         """The summary's lines after the splits' (None: every shard set's, ``summary.reader_lines``)."""
         return None
 
-    def finish(self, p: beam.Pipeline, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
-        if cfg.dataflow_dry_run:
-            return dry_run_summary(p), 0
+    def finish(self, result: Any, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
         manifest = output_folder.read_manifest(cfg.output_dir)  # shard entries without label counts: shards x small
         return published_summary(cfg.output_dir, manifest, seconds, self.before,
                                  self.summary_lines(cfg, manifest)), 0
