@@ -440,12 +440,6 @@ def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
     return layouts.get(path.rstrip("/")) == "classes"
 
 
-def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
-    # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
-    return shard_content_key(key, compression if file_format == "tfrecord" else f"{file_format}:{compression}",
-                             items)
-
-
 _split_of = operator.attrgetter("source.split")
 _size_of = operator.attrgetter("record_size")
 
@@ -571,8 +565,10 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
     records = ShardRecords(ImageRecordMaker(), image_order, cfg.found.write_threads,
                            tally_of=record_count_keys)  # each shard counts its image formats, channels, boxes skipped
-    reuse = ShardReuse(functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format),
-                       adopted.shards) if cfg.policy.resume else None
+    # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
+    kind = cfg.compression if cfg.format == "tfrecord" else f"{cfg.format}:{cfg.compression}"
+    reuse = (ShardReuse(lambda key, items: shard_content_key(key, kind, items), adopted.shards)
+             if cfg.policy.resume else None)
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         output, records, cfg.policy.run_id, plan[TOTALS], inputs=inputs, reuse=reuse,
         # appending, inputs the set already holds are rejected but not bad: publishing decides

@@ -38,7 +38,8 @@ from transforms.images.inputs import is_manifest_path
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
 from transforms.progress.report import plural
 from transforms.shardset.ownership import kept_splits
-from transforms.shardset.plan_report import Plan, PlanTally, folder_change, folder_problems, make_plan
+from transforms.shardset.plan_report import (DEFAULT_RATE, BuildRate, Plan, PlanTally, folder_change, folder_problems,
+                                             make_plan)
 
 _NAME = "plan_build"
 
@@ -120,7 +121,8 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
                      f"({plural(len(cfg.published_shards[0]), 'published shard')} read)")
     return make_plan(tally, inputs=cfg.input, output_dir=cfg.output_dir, target_bytes=cfg.target_bytes,
                      num_shards=cfg.num_shards, change=change, output_exists=state is not None,
-                     rate=cfg.rate, max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
+                     rate=BuildRate.of_mib_per_second(cfg.rate_mb_s) if cfg.rate_mb_s else DEFAULT_RATE,
+                     max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
                      notes=notes, validate=cfg.settings.validate, free_bytes=free_bytes(cfg.output_dir),
                      staging=output_folder.staging_folder(cfg.output_dir), staging_dir=cfg.staging_dir or "",
                      staging_free=free_bytes(cfg.staging_dir) if cfg.staging_dir else None)

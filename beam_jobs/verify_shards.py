@@ -237,21 +237,16 @@ def _class_counts(manifest: Manifest) -> dict[int, int]:
     return counts
 
 
-def _read_report(cfg: VerifyConfig) -> Report:
-    """The report the pipeline wrote (its folder removed once read), written to ``--report`` if asked;
-    ``ShardsError`` when it is missing (a worker that could not write it)."""
+def _outcome(result: Any, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
+    """The summary of the report the pipeline wrote (written to ``--report`` if asked; ``ShardsError`` when
+    it is missing: a worker that could not write it), and 0 when nothing is wrong, else 1."""
     try:
         data = read_handed_back(cfg.report_path, "verify report")
     finally:
-        remove_handback(cfg.handback)
+        remove_handback(cfg.handback)  # once read
     if cfg.keep_report:
         write_file(cfg.report, data)
-    return Report.loads(data)
-
-
-def _outcome(result: Any, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
-    """The summary of the report the pipeline wrote, and 0 when nothing is wrong, else 1."""
-    report = _read_report(cfg)
+    report = Report.loads(data)
     text = report.summary(cfg.target, listed_records=manifest_totals(cfg.folder)[0] if cfg.folder else None)
     if cfg.preview:
         text += f"\npreview: {cfg.preview}"

@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.images.inputs import LabelRules
     from transforms.images.records import EncodeSettings
     from transforms.shardset.ownership import PublishPolicy
-    from transforms.shardset.plan_report import BuildRate
     from transforms.storage.listing import FileMetadata
     from transforms.storage.handback import HandBack
     from transforms.storage.output_folder import FolderState
@@ -351,13 +350,6 @@ class PlanConfig(BuildConfig):
     tally: str = ""
     state: FolderState | None = None
     published_shards: tuple[list[tuple[str, str]], str] | None = None
-
-    @property
-    def rate(self) -> BuildRate:
-        """How the build's time is estimated."""
-        from transforms.shardset.plan_report import DEFAULT_RATE, BuildRate  # here: it needs Pillow
-
-        return BuildRate.of_mib_per_second(self.rate_mb_s) if self.rate_mb_s else DEFAULT_RATE
 
 
 @flag_fields()

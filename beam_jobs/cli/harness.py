@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, ContextManager, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -166,16 +166,14 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
                           "apache_beam.runners.worker.bundle_processor")
 
 
-def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], positional_hint: str,
-                         own: Sequence[str]) -> None:
+def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], job: Job) -> None:
     """Raises ``UsageError`` for a flag no options class defines (Beam would drop it), naming the
-    closest of the job's flags (``own``) or Beam's."""
+    closest of the job's flags or Beam's."""
     extra = unknown_flags(options, argv)
-    if not extra:
-        return
-    if extra[0].startswith("-"):
-        raise UsageError(unknown_flag_problem(extra[0], own, BEAM_FLAG_NAMES))
-    raise UsageError(f"unexpected argument {extra[0]!r}; {positional_hint}")
+    if extra and extra[0].startswith("-"):
+        raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}; {job.positional_hint}")
 
 
 # What a job prints, after its name, when Ctrl-C stopped it before it published; and its status
@@ -312,12 +310,8 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
         return _run(job, set_up, settings, interrupts, started)
 
 
-class _SetUp(NamedTuple):
-    """What a job has before its pipeline is built."""
-
-    options: PipelineOptions
-    cfg: Any
-    done: Callable[[bool, bool, bool], str | None] | None  # ``Job.prepare``'s
+# What a job has before its pipeline is built: Beam's options, the config and what ``Job.prepare`` returned.
+_SetUp = tuple[PipelineOptions, Any, Callable[[bool, bool, bool], str | None] | None]
 
 
 def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp | int:
@@ -327,12 +321,12 @@ def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp
         if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
             beam_compat.register_dask_options()
         options = PipelineOptions(argv)
-        refuse_unknown_flags(options, argv, job.positional_hint, job.config.JOB.flag_names())
+        refuse_unknown_flags(options, argv, job)
         flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
         cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
         if cfg.workers_note:  # the workers a large local run was given
             print(f"{name}: {cfg.workers_note}", file=sys.stderr)
-        return _SetUp(options, cfg, job.prepare(cfg))
+        return options, cfg, job.prepare(cfg)
     except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
         print(f"{name}: error: {err}", file=sys.stderr)
         return 2
@@ -362,13 +356,13 @@ def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int
 
 def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
     """Builds and runs the pipeline, then says how it ended; returns the exit status."""
-    name, cfg, done = job.name, set_up.cfg, set_up.done
+    name, (options, cfg, done) = job.name, set_up
     ok, ran, said, failed, full = False, False, None, None, None
     for logger in _ELEMENT_ERROR_LOGGERS:
         logging.getLogger(logger).addFilter(_project_errors_without_traceback)
     try:
         beam_compat.install_construction_memos()  # else a third of a small build's CPU
-        p = beam.Pipeline(runner=beam_compat.local_runner(set_up.options), options=set_up.options)
+        p = beam.Pipeline(runner=beam_compat.local_runner(options), options=options)
         job.build_pipeline(p, cfg)
         with logs.worker_stderr_captured(), job.progress(cfg):
             result = p.run()
