@@ -37,7 +37,7 @@ from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_survey import fixed_class_names, image_threads, survey_build
 from transforms.images.build_manifest import build_manifest_extras, record_count_keys
 from transforms.images.build_summary import build_lines
-from transforms.images.inputs import LabelRules, check_manifest_head, is_manifest_path
+from transforms.images.inputs import check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_parquet_pattern, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
@@ -288,8 +288,9 @@ def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
     policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
     if cfg.append:  # an append publishes through its own journal: it does not resume
         return dataclasses.replace(policy, append=True), _append_checks(cfg)
-    if not offline and not cfg.replace:
-        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
+    if not offline and not cfg.replace:  # the splits written whatever the inputs hold, known before they are listed
+        check_replaced_splits(cfg.output_dir, cfg.input, lambda: (set(cfg.rules.split_fractions) or {cfg.rules.split})
+                              if any(_unsplit(path, layouts) for path in inputs) else set())
     # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
     options = {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})}
     marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)  # shardset.resume
@@ -420,17 +421,9 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
                          f"--feature {undeclared[0]}:TYPE (TYPE one of {', '.join(FEATURE_TYPES)}) or remove it")
 
 
-def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
-    """The splits a build writes whatever its inputs hold, known before they are listed (``_unsplit``;
-    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells)."""
-    for path in inputs:
-        if _unsplit(path, layouts):
-            return set(rules.split_fractions) or {rules.split}
-    return set()
-
-
 def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
-    """True if every image of input ``path`` goes to ``--split`` (or the ``--split_fractions`` splits)."""
+    """True if every image of input ``path`` goes to ``--split`` (or the ``--split_fractions`` splits);
+    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells."""
     if is_coco_path(path) or archive_kind(path) == PARQUET:
         return True
     if is_container_input(path):

@@ -304,38 +304,26 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
-        set_up = _set_up(job, argv, settings)
-        if isinstance(set_up, int):
-            return set_up
-        return _run(job, set_up, settings, interrupts, started)
-
-
-# What a job has before its pipeline is built: Beam's options, the config and what ``Job.prepare`` returned.
-_SetUp = tuple[PipelineOptions, Any, Callable[[bool, bool, bool], str | None] | None]
-
-
-def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings) -> _SetUp | int:
-    """Flags, config and ``job.prepare``; the exit status where the job ends here."""
-    name = job.name
-    try:
-        if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
-            beam_compat.register_dask_options()
-        options = PipelineOptions(argv)
-        refuse_unknown_flags(options, argv, job)
-        flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
-        cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
-        if cfg.workers_note:  # the workers a large local run was given
-            print(f"{name}: {cfg.workers_note}", file=sys.stderr)
-        return options, cfg, job.prepare(cfg)
-    except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
-        print(f"{name}: error: {err}", file=sys.stderr)
-        return 2
-    except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
-        report_failure(name, err, settings)
-        return 1
-    except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
-        print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
-        return INTERRUPTED_STATUS
+        try:
+            if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
+                beam_compat.register_dask_options()
+            options = PipelineOptions(argv)
+            refuse_unknown_flags(options, argv, job)
+            flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
+            cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
+            if cfg.workers_note:  # the workers a large local run was given
+                print(f"{job.name}: {cfg.workers_note}", file=sys.stderr)
+            done = job.prepare(cfg)
+        except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
+            print(f"{job.name}: error: {err}", file=sys.stderr)
+            return 2
+        except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
+            report_failure(job.name, err, settings)
+            return 1
+        except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
+            print(f"{job.name}: {INTERRUPTED_LINE}", file=sys.stderr)
+            return INTERRUPTED_STATUS
+        return _run(job, options, cfg, done, settings, interrupts, started)
 
 
 def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int, Exception | None]:
@@ -354,9 +342,10 @@ def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int
     return 1, None
 
 
-def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
-    """Builds and runs the pipeline, then says how it ended; returns the exit status."""
-    name, (options, cfg, done) = job.name, set_up
+def _run(job: Job, options: PipelineOptions, cfg: Any, done: Callable[[bool, bool, bool], str | None] | None,
+         settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
+    """Builds and runs the pipeline, then says how it ended (``done``: ``Job.prepare``'s); returns the exit status."""
+    name = job.name
     ok, ran, said, failed, full = False, False, None, None, None
     for logger in _ELEMENT_ERROR_LOGGERS:
         logging.getLogger(logger).addFilter(_project_errors_without_traceback)
