@@ -80,24 +80,18 @@ from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume_files import AdoptedWork, adopted_work, resumable_bytes
 
 def _input_problem(path: str) -> str | None:
-    """Why an --input cannot be read (it is missing, or a folder with no file), or None."""
+    """Why an --input cannot be read (it is missing, or a folder with no file), or None; ``PlanError`` for
+    a pattern's braces."""
     if is_manifest_path(path):
         return None if exists(path) else f"--input {path} does not exist"
     if is_shard_pattern(path):
-        try:
-            names = expand_braces(path)
-        except PlanError as err:
-            return f"--input {err}"
+        names = expand_braces(path)
         found = match_files(names[:1])[0]  # a later missing shard is its own dead letter
         if not found:
             return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
         return _archive_problem(found[0].path, TAR)
     if is_parquet_pattern(path):
-        try:
-            found = _pattern_files(path)
-        except PlanError as err:
-            return f"--input {err}"
-        return None if found else f"--input {path} matches no Parquet file"
+        return None if _pattern_files(path) else f"--input {path} matches no Parquet file"
     if is_container_input(path):
         if not exists(path):
             return f"--input {path} does not exist"
@@ -249,7 +243,10 @@ def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
             raise UsageError(f"--input {problem}, or list its files in a .csv/.jsonl manifest")
     if not offline:
         for path in cfg.input:
-            problem = _input_problem(path)
+            try:
+                problem = _input_problem(path)
+            except PlanError as err:
+                problem = f"--input {err}"
             if problem:
                 raise UsageError(problem)
             if is_manifest_path(path) and not is_coco_path(path):  # COCO files are read by the job
@@ -458,12 +455,12 @@ class Listing(NamedTuple):
     dead: tuple  # PCollections of DeadLetter: the listing's, duplicate paths
 
 
-def _class_names(facts, fixed: list[str] | None, published: list[str] | None, check=None) -> list[str]:
+def _class_names(facts, fixed: Sequence[str] | None, published: Sequence[str] | None, check=None) -> list[str]:
     """The class names in index order, once ``check(facts)`` (if any) raised nothing."""
     if check is not None:
         check(facts)
     if fixed is not None:
-        return fixed
+        return list(fixed)
     return list(facts.classes) if published is None else appended_classes(published, facts.classes)
 
 
@@ -479,11 +476,9 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
         archives=[i for i in inputs if is_container_input(i)],
         containers=ContainerRules(cfg.image_column, cfg.label_column, names),
         key_ranges=cfg.list_key_ranges)
-    fixed = list(found.labels) if found.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
-        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside, cfg.features)
-    published = list(found.append_to) if found.append_to is not None else None
-    labels = facts | "ClassNames" >> beam.Map(_class_names, fixed, published, check)
+        cfg.multi_label, cfg.label_offset, found.labels, cfg.boxes_outside, cfg.features)
+    labels = facts | "ClassNames" >> beam.Map(_class_names, found.labels, found.append_to, check)
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
