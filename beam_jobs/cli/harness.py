@@ -256,9 +256,8 @@ class Job:
         build_pipeline: Wires the job into a pipeline, given it and the config.
         progress: Given the config, a context manager that reports progress while the pipeline runs
             (``progress.py``).
-        finish: Once the pipeline ran (not for a Dataflow dry run, whose summary is the harness's), given its
-            ``PipelineResult``, the config and the seconds since the command started (``started.run_started``):
-            the text to print and the exit status. Replaces the method of this name.
+        finish: Given the ``PipelineResult``, the config and the seconds since the command started, the text
+            to print and the exit status (a Dataflow dry run prints its graph instead).
         positional_hint: What to do with an argument given without a flag.
     """
 
@@ -287,11 +286,8 @@ class Job:
 
 
 def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Runs a job on ``argv`` (None: ``sys.argv[1:]``): flags, pipeline, outcome.
-
-    ``prog`` is how the job was invoked, for ``--help`` (``tfrecord-shards build``). Returns
-    ``job.finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
-    """
+    """Runs a job on ``argv`` (None: ``sys.argv[1:]``), invoked as ``prog`` (for ``--help``); returns
+    ``job.finish``'s status, 1 when the pipeline failed, 2 for a bad flag or input."""
     started = run_started()  # the command's start: importing Beam and the job's modules counts
     argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(job.config.JOB))
     prog = prog or f"python -m beam_jobs.{job.name}"
@@ -392,12 +388,8 @@ def _run(job: Job, options: PipelineOptions, cfg: Any, done: Callable[[bool, boo
 
 
 class PublishingJob(Job):
-    """A job that publishes a shard set (build, reshard).
-
-    Before its pipeline it checks the output folder and takes its lock; once done it releases it,
-    keeping the staging a rerun resumes or finishes. It prints a summary read back from the published
-    manifest, against the manifest the folder held when the run took its lock.
-    """
+    """A job that publishes a shard set (build, reshard): it holds the output folder's lock while it runs,
+    and its summary is read back from the published manifest, against the one the folder held before."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
