@@ -522,7 +522,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         fractions=tuple(cfg.split_fraction_map or ()), file_format=cfg.format, drop_other_splits=cfg.drop_other_splits)
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg, check)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
-    # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
     near = cfg.found.near_hashes  # --near_duplicates, and the images may fall in two splits
     settings = cfg.settings
@@ -530,7 +529,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
                             done_lists=cfg.policy.resume is not None, resume=tuple(adopted.done_lists))
     inspected = unique | "Inspect" >> InspectImages(
         settings, cfg.seed, beam.pvalue.AsSingleton(labels),
-        # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
         ImageRules(cfg.split_fraction_map or {}, cfg.max_image_bytes, hashed=near),
         layout=beam.pvalue.AsSingleton(layout), threads=cfg.found.inspect_threads, staging=staging)
     # Images of splits already published in --output_dir that this run keeps stay there: their

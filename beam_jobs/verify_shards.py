@@ -225,16 +225,12 @@ def _preview_details(manifest: Manifest, sizes: list[tuple[str, str, int]], targ
     """(title, shard sizes, class counts) of the preview of a shard set."""
     title = (f"{target}: {plural(manifest.records, 'record')} in {plural(manifest.num_shards, 'shard')}, "
              f"{plural(len(manifest.labels), 'class')}, splits {', '.join(sorted(manifest.splits))} (manifest)")
-    return title, sizes, _class_counts(manifest)
-
-
-def _class_counts(manifest: Manifest) -> dict[int, int]:
     counts: dict[int, int] = {}
     for split in manifest.splits.values():
         for label, count in split.label_counts().items():
             if label.isdigit():
                 counts[int(label)] = counts.get(int(label), 0) + count
-    return counts
+    return title, sizes, counts
 
 
 def _outcome(result: Any, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
