@@ -200,18 +200,14 @@ def _check_manifest(path: str) -> None:
         raise UsageError(f"--input {err}") from err
 
 
-# A COCO file's first images looked for without --image_root, and the most entries read to find them.
-_COCO_PROBE_IMAGES = 8
-_COCO_PROBE_ENTRIES = 100_000
-
-
 def _check_coco_images(path: str) -> None:
-    """Raises ``UsageError``, naming ``--image_root``, for a COCO file none of whose first images is in its
-    folder (the default image root; COCO's own layout keeps them beside ``annotations/``)."""
+    """Raises ``UsageError``, naming ``--image_root``, for a COCO file none of whose first 8 images (among
+    its first 100,000 entries) is in its folder (the default image root; COCO's own layout keeps them beside
+    ``annotations/``)."""
     folder = image_folder(path, None)
     try:
         with open_for_read(path) as fh:
-            paths = first_image_paths(coco_items(fh, path), folder, _COCO_PROBE_IMAGES, _COCO_PROBE_ENTRIES)
+            paths = first_image_paths(coco_items(fh, path), folder, count=8, max_items=100_000)
     except (OSError, ManifestError):
         return  # the listing reports a file it cannot read as its dead letter
     if paths and not any(exists(image) for image in paths):
@@ -577,9 +573,6 @@ class BuildJob(PublishingJob):
     """The build job as the harness runs it: its summary says what a build adds (``images.build_summary``)
     and, for a resumed run, what it reused."""
 
-    def __init__(self) -> None:
-        super().__init__(BuildConfig, make_config, build_pipeline, build_progress)
-
     def disk_need(self, cfg: BuildConfig) -> str:
         """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
         '' when its inputs' size is not known without reading them (manifests, stores)."""
@@ -635,7 +628,7 @@ HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jo
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
-    return run_job(BuildJob(), argv, prog)
+    return run_job(BuildJob(BuildConfig, make_config, build_pipeline, build_progress), argv, prog)
 
 
 if __name__ == "__main__":

@@ -162,11 +162,7 @@ _worker_output = ""
 
 
 def configure_logging(settings: LogSettings) -> None:
-    """Sets up logging for a job run as a command (see the module docstring).
-
-    ``force=True``: Beam's ``PipelineOptions()`` calls ``logging.basicConfig()`` at WARNING, and a
-    plain call would then do nothing.
-    """
+    """Sets up logging for a job run as a command (see the module docstring)."""
     global _kept, _settings
     terminal = _TerminalHandler()
     _settings = settings
@@ -177,7 +173,7 @@ def configure_logging(settings: LogSettings) -> None:
         terminal.addFilter(not_beam_error)
     _kept = _KeptRecords()
     logging.basicConfig(level=logging.INFO if settings.verbose else logging.WARNING,
-                        handlers=[terminal, _kept], force=True)
+                        handlers=[terminal, _kept], force=True)  # Beam's PipelineOptions() called it already
     own = getattr(logging, settings.level)
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(own)

@@ -75,11 +75,8 @@ def run_command(command: str, argv: Sequence[str], prog: str, process: bool = Fa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``tfrecord-shards``; returns the exit status.
-
-    A job's summary counts its seconds from the process's start, or, given
-    ``argv`` (called as a function), from this call.
-    """
+    """Entry point of ``tfrecord-shards``; returns the exit status. A job's time counts from the process's
+    start, or from this call given ``argv``."""
     with command_running(None if argv is None else time.monotonic()):
         return _main(sys.argv[1:] if argv is None else list(argv), process=argv is None)
 
