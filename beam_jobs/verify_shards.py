@@ -82,8 +82,7 @@ def _pattern_shards(pattern: str) -> tuple[ShardFile, ...]:
 
 
 def _set_files(folder: str, present: Mapping[str, tuple[str, int]]) -> list[str]:
-    """Paths of the shard set's files: its companions (tfds's files included), every
-    shard-named file, and their ``.idx`` files (in ``index/`` or beside the shard)."""
+    """Paths of the shard set's files: its companions (tfds's too), shard-named files and their ``.idx`` files."""
     names = {MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME}
     names.update(name for name in present if SHARD_NAME_RE.match(name) or is_tfds_file(name))
     paths = [join_path(folder, name) for name in sorted(names)]

@@ -354,8 +354,7 @@ class PlanConfig(BuildConfig):
 
 @flag_fields()
 class ReshardConfig(PublishingConfig):
-    """The reshard's flags (``jobs.RESHARD``; fields made by ``flag_fields``), and the input files it
-    matched (``files``)."""
+    """The reshard's flags (``jobs.RESHARD``), and the input files it matched (``files``)."""
 
     JOB: ClassVar[Job] = jobs.RESHARD
     ABOUT_INPUT: ClassVar[str] = "TFRecord files or a pattern such as 'old/train-*'"

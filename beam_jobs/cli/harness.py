@@ -78,8 +78,7 @@ def format_beam_help(prog: str) -> str:
 
 
 def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
-    """Returns the arguments in ``argv`` that no options class (Beam's or a job's) defines (Beam would
-    drop them)."""
+    """The arguments in ``argv`` that no options class (Beam's or a job's) defines: Beam would drop them."""
     parsers = []
     beam_jobs.quiet_beam.all_options(options, add_extra_args_fn=parsers.append)
     return parsers[0].parse_known_args(list(argv))[1]
@@ -167,8 +166,7 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
 
 
 def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], job: Job) -> None:
-    """Raises ``UsageError`` for a flag no options class defines (Beam would drop it), naming the
-    closest of the job's flags or Beam's."""
+    """Raises ``UsageError`` for a flag no options class defines, naming the closest of the job's or Beam's."""
     extra = unknown_flags(options, argv)
     if extra and extra[0].startswith("-"):
         raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))

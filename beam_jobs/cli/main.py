@@ -50,9 +50,8 @@ def usage() -> str:
 
 
 def run_command(command: str, argv: Sequence[str], prog: str, process: bool = False) -> int:
-    """Runs one job as a command; returns its exit status (``--help`` and a usage error of the job's
-    declared flags answered from the declarations alone). ``process``: the command is this process's
-    (its job's modules load with the collector paused, ``beam_jobs/cli/loading.py``)."""
+    """Runs one job as a command; returns its exit status (``--help`` and a usage error of its declared flags
+    told without its modules). ``process``: the command is this process's (``loading.pause``)."""
     job = JOBS[command]
     argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):

@@ -143,8 +143,7 @@ class _Reporter:
 @contextlib.contextmanager
 def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage | None],
                     stream: TextIO | None = None) -> Iterator[None]:
-    """Reports progress every ``cfg.progress_interval`` seconds while the block runs, on the local
-    runners; does nothing on others."""
+    """Reports progress every ``cfg.progress_interval`` seconds while the block runs, on the local runners only."""
     if not cfg.local:
         yield
         return
