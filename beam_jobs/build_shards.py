@@ -117,20 +117,16 @@ def _pattern_files(pattern: str) -> list[str]:
             for meta in sorted(found, key=lambda meta: meta.path)]
 
 
-def _not_parquet_data(name: str) -> bool:
-    """True for a file a folder of Parquet files may hold besides them: a hidden one, a dataset card (``.md``)."""
-    return name.startswith(".") or name.lower().endswith(".md")
-
-
 def _parquet_folders(inputs: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face
-    export; ``_not_parquet_data`` aside); the listing stops at the first other entry."""
+    export; hidden files and dataset cards (``.md``) aside); the listing stops at the first other entry."""
     found = []
     for path in inputs:
         if is_manifest_path(path) or is_container_input(path):
             continue
         try:
-            files = files_all_of_suffix(path, ".parquet", _not_parquet_data)
+            files = files_all_of_suffix(path, ".parquet",
+                                        lambda name: name.startswith(".") or name.lower().endswith(".md"))
         except OSError:
             continue  # not a folder that can be listed: the folder's own checks say so
         if files:
@@ -427,7 +423,6 @@ def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
 
 
 _split_of = operator.attrgetter("source.split")
-_size_of = operator.attrgetter("record_size")
 
 
 def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -539,7 +534,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         published, written, appending, rule, expected=inputs)
     near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(
-        split_of=_split_of, order_of=image_order, size_of=_size_of,
+        split_of=_split_of, order_of=image_order, size_of=operator.attrgetter("record_size"),
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
         published=published_shard_sizes(cfg.output_dir) if appending else None,
         expected=inputs)  # groups of about GROUP_RECORDS images: a bundle's images of one travel packed together
