@@ -141,8 +141,7 @@ class _Reporter:
 
 
 @contextlib.contextmanager
-def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage | None],
-                    stream: TextIO | None = None) -> Iterator[None]:
+def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage | None]) -> Iterator[None]:
     """Reports progress every ``cfg.progress_interval`` seconds while the block runs, on the local runners only."""
     if not cfg.local:
         yield
@@ -150,7 +149,7 @@ def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage
     folder = tempfile.mkdtemp(prefix="tfrecord-shards-progress-")
     previous = os.environ.get(c.PROGRESS_ENV)
     os.environ[c.PROGRESS_ENV] = folder
-    reporter = _Reporter(job, folder, stage_of, cfg.progress_interval, stream or sys.stderr)
+    reporter = _Reporter(job, folder, stage_of, cfg.progress_interval, sys.stderr)
     reporter.start()
     try:
         yield
