@@ -166,10 +166,8 @@ def _parquet_class_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, 
         problem = columns_problem(schema, cfg.image_column, cfg.label_column)
         if problem:
             raise UsageError(f"--input {path} {problem}")
-        try:
+        with opt.usage_error(f"--input {path}: ", ManifestError):
             names.add(class_names_of(schema, cfg.label_column))
-        except ManifestError as err:
-            raise UsageError(f"--input {path}: {err}") from err
     if len(names) > 1 and any(names):
         raise UsageError("Parquet inputs name their classes differently (ClassLabel names in their metadata); "
                          "give --class_names")
@@ -190,10 +188,8 @@ def _check_manifest(path: str) -> None:
                 len(head) < _MANIFEST_HEAD_BYTES and not fh.read(1))
     except OSError as err:
         raise UsageError(f"--input {path} cannot be read: {type(err).__name__}: {err}") from err
-    try:
+    with opt.usage_error("--input ", ManifestError):
         check_manifest_head(head, path, whole)
-    except ManifestError as err:
-        raise UsageError(f"--input {err}") from err
 
 
 def _check_coco_images(path: str) -> None:

@@ -57,10 +57,8 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
             problem = missing_module() if is_array_record(path) else None
             if problem:
                 raise UsageError(f"--input {path} is an ArrayRecord file: {problem}")
-            try:
+            with opt.usage_error("--input ", ShardsError):
                 splits.add(input_split(path, cfg.split))
-            except ShardsError as err:
-                raise UsageError(f"--input {err}") from err
     if not dry_run:
         if not cfg.replace:
             check_replaced_splits(cfg.output_dir, cfg.input, lambda: splits)

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_jobs.cli import values as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import UsageError
 from transforms.storage.folders import file_above, local_write_problem
@@ -159,10 +160,8 @@ def _decoders(text: str | None) -> tuple[str, ...]:
     ``UsageError`` when a name is unknown, or none of them is installed."""
     if text is None:
         return ()
-    try:
+    with opt.usage_error("", ValueError):
         names = parse_decoders(text)
-    except ValueError as err:
-        raise UsageError(str(err)) from err
     missing = missing_decoders(names)
     if len(missing) == len(names):
         raise UsageError("; ".join(missing))

@@ -178,7 +178,8 @@ class PublishingConfig(JobConfig):
         if not self.output_dir:
             raise UsageError("--output_dir is required")
         if self.split is not None:
-            _plan_checked("--split", check_split_name, self.split)
+            with values.usage_error("--split: ", PlanError):
+                check_split_name(self.split)
 
     @property
     def target_bytes(self) -> int:
@@ -196,14 +197,6 @@ class PublishingConfig(JobConfig):
 
         return PublishPolicy(run_id=uuid.uuid4().hex, overwrite_unlisted=self.overwrite_unlisted_shards,
                              drop_other_splits=self.drop_other_splits, replace=self.replace)
-
-
-def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
-    """``check(*args)``, its ``PlanError`` a ``UsageError`` naming ``flag``."""
-    try:
-        return check(*args)
-    except PlanError as err:
-        raise UsageError(f"{flag}: {err}") from err
 
 
 def _array_record_checks(cfg: BuildConfig | ReshardConfig) -> None:
@@ -240,10 +233,8 @@ class BuildConfig(PublishingConfig):
         super().__post_init__()
         _ = self.split_fraction_map, self.features  # each raises UsageError on a bad value
         if self.label_regex is not None:
-            try:
+            with values.usage_error(f"--label_regex {self.label_regex!r} does not compile: ", re.error):
                 re.compile(self.label_regex)
-            except re.error as err:
-                raise UsageError(f"--label_regex {self.label_regex!r} does not compile: {err}") from err
         if self.exif_orientation == "keep" and self.image_mode not in ("tf", "passthrough"):
             raise UsageError(f"--exif_orientation keep is for --image_mode tf or passthrough; "
                              f"{self.image_mode} always applies the orientation")
@@ -281,7 +272,8 @@ class BuildConfig(PublishingConfig):
     @property
     def split_fraction_map(self) -> dict[str, float]:
         """``--split_fractions`` by split name; empty without it."""
-        return _plan_checked("--split_fractions", parse_split_fractions, self.split_fractions) if self.split_fractions else {}
+        with values.usage_error("--split_fractions: ", PlanError):
+            return parse_split_fractions(self.split_fractions) if self.split_fractions else {}
 
     @property
     def features(self) -> dict[str, str]:
