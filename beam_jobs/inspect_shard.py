@@ -26,8 +26,6 @@ from transforms.example.codec import format_record
 from transforms.progress.report import plural
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
 
-_NAME = "inspect_shard"
-
 
 def _records(path: str, size: int, compression: str, offset: int, out: TextIO,
              max_length: int) -> Iterator[tuple[int | None, int, bytes]]:
@@ -112,7 +110,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
     except BrokenPipeError:  # e.g. piped into head
         return 0
     except UsageError as err:
-        print(f"{_NAME}: error: {err}", file=sys.stderr)
+        print(f"{jobs.INSPECT.name}: error: {err}", file=sys.stderr)
         return 2
 
 

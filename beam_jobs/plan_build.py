@@ -41,8 +41,6 @@ from transforms.shardset.ownership import kept_splits
 from transforms.shardset.plan_report import (DEFAULT_RATE, BuildRate, Plan, PlanTally, folder_change, folder_problems,
                                              make_plan)
 
-_NAME = "plan_build"
-
 
 def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
     """Raises ``UsageError`` for a ``--plan_json`` path inside the output folder or an input, or naming a folder."""
@@ -74,9 +72,9 @@ def make_config(cfg: PlanConfig, options: PipelineOptions) -> PlanConfig:
         except ManifestError:  # the plan says why the build would stop
             shards = None
     # Workers may share no disk with this process: the tally comes back through storage.
-    handback = handback_folder(cfg.output_dir, cfg.temp_location, _NAME)
+    handback = handback_folder(cfg.output_dir, cfg.temp_location, cfg.JOB.name)
     if not offline:
-        check_handback(handback, _NAME)
+        check_handback(handback, cfg.JOB.name)
     return dataclasses.replace(cfg, handback=handback, tally=handback.path("tally.json"), state=state,
                                published_shards=shards if shards and shards[0] else None)
 

@@ -47,8 +47,6 @@ from transforms.verify.checks import Report
 from transforms.verify.decoders import missing_decoders, parse_decoders
 from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, ShardFile, key_bucket_count
 
-_NAME = "verify_shards"
-
 
 def _reading_plan(sizes: Sequence[int], cfg: VerifyConfig, options: PipelineOptions) -> dict:
     """``split_ranges`` and ``workers_note`` for shards of these sizes (workers chosen first)."""
@@ -124,7 +122,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
     """
     # Workers may share no disk with this process: the report comes back through storage, in a
     # folder of the run's own under --temp_location, else in the set's .staging (a --files run needs one).
-    handback = handback_folder(cfg.folder or _pattern_folder(cfg.files), cfg.temp_location, _NAME)
+    handback = handback_folder(cfg.folder or _pattern_folder(cfg.files), cfg.temp_location, cfg.JOB.name)
     cfg = dataclasses.replace(cfg, decoders=_decoders(cfg.decode_with), handback=handback,
                               report_path=handback.path("report.json"))
     if cfg.dataflow_dry_run:  # stays offline: gs:// would need credentials; the files are not matched
@@ -135,7 +133,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
             raise UsageError(f"--files {cfg.files} matches no files")
         _refuse_overwriting(cfg, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
-        check_handback(handback, _NAME)  # once the paths named are known to be right
+        check_handback(handback, cfg.JOB.name)  # once the paths named are known to be right
         return dataclasses.replace(cfg, shards=shards, **_reading_plan([s.size for s in shards], cfg, options))
     folder = cfg.output_dir
     if exact_file(folder) is not None:
@@ -151,7 +149,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
                          "last, so a run may have failed or still be running); to check TFRecord "
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
     sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
-    check_handback(handback, _NAME)  # once the folder is known to be a shard set
+    check_handback(handback, cfg.JOB.name)  # once the folder is known to be a shard set
     return dataclasses.replace(cfg, **_reading_plan(sizes, cfg, options))
 
 
@@ -166,7 +164,7 @@ def _decoders(text: str | None) -> tuple[str, ...]:
     if len(missing) == len(names):
         raise UsageError("; ".join(missing))
     for line in missing:
-        print(f"{_NAME}: {line}; verifying without it", file=sys.stderr)
+        print(f"{VerifyConfig.JOB.name}: {line}; verifying without it", file=sys.stderr)
     return tuple(name for name in names if not missing_decoders([name]))
 
 
