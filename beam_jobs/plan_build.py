@@ -3,8 +3,7 @@
 Usage: ``tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]``.
 Takes every flag of the build, checked as the build checks them, lists the inputs with the build's own
 steps, reads each input's header once and prints a plan (docs/next-day.md, "Plan before running").
-``--output_dir`` is only read; the tally the workers hand back goes through a folder of the run's own,
-removed once read.
+``--output_dir`` is only read.
 """
 
 from __future__ import annotations

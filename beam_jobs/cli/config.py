@@ -5,7 +5,6 @@ A config has a field per flag its job declares (made by ``flag_fields`` from the
 it. ``__post_init__`` refuses what no flag's type can (a missing flag, flags that do not go
 together), one ``UsageError`` naming the flag; what follows from the flags alone is a property.
 What a job finds before its pipeline fills the fields after the flags', in its ``make_config``.
-``usage_problem`` tells a usage error before a job's modules, Beam, Pillow or numpy are imported.
 """
 
 from __future__ import annotations
@@ -330,9 +329,8 @@ class PlanConfig(BuildConfig):
         handback: The run's folder on storage for what its workers hand back (``storage.handback``).
         tally: Where the pipeline writes its tally (a file of ``handback``).
         state: What the output folder holds, read before the run; None when it does not exist.
-        published_shards: ``((split, shard path), ...)`` and their compression: the shards of the
-            splits published in the output folder, whose keys the duplicate check reads as the
-            build's does; None when there are none or none can be kept.
+        published_shards: ``((split, shard path), ...)`` and their compression: the published shards whose
+            keys the duplicate check reads, as the build's does; None when there are none or none can be kept.
     """
 
     JOB: ClassVar[Job] = jobs.PLAN
