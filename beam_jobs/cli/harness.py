@@ -389,10 +389,8 @@ class PublishingJob(Job):
     """A job that publishes a shard set (build, reshard): it holds the output folder's lock while it runs,
     and its summary is read back from the published manifest, against the one the folder held before."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.before: Manifest | None = None  # the folder's manifest when the run took its lock
-        self.resumed: tuple[str, ...] = ()  # the interrupted runs whose staging this run found
+    before: Manifest | None = None  # the folder's manifest when the run took its lock
+    resumed: tuple[str, ...] = ()  # the interrupted runs whose staging this run found
 
     def prepare(self, cfg: PublishingConfig) -> Callable[[bool, bool, bool], str | None] | None:
         if cfg.dataflow_dry_run:  # a dry run stays offline and writes nothing
