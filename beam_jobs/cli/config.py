@@ -73,13 +73,8 @@ def field_type(flag: Flag) -> str:
 
 
 def flag_fields(*flags: Flag) -> Callable[[type], type]:
-    """Makes a config class a frozen dataclass with a field per flag: ``flags``, or else its ``JOB``'s.
-
-    One field per flag not already a base class's, ahead of the class's own fields.
-
-    Raises:
-        TypeError: The class annotates a field of a declared flag by hand.
-    """
+    """Makes a config class a frozen dataclass with a field per flag (``flags``, or else its ``JOB``'s) not
+    already a base class's, ahead of its own fields; ``TypeError`` if it annotates one of those by hand."""
     def make(cls: type) -> type:
         inherited = {f.name for base in cls.__mro__[1:] if hasattr(base, "__dataclass_fields__")
                      for f in fields(base)}
