@@ -14,6 +14,7 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
     loading.pause()
 
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
+import contextlib
 import dataclasses
 from typing import Any, Sequence
 
@@ -66,10 +67,8 @@ def make_config(cfg: PlanConfig, options: PipelineOptions) -> PlanConfig:
     state = None if offline or not is_folder(cfg.output_dir) else output_folder.folder_state(cfg.output_dir)
     shards = None
     if state is not None and state.manifest is not None:
-        try:
+        with contextlib.suppress(ManifestError):  # the plan says why the build would stop
             shards = output_folder.published_shards(cfg.output_dir, cfg.policy)
-        except ManifestError:  # the plan says why the build would stop
-            shards = None
     # Workers may share no disk with this process: the tally comes back through storage.
     handback = handback_folder(cfg.output_dir, cfg.temp_location, cfg.JOB.name)
     if not offline:

@@ -116,10 +116,8 @@ def _pattern_folder(pattern: str) -> str:
 
 
 def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
-    """Checks the paths the flags name; returns ``cfg`` with what verify found before its pipeline.
-
-    ``options`` say how many workers read. Raises ``UsageError`` on a wrong flag or a missing path.
-    """
+    """Checks the paths the flags name (``options``: how many workers read); returns ``cfg`` with what
+    verify found before its pipeline. ``UsageError`` on a wrong flag or a missing path."""
     # Workers may share no disk with this process: the report comes back through storage, in a
     # folder of the run's own under --temp_location, else in the set's .staging (a --files run needs one).
     handback = handback_folder(cfg.folder or _pattern_folder(cfg.files), cfg.temp_location, cfg.JOB.name)
