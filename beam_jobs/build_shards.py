@@ -37,7 +37,7 @@ from transforms.images.records import EncodeSettings, orientation_spec
 from transforms.images.build_survey import fixed_class_names, image_threads, survey_build
 from transforms.images.build_manifest import build_manifest_extras, record_count_keys
 from transforms.images.build_summary import build_lines
-from transforms.images.inputs import LabelRules, check_manifest_head, is_manifest_path
+from transforms.images.inputs import check_manifest_head, is_manifest_path
 from transforms.archives.members import (PARQUET, TAR, ZIP, ContainerRules, archive_kind, container_problem,
                                          is_container_input, is_parquet_pattern, is_shard_pattern)
 from transforms.archives.parquet_rows import class_names_of, columns_problem, open_parquet
@@ -80,24 +80,18 @@ from transforms.shardset.resume import RunMarker, fingerprint, shard_content_key
 from transforms.storage.resume_files import AdoptedWork, adopted_work, resumable_bytes
 
 def _input_problem(path: str) -> str | None:
-    """Why an --input cannot be read (it is missing, or a folder with no file), or None."""
+    """Why an --input cannot be read (it is missing, or a folder with no file), or None; ``PlanError`` for
+    a pattern's braces."""
     if is_manifest_path(path):
         return None if exists(path) else f"--input {path} does not exist"
     if is_shard_pattern(path):
-        try:
-            names = expand_braces(path)
-        except PlanError as err:
-            return f"--input {err}"
+        names = expand_braces(path)
         found = match_files(names[:1])[0]  # a later missing shard is its own dead letter
         if not found:
             return f"--input {path}: no shard {names[0]} (a brace range {{000..099}} or a pattern of .tar files)"
         return _archive_problem(found[0].path, TAR)
     if is_parquet_pattern(path):
-        try:
-            found = _pattern_files(path)
-        except PlanError as err:
-            return f"--input {err}"
-        return None if found else f"--input {path} matches no Parquet file"
+        return None if _pattern_files(path) else f"--input {path} matches no Parquet file"
     if is_container_input(path):
         if not exists(path):
             return f"--input {path} does not exist"
@@ -123,20 +117,16 @@ def _pattern_files(pattern: str) -> list[str]:
             for meta in sorted(found, key=lambda meta: meta.path)]
 
 
-def _not_parquet_data(name: str) -> bool:
-    """True for a file a folder of Parquet files may hold besides them: a hidden one, a dataset card (``.md``)."""
-    return name.startswith(".") or name.lower().endswith(".md")
-
-
 def _parquet_folders(inputs: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``(folder, its Parquet files)`` of each folder input holding only Parquet files (a Hugging Face
-    export; ``_not_parquet_data`` aside); the listing stops at the first other entry."""
+    export; hidden files and dataset cards (``.md``) aside); the listing stops at the first other entry."""
     found = []
     for path in inputs:
         if is_manifest_path(path) or is_container_input(path):
             continue
         try:
-            files = files_all_of_suffix(path, ".parquet", _not_parquet_data)
+            files = files_all_of_suffix(path, ".parquet",
+                                        lambda name: name.startswith(".") or name.lower().endswith(".md"))
         except OSError:
             continue  # not a folder that can be listed: the folder's own checks say so
         if files:
@@ -176,10 +166,8 @@ def _parquet_class_names(cfg: BuildConfig, inputs: Sequence[str]) -> tuple[str, 
         problem = columns_problem(schema, cfg.image_column, cfg.label_column)
         if problem:
             raise UsageError(f"--input {path} {problem}")
-        try:
+        with opt.usage_error(f"--input {path}: ", ManifestError):
             names.add(class_names_of(schema, cfg.label_column))
-        except ManifestError as err:
-            raise UsageError(f"--input {path}: {err}") from err
     if len(names) > 1 and any(names):
         raise UsageError("Parquet inputs name their classes differently (ClassLabel names in their metadata); "
                          "give --class_names")
@@ -200,24 +188,18 @@ def _check_manifest(path: str) -> None:
                 len(head) < _MANIFEST_HEAD_BYTES and not fh.read(1))
     except OSError as err:
         raise UsageError(f"--input {path} cannot be read: {type(err).__name__}: {err}") from err
-    try:
+    with opt.usage_error("--input ", ManifestError):
         check_manifest_head(head, path, whole)
-    except ManifestError as err:
-        raise UsageError(f"--input {err}") from err
-
-
-# A COCO file's first images looked for without --image_root, and the most entries read to find them.
-_COCO_PROBE_IMAGES = 8
-_COCO_PROBE_ENTRIES = 100_000
 
 
 def _check_coco_images(path: str) -> None:
-    """Raises ``UsageError``, naming ``--image_root``, for a COCO file none of whose first images is in its
-    folder (the default image root; COCO's own layout keeps them beside ``annotations/``)."""
+    """Raises ``UsageError``, naming ``--image_root``, for a COCO file none of whose first 8 images (among
+    its first 100,000 entries) is in its folder (the default image root; COCO's own layout keeps them beside
+    ``annotations/``)."""
     folder = image_folder(path, None)
     try:
         with open_for_read(path) as fh:
-            paths = first_image_paths(coco_items(fh, path), folder, _COCO_PROBE_IMAGES, _COCO_PROBE_ENTRIES)
+            paths = first_image_paths(coco_items(fh, path), folder, count=8, max_items=100_000)
     except (OSError, ManifestError):
         return  # the listing reports a file it cannot read as its dead letter
     if paths and not any(exists(image) for image in paths):
@@ -249,7 +231,10 @@ def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
             raise UsageError(f"--input {problem}, or list its files in a .csv/.jsonl manifest")
     if not offline:
         for path in cfg.input:
-            problem = _input_problem(path)
+            try:
+                problem = _input_problem(path)
+            except PlanError as err:
+                problem = f"--input {err}"
             if problem:
                 raise UsageError(problem)
             if is_manifest_path(path) and not is_coco_path(path):  # COCO files are read by the job
@@ -288,8 +273,9 @@ def _policy(cfg: BuildConfig, offline: bool, inputs: Sequence[str],
     policy = dataclasses.replace(cfg.new_policy(), staging_dir=staging_dir)
     if cfg.append:  # an append publishes through its own journal: it does not resume
         return dataclasses.replace(policy, append=True), _append_checks(cfg)
-    if not offline and not cfg.replace:
-        check_replaced_splits(cfg.output_dir, cfg.input, lambda: _unsplit_splits(inputs, layouts, cfg.rules))
+    if not offline and not cfg.replace:  # the splits written whatever the inputs hold, known before they are listed
+        check_replaced_splits(cfg.output_dir, cfg.input, lambda: (set(cfg.rules.split_fractions) or {cfg.rules.split})
+                              if any(_unsplit(path, layouts) for path in inputs) else set())
     # A run resumes an interrupted one only with the same --staging_dir, where its run files lie.
     options = {**cfg.recorded, **({"staging_dir": staging_dir} if staging_dir else {})}
     marker = RunMarker(policy.run_id, fingerprint(options, _version()), options)  # shardset.resume
@@ -324,12 +310,11 @@ def make_config(cfg: BuildConfig, options: PipelineOptions) -> BuildConfig:
         inputs, archives, cfg.output_dir, policy.resume.fingerprint if policy.resume else None,
         beam_compat.bytes_worth_counting(cores))
     note = beam_compat.choose_local_workers(options, size, cores)
-    threads = _image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near and not one_split)
     found = survey_build(
         fixed=fixed, parquet_names=parquet_names, only_parquet=len(inputs) == sum(
             archive_kind(path) == PARQUET for path in inputs), append_to=append_to, folder_tasks=tasks,
         parquet_folders=parquet_folders, near_duplicates=near, one_split=one_split,
-        threads=(threads["inspect_threads"], threads["write_threads"]))
+        threads=_image_threads(options, cfg.image_threads, cfg.settings, cfg.input, hashes=near and not one_split))
     return dataclasses.replace(cfg, found=found, policy=policy, workers_note=note)
 
 
@@ -392,13 +377,12 @@ def _version() -> str:
 
 
 def _image_threads(options: PipelineOptions, requested: int, settings: EncodeSettings,
-                   inputs: Sequence[str], hashes: bool = False) -> dict[str, int]:
-    """Threads of the inspect and write steps (``inspect_threads``, ``write_threads``: ``build_survey.image_threads``),
-    given whether Pillow decodes or encodes every image (``hashes``: for near-duplicates)."""
+                   inputs: Sequence[str], hashes: bool = False) -> tuple[int, int]:
+    """Threads of the inspect and write steps (``build_survey.image_threads``), given whether Pillow decodes
+    or encodes every image (``hashes``: for near-duplicates)."""
     decodes = settings.validate in ("decode", "full") or settings.mode in ("reencode", "raw") or hashes
-    inspect, write = image_threads(requested, beam_compat.local_workers(options), worker_threads.usable_cores(),
-                                   any("://" in path for path in inputs), decodes)
-    return {"inspect_threads": inspect, "write_threads": write}
+    return image_threads(requested, beam_compat.local_workers(options), worker_threads.usable_cores(),
+                         any("://" in path for path in inputs), decodes)
 
 
 def _csv_columns(path: str) -> list[str] | None:
@@ -422,17 +406,9 @@ def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
                          f"--feature {undeclared[0]}:TYPE (TYPE one of {', '.join(FEATURE_TYPES)}) or remove it")
 
 
-def _unsplit_splits(inputs: Sequence[str], layouts: dict[str, str | None], rules: LabelRules) -> set[str]:
-    """The splits a build writes whatever its inputs hold, known before they are listed (``_unsplit``;
-    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells)."""
-    for path in inputs:
-        if _unsplit(path, layouts):
-            return set(rules.split_fractions) or {rules.split}
-    return set()
-
-
 def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
-    """True if every image of input ``path`` goes to ``--split`` (or the ``--split_fractions`` splits)."""
+    """True if every image of input ``path`` goes to ``--split`` (or the ``--split_fractions`` splits);
+    ``layouts``: folder input -> layout of its listing tasks, None where only the listing tells."""
     if is_coco_path(path) or archive_kind(path) == PARQUET:
         return True
     if is_container_input(path):
@@ -442,14 +418,7 @@ def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:
     return layouts.get(path.rstrip("/")) == "classes"
 
 
-def _content_key(key: tuple, items, compression: str, file_format: str = "tfrecord") -> str:
-    # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
-    return shard_content_key(key, compression if file_format == "tfrecord" else f"{file_format}:{compression}",
-                             items)
-
-
 _split_of = operator.attrgetter("source.split")
-_size_of = operator.attrgetter("record_size")
 
 
 def _index_names(fixed: Sequence[str] | None, published: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -473,12 +442,12 @@ class Listing(NamedTuple):
     dead: tuple  # PCollections of DeadLetter: the listing's, duplicate paths
 
 
-def _class_names(facts, fixed: list[str] | None, published: list[str] | None, check=None) -> list[str]:
+def _class_names(facts, fixed: Sequence[str] | None, published: Sequence[str] | None, check=None) -> list[str]:
     """The class names in index order, once ``check(facts)`` (if any) raised nothing."""
     if check is not None:
         check(facts)
     if fixed is not None:
-        return fixed
+        return list(fixed)
     return list(facts.classes) if published is None else appended_classes(published, facts.classes)
 
 
@@ -494,11 +463,9 @@ def list_inputs(p: beam.Pipeline, cfg: BuildConfig, check=None) -> Listing:
         archives=[i for i in inputs if is_container_input(i)],
         containers=ContainerRules(cfg.image_column, cfg.label_column, names),
         key_ranges=cfg.list_key_ranges)
-    fixed = list(found.labels) if found.labels is not None else None
     facts = listed | "CollectFacts" >> CollectListingFacts(  # one ListingFacts
-        cfg.multi_label, cfg.label_offset, fixed, cfg.boxes_outside, cfg.features)
-    published = list(found.append_to) if found.append_to is not None else None
-    labels = facts | "ClassNames" >> beam.Map(_class_names, fixed, published, check)
+        cfg.multi_label, cfg.label_offset, found.labels, cfg.boxes_outside, cfg.features)
+    labels = facts | "ClassNames" >> beam.Map(_class_names, found.labels, found.append_to, check)
     layout = facts | "Layout" >> beam.Map(lambda f: f.layout)
     sources = listed | "SelectImages" >> beam.Filter(lambda entry: isinstance(entry, SourceImage))
     listing_dead = listed | "SelectListingDeadLetters" >> beam.Filter(lambda entry: isinstance(entry, DeadLetter))
@@ -542,7 +509,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         fractions=tuple(cfg.split_fraction_map or ()), file_format=cfg.format, drop_other_splits=cfg.drop_other_splits)
     facts, labels, layout, _, unique, listing_dead = list_inputs(p, cfg, check)  # listing_dead: 2 PCollections
     inputs = facts | "InputCount" >> beam.Map(lambda f: f.inputs)
-    # A run that resumes interrupted ones (same flags) reuses what their done lists name.
     adopted = AdoptedWork() if cfg.dataflow_dry_run else adopted_work(cfg.output_dir, cfg.policy.run_id)
     near = cfg.found.near_hashes  # --near_duplicates, and the images may fall in two splits
     settings = cfg.settings
@@ -550,7 +516,6 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
                             done_lists=cfg.policy.resume is not None, resume=tuple(adopted.done_lists))
     inspected = unique | "Inspect" >> InspectImages(
         settings, cfg.seed, beam.pvalue.AsSingleton(labels),
-        # with --near_duplicates, each ImageMeta carries its pixels' perceptual hash
         ImageRules(cfg.split_fraction_map or {}, cfg.max_image_bytes, hashed=near),
         layout=beam.pvalue.AsSingleton(layout), threads=cfg.found.inspect_threads, staging=staging)
     # Images of splits already published in --output_dir that this run keeps stay there: their
@@ -565,7 +530,7 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
         published, written, appending, rule, expected=inputs)
     near_dead = (distinct[NEAR_DEAD_LETTERS],) if near else ()  # cross_split_near_duplicate
     plan = distinct["main"] | "Plan" >> PlanShards(
-        split_of=_split_of, order_of=image_order, size_of=_size_of,
+        split_of=_split_of, order_of=image_order, size_of=operator.attrgetter("record_size"),
         target_bytes=cfg.target_bytes, num_shards=cfg.num_shards,
         published=published_shard_sizes(cfg.output_dir) if appending else None,
         expected=inputs)  # groups of about GROUP_RECORDS images: a bundle's images of one travel packed together
@@ -573,8 +538,10 @@ def build_pipeline(p: beam.Pipeline, cfg: BuildConfig):
     output = ShardOutput(cfg.output_dir, cfg.compression, cfg.format, cfg.shard_sha256)
     records = ShardRecords(ImageRecordMaker(), image_order, cfg.found.write_threads,
                            tally_of=record_count_keys)  # each shard counts its image formats, channels, boxes skipped
-    reuse = ShardReuse(functools.partial(_content_key, compression=cfg.compression, file_format=cfg.format),
-                       adopted.shards) if cfg.policy.resume else None
+    # An ArrayRecord shard of the same records is other bytes: its key says so (a TFRecord one's is unchanged).
+    kind = cfg.compression if cfg.format == "tfrecord" else f"{cfg.format}:{cfg.compression}"
+    reuse = (ShardReuse(lambda key, items: shard_content_key(key, kind, items), adopted.shards)
+             if cfg.policy.resume else None)
     results = plan[ASSIGNED] | "Write" >> WriteShards(
         output, records, cfg.policy.run_id, plan[TOTALS], inputs=inputs, reuse=reuse,
         # appending, inputs the set already holds are rejected but not bad: publishing decides
@@ -597,9 +564,6 @@ class BuildJob(PublishingJob):
     """The build job as the harness runs it: its summary says what a build adds (``images.build_summary``)
     and, for a resumed run, what it reused."""
 
-    def __init__(self) -> None:
-        super().__init__("build_shards", BuildConfig, make_config, build_pipeline, progress=build_progress)
-
     def disk_need(self, cfg: BuildConfig) -> str:
         """What a build that filled its disk needs against what is free (``disk_needs.shortfall_clause``);
         '' when its inputs' size is not known without reading them (manifests, stores)."""
@@ -619,11 +583,11 @@ class BuildJob(PublishingJob):
     def summary_lines(self, cfg: BuildConfig, manifest: Manifest) -> list[str]:
         return build_lines(cfg.output_dir, manifest, cfg.near_duplicates == "off")
 
-    def finish(self, p: beam.Pipeline, cfg: BuildConfig, seconds: float) -> tuple[str, int]:
-        text, status = super().finish(p, cfg, seconds)
-        if self.resumed and not cfg.dataflow_dry_run:
+    def finish(self, result: Any, cfg: BuildConfig, seconds: float) -> tuple[str, int]:
+        text, status = super().finish(result, cfg, seconds)
+        if self.resumed:
             first, rest = text.split("\n", 1) if "\n" in text else (text, "")
-            text = "\n".join(line for line in (first, "  " + resume_line(self.result, self.resumed, first), rest)
+            text = "\n".join(line for line in (first, "  " + resume_line(result, self.resumed, first), rest)
                              if line)
         return text, status
 
@@ -655,7 +619,7 @@ HELP = BuildConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/jo
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the build job; returns the process exit status (0 ok, 1 failed, 2 bad flags)."""
-    return run_job(BuildJob(), argv, prog)
+    return run_job(BuildJob(BuildConfig, make_config, build_pipeline, build_progress), argv, prog)
 
 
 if __name__ == "__main__":

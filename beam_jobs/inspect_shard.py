@@ -24,77 +24,69 @@ from transforms.storage.files import local_copy, open_file
 from transforms.storage.listing import exact_file, is_folder
 from transforms.example.codec import format_record
 from transforms.progress.report import plural
-from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.tfrecord.record_ranges import ByteRange, find_record_start, read_range, read_stream
 
-_NAME = "inspect_shard"
 
-
-def _records(fh, path: str, size: int, compression: str, offset: int, out: TextIO,
-             max_length: int) -> Iterator[tuple[int, bytes]]:
-    """Yields ``(offset, data)`` from the first record at or after ``offset``."""
-    if compression != "none":
-        for at, data in read_stream(open_decompressed(fh, compression), path, max_length=max_length):
-            if at >= offset:
-                yield at, data
-        return
-    start = find_record_start(fh, size, offset, max_length=max_length) if offset else 0
-    if start != offset:
-        out.write(f"# no record starts at byte {offset}; the next record start is at byte {start}\n")
-    # read_range finds the same start again; the range is the rest of the file.
-    yield from read_range(fh, size, ByteRange(start), path, max_length=max_length)
-
-
-def inspect(path: str, size: int, limit: int, offset: int, compression: str, out: TextIO,
-            max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> int:
-    """Prints up to ``limit`` records of the file ``path`` of ``size`` bytes; returns the exit status.
-
-    A record declaring more than ``max_record_bytes`` is reported as damaged.
-    """
-    if path.endswith(FILE_SUFFIXES["array_record"]):
-        return _inspect_array_record(path, limit, offset, out)
-    kind = compression_of(path, compression)
-    shown = 0
+def _records(path: str, size: int, compression: str, offset: int, out: TextIO,
+             max_length: int) -> Iterator[tuple[int | None, int, bytes]]:
+    """Yields ``(ordinal, offset, data)`` from the first record at or after ``offset``; ordinals are known
+    only when reading from the start of the file."""
     with open_file(path) as fh:
-        try:
-            for at, data in _records(fh, path, size, kind, offset, out, max_record_bytes):
-                if shown == limit:
-                    out.write(f"# stopped after {plural(limit, 'record')} (--limit); more follow\n")
-                    return 0
-                # Ordinals are known only when reading from the start of the file.
-                out.write(format_record(None if offset else shown, at, data) + "\n")
-                shown += 1
-        except RecordError as err:
-            if err.kind == "not_tfrecord":
-                raise UsageError(f"{path} is {err.detail}") from err
-            out.write(f"# damaged record: {err}\n")
-            return 1
-    out.write(f"# end of file: {plural(shown, 'record')} shown\n")
-    return 0
+        if compression != "none":
+            found = ((at, data) for at, data in read_stream(open_decompressed(fh, compression), path,
+                                                            max_length=max_length) if at >= offset)
+        else:
+            start = find_record_start(fh, size, offset, max_length=max_length) if offset else 0
+            if start != offset:
+                out.write(f"# no record starts at byte {offset}; the next record start is at byte {start}\n")
+            # read_range finds the same start again; the range is the rest of the file.
+            found = read_range(fh, size, ByteRange(start), path, max_length=max_length)
+        for shown, (at, data) in enumerate(found):
+            yield None if offset else shown, at, data
 
 
-def _inspect_array_record(path: str, limit: int, first: int, out: TextIO) -> int:
-    """Prints up to ``limit`` records of an ArrayRecord file from record number ``first``; returns the exit status."""
+def _array_records(path: str, first: int, limit: int) -> Iterator[tuple[int | None, None, bytes]]:
+    """Yields ``(number, None, data)`` of up to ``limit`` records of an ArrayRecord file from record number
+    ``first``, then ``(None, None, b"")`` if more follow."""
     problem = missing_module()
     if problem:
         raise UsageError(f"{path}: {problem}")
-    shown = 0
     with local_copy(path) as local:
         try:
             total = record_count(local)
         except RecordError as err:
             raise UsageError(f"{path} is {err.detail}") from err
-        try:
-            for number, data in read_records(local, first, first + limit):
-                out.write(format_record(number, None, data) + "\n")
-                shown += 1
-        except RecordError as err:
-            out.write(f"# damaged record: {err}\n")
-            return 1
-    if first + shown < total:
-        out.write(f"# stopped after {plural(limit, 'record')} (--limit); more follow\n")
+        for number, data in read_records(local, first, first + limit):
+            yield number, None, data
+    if first + limit < total:
+        yield None, None, b""
+
+
+def inspect(path: str, size: int, limit: int, offset: int, compression: str, out: TextIO,
+            max_record_bytes: int) -> int:
+    """Prints up to ``limit`` records of the file ``path`` of ``size`` bytes; returns the exit status.
+
+    A record declaring more than ``max_record_bytes`` is reported as damaged. An ArrayRecord file's
+    ``offset`` is a record number.
+    """
+    if path.endswith(FILE_SUFFIXES["array_record"]):
+        records = _array_records(path, offset, limit)
     else:
-        out.write(f"# end of file: {plural(shown, 'record')} shown\n")
+        records = _records(path, size, compression_of(path, compression), offset, out, max_record_bytes)
+    shown = 0
+    try:
+        for number, at, data in records:
+            if shown == limit:
+                out.write(f"# stopped after {plural(limit, 'record')} (--limit); more follow\n")
+                return 0
+            out.write(format_record(number, at, data) + "\n")
+            shown += 1
+    except RecordError as err:
+        if err.kind == "not_tfrecord":
+            raise UsageError(f"{path} is {err.detail}") from err
+        out.write(f"# damaged record: {err}\n")
+        return 1
+    out.write(f"# end of file: {plural(shown, 'record')} shown\n")
     return 0
 
 
@@ -118,7 +110,7 @@ def run(argv: Sequence[str] | None = None, out: TextIO | None = None, prog: str 
     except BrokenPipeError:  # e.g. piped into head
         return 0
     except UsageError as err:
-        print(f"{_NAME}: error: {err}", file=sys.stderr)
+        print(f"{jobs.INSPECT.name}: error: {err}", file=sys.stderr)
         return 2
 
 

@@ -17,8 +17,6 @@ from beam_jobs.cli.declared import parsed_flags
 from transforms.errors import UsageError
 from transforms.images.samples import sample_images
 
-_NAME = "make_sample_data"
-
 
 def write_sample(output: str, size_mb: float, classes: Sequence[str], seed: int, broken: int) -> int:
     """Writes the dataset; returns the number of files written."""
@@ -63,12 +61,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             return 0
         classes = _checked(args)
     except UsageError as err:
-        print(f"{_NAME}: error: {err}", file=sys.stderr)
+        print(f"{jobs.SAMPLE.name}: error: {err}", file=sys.stderr)
         return 2
     try:
         count = write_sample(args.output, args.size_mb, classes, args.seed, args.broken)
     except OSError as err:
-        print(f"{_NAME}: failed: cannot write {err.filename or args.output}: {err.strerror or err}",
+        print(f"{jobs.SAMPLE.name}: failed: cannot write {err.filename or args.output}: {err.strerror or err}",
               file=sys.stderr)
         return 1
     print(f"wrote {count} files to {args.output}")

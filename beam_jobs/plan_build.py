@@ -3,8 +3,7 @@
 Usage: ``tfrecord-shards plan --input data/flowers --output_dir out/flowers [--plan_json plan.json]``.
 Takes every flag of the build, checked as the build checks them, lists the inputs with the build's own
 steps, reads each input's header once and prints a plan (docs/next-day.md, "Plan before running").
-``--output_dir`` is only read; the tally the workers hand back goes through a folder of the run's own,
-removed once read.
+``--output_dir`` is only read.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ if __name__ == "__main__":  # a command: its modules load with the collector pau
     loading.pause()
 
 import beam_jobs.quiet_beam  # noqa: E402,F401  (first of Beam: imported without its BigQuery warning)
+import contextlib
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -24,9 +24,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_jobs import build_shards
 from beam_jobs.cli import values as opt
 from beam_jobs.cli.config import PlanConfig
-from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, run_job
 from beam_jobs.cli.logs import run_as_command
-from beam_jobs.cli.progress import report_progress
+from beam_jobs.cli.progress import plan_progress
 from transforms.storage import output_folder
 from transforms.reject_duplicates import RejectDuplicateImages
 from transforms.shardset.dead_letters import DEAD_LETTERS
@@ -36,12 +36,10 @@ from transforms.storage.listing import is_folder
 from transforms.storage.writing import free_bytes, write_file
 from transforms.images.inputs import is_manifest_path
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
-from transforms.progress import counters as c
-from transforms.progress.report import Stage, plural
+from transforms.progress.report import plural
 from transforms.shardset.ownership import kept_splits
-from transforms.shardset.plan_report import Plan, PlanTally, folder_change, folder_problems, make_plan
-
-_NAME = "plan_build"
+from transforms.shardset.plan_report import (DEFAULT_RATE, BuildRate, Plan, PlanTally, folder_change, folder_problems,
+                                             make_plan)
 
 
 def _check_plan_json(path: str, output_dir: str, inputs: Sequence[str]) -> None:
@@ -69,14 +67,12 @@ def make_config(cfg: PlanConfig, options: PipelineOptions) -> PlanConfig:
     state = None if offline or not is_folder(cfg.output_dir) else output_folder.folder_state(cfg.output_dir)
     shards = None
     if state is not None and state.manifest is not None:
-        try:
+        with contextlib.suppress(ManifestError):  # the plan says why the build would stop
             shards = output_folder.published_shards(cfg.output_dir, cfg.policy)
-        except ManifestError:  # the plan says why the build would stop
-            shards = None
     # Workers may share no disk with this process: the tally comes back through storage.
-    handback = handback_folder(cfg.output_dir, cfg.temp_location, _NAME)
+    handback = handback_folder(cfg.output_dir, cfg.temp_location, cfg.JOB.name)
     if not offline:
-        check_handback(handback, _NAME)
+        check_handback(handback, cfg.JOB.name)
     return dataclasses.replace(cfg, handback=handback, tally=handback.path("tally.json"), state=state,
                                published_shards=shards if shards and shards[0] else None)
 
@@ -121,16 +117,15 @@ def _plan(cfg: PlanConfig, tally: PlanTally, seconds: float) -> Plan:
                      f"({plural(len(cfg.published_shards[0]), 'published shard')} read)")
     return make_plan(tally, inputs=cfg.input, output_dir=cfg.output_dir, target_bytes=cfg.target_bytes,
                      num_shards=cfg.num_shards, change=change, output_exists=state is not None,
-                     rate=cfg.rate, max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
+                     rate=BuildRate.of_mib_per_second(cfg.rate_mb_s) if cfg.rate_mb_s else DEFAULT_RATE,
+                     max_bad_fraction=cfg.max_bad_fraction, plan_seconds=seconds,
                      notes=notes, validate=cfg.settings.validate, free_bytes=free_bytes(cfg.output_dir),
                      staging=output_folder.staging_folder(cfg.output_dir), staging_dir=cfg.staging_dir or "",
                      staging_free=free_bytes(cfg.staging_dir) if cfg.staging_dir else None)
 
 
-def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, int]:
-    """The plan's summary, with the JSON written where asked; a Dataflow dry run's graph."""
-    if cfg.dataflow_dry_run:
-        return dry_run_summary(p), 0
+def _outcome(result: Any, cfg: PlanConfig, seconds: float) -> tuple[str, int]:
+    """The plan's summary, with the JSON written where asked."""
     try:  # the tally the pipeline wrote (ShardsError when it is missing); its folder is removed once read
         tally = PlanTally.loads(read_handed_back(cfg.tally, "plan's tally"))
     finally:
@@ -143,24 +138,12 @@ def _outcome(p: beam.Pipeline, cfg: PlanConfig, seconds: float) -> tuple[str, in
     return text, 0
 
 
-def _plan_stage(counts) -> Stage | None:
-    listed, _ = counts.get(c.INPUTS_LISTED, (0, 0))
-    read, read_bytes = counts.get(c.IMAGES_READ, (0, 0))
-    if read:
-        return Stage("reading headers", "inputs", read, listed or None, read_bytes)
-    if listed:
-        return Stage("listing inputs", "inputs", listed)
-    return None
-
-
 HELP = PlanConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the plan job; returns the exit status (0 planned, 1 failed, 2 bad flags)."""
-    job = Job(_NAME, PlanConfig, make_config, build_pipeline, _outcome,
-              progress=lambda cfg: report_progress("plan", cfg, _plan_stage))
-    return run_job(job, argv, prog)
+    return run_job(Job(PlanConfig, make_config, build_pipeline, plan_progress, _outcome), argv, prog)
 
 
 if __name__ == "__main__":

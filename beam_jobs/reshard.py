@@ -57,10 +57,8 @@ def make_config(cfg: ReshardConfig, options: PipelineOptions) -> ReshardConfig:
             problem = missing_module() if is_array_record(path) else None
             if problem:
                 raise UsageError(f"--input {path} is an ArrayRecord file: {problem}")
-            try:
+            with opt.usage_error("--input ", ShardsError):
                 splits.add(input_split(path, cfg.split))
-            except ShardsError as err:
-                raise UsageError(f"--input {err}") from err
     if not dry_run:
         if not cfg.replace:
             check_replaced_splits(cfg.output_dir, cfg.input, lambda: splits)
@@ -132,8 +130,7 @@ HELP = ReshardConfig.JOB  # its flags, help and manifest options: beam_jobs/cli/
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the reshard job; returns the exit status (0 ok, 1 failed, 2 bad flags)."""
-    job = PublishingJob("reshard", ReshardConfig, make_config, build_pipeline, progress=reshard_progress)
-    return run_job(job, argv, prog)
+    return run_job(PublishingJob(ReshardConfig, make_config, build_pipeline, reshard_progress), argv, prog)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ import dataclasses
 import os
 import posixpath
 import sys
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_jobs.cli import values as opt
 from transforms import beam_compat, worker_threads
 from transforms.errors import UsageError
 from transforms.storage.folders import file_above, local_write_problem
@@ -34,7 +35,7 @@ from transforms.shardset.manifest import DEAD_LETTERS_NAME, LABELS_NAME, MANIFES
 from transforms.tfrecord.record_index import index_names, indexed_shards
 from transforms.images.annotations import LABEL_MAP_NAME
 from transforms.shardset.tfds_metadata import is_tfds_file
-from beam_jobs.cli.harness import Job, dry_run_summary, run_job
+from beam_jobs.cli.harness import Job, run_job
 from beam_jobs.cli.logs import run_as_command
 from beam_jobs.cli.progress import manifest_totals, verify_progress
 from transforms.progress.report import plural
@@ -45,8 +46,6 @@ from transforms.shardset.naming import SHARD_NAME_RE, join_path, split_of_shard
 from transforms.verify.checks import Report
 from transforms.verify.decoders import missing_decoders, parse_decoders
 from transforms.verify.ranges import KEY_BUCKETS, RECORD_BYTES_GUESS, ShardFile, key_bucket_count
-
-_NAME = "verify_shards"
 
 
 def _reading_plan(sizes: Sequence[int], cfg: VerifyConfig, options: PipelineOptions) -> dict:
@@ -82,8 +81,7 @@ def _pattern_shards(pattern: str) -> tuple[ShardFile, ...]:
 
 
 def _set_files(folder: str, present: Mapping[str, tuple[str, int]]) -> list[str]:
-    """Paths of the shard set's files: its companions (tfds's files included), every
-    shard-named file, and their ``.idx`` files (in ``index/`` or beside the shard)."""
+    """Paths of the shard set's files: its companions (tfds's too), shard-named files and their ``.idx`` files."""
     names = {MANIFEST_NAME, SHARDS_NAME, LABELS_NAME, DEAD_LETTERS_NAME, LABEL_MAP_NAME}
     names.update(name for name in present if SHARD_NAME_RE.match(name) or is_tfds_file(name))
     paths = [join_path(folder, name) for name in sorted(names)]
@@ -118,13 +116,11 @@ def _pattern_folder(pattern: str) -> str:
 
 
 def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
-    """Checks the paths the flags name; returns ``cfg`` with what verify found before its pipeline.
-
-    ``options`` say how many workers read. Raises ``UsageError`` on a wrong flag or a missing path.
-    """
+    """Checks the paths the flags name (``options``: how many workers read); returns ``cfg`` with what
+    verify found before its pipeline. ``UsageError`` on a wrong flag or a missing path."""
     # Workers may share no disk with this process: the report comes back through storage, in a
     # folder of the run's own under --temp_location, else in the set's .staging (a --files run needs one).
-    handback = handback_folder(cfg.folder or _pattern_folder(cfg.files), cfg.temp_location, _NAME)
+    handback = handback_folder(cfg.folder or _pattern_folder(cfg.files), cfg.temp_location, cfg.JOB.name)
     cfg = dataclasses.replace(cfg, decoders=_decoders(cfg.decode_with), handback=handback,
                               report_path=handback.path("report.json"))
     if cfg.dataflow_dry_run:  # stays offline: gs:// would need credentials; the files are not matched
@@ -135,7 +131,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
             raise UsageError(f"--files {cfg.files} matches no files")
         _refuse_overwriting(cfg, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
-        check_handback(handback, _NAME)  # once the paths named are known to be right
+        check_handback(handback, cfg.JOB.name)  # once the paths named are known to be right
         return dataclasses.replace(cfg, shards=shards, **_reading_plan([s.size for s in shards], cfg, options))
     folder = cfg.output_dir
     if exact_file(folder) is not None:
@@ -151,7 +147,7 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
                          "last, so a run may have failed or still be running); to check TFRecord "
                          f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
     sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
-    check_handback(handback, _NAME)  # once the folder is known to be a shard set
+    check_handback(handback, cfg.JOB.name)  # once the folder is known to be a shard set
     return dataclasses.replace(cfg, **_reading_plan(sizes, cfg, options))
 
 
@@ -160,15 +156,13 @@ def _decoders(text: str | None) -> tuple[str, ...]:
     ``UsageError`` when a name is unknown, or none of them is installed."""
     if text is None:
         return ()
-    try:
+    with opt.usage_error("", ValueError):
         names = parse_decoders(text)
-    except ValueError as err:
-        raise UsageError(str(err)) from err
     missing = missing_decoders(names)
     if len(missing) == len(names):
         raise UsageError("; ".join(missing))
     for line in missing:
-        print(f"{_NAME}: {line}; verifying without it", file=sys.stderr)
+        print(f"{VerifyConfig.JOB.name}: {line}; verifying without it", file=sys.stderr)
     return tuple(name for name in names if not missing_decoders([name]))
 
 
@@ -225,36 +219,24 @@ def _preview_details(manifest: Manifest, sizes: list[tuple[str, str, int]], targ
     """(title, shard sizes, class counts) of the preview of a shard set."""
     title = (f"{target}: {plural(manifest.records, 'record')} in {plural(manifest.num_shards, 'shard')}, "
              f"{plural(len(manifest.labels), 'class')}, splits {', '.join(sorted(manifest.splits))} (manifest)")
-    return title, sizes, _class_counts(manifest)
-
-
-def _class_counts(manifest: Manifest) -> dict[int, int]:
     counts: dict[int, int] = {}
     for split in manifest.splits.values():
         for label, count in split.label_counts().items():
             if label.isdigit():
                 counts[int(label)] = counts.get(int(label), 0) + count
-    return counts
+    return title, sizes, counts
 
 
-def _read_report(cfg: VerifyConfig) -> Report:
-    """The report the pipeline wrote (its folder removed once read), written to ``--report`` if asked;
-    ``ShardsError`` when it is missing (a worker that could not write it)."""
+def _outcome(result: Any, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
+    """The summary of the report the pipeline wrote (written to ``--report`` if asked; ``ShardsError`` when
+    it is missing: a worker that could not write it), and 0 when nothing is wrong, else 1."""
     try:
         data = read_handed_back(cfg.report_path, "verify report")
     finally:
-        remove_handback(cfg.handback)
+        remove_handback(cfg.handback)  # once read
     if cfg.keep_report:
         write_file(cfg.report, data)
-    return Report.loads(data)
-
-
-def _outcome(p: beam.Pipeline, cfg: VerifyConfig, seconds: float) -> tuple[str, int]:
-    """The summary of the report the pipeline wrote (a Dataflow dry run's: the graph's), and 0 when
-    nothing is wrong, else 1."""
-    if cfg.dataflow_dry_run:
-        return dry_run_summary(p), 0
-    report = _read_report(cfg)
+    report = Report.loads(data)
     text = report.summary(cfg.target, listed_records=manifest_totals(cfg.folder)[0] if cfg.folder else None)
     if cfg.preview:
         text += f"\npreview: {cfg.preview}"
@@ -266,7 +248,7 @@ HELP = VerifyConfig.JOB  # its flags and help: beam_jobs/cli/jobs.py
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Runs the verify job; returns the exit status (0 no problem, 1 problems, 2 bad flags)."""
-    job = Job(_NAME, VerifyConfig, make_config, build_pipeline, _outcome, progress=verify_progress,
+    job = Job(VerifyConfig, make_config, build_pipeline, verify_progress, _outcome,
               positional_hint="give a shard set as --output_dir or a pattern as --files")
     return run_job(job, argv, prog)
 

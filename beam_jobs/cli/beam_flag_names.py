@@ -8,11 +8,9 @@ the installed Beam defines. Beam's own parser checks their values once the job i
 
 from __future__ import annotations
 
-__all__ = ["BEAM_FLAG_NAMES", "CHECKED_ON"]
+__all__ = ["BEAM_FLAG_NAMES"]
 
-# The Beam version the list was read from.
-CHECKED_ON = "2.77.0"
-
+# As Beam 2.77.0 defines them.
 BEAM_FLAG_NAMES = frozenset((
     "allow_non_deterministic_key_coders", "allow_unsafe_triggers", "application_id", "artifact_endpoint",
     "artifact_port", "artifacts_dir", "auto_unique_labels", "autoscaling_algorithm",

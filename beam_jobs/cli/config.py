@@ -5,7 +5,6 @@ A config has a field per flag its job declares (made by ``flag_fields`` from the
 it. ``__post_init__`` refuses what no flag's type can (a missing flag, flags that do not go
 together), one ``UsageError`` naming the flag; what follows from the flags alone is a property.
 What a job finds before its pipeline fills the fields after the flags', in its ``make_config``.
-``usage_problem`` tells a usage error before a job's modules, Beam, Pillow or numpy are imported.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ if TYPE_CHECKING:  # the types of what jobs find; importing them needs Pillow
     from transforms.images.inputs import LabelRules
     from transforms.images.records import EncodeSettings
     from transforms.shardset.ownership import PublishPolicy
-    from transforms.shardset.plan_report import BuildRate
     from transforms.storage.listing import FileMetadata
     from transforms.storage.handback import HandBack
     from transforms.storage.output_folder import FolderState
@@ -75,13 +73,8 @@ def field_type(flag: Flag) -> str:
 
 
 def flag_fields(*flags: Flag) -> Callable[[type], type]:
-    """Makes a config class a frozen dataclass with a field per flag: ``flags``, or else its ``JOB``'s.
-
-    One field per flag not already a base class's, ahead of the class's own fields.
-
-    Raises:
-        TypeError: The class annotates a field of a declared flag by hand.
-    """
+    """Makes a config class a frozen dataclass with a field per flag (``flags``, or else its ``JOB``'s) not
+    already a base class's, ahead of its own fields; ``TypeError`` if it annotates one of those by hand."""
     def make(cls: type) -> type:
         inherited = {f.name for base in cls.__mro__[1:] if hasattr(base, "__dataclass_fields__")
                      for f in fields(base)}
@@ -179,7 +172,8 @@ class PublishingConfig(JobConfig):
         if not self.output_dir:
             raise UsageError("--output_dir is required")
         if self.split is not None:
-            _plan_checked("--split", check_split_name, self.split)
+            with values.usage_error("--split: ", PlanError):
+                check_split_name(self.split)
 
     @property
     def target_bytes(self) -> int:
@@ -197,14 +191,6 @@ class PublishingConfig(JobConfig):
 
         return PublishPolicy(run_id=uuid.uuid4().hex, overwrite_unlisted=self.overwrite_unlisted_shards,
                              drop_other_splits=self.drop_other_splits, replace=self.replace)
-
-
-def _plan_checked(flag: str, check: Callable[..., Any], *args: Any) -> Any:
-    """``check(*args)``, its ``PlanError`` a ``UsageError`` naming ``flag``."""
-    try:
-        return check(*args)
-    except PlanError as err:
-        raise UsageError(f"{flag}: {err}") from err
 
 
 def _array_record_checks(cfg: BuildConfig | ReshardConfig) -> None:
@@ -241,10 +227,8 @@ class BuildConfig(PublishingConfig):
         super().__post_init__()
         _ = self.split_fraction_map, self.features  # each raises UsageError on a bad value
         if self.label_regex is not None:
-            try:
+            with values.usage_error(f"--label_regex {self.label_regex!r} does not compile: ", re.error):
                 re.compile(self.label_regex)
-            except re.error as err:
-                raise UsageError(f"--label_regex {self.label_regex!r} does not compile: {err}") from err
         if self.exif_orientation == "keep" and self.image_mode not in ("tf", "passthrough"):
             raise UsageError(f"--exif_orientation keep is for --image_mode tf or passthrough; "
                              f"{self.image_mode} always applies the orientation")
@@ -282,7 +266,8 @@ class BuildConfig(PublishingConfig):
     @property
     def split_fraction_map(self) -> dict[str, float]:
         """``--split_fractions`` by split name; empty without it."""
-        return _plan_checked("--split_fractions", parse_split_fractions, self.split_fractions) if self.split_fractions else {}
+        with values.usage_error("--split_fractions: ", PlanError):
+            return parse_split_fractions(self.split_fractions) if self.split_fractions else {}
 
     @property
     def features(self) -> dict[str, str]:
@@ -339,9 +324,8 @@ class PlanConfig(BuildConfig):
         handback: The run's folder on storage for what its workers hand back (``storage.handback``).
         tally: Where the pipeline writes its tally (a file of ``handback``).
         state: What the output folder holds, read before the run; None when it does not exist.
-        published_shards: ``((split, shard path), ...)`` and their compression: the shards of the
-            splits published in the output folder, whose keys the duplicate check reads as the
-            build's does; None when there are none or none can be kept.
+        published_shards: ``((split, shard path), ...)`` and their compression: the published shards whose
+            keys the duplicate check reads, as the build's does; None when there are none or none can be kept.
     """
 
     JOB: ClassVar[Job] = jobs.PLAN
@@ -352,18 +336,10 @@ class PlanConfig(BuildConfig):
     state: FolderState | None = None
     published_shards: tuple[list[tuple[str, str]], str] | None = None
 
-    @property
-    def rate(self) -> BuildRate:
-        """How the build's time is estimated."""
-        from transforms.shardset.plan_report import DEFAULT_RATE, BuildRate  # here: it needs Pillow
-
-        return BuildRate.of_mib_per_second(self.rate_mb_s) if self.rate_mb_s else DEFAULT_RATE
-
 
 @flag_fields()
 class ReshardConfig(PublishingConfig):
-    """The reshard's flags (``jobs.RESHARD``; fields made by ``flag_fields``), and the input files it
-    matched (``files``)."""
+    """The reshard's flags (``jobs.RESHARD``), and the input files it matched (``files``)."""
 
     JOB: ClassVar[Job] = jobs.RESHARD
     ABOUT_INPUT: ClassVar[str] = "TFRecord files or a pattern such as 'old/train-*'"

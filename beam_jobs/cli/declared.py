@@ -90,7 +90,6 @@ class Job:
     """What one command takes and says about itself.
 
     Attributes:
-        options: The job's own flag sets.
         shared: Which flags of ``shared_set`` (``jobs.SHARED``) the job takes (names).
         run_flags: The flag sets every Beam job takes besides (logging, progress).
         regroup: flag name -> group title, where this job lists a flag elsewhere than its declaration.

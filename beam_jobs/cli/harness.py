@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, ContextManager, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -78,8 +78,7 @@ def format_beam_help(prog: str) -> str:
 
 
 def unknown_flags(options: PipelineOptions, argv: Sequence[str]) -> list[str]:
-    """Returns the arguments in ``argv`` that no options class (Beam's or a job's) defines (Beam would
-    drop them)."""
+    """The arguments in ``argv`` that no options class (Beam's or a job's) defines: Beam would drop them."""
     parsers = []
     beam_jobs.quiet_beam.all_options(options, add_extra_args_fn=parsers.append)
     return parsers[0].parse_known_args(list(argv))[1]
@@ -166,16 +165,13 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
                           "apache_beam.runners.worker.bundle_processor")
 
 
-def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], positional_hint: str,
-                         own: Sequence[str]) -> None:
-    """Raises ``UsageError`` for a flag no options class defines (Beam would drop it), naming the
-    closest of the job's flags (``own``) or Beam's."""
+def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], job: Job) -> None:
+    """Raises ``UsageError`` for a flag no options class defines, naming the closest of the job's or Beam's."""
     extra = unknown_flags(options, argv)
-    if not extra:
-        return
-    if extra[0].startswith("-"):
-        raise UsageError(unknown_flag_problem(extra[0], own, BEAM_FLAG_NAMES))
-    raise UsageError(f"unexpected argument {extra[0]!r}; {positional_hint}")
+    if extra and extra[0].startswith("-"):
+        raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}; {job.positional_hint}")
 
 
 # What a job prints, after its name, when Ctrl-C stopped it before it published; and its status
@@ -194,17 +190,17 @@ KEPT_FOR_JOURNAL_LINE = "staged work kept in {staging}: the next run into the fo
 class _Interrupts:
     """Notes a Ctrl-C (SIGINT) or a SIGTERM while a job runs; it still raises ``KeyboardInterrupt`` where it lands.
 
-    SIGTERM is how ``timeout``, ``kill``, ``docker stop``, Kubernetes and Slurm stop a job: it ends as a
-    Ctrl-C does (the finished work kept, one line), with status 128 + the signal's number. Beam's runner
-    wraps a ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether one came
-    instead. A signal ignored when the job starts (SIGINT in a shell's background job) stays ignored. Once
-    one was seen, what the runner's threads raise (its workers stopped too) is not printed: the job prints
-    its one line.
+    SIGTERM is how ``timeout``, ``kill``, ``docker stop``, Kubernetes and Slurm stop a job: it ends as a Ctrl-C
+    does (the finished work kept, one line), with status 128 + the signal's number. Beam's runner wraps a
+    ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether one came instead. A
+    signal ignored when the job starts (SIGINT in a shell's background job) stays ignored. Once one was seen,
+    what the runner's threads raise (its workers stopped too) is not printed: the job prints its one line.
     """
 
     def __init__(self) -> None:
         self.seen = False
         self.status = INTERRUPTED_STATUS  # 128 + the signal's number, once one came
+        self._quiet = False
         self._previous: dict[int, Any] = {}
         self._excepthook = None
 
@@ -212,43 +208,32 @@ class _Interrupts:
         if not self.seen:
             self._excepthook(args)
 
-    def _raise(self, signum, frame) -> None:
-        self._note(signum, frame)
-        raise KeyboardInterrupt
-
-    def _note(self, signum, frame) -> None:
+    def _interrupted(self, signum, frame) -> None:
         self.seen, self.status = True, 128 + signum
-
-    def _install(self, handler) -> dict[int, Any]:
-        """Installs ``handler`` for each stopping signal not ignored; returns the handlers it replaced."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
-                if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
-
-    @staticmethod
-    def _restore(handlers: dict[int, Any]) -> None:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        if not self._quiet:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> "_Interrupts":
-        self._previous = self._install(self._raise)
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._interrupted) for sig in (signal.SIGINT, signal.SIGTERM)
+                              if signal.getsignal(sig) not in (signal.SIG_IGN, None)}  # an ignored one stays so
         self._excepthook, threading.excepthook = threading.excepthook, self._thread_failed
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        self._restore(self._previous)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
         threading.excepthook = self._excepthook
         return False
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """Within the block, a stopping signal is noted but raises nothing."""
-        before = self._install(self._note)
+        """Within the block, a Ctrl-C or SIGTERM is noted but raises nothing."""
+        self._quiet = True
         try:
             yield
         finally:
-            self._restore(before)
+            self._quiet = False
 
 
 def dry_run_summary(p: beam.Pipeline) -> str:
@@ -263,33 +248,28 @@ def dry_run_summary(p: beam.Pipeline) -> str:
 
 
 class Job:
-    """A job the harness runs (``run_job``): its name (for messages), config class and steps.
+    """A job the harness runs (``run_job``): its config class (whose ``JOB`` names it) and steps.
 
     Args:
         make_config: Given the config and Beam's options (for the local runner's workers), checks the
             inputs the flags name and returns the config with what the job found before its pipeline;
             raises ``UsageError`` on a bad flag or path.
         build_pipeline: Wires the job into a pipeline, given it and the config.
-        finish, progress: Replace the methods of these names.
+        progress: Given the config, a context manager that reports progress while the pipeline runs
+            (``progress.py``).
+        finish: Given the ``PipelineResult``, the config and the seconds since the command started, the text
+            to print and the exit status (a Dataflow dry run prints its graph instead).
         positional_hint: What to do with an argument given without a flag.
     """
 
-    positional_hint = "every value needs its flag, e.g. --input PATH"
-
-    def __init__(self, name: str, config: type[JobConfig], make_config: Callable[[Any, PipelineOptions], Any],
-                 build_pipeline: Callable[[beam.Pipeline, Any], Any],
-                 finish: Callable[[beam.Pipeline, Any, float], tuple[str, int]] | None = None, *,
-                 progress: Callable[[Any], Any] | None = None, positional_hint: str | None = None) -> None:
-        self.name, self.config = name, config
-        self.make_config, self.build_pipeline = make_config, build_pipeline
-        for hook, given in (("finish", finish), ("progress", progress), ("positional_hint", positional_hint)):
-            if given is not None:
-                setattr(self, hook, given)
-
-    def finish(self, p: beam.Pipeline, cfg: Any, seconds: float) -> tuple[str, int]:
-        """After the pipeline ran, given the seconds since the command started
-        (``started.run_started``): the text to print and the exit status."""
-        raise NotImplementedError(f"{self.name}: no finish")
+    def __init__(self, config: type[JobConfig], make_config: Callable[[Any, PipelineOptions], Any],
+                 build_pipeline: Callable[[beam.Pipeline, Any], Any], progress: Callable[[Any], ContextManager[Any]],
+                 finish: Callable[[Any, Any, float], tuple[str, int]] | None = None,
+                 positional_hint: str = "every value needs its flag, e.g. --input PATH") -> None:
+        self.name, self.config, self.positional_hint = config.JOB.name, config, positional_hint
+        self.make_config, self.build_pipeline, self.progress = make_config, build_pipeline, progress
+        if finish is not None:
+            self.finish = finish
 
     def prepare(self, cfg: Any) -> Callable[[bool, bool, bool], str | None] | None:
         """Called with the config before the pipeline is built (may raise ``UsageError``).
@@ -300,13 +280,6 @@ class Job:
         """
         return None
 
-    def progress(self, cfg: Any) -> ContextManager[Any]:
-        """A context manager that reports progress while the pipeline runs (see ``progress.py``)."""
-        return contextlib.nullcontext()
-
-    def on_result(self, result: Any) -> None:
-        """Given the ``PipelineResult`` once the pipeline finished (its metrics), before ``finish``."""
-
     def disk_need(self, cfg: Any) -> str:
         """Once the job failed on a full disk (and cleaned up): what it needs against what is free,
         added to the failure's line ('' for nothing)."""
@@ -314,11 +287,8 @@ class Job:
 
 
 def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Runs a job on ``argv`` (None: ``sys.argv[1:]``): flags, pipeline, outcome.
-
-    ``prog`` is how the job was invoked, for ``--help`` (``tfrecord-shards build``). Returns
-    ``job.finish``'s status; 1 when the pipeline failed; 2 for a bad flag or input.
-    """
+    """Runs a job on ``argv`` (None: ``sys.argv[1:]``), invoked as ``prog`` (for ``--help``); returns
+    ``job.finish``'s status, 1 when the pipeline failed, 2 for a bad flag or input."""
     started = run_started()  # the command's start: importing Beam and the job's modules counts
     argv = respelt(sys.argv[1:] if argv is None else argv, known_flag_names(job.config.JOB))
     prog = prog or f"python -m beam_jobs.{job.name}"
@@ -331,42 +301,26 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
-        set_up = _set_up(job, argv, settings, interrupts)
-        if isinstance(set_up, int):
-            return set_up
-        return _run(job, set_up, settings, interrupts, started)
-
-
-class _SetUp(NamedTuple):
-    """What a job has before its pipeline is built."""
-
-    options: PipelineOptions
-    cfg: Any
-    done: Callable[[bool, bool, bool], str | None] | None  # ``Job.prepare``'s
-
-
-def _set_up(job: Job, argv: Sequence[str], settings: logs.LogSettings, interrupts: _Interrupts) -> _SetUp | int:
-    """Flags, config and ``job.prepare``; the exit status where the job ends here."""
-    name = job.name
-    try:
-        if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
-            beam_compat.register_dask_options()
-        options = PipelineOptions(argv)
-        refuse_unknown_flags(options, argv, job.positional_hint, job.config.JOB.flag_names())
-        flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
-        cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
-        if cfg.workers_note:  # the workers a large local run was given
-            print(f"{name}: {cfg.workers_note}", file=sys.stderr)
-        return _SetUp(options, cfg, job.prepare(cfg))
-    except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
-        print(f"{name}: error: {err}", file=sys.stderr)
-        return 2
-    except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
-        report_failure(name, err, settings)
-        return 1
-    except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
-        print(f"{name}: {INTERRUPTED_LINE}", file=sys.stderr)
-        return interrupts.status
+        try:
+            if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
+                beam_compat.register_dask_options()
+            options = PipelineOptions(argv)
+            refuse_unknown_flags(options, argv, job)
+            flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
+            cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
+            if cfg.workers_note:  # the workers a large local run was given
+                print(f"{job.name}: {cfg.workers_note}", file=sys.stderr)
+            done = job.prepare(cfg)
+        except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
+            print(f"{job.name}: error: {err}", file=sys.stderr)
+            return 2
+        except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
+            report_failure(job.name, err, settings)
+            return 1
+        except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
+            print(f"{job.name}: {INTERRUPTED_LINE}", file=sys.stderr)
+            return interrupts.status
+        return _run(job, options, cfg, done, settings, interrupts, started)
 
 
 def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int, Exception | None]:
@@ -385,22 +339,23 @@ def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int
     return 1, None
 
 
-def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
-    """Builds and runs the pipeline, then says how it ended; returns the exit status."""
-    name, cfg, done = job.name, set_up.cfg, set_up.done
+def _run(job: Job, options: PipelineOptions, cfg: Any, done: Callable[[bool, bool, bool], str | None] | None,
+         settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
+    """Builds and runs the pipeline, then says how it ended (``done``: ``Job.prepare``'s); returns the exit status."""
+    name = job.name
     ok, ran, said, failed, full = False, False, None, None, None
     for logger in _ELEMENT_ERROR_LOGGERS:
         logging.getLogger(logger).addFilter(_project_errors_without_traceback)
     try:
         beam_compat.install_construction_memos()  # else a third of a small build's CPU
-        p = beam.Pipeline(runner=beam_compat.local_runner(set_up.options), options=set_up.options)
+        p = beam.Pipeline(runner=beam_compat.local_runner(options), options=options)
         job.build_pipeline(p, cfg)
         with logs.worker_stderr_captured(), job.progress(cfg):
             result = p.run()
             result.wait_until_finish()
         ran = True
-        job.on_result(result)
-        text, status = job.finish(p, cfg, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        text, status = (dry_run_summary(p), 0) if cfg.dataflow_dry_run else job.finish(result, cfg, seconds)
         ok = True
     except BaseException as err:  # the runner wraps worker errors, KeyboardInterrupt too, in its types
         if not (interrupts.seen or isinstance(err, KeyboardInterrupt)):
@@ -434,18 +389,11 @@ def _run(job: Job, set_up: _SetUp, settings: logs.LogSettings, interrupts: _Inte
 
 
 class PublishingJob(Job):
-    """A job that publishes a shard set (build, reshard).
+    """A job that publishes a shard set (build, reshard): it holds the output folder's lock while it runs,
+    and its summary is read back from the published manifest, against the one the folder held before."""
 
-    Before its pipeline it checks the output folder and takes its lock; once done it releases it,
-    keeping the staging a rerun resumes or finishes. It prints a summary read back from the published
-    manifest, against the manifest the folder held when the run took its lock.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.before: Manifest | None = None  # the folder's manifest when the run took its lock
-        self.resumed: tuple[str, ...] = ()  # the interrupted runs whose staging this run found
-        self.result: Any = None  # the finished pipeline's PipelineResult
+    before: Manifest | None = None  # the folder's manifest when the run took its lock
+    resumed: tuple[str, ...] = ()  # the interrupted runs whose staging this run found
 
     def prepare(self, cfg: PublishingConfig) -> Callable[[bool, bool, bool], str | None] | None:
         if cfg.dataflow_dry_run:  # a dry run stays offline and writes nothing
@@ -467,16 +415,11 @@ class PublishingJob(Job):
             return None
         return done
 
-    def on_result(self, result: Any) -> None:
-        self.result = result
-
     def summary_lines(self, cfg: PublishingConfig, manifest: Manifest) -> list[str] | None:
         """The summary's lines after the splits' (None: every shard set's, ``summary.reader_lines``)."""
         return None
 
-    def finish(self, p: beam.Pipeline, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
-        if cfg.dataflow_dry_run:
-            return dry_run_summary(p), 0
+    def finish(self, result: Any, cfg: PublishingConfig, seconds: float) -> tuple[str, int]:
         manifest = output_folder.read_manifest(cfg.output_dir)  # shard entries without label counts: shards x small
         return published_summary(cfg.output_dir, manifest, seconds, self.before,
                                  self.summary_lines(cfg, manifest)), 0

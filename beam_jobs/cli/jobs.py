@@ -16,6 +16,7 @@ from transforms.images.choices import (COCO_IDS, DEFAULT_MAX_IMAGE_BYTES, DEFAUL
                                        VALIDATE_LEVELS)
 from transforms.images.objects import BBOX_FORMATS, BOX_POLICIES
 from transforms.shardset.naming import FILE_FORMATS
+from transforms.shardset.planning import MIB
 from transforms.tfrecord.compression import COMPRESSIONS, READ_COMPRESSIONS
 from transforms.tfrecord.framing import DEFAULT_MAX_RECORD_BYTES
 from transforms.verify.decoders import DECODERS
@@ -24,7 +25,6 @@ __all__ = ["SHARED", "RUN", "RECORD_READING", "SHARD_FORMAT", "BUILD_FLAGS", "PL
            "VERIFY_FLAGS", "PUBLISHING", "BUILD", "PLAN", "RESHARD", "VERIFY", "INSPECT", "SAMPLE", "JOBS",
            "PARQUET_COLUMNS", "SAMPLE_CLASSES"]
 
-_MIB = 1 << 20
 # Parquet inputs' default columns (transforms.archives.parquet_rows; a test keeps them equal).
 PARQUET_COLUMNS = ("image", "label")
 # The sample's styled class names (transforms.images.samples.CLASS_STYLES; a test keeps them equal).
@@ -136,7 +136,7 @@ BUILD_FLAGS = FlagSet("BuildOptions", (
          help="Resize to WIDTHxHEIGHT (reencode, raw); see --resize_mode."),
     Flag("resize_mode", default="stretch", choices=RESIZE_MODES, group="images", recorded=True,
          help="stretch to WIDTHxHEIGHT, fit inside it keeping the aspect ratio, or crop the centre to fill it."),
-    Flag("max_image_mb", type=v.positive_float, default=DEFAULT_MAX_IMAGE_BYTES / _MIB, group="checks",
+    Flag("max_image_mb", type=v.positive_float, default=DEFAULT_MAX_IMAGE_BYTES / MIB, group="checks",
          recorded=True,
          help="Largest input file read, in MiB; larger ones are too_large dead "
               "letters, refused without being read whole."),

@@ -131,11 +131,7 @@ _OWN_PATH = re.compile(r"(?:^|/)((?:transforms|beam_jobs)/[\w/]+)\.py")
 
 class _WorkerRecords(logging.Filter):
     """Shows the job's own lines logged in worker processes (``--direct_running_mode multi_processing``:
-    Beam's ``Worker: ... message: "..."`` records) as the job's lines; Beam's only if verbose."""
-
-    def __init__(self, settings: LogSettings) -> None:
-        super().__init__()
-        self._settings = settings
+    Beam's ``Worker: ... message: "..."`` records) as the job's lines; Beam's only if verbose (``_settings``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg != "Worker: %s" or not record.args:
@@ -144,7 +140,7 @@ class _WorkerRecords(logging.Filter):
         location = _ENTRY_LOCATION.search(entry)
         own = _OWN_PATH.search(location.group(1)) if location else None
         if own is None:
-            return self._settings.tracebacks or record.levelno >= logging.ERROR
+            return _settings.tracebacks or record.levelno >= logging.ERROR
         message = _ENTRY_MESSAGE.search(entry)
         text = message.group(1) if message else entry
         try:
@@ -153,7 +149,7 @@ class _WorkerRecords(logging.Filter):
             pass
         record.name = own.group(1).replace("/", ".")
         record.msg, record.args = text, ()
-        return record.levelno >= getattr(logging, self._settings.level)
+        return record.levelno >= getattr(logging, _settings.level)
 
 
 _kept: _KeptRecords | None = None
@@ -162,11 +158,7 @@ _worker_output = ""
 
 
 def configure_logging(settings: LogSettings) -> None:
-    """Sets up logging for a job run as a command (see the module docstring).
-
-    ``force=True``: Beam's ``PipelineOptions()`` calls ``logging.basicConfig()`` at WARNING, and a
-    plain call would then do nothing.
-    """
+    """Sets up logging for a job run as a command (see the module docstring)."""
     global _kept, _settings
     terminal = _TerminalHandler()
     _settings = settings
@@ -177,7 +169,7 @@ def configure_logging(settings: LogSettings) -> None:
         terminal.addFilter(not_beam_error)
     _kept = _KeptRecords()
     logging.basicConfig(level=logging.INFO if settings.verbose else logging.WARNING,
-                        handlers=[terminal, _kept], force=True)
+                        handlers=[terminal, _kept], force=True)  # Beam's PipelineOptions() called it already
     own = getattr(logging, settings.level)
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(own)
@@ -187,7 +179,7 @@ def configure_logging(settings: LogSettings) -> None:
     workers.setLevel(logging.DEBUG if settings.level == "DEBUG" else logging.INFO)
     for old in [f for f in workers.filters if isinstance(f, _WorkerRecords)]:
         workers.removeFilter(old)
-    workers.addFilter(_WorkerRecords(settings))
+    workers.addFilter(_WorkerRecords())
 
 
 def write_failure_log(job: str, err: BaseException) -> str | None:

@@ -50,9 +50,8 @@ def usage() -> str:
 
 
 def run_command(command: str, argv: Sequence[str], prog: str, process: bool = False) -> int:
-    """Runs one job as a command; returns its exit status (``--help`` and a usage error of the job's
-    declared flags answered from the declarations alone). ``process``: the command is this process's
-    (its job's modules load with the collector paused, ``beam_jobs/cli/loading.py``)."""
+    """Runs one job as a command; returns its exit status (``--help`` and a usage error of its declared flags
+    told without its modules). ``process``: the command is this process's (``loading.pause``)."""
     job = JOBS[command]
     argv = respelt(argv, known_flag_names(job))
     if wants_help(argv):
@@ -75,11 +74,8 @@ def run_command(command: str, argv: Sequence[str], prog: str, process: bool = Fa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``tfrecord-shards``; returns the exit status.
-
-    A job's summary counts its seconds from the process's start, or, given
-    ``argv`` (called as a function), from this call.
-    """
+    """Entry point of ``tfrecord-shards``; returns the exit status. A job's time counts from the process's
+    start, or from this call given ``argv``."""
     with command_running(None if argv is None else time.monotonic()):
         return _main(sys.argv[1:] if argv is None else list(argv), process=argv is None)
 

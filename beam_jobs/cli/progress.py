@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its BigQuery warning)
 import contextlib
+import functools
 import os
 import shutil
 import sys
@@ -26,7 +27,7 @@ from transforms.progress.report import ETA_AFTER_SECONDS, Stage, progress_bar, p
 from transforms.storage import output_folder
 from transforms.tfrecord.compression import compression_of
 
-__all__ = ["report_progress", "build_progress", "verify_progress", "reshard_progress", "reshard_stage",
+__all__ = ["report_progress", "build_progress", "plan_progress", "verify_progress", "reshard_progress", "reshard_stage",
            "manifest_totals"]
 
 # A terminal's bar is redrawn this often; nothing is reported more often.
@@ -140,17 +141,15 @@ class _Reporter:
 
 
 @contextlib.contextmanager
-def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage | None],
-                    stream: TextIO | None = None) -> Iterator[None]:
-    """Reports progress every ``cfg.progress_interval`` seconds while the block runs, on the local
-    runners; does nothing on others."""
+def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage | None]) -> Iterator[None]:
+    """Reports progress every ``cfg.progress_interval`` seconds while the block runs, on the local runners only."""
     if not cfg.local:
         yield
         return
     folder = tempfile.mkdtemp(prefix="tfrecord-shards-progress-")
     previous = os.environ.get(c.PROGRESS_ENV)
     os.environ[c.PROGRESS_ENV] = folder
-    reporter = _Reporter(job, folder, stage_of, cfg.progress_interval, stream or sys.stderr)
+    reporter = _Reporter(job, folder, stage_of, cfg.progress_interval, sys.stderr)
     reporter.start()
     try:
         yield
@@ -163,7 +162,7 @@ def report_progress(job: str, cfg: JobConfig, stage_of: Callable[[Counts], Stage
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _build_stage(counts: Counts) -> Stage | None:
+def _build_stage(counts: Counts, reading: str = "reading images") -> Stage | None:
     listed, _ = counts.get(c.INPUTS_LISTED, (0, 0))
     read, read_bytes = counts.get(c.IMAGES_READ, (0, 0))
     accepted, _ = counts.get(c.IMAGES_ACCEPTED, (0, 0))
@@ -172,7 +171,7 @@ def _build_stage(counts: Counts) -> Stage | None:
     if written:
         return Stage("writing shards", "records", written, accepted - duplicates or None, written_bytes)
     if read:
-        return Stage("reading images", "inputs", read, listed or None, read_bytes)
+        return Stage(reading, "inputs", read, listed or None, read_bytes)
     if listed:
         return Stage("listing inputs", "inputs", listed)
     return None
@@ -181,6 +180,11 @@ def _build_stage(counts: Counts) -> Stage | None:
 def build_progress(cfg: JobConfig) -> contextlib.AbstractContextManager:
     """Progress of the build job: inputs read of inputs listed, then records written."""
     return report_progress("build", cfg, _build_stage)
+
+
+def plan_progress(cfg: JobConfig) -> contextlib.AbstractContextManager:
+    """Progress of the plan job: the build's stages up to reading, which reads headers (it writes nothing)."""
+    return report_progress("plan", cfg, functools.partial(_build_stage, reading="reading headers"))
 
 
 def _uncompressed_bytes(paths_and_sizes: Mapping[str, int]) -> int | None:

@@ -7,16 +7,17 @@ a command's usage errors are told before a job's modules are imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import posixpath
-from typing import NoReturn
+from typing import Iterator, NoReturn
 
 from transforms.errors import UsageError
 from transforms.shardset.naming import WILDCARDS
 from transforms.shardset.tfds_metadata import dataset_name_problem
 
-__all__ = ["one_line_errors", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
+__all__ = ["one_line_errors", "usage_error", "parse_size", "positive_float", "positive_int", "non_negative_int", "fraction",
            "input_path", "folder_path", "tfds_name", "wildcard_problem", "shard_size_mb", "seed",
            "resolved_path", "lies_in", "overlap_problem", "record_size_mb", "max_record_bytes",
            "MIN_SHARD_MB", "MAX_SHARD_MB", "MAX_SIDE", "MAX_RECORD_MB", "DEFAULT_MAX_BAD_FRACTION",
@@ -40,6 +41,15 @@ def _raise_usage(message: str) -> NoReturn:
 def one_line_errors(parser: argparse.ArgumentParser) -> None:
     """Makes ``parser`` raise ``UsageError`` instead of printing usage and exiting."""
     parser.error = _raise_usage  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def usage_error(prefix: str, *kinds: type[Exception]) -> Iterator[None]:
+    """Within the block, an error of one of ``kinds`` is a ``UsageError``: ``prefix`` and the error's text."""
+    try:
+        yield
+    except kinds as err:
+        raise UsageError(f"{prefix}{err}") from err
 
 
 def _number(text: str, cast: type, within, rule: str):

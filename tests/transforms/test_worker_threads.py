@@ -346,4 +346,4 @@ def test_default_image_threads_go_where_they_pay_and_share_the_cores(tmp_path, f
     options = PipelineOptions(["--input", root, "--output_dir", str(tmp_path / "out")] + flags)
     cfg = BuildConfig.from_flags(all_options(options))
     got = build_shards._image_threads(options, cfg.image_threads, cfg.settings, [root])
-    assert (got["inspect_threads"], got["write_threads"]) == expected(worker_threads.usable_cores())
+    assert got == expected(worker_threads.usable_cores())
