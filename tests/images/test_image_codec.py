@@ -523,3 +523,33 @@ def test_a_pillow_logger_made_after_the_first_capture_is_routed_too() -> None:
         assert messages == ["warning: a late plugin's message"]
     finally:
         del logging.root.manager.loggerDict[late.name]
+
+
+def _lab_tiff() -> bytes:
+    out = io.BytesIO()
+    Image.new("LAB", (8, 6), (60, 140, 100)).save(out, format="TIFF")
+    return out.getvalue()
+
+
+def _cmyk_jpeg_with_its_profile() -> bytes:
+    from tests.icc_fixtures import gray_profile
+
+    out = io.BytesIO()
+    Image.new("CMYK", (8, 6), (10, 200, 30, 0)).save(
+        out, format="JPEG", quality=95, icc_profile=gray_profile(space=b"CMYK", profile_class=b"prtr"))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("source", [_lab_tiff, _cmyk_jpeg_with_its_profile], ids=["lab", "cmyk"])
+@pytest.mark.parametrize("convert", [lambda data: images.upright_first_frame_png(data, True)[0],
+                                     lambda data: images.reencode_image(data, "png")[0]], ids=["png", "reencoded"])
+def test_a_png_converted_to_rgb_carries_no_profile_of_another_colour_space(source, convert) -> None:
+    # Pillow converts LAB through an sRGB profile it makes with the current time and keeps in the image's
+    # info: written into the PNG, the same input gave other bytes a second later. A CMYK image keeps its
+    # CMYK profile, which does not describe RGB pixels (libpng refuses it). The pixels are sRGB: no profile.
+    data = source()
+    png = convert(data)
+    written = Image.open(io.BytesIO(png))
+    assert written.mode == "RGB" and "icc_profile" not in written.info
+    assert b"iCCP" not in png
+    assert written.tobytes() == Image.open(io.BytesIO(data)).convert("RGB").tobytes()

@@ -216,6 +216,19 @@ _PNG_MODES = {"1": None, "L": None, "LA": None, "RGB": None, "RGBA": None, "P": 
               "CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB"}
 
 
+def _converted(img: Image.Image, mode: str) -> Image.Image:
+    """``img.convert(mode)``, without an ICC profile where ``img`` is CMYK or LAB.
+
+    Pillow keeps a CMYK image's profile, which cannot describe RGB pixels (libpng refuses it), and converts
+    LAB through an sRGB profile it makes with the current time (the same input gave other bytes a second
+    later). The converted pixels are sRGB, which an image without a profile means.
+    """
+    out = img.convert(mode)
+    if img.mode in ("CMYK", "LAB"):
+        out.info.pop("icc_profile", None)
+    return out
+
+
 def _png_writable(img: Image.Image) -> Image.Image:
     """The image in a mode PNG stores: 16-bit stays 16-bit (32-bit integers clipped to it), floats are
     clipped to 0..255, colour spaces become RGB."""
@@ -226,8 +239,8 @@ def _png_writable(img: Image.Image) -> Image.Image:
         return Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), mode="L")
     if img.mode in _PNG_MODES:
         target = _PNG_MODES[img.mode]
-        return img if target is None else img.convert(target)
-    return img.convert("RGBA" if "A" in img.getbands() else "RGB")
+        return img if target is None else _converted(img, target)
+    return _converted(img, "RGBA" if "A" in img.getbands() else "RGB")
 
 
 @naming_library_messages
@@ -273,7 +286,7 @@ def _to_8bit(img: Image.Image, grayscale: bool) -> Image.Image:
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             img = Image.alpha_composite(background, rgba).convert("RGB")
     target = "L" if grayscale else "RGB"
-    return img if img.mode == target else img.convert(target)
+    return img if img.mode == target else _converted(img, target)
 
 
 def _format_of(img: Image.Image) -> str:
