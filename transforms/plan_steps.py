@@ -6,9 +6,7 @@ build's inspecting, writing and publishing: nothing is staged or written but the
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-from typing import Iterator, Mapping, NamedTuple
+from typing import Iterator, Mapping
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -22,33 +20,19 @@ from transforms.archives.members import input_kind
 from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_input
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ImageError
-from transforms.example.features import FeatureValueError
 from transforms.example.schema import IMAGE_FEATURES
-from transforms.images.annotations import RecordLayout, image_extras
-from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
-from transforms.images.objects import BoxError
-from transforms.images.records import (EncodeSettings, image_count_keys, image_example_size, orientation_extra,
-                                      orientation_spec)
-from transforms.images.survey import survey_image
+from transforms.images.annotations import RecordLayout
+from transforms.images.inspection import Inspected, inspect_image, unknown_label
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.images.records import EncodeSettings, image_count_keys, orientation_spec
 from transforms.progress import counters as progress
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.plan_report import PlanTally
-from transforms.shardset.planning import order_key, split_by_content
-from transforms.tfrecord.framing import framed_size
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["SurveyImages", "TallyPlan", "READS"]
 
 READS = "reads"
-
-
-class _Surveyed(NamedTuple):
-    """What surveying one input gave: its ImageMeta or DeadLetter, the bytes read (None: unread),
-    and whether the record's size is exact."""
-
-    output: ImageMeta | DeadLetter
-    bytes_read: int | None
-    exact: bool = True
 
 
 class _SurveyImageFn(OrderedImageFn):
@@ -70,7 +54,7 @@ class _SurveyImageFn(OrderedImageFn):
 
     THREAD_NAME = "survey-image"
 
-    def _emit(self, surveyed: _Surveyed, window, timestamp) -> Iterator:
+    def _emit(self, surveyed: Inspected, window, timestamp) -> Iterator:
         """Counts one input and yields its outputs; on the bundle's thread, in input order."""
         progress.note(progress.IMAGES_READ, 1, surveyed.bytes_read or 0)
         if surveyed.bytes_read is not None:
@@ -80,39 +64,19 @@ class _SurveyImageFn(OrderedImageFn):
         yield from self._output(surveyed.output, window, timestamp)
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
-                layout: RecordLayout | None) -> _Surveyed:
-        """Reads and surveys one input; no Beam calls, so that it may run on any thread."""
-        unknown = [name for name in source.class_names() if name not in index_of]
-        if unknown:
-            return _Surveyed(DeadLetter(source.path, "unknown_label",
-                                        f"class {unknown[0]!r} is not in the label list"), None)
+                 layout: RecordLayout | None) -> Inspected:
+        """Reads and surveys one input (``inspect_image``); no Beam calls, so that it may run on any thread."""
+        dead = unknown_label(source, index_of)
+        if dead is not None:
+            return Inspected(dead, None)
         try:
             data = read_input(source, self._max_bytes)
         except STORAGE_ERRORS as err:
-            return _Surveyed(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
+            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
-            return _Surveyed(DeadLetter(source.path, err.reason, err.detail), None)
-        try:
-            surveyed = survey_image(data, self._settings)
-            extra = image_extras(source, layout, index_of, data, surveyed.info.width, surveyed.info.height,
-                                 pixels_transformed=(self._settings.mode in ("reencode", "raw")
-                                                     or bool(surveyed.info.upright)),
-                                 cropped=bool(self._settings.resize) and self._settings.resize_mode == "crop")
-            extra = tuple(sorted(extra + orientation_extra(self._settings, surveyed.info)))
-        except ImageError as err:
-            return _Surveyed(DeadLetter(source.path, err.reason, err.detail), len(data))
-        except (BoxError, FeatureValueError) as err:
-            reason = "bad_box" if isinstance(err, BoxError) else "bad_feature"
-            return _Surveyed(DeadLetter(source.path, reason, str(err)), len(data))
-        digest = hashlib.sha256(data).digest()
-        if source.split == SPLIT_BY_CONTENT:
-            source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))
-        index = index_of.get(source.label, 0)
-        size = image_example_size(surveyed.stored_bytes, surveyed.info, index, source.label, source.relpath,
-                                  digest.hex(), extra)
-        return _Surveyed(ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=surveyed.info,
-                                   record_size=framed_size(size), order_key=order_key(self._seed, digest),
-                                   extra=extra), len(data), surveyed.exact)
+            return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
+                             survey=True)
 
 
 class SurveyImages(beam.PTransform):
