@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -226,7 +227,7 @@ class _RecordFactsFn(CarriesStorageOptions, beam.CombineFn):
 
 
 def _count_dead_letters(facts: RecordFacts, dead_letters) -> RecordFacts:
-    return facts.with_dead_letters(sum(1 for _ in dead_letters))
+    return dataclasses.replace(facts, dead_letters=sum(1 for _ in dead_letters))
 
 
 class CollectRecordFacts(beam.PTransform):

@@ -98,11 +98,9 @@ def label_pairs(item: RecordItem) -> list[tuple[int, str]]:
     """``(index, name)`` pairs a record states, one per label of a multi-label record."""
     if item.label is None or item.text is None:
         return []
-    if isinstance(item.label, tuple) or isinstance(item.text, tuple):
-        labels = item.label if isinstance(item.label, tuple) else (item.label,)
-        texts = item.text if isinstance(item.text, tuple) else (item.text,)
-        return list(zip(labels, texts)) if len(labels) == len(texts) else []
-    return [(item.label, item.text)]
+    labels = item.label if isinstance(item.label, tuple) else (item.label,)
+    texts = item.text if isinstance(item.text, tuple) else (item.text,)
+    return list(zip(labels, texts)) if len(labels) == len(texts) else []
 
 
 def labels_from_pairs(pairs: Iterable[tuple[int, str]]) -> list[str]:
@@ -142,10 +140,6 @@ class RecordFacts:
     def inputs(self) -> int:
         """Inputs: every record read and every damaged stretch."""
         return self.records + self.dead_letters
-
-    def with_dead_letters(self, count: int) -> "RecordFacts":
-        """These facts with ``count`` damaged stretches among the inputs."""
-        return dataclasses.replace(self, dead_letters=count)
 
 
 @dataclass
