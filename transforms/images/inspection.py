@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 from dataclasses import dataclass
@@ -74,10 +75,8 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     head, tail = image_example_parts(size, info, index, source.label, source.relpath, digest.hex(), extra)
     phash = None
     if hashed:
-        try:
+        with contextlib.suppress(ImageError):  # not hashed: not compared; the build counts it (images_not_hashed)
             phash = perceptual_hash(data)
-        except ImageError:
-            phash = None  # not compared; the build counts it (images_not_hashed)
     meta = ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=info,
                      record_size=framed_size(len(head) + size + len(tail)),
                      order_key=order_key(seed, digest), extra=extra, phash=phash)

@@ -63,22 +63,20 @@ class RecordItem:
 
 def record_item(data: bytes, seed: int, split: str = "") -> RecordItem:
     """Wraps one record of ``split``, reading its label if it is an Example that has one."""
-    label = text = None
-    features: tuple[tuple[str, str], ...] = ()
     try:
         decoded = decode_example(data)
     except ExampleError:
         decoded = {}
-    if decoded:
-        features = tuple(sorted((name, kind if len(values) == 1 or kind == "none" else f"{kind}_list")
-                                for name, (kind, values) in decoded.items()))
-        kind, values = decoded.get("image/class/label", ("", []))
-        if kind == "int64":
-            label = values[0] if len(values) == 1 else tuple(values)
-        kind, values = decoded.get("image/class/text", ("", []))
-        if kind == "bytes":
-            texts = tuple(v.decode("utf-8", "replace") for v in values)
-            text = texts[0] if len(texts) == 1 else texts
+    features = tuple(sorted((name, kind if len(values) == 1 or kind == "none" else f"{kind}_list")
+                            for name, (kind, values) in decoded.items()))
+    label = text = None
+    kind, values = decoded.get("image/class/label", ("", []))
+    if kind == "int64":
+        label = values[0] if len(values) == 1 else tuple(values)
+    kind, values = decoded.get("image/class/text", ("", []))
+    if kind == "bytes":
+        texts = tuple(v.decode("utf-8", "replace") for v in values)
+        text = texts[0] if len(texts) == 1 else texts
     return RecordItem(order_key(seed, data), data, label, text, features, split)
 
 
