@@ -6,7 +6,7 @@ build's inspecting, writing and publishing: nothing is staged or written but the
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -17,7 +17,7 @@ from transforms.images.listing_facts import ListingFacts
 from transforms.storage.files import STORAGE_ERRORS
 from transforms.storage.writing import write_file
 from transforms.archives.members import input_kind
-from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_input
+from transforms.inspect_images import ImageRules, OrderedImageFn, read_input
 from transforms.shardset.dead_letters import DEAD_LETTERS
 from transforms.errors import ImageError
 from transforms.example.schema import IMAGE_FEATURES
@@ -36,18 +36,13 @@ READS = "reads"
 
 
 class _SurveyImageFn(OrderedImageFn):
-    """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS).
+    """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS),
+    on ``threads`` threads, in input order (``OrderedImageFn``), as the build's inspection does."""
 
-    Inputs are surveyed on ``threads`` threads, the outputs, counters and progress following in
-    input order, each in its own input's window, as the build's inspection does.
-    """
-
-    def __init__(self, settings: EncodeSettings, seed: int, split_fractions: Mapping[str, float],
-                 max_bytes: int, threads: int = 1) -> None:
+    def __init__(self, settings: EncodeSettings, seed: int, rules: ImageRules, threads: int = 1) -> None:
         self._settings = settings
         self._seed = seed
-        self._fractions = dict(split_fractions)
-        self._max_bytes = max_bytes
+        self._rules = rules
         self._threads = threads
         self._read = Metrics.counter("plan", "images_read")
         self._rejected = Metrics.counter("plan", "images_rejected")
@@ -70,13 +65,13 @@ class _SurveyImageFn(OrderedImageFn):
         if dead is not None:
             return Inspected(dead, None)
         try:
-            data = read_input(source, self._max_bytes)
+            data = read_input(source, self._rules.max_bytes)
         except STORAGE_ERRORS as err:
             return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
             return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
-        return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._fractions,
-                             survey=True)
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed,
+                             self._rules.split_fractions, survey=True)
 
 
 class SurveyImages(beam.PTransform):
@@ -89,21 +84,17 @@ class SurveyImages(beam.PTransform):
 
     Args:
         labels: Singleton side input with the class names in index order.
-        split_fractions: ``--split_fractions``: the split of inputs that name none.
-        max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
+        rules: The build's ``ImageRules`` (``--split_fractions``, the largest input read).
         layout: Singleton side input with the build's ``RecordLayout``, or None.
         threads: Inputs surveyed at once by each worker (0: one per usable core); the outputs do
             not depend on it.
     """
 
-    def __init__(self, settings: EncodeSettings, seed: int, labels,
-                 split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1) -> None:
+    def __init__(self, settings: EncodeSettings, seed: int, labels, rules: ImageRules | None = None,
+                 layout=None, threads: int = 1) -> None:
         super().__init__()
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._fn = _SurveyImageFn(settings, seed, split_fractions or {}, max_bytes, threads)
+        self._fn = _SurveyImageFn(settings, seed, rules or ImageRules(), threads)
         self._labels = labels
         self._layout = layout
 
