@@ -18,7 +18,7 @@ from transforms.storage.files import STORAGE_ERRORS
 from transforms.storage.writing import write_file
 from transforms.archives.members import input_kind
 from transforms.inspect_images import ImageRules, OrderedImageFn, read_input
-from transforms.shardset.dead_letters import DEAD_LETTERS
+from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.errors import ImageError
 from transforms.example.schema import IMAGE_FEATURES
 from transforms.images.annotations import RecordLayout
@@ -26,7 +26,6 @@ from transforms.images.inspection import Inspected, inspect_image, unknown_label
 from transforms.images.items import ImageMeta, SourceImage
 from transforms.images.records import EncodeSettings, image_count_keys, orientation_spec
 from transforms.progress import counters as progress
-from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.plan_report import PlanTally
 from transforms.worker_options import CarriesStorageOptions
 
@@ -159,12 +158,11 @@ class TallyPlan(beam.PTransform):
             ``--exif_orientation keep``).
     """
 
-    def __init__(self, path: str, fixed_labels: tuple[str, ...] | None = None,
-                 settings: EncodeSettings | None = None) -> None:
+    def __init__(self, path: str, fixed_labels: tuple[str, ...] | None, settings: EncodeSettings) -> None:
         super().__init__()
         self._path = path
         self._fixed = fixed_labels
-        self._spec = orientation_spec(settings) if settings is not None else {}
+        self._spec = orientation_spec(settings)
 
     def expand(self, inputs):
         facts = [inputs["listed"] | "Found" >> beam.Map(_found),
