@@ -35,6 +35,7 @@ from transforms.storage.handback import check_handback, handback_folder, read_ha
 from transforms.storage.listing import is_folder
 from transforms.storage.writing import free_bytes, write_file
 from transforms.images.inputs import is_manifest_path
+from transforms.inspect_images import ImageRules
 from transforms.plan_steps import READS, SurveyImages, TallyPlan
 from transforms.progress.report import plural
 from transforms.shardset.ownership import kept_splits
@@ -81,8 +82,8 @@ def build_pipeline(p: beam.Pipeline, cfg: PlanConfig) -> None:
     """Wires the plan into ``p``: the build's listing, a survey of each input, one tally."""
     listing = build_shards.list_inputs(p, cfg)
     surveyed = listing.unique | "Survey" >> SurveyImages(
-        cfg.settings, cfg.seed, beam.pvalue.AsSingleton(listing.labels), cfg.split_fraction_map,
-        max_bytes=cfg.max_image_bytes, layout=beam.pvalue.AsSingleton(listing.layout),
+        cfg.settings, cfg.seed, beam.pvalue.AsSingleton(listing.labels),
+        ImageRules(cfg.split_fraction_map or {}, cfg.max_image_bytes), layout=beam.pvalue.AsSingleton(listing.layout),
         threads=cfg.found.inspect_threads)  # as the build inspects: threads for gs:// and s3:// inputs
     # As in the build: images of published splits this run keeps stay; a copy of one here is rejected.
     published, written = build_shards.published_keys(p, *(cfg.published_shards or ((), "none")), surveyed.main,

@@ -235,7 +235,7 @@ def image_example(image: bytes, info: ImageInfo, label_index: int, label_text: s
     ``extra`` holds ``(name, kind, values)`` of further keys (or of the class
     keys as lists, for multi-label records).
     """
-    head, tail = image_example_parts(image, info, label_index, label_text, filename, sha256_hex, extra)
+    head, tail = image_example_parts(len(image), info, label_index, label_text, filename, sha256_hex, extra)
     return b"".join((head, image, tail))
 
 

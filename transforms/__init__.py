@@ -24,7 +24,7 @@ _EXPORTS = {name: module for module, names in {
     "transforms.reject_duplicates": ("RejectDuplicatePaths", "RejectDuplicateImages"),
     "transforms.shardset.dead_letters": ("DEAD_LETTERS",),
     # The verify and reshard jobs' steps.
-    "transforms.verify_steps": ("CheckAcrossRanges", "WriteReport", "WritePreview", "PROBLEMS", "SAMPLES"),
+    "transforms.verify_steps": ("CheckAcrossRanges", "WriteReport", "WritePreview", "PROBLEMS"),
     "transforms.reshard_steps": ("ToRecordItems",),
 }.items() for name in names}
 

@@ -6,9 +6,7 @@ build's inspecting, writing and publishing: nothing is staged or written but the
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-from typing import Iterator, Mapping, NamedTuple
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -19,22 +17,16 @@ from transforms.images.listing_facts import ListingFacts
 from transforms.storage.files import STORAGE_ERRORS
 from transforms.storage.writing import write_file
 from transforms.archives.members import input_kind
-from transforms.inspect_images import DEFAULT_MAX_IMAGE_BYTES, OrderedImageFn, read_input
-from transforms.shardset.dead_letters import DEAD_LETTERS
+from transforms.inspect_images import ImageRules, OrderedImageFn, read_input
+from transforms.shardset.dead_letters import DEAD_LETTERS, DeadLetter
 from transforms.errors import ImageError
-from transforms.example.features import FeatureValueError
 from transforms.example.schema import IMAGE_FEATURES
-from transforms.images.annotations import RecordLayout, image_extras
-from transforms.images.items import SPLIT_BY_CONTENT, ImageMeta, SourceImage
-from transforms.images.objects import BoxError
-from transforms.images.records import (EncodeSettings, image_count_keys, image_example_size, orientation_extra,
-                                      orientation_spec)
-from transforms.images.survey import survey_image
+from transforms.images.annotations import RecordLayout
+from transforms.images.inspection import Inspected, inspect_image, unknown_label
+from transforms.images.items import ImageMeta, SourceImage
+from transforms.images.records import EncodeSettings, image_count_keys, orientation_spec
 from transforms.progress import counters as progress
-from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.plan_report import PlanTally
-from transforms.shardset.planning import order_key, split_by_content
-from transforms.tfrecord.framing import framed_size
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["SurveyImages", "TallyPlan", "READS"]
@@ -42,35 +34,21 @@ __all__ = ["SurveyImages", "TallyPlan", "READS"]
 READS = "reads"
 
 
-class _Surveyed(NamedTuple):
-    """What surveying one input gave: its ImageMeta or DeadLetter, the bytes read (None: unread),
-    and whether the record's size is exact."""
-
-    output: ImageMeta | DeadLetter
-    bytes_read: int | None
-    exact: bool = True
-
-
 class _SurveyImageFn(OrderedImageFn):
-    """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS).
+    """SourceImage -> ImageMeta (main), DeadLetter (DEAD_LETTERS), ("read", nbytes, exact) (READS),
+    on ``threads`` threads, in input order (``OrderedImageFn``), as the build's inspection does."""
 
-    Inputs are surveyed on ``threads`` threads, the outputs, counters and progress following in
-    input order, each in its own input's window, as the build's inspection does.
-    """
-
-    def __init__(self, settings: EncodeSettings, seed: int, split_fractions: Mapping[str, float],
-                 max_bytes: int, threads: int = 1) -> None:
+    def __init__(self, settings: EncodeSettings, seed: int, rules: ImageRules, threads: int = 1) -> None:
         self._settings = settings
         self._seed = seed
-        self._fractions = dict(split_fractions)
-        self._max_bytes = max_bytes
+        self._rules = rules
         self._threads = threads
         self._read = Metrics.counter("plan", "images_read")
         self._rejected = Metrics.counter("plan", "images_rejected")
 
     THREAD_NAME = "survey-image"
 
-    def _emit(self, surveyed: _Surveyed, window, timestamp) -> Iterator:
+    def _emit(self, surveyed: Inspected, window, timestamp) -> Iterator:
         """Counts one input and yields its outputs; on the bundle's thread, in input order."""
         progress.note(progress.IMAGES_READ, 1, surveyed.bytes_read or 0)
         if surveyed.bytes_read is not None:
@@ -80,39 +58,19 @@ class _SurveyImageFn(OrderedImageFn):
         yield from self._output(surveyed.output, window, timestamp)
 
     def _work_on(self, source: SourceImage, index_of: dict[str, int],
-                layout: RecordLayout | None) -> _Surveyed:
-        """Reads and surveys one input; no Beam calls, so that it may run on any thread."""
-        unknown = [name for name in source.class_names() if name not in index_of]
-        if unknown:
-            return _Surveyed(DeadLetter(source.path, "unknown_label",
-                                        f"class {unknown[0]!r} is not in the label list"), None)
+                 layout: RecordLayout | None) -> Inspected:
+        """Reads and surveys one input (``inspect_image``); no Beam calls, so that it may run on any thread."""
+        dead = unknown_label(source, index_of)
+        if dead is not None:
+            return Inspected(dead, None)
         try:
-            data = read_input(source, self._max_bytes)
+            data = read_input(source, self._rules.max_bytes)
         except STORAGE_ERRORS as err:
-            return _Surveyed(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
+            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None)
         except ImageError as err:
-            return _Surveyed(DeadLetter(source.path, err.reason, err.detail), None)
-        try:
-            surveyed = survey_image(data, self._settings)
-            extra = image_extras(source, layout, index_of, data, surveyed.info.width, surveyed.info.height,
-                                 pixels_transformed=(self._settings.mode in ("reencode", "raw")
-                                                     or bool(surveyed.info.upright)),
-                                 cropped=bool(self._settings.resize) and self._settings.resize_mode == "crop")
-            extra = tuple(sorted(extra + orientation_extra(self._settings, surveyed.info)))
-        except ImageError as err:
-            return _Surveyed(DeadLetter(source.path, err.reason, err.detail), len(data))
-        except (BoxError, FeatureValueError) as err:
-            reason = "bad_box" if isinstance(err, BoxError) else "bad_feature"
-            return _Surveyed(DeadLetter(source.path, reason, str(err)), len(data))
-        digest = hashlib.sha256(data).digest()
-        if source.split == SPLIT_BY_CONTENT:
-            source = dataclasses.replace(source, split=split_by_content(digest.hex(), self._fractions))
-        index = index_of.get(source.label, 0)
-        size = image_example_size(surveyed.stored_bytes, surveyed.info, index, source.label, source.relpath,
-                                  digest.hex(), extra)
-        return _Surveyed(ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=surveyed.info,
-                                   record_size=framed_size(size), order_key=order_key(self._seed, digest),
-                                   extra=extra), len(data), surveyed.exact)
+            return Inspected(DeadLetter(source.path, err.reason, err.detail), None)
+        return inspect_image(source, data, index_of, layout, self._settings, self._seed,
+                             self._rules.split_fractions, survey=True)
 
 
 class SurveyImages(beam.PTransform):
@@ -125,21 +83,17 @@ class SurveyImages(beam.PTransform):
 
     Args:
         labels: Singleton side input with the class names in index order.
-        split_fractions: ``--split_fractions``: the split of inputs that name none.
-        max_bytes: Largest input read; larger ones are ``too_large`` dead letters.
+        rules: The build's ``ImageRules`` (``--split_fractions``, the largest input read).
         layout: Singleton side input with the build's ``RecordLayout``, or None.
         threads: Inputs surveyed at once by each worker (0: one per usable core); the outputs do
             not depend on it.
     """
 
-    def __init__(self, settings: EncodeSettings, seed: int, labels,
-                 split_fractions: Mapping[str, float] | None = None,
-                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, layout=None, threads: int = 1) -> None:
+    def __init__(self, settings: EncodeSettings, seed: int, labels, rules: ImageRules | None = None,
+                 layout=None, threads: int = 1) -> None:
         super().__init__()
-        if max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         worker_threads.thread_count(threads)  # refuses a negative count here, not on a worker
-        self._fn = _SurveyImageFn(settings, seed, split_fractions or {}, max_bytes, threads)
+        self._fn = _SurveyImageFn(settings, seed, rules or ImageRules(), threads)
         self._labels = labels
         self._layout = layout
 
@@ -204,12 +158,11 @@ class TallyPlan(beam.PTransform):
             ``--exif_orientation keep``).
     """
 
-    def __init__(self, path: str, fixed_labels: tuple[str, ...] | None = None,
-                 settings: EncodeSettings | None = None) -> None:
+    def __init__(self, path: str, fixed_labels: tuple[str, ...] | None, settings: EncodeSettings) -> None:
         super().__init__()
         self._path = path
         self._fixed = fixed_labels
-        self._spec = orientation_spec(settings) if settings is not None else {}
+        self._spec = orientation_spec(settings)
 
     def expand(self, inputs):
         facts = [inputs["listed"] | "Found" >> beam.Map(_found),

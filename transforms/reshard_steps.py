@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -21,7 +22,7 @@ from transforms.storage.listing import FileMetadata, is_folder, match_files
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.tfrecord.record_index import indexed_shards
 from transforms.shardset.dead_letters import DeadLetter
-from transforms.shardset.record_items import (RecordFacts, RecordItem, RecordTally, input_split, record_item)
+from transforms.shardset.record_items import RecordItem, RecordTally, input_split, record_item
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord_source import ERRORS, RECORDS, keeps_errors
 from transforms.worker_options import CarriesStorageOptions
@@ -225,10 +226,6 @@ class _RecordFactsFn(CarriesStorageOptions, beam.CombineFn):
         return acc.facts()
 
 
-def _count_dead_letters(facts: RecordFacts, dead_letters) -> RecordFacts:
-    return facts.with_dead_letters(sum(1 for _ in dead_letters))
-
-
 class CollectRecordFacts(beam.PTransform):
     """``PCollection[RecordItem]`` -> one ``RecordFacts``: records read, class names, feature spec.
 
@@ -246,5 +243,5 @@ class CollectRecordFacts(beam.PTransform):
             return items | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn()).without_defaults()
         return (items
                 | "CombineFacts" >> beam.CombineGlobally(_RecordFactsFn())  # RecordFacts, even of nothing
-                | "CountDeadLetters" >> beam.Map(_count_dead_letters,
-                                                 beam.pvalue.AsIter(self._dead_letters)))
+                | "CountDeadLetters" >> beam.Map(lambda facts, dead: dataclasses.replace(
+                    facts, dead_letters=sum(1 for _ in dead)), beam.pvalue.AsIter(self._dead_letters)))

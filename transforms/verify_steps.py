@@ -28,13 +28,11 @@ from transforms.verify.preview import PREVIEW_PER_CLASS, render_preview
 from transforms.verify.ranges import KEY_BUCKETS, ShardFile, group_parts, group_problems
 from transforms.worker_options import StageInPartsFn
 
-__all__ = ["ReadManifest", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST",
-           "SHARDS", "PROBLEMS", "SAMPLES"]
+__all__ = ["ReadManifest", "CheckAcrossRanges", "WriteReport", "WritePreview", "MANIFEST", "SHARDS", "PROBLEMS"]
 
 MANIFEST = "manifest"
 SHARDS = "shards"
 PROBLEMS = "problems"
-SAMPLES = "samples"
 _NAMESPACE = "verify_shards"
 
 

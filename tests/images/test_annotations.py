@@ -99,7 +99,7 @@ def test_record_parts_equal_the_whole_record_with_prefix_keys():
     info = ImageInfo("png", 2, 3, 3)
     extra = (("a", "bytes", (b"x",)), ("ab", "int64", (1,)), ("image/class/label", "int64", (0, 2)),
              ("image/class/labels", "int64", ()))
-    head, tail = image_example_parts(b"IMG", info, 0, "cat", "f.png", "a" * 64, extra)
+    head, tail = image_example_parts(len(b"IMG"), info, 0, "cat", "f.png", "a" * 64, extra)
     record = image_example(b"IMG", info, 0, "cat", "f.png", "a" * 64, extra)
     decoded = decode_example(record)  # protobuf's own serialization writes the same bytes
     assert encode_example({k: v for k, (_, v) in decoded.items()}, {k: kind for k, (kind, _) in decoded.items()}) == record

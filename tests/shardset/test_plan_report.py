@@ -10,7 +10,7 @@ import pytest
 from tests import imagegen
 from transforms.errors import ImageError
 from transforms.images.image_codec import ImageInfo
-from transforms.images.records import EncodeSettings, encode_image, image_example_size
+from transforms.images.records import EncodeSettings, encode_image, image_example_parts
 from tests.helpers import image_example
 from transforms.images.survey import PNG_BYTES_PER_RAW_BYTE, stored_size, survey_image
 from transforms.shardset.manifest import Manifest, SplitCounts, SplitEntry
@@ -30,7 +30,8 @@ def test_example_size_is_the_length_of_the_example(image_len, extra):
     info = ImageInfo("jpeg", 480, 640, 3)
     image = b"\xab" * image_len
     whole = image_example(image, info, 3, "rose", "rose/a.jpg", "ab" * 32, extra)
-    assert image_example_size(image_len, info, 3, "rose", "rose/a.jpg", "ab" * 32, extra) == len(whole)
+    head, tail = image_example_parts(image_len, info, 3, "rose", "rose/a.jpg", "ab" * 32, extra)
+    assert len(head) + image_len + len(tail) == len(whole)
 
 
 # --- Surveys of one image -------------------------------------------------------------------

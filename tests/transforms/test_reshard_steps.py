@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
 
@@ -74,7 +75,7 @@ def test_facts_of_records_and_dead_letters() -> None:
     facts = _tally(_CASES["consistent"]).facts()
     assert (facts.records, facts.inputs, facts.class_names) == (9, 9, ("cat", "dog", "emu"))
     assert facts.feature_spec == {"image/class/label": "int64", "image/class/text": "bytes", "x": "int64"}
-    assert facts.with_dead_letters(2).inputs == 11
+    assert dataclasses.replace(facts, dead_letters=2).inputs == 11
     assert RecordFacts().inputs == 0 and RecordFacts().feature_spec == {}
 
 
@@ -102,4 +103,4 @@ def test_collect_record_facts_counts_dead_letters_even_without_records(name: str
     with TestPipeline() as p:
         facts = (p | "Items" >> beam.Create(_items(datas))
                  | CollectRecordFacts(p | "Dead" >> beam.Create(dead)))
-        assert_that(facts, equal_to([_expected(datas).with_dead_letters(2)]))
+        assert_that(facts, equal_to([dataclasses.replace(_expected(datas), dead_letters=2)]))

@@ -2,7 +2,7 @@
 
 Every record the tools write is encoded here, as protobuf's deterministic serialization writes it.
 ``example_parts`` gives an Example with one large bytes value (an image) left out, as the bytes
-before and after it, and ``example_size`` its size from the value's length alone.
+before and after it, from the value's length alone.
 
 Wire layout (tf.train.Example's protos): an ``Example`` is ``features``
 (field 1), a ``Features`` its map entries (field 1, repeated); a map entry is
@@ -19,7 +19,7 @@ import struct
 from typing import Mapping, NamedTuple, Sequence, Union
 
 __all__ = ["FeatureValues", "EntryValue", "varint", "feature_entry", "map_entry", "map_entries", "key_order",
-           "example_parts", "example_size"]
+           "example_parts"]
 
 _INT64_MASK = 0xFFFFFFFFFFFFFFFF
 _BYTES_LIST, _FLOAT_LIST, _INT64_LIST = 0x0A, 0x12, 0x1A  # Feature's fields, length-delimited
@@ -119,9 +119,3 @@ def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -
     entry = _bytes_entry_head(name, value_len)
     features_len = len(before) + len(entry) + value_len + len(after)
     return b"".join((bytes((_ONE,)), varint(features_len), before, entry)), after
-
-
-def example_size(others: Mapping[str, EntryValue], name: str, value_len: int) -> int:
-    """The size of the serialized Example of ``{**others, name: value}``, ``value`` of ``value_len`` bytes."""
-    head, tail = example_parts(others, name, value_len)
-    return len(head) + value_len + len(tail)

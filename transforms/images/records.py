@@ -13,14 +13,14 @@ from typing import Iterable
 from transforms.images import image_codec as images
 from transforms.errors import ImageError
 from transforms.images.choices import IMAGE_MODES
-from transforms.example.wire import EntryValue, FeatureValues, example_parts, example_size
+from transforms.example.wire import FeatureValues, example_parts
 from transforms.images.image_codec import ImageInfo
 from transforms.images.orientation import EXIF_ORIENTATION_MODES, ORIENTATION_FEATURE, upright_jpeg
 from transforms.images.png_chunks import fix_png_chunks
 from transforms.images.tf_rule import tf_shape
 
-__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example_parts",
-           "image_example_size", "check_kept_format", "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
+__all__ = ["IMAGE_MODES", "EncodeSettings", "encode_image", "image_example_parts", "check_kept_format",
+           "tensorflow_view", "passthrough_formats", "TF_KEPT_FORMATS", "image_counts", "image_count_keys",
            "with_png_chunks_fixed", "orientation_spec", "orientation_extra"]
 
 # Source formats the passthrough mode accepts (check_kept_format).
@@ -183,10 +183,12 @@ def image_counts(counted: Iterable[tuple[tuple[str, str], int]]) -> dict[str, di
     return {name: dict(sorted(by_format.items())) for name, by_format in out.items()}
 
 
-def _described(info: ImageInfo, label_index: int, label_text: str, filename: str,
-               sha256_hex: str, extra: tuple) -> dict[str, EntryValue]:
-    """Every feature of an image record but ``image/encoded``."""
-    return {
+def image_example_parts(image_bytes: int, info: ImageInfo, label_index: int, label_text: str,
+                        filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
+    """Returns ``(head, tail)``: ``head + image + tail`` is the serialized ``tf.train.Example`` of a stored
+    image of ``image_bytes`` bytes (a plan measures it without the stored bytes; ``extra``:
+    ``annotations.record_extras``)."""
+    return example_parts({
         "image/format": info.format,
         "image/height": info.height,
         "image/width": info.width,
@@ -197,20 +199,4 @@ def _described(info: ImageInfo, label_index: int, label_text: str, filename: str
         "image/key/sha256": sha256_hex,
         "image/source_format": info.source_format or info.format,
         **{name: FeatureValues(kind, values) for name, kind, values in extra},
-    }
-
-
-def image_example_parts(image: bytes, info: ImageInfo, label_index: int, label_text: str,
-                        filename: str, sha256_hex: str, extra: tuple = ()) -> tuple[bytes, bytes]:
-    """Returns ``(head, tail)``: ``head + image + tail`` is the image's serialized ``tf.train.Example``
-    (``extra``: ``annotations.record_extras``)."""
-    return example_parts(_described(info, label_index, label_text, filename, sha256_hex, extra),
-                         _ENCODED_KEY, len(image))
-
-
-def image_example_size(image_bytes: int, info: ImageInfo, label_index: int, label_text: str,
-                       filename: str, sha256_hex: str, extra: tuple = ()) -> int:
-    """Returns the size of the image's ``tf.train.Example`` for a stored image of ``image_bytes`` bytes
-    (a plan knows it without the stored bytes)."""
-    return example_size(_described(info, label_index, label_text, filename, sha256_hex, extra),
-                        _ENCODED_KEY, image_bytes)
+    }, _ENCODED_KEY, image_bytes)

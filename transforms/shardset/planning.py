@@ -147,20 +147,15 @@ class SplitLayout:
     the split's bytes before its first record and its records."""
 
     totals: SplitTotals
-    bucket_bits: int
     buckets: tuple[int, ...]
     offsets: tuple[int, ...]
     records: tuple[int, ...]
-
-    @property
-    def split(self) -> str:
-        return self.totals.split
 
     def index_of(self, bucket: int) -> int:
         """Returns the position of an occupied bucket in ``buckets``; ``PlanError`` if none was counted."""
         index = bisect.bisect_left(self.buckets, bucket)
         if index == len(self.buckets) or self.buckets[index] != bucket:
-            raise PlanError(f"split {self.split!r} bucket {bucket}: records but none were counted; "
+            raise PlanError(f"split {self.totals.split!r} bucket {bucket}: records but none were counted; "
                             "was an input changed while the job ran?")
         return index
 
@@ -212,7 +207,7 @@ def lay_out_split(split: str, bucket_totals: Iterable[tuple[int, int, int, int]]
     count = num_shards if num_shards else min(choose_num_shards(offset + lead, target_bytes),
                                               max(records + (1 if lead else 0), 1))
     totals = SplitTotals(split, offset + lead, records, largest, count, len(published or ()), merged, lead)
-    return SplitLayout(totals, bucket_bits, tuple(buckets), tuple(offsets), tuple(counts))
+    return SplitLayout(totals, tuple(buckets), tuple(offsets), tuple(counts))
 
 
 def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]) -> list[int]:
@@ -221,7 +216,7 @@ def place_bucket(layout: SplitLayout, bucket: int, sizes_in_order: Sequence[int]
     index = layout.index_of(bucket)
     expected = layout.records[index]
     if len(sizes_in_order) != expected:
-        raise PlanError(f"split {layout.split!r} bucket {bucket}: {len(sizes_in_order)} records but "
+        raise PlanError(f"split {layout.totals.split!r} bucket {bucket}: {len(sizes_in_order)} records but "
                         f"{expected} were counted")
     totals = layout.totals
     return cut_records(sizes_in_order, totals.num_shards, totals.total_bytes, layout.offsets[index])

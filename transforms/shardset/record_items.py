@@ -63,22 +63,20 @@ class RecordItem:
 
 def record_item(data: bytes, seed: int, split: str = "") -> RecordItem:
     """Wraps one record of ``split``, reading its label if it is an Example that has one."""
-    label = text = None
-    features: tuple[tuple[str, str], ...] = ()
     try:
         decoded = decode_example(data)
     except ExampleError:
         decoded = {}
-    if decoded:
-        features = tuple(sorted((name, kind if len(values) == 1 or kind == "none" else f"{kind}_list")
-                                for name, (kind, values) in decoded.items()))
-        kind, values = decoded.get("image/class/label", ("", []))
-        if kind == "int64":
-            label = values[0] if len(values) == 1 else tuple(values)
-        kind, values = decoded.get("image/class/text", ("", []))
-        if kind == "bytes":
-            texts = tuple(v.decode("utf-8", "replace") for v in values)
-            text = texts[0] if len(texts) == 1 else texts
+    features = tuple(sorted((name, kind if len(values) == 1 or kind == "none" else f"{kind}_list")
+                            for name, (kind, values) in decoded.items()))
+    label = text = None
+    kind, values = decoded.get("image/class/label", ("", []))
+    if kind == "int64":
+        label = values[0] if len(values) == 1 else tuple(values)
+    kind, values = decoded.get("image/class/text", ("", []))
+    if kind == "bytes":
+        texts = tuple(v.decode("utf-8", "replace") for v in values)
+        text = texts[0] if len(texts) == 1 else texts
     return RecordItem(order_key(seed, data), data, label, text, features, split)
 
 
@@ -98,11 +96,9 @@ def label_pairs(item: RecordItem) -> list[tuple[int, str]]:
     """``(index, name)`` pairs a record states, one per label of a multi-label record."""
     if item.label is None or item.text is None:
         return []
-    if isinstance(item.label, tuple) or isinstance(item.text, tuple):
-        labels = item.label if isinstance(item.label, tuple) else (item.label,)
-        texts = item.text if isinstance(item.text, tuple) else (item.text,)
-        return list(zip(labels, texts)) if len(labels) == len(texts) else []
-    return [(item.label, item.text)]
+    labels = item.label if isinstance(item.label, tuple) else (item.label,)
+    texts = item.text if isinstance(item.text, tuple) else (item.text,)
+    return list(zip(labels, texts)) if len(labels) == len(texts) else []
 
 
 def labels_from_pairs(pairs: Iterable[tuple[int, str]]) -> list[str]:
@@ -142,10 +138,6 @@ class RecordFacts:
     def inputs(self) -> int:
         """Inputs: every record read and every damaged stretch."""
         return self.records + self.dead_letters
-
-    def with_dead_letters(self, count: int) -> "RecordFacts":
-        """These facts with ``count`` damaged stretches among the inputs."""
-        return dataclasses.replace(self, dead_letters=count)
 
 
 @dataclass

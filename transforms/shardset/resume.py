@@ -123,10 +123,7 @@ class DoneInput:
 
     def for_source(self, source: SourceImage) -> ImageMeta:
         """The metadata, its source the rerun's (the split chosen by content kept)."""
-        meta = self.meta
-        if source.split != meta.source.split:
-            source = dataclasses.replace(source, split=meta.source.split)
-        return dataclasses.replace(meta, source=source)
+        return dataclasses.replace(self.meta, source=dataclasses.replace(source, split=self.meta.source.split))
 
 
 # ImageInfo's fields in a done list's "info", in order, and their types (a line is checked, not trusted).
@@ -277,8 +274,7 @@ class ShardDone(StagedShard):
                 raise ValueError("another format")
             split, index, count = obj["key"]
             keys, keys_crc = obj.get("staged_keys"), obj.get("keys_crc32c")  # none in older records
-            names = ([obj["staged"]] + ([obj["staged_index"]] if obj["staged_index"] else [])
-                     + ([keys] if keys else []))
+            names = [obj["staged"]] + [name for name in (obj["staged_index"], keys) if name]
             if any(not isinstance(n, str) or "/" in n for n in names):
                 raise ValueError("a staged name is not a plain name")
             crc, index_crc = str(obj["crc32c"]), obj["index_crc32c"]
