@@ -27,6 +27,8 @@ PLAN_VERSION = 1
 _EXAMPLES = 3
 # The tally's mappings keyed by a string, as ``PlanTally.to_dict`` writes them.
 _MAPPINGS = ("kinds", "record_bytes", "largest", "formats", "converted", "feature_spec")
+# The tally's counts, summed when tallies merge.
+_COUNTS = ("in_set", "files_read", "bytes_read", "estimated_sizes")
 # Dead-letter reasons that mean "the same input twice" (reject_duplicates' checks).
 DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate")
 # The split shown for inputs whose split their bytes choose (--split_fractions).
@@ -135,12 +137,10 @@ class PlanTally:
             for name in ("found", "kinds", "records", "record_bytes", "formats", "converted"):
                 for key, count in getattr(other, name).items():
                     _add(getattr(self, name), key, count)
-            self.in_set += other.in_set
+            for name in _COUNTS:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
             for reason, (count, examples) in other.rejected.items():
                 self._reject(reason, count, examples)
-            self.files_read += other.files_read
-            self.bytes_read += other.bytes_read
-            self.estimated_sizes += other.estimated_sizes
             for split, size in other.largest.items():
                 self._largest(split, size)
             if other.inputs is not None:
@@ -162,8 +162,7 @@ class PlanTally:
                    for name in ("found", "records")},
                 **{name: dict(sorted(getattr(self, name).items())) for name in _MAPPINGS},
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
-                "in_set": self.in_set, "files_read": self.files_read, "bytes_read": self.bytes_read,
-                "estimated_sizes": self.estimated_sizes, "inputs": self.inputs, "classes": list(self.classes)}
+                **{name: getattr(self, name) for name in _COUNTS}, "inputs": self.inputs, "classes": list(self.classes)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> "PlanTally":
@@ -172,9 +171,8 @@ class PlanTally:
         for name in _MAPPINGS:  # a tally without "kinds" has none
             setattr(tally, name, dict(obj.get(name, {}) if name == "kinds" else obj[name]))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
-        tally.in_set = obj.get("in_set", 0)
-        tally.files_read, tally.bytes_read, tally.estimated_sizes = (obj["files_read"], obj["bytes_read"],
-                                                                     obj["estimated_sizes"])
+        for name in _COUNTS:  # a tally without "in_set" has none
+            setattr(tally, name, obj.get(name, 0) if name == "in_set" else obj[name])
         tally.inputs, tally.classes = obj["inputs"], tuple(obj["classes"])
         return tally
 
@@ -367,14 +365,12 @@ class Plan:
                               "new": list(change.new), "kept": list(change.kept), "dropped": list(change.dropped),
                               "replaced": [] if change.appending else list(change.replaced),
                               **({"appended": list(change.replaced)} if change.appending else {})},
-            "disk": {"peak_bytes": self.disk.peak, "staged_bytes": self.disk.staged,
-                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
-                     "more_bytes": shortfall(self.disk.peak, self.free_bytes)} if not self.staging_dir else
-                    {"staging_dir": self.staging_dir, "staged_bytes": self.disk.staged,
-                     "staging_free_bytes": self.staging_free,
-                     "staging_more_bytes": shortfall(self.disk.staged, self.staging_free),
-                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
-                     "more_bytes": shortfall(self.disk.shards, self.free_bytes)},
+            "disk": {"staged_bytes": self.disk.staged, "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
+                     **({"peak_bytes": self.disk.peak, "more_bytes": shortfall(self.disk.peak, self.free_bytes)}
+                        if not self.staging_dir else
+                        {"staging_dir": self.staging_dir, "staging_free_bytes": self.staging_free,
+                         "staging_more_bytes": shortfall(self.disk.staged, self.staging_free),
+                         "more_bytes": shortfall(self.disk.shards, self.free_bytes)})},
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
             "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
