@@ -121,7 +121,7 @@ class PlanTally:
             _, split, label, source_format, converted, size = fact
             _add(self.records, (split, label))
             _add(self.record_bytes, split, size)
-            self._largest(split, size)
+            self.largest[split] = max(self.largest.get(split, 0), size)
             _add(self.formats, source_format)
             if converted:
                 _add(self.converted, source_format)
@@ -142,7 +142,7 @@ class PlanTally:
             for reason, (count, examples) in other.rejected.items():
                 self._reject(reason, count, examples)
             for split, size in other.largest.items():
-                self._largest(split, size)
+                self.largest[split] = max(self.largest.get(split, 0), size)
             if other.inputs is not None:
                 self.inputs, self.classes = other.inputs, other.classes
                 self.feature_spec = dict(other.feature_spec)
@@ -152,9 +152,6 @@ class PlanTally:
         entry = self.rejected.setdefault(reason, [0, []])
         entry[0] += count
         entry[1] = sorted(entry[1] + list(examples))[:_EXAMPLES]
-
-    def _largest(self, split: str, size: int) -> None:
-        self.largest[split] = max(self.largest.get(split, 0), size)
 
     def to_dict(self) -> dict[str, Any]:
         """The tally as JSON-ready values (``from_dict`` reads them back)."""
@@ -451,13 +448,10 @@ class Plan:
         lines = [f"  output folder {self.output_dir}: holds a published set ({_counts(change.published)} records)"]
         if change.new:
             lines.append(f"    gains: {', '.join(f'{s} (~{self.splits[s].records})' for s in change.new)}")
-        if change.replaced and change.appending:
-            lines.append("    appends to (its shards kept): " + ", ".join(
-                f"{s} ({change.published[s]} -> ~{change.published[s] + self.splits[s].records} records)"
-                for s in change.replaced))
-        elif change.replaced:
-            lines.append("    replaces: " + ", ".join(
-                f"{s} ({change.published[s]} -> ~{self.splits[s].records} records)" for s in change.replaced))
+        if change.replaced:  # an append keeps the published records: they count in the records after
+            kept = change.published if change.appending else dict.fromkeys(change.published, 0)
+            lines.append(("    appends to (its shards kept): " if change.appending else "    replaces: ") + ", ".join(
+                f"{s} ({change.published[s]} -> ~{kept[s] + self.splits[s].records} records)" for s in change.replaced))
         lines.append("    keeps: " + (", ".join(f"{s} ({change.published[s]} records)" for s in change.kept)
                                       or "nothing else"))
         if change.dropped:
