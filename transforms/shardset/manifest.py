@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from transforms.errors import ManifestError
@@ -213,9 +213,6 @@ class ShardsFile:
     bytes: int
     lines: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes, "lines": self.lines}
-
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str) -> "ShardsFile":
         return cls(_file_name(obj, where), _sha256(obj, where), _require(obj, "bytes", int, where),
@@ -318,7 +315,7 @@ class Manifest:
             **({"near_duplicates": dict(self.near_duplicates)} if self.near_duplicates else {}),
             **written,
             "splits": {name: self._split_dict(name, split) for name, split in sorted(self.splits.items())},
-            "shards": self.shards_file.to_dict(),
+            "shards": asdict(self.shards_file),  # its fields, in their order
         }
 
     def _split_dict(self, name: str, split: SplitEntry) -> dict[str, Any]:
