@@ -154,8 +154,7 @@ class SplitCounts:
     label_counts: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"records": self.records, "bytes": self.bytes, "num_shards": self.num_shards,
-                "label_counts": sorted_label_counts(self.label_counts)}
+        return {**asdict(self), "label_counts": sorted_label_counts(self.label_counts)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str) -> "SplitCounts":

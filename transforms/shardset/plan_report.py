@@ -6,7 +6,7 @@ Everything is an estimate: inputs are checked from their headers only (``images.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.progress.report import plural
@@ -370,8 +370,7 @@ class Plan:
                          "more_bytes": shortfall(self.disk.shards, self.free_bytes)})},
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
-            "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
-                     "seconds_per_input": self.rate.seconds_per_input, "source": self.rate.source},
+            "rate": asdict(self.rate),
             "plan_seconds": round(self.plan_seconds, 2),
             "notes": list(self.notes),
         }
