@@ -53,7 +53,7 @@ from transforms.inspect_images import (REUSED_INPUT_BYTES, REUSED_INPUTS, ImageR
 from transforms.reject_duplicates import (NEAR_DEAD_LETTERS, NEAR_DUPLICATES, OVER_CAP, UNHASHED, CollectSplitNames,
                                           NearDuplicateRule, ReadPublishedKeys, RejectDuplicateImages,
                                           RejectDuplicatePaths)
-from transforms.storage.files import exists, file_size, open_file, open_for_read, read_at_most
+from transforms.storage.files import exists, open_file, open_for_read, read_at_most
 from transforms.storage.listing import files_all_of_suffix, has_files_below, local_bytes_at_least, match_files
 from transforms.storage.paths import is_local
 from transforms.images.items import SourceImage
@@ -182,14 +182,11 @@ def _check_manifest(path: str) -> None:
     """Refuses an input manifest whose header cannot work (``Path,Label``), from its first bytes."""
     try:
         with open_for_read(path) as fh:
-            size = file_size(fh)
-            head = read_at_most(fh, _MANIFEST_HEAD_BYTES)
-            whole = (size is not None and size <= len(head)) or (
-                len(head) < _MANIFEST_HEAD_BYTES and not fh.read(1))
+            head = read_at_most(fh, _MANIFEST_HEAD_BYTES + 1)  # a byte more: is this the whole file?
     except OSError as err:
         raise UsageError(f"--input {path} cannot be read: {type(err).__name__}: {err}") from err
     with opt.usage_error("--input ", ManifestError):
-        check_manifest_head(head, path, whole)
+        check_manifest_head(head[:_MANIFEST_HEAD_BYTES], path, len(head) <= _MANIFEST_HEAD_BYTES)
 
 
 def _check_coco_images(path: str) -> None:
@@ -239,8 +236,12 @@ def _check_inputs(cfg: BuildConfig, offline: bool) -> None:
                 raise UsageError(problem)
             if is_manifest_path(path) and not is_coco_path(path):  # COCO files are read by the job
                 _check_manifest(path)
-            if path.lower().endswith(".csv"):
-                _check_csv_columns(path, cfg.features)
+            header = _csv_columns(path) if path.lower().endswith(".csv") else None
+            undeclared = undeclared_columns(header or [], cfg.features)  # None: the listing reports the header
+            if undeclared:
+                raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; declare it "
+                                 f"with --feature {undeclared[0]}:TYPE (TYPE one of {', '.join(FEATURE_TYPES)}) or "
+                                 "remove it")
     if cfg.label_offset == 0 and any(is_coco_path(path) for path in cfg.input):
         raise UsageError("--label_offset 0 would give a COCO class id 0, which the Object Detection API "
                          "refuses; COCO ids are kept (1 and up) unless --coco_ids renumber numbers "
@@ -393,17 +394,6 @@ def _csv_columns(path: str) -> list[str] | None:
         return next(csv.reader([first]), [])
     except csv.Error:
         return None  # the listing step reports an unreadable header
-
-
-def _check_csv_columns(path: str, declared: dict[str, str]) -> None:
-    """Refuses a CSV manifest with a column that is neither path/label/split nor a --feature."""
-    header = _csv_columns(path)
-    if header is None:
-        return
-    undeclared = undeclared_columns(header, declared)
-    if undeclared:
-        raise UsageError(f"--input {path}: column {undeclared[0]!r} is not path, label or split; declare it with "
-                         f"--feature {undeclared[0]}:TYPE (TYPE one of {', '.join(FEATURE_TYPES)}) or remove it")
 
 
 def _unsplit(path: str, layouts: dict[str, str | None]) -> bool:

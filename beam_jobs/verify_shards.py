@@ -125,30 +125,30 @@ def make_config(cfg: VerifyConfig, options: PipelineOptions) -> VerifyConfig:
                               report_path=handback.path("report.json"))
     if cfg.dataflow_dry_run:  # stays offline: gs:// would need credentials; the files are not matched
         return cfg
+    shards = _pattern_shards(cfg.files) if cfg.files else ()
     if cfg.files:
-        shards = _pattern_shards(cfg.files)
         if not shards:
             raise UsageError(f"--files {cfg.files} matches no files")
         _refuse_overwriting(cfg, [p for s in shards for p in (s.path, *index_names(s.path))],
                             "which this run reads")
-        check_handback(handback, cfg.JOB.name)  # once the paths named are known to be right
-        return dataclasses.replace(cfg, shards=shards, **_reading_plan([s.size for s in shards], cfg, options))
-    folder = cfg.output_dir
-    if exact_file(folder) is not None:
-        raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
-                         f"TFRecord files without a manifest, use --files {folder}")
-    present = list_folder(folder)
-    # The manifest itself is read in the pipeline; the files of the set are known by name.
-    _refuse_overwriting(cfg, _set_files(folder, present), "part of the shard set being verified")
-    if MANIFEST_NAME not in present:
-        if not present and not is_folder(folder):
-            raise UsageError(f"--output_dir {folder} does not exist")
-        raise UsageError(f"{folder} is not a shard set: it has no {MANIFEST_NAME} (jobs write it "
-                         "last, so a run may have failed or still be running); to check TFRecord "
-                         f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
-    sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
-    check_handback(handback, cfg.JOB.name)  # once the folder is known to be a shard set
-    return dataclasses.replace(cfg, **_reading_plan(sizes, cfg, options))
+        sizes = [s.size for s in shards]
+    else:
+        folder = cfg.output_dir
+        if exact_file(folder) is not None:
+            raise UsageError(f"--output_dir {folder} is a file, not a shard set's folder; to check "
+                             f"TFRecord files without a manifest, use --files {folder}")
+        present = list_folder(folder)
+        # The manifest itself is read in the pipeline; the files of the set are known by name.
+        _refuse_overwriting(cfg, _set_files(folder, present), "part of the shard set being verified")
+        if MANIFEST_NAME not in present:
+            if not present and not is_folder(folder):
+                raise UsageError(f"--output_dir {folder} does not exist")
+            raise UsageError(f"{folder} is not a shard set: it has no {MANIFEST_NAME} (jobs write it "
+                             "last, so a run may have failed or still be running); to check TFRecord "
+                             f"files without one, use --files '{join_path(folder, '*.tfrecord*')}'")
+        sizes = [size for name, (_, size) in present.items() if split_of_shard(name) is not None]
+    check_handback(handback, cfg.JOB.name)  # once the paths named are known to be right
+    return dataclasses.replace(cfg, shards=shards, **_reading_plan(sizes, cfg, options))
 
 
 def _decoders(text: str | None) -> tuple[str, ...]:

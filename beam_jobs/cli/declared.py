@@ -174,8 +174,6 @@ def _describe(flag: Flag) -> str:
         suffix = "(required)"
     elif flag.action in ("store_true", "store_false") or default is None or flag.positional:
         suffix = ""
-    elif isinstance(default, (list, tuple)):
-        suffix = f"(default: {'x'.join(str(d) for d in default)})"
     else:
         suffix = f"(default: {default})"
     return " ".join(part for part in (flag.help, suffix) if part).replace("%", "%%")

@@ -1,9 +1,5 @@
-"""The jobs' options classes, made from the flags declared in ``beam_jobs/cli/jobs.py``.
-
-Beam parses every subclass of ``PipelineOptions`` with one argparse parser, so two jobs cannot
-each define ``--input``: the flags they share are one class (``ShardingOptions``). A job reads its
-flags from its config (``beam_jobs/cli/config.py``).
-"""
+"""The jobs' options classes, made from the flags declared in ``beam_jobs/cli/jobs.py``; a job reads its
+flags from its config (``beam_jobs/cli/config.py``)."""
 
 from __future__ import annotations
 

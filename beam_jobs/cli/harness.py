@@ -1,9 +1,4 @@
-"""How the jobs run: flags, runner, pipeline, exit status, summary and one-line failures.
-
-``run_job`` runs a ``Job``: parse and check the flags (one line and exit status 2 on a bad one),
-build and run the pipeline (one line and exit status 1 on a failure), then print what the job says
-of its outcome. The build and reshard jobs share ``PublishingJob``.
-"""
+"""How the jobs run: flags, runner, pipeline, exit status, summary and one-line failures."""
 
 from __future__ import annotations
 
@@ -38,7 +33,7 @@ from transforms.storage.writing import is_no_space
 from transforms.filesystems import set_options
 
 __all__ = ["format_beam_help", "prepare_options", "unknown_flags", "error_lines", "report_failure",
-           "Job", "PublishingJob", "run_job", "dry_run_summary", "refuse_unknown_flags",
+           "Job", "PublishingJob", "run_job", "dry_run_summary",
            "INTERRUPTED_LINE", "INTERRUPTED_STATUS", "RESUMABLE_LINE", "KEPT_LINE"]
 
 _PROJECT_ERROR = re.compile(
@@ -165,15 +160,6 @@ _ELEMENT_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.wor
                           "apache_beam.runners.worker.bundle_processor")
 
 
-def refuse_unknown_flags(options: PipelineOptions, argv: Sequence[str], job: Job) -> None:
-    """Raises ``UsageError`` for a flag no options class defines, naming the closest of the job's or Beam's."""
-    extra = unknown_flags(options, argv)
-    if extra and extra[0].startswith("-"):
-        raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))
-    if extra:
-        raise UsageError(f"unexpected argument {extra[0]!r}; {job.positional_hint}")
-
-
 # What a job prints, after its name, when Ctrl-C stopped it before it published; and its status
 # (128 + SIGINT, as a shell reports a process that SIGINT ended).
 INTERRUPTED_LINE = "interrupted: nothing was published; staging removed"
@@ -254,7 +240,6 @@ class Job:
         make_config: Given the config and Beam's options (for the local runner's workers), checks the
             inputs the flags name and returns the config with what the job found before its pipeline;
             raises ``UsageError`` on a bad flag or path.
-        build_pipeline: Wires the job into a pipeline, given it and the config.
         progress: Given the config, a context manager that reports progress while the pipeline runs
             (``progress.py``).
         finish: Given the ``PipelineResult``, the config and the seconds since the command started, the text
@@ -305,7 +290,11 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
             if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
                 beam_compat.register_dask_options()
             options = PipelineOptions(argv)
-            refuse_unknown_flags(options, argv, job)
+            extra = unknown_flags(options, argv)  # Beam would drop them: refused, naming the closest flag
+            if extra and extra[0].startswith("-"):
+                raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))
+            if extra:
+                raise UsageError(f"unexpected argument {extra[0]!r}; {job.positional_hint}")
             flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
             cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
             if cfg.workers_note:  # the workers a large local run was given

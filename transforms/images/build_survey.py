@@ -1,8 +1,4 @@
-"""What a build finds before its pipeline, as one frozen value (pure: plain values in, no storage, no Beam).
-
-The build job (``make_config``) reads what it must before the pipeline and hands the plain values
-to ``survey_build``; it carries the result beside its flags (``BuildConfig.found``).
-"""
+"""What a build finds before its pipeline, as one frozen value (pure: plain values in, no storage, no Beam)."""
 
 from __future__ import annotations
 
@@ -80,13 +76,11 @@ def survey_build(*, fixed: Sequence[str] | None, parquet_names: tuple[str, ...] 
     """What the build takes from what it read before its pipeline.
 
     Args:
-        fixed: ``fixed_class_names``' answer.
         parquet_names: The ``ClassLabel`` names the Parquet inputs all give, or None.
         only_parquet: Every input is a Parquet file (their class indices stay the build's).
         append_to: With ``--append``, the published set's class names (an append keeps them); else None.
         near_duplicates: ``--near_duplicates`` is on (and the run is not offline).
         one_split: Every image goes to one split, known before the listing (nothing to compare).
-        threads: ``image_threads``'s answer.
     """
     labels = None if fixed is None else tuple(fixed)
     if labels is None and parquet_names is not None and only_parquet and append_to is None:

@@ -1,8 +1,4 @@
-"""What the whole listing of a build's inputs says, known before any image is read.
-
-``ListingTally`` gathers it one listed item at a time (a combine's
-accumulator): the number of inputs, the class names and the record layout.
-"""
+"""What the whole listing of a build's inputs says, known before any image is read."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from transforms.errors import ManifestError
@@ -154,8 +154,7 @@ class SplitCounts:
     label_counts: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"records": self.records, "bytes": self.bytes, "num_shards": self.num_shards,
-                "label_counts": sorted_label_counts(self.label_counts)}
+        return {**asdict(self), "label_counts": sorted_label_counts(self.label_counts)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str) -> "SplitCounts":
@@ -212,9 +211,6 @@ class ShardsFile:
     sha256: str
     bytes: int
     lines: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes, "lines": self.lines}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any], where: str) -> "ShardsFile":
@@ -318,7 +314,7 @@ class Manifest:
             **({"near_duplicates": dict(self.near_duplicates)} if self.near_duplicates else {}),
             **written,
             "splits": {name: self._split_dict(name, split) for name, split in sorted(self.splits.items())},
-            "shards": self.shards_file.to_dict(),
+            "shards": asdict(self.shards_file),  # its fields, in their order
         }
 
     def _split_dict(self, name: str, split: SplitEntry) -> dict[str, Any]:

@@ -6,7 +6,7 @@ Everything is an estimate: inputs are checked from their headers only (``images.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from transforms.progress.report import plural
@@ -27,6 +27,8 @@ PLAN_VERSION = 1
 _EXAMPLES = 3
 # The tally's mappings keyed by a string, as ``PlanTally.to_dict`` writes them.
 _MAPPINGS = ("kinds", "record_bytes", "largest", "formats", "converted", "feature_spec")
+# The tally's counts, summed when tallies merge.
+_COUNTS = ("in_set", "files_read", "bytes_read", "estimated_sizes")
 # Dead-letter reasons that mean "the same input twice" (reject_duplicates' checks).
 DUPLICATE_REASONS = ("duplicate_path", "duplicate_image", "cross_split_duplicate")
 # The split shown for inputs whose split their bytes choose (--split_fractions).
@@ -119,7 +121,7 @@ class PlanTally:
             _, split, label, source_format, converted, size = fact
             _add(self.records, (split, label))
             _add(self.record_bytes, split, size)
-            self._largest(split, size)
+            self.largest[split] = max(self.largest.get(split, 0), size)
             _add(self.formats, source_format)
             if converted:
                 _add(self.converted, source_format)
@@ -135,14 +137,12 @@ class PlanTally:
             for name in ("found", "kinds", "records", "record_bytes", "formats", "converted"):
                 for key, count in getattr(other, name).items():
                     _add(getattr(self, name), key, count)
-            self.in_set += other.in_set
+            for name in _COUNTS:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
             for reason, (count, examples) in other.rejected.items():
                 self._reject(reason, count, examples)
-            self.files_read += other.files_read
-            self.bytes_read += other.bytes_read
-            self.estimated_sizes += other.estimated_sizes
             for split, size in other.largest.items():
-                self._largest(split, size)
+                self.largest[split] = max(self.largest.get(split, 0), size)
             if other.inputs is not None:
                 self.inputs, self.classes = other.inputs, other.classes
                 self.feature_spec = dict(other.feature_spec)
@@ -153,17 +153,13 @@ class PlanTally:
         entry[0] += count
         entry[1] = sorted(entry[1] + list(examples))[:_EXAMPLES]
 
-    def _largest(self, split: str, size: int) -> None:
-        self.largest[split] = max(self.largest.get(split, 0), size)
-
     def to_dict(self) -> dict[str, Any]:
         """The tally as JSON-ready values (``from_dict`` reads them back)."""
         return {**{name: [[s, label, n] for (s, label), n in sorted(getattr(self, name).items())]
                    for name in ("found", "records")},
                 **{name: dict(sorted(getattr(self, name).items())) for name in _MAPPINGS},
                 "rejected": {r: [n, [list(e) for e in ex]] for r, (n, ex) in sorted(self.rejected.items())},
-                "in_set": self.in_set, "files_read": self.files_read, "bytes_read": self.bytes_read,
-                "estimated_sizes": self.estimated_sizes, "inputs": self.inputs, "classes": list(self.classes)}
+                **{name: getattr(self, name) for name in _COUNTS}, "inputs": self.inputs, "classes": list(self.classes)}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> "PlanTally":
@@ -172,9 +168,8 @@ class PlanTally:
         for name in _MAPPINGS:  # a tally without "kinds" has none
             setattr(tally, name, dict(obj.get(name, {}) if name == "kinds" else obj[name]))
         tally.rejected = {r: [n, [tuple(e) for e in ex]] for r, (n, ex) in obj["rejected"].items()}
-        tally.in_set = obj.get("in_set", 0)
-        tally.files_read, tally.bytes_read, tally.estimated_sizes = (obj["files_read"], obj["bytes_read"],
-                                                                     obj["estimated_sizes"])
+        for name in _COUNTS:  # a tally without "in_set" has none
+            setattr(tally, name, obj.get(name, 0) if name == "in_set" else obj[name])
         tally.inputs, tally.classes = obj["inputs"], tuple(obj["classes"])
         return tally
 
@@ -367,18 +362,15 @@ class Plan:
                               "new": list(change.new), "kept": list(change.kept), "dropped": list(change.dropped),
                               "replaced": [] if change.appending else list(change.replaced),
                               **({"appended": list(change.replaced)} if change.appending else {})},
-            "disk": {"peak_bytes": self.disk.peak, "staged_bytes": self.disk.staged,
-                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
-                     "more_bytes": shortfall(self.disk.peak, self.free_bytes)} if not self.staging_dir else
-                    {"staging_dir": self.staging_dir, "staged_bytes": self.disk.staged,
-                     "staging_free_bytes": self.staging_free,
-                     "staging_more_bytes": shortfall(self.disk.staged, self.staging_free),
-                     "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
-                     "more_bytes": shortfall(self.disk.shards, self.free_bytes)},
+            "disk": {"staged_bytes": self.disk.staged, "shard_bytes": self.disk.shards, "free_bytes": self.free_bytes,
+                     **({"peak_bytes": self.disk.peak, "more_bytes": shortfall(self.disk.peak, self.free_bytes)}
+                        if not self.staging_dir else
+                        {"staging_dir": self.staging_dir, "staging_free_bytes": self.staging_free,
+                         "staging_more_bytes": shortfall(self.disk.staged, self.staging_free),
+                         "more_bytes": shortfall(self.disk.shards, self.free_bytes)})},
             "refusals": self.refusals(),
             "build_seconds": round(self.build_seconds, 1),
-            "rate": {"seconds_per_gib": self.rate.seconds_per_gib, "fixed_seconds": self.rate.fixed_seconds,
-                     "seconds_per_input": self.rate.seconds_per_input, "source": self.rate.source},
+            "rate": asdict(self.rate),
             "plan_seconds": round(self.plan_seconds, 2),
             "notes": list(self.notes),
         }
@@ -455,13 +447,10 @@ class Plan:
         lines = [f"  output folder {self.output_dir}: holds a published set ({_counts(change.published)} records)"]
         if change.new:
             lines.append(f"    gains: {', '.join(f'{s} (~{self.splits[s].records})' for s in change.new)}")
-        if change.replaced and change.appending:
-            lines.append("    appends to (its shards kept): " + ", ".join(
-                f"{s} ({change.published[s]} -> ~{change.published[s] + self.splits[s].records} records)"
-                for s in change.replaced))
-        elif change.replaced:
-            lines.append("    replaces: " + ", ".join(
-                f"{s} ({change.published[s]} -> ~{self.splits[s].records} records)" for s in change.replaced))
+        if change.replaced:  # an append keeps the published records: they count in the records after
+            kept = change.published if change.appending else dict.fromkeys(change.published, 0)
+            lines.append(("    appends to (its shards kept): " if change.appending else "    replaces: ") + ", ".join(
+                f"{s} ({change.published[s]} -> ~{kept[s] + self.splits[s].records} records)" for s in change.replaced))
         lines.append("    keeps: " + (", ".join(f"{s} ({change.published[s]} records)" for s in change.kept)
                                       or "nothing else"))
         if change.dropped:
