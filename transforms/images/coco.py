@@ -18,7 +18,7 @@ from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules, check_label, image_path
 from transforms.images.annotations import SOURCE_ID, ObjectClasses
 from transforms.images.items import SourceImage
-from transforms.images.objects import BoxError, SourceBox
+from transforms.images.objects import BoxError, SourceBox, finite_number
 from transforms.shardset.dead_letters import DeadLetter
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
@@ -53,11 +53,8 @@ def _box(ann: dict, names: Mapping[str, str]) -> SourceBox:
     area, crowd = ann.get("area"), ann.get("iscrowd", 0)
     if crowd not in (0, 1) or isinstance(crowd, bool):
         raise BoxError(f"annotation {ann.get('id')!r}: iscrowd {crowd!r} is not 0 or 1")
-    if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))
-                             or not math.isfinite(area)):
-        raise BoxError(f"annotation {ann.get('id')!r}: area {area!r} is not a finite number")
-    return SourceBox(x, y, x + w, y + h, category, area=None if area is None else float(area),
-                     is_crowd=int(crowd))
+    return SourceBox(x, y, x + w, y + h, category, is_crowd=int(crowd),
+                     area=None if area is None else finite_number(area, f"annotation {ann.get('id')!r}: area"))
 
 
 class _JsonStream:

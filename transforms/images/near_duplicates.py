@@ -78,8 +78,6 @@ class CappedBucket:
     all of them counted."""
 
     def __init__(self, cap: int = DEFAULT_BUCKET_CAP) -> None:
-        if cap < 2:
-            raise ValueError(f"a bucket must keep at least 2 members, got {cap}")
         self.cap = cap
         self.kept: list[HashedImage] = []
         self.count = 0

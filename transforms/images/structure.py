@@ -294,9 +294,6 @@ def check_jpeg(data: bytes) -> None:
         if end > size:
             raise _truncated(f"JPEG ends at byte {size} inside marker {_NAMES[marker]} at offset {at}, "
                              f"which declares {length} bytes, without EOI")
-        if marker in _SKIPPED:
-            pos = end
-            continue
         if marker == 0xC4:
             _check_dht(data[pos + 2:end], at)
         elif marker == 0xDB:
