@@ -148,7 +148,7 @@ def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
         return None, []
     metas = sorted((v for v in values if not isinstance(v, PublishedCopy)), key=_copy_rank)
     dead = [letter for letter in (copy_letter(meta, choice) for meta in metas) if letter is not None]
-    return tally.kept(written, appending), dead
+    return (tally.best if choice.kept is not None else None), dead
 
 
 def in_part(path: str, part: int, parts: int) -> bool:
