@@ -236,9 +236,8 @@ class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
         kept, dead, found = near_choice(kept, pairs, self._rule.reject, self._rule.distance)
         for pair in found:
             yield beam.pvalue.TaggedOutput(NEAR_DUPLICATES, pair)
-        if dead:
-            progress.note(progress.IMAGES_DUPLICATE, len(dead))
         for letter in dead:
+            progress.note(progress.IMAGES_DUPLICATE, 1)
             yield beam.pvalue.TaggedOutput(NEAR_DEAD_LETTERS, letter)
         if kept is not None:
             yield kept

@@ -205,7 +205,6 @@ def copy_choices(tallies: dict[str, CopyTally], written: Sequence[str] | None = 
     """The copies kept (``CopyTally.choice``), and the choice of each image with copies to reject.
 
     Args:
-        tallies: Per sha256, its copies' tally (``tally_copies``).
         written: The splits this run has images in (``CopyTally.choice``).
     """
     kept, choices = [], {}
@@ -230,9 +229,7 @@ def copy_letters(copies: Iterable[ImageMeta | tuple[str, PublishedCopy]],
     if not choices:
         return
     for copy in copies:
-        if isinstance(copy, ImageMeta):
-            choice = choices.get(copy.sha256)
-            if choice is not None:
-                letter = copy_letter(copy, choice)
-                if letter is not None:
-                    yield letter
+        choice = choices.get(copy.sha256) if isinstance(copy, ImageMeta) else None
+        letter = None if choice is None else copy_letter(copy, choice)
+        if letter is not None:
+            yield letter

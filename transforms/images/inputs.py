@@ -74,12 +74,10 @@ class LabelRules:
     class_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.coco_ids not in COCO_IDS:
-            raise PlanError(f"COCO ids must be one of {', '.join(COCO_IDS)}, got {self.coco_ids!r}")
-        if self.bbox_format not in BBOX_FORMATS:
-            raise PlanError(f"bbox format must be one of {', '.join(BBOX_FORMATS)}, got {self.bbox_format!r}")
-        if self.layout not in LAYOUTS:
-            raise PlanError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        for what, value, names in (("COCO ids", self.coco_ids, COCO_IDS),
+                                   ("bbox format", self.bbox_format, BBOX_FORMATS), ("layout", self.layout, LAYOUTS)):
+            if value not in names:
+                raise PlanError(f"{what} must be one of {', '.join(names)}, got {value!r}")
         check_split_name(self.split)
         if self.label_regex is not None:
             try:
