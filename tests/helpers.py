@@ -271,7 +271,8 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
     declared, names = coco_categories(categories, coco_ids, annotations_path)
     yield declared
     for images, naming in groups.values():
-        yield from coco_image_entries(images, naming, names, annotations_path, image_root, rules)
+        yield from coco_image_entries(images, naming, names, annotations_path,
+                                      dataclasses.replace(rules, image_root=image_root))
 
 
 def plan_in_memory(items: Iterable[tuple[int, int]], target_bytes: int,

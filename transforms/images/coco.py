@@ -213,22 +213,21 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
 
 
 def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[tuple[int, Any]],
-                       names: Mapping[str, str], annotations_path: str, image_root: str | None,
-                       rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
+                       names: Mapping[str, str], where: str, rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
     """The inputs of the images of one image id and the annotations naming that id.
 
     Args:
         images: ``(index in images, entry)`` of the images with this id.
         annotations: ``(index in annotations, entry)`` of the annotations naming it.
         names: ``coco_categories``' names of the file.
-        rules: Labelling rules (their split is every image's).
+        where: The file's path or URI.
+        rules: Labelling rules (their split is every image's, their ``image_root`` every file name's).
 
     Yields:
         A ``SourceImage`` per image; a ``DeadLetter``: ``bad_box`` per image with an unusable
         annotation, ``bad_manifest_row`` per unusable image entry, per image when several share
         the id, and per annotation when no image has its id.
     """
-    where = annotations_path  # the file's path or URI
     images, annotations = sorted(images, key=lambda i: i[0]), sorted(annotations, key=lambda a: a[0])
     if not images:
         for number, ann in annotations:
@@ -236,7 +235,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
             yield DeadLetter(f"{where}:annotations[{number}]", "bad_manifest_row",
                              f"annotation names image_id {image_id!r}, which is not in images")
         return
-    folder = image_folder(annotations_path, image_root)
+    folder = image_folder(where, rules.image_root)
     if len(images) > 1 and isinstance(images[0][1], dict):  # one id, several images: whose annotations?
         shown = ", ".join(f"images[{number}]" for number, _ in images[:3]) + (", ..." if len(images) > 3 else "")
         image_id = images[0][1].get("id")

@@ -513,9 +513,6 @@ def _scan_end(data: bytes, pos: int, sos: int, markers: _ScanMarkers) -> int:
 
 def check_structure(data: bytes, image_format: str) -> None:
     """Checks the structure of a file whose header said ``jpeg`` or ``png``; raises ``ImageError``."""
-    if image_format == "jpeg":
-        check_jpeg(data)
-    elif image_format == "png":
-        check_png(data)
-    else:
+    if image_format not in STRUCTURE_FORMATS:
         raise ValueError(f"no structural check for {image_format!r} (only {STRUCTURE_FORMATS})")
+    (check_jpeg if image_format == "jpeg" else check_png)(data)
