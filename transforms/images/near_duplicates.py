@@ -82,12 +82,11 @@ class CappedBucket:
         self.kept: list[HashedImage] = []
         self.count = 0
 
-    def add(self, member: HashedImage) -> "CappedBucket":
+    def add(self, member: HashedImage) -> None:
         self.kept.append(member)
         self.count += 1
         if len(self.kept) >= 2 * self.cap:
             self.kept = heapq.nsmallest(self.cap, self.kept)
-        return self
 
     def merge(self, other: "CappedBucket") -> "CappedBucket":
         self.kept = heapq.nsmallest(self.cap, self.kept + other.kept)
