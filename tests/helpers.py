@@ -148,7 +148,7 @@ def copy_choice(values: Iterable[ImageMeta | PublishedCopy],
         return None, []
     metas = sorted((v for v in values if not isinstance(v, PublishedCopy)), key=_copy_rank)
     dead = [letter for letter in (copy_letter(meta, choice) for meta in metas) if letter is not None]
-    return tally.kept(written, appending), dead
+    return (tally.best if choice.kept is not None else None), dead
 
 
 def in_part(path: str, part: int, parts: int) -> bool:
@@ -271,7 +271,8 @@ def coco_entries(text: str, annotations_path: str, image_root: str | None,
     declared, names = coco_categories(categories, coco_ids, annotations_path)
     yield declared
     for images, naming in groups.values():
-        yield from coco_image_entries(images, naming, names, annotations_path, image_root, rules)
+        yield from coco_image_entries(images, naming, names, annotations_path,
+                                      dataclasses.replace(rules, image_root=image_root))
 
 
 def plan_in_memory(items: Iterable[tuple[int, int]], target_bytes: int,

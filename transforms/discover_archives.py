@@ -21,7 +21,7 @@ from transforms.archives.webdataset import (IMAGE_EXTENSIONS, LABEL_EXTENSIONS, 
 from transforms.archives.zip_index import zip_members
 from transforms.errors import ImageError, ManifestError, PlanError
 from transforms.example.features import ManifestTyping
-from transforms.images.inputs import LabelRules, layout_of_levels, merge_levels, levels_of_paths, shown_name
+from transforms.images.inputs import LabelRules, layout_of_levels, levels_of_paths, shown_name
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import STORAGE_ERRORS, open_for_read
@@ -33,7 +33,6 @@ __all__ = ["ListArchives", "ArchivePart"]
 # Rows of a Parquet file listed as one part (whole row groups: at least one).
 ROWS_PER_PART = 20_000
 _PARTS = "parts"
-_LEVELS_BATCH = 4096
 
 
 class ArchivePart(NamedTuple):
@@ -104,12 +103,7 @@ class _StartArchiveFn(CarriesStorageOptions, beam.DoFn):
             for _ in paths:
                 pass
             return self._rules.layout
-        levels, batch = levels_of_paths(()), []
-        for path in paths:
-            batch.append(path)
-            if len(batch) == _LEVELS_BATCH:
-                levels, batch = merge_levels((levels, levels_of_paths(batch))), []
-        return layout_of_levels(merge_levels((levels, levels_of_paths(batch))))
+        return layout_of_levels(levels_of_paths(paths))
 
     def _tar(self, path: str):
         """A tar's parts: its own members and each inner tar, or the whole tar as a WebDataset shard."""

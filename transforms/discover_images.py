@@ -149,7 +149,7 @@ def _coco_image_group(keyed, rules: LabelRules, names):
     images, naming = [], []
     for kind, index, entry in items:
         (images if kind == "images" else naming).append((index, entry))
-    yield from coco_image_entries(images, naming, names[root], root, rules.image_root, rules)
+    yield from coco_image_entries(images, naming, names[root], root, rules)
 
 
 class _ListFolderFn(CarriesStorageOptions, beam.DoFn):

@@ -63,8 +63,7 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     so a video or an archive costs one small read.
 
     Raises:
-        OSError: As ``open_for_read``, or while reading.
-        ImageError: ``too_large`` or ``not_an_image``.
+        ImageError: ``too_large`` or ``not_an_image`` (an ``OSError`` of the store is passed on).
     """
     if not is_local(path):
         return _read_stored_source(path, max_bytes)
@@ -98,12 +97,8 @@ def _not_an_image(size: int | None, read: int) -> ImageError:
 
 
 def _read_stored_source(path: str, max_bytes: int) -> bytes:
-    """An input on a store: its first ``FIRST_READ_BYTES`` in one bounded request, the rest in one more.
-
-    A file no longer than that is read whole with the first request; a longer
-    one is read on only if its first ``HEAD_BYTES`` could start an image and
-    its size (S3 says it with the first answer) is within ``max_bytes``.
-    """
+    """An input on a store: its first ``FIRST_READ_BYTES`` in one bounded request, the rest (if its
+    first ``HEAD_BYTES`` could start an image) in one more."""
     first, size = read_prefix(path, min(FIRST_READ_BYTES, max_bytes + 1))
     if size is not None and size > max_bytes:
         raise _too_large(f"{size}", max_bytes, "read no further")
@@ -127,10 +122,8 @@ def read_input(source: SourceImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) ->
 class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     """Base of the DoFns that read each input image on a pool of threads, outputs in input order.
 
-    ``SourceImage`` -> what ``_emit`` yields for ``_work_on``'s result. Inputs
-    are worked on by ``threads`` threads (0: one per usable core), at most
-    ``window_for(threads)`` at a time; outputs follow in input order on the
-    bundle's thread, each in its own input's window.
+    ``SourceImage`` -> what ``_emit`` yields for ``_work_on``'s result, on the bundle's thread, in its
+    input's window. ``threads`` threads (0: one per usable core) take ``window_for(threads)`` at a time.
 
     Subclasses set ``_threads`` and ``THREAD_NAME`` and define ``_work_on``
     (runs on any thread, no Beam calls) and ``_emit``.
@@ -208,10 +201,6 @@ class ImageRules:
     max_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     hashed: bool = False
 
-    def __post_init__(self) -> None:
-        if self.max_bytes < 1:
-            raise ValueError(f"max_bytes must be >= 1, got {self.max_bytes}")
-
 
 @dataclasses.dataclass(frozen=True)
 class RecordStaging:
@@ -234,17 +223,12 @@ class RecordStaging:
 class _InspectImageFn(OrderedImageFn):
     """SourceImage -> ImageMeta (main) or DeadLetter (DEAD_LETTERS).
 
-    Each accepted image's framed record is
-    appended to the bundle's run file (``tfrecord.run_files``) in input order,
-    and its ``ImageMeta`` says where (``run``): the image is read once per
-    build. The run file is closed before the bundle ends, so no output names
-    a record that is not on storage.
+    Each accepted image's framed record is appended to the bundle's run file (``tfrecord.run_files``),
+    and its ``ImageMeta`` says where (``run``). The run file is closed before the bundle ends, so no
+    output names a record that is not on storage.
 
-    With ``done_lists``, each input's stamp is taken before it is read, and
-    each closed run file gets its done list (``shardset.resume``), also every
-    ``DONE_LIST_RECORDS`` records or ``DONE_LIST_BYTES`` bytes. ``resume``,
-    the done lists of interrupted runs (read once, at the first input), then
-    gives the record of an input whose path, listing, stamp and context
+    With ``done_lists``, each closed run file gets its done list (``shardset.resume``). ``resume``, the
+    done lists of interrupted runs, gives the record of an input whose path, listing, stamp and context
     match, without reading it.
     """
 
@@ -341,10 +325,8 @@ class _InspectImageFn(OrderedImageFn):
 
 
 class InspectImages(beam.PTransform):
-    """Reads, validates and measures every image.
-
-    Input: ``PCollection[SourceImage]``. Output: outputs ``main`` (ImageMeta)
-    and ``DEAD_LETTERS`` (DeadLetter), whatever ``threads``.
+    """Reads, validates and measures every image: ``PCollection[SourceImage]`` -> outputs ``main``
+    (ImageMeta) and ``DEAD_LETTERS`` (DeadLetter).
 
     Args:
         seed: Shuffle seed for the order key.

@@ -13,6 +13,7 @@ import typing
 from typing import Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
+import crc32c
 from apache_beam import coders
 from apache_beam.metrics import Metrics
 
@@ -33,7 +34,7 @@ from transforms.shardset.published_keys import record_key, record_keys
 from transforms.filesystems import naming_s3_errors
 from transforms.shardset.key_files import keys_name, parse_keys
 from transforms.storage.files import STORAGE_ERRORS, local_copy, open_for_read, read_if_present
-from transforms.tfrecord.file_hash import FileHash
+from transforms.tfrecord.file_hash import crc32c_text
 from transforms.tfrecord.compression import open_decompressed
 from transforms.worker_options import CarriesStorageOptions
 
@@ -61,9 +62,7 @@ def _reject_same_path(keyed):
 
 def _crc32c_of(data: bytes) -> str:
     """The CRC32C of ``data``, as the shard list states it."""
-    digest = FileHash()
-    digest.update(data)
-    return digest.crc32c
+    return crc32c_text(crc32c.crc32c(data))
 
 
 def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
@@ -88,11 +87,8 @@ def _listed_keys(path: str, keys_crc32c: str) -> list[str] | None:
 
 
 def _shard_keys(item: tuple[str, str, str | None], compression: str) -> Iterator[tuple[str, PublishedCopy]]:
-    """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record.
-
-    A shard that is missing or damaged gives the keys read
-    before the damage: whether it matters is publishing's to say.
-    """
+    """(split, published shard, its keys file's CRC32C or None) -> (sha256, PublishedCopy) of each record;
+    a missing or damaged shard gives the keys read before the damage (publishing judges it)."""
     split, path, keys_crc32c = item
     listed = _listed_keys(path, keys_crc32c) if keys_crc32c is not None else None
     if listed is not None:
@@ -172,10 +168,8 @@ class _PackByContentFn(PackFn):
 
 class _KeepOneCopyFn(CarriesStorageOptions, beam.DoFn):
     """``(bucket, [ImageMeta or (sha256, PublishedCopy)])`` -> the copy kept of each image, and the
-    dead letter (``DEAD_LETTERS``) of each other copy of this run.
+    dead letter (``DEAD_LETTERS``) of each other copy of this run (``images.duplicates``).
 
-    Reads the group twice (``tally_copies``, then ``copy_letters`` when an
-    image has copies to reject), holding one ``CopyTally`` per image.
     Side input ``written`` (optional): the splits this run has images in.
     """
 
@@ -242,32 +236,14 @@ class _JudgeNearCopiesFn(CarriesStorageOptions, beam.DoFn):
         kept, dead, found = near_choice(kept, pairs, self._rule.reject, self._rule.distance)
         for pair in found:
             yield beam.pvalue.TaggedOutput(NEAR_DUPLICATES, pair)
-        if dead:
-            progress.note(progress.IMAGES_DUPLICATE, len(dead))
         for letter in dead:
+            progress.note(progress.IMAGES_DUPLICATE, 1)
             yield beam.pvalue.TaggedOutput(NEAR_DEAD_LETTERS, letter)
         if kept is not None:
             yield kept
 
     def finish_bundle(self):
         progress.flush()
-
-
-class _SplitNamesFn(CarriesStorageOptions, beam.CombineFn):
-    """Split names -> the sorted list of the distinct ones."""
-
-    def create_accumulator(self) -> set:
-        return set()
-
-    def add_input(self, acc: set, split: str) -> set:
-        acc.add(split)
-        return acc
-
-    def merge_accumulators(self, accs) -> set:
-        return set().union(*accs)
-
-    def extract_output(self, acc: set) -> list[str]:
-        return sorted(acc)
 
 
 class CollectSplitNames(beam.PTransform):
@@ -280,7 +256,8 @@ class CollectSplitNames(beam.PTransform):
     def expand(self, items):
         return (items
                 | "SplitOfEach" >> beam.Map(self._split_of)
-                | "Combine" >> beam.CombineGlobally(_SplitNamesFn()).without_defaults())
+                | "Combine" >> beam.CombineGlobally(beam.combiners.ToSetCombineFn()).without_defaults()
+                | "Sort" >> beam.Map(sorted))
 
 
 class RejectDuplicatePaths(beam.PTransform):
@@ -299,12 +276,8 @@ class RejectDuplicatePaths(beam.PTransform):
 
 
 class RejectDuplicateImages(beam.PTransform):
-    """Identical image bytes twice, in one split or in several: one copy is kept.
-
-    The copy kept is in the split that ranks first (``planning.split_rank``),
-    and within it the one with the smallest relative path (``images.duplicates``);
-    an image published in a split this run keeps keeps its place.
-    ``image/key/sha256`` is then unique in the whole shard set.
+    """Identical image bytes twice, in one split or in several: one copy is kept (``images.duplicates``
+    says which), so ``image/key/sha256`` is unique in the whole shard set.
 
     Input: ``PCollection[ImageMeta]``. Output: a dict of PCollections, ``main``
     (ImageMeta) and ``DEAD_LETTERS``; with ``near`` also the ``NEAR_*`` tags.
@@ -327,7 +300,6 @@ class RejectDuplicateImages(beam.PTransform):
         super().__init__()
         if near is not None:
             band_widths(near.distance)  # refuses a distance out of range here, not on a worker
-            CappedBucket(near.cap)
         self._published = published
         self._written = written
         self._appending = appending

@@ -10,7 +10,7 @@ import pytest
 
 from transforms.errors import ManifestError
 from transforms.images import manifest_lines as ml
-from transforms.images.inputs import LabelRules, TreeLevels, layout_of_levels, levels_of_paths, merge_levels
+from transforms.images.inputs import LabelRules, TreeLevels, layout_of_levels, levels_of_paths
 from tests.helpers import detect_layout
 from tests.helpers import manifest_entries
 from transforms.images.items import SourceImage
@@ -162,8 +162,8 @@ def test_layout_from_levels_is_the_old_rule_when_every_folder_holds_a_file() -> 
     for _ in range(2000):
         paths = ["/".join(rng.choice(names) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 5))]
         assert detect_layout(paths) == _old_detect_layout(paths), paths
-        halves = [levels_of_paths(paths[:2]), levels_of_paths(paths[2:])]
-        assert layout_of_levels(merge_levels(halves)) == _old_detect_layout(paths), paths
+        halves = levels_of_paths(paths[2:], levels_of_paths(paths[:2]))
+        assert layout_of_levels(halves) == _old_detect_layout(paths), paths
 
 
 @pytest.mark.parametrize("levels, layout", [

@@ -122,12 +122,9 @@ def merge_layouts(layouts: Iterable[RecordLayout]) -> RecordLayout:
     for layout in layouts:
         for name, feature_type in layout.features:
             types.setdefault(name, set()).add(feature_type)
-    chosen = []
-    for name, given in sorted(types.items()):
-        typed = given - {EMPTY_LIST}
-        chosen.append((name, min(typed) if typed else EMPTY_LIST))
+    chosen = tuple((name, min(given - {EMPTY_LIST}, default=EMPTY_LIST)) for name, given in sorted(types.items()))
     return RecordLayout(any(layout.multi_label for layout in layouts),
-                        any(layout.objects for layout in layouts), tuple(chosen))
+                        any(layout.objects for layout in layouts), chosen)
 
 
 def with_optional_features(layout: RecordLayout, present: Mapping[str, int], inputs: int,

@@ -17,7 +17,6 @@ from transforms.shardset.manifest_extras import ManifestExtras
 __all__ = ["build_manifest_extras", "image_count_fields", "record_count_keys"]
 
 _OWN = ("stored_formats", "channels", "boxes")
-_OBJECT_LABEL_KEY = "image/object/class/label"
 
 
 def record_count_keys(meta) -> list[tuple[str, str]]:
@@ -26,7 +25,7 @@ def record_count_keys(meta) -> list[tuple[str, str]]:
     keys = image_count_keys(info) + [("stored_formats", info.format), ("channels", str(info.channels))]
     given = len(meta.source.objects or ())
     if given:
-        written = next((len(values) for name, _, values in meta.extra if name == _OBJECT_LABEL_KEY), 0)
+        written = next((len(values) for name, _, values in meta.extra if name == "image/object/class/label"), 0)
         keys += [("boxes", "skipped")] * (given - written)
         keys += [("boxes", "clipped")] * getattr(meta.extra, "clipped", 0)  # annotations.PlacedExtras
     return keys

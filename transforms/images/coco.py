@@ -18,7 +18,7 @@ from transforms.errors import ManifestError
 from transforms.images.inputs import LabelRules, check_label, image_path
 from transforms.images.annotations import SOURCE_ID, ObjectClasses
 from transforms.images.items import SourceImage
-from transforms.images.objects import BoxError, SourceBox
+from transforms.images.objects import BoxError, SourceBox, finite_number
 from transforms.shardset.dead_letters import DeadLetter
 
 __all__ = ["is_coco_path", "COCO_LISTS", "coco_items", "coco_key", "coco_categories", "coco_image_entries",
@@ -53,11 +53,8 @@ def _box(ann: dict, names: Mapping[str, str]) -> SourceBox:
     area, crowd = ann.get("area"), ann.get("iscrowd", 0)
     if crowd not in (0, 1) or isinstance(crowd, bool):
         raise BoxError(f"annotation {ann.get('id')!r}: iscrowd {crowd!r} is not 0 or 1")
-    if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))
-                             or not math.isfinite(area)):
-        raise BoxError(f"annotation {ann.get('id')!r}: area {area!r} is not a finite number")
-    return SourceBox(x, y, x + w, y + h, category, area=None if area is None else float(area),
-                     is_crowd=int(crowd))
+    return SourceBox(x, y, x + w, y + h, category, is_crowd=int(crowd),
+                     area=None if area is None else finite_number(area, f"annotation {ann.get('id')!r}: area"))
 
 
 class _JsonStream:
@@ -216,22 +213,21 @@ def coco_categories(categories: Iterable[Any], coco_ids: str, where: str) -> tup
 
 
 def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[tuple[int, Any]],
-                       names: Mapping[str, str], annotations_path: str, image_root: str | None,
-                       rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
+                       names: Mapping[str, str], where: str, rules: LabelRules) -> Iterator[SourceImage | DeadLetter]:
     """The inputs of the images of one image id and the annotations naming that id.
 
     Args:
         images: ``(index in images, entry)`` of the images with this id.
         annotations: ``(index in annotations, entry)`` of the annotations naming it.
         names: ``coco_categories``' names of the file.
-        rules: Labelling rules (their split is every image's).
+        where: The file's path or URI.
+        rules: Labelling rules (their split is every image's, their ``image_root`` every file name's).
 
     Yields:
         A ``SourceImage`` per image; a ``DeadLetter``: ``bad_box`` per image with an unusable
         annotation, ``bad_manifest_row`` per unusable image entry, per image when several share
         the id, and per annotation when no image has its id.
     """
-    where = annotations_path  # the file's path or URI
     images, annotations = sorted(images, key=lambda i: i[0]), sorted(annotations, key=lambda a: a[0])
     if not images:
         for number, ann in annotations:
@@ -239,7 +235,7 @@ def coco_image_entries(images: Iterable[tuple[int, Any]], annotations: Iterable[
             yield DeadLetter(f"{where}:annotations[{number}]", "bad_manifest_row",
                              f"annotation names image_id {image_id!r}, which is not in images")
         return
-    folder = image_folder(annotations_path, image_root)
+    folder = image_folder(where, rules.image_root)
     if len(images) > 1 and isinstance(images[0][1], dict):  # one id, several images: whose annotations?
         shown = ", ".join(f"images[{number}]" for number, _ in images[:3]) + (", ..." if len(images) > 3 else "")
         image_id = images[0][1].get("id")

@@ -142,11 +142,6 @@ class CopyTally:
             return CopyChoice(None, kept_splits[0], "")
         return CopyChoice(_copy_rank(self.best), self.best.source.split, self.best.source.relpath)
 
-    def kept(self, written: Sequence[str] | None = None, appending: bool = False) -> ImageMeta | None:
-        """The copy of this run that stays, or None."""
-        choice = self.choice(written, appending)
-        return self.best if choice is not None and choice.kept is not None else None
-
 
 def copy_letter(copy: ImageMeta, choice: CopyChoice) -> DeadLetter | None:
     """The dead letter of one copy of an image, given which copy stays; None for the copy kept."""
@@ -207,10 +202,9 @@ def tally_copies(copies: Iterable[ImageMeta | tuple[str, PublishedCopy]]) -> dic
 
 def copy_choices(tallies: dict[str, CopyTally], written: Sequence[str] | None = None,
                  appending: bool = False) -> tuple[list[ImageMeta], dict[str, CopyChoice]]:
-    """The copies kept (``CopyTally.kept``), and the choice of each image with copies to reject.
+    """The copies kept (``CopyTally.choice``), and the choice of each image with copies to reject.
 
     Args:
-        tallies: Per sha256, its copies' tally (``tally_copies``).
         written: The splits this run has images in (``CopyTally.choice``).
     """
     kept, choices = [], {}
@@ -235,9 +229,7 @@ def copy_letters(copies: Iterable[ImageMeta | tuple[str, PublishedCopy]],
     if not choices:
         return
     for copy in copies:
-        if isinstance(copy, ImageMeta):
-            choice = choices.get(copy.sha256)
-            if choice is not None:
-                letter = copy_letter(copy, choice)
-                if letter is not None:
-                    yield letter
+        choice = choices.get(copy.sha256) if isinstance(copy, ImageMeta) else None
+        letter = None if choice is None else copy_letter(copy, choice)
+        if letter is not None:
+            yield letter

@@ -25,7 +25,7 @@ from transforms.images.items import SPLIT_BY_CONTENT, SourceImage
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.shardset.naming import check_split_name, join_path
 
-__all__ = ["KNOWN_SPLITS", "LAYOUTS", "COCO_IDS", "LabelRules", "TreeLevels", "merge_levels", "levels_of_paths",
+__all__ = ["KNOWN_SPLITS", "LAYOUTS", "COCO_IDS", "LabelRules", "TreeLevels", "levels_of_paths",
            "layout_of_levels", "tree_entry", "unreadable_folder_entry",
            "manifest_line_entries", "csv_header",
            "decode_line", "check_manifest_head",
@@ -74,12 +74,10 @@ class LabelRules:
     class_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.coco_ids not in COCO_IDS:
-            raise PlanError(f"COCO ids must be one of {', '.join(COCO_IDS)}, got {self.coco_ids!r}")
-        if self.bbox_format not in BBOX_FORMATS:
-            raise PlanError(f"bbox format must be one of {', '.join(BBOX_FORMATS)}, got {self.bbox_format!r}")
-        if self.layout not in LAYOUTS:
-            raise PlanError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        for what, value, names in (("COCO ids", self.coco_ids, COCO_IDS),
+                                   ("bbox format", self.bbox_format, BBOX_FORMATS), ("layout", self.layout, LAYOUTS)):
+            if value not in names:
+                raise PlanError(f"{what} must be one of {', '.join(names)}, got {value!r}")
         check_split_name(self.split)
         if self.label_regex is not None:
             try:
@@ -138,18 +136,11 @@ class TreeLevels:
     deeper: bool = False
 
 
-def merge_levels(levels: Iterable[TreeLevels]) -> TreeLevels:
-    """What several listings of one folder input's levels found together."""
-    levels = list(levels)
-    return TreeLevels(frozenset().union(*(level.tops for level in levels)),
-                      any(level.root_files for level in levels), any(level.top_files for level in levels),
-                      any(level.deeper for level in levels))
-
-
-def levels_of_paths(relpaths: Iterable[str]) -> TreeLevels:
-    """The top two levels of a folder input, from the relative paths of its files (hidden ones removed)."""
-    tops: set[str] = set()
-    root_files = top_files = deeper = False
+def levels_of_paths(relpaths: Iterable[str], levels: TreeLevels = TreeLevels()) -> TreeLevels:
+    """The top two levels of a folder input, from the relative paths of its files (hidden ones removed)
+    and the ``levels`` its other files showed."""
+    tops = set(levels.tops)
+    root_files, top_files, deeper = levels.root_files, levels.top_files, levels.deeper
     for rel in relpaths:
         depth = rel.count("/")
         if depth:

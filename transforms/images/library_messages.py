@@ -30,7 +30,6 @@ __all__ = ["captured_messages", "naming_library_messages"]
 _F = TypeVar("_F", bound=Callable)
 
 _LOG = logging.getLogger("transforms.images")
-_local = threading.local()  # ``stack``: the thread's open captures, innermost last
 _install_lock = threading.Lock()
 _previous_showwarning = None
 _filtered_loggers: set[str] = set()
@@ -40,17 +39,19 @@ _tiff_handlers: list = []  # the callbacks, kept alive for as long as libtiff ma
 _tiff_tried = False
 
 
-def _open_captures() -> list[list[str]]:
-    """The calling thread's stack of open captures, innermost last."""
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
+class _Captures(threading.local):
+    """``stack``: the calling thread's open captures, innermost last."""
+
+    def __init__(self) -> None:
+        self.stack: list[list[str]] = []
+
+
+_local = _Captures()
 
 
 def _note_message(text: str) -> bool:
     """Adds ``text`` to the calling thread's innermost capture; False if none is open."""
-    stack = _open_captures()
+    stack = _local.stack
     if not stack:
         return False
     stack[-1].append(text)
@@ -153,7 +154,7 @@ def captured_messages() -> Iterator[list[str]]:
     _install()
     _route_libtiff_messages()
     messages: list[str] = []
-    stack = _open_captures()
+    stack = _local.stack
     stack.append(messages)
     try:
         yield messages

@@ -78,18 +78,15 @@ class CappedBucket:
     all of them counted."""
 
     def __init__(self, cap: int = DEFAULT_BUCKET_CAP) -> None:
-        if cap < 2:
-            raise ValueError(f"a bucket must keep at least 2 members, got {cap}")
         self.cap = cap
         self.kept: list[HashedImage] = []
         self.count = 0
 
-    def add(self, member: HashedImage) -> "CappedBucket":
+    def add(self, member: HashedImage) -> None:
         self.kept.append(member)
         self.count += 1
         if len(self.kept) >= 2 * self.cap:
             self.kept = heapq.nsmallest(self.cap, self.kept)
-        return self
 
     def merge(self, other: "CappedBucket") -> "CappedBucket":
         self.kept = heapq.nsmallest(self.cap, self.kept + other.kept)

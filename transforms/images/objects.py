@@ -15,7 +15,7 @@ from typing import Sequence
 from transforms.errors import ShardsError
 
 __all__ = ["BBOX_FORMATS", "BOX_POLICIES", "SourceBox", "PlacedBox", "BoxError", "parse_objects",
-           "source_geometry", "place_boxes", "ORIENTATION_TAG"]
+           "source_geometry", "place_boxes", "ORIENTATION_TAG", "finite_number"]
 
 BBOX_FORMATS = ("xyxy_pixels", "xywh_pixels", "xyxy_normalized")
 # What a build does with a box that is not inside its image (``--boxes_outside``, ``place_boxes``).
@@ -65,7 +65,8 @@ class PlacedBox:
     clipped: bool = False
 
 
-def _number(value: object, what: str) -> float:
+def finite_number(value: object, what: str) -> float:
+    """``value`` as a float; ``BoxError`` naming it as ``what`` unless it is a finite number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise BoxError(f"{what} {value!r} is not a finite number")
     return float(value)
@@ -74,7 +75,7 @@ def _number(value: object, what: str) -> float:
 def _corners(bbox: object, bbox_format: str, what: str) -> tuple[float, float, float, float]:
     if not isinstance(bbox, list) or len(bbox) != 4:
         raise BoxError(f"{what}: bbox {bbox!r} is not a list of 4 numbers")
-    a, b, c, d = (_number(v, f"{what}: bbox value") for v in bbox)
+    a, b, c, d = (finite_number(v, f"{what}: bbox value") for v in bbox)
     if bbox_format == "xywh_pixels":
         return a, b, a + c, b + d
     return a, b, c, d
@@ -104,7 +105,7 @@ def parse_objects(value: object, bbox_format: str) -> tuple[SourceBox, ...]:
             raise BoxError(f"{what}: is_crowd {crowd!r} is not 0 or 1")
         boxes.append(SourceBox(*_corners(obj.get("bbox"), bbox_format, what), label=label,
                                normalized=bbox_format == "xyxy_normalized",
-                               area=None if area is None else _number(area, f"{what}: area"),
+                               area=None if area is None else finite_number(area, f"{what}: area"),
                                is_crowd=int(crowd)))
     return tuple(boxes)
 

@@ -93,8 +93,6 @@ def upright_jpeg(data: bytes, orientation: int) -> bytes | None:
         exif = img.getexif()
         exif.pop(ORIENTATION_TAG, None)
         img.load()
-    except ImageError:
-        raise
     except Exception as err:  # Pillow's decoders raise many types on malformed data
         raise ImageError("undecodable", f"cannot turn the JPEG upright: {type(err).__name__}: {err}") from err
     if not _keeps_block_grid(orientation, img.width, img.height, sampling):

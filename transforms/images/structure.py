@@ -294,9 +294,6 @@ def check_jpeg(data: bytes) -> None:
         if end > size:
             raise _truncated(f"JPEG ends at byte {size} inside marker {_NAMES[marker]} at offset {at}, "
                              f"which declares {length} bytes, without EOI")
-        if marker in _SKIPPED:
-            pos = end
-            continue
         if marker == 0xC4:
             _check_dht(data[pos + 2:end], at)
         elif marker == 0xDB:
@@ -516,9 +513,6 @@ def _scan_end(data: bytes, pos: int, sos: int, markers: _ScanMarkers) -> int:
 
 def check_structure(data: bytes, image_format: str) -> None:
     """Checks the structure of a file whose header said ``jpeg`` or ``png``; raises ``ImageError``."""
-    if image_format == "jpeg":
-        check_jpeg(data)
-    elif image_format == "png":
-        check_png(data)
-    else:
+    if image_format not in STRUCTURE_FORMATS:
         raise ValueError(f"no structural check for {image_format!r} (only {STRUCTURE_FORMATS})")
+    (check_jpeg if image_format == "jpeg" else check_png)(data)
