@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import os
 import stat
@@ -19,12 +18,12 @@ from typing import BinaryIO, Callable, Iterator
 
 from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of, naming_s3_errors, shared_s3io,
                                     store_client, unbuffered)
-from transforms.storage.paths import bucket_key, is_local, path_problem
+from transforms.storage.paths import STORES, bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "file_size",
            "peek_local", "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
-           "sha256_of", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
+           "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
            "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
@@ -130,7 +129,7 @@ def _read_all(read: Callable[[int], bytes], length: int) -> bytes:
 def open_file(path: str, decompress: bool = False, size: int | None = None, until: int | None = None) -> BinaryIO:
     """Opens ``path`` for reading (``decompress``: a name ending ``.gz``, ``.bz2``, ... decompressed);
     ``size`` and ``until`` as ``open_store``'s."""
-    if path.startswith(_STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
+    if path.startswith(STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
         return open_store(path, size=size, until=until)
     return filesystem_of(path).open(path, compression_type=CompressionTypes.AUTO if decompress
@@ -172,15 +171,6 @@ def open_lines(path: str, buffer_bytes: int | None = None) -> Iterator[Iterator[
         raw = unbuffered(fh) if buffer_bytes is not None else fh
         reader = io.BufferedReader(raw, buffer_bytes) if raw is not fh else fh
         yield iter(reader.readline, b"")
-
-
-def sha256_of(path: str) -> str:
-    """The sha256 (hex) of a file's bytes, read in blocks of 1 MiB."""
-    sha = hashlib.sha256()
-    with open_file(path) as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bool:
@@ -296,8 +286,6 @@ def _pread_all(fd: int, offset: int, length: int) -> bytes:
     return _read_all(lambda done: os.pread(fd, length - done, offset + done), length)
 
 
-# The stores whose files are read in bounded ranges on this process's client (``open_store``).
-_STORES = ("s3://", "gs://")
 # What an s3:// or gs:// file opened for reading asks for at a time (``open_store``): one bounded request each.
 STORE_READ_CHUNK = 4 << 20
 # What a file opened to read a byte range asks for first past it (``_StoreFile``).

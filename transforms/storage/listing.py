@@ -18,11 +18,11 @@ from transforms.filesystems import (STORE_CLIENT_ERRORS, FileMetadata, FileSyste
                                     store_client)
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists
-from transforms.storage.paths import bucket_key, has_wildcards, is_local
+from transforms.storage.paths import STORES, bucket_key, has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
            "has_files_below", "walk_local_tree", "scan_local_folder",
-           "local_bytes_at_least", "count_local_files", "LEVEL_SCHEMES", "list_store_level", "list_store_below",
+           "local_bytes_at_least", "count_local_files", "list_store_level",
            "scan_store", "list_store_range", "first_store_key_after"]
 
 
@@ -41,7 +41,7 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) else None
     if path.endswith("/") or not exists(path):
         return None
-    return (filesystem_of(path) if path.startswith(LEVEL_SCHEMES) else FileSystems.get_filesystem(path)).metadata(path)
+    return (filesystem_of(path) if path.startswith(STORES) else FileSystems.get_filesystem(path)).metadata(path)
 
 
 def is_folder(path: str) -> bool:
@@ -53,7 +53,7 @@ def is_folder(path: str) -> bool:
         return True
     if has_wildcards(path) or exists(path):
         return False
-    if path.startswith(LEVEL_SCHEMES):  # the objects right below it, as the match of ``path/*`` finds them
+    if path.startswith(STORES):  # the objects right below it, as the match of ``path/*`` finds them
         with _listing_errors(path + "/"):  # pages of _PROBE_PAGE keys, until one
             return any(not sub for _, sub in _list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
     return bool(_matched(path + "/*", limit=1))
@@ -101,7 +101,7 @@ def list_below(folder: str) -> list[str]:
 def has_files_below(folder: str) -> bool:
     """True if some file lies below ``folder``, at any depth; on a store one request for one key
     (Beam's match lists every key, whatever its limit)."""
-    if folder.startswith(LEVEL_SCHEMES) and not has_wildcards(folder):
+    if folder.startswith(STORES) and not has_wildcards(folder):
         prefix = folder.rstrip("/") + "/"
         with _listing_errors(prefix):
             return next(_store_keys_from(prefix, None, page_size=1), None) is not None
@@ -212,8 +212,6 @@ def count_local_files(folder: str, limit: int) -> int:
     return sum(1 for _ in itertools.islice(_entries_below([folder]), limit))
 
 
-# Object stores whose keys this module can list one level at a time (with a delimiter).
-LEVEL_SCHEMES = ("gs://", "s3://")
 # Keys (and sub-prefixes) a page of a probing listing asks for (``is_folder``): a folder of many
 # files costs one small page, not a listing of all of them.
 _PROBE_PAGE = 20
@@ -284,11 +282,6 @@ def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
     """The objects and sub-prefixes (with their ``/``) directly below a gs:// or s3:// prefix ending
     with ``/``, as ``(path, is_prefix)``: one listing of its own keys, not of everything below."""
     return _list_store(prefix, by_level=True)
-
-
-def list_store_below(prefix: str) -> Iterator[str]:
-    """Every object below a gs:// or s3:// prefix (ending with ``/``), without wildcard matching."""
-    return (path for path, _ in _list_store(prefix, by_level=False))
 
 
 def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
