@@ -23,7 +23,7 @@ from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "file_size",
            "peek_local", "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
-           "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
+           "file_hash", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
            "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
@@ -173,12 +173,18 @@ def open_lines(path: str, buffer_bytes: int | None = None) -> Iterator[Iterator[
         yield iter(reader.readline, b"")
 
 
-def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bool:
-    """Whether a file's bytes have the CRC32C (``file_hash``'s form) and sha256 given (None: not checked)."""
-    digest = FileHash(sha256=sha256 is not None)
+def file_hash(path: str, sha256: bool = False) -> FileHash:
+    """The CRC32C (and with ``sha256`` the sha256) of a file's bytes, read once in blocks of 1 MiB."""
+    digest = FileHash(sha256=sha256)
     with open_file(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
+    return digest
+
+
+def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bool:
+    """Whether a file's bytes have the CRC32C (``file_hash``'s form) and sha256 given (None: not checked)."""
+    digest = file_hash(path, sha256 is not None)
     return (crc32c is None or digest.crc32c == crc32c) and (sha256 is None or digest.sha256 == sha256)
 
 
