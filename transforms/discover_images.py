@@ -27,7 +27,7 @@ from transforms.shardset.dead_letters import DeadLetter
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import file_size, open_for_read
 from transforms.storage.listing import (count_local_files, exact_file, first_store_key_after,
-                                        list_below, list_store_level, list_store_range,
+                                        list_below, list_store, list_store_range,
                                         scan_local_folder, scan_store, walk_local_tree)
 from transforms.storage.paths import STORES, path_problem
 from transforms.worker_options import CarriesStorageOptions
@@ -180,7 +180,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
             yield from self._list_store_below(task)
             return
         elif "://" in key:
-            listing = ((path, False) for path in list_store_range(task.folder))
+            listing = list_store(task.folder, by_level=False)
         else:
             keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
             listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder, keep))
@@ -231,7 +231,7 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
     def _level(where: str, local: bool):
         """(path, True) per folder, (path, False) per file, (folder, OSError) if unreadable."""
         if not local:
-            yield from list_store_level(where)
+            yield from list_store(where, by_level=True)
             return
         try:
             yield from scan_local_folder(where)

@@ -22,7 +22,7 @@ from transforms.storage.paths import STORES, bucket_key, has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
            "has_files_below", "walk_local_tree", "scan_local_folder",
-           "local_bytes_at_least", "count_local_files", "list_store_level",
+           "local_bytes_at_least", "count_local_files", "list_store",
            "scan_store", "list_store_range", "first_store_key_after"]
 
 
@@ -55,17 +55,17 @@ def is_folder(path: str) -> bool:
         return False
     if path.startswith(STORES):  # the objects right below it, as the match of ``path/*`` finds them
         with _listing_errors(path + "/"):  # pages of _PROBE_PAGE keys, until one
-            return any(not sub for _, sub in _list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
+            return any(not sub for _, sub in list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
     return bool(_matched(path + "/*", limit=1))
 
 
-def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
-    """Returns, per path or pattern, the files it names; each path is matched at most once.
+def match_files(patterns: Sequence[str | FileMetadata]) -> list[list[FileMetadata]]:
+    """Returns, per path, pattern or file already matched (itself), the files it names; each path matched once.
 
     An existing file is itself, whatever characters it holds; a path without wildcard characters
     that names no file names nothing. Never match the returned paths again.
     """
-    exact = [exact_file(pattern) for pattern in patterns]
+    exact = [p if isinstance(p, FileMetadata) else exact_file(p) for p in patterns]
     to_match = [pattern for pattern, meta in zip(patterns, exact) if meta is None and has_wildcards(pattern)]
     matched = iter(FileSystems.match(to_match) if to_match else [])
     return [[meta] if meta is not None else list(next(matched).metadata_list) if has_wildcards(pattern) else []
@@ -217,11 +217,11 @@ def count_local_files(folder: str, limit: int) -> int:
 _PROBE_PAGE = 20
 
 
-def _list_store(prefix: str, by_level: bool, page_size: int | None = None, first_page: int | None = None,
-                start: str | None = None) -> Iterator[tuple[str, bool]]:
-    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it (from the
-    key ``start`` on, when given); ``page_size`` keys a request (None: the store's most), ``first_page``
-    keys the first one."""
+def list_store(prefix: str, by_level: bool, page_size: int | None = None, first_page: int | None = None,
+               start: str | None = None) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix ending with ``/``, without matching: one level
+    (sub-prefixes with their ``/``), or every object below it (from the key ``start`` on, when given);
+    ``page_size`` keys a request (None: the store's most), ``first_page`` keys the first one."""
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
     if scheme == "s3":
@@ -278,17 +278,11 @@ def _listing_errors(prefix: str) -> Iterator[None]:
             raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
 
 
-def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
-    """The objects and sub-prefixes (with their ``/``) directly below a gs:// or s3:// prefix ending
-    with ``/``, as ``(path, is_prefix)``: one listing of its own keys, not of everything below."""
-    return _list_store(prefix, by_level=True)
-
-
 def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
-    """``list_store_level``, S3's errors raised as ``OSError``s naming the prefix; its first request asks
+    """One level (``list_store``), S3's errors raised as ``OSError``s naming the prefix; its first request asks
     for ``_PROBE_PAGE`` keys (planning reads a level until its first file; 1,000 keys are 270 KB on S3)."""
     with naming_s3_errors(prefix):
-        yield from _list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
+        yield from list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
 
 
 def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:
@@ -296,7 +290,7 @@ def _store_keys_from(prefix: str, after: str | None, page_size: int | None = Non
     (S3 starts after ``after``, GCS at it: keys not after it are dropped here as well)."""
     key_prefix = bucket_key(prefix)[1]
     start = None if after is None else key_prefix + after
-    for key in (bucket_key(path)[1] for path, _ in _list_store(prefix, False, page_size, start=start)):
+    for key in (bucket_key(path)[1] for path, _ in list_store(prefix, False, page_size, start=start)):
         if start is None or key > start:
             yield key[len(key_prefix):]
 
