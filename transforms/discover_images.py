@@ -174,16 +174,15 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
         if task.layout is None or ("://" in key and not key.startswith(STORES)):
             yield from self._list_whole(key, prefix, task.layout)
             return
-        if not task.below:
-            listing = self._level(task.folder, "://" not in key)
-        elif "://" in key and self._ranges:
+        if "://" in key and task.below and self._ranges:
             yield from self._list_store_below(task)
             return
-        elif "://" in key:
-            listing = list_store(task.folder, by_level=False)
-        else:
-            keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
-            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder, keep))
+        if "://" in key:
+            listing = list_store(task.folder, by_level=not task.below)
+        elif not task.below:
+            listing = self._local_level(task.folder)
+        else:  # None per file, an OSError per folder it cannot list
+            listing = walk_local_tree(task.folder, None if task.parts == 1 else names_in_part(task.part, task.parts))
         for path, found in listing:
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
@@ -228,11 +227,8 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
                 yield rel
 
     @staticmethod
-    def _level(where: str, local: bool):
+    def _local_level(where: str):
         """(path, True) per folder, (path, False) per file, (folder, OSError) if unreadable."""
-        if not local:
-            yield from list_store(where, by_level=True)
-            return
         try:
             yield from scan_local_folder(where)
         except OSError as err:  # Beam's local listing would skip it without a word

@@ -49,12 +49,23 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _open_local(path: str) -> BinaryIO:
-    """Opens a local regular file; anything else is refused before a byte is read.
+def open_for_read(path: str) -> BinaryIO:
+    """Opens a file for reading its bytes as they are (no decompression).
 
-    ``O_NONBLOCK``: a FIFO with no writer cannot block it; ``fstat`` of the descriptor: what is
-    checked is what is read.
+    A local path is opened as Beam's LocalFileSystem opens it, without its layers, and only if it is a
+    regular file: ``O_NONBLOCK``: a FIFO with no writer cannot block it; ``fstat`` of the descriptor: what
+    is checked is what is read.
+
+    Raises:
+        OSError: Missing (``FileNotFoundError``), denied (``PermissionError``), a local FIFO, device or
+            folder (``NotRegularFileError``), or a path no file system can open (``EINVAL``).
+        apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
+    problem = path_problem(path)
+    if problem:
+        raise OSError(errno.EINVAL, problem, path)
+    if not is_local(path):
+        return open_file(path)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
@@ -65,22 +76,6 @@ def _open_local(path: str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-
-
-def open_for_read(path: str) -> BinaryIO:
-    """Opens a file for reading its bytes as they are (no decompression).
-
-    Raises:
-        OSError: Missing (``FileNotFoundError``), denied (``PermissionError``), a local FIFO, device or
-            folder (``NotRegularFileError``), or a path no file system can open (``EINVAL``).
-        apache_beam.io.filesystem.BeamIOError: The file system refused the call.
-    """
-    problem = path_problem(path)
-    if problem:
-        raise OSError(errno.EINVAL, problem, path)
-    if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
-        return _open_local(path)
-    return open_file(path)
 
 
 def file_size(fh: BinaryIO) -> int | None:
