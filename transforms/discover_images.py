@@ -26,10 +26,10 @@ from transforms.images.coco import coco_categories, coco_image_entries, coco_ite
 from transforms.shardset.dead_letters import DeadLetter
 from transforms.filesystems import naming_s3_errors
 from transforms.storage.files import file_size, open_for_read
-from transforms.storage.listing import (LEVEL_SCHEMES, count_local_files, exact_file, first_store_key_after,
-                                        list_below, list_store_below, list_store_level, list_store_range,
+from transforms.storage.listing import (count_local_files, exact_file, first_store_key_after,
+                                        list_below, list_store, list_store_range,
                                         scan_local_folder, scan_store, walk_local_tree)
-from transforms.storage.paths import path_problem
+from transforms.storage.paths import STORES, path_problem
 from transforms.worker_options import CarriesStorageOptions
 
 __all__ = ["DiscoverImages", "folder_tasks", "CollectListingFacts"]
@@ -171,19 +171,18 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
         key, prefix = _tree_prefix(task.root)
         if task.part == 0:
             self._folders.inc()
-        if task.layout is None or ("://" in key and not key.startswith(LEVEL_SCHEMES)):
+        if task.layout is None or ("://" in key and not key.startswith(STORES)):
             yield from self._list_whole(key, prefix, task.layout)
             return
-        if not task.below:
-            listing = self._level(task.folder, "://" not in key)
-        elif "://" in key and self._ranges:
+        if "://" in key and task.below and self._ranges:
             yield from self._list_store_below(task)
             return
-        elif "://" in key:
-            listing = ((path, False) for path in list_store_below(task.folder))
-        else:
-            keep = None if task.parts == 1 else names_in_part(task.part, task.parts)
-            listing = ((path, False if found is None else found) for path, found in walk_local_tree(task.folder, keep))
+        if "://" in key:
+            listing = list_store(task.folder, by_level=not task.below)
+        elif not task.below:
+            listing = self._local_level(task.folder)
+        else:  # None per file, an OSError per folder it cannot list
+            listing = walk_local_tree(task.folder, None if task.parts == 1 else names_in_part(task.part, task.parts))
         for path, found in listing:
             rel = path[len(prefix):] if path.startswith(prefix) else ""
             if isinstance(found, OSError):
@@ -228,11 +227,8 @@ class _ListFolderFn(CarriesStorageOptions, beam.DoFn):
                 yield rel
 
     @staticmethod
-    def _level(where: str, local: bool):
+    def _local_level(where: str):
         """(path, True) per folder, (path, False) per file, (folder, OSError) if unreadable."""
-        if not local:
-            yield from list_store_level(where)
-            return
         try:
             yield from scan_local_folder(where)
         except OSError as err:  # Beam's local listing would skip it without a word
@@ -320,7 +316,7 @@ def folder_tasks(path: str, layout: str, offline: bool = False,
     input on a worker; a local folder of more than ``names_per_part`` files is listed in parts.
     """
     root = path.rstrip("/")
-    if offline or ("://" in root and not root.startswith(LEVEL_SCHEMES)):
+    if offline or ("://" in root and not root.startswith(STORES)):
         return (FolderTask(root, root + "/", True, None if layout == "auto" else layout),)
     if "://" in root:
         return plan_folder_listing(root, layout, scan_store)
@@ -366,7 +362,7 @@ class DiscoverImages(beam.PTransform):
         if self._tasks:  # more than one task: Create spreads them over workers
             tasks = pbegin | "CreateFolderTasks" >> beam.Create(self._tasks)
             lister = _ListFolderFn(self._key_ranges, self._first_keys)
-            if self._key_ranges and any(task.below and task.folder.startswith(LEVEL_SCHEMES) for task in self._tasks):
+            if self._key_ranges and any(task.below and task.folder.startswith(STORES) for task in self._tasks):
                 found = tasks | "ListFolders" >> beam.ParDo(lister).with_outputs(_KEY_RANGES, main="files")
                 listed += [found.files,  # files, unreadable folders
                            found[_KEY_RANGES]

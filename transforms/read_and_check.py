@@ -17,7 +17,7 @@ from transforms.arrayrecord.shard_file import read_records
 from transforms.filesystems import naming_s3_errors
 from transforms.shardset.key_files import keys_name
 from transforms.shardset.naming import FILE_SUFFIXES
-from transforms.storage.files import local_copy, open_file, read_if_present
+from transforms.storage.files import file_hash, local_copy, open_file, read_if_present
 from transforms.storage.paths import is_local
 from transforms.tfrecord.compression import compression_of, open_decompressed
 from transforms.tfrecord.file_hash import FileHash, HashingReader
@@ -225,7 +225,7 @@ class _ReadAndCheckFn(CarriesStorageOptions, beam.DoFn):
                     tally.add(0, max(0, share - read))
                     tally.flush()
                 if first and self._checks.hash_files and shard.entry is not None:
-                    digest = _file_hash(local, shard.entry.sha256 is not None)
+                    digest = file_hash(local, shard.entry.sha256 is not None)
         return _range_result(shard, claims, checker, first, digest, not by_record)
 
 
@@ -256,15 +256,6 @@ def _keys_problems(shard: ShardFile, result, whole: bool) -> list:
         data = read_if_present(path)
     return keys_file_problems(shard.path, shard.entry, (path, data),
                               [key for key, _ in result.keys] if whole and not result.damaged else None)
-
-
-def _file_hash(path: str, sha256: bool) -> FileHash:
-    """The CRC32C (and sha256 with ``sha256``) of a local file's bytes, read once."""
-    digest = FileHash(sha256=sha256)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest
 
 
 class ReadAndCheckRecords(beam.PTransform):

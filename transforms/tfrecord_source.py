@@ -146,16 +146,6 @@ class _TFRecordFileSource(CarriesStorageOptions, iobase.BoundedSource):
 Files = Union[str, FileMetadata]  # a path or pattern, or a file already matched
 
 
-def _matched(files: Sequence[Files]) -> list[FileMetadata]:
-    """The files named: matched ones as they are, each pattern matched once."""
-    patterns = [f for f in files if isinstance(f, str)]
-    matches = iter(match_files(patterns) if patterns else [])
-    out: list[FileMetadata] = []
-    for item in files:
-        out.extend(next(matches) if isinstance(item, str) else [item])
-    return out
-
-
 class _TFRecordSource(CarriesStorageOptions, iobase.BoundedSource):
     """Every file named by a list of patterns or matched files, each split by byte range."""
 
@@ -167,7 +157,7 @@ class _TFRecordSource(CarriesStorageOptions, iobase.BoundedSource):
     def _files(self) -> ConcatSource:
         if self._concat is None:
             sizes: dict[str, int] = {}
-            for meta in _matched(self._patterns):
+            for meta in (meta for found in match_files(self._patterns) for meta in found):
                 if meta.size_in_bytes > 0:  # an empty file holds no records
                     sizes.setdefault(meta.path, meta.size_in_bytes)
             self._concat = ConcatSource([

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from transforms.errors import PublishError
-from transforms.storage.files import open_lines, read_if_present, sha256_of
+from transforms.storage.files import hashes_match, open_lines, read_if_present
 from transforms.storage.folders import delete_empty_folder, delete_if_exists, make_folder, move_chunk
 from transforms.storage.listing import has_files_below, list_below, list_folder
 from transforms.storage.writing import (FREE_SOME_SPACE, create_exclusive, reporting_full_disk, shards_need,
@@ -47,7 +47,8 @@ def test_reading_a_file_that_may_be_missing(tmp_path) -> None:
     assert read_if_present(str(path)) == b"one\ntwo"
     with open_lines(str(path)) as lines:
         assert list(lines) == [b"one\n", b"two"]
-    assert sha256_of(str(path)) == hashlib.sha256(b"one\ntwo").hexdigest()
+    assert hashes_match(str(path), None, hashlib.sha256(b"one\ntwo").hexdigest())
+    assert not hashes_match(str(path), None, hashlib.sha256(b"one\ntwo!").hexdigest())
 
 
 def test_an_atomic_write_leaves_its_temporary_file_nowhere(tmp_path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import os
 import stat
@@ -19,12 +18,12 @@ from typing import BinaryIO, Callable, Iterator
 
 from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of, naming_s3_errors, shared_s3io,
                                     store_client, unbuffered)
-from transforms.storage.paths import bucket_key, is_local, path_problem
+from transforms.storage.paths import STORES, bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "file_size",
            "peek_local", "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
-           "sha256_of", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
+           "file_hash", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
            "PAST_RANGE_CHUNK", "RangeReader"]
 
 # What a file system call raises when storage refuses it: an OSError (local disk, or an S3
@@ -50,12 +49,23 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def _open_local(path: str) -> BinaryIO:
-    """Opens a local regular file; anything else is refused before a byte is read.
+def open_for_read(path: str) -> BinaryIO:
+    """Opens a file for reading its bytes as they are (no decompression).
 
-    ``O_NONBLOCK``: a FIFO with no writer cannot block it; ``fstat`` of the descriptor: what is
-    checked is what is read.
+    A local path is opened as Beam's LocalFileSystem opens it, without its layers, and only if it is a
+    regular file: ``O_NONBLOCK``: a FIFO with no writer cannot block it; ``fstat`` of the descriptor: what
+    is checked is what is read.
+
+    Raises:
+        OSError: Missing (``FileNotFoundError``), denied (``PermissionError``), a local FIFO, device or
+            folder (``NotRegularFileError``), or a path no file system can open (``EINVAL``).
+        apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
+    problem = path_problem(path)
+    if problem:
+        raise OSError(errno.EINVAL, problem, path)
+    if not is_local(path):
+        return open_file(path)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
@@ -66,22 +76,6 @@ def _open_local(path: str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-
-
-def open_for_read(path: str) -> BinaryIO:
-    """Opens a file for reading its bytes as they are (no decompression).
-
-    Raises:
-        OSError: Missing (``FileNotFoundError``), denied (``PermissionError``), a local FIFO, device or
-            folder (``NotRegularFileError``), or a path no file system can open (``EINVAL``).
-        apache_beam.io.filesystem.BeamIOError: The file system refused the call.
-    """
-    problem = path_problem(path)
-    if problem:
-        raise OSError(errno.EINVAL, problem, path)
-    if is_local(path):  # local: what Beam's LocalFileSystem opens, without its layers
-        return _open_local(path)
-    return open_file(path)
 
 
 def file_size(fh: BinaryIO) -> int | None:
@@ -130,7 +124,7 @@ def _read_all(read: Callable[[int], bytes], length: int) -> bytes:
 def open_file(path: str, decompress: bool = False, size: int | None = None, until: int | None = None) -> BinaryIO:
     """Opens ``path`` for reading (``decompress``: a name ending ``.gz``, ``.bz2``, ... decompressed);
     ``size`` and ``until`` as ``open_store``'s."""
-    if path.startswith(_STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
+    if path.startswith(STORES) and (not decompress or CompressionTypes.detect_compression_type(path)
                                      == CompressionTypes.UNCOMPRESSED):
         return open_store(path, size=size, until=until)
     return filesystem_of(path).open(path, compression_type=CompressionTypes.AUTO if decompress
@@ -174,21 +168,18 @@ def open_lines(path: str, buffer_bytes: int | None = None) -> Iterator[Iterator[
         yield iter(reader.readline, b"")
 
 
-def sha256_of(path: str) -> str:
-    """The sha256 (hex) of a file's bytes, read in blocks of 1 MiB."""
-    sha = hashlib.sha256()
+def file_hash(path: str, sha256: bool = False) -> FileHash:
+    """The CRC32C (and with ``sha256`` the sha256) of a file's bytes, read once in blocks of 1 MiB."""
+    digest = FileHash(sha256=sha256)
     with open_file(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
+            digest.update(block)
+    return digest
 
 
 def hashes_match(path: str, crc32c: str | None, sha256: str | None = None) -> bool:
     """Whether a file's bytes have the CRC32C (``file_hash``'s form) and sha256 given (None: not checked)."""
-    digest = FileHash(sha256=sha256 is not None)
-    with open_file(path) as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    digest = file_hash(path, sha256 is not None)
     return (crc32c is None or digest.crc32c == crc32c) and (sha256 is None or digest.sha256 == sha256)
 
 
@@ -296,8 +287,6 @@ def _pread_all(fd: int, offset: int, length: int) -> bytes:
     return _read_all(lambda done: os.pread(fd, length - done, offset + done), length)
 
 
-# The stores whose files are read in bounded ranges on this process's client (``open_store``).
-_STORES = ("s3://", "gs://")
 # What an s3:// or gs:// file opened for reading asks for at a time (``open_store``): one bounded request each.
 STORE_READ_CHUNK = 4 << 20
 # What a file opened to read a byte range asks for first past it (``_StoreFile``).

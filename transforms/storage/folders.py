@@ -10,7 +10,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 from transforms.filesystems import BeamIOError, FileSystems, filesystem_of
 
 from transforms.errors import PublishError
-from transforms.storage.files import exists, sha256_of
+from transforms.storage.files import exists, hashes_match
 from transforms.storage.listing import list_below, list_folder
 from transforms.storage.paths import is_local
 
@@ -145,7 +145,7 @@ def move_chunk(moves: Sequence[Move]) -> int:
             if exists(staged):
                 why = err.exception_details.get((staged, final), err)
                 raise PublishError(f"cannot rename {staged} to {final}: {why}") from err
-            if not exists(final) or (sha256 is not None and sha256_of(final) != sha256):
+            if not exists(final) or (sha256 is not None and not hashes_match(final, None, sha256)):
                 raise PublishError(f"staged file {staged} is gone and {final} does not hold it") from err
     return len(moves)
 

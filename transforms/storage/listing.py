@@ -18,11 +18,11 @@ from transforms.filesystems import (STORE_CLIENT_ERRORS, FileMetadata, FileSyste
                                     store_client)
 from transforms.shardset.naming import join_path
 from transforms.storage.files import exists
-from transforms.storage.paths import bucket_key, has_wildcards, is_local
+from transforms.storage.paths import STORES, bucket_key, has_wildcards, is_local
 
 __all__ = ["FileMetadata", "exact_file", "is_folder", "match_files", "list_folder", "files_all_of_suffix", "list_below",
            "has_files_below", "walk_local_tree", "scan_local_folder",
-           "local_bytes_at_least", "count_local_files", "LEVEL_SCHEMES", "list_store_level", "list_store_below",
+           "local_bytes_at_least", "count_local_files", "list_store",
            "scan_store", "list_store_range", "first_store_key_after"]
 
 
@@ -41,7 +41,7 @@ def exact_file(path: str) -> FileMetadata | None:
         return FileMetadata(path, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) else None
     if path.endswith("/") or not exists(path):
         return None
-    return (filesystem_of(path) if path.startswith(LEVEL_SCHEMES) else FileSystems.get_filesystem(path)).metadata(path)
+    return (filesystem_of(path) if path.startswith(STORES) else FileSystems.get_filesystem(path)).metadata(path)
 
 
 def is_folder(path: str) -> bool:
@@ -53,19 +53,19 @@ def is_folder(path: str) -> bool:
         return True
     if has_wildcards(path) or exists(path):
         return False
-    if path.startswith(LEVEL_SCHEMES):  # the objects right below it, as the match of ``path/*`` finds them
+    if path.startswith(STORES):  # the objects right below it, as the match of ``path/*`` finds them
         with _listing_errors(path + "/"):  # pages of _PROBE_PAGE keys, until one
-            return any(not sub for _, sub in _list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
+            return any(not sub for _, sub in list_store(path + "/", by_level=True, page_size=_PROBE_PAGE))
     return bool(_matched(path + "/*", limit=1))
 
 
-def match_files(patterns: Sequence[str]) -> list[list[FileMetadata]]:
-    """Returns, per path or pattern, the files it names; each path is matched at most once.
+def match_files(patterns: Sequence[str | FileMetadata]) -> list[list[FileMetadata]]:
+    """Returns, per path, pattern or file already matched (itself), the files it names; each path matched once.
 
     An existing file is itself, whatever characters it holds; a path without wildcard characters
     that names no file names nothing. Never match the returned paths again.
     """
-    exact = [exact_file(pattern) for pattern in patterns]
+    exact = [p if isinstance(p, FileMetadata) else exact_file(p) for p in patterns]
     to_match = [pattern for pattern, meta in zip(patterns, exact) if meta is None and has_wildcards(pattern)]
     matched = iter(FileSystems.match(to_match) if to_match else [])
     return [[meta] if meta is not None else list(next(matched).metadata_list) if has_wildcards(pattern) else []
@@ -101,7 +101,7 @@ def list_below(folder: str) -> list[str]:
 def has_files_below(folder: str) -> bool:
     """True if some file lies below ``folder``, at any depth; on a store one request for one key
     (Beam's match lists every key, whatever its limit)."""
-    if folder.startswith(LEVEL_SCHEMES) and not has_wildcards(folder):
+    if folder.startswith(STORES) and not has_wildcards(folder):
         prefix = folder.rstrip("/") + "/"
         with _listing_errors(prefix):
             return next(_store_keys_from(prefix, None, page_size=1), None) is not None
@@ -212,18 +212,16 @@ def count_local_files(folder: str, limit: int) -> int:
     return sum(1 for _ in itertools.islice(_entries_below([folder]), limit))
 
 
-# Object stores whose keys this module can list one level at a time (with a delimiter).
-LEVEL_SCHEMES = ("gs://", "s3://")
 # Keys (and sub-prefixes) a page of a probing listing asks for (``is_folder``): a folder of many
 # files costs one small page, not a listing of all of them.
 _PROBE_PAGE = 20
 
 
-def _list_store(prefix: str, by_level: bool, page_size: int | None = None, first_page: int | None = None,
-                start: str | None = None) -> Iterator[tuple[str, bool]]:
-    """``(path, is_prefix)`` below a gs:// or s3:// prefix: one level, or every object below it (from the
-    key ``start`` on, when given); ``page_size`` keys a request (None: the store's most), ``first_page``
-    keys the first one."""
+def list_store(prefix: str, by_level: bool, page_size: int | None = None, first_page: int | None = None,
+               start: str | None = None) -> Iterator[tuple[str, bool]]:
+    """``(path, is_prefix)`` below a gs:// or s3:// prefix ending with ``/``, without matching: one level
+    (sub-prefixes with their ``/``), or every object below it (from the key ``start`` on, when given);
+    ``page_size`` keys a request (None: the store's most), ``first_page`` keys the first one."""
     scheme, _, rest = prefix.partition("://")
     bucket, _, key_prefix = rest.partition("/")
     if scheme == "s3":
@@ -280,22 +278,11 @@ def _listing_errors(prefix: str) -> Iterator[None]:
             raise OSError(errno.EIO, f"the listing failed: {err}", prefix) from err
 
 
-def list_store_level(prefix: str) -> Iterator[tuple[str, bool]]:
-    """The objects and sub-prefixes (with their ``/``) directly below a gs:// or s3:// prefix ending
-    with ``/``, as ``(path, is_prefix)``: one listing of its own keys, not of everything below."""
-    return _list_store(prefix, by_level=True)
-
-
-def list_store_below(prefix: str) -> Iterator[str]:
-    """Every object below a gs:// or s3:// prefix (ending with ``/``), without wildcard matching."""
-    return (path for path, _ in _list_store(prefix, by_level=False))
-
-
 def scan_store(prefix: str) -> Iterator[tuple[str, bool]]:
-    """``list_store_level``, S3's errors raised as ``OSError``s naming the prefix; its first request asks
+    """One level (``list_store``), S3's errors raised as ``OSError``s naming the prefix; its first request asks
     for ``_PROBE_PAGE`` keys (planning reads a level until its first file; 1,000 keys are 270 KB on S3)."""
     with naming_s3_errors(prefix):
-        yield from _list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
+        yield from list_store(prefix, by_level=True, first_page=_PROBE_PAGE)
 
 
 def _store_keys_from(prefix: str, after: str | None, page_size: int | None = None) -> Iterator[str]:
@@ -303,7 +290,7 @@ def _store_keys_from(prefix: str, after: str | None, page_size: int | None = Non
     (S3 starts after ``after``, GCS at it: keys not after it are dropped here as well)."""
     key_prefix = bucket_key(prefix)[1]
     start = None if after is None else key_prefix + after
-    for key in (bucket_key(path)[1] for path, _ in _list_store(prefix, False, page_size, start=start)):
+    for key in (bucket_key(path)[1] for path, _ in list_store(prefix, False, page_size, start=start)):
         if start is None or key > start:
             yield key[len(key_prefix):]
 

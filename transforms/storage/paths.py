@@ -12,8 +12,10 @@ import posixpath
 from transforms.filesystems import FileSystem, FileSystems
 from transforms.shardset.naming import WILDCARDS
 
-__all__ = ["WILDCARDS", "is_local", "bucket_key", "has_wildcards", "path_problem", "same_file"]
+__all__ = ["WILDCARDS", "STORES", "is_local", "bucket_key", "has_wildcards", "path_problem", "same_file"]
 
+# The object stores read in bounded ranges and listed (by level, by key range) with their own clients.
+STORES = ("gs://", "s3://")
 _schemes: frozenset = frozenset()
 
 

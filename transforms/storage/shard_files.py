@@ -30,7 +30,7 @@ from transforms.shardset.planning import SplitTotals, shard_of_offset
 from transforms.shardset.published_keys import record_label
 from transforms.tfrecord.compression import open_decompressed
 from transforms.tfrecord.framing import OVERHEAD, frame_record, iter_records
-from transforms.tfrecord.record_index import check_index, index_names
+from transforms.tfrecord.record_index import check_index, read_index
 from transforms.tfrecord.run_files import FramedRecord
 from transforms.tfrecord.file_hash import FileHash
 from transforms.tfrecord.shard_writer import ShardWriter
@@ -162,13 +162,8 @@ def lead_records(output_dir: str, totals: SplitTotals, index: int,
 def _lead_share(path: str, totals: SplitTotals, local: int) -> tuple[int, int] | None:
     """The bytes ``[start, end)`` of the merged shard ``path`` whose records go to planned shard ``local``,
     from its ``.idx``; None when it has no usable one (the shard is read from its start)."""
-    for index_path in index_names(path):
-        data = read_if_present(index_path)
-        if data is not None:
-            break
-    else:
-        return None
-    starts = check_index(data, totals.lead_bytes).starts
+    index = read_index(path, read_if_present)
+    starts = None if index is None else check_index(index[1], totals.lead_bytes).starts
     if starts is None:
         return None
     ends = list(starts[1:]) + [totals.lead_bytes]

@@ -20,7 +20,7 @@ from transforms.shardset.naming import join_path
 from transforms.shardset.planning import MIB
 from transforms.storage.files import exists
 from transforms.storage.folders import delete_files, rename_files
-from transforms.storage.paths import bucket_key, is_local
+from transforms.storage.paths import STORES, bucket_key, is_local
 
 __all__ = ["create", "written", "write_file", "put_object", "write_atomic", "FREE_SOME_SPACE", "shards_need",
            "is_no_space", "free_bytes", "reporting_full_disk", "create_exclusive",
@@ -50,7 +50,7 @@ def written(path: str) -> Iterator[BinaryIO]:
 
 def write_file(path: str, data: bytes | Iterable[bytes]) -> None:
     """Writes ``path`` whole: the bytes (one request on a store), or pieces streamed one after the other."""
-    if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
+    if isinstance(data, bytes) and path.startswith(STORES):
         put_object(path, data)
         return
     with written(path) as fh:
@@ -122,7 +122,7 @@ def put_object(path: str, data: bytes) -> None:
 def write_atomic(path: str, data: bytes | Iterable[bytes], staging: str) -> None:
     """Writes ``path`` through a temporary file in ``staging`` (a crash leaves it there, not beside the shards)
     and a rename; bytes on a store in one request (all or nothing). ``PublishError``: the disk is full."""
-    if isinstance(data, bytes) and path.startswith(("s3://", "gs://")):
+    if isinstance(data, bytes) and path.startswith(STORES):
         put_object(path, data)
         return
     temp = join_path(staging, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp")

@@ -23,7 +23,7 @@ from transforms.images.image_codec import decode_size
 from transforms.images.structure import check_png
 from transforms.images.tf_rule import tf_shape
 from transforms.shardset.key_files import keys_problem
-from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry
+from transforms.shardset.manifest import LABELS_NAME, MANIFEST_NAME, SHARDS_NAME, Manifest, ShardEntry, _label_sort
 from transforms.shardset.naming import SHARD_NAME_RE, join_path
 from transforms.tfrecord.file_hash import FileHash, crc32c_text
 from transforms.tfrecord.record_index import check_index, index_name
@@ -246,7 +246,7 @@ def shard_label_problems(folder: str, count: int, entry: ShardEntry) -> list[Pro
     """A ``label_mismatch`` when a shard's label counts name a label outside ``0..count-1`` (checked only when
     the manifest has labels: a reshard of records without consistent class names has none)."""
     outside = sorted((k for k in entry.label_counts if not (k.isascii() and k.isdigit() and int(k) < count)),
-                     key=_label_order)
+                     key=_label_sort)
     if not outside:
         return []
     return [Problem(join_path(folder, entry.file), None, "label_mismatch",
@@ -306,10 +306,6 @@ def keys_file_problems(shard_path: str, entry: ShardEntry, keys: tuple[str, byte
     return [Problem(path, None, "keys_mismatch", problem)] if problem else []
 
 
-def _label_order(label: str) -> tuple:
-    return (0, int(label)) if label.lstrip("-").isdigit() else (1, label)
-
-
 def shard_problems(path: str, entry: ShardEntry, tally: ShardTally) -> list[Problem]:
     """Compares what reading a shard counted with its manifest entry (not a damaged shard's: its
     counts are incomplete, and the damage is reported where it was found)."""
@@ -323,7 +319,7 @@ def shard_problems(path: str, entry: ShardEntry, tally: ShardTally) -> list[Prob
     stated = {k: v for k, v in entry.label_counts.items() if v}
     if found != stated:
         diffs = [f"label {label}: read {found.get(label, 0)}, manifest {stated.get(label, 0)}"
-                 for label in sorted(set(found) | set(stated), key=_label_order)
+                 for label in sorted(set(found) | set(stated), key=_label_sort)
                  if found.get(label, 0) != stated.get(label, 0)]
         problems.append(Problem(path, None, "label_mismatch", "; ".join(diffs)))
     return problems
