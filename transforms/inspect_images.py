@@ -71,8 +71,8 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
         size = file_size(fh)  # never None: open_for_read opens nothing local but a regular file
         if size > max_bytes:
             raise _too_large(f"{size}", max_bytes, "not read")
-        if size <= HEAD_BYTES or has_image_magic(peek_local(fh, 16)):
-            return fh.read()
+        if size <= HEAD_BYTES or has_image_magic(peek_local(fh, 16)):  # bounded: the file may still grow
+            return _at_most(read_at_most(fh, max_bytes + 1), max_bytes)
         head = read_at_most(fh, HEAD_BYTES)
         if len(head) == HEAD_BYTES and not could_be_image(head):
             raise _not_an_image(size, HEAD_BYTES)

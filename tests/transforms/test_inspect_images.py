@@ -61,3 +61,19 @@ def test_a_record_of_another_size_than_planned_is_refused(tmp_path):
     meta = _inspect(path, EncodeSettings(mode="passthrough"), str(tmp_path / "out"))
     with pytest.raises(ShardsError, match="planned"):
         ImageRecordMaker()(dataclasses.replace(meta, record_size=meta.record_size + 1))
+
+
+@pytest.mark.parametrize("start", [b"\x89PNG\r\n\x1a\n", b"tiny"], ids=["image_magic", "small_at_stat"])
+def test_a_local_file_that_grows_after_its_size_was_read_is_read_no_further_than_the_limit(
+        tmp_path, monkeypatch, start) -> None:
+    # Memory stays bounded whatever one input does: a file still being written, 8 bytes when its size
+    # was read and 3 MB when read, is refused at --max_image_mb, not read whole.
+    from transforms import inspect_images
+    from transforms.errors import ImageError
+
+    path = tmp_path / "growing.png"
+    path.write_bytes(start + b"\0" * (3 << 20))
+    monkeypatch.setattr(inspect_images, "file_size", lambda fh: 8)
+    with pytest.raises(ImageError) as err:
+        inspect_images.read_source(str(path), max_bytes=1 << 20)
+    assert err.value.reason == "too_large"
