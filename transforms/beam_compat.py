@@ -41,7 +41,8 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-    options.view_as(DirectOptions)  # registers the direct options for encoding
+    if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+        _forked_workers()
     _without_timed_flushes()
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
@@ -108,6 +109,21 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
     size = f"{input_bytes / (1 << 30):.1f} GiB{' or more' if workers == cores else ''}"
     return (f"{size} of input: running {workers} worker processes, one per {WORKER_BYTES >> 20} MiB "
             "up to one per core (--direct_num_workers 1 keeps one process)")
+
+
+def _forked_workers() -> None:
+    """Makes the FnApiRunner fork its worker processes from one that loaded Beam (``forked_workers``).
+
+    Beam 2.77's ``local_job_service.SubprocessSdkWorker.run`` starts each with ``subprocess.Popen``; that
+    module's ``subprocess`` becomes one whose ``Popen`` forks Beam's default worker command instead.
+    """
+    from apache_beam.runners.portability import local_job_service
+
+    from transforms import forked_workers
+
+    if not isinstance(local_job_service.subprocess, types.SimpleNamespace):
+        local_job_service.subprocess = types.SimpleNamespace(Popen=forked_workers.popen_or_fork)
+    forked_workers.start_forking()
 
 
 def _without_timed_flushes() -> None:
