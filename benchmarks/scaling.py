@@ -491,6 +491,8 @@ def workers_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe_workers", default=None,
                         help="Worker counts of the strace runs (default the smallest and largest of "
                              "--workers; 'none' for no strace run).")
+    parser.add_argument("--cases", default=None,
+                        help="Only these cases, comma-separated row labels (verify's need 'build job').")
     parser.add_argument("--json", default=os.path.join(CACHE, "scaling.json"), help="Results file.")
     parser.add_argument("--report", metavar="RESULTS_JSON", default=None,
                         help="Only print the table of an earlier run's results file.")
@@ -524,6 +526,11 @@ def workers_main(argv: list[str] | None = None) -> int:
     refs = {size: os.path.join(out, f"ref-{size}") for size in _SIZES}  # the build job's shards
     scratch = os.path.join(out, "scratch")
     cases = _cases(args.num_shards)
+    if args.cases:
+        wanted = [name.strip() for name in args.cases.split(",")]
+        if unknown := set(wanted) - {c.name for c in cases}:
+            parser.error(f"--cases: no case {sorted(unknown)[0]!r}; the cases: {', '.join(c.name for c in cases)}")
+        cases = [c for c in cases if c.name in wanted]
     cells = {(c.name, n, s): Cell() for c in cases for n in workers for s in _SIZES}
 
     for round_ in range(args.repeat):

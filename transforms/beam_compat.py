@@ -7,12 +7,16 @@ checked against apache-beam 2.77.0.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import types
 import weakref
 from typing import Any, Callable, Sequence
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
+
+from transforms.processes import forking
 
 __all__ = ["CHECKED_BEAM_VERSION", "local_runner", "local_workers", "use_anonymous_gcp_credentials",
            "AUTO_WORKERS_MIN_BYTES", "WORKER_BYTES", "VERIFY_MIN_CORES", "WORKERS_RULE", "bytes_worth_counting",
@@ -41,12 +45,16 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-    if options.view_as(DirectOptions).direct_running_mode == "multi_processing":
-        _forked_workers()
+    forking = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    if forking:
+        _start_forking()  # it loads Beam while the pipeline is built
     _without_timed_flushes()
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+    runner = fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+    if forking:
+        _fork_workers(runner)
+    return runner
 
 
 def local_workers(options: PipelineOptions) -> int | None:
@@ -111,19 +119,51 @@ def choose_local_workers(options: PipelineOptions, input_bytes: int | None, core
             "up to one per core (--direct_num_workers 1 keeps one process)")
 
 
-def _forked_workers() -> None:
-    """Makes the FnApiRunner fork its worker processes from one that loaded Beam (``forked_workers``).
+# Beam 2.77's command line for a worker process (``fn_runner.FnApiRunner``, ``multi_processing``) and its main.
+_SDK_WORKER_MODULE = "apache_beam.runners.worker.sdk_worker_main"
+_SDK_WORKER_COMMAND = f"{sys.executable} -m {_SDK_WORKER_MODULE}"
+# Packages whose loaded modules the forking process loads too, so that a worker unpickles the job at once.
+_PRELOADED_PACKAGES = ("transforms", "beam_jobs")
+
+
+def _start_forking() -> None:
+    """Starts the process the local runner's workers are forked from (``processes/forking.py``): it loads
+    Beam's SDK worker, the job's modules and the construction memos once, where each new Python of Beam's
+    loads them again (1.5-2 CPU s a worker here, 3.7 on a 16-core Xeon: BENCHMARKS.md)."""
+    preload = [_SDK_WORKER_MODULE] + sorted(name for name in sys.modules if name.split(".")[0] in _PRELOADED_PACKAGES)
+    forking.start_forking(preload, [f"{__name__}:install_construction_memos"], f"{_SDK_WORKER_MODULE}:main")
+
+
+def _popen_or_fork(args: Any, *rest: Any, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    """``subprocess.Popen``, but Beam's own worker command is a fork of the forking process while one runs."""
+    if args == _SDK_WORKER_COMMAND and env is not None and not rest and kwargs == {"shell": True}:
+        forked = forking.fork(env)
+        if forked is not None:
+            return forked
+    return subprocess.Popen(args, *rest, env=env, **kwargs)
+
+
+def _fork_workers(runner: PipelineRunner) -> None:
+    """Makes ``runner`` fork its worker processes (``_start_forking``); the forking process ends when its
+    ``run_pipeline`` returns (its workers have ended by then).
 
     Beam 2.77's ``local_job_service.SubprocessSdkWorker.run`` starts each with ``subprocess.Popen``; that
-    module's ``subprocess`` becomes one whose ``Popen`` forks Beam's default worker command instead.
+    module's ``subprocess`` becomes one whose ``Popen`` is ``_popen_or_fork``.
     """
     from apache_beam.runners.portability import local_job_service
 
-    from transforms import forked_workers
-
     if not isinstance(local_job_service.subprocess, types.SimpleNamespace):
-        local_job_service.subprocess = types.SimpleNamespace(Popen=forked_workers.popen_or_fork)
-    forked_workers.start_forking()
+        local_job_service.subprocess = types.SimpleNamespace(Popen=_popen_or_fork)
+    run = runner.run_pipeline
+
+    def run_then_stop_forking(pipeline: Any, options: PipelineOptions) -> Any:
+        _start_forking()
+        try:
+            return run(pipeline, options)
+        finally:
+            forking.stop_forking()
+
+    runner.run_pipeline = run_then_stop_forking
 
 
 def _without_timed_flushes() -> None:

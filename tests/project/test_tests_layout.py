@@ -15,7 +15,8 @@ TESTS = ROOT / "tests"
 # Test folder -> the code folder whose modules its files are named for.
 CODE = {
     **{name: ROOT / "transforms" / name for name in
-       ("archives", "arrayrecord", "example", "images", "progress", "shardset", "storage", "tfrecord", "verify")},
+       ("archives", "arrayrecord", "example", "images", "processes", "progress", "shardset", "storage", "tfrecord",
+        "verify")},
     "transforms": ROOT / "transforms",  # the Beam-layer modules of transforms/
     "cli": ROOT / "beam_jobs" / "cli",
     "benchmarks": ROOT / "benchmarks",

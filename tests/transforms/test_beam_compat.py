@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 import threading
 from unittest import mock
 
@@ -15,6 +18,7 @@ from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.transforms import core, userstate
 
 from transforms import beam_compat
+from transforms.processes import forking
 
 
 def _lost_stream(answered: threading.Event):
@@ -116,3 +120,49 @@ def test_a_view_of_the_options_is_made_once_and_reads_and_writes_their_shared_va
     assert other.view_as(TypeOptions).pipeline_type_check is True and view.pipeline_type_check is False
     options._all_options = dict(options._all_options, pipeline_type_check=True)  # the values replaced
     assert options.view_as(TypeOptions) is not view and options.view_as(TypeOptions).pipeline_type_check is True
+
+
+def _run_on_workers(tmp_path, fn, items: int = 8) -> None:
+    """Runs ``Create(range(items)) | Map(fn)`` on the local runner with two worker processes."""
+    options = PipelineOptions(["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
+    with beam.Pipeline(runner=beam_compat.local_runner(options), options=options) as p:
+        _ = p | beam.Create(range(items), reshuffle=False) | beam.Map(fn, str(tmp_path))
+
+
+def _note_process(item: int, folder: str) -> int:
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+        forked = b"processes.forking" in fh.read()  # the parent's command line
+    with open(os.path.join(folder, f"{item}.txt"), "w") as fh:
+        fh.write(f"{os.getppid()} {os.environ.get('WORKER_ID', '')} {forked}")
+    return item
+
+
+def _die(item: int, folder: str) -> int:
+    os._exit(3)
+
+
+@pytest.mark.slow  # two local worker processes: about 4 CPU s
+def test_local_worker_processes_are_forks_of_one_process_that_loaded_beam_and_end_with_the_run(tmp_path) -> None:
+    _run_on_workers(tmp_path, _note_process)
+    seen = {tuple(p.read_text().split(" ")) for p in tmp_path.iterdir()}
+    parents = {int(parent) for parent, _, _ in seen}
+    assert len(parents) == 1 and os.getpid() not in parents  # Beam alone: this process, each a new Python
+    assert {forked for *_, forked in seen} == {"True"}
+    assert all(worker.startswith("worker_") for _, worker, _ in seen)  # Beam's environment reached each
+    assert forking._forker is None and not os.path.exists(f"/proc/{parents.pop()}")  # ended with the run
+
+
+@pytest.mark.slow  # two local worker processes: about 4 CPU s
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # Beam's worker threads
+def test_a_forked_worker_that_dies_fails_the_job_and_the_next_job_gets_new_ones(tmp_path) -> None:
+    with pytest.raises(Exception, match="SDK worker was lost|exited with return code 3"):
+        _run_on_workers(tmp_path, _die, items=2)
+    (tmp_path / "again").mkdir()
+    _run_on_workers(tmp_path / "again", _note_process, items=2)
+    assert len(list((tmp_path / "again").iterdir())) == 2
+
+
+def test_any_command_but_beam_s_worker_is_started_as_beam_would() -> None:
+    started = beam_compat._popen_or_fork(f"{sys.executable} -c 'raise SystemExit(4)'", shell=True,
+                                         env=dict(os.environ))
+    assert isinstance(started, subprocess.Popen) and started.wait() == 4

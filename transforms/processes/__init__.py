@@ -1,0 +1,1 @@
+"""Pure: processes a local run starts (no Beam)."""
