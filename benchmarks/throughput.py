@@ -955,7 +955,7 @@ def fixed_cost_run(argv: Sequence[str] | None = None) -> dict:
 
 _PER_GB_TABLE_DOC = """The build's marginal CPU per GB beside the baselines, in one table: each case at two sizes.
 
-    python -m benchmarks.throughput per_gb_table [--small_mb 150] [--large_mb 450] [--rounds 3] [--before CHECKOUT]
+    python -m benchmarks.throughput per_gb_table [--small_mb 150] [--large_mb 1320] [--rounds 3] [--before CHECKOUT]
 
 Each case a fresh process (one process: ``--direct_num_workers 1``, in memory),
 the cases interleaved round by round on two photo sets of ``benchmarks/common.py``
@@ -978,7 +978,7 @@ with the build's ratio to each case and one JSON line.
 def per_gb_table_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=_PER_GB_TABLE_DOC.splitlines()[0])
     parser.add_argument("--small_mb", type=float, default=150)
-    parser.add_argument("--large_mb", type=float, default=450)
+    parser.add_argument("--large_mb", type=float, default=1320)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", default=None, help="Another checkout whose build runs beside this one's.")
     args = parser.parse_args(argv)

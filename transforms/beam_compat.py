@@ -87,7 +87,7 @@ def bytes_worth_counting(cores: int) -> int:
 WORKERS_RULE = (f"Left out, a local build or reshard of at least {AUTO_WORKERS_MIN_BYTES >> 30} GiB of input "
                 f"runs one worker process per {WORKER_BYTES >> 20} MiB of it, at least 2 and at most one "
                 f"per usable core; verify does so only on {VERIFY_MIN_CORES} or more cores (on 2 cores a "
-                "second verify worker costs 1.6x the CPU for no wall-time gain); smaller runs keep one "
+                "second verify worker costs 1.8x the CPU for no wall-time gain); smaller runs keep one "
                 "process.")
 
 

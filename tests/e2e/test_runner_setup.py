@@ -177,7 +177,7 @@ def test_a_build_counts_its_input_as_far_as_the_workers_need(tmp_path, monkeypat
 
 @pytest.mark.parametrize("cores, workers", [(2, None), (3, None), (4, 4), (16, 16)])
 def test_verify_runs_worker_processes_only_where_they_pay(cores, workers, monkeypatch):
-    # On 2 cores a second verify worker costs 1.6x the CPU for no wall time (BENCHMARKS.md).
+    # On 2 cores a second verify worker costs 1.8x the CPU for no wall time (BENCHMARKS.md).
     from types import SimpleNamespace
 
     from beam_jobs import verify_shards
