@@ -45,14 +45,14 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-    forking = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
-    if forking:
+    forked = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    if forked:
         _start_forking()  # it loads Beam while the pipeline is built
     _without_timed_flushes()
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     runner = fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
-    if forking:
+    if forked:
         _fork_workers(runner)
     return runner
 

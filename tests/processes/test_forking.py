@@ -88,3 +88,12 @@ def test_stopping_the_forking_process_kills_a_child_left_and_ends_it(tmp_path, f
     assert forker.process.returncode == 0
     assert child.wait() == -signal.SIGKILL
     assert forking.fork(dict(os.environ)) is None  # none runs: the caller starts its program itself
+
+
+def test_a_forking_process_that_fails_to_set_up_answers_none_so_the_caller_starts_its_program_itself() -> None:
+    forking.start_forking(["json"], [f"{_HERE}:no_such_function"], f"{_HERE}:exit_as_told")
+    try:
+        assert forking.fork(dict(os.environ)) is None
+        assert forking._forker.process.wait(timeout=30) == 1  # it printed why (to nowhere) and ended
+    finally:
+        forking.stop_forking()

@@ -27,6 +27,8 @@ from typing import Any, Callable, Sequence
 
 __all__ = ["ForkedProgram", "start_forking", "stop_forking", "fork", "main"]
 
+# How long a forking process may take to load its modules before the caller starts its program itself.
+READY_SECONDS = 120
 _lock = threading.Lock()
 _forker: "_Forker | None" = None
 
@@ -77,10 +79,12 @@ class _Forker:
         """Whether the forking process loaded its modules and waits for requests (once)."""
         with self._sending:
             if self.ready is None:
+                self.socket.settimeout(READY_SECONDS)
                 try:
                     self.ready = _line(self.socket) == b"ready"
-                except OSError:
+                except OSError:  # a time-out too
                     self.ready = False
+                self.socket.settimeout(None)
             return self.ready
 
     def fork(self, env: dict[str, str]) -> ForkedProgram:
@@ -130,7 +134,7 @@ def start_forking(preload: Sequence[str], setup: Sequence[str], main: str) -> No
     """
     global _forker
     with _lock:
-        if _forker is None or _forker.process.poll() is not None:
+        if hasattr(os, "fork") and (_forker is None or _forker.process.poll() is not None):
             try:
                 _forker = _Forker({"preload": list(preload), "setup": list(setup), "main": main})
             except OSError:
