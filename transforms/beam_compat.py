@@ -129,7 +129,8 @@ _PRELOADED_PACKAGES = ("transforms", "beam_jobs")
 def _start_forking() -> None:
     """Starts the process the local runner's workers are forked from (``processes/forking.py``): it loads
     Beam's SDK worker, the job's modules and the construction memos once, where each new Python of Beam's
-    loads them again (1.5-2 CPU s a worker here, 3.7 on a 16-core Xeon: BENCHMARKS.md)."""
+    loads them again (1.5-2 CPU s a worker on a 2-core EPYC, 3.7 on a 16-core Xeon: BENCHMARKS.md, "On 16
+    cores")."""
     preload = [_SDK_WORKER_MODULE] + sorted(name for name in sys.modules if name.split(".")[0] in _PRELOADED_PACKAGES)
     forking.start_forking(preload, [f"{__name__}:install_construction_memos"], f"{_SDK_WORKER_MODULE}:main")
 
