@@ -146,7 +146,7 @@ def _popen_or_fork(args: Any, *rest: Any, env: dict[str, str] | None = None, **k
 
 def _fork_workers(runner: PipelineRunner) -> None:
     """Makes ``runner`` fork its worker processes (``_start_forking``); the forking process ends when its
-    ``run_pipeline`` returns (its workers have ended by then).
+    ``run_pipeline`` returns (its workers have ended by then), unless another pipeline still uses it.
 
     Beam 2.77's ``local_job_service.SubprocessSdkWorker.run`` starts each with ``subprocess.Popen``; that
     module's ``subprocess`` becomes one whose ``Popen`` is ``_popen_or_fork``.
@@ -158,11 +158,9 @@ def _fork_workers(runner: PipelineRunner) -> None:
     run = runner.run_pipeline
 
     def run_then_stop_forking(pipeline: Any, options: PipelineOptions) -> Any:
-        _start_forking()
-        try:
+        with forking.in_use():
+            _start_forking()
             return run(pipeline, options)
-        finally:
-            forking.stop_forking()
 
     runner.run_pipeline = run_then_stop_forking
 

@@ -97,3 +97,15 @@ def test_a_forking_process_that_fails_to_set_up_answers_none_so_the_caller_start
         assert forking._forker.process.wait(timeout=30) == 1  # it printed why (to nowhere) and ended
     finally:
         forking.stop_forking()
+
+
+def test_the_forking_process_ends_when_the_last_block_that_uses_it_ends(tmp_path) -> None:
+    with forking.in_use():
+        forking.start_forking(["json"], [], f"{_HERE}:exit_as_told")
+        first = forking._forker
+        with forking.in_use():  # a second pipeline run at the same time in this process
+            child, _ = _run(tmp_path, "wait")
+        assert forking._forker is first and first.process.poll() is None  # the first's workers live on
+        assert child.poll() is None
+        child.kill()
+    assert forking._forker is None and first.process.returncode == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import contextlib
 import gc
 import importlib
 import json
@@ -23,14 +24,15 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["ForkedProgram", "start_forking", "stop_forking", "fork", "main"]
+__all__ = ["ForkedProgram", "start_forking", "stop_forking", "in_use", "fork", "main"]
 
 # How long a forking process may take to load its modules before the caller starts its program itself.
 READY_SECONDS = 120
 _lock = threading.Lock()
 _forker: "_Forker | None" = None
+_users = 0  # blocks inside ``in_use`` now
 
 
 class ForkedProgram:
@@ -151,6 +153,23 @@ def fork(env: dict[str, str]) -> ForkedProgram | None:
         return forker.fork(env)
     except OSError:
         return None
+
+
+@contextlib.contextmanager
+def in_use() -> Iterator[None]:
+    """Within the block the forking process is in use: it ends once the last block that uses it ends (two
+    pipelines run at once in one process share it, and neither's end kills the other's workers)."""
+    global _users
+    with _lock:
+        _users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            last = _users == 0
+        if last:
+            stop_forking()
 
 
 def stop_forking() -> None:
