@@ -64,7 +64,7 @@ multi_processing --direct_num_workers N``) and both sizes, round after round:
   with ``transforms/tfrecord/framing.py`` and writing its own file
   (``benchmarks/throughput.py baseline pool_build``);
 - verify job: ``beam_jobs/verify_shards.py`` on the build job's output;
-- Beam ``ReadFromTFRecord | Map(parse)`` on the same shards
+- Beam ``ReadFromTFRecord | Map(parse)`` on the same shards, on Beam's default runner
   (``benchmarks/throughput.py baseline beam_read``).
 
 Columns:

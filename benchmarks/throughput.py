@@ -786,9 +786,12 @@ def _parse(record: bytes) -> None:
 
 
 def beam_read(args, beam_args: Sequence[str]) -> None:
+    """``ReadFromTFRecord | Map(parse)`` on the default DirectRunner: the reader a Beam user writes, on
+    Beam's own runner selection and worker start (not the project's ``local_runner``)."""
     import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    p = _pipeline(beam_args)
+    p = beam.Pipeline(options=PipelineOptions(list(beam_args)))
     _ = (p
          | "Read" >> beam.io.ReadFromTFRecord(args.pattern)
          | "Parse" >> beam.Map(_parse))
