@@ -45,7 +45,8 @@ def local_runner(options: PipelineOptions) -> PipelineRunner | None:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-    forked = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+    # Linux only: where it was measured (macOS's own libraries may not survive a fork: Python spawns there)
+    forked = options.view_as(DirectOptions).direct_running_mode == "multi_processing" and sys.platform == "linux"
     if forked:
         _start_forking()  # it loads Beam while the pipeline is built
     _without_timed_flushes()
