@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import inspect
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 from unittest import mock
 
 import apache_beam as beam
@@ -19,6 +23,8 @@ from apache_beam.transforms import core, userstate
 
 from transforms import beam_compat
 from transforms.processes import forking
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lost_stream(answered: threading.Event):
@@ -166,3 +172,64 @@ def test_any_command_but_beam_s_worker_is_started_as_beam_would() -> None:
     started = beam_compat._popen_or_fork(f"{sys.executable} -c 'raise SystemExit(4)'", shell=True,
                                          env=dict(os.environ))
     assert isinstance(started, subprocess.Popen) and started.wait() == 4
+
+
+_BLOCKED_RUN = """
+import os, sys, threading
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from transforms import beam_compat
+
+def note_and_wait(item, folder):
+    with open(os.path.join(folder, f"{os.getpid()}.pid"), "w") as fh:
+        fh.write(str(os.getppid()))
+    threading.Event().wait()  # until the process is killed
+
+options = PipelineOptions(["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
+with beam.Pipeline(runner=beam_compat.local_runner(options), options=options) as p:
+    _ = p | beam.Create([1, 2], reshuffle=False) | beam.Map(note_and_wait, sys.argv[1])
+"""
+
+
+def _ended_within(pids: list[int], seconds: float) -> bool:
+    """Whether every process of ``pids`` ends within ``seconds`` (waited for through pidfds, not polled)."""
+    handles = []
+    for pid in pids:
+        try:
+            handles.append(os.pidfd_open(pid))
+        except ProcessLookupError:  # already gone
+            pass
+    try:
+        deadline = time.monotonic() + seconds
+        waiting = list(handles)
+        while waiting:
+            ready = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))[0]
+            if not ready:
+                return False
+            waiting = [fd for fd in waiting if fd not in ready]
+        return True
+    finally:
+        for fd in handles:
+            os.close(fd)
+
+
+@pytest.mark.slow  # two local worker processes: about 4 CPU s each case
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_launcher_killed_mid_run_leaves_no_forked_worker_behind(tmp_path, sig) -> None:
+    """Killed before any clean-up of its own could run, the launcher's socket closes: the forking process
+    kills its workers and ends."""
+    launcher = subprocess.Popen([sys.executable, "-c", _BLOCKED_RUN, str(tmp_path)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not list(tmp_path.glob("*.pid")):  # a worker runs the Map
+            with pytest.raises(subprocess.TimeoutExpired):
+                launcher.wait(timeout=0.05)
+        workers = [int(path.stem) for path in tmp_path.glob("*.pid")]
+        forker = int(next(tmp_path.glob("*.pid")).read_text())
+        assert forker != launcher.pid  # a fork of the forking process
+        launcher.send_signal(sig)
+        launcher.wait(timeout=60)
+        assert _ended_within([*workers, forker], 60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
