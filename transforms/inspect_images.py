@@ -72,7 +72,12 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
         if size > max_bytes:
             raise _too_large(f"{size}", max_bytes, "not read")
         if size <= HEAD_BYTES or has_image_magic(peek_local(fh, 16)):  # bounded: the file may still grow
-            return _at_most(read_at_most(fh, max_bytes + 1), max_bytes)
+            # One read of the size stated (a byte more shows growth): a read of up to the limit would
+            # allocate and free that much for every input.
+            data = fh.read(min(size, max_bytes) + 1)
+            if len(data) > size:  # grown since its size was read
+                data += read_at_most(fh, max_bytes + 1 - len(data))
+            return _at_most(data, max_bytes)
         head = read_at_most(fh, HEAD_BYTES)
         if len(head) == HEAD_BYTES and not could_be_image(head):
             raise _not_an_image(size, HEAD_BYTES)
@@ -139,9 +144,13 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     def start_bundle(self):
         if self._work is not None:  # a bundle that failed: its calls are dropped
             self._work.close()
-        self._work = worker_threads.OrderedWork(self._pool, self._window)
+        self._work = worker_threads.OrderedWork(self._pool, self._window,
+                                                weigh=lambda result: self._held_bytes(result[0]))
         forget_cached(streams=False)  # Parquet row groups kept by an earlier bundle may be stale
         self._bundle_ends(False)
+        # The progress counts, passed on a batch at a time (``progress.Tally``).
+        self._images_read = progress.Tally(progress.IMAGES_READ, every=worker_threads.INLINE_BATCH)
+        self._images_accepted = progress.Tally(progress.IMAGES_ACCEPTED, every=worker_threads.INLINE_BATCH)
 
     def process(self, source: SourceImage, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam, *, labels: list[str],
@@ -154,7 +163,8 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
         for result, (at, when) in self._work.drain():
             yield from self._emit(result, at, when)
         self._bundle_ends(True)
-        progress.flush()
+        self._images_read.flush()
+        self._images_accepted.flush()
 
     def teardown(self):
         pool = getattr(self, "_pool", None)
@@ -166,6 +176,10 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
     def _bundle_ends(self, finished: bool) -> None:
         """Runs when a bundle ends (``finished``) or a failed one is dropped (at the next, or teardown); no-op here."""
 
+    def _held_bytes(self, worked) -> int:
+        """The bytes ``_work_on``'s result holds until it is emitted (work done inline is emitted a few at a time)."""
+        return 0
+
     def _output(self, value: ImageMeta | DeadLetter, window, timestamp) -> Iterator:
         """An input's ImageMeta (main), or its DeadLetter (DEAD_LETTERS) counted by the subclass's ``_rejected``."""
         output = WindowedValue(value, timestamp, (window,))
@@ -173,7 +187,7 @@ class OrderedImageFn(CarriesStorageOptions, beam.DoFn):
             self._rejected.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, output)
         else:
-            progress.note(progress.IMAGES_ACCEPTED)
+            self._images_accepted.add(1)
             yield output
 
     def _one(self, source: SourceImage, index_of: dict[str, int], layout: RecordLayout | None,
@@ -266,6 +280,10 @@ class _InspectImageFn(OrderedImageFn):
                     self._resume.setdefault(path, []).append(entry)
         yield from super().process(source, window, timestamp, labels=labels, layout=layout)
 
+    def _held_bytes(self, worked: tuple[Inspected, tuple | None]) -> int:
+        parts = worked[0].parts
+        return 0 if parts is None else sum(map(len, parts))
+
     def _bundle_ends(self, finished: bool) -> None:
         if getattr(self, "_run", None) is not None:  # a failed bundle's run file gets no done list
             self._close_run_file(finished)
@@ -282,7 +300,7 @@ class _InspectImageFn(OrderedImageFn):
     def _emit(self, worked: tuple[Inspected, tuple | None], window, timestamp) -> Iterator:
         """Counts one input and yields its output; on the bundle's thread, in input order."""
         inspected, done = worked  # done: (source key, stamp, reused) when the input may be resumed
-        progress.note(progress.IMAGES_READ, 1, inspected.bytes_read or 0)
+        self._images_read.add(1, inspected.bytes_read or 0)
         if done is not None and done[2]:
             self._reused.inc()
             self._reused_bytes.inc(done[1][0])
@@ -291,7 +309,7 @@ class _InspectImageFn(OrderedImageFn):
             self._read_bytes.inc(inspected.bytes_read)
         value = inspected.output
         if inspected.parts is not None:  # the record goes to the run file
-            value = dataclasses.replace(value, run=self._run.append(inspected.parts))
+            value = value.written_to(self._run.append(inspected.parts))
             if done is not None:
                 self._done.append(done_list_line(done[0], done[1], value))
                 if self._done.count >= DONE_LIST_RECORDS or self._run.size >= DONE_LIST_BYTES:

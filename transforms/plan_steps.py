@@ -50,7 +50,7 @@ class _SurveyImageFn(OrderedImageFn):
 
     def _emit(self, surveyed: Inspected, window, timestamp) -> Iterator:
         """Counts one input and yields its outputs; on the bundle's thread, in input order."""
-        progress.note(progress.IMAGES_READ, 1, surveyed.bytes_read or 0)
+        self._images_read.add(1, surveyed.bytes_read or 0)
         if surveyed.bytes_read is not None:
             self._read.inc()
             yield beam.pvalue.TaggedOutput(READS, WindowedValue(

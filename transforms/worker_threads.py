@@ -18,6 +18,11 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 # Elements in flight per thread: one running, one waiting to be taken back.
 _IN_FLIGHT_PER_THREAD = 2
+# Results of work done inline (no pool) held and given back together, so that a step's code runs a
+# few times in a row before the next step's (BENCHMARKS.md, "Where a build's marginal CPU goes"); and
+# the most bytes they may hold (``OrderedWork(weigh=...)``): a larger result is given back at once.
+INLINE_BATCH = 16
+INLINE_HELD_BYTES = 16 << 20
 
 
 def usable_cores() -> int:
@@ -40,8 +45,9 @@ def thread_count(requested: int) -> int:
 
 
 def window_for(threads: int) -> int:
-    """How many elements may be submitted and not yet taken back, for ``threads`` threads."""
-    return _IN_FLIGHT_PER_THREAD * threads
+    """How many elements may be submitted and not yet taken back, for ``threads`` threads (one:
+    work done inline, ``INLINE_BATCH`` results held)."""
+    return _IN_FLIGHT_PER_THREAD * threads if threads > 1 else INLINE_BATCH
 
 
 def new_pool(threads: int, name: str) -> ThreadPoolExecutor | None:
@@ -54,14 +60,20 @@ class OrderedWork:
 
     At most ``window`` (>= 1) calls are submitted and not yet taken back. A call's exception is raised
     where its result is taken back; ``close`` waits for the calls after it, so nothing outlives the bundle.
+    Inline, a call runs when it is submitted; with ``weigh`` (a result's bytes held) its result is held
+    until ``window`` results or ``held_bytes`` bytes are, then all are given back together.
     """
 
-    def __init__(self, pool: ThreadPoolExecutor | None, window: int) -> None:
+    def __init__(self, pool: ThreadPoolExecutor | None, window: int,
+                 weigh: Callable[[Any], int] | None = None, held_bytes: int = INLINE_HELD_BYTES) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self._pool = pool
         self._window = window
         self._pending: Deque[Future] = collections.deque()
+        self._weigh = weigh if pool is None else None
+        self._held: list = []  # inline results not yet given back, and their bytes
+        self._held_bytes = (0, held_bytes)
 
     def submit(self, fn: Callable[..., _R], *args: Any) -> Iterator[_R]:
         """Starts ``fn(*args)``; yields the results that had to be taken back to stay in the window.
@@ -69,13 +81,25 @@ class OrderedWork:
         The returned iterator must be consumed before the next ``submit``.
         """
         if self._pool is None:
-            return iter((fn(*args),))
+            result = fn(*args)
+            if self._weigh is None:
+                return iter((result,))
+            self._held.append(result)
+            held, most = self._held_bytes
+            held += self._weigh(result)
+            self._held_bytes = (held, most)
+            return self._give_back() if len(self._held) >= self._window or held >= most else iter(())
         self._pending.append(self._pool.submit(fn, *args))
         return self._take(len(self._pending) - self._window)
 
     def drain(self) -> Iterator[_R]:
         """Yields every result not yet taken back, waiting for each in order."""
-        return self._take(len(self._pending))
+        return self._give_back() if self._pool is None else self._take(len(self._pending))
+
+    def _give_back(self) -> Iterator[_R]:
+        held, self._held = self._held, []
+        self._held_bytes = (0, self._held_bytes[1])
+        return iter(held)
 
     def _take(self, count: int) -> Iterator[_R]:
         for _ in range(count):
@@ -83,6 +107,7 @@ class OrderedWork:
 
     def close(self) -> None:
         """Cancels calls not yet started and waits for running ones; their results are dropped."""
+        self._give_back()
         pending, self._pending = self._pending, collections.deque()
         for future in pending:
             future.cancel()
@@ -91,19 +116,20 @@ class OrderedWork:
                 future.exception()  # waits; an error of a dropped call is not raised
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._held)
 
 
 def ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], pool: ThreadPoolExecutor | None,
-                window: int) -> Iterator[_R]:
-    """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight.
+                window: int, weigh: Callable[[_R], int] | None = None) -> Iterator[_R]:
+    """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight (inline, with
+    ``weigh``: results held and given back a few at a time, as ``OrderedWork`` does).
 
     If the consumer stops early, the calls in flight are cancelled or waited for before the generator closes.
     """
-    if pool is None:
+    if pool is None and weigh is None:
         yield from map(fn, items)
         return
-    work = OrderedWork(pool, window)
+    work = OrderedWork(pool, window, weigh)
     try:
         for item in items:
             yield from work.submit(fn, item)

@@ -84,19 +84,47 @@ def feature_entry(name: str, kind: str, values: Sequence) -> bytes:
         feature = _field(_FLOAT_LIST, _field(_ONE, packed) if values else b"")
     else:
         raise ValueError(f"feature {name!r}: unknown kind {kind!r}")
-    return _field(_ONE, _key_field(name) + _field(_VALUE, feature))
+    return _entry(name, feature)
 
 
 def map_entry(name: str, value: EntryValue) -> bytes:
     """One map entry: ``FeatureValues``, or a single int64 (an ``int``) or bytes value."""
     if isinstance(value, FeatureValues):
         return feature_entry(name, value.kind, value.values)
-    return feature_entry(name, "int64" if isinstance(value, int) else "bytes", (value,))
+    if isinstance(value, int):  # a varint of at most 10 bytes: one-byte lengths
+        packed = varint(value & _INT64_MASK)
+        return _entry(name, bytes((_INT64_LIST, len(packed) + 2, _ONE, len(packed))) + packed)
+    if isinstance(value, (str, bytes)):
+        raw = value.encode("utf-8") if isinstance(value, str) else value
+        if len(raw) < 0x7E:  # one-byte lengths throughout
+            return _entry(name, bytes((_BYTES_LIST, len(raw) + 2, _ONE, len(raw))) + raw)
+    return feature_entry(name, "bytes", (value,))
 
 
-def map_entries(features: Mapping[str, EntryValue]) -> bytes:
-    """The ``Features.feature`` map entries of ``features``, sorted as protobuf sorts them (``key_order``)."""
-    return b"".join(map_entry(name, features[name]) for name in sorted(features, key=key_order))
+def _entry(name: str, feature: bytes) -> bytes:
+    """The map entry ``name -> feature`` (a ``Feature``'s bytes), as ``feature_entry`` ends."""
+    return _field(_ONE, _key_field(name) + _field(_VALUE, feature))
+
+
+def map_entries(features: Mapping[str, EntryValue], names: Sequence[str] | None = None) -> bytes:
+    """The ``Features.feature`` map entries of ``features``, sorted as protobuf sorts them (``key_order``);
+    with ``names``, the entries of those, in that order."""
+    names = _sorted_names(tuple(features)) if names is None else names
+    return b"".join([map_entry(name, features[name]) for name in names])
+
+
+@functools.lru_cache(maxsize=256)
+def _sorted_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` in map-entry order (the same few name sets in every record)."""
+    return tuple(sorted(names, key=key_order))
+
+
+@functools.lru_cache(maxsize=256)
+def _around(names: tuple[str, ...], name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The entries of ``names`` that sort before ``name``'s, and those after, each in order."""
+    order = key_order(name)
+    ordered = _sorted_names(names)
+    return (tuple(k for k in ordered if key_order(k) < order), tuple(k for k in ordered if key_order(k) > order))
 
 
 def _bytes_entry_head(name: str, value_len: int) -> bytes:
@@ -113,9 +141,8 @@ def _bytes_entry_head(name: str, value_len: int) -> bytes:
 def example_parts(others: Mapping[str, EntryValue], name: str, value_len: int) -> tuple[bytes, bytes]:
     """``(head, tail)``: ``head + value + tail`` is the serialized Example of ``{**others, name: value}``,
     ``value`` a single bytes value of ``value_len`` bytes."""
-    order = key_order(name)  # the entries of ``others`` sort before ``name``'s or after it
-    before = map_entries({k: v for k, v in others.items() if key_order(k) < order})
-    after = map_entries({k: v for k, v in others.items() if key_order(k) > order})
+    before_names, after_names = _around(tuple(others), name)  # entries sorting before ``name``'s, and after
+    before, after = map_entries(others, before_names), map_entries(others, after_names)
     entry = _bytes_entry_head(name, value_len)
     features_len = len(before) + len(entry) + value_len + len(after)
     return b"".join((bytes((_ONE,)), varint(features_len), before, entry)), after

@@ -84,6 +84,12 @@ class ImageMeta:
     run: RunSlice | None = None
     phash: int | None = None
 
+    def written_to(self, run: RunSlice) -> ImageMeta:
+        """This image with its record at ``run`` (``dataclasses.replace``'s result, made without ``__init__``)."""
+        made = object.__new__(ImageMeta)
+        made.__dict__.update(self.__dict__, run=run)
+        return made
+
     def __reduce__(self):
         """Pickles as one call with tuples of plain values, in the order of the fields, at every shuffle it
         crosses (``python -m benchmarks.per_image meta_coding``: 3.3 us to encode, 4.5 to decode)."""

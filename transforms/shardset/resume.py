@@ -145,21 +145,34 @@ def done_list_header(run_name: str, run_size: int, context: str) -> bytes:
 
 class DoneLines:
     """A bundle's done-list lines, held zlib-compressed (level 1) until its run file is closed, and
-    given back in pieces (``pieces``): the list is never whole in memory."""
+    given back in pieces (``pieces``): the list is never whole in memory. Lines are compressed
+    ``_LINES_BYTES`` at a time (one call per line costs more than the line's share of a larger one)."""
+
+    _LINES_BYTES = 64 << 10
 
     def __init__(self) -> None:
         self._zip = zlib.compressobj(1)
         self._chunks: list[bytes] = []
+        self._lines: list[bytes] = []  # not yet compressed
+        self._lines_bytes = 0
         self.count = 0
 
     def append(self, line: bytes) -> None:
-        chunk = self._zip.compress(line)
+        self._lines.append(line)
+        self._lines_bytes += len(line)
+        self.count += 1
+        if self._lines_bytes >= self._LINES_BYTES:
+            self._compress_lines()
+
+    def _compress_lines(self) -> None:
+        chunk = self._zip.compress(b"".join(self._lines))
         if chunk:
             self._chunks.append(chunk)
-        self.count += 1
+        self._lines, self._lines_bytes = [], 0
 
     def pieces(self, piece_bytes: int = DONE_PIECE_BYTES) -> Iterator[bytes]:
         """Every line added, in order, in pieces of at most ``piece_bytes``; no line can be added after."""
+        self._compress_lines()
         self._chunks.append(self._zip.flush())
         chunks, self._chunks = self._chunks, []
         unzip = zlib.decompressobj()
