@@ -296,6 +296,49 @@ def test_ordered_work_raises_a_calls_error_where_its_result_is_taken():
         pool.shutdown()
 
 
+def test_inline_work_with_a_weight_gives_results_back_a_window_or_a_byte_bound_at_a_time():
+    """Inline (no pool), each call runs when submitted; its result waits until ``window`` results or
+    ``held_bytes`` bytes are held, then all come back in order; ``drain`` gives the rest, ``close``
+    drops them."""
+    ran = []
+
+    def make(size):
+        ran.append(size)
+        return b"x" * size
+
+    work = worker_threads.OrderedWork(None, window=3, weigh=len, held_bytes=100)
+    assert list(work.submit(make, 1)) == [] and list(work.submit(make, 2)) == []
+    assert ran == [1, 2] and len(work) == 2  # run at once, held
+    assert [len(r) for r in work.submit(make, 3)] == [1, 2, 3]  # the window is full
+    assert list(work.submit(make, 5)) == []
+    assert [len(r) for r in work.submit(make, 150)] == [5, 150]  # over the byte bound: given back at once
+    assert list(work.submit(make, 4)) == []
+    assert [len(r) for r in work.drain()] == [4]
+    assert list(work.submit(make, 6)) == []
+    work.close()
+    assert len(work) == 0 and list(work.drain()) == []
+    # Without a weight, inline work comes back at once, as before.
+    plain = worker_threads.OrderedWork(None, window=3)
+    assert list(plain.submit(make, 7)) == [b"x" * 7]
+
+
+def test_inspect_on_one_thread_emits_images_a_batch_at_a_time_in_input_order(corpus, staging, monkeypatch):
+    """One inspect thread: images are read and inspected as they come, and emitted ``INLINE_BATCH`` at
+    a time (each step's code runs several times in a row), in input order; the last ones at the bundle's end."""
+    _, sources, _ = corpus
+    monkeypatch.setattr(worker_threads, "INLINE_BATCH", 3)
+    run = _Lifecycle(_InspectImageFn(EncodeSettings(), 7, ImageRules(max_bytes=_MAX_BYTES), threads=1,
+                                     staging=staging))
+    readable = [s for s in sources if not s.relpath.startswith(("lily/", "rose/gone"))][:8]
+    sizes = []
+    for source in readable:
+        run.process(source)
+        sizes.append(len(run.emitted))
+    assert sizes == [0, 0, 3, 3, 3, 6, 6, 6]
+    outputs = run.finish()
+    assert [o.path if isinstance(o, DeadLetter) else o.source.path for o in outputs] == [s.path for s in readable]
+
+
 def test_thread_count_zero_is_one_per_usable_core():
     assert worker_threads.thread_count(0) == len(os.sched_getaffinity(0))
     assert worker_threads.thread_count(3) == 3

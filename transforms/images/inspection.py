@@ -69,15 +69,16 @@ def inspect_image(source: SourceImage, data: bytes, index_of: Mapping[str, int],
     except FeatureValueError as err:
         return Inspected(DeadLetter(source.path, "bad_feature", str(err)), len(data))
     digest = hashlib.sha256(data).digest()
+    sha256 = digest.hex()
     if source.split == SPLIT_BY_CONTENT:
-        source = dataclasses.replace(source, split=split_by_content(digest.hex(), fractions))
+        source = dataclasses.replace(source, split=split_by_content(sha256, fractions))
     size = surveyed.stored_bytes if surveyed else len(stored)
-    head, tail = image_example_parts(size, info, index, source.label, source.relpath, digest.hex(), extra)
+    head, tail = image_example_parts(size, info, index, source.label, source.relpath, sha256, extra)
     phash = None
     if hashed:
         with contextlib.suppress(ImageError):  # not hashed: not compared; the build counts it (images_not_hashed)
             phash = perceptual_hash(data)
-    meta = ImageMeta(source=source, label_index=index, sha256=digest.hex(), info=info,
+    meta = ImageMeta(source=source, label_index=index, sha256=sha256, info=info,
                      record_size=framed_size(len(head) + size + len(tail)),
                      order_key=order_key(seed, digest), extra=extra, phash=phash)
     if surveyed:

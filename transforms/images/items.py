@@ -54,7 +54,8 @@ class SourceImage:
         return tuple(box.label for box in self.objects or ())
 
     def __reduce__(self):
-        return SourceImage, _VALUES[SourceImage](self)
+        """Pickles as one call with its field values, in order; unpickled without ``__init__`` (``_rebuilt``)."""
+        return _source_image, _VALUES[SourceImage](self)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ def _rebuilt(cls: type, values: tuple):
     made = object.__new__(cls)
     made.__dict__.update(zip(_NAMES[cls], values))
     return made
+
+
+def _source_image(*values) -> SourceImage:
+    """Unpickles a SourceImage (see ``SourceImage.__reduce__``)."""
+    return _rebuilt(SourceImage, values)
 
 
 def _image_meta(*values) -> ImageMeta:
