@@ -29,6 +29,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -1020,6 +1021,102 @@ def per_gb_table_main(argv: list[str] | None = None) -> int:
         print(f"| {name.replace('|', chr(92) + '|')} | {per_gb[name]:.2f} | {ours / per_gb[name]:.2f}x |")
     print(json.dumps({"machine": machine(), "cpu_s_per_gb": {k: round(v, 3) for k, v in per_gb.items()},
                       "rounds": found}))
+    return 0
+
+
+# -- case stage_costs -------------------------------------------------------------------------------------
+
+_STAGE_COSTS_DOC = """Where a build's marginal CPU goes: the CPU of each fused stage the runner executes.
+
+    python -m benchmarks.throughput stage_costs [--small_mb 150] [--large_mb 1320] [--rounds 3]
+
+Runs the build job (one process, in memory) on two photo sets of ``benchmarks/common.py``,
+the sizes interleaved round by round, each a fresh process that adds up its own CPU
+(user + system) around each bundle the runner executes (``FnApiRunner._execute_bundle``).
+Prints, per fused stage (named by its first step), the median marginal CPU s per added GB
+and its share, the whole process's beside them, and one JSON line.
+"""
+
+
+def _stage_label(name: str) -> str:
+    """A fused stage's name (``((a)+(b))+(c)``) shortened to its first step that is not a PCollection read."""
+    steps = [step.strip("() ") for step in name.split("+")]
+    for step in steps:
+        if step and not step.startswith("ref_PCollection"):
+            step = re.sub(r"[-_]*\d*$", "", step.replace("ref_AppliedPTransform_", ""))
+            return "/".join(step.split("/")[:2])
+    return steps[0]
+
+
+def _stage_child(input_dir: str, output_dir: str, report: str) -> None:
+    """Runs the build job in this process, timing each bundle's CPU by stage; writes them to ``report``."""
+    import resource
+    import runpy
+
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    spent: dict[str, float] = {}
+    execute = fn_runner.FnApiRunner._execute_bundle
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def timed(self, context, bundle, bundle_input):
+        start = cpu()
+        try:
+            return execute(self, context, bundle, bundle_input)
+        finally:
+            label = _stage_label(bundle.stage.name)
+            spent[label] = spent.get(label, 0.0) + cpu() - start
+
+    fn_runner.FnApiRunner._execute_bundle = timed
+    sys.argv = ["build_shards", "--input", input_dir, "--output_dir", output_dir, "--direct_num_workers", "1",
+                "--direct_running_mode", "in_memory"]
+    try:
+        runpy.run_module("beam_jobs.build_shards", run_name="__main__")
+    except SystemExit as ended:
+        if ended.code:
+            raise
+    with open(report, "w") as fh:
+        json.dump({"process": cpu(), "stages": spent}, fh)
+
+
+def stage_costs_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=_STAGE_COSTS_DOC.splitlines()[0])
+    parser.add_argument("--small_mb", type=float, default=150)
+    parser.add_argument("--large_mb", type=float, default=1320)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", nargs=3, metavar=("INPUT", "OUTPUT_DIR", "REPORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _stage_child(*args.child)
+        return 0
+    sets = {"small": dataset(args.small_mb), "large": dataset(args.large_mb)}
+    found: dict[str, list[dict]] = {"small": [], "large": []}
+    with tempfile.TemporaryDirectory(prefix="stage_costs_") as tmp:
+        for _ in range(args.rounds):
+            for size, ds in sets.items():
+                out, report = os.path.join(tmp, "out"), os.path.join(tmp, "report.json")
+                shutil.rmtree(out, ignore_errors=True)
+                subprocess.run([sys.executable, "-m", "benchmarks.throughput", "stage_costs", "--child", ds.root, out,
+                                report], check=True, env=checkout_env(), stdout=subprocess.DEVNULL)
+                with open(report) as fh:
+                    found[size].append(json.load(fh))
+    gb = (sets["large"].bytes - sets["small"].bytes) / 1e9
+    names = sorted({name for run in found["small"] + found["large"] for name in run["stages"]})
+    per_gb = {name: statistics.median((large["stages"].get(name, 0.0) - small["stages"].get(name, 0.0)) / gb
+                                      for small, large in zip(found["small"], found["large"])) for name in names}
+    whole = statistics.median((large["process"] - small["process"]) / gb
+                              for small, large in zip(found["small"], found["large"]))
+    print(f"| fused stage (its first step), {args.rounds} rounds | marginal CPU s/GB | share |")
+    print("|---|---:|---:|")
+    for name in sorted(per_gb, key=per_gb.get, reverse=True):
+        if abs(per_gb[name]) >= 0.01:
+            print(f"| {name} | {per_gb[name]:.2f} | {per_gb[name] / whole:.0%} |")
+    print(f"| the whole process | {whole:.2f} | 100% |")
+    print(json.dumps({"machine": machine(), "cpu_s_per_gb": {k: round(v, 3) for k, v in per_gb.items()},
+                      "process_cpu_s_per_gb": round(whole, 3), "runs": found}))
     return 0
 
 
@@ -2058,6 +2155,8 @@ CASES = {
     "fixed_cost": common.Case(fixed_cost_run, _FIXED_COST_DOC, ("--images", "5", "--rounds", "1")),
     "per_gb_table": common.Case(per_gb_table_main, _PER_GB_TABLE_DOC,
                                 ("--small_mb", "2", "--large_mb", "4", "--rounds", "1")),
+    "stage_costs": common.Case(stage_costs_main, _STAGE_COSTS_DOC,
+                               ("--small_mb", "2", "--large_mb", "4", "--rounds", "1")),
     "worker_count": common.Case(worker_count_main, _WORKER_COUNT_DOC, ("--rounds", "1")),
     "shard_hashes": common.Case(shard_hashes_main, _SHARD_HASHES_DOC, ("--rounds", "1")),
     "read_tfrecords": common.Case(read_tfrecords_main, _READ_TFRECORDS_DOC,

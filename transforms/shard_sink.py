@@ -61,14 +61,6 @@ def _counted(records: Iterable[tuple[bytes | Sequence[bytes], int | None]],
         yield record, label
 
 
-def _record_bytes(made: tuple[bytes | Sequence[bytes] | FramedRecord, Any]) -> int:
-    """The bytes one made record holds until it is written."""
-    record = made[0]
-    if isinstance(record, FramedRecord):
-        return len(record.data)
-    return len(record) if isinstance(record, bytes) else sum(map(len, record))
-
-
 @dataclasses.dataclass(frozen=True)
 class ShardOutput:
     """Where a shard set is written and how its files are made.
@@ -185,7 +177,7 @@ class _WriteShardFn(CarriesStorageOptions, beam.DoFn):
         plan = getattr(to_record, "plan", None)
         if plan is not None:
             plan(items)  # the records it will copy: neighbours in a run file are read together
-        made = worker_threads.ordered_map(to_record, items, self._pool, self._window, weigh=_record_bytes)
+        made = worker_threads.ordered_map(to_record, items, self._pool, self._window)
         records = _counted(made, written)  # the progress report counts the run's own records
         if leads:  # appending: the merged published shard's records come first
             split_totals = next(t for t in totals if t.split == key[0])

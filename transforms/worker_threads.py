@@ -120,16 +120,15 @@ class OrderedWork:
 
 
 def ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], pool: ThreadPoolExecutor | None,
-                window: int, weigh: Callable[[_R], int] | None = None) -> Iterator[_R]:
-    """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight (inline, with
-    ``weigh``: results held and given back a few at a time, as ``OrderedWork`` does).
+                window: int) -> Iterator[_R]:
+    """``map(fn, items)`` on ``pool``, in order, with at most ``window`` items in flight.
 
     If the consumer stops early, the calls in flight are cancelled or waited for before the generator closes.
     """
-    if pool is None and weigh is None:
+    if pool is None:
         yield from map(fn, items)
         return
-    work = OrderedWork(pool, window, weigh)
+    work = OrderedWork(pool, window)
     try:
         for item in items:
             yield from work.submit(fn, item)

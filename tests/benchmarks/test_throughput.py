@@ -106,3 +106,28 @@ def test_the_duplicate_check_case_prints_its_cost_per_image(capsys):
     assert throughput.duplicate_check_main(["--images", "200", "--rounds", "1"]) == 0
     printed = capsys.readouterr().out
     assert re.fullmatch(r"this checkout: -?\d+\.\d us per image \(rounds: -?\d+\.\d\)\n", printed), printed
+
+
+@pytest.mark.slow
+def test_the_stage_costs_case_splits_a_builds_cpu_by_fused_stage():
+    """Two small builds, each timing its bundles by stage: the inspect and write stages are named, and
+    in each build the stages' CPU adds up to no more than the whole process's."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "stage_costs", "--quick"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    stages = report["cpu_s_per_gb"]
+    assert "Inspect-InspectImage-ParDo-_InspectImageFn" in stages and "Write/GroupByShard" in stages, stages
+    runs = report["runs"]["small"] + report["runs"]["large"]
+    assert len(runs) == 2
+    for run in runs:
+        assert 0 < sum(run["stages"].values()) <= run["process"]
+    assert "| the whole process |" in done.stdout
+
+
+def test_a_fused_stage_is_named_by_its_first_step_that_is_not_a_collection_read():
+    name = ("((((ref_PCollection_PCollection_17/Read)+(ref_AppliedPTransform_Inspect-InspectImage-ParDo-"
+            "_InspectImageFn-_32))+(ref_AppliedPTransform_RejectDuplicateImages-PackByContent_34))")
+    assert throughput._stage_label(name) == "Inspect-InspectImage-ParDo-_InspectImageFn"
+    assert throughput._stage_label("((Write/GroupByShard/Group/Read)+(ref_AppliedPTransform_Write-Unpack_55))") \
+        == "Write/GroupByShard"
