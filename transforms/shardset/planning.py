@@ -11,6 +11,7 @@ import hashlib
 import struct
 from array import array
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
 from transforms.errors import PlanError
@@ -44,7 +45,7 @@ def choose_num_shards(total_bytes: int, target_bytes: int) -> int:
     # average = total / n must satisfy 2T/3 <= average <= 4T/3; some n does: total >= 2T/3
     fitting = [n for n in range(max(base - 1, 1), base + 3)
                if 2 * target_bytes * n <= 3 * total_bytes <= 4 * target_bytes * n]
-    return min(fitting, key=lambda n: abs(total_bytes - target_bytes * n) / n)
+    return min(fitting, key=lambda n: Fraction(abs(total_bytes - target_bytes * n), n))  # exact: no float rounding
 
 
 def order_key(seed: int, identity: bytes) -> int:
