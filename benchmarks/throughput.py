@@ -1087,12 +1087,17 @@ def stage_costs_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small_mb", type=float, default=150)
     parser.add_argument("--large_mb", type=float, default=1320)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--folders", nargs=2, metavar=("SMALL", "LARGE"),
+                        help="Two folders of class folders to build instead of the photo sets.")
     parser.add_argument("--child", nargs=3, metavar=("INPUT", "OUTPUT_DIR", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _stage_child(*args.child)
         return 0
-    sets = {"small": dataset(args.small_mb), "large": dataset(args.large_mb)}
+    if args.folders:
+        sets = {size: Dataset(root, 0, folder_bytes(root), 0) for size, root in zip(("small", "large"), args.folders)}
+    else:
+        sets = {"small": dataset(args.small_mb), "large": dataset(args.large_mb)}
     found: dict[str, list[dict]] = {"small": [], "large": []}
     with tempfile.TemporaryDirectory(prefix="stage_costs_") as tmp:
         for _ in range(args.rounds):

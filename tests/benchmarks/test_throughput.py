@@ -109,10 +109,13 @@ def test_the_duplicate_check_case_prints_its_cost_per_image(capsys):
 
 
 @pytest.mark.slow
-def test_the_stage_costs_case_splits_a_builds_cpu_by_fused_stage():
+def test_the_stage_costs_case_splits_a_builds_cpu_by_fused_stage(tmp_path):
     """Two small builds, each timing its bundles by stage: the inspect and write stages are named, and
     in each build the stages' CPU adds up to no more than the whole process's."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "stage_costs", "--quick"],
+    make_class_tree(str(tmp_path / "small"), per_class=2, broken=False)
+    make_class_tree(str(tmp_path / "large"), per_class=6, broken=False)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "stage_costs", "--rounds", "1",
+                           "--folders", str(tmp_path / "small"), str(tmp_path / "large")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
