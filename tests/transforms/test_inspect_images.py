@@ -63,6 +63,33 @@ def test_a_record_of_another_size_than_planned_is_refused(tmp_path):
         ImageRecordMaker()(dataclasses.replace(meta, record_size=meta.record_size + 1))
 
 
+def test_a_local_input_is_read_in_one_read_of_its_stated_size(tmp_path, monkeypatch) -> None:
+    # A read of up to --max_image_mb would allocate (and free) that much for every input: the read
+    # asks for the size stated and one byte more (to see growth), and the bytes come back whole.
+    from transforms import inspect_images
+
+    data = b"\xff\xd8\xff" + bytes(range(256)) * 600  # longer than the head: the magic is peeked
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(data)
+    asked = []
+    opened = inspect_images.open_for_read
+
+    def recording(where):
+        fh = opened(where)
+        read = fh.read
+
+        def read_noted(size=-1):
+            asked.append(size)
+            return read(size)
+
+        fh.read = read_noted
+        return fh
+
+    monkeypatch.setattr(inspect_images, "open_for_read", recording)
+    assert inspect_images.read_source(str(path), max_bytes=256 << 20) == data
+    assert asked == [len(data) + 1]
+
+
 @pytest.mark.parametrize("start", [b"\x89PNG\r\n\x1a\n", b"tiny"], ids=["image_magic", "small_at_stat"])
 def test_a_local_file_that_grows_after_its_size_was_read_is_read_no_further_than_the_limit(
         tmp_path, monkeypatch, start) -> None:
