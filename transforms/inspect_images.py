@@ -74,7 +74,7 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
         if size <= HEAD_BYTES or has_image_magic(peek_local(fh, 16)):  # bounded: the file may still grow
             # One read of the size stated (a byte more shows growth): a read of up to the limit would
             # allocate and free that much for every input.
-            data = fh.read(min(size, max_bytes) + 1)
+            data = fh.read(size + 1)  # size <= max_bytes here
             if len(data) > size:  # grown since its size was read
                 data += read_at_most(fh, max_bytes + 1 - len(data))
             return _at_most(data, max_bytes)

@@ -72,8 +72,9 @@ class OrderedWork:
         self._window = window
         self._pending: Deque[Future] = collections.deque()
         self._weigh = weigh if pool is None else None
-        self._held: list = []  # inline results not yet given back, and their bytes
-        self._held_bytes = (0, held_bytes)
+        self._held: list = []  # inline results not yet given back
+        self._held_weight = 0  # their bytes
+        self._most_held = held_bytes
 
     def submit(self, fn: Callable[..., _R], *args: Any) -> Iterator[_R]:
         """Starts ``fn(*args)``; yields the results that had to be taken back to stay in the window.
@@ -85,10 +86,9 @@ class OrderedWork:
             if self._weigh is None:
                 return iter((result,))
             self._held.append(result)
-            held, most = self._held_bytes
-            held += self._weigh(result)
-            self._held_bytes = (held, most)
-            return self._give_back() if len(self._held) >= self._window or held >= most else iter(())
+            self._held_weight += self._weigh(result)
+            full = len(self._held) >= self._window or self._held_weight >= self._most_held
+            return self._give_back() if full else iter(())
         self._pending.append(self._pool.submit(fn, *args))
         return self._take(len(self._pending) - self._window)
 
@@ -97,8 +97,7 @@ class OrderedWork:
         return self._give_back() if self._pool is None else self._take(len(self._pending))
 
     def _give_back(self) -> Iterator[_R]:
-        held, self._held = self._held, []
-        self._held_bytes = (0, self._held_bytes[1])
+        held, self._held, self._held_weight = self._held, [], 0
         return iter(held)
 
     def _take(self, count: int) -> Iterator[_R]:
