@@ -6,6 +6,7 @@ import beam_jobs.quiet_beam  # noqa: F401  (first: Beam imported without its Big
 import argparse
 import contextlib
 import logging
+import os
 import re
 import signal
 import sys
@@ -23,7 +24,7 @@ from beam_jobs.cli.beam_flag_names import BEAM_FLAG_NAMES
 from beam_jobs.cli.config import JobConfig, PublishingConfig, known_flag_names
 from beam_jobs.cli.declared import (BEAM_HELP_FLAG, format_job_help, print_help, respelt, unknown_flag_problem,
                                     wants_help)
-from beam_jobs.cli.started import run_started
+from beam_jobs.cli.started import job_ends_process, run_started
 from transforms import beam_compat
 from transforms.errors import ManifestError, NothingToPublish, ShardsError, UsageError
 from transforms.shardset.manifest import Manifest
@@ -181,11 +182,17 @@ class _Interrupts:
     ``KeyboardInterrupt`` raised inside a step in its own error, so the job asks whether one came instead. A
     signal ignored when the job starts (SIGINT in a shell's background job) stays ignored. Once one was seen,
     what the runner's threads raise (its workers stopped too) is not printed: the job prints its one line.
+
+    When the block ends, what the job printed is flushed. In a command's process (``job_ends_process``), once
+    the job has its exit status (``outcome``), a Ctrl-C or SIGTERM from then on ends the process at once with
+    that status: the job has published, or not, and said so; its summary is not lost in a pipe's buffer, and
+    no line says it was interrupted. Elsewhere (a job called as a function) the previous handlers return.
     """
 
     def __init__(self) -> None:
         self.seen = False
         self.status = INTERRUPTED_STATUS  # 128 + the signal's number, once one came
+        self.outcome: int | None = None  # the job's exit status, once it has one
         self._quiet = False
         self._previous: dict[int, Any] = {}
         self._excepthook = None
@@ -207,10 +214,17 @@ class _Interrupts:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
+        _flush_output()
+        ending = self.outcome is not None and job_ends_process()
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, self._end_now if ending else handler)
         threading.excepthook = self._excepthook
         return False
+
+    def _end_now(self, signum, frame) -> None:
+        """A signal once the job has said how it ended: the process ends now, with the job's status."""
+        _flush_output()
+        os._exit(self.outcome)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -220,6 +234,15 @@ class _Interrupts:
             yield
         finally:
             self._quiet = False
+
+
+def _flush_output() -> None:
+    """Flushes standard output and error (a reader that went away is no failure here)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # a closed pipe or stream; None where there is none
+            pass
 
 
 def dry_run_summary(p: beam.Pipeline) -> str:
@@ -286,30 +309,36 @@ def run_job(job: Job, argv: Sequence[str] | None = None, prog: str | None = None
         return 0
     settings = logs.log_settings(argv)
     with _Interrupts() as interrupts:
-        try:
-            if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
-                beam_compat.register_dask_options()
-            options = PipelineOptions(argv)
-            extra = unknown_flags(options, argv)  # Beam would drop them: refused, naming the closest flag
-            if extra and extra[0].startswith("-"):
-                raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))
-            if extra:
-                raise UsageError(f"unexpected argument {extra[0]!r}; {job.positional_hint}")
-            flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
-            cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
-            if cfg.workers_note:  # the workers a large local run was given
-                print(f"{job.name}: {cfg.workers_note}", file=sys.stderr)
-            done = job.prepare(cfg)
-        except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
-            print(f"{job.name}: error: {err}", file=sys.stderr)
-            return 2
-        except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
-            report_failure(job.name, err, settings)
-            return 1
-        except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
-            print(f"{job.name}: {INTERRUPTED_LINE}", file=sys.stderr)
-            return interrupts.status
-        return _run(job, options, cfg, done, settings, interrupts, started)
+        interrupts.outcome = _run_job(job, argv, settings, interrupts, started)
+    return interrupts.outcome
+
+
+def _run_job(job: Job, argv: list[str], settings: logs.LogSettings, interrupts: _Interrupts, started: float) -> int:
+    """``run_job`` once its flags are known to be no request for help: returns the exit status."""
+    try:
+        if beam_compat.wants_dask(argv):  # Beam's --dask_* flags
+            beam_compat.register_dask_options()
+        options = PipelineOptions(argv)
+        extra = unknown_flags(options, argv)  # Beam would drop them: refused, naming the closest flag
+        if extra and extra[0].startswith("-"):
+            raise UsageError(unknown_flag_problem(extra[0], job.config.JOB.flag_names(), BEAM_FLAG_NAMES))
+        if extra:
+            raise UsageError(f"unexpected argument {extra[0]!r}; {job.positional_hint}")
+        flags = job.config.from_flags(beam_jobs.quiet_beam.all_options(options))
+        cfg = job.make_config(flags, prepare_options(options, flags.no_auth))
+        if cfg.workers_note:  # the workers a large local run was given
+            print(f"{job.name}: {cfg.workers_note}", file=sys.stderr)
+        done = job.prepare(cfg)
+    except (UsageError, ManifestError) as err:  # a bad flag, or an input manifest bad as a whole
+        print(f"{job.name}: error: {err}", file=sys.stderr)
+        return 2
+    except (ShardsError, OSError) as err:  # storage refused what a run writes before reading (its marker)
+        report_failure(job.name, err, settings)
+        return 1
+    except KeyboardInterrupt:  # nothing staged yet (prepare releases the lock it took)
+        print(f"{job.name}: {INTERRUPTED_LINE}", file=sys.stderr)
+        return interrupts.status
+    return _run(job, options, cfg, done, settings, interrupts, started)
 
 
 def _failure(name: str, err: Exception, settings: logs.LogSettings) -> tuple[int, Exception | None]:

@@ -25,7 +25,7 @@ from typing import Callable, ContextManager, Iterator, NoReturn, Sequence
 
 from beam_jobs.cli import loading
 from beam_jobs.cli.declared import respelt
-from beam_jobs.cli.started import mark_command_start
+from beam_jobs.cli.started import mark_command_start, mark_process_command
 from beam_jobs.cli.values import LOG_LEVELS
 
 __all__ = ["LogSettings", "log_settings", "configure_logging", "write_failure_log", "OWN_LOGGERS", "not_beam_error",
@@ -250,5 +250,6 @@ def run_as_command(run: Callable[..., int], module: str) -> NoReturn:
     """Runs a job module as ``python -m MODULE``, once its modules are loaded (``loading.resume``): sets up
     the command (``set_up_command``), then ``run``s the job and exits with its status."""
     loading.resume()
+    mark_process_command()
     set_up_command(sys.argv[1:])
     sys.exit(run(sys.argv[1:], prog=f"python -m {module}"))

@@ -19,7 +19,7 @@ from beam_jobs.cli import loading
 from beam_jobs.cli.config import known_flag_names, usage_problem
 from beam_jobs.cli.declared import format_job_help, print_help, respelt, wants_help
 from beam_jobs.cli.jobs import JOBS
-from beam_jobs.cli.started import command_running
+from beam_jobs.cli.started import command_running, mark_process_command
 
 __all__ = ["COMMANDS", "main", "run_command", "usage"]
 
@@ -76,6 +76,8 @@ def run_command(command: str, argv: Sequence[str], prog: str, process: bool = Fa
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tfrecord-shards``; returns the exit status. A job's time counts from the process's
     start, or from this call given ``argv``."""
+    if argv is None:
+        mark_process_command()
     with command_running(None if argv is None else time.monotonic()):
         return _main(sys.argv[1:] if argv is None else list(argv), process=argv is None)
 

@@ -12,9 +12,11 @@ import os
 import time
 from typing import Iterator
 
-__all__ = ["process_started", "mark_command_start", "command_running", "run_started"]
+__all__ = ["process_started", "mark_command_start", "command_running", "run_started", "mark_process_command",
+           "job_ends_process"]
 
 _marked: float | None = None
+_process_command = False  # this process ends with the job it runs (a command, not a call)
 _start: tuple[int, float] | None = None  # (pid, process_started()) once read
 
 
@@ -70,3 +72,14 @@ def run_started() -> float:
     global _marked
     at, _marked = _marked, None
     return time.monotonic() if at is None else at
+
+
+def mark_process_command() -> None:
+    """Notes that this process is a command's: it ends once its job has said how it ended."""
+    global _process_command
+    _process_command = True
+
+
+def job_ends_process() -> bool:
+    """Whether this process ends with the job it runs (``mark_process_command``)."""
+    return _process_command

@@ -406,6 +406,43 @@ def test_sigterm_stops_a_build_as_ctrl_c_does_and_leaves_no_temporary_files(smal
     assert os.listdir(temp) == []
 
 
+# The job runs as the ``tfrecord-shards`` script runs it (``sys.exit(main())``, its output a pipe), and the
+# process signals itself at the moment the job's own Ctrl-C and SIGTERM handlers are gone: the job has
+# published and printed its summary, and the process has not ended yet.
+_SIGNAL_AFTER_THE_JOB = """
+import os, signal, sys
+from beam_jobs.cli import harness
+from beam_jobs.cli.main import main
+
+restore = harness._Interrupts.__exit__
+
+def restored_then_signalled(self, *exc):
+    ended = restore(self, *exc)
+    os.kill(os.getpid(), int(os.environ["SIGNAL_AFTER_THE_JOB"]))
+    return ended
+
+harness._Interrupts.__exit__ = restored_then_signalled
+sys.argv = ["tfrecord-shards", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl_c"])
+def test_a_signal_after_the_job_published_keeps_its_summary_and_its_status(small_tree, tmp_path, sig):
+    """A SIGTERM or Ctrl-C that comes once the job has published and said so, while its process ends,
+    loses nothing: the summary already written to a pipe reaches the reader, and the process ends at once
+    with the job's status. No line says the run was interrupted before it published."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_THE_JOB, "build", "--input",
+                           str(small_tree / "data"), "--output_dir", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "SIGNAL_AFTER_THE_JOB": str(int(sig))})
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert "Published" in done.stdout, done.stdout
+    assert "interrupted" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert load_manifest(str(out))["records"] == 6
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("job", ["reshard", "verify"])
 def test_dry_run_on_the_local_runner_is_refused_and_nothing_runs(tmp_path, job, tfrs):
