@@ -7,7 +7,7 @@ Usage::
 
 Before the NTH call of ``FileSystems.OP`` (``create``, ``rename`` or
 ``delete``, or ``match``: during a job's checks before its pipeline; or ``read``: the build's
-opening of an input image, ``inspect_images.open_for_read``) on a path matching the regular
+opening of an input image, ``inspect_images.open_local``) on a path matching the regular
 expression ``PATTERN`` (for ``rename``, the destination), the process writes ``MARKER`` (JSON with the
 operation and path) and waits until it is killed, or until a file
 ``MARKER.go`` appears: then it goes on with the operation. ``OP`` ``os.rename`` stops
@@ -61,7 +61,7 @@ def _watch(op: str, pattern: str, nth: int, marker: str) -> None:
     if op == "read":
         from transforms import inspect_images
 
-        original: Callable = inspect_images.open_for_read
+        original: Callable = inspect_images.open_local
     else:
         original = _os_rename if op == "os.rename" else getattr(FileSystems, op)
     seen = 0
@@ -89,7 +89,7 @@ def _watch(op: str, pattern: str, nth: int, marker: str) -> None:
     if op == "os.rename":
         os.rename = wrapper
     elif op == "read":
-        inspect_images.open_for_read = wrapper
+        inspect_images.open_local = wrapper
     else:
         setattr(FileSystems, op, staticmethod(wrapper))
 

@@ -433,13 +433,13 @@ def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
     root = tmp_path / "in"
     make_class_tree(str(root), per_class=4, broken=True)
     opened: list[str] = []
-    open_for_read = inspect_images.open_for_read
+    open_local = inspect_images.open_local
 
     def counting(path):
         opened.append(path)
-        return open_for_read(path)
+        return open_local(path)
 
-    monkeypatch.setattr(inspect_images, "open_for_read", counting)
+    monkeypatch.setattr(inspect_images, "open_local", counting)
     for mode in ("tf", "reencode"):
         opened.clear()
         out = str(tmp_path / f"out-{mode}")

@@ -302,8 +302,8 @@ def _run_again(scenario: Scenario, out: str, seen: str, capsys, monkeypatch) -> 
     from transforms import inspect_images
 
     reads = []
-    opened = inspect_images.open_for_read
-    monkeypatch.setattr(inspect_images, "open_for_read", lambda path, *a, **k: reads.append(path) or
+    opened = inspect_images.open_local
+    monkeypatch.setattr(inspect_images, "open_local", lambda path, *a, **k: reads.append(path) or
                         opened(path, *a, **k))
     capsys.readouterr()
     status = _job(scenario.command).run(_argv(scenario.argv, out))

@@ -21,8 +21,9 @@ from transforms.filesystems import (BeamIOError, CompressionTypes, filesystem_of
 from transforms.storage.paths import STORES, bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
-__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "file_size",
-           "peek_local", "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
+__all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "open_local", "read_descriptor",
+           "file_size",
+           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
            "file_hash", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
            "PAST_RANGE_CHUNK", "RangeReader"]
 
@@ -66,16 +67,35 @@ def open_for_read(path: str) -> BinaryIO:
         raise OSError(errno.EINVAL, problem, path)
     if not is_local(path):
         return open_file(path)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd, _ = open_local(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
-            raise NotRegularFileError(errno.EINVAL, f"not a regular file ({kind})", path)
         return open(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_local(path: str) -> tuple[int, int]:
+    """A local regular file opened for reading as ``open_for_read`` opens one: its descriptor (the caller closes
+    it) and its size, from the ``fstat`` that checked it. Raises as ``open_for_read``."""
+    problem = path_problem(path)
+    if problem:
+        raise OSError(errno.EINVAL, problem, path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            kind = next((name for test, name in _KINDS if test(found.st_mode)), "not a file")
+            raise NotRegularFileError(errno.EINVAL, f"not a regular file ({kind})", path)
+        return fd, found.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_descriptor(fd: int, limit: int) -> bytes:
+    """Reads from ``fd`` (``os.read``, at most 16 MiB a call) until its end or ``limit`` bytes."""
+    return _read_all(lambda done: os.read(fd, min(limit - done, 1 << 24)), limit)
 
 
 def file_size(fh: BinaryIO) -> int | None:
@@ -93,15 +113,6 @@ def file_size(fh: BinaryIO) -> int | None:
         return size
     except (AttributeError, OSError, io.UnsupportedOperation, ValueError):
         return None
-
-
-def peek_local(fh: BinaryIO, length: int) -> bytes | None:
-    """The next ``length`` bytes of a local file (one ``pread``, the position kept); None for other streams."""
-    try:
-        fd = fh.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        return None
-    return os.pread(fd, length, fh.tell())
 
 
 def read_at_most(fh: BinaryIO, limit: int) -> bytes:
