@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+import signal
 import zlib
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence, Union
@@ -454,3 +455,10 @@ def report_dict(report: Report) -> dict[str, Any]:
     """``report`` as the JSON report's object."""
     return {"ok": report.ok, "files": report.files, "records": report.records, "bytes": report.bytes,
             "problems": [p.to_dict() for p in report.problems]}
+
+
+def sigint_as_in_a_terminal() -> None:
+    """Run in a child before it starts (``preexec_fn``): SIGINT at its default, as a terminal's foreground
+    job gets it. A shell's background job inherits it ignored, and a job keeps an ignored SIGINT ignored,
+    so a test that sends a Ctrl-C would otherwise see the job run to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -26,6 +26,7 @@ import pytest
 from beam_jobs.cli import jobs, main as cli
 from beam_jobs.cli.declared import flag_parser
 from beam_jobs.cli.flags import RunOptions, ShardingOptions
+from tests.helpers import sigint_as_in_a_terminal
 from tests.shard_fixtures import load_manifest, make_class_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -346,7 +347,8 @@ def _interrupted_at(tmp_path, op: str, pattern: str, argv: list[str], sig: int =
     marker = str(tmp_path / "paused.json")
     proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, "1", marker, "--",
                              *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
+                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})},
+                            preexec_fn=sigint_as_in_a_terminal)
     try:
         while not os.path.exists(marker):
             try:

@@ -28,6 +28,7 @@ import tracemalloc
 import pytest
 
 from beam_jobs.cli.harness import KEPT_LINE
+from tests.helpers import sigint_as_in_a_terminal
 from tests.reliability_support import assert_only_shard_set, folder_bytes
 from tests.shard_fixtures import run_build
 from tests.trees import Part
@@ -198,7 +199,7 @@ def _stopped_at(tmp_path, op: str, pattern: str, nth: int, argv: list[str], sig:
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "tests.pause_at", op, pattern, str(nth), marker, "--",
                                  *argv], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})}, preexec_fn=sigint_as_in_a_terminal)
     try:
         deadline = time.monotonic() + WAIT_S
         while not os.path.exists(marker):
