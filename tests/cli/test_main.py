@@ -438,7 +438,8 @@ def test_a_signal_after_the_job_published_keeps_its_summary_and_its_status(small
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_THE_JOB, "build", "--input",
                            str(small_tree / "data"), "--output_dir", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "SIGNAL_AFTER_THE_JOB": str(int(sig))})
+                          text=True, timeout=300, env={**os.environ, "SIGNAL_AFTER_THE_JOB": str(int(sig))},
+                          preexec_fn=sigint_as_in_a_terminal)
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert "Published" in done.stdout, done.stdout
     assert "interrupted" not in done.stderr and "Traceback" not in done.stderr, done.stderr
