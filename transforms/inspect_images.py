@@ -31,7 +31,7 @@ from transforms.storage.files import (STORAGE_ERRORS, open_local, read_descripto
                                       read_prefix, read_range)
 from transforms.storage.paths import is_local
 from transforms.storage.member_reads import forget_cached, read_member
-from transforms.storage.resume_files import input_stamp, read_done_inputs, write_done_list
+from transforms.storage.resume_files import input_stamp, read_done_inputs, stamp_of, write_done_list
 from transforms.storage.runs import BundleRunFile, RecordCopier
 from transforms.shardset.resume import (DoneInput, DoneLines, context_key, done_list_header, done_list_line,
                                         source_key)
@@ -67,25 +67,41 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> bytes:
     """
     if not is_local(path):
         return _read_stored_source(path, max_bytes)
-    fd, size = open_local(path)  # a descriptor, no file object: 5 system calls an input at most, not 12
+    fd, found = open_local(path)  # a descriptor, no file object: 5 system calls an input at most, not 12
     try:
-        if size > max_bytes:
-            raise _too_large(f"{size}", max_bytes, "not read")
-        if size <= HEAD_BYTES or has_image_magic(os.pread(fd, 16, 0)):  # bounded: the file may still grow
-            # One read of the size stated (a byte more shows growth): a read of up to the limit would
-            # allocate and free that much for every input.
-            data = os.read(fd, size + 1)  # size <= max_bytes here
-            if len(data) < size:  # a short read (a network file system), or it shrank: on to its end
-                data += read_descriptor(fd, size + 1 - len(data))
-            if len(data) > size:  # grown since its size was read
-                data += read_descriptor(fd, max_bytes + 1 - len(data))
-            return _at_most(data, max_bytes)
-        head = read_descriptor(fd, HEAD_BYTES)
-        if len(head) == HEAD_BYTES and not could_be_image(head):
-            raise _not_an_image(size, HEAD_BYTES)
-        return head + read_descriptor(fd, size - len(head)) if len(head) == HEAD_BYTES else head
+        return _read_opened(fd, found.st_size, max_bytes)
     finally:
         os.close(fd)
+
+
+def _read_opened(fd: int, size: int, max_bytes: int) -> bytes:
+    """``read_source`` of a local input opened as ``fd``, ``size`` bytes when opened."""
+    if size > max_bytes:
+        raise _too_large(f"{size}", max_bytes, "not read")
+    if size <= HEAD_BYTES or has_image_magic(os.pread(fd, 16, 0)):  # bounded: the file may still grow
+        # One read of the size stated (a byte more shows growth): a read of up to the limit would
+        # allocate and free that much for every input.
+        data = os.read(fd, size + 1)  # size <= max_bytes here
+        if len(data) < size:  # a short read (a network file system), or it shrank: on to its end
+            data += read_descriptor(fd, size + 1 - len(data))
+        if len(data) > size:  # grown since its size was read
+            data += read_descriptor(fd, max_bytes + 1 - len(data))
+        return _at_most(data, max_bytes)
+    head = read_descriptor(fd, HEAD_BYTES)
+    if len(head) == HEAD_BYTES and not could_be_image(head):
+        raise _not_an_image(size, HEAD_BYTES)
+    return head + read_descriptor(fd, size - len(head)) if len(head) == HEAD_BYTES else head
+
+
+def _opened_local(source: SourceImage) -> tuple[int, os.stat_result] | None:
+    """A local input file opened (``open_local``), or None: on a store, in a container, or not opened (its read
+    then fails as ``read_input``'s does)."""
+    if source.member is not None or not is_local(source.path):
+        return None
+    try:
+        return open_local(source.path)
+    except STORAGE_ERRORS:
+        return None
 
 
 def _too_large(size: str, max_bytes: int, what: str) -> ImageError:
@@ -327,21 +343,29 @@ class _InspectImageFn(OrderedImageFn):
         dead = unknown_label(source, index_of)
         if dead is not None:
             return Inspected(dead, None), None
-        done = None
-        if self._staging.done_lists:
-            stamp = input_stamp(source.path)  # before reading: a change while reading shows next time
-            if stamp is not None:
-                key, context = source_key(source), self._context[0]
-                for entry in self._resume.get(source.path, ()):
-                    if entry.matches(source, stamp, context, key):
-                        return Inspected(entry.for_source(source), None), (key, stamp, True)
-                done = (key, stamp, False)
+        done, opened = None, None  # opened: a local input's descriptor and fstat, its stamp and its read
         try:
-            data = read_input(source, self._rules.max_bytes)
-        except STORAGE_ERRORS as err:
-            return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None), None
-        except ImageError as err:
-            return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
+            if self._staging.done_lists:
+                # Taken before reading (a change while reading shows next time); a local file's from the fstat
+                # of its opening, which its read then uses (one stat less an input).
+                opened = _opened_local(source)
+                stamp = input_stamp(source.path) if opened is None else stamp_of(opened[1])
+                if stamp is not None:
+                    key, context = source_key(source), self._context[0]
+                    for entry in self._resume.get(source.path, ()):
+                        if entry.matches(source, stamp, context, key):
+                            return Inspected(entry.for_source(source), None), (key, stamp, True)
+                    done = (key, stamp, False)
+            try:
+                data = (read_input(source, self._rules.max_bytes) if opened is None
+                        else _read_opened(opened[0], opened[1].st_size, self._rules.max_bytes))
+            except STORAGE_ERRORS as err:
+                return Inspected(DeadLetter(source.path, "unreadable", f"{type(err).__name__}: {err}"), None), None
+            except ImageError as err:
+                return Inspected(DeadLetter(source.path, err.reason, err.detail), None), None
+        finally:
+            if opened is not None:
+                os.close(opened[0])
         return inspect_image(source, data, index_of, layout, self._settings, self._seed, self._rules.split_fractions,
                              self._rules.hashed), done
 

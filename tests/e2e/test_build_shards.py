@@ -427,26 +427,35 @@ def test_a_source_rewritten_after_it_was_read_leaves_the_record_as_read(tmp_path
 
 @pytest.mark.slow
 def test_each_input_is_opened_once(tmp_path, capsys, monkeypatch):
-    """The build reads every image once: the record goes to a run file and is copied from there."""
+    """The build reads every image once: the record goes to a run file and is copied from there. Its resume
+    stamp comes from the fstat of that opening, not from a stat of its path."""
     from transforms import inspect_images
 
     root = tmp_path / "in"
     make_class_tree(str(root), per_class=4, broken=True)
     opened: list[str] = []
-    open_local = inspect_images.open_local
+    stated: list[str] = []  # inputs stated by path for their resume stamp
+    open_local, input_stamp = inspect_images.open_local, inspect_images.input_stamp
 
     def counting(path):
         opened.append(path)
         return open_local(path)
 
+    def counting_stamps(path):
+        stated.append(path)
+        return input_stamp(path)
+
     monkeypatch.setattr(inspect_images, "open_local", counting)
+    monkeypatch.setattr(inspect_images, "input_stamp", counting_stamps)
     for mode in ("tf", "reencode"):
         opened.clear()
+        stated.clear()
         out = str(tmp_path / f"out-{mode}")
         status, _, err = run_build(capsys, "--input", str(root), "--output_dir", out, "--image_mode", mode,
                                    "--max_bad_fraction", "0.5", "--num_shards", "3")
         assert status == 0, err
         assert len(opened) == len(set(opened)) == 15, sorted(opened)
+        assert stated == []  # each stamp from the fstat of the input's opening (15 stats by path before)
         assert not os.path.exists(os.path.join(out, ".staging"))  # run files go with the staging folder
 
 

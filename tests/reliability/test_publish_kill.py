@@ -301,10 +301,20 @@ def _run_again(scenario: Scenario, out: str, seen: str, capsys, monkeypatch) -> 
 
     from transforms import inspect_images
 
-    reads = []
-    opened = inspect_images.open_local
-    monkeypatch.setattr(inspect_images, "open_local", lambda path, *a, **k: reads.append(path) or
-                        opened(path, *a, **k))
+    reads, names = [], {}  # the inputs read; each open descriptor's path
+    open_local, read_opened = inspect_images.open_local, inspect_images._read_opened
+
+    def opening(path):  # an input is opened for its resume stamp too: only a read counts
+        fd, found = open_local(path)
+        names[fd] = path
+        return fd, found
+
+    def reading(fd, *args):
+        reads.append(names[fd])
+        return read_opened(fd, *args)
+
+    monkeypatch.setattr(inspect_images, "open_local", opening)
+    monkeypatch.setattr(inspect_images, "_read_opened", reading)
     capsys.readouterr()
     status = _job(scenario.command).run(_argv(scenario.argv, out))
     stdout, err = capsys.readouterr()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import apache_beam as beam
 import pytest
@@ -100,7 +101,8 @@ def test_a_local_file_that_grows_after_its_size_was_read_is_read_no_further_than
     path = tmp_path / "growing.png"
     path.write_bytes(start + b"\0" * (3 << 20))
     opened = inspect_images.open_local
-    monkeypatch.setattr(inspect_images, "open_local", lambda where: (opened(where)[0], 8))  # 8 bytes at its fstat
+    monkeypatch.setattr(inspect_images, "open_local",  # 8 bytes at its fstat
+                        lambda where: (opened(where)[0], types.SimpleNamespace(st_size=8)))
     with pytest.raises(ImageError) as err:
         inspect_images.read_source(str(path), max_bytes=1 << 20)
     assert err.value.reason == "too_large"

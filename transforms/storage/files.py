@@ -75,9 +75,9 @@ def open_for_read(path: str) -> BinaryIO:
         raise
 
 
-def open_local(path: str) -> tuple[int, int]:
+def open_local(path: str) -> tuple[int, os.stat_result]:
     """A local regular file opened for reading as ``open_for_read`` opens one: its descriptor (the caller closes
-    it) and its size, from the ``fstat`` that checked it. Raises as ``open_for_read``."""
+    it) and the ``fstat`` that checked it (its size, times, inode). Raises as ``open_for_read``."""
     problem = path_problem(path)
     if problem:
         raise OSError(errno.EINVAL, problem, path)
@@ -87,7 +87,7 @@ def open_local(path: str) -> tuple[int, int]:
         if not stat.S_ISREG(found.st_mode):
             kind = next((name for test, name in _KINDS if test(found.st_mode)), "not a file")
             raise NotRegularFileError(errno.EINVAL, f"not a regular file ({kind})", path)
-        return fd, found.st_size
+        return fd, found
     except BaseException:
         os.close(fd)
         raise

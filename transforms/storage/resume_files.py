@@ -26,7 +26,7 @@ from transforms.tfrecord.record_index import index_name
 from transforms.storage.writing import write_atomic
 from transforms.tfrecord.shard_writer import ShardStats
 
-__all__ = ["resumable_bytes", "AdoptedWork", "adopted_work", "input_stamp", "write_done_list",
+__all__ = ["resumable_bytes", "AdoptedWork", "adopted_work", "input_stamp", "stamp_of", "write_done_list",
            "read_done_inputs", "record_done_shard", "adopt_shard"]
 
 _LOG = logging.getLogger(__name__)
@@ -112,6 +112,11 @@ def input_stamp(path: str) -> Stamp | None:
         found = os.stat(path)
     except OSError:
         return None
+    return stamp_of(found)
+
+
+def stamp_of(found: os.stat_result) -> Stamp:
+    """The ``input_stamp`` of a local input from its ``stat`` or ``fstat``."""
     return found.st_size, found.st_mtime_ns, found.st_ino
 
 
