@@ -62,12 +62,12 @@ def open_for_read(path: str) -> BinaryIO:
             folder (``NotRegularFileError``), or a path no file system can open (``EINVAL``).
         apache_beam.io.filesystem.BeamIOError: The file system refused the call.
     """
-    problem = path_problem(path)
-    if problem:
-        raise OSError(errno.EINVAL, problem, path)
     if not is_local(path):
+        problem = path_problem(path)
+        if problem:
+            raise OSError(errno.EINVAL, problem, path)
         return open_file(path)
-    fd, _ = open_local(path)
+    fd, _ = open_local(path)  # checks the path as above
     try:
         return open(fd, "rb")
     except BaseException:
