@@ -103,3 +103,19 @@ def test_example_parts_frame_a_value_left_out(others, name, length):
     whole = example_bytes({**others, name: value})
     assert head + value + tail == whole
     assert len(head) + length + len(tail) == len(whole)
+
+
+def test_remembered_map_entries_are_those_made_anew():
+    from transforms.example import wire
+
+    values = [1, True, 0, -1, 2**63 - 1, "jpeg", b"jpeg", "é" * 40, b"x" * 125, b"x" * 126, "y" * 300,
+              bytearray(b"raw"), b""]
+    made = [wire._single_entry("image/k", value) for value in values]
+    for _ in range(2):  # the second time from the cache
+        assert [wire.map_entry("image/k", value) for value in values] == made
+    assert wire.map_entry("image/k", True) == wire.map_entry("image/k", 1)
+    kept = wire._remembered_entry.cache_info().currsize
+    wire.map_entry("image/k", b"z" * 10_000)
+    wire.map_entry("image/k", bytearray(b"unhashable"))
+    assert wire._remembered_entry.cache_info().currsize == kept  # long or unhashable values are not kept
+    assert b"\x0a" + varint(len(made[5])) + made[5] == example_bytes({"image/k": b"jpeg"})

@@ -91,6 +91,14 @@ def map_entry(name: str, value: EntryValue) -> bytes:
     """One map entry: ``FeatureValues``, or a single int64 (an ``int``) or bytes value."""
     if isinstance(value, FeatureValues):
         return feature_entry(name, value.kind, value.values)
+    kind = type(value)
+    if kind is int or ((kind is str or kind is bytes) and len(value) < _REMEMBERED_LEN):
+        return _remembered_entry(name, value)
+    return _single_entry(name, value)
+
+
+def _single_entry(name: str, value: int | str | bytes) -> bytes:
+    """``map_entry`` of one int64 or bytes value."""
     if isinstance(value, int):  # a varint of at most 10 bytes: one-byte lengths
         packed = varint(value & _INT64_MASK)
         return _entry(name, bytes((_INT64_LIST, len(packed) + 2, _ONE, len(packed))) + packed)
@@ -99,6 +107,13 @@ def map_entry(name: str, value: EntryValue) -> bytes:
         if len(raw) < 0x7E:  # one-byte lengths throughout
             return _entry(name, bytes((_BYTES_LIST, len(raw) + 2, _ONE, len(raw))) + raw)
     return feature_entry(name, "bytes", (value,))
+
+
+# Entries of an int or a short str or bytes value are remembered: most entries of a record (its
+# format, size, channels, class) are those of records before it, and a remembered one costs a
+# fifth of one made (BENCHMARKS.md, "Where a build's marginal CPU goes").
+_REMEMBERED_LEN = 0x7E
+_remembered_entry = functools.lru_cache(maxsize=4096, typed=True)(_single_entry)
 
 
 def _entry(name: str, feature: bytes) -> bytes:
