@@ -553,3 +553,107 @@ def test_a_png_converted_to_rgb_carries_no_profile_of_another_colour_space(sourc
     assert written.mode == "RGB" and "icc_profile" not in written.info
     assert b"iCCP" not in png
     assert written.tobytes() == Image.open(io.BytesIO(data)).convert("RGB").tobytes()
+
+
+# --- A plain JPEG read without Pillow: the same answer as Pillow's header ------------------
+
+
+def _both_ways(data: bytes, monkeypatch) -> tuple:
+    """``read_image_info(data)`` as built, then with every JPEG opened by Pillow first (as before the
+    plain path): each an ImageInfo or the (reason, detail) of its ImageError."""
+    outcomes = []
+    for pillow_first in (False, True):
+        with monkeypatch.context() as patched:
+            if pillow_first:
+                patched.setattr(images, "_checked_jpeg", lambda data: None)
+            try:
+                outcomes.append(images.read_image_info(data))
+            except ImageError as err:
+                outcomes.append((err.reason, err.detail))
+    return tuple(outcomes)
+
+
+def _header_damage(data: bytes) -> list[bytes]:
+    """``data`` cut, and with one byte changed, at every offset of its headers (up to its first scan's data)."""
+    scan = data.index(b"\xff\xda")
+    end = min(len(data), scan + 2 + int.from_bytes(data[scan + 2:scan + 4], "big") + 8)
+    damaged = [data[:cut] for cut in range(2, end)]
+    for at in range(2, end):
+        for value in (0x00, 0xFF, data[at] ^ 0x01, data[at] ^ 0x80):
+            if value != data[at]:
+                damaged.append(data[:at] + bytes((value,)) + data[at + 1:])
+    return damaged
+
+
+def test_a_plain_jpeg_is_read_without_opening_it_in_pillow(monkeypatch):
+    opened = []
+    pillow_open = Image.open
+    monkeypatch.setattr(Image, "open", lambda *args, **kwargs: opened.append(1) or pillow_open(*args, **kwargs))
+    assert images.read_image_info(imagegen.jpeg("RGB", size=(33, 17))) == ImageInfo("jpeg", 17, 33, 3)
+    assert images.read_image_info(imagegen.jpeg("L")) == ImageInfo("jpeg", 24, 32, 1)
+    assert opened == []
+    assert images.read_image_info(imagegen.jpeg("RGB", exif_orientation=6)).orientation == 6  # EXIF: Pillow's
+    assert images.read_image_info(imagegen.jpeg("CMYK")).channels == 4
+    assert images.read_image_info(imagegen.jpeg("L"), "decode") == ImageInfo("jpeg", 24, 32, 1)
+    assert len(opened) == 3
+
+
+@pytest.mark.parametrize("name", ["jpeg_rgb", "jpeg_gray", "jpeg_cmyk", "jpeg_exif6", "jpeg_odd_size"])
+def test_damaged_jpeg_headers_are_read_as_pillow_reads_them(name, monkeypatch):
+    data = CASES[name][0]()
+    cases = _header_damage(data)
+    differ = [(case[:40].hex(), *outcomes) for case in cases
+              for outcomes in [_both_ways(case, monkeypatch)] if outcomes[0] != outcomes[1]]
+    assert differ == []
+    assert len(cases) > 500
+
+
+def _segment(marker: int, body: bytes) -> bytes:
+    return bytes((0xFF, marker)) + (len(body) + 2).to_bytes(2, "big") + body
+
+
+_XMP = (b"http://ns.adobe.com/xap/1.0/\x00<x:xmpmeta xmlns:x='adobe:ns:meta/'><rdf:RDF xmlns:rdf="
+        b"'http://www.w3.org/1999/02/22-rdf-syntax-ns#'><rdf:Description xmlns:tiff="
+        b"'http://ns.adobe.com/tiff/1.0/' tiff:Orientation='6'/></rdf:RDF></x:xmpmeta>")
+# Headers after SOI that Pillow reads otherwise than libjpeg, or that say more than a size.
+_ODD_HEADERS = {
+    "short_jfif": _segment(0xE0, b"JFIF\x00\x01"), "short_adobe": _segment(0xEE, b"Adobe\x00"),
+    "adobe": _segment(0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x01"), "short_icc": _segment(0xE2, b"ICC_PROFILE\x00"),
+    "photoshop": _segment(0xED, b"Photoshop 3.0\x008BIM\x04\x04"), "mpf": _segment(0xE2, b"MPF\x00II*\x00"),
+    "xmp_orientation": _segment(0xE1, _XMP), "comment": _segment(0xFE, b"made by hand"),
+    "tem": b"\xff\x01", "fill": b"\xff\xff\xff", "junk": b"\x00\x01", "jpg0": _segment(0xF0, b"\xff\xd9ab"),
+    "dhp": _segment(0xDE, b"\x08\x00\x10\x00\x10\x01\x01\x11\x00"), "dnl": _segment(0xDC, b"\x00\x10"),
+}
+
+
+@pytest.mark.parametrize("header", sorted(_ODD_HEADERS))
+@pytest.mark.parametrize("name", ["jpeg_rgb", "jpeg_gray"])
+def test_odd_jpeg_headers_are_read_as_pillow_reads_them(name, header, monkeypatch):
+    data = CASES[name][0]()
+    odd = data[:2] + _ODD_HEADERS[header] + data[2:]
+    outcomes = _both_ways(odd, monkeypatch)
+    assert outcomes[0] == outcomes[1]
+
+
+def test_every_corpus_jpeg_is_read_as_pillow_reads_it(monkeypatch):
+    """Pillow's own test images and scikit-image's data (downloaded once, see messy_corpus)."""
+    import os
+
+    from tests.messy_corpus import pillow_test_images, skimage_images
+
+    read, plain, differ = 0, 0, []
+    for source in (pillow_test_images(), skimage_images()):
+        for folder, _, names in os.walk(source):
+            for name in sorted(names):
+                with open(os.path.join(folder, name), "rb") as fh:
+                    data = fh.read()
+                if not data.startswith(b"\xff\xd8\xff"):
+                    continue
+                read += 1
+                outcomes = _both_ways(data, monkeypatch)
+                if outcomes[0] != outcomes[1]:
+                    differ.append((name, *outcomes))
+                frame = images._checked_jpeg(data)
+                plain += bool(frame and frame.plain)
+    assert differ == []
+    assert read >= 60 and plain >= 10, (read, plain)

@@ -12,13 +12,14 @@ import functools
 import re
 import threading
 import zlib
+from dataclasses import dataclass
 from operator import mul
 
 import numpy as np
 
 from transforms.errors import ImageError
 
-__all__ = ["check_jpeg", "check_png", "check_structure", "STRUCTURE_FORMATS"]
+__all__ = ["JpegFrame", "check_jpeg", "check_png", "check_structure", "STRUCTURE_FORMATS"]
 
 # image/format values with a structural check; every other format is decoded instead.
 STRUCTURE_FORMATS = ("jpeg", "png")
@@ -249,8 +250,24 @@ def _marker_name(marker: int) -> str:
 _NAMES = tuple(_marker_name(marker) for marker in range(256))
 
 
-def check_jpeg(data: bytes) -> None:
+@dataclass(frozen=True)
+class JpegFrame:
+    """What ``check_jpeg`` read of a JPEG's frame header (SOF): its size and number of components, and
+    whether the file is ``plain``: its headers before the first scan are ones Pillow reads to the same
+    size and mode and no orientation (``_plain_header``), so that ``image_codec.read_image_info`` need
+    not open it with Pillow as well."""
+
+    height: int
+    width: int
+    components: int
+    plain: bool
+
+
+def check_jpeg(data: bytes) -> JpegFrame:
     """Checks a JPEG file's markers and scans, up to the first EOI (see the module docstring).
+
+    Returns:
+        The frame header's size and components (``JpegFrame``).
 
     Raises:
         ImageError: ``truncated`` when the file ends before EOI; else ``corrupt_image``, naming the
@@ -261,7 +278,9 @@ def check_jpeg(data: bytes) -> None:
         raise _corrupt("JPEG does not start with SOI (0xFFD8)")
     pos = 2
     components: bytes | None = None  # the frame's component ids, once SOF is read
+    frame = b""  # the frame header's body
     progressive = False
+    plain = data[2:3] == b"\xff"  # so far: see _plain_header
     # Made at the first scan, for every scan; from there on, every segment must end at a marker.
     markers: _ScanMarkers | None = None
     while True:
@@ -271,16 +290,20 @@ def check_jpeg(data: bytes) -> None:
             if markers is not None:
                 raise _corrupt(f"JPEG byte 0x{data[pos]:02X} at offset {pos} where a marker should start")
             pos = _next_marker(data, pos)  # extraneous header bytes: libjpeg and Pillow skip them
+            plain = False
         while data[pos + 1] == 0xFF:  # fill bytes before a marker
             pos += 1
+            plain = plain and markers is not None
             if pos + 2 > size:
                 raise _truncated(f"JPEG ends at byte {size} without EOI")
         marker = data[pos + 1]
         at = pos
         pos += 2
         if marker == 0xD9:
-            return
+            return JpegFrame(int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big"),
+                             len(components or b""), plain)
         if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, or RST outside a scan: no length
+            plain = plain and markers is not None
             continue
         if marker not in _READ:
             raise _corrupt(f"JPEG marker {_NAMES[marker]} at offset {at}: not a marker libjpeg reads here")
@@ -294,6 +317,8 @@ def check_jpeg(data: bytes) -> None:
         if end > size:
             raise _truncated(f"JPEG ends at byte {size} inside marker {_NAMES[marker]} at offset {at}, "
                              f"which declares {length} bytes, without EOI")
+        if plain and markers is None:
+            plain = _plain_header(marker, data[pos + 2:end])
         if marker == 0xC4:
             _check_dht(data[pos + 2:end], at)
         elif marker == 0xDB:
@@ -301,7 +326,8 @@ def check_jpeg(data: bytes) -> None:
         elif marker in _SOF:
             if components is not None:
                 raise _corrupt(f"JPEG marker {_NAMES[marker]} at offset {at}: a second frame header")
-            components = _check_sof(data[pos + 2:end], _NAMES[marker], at)
+            frame = data[pos + 2:end]
+            components = _check_sof(frame, _NAMES[marker], at)
             progressive = marker in _PROGRESSIVE
         elif marker == 0xDD and length != 4:
             raise _corrupt(f"JPEG marker DRI at offset {at}: segment length {length}, not 4")
@@ -313,6 +339,31 @@ def check_jpeg(data: bytes) -> None:
                 markers = _ScanMarkers(data, end)
             end = _scan_end(data, end, at, markers)
         pos = end
+
+
+# Markers before the first scan that Pillow reads as libjpeg does (a length, then the segment) and
+# that say nothing of orientation: APPn but APP1 (EXIF, XMP), COM, DQT, DHT, DRI, SOS and the frames
+# of 8-bit DCT files Pillow opens (SOF0-2); APP0, APP2, APP13 and APP14 segments as ``_plain_header`` says.
+_PLAIN_MARKERS = frozenset(range(0xE0, 0xF0)) - {0xE1} | {0xFE, 0xDB, 0xC4, 0xDD, 0xDA, 0xC0, 0xC1, 0xC2}
+
+
+def _plain_header(marker: int, body: bytes) -> bool:
+    """Whether a segment before the first scan keeps a JPEG plain (``JpegFrame.plain``): Pillow reads it
+    without failing and the file stays a 1- or 3-component JPEG (mode L or RGB, not MPO) with no EXIF
+    orientation."""
+    if marker not in _PLAIN_MARKERS:
+        return False
+    if marker in (0xC0, 0xC1, 0xC2):  # Pillow: 8 bits, 1 (L) or 3 (RGB) components; the height known here
+        return len(body) >= 6 and body[0] == 8 and body[5] in (1, 3) and body[1:3] != b"\x00\x00"
+    if marker == 0xE0:  # Pillow reads JFIF's version unguarded
+        return not body.startswith(b"JFIF") or len(body) >= 14
+    if marker == 0xE2:  # an MPO's index; an ICC chunk's count, read unguarded
+        return not body.startswith(b"MPF\0") and (not body.startswith(b"ICC_PROFILE\0") or len(body) >= 14)
+    if marker == 0xED:  # Photoshop's resources, read with unguarded indexing
+        return not body.startswith(b"Photoshop 3.0\0")
+    if marker == 0xEE:  # Adobe's version and transform
+        return not body.startswith(b"Adobe") or len(body) >= 12
+    return True
 
 
 # A component's sampling factors (1-4 each) and quantization table ids (0-3) that libjpeg accepts.
