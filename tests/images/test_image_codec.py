@@ -559,18 +559,20 @@ def test_a_png_converted_to_rgb_carries_no_profile_of_another_colour_space(sourc
 
 
 def _both_ways(data: bytes, monkeypatch) -> tuple:
-    """``read_image_info(data)`` as built, then with every JPEG opened by Pillow first (as before the
-    plain path): each an ImageInfo or the (reason, detail) of its ImageError."""
-    outcomes = []
+    """``read_image_info(data)`` at the ``structure`` and ``header`` levels, as built, then with every
+    JPEG opened by Pillow first (as before the plain path): each an ImageInfo or the (reason, detail)
+    of its ImageError."""
+    outcomes: dict[bool, list] = {False: [], True: []}
     for pillow_first in (False, True):
         with monkeypatch.context() as patched:
             if pillow_first:
-                patched.setattr(images, "_checked_jpeg", lambda data: None)
-            try:
-                outcomes.append(images.read_image_info(data))
-            except ImageError as err:
-                outcomes.append((err.reason, err.detail))
-    return tuple(outcomes)
+                patched.setattr(images, "_checked_jpeg", lambda data, headers_only=False: None)
+            for validate in ("structure", "header"):
+                try:
+                    outcomes[pillow_first].append(images.read_image_info(data, validate))
+                except ImageError as err:
+                    outcomes[pillow_first].append((err.reason, err.detail))
+    return tuple(outcomes[False]), tuple(outcomes[True])
 
 
 def _header_damage(data: bytes) -> list[bytes]:
@@ -591,6 +593,7 @@ def test_a_plain_jpeg_is_read_without_opening_it_in_pillow(monkeypatch):
     monkeypatch.setattr(Image, "open", lambda *args, **kwargs: opened.append(1) or pillow_open(*args, **kwargs))
     assert images.read_image_info(imagegen.jpeg("RGB", size=(33, 17))) == ImageInfo("jpeg", 17, 33, 3)
     assert images.read_image_info(imagegen.jpeg("L")) == ImageInfo("jpeg", 24, 32, 1)
+    assert images.read_image_info(imagegen.jpeg("RGB")[:700], "header") == ImageInfo("jpeg", 24, 32, 3)
     assert opened == []
     assert images.read_image_info(imagegen.jpeg("RGB", exif_orientation=6)).orientation == 6  # EXIF: Pillow's
     assert images.read_image_info(imagegen.jpeg("CMYK")).channels == 4

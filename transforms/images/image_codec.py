@@ -166,8 +166,8 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     if validate not in VALIDATE_LEVELS:
         raise ValueError(f"validate must be one of {VALIDATE_LEVELS}, got {validate!r}")
     frame = None
-    if validate == "structure" and data[:3] == b"\xff\xd8\xff":
-        frame = _checked_jpeg(data)
+    if validate in ("structure", "header") and data[:3] == b"\xff\xd8\xff":
+        frame = _checked_jpeg(data, headers_only=validate == "header")
         if frame is not None and frame.plain and _within_pixel_limit(frame.width, frame.height):
             return ImageInfo("jpeg", frame.height, frame.width, frame.components)
     img = _open(data)
@@ -176,7 +176,7 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
         raise ImageError("undecodable", f"image declares size {width}x{height}")
     info = ImageInfo(_format_of(img), height, width, channels_of(img), orientation=exif_orientation(img))
     if validate == "structure" and info.format in STRUCTURE_FORMATS:
-        if frame is None or info.format != "jpeg":
+        if frame is None or info.format != "jpeg":  # not checked whole above
             check_structure(data, info.format)
         if not (img.format == "PNG" and getattr(img, "is_animated", False)):
             return info
@@ -193,15 +193,15 @@ def read_image_info(data: bytes, validate: str = "structure") -> ImageInfo:
     return info
 
 
-def _checked_jpeg(data: bytes) -> JpegFrame | None:
-    """``check_jpeg``'s frame of a JPEG whose structure is sound, or None where it is not (Pillow's
-    reading comes first then, and names the fault as it always did).
+def _checked_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame | None:
+    """``check_jpeg``'s frame of a JPEG whose structure (``headers_only``: up to its first scan) is
+    sound, or None where it is not (Pillow's reading comes first then, and names the fault as it always did).
 
     A sound, ``plain`` JPEG (most photos: no EXIF, 8-bit, L or RGB) is what Pillow's header would say,
     without opening it (``tests/images/test_image_codec.py`` holds the two to the same answer over
     the messy corpus and damaged files; BENCHMARKS.md, "Where a build's marginal CPU goes")."""
     try:
-        return check_jpeg(data)
+        return check_jpeg(data, headers_only)
     except ImageError:
         return None
 

@@ -263,8 +263,12 @@ class JpegFrame:
     plain: bool
 
 
-def check_jpeg(data: bytes) -> JpegFrame:
+def check_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame:
     """Checks a JPEG file's markers and scans, up to the first EOI (see the module docstring).
+
+    Args:
+        headers_only: Stop at the first scan's header (SOS), checked: the segments Pillow reads to
+            open the file.
 
     Returns:
         The frame header's size and components (``JpegFrame``).
@@ -335,6 +339,9 @@ def check_jpeg(data: bytes) -> JpegFrame:
             if components is None:
                 raise _corrupt(f"JPEG marker SOS at offset {at}: no frame header (SOF) before the scan")
             _check_sos(data[pos + 2:end], components, progressive, at)
+            if headers_only:
+                return JpegFrame(int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big"),
+                                 len(components), plain)
             if markers is None:
                 markers = _ScanMarkers(data, end)
             end = _scan_end(data, end, at, markers)
