@@ -267,8 +267,7 @@ def check_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame:
     """Checks a JPEG file's markers and scans, up to the first EOI (see the module docstring).
 
     Args:
-        headers_only: Stop at the first scan's header (SOS), checked: the segments Pillow reads to
-            open the file.
+        headers_only: Stop at the first scan's header (SOS), checked: what Pillow reads to open it.
 
     Returns:
         The frame header's size and components (``JpegFrame``).
@@ -304,8 +303,7 @@ def check_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame:
         at = pos
         pos += 2
         if marker == 0xD9:
-            return JpegFrame(int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big"),
-                             len(components or b""), plain)
+            return _frame_of(frame, plain)
         if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, or RST outside a scan: no length
             plain = plain and markers is not None
             continue
@@ -340,12 +338,17 @@ def check_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame:
                 raise _corrupt(f"JPEG marker SOS at offset {at}: no frame header (SOF) before the scan")
             _check_sos(data[pos + 2:end], components, progressive, at)
             if headers_only:
-                return JpegFrame(int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big"),
-                                 len(components), plain)
+                return _frame_of(frame, plain)
             if markers is None:
                 markers = _ScanMarkers(data, end)
             end = _scan_end(data, end, at, markers)
         pos = end
+
+
+def _frame_of(body: bytes, plain: bool) -> JpegFrame:
+    """The ``JpegFrame`` of a checked frame header's ``body`` (b"": none, as after an EOI that ends no image)."""
+    return JpegFrame(int.from_bytes(body[1:3], "big"), int.from_bytes(body[3:5], "big"), body[5] if body else 0,
+                     plain)
 
 
 # Markers before the first scan that Pillow reads as libjpeg does (a length, then the segment) and
