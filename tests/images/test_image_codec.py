@@ -581,9 +581,10 @@ def _header_damage(data: bytes) -> list[bytes]:
     end = min(len(data), scan + 2 + int.from_bytes(data[scan + 2:scan + 4], "big") + 8)
     damaged = [data[:cut] for cut in range(2, end)]
     for at in range(2, end):
-        for value in (0x00, 0xFF, data[at] ^ 0x01, data[at] ^ 0x80):
-            if value != data[at]:
-                damaged.append(data[:at] + bytes((value,)) + data[at + 1:])
+        values = {0x00, 0xFF, data[at] ^ 0x01, data[at] ^ 0x80}
+        if data[at - 1] == 0xFF:  # a marker's code: every other kind of marker in its place
+            values |= {0x01, 0xC3, 0xC8, 0xCC, 0xD0, 0xD8, 0xD9, 0xDA, 0xDC, 0xDE, 0xE1, 0xED, 0xF0, 0xFE}
+        damaged += [data[:at] + bytes((value,)) + data[at + 1:] for value in sorted(values - {data[at]})]
     return damaged
 
 
@@ -635,6 +636,15 @@ def test_odd_jpeg_headers_are_read_as_pillow_reads_them(name, header, monkeypatc
     data = CASES[name][0]()
     odd = data[:2] + _ODD_HEADERS[header] + data[2:]
     outcomes = _both_ways(odd, monkeypatch)
+    assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("cut", ["eoi_first", "eoi_before_the_scan", "soi_eoi"])
+def test_a_jpeg_that_ends_before_its_scan_is_read_as_pillow_reads_it(cut, monkeypatch):
+    data = CASES["jpeg_rgb"][0]()
+    ended = {"eoi_first": data[:2] + b"\xff\xd9" + data[2:], "soi_eoi": b"\xff\xd8\xff\xd9",
+             "eoi_before_the_scan": data[:data.index(b"\xff\xda")] + b"\xff\xd9"}[cut]
+    outcomes = _both_ways(ended, monkeypatch)
     assert outcomes[0] == outcomes[1]
 
 

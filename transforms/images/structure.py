@@ -303,7 +303,7 @@ def check_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame:
         at = pos
         pos += 2
         if marker == 0xD9:
-            return _frame_of(frame, plain)
+            return _frame_of(frame, plain and markers is not None)  # Pillow opens no image without a scan
         if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, or RST outside a scan: no length
             plain = plain and markers is not None
             continue
