@@ -648,6 +648,7 @@ def test_a_jpeg_that_ends_before_its_scan_is_read_as_pillow_reads_it(cut, monkey
     assert outcomes[0] == outcomes[1]
 
 
+@pytest.mark.slow
 def test_every_corpus_jpeg_is_read_as_pillow_reads_it(monkeypatch):
     """Pillow's own test images and scikit-image's data (downloaded once, see messy_corpus)."""
     import os
