@@ -94,10 +94,9 @@ def _open(data: bytes) -> Image.Image:
 
 def _check_pixels(img: Image.Image, what: str) -> None:
     """Refuses an image (or frame) over Pillow's decompression-bomb limit, where Pillow only warns."""
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and img.width * img.height > limit:
+    if not _within_pixel_limit(img.width, img.height):
         raise ImageError("decompression_bomb", f"{what} declares {img.width}x{img.height} = "
-                         f"{img.width * img.height} pixels, over the limit of {limit}")
+                         f"{img.width * img.height} pixels, over the limit of {Image.MAX_IMAGE_PIXELS}")
 
 
 def _load(img: Image.Image) -> None:
@@ -207,7 +206,8 @@ def _checked_jpeg(data: bytes, headers_only: bool = False) -> JpegFrame | None:
 
 
 def _within_pixel_limit(width: int, height: int) -> bool:
-    """Whether Pillow opens an image of this size without its decompression-bomb refusal (``_check_pixels``)."""
+    """Whether an image of this size is within Pillow's decompression-bomb limit (``_check_pixels`` refuses
+    one over it)."""
     limit = Image.MAX_IMAGE_PIXELS
     return limit is None or width * height <= limit
 

@@ -22,8 +22,7 @@ from transforms.storage.paths import STORES, bucket_key, is_local, path_problem
 from transforms.tfrecord.file_hash import FileHash
 
 __all__ = ["STORAGE_ERRORS", "error_reason", "NotRegularFileError", "open_for_read", "open_local", "read_descriptor",
-           "file_size",
-           "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
+           "file_size", "read_at_most", "open_file", "read_file", "read_if_present", "open_lines", "exists",
            "file_hash", "hashes_match", "local_copy", "read_range", "read_prefix", "open_store", "STORE_READ_CHUNK",
            "PAST_RANGE_CHUNK", "RangeReader"]
 
