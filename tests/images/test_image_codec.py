@@ -671,3 +671,15 @@ def test_every_corpus_jpeg_is_read_as_pillow_reads_it(monkeypatch):
                 plain += bool(frame and frame.plain)
     assert differ == []
     assert read >= 60 and plain >= 10, (read, plain)
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+@pytest.mark.parametrize("side", [20000, 10001])  # over 2x Pillow's limit; over 1x
+def test_a_plain_jpeg_declaring_too_many_pixels_is_refused_as_pillow_refuses_it(side, monkeypatch):
+    data = imagegen.jpeg("RGB")
+    sof = data.index(b"\xff\xc0") + 5  # the frame header's height, then width
+    huge = data[:sof] + side.to_bytes(2, "big") * 2 + data[sof + 4:]
+    assert images.check_structure(huge, "jpeg") is None and images._checked_jpeg(huge).plain
+    outcomes = _both_ways(huge, monkeypatch)
+    assert outcomes[0] == outcomes[1]
+    assert all(outcome[0] == "decompression_bomb" for outcome in outcomes[0])
